@@ -1,0 +1,138 @@
+//! The one error type of redkit.
+//!
+//! Business outcomes (a request was limited, stock was insufficient, a lock is held by someone
+//! else) are *values* returned by the typed APIs. [`Error`] is for "could not find out": bad
+//! input rejected before any round trip, Redis unreachable, a reply redkit did not expect, or
+//! data in Redis that a script refused to touch.
+
+use std::time::Duration;
+
+/// `Result` with redkit's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in redkit.
+///
+/// Variants carry enough context to act on without parsing the message; none of them carries
+/// key values, passwords or other caller data that could be secret, only names and counts.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An argument was rejected in Rust before anything was sent to Redis.
+    #[error("invalid {what}: {reason}")]
+    InvalidInput {
+        /// The parameter that was rejected (e.g. `"limit"`, `"ttl"`, `"key"`).
+        what: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// Redis (or the connection to it) returned an error that redkit does not interpret.
+    #[error("redis error: {0}")]
+    Redis(#[from] redis::RedisError),
+
+    /// A script answered with a reply of a shape redkit does not expect; nothing was decoded.
+    #[error("unexpected reply from script {script}: {detail}")]
+    UnexpectedReply {
+        /// `name.vN` of the script.
+        script: String,
+        /// What was wrong with the reply.
+        detail: String,
+    },
+
+    /// A script found data at one of its keys that it refuses to use (e.g. a counter that is
+    /// not an integer). The script wrote nothing.
+    #[error("script {script} refused the data it found: {detail}")]
+    CorruptData {
+        /// `name.vN` of the script.
+        script: String,
+        /// What the script reported (the offending key role, never the key's value).
+        detail: String,
+    },
+
+    /// A key used by the call holds a value of another Redis type. Nothing was written.
+    #[error("script {script}: a key holds a value of the wrong type")]
+    WrongType {
+        /// `name.vN` of the script.
+        script: String,
+    },
+
+    /// `SCRIPT LOAD` returned a SHA1 that differs from the one computed locally.
+    #[error("script {script}: server computed SHA1 {server} but the local SHA1 is {local}")]
+    ShaMismatch {
+        /// `name.vN` of the script.
+        script: String,
+        /// The SHA1 computed by redkit.
+        local: String,
+        /// The SHA1 returned by the server.
+        server: String,
+    },
+
+    /// A call was built with a number of keys that differs from what the script declares.
+    #[error("script {script} takes {expected} keys, the call has {got}")]
+    KeyCount {
+        /// `name.vN` of the script.
+        script: String,
+        /// Keys the script declares.
+        expected: usize,
+        /// Keys the call supplied.
+        got: usize,
+    },
+
+    /// The keys of one request would live in different Cluster hash slots.
+    #[error("the keys of one request span several hash slots: {detail}")]
+    CrossSlot {
+        /// Which parts of the request disagree.
+        detail: String,
+    },
+
+    /// An operation did not complete within its deadline.
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+
+    /// Fewer nodes than a quorum agreed (Redlock).
+    #[error(
+        "quorum not reached: {agreed} of {total} nodes agreed, {needed} needed; failed: {failed:?}"
+    )]
+    NoQuorum {
+        /// Nodes that agreed.
+        agreed: usize,
+        /// Nodes needed for a quorum.
+        needed: usize,
+        /// All nodes.
+        total: usize,
+        /// Per failed node: its index and why it failed (no passwords).
+        failed: Vec<(usize, String)>,
+    },
+}
+
+impl Error {
+    pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
+        Self::InvalidInput {
+            what,
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn unexpected(script: impl ToString, detail: impl Into<String>) -> Self {
+        Self::UnexpectedReply {
+            script: script.to_string(),
+            detail: detail.into(),
+        }
+    }
+
+    /// `true` when the error is about the connection (refused, dropped, timed out), i.e. the
+    /// request may not have reached Redis. Used by fail-open policies.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Self::Redis(e) => {
+                e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.is_timeout()
+                    || e.is_unrecoverable_error()
+            }
+            Self::Timeout(_) => true,
+            _ => false,
+        }
+    }
+}

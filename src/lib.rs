@@ -1,0 +1,13 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod error;
+pub mod script;
+
+pub use error::{Error, Result};
+pub use script::{Call, Registry, Script, ScriptManager, Stats};
+
+/// The redis-rs version redkit is built on, re-exported so versions always match.
+pub use redis;

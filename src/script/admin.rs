@@ -1,0 +1,470 @@
+//! Script-cache administration on every node: status, load, verify, flush, kill.
+//!
+//! Each operation connects to every node directly (found with `CLUSTER NODES` on a Cluster),
+//! so the answer is per node, by address, never an aggregate that hides one node's state.
+//!
+//! ```no_run
+//! # async fn run() -> redkit::Result<()> {
+//! use redkit::script::admin::Admin;
+//! let admin = Admin::cluster(["redis://127.0.0.1:7000/"])?;
+//! admin.load().await?;
+//! let report = admin.verify().await?;
+//! assert!(report.is_ok(), "missing: {:?}", report.missing);
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
+use serde::Serialize;
+
+use super::registry::{Registry, Script};
+use crate::error::{Error, Result};
+
+/// Administers the script cache of one server or of every node of a Cluster.
+#[derive(Clone)]
+pub struct Admin {
+    seeds: Vec<ConnectionInfo>,
+    cluster: bool,
+    timeout: Duration,
+}
+
+impl fmt::Debug for Admin {
+    /// Addresses only: connection info may hold a password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let addrs: Vec<String> = self.seeds.iter().map(|i| addr_string(i.addr())).collect();
+        f.debug_struct("Admin")
+            .field("seeds", &addrs)
+            .field("cluster", &self.cluster)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// The role of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Role {
+    /// A primary (master): serves writes.
+    Primary,
+    /// A replica of a primary.
+    Replica,
+}
+
+/// One node, by address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Node {
+    /// `host:port`.
+    pub addr: String,
+    /// Its role when discovered.
+    pub role: Role,
+}
+
+/// Whether one embedded script is in one node's cache.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ScriptPresence {
+    /// `name.vN`.
+    pub script: String,
+    /// Its SHA1.
+    pub sha1: String,
+    /// `true` when `SCRIPT EXISTS` says it is cached.
+    pub loaded: bool,
+}
+
+/// The state of one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct NodeStatus {
+    /// The node.
+    pub node: Node,
+    /// `redis_version` from `INFO server`, when the node answered.
+    pub version: Option<String>,
+    /// Every embedded script and whether it is loaded there (empty when unreachable).
+    pub scripts: Vec<ScriptPresence>,
+    /// Why the node could not be asked, if it could not.
+    pub error: Option<String>,
+}
+
+/// The result of [`Admin::verify`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Verification {
+    /// Primaries checked.
+    pub primaries: usize,
+    /// `(node address, script id)` for every embedded script missing on a primary.
+    pub missing: Vec<(String, String)>,
+    /// `(node address, error)` for every primary that could not be asked.
+    pub unreachable: Vec<(String, String)>,
+}
+
+impl Verification {
+    /// `true` when every primary answered and has every embedded script.
+    pub fn is_ok(&self) -> bool {
+        self.missing.is_empty() && self.unreachable.is_empty()
+    }
+}
+
+/// How `SCRIPT FLUSH` frees memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum FlushMode {
+    /// `SCRIPT FLUSH ASYNC` (the default): the server frees the cache in the background.
+    #[default]
+    Async,
+    /// `SCRIPT FLUSH SYNC`.
+    Sync,
+}
+
+/// What `SCRIPT KILL` did on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum KillOutcome {
+    /// A running read-only script was killed.
+    Killed,
+    /// No script was running (`NOTBUSY`).
+    NotBusy,
+    /// The running script has written and cannot be killed (`UNKILLABLE`); only
+    /// `SHUTDOWN NOSAVE` would stop it, which redkit never sends.
+    Unkillable,
+    /// The node could not be asked.
+    Failed(String),
+}
+
+impl Admin {
+    /// Default per-node connect and response timeout.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// Administers one server.
+    pub fn single(info: impl IntoConnectionInfo) -> Result<Self> {
+        Ok(Self {
+            seeds: vec![info.into_connection_info()?],
+            cluster: false,
+            timeout: Self::DEFAULT_TIMEOUT,
+        })
+    }
+
+    /// Administers every node of a Cluster reachable from one of `seeds`.
+    pub fn cluster<T: IntoConnectionInfo>(seeds: impl IntoIterator<Item = T>) -> Result<Self> {
+        let seeds = seeds
+            .into_iter()
+            .map(|s| s.into_connection_info())
+            .collect::<redis::RedisResult<Vec<_>>>()?;
+        if seeds.is_empty() {
+            return Err(Error::invalid(
+                "seeds",
+                "at least one node address is needed",
+            ));
+        }
+        Ok(Self {
+            seeds,
+            cluster: true,
+            timeout: Self::DEFAULT_TIMEOUT,
+        })
+    }
+
+    /// Sets the per-node connect and response timeout.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Every node: the server itself, or all primaries and replicas of the Cluster.
+    pub async fn nodes(&self) -> Result<Vec<Node>> {
+        if !self.cluster {
+            let info = &self.seeds[0];
+            let mut conn = self.connect(info).await?;
+            let role = role_of(&mut conn).await?;
+            return Ok(vec![Node {
+                addr: addr_string(info.addr()),
+                role,
+            }]);
+        }
+        let mut last = None;
+        for seed in &self.seeds {
+            match self.cluster_nodes(seed).await {
+                Ok(nodes) => return Ok(nodes),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::invalid("seeds", "no seed")))
+    }
+
+    async fn cluster_nodes(&self, seed: &ConnectionInfo) -> Result<Vec<Node>> {
+        let mut conn = self.connect(seed).await?;
+        let text: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query_async(&mut conn)
+            .await?;
+        let mut nodes = parse_cluster_nodes(&text);
+        if nodes.is_empty() {
+            return Err(Error::unexpected("CLUSTER NODES", "no usable node listed"));
+        }
+        nodes.sort_by(|a, b| {
+            (a.role != Role::Primary, &a.addr).cmp(&(b.role != Role::Primary, &b.addr))
+        });
+        Ok(nodes)
+    }
+
+    /// Server version, role and the embedded scripts each node has cached.
+    pub async fn status(&self) -> Result<Vec<NodeStatus>> {
+        let scripts = Registry::global().scripts();
+        let nodes = self.nodes().await?;
+        let asks = nodes.into_iter().map(|node| async move {
+            match self.node_status(&node, scripts).await {
+                Ok((version, scripts)) => NodeStatus {
+                    node,
+                    version: Some(version),
+                    scripts,
+                    error: None,
+                },
+                Err(e) => NodeStatus {
+                    node,
+                    version: None,
+                    scripts: Vec::new(),
+                    error: Some(e.to_string()),
+                },
+            }
+        });
+        Ok(futures_util::future::join_all(asks).await)
+    }
+
+    async fn node_status(
+        &self,
+        node: &Node,
+        scripts: &[Script],
+    ) -> Result<(String, Vec<ScriptPresence>)> {
+        let mut conn = self.connect_addr(&node.addr).await?;
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await?;
+        let version = info_field(&info, "redis_version")
+            .unwrap_or("unknown")
+            .to_owned();
+        let loaded = script_exists(&mut conn, scripts).await?;
+        let presence = scripts
+            .iter()
+            .zip(loaded)
+            .map(|(s, loaded)| ScriptPresence {
+                script: s.id().to_owned(),
+                sha1: s.sha1().to_owned(),
+                loaded,
+            })
+            .collect();
+        Ok((version, presence))
+    }
+
+    /// `SCRIPT LOAD` of every embedded script on every node (replicas too, so a promoted
+    /// replica is warm). Idempotent. Returns each node with how many scripts it loaded.
+    pub async fn load(&self) -> Result<Vec<(Node, usize)>> {
+        let manager = super::ScriptManager::new();
+        let mut out = Vec::new();
+        for node in self.nodes().await? {
+            let mut conn = self.connect_addr(&node.addr).await?;
+            let n = manager.preload(&mut conn).await?;
+            out.push((node, n));
+        }
+        Ok(out)
+    }
+
+    /// Checks that every primary has every embedded script cached.
+    pub async fn verify(&self) -> Result<Verification> {
+        let statuses = self.status().await?;
+        let mut report = Verification {
+            primaries: 0,
+            missing: Vec::new(),
+            unreachable: Vec::new(),
+        };
+        for status in statuses
+            .into_iter()
+            .filter(|s| s.node.role == Role::Primary)
+        {
+            report.primaries += 1;
+            if let Some(error) = status.error {
+                report.unreachable.push((status.node.addr, error));
+                continue;
+            }
+            for s in status.scripts.into_iter().filter(|s| !s.loaded) {
+                report.missing.push((status.node.addr.clone(), s.script));
+            }
+        }
+        Ok(report)
+    }
+
+    /// `SCRIPT FLUSH` on every node. Returns the nodes flushed.
+    pub async fn flush(&self, mode: FlushMode) -> Result<Vec<Node>> {
+        let nodes = self.nodes().await?;
+        for node in &nodes {
+            let mut conn = self.connect_addr(&node.addr).await?;
+            let mode = match mode {
+                FlushMode::Async => "ASYNC",
+                FlushMode::Sync => "SYNC",
+            };
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .arg(mode)
+                .query_async(&mut conn)
+                .await?;
+        }
+        Ok(nodes)
+    }
+
+    /// `SCRIPT KILL` on every node; `NOTBUSY` and `UNKILLABLE` are reported as such.
+    pub async fn kill(&self) -> Result<Vec<(Node, KillOutcome)>> {
+        let nodes = self.nodes().await?;
+        let kills = nodes.into_iter().map(|node| async move {
+            let outcome = match self.connect_addr(&node.addr).await {
+                Err(e) => KillOutcome::Failed(e.to_string()),
+                Ok(mut conn) => {
+                    match redis::cmd("SCRIPT")
+                        .arg("KILL")
+                        .query_async::<Value>(&mut conn)
+                        .await
+                    {
+                        Ok(_) => KillOutcome::Killed,
+                        Err(e) if e.code() == Some("NOTBUSY") => KillOutcome::NotBusy,
+                        Err(e) if e.code() == Some("UNKILLABLE") => KillOutcome::Unkillable,
+                        Err(e) => KillOutcome::Failed(e.to_string()),
+                    }
+                }
+            };
+            (node, outcome)
+        });
+        Ok(futures_util::future::join_all(kills).await)
+    }
+
+    async fn connect_addr(&self, addr: &str) -> Result<MultiplexedConnection> {
+        let (host, port) = addr
+            .rsplit_once(':')
+            .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
+            .ok_or_else(|| Error::unexpected("CLUSTER NODES", "node address without port"))?;
+        let mut target = self.seeds[0].addr().clone();
+        match &mut target {
+            ConnectionAddr::Tcp(h, p)
+            | ConnectionAddr::TcpTls {
+                host: h, port: p, ..
+            } => {
+                *h = host.to_owned();
+                *p = port;
+            }
+            _ => return Err(Error::invalid("url", "node discovery needs a TCP address")),
+        }
+        self.connect(&self.seeds[0].clone().set_addr(target)).await
+    }
+
+    async fn connect(&self, info: &ConnectionInfo) -> Result<MultiplexedConnection> {
+        let client = redis::Client::open(info.clone())?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout));
+        Ok(client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?)
+    }
+}
+
+/// `SCRIPT EXISTS` for all `scripts` on one node.
+async fn script_exists(conn: &mut MultiplexedConnection, scripts: &[Script]) -> Result<Vec<bool>> {
+    let mut cmd = redis::cmd("SCRIPT");
+    cmd.arg("EXISTS");
+    for s in scripts {
+        cmd.arg(s.sha1());
+    }
+    let flags: Vec<bool> = cmd.query_async(conn).await?;
+    if flags.len() != scripts.len() {
+        return Err(Error::unexpected("SCRIPT EXISTS", "wrong number of flags"));
+    }
+    Ok(flags)
+}
+
+async fn role_of(conn: &mut MultiplexedConnection) -> Result<Role> {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(conn)
+        .await?;
+    Ok(match info_field(&info, "role") {
+        Some("slave") => Role::Replica,
+        _ => Role::Primary,
+    })
+}
+
+fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+/// `host:port` of an address (never credentials: those live elsewhere in `ConnectionInfo`).
+pub(crate) fn addr_string(addr: &ConnectionAddr) -> String {
+    match addr {
+        ConnectionAddr::Tcp(h, p)
+        | ConnectionAddr::TcpTls {
+            host: h, port: p, ..
+        } => {
+            format!("{h}:{p}")
+        }
+        ConnectionAddr::Unix(path) => path.display().to_string(),
+        _ => "unknown".to_owned(),
+    }
+}
+
+/// Nodes from `CLUSTER NODES` output, skipping failed and address-less ones.
+fn parse_cluster_nodes(text: &str) -> Vec<Node> {
+    text.lines()
+        .filter_map(|line| {
+            let mut parts = line.split_whitespace();
+            let _id = parts.next()?;
+            let addr = parts.next()?;
+            let flags = parts.next()?;
+            if flags.contains("noaddr") || flags.contains("handshake") {
+                return None;
+            }
+            let addr = addr.split(['@', ',']).next()?;
+            if addr.starts_with(':') {
+                return None;
+            }
+            let role = if flags.split(',').any(|f| f == "master") {
+                Role::Primary
+            } else {
+                Role::Replica
+            };
+            Some(Node {
+                addr: addr.to_owned(),
+                role,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_cluster_nodes() {
+        let text = "\
+07c37dfeb235213a872192d90877d0cd55635b91 127.0.0.1:30004@31004,host-a slave e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 0 1426238317239 4 connected
+67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1 127.0.0.1:30002@31002 master - 0 1426238316232 2 connected 5461-10922
+e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 127.0.0.1:30001@31001 myself,master - 0 0 1 connected 0-5460
+6ec23923021cf3ffec47632106199cb7f496ce01 :0@0 master,noaddr - 0 0 0 disconnected
+";
+        let nodes = parse_cluster_nodes(text);
+        assert_eq!(nodes.len(), 3);
+        assert_eq!(nodes[0].addr, "127.0.0.1:30004");
+        assert_eq!(nodes[0].role, Role::Replica);
+        assert_eq!(nodes[2].role, Role::Primary);
+    }
+
+    #[test]
+    fn reads_info_fields() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n";
+        assert_eq!(info_field(info, "redis_version"), Some("7.0.15"));
+        assert_eq!(info_field(info, "role"), None);
+    }
+}

@@ -1,0 +1,179 @@
+//! [`Call`]: one prepared script invocation (keys and arguments), encoded once.
+
+use redis::{Cmd, ToRedisArgs};
+
+use super::registry::Script;
+use crate::error::{Error, Result};
+
+/// One prepared invocation of a [`Script`]: its `KEYS` then its `ARGV`.
+///
+/// The `EVALSHA` command is encoded as the call is built, so sending it costs no further
+/// allocation; the `EVAL` fallback is derived from it only when Redis answers `NOSCRIPT`.
+/// All keys must be added before the first argument, and their number must match the
+/// script's declared key count (checked before anything is sent).
+///
+/// ```
+/// use redkit::{Call, Script};
+/// let script = Script::new("incr_by", 1, 1, "return redis.call('INCRBY', KEYS[1], ARGV[1])")?;
+/// let mut call = Call::new(&script);
+/// call.key("counter").arg(5);
+/// assert_eq!(call.script().id(), "incr_by.v1");
+/// # Ok::<(), redkit::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Call<'s> {
+    script: &'s Script,
+    cmd: Cmd,
+    keys: usize,
+    args: usize,
+    misordered: bool,
+}
+
+/// Arguments before the keys: `EVALSHA <sha> <numkeys>`.
+pub(crate) const HEADER_ARGS: usize = 3;
+
+impl<'s> Call<'s> {
+    /// Starts a call of `script`.
+    pub fn new(script: &'s Script) -> Self {
+        let mut cmd = Cmd::with_capacity(HEADER_ARGS + script.key_count() + 4, 96);
+        cmd.arg("EVALSHA")
+            .arg(script.sha1())
+            .arg(script.key_count());
+        Self {
+            script,
+            cmd,
+            keys: 0,
+            args: 0,
+            misordered: false,
+        }
+    }
+
+    /// Adds one key (`KEYS[i]`). Keys must come before arguments.
+    pub fn key<K: AsRef<[u8]>>(&mut self, key: K) -> &mut Self {
+        if self.args > 0 {
+            self.misordered = true;
+        }
+        self.cmd.arg(key.as_ref());
+        self.keys += 1;
+        self
+    }
+
+    /// Adds an argument (`ARGV[i]`); a value that encodes as several arguments adds them all.
+    pub fn arg<A: ToRedisArgs>(&mut self, arg: A) -> &mut Self {
+        let before = self.cmd.args_iter().len();
+        self.cmd.arg(arg);
+        self.args += self.cmd.args_iter().len() - before;
+        self
+    }
+
+    /// The script this call runs.
+    pub fn script(&self) -> &'s Script {
+        self.script
+    }
+
+    /// The first key, used for Cluster routing and grouping.
+    pub(crate) fn first_key(&self) -> Option<&[u8]> {
+        if self.keys == 0 {
+            return None;
+        }
+        match self.cmd.args_iter().nth(HEADER_ARGS) {
+            Some(redis::Arg::Simple(k)) => Some(k),
+            _ => None,
+        }
+    }
+
+    /// Checks the call against the script's declaration; nothing has been sent yet.
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.misordered {
+            return Err(Error::invalid(
+                "call",
+                format!(
+                    "{}: all keys must be added before the first argument",
+                    self.script.id()
+                ),
+            ));
+        }
+        if self.keys != self.script.key_count() {
+            return Err(Error::KeyCount {
+                script: self.script.id().to_owned(),
+                expected: self.script.key_count(),
+                got: self.keys,
+            });
+        }
+        Ok(())
+    }
+
+    /// The encoded `EVALSHA` command.
+    pub(crate) fn evalsha(&self) -> &Cmd {
+        &self.cmd
+    }
+
+    /// Consumes the call, returning its `EVALSHA` command.
+    pub(crate) fn into_evalsha(self) -> Cmd {
+        self.cmd
+    }
+
+    /// `EVAL <source> <numkeys> keys.. args..` built from an `EVALSHA` command of `script`.
+    pub(crate) fn eval_from(script: &Script, evalsha: &Cmd) -> Cmd {
+        let mut eval = Cmd::with_capacity(evalsha.args_iter().len(), script.source().len() + 64);
+        eval.arg("EVAL").arg(script.source());
+        for arg in evalsha.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                eval.arg(bytes);
+            }
+        }
+        eval
+    }
+}
+
+impl std::fmt::Debug for Call<'_> {
+    /// Keys and arguments may hold client IPs or secrets: only their counts are shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Call")
+            .field("script", &self.script.id())
+            .field("keys", &self.keys)
+            .field("args", &self.args)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script() -> Script {
+        Script::new("t", 1, 2, "return 1").unwrap()
+    }
+
+    #[test]
+    fn validates_key_count_and_order() {
+        let s = script();
+        let mut c = Call::new(&s);
+        c.key("a").arg(1);
+        assert!(matches!(c.validate(), Err(Error::KeyCount { got: 1, .. })));
+        c.key("b");
+        assert!(matches!(c.validate(), Err(Error::InvalidInput { .. })));
+        let mut ok = Call::new(&s);
+        ok.key("a").key("b").arg(1).arg(&["x", "y"][..]);
+        assert!(ok.validate().is_ok());
+        assert_eq!(ok.args, 3);
+        assert_eq!(ok.first_key(), Some(&b"a"[..]));
+    }
+
+    #[test]
+    fn eval_fallback_keeps_keys_and_args() {
+        let s = script();
+        let mut c = Call::new(&s);
+        c.key("a").key("b").arg(7);
+        let eval = Call::eval_from(&s, c.evalsha());
+        let args: Vec<Vec<u8>> = eval
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => b.to_vec(),
+                _ => vec![],
+            })
+            .collect();
+        let expected: Vec<&[u8]> = vec![b"EVAL", b"return 1", b"2", b"a", b"b", b"7"];
+        assert_eq!(args, expected);
+    }
+}

@@ -1,0 +1,17 @@
+//! The script manager: embedded, versioned Lua scripts and how they are run.
+//!
+//! - [`registry`]: the files in `lua/`, their SHA1 and declared key counts.
+//! - [`Call`]: one prepared invocation.
+//! - [`ScriptManager`]: EVALSHA, the NOSCRIPT fallback, batches, preload.
+//! - [`admin`]: per-node script-cache administration (status, load, verify, flush, kill).
+
+pub mod admin;
+mod call;
+mod manager;
+pub mod registry;
+
+pub use call::Call;
+#[allow(unused_imports)]
+pub(crate) use manager::script_error;
+pub use manager::{ScriptManager, Stats};
+pub use registry::{Registry, RegistryProblem, Script};

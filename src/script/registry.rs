@@ -1,0 +1,228 @@
+//! The embedded scripts: `lua/<name>.v<N>.lua`, hashed once when the registry is first used.
+
+use std::fmt;
+use std::sync::LazyLock;
+
+use include_dir::{include_dir, Dir};
+
+use crate::error::{Error, Result};
+
+static LUA_DIR: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/lua");
+
+static REGISTRY: LazyLock<Registry> = LazyLock::new(Registry::build);
+
+/// One Lua script with its identity: name, version, declared key count and SHA1.
+///
+/// Embedded scripts come from [`Registry::global`]; [`Script::new`] builds one from your own
+/// source. The SHA1 is computed once, here, never per call.
+///
+/// ```
+/// let script = redkit::Script::new("echo", 1, 1, "return KEYS[1]").unwrap();
+/// assert_eq!(script.sha1(), "4a2267357833227dd98abdedb8cf24b15a986445");
+/// assert_eq!(script.id(), "echo.v1");
+/// ```
+#[derive(Clone)]
+pub struct Script {
+    name: String,
+    version: u32,
+    keys: usize,
+    sha1: String,
+    source: String,
+    id: String,
+}
+
+impl Script {
+    /// Builds a script from its source. `keys` is the number of `KEYS` every call passes.
+    ///
+    /// Fails when the name is empty or not `[a-z0-9_]`, or the version is 0.
+    pub fn new(name: &str, version: u32, keys: usize, source: &str) -> Result<Self> {
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
+            return Err(Error::invalid(
+                "script name",
+                "must be non-empty and made of [a-z0-9_]",
+            ));
+        }
+        if version == 0 {
+            return Err(Error::invalid("script version", "must be at least 1"));
+        }
+        Ok(Self {
+            name: name.to_owned(),
+            version,
+            keys,
+            sha1: sha1_smol::Sha1::from(source.as_bytes())
+                .digest()
+                .to_string(),
+            source: source.to_owned(),
+            id: format!("{name}.v{version}"),
+        })
+    }
+
+    /// The script's name, e.g. `fixed_window`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The script's version (the `N` of `name.vN.lua`).
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// `name.vN`, the identifier used in logs, errors and the CLI.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// How many `KEYS` every call passes.
+    pub fn key_count(&self) -> usize {
+        self.keys
+    }
+
+    /// Lower-case hex SHA1 of the source, as Redis computes it.
+    pub fn sha1(&self) -> &str {
+        &self.sha1
+    }
+
+    /// The Lua source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+impl fmt::Debug for Script {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Script")
+            .field("id", &self.id)
+            .field("keys", &self.keys)
+            .field("sha1", &self.sha1)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A file in `lua/` that could not be turned into a [`Script`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RegistryProblem {
+    /// The file's path inside `lua/`.
+    pub file: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+/// Every script embedded from `lua/`, hashed once.
+///
+/// ```
+/// let registry = redkit::Registry::global();
+/// let script = registry.get("fixed_window", 1).expect("shipped with redkit");
+/// assert_eq!(script.key_count(), 1);
+/// assert!(registry.problems().is_empty());
+/// ```
+#[derive(Debug)]
+pub struct Registry {
+    scripts: Vec<Script>,
+    problems: Vec<RegistryProblem>,
+}
+
+impl Registry {
+    /// The process-wide registry of embedded scripts (built on first use).
+    pub fn global() -> &'static Registry {
+        &REGISTRY
+    }
+
+    /// All embedded scripts, sorted by name then version.
+    pub fn scripts(&self) -> &[Script] {
+        &self.scripts
+    }
+
+    /// The script `name` at `version`, if shipped.
+    pub fn get(&self, name: &str, version: u32) -> Option<&Script> {
+        self.scripts
+            .iter()
+            .find(|s| s.version == version && s.name == name)
+    }
+
+    /// Like [`get`](Self::get), with a typed error naming the missing script.
+    pub fn require(&self, name: &str, version: u32) -> Result<&Script> {
+        self.get(name, version).ok_or_else(|| {
+            Error::invalid(
+                "script",
+                format!("{name}.v{version} is not embedded in lua/"),
+            )
+        })
+    }
+
+    /// Files in `lua/` that are not valid scripts (bad name, missing `--! keys:` header).
+    /// Empty for every released build; a test keeps it so.
+    pub fn problems(&self) -> &[RegistryProblem] {
+        &self.problems
+    }
+
+    fn build() -> Self {
+        let mut scripts = Vec::new();
+        let mut problems = Vec::new();
+        for file in LUA_DIR.files() {
+            let path = file.path().to_string_lossy().into_owned();
+            let Some(stem) = path.strip_suffix(".lua") else {
+                continue;
+            };
+            match parse_file(stem, file.contents()) {
+                Ok(script) => scripts.push(script),
+                Err(problem) => problems.push(RegistryProblem {
+                    file: path,
+                    problem,
+                }),
+            }
+        }
+        scripts.sort_by(|a, b| (&a.name, a.version).cmp(&(&b.name, b.version)));
+        Self { scripts, problems }
+    }
+}
+
+/// Parses `name.vN` and the `--! keys: K` header of one file.
+fn parse_file(stem: &str, contents: &[u8]) -> std::result::Result<Script, String> {
+    let (name, version) = stem
+        .rsplit_once(".v")
+        .ok_or("file name must be <name>.v<N>.lua")?;
+    let version: u32 = version
+        .parse()
+        .map_err(|_| "version after .v must be a positive integer".to_owned())?;
+    let source = std::str::from_utf8(contents).map_err(|_| "not UTF-8".to_owned())?;
+    let keys = header_keys(source).ok_or("missing `--! keys: <count>` header line")?;
+    Script::new(name, version, keys, source).map_err(|e| e.to_string())
+}
+
+/// Reads `--! keys: K` from the header comment block.
+fn header_keys(source: &str) -> Option<usize> {
+    source
+        .lines()
+        .take_while(|l| l.starts_with("--"))
+        .find_map(|l| l.strip_prefix("--! keys:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names_and_headers() {
+        let s = parse_file("fixed_window.v2", b"--! keys: 3\nreturn 1").unwrap();
+        assert_eq!(
+            (s.name(), s.version(), s.key_count()),
+            ("fixed_window", 2, 3)
+        );
+        assert!(parse_file("noversion", b"--! keys: 1\n").is_err());
+        assert!(parse_file("x.v0", b"--! keys: 1\n").is_err());
+        assert!(parse_file("x.v1", b"return 1").is_err());
+        assert!(parse_file("Bad-Name.v1", b"--! keys: 1\n").is_err());
+    }
+
+    #[test]
+    fn sha1_matches_redis_rs() {
+        let s = Script::new("t", 1, 0, "return 1").unwrap();
+        assert_eq!(s.sha1(), redis::Script::new("return 1").get_hash());
+    }
+}

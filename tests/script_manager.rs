@@ -1,0 +1,239 @@
+//! The script manager against real Redis: EVALSHA, the NOSCRIPT fallback, batches, preload,
+//! typed errors, on MultiplexedConnection, ConnectionManager and ClusterConnection.
+
+mod support;
+
+use redis::aio::ConnectionLike;
+use redis::Value;
+use redkit::{Call, Error, Registry, Script, ScriptManager};
+use support::{RedisCluster, RedisServer};
+
+fn counter() -> &'static Script {
+    Registry::global().require("fixed_window", 1).unwrap()
+}
+
+/// One fixed-window hit with a huge limit: a counter stored by the script.
+fn hit(key: &str) -> Call<'static> {
+    let mut call = Call::new(counter());
+    call.key(key).arg(1_000_000).arg(600_000).arg(1);
+    call
+}
+
+async fn count<C: ConnectionLike>(m: &ScriptManager, conn: &mut C, key: &str) -> i64 {
+    let (n, _ttl, allowed): (i64, i64, i64) = m.invoke(conn, &hit(key)).await.unwrap();
+    assert_eq!(allowed, 1);
+    n
+}
+
+#[tokio::test]
+async fn script_flush_between_calls_falls_back_once_and_keeps_state() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let m = ScriptManager::new();
+    assert_eq!(count(&m, &mut conn, "{t}:c").await, 1);
+    // First call already needed the fallback (nothing was loaded).
+    assert_eq!(m.stats().noscript_fallbacks, 1);
+    assert_eq!(count(&m, &mut conn, "{t}:c").await, 2);
+    assert_eq!(m.stats().noscript_fallbacks, 1, "steady state: no fallback");
+
+    let _: () = server.cmd(&["SCRIPT", "FLUSH"]).await;
+    assert_eq!(count(&m, &mut conn, "{t}:c").await, 3, "n+1, not 1");
+    assert_eq!(m.stats().noscript_fallbacks, 2);
+    assert_eq!(count(&m, &mut conn, "{t}:c").await, 4);
+    assert_eq!(m.stats().noscript_fallbacks, 2);
+}
+
+#[tokio::test]
+async fn steady_state_is_one_evalsha_per_call() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let m = ScriptManager::new();
+    m.preload(&mut conn).await.unwrap();
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]).await;
+    for _ in 0..10 {
+        count(&m, &mut conn, "{t}:steady").await;
+    }
+    let stats: String = server.cmd(&["INFO", "commandstats"]).await;
+    assert!(stats.contains("cmdstat_evalsha:calls=10,"), "{stats}");
+    assert!(!stats.contains("cmdstat_eval:"), "{stats}");
+    assert!(
+        !stats.contains("cmdstat_script"),
+        "no SCRIPT EXISTS/LOAD: {stats}"
+    );
+    assert_eq!(m.stats().noscript_fallbacks, 0);
+}
+
+#[tokio::test]
+async fn preload_loads_every_embedded_script_and_is_idempotent() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let m = ScriptManager::new();
+    let n = m.preload(&mut conn).await.unwrap();
+    assert_eq!(n, Registry::global().scripts().len());
+    assert_eq!(m.preload(&mut conn).await.unwrap(), n);
+    for s in Registry::global().scripts() {
+        let exists: Vec<bool> = server.cmd(&["SCRIPT", "EXISTS", s.sha1()]).await;
+        assert_eq!(exists, vec![true], "{}", s.id());
+    }
+}
+
+#[tokio::test]
+async fn connection_manager_survives_a_server_restart() {
+    let mut server = RedisServer::spawn().await;
+    // RESP3 lets the manager notice the disconnect and reconnect on its own.
+    let client = redis::Client::open(format!("{}?protocol=resp3", server.url())).unwrap();
+    let mut conn = redis::aio::ConnectionManager::new(client).await.unwrap();
+    let m = ScriptManager::new();
+    assert_eq!(count(&m, &mut conn, "{t}:r").await, 1);
+    server.restart().await;
+    // The restarted server is empty (no persistence) and has no scripts cached.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(count(&m, &mut conn, "{t}:r").await, 1);
+    assert_eq!(count(&m, &mut conn, "{t}:r").await, 2);
+    assert_eq!(m.stats().noscript_fallbacks, 2);
+}
+
+#[tokio::test]
+async fn batch_of_1000_after_flush_runs_every_call_exactly_once() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let m = ScriptManager::new();
+    m.preload(&mut conn).await.unwrap();
+    let _: () = server.cmd(&["SCRIPT", "FLUSH"]).await;
+    let calls: Vec<Call> = (0..1000)
+        .map(|i| hit(&format!("{{t}}:b{}", i % 10)))
+        .collect();
+    let results = m.invoke_batch(&mut conn, calls).await.unwrap();
+    assert_eq!(results.len(), 1000);
+    assert!(results.iter().all(|r| r.is_ok()));
+    for k in 0..10 {
+        let v: i64 = server.cmd(&["GET", &format!("{{t}}:b{k}")]).await;
+        assert_eq!(v, 100, "each of the 100 calls on key {k} ran exactly once");
+    }
+    assert_eq!(m.stats().batch_reruns, 1000);
+    // The last reply on each key saw 100: ordering within the pipeline was kept.
+    let last = results[999].as_ref().unwrap();
+    assert!(matches!(last, Value::Array(v) if v[0] == Value::Int(100)));
+}
+
+#[tokio::test]
+async fn partial_noscript_in_batch_reruns_only_the_missing_calls() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let m = ScriptManager::new();
+    let other = Script::new("other", 1, 1, "return redis.call('INCR', KEYS[1])").unwrap();
+    m.preload(&mut conn).await.unwrap(); // fixed_window loaded, `other` not
+    let mut calls = vec![hit("{t}:p")];
+    let mut c = Call::new(&other);
+    c.key("{t}:o");
+    calls.push(c);
+    calls.push(hit("{t}:p"));
+    let results = m.invoke_batch(&mut conn, calls).await.unwrap();
+    assert_eq!(results[1].as_ref().unwrap(), &Value::Int(1));
+    assert_eq!(m.stats().batch_reruns, 1);
+    let p: i64 = server.cmd(&["GET", "{t}:p"]).await;
+    assert_eq!(p, 2);
+}
+
+#[tokio::test]
+async fn errors_are_typed_and_write_nothing() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let m = ScriptManager::new();
+
+    // Wrong key count: rejected before sending.
+    let mut bad = Call::new(counter());
+    bad.arg(1).arg(2).arg(3);
+    let e = m.invoke::<Value, _>(&mut conn, &bad).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::KeyCount {
+                expected: 1,
+                got: 0,
+                ..
+            }
+        ),
+        "{e}"
+    );
+
+    // Corrupt counter: typed error, value untouched.
+    let _: () = server.cmd(&["SET", "{t}:x", "abc"]).await;
+    let e = m
+        .invoke::<Value, _>(&mut conn, &hit("{t}:x"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::CorruptData { .. }), "{e}");
+    let v: String = server.cmd(&["GET", "{t}:x"]).await;
+    assert_eq!(v, "abc");
+    let ttl: i64 = server.cmd(&["PTTL", "{t}:x"]).await;
+    assert_eq!(ttl, -1, "nothing written");
+
+    // Wrong type.
+    let _: () = server.cmd(&["HSET", "{t}:h", "f", "1"]).await;
+    let e = m
+        .invoke::<Value, _>(&mut conn, &hit("{t}:h"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::WrongType { .. }), "{e}");
+
+    // An argument the script rejects (second line of defence).
+    let mut zero = Call::new(counter());
+    zero.key("{t}:z").arg(0).arg(1000).arg(1);
+    let e = m.invoke::<Value, _>(&mut conn, &zero).await.unwrap_err();
+    assert!(matches!(e, Error::InvalidInput { .. }), "{e}");
+    let exists: i64 = server.cmd(&["EXISTS", "{t}:z"]).await;
+    assert_eq!(exists, 0);
+
+    // A reply that does not decode into the requested type.
+    let e = m
+        .invoke::<String, _>(&mut conn, &hit("{t}:y"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::UnexpectedReply { .. }), "{e}");
+}
+
+#[tokio::test]
+async fn cluster_calls_survive_a_flush_on_one_primary() {
+    let cluster = RedisCluster::spawn().await;
+    let mut conn = cluster.conn().await;
+    let m = ScriptManager::new();
+    m.preload(&mut conn).await.unwrap();
+    let keys: Vec<String> = (0..30).map(|i| format!("{{k{i}}}:c")).collect();
+    for k in &keys {
+        assert_eq!(count(&m, &mut conn, k).await, 1);
+    }
+    assert_eq!(
+        m.stats().noscript_fallbacks,
+        0,
+        "preload reached every primary"
+    );
+
+    let victim = cluster.primary_for(&keys[0]).await;
+    let _: () = victim.cmd(&["SCRIPT", "FLUSH"]).await;
+    for k in &keys {
+        assert_eq!(count(&m, &mut conn, k).await, 2);
+    }
+    assert_eq!(
+        m.stats().noscript_fallbacks,
+        1,
+        "only the flushed node fell back, once"
+    );
+
+    // Batches spanning slots.
+    let calls: Vec<Call> = keys.iter().map(|k| hit(k)).collect();
+    let results = m.invoke_batch_by_slot(&conn, calls).await.unwrap();
+    for r in results {
+        assert!(matches!(r.unwrap(), Value::Array(v) if v[0] == Value::Int(3)));
+    }
+}
+
+#[tokio::test]
+async fn cluster_batch_in_one_slot_uses_one_pipeline() {
+    let cluster = RedisCluster::spawn().await;
+    let mut conn = cluster.conn().await;
+    let m = ScriptManager::new();
+    let calls: Vec<Call> = (0..50).map(|i| hit(&format!("{{same}}:{i}"))).collect();
+    let results = m.invoke_batch(&mut conn, calls).await.unwrap();
+    assert!(results.iter().all(|r| r.is_ok()));
+}

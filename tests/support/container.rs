@@ -1,0 +1,76 @@
+//! Redis 7 in Docker through testcontainers, used when no redis-server binary is installed.
+//! Containers use the host network so ports (and Cluster bus ports) are the same as local.
+
+use testcontainers::core::{ExecCommand, WaitFor};
+use testcontainers::runners::AsyncRunner;
+use testcontainers::{ContainerAsync, GenericImage, ImageExt};
+
+pub(super) struct Container {
+    inner: ContainerAsync<GenericImage>,
+}
+
+impl Container {
+    pub(super) async fn launch(port: u16, extra: &[&str]) -> Result<Self, String> {
+        let mut cmd: Vec<String> = vec![
+            "redis-server".into(),
+            "--port".into(),
+            port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--save".into(),
+            "".into(),
+            "--appendonly".into(),
+            "no".into(),
+            "--protected-mode".into(),
+            "no".into(),
+        ];
+        cmd.extend(extra.iter().map(|s| s.to_string()));
+        let inner = GenericImage::new("redis", "7")
+            .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"))
+            .with_network("host")
+            .with_cmd(cmd)
+            .start()
+            .await
+            .map_err(|e| {
+                format!(
+                    "no redis-server on PATH and Docker could not start redis:7 ({e}). \
+                     Install Redis 7 (Debian/Ubuntu: `apt-get install redis-server`), \
+                     or set REDKIT_REDIS_SERVER to its path, or run a Docker engine."
+                )
+            })?;
+        Ok(Self { inner })
+    }
+
+    pub(super) async fn stop(&mut self) {
+        self.inner.stop().await.expect("docker stop");
+    }
+
+    pub(super) async fn start(&mut self) {
+        self.inner.start().await.expect("docker start");
+    }
+
+    pub(super) async fn pause(&self) {
+        self.inner.pause().await.expect("docker pause");
+    }
+
+    pub(super) async fn unpause(&self) {
+        self.inner.unpause().await.expect("docker unpause");
+    }
+
+    pub(super) async fn exec(&self, argv: &[&str]) -> std::process::Output {
+        use std::os::unix::process::ExitStatusExt;
+        let mut result = self
+            .inner
+            .exec(ExecCommand::new(argv.iter().map(|s| s.to_string())))
+            .await
+            .expect("docker exec");
+        let stdout = result.stdout_to_vec().await.unwrap_or_default();
+        let stderr = result.stderr_to_vec().await.unwrap_or_default();
+        let code = result.exit_code().await.ok().flatten().unwrap_or(1);
+        std::process::Output {
+            status: std::process::ExitStatus::from_raw((code as i32) << 8),
+            stdout,
+            stderr,
+        }
+    }
+}

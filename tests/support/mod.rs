@@ -1,0 +1,371 @@
+//! Real Redis servers for tests and benches: a single node, a Redis Cluster (3 primaries with
+//! one replica each) and N independent masters. Each server runs on its own free port with its
+//! own data directory, so tests are isolated and parallel-safe; servers die with their handle.
+//!
+//! Back-ends: a local `redis-server` binary when one is on PATH (or `REDKIT_REDIS_SERVER`),
+//! else Redis 7 in Docker through testcontainers; with neither, a message says what to install.
+#![allow(dead_code, unreachable_pub)]
+
+mod container;
+mod process;
+
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+
+/// How a node is run.
+enum Backend {
+    Process(process::Process),
+    Container(container::Container),
+}
+
+/// One redis-server on a loopback port.
+pub struct RedisServer {
+    port: u16,
+    backend: Backend,
+    paused: bool,
+}
+
+/// Which back-end the harness uses on this machine.
+pub fn local_binary() -> Option<String> {
+    if let Ok(path) = std::env::var("REDKIT_REDIS_SERVER") {
+        return Some(path);
+    }
+    which("redis-server")
+}
+
+pub(crate) fn which(bin: &str) -> Option<String> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(bin))
+        .find(|p| p.is_file())
+        .map(|p| p.to_string_lossy().into_owned())
+}
+
+/// A random port P such that P and P + 10000 (the cluster bus) are free right now.
+pub fn free_port() -> u16 {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    loop {
+        let port: u16 = rng.random_range(20_000..30_000);
+        let a = std::net::TcpListener::bind(("127.0.0.1", port));
+        let b = std::net::TcpListener::bind(("127.0.0.1", port + 10_000));
+        if a.is_ok() && b.is_ok() {
+            return port;
+        }
+    }
+}
+
+impl RedisServer {
+    /// A fresh single server.
+    pub async fn spawn() -> Self {
+        Self::spawn_with(&[]).await
+    }
+
+    /// A fresh server with extra `redis-server` arguments (e.g. `["--cluster-enabled", "yes"]`).
+    pub async fn spawn_with(extra: &[&str]) -> Self {
+        let mut last_error = String::new();
+        for _ in 0..20 {
+            let port = free_port();
+            let backend = match local_binary() {
+                Some(bin) => process::Process::start(&bin, port, extra).map(Backend::Process),
+                None => container::Container::launch(port, extra)
+                    .await
+                    .map(Backend::Container),
+            };
+            match backend {
+                Ok(backend) => {
+                    let server = Self {
+                        port,
+                        backend,
+                        paused: false,
+                    };
+                    if server.wait_ready(Duration::from_secs(10)).await {
+                        return server;
+                    }
+                    last_error = format!("server on port {port} never answered PING");
+                }
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("could not start redis-server: {last_error}");
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>/`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A client for this server.
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("valid url")
+    }
+
+    /// A new multiplexed connection.
+    pub async fn conn(&self) -> MultiplexedConnection {
+        self.client()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to test redis")
+    }
+
+    /// Runs one command on a fresh connection and returns its reply.
+    pub async fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        let mut conn = self.conn().await;
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query_async(&mut conn).await.expect("command")
+    }
+
+    async fn wait_ready(&self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Backend::Process(p) = &self.backend {
+                if p.exited() {
+                    return false;
+                }
+            }
+            if let Ok(mut c) = self.client().get_multiplexed_async_connection().await {
+                if redis::cmd("PING")
+                    .query_async::<String>(&mut c)
+                    .await
+                    .is_ok()
+                {
+                    return true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    /// Stops the server (SIGKILL: no save, like a crash). Its port stays reserved for `start`.
+    pub async fn stop(&mut self) {
+        self.resume().await;
+        match &mut self.backend {
+            Backend::Process(p) => p.kill(),
+            Backend::Container(c) => c.stop().await,
+        }
+    }
+
+    /// Starts a stopped server again on the same port (with an empty dataset and script cache).
+    pub async fn start(&mut self) {
+        match &mut self.backend {
+            Backend::Process(p) => p.restart().expect("restart redis-server"),
+            Backend::Container(c) => c.start().await,
+        }
+        assert!(
+            self.wait_ready(Duration::from_secs(10)).await,
+            "restarted server did not answer"
+        );
+    }
+
+    /// Stop then start on the same port.
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        self.start().await;
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open but nothing is answered.
+    pub async fn pause(&mut self) {
+        if self.paused {
+            return;
+        }
+        match &self.backend {
+            Backend::Process(p) => p.signal("STOP"),
+            Backend::Container(c) => c.pause().await,
+        }
+        self.paused = true;
+    }
+
+    /// Undoes [`pause`](Self::pause) (SIGCONT).
+    pub async fn resume(&mut self) {
+        if !self.paused {
+            return;
+        }
+        match &self.backend {
+            Backend::Process(p) => p.signal("CONT"),
+            Backend::Container(c) => c.unpause().await,
+        }
+        self.paused = false;
+    }
+
+    /// Runs `redis-cli` with these arguments against this server's host and port, on the
+    /// host or inside the container.
+    pub async fn redis_cli(&self, args: &[&str]) -> std::process::Output {
+        let port = self.port.to_string();
+        let mut full = vec!["redis-cli", "-h", "127.0.0.1", "-p", &port];
+        full.extend_from_slice(args);
+        match &self.backend {
+            Backend::Process(_) => std::process::Command::new(full[0])
+                .args(&full[1..])
+                .output()
+                .expect("run redis-cli"),
+            Backend::Container(c) => c.exec(&full).await,
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Backend::Process(p) = &mut self.backend {
+            if self.paused {
+                p.signal("CONT");
+            }
+            p.kill();
+        }
+        // A container is removed by its own Drop.
+    }
+}
+
+/// A Redis Cluster: 3 primaries, 1 replica each, all slots assigned, state ok everywhere.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Spawns six nodes, joins them with `redis-cli --cluster create` and waits until every
+    /// node reports `cluster_state:ok` and every replica is in sync.
+    pub async fn spawn() -> Self {
+        let mut nodes = Vec::new();
+        for _ in 0..6 {
+            nodes.push(
+                RedisServer::spawn_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-node-timeout",
+                    "3000",
+                    "--cluster-require-full-coverage",
+                    "no",
+                ])
+                .await,
+            );
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let mut args = vec!["--cluster", "create"];
+        args.extend(addrs.iter().map(String::as_str));
+        args.extend(["--cluster-replicas", "1", "--cluster-yes"]);
+        let out = nodes[0].redis_cli(&args).await;
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = Self { nodes };
+        cluster.wait_ok(Duration::from_secs(30)).await;
+        cluster
+    }
+
+    async fn wait_ok(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        'outer: while Instant::now() < deadline {
+            for node in &self.nodes {
+                let info: String = node.cmd(&["CLUSTER", "INFO"]).await;
+                if !info.contains("cluster_state:ok") || !info.contains("cluster_known_nodes:6") {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue 'outer;
+                }
+                let repl: String = node.cmd(&["INFO", "replication"]).await;
+                if repl.contains("role:slave") && !repl.contains("master_link_status:up") {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue 'outer;
+                }
+            }
+            // Every primary must see its replica before writes replicate.
+            let mut replicas = 0;
+            for node in &self.nodes {
+                let repl: String = node.cmd(&["INFO", "replication"]).await;
+                if repl.contains("role:master") && repl.contains("connected_slaves:1") {
+                    replicas += 1;
+                }
+            }
+            if replicas == 3 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("cluster did not reach state ok within {within:?}");
+    }
+
+    /// Seed URLs of all nodes.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.url()).collect()
+    }
+
+    /// A cluster client over all nodes.
+    pub fn client(&self) -> redis::cluster::ClusterClient {
+        redis::cluster::ClusterClient::new(self.urls()).expect("cluster client")
+    }
+
+    /// A new async cluster connection.
+    pub async fn conn(&self) -> redis::cluster_async::ClusterConnection {
+        self.client()
+            .get_async_connection()
+            .await
+            .expect("cluster connection")
+    }
+
+    /// The node that currently serves `key` as primary.
+    pub async fn primary_for(&self, key: &str) -> &RedisServer {
+        let slot = redis::cluster_routing::Slot::for_key(key);
+        for node in &self.nodes {
+            let repl: String = node.cmd(&["INFO", "replication"]).await;
+            if !repl.contains("role:master") {
+                continue;
+            }
+            // A primary answers a key of its own slots with its own reply, others with MOVED.
+            let mut conn = node.conn().await;
+            let r: redis::RedisResult<redis::Value> =
+                redis::cmd("EXISTS").arg(key).query_async(&mut conn).await;
+            if r.is_ok() {
+                let _ = slot;
+                return node;
+            }
+        }
+        panic!("no primary serves {key}");
+    }
+
+    /// The nodes whose role is primary.
+    pub async fn primaries(&self) -> Vec<&RedisServer> {
+        let mut out = Vec::new();
+        for node in &self.nodes {
+            let repl: String = node.cmd(&["INFO", "replication"]).await;
+            if repl.contains("role:master") {
+                out.push(node);
+            }
+        }
+        out
+    }
+}
+
+/// N independent masters (for Redlock).
+pub struct RedisMasters {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisMasters {
+    /// Spawns `n` independent servers.
+    pub async fn spawn(n: usize) -> Self {
+        let mut nodes = Vec::with_capacity(n);
+        for _ in 0..n {
+            nodes.push(RedisServer::spawn().await);
+        }
+        Self { nodes }
+    }
+
+    /// Their URLs.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.url()).collect()
+    }
+}
