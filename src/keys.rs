@@ -1,0 +1,103 @@
+//! Key building shared by every area: all keys of one call share one hash tag (`{...}`), so a
+//! Cluster never answers CROSSSLOT; user-supplied parts are escaped (no `{`/`}` injection)
+//! and bounded in length.
+
+use crate::error::{Error, Result};
+
+/// Longest user-supplied key part accepted, in bytes (before escaping).
+pub const MAX_PART_LEN: usize = 256;
+
+/// Longest prefix accepted, in bytes.
+pub const MAX_PREFIX_LEN: usize = 64;
+
+/// Checks a namespace prefix chosen by the application (e.g. `"rk"`, `"myapp:rl"`):
+/// 1..=64 bytes of `[A-Za-z0-9_:.-]`.
+pub(crate) fn validate_prefix(what: &'static str, prefix: &str) -> Result<()> {
+    if prefix.is_empty() || prefix.len() > MAX_PREFIX_LEN {
+        return Err(Error::invalid(
+            what,
+            format!("must be 1 to {MAX_PREFIX_LEN} bytes long"),
+        ));
+    }
+    if !prefix
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':' | b'.' | b'-'))
+    {
+        return Err(Error::invalid(what, "may only contain [A-Za-z0-9_:.-]"));
+    }
+    Ok(())
+}
+
+/// Escapes a user-supplied part: `%` -> `%25`, `{` -> `%7B`, `}` -> `%7D`. Injective, so two
+/// different parts never map to one key, and the result never contains a brace.
+/// Rejects empty parts and parts longer than [`MAX_PART_LEN`] bytes.
+pub(crate) fn escape_part(what: &'static str, part: &str) -> Result<String> {
+    if part.is_empty() {
+        return Err(Error::invalid(what, "must not be empty"));
+    }
+    if part.len() > MAX_PART_LEN {
+        return Err(Error::invalid(
+            what,
+            format!("must be at most {MAX_PART_LEN} bytes long"),
+        ));
+    }
+    if !part.bytes().any(|b| matches!(b, b'%' | b'{' | b'}')) {
+        return Ok(part.to_owned());
+    }
+    let mut out = String::with_capacity(part.len() + 8);
+    for c in part.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+/// `<prefix>:{<tag>}`: the base of every key of one call. `tag` must already be escaped.
+pub(crate) fn tagged(prefix: &str, tag: &str) -> String {
+    let mut key = String::with_capacity(prefix.len() + tag.len() + 3);
+    key.push_str(prefix);
+    key.push_str(":{");
+    key.push_str(tag);
+    key.push('}');
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_braces_injectively() {
+        assert_eq!(escape_part("k", "a{b}c%").unwrap(), "a%7Bb%7Dc%25");
+        assert_eq!(escape_part("k", "plain").unwrap(), "plain");
+        assert_ne!(
+            escape_part("k", "%7B").unwrap(),
+            escape_part("k", "{").unwrap()
+        );
+        assert!(escape_part("k", "").is_err());
+        assert!(escape_part("k", &"x".repeat(MAX_PART_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn prefixes_are_restricted() {
+        assert!(validate_prefix("p", "rk:rl-1.a_b").is_ok());
+        assert!(validate_prefix("p", "a{b}").is_err());
+        assert!(validate_prefix("p", "").is_err());
+        assert!(validate_prefix("p", "with space").is_err());
+    }
+
+    #[test]
+    fn tags_share_a_slot() {
+        use redis::cluster_routing::Slot;
+        let base = tagged("rk:inv", "store-1");
+        assert_eq!(base, "rk:inv:{store-1}");
+        assert_eq!(
+            Slot::for_key(format!("{base}:sku:a")),
+            Slot::for_key(format!("{base}:req:x"))
+        );
+    }
+}
