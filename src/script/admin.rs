@@ -34,7 +34,7 @@ pub struct Admin {
 impl fmt::Debug for Admin {
     /// Addresses only: connection info may hold a password.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let addrs: Vec<String> = self.seeds.iter().map(|i| addr_string(i.addr())).collect();
+        let addrs: Vec<String> = self.seeds.iter().map(|i| describe_addr(i.addr())).collect();
         f.debug_struct("Admin")
             .field("seeds", &addrs)
             .field("cluster", &self.cluster)
@@ -181,7 +181,7 @@ impl Admin {
             let mut conn = self.connect(info).await?;
             let role = role_of(&mut conn).await?;
             return Ok(vec![Node {
-                addr: addr_string(info.addr()),
+                addr: describe_addr(info.addr()),
                 role,
             }]);
         }
@@ -400,8 +400,9 @@ fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
-/// `host:port` of an address (never credentials: those live elsewhere in `ConnectionInfo`).
-pub(crate) fn addr_string(addr: &ConnectionAddr) -> String {
+/// `host:port` of an address, for messages: never user names or passwords (those live
+/// elsewhere in `ConnectionInfo`).
+pub fn describe_addr(addr: &ConnectionAddr) -> String {
     match addr {
         ConnectionAddr::Tcp(h, p)
         | ConnectionAddr::TcpTls {

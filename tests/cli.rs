@@ -1,0 +1,174 @@
+//! The `redkit` binary end to end, spawned as a process against real Redis servers.
+
+mod support;
+
+use std::process::{Command, Output};
+
+use redkit::Registry;
+use support::{RedisCluster, RedisServer};
+
+fn redkit(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_redkit"))
+        .args(args)
+        .env_remove("REDIS_URL")
+        .output()
+        .expect("run redkit")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn list_shows_every_embedded_script() {
+    let out = redkit(&["scripts", "list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for s in Registry::global().scripts() {
+        let line = stdout(&out)
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(s.name()) && l.contains(s.sha1()))
+            .map(str::to_owned);
+        assert!(line.is_some(), "{} missing from:\n{}", s.id(), stdout(&out));
+    }
+    let json = redkit(&["scripts", "list", "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(
+        rows.as_array().unwrap().len(),
+        Registry::global().scripts().len()
+    );
+    assert_eq!(rows[0]["sha1"], Registry::global().scripts()[0].sha1());
+}
+
+#[tokio::test]
+async fn status_verify_load_flush_on_one_server() {
+    let server = RedisServer::spawn().await;
+    let url = server.url();
+    let n = Registry::global().scripts().len();
+
+    let out = redkit(&["--url", &url, "scripts", "verify"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
+    assert!(stdout(&out).contains("missing"));
+
+    let out = redkit(&["--url", &url, "scripts", "load"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = redkit(&["--url", &url, "scripts", "load"]);
+    assert!(out.status.success(), "load is idempotent: {}", stderr(&out));
+
+    let out = redkit(&["--url", &url, "scripts", "verify"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+
+    let out = redkit(&["--url", &url, "--json", "scripts", "status"]);
+    assert!(out.status.success());
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let node = &status[0];
+    assert_eq!(node["node"]["addr"], format!("127.0.0.1:{}", server.port()));
+    assert_eq!(node["node"]["role"], "primary");
+    assert!(node["version"].as_str().unwrap().starts_with('7'));
+    let scripts = node["scripts"].as_array().unwrap();
+    assert_eq!(scripts.len(), n);
+    assert!(scripts.iter().all(|s| s["loaded"] == true));
+
+    // flush needs --yes, and without it nothing is flushed.
+    let out = redkit(&["--url", &url, "scripts", "flush"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--yes"));
+    let exists: Vec<bool> = server
+        .cmd(&["SCRIPT", "EXISTS", Registry::global().scripts()[0].sha1()])
+        .await;
+    assert_eq!(exists, vec![true]);
+
+    let out = redkit(&["--url", &url, "scripts", "flush", "--yes"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // ASYNC flush: the cache is emptied immediately for new lookups.
+    let out = redkit(&["--url", &url, "scripts", "verify"]);
+    assert_eq!(out.status.code(), Some(4));
+
+    let out = redkit(&["--url", &url, "scripts", "kill"]);
+    assert!(out.status.success());
+    assert!(stdout(&out).contains("not busy"), "{}", stdout(&out));
+}
+
+#[tokio::test]
+async fn cluster_status_and_verify_see_one_flushed_primary() {
+    let cluster = RedisCluster::spawn().await;
+    let seed = cluster.nodes[0].url();
+    let out = redkit(&["--cluster", "--url", &seed, "scripts", "load"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = redkit(&["--cluster", "--url", &seed, "scripts", "verify"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+
+    let victim = cluster.primaries().await[1];
+    let victim_addr = format!("127.0.0.1:{}", victim.port());
+    let _: () = victim.cmd(&["SCRIPT", "FLUSH"]).await;
+
+    let out = redkit(&["--cluster", "--url", &seed, "--json", "scripts", "status"]);
+    assert!(out.status.success());
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let nodes = status.as_array().unwrap();
+    assert_eq!(nodes.len(), 6, "every primary and replica");
+    assert_eq!(
+        nodes
+            .iter()
+            .filter(|n| n["node"]["role"] == "primary")
+            .count(),
+        3
+    );
+    for n in nodes {
+        let all_loaded = n["scripts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["loaded"] == true);
+        assert_eq!(all_loaded, n["node"]["addr"] != victim_addr.as_str(), "{n}");
+    }
+
+    let out = redkit(&["--cluster", "--url", &seed, "scripts", "verify"]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(stdout(&out).contains(&victim_addr), "{}", stdout(&out));
+
+    let out = redkit(&["--cluster", "--url", &seed, "scripts", "load"]);
+    assert!(out.status.success());
+    let out = redkit(&["--cluster", "--url", &seed, "scripts", "verify"]);
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn unreachable_server_gives_exit_3_and_one_line_without_password() {
+    // A port nothing listens on.
+    let port = support::free_port();
+    let url = format!("redis://admin:s3cr3t-pw@127.0.0.1:{port}/");
+    let out = redkit(&["--url", &url, "--timeout-ms", "500", "scripts", "status"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(!err.contains("s3cr3t-pw"), "{err}");
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+    assert!(stdout(&out).is_empty());
+
+    // Same through REDIS_URL.
+    let out = Command::new(env!("CARGO_BIN_EXE_redkit"))
+        .args(["scripts", "verify", "--timeout-ms", "500"])
+        .env("REDIS_URL", &url)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(!stderr(&out).contains("s3cr3t-pw"));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let out = redkit(&["scripts", "nonsense"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = redkit(&["--url", "not a url", "scripts", "status"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
