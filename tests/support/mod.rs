@@ -16,7 +16,7 @@ use redis::aio::MultiplexedConnection;
 /// How a node is run.
 enum Backend {
     Process(process::Process),
-    Container(container::Container),
+    Container(Box<container::Container>),
 }
 
 /// One redis-server on a loopback port.
@@ -71,7 +71,7 @@ impl RedisServer {
                 Some(bin) => process::Process::start(&bin, port, extra).map(Backend::Process),
                 None => container::Container::launch(port, extra)
                     .await
-                    .map(Backend::Container),
+                    .map(|c| Backend::Container(Box::new(c))),
             };
             match backend {
                 Ok(backend) => {
