@@ -5,6 +5,7 @@
 
 mod error;
 pub mod keys;
+pub mod lock;
 pub mod script;
 
 pub use error::{Error, Result};

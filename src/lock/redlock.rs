@@ -1,0 +1,405 @@
+//! [`Redlock`]: a lock over N independent Redis masters, held with a quorum of N/2+1.
+
+use std::fmt;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+use redis::Value;
+
+use super::guard::deadline;
+use super::options::LockOptions;
+use super::token::owner_token;
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::script::{Call, Registry, Script, ScriptManager};
+
+/// The Redlock algorithm over N independent masters (N odd: 3 or 5 typically).
+///
+/// - **acquire**: `SET key token NX PX ttl` on every node concurrently, each bounded by the
+///   [node timeout](Self::node_timeout) (much smaller than the ttl, so a dead or frozen node
+///   costs little). Success needs a quorum of N/2+1 *and* a validity left:
+///   `ttl − elapsed − drift` (drift: 1 % of the ttl + 2 ms unless
+///   [`LockOptions::drift`] says otherwise), measured with [`Instant`] from before the first
+///   request. Otherwise the key is released on all nodes and the error says how many agreed
+///   and why each other node failed ([`Error::NoQuorum`]).
+/// - **extend**: compare-and-PEXPIRE on every node; succeeds only with a quorum.
+/// - **release**: compare-and-delete on every node.
+///
+/// Redlock gives no fencing tokens: counters on independent nodes cannot be made strictly
+/// increasing without consensus. Use [`Lock`](super::Lock) on one server (or Cluster) when the
+/// protected storage needs fencing.
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// use std::time::Duration;
+/// use redkit::lock::{LockOptions, Redlock};
+/// let mut nodes = Vec::new();
+/// for url in ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"] {
+///     nodes.push(redis::Client::open(url)?.get_multiplexed_async_connection().await?);
+/// }
+/// let redlock = Redlock::new(redkit::ScriptManager::new(), nodes)?
+///     .node_timeout(Duration::from_millis(50));
+/// let guard = redlock.acquire("payout-9", &LockOptions::new().ttl(Duration::from_secs(10))).await?;
+/// println!("held for {:?}", guard.validity());
+/// let report = redlock.release(guard).await;
+/// println!("released on {} nodes", report.released);
+/// # Ok(()) }
+/// ```
+pub struct Redlock<C> {
+    nodes: Vec<C>,
+    manager: ScriptManager,
+    release: &'static Script,
+    renew: &'static Script,
+    prefix: String,
+    node_timeout: Duration,
+}
+
+impl<C> fmt::Debug for Redlock<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Redlock")
+            .field("nodes", &self.nodes.len())
+            .field("prefix", &self.prefix)
+            .field("node_timeout", &self.node_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A lock held on a quorum of Redlock nodes.
+///
+/// Dropping it without [`Redlock::release`] lets the lease end by its TTL on every node.
+///
+/// ```no_run
+/// # fn show(guard: &redkit::lock::RedlockGuard) {
+/// if guard.is_valid() {
+///     println!("{} is ours for {:?}", guard.key(), guard.validity());
+/// }
+/// # }
+/// ```
+pub struct RedlockGuard {
+    key: String,
+    token: String,
+    ttl: Duration,
+    drift: Duration,
+    valid_until: Instant,
+}
+
+impl RedlockGuard {
+    /// The key on every node (`<prefix>:{<resource>}`).
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The lease length.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// What is left of the validity: `ttl − elapsed − drift` at acquire (or last extend),
+    /// minus the time since.
+    pub fn validity(&self) -> Duration {
+        self.valid_until.saturating_duration_since(Instant::now())
+    }
+
+    /// `true` while some validity is left.
+    pub fn is_valid(&self) -> bool {
+        !self.validity().is_zero()
+    }
+}
+
+impl fmt::Debug for RedlockGuard {
+    /// The owner token is never printed.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedlockGuard")
+            .field("key", &self.key)
+            .field("ttl", &self.ttl)
+            .field("validity", &self.validity())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a [`Redlock::release`] did on each node.
+///
+/// ```no_run
+/// # fn show(report: redkit::lock::RedlockRelease) {
+/// for (node, why) in &report.failed {
+///     eprintln!("node {node} could not be released: {why} (its key ends by TTL)");
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedlockRelease {
+    /// Nodes where our key was deleted.
+    pub released: usize,
+    /// Nodes that did not hold our key (never acquired there, or expired).
+    pub not_owner: usize,
+    /// Nodes that could not be reached in time: index and reason. Their key ends by TTL.
+    pub failed: Vec<(usize, String)>,
+}
+
+/// One node's answer.
+enum Answer {
+    Yes,
+    No(&'static str),
+    Failed(String),
+}
+
+impl<C: ConnectionLike + Clone> Redlock<C> {
+    /// Default bound on each node's answer.
+    pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+    /// Default key prefix.
+    pub const DEFAULT_PREFIX: &'static str = "redkit:redlock";
+
+    /// A Redlock over `nodes`, one connection per independent master. Their number must be
+    /// odd (1, 3, 5, ...): with N nodes the quorum is N/2+1.
+    ///
+    /// Connections to nodes that may be down should be created with connection and response
+    /// timeouts (`redis::AsyncConnectionConfig`); the node timeout bounds each request anyway.
+    ///
+    /// ```
+    /// use redkit::lock::Redlock;
+    /// let none: Vec<redis::aio::MultiplexedConnection> = Vec::new();
+    /// assert!(Redlock::new(redkit::ScriptManager::new(), none).is_err());
+    /// ```
+    pub fn new(manager: ScriptManager, nodes: Vec<C>) -> Result<Self> {
+        if nodes.is_empty() || nodes.len() % 2 == 0 {
+            return Err(Error::invalid(
+                "nodes",
+                format!("need an odd number of nodes, got {}", nodes.len()),
+            ));
+        }
+        let registry = Registry::global();
+        Ok(Self {
+            nodes,
+            manager,
+            release: registry.require("lock_release", 1)?,
+            renew: registry.require("lock_renew", 1)?,
+            prefix: Self::DEFAULT_PREFIX.to_owned(),
+            node_timeout: Self::DEFAULT_NODE_TIMEOUT,
+        })
+    }
+
+    /// Puts keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
+        keys::validate_prefix("prefix", prefix)?;
+        self.prefix = prefix.to_owned();
+        Ok(self)
+    }
+
+    /// Bounds each node's answer (default [`DEFAULT_NODE_TIMEOUT`](Self::DEFAULT_NODE_TIMEOUT));
+    /// must be non-zero and shorter than the ttl (checked at acquire).
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// Number of nodes that must agree: N/2+1.
+    pub fn quorum(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// The key of `resource` on every node.
+    pub fn lock_key(&self, resource: &str) -> Result<String> {
+        let tag = keys::escape_part("resource", resource)?;
+        Ok(keys::tagged(&self.prefix, &tag))
+    }
+
+    /// Acquires on a quorum, retrying as `options` allow (retries, jittered delay, overall
+    /// deadline). Fails with [`Error::NoQuorum`] (how many agreed, which failed and why) when
+    /// the last attempt did not reach a quorum, with [`Error::Timeout`] when it did but no
+    /// validity was left; either way the key was released on all reachable nodes.
+    /// [`Error::InvalidInput`] (nothing sent) for bad input.
+    pub async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<RedlockGuard> {
+        let ttl_ms = options.validate()?;
+        if self.node_timeout.is_zero() || self.node_timeout >= options.get_ttl() {
+            return Err(Error::invalid(
+                "node timeout",
+                "must be non-zero and much shorter than the ttl",
+            ));
+        }
+        let key = self.lock_key(resource)?;
+        let started = Instant::now();
+        let give_up = options.get_max_wait().map(|w| started + w);
+        let mut attempt = 0;
+        loop {
+            let result = self.attempt(&key, ttl_ms, options).await;
+            if result.is_ok() || attempt >= options.get_retries() {
+                return result;
+            }
+            let pause = options.pause();
+            if give_up.is_some_and(|end| Instant::now() + pause > end) {
+                return result;
+            }
+            tokio::time::sleep(pause).await;
+            attempt += 1;
+        }
+    }
+
+    async fn attempt(&self, key: &str, ttl_ms: u64, options: &LockOptions) -> Result<RedlockGuard> {
+        let token = owner_token();
+        let started = Instant::now();
+        let answers = self
+            .on_all_nodes(|mut conn| {
+                let mut set = redis::cmd("SET");
+                set.arg(key).arg(&token).arg("NX").arg("PX").arg(ttl_ms);
+                async move {
+                    match set.query_async::<Value>(&mut conn).await {
+                        Ok(Value::Okay) => Answer::Yes,
+                        Ok(Value::Nil) => Answer::No("held by another owner"),
+                        Ok(other) => Answer::Failed(format!("unexpected reply {other:?}")),
+                        Err(e) => Answer::Failed(e.to_string()),
+                    }
+                }
+            })
+            .await;
+        let ttl = Duration::from_millis(ttl_ms);
+        let drift = options.drift_allowance();
+        let guard = RedlockGuard {
+            key: key.to_owned(),
+            token,
+            ttl,
+            drift,
+            valid_until: deadline(started, ttl, drift),
+        };
+        let tally = Tally::of(answers);
+        if tally.agreed >= self.quorum() && guard.is_valid() {
+            return Ok(guard);
+        }
+        let elapsed = started.elapsed();
+        let report = self.release(guard).await;
+        if !report.failed.is_empty() {
+            tracing::debug!(failed = ?report.failed, "cleanup after a failed Redlock acquire");
+        }
+        if tally.agreed >= self.quorum() {
+            return Err(Error::Timeout(elapsed));
+        }
+        Err(self.no_quorum(tally))
+    }
+
+    /// Compare-and-PEXPIRE on every node, resetting the TTL to the guard's ttl. Succeeds only
+    /// with a quorum and validity left (then the guard's validity is `ttl − elapsed − drift`
+    /// again); otherwise [`Error::NoQuorum`] (or [`Error::Timeout`]) and the guard is no
+    /// longer valid.
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redkit::lock::Redlock<redis::aio::MultiplexedConnection>, mut guard: redkit::lock::RedlockGuard) -> redkit::Result<()> {
+    /// redlock.extend(&mut guard).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn extend(&self, guard: &mut RedlockGuard) -> Result<()> {
+        let started = Instant::now();
+        let answers = self
+            .on_all_nodes(|mut conn| {
+                let mut call = Call::new(self.renew);
+                call.key(&guard.key)
+                    .arg(&guard.token)
+                    .arg(guard.ttl.as_millis() as u64);
+                async move {
+                    match self.manager.invoke::<i64, _>(&mut conn, &call).await {
+                        Ok(1) => Answer::Yes,
+                        Ok(0) => Answer::No("not owner"),
+                        Ok(other) => Answer::Failed(format!("unexpected status {other}")),
+                        Err(e) => Answer::Failed(e.to_string()),
+                    }
+                }
+            })
+            .await;
+        let tally = Tally::of(answers);
+        let valid_until = deadline(started, guard.ttl, guard.drift);
+        if tally.agreed >= self.quorum() && valid_until > Instant::now() {
+            guard.valid_until = valid_until;
+            return Ok(());
+        }
+        guard.valid_until = Instant::now();
+        if tally.agreed >= self.quorum() {
+            return Err(Error::Timeout(started.elapsed()));
+        }
+        Err(self.no_quorum(tally))
+    }
+
+    /// Compare-and-delete on every node (a node where another owner holds the key is left
+    /// untouched). Per-node failures are reported, not returned as an error: those keys end
+    /// by their TTL.
+    pub async fn release(&self, guard: RedlockGuard) -> RedlockRelease {
+        let answers = self
+            .on_all_nodes(|mut conn| {
+                let mut call = Call::new(self.release);
+                call.key(&guard.key).arg(&guard.token);
+                async move {
+                    match self.manager.invoke::<i64, _>(&mut conn, &call).await {
+                        Ok(1) => Answer::Yes,
+                        Ok(0) => Answer::No("not owner"),
+                        Ok(other) => Answer::Failed(format!("unexpected status {other}")),
+                        Err(e) => Answer::Failed(e.to_string()),
+                    }
+                }
+            })
+            .await;
+        let tally = Tally::of(answers);
+        RedlockRelease {
+            released: tally.agreed,
+            not_owner: tally.refused,
+            failed: tally
+                .failed
+                .into_iter()
+                .filter(|(_, why)| why != "not owner")
+                .collect(),
+        }
+    }
+
+    /// Runs `op` on every node concurrently, each bounded by the node timeout.
+    async fn on_all_nodes<'a, F, Fut>(&'a self, op: F) -> Vec<Answer>
+    where
+        F: Fn(C) -> Fut,
+        Fut: Future<Output = Answer> + 'a,
+    {
+        let timeout = self.node_timeout;
+        let runs = self.nodes.iter().map(|conn| {
+            let fut = op(conn.clone());
+            async move {
+                tokio::time::timeout(timeout, fut)
+                    .await
+                    .unwrap_or_else(|_| Answer::Failed(format!("timed out after {timeout:?}")))
+            }
+        });
+        futures_util::future::join_all(runs).await
+    }
+
+    fn no_quorum(&self, tally: Tally) -> Error {
+        Error::NoQuorum {
+            agreed: tally.agreed,
+            needed: self.quorum(),
+            total: self.nodes.len(),
+            failed: tally.failed,
+        }
+    }
+}
+
+/// Answers counted: agreed, refused, and every node that did not agree with its reason.
+struct Tally {
+    agreed: usize,
+    refused: usize,
+    failed: Vec<(usize, String)>,
+}
+
+impl Tally {
+    fn of(answers: Vec<Answer>) -> Self {
+        let mut tally = Self {
+            agreed: 0,
+            refused: 0,
+            failed: Vec::new(),
+        };
+        for (node, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Answer::Yes => tally.agreed += 1,
+                Answer::No(why) => {
+                    tally.refused += 1;
+                    tally.failed.push((node, why.to_owned()));
+                }
+                Answer::Failed(why) => tally.failed.push((node, why)),
+            }
+        }
+        tally
+    }
+}
