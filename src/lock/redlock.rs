@@ -12,7 +12,7 @@ use super::options::LockOptions;
 use super::token::owner_token;
 use crate::error::{Error, Result};
 use crate::keys;
-use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::script::{script_error, Call, Registry, Script, ScriptManager};
 
 /// The Redlock algorithm over N independent masters (N odd: 3 or 5 typically).
 ///
@@ -321,13 +321,23 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     /// Compare-and-delete on every node (a node where another owner holds the key is left
     /// untouched). Per-node failures are reported, not returned as an error: those keys end
     /// by their TTL.
+    ///
+    /// The release is sent as `EVAL` with the script source, not `EVALSHA`: a node that did
+    /// not answer in time (frozen, overloaded) runs our queued `SET` later and then this
+    /// queued release; it must not depend on that node's script cache, since a `NOSCRIPT`
+    /// answered to nobody would leave the key behind until its TTL.
     pub async fn release(&self, guard: RedlockGuard) -> RedlockRelease {
         let answers = self
             .on_all_nodes(|mut conn| {
                 let mut call = Call::new(self.release);
                 call.key(&guard.key).arg(&guard.token);
+                let eval = Call::eval_from(self.release, call.evalsha());
                 async move {
-                    match self.manager.invoke::<i64, _>(&mut conn, &call).await {
+                    let reply = eval
+                        .query_async::<i64>(&mut conn)
+                        .await
+                        .map_err(|e| script_error(self.release, e));
+                    match reply {
                         Ok(1) => Answer::Yes,
                         Ok(0) => Answer::No("not owner"),
                         Ok(other) => Answer::Failed(format!("unexpected status {other}")),
