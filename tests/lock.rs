@@ -1,6 +1,7 @@
 //! The single-node lock against real Redis: mutual exclusion, stale holders, the watchdog,
 //! fenced writes, Cluster, bad input.
 
+#[allow(clippy::large_enum_variant)] // in the shared harness
 mod support;
 
 use std::time::{Duration, Instant};
@@ -155,21 +156,6 @@ async fn stale_holder_cannot_release_or_renew_the_new_owners_lock() {
         Release::Released
     );
     assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0);
-}
-
-trait IsBusy {
-    fn is_busy(&self) -> bool;
-}
-
-impl IsBusy for Acquire {
-    fn is_busy(&self) -> bool {
-        matches!(
-            self,
-            Acquire::Busy {
-                holder_ttl: Some(_)
-            }
-        )
-    }
 }
 
 #[tokio::test]

@@ -144,7 +144,7 @@ impl LockOptions {
                 format!("must be at most {:?}", Self::MAX_TTL),
             ));
         }
-        if self.ttl.subsec_nanos() % 1_000_000 != 0 {
+        if !self.ttl.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(Error::invalid(
                 "ttl",
                 "must be a whole number of milliseconds",

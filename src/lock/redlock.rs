@@ -163,7 +163,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     /// assert!(Redlock::new(redkit::ScriptManager::new(), none).is_err());
     /// ```
     pub fn new(manager: ScriptManager, nodes: Vec<C>) -> Result<Self> {
-        if nodes.is_empty() || nodes.len() % 2 == 0 {
+        if nodes.is_empty() || nodes.len().is_multiple_of(2) {
             return Err(Error::invalid(
                 "nodes",
                 format!("need an odd number of nodes, got {}", nodes.len()),
