@@ -122,7 +122,7 @@ async fn stale_holder_cannot_release_or_renew_the_new_owners_lock() {
     let mut conn = server.conn().await;
     let lock = lock();
     let key = lock.lock_key("report").unwrap();
-    let short = LockOptions::new().ttl(Duration::from_millis(150));
+    let short = LockOptions::new().ttl(Duration::from_millis(500));
     let mut stale = acquired(&lock, &mut conn, "report", &short).await;
     assert!(matches!(
         lock.try_acquire(&mut conn, "report", &short).await.unwrap(),

@@ -181,6 +181,16 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     }
 
     /// Puts keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
+    ///
+    /// ```
+    /// # fn demo(nodes: Vec<redis::aio::MultiplexedConnection>) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// let redlock = redkit::lock::Redlock::new(redkit::ScriptManager::new(), nodes)?
+    ///     .with_prefix("app:redlock")?
+    ///     .node_timeout(Duration::from_millis(30));
+    /// assert_eq!(redlock.lock_key("job")?, "app:redlock:{job}");
+    /// # Ok(()) }
+    /// ```
     pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
         keys::validate_prefix("prefix", prefix)?;
         self.prefix = prefix.to_owned();
@@ -210,6 +220,19 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     /// the last attempt did not reach a quorum, with [`Error::Timeout`] when it did but no
     /// validity was left; either way the key was released on all reachable nodes.
     /// [`Error::InvalidInput`] (nothing sent) for bad input.
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redkit::lock::Redlock<redis::aio::MultiplexedConnection>) -> redkit::Result<()> {
+    /// use redkit::{lock::LockOptions, Error};
+    /// match redlock.acquire("payout-9", &LockOptions::new().retries(3)).await {
+    ///     Ok(guard) => { redlock.release(guard).await; }
+    ///     Err(Error::NoQuorum { agreed, needed, failed, .. }) => {
+    ///         eprintln!("{agreed}/{needed} nodes agreed; failed: {failed:?}");
+    ///     }
+    ///     Err(other) => return Err(other),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<RedlockGuard> {
         let ttl_ms = options.validate()?;
         if self.node_timeout.is_zero() || self.node_timeout >= options.get_ttl() {
@@ -326,6 +349,13 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     /// not answer in time (frozen, overloaded) runs our queued `SET` later and then this
     /// queued release; it must not depend on that node's script cache, since a `NOSCRIPT`
     /// answered to nobody would leave the key behind until its TTL.
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redkit::lock::Redlock<redis::aio::MultiplexedConnection>, guard: redkit::lock::RedlockGuard) {
+    /// let report = redlock.release(guard).await;
+    /// println!("released on {}, not owner on {}", report.released, report.not_owner);
+    /// # }
+    /// ```
     pub async fn release(&self, guard: RedlockGuard) -> RedlockRelease {
         let answers = self
             .on_all_nodes(|mut conn| {

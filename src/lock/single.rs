@@ -119,6 +119,16 @@ impl Lock {
 
     /// One attempt: `SET key token NX PX ttl` and, when it succeeds, `INCR` of the fencing
     /// counter, in one script. [`Acquire::Busy`] when another owner holds the lock.
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::lock::{Acquire, LockOptions};
+    /// match lock.try_acquire(&mut conn, "cache-warmup", &LockOptions::new()).await? {
+    ///     Acquire::Acquired(guard) => { lock.release(&mut conn, guard).await?; }
+    ///     _ => println!("someone else is warming the cache"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn try_acquire<C: ConnectionLike>(
         &self,
         conn: &mut C,
@@ -139,6 +149,20 @@ impl Lock {
     /// Fails with [`Error::InvalidInput`] (nothing sent) for an empty or too long resource
     /// name or invalid options, and with [`Error::Timeout`] in the rare case the acquire took
     /// so long that no validity was left (the key is then released again).
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::lock::{Acquire, LockOptions};
+    /// let wait = LockOptions::new()
+    ///     .ttl(Duration::from_secs(5))
+    ///     .retries(100)
+    ///     .max_wait(Duration::from_secs(2));
+    /// if let Acquire::Acquired(guard) = lock.acquire(&mut conn, "ledger", &wait).await? {
+    ///     lock.release(&mut conn, guard).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn acquire<C: ConnectionLike>(
         &self,
         conn: &mut C,
@@ -222,6 +246,15 @@ impl Lock {
     /// lock now, whose key is left untouched). Stops the guard's watchdog first.
     ///
     /// On an error the lease ends by its TTL.
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// use redkit::lock::Release;
+    /// if lock.release(&mut conn, guard).await? == Release::NotOwner {
+    ///     eprintln!("the lease had expired: the work may have overlapped with another owner");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn release<C: ConnectionLike>(
         &self,
         conn: &mut C,
