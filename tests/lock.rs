@@ -589,3 +589,17 @@ async fn corrupt_data_is_refused_without_writing() {
     let guard = acquired(&lock, &mut conn, "res", &LockOptions::new()).await;
     assert_eq!(guard.fencing_token(), FencingToken::new(42));
 }
+
+/// The futures users spawn are `Send` (checked at compile time).
+#[allow(dead_code)]
+fn futures_are_send(lock: Lock, conn: redis::aio::MultiplexedConnection, guard: LockGuard) {
+    fn send<T: Send>(_: T) {}
+    let options = LockOptions::new();
+    let mut c = conn.clone();
+    send(lock.acquire(&mut c, "r", &options));
+    send(lock.with_lock(&conn, "r", &options, |_| async {}));
+    let mut c2 = conn.clone();
+    send(lock.release(&mut c2, guard));
+    let redlock = redkit::lock::Redlock::new(ScriptManager::new(), vec![conn]).unwrap();
+    send(redlock.acquire("r", &options));
+}
