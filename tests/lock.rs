@@ -603,3 +603,22 @@ fn futures_are_send(lock: Lock, conn: redis::aio::MultiplexedConnection, guard: 
     let redlock = redkit::lock::Redlock::new(ScriptManager::new(), vec![conn]).unwrap();
     send(redlock.acquire("r", &options));
 }
+
+#[tokio::test]
+async fn a_watchdog_started_late_still_renews_before_the_validity_runs_out() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = lock();
+    let options = LockOptions::new().ttl(Duration::from_millis(900));
+    let mut guard = acquired(&lock, &mut conn, "late", &options).await;
+    // Two thirds of the lease gone: less is left than one renewal period (300 ms).
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let signal = lock.watch(conn.clone(), &mut guard).unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(!signal.is_lost(), "{:?}", signal.loss());
+    assert!(guard.is_valid());
+    assert_eq!(
+        lock.release(&mut conn, guard).await.unwrap(),
+        Release::Released
+    );
+}

@@ -129,7 +129,13 @@ async fn run<C: ConnectionLike>(
     let retry = (period / 3).max(Duration::from_millis(1));
     let mut next = period;
     loop {
-        let wait = next.min(lease.clock.remaining());
+        // Renew before the validity runs out even when the lease is already short (a watch
+        // started late, or failed attempts): never sleep past half of what is left.
+        let remaining = lease.clock.remaining();
+        let wait = next
+            .min(remaining / 2)
+            .max(Duration::from_millis(1))
+            .min(remaining);
         if unless_stopped(&stop, tokio::time::sleep(wait))
             .await
             .is_none()
