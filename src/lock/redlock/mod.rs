@@ -1,5 +1,10 @@
 //! [`Redlock`]: a lock over N independent Redis masters, held with a quorum of N/2+1.
 
+mod guard;
+mod tally;
+
+pub use guard::{RedlockGuard, RedlockRelease};
+
 use std::fmt;
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -7,6 +12,7 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use redis::Value;
 
+use self::tally::{Answer, Tally};
 use super::guard::deadline;
 use super::options::LockOptions;
 use super::token::owner_token;
@@ -27,7 +33,7 @@ use crate::script::{script_error, Call, Registry, Script, ScriptManager};
 /// - **release**: compare-and-delete on every node.
 ///
 /// Redlock gives no fencing tokens: counters on independent nodes cannot be made strictly
-/// increasing without consensus. Use [`Lock`](super::Lock) on one server (or Cluster) when the
+/// increasing without consensus. Use [`Lock`](crate::lock::Lock) on one server (or Cluster) when the
 /// protected storage needs fencing.
 ///
 /// ```no_run
@@ -63,86 +69,6 @@ impl<C> fmt::Debug for Redlock<C> {
             .field("node_timeout", &self.node_timeout)
             .finish_non_exhaustive()
     }
-}
-
-/// A lock held on a quorum of Redlock nodes.
-///
-/// Dropping it without [`Redlock::release`] lets the lease end by its TTL on every node.
-///
-/// ```no_run
-/// # fn show(guard: &redkit::lock::RedlockGuard) {
-/// if guard.is_valid() {
-///     println!("{} is ours for {:?}", guard.key(), guard.validity());
-/// }
-/// # }
-/// ```
-pub struct RedlockGuard {
-    key: String,
-    token: String,
-    ttl: Duration,
-    drift: Duration,
-    valid_until: Instant,
-}
-
-impl RedlockGuard {
-    /// The key on every node (`<prefix>:{<resource>}`).
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// The lease length.
-    pub fn ttl(&self) -> Duration {
-        self.ttl
-    }
-
-    /// What is left of the validity: `ttl − elapsed − drift` at acquire (or last extend),
-    /// minus the time since.
-    pub fn validity(&self) -> Duration {
-        self.valid_until.saturating_duration_since(Instant::now())
-    }
-
-    /// `true` while some validity is left.
-    pub fn is_valid(&self) -> bool {
-        !self.validity().is_zero()
-    }
-}
-
-impl fmt::Debug for RedlockGuard {
-    /// The owner token is never printed.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedlockGuard")
-            .field("key", &self.key)
-            .field("ttl", &self.ttl)
-            .field("validity", &self.validity())
-            .finish_non_exhaustive()
-    }
-}
-
-/// What a [`Redlock::release`] did on each node.
-///
-/// ```no_run
-/// # fn show(report: redkit::lock::RedlockRelease) {
-/// for (node, why) in &report.failed {
-///     eprintln!("node {node} could not be released: {why} (its key ends by TTL)");
-/// }
-/// # }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RedlockRelease {
-    /// Nodes where our key was deleted.
-    pub released: usize,
-    /// Nodes that did not hold our key (never acquired there, or expired).
-    pub not_owner: usize,
-    /// Nodes that could not be reached in time: index and reason. Their key ends by TTL.
-    pub failed: Vec<(usize, String)>,
-}
-
-/// One node's answer.
-enum Answer {
-    Yes,
-    No(&'static str),
-    Failed(String),
 }
 
 impl<C: ConnectionLike + Clone> Redlock<C> {
@@ -413,33 +339,5 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
             total: self.nodes.len(),
             failed: tally.failed,
         }
-    }
-}
-
-/// Answers counted: agreed, refused, and every node that did not agree with its reason.
-struct Tally {
-    agreed: usize,
-    refused: usize,
-    failed: Vec<(usize, String)>,
-}
-
-impl Tally {
-    fn of(answers: Vec<Answer>) -> Self {
-        let mut tally = Self {
-            agreed: 0,
-            refused: 0,
-            failed: Vec::new(),
-        };
-        for (node, answer) in answers.into_iter().enumerate() {
-            match answer {
-                Answer::Yes => tally.agreed += 1,
-                Answer::No(why) => {
-                    tally.refused += 1;
-                    tally.failed.push((node, why.to_owned()));
-                }
-                Answer::Failed(why) => tally.failed.push((node, why)),
-            }
-        }
-        tally
     }
 }
