@@ -6,6 +6,7 @@
 mod error;
 #[allow(dead_code)] // used by the areas merged next
 pub mod keys;
+pub mod lock;
 pub mod script;
 
 pub use error::{Error, Result};

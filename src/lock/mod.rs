@@ -1,0 +1,33 @@
+//! Locks you can trust: compare-and-delete release, lease renewal with a watchdog, fencing
+//! tokens and fenced writes, and Redlock over independent masters.
+//!
+//! - [`Lock`]: the single-node lock (one server or a Redis Cluster). [`Lock::acquire`]
+//!   returns a [`LockGuard`] with a [`FencingToken`]; [`Lock::release`] and [`Lock::renew`]
+//!   only act while the key still holds the guard's owner token.
+//! - [`Lock::watch`]: a watchdog renewing the lease about every ttl/3, with a
+//!   [`LeaseSignal`] fired when the lease is lost; [`Lock::with_lock`] wraps it all.
+//! - [`Lock::fenced_set`]: a write that storage refuses when a newer fencing token wrote first.
+//! - [`Redlock`]: a quorum lock over N independent masters.
+//!
+//! Outcomes are values ([`Acquire`], [`Release`], [`Renew`], [`FencedWrite`], [`WithLock`]);
+//! errors are for bad input and for not being able to find out.
+
+mod fencing;
+mod guard;
+mod options;
+mod outcome;
+mod redlock;
+mod single;
+mod token;
+mod watchdog;
+mod with_lock;
+
+pub use fencing::MAX_FENCED_KEY_LEN;
+pub use guard::LockGuard;
+pub use options::LockOptions;
+pub use outcome::{Acquire, FencedWrite, LeaseLoss, Release, Renew};
+pub use redlock::{Redlock, RedlockGuard, RedlockRelease};
+pub use single::Lock;
+pub use token::FencingToken;
+pub use watchdog::LeaseSignal;
+pub use with_lock::{Lease, WithLock};

@@ -1,0 +1,104 @@
+//! Business outcomes of lock operations: values, not errors.
+
+use std::time::Duration;
+
+use super::guard::LockGuard;
+use super::token::FencingToken;
+
+/// Result of an acquire.
+///
+/// ```no_run
+/// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+/// use redkit::lock::{Acquire, LockOptions};
+/// match lock.acquire(&mut conn, "report-42", &LockOptions::new()).await? {
+///     Acquire::Acquired(guard) => { /* work, then */ lock.release(&mut conn, guard).await?; }
+///     Acquire::Busy { holder_ttl } => println!("held by another owner for {holder_ttl:?}"),
+///     _ => {}
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Acquire {
+    /// The lock is ours until the guard's validity runs out (or it is released).
+    Acquired(LockGuard),
+    /// Another owner holds it (after all retries allowed by the options).
+    Busy {
+        /// How long the current holder's lease still runs, as last seen (`None` when its key
+        /// has no TTL).
+        holder_ttl: Option<Duration>,
+    },
+}
+
+/// Result of a compare-and-delete release.
+///
+/// ```
+/// use redkit::lock::Release;
+/// assert_ne!(Release::Released, Release::NotOwner);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Release {
+    /// The key held our token and was deleted.
+    Released,
+    /// The key was gone or held another owner's token; nothing was deleted.
+    NotOwner,
+}
+
+/// Result of a compare-and-PEXPIRE lease renewal.
+///
+/// ```
+/// use redkit::lock::Renew;
+/// assert_ne!(Renew::Renewed, Renew::Lost);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Renew {
+    /// The key held our token; its TTL was reset to the lease length.
+    Renewed,
+    /// The key was gone or held another owner's token: the lease is lost.
+    Lost,
+}
+
+/// Result of a fenced write ([`Lock::fenced_set`](super::Lock::fenced_set)).
+///
+/// ```
+/// use redkit::lock::{FencedWrite, FencingToken};
+/// let refused = FencedWrite::Stale { newer: FencingToken::new(9) };
+/// assert!(!refused.is_written());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FencedWrite {
+    /// Written: the presented token was not older than the last one stored.
+    Written,
+    /// Refused: a newer token has already written; the stored value is unchanged.
+    Stale {
+        /// The token of the last accepted write.
+        newer: FencingToken,
+    },
+}
+
+impl FencedWrite {
+    /// `true` for [`FencedWrite::Written`].
+    pub fn is_written(&self) -> bool {
+        matches!(self, Self::Written)
+    }
+}
+
+/// Why a lease was lost while it was being watched.
+///
+/// ```
+/// use redkit::lock::LeaseLoss;
+/// assert_ne!(LeaseLoss::NotOwner, LeaseLoss::Expired);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseLoss {
+    /// Redis said the key is gone or held by another owner (a renewal answered
+    /// [`Renew::Lost`], or the final release answered [`Release::NotOwner`]).
+    NotOwner,
+    /// Renewals kept failing (errors, timeouts) until the local validity ran out: the lease
+    /// must be assumed lost.
+    Expired,
+}

@@ -1,0 +1,343 @@
+//! [`Redlock`]: a lock over N independent Redis masters, held with a quorum of N/2+1.
+
+mod guard;
+mod tally;
+
+pub use guard::{RedlockGuard, RedlockRelease};
+
+use std::fmt;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+use redis::Value;
+
+use self::tally::{Answer, Tally};
+use super::guard::deadline;
+use super::options::LockOptions;
+use super::token::owner_token;
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::script::{script_error, Call, Registry, Script, ScriptManager};
+
+/// The Redlock algorithm over N independent masters (N odd: 3 or 5 typically).
+///
+/// - **acquire**: `SET key token NX PX ttl` on every node concurrently, each bounded by the
+///   [node timeout](Self::node_timeout) (much smaller than the ttl, so a dead or frozen node
+///   costs little). Success needs a quorum of N/2+1 *and* a validity left:
+///   `ttl − elapsed − drift` (drift: 1 % of the ttl + 2 ms unless
+///   [`LockOptions::drift`] says otherwise), measured with [`Instant`] from before the first
+///   request. Otherwise the key is released on all nodes and the error says how many agreed
+///   and why each other node failed ([`Error::NoQuorum`]).
+/// - **extend**: compare-and-PEXPIRE on every node; succeeds only with a quorum.
+/// - **release**: compare-and-delete on every node.
+///
+/// Redlock gives no fencing tokens: counters on independent nodes cannot be made strictly
+/// increasing without consensus. Use [`Lock`](crate::lock::Lock) on one server (or Cluster) when the
+/// protected storage needs fencing.
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// use std::time::Duration;
+/// use redkit::lock::{LockOptions, Redlock};
+/// let mut nodes = Vec::new();
+/// for url in ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"] {
+///     nodes.push(redis::Client::open(url)?.get_multiplexed_async_connection().await?);
+/// }
+/// let redlock = Redlock::new(redkit::ScriptManager::new(), nodes)?
+///     .node_timeout(Duration::from_millis(50));
+/// let guard = redlock.acquire("payout-9", &LockOptions::new().ttl(Duration::from_secs(10))).await?;
+/// println!("held for {:?}", guard.validity());
+/// let report = redlock.release(guard).await;
+/// println!("released on {} nodes", report.released);
+/// # Ok(()) }
+/// ```
+pub struct Redlock<C> {
+    nodes: Vec<C>,
+    manager: ScriptManager,
+    release: &'static Script,
+    renew: &'static Script,
+    prefix: String,
+    node_timeout: Duration,
+}
+
+impl<C> fmt::Debug for Redlock<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Redlock")
+            .field("nodes", &self.nodes.len())
+            .field("prefix", &self.prefix)
+            .field("node_timeout", &self.node_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: ConnectionLike + Clone> Redlock<C> {
+    /// Default bound on each node's answer.
+    pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+    /// Default key prefix.
+    pub const DEFAULT_PREFIX: &'static str = "redkit:redlock";
+
+    /// A Redlock over `nodes`, one connection per independent master. Their number must be
+    /// odd (1, 3, 5, ...): with N nodes the quorum is N/2+1.
+    ///
+    /// Connections to nodes that may be down should be created with connection and response
+    /// timeouts (`redis::AsyncConnectionConfig`); the node timeout bounds each request anyway.
+    ///
+    /// ```
+    /// use redkit::lock::Redlock;
+    /// let none: Vec<redis::aio::MultiplexedConnection> = Vec::new();
+    /// assert!(Redlock::new(redkit::ScriptManager::new(), none).is_err());
+    /// ```
+    pub fn new(manager: ScriptManager, nodes: Vec<C>) -> Result<Self> {
+        if nodes.is_empty() || nodes.len().is_multiple_of(2) {
+            return Err(Error::invalid(
+                "nodes",
+                format!("need an odd number of nodes, got {}", nodes.len()),
+            ));
+        }
+        let registry = Registry::global();
+        Ok(Self {
+            nodes,
+            manager,
+            release: registry.require("lock_release", 1)?,
+            renew: registry.require("lock_renew", 1)?,
+            prefix: Self::DEFAULT_PREFIX.to_owned(),
+            node_timeout: Self::DEFAULT_NODE_TIMEOUT,
+        })
+    }
+
+    /// Puts keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
+    ///
+    /// ```
+    /// # fn demo(nodes: Vec<redis::aio::MultiplexedConnection>) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// let redlock = redkit::lock::Redlock::new(redkit::ScriptManager::new(), nodes)?
+    ///     .with_prefix("app:redlock")?
+    ///     .node_timeout(Duration::from_millis(30));
+    /// assert_eq!(redlock.lock_key("job")?, "app:redlock:{job}");
+    /// # Ok(()) }
+    /// ```
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
+        keys::validate_prefix("prefix", prefix)?;
+        self.prefix = prefix.to_owned();
+        Ok(self)
+    }
+
+    /// Bounds each node's answer (default [`DEFAULT_NODE_TIMEOUT`](Self::DEFAULT_NODE_TIMEOUT));
+    /// must be non-zero and shorter than the ttl (checked at acquire).
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// Number of nodes that must agree: N/2+1.
+    pub fn quorum(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// The key of `resource` on every node.
+    pub fn lock_key(&self, resource: &str) -> Result<String> {
+        let tag = keys::escape_part("resource", resource)?;
+        Ok(keys::tagged(&self.prefix, &tag))
+    }
+
+    /// Acquires on a quorum, retrying as `options` allow (retries, jittered delay, overall
+    /// deadline). Fails with [`Error::NoQuorum`] (how many agreed, which failed and why) when
+    /// the last attempt did not reach a quorum, with [`Error::Timeout`] when it did but no
+    /// validity was left; either way the key was released on all reachable nodes.
+    /// [`Error::InvalidInput`] (nothing sent) for bad input.
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redkit::lock::Redlock<redis::aio::MultiplexedConnection>) -> redkit::Result<()> {
+    /// use redkit::{lock::LockOptions, Error};
+    /// match redlock.acquire("payout-9", &LockOptions::new().retries(3)).await {
+    ///     Ok(guard) => { redlock.release(guard).await; }
+    ///     Err(Error::NoQuorum { agreed, needed, failed, .. }) => {
+    ///         eprintln!("{agreed}/{needed} nodes agreed; failed: {failed:?}");
+    ///     }
+    ///     Err(other) => return Err(other),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<RedlockGuard> {
+        let ttl_ms = options.validate()?;
+        if self.node_timeout.is_zero() || self.node_timeout >= options.get_ttl() {
+            return Err(Error::invalid(
+                "node timeout",
+                "must be non-zero and much shorter than the ttl",
+            ));
+        }
+        let key = self.lock_key(resource)?;
+        let started = Instant::now();
+        let give_up = options.get_max_wait().map(|w| started + w);
+        let mut attempt = 0;
+        loop {
+            let result = self.attempt(&key, ttl_ms, options).await;
+            if result.is_ok() || attempt >= options.get_retries() {
+                return result;
+            }
+            let pause = options.pause();
+            if give_up.is_some_and(|end| Instant::now() + pause > end) {
+                return result;
+            }
+            tokio::time::sleep(pause).await;
+            attempt += 1;
+        }
+    }
+
+    async fn attempt(&self, key: &str, ttl_ms: u64, options: &LockOptions) -> Result<RedlockGuard> {
+        let token = owner_token();
+        let started = Instant::now();
+        let answers = self
+            .on_all_nodes(|mut conn| {
+                let mut set = redis::cmd("SET");
+                set.arg(key).arg(&token).arg("NX").arg("PX").arg(ttl_ms);
+                async move {
+                    match set.query_async::<Value>(&mut conn).await {
+                        Ok(Value::Okay) => Answer::Yes,
+                        Ok(Value::Nil) => Answer::No("held by another owner"),
+                        Ok(other) => Answer::Failed(format!("unexpected reply {other:?}")),
+                        Err(e) => Answer::Failed(e.to_string()),
+                    }
+                }
+            })
+            .await;
+        let ttl = Duration::from_millis(ttl_ms);
+        let drift = options.drift_allowance();
+        let guard = RedlockGuard {
+            key: key.to_owned(),
+            token,
+            ttl,
+            drift,
+            valid_until: deadline(started, ttl, drift),
+        };
+        let tally = Tally::of(answers);
+        if tally.agreed >= self.quorum() && guard.is_valid() {
+            return Ok(guard);
+        }
+        let elapsed = started.elapsed();
+        let report = self.release(guard).await;
+        if !report.failed.is_empty() {
+            tracing::debug!(failed = ?report.failed, "cleanup after a failed Redlock acquire");
+        }
+        if tally.agreed >= self.quorum() {
+            return Err(Error::Timeout(elapsed));
+        }
+        Err(self.no_quorum(tally))
+    }
+
+    /// Compare-and-PEXPIRE on every node, resetting the TTL to the guard's ttl. Succeeds only
+    /// with a quorum and validity left (then the guard's validity is `ttl − elapsed − drift`
+    /// again); otherwise [`Error::NoQuorum`] (or [`Error::Timeout`]) and the guard is no
+    /// longer valid.
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redkit::lock::Redlock<redis::aio::MultiplexedConnection>, mut guard: redkit::lock::RedlockGuard) -> redkit::Result<()> {
+    /// redlock.extend(&mut guard).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn extend(&self, guard: &mut RedlockGuard) -> Result<()> {
+        let started = Instant::now();
+        let answers = self
+            .on_all_nodes(|mut conn| {
+                let mut call = Call::new(self.renew);
+                call.key(&guard.key)
+                    .arg(&guard.token)
+                    .arg(guard.ttl.as_millis() as u64);
+                async move {
+                    match self.manager.invoke::<i64, _>(&mut conn, &call).await {
+                        Ok(1) => Answer::Yes,
+                        Ok(0) => Answer::No("not owner"),
+                        Ok(other) => Answer::Failed(format!("unexpected status {other}")),
+                        Err(e) => Answer::Failed(e.to_string()),
+                    }
+                }
+            })
+            .await;
+        let tally = Tally::of(answers);
+        let valid_until = deadline(started, guard.ttl, guard.drift);
+        if tally.agreed >= self.quorum() && valid_until > Instant::now() {
+            guard.valid_until = valid_until;
+            return Ok(());
+        }
+        guard.valid_until = Instant::now();
+        if tally.agreed >= self.quorum() {
+            return Err(Error::Timeout(started.elapsed()));
+        }
+        Err(self.no_quorum(tally))
+    }
+
+    /// Compare-and-delete on every node (a node where another owner holds the key is left
+    /// untouched). Per-node failures are reported, not returned as an error: those keys end
+    /// by their TTL.
+    ///
+    /// The release is sent as `EVAL` with the script source, not `EVALSHA`: a node that did
+    /// not answer in time (frozen, overloaded) runs our queued `SET` later and then this
+    /// queued release; it must not depend on that node's script cache, since a `NOSCRIPT`
+    /// answered to nobody would leave the key behind until its TTL.
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redkit::lock::Redlock<redis::aio::MultiplexedConnection>, guard: redkit::lock::RedlockGuard) {
+    /// let report = redlock.release(guard).await;
+    /// println!("released on {}, not owner on {}", report.released, report.not_owner);
+    /// # }
+    /// ```
+    pub async fn release(&self, guard: RedlockGuard) -> RedlockRelease {
+        let answers = self
+            .on_all_nodes(|mut conn| {
+                let mut call = Call::new(self.release);
+                call.key(&guard.key).arg(&guard.token);
+                let eval = Call::eval_from(self.release, call.evalsha());
+                async move {
+                    let reply = eval
+                        .query_async::<i64>(&mut conn)
+                        .await
+                        .map_err(|e| script_error(self.release, e));
+                    match reply {
+                        Ok(1) => Answer::Yes,
+                        Ok(0) => Answer::No("not owner"),
+                        Ok(other) => Answer::Failed(format!("unexpected status {other}")),
+                        Err(e) => Answer::Failed(e.to_string()),
+                    }
+                }
+            })
+            .await;
+        let tally = Tally::of(answers);
+        RedlockRelease {
+            released: tally.agreed,
+            not_owner: tally.refused,
+            failed: tally
+                .failed
+                .into_iter()
+                .filter(|(_, why)| why != "not owner")
+                .collect(),
+        }
+    }
+
+    /// Runs `op` on every node concurrently, each bounded by the node timeout.
+    async fn on_all_nodes<'a, F, Fut>(&'a self, op: F) -> Vec<Answer>
+    where
+        F: Fn(C) -> Fut,
+        Fut: Future<Output = Answer> + 'a,
+    {
+        let timeout = self.node_timeout;
+        let runs = self.nodes.iter().map(|conn| {
+            let fut = op(conn.clone());
+            async move {
+                tokio::time::timeout(timeout, fut)
+                    .await
+                    .unwrap_or_else(|_| Answer::Failed(format!("timed out after {timeout:?}")))
+            }
+        });
+        futures_util::future::join_all(runs).await
+    }
+
+    fn no_quorum(&self, tally: Tally) -> Error {
+        Error::NoQuorum {
+            agreed: tally.agreed,
+            needed: self.quorum(),
+            total: self.nodes.len(),
+            failed: tally.failed,
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! [`Lock`]: the single-node lock (acquire with fencing, compare-and-delete release,
+//! compare-and-PEXPIRE renewal, watchdog).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+
+use super::guard::{deadline, Clock, LockGuard};
+use super::options::LockOptions;
+use super::outcome::{Acquire, Release, Renew};
+use super::token::{owner_token, FencingToken};
+use super::watchdog::{self, LeaseSignal};
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::script::{Call, Registry, Script, ScriptManager};
+
+/// A lock on one Redis server or Redis Cluster: one script round trip per operation.
+///
+/// Keys: `<prefix>:{<resource>}` holds the owner token (with a TTL), and
+/// `<prefix>:{<resource>}:fence` the fencing counter (no TTL, so fencing tokens never go
+/// backwards). Both share one hash tag, so they live in one Cluster slot. The resource name is
+/// escaped and bounded (see [`keys`](crate::keys)).
+///
+/// Cheap to clone (an `Arc`). Generic over any [`ConnectionLike`].
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// use std::time::Duration;
+/// use redkit::lock::{Acquire, Lock, LockOptions, Release};
+/// use redkit::ScriptManager;
+///
+/// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+/// let mut conn = client.get_multiplexed_async_connection().await?;
+/// let lock = Lock::new(ScriptManager::new())?;
+/// let options = LockOptions::new().ttl(Duration::from_secs(10)).retries(50);
+/// if let Acquire::Acquired(guard) = lock.acquire(&mut conn, "invoice-17", &options).await? {
+///     // ... work, passing guard.fencing_token() to the storage ...
+///     assert_eq!(lock.release(&mut conn, guard).await?, Release::Released);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Lock {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    prefix: String,
+    manager: ScriptManager,
+    acquire: &'static Script,
+    release: &'static Script,
+    renew: &'static Script,
+    fenced_set: &'static Script,
+}
+
+impl Lock {
+    /// Prefix of every key unless another is chosen.
+    pub const DEFAULT_PREFIX: &'static str = "redkit:lock";
+
+    /// A lock with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX).
+    ///
+    /// ```
+    /// let lock = redkit::lock::Lock::new(redkit::ScriptManager::new())?;
+    /// assert_eq!(lock.lock_key("a{b}")?, "redkit:lock:{a%7Bb%7D}");
+    /// assert_eq!(lock.fence_key("a{b}")?, "redkit:lock:{a%7Bb%7D}:fence");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn new(manager: ScriptManager) -> Result<Self> {
+        Self::with_prefix(manager, Self::DEFAULT_PREFIX)
+    }
+
+    /// A lock with keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
+    ///
+    /// ```
+    /// let lock = redkit::lock::Lock::with_prefix(redkit::ScriptManager::new(), "app:locks")?;
+    /// assert_eq!(lock.prefix(), "app:locks");
+    /// assert!(redkit::lock::Lock::with_prefix(redkit::ScriptManager::new(), "bad prefix").is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn with_prefix(manager: ScriptManager, prefix: &str) -> Result<Self> {
+        keys::validate_prefix("prefix", prefix)?;
+        let registry = Registry::global();
+        Ok(Self {
+            inner: Arc::new(Inner {
+                prefix: prefix.to_owned(),
+                manager,
+                acquire: registry.require("lock_acquire", 1)?,
+                release: registry.require("lock_release", 1)?,
+                renew: registry.require("lock_renew", 1)?,
+                fenced_set: registry.require("fenced_set", 1)?,
+            }),
+        })
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The script manager used for every call.
+    pub fn manager(&self) -> &ScriptManager {
+        &self.inner.manager
+    }
+
+    /// The key holding the owner token of `resource`.
+    pub fn lock_key(&self, resource: &str) -> Result<String> {
+        let tag = keys::escape_part("resource", resource)?;
+        Ok(keys::tagged(&self.inner.prefix, &tag))
+    }
+
+    /// The key holding the fencing counter of `resource` (same hash slot as the lock key).
+    pub fn fence_key(&self, resource: &str) -> Result<String> {
+        let mut key = self.lock_key(resource)?;
+        key.push_str(":fence");
+        Ok(key)
+    }
+
+    /// One attempt: `SET key token NX PX ttl` and, when it succeeds, `INCR` of the fencing
+    /// counter, in one script. [`Acquire::Busy`] when another owner holds the lock.
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::lock::{Acquire, LockOptions};
+    /// match lock.try_acquire(&mut conn, "cache-warmup", &LockOptions::new()).await? {
+    ///     Acquire::Acquired(guard) => { lock.release(&mut conn, guard).await?; }
+    ///     _ => println!("someone else is warming the cache"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        options: &LockOptions,
+    ) -> Result<Acquire> {
+        let ttl_ms = options.validate()?;
+        let key = self.lock_key(resource)?;
+        self.attempt(conn, key, ttl_ms, options).await
+    }
+
+    /// Acquires, waiting as the options allow: up to [`retries`](LockOptions::retries) more
+    /// attempts, each after [`retry_delay`](LockOptions::retry_delay) plus random
+    /// [`jitter`](LockOptions::jitter), none started after
+    /// [`max_wait`](LockOptions::max_wait). [`Acquire::Busy`] when all attempts found the lock
+    /// held.
+    ///
+    /// Fails with [`Error::InvalidInput`] (nothing sent) for an empty or too long resource
+    /// name or invalid options, and with [`Error::Timeout`] in the rare case the acquire took
+    /// so long that no validity was left (the key is then released again).
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::lock::{Acquire, LockOptions};
+    /// let wait = LockOptions::new()
+    ///     .ttl(Duration::from_secs(5))
+    ///     .retries(100)
+    ///     .max_wait(Duration::from_secs(2));
+    /// if let Acquire::Acquired(guard) = lock.acquire(&mut conn, "ledger", &wait).await? {
+    ///     lock.release(&mut conn, guard).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        options: &LockOptions,
+    ) -> Result<Acquire> {
+        let ttl_ms = options.validate()?;
+        let key = self.lock_key(resource)?;
+        let started = Instant::now();
+        let give_up = options.get_max_wait().map(|w| started + w);
+        let mut attempt = 0;
+        loop {
+            let outcome = self.attempt(conn, key.clone(), ttl_ms, options).await?;
+            if matches!(outcome, Acquire::Acquired(_)) || attempt >= options.get_retries() {
+                return Ok(outcome);
+            }
+            let pause = options.pause();
+            if give_up.is_some_and(|end| Instant::now() + pause > end) {
+                return Ok(outcome);
+            }
+            tokio::time::sleep(pause).await;
+            attempt += 1;
+        }
+    }
+
+    async fn attempt<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: String,
+        ttl_ms: u64,
+        options: &LockOptions,
+    ) -> Result<Acquire> {
+        let token = owner_token();
+        let mut fence_key = String::with_capacity(key.len() + 6);
+        fence_key.push_str(&key);
+        fence_key.push_str(":fence");
+        let mut call = Call::new(self.inner.acquire);
+        call.key(&key).key(&fence_key).arg(&token).arg(ttl_ms);
+        let started = Instant::now();
+        let (acquired, n): (i64, i64) = self.inner.manager.invoke(conn, &call).await?;
+        match acquired {
+            0 => Ok(Acquire::Busy {
+                holder_ttl: u64::try_from(n).ok().map(Duration::from_millis),
+            }),
+            1 => {
+                let fence = u64::try_from(n)
+                    .ok()
+                    .filter(|&f| f > 0)
+                    .map(FencingToken::new)
+                    .ok_or_else(|| {
+                        Error::unexpected(self.inner.acquire.id(), "fencing token is not positive")
+                    })?;
+                let ttl = Duration::from_millis(ttl_ms);
+                let drift = options.drift_allowance();
+                let guard = LockGuard {
+                    key,
+                    token,
+                    fence,
+                    ttl,
+                    drift,
+                    clock: Clock::new(deadline(started, ttl, drift)),
+                    watchdog: None,
+                };
+                if guard.is_valid() {
+                    return Ok(Acquire::Acquired(guard));
+                }
+                let elapsed = started.elapsed();
+                tracing::warn!(key = %guard.key, ?elapsed, "acquire took the whole lease");
+                self.release(conn, guard).await?;
+                Err(Error::Timeout(elapsed))
+            }
+            other => Err(Error::unexpected(
+                self.inner.acquire.id(),
+                format!("status {other} is neither 0 nor 1"),
+            )),
+        }
+    }
+
+    /// Compare-and-delete: deletes the key only if it still holds this guard's token.
+    /// [`Release::NotOwner`] when the lease had expired (and maybe another owner holds the
+    /// lock now, whose key is left untouched). Stops the guard's watchdog first.
+    ///
+    /// On an error the lease ends by its TTL.
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// use redkit::lock::Release;
+    /// if lock.release(&mut conn, guard).await? == Release::NotOwner {
+    ///     eprintln!("the lease had expired: the work may have overlapped with another owner");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn release<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        mut guard: LockGuard,
+    ) -> Result<Release> {
+        guard.stop_watchdog();
+        guard.clock.expire();
+        let mut call = Call::new(self.inner.release);
+        call.key(&guard.key).arg(&guard.token);
+        match self.inner.manager.invoke::<i64, _>(conn, &call).await? {
+            1 => Ok(Release::Released),
+            0 => Ok(Release::NotOwner),
+            other => Err(Error::unexpected(
+                self.inner.release.id(),
+                format!("status {other} is neither 0 nor 1"),
+            )),
+        }
+    }
+
+    /// Compare-and-PEXPIRE: resets the TTL to the guard's lease length only if the key still
+    /// holds its token, and moves the local validity forward. [`Renew::Lost`] otherwise (the
+    /// guard is then no longer valid).
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// use redkit::lock::Renew;
+    /// if lock.renew(&mut conn, &mut guard).await? == Renew::Lost {
+    ///     return Ok(()); // stop working: someone else may hold the lock now
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn renew<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        guard: &mut LockGuard,
+    ) -> Result<Renew> {
+        let started = Instant::now();
+        let outcome = self
+            .renew_raw(conn, &guard.key, &guard.token, guard.ttl)
+            .await?;
+        match outcome {
+            Renew::Renewed => guard.clock.set(deadline(started, guard.ttl, guard.drift)),
+            Renew::Lost => guard.clock.expire(),
+        }
+        Ok(outcome)
+    }
+
+    pub(super) async fn renew_raw<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Renew> {
+        let mut call = Call::new(self.inner.renew);
+        // The ttl was validated at acquire: at most 30 days of ms.
+        call.key(key).arg(token).arg(ttl.as_millis() as u64);
+        match self.inner.manager.invoke::<i64, _>(conn, &call).await? {
+            1 => Ok(Renew::Renewed),
+            0 => Ok(Renew::Lost),
+            other => Err(Error::unexpected(
+                self.inner.renew.id(),
+                format!("status {other} is neither 0 nor 1"),
+            )),
+        }
+    }
+
+    /// Starts a watchdog for `guard`: a background task on the current tokio runtime that
+    /// renews the lease about every ttl/3 over its own connection `conn` (a clone of yours),
+    /// until the guard is released or dropped. Returns the signal fired when the lease is lost
+    /// (a renewal answered [`Renew::Lost`], or renewals kept failing until the local validity
+    /// ran out). Calling it again returns the running watchdog's signal.
+    ///
+    /// Fails with [`Error::InvalidInput`] outside a tokio runtime.
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::Lock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// let lost = lock.watch(conn.clone(), &mut guard)?;
+    /// tokio::select! {
+    ///     loss = lost.lost() => eprintln!("lease lost: {loss:?}"),
+    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+    /// }
+    /// let mut conn = conn;
+    /// lock.release(&mut conn, guard).await?; // stops the watchdog
+    /// # Ok(()) }
+    /// ```
+    pub fn watch<C>(&self, conn: C, guard: &mut LockGuard) -> Result<LeaseSignal>
+    where
+        C: ConnectionLike + Send + 'static,
+    {
+        if let Some(running) = &guard.watchdog {
+            return Ok(running.signal.clone());
+        }
+        let lease = watchdog::Lease {
+            key: guard.key.clone(),
+            token: guard.token.clone(),
+            ttl: guard.ttl,
+            drift: guard.drift,
+            clock: Arc::clone(&guard.clock),
+        };
+        let handle = watchdog::spawn(self.clone(), conn, lease)
+            .ok_or_else(|| Error::invalid("runtime", "the watchdog needs a tokio runtime"))?;
+        let signal = handle.signal.clone();
+        guard.watchdog = Some(handle);
+        Ok(signal)
+    }
+
+    pub(super) fn fenced_set_script(&self) -> &'static Script {
+        self.inner.fenced_set
+    }
+}

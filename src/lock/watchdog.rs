@@ -1,0 +1,177 @@
+//! The watchdog: an opt-in background task that renews a lease about every ttl/3 and signals
+//! its loss.
+
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::guard::{deadline, Clock};
+use super::outcome::{LeaseLoss, Renew};
+use super::single::Lock;
+
+/// Tells the work done under a lock that the lease is gone.
+///
+/// Fired once, by the watchdog, the moment a renewal answers [`Renew::Lost`]
+/// ([`LeaseLoss::NotOwner`]) or when renewals kept failing until the local validity ran out
+/// ([`LeaseLoss::Expired`]). Cheap to clone; select on [`lost`](Self::lost) or hand out
+/// [`cancellation_token`](Self::cancellation_token) to code that already understands
+/// cancellation.
+///
+/// ```no_run
+/// # async fn run(signal: redkit::lock::LeaseSignal) {
+/// tokio::select! {
+///     loss = signal.lost() => eprintln!("lease lost ({loss:?}): stopping"),
+///     _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => println!("work done"),
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LeaseSignal {
+    fired: CancellationToken,
+    loss: Arc<OnceLock<LeaseLoss>>,
+}
+
+impl LeaseSignal {
+    fn new() -> Self {
+        Self {
+            fired: CancellationToken::new(),
+            loss: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Records the loss (the first reason wins) and wakes every waiter.
+    pub(crate) fn fire(&self, loss: LeaseLoss) {
+        let _ = self.loss.set(loss);
+        self.fired.cancel();
+    }
+
+    /// `true` once the lease is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.fired.is_cancelled()
+    }
+
+    /// Why the lease was lost, once it is.
+    pub fn loss(&self) -> Option<LeaseLoss> {
+        self.loss.get().copied()
+    }
+
+    /// Waits until the lease is lost (forever if it never is, e.g. after a release).
+    pub async fn lost(&self) -> LeaseLoss {
+        self.fired.cancelled().await;
+        self.loss().unwrap_or(LeaseLoss::NotOwner)
+    }
+
+    /// A token cancelled when the lease is lost. It is a child token: cancelling it yourself
+    /// does not mark the lease as lost.
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.fired.child_token()
+    }
+}
+
+/// Owned by the guard: stops the task on drop (release or drop of the guard).
+#[derive(Debug)]
+pub(crate) struct WatchdogHandle {
+    pub(crate) signal: LeaseSignal,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Drop for WatchdogHandle {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        self.task.abort();
+    }
+}
+
+/// Everything the task needs, owned.
+pub(crate) struct Lease {
+    pub(crate) key: String,
+    pub(crate) token: String,
+    pub(crate) ttl: Duration,
+    pub(crate) drift: Duration,
+    pub(crate) clock: Arc<Clock>,
+}
+
+/// Spawns the watchdog on the current tokio runtime (`None` outside a runtime).
+pub(crate) fn spawn<C>(lock: Lock, conn: C, lease: Lease) -> Option<WatchdogHandle>
+where
+    C: ConnectionLike + Send + 'static,
+{
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    let signal = LeaseSignal::new();
+    let stop = CancellationToken::new();
+    let task = runtime.spawn(run(lock, conn, lease, signal.clone(), stop.clone()));
+    Some(WatchdogHandle { signal, stop, task })
+}
+
+/// Runs `fut` unless `stop` is cancelled first.
+async fn unless_stopped<F: Future>(stop: &CancellationToken, fut: F) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        _ = stop.cancelled() => None,
+        out = fut => Some(out),
+    }
+}
+
+async fn run<C: ConnectionLike>(
+    lock: Lock,
+    mut conn: C,
+    lease: Lease,
+    signal: LeaseSignal,
+    stop: CancellationToken,
+) {
+    let period = (lease.ttl / 3).max(Duration::from_millis(1));
+    // After a failed renewal, try again sooner (the lease is running out).
+    let retry = (period / 3).max(Duration::from_millis(1));
+    let mut next = period;
+    loop {
+        // Renew before the validity runs out even when the lease is already short (a watch
+        // started late, or failed attempts): never sleep past half of what is left.
+        let remaining = lease.clock.remaining();
+        let wait = next
+            .min(remaining / 2)
+            .max(Duration::from_millis(1))
+            .min(remaining);
+        if unless_stopped(&stop, tokio::time::sleep(wait))
+            .await
+            .is_none()
+        {
+            return;
+        }
+        let remaining = lease.clock.remaining();
+        if remaining.is_zero() {
+            tracing::warn!(key = %lease.key, "lease ran out before a renewal succeeded");
+            signal.fire(LeaseLoss::Expired);
+            return;
+        }
+        let started = Instant::now();
+        let attempt = tokio::time::timeout(
+            remaining,
+            lock.renew_raw(&mut conn, &lease.key, &lease.token, lease.ttl),
+        );
+        let Some(result) = unless_stopped(&stop, attempt).await else {
+            return;
+        };
+        match result {
+            Ok(Ok(Renew::Renewed)) => {
+                lease.clock.set(deadline(started, lease.ttl, lease.drift));
+                next = period;
+            }
+            Ok(Ok(_lost)) => {
+                tracing::warn!(key = %lease.key, "lease lost: another owner or no key");
+                lease.clock.expire();
+                signal.fire(LeaseLoss::NotOwner);
+                return;
+            }
+            Ok(Err(err)) => {
+                tracing::debug!(key = %lease.key, error = %err, "lease renewal failed; retrying");
+                next = retry;
+            }
+            Err(_timeout) => next = Duration::ZERO,
+        }
+    }
+}

@@ -1,0 +1,623 @@
+//! The single-node lock against real Redis: mutual exclusion, stale holders, the watchdog,
+//! fenced writes, Cluster, bad input.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+use redkit::lock::{
+    Acquire, FencedWrite, FencingToken, LeaseLoss, Lock, LockGuard, LockOptions, Release, Renew,
+    WithLock,
+};
+use redkit::{Call, Error, Registry, ScriptManager};
+use support::{RedisCluster, RedisServer};
+
+fn lock() -> Lock {
+    Lock::new(ScriptManager::new()).unwrap()
+}
+
+async fn acquired<C: ConnectionLike>(
+    lock: &Lock,
+    conn: &mut C,
+    resource: &str,
+    options: &LockOptions,
+) -> LockGuard {
+    match lock.acquire(conn, resource, options).await.unwrap() {
+        Acquire::Acquired(guard) => guard,
+        other => panic!("expected the lock, got {other:?}"),
+    }
+}
+
+/// Waits (up to 10 s) until `key` no longer exists.
+async fn wait_gone(server: &RedisServer, key: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.cmd::<i64>(&["EXISTS", key]).await == 1 {
+        assert!(Instant::now() < deadline, "{key} never expired");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// EVALSHA calls the server has answered so far.
+async fn evalsha_calls(server: &RedisServer) -> u64 {
+    let stats: String = server.cmd(&["INFO", "commandstats"]).await;
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mutual_exclusion_over_32_tasks_and_strictly_increasing_fences() {
+    let server = RedisServer::spawn().await;
+    let lock = lock();
+    let mut conns = Vec::new();
+    for _ in 0..4 {
+        conns.push(server.conn().await);
+    }
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(20))
+        .retries(1_000_000)
+        .retry_delay(Duration::from_millis(1))
+        .jitter(Duration::from_millis(4))
+        .max_wait(Duration::from_secs(120));
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let lock = lock.clone();
+        let mut conn = conns[i % conns.len()].clone();
+        let options = options.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut seen = Vec::with_capacity(50);
+            for _ in 0..50 {
+                let guard = acquired(&lock, &mut conn, "counter", &options).await;
+                let value: Option<u64> = redis::cmd("GET")
+                    .arg("plain-counter")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                let value = value.unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                let () = redis::cmd("SET")
+                    .arg("plain-counter")
+                    .arg(value + 1)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                seen.push((value, guard.fencing_token()));
+                assert_eq!(
+                    lock.release(&mut conn, guard).await.unwrap(),
+                    Release::Released
+                );
+            }
+            seen
+        }));
+    }
+    let mut seen = Vec::new();
+    for task in tasks {
+        seen.extend(task.await.unwrap());
+    }
+    let total: u64 = server.cmd::<u64>(&["GET", "plain-counter"]).await;
+    assert_eq!(total, 1_600, "lost updates: the lock did not exclude");
+    // Ordered by the counter value each holder read, the fencing tokens strictly increase.
+    seen.sort_by_key(|&(value, _)| value);
+    let values: Vec<u64> = seen.iter().map(|&(v, _)| v).collect();
+    assert_eq!(values, (0..1_600).collect::<Vec<u64>>());
+    for pair in seen.windows(2) {
+        assert!(pair[0].1 < pair[1].1, "fences not increasing: {pair:?}");
+    }
+    assert_eq!(seen.last().map(|s| s.1), Some(FencingToken::new(1_600)));
+    // The fencing counter never expires.
+    let fence_ttl: i64 = server
+        .cmd(&["PTTL", &lock.fence_key("counter").unwrap()])
+        .await;
+    assert_eq!(fence_ttl, -1);
+}
+
+#[tokio::test]
+async fn stale_holder_cannot_release_or_renew_the_new_owners_lock() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = lock();
+    let key = lock.lock_key("report").unwrap();
+    let short = LockOptions::new().ttl(Duration::from_millis(500));
+    let mut stale = acquired(&lock, &mut conn, "report", &short).await;
+    assert!(matches!(
+        lock.try_acquire(&mut conn, "report", &short).await.unwrap(),
+        Acquire::Busy {
+            holder_ttl: Some(_)
+        }
+    ));
+    wait_gone(&server, &key).await;
+    assert!(!stale.is_valid(), "local validity ran out before the key");
+
+    let long = LockOptions::new().ttl(Duration::from_secs(30));
+    let owner = acquired(&lock, &mut conn, "report", &long).await;
+    assert!(owner.fencing_token() > stale.fencing_token());
+
+    assert_eq!(
+        lock.renew(&mut conn, &mut stale).await.unwrap(),
+        Renew::Lost
+    );
+    assert_eq!(
+        lock.release(&mut conn, stale).await.unwrap(),
+        Release::NotOwner
+    );
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 1);
+    let pttl: i64 = server.cmd(&["PTTL", &key]).await;
+    assert!(
+        pttl > 20_000,
+        "the stale renew must not touch the TTL: {pttl}"
+    );
+    assert_eq!(
+        lock.release(&mut conn, owner).await.unwrap(),
+        Release::Released
+    );
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0);
+}
+
+#[tokio::test]
+async fn renew_moves_the_ttl_and_the_local_validity_forward() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = lock();
+    let options = LockOptions::new().ttl(Duration::from_secs(2));
+    let mut guard = acquired(&lock, &mut conn, "r", &options).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = guard.validity();
+    assert_eq!(
+        lock.renew(&mut conn, &mut guard).await.unwrap(),
+        Renew::Renewed
+    );
+    assert!(guard.validity() > before);
+    assert!(guard.validity() <= Duration::from_secs(2) - options.drift_allowance());
+    let pttl: i64 = server.cmd(&["PTTL", guard.key()]).await;
+    assert!(pttl > 1_500, "{pttl}");
+    lock.release(&mut conn, guard).await.unwrap();
+}
+
+#[tokio::test]
+async fn watchdog_keeps_a_300ms_lease_through_2s_of_work_and_stops_after_release() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = lock();
+    let options = LockOptions::new().ttl(Duration::from_millis(300));
+    let mut guard = acquired(&lock, &mut conn, "job", &options).await;
+    let key = guard.key().to_owned();
+    let signal = lock.watch(conn.clone(), &mut guard).unwrap();
+
+    let work_until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < work_until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            !signal.is_lost(),
+            "lease lost while renewed: {:?}",
+            signal.loss()
+        );
+        assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 1);
+    }
+    assert!(guard.is_valid());
+    assert_eq!(
+        lock.release(&mut conn, guard).await.unwrap(),
+        Release::Released
+    );
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0);
+    // No renewal is sent any more: the task stopped with the guard.
+    let calls = evalsha_calls(&server).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        evalsha_calls(&server).await,
+        calls,
+        "watchdog still renewing"
+    );
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0);
+    assert!(!signal.is_lost(), "a release is not a loss");
+}
+
+#[tokio::test]
+async fn watchdog_signals_an_external_delete_within_one_renewal_period() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = lock();
+    // Period ttl/3 = 1 s; the lease itself would last 3 s, so a signal well before that
+    // can only come from a renewal answering Lost.
+    let options = LockOptions::new().ttl(Duration::from_secs(3));
+    let mut guard = acquired(&lock, &mut conn, "job", &options).await;
+    let signal = lock.watch(conn.clone(), &mut guard).unwrap();
+    let token = signal.cancellation_token();
+    let _: i64 = server.cmd(&["DEL", guard.key()]).await;
+    let deleted = Instant::now();
+    let loss = tokio::time::timeout(Duration::from_millis(2_500), signal.lost())
+        .await
+        .expect("loss signalled within one renewal period (+ margin)");
+    assert_eq!(loss, LeaseLoss::NotOwner);
+    assert!(
+        deleted.elapsed() < Duration::from_millis(2_500),
+        "{:?}",
+        deleted.elapsed()
+    );
+    assert!(token.is_cancelled());
+    assert!(!guard.is_valid());
+    assert_eq!(
+        lock.release(&mut conn, guard).await.unwrap(),
+        Release::NotOwner
+    );
+}
+
+#[tokio::test]
+async fn watchdog_signals_expiry_when_renewals_keep_failing() {
+    let mut server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = lock();
+    let options = LockOptions::new().ttl(Duration::from_millis(600));
+    let mut guard = acquired(&lock, &mut conn, "job", &options).await;
+    let signal = lock.watch(conn.clone(), &mut guard).unwrap();
+    server.pause().await;
+    let loss = tokio::time::timeout(Duration::from_secs(10), signal.lost())
+        .await
+        .expect("loss signalled once the validity ran out");
+    server.resume().await;
+    assert_eq!(loss, LeaseLoss::Expired);
+    assert!(!guard.is_valid());
+}
+
+#[tokio::test]
+async fn dropping_a_guard_stops_its_watchdog_and_the_lease_ends_by_ttl() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = lock();
+    let options = LockOptions::new().ttl(Duration::from_millis(300));
+    let mut guard = acquired(&lock, &mut conn, "job", &options).await;
+    let key = guard.key().to_owned();
+    lock.watch(conn.clone(), &mut guard).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 1, "renewed");
+    drop(guard);
+    wait_gone(&server, &key).await;
+    let calls = evalsha_calls(&server).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(evalsha_calls(&server).await, calls);
+}
+
+#[tokio::test]
+async fn with_lock_reports_completion_and_loss() {
+    let server = RedisServer::spawn().await;
+    let conn = server.conn().await;
+    let lock = lock();
+    let options = LockOptions::new().ttl(Duration::from_millis(300));
+    let key = lock.lock_key("batch").unwrap();
+
+    let done = lock
+        .with_lock(&conn, "batch", &options, |lease| async move {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            lease.fencing_token()
+        })
+        .await
+        .unwrap();
+    match done {
+        WithLock::Completed {
+            value,
+            fencing_token,
+        } => assert_eq!(value, fencing_token),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0, "released");
+
+    let mut del = server.conn().await;
+    let lost = lock
+        .with_lock(&conn, "batch", &options, |lease| async move {
+            let _: i64 = redis::cmd("DEL")
+                .arg(lock_key_of("batch"))
+                .query_async(&mut del)
+                .await
+                .unwrap();
+            tokio::select! {
+                loss = lease.signal().lost() => Some(loss),
+                _ = tokio::time::sleep(Duration::from_secs(10)) => None,
+            }
+        })
+        .await
+        .unwrap();
+    match lost {
+        WithLock::LeaseLost { value, loss } => {
+            assert_eq!(value, Some(LeaseLoss::NotOwner));
+            assert_eq!(loss, LeaseLoss::NotOwner);
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Busy: someone else holds it.
+    let mut c = server.conn().await;
+    let holder = acquired(&lock, &mut c, "batch", &LockOptions::new()).await;
+    let busy = lock
+        .with_lock(&conn, "batch", &options, |_| async { unreachable!() })
+        .await
+        .unwrap();
+    assert!(matches!(busy, WithLock::Busy));
+    lock.release(&mut c, holder).await.unwrap();
+}
+
+fn lock_key_of(resource: &str) -> String {
+    lock().lock_key(resource).unwrap()
+}
+
+#[tokio::test]
+async fn fenced_write_with_an_older_token_is_rejected() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = lock();
+    let short = LockOptions::new().ttl(Duration::from_millis(100));
+    let stale = acquired(&lock, &mut conn, "doc", &short).await;
+    let data = "doc:{42}:content";
+    assert_eq!(
+        lock.fenced_set(&mut conn, data, stale.fencing_token(), "v1")
+            .await
+            .unwrap(),
+        FencedWrite::Written
+    );
+    // The holder pauses past its lease; a new owner acquires and writes.
+    wait_gone(&server, stale.key()).await;
+    let owner = acquired(&lock, &mut conn, "doc", &LockOptions::new()).await;
+    assert!(owner.fencing_token() > stale.fencing_token());
+    assert_eq!(
+        lock.fenced_set(&mut conn, data, owner.fencing_token(), "v2")
+            .await
+            .unwrap(),
+        FencedWrite::Written
+    );
+    // The paused holder wakes up and writes: refused, the newer value stays.
+    assert_eq!(
+        lock.fenced_set(&mut conn, data, stale.fencing_token(), "stale")
+            .await
+            .unwrap(),
+        FencedWrite::Stale {
+            newer: owner.fencing_token()
+        }
+    );
+    assert_eq!(
+        lock.fenced_get(&mut conn, data).await.unwrap(),
+        Some((b"v2".to_vec(), owner.fencing_token()))
+    );
+    // The same token may write again.
+    assert!(lock
+        .fenced_set(&mut conn, data, owner.fencing_token(), "v3")
+        .await
+        .unwrap()
+        .is_written());
+    assert_eq!(
+        lock.fenced_get(&mut conn, data).await.unwrap(),
+        Some((b"v3".to_vec(), owner.fencing_token()))
+    );
+    // Token numbers are compared as integers, not strings ("10" > "9").
+    let other = "doc:{43}:content";
+    lock.fenced_set(&mut conn, other, FencingToken::new(10), "ten")
+        .await
+        .unwrap();
+    assert_eq!(
+        lock.fenced_set(&mut conn, other, FencingToken::new(9), "nine")
+            .await
+            .unwrap(),
+        FencedWrite::Stale {
+            newer: FencingToken::new(10)
+        }
+    );
+    assert_eq!(
+        lock.fenced_get(&mut conn, "doc:{none}").await.unwrap(),
+        None
+    );
+    lock.release(&mut conn, owner).await.unwrap();
+}
+
+#[tokio::test]
+async fn works_on_a_cluster_with_lock_and_fence_in_one_slot() {
+    let cluster = RedisCluster::spawn().await;
+    let mut conn = cluster.conn().await;
+    let lock = lock();
+    for resource in ["alpha", "beta", "gamma{x}"] {
+        let key = lock.lock_key(resource).unwrap();
+        let fence = lock.fence_key(resource).unwrap();
+        assert_eq!(
+            redis::cluster_routing::Slot::for_key(key.as_bytes()),
+            redis::cluster_routing::Slot::for_key(fence.as_bytes())
+        );
+        let options = LockOptions::new().ttl(Duration::from_millis(600));
+        let mut first = acquired(&lock, &mut conn, resource, &options).await;
+        assert_eq!(first.fencing_token(), FencingToken::new(1));
+        let node = cluster.primary_for(&key).await;
+        assert_eq!(
+            node.port(),
+            cluster.primary_for(&fence).await.port(),
+            "same node"
+        );
+        assert_eq!(node.cmd::<i64>(&["EXISTS", &key, &fence]).await, 2);
+        let signal = lock.watch(conn.clone(), &mut first).unwrap();
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        assert!(!signal.is_lost());
+        assert_eq!(
+            lock.renew(&mut conn, &mut first).await.unwrap(),
+            Renew::Renewed
+        );
+        assert!(matches!(
+            lock.try_acquire(&mut conn, resource, &options)
+                .await
+                .unwrap(),
+            Acquire::Busy { .. }
+        ));
+        assert_eq!(
+            lock.release(&mut conn, first).await.unwrap(),
+            Release::Released
+        );
+        let second = acquired(&lock, &mut conn, resource, &options).await;
+        assert_eq!(second.fencing_token(), FencingToken::new(2));
+        let data = format!("{key}:data");
+        assert!(lock
+            .fenced_set(&mut conn, &data, second.fencing_token(), "x")
+            .await
+            .unwrap()
+            .is_written());
+        assert!(!lock
+            .fenced_set(&mut conn, &data, FencingToken::new(1), "old")
+            .await
+            .unwrap()
+            .is_written());
+        lock.release(&mut conn, second).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn bad_input_is_a_typed_error_and_writes_nothing() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = lock();
+    let ok = LockOptions::new();
+    let cases: Vec<(&str, LockOptions, &str)> = vec![
+        ("zero ttl", LockOptions::new().ttl(Duration::ZERO), "ttl"),
+        (
+            "sub-ms ttl",
+            LockOptions::new().ttl(Duration::from_micros(2_500)),
+            "ttl",
+        ),
+        (
+            "ttl within drift",
+            LockOptions::new()
+                .ttl(Duration::from_millis(10))
+                .drift(Duration::from_millis(10)),
+            "ttl",
+        ),
+        ("empty key", ok.clone(), "resource"),
+        ("long key", ok.clone(), "resource"),
+    ];
+    let long = "x".repeat(redkit::keys::MAX_PART_LEN + 1);
+    for (case, options, what) in cases {
+        let resource = match case {
+            "empty key" => "",
+            "long key" => long.as_str(),
+            _ => "res",
+        };
+        for result in [
+            lock.acquire(&mut conn, resource, &options).await,
+            lock.try_acquire(&mut conn, resource, &options).await,
+        ] {
+            match result {
+                Err(Error::InvalidInput { what: got, .. }) => assert_eq!(got, what, "{case}"),
+                other => panic!("{case}: {other:?}"),
+            }
+        }
+    }
+    assert!(matches!(
+        lock.fenced_set(&mut conn, "", FencingToken::new(1), "v")
+            .await,
+        Err(Error::InvalidInput { what: "key", .. })
+    ));
+    assert!(matches!(
+        lock.fenced_set(&mut conn, "k", FencingToken::new(0), "v")
+            .await,
+        Err(Error::InvalidInput { .. })
+    ));
+    assert!(matches!(
+        Lock::with_prefix(ScriptManager::new(), "bad{prefix}"),
+        Err(Error::InvalidInput { what: "prefix", .. })
+    ));
+    // The scripts check again (a caller going around the Rust API).
+    let manager = ScriptManager::new();
+    let acquire = Registry::global().require("lock_acquire", 1).unwrap();
+    for (token, ttl) in [
+        ("0123456789abcdef0123", "0"),
+        ("short", "100"),
+        ("0123456789abcdef", "1.5"),
+    ] {
+        let mut call = Call::new(acquire);
+        call.key("l:{r}").key("l:{r}:fence").arg(token).arg(ttl);
+        assert!(matches!(
+            manager.invoke::<redis::Value, _>(&mut conn, &call).await,
+            Err(Error::InvalidInput { .. })
+        ));
+    }
+    let fenced = Registry::global().require("fenced_set", 1).unwrap();
+    for fence in ["0", "-1", "01", "1.5", "abc", "99999999999999999999"] {
+        let mut call = Call::new(fenced);
+        call.key("f").arg(fence).arg("v");
+        assert!(
+            matches!(
+                manager.invoke::<redis::Value, _>(&mut conn, &call).await,
+                Err(Error::InvalidInput { .. })
+            ),
+            "{fence}"
+        );
+    }
+    assert_eq!(server.cmd::<i64>(&["DBSIZE"]).await, 0, "nothing written");
+}
+
+#[tokio::test]
+async fn corrupt_data_is_refused_without_writing() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = lock();
+    let fence = lock.fence_key("res").unwrap();
+    let _: () = server.cmd(&["SET", &fence, "not-a-number"]).await;
+    assert!(matches!(
+        lock.acquire(&mut conn, "res", &LockOptions::new()).await,
+        Err(Error::CorruptData { .. })
+    ));
+    assert_eq!(
+        server
+            .cmd::<i64>(&["EXISTS", &lock.lock_key("res").unwrap()])
+            .await,
+        0
+    );
+    let _: () = server
+        .cmd(&["HSET", "data", "value", "v", "fence", "x1"])
+        .await;
+    assert!(matches!(
+        lock.fenced_set(&mut conn, "data", FencingToken::new(3), "w")
+            .await,
+        Err(Error::CorruptData { .. })
+    ));
+    assert!(matches!(
+        lock.fenced_get(&mut conn, "data").await,
+        Err(Error::CorruptData { .. })
+    ));
+    let _: () = server.cmd(&["SET", "plain", "v"]).await;
+    assert!(matches!(
+        lock.fenced_set(&mut conn, "plain", FencingToken::new(3), "w")
+            .await,
+        Err(Error::WrongType { .. })
+    ));
+    let _: () = server.cmd(&["SET", &fence, "41"]).await;
+    let guard = acquired(&lock, &mut conn, "res", &LockOptions::new()).await;
+    assert_eq!(guard.fencing_token(), FencingToken::new(42));
+}
+
+/// The futures users spawn are `Send` (checked at compile time).
+#[allow(dead_code)]
+fn futures_are_send(lock: Lock, conn: redis::aio::MultiplexedConnection, guard: LockGuard) {
+    fn send<T: Send>(_: T) {}
+    let options = LockOptions::new();
+    let mut c = conn.clone();
+    send(lock.acquire(&mut c, "r", &options));
+    send(lock.with_lock(&conn, "r", &options, |_| async {}));
+    let mut c2 = conn.clone();
+    send(lock.release(&mut c2, guard));
+    let redlock = redkit::lock::Redlock::new(ScriptManager::new(), vec![conn]).unwrap();
+    send(redlock.acquire("r", &options));
+}
+
+#[tokio::test]
+async fn a_watchdog_started_late_still_renews_before_the_validity_runs_out() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = lock();
+    let options = LockOptions::new().ttl(Duration::from_millis(900));
+    let mut guard = acquired(&lock, &mut conn, "late", &options).await;
+    // Two thirds of the lease gone: less is left than one renewal period (300 ms).
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let signal = lock.watch(conn.clone(), &mut guard).unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(!signal.is_lost(), "{:?}", signal.loss());
+    assert!(guard.is_valid());
+    assert_eq!(
+        lock.release(&mut conn, guard).await.unwrap(),
+        Release::Released
+    );
+}

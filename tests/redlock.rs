@@ -1,0 +1,199 @@
+//! Redlock over 5 independent masters against real Redis, with frozen (SIGSTOP) nodes.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redkit::lock::{LockOptions, Redlock};
+use redkit::{Error, ScriptManager};
+use support::RedisMasters;
+
+const NODE_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// Connections with connect/response timeouts, made while every node is healthy.
+async fn connect(masters: &RedisMasters) -> Vec<MultiplexedConnection> {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_response_timeout(Some(Duration::from_secs(2)));
+    let mut conns = Vec::new();
+    for node in &masters.nodes {
+        conns.push(
+            node.client()
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .unwrap(),
+        );
+    }
+    conns
+}
+
+async fn redlock(masters: &RedisMasters) -> Redlock<MultiplexedConnection> {
+    Redlock::new(ScriptManager::new(), connect(masters).await)
+        .unwrap()
+        .node_timeout(NODE_TIMEOUT)
+}
+
+async fn exists(masters: &RedisMasters, nodes: &[usize], key: &str) -> Vec<i64> {
+    let mut out = Vec::new();
+    for &i in nodes {
+        out.push(masters.nodes[i].cmd::<i64>(&["EXISTS", key]).await);
+    }
+    out
+}
+
+#[tokio::test]
+async fn succeeds_with_two_of_five_masters_paused_and_validity_counts_elapsed_time() {
+    let mut masters = RedisMasters::spawn(5).await;
+    let redlock = redlock(&masters).await;
+    assert_eq!(redlock.quorum(), 3);
+    masters.nodes[1].pause().await;
+    masters.nodes[3].pause().await;
+
+    let ttl = Duration::from_secs(10);
+    let options = LockOptions::new().ttl(ttl);
+    let before = Instant::now();
+    let guard = redlock.acquire("payout", &options).await.unwrap();
+    let validity = guard.validity();
+    let took = before.elapsed(); // read after the validity: bounds it from below
+                                 // The acquire waited for the frozen nodes' timeout: that time is not counted as held.
+    assert!(
+        validity <= ttl - options.drift_allowance() - NODE_TIMEOUT,
+        "{validity:?}"
+    );
+    assert!(
+        validity + took >= ttl - options.drift_allowance(),
+        "{validity:?} {took:?}"
+    );
+    assert_eq!(exists(&masters, &[0, 2, 4], guard.key()).await, [1, 1, 1]);
+
+    // Extend with the same quorum.
+    let mut guard = guard;
+    redlock.extend(&mut guard).await.unwrap();
+    assert!(guard.is_valid());
+
+    // A second contender cannot get a quorum while we hold it.
+    match redlock.acquire("payout", &options).await {
+        Err(Error::NoQuorum {
+            agreed: 0,
+            needed: 3,
+            total: 5,
+            failed,
+        }) => {
+            assert_eq!(failed.len(), 5);
+            assert!(failed.iter().any(|(_, why)| why.contains("another owner")));
+            assert!(failed.iter().any(|(_, why)| why.contains("timed out")));
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let key = guard.key().to_owned();
+    let report = redlock.release(guard).await;
+    assert_eq!(report.released, 3);
+    let failed: Vec<usize> = report.failed.iter().map(|(i, _)| *i).collect();
+    assert_eq!(failed, [1, 3]);
+    assert_eq!(exists(&masters, &[0, 2, 4], &key).await, [0, 0, 0]);
+
+    masters.nodes[1].resume().await;
+    masters.nodes[3].resume().await;
+}
+
+#[tokio::test]
+async fn fails_with_three_of_five_paused_and_leaves_no_key_on_the_healthy_ones() {
+    let mut masters = RedisMasters::spawn(5).await;
+    let redlock = redlock(&masters).await;
+    for i in [0, 2, 4] {
+        masters.nodes[i].pause().await;
+    }
+    let options = LockOptions::new().ttl(Duration::from_secs(10));
+    let key = redlock.lock_key("payout").unwrap();
+    match redlock.acquire("payout", &options).await {
+        Err(Error::NoQuorum {
+            agreed,
+            needed,
+            total,
+            failed,
+        }) => {
+            assert_eq!((agreed, needed, total), (2, 3, 5));
+            let nodes: Vec<usize> = failed.iter().map(|(i, _)| *i).collect();
+            assert_eq!(nodes, [0, 2, 4]);
+            assert!(failed.iter().all(|(_, why)| why.contains("timed out")));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        exists(&masters, &[1, 3], &key).await,
+        [0, 0],
+        "key left behind"
+    );
+
+    // Once the frozen nodes wake up, their queued SET is followed by the queued release.
+    for i in [0, 2, 4] {
+        masters.nodes[i].resume().await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(exists(&masters, &[0, 1, 2, 3, 4], &key).await, [0; 5]);
+    // And the lock is free again.
+    let guard = redlock.acquire("payout", &options).await.unwrap();
+    assert_eq!(redlock.release(guard).await.released, 5);
+}
+
+#[tokio::test]
+async fn extend_needs_a_quorum() {
+    let masters = RedisMasters::spawn(3).await;
+    let redlock = redlock(&masters).await;
+    let options = LockOptions::new().ttl(Duration::from_secs(5));
+    let mut guard = redlock.acquire("job", &options).await.unwrap();
+    let key = guard.key().to_owned();
+    redlock.extend(&mut guard).await.unwrap();
+    // Two of three nodes lose the key: an extend can no longer reach a quorum.
+    for i in [0, 2] {
+        let _: i64 = masters.nodes[i].cmd(&["DEL", &key]).await;
+    }
+    match redlock.extend(&mut guard).await {
+        Err(Error::NoQuorum {
+            agreed: 1,
+            needed: 2,
+            total: 3,
+            failed,
+        }) => assert_eq!(failed.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [0, 2]),
+        other => panic!("{other:?}"),
+    }
+    assert!(!guard.is_valid());
+    let report = redlock.release(guard).await;
+    assert_eq!((report.released, report.not_owner), (1, 2));
+    assert!(report.failed.is_empty());
+}
+
+#[tokio::test]
+async fn bad_input_is_a_typed_error_and_writes_nothing() {
+    let masters = RedisMasters::spawn(3).await;
+    let conns = connect(&masters).await;
+    assert!(matches!(
+        Redlock::new(ScriptManager::new(), conns[..2].to_vec()),
+        Err(Error::InvalidInput { what: "nodes", .. })
+    ));
+    let redlock = redlock(&masters).await;
+    let cases = [
+        ("", LockOptions::new(), "resource"),
+        ("r", LockOptions::new().ttl(Duration::ZERO), "ttl"),
+        (
+            "r",
+            LockOptions::new().ttl(Duration::from_millis(200)),
+            "node timeout",
+        ),
+    ];
+    for (resource, options, what) in cases {
+        match redlock.acquire(resource, &options).await {
+            Err(Error::InvalidInput { what: got, .. }) => assert_eq!(got, what),
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        redlock.with_prefix("no spaces"),
+        Err(Error::InvalidInput { what: "prefix", .. })
+    ));
+    for node in &masters.nodes {
+        assert_eq!(node.cmd::<i64>(&["DBSIZE"]).await, 0);
+    }
+}
