@@ -4,6 +4,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
+pub mod inventory;
 pub mod keys;
 pub mod script;
 
