@@ -199,8 +199,11 @@ impl Inventory {
             call.arg(*quantity);
         }
         if record_key.is_some() {
-            call.arg(self.inner.retention_ms)
-                .arg(reply::fingerprint(mode.as_str(), keys, quantities));
+            call.arg(self.inner.retention_ms).arg(reply::fingerprint(
+                mode.as_str(),
+                keys,
+                quantities,
+            ));
         }
         let raw: String = self.inner.manager.invoke(conn, &call).await?;
         reply::decode(script, &raw, keys.len())
@@ -242,8 +245,7 @@ impl InventoryBuilder {
     /// Checks the settings and builds the inventory.
     pub fn build(self) -> Result<Inventory> {
         keys::validate_prefix("prefix", &self.prefix)?;
-        if self.retention < Duration::from_millis(1) || self.retention > Inventory::MAX_RETENTION
-        {
+        if self.retention < Duration::from_millis(1) || self.retention > Inventory::MAX_RETENTION {
             return Err(Error::invalid(
                 "retention",
                 format!(

@@ -30,7 +30,9 @@ pub(super) fn decode(script: &Script, raw: &str, lines: usize) -> Result<Reply> 
             _ => Err(bad("a duplicate of an outcome that is never recorded")),
         },
         "conflict" if rest.is_empty() => Ok(Reply::Conflict),
-        "unknown" => Ok(Reply::Unknown(line(rest, lines).ok_or_else(|| bad("a bad line"))?)),
+        "unknown" => Ok(Reply::Unknown(
+            line(rest, lines).ok_or_else(|| bad("a bad line"))?,
+        )),
         "ok" => {
             let stocks = numbers(rest).ok_or_else(|| bad("a bad number"))?;
             if stocks.len() != lines {
@@ -112,9 +114,22 @@ mod tests {
     fn refuses_malformed_replies() {
         let s = script();
         for raw in [
-            "", "ok", "ok 1", "ok -1 2", "ok 1 x", "short", "short 1", "short 3 1", "short 0 1",
-            "unknown 0", "unknown 3", "dup conflict", "dup dup ok 1 1", "dup unknown 1",
-            "conflict 1", "nope",
+            "",
+            "ok",
+            "ok 1",
+            "ok -1 2",
+            "ok 1 x",
+            "short",
+            "short 1",
+            "short 3 1",
+            "short 0 1",
+            "unknown 0",
+            "unknown 3",
+            "dup conflict",
+            "dup dup ok 1 1",
+            "dup unknown 1",
+            "conflict 1",
+            "nope",
         ] {
             assert!(
                 matches!(decode(&s, raw, 2), Err(Error::UnexpectedReply { .. })),

@@ -45,7 +45,11 @@ impl Store {
     /// The key holding the stock of `sku` (a plain integer string): `<prefix>:{<store>}:sku:<sku>`.
     /// Fails when `sku` is empty or too long.
     pub fn sku_key(&self, sku: &str) -> Result<String> {
-        Ok(format!("{}:sku:{}", self.base, keys::escape_part("sku", sku)?))
+        Ok(format!(
+            "{}:sku:{}",
+            self.base,
+            keys::escape_part("sku", sku)?
+        ))
     }
 
     /// The key of the idempotency record of `request_id`: `<prefix>:{<store>}:req:<id>`.
