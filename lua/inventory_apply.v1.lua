@@ -4,17 +4,19 @@
 --! KEYS[1..n] = SKU stock counters; KEYS[n+1] (optional) = request record.
 --! ARGV[1] = 'take' | 'put', ARGV[2] = n, ARGV[3..n+2] = quantities (1..=99999999999999);
 --! with a request record: ARGV[n+3] = retention in ms, ARGV[n+4] = request fingerprint.
---! Reply, one string:
---!   'ok s1 .. sn'       applied; s = stock of each line afterwards
---!   'short i a ...'     take refused, nothing changed; line i has only a units
---!   'dup <original>'    request id seen within the retention: its original reply, nothing changed
---!   'conflict'          request id seen for a different request: nothing changed
---!   'unknown i'         line i's SKU has no stock recorded: nothing changed, nothing recorded
+--! Reply, an array:
+--!   {'ok', s1, .., sn}       applied; s = stock of each line afterwards
+--!   {'short', i, a, ...}     take refused, nothing changed; line i has only a units
+--!   {'dup', original}        request id seen within the retention, nothing changed; original =
+--!                            the first reply as text ('ok s1 .. sn' or 'short i a ...')
+--!   {'conflict'}             request id seen for a different request: nothing changed
+--!   {'unknown', i}           line i's SKU has no stock recorded: nothing changed, nothing recorded
+--! The record stored under the request key is '<fingerprint> <original>'.
 --! Errors: REDKIT_DATA when a stock is not an integer 0..=99999999999999 (nothing changed),
 --! REDKIT_INPUT for bad arguments or a put that would exceed that maximum.
-local MAX_DIGITS = 14
+local MAX = 99999999999999
 local function integer(s)
-  return s and string.match(s, '^%d+$') and #s <= MAX_DIGITS
+  return s and #s <= 14 and string.match(s, '^%d+$')
 end
 
 local mode = ARGV[1]
@@ -27,11 +29,11 @@ if not integer(ARGV[2]) or n < 1 or (#KEYS ~= n and #KEYS ~= n + 1) then
 end
 local quantities = {}
 for i = 1, n do
-  local q = ARGV[i + 2]
-  if not integer(q) or tonumber(q) < 1 then
+  local q = tonumber(ARGV[i + 2])
+  if not integer(ARGV[i + 2]) or q < 1 then
     return redis.error_reply('REDKIT_INPUT quantity of line ' .. i .. ' must be 1..=99999999999999')
   end
-  quantities[i] = tonumber(q)
+  quantities[i] = q
 end
 
 local record_key = KEYS[n + 1]
@@ -46,19 +48,19 @@ if record_key then
   if record then
     local head = fingerprint .. ' '
     if string.sub(record, 1, #head) == head then
-      return 'dup ' .. string.sub(record, #head + 1)
+      return {'dup', string.sub(record, #head + 1)}
     end
-    return 'conflict'
+    return {'conflict'}
   end
 end
 
 -- Read and check every line before writing anything.
-local after = {}
-local short = {}
+local applied = {'ok'}
+local short = {'short'}
 for i = 1, n do
   local raw = redis.call('GET', KEYS[i])
   if not raw then
-    return 'unknown ' .. i
+    return {'unknown', i}
   end
   if not integer(raw) then
     return redis.error_reply('REDKIT_DATA stock of line ' .. i .. ' is not an integer 0..=99999999999999')
@@ -69,29 +71,29 @@ for i = 1, n do
       short[#short + 1] = i
       short[#short + 1] = stock
     end
-    after[i] = stock - quantities[i]
+    applied[i + 1] = stock - quantities[i]
   else
-    after[i] = stock + quantities[i]
-    if after[i] > 99999999999999 then
+    applied[i + 1] = stock + quantities[i]
+    if applied[i + 1] > MAX then
       return redis.error_reply('REDKIT_INPUT restock of line ' .. i .. ' would exceed 99999999999999')
     end
   end
 end
 
 local reply
-if #short > 0 then
-  reply = 'short ' .. table.concat(short, ' ')
+if #short > 1 then
+  reply = short
 else
   local command = 'INCRBY'
   if mode == 'take' then
     command = 'DECRBY'
   end
   for i = 1, n do
-    redis.call(command, KEYS[i], quantities[i])
+    redis.call(command, KEYS[i], ARGV[i + 2])
   end
-  reply = 'ok ' .. table.concat(after, ' ')
+  reply = applied
 end
 if record_key then
-  redis.call('SET', record_key, fingerprint .. ' ' .. reply, 'PX', retention)
+  redis.call('SET', record_key, fingerprint .. ' ' .. table.concat(reply, ' '), 'PX', retention)
 end
 return reply

@@ -205,8 +205,8 @@ impl Inventory {
                 quantities,
             ));
         }
-        let raw: String = self.inner.manager.invoke(conn, &call).await?;
-        reply::decode(script, &raw, keys.len())
+        let value: redis::Value = self.inner.manager.invoke(conn, &call).await?;
+        reply::decode(script, value, keys.len())
     }
 }
 
