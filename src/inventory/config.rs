@@ -182,14 +182,14 @@ impl Inventory {
         &self,
         conn: &mut C,
         mode: Mode,
-        keys: &[String],
+        keys: &[&str],
         quantities: &[u64],
         record_key: Option<String>,
     ) -> Result<Reply> {
         let script = self.inner.apply;
         let mut call = Call::with_key_count(script, keys.len() + usize::from(record_key.is_some()));
         for key in keys {
-            call.key(key);
+            call.key(*key);
         }
         if let Some(record) = &record_key {
             call.key(record);

@@ -84,7 +84,7 @@ pub(super) async fn place<C: ConnectionLike>(
             "its lines belong to a store of another inventory (prefix)",
         ));
     }
-    let keys: Vec<String> = lines.iter().map(|l| l.key.clone()).collect();
+    let keys: Vec<&str> = lines.iter().map(|l| l.key.as_str()).collect();
     for (i, key) in keys.iter().enumerate() {
         if keys[..i].contains(key) {
             return Err(Error::invalid(

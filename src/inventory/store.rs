@@ -195,10 +195,10 @@ impl Store {
         request_id: Option<&str>,
     ) -> Result<Reply> {
         check_quantity(quantity)?;
-        let keys = [self.sku_key(sku)?];
+        let key = self.sku_key(sku)?;
         let record = request_id.map(|id| self.request_key(id)).transpose()?;
         self.inventory
-            .apply(conn, mode, &keys, &[quantity], record)
+            .apply(conn, mode, &[key.as_str()], &[quantity], record)
             .await
     }
 }
