@@ -822,3 +822,25 @@ async fn script_flush_mid_run_loses_nothing_and_applies_nothing_twice() {
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), left_a);
     assert_eq!(s.stock(&mut conn, "b").await.unwrap(), left_b);
 }
+
+#[tokio::test]
+async fn works_over_a_connection_manager() {
+    let server = RedisServer::spawn().await;
+    let mut conn = redis::aio::ConnectionManager::new(server.client())
+        .await
+        .unwrap();
+    let inventory = Inventory::new("t:inv").unwrap();
+    let s = inventory.store("cm").unwrap();
+    s.set(&mut conn, "a", 3).await.unwrap();
+    assert_eq!(
+        s.decrement(&mut conn, "a", 2, Some("o")).await.unwrap(),
+        Decrement::Decremented { remaining: 1 }
+    );
+    let lines = [s.line("a", 2).unwrap()];
+    let outcome = inventory
+        .place_order(&mut conn, &lines, None)
+        .await
+        .unwrap();
+    assert!(matches!(outcome, Order::Insufficient { .. }), "{outcome:?}");
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 1);
+}
