@@ -103,6 +103,16 @@ pub enum Error {
         /// Per failed node: its index and why it failed (no passwords).
         failed: Vec<(usize, String)>,
     },
+
+    /// Something the request needs does not exist in Redis (e.g. a SKU whose stock was never
+    /// set). Nothing was written.
+    #[error("{what} not found: {detail}")]
+    NotFound {
+        /// What is missing (e.g. `"sku"`).
+        what: &'static str,
+        /// Which one, as the caller named it (e.g. the SKU id).
+        detail: String,
+    },
 }
 
 impl Error {

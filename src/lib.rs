@@ -4,7 +4,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
-#[allow(dead_code)] // used by the areas merged next
+pub mod inventory;
 pub mod keys;
 pub mod lock;
 pub mod script;

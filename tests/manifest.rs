@@ -12,7 +12,14 @@ struct Entry {
     name: String,
     version: u32,
     keys: usize,
+    /// `true` for a `--! keys: variadic` script (then `keys` is the minimum, 1).
+    #[serde(default, skip_serializing_if = "is_false")]
+    variadic: bool,
     sha1: String,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 #[derive(serde::Deserialize, serde::Serialize, Debug)]
@@ -30,6 +37,7 @@ fn expected() -> Vec<Entry> {
             name: s.name().to_owned(),
             version: s.version(),
             keys: s.key_count(),
+            variadic: s.is_variadic(),
             sha1: s.sha1().to_owned(),
         })
         .collect()

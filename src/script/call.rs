@@ -10,7 +10,9 @@ use crate::error::{Error, Result};
 /// The `EVALSHA` command is encoded as the call is built, so sending it costs no further
 /// allocation; the `EVAL` fallback is derived from it only when Redis answers `NOSCRIPT`.
 /// All keys must be added before the first argument, and their number must match the
-/// script's declared key count (checked before anything is sent).
+/// script's declared key count (checked before anything is sent). A
+/// [variadic](Script::is_variadic) script's call states its key count up front with
+/// [`Call::with_key_count`].
 ///
 /// ```
 /// use redkit::{Call, Script};
@@ -24,6 +26,7 @@ use crate::error::{Error, Result};
 pub struct Call<'s> {
     script: &'s Script,
     cmd: Cmd,
+    declared: usize,
     keys: usize,
     args: usize,
     misordered: bool,
@@ -33,15 +36,29 @@ pub struct Call<'s> {
 pub(crate) const HEADER_ARGS: usize = 3;
 
 impl<'s> Call<'s> {
-    /// Starts a call of `script`.
+    /// Starts a call of `script` with the script's declared key count.
     pub fn new(script: &'s Script) -> Self {
-        let mut cmd = Cmd::with_capacity(HEADER_ARGS + script.key_count() + 4, 96);
-        cmd.arg("EVALSHA")
-            .arg(script.sha1())
-            .arg(script.key_count());
+        Self::with_key_count(script, script.key_count())
+    }
+
+    /// Starts a call that will pass exactly `keys` keys: any number from 1 for a
+    /// [variadic](Script::is_variadic) script; for a fixed script, only its declared count.
+    /// A mismatch is reported as [`Error::KeyCount`] before anything is sent.
+    ///
+    /// ```
+    /// use redkit::{Call, Script};
+    /// let script = Script::new_variadic("mget", 1, "return redis.call('MGET', unpack(KEYS))")?;
+    /// let mut call = Call::with_key_count(&script, 3);
+    /// call.key("{s}:a").key("{s}:b").key("{s}:c");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn with_key_count(script: &'s Script, keys: usize) -> Self {
+        let mut cmd = Cmd::with_capacity(HEADER_ARGS + keys + 4, 96);
+        cmd.arg("EVALSHA").arg(script.sha1()).arg(keys);
         Self {
             script,
             cmd,
+            declared: keys,
             keys: 0,
             args: 0,
             misordered: false,
@@ -93,12 +110,21 @@ impl<'s> Call<'s> {
                 ),
             ));
         }
-        if self.keys != self.script.key_count() {
-            return Err(Error::KeyCount {
-                script: self.script.id().to_owned(),
-                expected: self.script.key_count(),
-                got: self.keys,
-            });
+        let script = self.script;
+        let count_error = |expected, got| Error::KeyCount {
+            script: script.id().to_owned(),
+            expected,
+            got,
+        };
+        if script.is_variadic() {
+            if self.declared < 1 {
+                return Err(count_error(1, self.declared));
+            }
+        } else if self.declared != script.key_count() {
+            return Err(count_error(script.key_count(), self.declared));
+        }
+        if self.keys != self.declared {
+            return Err(count_error(self.declared, self.keys));
         }
         Ok(())
     }
@@ -158,6 +184,46 @@ mod tests {
         assert!(ok.validate().is_ok());
         assert_eq!(ok.args, 3);
         assert_eq!(ok.first_key(), Some(&b"a"[..]));
+    }
+
+    #[test]
+    fn variadic_calls_state_their_key_count() {
+        let v = Script::new_variadic("v", 1, "return #KEYS").unwrap();
+        let mut three = Call::with_key_count(&v, 3);
+        three.key("a").key("b").arg(1);
+        assert!(matches!(
+            three.validate(),
+            Err(Error::KeyCount {
+                expected: 3,
+                got: 2,
+                ..
+            })
+        ));
+        let mut ok = Call::with_key_count(&v, 2);
+        ok.key("a").key("b").arg(1);
+        assert!(ok.validate().is_ok());
+        let numkeys = ok.evalsha().args_iter().nth(2);
+        assert!(matches!(numkeys, Some(redis::Arg::Simple(b"2"))));
+        assert!(matches!(
+            Call::with_key_count(&v, 0).validate(),
+            Err(Error::KeyCount {
+                expected: 1,
+                got: 0,
+                ..
+            })
+        ));
+        // A fixed script cannot be called with another count.
+        let s = script();
+        let mut wrong = Call::with_key_count(&s, 1);
+        wrong.key("a");
+        assert!(matches!(
+            wrong.validate(),
+            Err(Error::KeyCount {
+                expected: 2,
+                got: 1,
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -16,6 +16,11 @@ static REGISTRY: LazyLock<Registry> = LazyLock::new(Registry::build);
 /// Embedded scripts come from [`Registry::global`]; [`Script::new`] builds one from your own
 /// source. The SHA1 is computed once, here, never per call.
 ///
+/// A script whose header says `--! keys: variadic` (or one built with
+/// [`Script::new_variadic`]) takes a number of `KEYS` chosen per call, at least one: the call
+/// states it with [`Call::with_key_count`](crate::Call::with_key_count). Every key is still
+/// passed as `KEYS`, never built inside the script.
+///
 /// ```
 /// let script = redkit::Script::new("echo", 1, 1, "return KEYS[1]").unwrap();
 /// assert_eq!(script.sha1(), "4a2267357833227dd98abdedb8cf24b15a986445");
@@ -26,6 +31,7 @@ pub struct Script {
     name: String,
     version: u32,
     keys: usize,
+    variadic: bool,
     sha1: String,
     source: String,
     id: String,
@@ -36,6 +42,23 @@ impl Script {
     ///
     /// Fails when the name is empty or not `[a-z0-9_]`, or the version is 0.
     pub fn new(name: &str, version: u32, keys: usize, source: &str) -> Result<Self> {
+        Self::build(name, version, keys, false, source)
+    }
+
+    /// Builds a script that takes a number of `KEYS` chosen per call (at least one), as the
+    /// header `--! keys: variadic` does for embedded scripts.
+    ///
+    /// ```
+    /// let script = redkit::Script::new_variadic("mget", 1, "return redis.call('MGET', unpack(KEYS))")?;
+    /// assert!(script.is_variadic());
+    /// assert_eq!(script.key_count(), 1); // the minimum
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn new_variadic(name: &str, version: u32, source: &str) -> Result<Self> {
+        Self::build(name, version, 1, true, source)
+    }
+
+    fn build(name: &str, version: u32, keys: usize, variadic: bool, source: &str) -> Result<Self> {
         if name.is_empty()
             || !name
                 .bytes()
@@ -53,6 +76,7 @@ impl Script {
             name: name.to_owned(),
             version,
             keys,
+            variadic,
             sha1: sha1_smol::Sha1::from(source.as_bytes())
                 .digest()
                 .to_string(),
@@ -76,9 +100,15 @@ impl Script {
         &self.id
     }
 
-    /// How many `KEYS` every call passes.
+    /// How many `KEYS` every call passes; for a [variadic](Self::is_variadic) script, the
+    /// minimum (1).
     pub fn key_count(&self) -> usize {
         self.keys
+    }
+
+    /// `true` when each call chooses its number of `KEYS` (header `--! keys: variadic`).
+    pub fn is_variadic(&self) -> bool {
+        self.variadic
     }
 
     /// Lower-case hex SHA1 of the source, as Redis computes it.
@@ -97,6 +127,7 @@ impl fmt::Debug for Script {
         f.debug_struct("Script")
             .field("id", &self.id)
             .field("keys", &self.keys)
+            .field("variadic", &self.variadic)
             .field("sha1", &self.sha1)
             .finish_non_exhaustive()
     }
@@ -190,17 +221,32 @@ fn parse_file(stem: &str, contents: &[u8]) -> std::result::Result<Script, String
         .parse()
         .map_err(|_| "version after .v must be a positive integer".to_owned())?;
     let source = std::str::from_utf8(contents).map_err(|_| "not UTF-8".to_owned())?;
-    let keys = header_keys(source).ok_or("missing `--! keys: <count>` header line")?;
-    Script::new(name, version, keys, source).map_err(|e| e.to_string())
+    let script = match header_keys(source)
+        .ok_or("missing `--! keys: <count>` (or `--! keys: variadic`) header line")?
+    {
+        HeaderKeys::Fixed(keys) => Script::new(name, version, keys, source),
+        HeaderKeys::Variadic => Script::new_variadic(name, version, source),
+    };
+    script.map_err(|e| e.to_string())
 }
 
-/// Reads `--! keys: K` from the header comment block.
-fn header_keys(source: &str) -> Option<usize> {
-    source
+/// The value of the `--! keys:` header.
+enum HeaderKeys {
+    Fixed(usize),
+    Variadic,
+}
+
+/// Reads `--! keys: K` or `--! keys: variadic` from the header comment block.
+fn header_keys(source: &str) -> Option<HeaderKeys> {
+    let value = source
         .lines()
         .take_while(|l| l.starts_with("--"))
-        .find_map(|l| l.strip_prefix("--! keys:"))
-        .and_then(|v| v.trim().parse().ok())
+        .find_map(|l| l.strip_prefix("--! keys:"))?
+        .trim();
+    if value == "variadic" {
+        return Some(HeaderKeys::Variadic);
+    }
+    value.parse().ok().map(HeaderKeys::Fixed)
 }
 
 #[cfg(test)]
@@ -218,6 +264,11 @@ mod tests {
         assert!(parse_file("x.v0", b"--! keys: 1\n").is_err());
         assert!(parse_file("x.v1", b"return 1").is_err());
         assert!(parse_file("Bad-Name.v1", b"--! keys: 1\n").is_err());
+        assert!(parse_file("x.v1", b"--! keys: many\n").is_err());
+        let v = parse_file("multi.v1", b"--! keys: variadic\nreturn 1").unwrap();
+        assert!(v.is_variadic());
+        assert_eq!(v.key_count(), 1);
+        assert!(!s.is_variadic());
     }
 
     #[test]

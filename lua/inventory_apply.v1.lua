@@ -1,0 +1,99 @@
+--! keys: variadic
+--! Takes (decrements) or puts back (restocks) the stock of n SKUs, all or nothing, optionally
+--! idempotent by request id. All keys share the store's hash tag.
+--! KEYS[1..n] = SKU stock counters; KEYS[n+1] (optional) = request record.
+--! ARGV[1] = 'take' | 'put', ARGV[2] = n, ARGV[3..n+2] = quantities (1..=99999999999999);
+--! with a request record: ARGV[n+3] = retention in ms, ARGV[n+4] = request fingerprint.
+--! Reply, an array:
+--!   {'ok', s1, .., sn}       applied; s = stock of each line afterwards
+--!   {'short', i, a, ...}     take refused, nothing changed; line i has only a units
+--!   {'dup', original}        request id seen within the retention, nothing changed; original =
+--!                            the first reply as text ('ok s1 .. sn' or 'short i a ...')
+--!   {'conflict'}             request id seen for a different request: nothing changed
+--!   {'unknown', i}           line i's SKU has no stock recorded: nothing changed, nothing recorded
+--! The record stored under the request key is '<fingerprint> <original>'.
+--! Errors: REDKIT_DATA when a stock is not an integer 0..=99999999999999 (nothing changed),
+--! REDKIT_INPUT for bad arguments or a put that would exceed that maximum.
+local MAX = 99999999999999
+local function integer(s)
+  return s and #s <= 14 and string.match(s, '^%d+$')
+end
+
+local mode = ARGV[1]
+if mode ~= 'take' and mode ~= 'put' then
+  return redis.error_reply("REDKIT_INPUT mode must be 'take' or 'put'")
+end
+local n = tonumber(ARGV[2])
+if not integer(ARGV[2]) or n < 1 or (#KEYS ~= n and #KEYS ~= n + 1) then
+  return redis.error_reply('REDKIT_INPUT line count does not match the keys')
+end
+local quantities = {}
+for i = 1, n do
+  local q = tonumber(ARGV[i + 2])
+  if not integer(ARGV[i + 2]) or q < 1 then
+    return redis.error_reply('REDKIT_INPUT quantity of line ' .. i .. ' must be 1..=99999999999999')
+  end
+  quantities[i] = q
+end
+
+local record_key = KEYS[n + 1]
+local retention, fingerprint
+if record_key then
+  retention = ARGV[n + 3]
+  fingerprint = ARGV[n + 4]
+  if not integer(retention) or tonumber(retention) < 1 or not fingerprint or fingerprint == '' then
+    return redis.error_reply('REDKIT_INPUT a request record needs a retention and a fingerprint')
+  end
+  local record = redis.call('GET', record_key)
+  if record then
+    local head = fingerprint .. ' '
+    if string.sub(record, 1, #head) == head then
+      return {'dup', string.sub(record, #head + 1)}
+    end
+    return {'conflict'}
+  end
+end
+
+-- Read and check every line before writing anything.
+local applied = {'ok'}
+local short = {'short'}
+for i = 1, n do
+  local raw = redis.call('GET', KEYS[i])
+  if not raw then
+    return {'unknown', i}
+  end
+  if not integer(raw) then
+    return redis.error_reply('REDKIT_DATA stock of line ' .. i .. ' is not an integer 0..=99999999999999')
+  end
+  local stock = tonumber(raw)
+  if mode == 'take' then
+    if stock < quantities[i] then
+      short[#short + 1] = i
+      short[#short + 1] = stock
+    end
+    applied[i + 1] = stock - quantities[i]
+  else
+    applied[i + 1] = stock + quantities[i]
+    if applied[i + 1] > MAX then
+      return redis.error_reply('REDKIT_INPUT restock of line ' .. i .. ' would exceed 99999999999999')
+    end
+  end
+end
+
+local reply
+if #short > 1 then
+  reply = short
+else
+  local command = 'INCRBY'
+  if mode == 'take' then
+    command = 'DECRBY'
+  end
+  for i = 1, n do
+    redis.call(command, KEYS[i], ARGV[i + 2])
+  end
+  reply = applied
+end
+if record_key then
+  redis.call('SET', record_key, fingerprint .. ' ' .. table.concat(reply, ' '), 'PX', retention)
+end
+return reply

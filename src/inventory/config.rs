@@ -1,0 +1,280 @@
+//! [`Inventory`] and its builder: prefix, retention of idempotency records, scripts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+
+use super::order::{self, OrderLine};
+use super::outcome::Order;
+use super::reply::{self, Reply};
+use super::store::Store;
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::script::{Call, Registry, Script, ScriptManager};
+
+/// Atomic stock counters under one key prefix. Cheap to clone (an `Arc`).
+///
+/// Single-SKU operations live on [`Store`] (get one with [`store`](Self::store));
+/// multi-SKU orders on [`place_order`](Self::place_order).
+///
+/// ```
+/// use std::time::Duration;
+/// use redkit::inventory::Inventory;
+/// let inventory = Inventory::builder("shop:inv")
+///     .retention(Duration::from_secs(3600))
+///     .build()?;
+/// assert_eq!(inventory.retention(), Duration::from_secs(3600));
+/// let store = inventory.store("warehouse-7")?;
+/// assert_eq!(store.sku_key("sku-1")?, "shop:inv:{warehouse-7}:sku:sku-1");
+/// # Ok::<(), redkit::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Inventory {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(super) struct Inner {
+    pub(super) prefix: String,
+    pub(super) retention_ms: u64,
+    pub(super) manager: ScriptManager,
+    pub(super) set: &'static Script,
+    pub(super) get: &'static Script,
+    pub(super) apply: &'static Script,
+}
+
+/// Operation of `inventory_apply`.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Mode {
+    Take,
+    Put,
+}
+
+impl Mode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Take => "take",
+            Self::Put => "put",
+        }
+    }
+}
+
+impl Inventory {
+    /// How long a request id is remembered by default: 24 hours.
+    pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+    /// The longest retention accepted: 30 days.
+    pub const MAX_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+    /// The largest stock and the largest quantity of one line: 14 decimal digits, so every
+    /// value is exact in Lua's numbers.
+    pub const MAX_QUANTITY: u64 = 99_999_999_999_999;
+    /// The most lines one order may have.
+    pub const MAX_ORDER_LINES: usize = 256;
+
+    /// An inventory under `prefix` (1..=64 bytes of `[A-Za-z0-9_:.-]`) with default settings.
+    ///
+    /// ```
+    /// let inventory = redkit::inventory::Inventory::new("shop:inv")?;
+    /// assert!(redkit::inventory::Inventory::new("bad prefix").is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn new(prefix: &str) -> Result<Self> {
+        Self::builder(prefix).build()
+    }
+
+    /// A builder for an inventory under `prefix`.
+    ///
+    /// ```
+    /// let inventory = redkit::inventory::Inventory::builder("shop:inv")
+    ///     .manager(redkit::ScriptManager::new())
+    ///     .build()?;
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn builder(prefix: &str) -> InventoryBuilder {
+        InventoryBuilder {
+            prefix: prefix.to_owned(),
+            retention: Self::DEFAULT_RETENTION,
+            manager: None,
+        }
+    }
+
+    /// The store (shop, warehouse, ...) `id`: its escaped id is the hash tag of all its keys.
+    /// Fails when `id` is empty or longer than [`MAX_PART_LEN`](crate::keys::MAX_PART_LEN).
+    ///
+    /// ```
+    /// let inventory = redkit::inventory::Inventory::new("shop:inv")?;
+    /// let store = inventory.store("berlin")?;
+    /// assert_eq!(store.id(), "berlin");
+    /// assert!(inventory.store("").is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn store(&self, id: &str) -> Result<Store> {
+        let tag = keys::escape_part("store", id)?;
+        Ok(Store::new(
+            self.clone(),
+            id.to_owned(),
+            keys::tagged(&self.inner.prefix, &tag),
+        ))
+    }
+
+    /// How long request ids are remembered.
+    ///
+    /// ```
+    /// use redkit::inventory::Inventory;
+    /// assert_eq!(Inventory::new("inv")?.retention(), Inventory::DEFAULT_RETENTION);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn retention(&self) -> Duration {
+        Duration::from_millis(self.inner.retention_ms)
+    }
+
+    /// The script manager running the scripts (for its [`Stats`](crate::Stats)).
+    ///
+    /// ```
+    /// let inventory = redkit::inventory::Inventory::new("inv")?;
+    /// assert_eq!(inventory.manager().stats().noscript_fallbacks, 0);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn manager(&self) -> &ScriptManager {
+        &self.inner.manager
+    }
+
+    /// Places a multi-SKU order: every line is decremented, or (if any line is short) none
+    /// is and the outcome lists the short lines. One script call.
+    ///
+    /// All lines must come from one [`Store`] (one hash slot); lines of different stores are
+    /// refused with [`Error::CrossSlot`] before anything is sent, as are an empty order, more
+    /// than [`MAX_ORDER_LINES`](Self::MAX_ORDER_LINES) lines and a SKU listed twice
+    /// ([`Error::InvalidInput`]). With a `request_id`, a repeat of the same order within the
+    /// retention returns [`Order::Duplicate`]; the id reused for a different order is an
+    /// [`Error::InvalidInput`] and changes nothing. A SKU without stock is
+    /// [`Error::NotFound`]; a stock that is not an integer is [`Error::CorruptData`]; both
+    /// change nothing.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::inventory::{Inventory, Order};
+    /// let inventory = Inventory::new("shop:inv")?;
+    /// let berlin = inventory.store("berlin")?;
+    /// let lines = [berlin.line("sku-1", 2)?, berlin.line("sku-2", 1)?];
+    /// match inventory.place_order(&mut conn, &lines, Some("order-1001")).await? {
+    ///     Order::Placed { remaining } => println!("placed, left: {remaining:?}"),
+    ///     Order::Insufficient { short } => println!("short: {short:?}"),
+    ///     other => println!("{other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn place_order<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        lines: &[OrderLine],
+        request_id: Option<&str>,
+    ) -> Result<Order> {
+        order::place(self, conn, lines, request_id).await
+    }
+
+    pub(super) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+
+    /// Runs `inventory_apply` over `keys` (one store) with an optional request record.
+    pub(super) async fn apply<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        mode: Mode,
+        keys: &[&str],
+        quantities: &[u64],
+        record_key: Option<String>,
+    ) -> Result<Reply> {
+        let script = self.inner.apply;
+        let mut call = Call::with_key_count(script, keys.len() + usize::from(record_key.is_some()));
+        for key in keys {
+            call.key(*key);
+        }
+        if let Some(record) = &record_key {
+            call.key(record);
+        }
+        call.arg(mode.as_str()).arg(keys.len());
+        for quantity in quantities {
+            call.arg(*quantity);
+        }
+        if record_key.is_some() {
+            call.arg(self.inner.retention_ms).arg(reply::fingerprint(
+                mode.as_str(),
+                keys,
+                quantities,
+            ));
+        }
+        let value: redis::Value = self.inner.manager.invoke(conn, &call).await?;
+        reply::decode(script, value, keys.len())
+    }
+}
+
+/// Builds an [`Inventory`]; see [`Inventory::builder`].
+///
+/// ```
+/// use std::time::Duration;
+/// let inventory = redkit::inventory::Inventory::builder("inv")
+///     .retention(Duration::from_secs(600))
+///     .build()?;
+/// # Ok::<(), redkit::Error>(())
+/// ```
+#[derive(Debug)]
+#[must_use]
+pub struct InventoryBuilder {
+    prefix: String,
+    retention: Duration,
+    manager: Option<ScriptManager>,
+}
+
+impl InventoryBuilder {
+    /// How long request ids are remembered (1 ms ..= [`Inventory::MAX_RETENTION`]); default
+    /// [`Inventory::DEFAULT_RETENTION`]. A retry later than this is treated as a new request.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// The script manager to use (share one to share its [`Stats`](crate::Stats)); default a
+    /// new one.
+    pub fn manager(mut self, manager: ScriptManager) -> Self {
+        self.manager = Some(manager);
+        self
+    }
+
+    /// Checks the settings and builds the inventory.
+    pub fn build(self) -> Result<Inventory> {
+        keys::validate_prefix("prefix", &self.prefix)?;
+        if self.retention < Duration::from_millis(1) || self.retention > Inventory::MAX_RETENTION {
+            return Err(Error::invalid(
+                "retention",
+                format!(
+                    "must be 1 ms ..= {} days",
+                    Inventory::MAX_RETENTION.as_secs() / 86_400
+                ),
+            ));
+        }
+        let registry = Registry::global();
+        Ok(Inventory {
+            inner: Arc::new(Inner {
+                prefix: self.prefix,
+                retention_ms: u64::try_from(self.retention.as_millis()).unwrap_or(u64::MAX),
+                manager: self.manager.unwrap_or_default(),
+                set: registry.require("inventory_set", 1)?,
+                get: registry.require("inventory_get", 1)?,
+                apply: registry.require("inventory_apply", 1)?,
+            }),
+        })
+    }
+}
+
+/// Rejects a quantity of 0 or above [`Inventory::MAX_QUANTITY`] before any round trip.
+pub(super) fn check_quantity(quantity: u64) -> Result<()> {
+    if quantity == 0 || quantity > Inventory::MAX_QUANTITY {
+        return Err(Error::invalid(
+            "quantity",
+            format!("must be 1..={}", Inventory::MAX_QUANTITY),
+        ));
+    }
+    Ok(())
+}

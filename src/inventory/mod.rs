@@ -1,0 +1,47 @@
+//! Atomic inventory: stock counters that many service instances decrement concurrently
+//! without overselling or deducting twice.
+//!
+//! - [`Inventory`] (built with [`Inventory::builder`]): the key prefix, the retention of
+//!   idempotency records and the scripts; cheap to clone.
+//! - [`Store`]: one namespace (a shop, a warehouse) whose id becomes the hash tag of every key,
+//!   so all SKUs of one store live in one Cluster slot and a multi-SKU order is one script call.
+//! - Outcomes are values: [`Decrement`], [`Restock`], [`Order`] (with [`Shortage`]s).
+//!
+//! Every operation is one script call (one round trip in the steady state). Stock never goes
+//! below zero: a decrement the stock does not cover changes nothing and reports what is
+//! available. Decrements, restocks and orders may carry a request id (e.g. the order id): the
+//! same request sent again within the retention returns its original outcome as `Duplicate`
+//! and changes nothing, so a client that timed out can retry safely.
+//!
+//! Keys: `<prefix>:{<store>}:sku:<sku>` (the stock, a plain integer string) and
+//! `<prefix>:{<store>}:req:<request id>` (the idempotency record, expiring after the
+//! retention). Store, SKU and request ids are escaped (no `{`/`}` injection) and bounded to
+//! [`MAX_PART_LEN`](crate::keys::MAX_PART_LEN) bytes.
+//!
+//! ```no_run
+//! # async fn run() -> redkit::Result<()> {
+//! use redkit::inventory::{Decrement, Inventory};
+//! let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+//! let mut conn = client.get_multiplexed_async_connection().await?;
+//! let inventory = Inventory::new("shop:inv")?;
+//! let berlin = inventory.store("berlin")?;
+//! berlin.set(&mut conn, "sku-42", 100).await?;
+//! match berlin.decrement(&mut conn, "sku-42", 3, Some("order-1001")).await? {
+//!     Decrement::Decremented { remaining } => println!("sold, {remaining} left"),
+//!     Decrement::Insufficient { available } => println!("only {available} left"),
+//!     Decrement::Duplicate { original } => println!("already handled: {original:?}"),
+//!     _ => {}
+//! }
+//! # Ok(()) }
+//! ```
+
+mod config;
+mod order;
+mod outcome;
+mod reply;
+mod store;
+
+pub use config::{Inventory, InventoryBuilder};
+pub use order::OrderLine;
+pub use outcome::{Decrement, Order, Restock, Shortage};
+pub use store::Store;

@@ -1,0 +1,134 @@
+//! Multi-SKU orders: [`OrderLine`] and the all-or-nothing placement.
+
+use redis::aio::ConnectionLike;
+
+use super::config::{Inventory, Mode};
+use super::outcome::{Order, Shortage};
+use super::reply::Reply;
+use super::store::{reused_request_id, unknown_sku, Store};
+use crate::error::{Error, Result};
+use crate::script::Script;
+
+/// One line of a multi-SKU order: a SKU of one [`Store`] and a quantity, checked when built
+/// with [`Store::line`].
+///
+/// ```
+/// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+/// let line = store.line("sku-1", 3)?;
+/// assert_eq!(line.store().id(), "s1");
+/// # Ok::<(), redkit::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct OrderLine {
+    store: Store,
+    sku: String,
+    key: String,
+    quantity: u64,
+}
+
+impl OrderLine {
+    pub(super) fn new(store: Store, sku: String, key: String, quantity: u64) -> Self {
+        Self {
+            store,
+            sku,
+            key,
+            quantity,
+        }
+    }
+
+    /// The store of the line.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The SKU, as given.
+    pub fn sku(&self) -> &str {
+        &self.sku
+    }
+
+    /// The units the line asks for.
+    pub fn quantity(&self) -> u64 {
+        self.quantity
+    }
+}
+
+/// Checks the lines (one store, 1..=MAX_ORDER_LINES, no SKU twice) and places the order.
+pub(super) async fn place<C: ConnectionLike>(
+    inventory: &Inventory,
+    conn: &mut C,
+    lines: &[OrderLine],
+    request_id: Option<&str>,
+) -> Result<Order> {
+    let Some(first) = lines.first() else {
+        return Err(Error::invalid("order", "must have at least one line"));
+    };
+    if lines.len() > Inventory::MAX_ORDER_LINES {
+        return Err(Error::invalid(
+            "order",
+            format!("must have at most {} lines", Inventory::MAX_ORDER_LINES),
+        ));
+    }
+    let store = first.store();
+    if let Some(other) = lines.iter().find(|l| l.store.base() != store.base()) {
+        return Err(Error::CrossSlot {
+            detail: format!(
+                "order lines name stores {:?} and {:?}; one order must stay in one store",
+                store.id(),
+                other.store.id()
+            ),
+        });
+    }
+    if !same_inventory(inventory, store) {
+        return Err(Error::invalid(
+            "order",
+            "its lines belong to a store of another inventory (prefix)",
+        ));
+    }
+    let keys: Vec<&str> = lines.iter().map(|l| l.key.as_str()).collect();
+    for (i, key) in keys.iter().enumerate() {
+        if keys[..i].contains(key) {
+            return Err(Error::invalid(
+                "order",
+                format!("SKU {:?} is listed twice; merge its lines", lines[i].sku),
+            ));
+        }
+    }
+    let quantities: Vec<u64> = lines.iter().map(|l| l.quantity).collect();
+    let record = request_id.map(|id| store.request_key(id)).transpose()?;
+    let reply = inventory
+        .apply(conn, Mode::Take, &keys, &quantities, record)
+        .await?;
+    order_outcome(inventory.inner().apply, lines, reply)
+}
+
+/// Lines built from a store of another inventory would use another prefix and scripts.
+fn same_inventory(inventory: &Inventory, store: &Store) -> bool {
+    inventory.inner().prefix == store.inventory().inner().prefix
+}
+
+fn order_outcome(script: &Script, lines: &[OrderLine], reply: Reply) -> Result<Order> {
+    match reply {
+        Reply::Applied(remaining) => Ok(Order::Placed { remaining }),
+        Reply::Short(short) => {
+            let short = short
+                .into_iter()
+                .map(|(i, available)| {
+                    let line = lines
+                        .get(i)
+                        .ok_or_else(|| Error::unexpected(script.id(), "line out of range"))?;
+                    Ok(Shortage {
+                        sku: line.sku.clone(),
+                        requested: line.quantity,
+                        available,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(Order::Insufficient { short })
+        }
+        Reply::Duplicate(original) => Ok(Order::Duplicate {
+            original: Box::new(order_outcome(script, lines, *original)?),
+        }),
+        Reply::Conflict => Err(reused_request_id()),
+        Reply::Unknown(i) => Err(unknown_sku(lines.get(i).map_or("?", |l| l.sku.as_str()))),
+    }
+}

@@ -1,0 +1,224 @@
+//! The replies of `inventory_apply`: an array (`{'ok', s1, ..}`, `{'short', i, a, ..}`,
+//! `{'dup', text}`, `{'conflict'}`, `{'unknown', i}`), where the text of a duplicate is the
+//! original reply as stored in the idempotency record (`ok s1 ..` / `short i a ..`).
+//! Decoded strictly: a malformed reply is an [`Error::UnexpectedReply`], never a panic.
+
+use redis::Value;
+
+use crate::error::{Error, Result};
+use crate::script::Script;
+
+/// What the script answered, with 0-based line indices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Reply {
+    /// Applied; stock of each line afterwards.
+    Applied(Vec<u64>),
+    /// A take was refused: (line, available) for each short line.
+    Short(Vec<(usize, u64)>),
+    /// The original reply (`Applied` or `Short`) of an earlier identical request.
+    Duplicate(Box<Reply>),
+    /// The request id was used for a different request.
+    Conflict,
+    /// The SKU of this line has no stock recorded.
+    Unknown(usize),
+}
+
+/// Decodes a reply for a request of `lines` lines.
+pub(super) fn decode(script: &Script, value: Value, lines: usize) -> Result<Reply> {
+    let bad = |what: &str| Error::unexpected(script.id(), format!("{what} in reply {value:?}"));
+    let Value::Array(items) = &value else {
+        return Err(bad("not an array"));
+    };
+    let Some((tag, rest)) = items.split_first() else {
+        return Err(bad("no tag"));
+    };
+    let tag = text(tag).ok_or_else(|| bad("a bad tag"))?;
+    if tag == "dup" {
+        let original = match rest {
+            [original] => text(original),
+            _ => None,
+        }
+        .ok_or_else(|| bad("a bad original"))?;
+        let (tag, numbers) = original
+            .split_once(' ')
+            .ok_or_else(|| bad("a bad original"))?;
+        let numbers: Option<Vec<u64>> = numbers.split(' ').map(|t| t.parse().ok()).collect();
+        return match numbers.and_then(|n| outcome(tag, n, lines)) {
+            Some(r @ (Reply::Applied(_) | Reply::Short(_))) => Ok(Reply::Duplicate(Box::new(r))),
+            _ => Err(bad("a bad original")),
+        };
+    }
+    let numbers: Option<Vec<u64>> = rest
+        .iter()
+        .map(|v| match v {
+            Value::Int(n) => u64::try_from(*n).ok(),
+            _ => None,
+        })
+        .collect();
+    numbers
+        .and_then(|n| outcome(tag, n, lines))
+        .ok_or_else(|| bad("a malformed outcome"))
+}
+
+fn text(value: &Value) -> Option<&str> {
+    match value {
+        Value::BulkString(b) => std::str::from_utf8(b).ok(),
+        Value::SimpleString(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// One outcome from its tag and numbers; `None` when they do not fit a request of `lines`.
+fn outcome(tag: &str, numbers: Vec<u64>, lines: usize) -> Option<Reply> {
+    let line = |n: u64| {
+        usize::try_from(n)
+            .ok()?
+            .checked_sub(1)
+            .filter(|&i| i < lines)
+    };
+    match tag {
+        "ok" if numbers.len() == lines => Some(Reply::Applied(numbers)),
+        "short" if !numbers.is_empty() && numbers.len().is_multiple_of(2) => numbers
+            .chunks_exact(2)
+            .map(|pair| Some((line(pair[0])?, pair[1])))
+            .collect::<Option<Vec<_>>>()
+            .map(Reply::Short),
+        "unknown" => match numbers.as_slice() {
+            [i] => line(*i).map(Reply::Unknown),
+            _ => None,
+        },
+        "conflict" if numbers.is_empty() => Some(Reply::Conflict),
+        _ => None,
+    }
+}
+
+/// A fingerprint of one request: the same request id may only be reused for the very same
+/// operation, keys and quantities. SHA1 over length-prefixed fields, so it is unambiguous.
+pub(super) fn fingerprint(mode: &str, keys: &[&str], quantities: &[u64]) -> String {
+    let mut h = sha1_smol::Sha1::new();
+    let mut field = |bytes: &[u8]| {
+        h.update(&(bytes.len() as u64).to_be_bytes());
+        h.update(bytes);
+    };
+    field(mode.as_bytes());
+    for (key, quantity) in keys.iter().zip(quantities) {
+        field(key.as_bytes());
+        field(&quantity.to_be_bytes());
+    }
+    h.digest().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script() -> Script {
+        Script::new_variadic("inventory_apply", 1, "").unwrap()
+    }
+
+    fn reply(tag: &str, rest: &[Value]) -> Value {
+        let mut items = vec![Value::BulkString(tag.as_bytes().to_vec())];
+        items.extend_from_slice(rest);
+        Value::Array(items)
+    }
+
+    fn ints(tag: &str, numbers: &[i64]) -> Value {
+        reply(
+            tag,
+            &numbers.iter().map(|&n| Value::Int(n)).collect::<Vec<_>>(),
+        )
+    }
+
+    fn dup(original: &str) -> Value {
+        reply("dup", &[Value::BulkString(original.as_bytes().to_vec())])
+    }
+
+    #[test]
+    fn decodes_every_reply() {
+        let s = script();
+        assert_eq!(
+            decode(&s, ints("ok", &[3, 0]), 2).unwrap(),
+            Reply::Applied(vec![3, 0])
+        );
+        assert_eq!(
+            decode(&s, ints("short", &[2, 1]), 2).unwrap(),
+            Reply::Short(vec![(1, 1)])
+        );
+        assert_eq!(
+            decode(&s, dup("short 1 0 2 5"), 2).unwrap(),
+            Reply::Duplicate(Box::new(Reply::Short(vec![(0, 0), (1, 5)])))
+        );
+        assert_eq!(
+            decode(&s, dup("ok 7"), 1).unwrap(),
+            Reply::Duplicate(Box::new(Reply::Applied(vec![7])))
+        );
+        assert_eq!(
+            decode(&s, ints("conflict", &[]), 1).unwrap(),
+            Reply::Conflict
+        );
+        assert_eq!(
+            decode(&s, ints("unknown", &[1]), 1).unwrap(),
+            Reply::Unknown(0)
+        );
+    }
+
+    #[test]
+    fn refuses_malformed_replies() {
+        let s = script();
+        let mut malformed = vec![
+            Value::Nil,
+            Value::Int(1),
+            Value::Array(vec![]),
+            reply("ok", &[Value::Int(1), Value::Nil]),
+            reply("ok", &[Value::Int(1), Value::BulkString(b"2".to_vec())]),
+            reply("dup", &[]),
+            reply("dup", &[Value::Int(1)]),
+        ];
+        for (tag, numbers) in [
+            ("ok", &[][..]),
+            ("ok", &[1]),
+            ("ok", &[-1, 2]),
+            ("short", &[]),
+            ("short", &[1]),
+            ("short", &[3, 1]),
+            ("short", &[0, 1]),
+            ("unknown", &[0]),
+            ("unknown", &[3]),
+            ("unknown", &[1, 1]),
+            ("conflict", &[1]),
+            ("nope", &[1, 1]),
+        ] {
+            malformed.push(ints(tag, numbers));
+        }
+        for original in [
+            "",
+            "ok",
+            "ok 1",
+            "conflict",
+            "dup ok 1 1",
+            "unknown 1",
+            "ok 1 x",
+        ] {
+            malformed.push(dup(original));
+        }
+        for value in malformed {
+            assert!(
+                matches!(
+                    decode(&s, value.clone(), 2),
+                    Err(Error::UnexpectedReply { .. })
+                ),
+                "{value:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn fingerprints_tell_requests_apart() {
+        let a = fingerprint("take", &["x", "y"], &[1, 2]);
+        assert_eq!(a, fingerprint("take", &["x", "y"], &[1, 2]));
+        assert_ne!(a, fingerprint("put", &["x", "y"], &[1, 2]));
+        assert_ne!(a, fingerprint("take", &["x", "y"], &[2, 1]));
+        assert_ne!(a, fingerprint("take", &["xy"], &[1]));
+        assert_eq!(a.len(), 40);
+    }
+}

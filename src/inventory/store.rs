@@ -1,0 +1,257 @@
+//! [`Store`]: one namespace (shop, warehouse) whose id is the hash tag of all its keys, and
+//! the single-SKU operations.
+
+use redis::aio::ConnectionLike;
+
+use super::config::{check_quantity, Inventory, Mode};
+use super::order::OrderLine;
+use super::outcome::{Decrement, Restock};
+use super::reply::Reply;
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::script::{Call, Script};
+
+/// One store of an [`Inventory`] (get it with [`Inventory::store`]). All its keys share the
+/// hash tag `{<store id>}`, so they live in one Cluster slot. Cheap to clone.
+///
+/// ```
+/// let inventory = redkit::inventory::Inventory::new("shop:inv")?;
+/// let store = inventory.store("w{1}")?; // braces are escaped, never a second hash tag
+/// assert_eq!(store.sku_key("a")?, "shop:inv:{w%7B1%7D}:sku:a");
+/// assert_eq!(store.request_key("order-9")?, "shop:inv:{w%7B1%7D}:req:order-9");
+/// # Ok::<(), redkit::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Store {
+    inventory: Inventory,
+    id: String,
+    base: String,
+}
+
+impl Store {
+    pub(super) fn new(inventory: Inventory, id: String, base: String) -> Self {
+        Self {
+            inventory,
+            id,
+            base,
+        }
+    }
+
+    /// The store id, as given to [`Inventory::store`].
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The key holding the stock of `sku` (a plain integer string): `<prefix>:{<store>}:sku:<sku>`.
+    /// Fails when `sku` is empty or too long.
+    pub fn sku_key(&self, sku: &str) -> Result<String> {
+        Ok(format!(
+            "{}:sku:{}",
+            self.base,
+            keys::escape_part("sku", sku)?
+        ))
+    }
+
+    /// The key of the idempotency record of `request_id`: `<prefix>:{<store>}:req:<id>`.
+    /// Fails when `request_id` is empty or too long.
+    pub fn request_key(&self, request_id: &str) -> Result<String> {
+        Ok(format!(
+            "{}:req:{}",
+            self.base,
+            keys::escape_part("request id", request_id)?
+        ))
+    }
+
+    /// An order line of this store for [`Inventory::place_order`]. Checks the SKU and the
+    /// quantity (1..=[`Inventory::MAX_QUANTITY`]) now.
+    ///
+    /// ```
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// let line = store.line("sku-1", 2)?;
+    /// assert_eq!((line.sku(), line.quantity()), ("sku-1", 2));
+    /// assert!(store.line("sku-1", 0).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn line(&self, sku: &str, quantity: u64) -> Result<OrderLine> {
+        check_quantity(quantity)?;
+        Ok(OrderLine::new(
+            self.clone(),
+            sku.to_owned(),
+            self.sku_key(sku)?,
+            quantity,
+        ))
+    }
+
+    /// Sets (initialises or overwrites) the stock of `sku` to `stock`
+    /// (0..=[`Inventory::MAX_QUANTITY`]). Overwriting a value that is not an integer is how
+    /// corrupt stock is repaired; a key of another Redis type is refused
+    /// ([`Error::WrongType`]) and left untouched.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// store.set(&mut conn, "sku-1", 100).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn set<C: ConnectionLike>(&self, conn: &mut C, sku: &str, stock: u64) -> Result<()> {
+        if stock > Inventory::MAX_QUANTITY {
+            return Err(Error::invalid(
+                "stock",
+                format!("must be 0..={}", Inventory::MAX_QUANTITY),
+            ));
+        }
+        let mut call = Call::new(self.inventory.inner().set);
+        call.key(self.sku_key(sku)?).arg(stock);
+        let _: u64 = self.inventory.manager().invoke(conn, &call).await?;
+        Ok(())
+    }
+
+    /// Reads the stock of `sku`. [`Error::NotFound`] when it was never set,
+    /// [`Error::CorruptData`] when the stored value is not an integer, [`Error::WrongType`]
+    /// when the key holds another type.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// let units: u64 = store.stock(&mut conn, "sku-1").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn stock<C: ConnectionLike>(&self, conn: &mut C, sku: &str) -> Result<u64> {
+        let mut call = Call::new(self.inventory.inner().get);
+        call.key(self.sku_key(sku)?);
+        let stock: Option<u64> = self.inventory.manager().invoke(conn, &call).await?;
+        stock.ok_or_else(|| unknown_sku(sku))
+    }
+
+    /// Decrements the stock of `sku` by `quantity` if the stock covers it; otherwise changes
+    /// nothing and returns [`Decrement::Insufficient`]. Stock never goes below zero.
+    ///
+    /// With a `request_id` (e.g. the order id), the same request repeated within the
+    /// retention returns [`Decrement::Duplicate`] with the first outcome and changes nothing;
+    /// the id reused for a different request (other SKU, quantity or operation) is an
+    /// [`Error::InvalidInput`] and changes nothing. Errors: quantity 0 or above
+    /// [`Inventory::MAX_QUANTITY`] (before any round trip), [`Error::NotFound`],
+    /// [`Error::CorruptData`], [`Error::WrongType`]; none of them changes or records anything.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::inventory::Decrement;
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// let outcome = store.decrement(&mut conn, "sku-1", 1, Some("order-17")).await?;
+    /// assert!(matches!(outcome, Decrement::Decremented { .. } | Decrement::Insufficient { .. } | Decrement::Duplicate { .. }));
+    /// # Ok(()) }
+    /// ```
+    pub async fn decrement<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        quantity: u64,
+        request_id: Option<&str>,
+    ) -> Result<Decrement> {
+        let reply = self
+            .apply_one(conn, Mode::Take, sku, quantity, request_id)
+            .await?;
+        decrement_outcome(self.inventory.inner().apply, sku, reply)
+    }
+
+    /// Adds `quantity` to the stock of `sku` (which must have been [`set`](Self::set) first:
+    /// an unknown SKU is [`Error::NotFound`], so a typo never creates stock). Idempotent by
+    /// `request_id` like [`decrement`](Self::decrement). A stock that would exceed
+    /// [`Inventory::MAX_QUANTITY`] is refused ([`Error::InvalidInput`]) and nothing changes.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// let stock = store.restock(&mut conn, "sku-1", 50, Some("delivery-3")).await?.stock();
+    /// # Ok(()) }
+    /// ```
+    pub async fn restock<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        quantity: u64,
+        request_id: Option<&str>,
+    ) -> Result<Restock> {
+        let reply = self
+            .apply_one(conn, Mode::Put, sku, quantity, request_id)
+            .await?;
+        restock_outcome(self.inventory.inner().apply, sku, reply)
+    }
+
+    pub(super) fn inventory(&self) -> &Inventory {
+        &self.inventory
+    }
+
+    pub(super) fn base(&self) -> &str {
+        &self.base
+    }
+
+    async fn apply_one<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        mode: Mode,
+        sku: &str,
+        quantity: u64,
+        request_id: Option<&str>,
+    ) -> Result<Reply> {
+        check_quantity(quantity)?;
+        let key = self.sku_key(sku)?;
+        let record = request_id.map(|id| self.request_key(id)).transpose()?;
+        self.inventory
+            .apply(conn, mode, &[key.as_str()], &[quantity], record)
+            .await
+    }
+}
+
+/// The error for a SKU without stock.
+pub(super) fn unknown_sku(sku: &str) -> Error {
+    Error::NotFound {
+        what: "sku",
+        detail: sku.to_owned(),
+    }
+}
+
+/// The error for a request id reused for a different request.
+pub(super) fn reused_request_id() -> Error {
+    Error::invalid(
+        "request id",
+        "already used for a different request within the retention; nothing was changed",
+    )
+}
+
+fn decrement_outcome(script: &Script, sku: &str, reply: Reply) -> Result<Decrement> {
+    match reply {
+        Reply::Applied(stocks) => match stocks.as_slice() {
+            [remaining] => Ok(Decrement::Decremented {
+                remaining: *remaining,
+            }),
+            _ => Err(Error::unexpected(script.id(), "not one line")),
+        },
+        Reply::Short(short) => match short.as_slice() {
+            [(0, available)] => Ok(Decrement::Insufficient {
+                available: *available,
+            }),
+            _ => Err(Error::unexpected(script.id(), "not one line")),
+        },
+        Reply::Duplicate(original) => Ok(Decrement::Duplicate {
+            original: Box::new(decrement_outcome(script, sku, *original)?),
+        }),
+        Reply::Conflict => Err(reused_request_id()),
+        Reply::Unknown(_) => Err(unknown_sku(sku)),
+    }
+}
+
+fn restock_outcome(script: &Script, sku: &str, reply: Reply) -> Result<Restock> {
+    match reply {
+        Reply::Applied(stocks) => match stocks.as_slice() {
+            [stock] => Ok(Restock::Restocked { stock: *stock }),
+            _ => Err(Error::unexpected(script.id(), "not one line")),
+        },
+        Reply::Short(_) => Err(Error::unexpected(script.id(), "a restock cannot be short")),
+        Reply::Duplicate(original) => Ok(Restock::Duplicate {
+            original: Box::new(restock_outcome(script, sku, *original)?),
+        }),
+        Reply::Conflict => Err(reused_request_id()),
+        Reply::Unknown(_) => Err(unknown_sku(sku)),
+    }
+}

@@ -1,0 +1,845 @@
+//! Atomic inventory against real Redis: no oversell under concurrency, all-or-nothing
+//! multi-SKU orders, idempotent retries, typed errors that leave data untouched, Cluster, and
+//! `SCRIPT FLUSH` in the middle of a run.
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redis::aio::MultiplexedConnection;
+use redkit::inventory::{Decrement, Inventory, Order, Restock, Shortage, Store};
+use redkit::Error;
+use support::{RedisCluster, RedisServer};
+
+fn store(id: &str) -> Store {
+    Inventory::new("t:inv").unwrap().store(id).unwrap()
+}
+
+async fn raw_get(server: &RedisServer, key: &str) -> Option<String> {
+    server.cmd(&["GET", key]).await
+}
+
+async fn conns(server: &RedisServer, n: usize) -> Vec<MultiplexedConnection> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(server.conn().await);
+    }
+    out
+}
+
+/// Polls GET on `keys` until `stop`, asserting every value read is a non-negative integer.
+/// Returns once the reader has made its first round of reads, so it runs during what follows.
+async fn spawn_reader(
+    server: &RedisServer,
+    keys: Vec<String>,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<u64> {
+    let client = server.client();
+    let (ready, started) = tokio::sync::oneshot::channel();
+    let reader = tokio::spawn(async move {
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let mut ready = Some(ready);
+        let mut reads = 0;
+        loop {
+            for key in &keys {
+                let v: Option<String> = redis::cmd("GET")
+                    .arg(key)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                let v: i64 = v.expect("stock key exists").parse().expect("an integer");
+                assert!(v >= 0, "stock of {key} read as {v}");
+                reads += 1;
+            }
+            if let Some(ready) = ready.take() {
+                let _ = ready.send(());
+            }
+            if stop.load(Ordering::Relaxed) {
+                return reads;
+            }
+        }
+    });
+    started.await.expect("reader started");
+    reader
+}
+
+/// Total `EVALSHA` + `EVAL` calls the server has seen since the last `CONFIG RESETSTAT`.
+async fn script_calls(server: &RedisServer) -> u64 {
+    let stats: String = server.cmd(&["INFO", "commandstats"]).await;
+    stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[tokio::test]
+async fn single_sku_operations_and_outcomes() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let s = store("basics");
+
+    s.set(&mut conn, "a", 10).await.unwrap();
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 10);
+    assert_eq!(
+        s.decrement(&mut conn, "a", 3, None).await.unwrap(),
+        Decrement::Decremented { remaining: 7 }
+    );
+    assert_eq!(
+        s.decrement(&mut conn, "a", 8, None).await.unwrap(),
+        Decrement::Insufficient { available: 7 }
+    );
+    assert_eq!(
+        s.decrement(&mut conn, "a", 7, None).await.unwrap(),
+        Decrement::Decremented { remaining: 0 }
+    );
+    assert_eq!(
+        s.decrement(&mut conn, "a", 1, None).await.unwrap(),
+        Decrement::Insufficient { available: 0 }
+    );
+    assert_eq!(
+        s.restock(&mut conn, "a", 5, None).await.unwrap(),
+        Restock::Restocked { stock: 5 }
+    );
+    assert_eq!(
+        raw_get(&server, &s.sku_key("a").unwrap()).await.as_deref(),
+        Some("5")
+    );
+
+    // Unknown SKU: typed error everywhere, nothing created.
+    for result in [
+        s.stock(&mut conn, "nope").await.map(|_| ()),
+        s.decrement(&mut conn, "nope", 1, Some("r1"))
+            .await
+            .map(|_| ()),
+        s.restock(&mut conn, "nope", 1, Some("r2"))
+            .await
+            .map(|_| ()),
+    ] {
+        assert!(
+            matches!(&result, Err(Error::NotFound { what: "sku", detail }) if detail == "nope"),
+            "{result:?}"
+        );
+    }
+    let exists: u64 = server
+        .cmd(&[
+            "EXISTS",
+            &s.sku_key("nope").unwrap(),
+            &s.request_key("r1").unwrap(),
+            &s.request_key("r2").unwrap(),
+        ])
+        .await;
+    assert_eq!(exists, 0, "errors write nothing, not even a request record");
+
+    // Restock beyond the maximum: refused by the script, nothing changed.
+    s.set(&mut conn, "big", Inventory::MAX_QUANTITY - 1)
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.restock(&mut conn, "big", 2, None).await,
+        Err(Error::InvalidInput { .. })
+    ));
+    assert_eq!(
+        s.stock(&mut conn, "big").await.unwrap(),
+        Inventory::MAX_QUANTITY - 1
+    );
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_before_any_round_trip() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let inventory = Inventory::new("t:inv").unwrap();
+    let a = inventory.store("a").unwrap();
+    let b = inventory.store("b").unwrap();
+    a.set(&mut conn, "x", 10).await.unwrap();
+    b.set(&mut conn, "x", 10).await.unwrap();
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]).await;
+
+    let too_big = Inventory::MAX_QUANTITY + 1;
+    assert!(matches!(
+        a.decrement(&mut conn, "x", 0, None).await,
+        Err(Error::InvalidInput {
+            what: "quantity",
+            ..
+        })
+    ));
+    assert!(matches!(
+        a.decrement(&mut conn, "x", too_big, None).await,
+        Err(Error::InvalidInput {
+            what: "quantity",
+            ..
+        })
+    ));
+    assert!(matches!(
+        a.restock(&mut conn, "x", 0, Some("r")).await,
+        Err(Error::InvalidInput {
+            what: "quantity",
+            ..
+        })
+    ));
+    assert!(matches!(
+        a.set(&mut conn, "x", too_big).await,
+        Err(Error::InvalidInput { what: "stock", .. })
+    ));
+    assert!(matches!(
+        a.decrement(&mut conn, "", 1, None).await,
+        Err(Error::InvalidInput { what: "sku", .. })
+    ));
+    assert!(matches!(
+        a.decrement(&mut conn, "x", 1, Some(&"r".repeat(300))).await,
+        Err(Error::InvalidInput {
+            what: "request id",
+            ..
+        })
+    ));
+    assert!(a.line("x", 0).is_err());
+    assert!(a.line(&"s".repeat(300), 1).is_err());
+
+    // Multi-SKU: crossing stores (slots) is a typed error, as are empty and repeated lines.
+    let cross = [a.line("x", 1).unwrap(), b.line("x", 1).unwrap()];
+    let err = inventory.place_order(&mut conn, &cross, Some("o1")).await;
+    assert!(matches!(err, Err(Error::CrossSlot { .. })), "{err:?}");
+    assert!(matches!(
+        inventory.place_order(&mut conn, &[], None).await,
+        Err(Error::InvalidInput { what: "order", .. })
+    ));
+    let twice = [a.line("x", 1).unwrap(), a.line("x", 2).unwrap()];
+    assert!(matches!(
+        inventory.place_order(&mut conn, &twice, None).await,
+        Err(Error::InvalidInput { what: "order", .. })
+    ));
+    let many: Vec<_> = (0..=Inventory::MAX_ORDER_LINES)
+        .map(|i| a.line(&format!("s{i}"), 1).unwrap())
+        .collect();
+    assert!(matches!(
+        inventory.place_order(&mut conn, &many, None).await,
+        Err(Error::InvalidInput { what: "order", .. })
+    ));
+    let other = Inventory::new("t:other").unwrap();
+    assert!(matches!(
+        other
+            .place_order(&mut conn, &[a.line("x", 1).unwrap()], None)
+            .await,
+        Err(Error::InvalidInput { what: "order", .. })
+    ));
+
+    assert_eq!(script_calls(&server).await, 0, "nothing was sent");
+    assert_eq!(a.stock(&mut conn, "x").await.unwrap(), 10);
+    assert_eq!(b.stock(&mut conn, "x").await.unwrap(), 10);
+    let records: Vec<String> = server.cmd(&["KEYS", "t:inv:*:req:*"]).await;
+    assert!(records.is_empty(), "{records:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousand_buyers_on_four_connections_sell_exactly_the_stock() {
+    let server = RedisServer::spawn().await;
+    let s = store("flash-sale");
+    let mut conns = conns(&server, 4).await;
+    s.set(&mut conns[0], "hot", 100).await.unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = spawn_reader(&server, vec![s.sku_key("hot").unwrap()], stop.clone()).await;
+
+    let mut buyers = Vec::new();
+    for i in 0..1000 {
+        let mut conn = conns[i % 4].clone();
+        let s = s.clone();
+        buyers.push(tokio::spawn(async move {
+            s.decrement(&mut conn, "hot", 1, None).await.unwrap()
+        }));
+    }
+    let mut remaining_seen = HashSet::new();
+    let mut insufficient = 0;
+    for buyer in buyers {
+        match buyer.await.unwrap() {
+            Decrement::Decremented { remaining } => {
+                assert!(
+                    remaining_seen.insert(remaining),
+                    "{remaining} reported twice"
+                );
+            }
+            Decrement::Insufficient { available } => {
+                assert_eq!(available, 0);
+                insufficient += 1;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    reader.await.unwrap();
+
+    assert_eq!(remaining_seen.len(), 100, "exactly 100 buyers succeed");
+    assert_eq!(remaining_seen, (0..100).collect::<HashSet<u64>>());
+    assert_eq!(insufficient, 900);
+    assert_eq!(s.stock(&mut conns[0], "hot").await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_overlapping_orders_conserve_every_sku() {
+    const SKUS: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
+    const INITIAL: u64 = 60;
+    let server = RedisServer::spawn().await;
+    let inventory = Inventory::new("t:inv").unwrap();
+    let s = inventory.store("multi").unwrap();
+    let mut conns = conns(&server, 4).await;
+    for sku in SKUS {
+        s.set(&mut conns[0], sku, INITIAL).await.unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let keys = SKUS.iter().map(|k| s.sku_key(k).unwrap()).collect();
+    let reader = spawn_reader(&server, keys, stop.clone()).await;
+
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut orders = Vec::new();
+    for i in 0..400 {
+        let n = rng.random_range(2..=4);
+        let mut picked: Vec<usize> = (0..SKUS.len()).collect();
+        for j in 0..n {
+            let k = rng.random_range(j..SKUS.len());
+            picked.swap(j, k);
+        }
+        let lines: Vec<(usize, u64)> = picked[..n]
+            .iter()
+            .map(|&k| (k, rng.random_range(1..=3)))
+            .collect();
+        let order_lines: Vec<_> = lines
+            .iter()
+            .map(|&(k, q)| s.line(SKUS[k], q).unwrap())
+            .collect();
+        let mut conn = conns[i % 4].clone();
+        let inventory = inventory.clone();
+        orders.push(tokio::spawn(async move {
+            let outcome = inventory
+                .place_order(&mut conn, &order_lines, Some(&format!("order-{i}")))
+                .await
+                .unwrap();
+            (lines, outcome)
+        }));
+    }
+    let mut sold = [0u64; SKUS.len()];
+    let (mut placed, mut refused) = (0, 0);
+    for order in orders {
+        let (lines, outcome) = order.await.unwrap();
+        match outcome {
+            Order::Placed { remaining } => {
+                assert_eq!(remaining.len(), lines.len());
+                for (k, q) in lines {
+                    sold[k] += q;
+                }
+                placed += 1;
+            }
+            Order::Insufficient { short } => {
+                assert!(!short.is_empty());
+                for Shortage {
+                    requested,
+                    available,
+                    ..
+                } in short
+                {
+                    assert!(available < requested);
+                }
+                refused += 1;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    reader.await.unwrap();
+    assert!(
+        placed > 0 && refused > 0,
+        "placed {placed}, refused {refused}"
+    );
+    for (k, sku) in SKUS.iter().enumerate() {
+        let left = s.stock(&mut conns[0], sku).await.unwrap();
+        assert_eq!(
+            sold[k] + left,
+            INITIAL,
+            "sku {sku}: sold {} left {left}",
+            sold[k]
+        );
+    }
+}
+
+#[tokio::test]
+async fn short_order_changes_nothing_and_names_the_short_skus() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let inventory = Inventory::new("t:inv").unwrap();
+    let s = inventory.store("s").unwrap();
+    for (sku, stock) in [("a", 5), ("b", 1), ("c", 0)] {
+        s.set(&mut conn, sku, stock).await.unwrap();
+    }
+    let lines = [
+        s.line("a", 2).unwrap(),
+        s.line("b", 2).unwrap(),
+        s.line("c", 1).unwrap(),
+    ];
+    let outcome = inventory
+        .place_order(&mut conn, &lines, None)
+        .await
+        .unwrap();
+    let Order::Insufficient { short } = outcome else {
+        panic!("{outcome:?}")
+    };
+    let short: Vec<_> = short
+        .iter()
+        .map(|s| (s.sku.as_str(), s.requested, s.available))
+        .collect();
+    assert_eq!(short, [("b", 2, 1), ("c", 1, 0)]);
+    for (sku, stock) in [("a", 5), ("b", 1), ("c", 0)] {
+        assert_eq!(s.stock(&mut conn, sku).await.unwrap(), stock);
+    }
+    let ok = [s.line("a", 5).unwrap(), s.line("b", 1).unwrap()];
+    assert_eq!(
+        inventory.place_order(&mut conn, &ok, None).await.unwrap(),
+        Order::Placed {
+            remaining: vec![0, 0]
+        }
+    );
+    // An unknown SKU in an order: typed error naming it, nothing changed.
+    s.set(&mut conn, "a", 3).await.unwrap();
+    let unknown = [s.line("a", 1).unwrap(), s.line("ghost", 1).unwrap()];
+    let err = inventory.place_order(&mut conn, &unknown, None).await;
+    assert!(
+        matches!(&err, Err(Error::NotFound { detail, .. }) if detail == "ghost"),
+        "{err:?}"
+    );
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_request_id_deducts_once_sequentially_and_concurrently() {
+    let server = RedisServer::spawn().await;
+    let inventory = Inventory::new("t:inv").unwrap();
+    let s = inventory.store("idem").unwrap();
+    let conns = conns(&server, 4).await;
+    let conn = &mut conns[0].clone();
+    s.set(conn, "a", 50).await.unwrap();
+
+    // Sequential: the first applies, the nine retries return it.
+    let first = s.decrement(conn, "a", 2, Some("order-1")).await.unwrap();
+    assert_eq!(first, Decrement::Decremented { remaining: 48 });
+    for _ in 0..9 {
+        assert_eq!(
+            s.decrement(conn, "a", 2, Some("order-1")).await.unwrap(),
+            Decrement::Duplicate {
+                original: Box::new(first.clone())
+            }
+        );
+    }
+    assert_eq!(s.stock(conn, "a").await.unwrap(), 48);
+
+    // Concurrent: ten copies of one request over four connections; exactly one applies.
+    let mut copies = Vec::new();
+    for i in 0..10 {
+        let mut c = conns[i % 4].clone();
+        let s = s.clone();
+        copies.push(tokio::spawn(async move {
+            s.decrement(&mut c, "a", 3, Some("order-2")).await.unwrap()
+        }));
+    }
+    let mut applied = Vec::new();
+    let mut duplicates = Vec::new();
+    for copy in copies {
+        match copy.await.unwrap() {
+            Decrement::Duplicate { original } => duplicates.push(*original),
+            other => applied.push(other),
+        }
+    }
+    assert_eq!(applied, [Decrement::Decremented { remaining: 45 }]);
+    assert_eq!(duplicates.len(), 9);
+    assert!(duplicates.iter().all(|d| d == &applied[0]));
+    assert_eq!(s.stock(conn, "a").await.unwrap(), 45);
+
+    // Orders and restocks are idempotent too.
+    let lines = [s.line("a", 5).unwrap()];
+    let placed = inventory
+        .place_order(conn, &lines, Some("order-3"))
+        .await
+        .unwrap();
+    assert_eq!(
+        placed,
+        Order::Placed {
+            remaining: vec![40]
+        }
+    );
+    for _ in 0..9 {
+        let again = inventory
+            .place_order(conn, &lines, Some("order-3"))
+            .await
+            .unwrap();
+        assert_eq!(
+            again,
+            Order::Duplicate {
+                original: Box::new(placed.clone())
+            }
+        );
+    }
+    let restocked = s.restock(conn, "a", 10, Some("delivery-1")).await.unwrap();
+    assert_eq!(restocked, Restock::Restocked { stock: 50 });
+    let again = s.restock(conn, "a", 10, Some("delivery-1")).await.unwrap();
+    assert_eq!(
+        again,
+        Restock::Duplicate {
+            original: Box::new(restocked)
+        }
+    );
+    assert_eq!(s.stock(conn, "a").await.unwrap(), 50);
+
+    // An insufficient outcome is remembered too: a retry after a restock still answers it.
+    let short = s.decrement(conn, "a", 60, Some("order-4")).await.unwrap();
+    assert_eq!(short, Decrement::Insufficient { available: 50 });
+    s.restock(conn, "a", 20, None).await.unwrap();
+    assert_eq!(
+        s.decrement(conn, "a", 60, Some("order-4")).await.unwrap(),
+        Decrement::Duplicate {
+            original: Box::new(short)
+        }
+    );
+    assert_eq!(s.stock(conn, "a").await.unwrap(), 70);
+
+    // The id reused for a different request: typed error, nothing changed.
+    for result in [
+        s.decrement(conn, "a", 3, Some("order-1")).await.map(|_| ()),
+        s.restock(conn, "a", 2, Some("order-1")).await.map(|_| ()),
+        inventory
+            .place_order(conn, &lines, Some("order-1"))
+            .await
+            .map(|_| ()),
+    ] {
+        assert!(
+            matches!(
+                result,
+                Err(Error::InvalidInput {
+                    what: "request id",
+                    ..
+                })
+            ),
+            "{result:?}"
+        );
+    }
+    assert_eq!(s.stock(conn, "a").await.unwrap(), 70);
+
+    // The record lives in the store's slot and expires after the retention.
+    let record = s.request_key("order-1").unwrap();
+    let ttl: i64 = server.cmd(&["PTTL", &record]).await;
+    let retention = Inventory::DEFAULT_RETENTION.as_millis() as i64;
+    assert!(ttl > retention - 60_000 && ttl <= retention, "{ttl}");
+    assert_eq!(
+        redis::cluster_routing::Slot::for_key(record.as_bytes()),
+        redis::cluster_routing::Slot::for_key(s.sku_key("a").unwrap().as_bytes())
+    );
+}
+
+#[tokio::test]
+async fn a_retry_after_the_retention_is_a_new_request() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let s = Inventory::builder("t:inv")
+        .retention(Duration::from_millis(100))
+        .build()
+        .unwrap()
+        .store("short-memory")
+        .unwrap();
+    s.set(&mut conn, "a", 10).await.unwrap();
+    s.decrement(&mut conn, "a", 1, Some("r")).await.unwrap();
+    let record = s.request_key("r").unwrap();
+    // Wait (generously) until Redis itself has dropped the record.
+    for _ in 0..100 {
+        let exists: u64 = server.cmd(&["EXISTS", &record]).await;
+        if exists == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        s.decrement(&mut conn, "a", 1, Some("r")).await.unwrap(),
+        Decrement::Decremented { remaining: 8 }
+    );
+    assert!(Inventory::builder("t")
+        .retention(Duration::ZERO)
+        .build()
+        .is_err());
+    assert!(Inventory::builder("t")
+        .retention(Inventory::MAX_RETENTION + Duration::from_secs(1))
+        .build()
+        .is_err());
+}
+
+#[tokio::test]
+async fn corrupt_or_wrong_type_stock_is_a_typed_error_and_left_untouched() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let inventory = Inventory::new("t:inv").unwrap();
+    let s = inventory.store("bad").unwrap();
+    s.set(&mut conn, "good", 5).await.unwrap();
+    let key = s.sku_key("x").unwrap();
+    for corrupt in ["12abc", "-5", "1.5", "", " 3", "123456789012345"] {
+        let _: () = server.cmd(&["SET", &key, corrupt]).await;
+        let results = [
+            s.stock(&mut conn, "x").await.map(|_| ()),
+            s.decrement(&mut conn, "x", 1, Some("r")).await.map(|_| ()),
+            s.restock(&mut conn, "x", 1, Some("r")).await.map(|_| ()),
+            inventory
+                .place_order(
+                    &mut conn,
+                    &[s.line("good", 1).unwrap(), s.line("x", 1).unwrap()],
+                    Some("r"),
+                )
+                .await
+                .map(|_| ()),
+        ];
+        for result in results {
+            assert!(
+                matches!(&result, Err(Error::CorruptData { detail, .. }) if detail.contains("line")),
+                "{corrupt:?}: {result:?}"
+            );
+        }
+        assert_eq!(raw_get(&server, &key).await.as_deref(), Some(corrupt));
+        assert_eq!(s.stock(&mut conn, "good").await.unwrap(), 5);
+        let exists: u64 = server.cmd(&["EXISTS", &s.request_key("r").unwrap()]).await;
+        assert_eq!(exists, 0);
+    }
+    // `set` repairs it.
+    s.set(&mut conn, "x", 4).await.unwrap();
+    assert_eq!(s.stock(&mut conn, "x").await.unwrap(), 4);
+
+    // A key of another type: WrongType from every operation, the list untouched.
+    let list = s.sku_key("list").unwrap();
+    let _: () = server.cmd(&["RPUSH", &list, "1"]).await;
+    let results = [
+        s.stock(&mut conn, "list").await.map(|_| ()),
+        s.set(&mut conn, "list", 3).await,
+        s.decrement(&mut conn, "list", 1, None).await.map(|_| ()),
+        s.restock(&mut conn, "list", 1, None).await.map(|_| ()),
+    ];
+    for result in results {
+        assert!(matches!(result, Err(Error::WrongType { .. })), "{result:?}");
+    }
+    let len: u64 = server.cmd(&["LLEN", &list]).await;
+    assert_eq!(len, 1);
+    // A request record key of another type is refused the same way.
+    let _: () = server
+        .cmd(&["RPUSH", &s.request_key("listreq").unwrap(), "1"])
+        .await;
+    assert!(matches!(
+        s.decrement(&mut conn, "x", 1, Some("listreq")).await,
+        Err(Error::WrongType { .. })
+    ));
+    assert_eq!(s.stock(&mut conn, "x").await.unwrap(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn works_on_a_cluster_and_refuses_cross_slot_orders() {
+    let cluster = RedisCluster::spawn().await;
+    let mut conn = cluster.conn().await;
+    let inventory = Inventory::new("t:inv").unwrap();
+    // Stores spread over the primaries.
+    let stores: Vec<Store> = (0..6)
+        .map(|i| inventory.store(&format!("w{i}")).unwrap())
+        .collect();
+    let mut nodes = HashSet::new();
+    for s in &stores {
+        nodes.insert(cluster.primary_for(&s.sku_key("a").unwrap()).await.port());
+    }
+    assert!(nodes.len() > 1, "stores should land on several primaries");
+
+    for s in &stores {
+        for sku in ["a", "b", "c", "d", "e"] {
+            s.set(&mut conn, sku, 20).await.unwrap();
+        }
+        assert_eq!(
+            s.decrement(&mut conn, "a", 5, Some("o1")).await.unwrap(),
+            Decrement::Decremented { remaining: 15 }
+        );
+        assert!(matches!(
+            s.decrement(&mut conn, "a", 5, Some("o1")).await.unwrap(),
+            Decrement::Duplicate { .. }
+        ));
+        let lines: Vec<_> = ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|sku| s.line(sku, 2).unwrap())
+            .collect();
+        assert_eq!(
+            inventory
+                .place_order(&mut conn, &lines, Some("o2"))
+                .await
+                .unwrap(),
+            Order::Placed {
+                remaining: vec![13, 18, 18, 18, 18]
+            }
+        );
+        assert_eq!(
+            s.restock(&mut conn, "a", 7, None).await.unwrap().stock(),
+            20
+        );
+    }
+
+    // Concurrent buyers of one store on the cluster connection.
+    let s = stores[0].clone();
+    s.set(&mut conn, "hot", 30).await.unwrap();
+    let mut buyers = Vec::new();
+    for _ in 0..100 {
+        let mut c = conn.clone();
+        let s = s.clone();
+        buyers.push(tokio::spawn(async move {
+            s.decrement(&mut c, "hot", 1, None)
+                .await
+                .unwrap()
+                .is_applied()
+        }));
+    }
+    let mut sold = 0;
+    for b in buyers {
+        sold += u64::from(b.await.unwrap());
+    }
+    assert_eq!(sold, 30);
+    assert_eq!(s.stock(&mut conn, "hot").await.unwrap(), 0);
+
+    // Lines of two stores: refused before sending, nothing changed.
+    let cross = [
+        stores[0].line("b", 1).unwrap(),
+        stores[1].line("b", 1).unwrap(),
+    ];
+    let err = inventory.place_order(&mut conn, &cross, Some("x")).await;
+    assert!(matches!(err, Err(Error::CrossSlot { .. })), "{err:?}");
+    assert_eq!(stores[0].stock(&mut conn, "b").await.unwrap(), 18);
+    assert_eq!(stores[1].stock(&mut conn, "b").await.unwrap(), 18);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_mid_run_loses_nothing_and_applies_nothing_twice() {
+    const INITIAL: u64 = 500;
+    const REQUESTS: usize = 800;
+    let server = RedisServer::spawn().await;
+    let inventory = Inventory::new("t:inv").unwrap();
+    let s = inventory.store("flush").unwrap();
+    let mut conns = conns(&server, 4).await;
+    s.set(&mut conns[0], "a", INITIAL).await.unwrap();
+    s.set(&mut conns[0], "b", INITIAL).await.unwrap();
+
+    inventory.manager().preload(&mut conns[0]).await.unwrap();
+    let fallbacks_before = inventory.manager().stats().noscript_fallbacks;
+
+    // Flushes the script cache every millisecond until the run ends; the run starts after the
+    // first flush.
+    let stop = Arc::new(AtomicBool::new(false));
+    let flushes = Arc::new(AtomicU64::new(0));
+    let (first_flush, flushed) = tokio::sync::oneshot::channel();
+    let flusher = {
+        let client = server.client();
+        let (stop, flushes) = (stop.clone(), flushes.clone());
+        tokio::spawn(async move {
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            let mut first_flush = Some(first_flush);
+            while !stop.load(Ordering::Relaxed) {
+                let _: () = redis::cmd("SCRIPT")
+                    .arg("FLUSH")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                flushes.fetch_add(1, Ordering::Relaxed);
+                if let Some(tx) = first_flush.take() {
+                    let _ = tx.send(());
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    };
+    flushed.await.unwrap();
+
+    // Every request carries a unique id; half are single decrements, half 2-SKU orders.
+    let mut tasks = Vec::new();
+    for i in 0..REQUESTS {
+        let mut conn = conns[i % 4].clone();
+        let (inventory, s) = (inventory.clone(), s.clone());
+        tasks.push(tokio::spawn(async move {
+            let id = format!("req-{i}");
+            if i % 2 == 0 {
+                let d = s.decrement(&mut conn, "a", 1, Some(&id)).await.unwrap();
+                (u64::from(d.is_applied()), 0)
+            } else {
+                let lines = [s.line("a", 1).unwrap(), s.line("b", 1).unwrap()];
+                let o = inventory
+                    .place_order(&mut conn, &lines, Some(&id))
+                    .await
+                    .unwrap();
+                let n = u64::from(o.is_applied());
+                (n, n)
+            }
+        }));
+    }
+    let (mut sold_a, mut sold_b) = (0, 0);
+    for task in tasks {
+        let (a, b) = task.await.unwrap();
+        sold_a += a;
+        sold_b += b;
+    }
+    stop.store(true, Ordering::Relaxed);
+    flusher.await.unwrap();
+    let mut conn = conns[0].clone();
+    let fallbacks = inventory.manager().stats().noscript_fallbacks - fallbacks_before;
+    assert!(fallbacks > 0, "the run must actually have hit NOSCRIPT");
+    eprintln!(
+        "{} flushes, {fallbacks} NOSCRIPT fallbacks during the run",
+        flushes.load(Ordering::Relaxed)
+    );
+    let left_a = s.stock(&mut conn, "a").await.unwrap();
+    let left_b = s.stock(&mut conn, "b").await.unwrap();
+    assert_eq!(sold_a + left_a, INITIAL);
+    assert_eq!(sold_b + left_b, INITIAL);
+
+    // Each request id was applied exactly once: all are recorded, and replaying every one of
+    // them changes nothing.
+    for i in 0..REQUESTS {
+        let id = format!("req-{i}");
+        if i % 2 == 0 {
+            let d = s.decrement(&mut conn, "a", 1, Some(&id)).await.unwrap();
+            assert!(matches!(d, Decrement::Duplicate { .. }), "{id}: {d:?}");
+        } else {
+            let lines = [s.line("a", 1).unwrap(), s.line("b", 1).unwrap()];
+            let o = inventory
+                .place_order(&mut conn, &lines, Some(&id))
+                .await
+                .unwrap();
+            assert!(matches!(o, Order::Duplicate { .. }), "{id}: {o:?}");
+        }
+    }
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), left_a);
+    assert_eq!(s.stock(&mut conn, "b").await.unwrap(), left_b);
+}
+
+#[tokio::test]
+async fn works_over_a_connection_manager() {
+    let server = RedisServer::spawn().await;
+    let mut conn = redis::aio::ConnectionManager::new(server.client())
+        .await
+        .unwrap();
+    let inventory = Inventory::new("t:inv").unwrap();
+    let s = inventory.store("cm").unwrap();
+    s.set(&mut conn, "a", 3).await.unwrap();
+    assert_eq!(
+        s.decrement(&mut conn, "a", 2, Some("o")).await.unwrap(),
+        Decrement::Decremented { remaining: 1 }
+    );
+    let lines = [s.line("a", 2).unwrap()];
+    let outcome = inventory
+        .place_order(&mut conn, &lines, None)
+        .await
+        .unwrap();
+    assert!(matches!(outcome, Order::Insufficient { .. }), "{outcome:?}");
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 1);
+}
