@@ -5,6 +5,10 @@
 
 mod error;
 pub mod keys;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod middleware;
+pub mod rate_limit;
 pub mod script;
 
 pub use error::{Error, Result};
