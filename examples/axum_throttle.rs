@@ -39,7 +39,10 @@ window_ms = 60000
 
 async fn hello(req: Request) -> String {
     match req.extensions().get::<Decision>() {
-        Some(d) => format!("hello! {} requests left in this window\n", d.quota().remaining()),
+        Some(d) => format!(
+            "hello! {} requests left in this window\n",
+            d.quota().remaining()
+        ),
         None => "hello! (not checked: limiter unavailable)\n".to_owned(),
     }
 }
@@ -48,8 +51,7 @@ async fn hello(req: Request) -> String {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
 
