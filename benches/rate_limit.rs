@@ -4,7 +4,7 @@
 //! `cargo bench --bench rate_limit`
 
 #[path = "../tests/support/mod.rs"]
-#[allow(dead_code)]
+#[allow(clippy::large_enum_variant)] // pre-existing in tests/support (Backend enum)
 mod support;
 
 use std::time::{Duration, Instant};

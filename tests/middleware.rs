@@ -2,6 +2,7 @@
 //! against a real Redis.
 #![cfg(feature = "tower")]
 
+#[allow(clippy::large_enum_variant)] // pre-existing in tests/support (Backend enum)
 mod support;
 
 use std::net::SocketAddr;

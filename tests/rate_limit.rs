@@ -1,5 +1,6 @@
 //! Fixed-window rate limiting against a real Redis (single server and Cluster).
 
+#[allow(clippy::large_enum_variant)] // pre-existing in tests/support (Backend enum)
 mod support;
 
 use std::net::IpAddr;

@@ -203,7 +203,7 @@ impl Policies {
             ));
         }
         self.routes.push((path, limiter));
-        self.routes.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        self.routes.sort_by_key(|r| std::cmp::Reverse(r.0.len()));
         Ok(self)
     }
 
