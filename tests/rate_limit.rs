@@ -175,7 +175,15 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     assert_eq!(v, "v");
 
     // Non-integer values.
-    for junk in ["abc", "1.5", "-3"] {
+    for junk in [
+        "abc",
+        "1.5",
+        "-3",
+        " 5",
+        "1e3",
+        "0x10",
+        "99999999999999999999",
+    ] {
         let k = LimitKey::text(junk).unwrap();
         let rk = limiter.redis_key(&k);
         let _: () = server.cmd(&["SET", &rk, junk]).await;
