@@ -520,3 +520,37 @@ async fn a_closure_can_pick_the_key() {
         .await;
     assert_eq!(exists, 1);
 }
+
+#[tokio::test]
+async fn the_layer_works_over_a_cluster_connection() {
+    let cluster = support::RedisCluster::spawn().await;
+    let layer = RateLimitLayer::builder(
+        limiter("clu", 2, Duration::from_secs(60)),
+        cluster.conn().await,
+    )
+    .key_extractor(TrustedProxies::parse_cidrs(["127.0.0.1/32"]).unwrap())
+    .timeout(Duration::from_secs(2))
+    .build()
+    .unwrap();
+    let base = serve(app(layer.clone()), true).await;
+    let http = reqwest::Client::new();
+    // Clients spread over many slots (and so over all three primaries).
+    for i in 1..=12u8 {
+        let client = format!("203.0.113.{i}");
+        assert_eq!(
+            get_with(&http, &base, Some(&client)).await.status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            get_with(&http, &base, Some(&client)).await.status(),
+            StatusCode::OK
+        );
+        let r = get_with(&http, &base, Some(&client)).await;
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS, "{client}");
+    }
+    let s = layer.stats();
+    assert_eq!((s.allowed, s.limited, s.redis_failures), (24, 12, 0));
+    let owner = cluster.primary_for("rk:rl:clu:{ip:203.0.113.7}").await;
+    let count: String = owner.cmd(&["GET", "rk:rl:clu:{ip:203.0.113.7}"]).await;
+    assert_eq!(count, "2");
+}
