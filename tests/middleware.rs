@@ -141,23 +141,24 @@ async fn over_the_limit_is_429_with_retry_after_and_ratelimit_headers() {
 #[tokio::test]
 async fn retry_after_is_rounded_up_and_at_least_one_second() {
     let server = RedisServer::spawn().await;
-    let layer = RateLimitLayer::new(
-        limiter("short", 1, Duration::from_millis(300)),
-        manager(&server).await,
-    );
+    let window = Duration::from_millis(1500);
+    let layer = RateLimitLayer::new(limiter("short", 1, window), manager(&server).await);
     let base = serve(app(layer), true).await;
     let http = reqwest::Client::new();
     assert_eq!(get_with(&http, &base, None).await.status(), StatusCode::OK);
     let r = get_with(&http, &base, None).await;
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(
-        header(&r, "retry-after"),
-        Some("1"),
-        "300 ms rounds up to 1 s"
+    let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+    let pttl: i64 = server.cmd(&["PTTL", "rk:rl:short:{ip:127.0.0.1}"]).await;
+    // 1.5 s rounds up to 2 s; never 0, never below what is really left.
+    assert!((1..=2).contains(&retry), "{retry}");
+    assert!(
+        retry >= (pttl.max(0) as u64).div_ceil(1000),
+        "retry {retry}, pttl {pttl}"
     );
-    assert_eq!(header(&r, "ratelimit-policy"), Some("\"short\";q=1;w=1"));
+    assert_eq!(header(&r, "ratelimit-policy"), Some("\"short\";q=1;w=2"));
     // After the window the client passes again.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    tokio::time::sleep(window + Duration::from_millis(500)).await;
     assert_eq!(get_with(&http, &base, None).await.status(), StatusCode::OK);
 }
 
