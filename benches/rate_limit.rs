@@ -72,11 +72,19 @@ fn ceiling(server: &RedisServer, sha: &str) {
 }
 
 fn bench(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    // REDKIT_BENCH_RT=current runs everything on one thread (no cross-thread wake-ups);
+    // the default is a 2-worker multi-thread runtime, like a typical axum server.
+    let rt = match std::env::var("REDKIT_BENCH_RT").as_deref() {
+        Ok("current") => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+        _ => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap(),
+    };
     let s = setup(&rt);
     let raw_key = s.limiter.redis_key(&s.key);
 
