@@ -3,6 +3,7 @@
 --! ARGV[1] = limit (>= 1), ARGV[2] = window in ms (>= 1), ARGV[3] = cost (>= 1).
 --! Returns {count, pttl_ms, allowed (1|0)}. A request that would exceed the limit is not
 --! counted. A counter found without a TTL gets one (it must never block a client forever).
+--! A counter that is not a plain decimal integer is refused (REDKIT_DATA); nothing is written.
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
@@ -20,10 +21,11 @@ end
 local raw = redis.call('GET', key)
 local count = 0
 if raw then
-  count = tonumber(raw)
-  if not count or count % 1 ~= 0 or count < 0 then
+  -- Plain decimal digits only (no sign, space, exponent or hex), short enough to be exact.
+  if not string.match(raw, '^%d+$') or #raw > 15 then
     return redis.error_reply('REDKIT_DATA window counter is not a non-negative integer')
   end
+  count = tonumber(raw)
 end
 
 local allowed = 0

@@ -7,6 +7,10 @@ mod error;
 pub mod inventory;
 pub mod keys;
 pub mod lock;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod middleware;
+pub mod rate_limit;
 pub mod script;
 
 pub use error::{Error, Result};

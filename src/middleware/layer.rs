@@ -1,0 +1,383 @@
+//! [`RateLimitLayer`] and its builder.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tower::Layer;
+
+use super::key::{KeyExtractor, PeerIp};
+use super::policy::Policies;
+use super::service::RateLimit;
+use crate::error::Result;
+use crate::rate_limit::{validate_ipv6_prefix, DEFAULT_IPV6_PREFIX};
+
+/// What to do when Redis cannot answer within the timeout (down, unreachable, too slow) or
+/// answers with an error.
+///
+/// ```
+/// use redkit::middleware::FailMode;
+/// assert_eq!(FailMode::default(), FailMode::Open);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum FailMode {
+    /// Let the request through unlimited (the default: an outage of the limiter is not an
+    /// outage of the service). Logged at `warn` and counted in [`MiddlewareStats::failed_open`].
+    #[default]
+    Open,
+    /// Answer [`RateLimitLayer::FAIL_CLOSED_STATUS`] (503) with `Retry-After: 1`. Logged and
+    /// counted in [`MiddlewareStats::failed_closed`].
+    Closed,
+}
+
+/// What to do with a request whose client the key extractor cannot determine (e.g. axum
+/// served without `into_make_service_with_connect_info`). Never a 500.
+///
+/// ```
+/// use redkit::middleware::UnknownClient;
+/// assert_eq!(UnknownClient::default(), UnknownClient::SharedBucket);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum UnknownClient {
+    /// All such requests share one bucket (the default: still limited, and a misconfigured
+    /// deployment shows up fast). Counted in [`MiddlewareStats::unknown_clients`].
+    #[default]
+    SharedBucket,
+    /// Let them through unlimited.
+    Allow,
+    /// Answer [`RateLimitLayer::UNKNOWN_CLIENT_STATUS`] (400).
+    Reject,
+}
+
+/// Counters of a layer (shared by all its clones), for metrics and tests.
+///
+/// ```
+/// # fn show<C, K>(layer: &redkit::middleware::RateLimitLayer<C, K>) {
+/// let s = layer.stats();
+/// println!("allowed {} limited {} failed open {}", s.allowed, s.limited, s.failed_open);
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MiddlewareStats {
+    /// Requests let through after a check.
+    pub allowed: u64,
+    /// Requests answered 429.
+    pub limited: u64,
+    /// Checks that failed (Redis error or timeout), whatever the fail mode.
+    pub redis_failures: u64,
+    /// Requests let through unchecked because of [`FailMode::Open`].
+    pub failed_open: u64,
+    /// Requests refused because of [`FailMode::Closed`].
+    pub failed_closed: u64,
+    /// Requests whose client could not be determined.
+    pub unknown_clients: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) allowed: AtomicU64,
+    pub(crate) limited: AtomicU64,
+    pub(crate) redis_failures: AtomicU64,
+    pub(crate) failed_open: AtomicU64,
+    pub(crate) failed_closed: AtomicU64,
+    pub(crate) unknown_clients: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What the layer and its services share (behind one `Arc`).
+pub(crate) struct Shared<C, K> {
+    pub(crate) policies: Policies,
+    pub(crate) conn: C,
+    pub(crate) extractor: K,
+    pub(crate) fail_mode: FailMode,
+    pub(crate) timeout: Duration,
+    pub(crate) ipv6_prefix: u8,
+    pub(crate) unknown: UnknownClient,
+    pub(crate) stats: Counters,
+}
+
+/// Tower layer that rate-limits requests per client with a [`FixedWindow`](crate::rate_limit::FixedWindow)
+/// in Redis. Usable in axum, hyper and tonic stacks.
+///
+/// Cheap to clone: one `Arc` of policies + connection + configuration, shared by every
+/// service it builds. The connection must be `Clone + Send + Sync + 'static`; use
+/// `redis::aio::ConnectionManager` (reconnects by itself) or a `MultiplexedConnection`.
+///
+/// Per request: the [`KeyExtractor`] finds the client, the policy for the path is checked
+/// (one round trip, bounded by the timeout), and then
+/// - allowed: the [`Decision`](crate::rate_limit::Decision) is put in the request extensions,
+///   the inner service runs, and `RateLimit-Policy` / `RateLimit` headers are added;
+/// - limited: `429 Too Many Requests` with `Retry-After` (whole seconds, rounded up, at least
+///   1) and the same two headers; the inner service does not run;
+/// - Redis failed or timed out: [`FailMode`].
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// use std::{net::SocketAddr, time::Duration};
+/// use axum::{routing::get, Router};
+/// use redkit::{middleware::RateLimitLayer, rate_limit::FixedWindow};
+///
+/// let client = redis::Client::open("redis://127.0.0.1:6379/?protocol=resp3")?;
+/// let conn = redis::aio::ConnectionManager::new(client).await?;
+/// let layer = RateLimitLayer::new(FixedWindow::new("api", 100, Duration::from_secs(60))?, conn);
+/// let app: Router = Router::new().route("/", get(|| async { "hi" })).layer(layer);
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await.unwrap();
+/// axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap();
+/// # Ok(()) }
+/// ```
+pub struct RateLimitLayer<C, K = PeerIp> {
+    shared: Arc<Shared<C, K>>,
+}
+
+impl<C> RateLimitLayer<C, PeerIp> {
+    /// A layer with default settings: socket peer as key, fail open, 250 ms timeout,
+    /// IPv6 grouped by /64, unknown clients share a bucket.
+    ///
+    /// ```no_run
+    /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
+    /// # use std::time::Duration;
+    /// use redkit::{middleware::RateLimitLayer, rate_limit::FixedWindow};
+    /// let layer = RateLimitLayer::new(FixedWindow::new("api", 100, Duration::from_secs(60))?, conn);
+    /// # Ok(()) }
+    /// ```
+    pub fn new(policies: impl Into<Policies>, conn: C) -> Self {
+        Self::builder(policies, conn).into_layer()
+    }
+
+    /// A builder to change the defaults.
+    ///
+    /// ```no_run
+    /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
+    /// # use std::time::Duration;
+    /// use redkit::middleware::{FailMode, RateLimitLayer, TrustedProxies};
+    /// use redkit::rate_limit::FixedWindow;
+    /// let layer = RateLimitLayer::builder(FixedWindow::new("api", 100, Duration::from_secs(60))?, conn)
+    ///     .key_extractor(TrustedProxies::parse_cidrs(["10.0.0.0/8"])?)
+    ///     .fail_mode(FailMode::Closed)
+    ///     .timeout(Duration::from_millis(100))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(policies: impl Into<Policies>, conn: C) -> RateLimitBuilder<C, PeerIp> {
+        RateLimitBuilder {
+            policies: policies.into(),
+            conn,
+            extractor: PeerIp,
+            fail_mode: FailMode::default(),
+            timeout: RateLimitBuilder::<C, PeerIp>::DEFAULT_TIMEOUT,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+            unknown: UnknownClient::default(),
+        }
+    }
+}
+
+impl<C, K> RateLimitLayer<C, K> {
+    /// Status of a request refused by [`FailMode::Closed`].
+    pub const FAIL_CLOSED_STATUS: http::StatusCode = http::StatusCode::SERVICE_UNAVAILABLE;
+    /// Status of a request refused by [`UnknownClient::Reject`].
+    pub const UNKNOWN_CLIENT_STATUS: http::StatusCode = http::StatusCode::BAD_REQUEST;
+
+    /// A snapshot of the counters.
+    ///
+    /// ```
+    /// # fn show<C, K>(layer: &redkit::middleware::RateLimitLayer<C, K>) {
+    /// let stats = layer.stats();
+    /// let failures = stats.failed_open + stats.failed_closed;
+    /// # let _ = failures;
+    /// # }
+    /// ```
+    pub fn stats(&self) -> MiddlewareStats {
+        let s = &self.shared.stats;
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        MiddlewareStats {
+            allowed: get(&s.allowed),
+            limited: get(&s.limited),
+            redis_failures: get(&s.redis_failures),
+            failed_open: get(&s.failed_open),
+            failed_closed: get(&s.failed_closed),
+            unknown_clients: get(&s.unknown_clients),
+        }
+    }
+}
+
+impl<C, K> Clone for RateLimitLayer<C, K> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S, C, K> Layer<S> for RateLimitLayer<C, K> {
+    type Service = RateLimit<S, C, K>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit::new(inner, Arc::clone(&self.shared))
+    }
+}
+
+impl<C, K: fmt::Debug> fmt::Debug for RateLimitLayer<C, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.shared;
+        f.debug_struct("RateLimitLayer")
+            .field("policies", &s.policies)
+            .field("extractor", &s.extractor)
+            .field("fail_mode", &s.fail_mode)
+            .field("timeout", &s.timeout)
+            .field("ipv6_prefix", &s.ipv6_prefix)
+            .field("unknown", &s.unknown)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builder of a [`RateLimitLayer`]: by-value setters, validated by [`build`](Self::build).
+///
+/// ```no_run
+/// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
+/// # use std::time::Duration;
+/// use redkit::{middleware::{RateLimitLayer, UnknownClient}, rate_limit::FixedWindow};
+/// let layer = RateLimitLayer::builder(FixedWindow::new("api", 10, Duration::from_secs(1))?, conn)
+///     .ipv6_prefix(56)
+///     .unknown_client(UnknownClient::Reject)
+///     .build()?;
+/// # Ok(()) }
+/// ```
+pub struct RateLimitBuilder<C, K> {
+    policies: Policies,
+    conn: C,
+    extractor: K,
+    fail_mode: FailMode,
+    timeout: Duration,
+    ipv6_prefix: u8,
+    unknown: UnknownClient,
+}
+
+impl<C, K> RateLimitBuilder<C, K> {
+    /// Longest wait for Redis per request before the [`FailMode`] applies.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
+
+    /// How to find the client (default [`PeerIp`]).
+    ///
+    /// ```no_run
+    /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
+    /// # use std::time::Duration;
+    /// use redkit::{middleware::{RateLimitLayer, TrustedProxies}, rate_limit::FixedWindow};
+    /// let b = RateLimitLayer::builder(FixedWindow::new("api", 10, Duration::from_secs(1))?, conn)
+    ///     .key_extractor(TrustedProxies::hops(1));
+    /// # Ok(()) }
+    /// ```
+    pub fn key_extractor<K2: KeyExtractor>(self, extractor: K2) -> RateLimitBuilder<C, K2> {
+        RateLimitBuilder {
+            policies: self.policies,
+            conn: self.conn,
+            extractor,
+            fail_mode: self.fail_mode,
+            timeout: self.timeout,
+            ipv6_prefix: self.ipv6_prefix,
+            unknown: self.unknown,
+        }
+    }
+
+    /// Behaviour when Redis fails (default [`FailMode::Open`]).
+    ///
+    /// ```no_run
+    /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
+    /// let b = b.fail_mode(redkit::middleware::FailMode::Closed);
+    /// # }
+    /// ```
+    pub fn fail_mode(mut self, mode: FailMode) -> Self {
+        self.fail_mode = mode;
+        self
+    }
+
+    /// Longest wait for Redis per request (default [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT));
+    /// must be non-zero.
+    ///
+    /// ```no_run
+    /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
+    /// let b = b.timeout(std::time::Duration::from_millis(50));
+    /// # }
+    /// ```
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// IPv6 addresses are grouped by this many leading bits (1..=128, default 64).
+    ///
+    /// ```no_run
+    /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
+    /// let b = b.ipv6_prefix(48);
+    /// # }
+    /// ```
+    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+        self.ipv6_prefix = bits;
+        self
+    }
+
+    /// Behaviour for requests whose client cannot be determined (default
+    /// [`UnknownClient::SharedBucket`]).
+    ///
+    /// ```no_run
+    /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
+    /// let b = b.unknown_client(redkit::middleware::UnknownClient::Allow);
+    /// # }
+    /// ```
+    pub fn unknown_client(mut self, unknown: UnknownClient) -> Self {
+        self.unknown = unknown;
+        self
+    }
+
+    /// Validates and builds the layer. Errors: [`Error::InvalidInput`](crate::Error::InvalidInput)
+    /// for a zero timeout or an IPv6 prefix outside 1..=128.
+    ///
+    /// ```no_run
+    /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
+    /// assert!(b.ipv6_prefix(0).build().is_err());
+    /// # }
+    /// ```
+    pub fn build(self) -> Result<RateLimitLayer<C, K>> {
+        validate_ipv6_prefix(self.ipv6_prefix)?;
+        if self.timeout.is_zero() {
+            return Err(crate::Error::invalid("timeout", "must be non-zero"));
+        }
+        Ok(self.into_layer())
+    }
+
+    fn into_layer(self) -> RateLimitLayer<C, K> {
+        RateLimitLayer {
+            shared: Arc::new(Shared {
+                policies: self.policies,
+                conn: self.conn,
+                extractor: self.extractor,
+                fail_mode: self.fail_mode,
+                timeout: self.timeout,
+                ipv6_prefix: self.ipv6_prefix,
+                unknown: self.unknown,
+                stats: Counters::default(),
+            }),
+        }
+    }
+}
+
+impl<C, K: fmt::Debug> fmt::Debug for RateLimitBuilder<C, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitBuilder")
+            .field("policies", &self.policies)
+            .field("extractor", &self.extractor)
+            .field("fail_mode", &self.fail_mode)
+            .field("timeout", &self.timeout)
+            .field("ipv6_prefix", &self.ipv6_prefix)
+            .field("unknown", &self.unknown)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,154 @@
+//! [`RateLimit`]: the service built by [`RateLimitLayer`](super::RateLimitLayer).
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::header::{HeaderValue, RETRY_AFTER};
+use http::{Request, Response, StatusCode};
+use redis::aio::ConnectionLike;
+use tower::Service;
+
+use super::future::ResponseFuture;
+use super::headers;
+use super::key::{ClientId, KeyExtractor, RequestInfo};
+use super::layer::{Counters, FailMode, Shared, UnknownClient};
+use crate::error::Error;
+use crate::rate_limit::{Decision, LimitKey};
+
+/// The rate-limiting service wrapping `S` (see [`RateLimitLayer`](super::RateLimitLayer)).
+///
+/// ```no_run
+/// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
+/// # use std::time::Duration;
+/// use tower::Layer;
+/// use redkit::{middleware::RateLimitLayer, rate_limit::FixedWindow};
+/// let layer = RateLimitLayer::new(FixedWindow::new("api", 10, Duration::from_secs(1))?, conn);
+/// let service = layer.layer(tower::service_fn(|_req: http::Request<String>| async {
+///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+/// }));
+/// # let _ = service; Ok(()) }
+/// ```
+pub struct RateLimit<S, C, K> {
+    inner: S,
+    shared: Arc<Shared<C, K>>,
+}
+
+impl<S, C, K> RateLimit<S, C, K> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared<C, K>>) -> Self {
+        Self { inner, shared }
+    }
+}
+
+impl<S: Clone, C, K> Clone for RateLimit<S, C, K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: fmt::Debug, C, K> fmt::Debug for RateLimit<S, C, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a request is answered by the layer itself.
+fn refuse<B: Default>(status: StatusCode) -> Response<B> {
+    let mut response = Response::new(B::default());
+    *response.status_mut() = status;
+    response
+}
+
+impl<S, C, K, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, C, K>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Default + Send + 'static,
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    K: KeyExtractor,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<ResBody, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
+        // The ready service goes into the future; a fresh clone stays for the next call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let shared = Arc::clone(&self.shared);
+        ResponseFuture::new(async move {
+            let stats = &shared.stats;
+            let key = match shared.extractor.extract(&RequestInfo::new(&req)) {
+                Some(ClientId::Ip(ip)) => LimitKey::ip_grouped(ip, shared.ipv6_prefix),
+                Some(ClientId::Key(key)) => key,
+                None => {
+                    Counters::bump(&stats.unknown_clients);
+                    tracing::debug!(path = req.uri().path(), "rate limit: client unknown");
+                    match shared.unknown {
+                        UnknownClient::Allow => return inner.call(req).await,
+                        UnknownClient::Reject => {
+                            return Ok(refuse(StatusCode::BAD_REQUEST));
+                        }
+                        _ => LimitKey::unknown_client(),
+                    }
+                }
+            };
+            let limiter = shared.policies.for_path(req.uri().path());
+            let mut conn = shared.conn.clone();
+            let checked = tokio::time::timeout(shared.timeout, limiter.check(&mut conn, &key))
+                .await
+                .unwrap_or(Err(Error::Timeout(shared.timeout)));
+            let decision = match checked {
+                Ok(decision) => decision,
+                Err(error) => {
+                    Counters::bump(&stats.redis_failures);
+                    return match shared.fail_mode {
+                        FailMode::Closed => {
+                            Counters::bump(&stats.failed_closed);
+                            tracing::warn!(%error, limiter = limiter.name(), "rate limit check failed: refusing (fail-closed)");
+                            let mut response = refuse(StatusCode::SERVICE_UNAVAILABLE);
+                            response
+                                .headers_mut()
+                                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+                            Ok(response)
+                        }
+                        _ => {
+                            Counters::bump(&stats.failed_open);
+                            tracing::warn!(%error, limiter = limiter.name(), "rate limit check failed: letting request through (fail-open)");
+                            inner.call(req).await
+                        }
+                    };
+                }
+            };
+            if let Decision::Allowed(_) = decision {
+                Counters::bump(&stats.allowed);
+                req.extensions_mut().insert(decision);
+                let mut response = inner.call(req).await?;
+                headers::apply(response.headers_mut(), limiter, &decision);
+                Ok(response)
+            } else {
+                Counters::bump(&stats.limited);
+                let mut response = refuse(StatusCode::TOO_MANY_REQUESTS);
+                headers::apply(response.headers_mut(), limiter, &decision);
+                if decision.retry_after().is_none() {
+                    // Cost above the limit: it will never pass; still tell clients to back off.
+                    response.headers_mut().insert(
+                        RETRY_AFTER,
+                        HeaderValue::from(headers::retry_after_secs(limiter.window())),
+                    );
+                }
+                Ok(response)
+            }
+        })
+    }
+}

@@ -1,0 +1,128 @@
+//! [`Decision`]: the outcome of one check, and the quota state it observed.
+
+use std::time::Duration;
+
+/// The state of one client's window as Redis saw it during a check.
+///
+/// ```
+/// # fn show(d: redkit::rate_limit::Decision) {
+/// let q = d.quota();
+/// println!("{} of {} left, window resets in {:?}", q.remaining(), q.limit(), q.reset_after());
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    limit: u32,
+    remaining: u32,
+    reset_after: Duration,
+}
+
+impl Quota {
+    pub(crate) fn new(limit: u32, used: u64, reset_after: Duration) -> Self {
+        let remaining = u64::from(limit).saturating_sub(used);
+        Self {
+            limit,
+            remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
+            reset_after,
+        }
+    }
+
+    /// The limit of the window.
+    ///
+    /// ```
+    /// # fn show(q: redkit::rate_limit::Quota) { assert!(q.limit() >= 1); }
+    /// ```
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// Units left in the current window after this check.
+    ///
+    /// ```
+    /// # fn show(q: redkit::rate_limit::Quota) { assert!(q.remaining() <= q.limit()); }
+    /// ```
+    pub fn remaining(&self) -> u32 {
+        self.remaining
+    }
+
+    /// Time until the current window ends and the counter starts again from zero
+    /// (the key's PTTL in Redis; for a window not started yet, the full window).
+    ///
+    /// ```
+    /// # fn show(q: redkit::rate_limit::Quota) { let _secs = q.reset_after().as_secs_f64(); }
+    /// ```
+    pub fn reset_after(&self) -> Duration {
+        self.reset_after
+    }
+}
+
+/// The outcome of [`FixedWindow::check`](super::FixedWindow::check): a value, not an error.
+///
+/// ```no_run
+/// # async fn run(limiter: redkit::rate_limit::FixedWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+/// use redkit::rate_limit::{Decision, LimitKey};
+/// match limiter.check(&mut conn, &LimitKey::ip([10, 0, 0, 1].into())).await? {
+///     Decision::Allowed(q) => println!("ok, {} left", q.remaining()),
+///     Decision::Limited { retry_after, .. } => println!("retry in {retry_after:?}"),
+///     Decision::CostExceedsLimit { cost, .. } => println!("{cost} can never pass"),
+///     _ => {}
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Decision {
+    /// The request was counted and may proceed.
+    Allowed(Quota),
+    /// The window is exhausted; nothing was counted. Retry after `retry_after`.
+    Limited {
+        /// The window's state.
+        quota: Quota,
+        /// When the window resets (fixed window: nothing frees up earlier).
+        retry_after: Duration,
+    },
+    /// The cost asked for is larger than the limit: this request can never pass, in any
+    /// window. Nothing was counted.
+    CostExceedsLimit {
+        /// The window's state.
+        quota: Quota,
+        /// The cost that was asked for.
+        cost: u32,
+    },
+}
+
+impl Decision {
+    /// `true` for [`Decision::Allowed`].
+    ///
+    /// ```
+    /// # fn show(d: redkit::rate_limit::Decision) { if !d.is_allowed() { /* 429 */ } }
+    /// ```
+    pub fn is_allowed(&self) -> bool {
+        matches!(self, Self::Allowed(_))
+    }
+
+    /// The window's state, whatever the outcome.
+    ///
+    /// ```
+    /// # fn show(d: redkit::rate_limit::Decision) { let _ = d.quota().remaining(); }
+    /// ```
+    pub fn quota(&self) -> &Quota {
+        match self {
+            Self::Allowed(q) => q,
+            Self::Limited { quota, .. } | Self::CostExceedsLimit { quota, .. } => quota,
+        }
+    }
+
+    /// How long to wait before retrying: `Some` only for [`Decision::Limited`]
+    /// (`None` when allowed, and when the request can never pass).
+    ///
+    /// ```
+    /// # fn show(d: redkit::rate_limit::Decision) { if let Some(wait) = d.retry_after() { let _ = wait; } }
+    /// ```
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Limited { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! [`LimitKey`]: the canonical identity of one rate-limited client.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::error::{Error, Result};
+use crate::keys::escape_part;
+
+/// How many leading bits of an IPv6 address identify one client, by default: a /64 is what
+/// one subscriber usually gets, so every address inside it shares one bucket.
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+
+/// Who is being limited: a canonical IP (or IPv6 network) or a free-form text key.
+///
+/// - IPv4-mapped IPv6 addresses (`::ffff:1.2.3.4`) are the IPv4 address they map.
+/// - IPv6 addresses are grouped by a prefix ([`DEFAULT_IPV6_PREFIX`] bits by default), so a
+///   client cannot escape its limit by rotating addresses inside its own network.
+/// - Text keys (an API key, a user id) are 1..=256 bytes; `{`, `}` and `%` are escaped, so a
+///   key can never choose its own Cluster hash tag.
+///
+/// The two kinds never collide: `ip:` and `k:` prefixes keep them apart.
+///
+/// ```
+/// use std::net::IpAddr;
+/// use redkit::rate_limit::LimitKey;
+///
+/// let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
+/// assert_eq!(LimitKey::ip(mapped).as_str(), "ip:192.0.2.7");
+///
+/// let a: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+/// let b: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+/// assert_eq!(LimitKey::ip(a), LimitKey::ip(b)); // same /64
+///
+/// let user = LimitKey::text("user{42}")?;
+/// assert_eq!(user.as_str(), "k:user%7B42%7D");
+/// # Ok::<(), redkit::Error>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct LimitKey(String);
+
+impl LimitKey {
+    /// The key of an IP address, IPv6 grouped by [`DEFAULT_IPV6_PREFIX`] bits.
+    pub fn ip(addr: IpAddr) -> Self {
+        Self::ip_grouped(addr, DEFAULT_IPV6_PREFIX)
+    }
+
+    /// The key of an IP address, IPv6 grouped by `ipv6_prefix` bits (values above 128 are
+    /// treated as 128: one bucket per address). IPv4 addresses are always per address.
+    ///
+    /// ```
+    /// use redkit::rate_limit::LimitKey;
+    /// let ip = "2001:db8:aaaa:bbbb::1".parse().unwrap();
+    /// assert_eq!(LimitKey::ip_grouped(ip, 48).as_str(), "ip:2001:db8:aaaa::/48");
+    /// ```
+    pub fn ip_grouped(addr: IpAddr, ipv6_prefix: u8) -> Self {
+        match canonical(addr) {
+            IpAddr::V4(v4) => Self(format!("ip:{v4}")),
+            IpAddr::V6(v6) => {
+                let bits = ipv6_prefix.min(128);
+                if bits == 128 {
+                    return Self(format!("ip:{v6}"));
+                }
+                let mask = if bits == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - u32::from(bits))
+                };
+                let net = Ipv6Addr::from(u128::from(v6) & mask);
+                Self(format!("ip:{net}/{bits}"))
+            }
+        }
+    }
+
+    /// A free-form key (API key, user id, ...): 1..=256 bytes, braces and `%` escaped.
+    ///
+    /// ```
+    /// use redkit::rate_limit::LimitKey;
+    /// assert!(LimitKey::text("").is_err());
+    /// assert!(LimitKey::text(&"x".repeat(257)).is_err());
+    /// assert_eq!(LimitKey::text("api-key-1")?.as_str(), "k:api-key-1");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn text(key: &str) -> Result<Self> {
+        let escaped = escape_part("key", key)?;
+        Ok(Self(format!("k:{escaped}")))
+    }
+
+    /// The bucket shared by requests whose client could not be determined.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn unknown_client() -> Self {
+        Self("unknown".to_owned())
+    }
+
+    /// The canonical form that goes inside the Redis key's hash tag.
+    ///
+    /// ```
+    /// use redkit::rate_limit::LimitKey;
+    /// assert_eq!(LimitKey::ip([10, 0, 0, 1].into()).as_str(), "ip:10.0.0.1");
+    /// ```
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// IPv4-mapped IPv6 (`::ffff:a.b.c.d`) becomes IPv4; everything else is unchanged.
+pub(crate) fn canonical(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        },
+        v4 => v4,
+    }
+}
+
+impl From<IpAddr> for LimitKey {
+    fn from(addr: IpAddr) -> Self {
+        Self::ip(addr)
+    }
+}
+
+impl From<Ipv4Addr> for LimitKey {
+    fn from(addr: Ipv4Addr) -> Self {
+        Self::ip(IpAddr::V4(addr))
+    }
+}
+
+impl From<Ipv6Addr> for LimitKey {
+    fn from(addr: Ipv6Addr) -> Self {
+        Self::ip(IpAddr::V6(addr))
+    }
+}
+
+impl fmt::Debug for LimitKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("LimitKey").field(&self.0).finish()
+    }
+}
+
+impl fmt::Display for LimitKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Checks an IPv6 grouping prefix length.
+#[cfg_attr(not(feature = "tower"), allow(dead_code))]
+pub(crate) fn validate_ipv6_prefix(bits: u8) -> Result<u8> {
+    if bits == 0 || bits > 128 {
+        return Err(Error::invalid("ipv6_prefix", "must be 1 to 128 bits"));
+    }
+    Ok(bits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn ipv4_mapped_is_ipv4() {
+        assert_eq!(
+            LimitKey::ip(ip("::ffff:10.1.2.3")),
+            LimitKey::ip(ip("10.1.2.3"))
+        );
+        // IPv4-compatible (deprecated ::a.b.c.d) is NOT treated as mapped.
+        assert_ne!(LimitKey::ip(ip("::10.1.2.3")), LimitKey::ip(ip("10.1.2.3")));
+    }
+
+    #[test]
+    fn ipv6_grouping() {
+        assert_eq!(LimitKey::ip(ip("2001:db8::1")).as_str(), "ip:2001:db8::/64");
+        assert_ne!(
+            LimitKey::ip(ip("2001:db8:0:1::1")),
+            LimitKey::ip(ip("2001:db8:0:2::1"))
+        );
+        assert_eq!(
+            LimitKey::ip_grouped(ip("2001:db8::1"), 128).as_str(),
+            "ip:2001:db8::1"
+        );
+        assert_eq!(
+            LimitKey::ip_grouped(ip("2001:db8::1"), 200).as_str(),
+            "ip:2001:db8::1"
+        );
+        assert_eq!(
+            LimitKey::ip_grouped(ip("2001:db8::1"), 0).as_str(),
+            "ip:::/0"
+        );
+    }
+
+    #[test]
+    fn text_keys_are_escaped_and_distinct_from_ips() {
+        assert_eq!(LimitKey::text("a}b").unwrap().as_str(), "k:a%7Db");
+        assert_ne!(
+            LimitKey::text("10.0.0.1").unwrap(),
+            LimitKey::ip(ip("10.0.0.1"))
+        );
+        assert!(validate_ipv6_prefix(0).is_err());
+        assert!(validate_ipv6_prefix(129).is_err());
+        assert_eq!(validate_ipv6_prefix(56).unwrap(), 56);
+    }
+}

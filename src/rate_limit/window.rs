@@ -1,0 +1,400 @@
+//! [`FixedWindow`]: one atomic script call per check.
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::Value;
+
+use super::decision::{Decision, Quota};
+use super::key::LimitKey;
+use crate::error::{Error, Result};
+use crate::keys::{tagged, validate_prefix};
+use crate::script::{script_error, Call, Registry, Script, ScriptManager};
+
+/// A fixed-window rate limiter shared by every instance of a service.
+///
+/// Each check is one `EVALSHA` of `lua/fixed_window.v1.lua`, which atomically reads the
+/// counter, adds the cost if it fits under the limit, gives a new counter (or one found
+/// without a TTL) its expiry, and answers the count and the remaining milliseconds (PTTL).
+/// Limit, remaining and reset all come from that one round trip; time comes from Redis.
+///
+/// **Window semantics.** A window starts at the first counted hit of a key and lasts
+/// `window`; then the key expires and the next hit starts a new window (the classic
+/// `INCR` + `EXPIRE` design, done atomically). Windows are not aligned to the clock, and a
+/// client can get up to `2 x limit` through in a short span around a window edge (`limit` at
+/// the end of one window and `limit` again at the start of the next). Requests that are
+/// limited are not counted, so a client that keeps retrying is not locked out longer.
+///
+/// **Keys.** `rk:rl:<name>:{<canonical key>}`: limiters with different names never share a
+/// counter, and the client part is the hash tag, so every call is a single-slot call on a
+/// Cluster. Cheap to clone.
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// use std::time::Duration;
+/// use redkit::rate_limit::{FixedWindow, LimitKey};
+///
+/// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+/// let mut conn = client.get_multiplexed_async_connection().await?;
+/// let limiter = FixedWindow::new("api", 100, Duration::from_secs(60))?;
+/// let decision = limiter.check(&mut conn, &LimitKey::ip([192, 0, 2, 1].into())).await?;
+/// if !decision.is_allowed() {
+///     println!("retry after {:?}", decision.retry_after());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct FixedWindow {
+    name: String,
+    base: String,
+    limit: u32,
+    window: Duration,
+    window_ms: u64,
+    script: &'static Script,
+    manager: ScriptManager,
+}
+
+impl FixedWindow {
+    /// Prefix of every rate-limit key.
+    pub const KEY_PREFIX: &'static str = "rk:rl";
+    /// The shortest window: 1 ms (windows are counted in whole milliseconds).
+    pub const MIN_WINDOW: Duration = Duration::from_millis(1);
+    /// The longest window: 2^53 - 1 ms (what a Lua number holds exactly).
+    pub const MAX_WINDOW: Duration = Duration::from_millis((1 << 53) - 1);
+
+    /// A limiter named `name` (1..=64 bytes of `[A-Za-z0-9_:.-]`) allowing `limit` units per
+    /// `window` (at least 1 ms; sub-millisecond parts are dropped).
+    ///
+    /// Errors: [`Error::InvalidInput`] for a zero limit, a window outside
+    /// [`MIN_WINDOW`](Self::MIN_WINDOW)..=[`MAX_WINDOW`](Self::MAX_WINDOW) or a bad name.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::rate_limit::FixedWindow;
+    /// assert!(FixedWindow::new("login", 5, Duration::from_secs(60)).is_ok());
+    /// assert!(FixedWindow::new("login", 0, Duration::from_secs(60)).is_err());
+    /// assert!(FixedWindow::new("login", 5, Duration::ZERO).is_err());
+    /// assert!(FixedWindow::new("a{b}", 5, Duration::from_secs(1)).is_err());
+    /// ```
+    pub fn new(name: &str, limit: u32, window: Duration) -> Result<Self> {
+        validate_prefix("name", name)?;
+        if limit == 0 {
+            return Err(Error::invalid("limit", "must be at least 1"));
+        }
+        if window < Self::MIN_WINDOW || window > Self::MAX_WINDOW {
+            return Err(Error::invalid(
+                "window",
+                "must be between 1 ms and 2^53 - 1 ms",
+            ));
+        }
+        let window_ms =
+            u64::try_from(window.as_millis()).map_err(|_| Error::invalid("window", "too long"))?;
+        let script = Registry::global().require("fixed_window", 1)?;
+        Ok(Self {
+            base: format!("{}:{name}", Self::KEY_PREFIX),
+            name: name.to_owned(),
+            limit,
+            window: Duration::from_millis(window_ms),
+            window_ms,
+            script,
+            manager: ScriptManager::new(),
+        })
+    }
+
+    /// Uses `manager` (e.g. one shared by the whole application, for its stats).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use redkit::{rate_limit::FixedWindow, ScriptManager};
+    /// let shared = ScriptManager::new();
+    /// let limiter = FixedWindow::new("api", 10, Duration::from_secs(1))?.manager(shared.clone());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn manager(mut self, manager: ScriptManager) -> Self {
+        self.manager = manager;
+        self
+    }
+
+    /// The limiter's name.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # let l = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_secs(1))?;
+    /// assert_eq!(l.name(), "api");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Units allowed per window.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # let l = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_secs(1))?;
+    /// assert_eq!(l.limit(), 10);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The window length (whole milliseconds).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # let l = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_micros(1500))?;
+    /// assert_eq!(l.window(), Duration::from_millis(1));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// The Redis key holding `key`'s counter (for inspection and operations).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use redkit::rate_limit::{FixedWindow, LimitKey};
+    /// let l = FixedWindow::new("api", 10, Duration::from_secs(1))?;
+    /// assert_eq!(l.redis_key(&LimitKey::ip([10, 0, 0, 1].into())), "rk:rl:api:{ip:10.0.0.1}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn redis_key(&self, key: &LimitKey) -> String {
+        tagged(&self.base, key.as_str())
+    }
+
+    /// Counts one unit for `key`. See [`check_n`](Self::check_n).
+    ///
+    /// ```no_run
+    /// # async fn run(l: redkit::rate_limit::FixedWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::rate_limit::LimitKey;
+    /// let d = l.check(&mut conn, &LimitKey::text("user-42")?).await?;
+    /// # let _ = d; Ok(()) }
+    /// ```
+    pub async fn check<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<Decision> {
+        self.check_n(conn, key, 1).await
+    }
+
+    /// Counts `cost` units for `key` in one round trip, if they fit in the current window.
+    ///
+    /// A cost above the limit is [`Decision::CostExceedsLimit`] (it can never pass; nothing is
+    /// counted). Errors: [`Error::InvalidInput`] for a zero cost (nothing sent),
+    /// [`Error::WrongType`] / [`Error::CorruptData`] when the counter key holds something that
+    /// is not a counter (nothing written), and connection errors.
+    ///
+    /// ```no_run
+    /// # async fn run(l: redkit::rate_limit::FixedWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::rate_limit::LimitKey;
+    /// let upload_cost = 5;
+    /// let d = l.check_n(&mut conn, &LimitKey::text("user-42")?, upload_cost).await?;
+    /// # let _ = d; Ok(()) }
+    /// ```
+    pub async fn check_n<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+        cost: u32,
+    ) -> Result<Decision> {
+        let call = self.call(key, cost)?;
+        let reply: Value = self.manager.invoke(conn, &call).await?;
+        self.decode(reply, cost)
+    }
+
+    /// Checks many keys (one unit each) in one pipeline: one round trip. Each key gets its own
+    /// result, in order. On a Cluster the keys usually live in many slots: use
+    /// [`check_batch_by_slot`](Self::check_batch_by_slot) there.
+    ///
+    /// ```no_run
+    /// # async fn run(l: redkit::rate_limit::FixedWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::rate_limit::LimitKey;
+    /// let keys: Vec<LimitKey> = (1..=3u8).map(|i| LimitKey::ip([10, 0, 0, i].into())).collect();
+    /// for decision in l.check_batch(&mut conn, &keys).await? {
+    ///     println!("{}", decision?.is_allowed());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn check_batch<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        keys: &[LimitKey],
+    ) -> Result<Vec<Result<Decision>>> {
+        let calls = self.calls(keys)?;
+        let replies = self.manager.invoke_batch(conn, calls).await?;
+        Ok(self.decode_all(replies))
+    }
+
+    /// Like [`check_batch`](Self::check_batch) for a Cluster: keys are grouped by hash slot
+    /// and each group is sent as one pipeline, concurrently, over clones of `conn`.
+    ///
+    /// ```no_run
+    /// # async fn run(l: redkit::rate_limit::FixedWindow, conn: redis::cluster_async::ClusterConnection) -> redkit::Result<()> {
+    /// use redkit::rate_limit::LimitKey;
+    /// let keys = [LimitKey::text("a")?, LimitKey::text("b")?];
+    /// let decisions = l.check_batch_by_slot(&conn, &keys).await?;
+    /// # let _ = decisions; Ok(()) }
+    /// ```
+    pub async fn check_batch_by_slot<C: ConnectionLike + Clone>(
+        &self,
+        conn: &C,
+        keys: &[LimitKey],
+    ) -> Result<Vec<Result<Decision>>> {
+        let calls = self.calls(keys)?;
+        let replies = self.manager.invoke_batch_by_slot(conn, calls).await?;
+        Ok(self.decode_all(replies))
+    }
+
+    /// Deletes `key`'s counter: its next check starts a new window. Returns whether a counter
+    /// existed.
+    ///
+    /// ```no_run
+    /// # async fn run(l: redkit::rate_limit::FixedWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::rate_limit::LimitKey;
+    /// l.reset(&mut conn, &LimitKey::ip([10, 0, 0, 1].into())).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn reset<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<bool> {
+        let deleted: i64 = redis::cmd("DEL")
+            .arg(self.redis_key(key))
+            .query_async(conn)
+            .await?;
+        Ok(deleted > 0)
+    }
+
+    fn call(&self, key: &LimitKey, cost: u32) -> Result<Call<'static>> {
+        if cost == 0 {
+            return Err(Error::invalid("cost", "must be at least 1"));
+        }
+        let mut call = Call::new(self.script);
+        call.key(self.redis_key(key))
+            .arg(self.limit)
+            .arg(self.window_ms)
+            .arg(cost);
+        Ok(call)
+    }
+
+    fn calls(&self, keys: &[LimitKey]) -> Result<Vec<Call<'static>>> {
+        keys.iter().map(|k| self.call(k, 1)).collect()
+    }
+
+    fn decode_all(&self, replies: Vec<Result<Value>>) -> Vec<Result<Decision>> {
+        replies
+            .into_iter()
+            .map(|r| r.and_then(|v| self.decode(v, 1)))
+            .collect()
+    }
+
+    /// `{count, pttl_ms, allowed}` -> [`Decision`], without trusting the reply's shape.
+    fn decode(&self, reply: Value, cost: u32) -> Result<Decision> {
+        let bad = |detail: &str| Error::unexpected(self.script.id(), detail);
+        let items = match reply {
+            Value::Array(items) => items,
+            Value::ServerError(e) => return Err(script_error(self.script, e.into())),
+            _ => return Err(bad("expected an array of 3 integers")),
+        };
+        let [count, pttl, allowed] = items.as_slice() else {
+            return Err(bad("expected an array of 3 integers"));
+        };
+        let (Value::Int(count), Value::Int(pttl), Value::Int(allowed)) = (count, pttl, allowed)
+        else {
+            return Err(bad("expected an array of 3 integers"));
+        };
+        let count = u64::try_from(*count).map_err(|_| bad("negative count"))?;
+        let reset_after = match u64::try_from(*pttl) {
+            Ok(ms) if ms > 0 => Duration::from_millis(ms),
+            // Expired between commands (cannot happen inside a script) or no TTL: a full window.
+            _ => self.window,
+        };
+        let quota = Quota::new(self.limit, count, reset_after);
+        Ok(match allowed {
+            1 => Decision::Allowed(quota),
+            0 if cost > self.limit => Decision::CostExceedsLimit { quota, cost },
+            0 => Decision::Limited {
+                quota,
+                retry_after: reset_after,
+            },
+            _ => return Err(bad("allowed flag is neither 0 nor 1")),
+        })
+    }
+}
+
+impl fmt::Debug for FixedWindow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FixedWindow")
+            .field("name", &self.name)
+            .field("limit", &self.limit)
+            .field("window", &self.window)
+            .field("script", &self.script.id())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limiter() -> FixedWindow {
+        FixedWindow::new("t", 10, Duration::from_secs(1)).unwrap()
+    }
+
+    fn reply(c: i64, p: i64, a: i64) -> Value {
+        Value::Array(vec![Value::Int(c), Value::Int(p), Value::Int(a)])
+    }
+
+    #[test]
+    fn decodes_outcomes() {
+        let l = limiter();
+        let d = l.decode(reply(3, 500, 1), 1).unwrap();
+        assert_eq!(d.quota().remaining(), 7);
+        assert_eq!(d.quota().reset_after(), Duration::from_millis(500));
+        assert!(d.is_allowed());
+        let d = l.decode(reply(10, 400, 0), 1).unwrap();
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(400)));
+        assert_eq!(d.quota().remaining(), 0);
+        let d = l.decode(reply(0, 1000, 0), 11).unwrap();
+        assert!(matches!(d, Decision::CostExceedsLimit { cost: 11, .. }));
+        assert_eq!(d.retry_after(), None);
+        // A counter above the limit (limit lowered since) saturates at 0 remaining.
+        assert_eq!(l.decode(reply(50, 1, 0), 1).unwrap().quota().remaining(), 0);
+    }
+
+    #[test]
+    fn rejects_bad_replies_without_panicking() {
+        let l = limiter();
+        for v in [
+            Value::Nil,
+            Value::Array(vec![]),
+            Value::Array(vec![Value::Int(1), Value::Int(2)]),
+            reply(-1, 5, 1),
+            reply(1, 5, 7),
+            Value::Array(vec![Value::Nil, Value::Int(1), Value::Int(1)]),
+        ] {
+            assert!(matches!(l.decode(v, 1), Err(Error::UnexpectedReply { .. })));
+        }
+    }
+
+    #[test]
+    fn validates_input_before_sending() {
+        let l = limiter();
+        assert!(matches!(
+            l.call(&LimitKey::ip([1, 2, 3, 4].into()), 0),
+            Err(Error::InvalidInput { what: "cost", .. })
+        ));
+        assert!(FixedWindow::new("t", 1, Duration::from_micros(999)).is_err());
+        assert!(FixedWindow::new("t", 1, FixedWindow::MAX_WINDOW).is_ok());
+        assert!(
+            FixedWindow::new("t", 1, FixedWindow::MAX_WINDOW + Duration::from_millis(1)).is_err()
+        );
+        assert!(FixedWindow::new("", 1, Duration::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn names_never_share_counters() {
+        let k = LimitKey::text("x").unwrap();
+        let a = FixedWindow::new("a", 1, Duration::from_secs(1)).unwrap();
+        let ab = FixedWindow::new("a:b", 1, Duration::from_secs(1)).unwrap();
+        assert_ne!(a.redis_key(&k), ab.redis_key(&k));
+        assert_eq!(a.redis_key(&k), "rk:rl:a:{k:x}");
+    }
+}

@@ -1,0 +1,556 @@
+//! The tower/axum layer on a real axum server on loopback, driven by a real HTTP client,
+//! against a real Redis.
+#![cfg(feature = "tower")]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::Request;
+use axum::routing::get;
+use axum::Router;
+use redis::aio::ConnectionManager;
+use redkit::middleware::{
+    ClientId, FailMode, FnKey, Policies, PolicyConfig, RateLimitLayer, TrustedProxies,
+    UnknownClient,
+};
+use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
+use reqwest::StatusCode;
+use support::RedisServer;
+
+async fn handler(req: Request) -> String {
+    match req.extensions().get::<Decision>() {
+        Some(d) => format!("remaining={}", d.quota().remaining()),
+        None => "unchecked".to_owned(),
+    }
+}
+
+fn app<C, K>(layer: RateLimitLayer<C, K>) -> Router
+where
+    RateLimitLayer<C, K>: tower::Layer<axum::routing::Route> + Clone + Send + Sync + 'static,
+    <RateLimitLayer<C, K> as tower::Layer<axum::routing::Route>>::Service: tower::Service<
+            Request,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+    <<RateLimitLayer<C, K> as tower::Layer<axum::routing::Route>>::Service as tower::Service<
+        Request,
+    >>::Future: Send + 'static,
+{
+    Router::new()
+        .route("/", get(handler))
+        .route("/login", get(handler))
+        .route("/login/otp", get(handler))
+        .layer(layer)
+}
+
+/// Serves `app` on a loopback port; `connect_info` decides whether the peer is known.
+async fn serve(app: Router, connect_info: bool) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        if connect_info {
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+            .unwrap();
+        } else {
+            axum::serve(listener, app).await.unwrap();
+        }
+    });
+    format!("http://{addr}")
+}
+
+async fn manager(server: &RedisServer) -> ConnectionManager {
+    let client = redis::Client::open(format!("{}?protocol=resp3", server.url())).unwrap();
+    ConnectionManager::new(client).await.unwrap()
+}
+
+fn limiter(name: &str, limit: u32, window: Duration) -> FixedWindow {
+    FixedWindow::new(name, limit, window).unwrap()
+}
+
+fn header<'a>(r: &'a reqwest::Response, name: &str) -> Option<&'a str> {
+    r.headers().get(name).map(|v| v.to_str().unwrap())
+}
+
+async fn get_with(http: &reqwest::Client, url: &str, xff: Option<&str>) -> reqwest::Response {
+    let mut req = http.get(url);
+    if let Some(v) = xff {
+        req = req.header("x-forwarded-for", v);
+    }
+    req.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn over_the_limit_is_429_with_retry_after_and_ratelimit_headers() {
+    let server = RedisServer::spawn().await;
+    let layer = RateLimitLayer::new(
+        limiter("api", 3, Duration::from_secs(60)),
+        manager(&server).await,
+    );
+    let base = serve(app(layer.clone()), true).await;
+    let http = reqwest::Client::new();
+
+    for expected_remaining in [2, 1, 0] {
+        let r = get_with(&http, &base, None).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(header(&r, "ratelimit-policy"), Some("\"api\";q=3;w=60"));
+        let state = header(&r, "ratelimit").unwrap().to_owned();
+        assert!(
+            state.starts_with(&format!("\"api\";r={expected_remaining};t=")),
+            "{state}"
+        );
+        let t: u64 = state.rsplit("t=").next().unwrap().parse().unwrap();
+        assert!((1..=60).contains(&t), "{state}");
+        assert!(header(&r, "retry-after").is_none());
+        // The decision reached the handler through the request extensions.
+        assert_eq!(
+            r.text().await.unwrap(),
+            format!("remaining={expected_remaining}")
+        );
+    }
+
+    let r = get_with(&http, &base, None).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+    let pttl: i64 = server.cmd(&["PTTL", "rk:rl:api:{ip:127.0.0.1}"]).await;
+    // Rounded up: never below the window's remaining time, never above the window.
+    let ceil_now = (pttl as u64).div_ceil(1000);
+    assert!(
+        retry >= ceil_now.max(1) && retry <= 60,
+        "retry {retry}, pttl {pttl}"
+    );
+    assert_eq!(header(&r, "ratelimit-policy"), Some("\"api\";q=3;w=60"));
+    assert_eq!(
+        header(&r, "ratelimit"),
+        Some(format!("\"api\";r=0;t={retry}").as_str())
+    );
+    let stats = layer.stats();
+    assert_eq!((stats.allowed, stats.limited), (3, 1));
+}
+
+#[tokio::test]
+async fn retry_after_is_rounded_up_and_at_least_one_second() {
+    let server = RedisServer::spawn().await;
+    let window = Duration::from_millis(1500);
+    let layer = RateLimitLayer::new(limiter("short", 1, window), manager(&server).await);
+    let base = serve(app(layer), true).await;
+    let http = reqwest::Client::new();
+    assert_eq!(get_with(&http, &base, None).await.status(), StatusCode::OK);
+    let r = get_with(&http, &base, None).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+    let pttl: i64 = server.cmd(&["PTTL", "rk:rl:short:{ip:127.0.0.1}"]).await;
+    // 1.5 s rounds up to 2 s; never 0, never below what is really left.
+    assert!((1..=2).contains(&retry), "{retry}");
+    assert!(
+        retry >= (pttl.max(0) as u64).div_ceil(1000),
+        "retry {retry}, pttl {pttl}"
+    );
+    assert_eq!(header(&r, "ratelimit-policy"), Some("\"short\";q=1;w=2"));
+    // After the window the client passes again.
+    tokio::time::sleep(window + Duration::from_millis(500)).await;
+    assert_eq!(get_with(&http, &base, None).await.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn spoofed_forwarded_for_from_an_untrusted_peer_is_ignored() {
+    let server = RedisServer::spawn().await;
+    // Default extractor (socket peer): headers are never read.
+    let layer = RateLimitLayer::new(
+        limiter("peer", 3, Duration::from_secs(60)),
+        manager(&server).await,
+    );
+    let base = serve(app(layer), true).await;
+    let http = reqwest::Client::new();
+    for i in 0..3 {
+        let r = get_with(&http, &base, Some(&format!("203.0.113.{i}"))).await;
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    let r = get_with(&http, &base, Some("198.51.100.99")).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    // A proxy list that does not include the (loopback) peer: headers are ignored too.
+    let proxies = TrustedProxies::parse_cidrs(["10.0.0.0/8"]).unwrap();
+    let layer = RateLimitLayer::builder(
+        limiter("cidr", 3, Duration::from_secs(60)),
+        manager(&server).await,
+    )
+    .key_extractor(proxies)
+    .build()
+    .unwrap();
+    let base = serve(app(layer), true).await;
+    let http = reqwest::Client::new();
+    for i in 0..3 {
+        let r = get_with(&http, &base, Some(&format!("10.0.0.1, 203.0.113.{i}"))).await;
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    let r = get_with(&http, &base, Some("198.51.100.99")).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let keys: Vec<String> = server.cmd(&["KEYS", "rk:rl:*"]).await;
+    let mut keys = keys;
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["rk:rl:cidr:{ip:127.0.0.1}", "rk:rl:peer:{ip:127.0.0.1}"]
+    );
+}
+
+#[tokio::test]
+async fn a_trusted_proxy_forwards_the_right_most_untrusted_hop() {
+    let server = RedisServer::spawn().await;
+    let proxies = TrustedProxies::parse_cidrs(["127.0.0.0/8", "10.0.0.0/8"]).unwrap();
+    let layer = RateLimitLayer::builder(
+        limiter("xff", 2, Duration::from_secs(60)),
+        manager(&server).await,
+    )
+    .key_extractor(proxies)
+    .build()
+    .unwrap();
+    let base = serve(app(layer), true).await;
+    let http = reqwest::Client::new();
+
+    // Client 203.0.113.1 behind proxy 10.0.0.5; the left-most entry is client-written junk
+    // that changes on every request and must not matter.
+    for spoof in ["6.6.6.6", "7.7.7.7"] {
+        let r = get_with(
+            &http,
+            &base,
+            Some(&format!("{spoof}, 203.0.113.1, 10.0.0.5")),
+        )
+        .await;
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    let r = get_with(&http, &base, Some("8.8.8.8, 203.0.113.1, 10.0.0.5")).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Another client through the same proxy has its own bucket.
+    let r = get_with(&http, &base, Some("203.0.113.2, 10.0.0.5")).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    // No header: the proxy itself (loopback) is the client.
+    assert_eq!(get_with(&http, &base, None).await.status(), StatusCode::OK);
+    let mut keys: Vec<String> = server.cmd(&["KEYS", "rk:rl:*"]).await;
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "rk:rl:xff:{ip:127.0.0.1}",
+            "rk:rl:xff:{ip:203.0.113.1}",
+            "rk:rl:xff:{ip:203.0.113.2}",
+        ]
+    );
+    let count: String = server.cmd(&["GET", "rk:rl:xff:{ip:203.0.113.1}"]).await;
+    assert_eq!(count, "2");
+}
+
+#[tokio::test]
+async fn ten_thousand_addresses_in_one_ipv6_slash_64_share_one_bucket() {
+    const N: u32 = 10_000;
+    let server = RedisServer::spawn().await;
+    let proxies = TrustedProxies::parse_cidrs(["127.0.0.1/32"]).unwrap();
+    let layer = RateLimitLayer::builder(
+        limiter("v6", N, Duration::from_secs(300)),
+        manager(&server).await,
+    )
+    .key_extractor(proxies)
+    .timeout(Duration::from_secs(5))
+    .build()
+    .unwrap();
+    let base = Arc::new(serve(app(layer.clone()), true).await);
+    let http = reqwest::Client::new();
+    let tasks: Vec<_> = (0..16u32)
+        .map(|worker| {
+            let (http, base) = (http.clone(), Arc::clone(&base));
+            tokio::spawn(async move {
+                let mut ok = 0u32;
+                let mut i = worker;
+                while i < N {
+                    // Distinct addresses spread over the whole interface-id half.
+                    let iid = u64::from(i).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    let addr = std::net::Ipv6Addr::from(
+                        (0x2001_0db8_00aa_00bbu128 << 64) | u128::from(iid),
+                    );
+                    let r = get_with(&http, &base, Some(&addr.to_string())).await;
+                    if r.status() == StatusCode::OK {
+                        ok += 1;
+                    }
+                    i += 16;
+                }
+                ok
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    for t in tasks {
+        ok += t.await.unwrap();
+    }
+    assert_eq!(ok, N, "all fit in the shared bucket");
+    let r = get_with(&http, &base, Some("2001:db8:aa:bb:1234:5678:9abc:def0")).await;
+    assert_eq!(
+        r.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "the /64 is exhausted"
+    );
+    let r = get_with(&http, &base, Some("2001:db8:aa:bc::1")).await;
+    assert_eq!(r.status(), StatusCode::OK, "a neighbouring /64 is not");
+    let keys: Vec<String> = server.cmd(&["KEYS", "rk:rl:*"]).await;
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    let count: String = server
+        .cmd(&["GET", "rk:rl:v6:{ip:2001:db8:aa:bb::/64}"])
+        .await;
+    assert_eq!(count, N.to_string());
+}
+
+/// Sends requests until one carries RateLimit headers again (limiting resumed), up to 20 s.
+async fn wait_until_limiting(http: &reqwest::Client, url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let r = get_with(http, url, None).await;
+        if header(&r, "ratelimit").is_some() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("limiting did not resume at {url}");
+}
+
+#[tokio::test]
+async fn redis_outage_fails_open_or_closed_and_limiting_resumes() {
+    let mut server = RedisServer::spawn().await;
+    let timeout = Duration::from_millis(300);
+    let open = RateLimitLayer::builder(
+        limiter("open", 2, Duration::from_secs(60)),
+        manager(&server).await,
+    )
+    .timeout(timeout)
+    .build()
+    .unwrap();
+    let closed = RateLimitLayer::builder(
+        limiter("closed", 2, Duration::from_secs(60)),
+        manager(&server).await,
+    )
+    .timeout(timeout)
+    .fail_mode(FailMode::Closed)
+    .build()
+    .unwrap();
+    let open_url = serve(app(open.clone()), true).await;
+    let closed_url = serve(app(closed.clone()), true).await;
+    let http = reqwest::Client::new();
+    for url in [&open_url, &closed_url] {
+        assert_eq!(get_with(&http, url, None).await.status(), StatusCode::OK);
+    }
+
+    for outage in ["stop", "pause"] {
+        match outage {
+            "stop" => server.stop().await,
+            _ => server.pause().await,
+        }
+        for _ in 0..3 {
+            let started = Instant::now();
+            let r = get_with(&http, &open_url, None).await;
+            assert_eq!(
+                r.status(),
+                StatusCode::OK,
+                "{outage}: fail-open lets requests through"
+            );
+            assert!(header(&r, "ratelimit").is_none());
+            assert_eq!(r.text().await.unwrap(), "unchecked");
+            let r = get_with(&http, &closed_url, None).await;
+            assert_eq!(
+                r.status(),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{outage}: fail-closed"
+            );
+            assert_eq!(header(&r, "retry-after"), Some("1"));
+            // Bounded by the timeout (generous margin for a loaded machine).
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{outage}: {:?}",
+                started.elapsed()
+            );
+        }
+        match outage {
+            "stop" => server.start().await,
+            _ => server.resume().await,
+        }
+        // No restart of the app: the connection manager reconnects by itself.
+        wait_until_limiting(&http, &open_url).await;
+        wait_until_limiting(&http, &closed_url).await;
+        for url in [&open_url, &closed_url] {
+            let _: () = server.cmd(&["FLUSHALL"]).await;
+            assert_eq!(get_with(&http, url, None).await.status(), StatusCode::OK);
+            assert_eq!(get_with(&http, url, None).await.status(), StatusCode::OK);
+            assert_eq!(
+                get_with(&http, url, None).await.status(),
+                StatusCode::TOO_MANY_REQUESTS,
+                "{outage}: limiting resumed"
+            );
+        }
+    }
+    let (o, c) = (open.stats(), closed.stats());
+    assert!(o.failed_open >= 6 && o.failed_closed == 0, "{o:?}");
+    assert!(c.failed_closed >= 6 && c.failed_open == 0, "{c:?}");
+    assert!(o.redis_failures >= o.failed_open);
+}
+
+#[tokio::test]
+async fn policies_from_toml_override_per_route() {
+    let server = RedisServer::spawn().await;
+    let config: PolicyConfig = toml::from_str(
+        r#"
+        [default]
+        name = "default"
+        limit = 4
+        window_ms = 60000
+
+        [[routes]]
+        path = "/login"
+        name = "login"
+        limit = 2
+        window_ms = 60000
+        "#,
+    )
+    .unwrap();
+    let layer = RateLimitLayer::new(
+        Policies::from_config(&config).unwrap(),
+        manager(&server).await,
+    );
+    let base = serve(app(layer), true).await;
+    let http = reqwest::Client::new();
+    let login = format!("{base}/login");
+    let otp = format!("{base}/login/otp");
+    let r = get_with(&http, &login, None).await;
+    assert_eq!(header(&r, "ratelimit-policy"), Some("\"login\";q=2;w=60"));
+    assert_eq!(get_with(&http, &otp, None).await.status(), StatusCode::OK);
+    assert_eq!(
+        get_with(&http, &login, None).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // The default policy has its own counter.
+    for _ in 0..4 {
+        let r = get_with(&http, &base, None).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(header(&r, "ratelimit-policy"), Some("\"default\";q=4;w=60"));
+    }
+    assert_eq!(
+        get_with(&http, &base, None).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn unknown_peer_gets_the_documented_behaviour_not_a_500() {
+    let server = RedisServer::spawn().await;
+    let http = reqwest::Client::new();
+    // Served without ConnectInfo: the peer is unknown.
+    let shared = RateLimitLayer::new(
+        limiter("anon", 2, Duration::from_secs(60)),
+        manager(&server).await,
+    );
+    let base = serve(app(shared.clone()), false).await;
+    assert_eq!(get_with(&http, &base, None).await.status(), StatusCode::OK);
+    assert_eq!(get_with(&http, &base, None).await.status(), StatusCode::OK);
+    assert_eq!(
+        get_with(&http, &base, None).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(shared.stats().unknown_clients, 3);
+    let exists: i64 = server.cmd(&["EXISTS", "rk:rl:anon:{unknown}"]).await;
+    assert_eq!(exists, 1);
+
+    let reject = RateLimitLayer::builder(
+        limiter("rej", 2, Duration::from_secs(60)),
+        manager(&server).await,
+    )
+    .unknown_client(UnknownClient::Reject)
+    .build()
+    .unwrap();
+    let base = serve(app(reject), false).await;
+    assert_eq!(
+        get_with(&http, &base, None).await.status(),
+        StatusCode::BAD_REQUEST
+    );
+
+    let allow = RateLimitLayer::builder(
+        limiter("allow", 1, Duration::from_secs(60)),
+        manager(&server).await,
+    )
+    .unknown_client(UnknownClient::Allow)
+    .build()
+    .unwrap();
+    let base = serve(app(allow), false).await;
+    for _ in 0..3 {
+        let r = get_with(&http, &base, None).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.text().await.unwrap(), "unchecked");
+    }
+}
+
+#[tokio::test]
+async fn a_closure_can_pick_the_key() {
+    let server = RedisServer::spawn().await;
+    let by_api_key = FnKey::new(|req| {
+        let value = req.headers().get("x-api-key")?.to_str().ok()?;
+        LimitKey::text(value).ok().map(ClientId::Key)
+    });
+    let layer = RateLimitLayer::builder(
+        limiter("apikey", 1, Duration::from_secs(60)),
+        manager(&server).await,
+    )
+    .key_extractor(by_api_key)
+    .build()
+    .unwrap();
+    let base = serve(app(layer), true).await;
+    let http = reqwest::Client::new();
+    let call = |key: &'static str| http.get(&base).header("x-api-key", key).send();
+    assert_eq!(call("alpha").await.unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        call("alpha").await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(call("beta{x}").await.unwrap().status(), StatusCode::OK);
+    let exists: i64 = server
+        .cmd(&["EXISTS", "rk:rl:apikey:{k:beta%7Bx%7D}"])
+        .await;
+    assert_eq!(exists, 1);
+}
+
+#[tokio::test]
+async fn the_layer_works_over_a_cluster_connection() {
+    let cluster = support::RedisCluster::spawn().await;
+    let layer = RateLimitLayer::builder(
+        limiter("clu", 2, Duration::from_secs(60)),
+        cluster.conn().await,
+    )
+    .key_extractor(TrustedProxies::parse_cidrs(["127.0.0.1/32"]).unwrap())
+    .timeout(Duration::from_secs(2))
+    .build()
+    .unwrap();
+    let base = serve(app(layer.clone()), true).await;
+    let http = reqwest::Client::new();
+    // Clients spread over many slots (and so over all three primaries).
+    for i in 1..=12u8 {
+        let client = format!("203.0.113.{i}");
+        assert_eq!(
+            get_with(&http, &base, Some(&client)).await.status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            get_with(&http, &base, Some(&client)).await.status(),
+            StatusCode::OK
+        );
+        let r = get_with(&http, &base, Some(&client)).await;
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS, "{client}");
+    }
+    let s = layer.stats();
+    assert_eq!((s.allowed, s.limited, s.redis_failures), (24, 12, 0));
+    let owner = cluster.primary_for("rk:rl:clu:{ip:203.0.113.7}").await;
+    let count: String = owner.cmd(&["GET", "rk:rl:clu:{ip:203.0.113.7}"]).await;
+    assert_eq!(count, "2");
+}

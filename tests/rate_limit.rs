@@ -1,0 +1,386 @@
+//! Fixed-window rate limiting against a real Redis (single server and Cluster).
+
+mod support;
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
+use redkit::{Call, Error, Registry, ScriptManager};
+use support::{RedisCluster, RedisServer};
+
+fn ip(s: &str) -> LimitKey {
+    LimitKey::ip(s.parse::<IpAddr>().unwrap())
+}
+
+async fn pttl(server: &RedisServer, key: &str) -> i64 {
+    server.cmd(&["PTTL", key]).await
+}
+
+#[tokio::test]
+async fn exactly_n_pass_then_the_window_elapses() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    // Short, but long enough that 8 round trips fit in it even on a loaded machine.
+    let window = Duration::from_millis(1000);
+    let limiter = FixedWindow::new("seq", 5, window).unwrap();
+    let key = ip("192.0.2.1");
+
+    let mut decisions = Vec::new();
+    for _ in 0..8 {
+        decisions.push(limiter.check(&mut conn, &key).await.unwrap());
+    }
+    let allowed = decisions.iter().filter(|d| d.is_allowed()).count();
+    assert_eq!(allowed, 5, "{decisions:?}");
+    assert!(
+        decisions[..5].iter().all(Decision::is_allowed),
+        "the first five pass"
+    );
+    let remaining: Vec<u32> = decisions.iter().map(|d| d.quota().remaining()).collect();
+    assert_eq!(remaining, [4, 3, 2, 1, 0, 0, 0, 0]);
+    for d in &decisions {
+        assert_eq!(d.quota().limit(), 5);
+        assert!(d.quota().reset_after() <= window);
+        assert!(d.quota().reset_after() > Duration::ZERO);
+    }
+    let last = decisions[7];
+    assert!(matches!(last, Decision::Limited { .. }));
+    let retry = last.retry_after().unwrap();
+    assert!(retry > Duration::ZERO && retry <= window, "{retry:?}");
+    // Limited requests are not counted.
+    let count: String = server.cmd(&["GET", &limiter.redis_key(&key)]).await;
+    assert_eq!(count, "5");
+
+    // Wait out the window with a wide margin; the key expires in Redis.
+    tokio::time::sleep(window + Duration::from_millis(500)).await;
+    assert_eq!(
+        pttl(&server, &limiter.redis_key(&key)).await,
+        -2,
+        "key expired"
+    );
+    let again = limiter.check(&mut conn, &key).await.unwrap();
+    assert!(again.is_allowed());
+    assert_eq!(again.quota().remaining(), 4, "a fresh window");
+}
+
+#[tokio::test]
+async fn sixty_four_clients_on_four_connections_get_exactly_the_limit() {
+    let server = RedisServer::spawn().await;
+    let mut conns = Vec::new();
+    for _ in 0..4 {
+        conns.push(server.conn().await);
+    }
+    let limiter = Arc::new(FixedWindow::new("burst", 100, Duration::from_secs(60)).unwrap());
+    let allowed = Arc::new(AtomicU32::new(0));
+    let limited = Arc::new(AtomicU32::new(0));
+    let key = ip("198.51.100.7");
+    let mut tasks = Vec::new();
+    for client in 0..64 {
+        let mut conn = conns[client % 4].clone();
+        let (limiter, allowed, limited, key) = (
+            Arc::clone(&limiter),
+            Arc::clone(&allowed),
+            Arc::clone(&limited),
+            key.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..5 {
+                match limiter.check(&mut conn, &key).await.unwrap() {
+                    Decision::Allowed(_) => allowed.fetch_add(1, Ordering::Relaxed),
+                    _ => limited.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(allowed.load(Ordering::Relaxed), 100);
+    assert_eq!(limited.load(Ordering::Relaxed), 64 * 5 - 100);
+    let count: String = server.cmd(&["GET", &limiter.redis_key(&key)]).await;
+    assert_eq!(count, "100");
+}
+
+#[tokio::test]
+async fn a_counter_without_ttl_gets_one_on_the_next_check() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let window = Duration::from_secs(30);
+    let limiter = FixedWindow::new("heal", 3, window).unwrap();
+
+    // Allowed path: a counter someone PERSISTed.
+    let key = ip("203.0.113.1");
+    let rkey = limiter.redis_key(&key);
+    limiter.check(&mut conn, &key).await.unwrap();
+    let _: i64 = server.cmd(&["PERSIST", &rkey]).await;
+    assert_eq!(pttl(&server, &rkey).await, -1);
+    let d = limiter.check(&mut conn, &key).await.unwrap();
+    assert!(d.is_allowed());
+    let ttl = pttl(&server, &rkey).await;
+    assert!(ttl > 0 && ttl <= 30_000, "{ttl}");
+
+    // Limited path: a full counter left without TTL must not block the IP forever.
+    let key = ip("203.0.113.2");
+    let rkey = limiter.redis_key(&key);
+    let _: () = server.cmd(&["SET", &rkey, "3"]).await;
+    let d = limiter.check(&mut conn, &key).await.unwrap();
+    assert!(matches!(d, Decision::Limited { .. }), "{d:?}");
+    let ttl = pttl(&server, &rkey).await;
+    assert!(ttl > 0 && ttl <= 30_000, "{ttl}");
+    assert!(d.quota().reset_after() <= window);
+}
+
+#[tokio::test]
+async fn bad_input_is_a_typed_error_and_writes_nothing() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    assert!(matches!(
+        FixedWindow::new("x", 0, Duration::from_secs(1)),
+        Err(Error::InvalidInput { what: "limit", .. })
+    ));
+    assert!(matches!(
+        FixedWindow::new("x", 1, Duration::ZERO),
+        Err(Error::InvalidInput { what: "window", .. })
+    ));
+    assert!(matches!(
+        FixedWindow::new("x{y}", 1, Duration::from_secs(1)),
+        Err(Error::InvalidInput { what: "name", .. })
+    ));
+    assert!(matches!(
+        LimitKey::text(&"k".repeat(300)),
+        Err(Error::InvalidInput { .. })
+    ));
+
+    let limiter = FixedWindow::new("bad", 10, Duration::from_secs(10)).unwrap();
+    let key = ip("192.0.2.9");
+    assert!(matches!(
+        limiter.check_n(&mut conn, &key, 0).await,
+        Err(Error::InvalidInput { what: "cost", .. })
+    ));
+    let exists: i64 = server.cmd(&["EXISTS", &limiter.redis_key(&key)]).await;
+    assert_eq!(exists, 0, "cost 0 wrote nothing");
+
+    // A key of another type.
+    let hkey = LimitKey::text("hash").unwrap();
+    let rk = limiter.redis_key(&hkey);
+    let _: i64 = server.cmd(&["HSET", &rk, "f", "v"]).await;
+    assert!(matches!(
+        limiter.check(&mut conn, &hkey).await,
+        Err(Error::WrongType { .. })
+    ));
+    assert_eq!(pttl(&server, &rk).await, -1, "no expiry was set");
+    let v: String = server.cmd(&["HGET", &rk, "f"]).await;
+    assert_eq!(v, "v");
+
+    // Non-integer values.
+    for junk in [
+        "abc",
+        "1.5",
+        "-3",
+        " 5",
+        "1e3",
+        "0x10",
+        "99999999999999999999",
+    ] {
+        let k = LimitKey::text(junk).unwrap();
+        let rk = limiter.redis_key(&k);
+        let _: () = server.cmd(&["SET", &rk, junk]).await;
+        assert!(
+            matches!(
+                limiter.check(&mut conn, &k).await,
+                Err(Error::CorruptData { .. })
+            ),
+            "{junk}"
+        );
+        let v: String = server.cmd(&["GET", &rk]).await;
+        assert_eq!(v, junk, "value untouched");
+        assert_eq!(pttl(&server, &rk).await, -1, "no expiry was set");
+    }
+
+    // The script validates its arguments again (second line of defence).
+    let script = Registry::global().require("fixed_window", 1).unwrap();
+    let manager = ScriptManager::new();
+    for (limit, window, cost) in [
+        ("0", "1000", "1"),
+        ("5", "0", "1"),
+        ("5", "1000", "0"),
+        ("x", "1000", "1"),
+        ("5", "1.5", "1"),
+    ] {
+        let mut call = Call::new(script);
+        call.key("rk:rl:raw:{k:x}").arg(limit).arg(window).arg(cost);
+        let r = manager.invoke::<redis::Value, _>(&mut conn, &call).await;
+        assert!(
+            matches!(r, Err(Error::InvalidInput { .. })),
+            "{limit} {window} {cost}: {r:?}"
+        );
+    }
+    let exists: i64 = server.cmd(&["EXISTS", "rk:rl:raw:{k:x}"]).await;
+    assert_eq!(exists, 0);
+}
+
+#[tokio::test]
+async fn costs_count_and_a_cost_above_the_limit_can_never_pass() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let limiter = FixedWindow::new("cost", 10, Duration::from_secs(10)).unwrap();
+    let key = LimitKey::text("user-1").unwrap();
+
+    let d = limiter.check_n(&mut conn, &key, 11).await.unwrap();
+    assert!(
+        matches!(d, Decision::CostExceedsLimit { cost: 11, .. }),
+        "{d:?}"
+    );
+    assert_eq!(d.retry_after(), None);
+    assert_eq!(d.quota().remaining(), 10);
+    let exists: i64 = server.cmd(&["EXISTS", &limiter.redis_key(&key)]).await;
+    assert_eq!(exists, 0, "nothing counted");
+
+    let d = limiter.check_n(&mut conn, &key, 4).await.unwrap();
+    assert_eq!((d.is_allowed(), d.quota().remaining()), (true, 6));
+    let d = limiter.check_n(&mut conn, &key, 7).await.unwrap();
+    assert!(matches!(d, Decision::Limited { .. }));
+    assert_eq!(d.quota().remaining(), 6, "a refused cost is not counted");
+    let d = limiter.check_n(&mut conn, &key, 6).await.unwrap();
+    assert_eq!((d.is_allowed(), d.quota().remaining()), (true, 0));
+    let d = limiter.check_n(&mut conn, &key, 11).await.unwrap();
+    assert!(matches!(d, Decision::CostExceedsLimit { .. }));
+    assert_eq!(d.quota().remaining(), 0);
+}
+
+#[tokio::test]
+async fn names_keep_counters_apart_and_reset_starts_over() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let a = FixedWindow::new("a", 1, Duration::from_secs(10)).unwrap();
+    let b = FixedWindow::new("b", 1, Duration::from_secs(10)).unwrap();
+    let key = ip("192.0.2.50");
+    assert!(a.check(&mut conn, &key).await.unwrap().is_allowed());
+    assert!(b.check(&mut conn, &key).await.unwrap().is_allowed());
+    assert!(!a.check(&mut conn, &key).await.unwrap().is_allowed());
+    assert!(!b.check(&mut conn, &key).await.unwrap().is_allowed());
+
+    assert!(a.reset(&mut conn, &key).await.unwrap());
+    assert!(!a.reset(&mut conn, &key).await.unwrap(), "already gone");
+    assert!(a.check(&mut conn, &key).await.unwrap().is_allowed());
+    assert!(!b.check(&mut conn, &key).await.unwrap().is_allowed());
+}
+
+#[tokio::test]
+async fn ip_keys_are_canonical() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let limiter = FixedWindow::new("canon", 3, Duration::from_secs(10)).unwrap();
+    // IPv4 and its IPv4-mapped IPv6 form share a bucket.
+    for addr in ["10.9.8.7", "::ffff:10.9.8.7", "::ffff:a09:807"] {
+        assert!(limiter
+            .check(&mut conn, &ip(addr))
+            .await
+            .unwrap()
+            .is_allowed());
+    }
+    assert!(!limiter
+        .check(&mut conn, &ip("10.9.8.7"))
+        .await
+        .unwrap()
+        .is_allowed());
+    // Three addresses of one /64 share a bucket, another /64 does not.
+    for addr in [
+        "2001:db8:1:1::1",
+        "2001:db8:1:1:abcd::2",
+        "2001:db8:1:1:ffff:ffff:ffff:ffff",
+    ] {
+        assert!(limiter
+            .check(&mut conn, &ip(addr))
+            .await
+            .unwrap()
+            .is_allowed());
+    }
+    assert!(!limiter
+        .check(&mut conn, &ip("2001:db8:1:1::99"))
+        .await
+        .unwrap()
+        .is_allowed());
+    assert!(limiter
+        .check(&mut conn, &ip("2001:db8:1:2::1"))
+        .await
+        .unwrap()
+        .is_allowed());
+    // Hash-tag injection attempts stay inside the tag.
+    let k = LimitKey::text("}{evil").unwrap();
+    assert_eq!(limiter.redis_key(&k), "rk:rl:canon:{k:%7D%7Bevil}");
+}
+
+#[tokio::test]
+async fn batch_checks_many_keys_in_one_round_trip() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let limiter = FixedWindow::new("batch", 2, Duration::from_secs(10)).unwrap();
+    let (a, b) = (ip("192.0.2.1"), ip("192.0.2.2"));
+    let results = limiter
+        .check_batch(&mut conn, &[a.clone(), a.clone(), a.clone(), b.clone()])
+        .await
+        .unwrap();
+    let allowed: Vec<bool> = results
+        .iter()
+        .map(|r| r.as_ref().unwrap().is_allowed())
+        .collect();
+    assert_eq!(allowed, [true, true, false, true]);
+    // One bad key does not spoil the others.
+    let bad = LimitKey::text("bad").unwrap();
+    let _: () = server.cmd(&["SET", &limiter.redis_key(&bad), "x"]).await;
+    let results = limiter
+        .check_batch(&mut conn, &[b.clone(), bad])
+        .await
+        .unwrap();
+    assert!(results[0].as_ref().unwrap().is_allowed());
+    assert!(matches!(results[1], Err(Error::CorruptData { .. })));
+}
+
+#[tokio::test]
+async fn works_over_a_connection_manager() {
+    let server = RedisServer::spawn().await;
+    let mut conn = redis::aio::ConnectionManager::new(server.client())
+        .await
+        .unwrap();
+    let limiter = FixedWindow::new("cm", 2, Duration::from_secs(10)).unwrap();
+    let key = ip("192.0.2.3");
+    assert!(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
+    assert!(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
+    assert!(!limiter.check(&mut conn, &key).await.unwrap().is_allowed());
+}
+
+#[tokio::test]
+async fn works_on_a_cluster() {
+    let cluster = RedisCluster::spawn().await;
+    let mut conn = cluster.conn().await;
+    let limiter = FixedWindow::new("cluster", 3, Duration::from_secs(30)).unwrap();
+    let keys: Vec<LimitKey> = (1..=20u8).map(|i| ip(&format!("10.0.0.{i}"))).collect();
+    for key in &keys {
+        for _ in 0..3 {
+            assert!(limiter.check(&mut conn, key).await.unwrap().is_allowed());
+        }
+        assert!(!limiter.check(&mut conn, key).await.unwrap().is_allowed());
+    }
+    // The counter lives on the primary owning its slot.
+    let owner = cluster.primary_for(&limiter.redis_key(&keys[0])).await;
+    let count: String = owner.cmd(&["GET", &limiter.redis_key(&keys[0])]).await;
+    assert_eq!(count, "3");
+    // Batches across many slots.
+    let fresh: Vec<LimitKey> = (1..=40u8).map(|i| ip(&format!("10.1.0.{i}"))).collect();
+    let mut twice = fresh.clone();
+    twice.extend(fresh.iter().cloned());
+    twice.extend(fresh.iter().cloned());
+    twice.extend(fresh.iter().cloned());
+    let results = limiter.check_batch_by_slot(&conn, &twice).await.unwrap();
+    let allowed = results
+        .iter()
+        .filter(|r| r.as_ref().unwrap().is_allowed())
+        .count();
+    assert_eq!(allowed, 40 * 3);
+    assert!(results[120..]
+        .iter()
+        .all(|r| !r.as_ref().unwrap().is_allowed()));
+}
