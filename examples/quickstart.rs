@@ -1,14 +1,18 @@
-//! The redkit demo: run a versioned Lua script through the script manager.
+//! The redkit demo: the script manager, per-IP rate limiting, inventory and a lock, each
+//! call one atomic script round trip.
 //!
 //! `cargo run --example quickstart`
 //!
 //! Uses `REDIS_URL`, else `redis://127.0.0.1:6379/`. When nothing answers there it starts a
 //! private `redis-server` on a free port for itself (and says so), and stops it at the end.
-//! It only touches keys under `redkit:demo:` and never flushes anything.
+//! It only touches keys under `redkit:demo` (and deletes them), and never flushes anything.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use redkit::inventory::Inventory;
+use redkit::lock::{Acquire, Lock, LockOptions};
+use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
 use redkit::{Call, Registry, ScriptManager};
 
 /// A redis-server this demo started, killed on drop.
@@ -84,31 +88,93 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Every embedded script, with the SHA1 redkit computed once.
     println!("\nembedded scripts:");
     for script in Registry::global().scripts() {
+        let keys = if script.is_variadic() {
+            format!("{}+", script.key_count())
+        } else {
+            script.key_count().to_string()
+        };
         println!(
-            "  {:<20} keys={} sha1={}",
+            "  {:<20} keys={keys:<2} sha1={}",
             script.id(),
-            script.key_count(),
             script.sha1()
         );
     }
 
-    // One call is one EVALSHA; redkit falls back to EVAL once if the server lacks the script.
+    // One manager for everything: it counts NOSCRIPT fallbacks across all areas.
     let manager = ScriptManager::new();
+    let run = std::process::id();
+
+    // 1. The script manager itself: one EVALSHA per call, EVAL once if the server lacks it.
     let script = Registry::global().require("fixed_window", 1)?;
-    let key = format!("redkit:demo:{{{}}}:hits", std::process::id());
-    println!("\nfixed window of 3 hits per 10 s on {key}:");
+    let raw_key = format!("redkit:demo:{{{run}}}:raw");
+    let mut call = Call::new(script);
+    call.key(&raw_key).arg(10).arg(10_000).arg(1);
+    let (count, pttl, _allowed): (i64, i64, i64) = manager.invoke(&mut conn, &call).await?;
+    println!("\nraw script call: count {count}, window resets in {pttl} ms");
+    let _: () = redis::cmd("DEL")
+        .arg(&raw_key)
+        .query_async(&mut conn)
+        .await?;
+
+    // 2. Per-client fixed-window rate limiting: 3 requests per 10 s.
+    let limiter = FixedWindow::new("demo", 3, Duration::from_secs(10))?.manager(manager.clone());
+    let client_ip = LimitKey::ip(format!("192.0.2.{}", run % 250 + 1).parse()?);
+    println!("\nrate limit, 3 per 10 s for one client IP:");
     for i in 1..=5 {
-        let mut call = Call::new(script);
-        call.key(&key).arg(3).arg(10_000).arg(1);
-        let (count, pttl, allowed): (i64, i64, i64) = manager.invoke(&mut conn, &call).await?;
-        println!(
-            "  hit {i}: {} (count {count}, window resets in {pttl} ms)",
-            if allowed == 1 { "allowed" } else { "limited" }
-        );
+        match limiter.check(&mut conn, &client_ip).await? {
+            Decision::Allowed(q) => println!("  request {i}: allowed, {} left", q.remaining()),
+            Decision::Limited { retry_after, .. } => {
+                println!("  request {i}: limited, retry after {retry_after:?}")
+            }
+            other => println!("  request {i}: {other:?}"),
+        }
     }
-    let _: () = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
+    limiter.reset(&mut conn, &client_ip).await?;
+
+    // 3. Inventory: no oversell, and a retried order id never deducts twice.
+    let inventory = Inventory::builder("redkit:demo:inv")
+        .manager(manager.clone())
+        .build()?;
+    let store = inventory.store(&format!("store-{run}"))?;
+    store.set(&mut conn, "mug", 2).await?;
+    println!("\ninventory, 2 mugs in stock:");
+    for (order, qty) in [("order-1", 1), ("order-1", 1), ("order-2", 5)] {
+        let outcome = store.decrement(&mut conn, "mug", qty, Some(order)).await?;
+        println!("  {order} takes {qty}: {outcome:?}");
+    }
+    println!("  stock now {}", store.stock(&mut conn, "mug").await?);
+    let _: () = redis::cmd("DEL")
+        .arg(store.sku_key("mug")?)
+        .arg(store.request_key("order-1")?)
+        .arg(store.request_key("order-2")?)
+        .query_async(&mut conn)
+        .await?;
+
+    // 4. Locks: a unique owner token, a fencing token, compare-and-delete release.
+    let lock = Lock::new(manager.clone())?;
+    let resource = format!("demo-report-{run}");
+    let options = LockOptions::new().ttl(Duration::from_secs(5));
+    println!("\nlock on {resource}:");
+    if let Acquire::Acquired(guard) = lock.try_acquire(&mut conn, &resource, &options).await? {
+        println!("  acquired, fencing token {}", guard.fencing_token());
+        let second = lock.try_acquire(&mut conn, &resource, &options).await?;
+        println!(
+            "  a second caller gets: {}",
+            if matches!(second, Acquire::Busy { .. }) {
+                "busy"
+            } else {
+                "?"
+            }
+        );
+        println!("  release: {:?}", lock.release(&mut conn, guard).await?);
+    }
+    let _: () = redis::cmd("DEL")
+        .arg(lock.fence_key(&resource)?)
+        .query_async(&mut conn)
+        .await?;
+
     println!(
-        "\nNOSCRIPT fallbacks: {} (1 when the server had not cached the script yet, else 0)",
+        "\nNOSCRIPT fallbacks: {} (one per script the server had not cached yet)",
         manager.stats().noscript_fallbacks
     );
     Ok(())

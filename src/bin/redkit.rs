@@ -276,7 +276,10 @@ struct ListRow<'a> {
     name: &'a str,
     version: u32,
     sha1: &'a str,
+    /// Keys every call passes (the minimum for a variadic script).
     keys: usize,
+    /// `true` when calls choose their number of keys (at least `keys`).
+    variadic: bool,
 }
 
 fn list(json: bool) {
@@ -288,6 +291,7 @@ fn list(json: bool) {
             version: s.version(),
             sha1: s.sha1(),
             keys: s.key_count(),
+            variadic: s.is_variadic(),
         })
         .collect();
     if json {
@@ -296,7 +300,12 @@ fn list(json: bool) {
     }
     println!("{:<24} {:>7} {:>4}  SHA1", "NAME", "VERSION", "KEYS");
     for r in rows {
-        println!("{:<24} {:>7} {:>4}  {}", r.name, r.version, r.keys, r.sha1);
+        let keys = if r.variadic {
+            format!("{}+", r.keys)
+        } else {
+            r.keys.to_string()
+        };
+        println!("{:<24} {:>7} {:>4}  {}", r.name, r.version, keys, r.sha1);
     }
 }
 
