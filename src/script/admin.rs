@@ -463,6 +463,15 @@ e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 127.0.0.1:30001@31001 myself,master - 0
     }
 
     #[test]
+    fn debug_never_prints_the_password() {
+        let admin = Admin::cluster(["redis://ops:hunter2@10.0.0.7:7000/"]).unwrap();
+        let text = format!("{admin:?}");
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(!text.contains("ops"), "{text}");
+        assert!(text.contains("10.0.0.7:7000"), "{text}");
+    }
+
+    #[test]
     fn reads_info_fields() {
         let info = "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n";
         assert_eq!(info_field(info, "redis_version"), Some("7.0.15"));
