@@ -172,3 +172,77 @@ fn usage_errors_exit_2() {
     let out = redkit(&["--url", "not a url", "scripts", "status"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+/// Starts a script that never returns on its own connection; `write` makes it unkillable.
+async fn start_busy_script(server: &RedisServer, write: bool) -> tokio::task::JoinHandle<()> {
+    let mut conn = server.conn().await;
+    let body = if write {
+        "redis.call('SET', KEYS[1], '1') while true do end"
+    } else {
+        "while true do end"
+    };
+    let task = tokio::spawn(async move {
+        let _ = redis::cmd("EVAL")
+            .arg(body)
+            .arg(1)
+            .arg("{busy}:k")
+            .query_async::<redis::Value>(&mut conn)
+            .await;
+    });
+    // Wait until the server reports itself busy (past busy-reply-threshold).
+    for _ in 0..100 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let mut probe = server.conn().await;
+        let busy = redis::cmd("PING")
+            .query_async::<String>(&mut probe)
+            .await
+            .err()
+            .is_some_and(|e| e.to_string().contains("BUSY"));
+        if busy {
+            return task;
+        }
+    }
+    panic!("the busy script never made the server report BUSY");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_stops_a_read_only_busy_script() {
+    let server = RedisServer::spawn_with(&["--busy-reply-threshold", "50"]).await;
+    let task = start_busy_script(&server, false).await;
+    let out = redkit(&["--url", &server.url(), "scripts", "kill"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(stdout(&out).contains("killed"), "{}", stdout(&out));
+    task.await.unwrap();
+    let pong: String = server.cmd(&["PING"]).await;
+    assert_eq!(pong, "PONG", "the server serves again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_reports_unkillable_and_never_shuts_the_server_down() {
+    let server = RedisServer::spawn_with(&["--busy-reply-threshold", "50"]).await;
+    let _task = start_busy_script(&server, true).await;
+    let out = redkit(&["--url", &server.url(), "--json", "scripts", "kill"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(rows[0]["outcome"], "unkillable", "{rows}");
+    // Never escalated: the server process is still there (busy, answering BUSY).
+    let mut conn = server.conn().await;
+    let err = redis::cmd("PING")
+        .query_async::<String>(&mut conn)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("BUSY"), "{err}");
+    // The harness kills the server when the test ends.
+}

@@ -76,6 +76,7 @@ enum Scripts {
         sync: bool,
     },
     /// SCRIPT KILL on every node; reports NOTBUSY / UNKILLABLE, never escalates to SHUTDOWN.
+    /// Exits 1 when a node reports UNKILLABLE or could not be asked.
     Kill,
 }
 
@@ -182,6 +183,9 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Scripts(Scripts::Kill) => {
             let outcomes = admin.kill().await.map_err(fail)?;
+            let stuck = outcomes
+                .iter()
+                .any(|(_, o)| matches!(o, KillOutcome::Unkillable | KillOutcome::Failed(_)));
             if cli.json {
                 let rows: Vec<_> = outcomes
                     .iter()
@@ -203,7 +207,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                     println!("{}\t{text}", n.addr);
                 }
             }
-            Ok(0)
+            Ok(if stuck { EXIT_REDIS_ERROR } else { 0 })
         }
     }
 }

@@ -174,12 +174,21 @@ impl Admin {
         self
     }
 
-    /// Every node: the server itself, or all primaries and replicas of the Cluster.
+    /// Every node: the server itself, or all primaries and replicas of the Cluster (asked with
+    /// `CLUSTER NODES` of the first seed that answers: give several seeds, since a node busy
+    /// running a script answers nothing but `SCRIPT KILL`).
     pub async fn nodes(&self) -> Result<Vec<Node>> {
         if !self.cluster {
             let info = &self.seeds[0];
             let mut conn = self.connect(info).await?;
-            let role = role_of(&mut conn).await?;
+            let role = match role_of(&mut conn).await {
+                Ok(role) => role,
+                // A server running a long script answers BUSY to INFO (only SCRIPT KILL and
+                // SHUTDOWN are served): `kill` must still reach it. A server named on its
+                // own is administered as a primary.
+                Err(Error::Redis(e)) if e.code() == Some("BUSY") => Role::Primary,
+                Err(e) => return Err(e),
+            };
             return Ok(vec![Node {
                 addr: describe_addr(info.addr()),
                 role,
