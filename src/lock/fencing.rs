@@ -57,16 +57,13 @@ impl Lock {
         let mut call = crate::script::Call::new(script);
         call.key(key).arg(fence.get()).arg(value.as_ref());
         let (written, last): (i64, u64) = self.manager().invoke(conn, &call).await?;
-        match written {
-            1 => Ok(FencedWrite::Written),
-            0 => Ok(FencedWrite::Stale {
+        Ok(if super::outcome::status(script, written)? {
+            FencedWrite::Written
+        } else {
+            FencedWrite::Stale {
                 newer: FencingToken::new(last),
-            }),
-            other => Err(Error::unexpected(
-                script.id(),
-                format!("status {other} is neither 0 nor 1"),
-            )),
-        }
+            }
+        })
     }
 
     /// Reads a fenced value: the value and the fencing token that wrote it (`None` when

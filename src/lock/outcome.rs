@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use super::guard::LockGuard;
 use super::token::FencingToken;
+use crate::error::{Error, Result};
+use crate::script::Script;
 
 /// Result of an acquire.
 ///
@@ -101,4 +103,16 @@ pub enum LeaseLoss {
     /// Renewals kept failing (errors, timeouts) until the local validity ran out: the lease
     /// must be assumed lost.
     Expired,
+}
+
+/// Reads the 1/0 status a lock script answers (1 = done, 0 = not the owner / refused).
+pub(super) fn status(script: &Script, status: i64) -> Result<bool> {
+    match status {
+        1 => Ok(true),
+        0 => Ok(false),
+        other => Err(Error::unexpected(
+            script.id(),
+            format!("status {other} is neither 0 nor 1"),
+        )),
+    }
 }

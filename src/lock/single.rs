@@ -8,7 +8,7 @@ use redis::aio::ConnectionLike;
 
 use super::guard::{deadline, Clock, LockGuard};
 use super::options::LockOptions;
-use super::outcome::{Acquire, Release, Renew};
+use super::outcome::{status, Acquire, Release, Renew};
 use super::token::{owner_token, FencingToken};
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
@@ -264,14 +264,12 @@ impl Lock {
         guard.clock.expire();
         let mut call = Call::new(self.inner.release);
         call.key(&guard.key).arg(&guard.token);
-        match self.inner.manager.invoke::<i64, _>(conn, &call).await? {
-            1 => Ok(Release::Released),
-            0 => Ok(Release::NotOwner),
-            other => Err(Error::unexpected(
-                self.inner.release.id(),
-                format!("status {other} is neither 0 nor 1"),
-            )),
-        }
+        let released = self.inner.manager.invoke::<i64, _>(conn, &call).await?;
+        Ok(if status(self.inner.release, released)? {
+            Release::Released
+        } else {
+            Release::NotOwner
+        })
     }
 
     /// Compare-and-PEXPIRE: resets the TTL to the guard's lease length only if the key still
@@ -312,14 +310,12 @@ impl Lock {
         let mut call = Call::new(self.inner.renew);
         // The ttl was validated at acquire: at most 30 days of ms.
         call.key(key).arg(token).arg(ttl.as_millis() as u64);
-        match self.inner.manager.invoke::<i64, _>(conn, &call).await? {
-            1 => Ok(Renew::Renewed),
-            0 => Ok(Renew::Lost),
-            other => Err(Error::unexpected(
-                self.inner.renew.id(),
-                format!("status {other} is neither 0 nor 1"),
-            )),
-        }
+        let renewed = self.inner.manager.invoke::<i64, _>(conn, &call).await?;
+        Ok(if status(self.inner.renew, renewed)? {
+            Renew::Renewed
+        } else {
+            Renew::Lost
+        })
     }
 
     /// Starts a watchdog for `guard`: a background task on the current tokio runtime that

@@ -244,14 +244,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
                 call.key(&guard.key)
                     .arg(&guard.token)
                     .arg(guard.ttl.as_millis() as u64);
-                async move {
-                    match self.manager.invoke::<i64, _>(&mut conn, &call).await {
-                        Ok(1) => Answer::Yes,
-                        Ok(0) => Answer::No("not owner"),
-                        Ok(other) => Answer::Failed(format!("unexpected status {other}")),
-                        Err(e) => Answer::Failed(e.to_string()),
-                    }
-                }
+                async move { Answer::of_status(self.manager.invoke::<i64, _>(&mut conn, &call).await) }
             })
             .await;
         let tally = Tally::of(answers);
@@ -293,12 +286,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
                         .query_async::<i64>(&mut conn)
                         .await
                         .map_err(|e| script_error(self.release, e));
-                    match reply {
-                        Ok(1) => Answer::Yes,
-                        Ok(0) => Answer::No("not owner"),
-                        Ok(other) => Answer::Failed(format!("unexpected status {other}")),
-                        Err(e) => Answer::Failed(e.to_string()),
-                    }
+                    Answer::of_status(reply)
                 }
             })
             .await;

@@ -7,6 +7,18 @@ pub(super) enum Answer {
     Failed(String),
 }
 
+impl Answer {
+    /// A node's answer to a 1/0 compare-and-act script (`0` = not the owner).
+    pub(super) fn of_status(reply: crate::Result<i64>) -> Self {
+        match reply {
+            Ok(1) => Self::Yes,
+            Ok(0) => Self::No("not owner"),
+            Ok(other) => Self::Failed(format!("unexpected status {other}")),
+            Err(e) => Self::Failed(e.to_string()),
+        }
+    }
+}
+
 /// Answers counted: agreed, refused, and every node that did not agree with its reason.
 pub(super) struct Tally {
     pub(super) agreed: usize,
