@@ -877,7 +877,10 @@ async fn reserve_commit_release_and_unknown_ids() {
     s.set(&mut conn, "a", 10).await.unwrap();
 
     // Reserve deducts at once.
-    let r = s.reserve(&mut conn, "a", 3, MINUTE, "cart-1").await.unwrap();
+    let r = s
+        .reserve(&mut conn, "a", 3, MINUTE, "cart-1")
+        .await
+        .unwrap();
     assert_eq!(
         r,
         Reserve::Reserved {
@@ -891,7 +894,11 @@ async fn reserve_commit_release_and_unknown_ids() {
         vec![("cart-1".to_owned(), 3)]
     );
     // The same id again: the existing hold, nothing deducted twice.
-    match s.reserve(&mut conn, "a", 3, MINUTE, "cart-1").await.unwrap() {
+    match s
+        .reserve(&mut conn, "a", 3, MINUTE, "cart-1")
+        .await
+        .unwrap()
+    {
         Reserve::AlreadyReserved {
             quantity: 3,
             expires_in,
@@ -901,7 +908,9 @@ async fn reserve_commit_release_and_unknown_ids() {
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 7);
     // More than the stock: nothing changes.
     assert_eq!(
-        s.reserve(&mut conn, "a", 8, MINUTE, "cart-2").await.unwrap(),
+        s.reserve(&mut conn, "a", 8, MINUTE, "cart-2")
+            .await
+            .unwrap(),
         Reserve::Insufficient { available: 7 }
     );
     assert_eq!(raw_reservations(&server, &s, "a").await.len(), 1);
@@ -929,8 +938,12 @@ async fn reserve_commit_release_and_unknown_ids() {
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 7);
 
     // Release returns the units.
-    s.reserve(&mut conn, "a", 5, MINUTE, "cart-3").await.unwrap();
-    s.reserve(&mut conn, "a", 1, MINUTE, "cart-4").await.unwrap();
+    s.reserve(&mut conn, "a", 5, MINUTE, "cart-3")
+        .await
+        .unwrap();
+    s.reserve(&mut conn, "a", 1, MINUTE, "cart-4")
+        .await
+        .unwrap();
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 1);
     assert_eq!(
         s.release(&mut conn, "a", "cart-3").await.unwrap(),
@@ -970,7 +983,9 @@ async fn reserve_commit_release_and_unknown_ids() {
 
     // Unknown SKU: typed error, nothing created.
     for result in [
-        s.reserve(&mut conn, "nope", 1, MINUTE, "c").await.map(|_| ()),
+        s.reserve(&mut conn, "nope", 1, MINUTE, "c")
+            .await
+            .map(|_| ()),
         s.commit(&mut conn, "nope", "c").await.map(|_| ()),
         s.release(&mut conn, "nope", "c").await.map(|_| ()),
     ] {
@@ -1077,16 +1092,14 @@ async fn a_full_sku_refuses_more_reservations() {
     let args: Vec<&str> = fields.iter().map(String::as_str).collect();
     let _: u64 = server.cmd(&args).await;
     assert_eq!(
-        s.reserve(&mut conn, "a", 1, MINUTE, "one-more").await.unwrap(),
+        s.reserve(&mut conn, "a", 1, MINUTE, "one-more")
+            .await
+            .unwrap(),
         Reserve::Full { limit }
     );
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 20_000);
     // One released: room for one again.
-    assert!(s
-        .release(&mut conn, "a", "r0")
-        .await
-        .unwrap()
-        .is_released());
+    assert!(s.release(&mut conn, "a", "r0").await.unwrap().is_released());
     assert!(s
         .reserve(&mut conn, "a", 1, MINUTE, "one-more")
         .await
@@ -1122,7 +1135,11 @@ async fn an_expired_reservation_returns_to_stock_lazily_and_only_once() {
         vec![("kept".to_owned(), 3)]
     );
     for _ in 0..3 {
-        assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 0, "returned once only");
+        assert_eq!(
+            s.stock(&mut conn, "a").await.unwrap(),
+            0,
+            "returned once only"
+        );
     }
     assert_eq!(
         s.commit(&mut conn, "a", "gone").await.unwrap(),
@@ -1198,7 +1215,11 @@ async fn reservers_and_buyers_at_once_never_oversell() {
                 let mut rng = StdRng::seed_from_u64(i as u64 * 1000 + j);
                 let qty = rng.random_range(1..=3);
                 if j % 3 == 0 {
-                    if s.decrement(&mut c, "hot", qty, None).await.unwrap().is_applied() {
+                    if s.decrement(&mut c, "hot", qty, None)
+                        .await
+                        .unwrap()
+                        .is_applied()
+                    {
                         sold.fetch_add(qty, Ordering::Relaxed);
                     }
                     return;
@@ -1210,7 +1231,12 @@ async fn reservers_and_buyers_at_once_never_oversell() {
                     MINUTE
                 };
                 let id = format!("c{i}-{j}");
-                if !s.reserve(&mut c, "hot", qty, ttl, &id).await.unwrap().is_held() {
+                if !s
+                    .reserve(&mut c, "hot", qty, ttl, &id)
+                    .await
+                    .unwrap()
+                    .is_held()
+                {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(rng.random_range(0..30))).await;
@@ -1257,7 +1283,11 @@ async fn reservers_and_buyers_at_once_never_oversell() {
     assert_eq!(s.stock(&mut conn, "hot").await.unwrap(), stock);
     // Releasing every live hold restores the rest.
     for (id, _) in raw_reservations(&server, &s, "hot").await {
-        assert!(s.release(&mut conn, "hot", &id).await.unwrap().is_released());
+        assert!(s
+            .release(&mut conn, "hot", &id)
+            .await
+            .unwrap()
+            .is_released());
     }
     assert_eq!(
         s.stock(&mut conn, "hot").await.unwrap(),
@@ -1322,11 +1352,16 @@ async fn reservations_work_on_a_cluster() {
     for s in &stores {
         let lines = [s.line("a", 8).unwrap(), s.line("b", 10).unwrap()];
         assert_eq!(
-            inventory.place_order(&mut conn, &lines, None).await.unwrap(),
+            inventory
+                .place_order(&mut conn, &lines, None)
+                .await
+                .unwrap(),
             Order::Placed {
                 remaining: vec![0, 0]
             },
             "the lapsed hold of b is back for the order"
         );
+        assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 0);
+        assert_eq!(s.stock(&mut conn, "b").await.unwrap(), 0);
     }
 }

@@ -198,10 +198,8 @@ impl Inventory {
         if reservations.len() != keys.len() {
             return Err(Error::invalid("order", "one reservation key per line"));
         }
-        let mut call = Call::with_key_count(
-            script,
-            2 * keys.len() + usize::from(record_key.is_some()),
-        );
+        let mut call =
+            Call::with_key_count(script, 2 * keys.len() + usize::from(record_key.is_some()));
         for key in keys {
             call.key(*key);
         }

@@ -293,8 +293,5 @@ impl Store {
 }
 
 fn malformed(script: &Script, tag: &str, numbers: &[u64]) -> Error {
-    Error::unexpected(
-        script.id(),
-        format!("unexpected reply {tag:?} {numbers:?}"),
-    )
+    Error::unexpected(script.id(), format!("unexpected reply {tag:?} {numbers:?}"))
 }
