@@ -103,6 +103,9 @@ impl Store {
     /// corrupt stock is repaired; a key of another Redis type is refused
     /// ([`Error::WrongType`]) and left untouched.
     ///
+    /// The stock set is the units available now; live [reservations](Self::reserve) are not
+    /// touched and their units still come back on release or expiry.
+    ///
     /// ```no_run
     /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
     /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
