@@ -1,20 +1,25 @@
---! keys: 2
+--! keys: 3
 --! Reservations of one SKU: reserve (deduct now, hold for a TTL), commit (keep the units
 --! deducted, drop the hold) or release (return the units). Expired reservations are first
 --! returned to stock (lazy reclaim); time comes from Redis TIME.
 --! KEYS[1] = SKU stock counter, KEYS[2] = the SKU's reservation hash
---!   (field '<reservation id>' -> '<qty> <expires_at_ms>', field '{next}' -> earliest expiry).
+--!   (field '<reservation id>' -> '<qty> <expires_at_ms>', field '{next}' -> earliest expiry),
+--! KEYS[3] = the reservation's settlement record ('c <qty>' committed / 'r <qty>' released,
+--!   kept for the retention so a retried commit or release learns what happened).
 --! ARGV[1] = 'reserve' | 'commit' | 'release', ARGV[2] = reservation id (escaped, no '{');
 --! reserve only: ARGV[3] = quantity (1..=99999999999999), ARGV[4] = ttl in ms
---! (1..=2592000000), ARGV[5] = most live reservations per SKU.
+--! (1..=2592000000), ARGV[5] = most live reservations per SKU;
+--! commit and release: ARGV[3] = retention of the settlement record in ms.
 --! Reply, an array:
 --!   reserve: {'ok', stock_left, ttl_ms} | {'short', available} | {'dup', qty, ms_left}
 --!            | {'full', limit}
---!   commit:  {'ok', qty} | {'none'}
---!   release: {'ok', qty, stock} | {'none'}
+--!   commit:  {'ok', qty} | {'committed', qty} | {'released', qty} | {'none'}
+--!   release: {'ok', qty, stock} | {'committed', qty} | {'released', qty} | {'none'}
+--! 'committed' / 'released': no live hold, but this id was settled so within the retention
+--! (a retry); nothing changed.
 --!   any:     {'unknown'} when the SKU has no stock recorded (nothing changed)
---! 'none': no live reservation with this id (never made, already committed or released, or
---! expired and already returned to stock). Nothing changed beyond the reclaim.
+--! 'none': no live reservation and no settlement with this id (never made, or expired and
+--! already returned to stock). Nothing changed beyond the reclaim.
 --! Errors: REDKIT_INPUT for bad arguments, REDKIT_DATA for a stock that is not an integer
 --! or a malformed reservation; nothing changed.
 local MAX = 99999999999999
@@ -92,6 +97,10 @@ if op == 'reserve' then
   if not integer(ARGV[5]) or limit < 1 then
     return redis.error_reply('REDKIT_INPUT the reservation limit must be at least 1')
   end
+else
+  if not integer(ARGV[3]) or tonumber(ARGV[3]) < 1 then
+    return redis.error_reply('REDKIT_INPUT the settlement retention must be at least 1 ms')
+  end
 end
 
 local raw = redis.call('GET', KEYS[1])
@@ -125,6 +134,17 @@ end
 if op == 'release' and held and stock + held_qty > MAX then
   return redis.error_reply('REDKIT_DATA stock plus the released units exceeds 99999999999999')
 end
+local settled_kind, settled_qty
+if op ~= 'reserve' and not held then
+  local settled = redis.call('GET', KEYS[3])
+  if settled then
+    settled_kind, settled_qty = string.match(settled, '^([cr]) (%d+)$')
+    if not settled_kind then
+      return redis.error_reply('REDKIT_DATA settlement record is not "c|r <qty>"')
+    end
+    settled_qty = tonumber(settled_qty)
+  end
+end
 commit(KEYS[2], KEYS[1], freed, p)
 
 if op == 'reserve' then
@@ -143,6 +163,7 @@ if op == 'reserve' then
   end
   local expires = now + ttl
   redis.call('DECRBY', KEYS[1], qty)
+  redis.call('DEL', KEYS[3]) -- a fresh hold under a reused id: forget the old settlement
   redis.call('HSET', KEYS[2], id, qty .. ' ' .. expires)
   local nxt = tonumber(redis.call('HGET', KEYS[2], '{next}'))
   if not nxt or expires < nxt then
@@ -152,6 +173,11 @@ if op == 'reserve' then
 end
 
 if not held then
+  if settled_kind == 'c' then
+    return {'committed', settled_qty}
+  elseif settled_kind == 'r' then
+    return {'released', settled_qty}
+  end
   return {'none'}
 end
 redis.call('HDEL', KEYS[2], id)
@@ -159,7 +185,9 @@ if redis.call('HLEN', KEYS[2]) <= 1 then
   redis.call('DEL', KEYS[2])
 end
 if op == 'commit' then
+  redis.call('SET', KEYS[3], 'c ' .. held_qty, 'PX', ARGV[3])
   return {'ok', held_qty}
 end
+redis.call('SET', KEYS[3], 'r ' .. held_qty, 'PX', ARGV[3])
 redis.call('INCRBY', KEYS[1], held_qty)
 return {'ok', held_qty, stock + held_qty}

@@ -926,14 +926,14 @@ async fn reserve_commit_release_and_unknown_ids() {
         .cmd(&["EXISTS", &s.reservation_key("a").unwrap()])
         .await;
     assert_eq!(exists, 0, "an empty reservation hash is deleted");
-    // Committed twice / released after commit: unknown, nothing changes.
+    // A retried commit, or a release after the commit: told what happened, nothing changes.
     assert_eq!(
         s.commit(&mut conn, "a", "cart-1").await.unwrap(),
-        Commit::Unknown
+        Commit::AlreadyCommitted { quantity: 3 }
     );
     assert_eq!(
         s.release(&mut conn, "a", "cart-1").await.unwrap(),
-        ReleaseReservation::Unknown
+        ReleaseReservation::AlreadyCommitted { quantity: 3 }
     );
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 7);
 
@@ -960,6 +960,16 @@ async fn reserve_commit_release_and_unknown_ids() {
         raw_reservations(&server, &s, "a").await,
         vec![("cart-4".to_owned(), 1)]
     );
+    // A retried release, or a commit after the release: nothing returned twice.
+    assert_eq!(
+        s.release(&mut conn, "a", "cart-3").await.unwrap(),
+        ReleaseReservation::AlreadyReleased { quantity: 5 }
+    );
+    assert_eq!(
+        s.commit(&mut conn, "a", "cart-3").await.unwrap(),
+        Commit::AlreadyReleased { quantity: 5 }
+    );
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 6);
     // Unknown ids change nothing.
     assert_eq!(
         s.commit(&mut conn, "a", "never").await.unwrap(),
@@ -1049,9 +1059,10 @@ async fn reserve_commit_release_and_unknown_ids() {
         .unwrap();
     let err: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
         .arg(script.source())
-        .arg(2)
+        .arg(3)
         .arg(s.sku_key("a").unwrap())
         .arg(s.reservation_key("a").unwrap())
+        .arg("t:inv:{resv}:raw-settlement")
         .arg("reserve")
         .arg("raw")
         .arg(1)
@@ -1155,6 +1166,15 @@ async fn an_expired_reservation_returns_to_stock_lazily_and_only_once() {
         .await
         .unwrap()
         .is_committed());
+    // A settled id reused for a fresh hold that then expires: unknown, not "committed".
+    s.restock(&mut conn, "a", 2, None).await.unwrap();
+    s.reserve(&mut conn, "a", 2, short, "kept").await.unwrap();
+    tokio::time::sleep(margin).await;
+    assert_eq!(
+        s.commit(&mut conn, "a", "kept").await.unwrap(),
+        Commit::Unknown
+    );
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 2);
 
     // A stock read returns them too, once.
     s.set(&mut conn, "b", 5).await.unwrap();

@@ -19,7 +19,9 @@
 //!
 //! Keys: `<prefix>:{<store>}:sku:<sku>` (the stock, a plain integer string) and
 //! `<prefix>:{<store>}:req:<request id>` (the idempotency record, expiring after the
-//! retention) and `<prefix>:{<store>}:resv:<sku>` (the SKU's reservations, a hash). Store, SKU and request ids are escaped (no `{`/`}` injection) and bounded to
+//! retention), `<prefix>:{<store>}:resv:<sku>` (the SKU's live reservations, a hash) and
+//! `<prefix>:{<store>}:resv-done:<len>:<sku>:<reservation id>` (how a reservation was settled,
+//! expiring after the retention, so a retried commit or release is answered truthfully). Store, SKU and request ids are escaped (no `{`/`}` injection) and bounded to
 //! [`MAX_PART_LEN`](crate::keys::MAX_PART_LEN) bytes.
 //!
 //! ```no_run

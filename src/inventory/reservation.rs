@@ -65,6 +65,7 @@ impl Reserve {
 /// ```
 /// use redkit::inventory::Commit;
 /// assert!(Commit::Committed { quantity: 2 }.is_committed());
+/// assert!(Commit::AlreadyCommitted { quantity: 2 }.is_committed());
 /// assert!(!Commit::Unknown.is_committed());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,15 +76,28 @@ pub enum Commit {
         /// Units the reservation held.
         quantity: u64,
     },
-    /// No live reservation has this id: never made, already committed or released, or
-    /// expired (its units are back in stock). Nothing changed.
+    /// No live reservation, but this id was committed within the
+    /// [retention](Inventory::retention) (e.g. a retried commit); nothing changed.
+    AlreadyCommitted {
+        /// Units the reservation held.
+        quantity: u64,
+    },
+    /// No live reservation, but this id was released within the retention; its units are
+    /// back in stock and nothing changed now.
+    AlreadyReleased {
+        /// Units the reservation held.
+        quantity: u64,
+    },
+    /// No live reservation and no settlement with this id: never made, or expired (its units
+    /// are back in stock). Nothing changed.
     Unknown,
 }
 
 impl Commit {
-    /// `true` for [`Commit::Committed`].
+    /// `true` when the units are sold: [`Commit::Committed`] now or
+    /// [`Commit::AlreadyCommitted`] by an earlier call.
     pub fn is_committed(&self) -> bool {
-        matches!(self, Self::Committed { .. })
+        matches!(self, Self::Committed { .. } | Self::AlreadyCommitted { .. })
     }
 }
 
@@ -93,6 +107,7 @@ impl Commit {
 /// use redkit::inventory::ReleaseReservation;
 /// let released = ReleaseReservation::Released { quantity: 2, stock: 10 };
 /// assert!(released.is_released());
+/// assert!(ReleaseReservation::AlreadyReleased { quantity: 2 }.is_released());
 /// assert!(!ReleaseReservation::Unknown.is_released());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,15 +120,28 @@ pub enum ReleaseReservation {
         /// Stock afterwards.
         stock: u64,
     },
-    /// No live reservation has this id: never made, already committed or released, or
-    /// expired (its units are already back in stock). Nothing changed.
+    /// No live reservation, but this id was released within the
+    /// [retention](Inventory::retention) (e.g. a retried release); nothing changed.
+    AlreadyReleased {
+        /// Units the reservation held.
+        quantity: u64,
+    },
+    /// No live reservation, but this id was committed within the retention: the units stay
+    /// sold and nothing changed.
+    AlreadyCommitted {
+        /// Units the reservation held.
+        quantity: u64,
+    },
+    /// No live reservation and no settlement with this id: never made, or expired (its units
+    /// are already back in stock). Nothing changed.
     Unknown,
 }
 
 impl ReleaseReservation {
-    /// `true` for [`ReleaseReservation::Released`].
+    /// `true` when the units went back to stock: [`ReleaseReservation::Released`] now or
+    /// [`ReleaseReservation::AlreadyReleased`] by an earlier call.
     pub fn is_released(&self) -> bool {
-        matches!(self, Self::Released { .. })
+        matches!(self, Self::Released { .. } | Self::AlreadyReleased { .. })
     }
 }
 
@@ -129,8 +157,8 @@ impl Store {
     /// (all before any round trip), [`Error::NotFound`] for a SKU never set,
     /// [`Error::CorruptData`], [`Error::WrongType`].
     ///
-    /// A reservation id is free again once committed, released or expired; use a fresh id
-    /// per checkout.
+    /// A reservation id is free again once committed, released or expired (a new hold under
+    /// it forgets the old settlement); use a fresh id per checkout.
     ///
     /// ```no_run
     /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -188,8 +216,10 @@ impl Store {
     }
 
     /// Commits the live reservation `reservation_id` of `sku`: its units stay deducted and
-    /// the reservation is dropped. [`Commit::Unknown`] (nothing changed) when there is no live
-    /// reservation with this id, e.g. because it expired and its units went back to stock.
+    /// the reservation is dropped. Safe to retry: within the [retention](Inventory::retention)
+    /// a repeat answers [`Commit::AlreadyCommitted`] (or [`Commit::AlreadyReleased`]) and
+    /// changes nothing. [`Commit::Unknown`] (nothing changed) when there is no such
+    /// reservation, e.g. because it expired and its units went back to stock.
     /// Errors as for [`reserve`](Self::reserve).
     ///
     /// ```no_run
@@ -208,10 +238,17 @@ impl Store {
         sku: &str,
         reservation_id: &str,
     ) -> Result<Commit> {
-        let call = self.reservation_call(sku, "commit", reservation_id)?;
+        let mut call = self.reservation_call(sku, "commit", reservation_id)?;
+        call.arg(self.inventory().inner().retention_ms);
         let (script, tag, numbers) = self.run(conn, &call).await?;
         match (tag.as_str(), numbers.as_slice()) {
             ("ok", [quantity]) => Ok(Commit::Committed {
+                quantity: *quantity,
+            }),
+            ("committed", [quantity]) => Ok(Commit::AlreadyCommitted {
+                quantity: *quantity,
+            }),
+            ("released", [quantity]) => Ok(Commit::AlreadyReleased {
                 quantity: *quantity,
             }),
             ("none", []) => Ok(Commit::Unknown),
@@ -221,8 +258,10 @@ impl Store {
     }
 
     /// Releases the live reservation `reservation_id` of `sku`: its units go back to stock.
-    /// [`ReleaseReservation::Unknown`] (nothing changed) when there is no live reservation
-    /// with this id. Errors as for [`reserve`](Self::reserve).
+    /// Safe to retry like [`commit`](Self::commit): a repeat within the retention answers
+    /// [`ReleaseReservation::AlreadyReleased`] (or `AlreadyCommitted`) and changes nothing.
+    /// [`ReleaseReservation::Unknown`] (nothing changed) when there is no such reservation.
+    /// Errors as for [`reserve`](Self::reserve).
     ///
     /// ```no_run
     /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -237,12 +276,19 @@ impl Store {
         sku: &str,
         reservation_id: &str,
     ) -> Result<ReleaseReservation> {
-        let call = self.reservation_call(sku, "release", reservation_id)?;
+        let mut call = self.reservation_call(sku, "release", reservation_id)?;
+        call.arg(self.inventory().inner().retention_ms);
         let (script, tag, numbers) = self.run(conn, &call).await?;
         match (tag.as_str(), numbers.as_slice()) {
             ("ok", [quantity, stock]) => Ok(ReleaseReservation::Released {
                 quantity: *quantity,
                 stock: *stock,
+            }),
+            ("released", [quantity]) => Ok(ReleaseReservation::AlreadyReleased {
+                quantity: *quantity,
+            }),
+            ("committed", [quantity]) => Ok(ReleaseReservation::AlreadyCommitted {
+                quantity: *quantity,
             }),
             ("none", []) => Ok(ReleaseReservation::Unknown),
             ("unknown", []) => Err(unknown_sku(sku)),
@@ -252,9 +298,17 @@ impl Store {
 
     fn reservation_call(&self, sku: &str, op: &str, reservation_id: &str) -> Result<Call<'static>> {
         let id = keys::escape_part("reservation id", reservation_id)?;
+        let sku_part = keys::escape_part("sku", sku)?;
+        // `<base>:resv-done:<len(sku)>:<sku>:<id>`: the length keeps (sku, id) pairs apart.
+        let settlement = format!(
+            "{}:resv-done:{}:{sku_part}:{id}",
+            self.base(),
+            sku_part.len()
+        );
         let mut call = Call::new(self.inventory().inner().reserve);
         call.key(self.sku_key(sku)?)
             .key(self.reservation_key(sku)?)
+            .key(settlement)
             .arg(op)
             .arg(id);
         Ok(call)
