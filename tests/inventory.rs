@@ -12,7 +12,9 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::aio::MultiplexedConnection;
-use redkit::inventory::{Decrement, Inventory, Order, Restock, Shortage, Store};
+use redkit::inventory::{
+    Commit, Decrement, Inventory, Order, ReleaseReservation, Reserve, Restock, Shortage, Store,
+};
 use redkit::Error;
 use support::{RedisCluster, RedisServer};
 
@@ -842,4 +844,544 @@ async fn works_over_a_connection_manager() {
         .unwrap();
     assert!(matches!(outcome, Order::Insufficient { .. }), "{outcome:?}");
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reservations
+// ---------------------------------------------------------------------------------------------
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// The live reservations of `sku` as stored: (id, quantity), without the `{next}` field.
+async fn raw_reservations(server: &RedisServer, s: &Store, sku: &str) -> Vec<(String, u64)> {
+    let all: Vec<String> = server
+        .cmd(&["HGETALL", &s.reservation_key(sku).unwrap()])
+        .await;
+    let mut out: Vec<(String, u64)> = all
+        .chunks(2)
+        .filter(|kv| kv[0] != "{next}")
+        .map(|kv| {
+            let qty = kv[1].split(' ').next().unwrap().parse().unwrap();
+            (kv[0].clone(), qty)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn reserve_commit_release_and_unknown_ids() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let s = store("resv");
+    s.set(&mut conn, "a", 10).await.unwrap();
+
+    // Reserve deducts at once.
+    let r = s
+        .reserve(&mut conn, "a", 3, MINUTE, "cart-1")
+        .await
+        .unwrap();
+    assert_eq!(
+        r,
+        Reserve::Reserved {
+            remaining: 7,
+            expires_in: MINUTE
+        }
+    );
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 7);
+    assert_eq!(
+        raw_reservations(&server, &s, "a").await,
+        vec![("cart-1".to_owned(), 3)]
+    );
+    // The same id again: the existing hold, nothing deducted twice.
+    match s
+        .reserve(&mut conn, "a", 3, MINUTE, "cart-1")
+        .await
+        .unwrap()
+    {
+        Reserve::AlreadyReserved {
+            quantity: 3,
+            expires_in,
+        } => assert!(expires_in <= MINUTE && expires_in > MINUTE / 2),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 7);
+    // More than the stock: nothing changes.
+    assert_eq!(
+        s.reserve(&mut conn, "a", 8, MINUTE, "cart-2")
+            .await
+            .unwrap(),
+        Reserve::Insufficient { available: 7 }
+    );
+    assert_eq!(raw_reservations(&server, &s, "a").await.len(), 1);
+
+    // Commit keeps the units deducted and drops the hold.
+    assert_eq!(
+        s.commit(&mut conn, "a", "cart-1").await.unwrap(),
+        Commit::Committed { quantity: 3 }
+    );
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 7);
+    assert!(raw_reservations(&server, &s, "a").await.is_empty());
+    let exists: u64 = server
+        .cmd(&["EXISTS", &s.reservation_key("a").unwrap()])
+        .await;
+    assert_eq!(exists, 0, "an empty reservation hash is deleted");
+    // A retried commit, or a release after the commit: told what happened, nothing changes.
+    assert_eq!(
+        s.commit(&mut conn, "a", "cart-1").await.unwrap(),
+        Commit::AlreadyCommitted { quantity: 3 }
+    );
+    assert_eq!(
+        s.release(&mut conn, "a", "cart-1").await.unwrap(),
+        ReleaseReservation::AlreadyCommitted { quantity: 3 }
+    );
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 7);
+
+    // Release returns the units.
+    s.reserve(&mut conn, "a", 5, MINUTE, "cart-3")
+        .await
+        .unwrap();
+    s.reserve(&mut conn, "a", 1, MINUTE, "cart-4")
+        .await
+        .unwrap();
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 1);
+    assert_eq!(
+        s.release(&mut conn, "a", "cart-3").await.unwrap(),
+        ReleaseReservation::Released {
+            quantity: 5,
+            stock: 6
+        }
+    );
+    assert_eq!(
+        raw_get(&server, &s.sku_key("a").unwrap()).await.as_deref(),
+        Some("6")
+    );
+    assert_eq!(
+        raw_reservations(&server, &s, "a").await,
+        vec![("cart-4".to_owned(), 1)]
+    );
+    // A retried release, or a commit after the release: nothing returned twice.
+    assert_eq!(
+        s.release(&mut conn, "a", "cart-3").await.unwrap(),
+        ReleaseReservation::AlreadyReleased { quantity: 5 }
+    );
+    assert_eq!(
+        s.commit(&mut conn, "a", "cart-3").await.unwrap(),
+        Commit::AlreadyReleased { quantity: 5 }
+    );
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 6);
+    // Unknown ids change nothing.
+    assert_eq!(
+        s.commit(&mut conn, "a", "never").await.unwrap(),
+        Commit::Unknown
+    );
+    assert_eq!(
+        s.release(&mut conn, "a", "never").await.unwrap(),
+        ReleaseReservation::Unknown
+    );
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 6);
+    assert_eq!(raw_reservations(&server, &s, "a").await.len(), 1);
+    // Ids are escaped: braces never leak a second hash tag.
+    s.reserve(&mut conn, "a", 1, MINUTE, "x{y}").await.unwrap();
+    assert_eq!(
+        s.release(&mut conn, "a", "x{y}").await.unwrap(),
+        ReleaseReservation::Released {
+            quantity: 1,
+            stock: 6
+        }
+    );
+
+    // Unknown SKU: typed error, nothing created.
+    for result in [
+        s.reserve(&mut conn, "nope", 1, MINUTE, "c")
+            .await
+            .map(|_| ()),
+        s.commit(&mut conn, "nope", "c").await.map(|_| ()),
+        s.release(&mut conn, "nope", "c").await.map(|_| ()),
+    ] {
+        assert!(
+            matches!(&result, Err(Error::NotFound { what: "sku", .. })),
+            "{result:?}"
+        );
+    }
+    let exists: u64 = server
+        .cmd(&[
+            "EXISTS",
+            &s.sku_key("nope").unwrap(),
+            &s.reservation_key("nope").unwrap(),
+        ])
+        .await;
+    assert_eq!(exists, 0);
+
+    // Bad input: refused before any round trip, nothing written.
+    let calls_before = script_calls(&server).await;
+    let long = "x".repeat(300);
+    for result in [
+        s.reserve(&mut conn, "a", 0, MINUTE, "c").await,
+        s.reserve(&mut conn, "a", Inventory::MAX_QUANTITY + 1, MINUTE, "c")
+            .await,
+        s.reserve(&mut conn, "a", 1, Duration::ZERO, "c").await,
+        s.reserve(&mut conn, "a", 1, Duration::from_micros(999), "c")
+            .await,
+        s.reserve(
+            &mut conn,
+            "a",
+            1,
+            Inventory::MAX_RESERVATION_TTL + Duration::from_millis(1),
+            "c",
+        )
+        .await,
+        s.reserve(&mut conn, "a", 1, MINUTE, "").await,
+        s.reserve(&mut conn, "a", 1, MINUTE, &long).await,
+        s.reserve(&mut conn, "", 1, MINUTE, "c").await,
+    ] {
+        assert!(
+            matches!(result, Err(Error::InvalidInput { .. })),
+            "{result:?}"
+        );
+    }
+    for result in [
+        s.commit(&mut conn, "a", "").await.map(|_| ()),
+        s.release(&mut conn, "a", &long).await.map(|_| ()),
+    ] {
+        assert!(
+            matches!(result, Err(Error::InvalidInput { .. })),
+            "{result:?}"
+        );
+    }
+    assert_eq!(script_calls(&server).await, calls_before);
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 6);
+    assert_eq!(raw_reservations(&server, &s, "a").await.len(), 1);
+
+    // The script checks its arguments too: a raw call with a bad TTL writes nothing.
+    let script = redkit::Registry::global()
+        .require("inventory_reserve", 1)
+        .unwrap();
+    let err: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
+        .arg(script.source())
+        .arg(3)
+        .arg(s.sku_key("a").unwrap())
+        .arg(s.reservation_key("a").unwrap())
+        .arg("t:inv:{resv}:raw-settlement")
+        .arg("reserve")
+        .arg("raw")
+        .arg(1)
+        .arg(0)
+        .arg(10)
+        .query_async(&mut conn)
+        .await;
+    assert!(format!("{err:?}").contains("REDKIT_INPUT"), "{err:?}");
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 6);
+
+    // A corrupt reservation is a typed error and changes nothing.
+    let rkey = s.reservation_key("a").unwrap();
+    let _: u64 = server.cmd(&["HSET", &rkey, "bad", "x y"]).await;
+    let _: u64 = server.cmd(&["HSET", &rkey, "{next}", "0"]).await;
+    let err = s.decrement(&mut conn, "a", 1, None).await;
+    assert!(matches!(err, Err(Error::CorruptData { .. })), "{err:?}");
+    assert_eq!(
+        raw_get(&server, &s.sku_key("a").unwrap()).await.as_deref(),
+        Some("6")
+    );
+}
+
+#[tokio::test]
+async fn a_full_sku_refuses_more_reservations() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let s = store("full");
+    s.set(&mut conn, "a", 20_000).await.unwrap();
+    // Fill the hash to the limit directly (far-future expiries), then ask for one more.
+    let rkey = s.reservation_key("a").unwrap();
+    let limit = Inventory::MAX_RESERVATIONS_PER_SKU;
+    let far = "99999999999999";
+    let mut fields: Vec<String> = vec!["HSET".into(), rkey.clone(), "{next}".into(), far.into()];
+    for i in 0..limit {
+        fields.push(format!("r{i}"));
+        fields.push(format!("1 {far}"));
+    }
+    let args: Vec<&str> = fields.iter().map(String::as_str).collect();
+    let _: u64 = server.cmd(&args).await;
+    assert_eq!(
+        s.reserve(&mut conn, "a", 1, MINUTE, "one-more")
+            .await
+            .unwrap(),
+        Reserve::Full { limit }
+    );
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 20_000);
+    // One released: room for one again.
+    assert!(s.release(&mut conn, "a", "r0").await.unwrap().is_released());
+    assert!(s
+        .reserve(&mut conn, "a", 1, MINUTE, "one-more")
+        .await
+        .unwrap()
+        .is_held());
+}
+
+#[tokio::test]
+async fn an_expired_reservation_returns_to_stock_lazily_and_only_once() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let s = store("expiry");
+    let short = Duration::from_millis(100);
+    let margin = Duration::from_millis(600);
+
+    // The next decrement sees the returned units.
+    s.set(&mut conn, "a", 10).await.unwrap();
+    s.reserve(&mut conn, "a", 4, short, "gone").await.unwrap();
+    s.reserve(&mut conn, "a", 3, MINUTE, "kept").await.unwrap();
+    tokio::time::sleep(margin).await;
+    // Nothing ran in between: the raw stock still lacks the expired units.
+    assert_eq!(
+        raw_get(&server, &s.sku_key("a").unwrap()).await.as_deref(),
+        Some("3")
+    );
+    assert_eq!(
+        s.decrement(&mut conn, "a", 7, None).await.unwrap(),
+        Decrement::Decremented { remaining: 0 },
+        "3 in stock + 4 expired = 7 sellable"
+    );
+    assert_eq!(
+        raw_reservations(&server, &s, "a").await,
+        vec![("kept".to_owned(), 3)]
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            s.stock(&mut conn, "a").await.unwrap(),
+            0,
+            "returned once only"
+        );
+    }
+    assert_eq!(
+        s.commit(&mut conn, "a", "gone").await.unwrap(),
+        Commit::Unknown
+    );
+    assert_eq!(
+        s.release(&mut conn, "a", "gone").await.unwrap(),
+        ReleaseReservation::Unknown
+    );
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 0);
+    assert!(s
+        .commit(&mut conn, "a", "kept")
+        .await
+        .unwrap()
+        .is_committed());
+    // A settled id reused for a fresh hold that then expires: unknown, not "committed".
+    s.restock(&mut conn, "a", 2, None).await.unwrap();
+    s.reserve(&mut conn, "a", 2, short, "kept").await.unwrap();
+    tokio::time::sleep(margin).await;
+    assert_eq!(
+        s.commit(&mut conn, "a", "kept").await.unwrap(),
+        Commit::Unknown
+    );
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 2);
+
+    // A stock read returns them too, once.
+    s.set(&mut conn, "b", 5).await.unwrap();
+    s.reserve(&mut conn, "b", 2, short, "r1").await.unwrap();
+    s.reserve(&mut conn, "b", 1, short, "r2").await.unwrap();
+    assert_eq!(s.stock(&mut conn, "b").await.unwrap(), 2);
+    tokio::time::sleep(margin).await;
+    for _ in 0..3 {
+        assert_eq!(s.stock(&mut conn, "b").await.unwrap(), 5);
+    }
+    let exists: u64 = server
+        .cmd(&["EXISTS", &s.reservation_key("b").unwrap()])
+        .await;
+    assert_eq!(exists, 0);
+
+    // An order and a restock see them as well; an expired id may be reserved afresh.
+    s.set(&mut conn, "c", 1).await.unwrap();
+    s.set(&mut conn, "d", 1).await.unwrap();
+    s.reserve(&mut conn, "c", 1, short, "o").await.unwrap();
+    s.reserve(&mut conn, "d", 1, short, "o").await.unwrap();
+    tokio::time::sleep(margin).await;
+    let lines = [s.line("c", 1).unwrap()];
+    assert_eq!(
+        Inventory::new("t:inv")
+            .unwrap()
+            .place_order(&mut conn, &lines, Some("ord"))
+            .await
+            .unwrap(),
+        Order::Placed { remaining: vec![0] }
+    );
+    assert_eq!(
+        s.restock(&mut conn, "d", 1, None).await.unwrap(),
+        Restock::Restocked { stock: 2 }
+    );
+    assert!(matches!(
+        s.reserve(&mut conn, "d", 2, MINUTE, "o").await.unwrap(),
+        Reserve::Reserved { remaining: 0, .. }
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservers_and_buyers_at_once_never_oversell() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let s = store("race");
+    s.set(&mut conn, "hot", 100).await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = spawn_reader(&server, vec![s.sku_key("hot").unwrap()], stop.clone()).await;
+
+    let committed = Arc::new(AtomicU64::new(0));
+    let sold = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for (i, c) in conns(&server, 4).await.into_iter().enumerate() {
+        for j in 0..50u64 {
+            let (s, mut c) = (s.clone(), c.clone());
+            let (committed, sold) = (committed.clone(), sold.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut rng = StdRng::seed_from_u64(i as u64 * 1000 + j);
+                let qty = rng.random_range(1..=3);
+                if j % 3 == 0 {
+                    if s.decrement(&mut c, "hot", qty, None)
+                        .await
+                        .unwrap()
+                        .is_applied()
+                    {
+                        sold.fetch_add(qty, Ordering::Relaxed);
+                    }
+                    return;
+                }
+                // Short TTLs expire during the run; long ones outlive it.
+                let ttl = if rng.random_bool(0.5) {
+                    Duration::from_millis(rng.random_range(1..=50))
+                } else {
+                    MINUTE
+                };
+                let id = format!("c{i}-{j}");
+                if !s
+                    .reserve(&mut c, "hot", qty, ttl, &id)
+                    .await
+                    .unwrap()
+                    .is_held()
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(rng.random_range(0..30))).await;
+                match rng.random_range(0..3) {
+                    0 => {
+                        if let Commit::Committed { quantity } =
+                            s.commit(&mut c, "hot", &id).await.unwrap()
+                        {
+                            assert_eq!(quantity, qty);
+                            committed.fetch_add(quantity, Ordering::Relaxed);
+                        }
+                    }
+                    1 => {
+                        let _ = s.release(&mut c, "hot", &id).await.unwrap();
+                    }
+                    _ => {} // abandoned: held until it expires
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(reader.await.unwrap() > 0);
+
+    let committed = committed.load(Ordering::Relaxed);
+    let sold = sold.load(Ordering::Relaxed);
+    let held = |r: Vec<(String, u64)>| r.iter().map(|(_, q)| q).sum::<u64>();
+    // Raw state (no reclaim): stock + every hold (live or expired) + committed + sold.
+    let raw_stock: u64 = raw_get(&server, &s.sku_key("hot").unwrap())
+        .await
+        .unwrap()
+        .parse()
+        .unwrap();
+    let all_holds = held(raw_reservations(&server, &s, "hot").await);
+    assert_eq!(raw_stock + all_holds + committed + sold, 100);
+    assert!(committed + sold > 0, "some units moved");
+    // After every short TTL has passed, a read reclaims the expired holds exactly once.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stock = s.stock(&mut conn, "hot").await.unwrap();
+    let live = held(raw_reservations(&server, &s, "hot").await);
+    assert_eq!(stock + live + committed + sold, 100);
+    assert_eq!(s.stock(&mut conn, "hot").await.unwrap(), stock);
+    // Releasing every live hold restores the rest.
+    for (id, _) in raw_reservations(&server, &s, "hot").await {
+        assert!(s
+            .release(&mut conn, "hot", &id)
+            .await
+            .unwrap()
+            .is_released());
+    }
+    assert_eq!(
+        s.stock(&mut conn, "hot").await.unwrap(),
+        100 - committed - sold
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservations_work_on_a_cluster() {
+    let cluster = RedisCluster::spawn().await;
+    let mut conn = cluster.conn().await;
+    let inventory = Inventory::new("t:inv").unwrap();
+    let stores: Vec<Store> = (0..6)
+        .map(|i| inventory.store(&format!("w{i}")).unwrap())
+        .collect();
+    let mut nodes = HashSet::new();
+    for s in &stores {
+        let node = cluster.primary_for(&s.sku_key("a").unwrap()).await.port();
+        assert_eq!(
+            cluster
+                .primary_for(&s.reservation_key("a").unwrap())
+                .await
+                .port(),
+            node,
+            "the reservation key shares the SKU's slot"
+        );
+        nodes.insert(node);
+    }
+    assert!(nodes.len() > 1, "stores should land on several primaries");
+
+    for s in &stores {
+        s.set(&mut conn, "a", 10).await.unwrap();
+        s.set(&mut conn, "b", 10).await.unwrap();
+        assert!(s
+            .reserve(&mut conn, "a", 2, MINUTE, "keep")
+            .await
+            .unwrap()
+            .is_held());
+        assert!(s
+            .reserve(&mut conn, "a", 3, MINUTE, "back")
+            .await
+            .unwrap()
+            .is_held());
+        assert!(s
+            .reserve(&mut conn, "b", 4, Duration::from_millis(50), "lapse")
+            .await
+            .unwrap()
+            .is_held());
+        assert_eq!(
+            s.commit(&mut conn, "a", "keep").await.unwrap(),
+            Commit::Committed { quantity: 2 }
+        );
+        assert_eq!(
+            s.release(&mut conn, "a", "back").await.unwrap(),
+            ReleaseReservation::Released {
+                quantity: 3,
+                stock: 8
+            }
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for s in &stores {
+        let lines = [s.line("a", 8).unwrap(), s.line("b", 10).unwrap()];
+        assert_eq!(
+            inventory
+                .place_order(&mut conn, &lines, None)
+                .await
+                .unwrap(),
+            Order::Placed {
+                remaining: vec![0, 0]
+            },
+            "the lapsed hold of b is back for the order"
+        );
+        assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 0);
+        assert_eq!(s.stock(&mut conn, "b").await.unwrap(), 0);
+    }
 }

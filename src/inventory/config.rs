@@ -42,6 +42,7 @@ pub(super) struct Inner {
     pub(super) set: &'static Script,
     pub(super) get: &'static Script,
     pub(super) apply: &'static Script,
+    pub(super) reserve: &'static Script,
 }
 
 /// Operation of `inventory_apply`.
@@ -70,6 +71,11 @@ impl Inventory {
     pub const MAX_QUANTITY: u64 = 99_999_999_999_999;
     /// The most lines one order may have.
     pub const MAX_ORDER_LINES: usize = 256;
+    /// The most live reservations one SKU may hold; one more is
+    /// [`Reserve::Full`](super::Reserve::Full).
+    pub const MAX_RESERVATIONS_PER_SKU: u64 = 10_000;
+    /// The longest reservation TTL accepted: 30 days.
+    pub const MAX_RESERVATION_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
     /// An inventory under `prefix` (1..=64 bytes of `[A-Za-z0-9_:.-]`) with default settings.
     ///
@@ -177,19 +183,28 @@ impl Inventory {
         &self.inner
     }
 
-    /// Runs `inventory_apply` over `keys` (one store) with an optional request record.
+    /// Runs `inventory_apply` over `keys` (one store; `reservations[i]` is the reservation
+    /// hash of `keys[i]`) with an optional request record.
     pub(super) async fn apply<C: ConnectionLike>(
         &self,
         conn: &mut C,
         mode: Mode,
         keys: &[&str],
+        reservations: &[String],
         quantities: &[u64],
         record_key: Option<String>,
     ) -> Result<Reply> {
         let script = self.inner.apply;
-        let mut call = Call::with_key_count(script, keys.len() + usize::from(record_key.is_some()));
+        if reservations.len() != keys.len() {
+            return Err(Error::invalid("order", "one reservation key per line"));
+        }
+        let mut call =
+            Call::with_key_count(script, 2 * keys.len() + usize::from(record_key.is_some()));
         for key in keys {
             call.key(*key);
+        }
+        for key in reservations {
+            call.key(key);
         }
         if let Some(record) = &record_key {
             call.key(record);
@@ -263,6 +278,7 @@ impl InventoryBuilder {
                 set: registry.require("inventory_set", 1)?,
                 get: registry.require("inventory_get", 1)?,
                 apply: registry.require("inventory_apply", 1)?,
+                reserve: registry.require("inventory_reserve", 1)?,
             }),
         })
     }

@@ -6,6 +6,10 @@
 //! - [`Store`]: one namespace (a shop, a warehouse) whose id becomes the hash tag of every key,
 //!   so all SKUs of one store live in one Cluster slot and a multi-SKU order is one script call.
 //! - Outcomes are values: [`Decrement`], [`Restock`], [`Order`] (with [`Shortage`]s).
+//! - Reservations ([`Store::reserve`], [`Store::commit`], [`Store::release`]; outcomes
+//!   [`Reserve`], [`Commit`], [`ReleaseReservation`]): units held for a TTL, deducted from
+//!   stock at once; an expired reservation goes back to stock lazily, inside the next script
+//!   that touches the SKU, with no sweeper process.
 //!
 //! Every operation is one script call (one round trip in the steady state). Stock never goes
 //! below zero: a decrement the stock does not cover changes nothing and reports what is
@@ -15,7 +19,9 @@
 //!
 //! Keys: `<prefix>:{<store>}:sku:<sku>` (the stock, a plain integer string) and
 //! `<prefix>:{<store>}:req:<request id>` (the idempotency record, expiring after the
-//! retention). Store, SKU and request ids are escaped (no `{`/`}` injection) and bounded to
+//! retention), `<prefix>:{<store>}:resv:<sku>` (the SKU's live reservations, a hash) and
+//! `<prefix>:{<store>}:resv-done:<len>:<sku>:<reservation id>` (how a reservation was settled,
+//! expiring after the retention, so a retried commit or release is answered truthfully). Store, SKU and request ids are escaped (no `{`/`}` injection) and bounded to
 //! [`MAX_PART_LEN`](crate::keys::MAX_PART_LEN) bytes.
 //!
 //! ```no_run
@@ -39,9 +45,11 @@ mod config;
 mod order;
 mod outcome;
 mod reply;
+mod reservation;
 mod store;
 
 pub use config::{Inventory, InventoryBuilder};
 pub use order::OrderLine;
 pub use outcome::{Decrement, Order, Restock, Shortage};
+pub use reservation::{Commit, ReleaseReservation, Reserve};
 pub use store::Store;

@@ -94,9 +94,13 @@ pub(super) async fn place<C: ConnectionLike>(
         }
     }
     let quantities: Vec<u64> = lines.iter().map(|l| l.quantity).collect();
+    let reservations = lines
+        .iter()
+        .map(|l| store.reservation_key(&l.sku))
+        .collect::<Result<Vec<_>>>()?;
     let record = request_id.map(|id| store.request_key(id)).transpose()?;
     let reply = inventory
-        .apply(conn, Mode::Take, &keys, &quantities, record)
+        .apply(conn, Mode::Take, &keys, &reservations, &quantities, record)
         .await?;
     order_outcome(inventory.inner().apply, lines, reply)
 }

@@ -62,6 +62,22 @@ impl Store {
         ))
     }
 
+    /// The key of the reservation hash of `sku`: `<prefix>:{<store>}:resv:<sku>` (field
+    /// `<reservation id>` -> `"<qty> <expires_at_ms>"`). Fails when `sku` is empty or too long.
+    ///
+    /// ```
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// assert_eq!(store.reservation_key("sku-1")?, "inv:{s1}:resv:sku-1");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn reservation_key(&self, sku: &str) -> Result<String> {
+        Ok(format!(
+            "{}:resv:{}",
+            self.base,
+            keys::escape_part("sku", sku)?
+        ))
+    }
+
     /// An order line of this store for [`Inventory::place_order`]. Checks the SKU and the
     /// quantity (1..=[`Inventory::MAX_QUANTITY`]) now.
     ///
@@ -87,6 +103,9 @@ impl Store {
     /// corrupt stock is repaired; a key of another Redis type is refused
     /// ([`Error::WrongType`]) and left untouched.
     ///
+    /// The stock set is the units available now; live [reservations](Self::reserve) are not
+    /// touched and their units still come back on release or expiry.
+    ///
     /// ```no_run
     /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
     /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
@@ -106,7 +125,8 @@ impl Store {
         Ok(())
     }
 
-    /// Reads the stock of `sku`. [`Error::NotFound`] when it was never set,
+    /// Reads the stock of `sku` (units available, not counting live reservations; expired
+    /// reservations are returned to it first). [`Error::NotFound`] when it was never set,
     /// [`Error::CorruptData`] when the stored value is not an integer, [`Error::WrongType`]
     /// when the key holds another type.
     ///
@@ -118,7 +138,7 @@ impl Store {
     /// ```
     pub async fn stock<C: ConnectionLike>(&self, conn: &mut C, sku: &str) -> Result<u64> {
         let mut call = Call::new(self.inventory.inner().get);
-        call.key(self.sku_key(sku)?);
+        call.key(self.sku_key(sku)?).key(self.reservation_key(sku)?);
         let stock: Option<u64> = self.inventory.manager().invoke(conn, &call).await?;
         stock.ok_or_else(|| unknown_sku(sku))
     }
@@ -196,9 +216,17 @@ impl Store {
     ) -> Result<Reply> {
         check_quantity(quantity)?;
         let key = self.sku_key(sku)?;
+        let reservations = [self.reservation_key(sku)?];
         let record = request_id.map(|id| self.request_key(id)).transpose()?;
         self.inventory
-            .apply(conn, mode, &[key.as_str()], &[quantity], record)
+            .apply(
+                conn,
+                mode,
+                &[key.as_str()],
+                &reservations,
+                &[quantity],
+                record,
+            )
             .await
     }
 }

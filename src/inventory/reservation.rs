@@ -1,0 +1,351 @@
+//! Reservations: [`Store::reserve`] deducts units now and holds them for a TTL;
+//! [`Store::commit`] keeps them sold, [`Store::release`] returns them. A reservation that
+//! expires is returned to stock lazily by the next script that touches the SKU (stock read,
+//! decrement, restock, order, reserve, commit, release): no sweeper process is needed.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::Value;
+
+use super::config::{check_quantity, Inventory};
+use super::store::{unknown_sku, Store};
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::script::{Call, Script};
+
+/// The outcome of [`Store::reserve`].
+///
+/// ```
+/// use std::time::Duration;
+/// use redkit::inventory::Reserve;
+/// let held = Reserve::Reserved { remaining: 7, expires_in: Duration::from_secs(60) };
+/// assert!(held.is_held());
+/// assert!(!Reserve::Insufficient { available: 1 }.is_held());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reserve {
+    /// The units were deducted from stock and are held until `expires_in` has passed.
+    Reserved {
+        /// Stock left afterwards (not counting reservations).
+        remaining: u64,
+        /// The TTL of the reservation.
+        expires_in: Duration,
+    },
+    /// The stock did not cover the quantity; nothing changed.
+    Insufficient {
+        /// Stock available when the request was evaluated.
+        available: u64,
+    },
+    /// A live reservation with this id already exists (e.g. a retried call); nothing changed.
+    AlreadyReserved {
+        /// Units that reservation holds.
+        quantity: u64,
+        /// Time left until it expires.
+        expires_in: Duration,
+    },
+    /// The SKU already holds [`Inventory::MAX_RESERVATIONS_PER_SKU`] live reservations;
+    /// nothing changed.
+    Full {
+        /// The limit.
+        limit: u64,
+    },
+}
+
+impl Reserve {
+    /// `true` when a reservation with this id now holds units (new or already existing).
+    pub fn is_held(&self) -> bool {
+        matches!(self, Self::Reserved { .. } | Self::AlreadyReserved { .. })
+    }
+}
+
+/// The outcome of [`Store::commit`].
+///
+/// ```
+/// use redkit::inventory::Commit;
+/// assert!(Commit::Committed { quantity: 2 }.is_committed());
+/// assert!(Commit::AlreadyCommitted { quantity: 2 }.is_committed());
+/// assert!(!Commit::Unknown.is_committed());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Commit {
+    /// The reservation was live: its units stay deducted for good and it is gone.
+    Committed {
+        /// Units the reservation held.
+        quantity: u64,
+    },
+    /// No live reservation, but this id was committed within the
+    /// [retention](Inventory::retention) (e.g. a retried commit); nothing changed.
+    AlreadyCommitted {
+        /// Units the reservation held.
+        quantity: u64,
+    },
+    /// No live reservation, but this id was released within the retention; its units are
+    /// back in stock and nothing changed now.
+    AlreadyReleased {
+        /// Units the reservation held.
+        quantity: u64,
+    },
+    /// No live reservation and no settlement with this id: never made, or expired (its units
+    /// are back in stock). Nothing changed.
+    Unknown,
+}
+
+impl Commit {
+    /// `true` when the units are sold: [`Commit::Committed`] now or
+    /// [`Commit::AlreadyCommitted`] by an earlier call.
+    pub fn is_committed(&self) -> bool {
+        matches!(self, Self::Committed { .. } | Self::AlreadyCommitted { .. })
+    }
+}
+
+/// The outcome of [`Store::release`].
+///
+/// ```
+/// use redkit::inventory::ReleaseReservation;
+/// let released = ReleaseReservation::Released { quantity: 2, stock: 10 };
+/// assert!(released.is_released());
+/// assert!(ReleaseReservation::AlreadyReleased { quantity: 2 }.is_released());
+/// assert!(!ReleaseReservation::Unknown.is_released());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleaseReservation {
+    /// The reservation was live: its units are back in stock and it is gone.
+    Released {
+        /// Units returned.
+        quantity: u64,
+        /// Stock afterwards.
+        stock: u64,
+    },
+    /// No live reservation, but this id was released within the
+    /// [retention](Inventory::retention) (e.g. a retried release); nothing changed.
+    AlreadyReleased {
+        /// Units the reservation held.
+        quantity: u64,
+    },
+    /// No live reservation, but this id was committed within the retention: the units stay
+    /// sold and nothing changed.
+    AlreadyCommitted {
+        /// Units the reservation held.
+        quantity: u64,
+    },
+    /// No live reservation and no settlement with this id: never made, or expired (its units
+    /// are already back in stock). Nothing changed.
+    Unknown,
+}
+
+impl ReleaseReservation {
+    /// `true` when the units went back to stock: [`ReleaseReservation::Released`] now or
+    /// [`ReleaseReservation::AlreadyReleased`] by an earlier call.
+    pub fn is_released(&self) -> bool {
+        matches!(self, Self::Released { .. } | Self::AlreadyReleased { .. })
+    }
+}
+
+impl Store {
+    /// Reserves `quantity` units of `sku` for `ttl` under `reservation_id` (e.g. a checkout
+    /// id): the units leave the stock now (so nothing is oversold) and come back if the
+    /// reservation is [released](Self::release) or expires without a
+    /// [commit](Self::commit). Expiry uses the Redis clock and is applied lazily by the next
+    /// call touching the SKU.
+    ///
+    /// Errors (nothing changed): quantity 0 or above [`Inventory::MAX_QUANTITY`], `ttl`
+    /// below 1 ms or above [`Inventory::MAX_RESERVATION_TTL`], an empty or too long id
+    /// (all before any round trip), [`Error::NotFound`] for a SKU never set,
+    /// [`Error::CorruptData`], [`Error::WrongType`].
+    ///
+    /// A reservation id is free again once committed, released or expired (a new hold under
+    /// it forgets the old settlement); use a fresh id per checkout.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::inventory::{Commit, Reserve};
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// let ttl = Duration::from_secs(15 * 60);
+    /// if let Reserve::Reserved { .. } = store.reserve(&mut conn, "sku-1", 2, ttl, "cart-7").await? {
+    ///     // ... payment succeeded:
+    ///     assert!(matches!(store.commit(&mut conn, "sku-1", "cart-7").await?, Commit::Committed { .. }));
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn reserve<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        quantity: u64,
+        ttl: Duration,
+        reservation_id: &str,
+    ) -> Result<Reserve> {
+        check_quantity(quantity)?;
+        if ttl < Duration::from_millis(1) || ttl > Inventory::MAX_RESERVATION_TTL {
+            return Err(Error::invalid(
+                "ttl",
+                format!(
+                    "must be 1 ms ..= {} days",
+                    Inventory::MAX_RESERVATION_TTL.as_secs() / 86_400
+                ),
+            ));
+        }
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let mut call = self.reservation_call(sku, "reserve", reservation_id)?;
+        call.arg(quantity)
+            .arg(ttl_ms)
+            .arg(Inventory::MAX_RESERVATIONS_PER_SKU);
+        let (script, tag, numbers) = self.run(conn, &call).await?;
+        let ms = Duration::from_millis;
+        match (tag.as_str(), numbers.as_slice()) {
+            ("ok", [remaining, ttl]) => Ok(Reserve::Reserved {
+                remaining: *remaining,
+                expires_in: ms(*ttl),
+            }),
+            ("short", [available]) => Ok(Reserve::Insufficient {
+                available: *available,
+            }),
+            ("dup", [quantity, left]) => Ok(Reserve::AlreadyReserved {
+                quantity: *quantity,
+                expires_in: ms(*left),
+            }),
+            ("full", [limit]) => Ok(Reserve::Full { limit: *limit }),
+            ("unknown", []) => Err(unknown_sku(sku)),
+            _ => Err(malformed(script, &tag, &numbers)),
+        }
+    }
+
+    /// Commits the live reservation `reservation_id` of `sku`: its units stay deducted and
+    /// the reservation is dropped. Safe to retry: within the [retention](Inventory::retention)
+    /// a repeat answers [`Commit::AlreadyCommitted`] (or [`Commit::AlreadyReleased`]) and
+    /// changes nothing. [`Commit::Unknown`] (nothing changed) when there is no such
+    /// reservation, e.g. because it expired and its units went back to stock.
+    /// Errors as for [`reserve`](Self::reserve).
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::inventory::Commit;
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// match store.commit(&mut conn, "sku-1", "cart-7").await? {
+    ///     Commit::Committed { quantity } => println!("sold {quantity}"),
+    ///     _ => println!("reservation expired or unknown: try to buy again"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn commit<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        reservation_id: &str,
+    ) -> Result<Commit> {
+        let mut call = self.reservation_call(sku, "commit", reservation_id)?;
+        call.arg(self.inventory().inner().retention_ms);
+        let (script, tag, numbers) = self.run(conn, &call).await?;
+        match (tag.as_str(), numbers.as_slice()) {
+            ("ok", [quantity]) => Ok(Commit::Committed {
+                quantity: *quantity,
+            }),
+            ("committed", [quantity]) => Ok(Commit::AlreadyCommitted {
+                quantity: *quantity,
+            }),
+            ("released", [quantity]) => Ok(Commit::AlreadyReleased {
+                quantity: *quantity,
+            }),
+            ("none", []) => Ok(Commit::Unknown),
+            ("unknown", []) => Err(unknown_sku(sku)),
+            _ => Err(malformed(script, &tag, &numbers)),
+        }
+    }
+
+    /// Releases the live reservation `reservation_id` of `sku`: its units go back to stock.
+    /// Safe to retry like [`commit`](Self::commit): a repeat within the retention answers
+    /// [`ReleaseReservation::AlreadyReleased`] (or `AlreadyCommitted`) and changes nothing.
+    /// [`ReleaseReservation::Unknown`] (nothing changed) when there is no such reservation.
+    /// Errors as for [`reserve`](Self::reserve).
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// let outcome = store.release(&mut conn, "sku-1", "cart-7").await?;
+    /// println!("{outcome:?}");
+    /// # Ok(()) }
+    /// ```
+    pub async fn release<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        reservation_id: &str,
+    ) -> Result<ReleaseReservation> {
+        let mut call = self.reservation_call(sku, "release", reservation_id)?;
+        call.arg(self.inventory().inner().retention_ms);
+        let (script, tag, numbers) = self.run(conn, &call).await?;
+        match (tag.as_str(), numbers.as_slice()) {
+            ("ok", [quantity, stock]) => Ok(ReleaseReservation::Released {
+                quantity: *quantity,
+                stock: *stock,
+            }),
+            ("released", [quantity]) => Ok(ReleaseReservation::AlreadyReleased {
+                quantity: *quantity,
+            }),
+            ("committed", [quantity]) => Ok(ReleaseReservation::AlreadyCommitted {
+                quantity: *quantity,
+            }),
+            ("none", []) => Ok(ReleaseReservation::Unknown),
+            ("unknown", []) => Err(unknown_sku(sku)),
+            _ => Err(malformed(script, &tag, &numbers)),
+        }
+    }
+
+    fn reservation_call(&self, sku: &str, op: &str, reservation_id: &str) -> Result<Call<'static>> {
+        let id = keys::escape_part("reservation id", reservation_id)?;
+        let sku_part = keys::escape_part("sku", sku)?;
+        // `<base>:resv-done:<len(sku)>:<sku>:<id>`: the length keeps (sku, id) pairs apart.
+        let settlement = format!(
+            "{}:resv-done:{}:{sku_part}:{id}",
+            self.base(),
+            sku_part.len()
+        );
+        let mut call = Call::new(self.inventory().inner().reserve);
+        call.key(self.sku_key(sku)?)
+            .key(self.reservation_key(sku)?)
+            .key(settlement)
+            .arg(op)
+            .arg(id);
+        Ok(call)
+    }
+
+    /// Runs a reservation call; returns the reply's tag and its non-negative integers.
+    async fn run<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        call: &Call<'static>,
+    ) -> Result<(&'static Script, String, Vec<u64>)> {
+        let script = self.inventory().inner().reserve;
+        let value: Value = self.inventory().manager().invoke(conn, call).await?;
+        let bad = || Error::unexpected(script.id(), format!("malformed reply {value:?}"));
+        let Value::Array(items) = &value else {
+            return Err(bad());
+        };
+        let Some((tag, rest)) = items.split_first() else {
+            return Err(bad());
+        };
+        let tag = match tag {
+            Value::BulkString(b) => std::str::from_utf8(b).map_err(|_| bad())?.to_owned(),
+            Value::SimpleString(s) => s.clone(),
+            _ => return Err(bad()),
+        };
+        let numbers = rest
+            .iter()
+            .map(|v| match v {
+                Value::Int(n) => u64::try_from(*n).ok(),
+                _ => None,
+            })
+            .collect::<Option<Vec<u64>>>()
+            .ok_or_else(bad)?;
+        Ok((script, tag, numbers))
+    }
+}
+
+fn malformed(script: &Script, tag: &str, numbers: &[u64]) -> Error {
+    Error::unexpected(script.id(), format!("unexpected reply {tag:?} {numbers:?}"))
+}
