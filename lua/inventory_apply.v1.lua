@@ -25,13 +25,22 @@ end
 -- A reservation hash maps '<reservation id>' -> '<qty> <expires_at_ms>'; the field '{next}'
 -- (never an escaped id) holds a lower bound of the earliest expiry, so a hash with nothing
 -- expired costs one HGET. plan() reads only; commit() writes.
+-- The server clock, read at most once per call and only when it is needed.
+local clock
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not clock then
+    local t = redis.call('TIME')
+    clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return clock
 end
-local function plan(rkey, now)
+local function plan(rkey)
   local nxt = redis.call('HGET', rkey, '{next}')
-  if not nxt or now < (tonumber(nxt) or 0) then
+  if not nxt then
+    return 0, nil
+  end
+  local now = now_ms()
+  if now < (tonumber(nxt) or 0) then
     return 0, nil
   end
   local all = redis.call('HGETALL', rkey)
@@ -119,9 +128,8 @@ for i = 1, n do
   end
   stocks[i] = tonumber(raw)
 end
-local now = now_ms()
 for i = 1, n do
-  local f, p = plan(KEYS[n + i], now)
+  local f, p = plan(KEYS[n + i])
   if not f then
     return redis.error_reply(p)
   end

@@ -31,13 +31,22 @@ end
 -- A reservation hash maps '<reservation id>' -> '<qty> <expires_at_ms>'; the field '{next}'
 -- (never an escaped id) holds a lower bound of the earliest expiry, so a hash with nothing
 -- expired costs one HGET. plan() reads only; commit() writes.
+-- The server clock, read at most once per call and only when it is needed.
+local clock
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not clock then
+    local t = redis.call('TIME')
+    clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return clock
 end
-local function plan(rkey, now)
+local function plan(rkey)
   local nxt = redis.call('HGET', rkey, '{next}')
-  if not nxt or now < (tonumber(nxt) or 0) then
+  if not nxt then
+    return 0, nil
+  end
+  local now = now_ms()
+  if now < (tonumber(nxt) or 0) then
     return 0, nil
   end
   local all = redis.call('HGETALL', rkey)
@@ -111,7 +120,7 @@ if not integer(raw) then
   return redis.error_reply('REDKIT_DATA stock of line 1 is not an integer 0..=99999999999999')
 end
 local now = now_ms()
-local freed, p = plan(KEYS[2], now)
+local freed, p = plan(KEYS[2])
 if not freed then
   return redis.error_reply(p)
 end
