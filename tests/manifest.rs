@@ -109,3 +109,26 @@ fn lock_pins_every_shipped_script() {
         );
     }
 }
+
+/// Redis scripts cannot share code, so the lazy reclaim of expired reservations is repeated in
+/// every inventory script that reads stock. This keeps the copies identical: fix one, fix all.
+#[test]
+fn the_reservation_reclaim_block_is_identical_in_every_script() {
+    const START: &str = "-- Lazy reclaim of expired reservations";
+    const END: &str = "-- End of the reclaim block.";
+    let blocks: Vec<(String, String)> = Registry::global()
+        .scripts()
+        .iter()
+        .filter(|s| s.source().contains(START))
+        .map(|s| {
+            let src = s.source();
+            let from = src.find(START).unwrap();
+            let to = src[from..].find(END).expect("block has an end marker") + from;
+            (s.id().to_owned(), src[from..to].to_owned())
+        })
+        .collect();
+    assert!(blocks.len() >= 3, "get, apply and reserve carry the block: {blocks:?}");
+    for (id, block) in &blocks[1..] {
+        assert_eq!(block, &blocks[0].1, "{id} differs from {}", blocks[0].0);
+    }
+}
