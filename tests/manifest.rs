@@ -127,7 +127,10 @@ fn the_reservation_reclaim_block_is_identical_in_every_script() {
             (s.id().to_owned(), src[from..to].to_owned())
         })
         .collect();
-    assert!(blocks.len() >= 3, "get, apply and reserve carry the block: {blocks:?}");
+    assert!(
+        blocks.len() >= 3,
+        "get, apply and reserve carry the block: {blocks:?}"
+    );
     for (id, block) in &blocks[1..] {
         assert_eq!(block, &blocks[0].1, "{id} differs from {}", blocks[0].0);
     }
