@@ -104,6 +104,17 @@ pub enum Error {
         failed: Vec<(usize, String)>,
     },
 
+    /// The Redis user may not run a command the script needs (ACL), found by the script's
+    /// `redis.acl_check_cmd` checks before its first write (or denied on its first write).
+    /// Nothing was written.
+    #[error("script {script}: permission denied: {detail}")]
+    PermissionDenied {
+        /// `name.vN` of the script.
+        script: String,
+        /// Which command (and key role) was denied, never key values.
+        detail: String,
+    },
+
     /// Something the request needs does not exist in Redis (e.g. a SKU whose stock was never
     /// set). Nothing was written.
     #[error("{what} not found: {detail}")]

@@ -17,6 +17,8 @@ use crate::error::{Error, Result};
 pub(crate) const DATA_ERROR_CODE: &str = "REDKIT_DATA";
 /// Error code a script uses for an argument it rejects (second line of defence).
 pub(crate) const INPUT_ERROR_CODE: &str = "REDKIT_INPUT";
+/// Error code a script uses when `redis.acl_check_cmd` denies a command it would run.
+pub(crate) const NOPERM_ERROR_CODE: &str = "REDKIT_NOPERM";
 
 /// Runs scripts: one `EVALSHA` round trip in the steady state, one `EVAL` fallback when the
 /// server answers `NOSCRIPT` (after a restart, a failover or a `SCRIPT FLUSH`).
@@ -45,9 +47,9 @@ pub struct ScriptManager {
 }
 
 #[derive(Debug, Default)]
-struct Counters {
-    noscript_fallbacks: AtomicU64,
-    batch_reruns: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) noscript_fallbacks: AtomicU64,
+    pub(crate) batch_reruns: AtomicU64,
 }
 
 /// A snapshot of a [`ScriptManager`]'s counters.
@@ -64,6 +66,10 @@ impl ScriptManager {
     /// A manager with zeroed counters.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.stats
     }
 
     /// The counters, for metrics and tests.
@@ -117,9 +123,7 @@ impl ScriptManager {
             let value = match call.evalsha().query_async::<Value>(conn).await {
                 Ok(value) => value,
                 Err(err) if is_noscript(&err) => {
-                    self.stats
-                        .noscript_fallbacks
-                        .fetch_add(1, Ordering::Relaxed);
+                    self.count_fallback();
                     tracing::debug!(script = script.id(), "NOSCRIPT: falling back to EVAL");
                     Call::eval_from(script, call.evalsha())
                         .query_async::<Value>(conn)
@@ -305,6 +309,10 @@ pub(crate) fn script_error(script: &Script, err: RedisError) -> Error {
             script: script.id().to_owned(),
         },
         Some(DATA_ERROR_CODE) => Error::CorruptData {
+            script: script.id().to_owned(),
+            detail: detail(),
+        },
+        Some(NOPERM_ERROR_CODE) | Some("NOPERM") => Error::PermissionDenied {
             script: script.id().to_owned(),
             detail: detail(),
         },

@@ -369,3 +369,36 @@ impl RedisMasters {
         self.nodes.iter().map(|n| n.url()).collect()
     }
 }
+
+/// A primary with one replica attached and in sync (for replication acknowledgement and
+/// failover scenarios).
+pub struct ReplicatedPair {
+    pub primary: RedisServer,
+    pub replica: RedisServer,
+}
+
+impl ReplicatedPair {
+    /// Spawns a primary and a replica of it, and waits until the link is up.
+    pub async fn spawn() -> Self {
+        let primary = RedisServer::spawn().await;
+        let port = primary.port().to_string();
+        let replica = RedisServer::spawn_with(&["--replicaof", "127.0.0.1", &port]).await;
+        let pair = Self { primary, replica };
+        pair.wait_in_sync(Duration::from_secs(20)).await;
+        pair
+    }
+
+    /// Waits until the replica reports its link up and the primary counts it.
+    pub async fn wait_in_sync(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            let r: String = self.replica.cmd(&["INFO", "replication"]).await;
+            let p: String = self.primary.cmd(&["INFO", "replication"]).await;
+            if r.contains("master_link_status:up") && p.contains("connected_slaves:1") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("replica did not sync within {within:?}");
+    }
+}
