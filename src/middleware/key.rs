@@ -387,7 +387,7 @@ impl KeyExtractor for TrustedProxies {
             Trust::Hops(n) => {
                 let mut chain = self.chain(req.headers());
                 chain.push(Some(peer));
-                let target = chain.len().saturating_sub(n + 1);
+                let target = chain.len().saturating_sub(n.saturating_add(1));
                 let mut last = peer;
                 // From the peer leftwards to the target; stop at the first unparsable entry.
                 for hop in chain[target..].iter().rev() {

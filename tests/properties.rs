@@ -1,0 +1,155 @@
+//! Property tests: public constructors, builders and options never panic, whatever the input,
+//! and what they accept is consistent with what they promise. (Areas with their own property
+//! tests: inventory, lock, script calls; this file covers the rest.)
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use redkit::rate_limit::{FixedWindow, LimitKey};
+use redkit::script::admin::Admin;
+use redkit::script::{Acked, Replication};
+use redkit::Script;
+
+fn any_duration() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::MAX),
+        Just(Duration::from_nanos(1)),
+        any::<u64>().prop_map(Duration::from_millis),
+        (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+    ]
+}
+
+fn any_ip() -> impl Strategy<Value = IpAddr> {
+    prop_oneof![
+        any::<[u8; 4]>().prop_map(IpAddr::from),
+        any::<[u8; 16]>().prop_map(IpAddr::from),
+        any::<[u8; 4]>().prop_map(|b| IpAddr::V6(std::net::Ipv4Addr::from(b).to_ipv6_mapped())),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn replication_accepts_exactly_its_documented_range(replicas in any::<u32>(), timeout in any_duration()) {
+        let ok = replicas >= 1
+            && timeout >= Duration::from_millis(1)
+            && timeout <= Replication::MAX_TIMEOUT;
+        match Replication::new(replicas, timeout) {
+            Ok(r) => {
+                prop_assert!(ok);
+                prop_assert_eq!(r.replicas(), replicas);
+                prop_assert_eq!(r.timeout(), timeout);
+            }
+            Err(e) => prop_assert!(!ok, "{e}"),
+        }
+        let a = Acked::new((), replicas, replicas.saturating_add(1));
+        prop_assert_eq!(a.is_replicated(), replicas == u32::MAX);
+    }
+
+    #[test]
+    fn fixed_window_constructor_never_panics(name in ".{0,300}", limit in any::<u32>(), window in any_duration()) {
+        if let Ok(l) = FixedWindow::new(&name, limit, window) {
+            prop_assert!(limit >= 1);
+            prop_assert!(l.window() >= FixedWindow::MIN_WINDOW && l.window() <= FixedWindow::MAX_WINDOW);
+            let _ = l.redis_key(&LimitKey::ip(IpAddr::V6(Ipv6Addr::LOCALHOST)));
+        }
+    }
+
+    #[test]
+    fn limit_keys_never_panic_and_never_contain_braces(text in ".{0,400}", ip in any_ip(), prefix in any::<u8>()) {
+        if let Ok(k) = LimitKey::text(&text) {
+            prop_assert!(!text.is_empty() && text.len() <= 256);
+            prop_assert!(!k.as_str().contains(['{', '}']), "braces in {:?}", k.as_str());
+        }
+        let k = LimitKey::ip_grouped(ip, prefix);
+        prop_assert!(!k.as_str().contains(['{', '}']), "braces in {:?}", k.as_str());
+        let _ = LimitKey::ip(ip);
+    }
+
+    #[test]
+    fn script_constructor_never_panics(name in ".{0,80}", version in any::<u32>(), keys in any::<usize>(), source in ".{0,200}") {
+        let _ = Script::new(&name, version, keys, &source);
+        let _ = Script::new_variadic(&name, version, &source);
+    }
+
+    #[test]
+    fn admin_constructors_never_panic(url in ".{0,120}", port in any::<u16>(), timeout in any_duration()) {
+        if let Ok(a) = Admin::single(url.as_str()) {
+            let _ = format!("{:?}", a.with_timeout(timeout));
+        }
+        let _ = Admin::cluster(Vec::<String>::new()).map(|_| ()).unwrap_err();
+        let seeds = [format!("redis://127.0.0.1:{port}/"), url.clone()];
+        let _ = Admin::cluster(seeds).map(|a| a.with_timeout(timeout));
+    }
+}
+
+#[cfg(feature = "tower")]
+mod middleware {
+    use super::*;
+    use redkit::middleware::{
+        ClientId, ForwardedHeader, KeyExtractor, Policies, PolicyConfig, PolicySpec, RequestInfo,
+        TrustedProxies,
+    };
+
+    fn request(header: &str, values: &[String], peer: Option<SocketAddr>) -> http::Request<()> {
+        let mut b = http::Request::builder();
+        for v in values {
+            if let Ok(v) = http::HeaderValue::from_str(v) {
+                b = b.header(header, v);
+            }
+        }
+        let mut req = b.body(()).unwrap();
+        if let Some(peer) = peer {
+            req.extensions_mut().insert(peer);
+        }
+        req
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn trusted_proxies_never_panic(
+            hops in prop_oneof![Just(usize::MAX), Just(usize::MAX - 1), any::<usize>(), 0usize..8],
+            cidrs in proptest::collection::vec(".{0,40}", 0..4),
+            values in proptest::collection::vec("[0-9a-fA-F:.,\\[\\] ;=\"forFOR]{0,80}", 0..4),
+            peer_ip in any_ip(),
+            port in any::<u16>(),
+            forwarded in any::<bool>(),
+        ) {
+            let (name, kind) = if forwarded {
+                ("forwarded", ForwardedHeader::Forwarded)
+            } else {
+                ("x-forwarded-for", ForwardedHeader::XForwardedFor)
+            };
+            let req = request(name, &values, Some(SocketAddr::new(peer_ip, port)));
+            let info = RequestInfo::new(&req);
+            let by_hops = TrustedProxies::hops(hops).header(kind);
+            prop_assert!(matches!(by_hops.extract(&info), Some(ClientId::Ip(_))));
+            if let Ok(by_cidr) = TrustedProxies::parse_cidrs(&cidrs) {
+                prop_assert!(matches!(by_cidr.header(kind).extract(&info), Some(ClientId::Ip(_))));
+            }
+            // No peer: no client, never a guess from client-controlled headers.
+            let bare = request(name, &values, None);
+            prop_assert_eq!(TrustedProxies::hops(hops).extract(&RequestInfo::new(&bare)), None);
+        }
+
+        #[test]
+        fn policies_from_any_config_never_panic(
+            name in ".{0,80}", limit in any::<u32>(), window in any_duration(),
+            routes in proptest::collection::vec((".{0,20}", ".{0,20}", any::<u32>(), any::<u64>()), 0..4),
+        ) {
+            let mut config = PolicyConfig::new(PolicySpec::new(name, limit, window));
+            for (path, n, l, w) in routes {
+                config = config.route(path, PolicySpec::new(n, l, Duration::from_millis(w)));
+            }
+            if let Ok(p) = Policies::from_config(&config) {
+                let _ = p.for_path("/");
+                let _ = p.for_path("");
+            }
+        }
+    }
+}
