@@ -18,11 +18,10 @@
 
 use std::net::SocketAddr;
 
-use axum::extract::Request;
 use axum::routing::get;
+use axum::Extension;
 use axum::Router;
-use redkit::middleware::{Policies, PolicyConfig, RateLimitLayer, TrustedProxies};
-use redkit::rate_limit::Decision;
+use redkit::middleware::{LimitOutcome, Policies, PolicyConfig, RateLimitLayer, TrustedProxies};
 
 const DEFAULT_POLICIES: &str = r#"
 [default]
@@ -37,8 +36,10 @@ limit = 2
 window_ms = 60000
 "#;
 
-async fn hello(req: Request) -> String {
-    match req.extensions().get::<Decision>() {
+async fn hello(Extension(outcome): Extension<LimitOutcome>) -> String {
+    // The layer puts a `LimitOutcome` in every request it lets through, also when Redis is
+    // down and it fails open, so this extractor never turns an outage into a 500.
+    match outcome.decision() {
         Some(d) => format!(
             "hello! {} requests left in this window\n",
             d.quota().remaining()

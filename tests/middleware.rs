@@ -10,20 +10,25 @@ use std::time::{Duration, Instant};
 
 use axum::extract::Request;
 use axum::routing::get;
+use axum::Extension;
 use axum::Router;
 use redis::aio::ConnectionManager;
 use redkit::middleware::{
-    ClientId, FailMode, FnKey, Policies, PolicyConfig, RateLimitLayer, TrustedProxies,
-    UnknownClient,
+    ClientId, FailMode, FnKey, LimitOutcome, Policies, PolicyConfig, RateLimitLayer,
+    TrustedProxies, Unchecked, UnknownClient,
 };
-use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
+use redkit::rate_limit::{FixedWindow, LimitKey};
 use reqwest::StatusCode;
 use support::RedisServer;
 
-async fn handler(req: Request) -> String {
-    match req.extensions().get::<Decision>() {
-        Some(d) => format!("remaining={}", d.quota().remaining()),
-        None => "unchecked".to_owned(),
+/// Extracts the outcome unconditionally, as the README tells handlers to: a request that
+/// reached the handler without it would be answered 500 by axum.
+async fn handler(Extension(outcome): Extension<LimitOutcome>) -> String {
+    match outcome {
+        LimitOutcome::Checked(d) => format!("remaining={}", d.quota().remaining()),
+        LimitOutcome::Unchecked(Unchecked::RedisUnavailable) => "unchecked: redis".to_owned(),
+        LimitOutcome::Unchecked(Unchecked::UnknownClient) => "unchecked: unknown client".to_owned(),
+        other => format!("unexpected {other:?}"),
     }
 }
 
@@ -360,7 +365,8 @@ async fn redis_outage_fails_open_or_closed_and_limiting_resumes() {
                 "{outage}: fail-open lets requests through"
             );
             assert!(header(&r, "ratelimit").is_none());
-            assert_eq!(r.text().await.unwrap(), "unchecked");
+            // The handler extracted `Extension<LimitOutcome>`: present during the outage.
+            assert_eq!(r.text().await.unwrap(), "unchecked: redis");
             let r = get_with(&http, &closed_url, None).await;
             assert_eq!(
                 r.status(),
@@ -488,7 +494,7 @@ async fn unknown_peer_gets_the_documented_behaviour_not_a_500() {
     for _ in 0..3 {
         let r = get_with(&http, &base, None).await;
         assert_eq!(r.status(), StatusCode::OK);
-        assert_eq!(r.text().await.unwrap(), "unchecked");
+        assert_eq!(r.text().await.unwrap(), "unchecked: unknown client");
     }
 }
 

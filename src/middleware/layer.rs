@@ -114,11 +114,16 @@ pub(crate) struct Shared<C, K> {
 ///
 /// Per request: the [`KeyExtractor`] finds the client, the policy for the path is checked
 /// (one round trip, bounded by the timeout), and then
-/// - allowed: the [`Decision`](crate::rate_limit::Decision) is put in the request extensions,
-///   the inner service runs, and `RateLimit-Policy` / `RateLimit` headers are added;
+/// - allowed: [`LimitOutcome::Checked`](super::LimitOutcome) with the
+///   [`Decision`](crate::rate_limit::Decision) is put in the request extensions, the inner
+///   service runs, and `RateLimit-Policy` / `RateLimit` headers are added;
 /// - limited: `429 Too Many Requests` with `Retry-After` (whole seconds, rounded up, at least
 ///   1) and the same two headers; the inner service does not run;
-/// - Redis failed or timed out: [`FailMode`].
+/// - Redis failed or timed out: [`FailMode`]; under [`FailMode::Open`] the request goes
+///   through with [`LimitOutcome::Unchecked`](super::LimitOutcome) in its extensions.
+///
+/// Every request that reaches the inner service carries exactly one
+/// [`LimitOutcome`](super::LimitOutcome) extension, so handlers can extract it unconditionally.
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {

@@ -10,6 +10,7 @@ mod future;
 mod headers;
 mod key;
 mod layer;
+mod outcome;
 mod policy;
 mod service;
 
@@ -19,5 +20,6 @@ pub use key::{
     ClientId, FnKey, ForwardedHeader, KeyExtractor, PeerIp, RequestInfo, TrustedProxies,
 };
 pub use layer::{FailMode, MiddlewareStats, RateLimitBuilder, RateLimitLayer, UnknownClient};
+pub use outcome::{LimitOutcome, Unchecked};
 pub use policy::{Policies, PolicyConfig, PolicySpec};
 pub use service::RateLimit;

@@ -13,6 +13,7 @@ use super::future::ResponseFuture;
 use super::headers;
 use super::key::{ClientId, KeyExtractor, RequestInfo};
 use super::layer::{Counters, FailMode, Shared, UnknownClient};
+use super::outcome::{LimitOutcome, Unchecked};
 use crate::error::Error;
 use crate::rate_limit::{Decision, LimitKey};
 
@@ -95,7 +96,11 @@ where
                     Counters::bump(&stats.unknown_clients);
                     tracing::debug!(path = req.uri().path(), "rate limit: client unknown");
                     match shared.unknown {
-                        UnknownClient::Allow => return inner.call(req).await,
+                        UnknownClient::Allow => {
+                            req.extensions_mut()
+                                .insert(LimitOutcome::Unchecked(Unchecked::UnknownClient));
+                            return inner.call(req).await;
+                        }
                         UnknownClient::Reject => {
                             return Ok(refuse(StatusCode::BAD_REQUEST));
                         }
@@ -125,6 +130,8 @@ where
                         _ => {
                             Counters::bump(&stats.failed_open);
                             tracing::warn!(%error, limiter = limiter.name(), "rate limit check failed: letting request through (fail-open)");
+                            req.extensions_mut()
+                                .insert(LimitOutcome::Unchecked(Unchecked::RedisUnavailable));
                             inner.call(req).await
                         }
                     };
@@ -132,7 +139,7 @@ where
             };
             if let Decision::Allowed(_) = decision {
                 Counters::bump(&stats.allowed);
-                req.extensions_mut().insert(decision);
+                req.extensions_mut().insert(LimitOutcome::Checked(decision));
                 let mut response = inner.call(req).await?;
                 headers::apply(response.headers_mut(), limiter, &decision);
                 Ok(response)

@@ -1,11 +1,13 @@
 //! The redkit demo: the script manager, per-IP rate limiting, inventory and a lock, each
 //! call one atomic script round trip.
 //!
-//! `cargo run --example quickstart`
+//! `cargo run --features demo --bin redkit-demo` (a binary, not an example, so that it builds
+//! only redkit's own dependencies, not the test tooling).
 //!
-//! Uses `REDIS_URL`, else `redis://127.0.0.1:6379/`. When nothing answers there it starts a
-//! private `redis-server` on a free port for itself (and says so), and stops it at the end.
-//! It only touches keys under `redkit:demo` (and deletes them), and never flushes anything.
+//! Uses `REDIS_URL` when it is set (an invalid or unreachable URL is an error, never silently
+//! replaced); else `redis://127.0.0.1:6379/`, and when nothing answers there it starts a private
+//! `redis-server` on a free port for itself, and stops it at the end. It prints which server it
+//! used. It only touches keys under `redkit:demo` (and deletes them), and never flushes anything.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -25,8 +27,7 @@ impl Drop for PrivateServer {
     }
 }
 
-async fn connect(url: &str) -> Option<redis::aio::MultiplexedConnection> {
-    let client = redis::Client::open(url).ok()?;
+async fn connect(client: &redis::Client) -> Option<redis::aio::MultiplexedConnection> {
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(1)))
         .set_response_timeout(Some(Duration::from_secs(2)));
@@ -59,8 +60,9 @@ async fn start_private_server() -> Result<(PrivateServer, String), String> {
         })?;
     let server = PrivateServer(child);
     let url = format!("redis://127.0.0.1:{port}/");
+    let client = redis::Client::open(url.as_str()).map_err(|e| e.to_string())?;
     for _ in 0..100 {
-        if connect(&url).await.is_some() {
+        if connect(&client).await.is_some() {
             return Ok((server, url));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -68,20 +70,41 @@ async fn start_private_server() -> Result<(PrivateServer, String), String> {
     Err("the private redis-server did not answer".into())
 }
 
-#[tokio::main]
+/// `host:port` of a client's server (never its password).
+fn address(client: &redis::Client) -> String {
+    redkit::script::admin::describe_addr(client.get_connection_info().addr())
+}
+
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
-    let (_private, mut conn) = match connect(&url).await {
-        Some(conn) => {
-            println!("using the Redis server from REDIS_URL or 127.0.0.1:6379");
+    let (_private, mut conn) = match std::env::var("REDIS_URL") {
+        Ok(url) => {
+            let client = redis::Client::open(url.as_str())
+                .map_err(|e| format!("REDIS_URL is not a valid Redis URL ({e}): expected e.g. redis://127.0.0.1:6379/"))?;
+            let conn = connect(&client)
+                .await
+                .ok_or_else(|| format!("REDIS_URL: no Redis answered at {}", address(&client)))?;
+            println!("using Redis at {} (REDIS_URL)", address(&client));
             (None, conn)
         }
-        None => {
-            println!("no Redis answered there: starting a private redis-server for this demo");
-            let (server, url) = start_private_server().await?;
-            println!("private redis-server at {url}");
-            let conn = connect(&url).await.ok_or("private server unreachable")?;
-            (Some(server), conn)
+        Err(_) => {
+            let local = redis::Client::open("redis://127.0.0.1:6379/")?;
+            match connect(&local).await {
+                Some(conn) => {
+                    println!("using Redis at {} (REDIS_URL is not set)", address(&local));
+                    (None, conn)
+                }
+                None => {
+                    println!(
+                        "no Redis answered at 127.0.0.1:6379: starting a private redis-server"
+                    );
+                    let (server, url) = start_private_server().await?;
+                    let client = redis::Client::open(url.as_str())?;
+                    let conn = connect(&client).await.ok_or("private server unreachable")?;
+                    println!("using the private redis-server at {}", address(&client));
+                    (Some(server), conn)
+                }
+            }
         }
     };
 
