@@ -22,24 +22,44 @@ pub(crate) fn retry_after_secs(d: Duration) -> u64 {
     ceil_secs(d).max(1)
 }
 
-/// Adds `RateLimit-Policy` and `RateLimit` (and `Retry-After` when limited).
-pub(crate) fn apply(headers: &mut HeaderMap, limiter: &FixedWindow, decision: &Decision) {
-    let quota = decision.quota();
+/// The `RateLimit-Policy` value of a limiter: built once per limiter when the layer is built.
+///
+/// `w` (the window in seconds) is an integer in the draft; a window that is not a whole number
+/// of seconds is not rounded into a false claim: `w` is left out (it is optional) and `q`
+/// alone is sent.
+pub(crate) fn policy_value(limiter: &FixedWindow) -> Option<HeaderValue> {
+    let window = limiter.window();
     // Names are [A-Za-z0-9_:.-] (checked by FixedWindow::new): always a valid sf-string.
-    let policy = format!(
-        "\"{}\";q={};w={}",
-        limiter.name(),
-        quota.limit(),
-        ceil_secs(limiter.window()).max(1)
-    );
+    let text = if window.subsec_nanos() == 0 && window.as_secs() > 0 {
+        format!(
+            "\"{}\";q={};w={}",
+            limiter.name(),
+            limiter.limit(),
+            window.as_secs()
+        )
+    } else {
+        format!("\"{}\";q={}", limiter.name(), limiter.limit())
+    };
+    HeaderValue::from_str(&text).ok()
+}
+
+/// Adds `RateLimit-Policy` (prebuilt, see [`policy_value`]) and `RateLimit` (and `Retry-After`
+/// when limited).
+pub(crate) fn apply(
+    headers: &mut HeaderMap,
+    policy: Option<&HeaderValue>,
+    limiter: &FixedWindow,
+    decision: &Decision,
+) {
+    let quota = decision.quota();
     let state = format!(
         "\"{}\";r={};t={}",
         limiter.name(),
         quota.remaining(),
         ceil_secs(quota.reset_after())
     );
-    if let Ok(v) = HeaderValue::from_str(&policy) {
-        headers.insert(RATELIMIT_POLICY, v);
+    if let Some(v) = policy {
+        headers.insert(RATELIMIT_POLICY, v.clone());
     }
     if let Ok(v) = HeaderValue::from_str(&state) {
         headers.insert(RATELIMIT, v);
@@ -61,5 +81,15 @@ mod tests {
         assert_eq!(ceil_secs(Duration::from_millis(1001)), 2);
         assert_eq!(retry_after_secs(Duration::ZERO), 1);
         assert_eq!(retry_after_secs(Duration::from_millis(2500)), 3);
+    }
+
+    #[test]
+    fn policy_states_the_window_only_when_it_is_whole_seconds() {
+        let l = |ms| FixedWindow::new("api", 5, Duration::from_millis(ms)).unwrap();
+        let v = |ms| policy_value(&l(ms)).unwrap().to_str().unwrap().to_owned();
+        assert_eq!(v(60_000), "\"api\";q=5;w=60");
+        assert_eq!(v(1_000), "\"api\";q=5;w=1");
+        assert_eq!(v(500), "\"api\";q=5");
+        assert_eq!(v(1_500), "\"api\";q=5");
     }
 }

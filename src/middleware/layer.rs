@@ -1,12 +1,15 @@
 //! [`RateLimitLayer`] and its builder.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::HeaderValue;
 use tower::Layer;
 
+use super::headers;
 use super::key::{KeyExtractor, PeerIp};
 use super::policy::Policies;
 use super::service::RateLimit;
@@ -96,6 +99,8 @@ impl Counters {
 /// What the layer and its services share (behind one `Arc`).
 pub(crate) struct Shared<C, K> {
     pub(crate) policies: Policies,
+    /// `RateLimit-Policy` of each limiter name, built once.
+    pub(crate) policy_headers: HashMap<String, HeaderValue>,
     pub(crate) conn: C,
     pub(crate) extractor: K,
     pub(crate) fail_mode: FailMode,
@@ -361,6 +366,11 @@ impl<C, K> RateLimitBuilder<C, K> {
     fn into_layer(self) -> RateLimitLayer<C, K> {
         RateLimitLayer {
             shared: Arc::new(Shared {
+                policy_headers: self
+                    .policies
+                    .limiters()
+                    .filter_map(|l| Some((l.name().to_owned(), headers::policy_value(l)?)))
+                    .collect(),
                 policies: self.policies,
                 conn: self.conn,
                 extractor: self.extractor,

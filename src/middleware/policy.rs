@@ -250,6 +250,13 @@ impl Policies {
     }
 }
 
+impl Policies {
+    /// Every limiter (default first), each once per name.
+    pub(crate) fn limiters(&self) -> impl Iterator<Item = &FixedWindow> {
+        std::iter::once(&self.default).chain(self.routes.iter().map(|(_, l)| l))
+    }
+}
+
 impl From<FixedWindow> for Policies {
     fn from(limiter: FixedWindow) -> Self {
         Self::new(limiter)

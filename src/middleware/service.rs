@@ -109,6 +109,7 @@ where
                 }
             };
             let limiter = shared.policies.for_path(req.uri().path());
+            let policy = shared.policy_headers.get(limiter.name());
             let mut conn = shared.conn.clone();
             let checked = tokio::time::timeout(shared.timeout, limiter.check(&mut conn, &key))
                 .await
@@ -141,12 +142,12 @@ where
                 Counters::bump(&stats.allowed);
                 req.extensions_mut().insert(LimitOutcome::Checked(decision));
                 let mut response = inner.call(req).await?;
-                headers::apply(response.headers_mut(), limiter, &decision);
+                headers::apply(response.headers_mut(), policy, limiter, &decision);
                 Ok(response)
             } else {
                 Counters::bump(&stats.limited);
                 let mut response = refuse(StatusCode::TOO_MANY_REQUESTS);
-                headers::apply(response.headers_mut(), limiter, &decision);
+                headers::apply(response.headers_mut(), policy, limiter, &decision);
                 if decision.retry_after().is_none() {
                     // Cost above the limit: it will never pass; still tell clients to back off.
                     response.headers_mut().insert(
