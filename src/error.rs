@@ -141,9 +141,37 @@ impl Error {
         }
     }
 
+    /// `true` when Redis refused who the client is: no password given to a server that
+    /// needs one (`NOAUTH`), a wrong user or password (`WRONGPASS`, failed `AUTH`), or an ACL
+    /// denial (`NOPERM`, [`Error::PermissionDenied`]). Retrying will not help; fixing the
+    /// credentials or the ACL will.
+    ///
+    /// ```
+    /// let e = redkit::Error::PermissionDenied { script: "s.v1".into(), detail: "set".into() };
+    /// assert!(e.is_auth_failure() && !e.is_unavailable());
+    /// ```
+    pub fn is_auth_failure(&self) -> bool {
+        match self {
+            Self::Redis(e) => {
+                e.kind() == redis::ErrorKind::AuthenticationFailed
+                    || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
+            }
+            Self::PermissionDenied { .. } => true,
+            _ => false,
+        }
+    }
+
     /// `true` when the error is about the connection (refused, dropped, timed out), i.e. the
-    /// request may not have reached Redis. Used by fail-open policies.
+    /// request may not have reached Redis. Used by fail-open policies. Authentication failures
+    /// are not unavailability (see [`is_auth_failure`](Self::is_auth_failure)).
+    ///
+    /// ```
+    /// assert!(redkit::Error::Timeout(std::time::Duration::from_millis(5)).is_unavailable());
+    /// ```
     pub fn is_unavailable(&self) -> bool {
+        if self.is_auth_failure() {
+            return false;
+        }
         match self {
             Self::Redis(e) => {
                 e.is_io_error()

@@ -35,7 +35,12 @@ fn list_shows_every_embedded_script() {
         assert!(line.is_some(), "{} missing from:\n{}", s.id(), stdout(&out));
     }
     let json = redkit(&["scripts", "list", "--json"]);
-    let rows: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(
+        (&doc["command"], &doc["ok"]),
+        (&"list".into(), &true.into())
+    );
+    let rows = &doc["scripts"];
     assert_eq!(
         rows.as_array().unwrap().len(),
         Registry::global().scripts().len()
@@ -70,9 +75,18 @@ async fn status_verify_load_flush_on_one_server() {
     let out = redkit(&["--url", &url, "--json", "scripts", "status"]);
     assert!(out.status.success());
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    let node = &status[0];
-    assert_eq!(node["node"]["addr"], format!("127.0.0.1:{}", server.port()));
-    assert_eq!(node["node"]["role"], "primary");
+    assert_eq!(status["command"], "status");
+    assert_eq!(
+        (&status["ok"], &status["exit_code"]),
+        (&true.into(), &0.into())
+    );
+    let node = &status["nodes"][0];
+    assert_eq!(node["addr"], format!("127.0.0.1:{}", server.port()));
+    assert_eq!(node["role"], "primary");
+    assert_eq!(
+        (&node["ok"], &node["error"]),
+        (&true.into(), &serde_json::Value::Null)
+    );
     assert!(node["version"].as_str().unwrap().starts_with('7'));
     let scripts = node["scripts"].as_array().unwrap();
     assert_eq!(scripts.len(), n);
@@ -114,22 +128,16 @@ async fn cluster_status_and_verify_see_one_flushed_primary() {
     let out = redkit(&["--cluster", "--url", &seed, "--json", "scripts", "status"]);
     assert!(out.status.success());
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    let nodes = status.as_array().unwrap();
+    let nodes = status["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 6, "every primary and replica");
-    assert_eq!(
-        nodes
-            .iter()
-            .filter(|n| n["node"]["role"] == "primary")
-            .count(),
-        3
-    );
+    assert_eq!(nodes.iter().filter(|n| n["role"] == "primary").count(), 3);
     for n in nodes {
         let all_loaded = n["scripts"]
             .as_array()
             .unwrap()
             .iter()
             .all(|s| s["loaded"] == true);
-        assert_eq!(all_loaded, n["node"]["addr"] != victim_addr.as_str(), "{n}");
+        assert_eq!(all_loaded, n["addr"] != victim_addr.as_str(), "{n}");
     }
 
     let out = redkit(&["--cluster", "--url", &seed, "scripts", "verify"]);
@@ -166,11 +174,140 @@ fn unreachable_server_gives_exit_3_and_one_line_without_password() {
 }
 
 #[test]
-fn usage_errors_exit_2() {
+fn usage_errors_exit_2_and_say_what_is_wrong_with_the_url() {
     let out = redkit(&["scripts", "nonsense"]);
     assert_eq!(out.status.code(), Some(2));
-    let out = redkit(&["--url", "not a url", "scripts", "status"]);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    for (url, says) in [
+        ("not a url", "no scheme"),
+        ("notaurl", "no scheme"),
+        ("http://127.0.0.1:6379/", "unknown scheme \"http\""),
+        ("redis://127.0.0.1:99999/", "port"),
+        ("redis://:pw@127.0.0.1:6379/abc", "database number"),
+    ] {
+        let out = redkit(&["--url", url, "scripts", "status"]);
+        assert_eq!(out.status.code(), Some(2), "{url}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{url}: {}", stderr(&out));
+        assert!(!stderr(&out).contains("pw@"), "{}", stderr(&out));
+    }
+    // With --json the error is a JSON document on stdout too.
+    let out = redkit(&["--url", "notaurl", "--json", "scripts", "status"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON error");
+    assert_eq!(doc["ok"], false);
+    assert_eq!(doc["exit_code"], 2);
+    assert_eq!(doc["error"]["kind"], "usage");
+}
+
+#[tokio::test]
+async fn one_cluster_node_url_acts_on_the_whole_cluster() {
+    let cluster = RedisCluster::spawn().await;
+    // No --cluster: the node says cluster_enabled:1, so every node is administered.
+    let seed = cluster.nodes[0].url();
+    let out = redkit(&["--url", &seed, "scripts", "load"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().count(), 6, "{}", stdout(&out));
+    assert!(stderr(&out).contains("Cluster node"), "{}", stderr(&out));
+    for node in &cluster.nodes {
+        let exists: Vec<bool> = node
+            .cmd(&["SCRIPT", "EXISTS", Registry::global().scripts()[0].sha1()])
+            .await;
+        assert_eq!(exists, vec![true], "node {}", node.port());
+    }
+    let victim = cluster.primaries().await[2];
+    let _: () = victim.cmd(&["SCRIPT", "FLUSH"]).await;
+    let out = redkit(&["--url", &seed, "scripts", "verify"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
+    assert!(stdout(&out).contains(&format!("127.0.0.1:{}", victim.port())));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_goes_on_past_a_frozen_primary_and_names_it() {
+    let mut cluster = RedisCluster::spawn().await;
+    let seed = cluster.nodes[0].url();
+    let out = redkit(&["--url", &seed, "scripts", "load"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Freeze a primary that is not the seed.
+    let frozen_port = cluster.primaries().await[1].port();
+    let frozen = cluster
+        .nodes
+        .iter_mut()
+        .find(|n| n.port() == frozen_port)
+        .unwrap();
+    frozen.pause().await;
+    let frozen_addr = format!("127.0.0.1:{frozen_port}");
+    let out = redkit(&[
+        "--url",
+        &seed,
+        "--timeout-ms",
+        "700",
+        "--json",
+        "scripts",
+        "flush",
+        "--yes",
+    ]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(out.status.code(), Some(3), "{doc}");
+    let nodes = doc["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 6, "every node reported: {doc}");
+    for n in nodes {
+        let is_frozen = n["addr"] == frozen_addr.as_str();
+        assert_eq!(n["ok"], !is_frozen, "{n}");
+        if is_frozen {
+            assert_eq!(n["error"]["kind"], "unreachable", "{n}");
+        }
+    }
+    assert!(stderr(&out).contains(&frozen_addr), "{}", stderr(&out));
+    // Every other node was flushed despite the frozen one.
+    for node in cluster.nodes.iter().filter(|n| n.port() != frozen_port) {
+        let exists: Vec<bool> = node
+            .cmd(&["SCRIPT", "EXISTS", Registry::global().scripts()[0].sha1()])
+            .await;
+        assert_eq!(exists, vec![false], "node {}", node.port());
+    }
+    cluster
+        .nodes
+        .iter_mut()
+        .find(|n| n.port() == frozen_port)
+        .unwrap()
+        .resume()
+        .await;
+}
+
+#[tokio::test]
+async fn authentication_failures_exit_5_with_a_hint() {
+    let server = RedisServer::spawn().await;
+    // Set after start: the harness's readiness PING needs no password.
+    let _: () = server
+        .cmd(&["CONFIG", "SET", "requirepass", "right-pw"])
+        .await;
+    let port = server.port();
+    let good = format!("redis://:right-pw@127.0.0.1:{port}/");
+    let out = redkit(&["--url", &good, "scripts", "status"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for url in [
+        format!("redis://127.0.0.1:{port}/"),
+        format!("redis://:wrong-pw@127.0.0.1:{port}/"),
+    ] {
+        let out = redkit(&["--url", &url, "scripts", "status"]);
+        assert_eq!(out.status.code(), Some(5), "{url}: {}", stderr(&out));
+        assert!(stderr(&out).contains("hint"), "{}", stderr(&out));
+        assert!(!stderr(&out).contains("wrong-pw"), "{}", stderr(&out));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_of_a_busy_node_is_not_success() {
+    let server = RedisServer::spawn_with(&["--busy-reply-threshold", "50"]).await;
+    let _task = start_busy_script(&server, false).await;
+    let out = redkit(&["--url", &server.url(), "-q", "scripts", "status"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stdout(&out).is_empty(),
+        "-q prints nothing: {}",
+        stdout(&out)
+    );
+    assert!(stderr(&out).contains("busy"), "{}", stderr(&out));
+    let out = redkit(&["--url", &server.url(), "scripts", "kill"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
 /// Starts a script that never returns on its own connection; `write` makes it unkillable.
@@ -235,8 +372,9 @@ async fn kill_reports_unkillable_and_never_shuts_the_server_down() {
         stdout(&out),
         stderr(&out)
     );
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(rows[0]["outcome"], "unkillable", "{rows}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(doc["nodes"][0]["outcome"], "unkillable", "{doc}");
+    assert_eq!((&doc["ok"], &doc["exit_code"]), (&false.into(), &1.into()));
     // Never escalated: the server process is still there (busy, answering BUSY).
     let mut conn = server.conn().await;
     let err = redis::cmd("PING")

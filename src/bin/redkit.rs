@@ -1,18 +1,25 @@
 //! `redkit`: script-cache administration on one server or every node of a Redis Cluster.
 //!
-//! Data goes to stdout (a table, or JSON with `--json`); diagnostics go to stderr.
-//! Exit codes: 0 success, 1 Redis answered with an error, 2 usage error, 3 Redis unreachable,
-//! 4 verification failed (a primary lacks a script).
+//! Data goes to stdout (a table, or one JSON document with `--json`); diagnostics go to
+//! stderr. Every node is reported, failed or not: an operation goes on past a failed node.
+//! Exit codes: 0 success, 1 a node answered an error (or is BUSY, or a script is UNKILLABLE),
+//! 2 usage error, 3 a node unreachable, 4 verification failed (a primary lacks a script),
+//! 5 authentication or ACL refused. When nodes fail in several ways, the first of 5, 3, 1
+//! applies.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use redkit::script::admin::{Admin, FlushMode, KillOutcome, NodeStatus, Role, Verification};
+use redkit::script::admin::{
+    Admin, FlushMode, KillOutcome, Node, NodeError, NodeErrorKind, NodeReport, NodeStatus, Role,
+    Verification,
+};
 use redkit::Registry;
 use serde::Serialize;
+use serde_json::{json, Value};
 
-/// Exit code: Redis answered with an error.
+/// Exit code: a node answered with an error (or is BUSY; or a script is UNKILLABLE).
 const EXIT_REDIS_ERROR: u8 = 1;
 /// Exit code: bad command line (clap uses the same).
 const EXIT_USAGE: u8 = 2;
@@ -20,28 +27,37 @@ const EXIT_USAGE: u8 = 2;
 const EXIT_UNREACHABLE: u8 = 3;
 /// Exit code: `scripts verify` found missing scripts.
 const EXIT_VERIFY_FAILED: u8 = 4;
+/// Exit code: authentication (no or wrong password) or ACL refused.
+const EXIT_AUTH: u8 = 5;
 
 #[derive(Parser, Debug)]
 #[command(
     name = "redkit",
     version,
-    about = "Administer redkit's Lua scripts in Redis"
+    about = "Administer redkit's Lua scripts in Redis (one server, or every node of a Cluster)"
 )]
 #[command(
-    after_help = "Exit codes: 0 ok, 1 Redis error, 2 usage error, 3 Redis unreachable, \
-                        4 verification failed."
+    after_help = "Exit codes: 0 ok, 1 a node answered an error (or BUSY / UNKILLABLE), \
+                        2 usage error, 3 a node unreachable, 4 verification failed, \
+                        5 authentication or ACL refused.\n\
+                        A URL naming one Cluster node acts on the whole Cluster."
 )]
 struct Cli {
     /// Redis URL (repeat for several Cluster seeds). Defaults to $REDIS_URL, then
-    /// redis://127.0.0.1:6379/.
+    /// redis://127.0.0.1:6379/. A Cluster node is detected (cluster_enabled:1) and the
+    /// whole Cluster is administered.
     #[arg(long, global = true)]
     url: Vec<String>,
     /// Treat the URL(s) as seeds of a Redis Cluster and act on every node.
     #[arg(long, global = true)]
     cluster: bool,
-    /// Machine-readable JSON on stdout.
+    /// One JSON document on stdout (errors too): {"command", "ok", "exit_code", "nodes" |
+    /// "scripts", "error"}.
     #[arg(long, global = true)]
     json: bool,
+    /// Print nothing on stdout; the exit code and stderr tell the outcome.
+    #[arg(short, long, global = true)]
+    quiet: bool,
     /// Per-node connect and response timeout, in milliseconds.
     #[arg(long, global = true, default_value_t = 5000)]
     timeout_ms: u64,
@@ -56,13 +72,13 @@ enum Command {
     Scripts(Scripts),
 }
 
-#[derive(Subcommand, Debug)]
+#[derive(Subcommand, Debug, Clone, Copy)]
 enum Scripts {
     /// Name, version, SHA1 and key count of every embedded script (no Redis needed).
     List,
     /// Per node: address, role, server version and which embedded scripts are loaded.
     Status,
-    /// SCRIPT LOAD every embedded script on every node (idempotent).
+    /// SCRIPT LOAD every embedded script on every node, replicas included (idempotent).
     Load,
     /// Exit 0 when every primary has every embedded script, 4 otherwise.
     Verify,
@@ -76,33 +92,94 @@ enum Scripts {
         sync: bool,
     },
     /// SCRIPT KILL on every node; reports NOTBUSY / UNKILLABLE, never escalates to SHUTDOWN.
-    /// Exits 1 when a node reports UNKILLABLE or could not be asked.
     Kill,
 }
 
-/// A failure with its exit code and a one-line message (never a password).
+impl Scripts {
+    fn name(self) -> &'static str {
+        match self {
+            Self::List => "list",
+            Self::Status => "status",
+            Self::Load => "load",
+            Self::Verify => "verify",
+            Self::Flush { .. } => "flush",
+            Self::Kill => "kill",
+        }
+    }
+}
+
+/// A failure of the whole command, with its exit code and a one-line message (no password).
 struct Failure {
     code: u8,
+    kind: &'static str,
     message: String,
 }
 
 impl Failure {
-    fn from_error(context: &str, e: redkit::Error) -> Self {
-        let code = if e.is_unavailable() {
-            EXIT_UNREACHABLE
-        } else {
-            EXIT_REDIS_ERROR
-        };
-        let message = format!("{context}: {e}");
+    fn usage(message: impl Into<String>) -> Self {
         Self {
-            code,
+            code: EXIT_USAGE,
+            kind: "usage",
+            message: message.into(),
+        }
+    }
+
+    fn from_error(context: &str, e: &redkit::Error) -> Self {
+        let node = NodeErrorKind::of(e);
+        let message = format!("{context}: {e}{}", hint(node));
+        Self {
+            code: exit_code(node),
+            kind: kind_name(node),
             message: message.lines().next().unwrap_or_default().to_owned(),
         }
     }
 }
 
+fn exit_code(kind: NodeErrorKind) -> u8 {
+    match kind {
+        NodeErrorKind::Auth => EXIT_AUTH,
+        NodeErrorKind::Unreachable => EXIT_UNREACHABLE,
+        _ => EXIT_REDIS_ERROR,
+    }
+}
+
+fn kind_name(kind: NodeErrorKind) -> &'static str {
+    match kind {
+        NodeErrorKind::Auth => "auth",
+        NodeErrorKind::Unreachable => "unreachable",
+        NodeErrorKind::Busy => "busy",
+        _ => "redis",
+    }
+}
+
+fn hint(kind: NodeErrorKind) -> &'static str {
+    match kind {
+        NodeErrorKind::Auth => {
+            " (hint: give the user and password in the URL, redis://user:password@host:port/, \
+             and check the user's ACL)"
+        }
+        NodeErrorKind::Busy => {
+            " (hint: a script is running; `redkit scripts kill` stops a read-only one)"
+        }
+        _ => "",
+    }
+}
+
+/// The exit code for a set of per-node errors: auth first, then unreachable, then the rest.
+fn worst<'a>(errors: impl IntoIterator<Item = &'a NodeError>) -> Option<u8> {
+    errors
+        .into_iter()
+        .map(|e| exit_code(e.kind))
+        .min_by_key(|code| match *code {
+            EXIT_AUTH => 0,
+            EXIT_UNREACHABLE => 1,
+            _ => 2,
+        })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let Command::Scripts(command) = cli.command;
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -113,102 +190,302 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_REDIS_ERROR);
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(&cli, command)) {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
+            if cli.json {
+                print_json(&json!({
+                    "command": command.name(),
+                    "ok": false,
+                    "exit_code": f.code,
+                    "error": {"kind": f.kind, "message": f.message},
+                }));
+            }
             eprintln!("redkit: {}", f.message);
             ExitCode::from(f.code)
         }
     }
 }
 
-async fn run(cli: Cli) -> Result<u8, Failure> {
-    if let Command::Scripts(Scripts::List) = cli.command {
-        list(cli.json);
+/// What one command produced: JSON rows, human lines, and per-node errors.
+struct Outcome {
+    json: Value,
+    lines: Vec<String>,
+    errors: Vec<(String, NodeError)>,
+    /// Exit code when no node failed (e.g. 4 for missing scripts).
+    code_without_errors: u8,
+}
+
+async fn run(cli: &Cli, command: Scripts) -> Result<u8, Failure> {
+    if let Scripts::List = command {
+        if cli.json {
+            print_json(
+                &json!({"command": "list", "ok": true, "exit_code": 0, "scripts": list_rows()}),
+            );
+        } else if !cli.quiet {
+            print_list();
+        }
         return Ok(0);
     }
-    let admin = admin(&cli)?;
-    let target = target_description(&cli);
-    let fail = |e| Failure::from_error(&target, e);
-    match cli.command {
-        Command::Scripts(Scripts::List) => unreachable!("handled above"),
-        Command::Scripts(Scripts::Status) => {
-            let statuses = admin.status().await.map_err(fail)?;
-            print_status(&statuses, cli.json);
-            Ok(0)
-        }
-        Command::Scripts(Scripts::Load) => {
-            let loaded = admin.load().await.map_err(fail)?;
-            if cli.json {
-                let rows: Vec<_> = loaded
-                    .iter()
-                    .map(|(n, count)| serde_json::json!({"addr": n.addr, "role": n.role, "loaded": count}))
-                    .collect();
-                print_json(&rows);
-            } else {
-                for (node, count) in &loaded {
-                    println!("{}\t{}\tloaded {count}", node.addr, role_name(node.role));
-                }
-            }
-            Ok(0)
-        }
-        Command::Scripts(Scripts::Verify) => {
-            let report = admin.verify().await.map_err(fail)?;
-            print_verification(&report, cli.json);
-            Ok(if report.is_ok() {
-                0
-            } else {
-                EXIT_VERIFY_FAILED
-            })
-        }
-        Command::Scripts(Scripts::Flush { yes, sync }) => {
-            if !yes {
-                eprintln!("redkit: refusing to flush the script cache of {target} without --yes");
-                return Ok(EXIT_USAGE);
-            }
+    if let Scripts::Flush { yes: false, .. } = command {
+        return Err(Failure::usage(format!(
+            "refusing to flush the script cache of {} without --yes",
+            target_description(cli)
+        )));
+    }
+    let admin = admin(cli)?;
+    let target = target_description(cli);
+    let fail = |e: redkit::Error| Failure::from_error(&target, &e);
+    let outcome = match command {
+        Scripts::List => unreachable!("handled above"),
+        Scripts::Status => status_outcome(&admin.status().await.map_err(fail)?),
+        Scripts::Load => load_outcome(&admin.load().await.map_err(fail)?),
+        Scripts::Verify => verify_outcome(&admin.verify().await.map_err(fail)?),
+        Scripts::Flush { sync, .. } => {
             let mode = if sync {
                 FlushMode::Sync
             } else {
                 FlushMode::Async
             };
-            let nodes = admin.flush(mode).await.map_err(fail)?;
-            if cli.json {
-                print_json(&nodes);
-            } else {
-                for n in &nodes {
-                    println!("{}\tflushed", n.addr);
-                }
-            }
-            Ok(0)
+            flush_outcome(&admin.flush(mode).await.map_err(fail)?)
         }
-        Command::Scripts(Scripts::Kill) => {
-            let outcomes = admin.kill().await.map_err(fail)?;
-            let stuck = outcomes
-                .iter()
-                .any(|(_, o)| matches!(o, KillOutcome::Unkillable | KillOutcome::Failed(_)));
-            if cli.json {
-                let rows: Vec<_> = outcomes
+        Scripts::Kill => kill_outcome(&admin.kill().await.map_err(fail)?),
+    };
+    let nodes = outcome.json.as_array().map_or(0, Vec::len);
+    if !cli.cluster && nodes > 1 && !cli.quiet && !cli.json {
+        eprintln!("redkit: {target} is a Cluster node: acting on all {nodes} nodes of its Cluster");
+    }
+    let code = worst(outcome.errors.iter().map(|(_, e)| e)).unwrap_or(outcome.code_without_errors);
+    if cli.json {
+        print_json(&json!({
+            "command": command.name(),
+            "ok": code == 0,
+            "exit_code": code,
+            "nodes": outcome.json,
+        }));
+    } else if !cli.quiet {
+        for line in &outcome.lines {
+            println!("{line}");
+        }
+    }
+    if !outcome.errors.is_empty() {
+        let failed: Vec<String> = outcome
+            .errors
+            .iter()
+            .map(|(addr, e)| {
+                format!(
+                    "{addr} ({}: {}{})",
+                    kind_name(e.kind),
+                    e.message,
+                    hint(e.kind)
+                )
+            })
+            .collect();
+        eprintln!(
+            "redkit: {} failed on {} of {nodes} nodes: {}",
+            command.name(),
+            failed.len(),
+            failed.join("; ")
+        );
+    }
+    Ok(code)
+}
+
+/// The JSON object of one node: `addr`, `role`, `ok`, `error` and the command's fields.
+fn node_json(node: &Node, error: Option<&NodeError>, fields: Value) -> Value {
+    let mut row = json!({
+        "addr": node.addr,
+        "role": role_name(node.role),
+        "ok": error.is_none(),
+        "error": error.map(|e| json!({"kind": kind_name(e.kind), "message": e.message})),
+    });
+    if let (Some(row), Value::Object(fields)) = (row.as_object_mut(), fields) {
+        row.extend(fields);
+    }
+    row
+}
+
+fn errors_of<'a, T: 'a>(
+    reports: impl IntoIterator<Item = &'a NodeReport<T>>,
+) -> Vec<(String, NodeError)> {
+    reports
+        .into_iter()
+        .filter_map(|r| Some((r.node.addr.clone(), r.error.clone()?)))
+        .collect()
+}
+
+fn error_line(node: &Node, e: &NodeError) -> String {
+    format!(
+        "{}\t{}\tFAILED ({}): {}",
+        node.addr,
+        role_name(node.role),
+        kind_name(e.kind),
+        e.message
+    )
+}
+
+fn status_outcome(statuses: &[NodeStatus]) -> Outcome {
+    let mut lines = vec![format!(
+        "{:<22} {:<8} {:<9} LOADED",
+        "NODE", "ROLE", "VERSION"
+    )];
+    let mut rows = Vec::new();
+    let mut errors = Vec::new();
+    for s in statuses {
+        let role = role_name(s.node.role);
+        rows.push(node_json(
+            &s.node,
+            s.error.as_ref(),
+            json!({"version": s.version, "scripts": s.scripts}),
+        ));
+        match &s.error {
+            Some(e) => {
+                errors.push((s.node.addr.clone(), e.clone()));
+                lines.push(format!(
+                    "{:<22} {:<8} {:<9} FAILED ({}): {}",
+                    s.node.addr,
+                    role,
+                    "-",
+                    kind_name(e.kind),
+                    e.message
+                ));
+            }
+            None => {
+                let loaded = s.scripts.iter().filter(|p| p.loaded).count();
+                let missing: Vec<&str> = s
+                    .scripts
                     .iter()
-                    .map(|(n, o)| serde_json::json!({"addr": n.addr, "role": n.role, "outcome": o}))
+                    .filter(|p| !p.loaded)
+                    .map(|p| p.script.as_str())
                     .collect();
-                print_json(&rows);
-            } else {
-                for (n, o) in &outcomes {
-                    let text = match o {
-                        KillOutcome::Killed => "killed".to_owned(),
-                        KillOutcome::NotBusy => "not busy (no script running)".to_owned(),
-                        KillOutcome::Unkillable => {
-                            "UNKILLABLE: the script has written; not escalating to SHUTDOWN"
-                                .to_owned()
-                        }
-                        KillOutcome::Failed(e) => format!("failed: {e}"),
-                        _ => format!("{o:?}"),
-                    };
-                    println!("{}\t{text}", n.addr);
+                let mut line = format!(
+                    "{:<22} {:<8} {:<9} {loaded}/{}",
+                    s.node.addr,
+                    role,
+                    s.version.as_deref().unwrap_or("?"),
+                    s.scripts.len()
+                );
+                if !missing.is_empty() {
+                    line.push_str(&format!("  missing: {}", missing.join(", ")));
                 }
+                lines.push(line);
             }
-            Ok(if stuck { EXIT_REDIS_ERROR } else { 0 })
         }
+    }
+    Outcome {
+        json: Value::Array(rows),
+        lines,
+        errors,
+        code_without_errors: 0,
+    }
+}
+
+fn load_outcome(reports: &[NodeReport<usize>]) -> Outcome {
+    Outcome {
+        json: reports
+            .iter()
+            .map(|r| node_json(&r.node, r.error.as_ref(), json!({"loaded": r.value})))
+            .collect(),
+        lines: reports
+            .iter()
+            .map(|r| match (&r.value, &r.error) {
+                (_, Some(e)) => error_line(&r.node, e),
+                (n, None) => format!(
+                    "{}\t{}\tloaded {}",
+                    r.node.addr,
+                    role_name(r.node.role),
+                    n.unwrap_or(0)
+                ),
+            })
+            .collect(),
+        errors: errors_of(reports),
+        code_without_errors: 0,
+    }
+}
+
+fn verify_outcome(report: &Verification) -> Outcome {
+    let mut lines = Vec::new();
+    let mut errors = Vec::new();
+    for p in &report.primaries {
+        if let Some(e) = &p.error {
+            errors.push((p.node.addr.clone(), e.clone()));
+            lines.push(error_line(&p.node, e));
+        }
+        for script in &p.missing {
+            lines.push(format!("missing\t{}\t{script}", p.node.addr));
+        }
+    }
+    if report.is_ok() {
+        lines.push(format!(
+            "ok: all {} embedded scripts loaded on {} primaries",
+            Registry::global().scripts().len(),
+            report.primaries.len()
+        ));
+    }
+    let missing: usize = report.primaries.iter().map(|p| p.missing.len()).sum();
+    if missing > 0 {
+        eprintln!("redkit: verification failed: {missing} scripts missing");
+    }
+    Outcome {
+        json: report
+            .primaries
+            .iter()
+            .map(|p| node_json(&p.node, p.error.as_ref(), json!({"missing": p.missing})))
+            .collect(),
+        lines,
+        errors,
+        code_without_errors: if report.is_ok() {
+            0
+        } else {
+            EXIT_VERIFY_FAILED
+        },
+    }
+}
+
+fn flush_outcome(reports: &[NodeReport<()>]) -> Outcome {
+    Outcome {
+        json: reports
+            .iter()
+            .map(|r| node_json(&r.node, r.error.as_ref(), json!({})))
+            .collect(),
+        lines: reports
+            .iter()
+            .map(|r| match &r.error {
+                Some(e) => error_line(&r.node, e),
+                None => format!("{}\t{}\tflushed", r.node.addr, role_name(r.node.role)),
+            })
+            .collect(),
+        errors: errors_of(reports),
+        code_without_errors: 0,
+    }
+}
+
+fn kill_outcome(reports: &[NodeReport<KillOutcome>]) -> Outcome {
+    let stuck = reports
+        .iter()
+        .any(|r| r.value == Some(KillOutcome::Unkillable));
+    Outcome {
+        json: reports
+            .iter()
+            .map(|r| node_json(&r.node, r.error.as_ref(), json!({"outcome": r.value})))
+            .collect(),
+        lines: reports
+            .iter()
+            .map(|r| {
+                let text = match (&r.value, &r.error) {
+                    (_, Some(e)) => return error_line(&r.node, e),
+                    (Some(KillOutcome::Killed), _) => "killed".to_owned(),
+                    (Some(KillOutcome::NotBusy), _) => "not busy (no script running)".to_owned(),
+                    (Some(KillOutcome::Unkillable), _) => {
+                        "UNKILLABLE: the script has written; not escalating to SHUTDOWN".to_owned()
+                    }
+                    (other, None) => format!("{other:?}"),
+                };
+                format!("{}\t{}\t{text}", r.node.addr, role_name(r.node.role))
+            })
+            .collect(),
+        errors: errors_of(reports),
+        code_without_errors: if stuck { EXIT_REDIS_ERROR } else { 0 },
     }
 }
 
@@ -221,24 +498,54 @@ fn urls(cli: &Cli) -> Vec<String> {
 
 fn admin(cli: &Cli) -> Result<Admin, Failure> {
     let urls = urls(cli);
-    let usage = |e: redkit::Error| Failure {
-        code: EXIT_USAGE,
+    for url in &urls {
+        check_url(url).map_err(|why| Failure::usage(format!("invalid Redis URL: {why}")))?;
+    }
+    let usage = |e: redkit::Error| {
         // The URL itself may hold a password: describe the problem, not the URL.
-        message: format!("invalid Redis URL: {}", redact(&e.to_string(), &urls)),
+        Failure::usage(format!(
+            "invalid Redis URL: {}",
+            redact(&e.to_string(), &urls)
+        ))
     };
     let admin = if cli.cluster {
         Admin::cluster(urls.iter().map(String::as_str)).map_err(usage)?
     } else {
         if urls.len() > 1 {
-            return Err(Failure {
-                code: EXIT_USAGE,
-                message: "several --url given: add --cluster to treat them as Cluster seeds"
-                    .to_owned(),
-            });
+            return Err(Failure::usage(
+                "several --url given: add --cluster to treat them as Cluster seeds",
+            ));
         }
         Admin::single(urls[0].as_str()).map_err(usage)?
     };
     Ok(admin.with_timeout(Duration::from_millis(cli.timeout_ms.max(1))))
+}
+
+/// Says what is wrong with a URL, without repeating it (it may hold a password).
+fn check_url(text: &str) -> Result<(), String> {
+    const SCHEMES: &str = "redis://, rediss://, unix:// or redis+unix://";
+    let parsed = url::Url::parse(text).map_err(|e| match e {
+        url::ParseError::RelativeUrlWithoutBase => {
+            format!("no scheme: it must start with {SCHEMES} (e.g. redis://127.0.0.1:6379/)")
+        }
+        url::ParseError::InvalidPort => "the port is not a number from 1 to 65535".to_owned(),
+        url::ParseError::EmptyHost => "the host is empty".to_owned(),
+        other => other.to_string(),
+    })?;
+    match parsed.scheme() {
+        "redis" | "rediss" | "valkey" | "valkeys" => {
+            if parsed.host_str().is_none_or(str::is_empty) {
+                return Err("the host is empty".to_owned());
+            }
+            let db = parsed.path().trim_matches('/');
+            if !db.is_empty() && db.parse::<i64>().is_err() {
+                return Err("the path must be a database number (e.g. /0)".to_owned());
+            }
+            Ok(())
+        }
+        "unix" | "redis+unix" => Ok(()),
+        other => Err(format!("unknown scheme {other:?}: use {SCHEMES}")),
+    }
 }
 
 /// `host:port` of every URL, for messages (no user, no password).
@@ -286,8 +593,8 @@ struct ListRow<'a> {
     variadic: bool,
 }
 
-fn list(json: bool) {
-    let rows: Vec<ListRow> = Registry::global()
+fn list_rows() -> Vec<ListRow<'static>> {
+    Registry::global()
         .scripts()
         .iter()
         .map(|s| ListRow {
@@ -297,81 +604,17 @@ fn list(json: bool) {
             keys: s.key_count(),
             variadic: s.is_variadic(),
         })
-        .collect();
-    if json {
-        print_json(&rows);
-        return;
-    }
+        .collect()
+}
+
+fn print_list() {
     println!("{:<24} {:>7} {:>4}  SHA1", "NAME", "VERSION", "KEYS");
-    for r in rows {
+    for r in list_rows() {
         let keys = if r.variadic {
             format!("{}+", r.keys)
         } else {
             r.keys.to_string()
         };
         println!("{:<24} {:>7} {:>4}  {}", r.name, r.version, keys, r.sha1);
-    }
-}
-
-fn print_status(statuses: &[NodeStatus], json: bool) {
-    if json {
-        print_json(statuses);
-        return;
-    }
-    println!("{:<22} {:<8} {:<9} LOADED", "NODE", "ROLE", "VERSION");
-    for s in statuses {
-        let role = role_name(s.node.role);
-        match &s.error {
-            Some(e) => println!(
-                "{:<22} {:<8} {:<9} unreachable: {e}",
-                s.node.addr, role, "-"
-            ),
-            None => {
-                let loaded = s.scripts.iter().filter(|p| p.loaded).count();
-                let missing: Vec<&str> = s
-                    .scripts
-                    .iter()
-                    .filter(|p| !p.loaded)
-                    .map(|p| p.script.as_str())
-                    .collect();
-                let mut line = format!(
-                    "{:<22} {:<8} {:<9} {loaded}/{}",
-                    s.node.addr,
-                    role,
-                    s.version.as_deref().unwrap_or("?"),
-                    s.scripts.len()
-                );
-                if !missing.is_empty() {
-                    line.push_str(&format!("  missing: {}", missing.join(", ")));
-                }
-                println!("{line}");
-            }
-        }
-    }
-}
-
-fn print_verification(report: &Verification, json: bool) {
-    if json {
-        print_json(report);
-    } else if report.is_ok() {
-        println!(
-            "ok: all {} embedded scripts loaded on {} primaries",
-            Registry::global().scripts().len(),
-            report.primaries
-        );
-    } else {
-        for (addr, script) in &report.missing {
-            println!("missing\t{addr}\t{script}");
-        }
-        for (addr, error) in &report.unreachable {
-            println!("unreachable\t{addr}\t{error}");
-        }
-    }
-    if !report.is_ok() {
-        eprintln!(
-            "redkit: verification failed: {} missing, {} unreachable",
-            report.missing.len(),
-            report.unreachable.len()
-        );
     }
 }

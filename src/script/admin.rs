@@ -9,7 +9,7 @@
 //! let admin = Admin::cluster(["redis://127.0.0.1:7000/"])?;
 //! admin.load().await?;
 //! let report = admin.verify().await?;
-//! assert!(report.is_ok(), "missing: {:?}", report.missing);
+//! assert!(report.is_ok(), "{:?}", report.primaries);
 //! # Ok(()) }
 //! ```
 
@@ -76,6 +76,132 @@ pub struct ScriptPresence {
     pub loaded: bool,
 }
 
+/// What kind of failure kept a node from doing what was asked.
+///
+/// ```
+/// use redkit::script::admin::NodeErrorKind;
+/// assert_ne!(NodeErrorKind::Auth, NodeErrorKind::Unreachable);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum NodeErrorKind {
+    /// Could not connect, or no answer within the timeout.
+    Unreachable,
+    /// Authentication or ACL refused (`NOAUTH`, `WRONGPASS`, `NOPERM`).
+    Auth,
+    /// The node is running a long script (`BUSY`): it answers only `SCRIPT KILL`.
+    Busy,
+    /// Any other error the node answered with.
+    Redis,
+}
+
+/// Why one node could not do what was asked (never holds a password).
+///
+/// ```
+/// # fn show(e: &redkit::script::admin::NodeError) {
+/// eprintln!("{:?}: {}", e.kind, e.message);
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct NodeError {
+    /// The kind of failure.
+    pub kind: NodeErrorKind,
+    /// One line saying what went wrong.
+    pub message: String,
+}
+
+impl NodeErrorKind {
+    /// Classifies an error the way the admin reports classify node failures.
+    ///
+    /// ```
+    /// use redkit::script::admin::NodeErrorKind;
+    /// let e = redkit::Error::Timeout(std::time::Duration::from_secs(1));
+    /// assert_eq!(NodeErrorKind::of(&e), NodeErrorKind::Unreachable);
+    /// ```
+    pub fn of(e: &Error) -> Self {
+        if e.is_auth_failure() {
+            Self::Auth
+        } else if matches!(e, Error::Redis(r) if r.code() == Some("BUSY")) {
+            Self::Busy
+        } else if e.is_unavailable() {
+            Self::Unreachable
+        } else {
+            Self::Redis
+        }
+    }
+}
+
+impl NodeError {
+    fn from_error(e: &Error) -> Self {
+        let kind = NodeErrorKind::of(e);
+        let message = e.to_string();
+        Self {
+            kind,
+            message: message.lines().next().unwrap_or_default().to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The outcome of one operation on one node: `value` when it succeeded there, `error` when
+/// it did not. Operations go on past a failed node, so every node gets a report.
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// let admin = redkit::script::admin::Admin::single("redis://127.0.0.1:6379/")?;
+/// for report in admin.load().await? {
+///     match (&report.value, &report.error) {
+///         (Some(n), _) => println!("{}: {n} scripts loaded", report.node.addr),
+///         (_, Some(e)) => eprintln!("{}: {e}", report.node.addr),
+///         _ => {}
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct NodeReport<T> {
+    /// The node.
+    pub node: Node,
+    /// What the operation returned on this node, when it succeeded.
+    pub value: Option<T>,
+    /// Why it failed on this node, when it did.
+    pub error: Option<NodeError>,
+}
+
+impl<T> NodeReport<T> {
+    fn from_result(node: Node, result: Result<T>) -> Self {
+        match result {
+            Ok(value) => Self {
+                node,
+                value: Some(value),
+                error: None,
+            },
+            Err(e) => Self {
+                node,
+                value: None,
+                error: Some(NodeError::from_error(&e)),
+            },
+        }
+    }
+
+    /// `true` when the operation succeeded on this node.
+    ///
+    /// ```
+    /// # fn show(r: &redkit::script::admin::NodeReport<usize>) { let _ = r.is_ok(); }
+    /// ```
+    pub fn is_ok(&self) -> bool {
+        self.error.is_none()
+    }
+}
+
 /// The state of one node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
@@ -84,28 +210,54 @@ pub struct NodeStatus {
     pub node: Node,
     /// `redis_version` from `INFO server`, when the node answered.
     pub version: Option<String>,
-    /// Every embedded script and whether it is loaded there (empty when unreachable).
+    /// Every embedded script and whether it is loaded there (empty when not asked).
     pub scripts: Vec<ScriptPresence>,
     /// Why the node could not be asked, if it could not.
-    pub error: Option<String>,
+    pub error: Option<NodeError>,
 }
 
-/// The result of [`Admin::verify`].
+/// What [`Admin::verify`] found on one primary.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct PrimaryVerification {
+    /// The primary.
+    pub node: Node,
+    /// Ids (`name.vN`) of the embedded scripts it does not have cached.
+    pub missing: Vec<String>,
+    /// Why it could not be asked, if it could not.
+    pub error: Option<NodeError>,
+}
+
+/// The result of [`Admin::verify`]: one entry per primary.
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// let report = redkit::script::admin::Admin::single("redis://127.0.0.1:6379/")?.verify().await?;
+/// for p in report.primaries.iter().filter(|p| !p.missing.is_empty()) {
+///     eprintln!("{} lacks {}", p.node.addr, p.missing.join(", "));
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Verification {
-    /// Primaries checked.
-    pub primaries: usize,
-    /// `(node address, script id)` for every embedded script missing on a primary.
-    pub missing: Vec<(String, String)>,
-    /// `(node address, error)` for every primary that could not be asked.
-    pub unreachable: Vec<(String, String)>,
+    /// Every primary, with what it lacks.
+    pub primaries: Vec<PrimaryVerification>,
 }
 
 impl Verification {
-    /// `true` when every primary answered and has every embedded script.
+    /// `true` when there is at least one primary and every primary answered and has every
+    /// embedded script.
+    ///
+    /// ```
+    /// # fn show(v: &redkit::script::admin::Verification) { let _ = v.is_ok(); }
+    /// ```
     pub fn is_ok(&self) -> bool {
-        self.missing.is_empty() && self.unreachable.is_empty()
+        !self.primaries.is_empty()
+            && self
+                .primaries
+                .iter()
+                .all(|p| p.missing.is_empty() && p.error.is_none())
     }
 }
 
@@ -120,8 +272,14 @@ pub enum FlushMode {
     Sync,
 }
 
-/// What `SCRIPT KILL` did on one node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// What `SCRIPT KILL` did on one node (a node that could not be asked is reported in
+/// [`NodeReport::error`]).
+///
+/// ```
+/// use redkit::script::admin::KillOutcome;
+/// assert_ne!(KillOutcome::NotBusy, KillOutcome::Unkillable);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum KillOutcome {
@@ -132,8 +290,6 @@ pub enum KillOutcome {
     /// The running script has written and cannot be killed (`UNKILLABLE`); only
     /// `SHUTDOWN NOSAVE` would stop it, which redkit never sends.
     Unkillable,
-    /// The node could not be asked.
-    Failed(String),
 }
 
 impl Admin {
@@ -174,15 +330,29 @@ impl Admin {
         self
     }
 
-    /// Every node: the server itself, or all primaries and replicas of the Cluster (asked with
-    /// `CLUSTER NODES` of the first seed that answers: give several seeds, since a node busy
-    /// running a script answers nothing but `SCRIPT KILL`).
+    /// Every node: all primaries and replicas of the Cluster (asked with `CLUSTER NODES` of
+    /// the first seed that answers: give several seeds, since a node busy running a script
+    /// answers nothing but `SCRIPT KILL`), or the server itself.
+    ///
+    /// A server given with [`Admin::single`] that turns out to be a Cluster node
+    /// (`cluster_enabled:1`) is treated as a seed of its Cluster: every operation then acts on
+    /// every node, never on one node while reporting success for the whole Cluster.
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// let admin = redkit::script::admin::Admin::single("redis://127.0.0.1:7000/")?;
+    /// for node in admin.nodes().await? {
+    ///     println!("{} {:?}", node.addr, node.role);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn nodes(&self) -> Result<Vec<Node>> {
         if !self.cluster {
             let info = &self.seeds[0];
             let mut conn = self.connect(info).await?;
-            let role = match role_of(&mut conn).await {
-                Ok(role) => role,
+            let role = match server_role(&mut conn).await {
+                Ok(ServerRole::ClusterNode) => return self.cluster_nodes(info).await,
+                Ok(ServerRole::Alone(role)) => role,
                 // A server running a long script answers BUSY to INFO (only SCRIPT KILL and
                 // SHUTDOWN are served): `kill` must still reach it. A server named on its
                 // own is administered as a primary.
@@ -220,27 +390,55 @@ impl Admin {
         Ok(nodes)
     }
 
-    /// Server version, role and the embedded scripts each node has cached.
+    /// Runs `op` on every node concurrently; every node gets a report, failed or not.
+    async fn each_node<'a, T, F, Fut>(&'a self, op: F) -> Result<Vec<NodeReport<T>>>
+    where
+        F: Fn(&'a Self, Node) -> Fut,
+        Fut: std::future::Future<Output = (Node, Result<T>)>,
+    {
+        let nodes = self.nodes().await?;
+        let runs = nodes.into_iter().map(|node| op(self, node));
+        Ok(futures_util::future::join_all(runs)
+            .await
+            .into_iter()
+            .map(|(node, result)| NodeReport::from_result(node, result))
+            .collect())
+    }
+
+    /// Server version, role and the embedded scripts each node has cached. A node that
+    /// cannot be asked is reported with its [`NodeError`]; the others are still asked.
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// let admin = redkit::script::admin::Admin::single("redis://127.0.0.1:6379/")?;
+    /// for s in admin.status().await? {
+    ///     println!("{} {:?} {:?}", s.node.addr, s.version, s.error);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn status(&self) -> Result<Vec<NodeStatus>> {
         let scripts = Registry::global().scripts();
-        let nodes = self.nodes().await?;
-        let asks = nodes.into_iter().map(|node| async move {
-            match self.node_status(&node, scripts).await {
-                Ok((version, scripts)) => NodeStatus {
-                    node,
-                    version: Some(version),
+        let reports = self
+            .each_node(|admin, node| async move {
+                let result = admin.node_status(&node, scripts).await;
+                (node, result)
+            })
+            .await?;
+        Ok(reports
+            .into_iter()
+            .map(|r| {
+                let (version, scripts) = match r.value {
+                    Some((v, s)) => (Some(v), s),
+                    None => (None, Vec::new()),
+                };
+                NodeStatus {
+                    node: r.node,
+                    version,
                     scripts,
-                    error: None,
-                },
-                Err(e) => NodeStatus {
-                    node,
-                    version: None,
-                    scripts: Vec::new(),
-                    error: Some(e.to_string()),
-                },
-            }
-        });
-        Ok(futures_util::future::join_all(asks).await)
+                    error: r.error,
+                }
+            })
+            .collect())
     }
 
     async fn node_status(
@@ -270,82 +468,117 @@ impl Admin {
     }
 
     /// `SCRIPT LOAD` of every embedded script on every node (replicas too, so a promoted
-    /// replica is warm). Idempotent. Returns each node with how many scripts it loaded.
-    pub async fn load(&self) -> Result<Vec<(Node, usize)>> {
-        let manager = super::ScriptManager::new();
-        let mut out = Vec::new();
-        for node in self.nodes().await? {
-            let mut conn = self.connect_addr(&node.addr).await?;
-            let n = manager.preload(&mut conn).await?;
-            out.push((node, n));
-        }
-        Ok(out)
+    /// replica is warm), concurrently. Idempotent. Each node's report holds how many scripts
+    /// it loaded, or why it could not; a failed node does not stop the others.
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// let admin = redkit::script::admin::Admin::cluster(["redis://127.0.0.1:7000/"])?;
+    /// let failed: Vec<_> = admin.load().await?.into_iter().filter(|r| !r.is_ok()).collect();
+    /// assert!(failed.is_empty(), "{failed:?}");
+    /// # Ok(()) }
+    /// ```
+    pub async fn load(&self) -> Result<Vec<NodeReport<usize>>> {
+        self.each_node(|admin, node| async move {
+            let result = async {
+                let mut conn = admin.connect_addr(&node.addr).await?;
+                super::ScriptManager::new().preload(&mut conn).await
+            }
+            .await;
+            (node, result)
+        })
+        .await
     }
 
     /// Checks that every primary has every embedded script cached.
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// let admin = redkit::script::admin::Admin::cluster(["redis://127.0.0.1:7000/"])?;
+    /// assert!(admin.verify().await?.is_ok());
+    /// # Ok(()) }
+    /// ```
     pub async fn verify(&self) -> Result<Verification> {
-        let statuses = self.status().await?;
-        let mut report = Verification {
-            primaries: 0,
-            missing: Vec::new(),
-            unreachable: Vec::new(),
-        };
-        for status in statuses
+        let primaries = self
+            .status()
+            .await?
             .into_iter()
             .filter(|s| s.node.role == Role::Primary)
-        {
-            report.primaries += 1;
-            if let Some(error) = status.error {
-                report.unreachable.push((status.node.addr, error));
-                continue;
-            }
-            for s in status.scripts.into_iter().filter(|s| !s.loaded) {
-                report.missing.push((status.node.addr.clone(), s.script));
-            }
-        }
-        Ok(report)
+            .map(|s| PrimaryVerification {
+                missing: s
+                    .scripts
+                    .into_iter()
+                    .filter(|p| !p.loaded)
+                    .map(|p| p.script)
+                    .collect(),
+                node: s.node,
+                error: s.error,
+            })
+            .collect();
+        Ok(Verification { primaries })
     }
 
-    /// `SCRIPT FLUSH` on every node. Returns the nodes flushed.
-    pub async fn flush(&self, mode: FlushMode) -> Result<Vec<Node>> {
-        let nodes = self.nodes().await?;
-        for node in &nodes {
-            let mut conn = self.connect_addr(&node.addr).await?;
-            let mode = match mode {
-                FlushMode::Async => "ASYNC",
-                FlushMode::Sync => "SYNC",
-            };
-            let _: () = redis::cmd("SCRIPT")
-                .arg("FLUSH")
-                .arg(mode)
-                .query_async(&mut conn)
-                .await?;
-        }
-        Ok(nodes)
+    /// `SCRIPT FLUSH` on every node, concurrently; a failed node does not stop the others.
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// use redkit::script::admin::{Admin, FlushMode};
+    /// for r in Admin::single("redis://127.0.0.1:6379/")?.flush(FlushMode::Async).await? {
+    ///     println!("{}: {}", r.node.addr, if r.is_ok() { "flushed" } else { "FAILED" });
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn flush(&self, mode: FlushMode) -> Result<Vec<NodeReport<()>>> {
+        let mode = match mode {
+            FlushMode::Async => "ASYNC",
+            FlushMode::Sync => "SYNC",
+        };
+        self.each_node(|admin, node| async move {
+            let result = async {
+                let mut conn = admin.connect_addr(&node.addr).await?;
+                redis::cmd("SCRIPT")
+                    .arg("FLUSH")
+                    .arg(mode)
+                    .query_async::<()>(&mut conn)
+                    .await
+                    .map_err(Error::from)
+            }
+            .await;
+            (node, result)
+        })
+        .await
     }
 
-    /// `SCRIPT KILL` on every node; `NOTBUSY` and `UNKILLABLE` are reported as such.
-    pub async fn kill(&self) -> Result<Vec<(Node, KillOutcome)>> {
-        let nodes = self.nodes().await?;
-        let kills = nodes.into_iter().map(|node| async move {
-            let outcome = match self.connect_addr(&node.addr).await {
-                Err(e) => KillOutcome::Failed(e.to_string()),
-                Ok(mut conn) => {
-                    match redis::cmd("SCRIPT")
-                        .arg("KILL")
-                        .query_async::<Value>(&mut conn)
-                        .await
-                    {
-                        Ok(_) => KillOutcome::Killed,
-                        Err(e) if e.code() == Some("NOTBUSY") => KillOutcome::NotBusy,
-                        Err(e) if e.code() == Some("UNKILLABLE") => KillOutcome::Unkillable,
-                        Err(e) => KillOutcome::Failed(e.to_string()),
-                    }
+    /// `SCRIPT KILL` on every node; `NOTBUSY` and `UNKILLABLE` are outcomes, a node that
+    /// cannot be asked has an error.
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// use redkit::script::admin::{Admin, KillOutcome};
+    /// for r in Admin::single("redis://127.0.0.1:6379/")?.kill().await? {
+    ///     if r.value == Some(KillOutcome::Unkillable) { eprintln!("{} is stuck", r.node.addr); }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn kill(&self) -> Result<Vec<NodeReport<KillOutcome>>> {
+        self.each_node(|admin, node| async move {
+            let result = async {
+                let mut conn = admin.connect_addr(&node.addr).await?;
+                match redis::cmd("SCRIPT")
+                    .arg("KILL")
+                    .query_async::<Value>(&mut conn)
+                    .await
+                {
+                    Ok(_) => Ok(KillOutcome::Killed),
+                    Err(e) if e.code() == Some("NOTBUSY") => Ok(KillOutcome::NotBusy),
+                    Err(e) if e.code() == Some("UNKILLABLE") => Ok(KillOutcome::Unkillable),
+                    Err(e) => Err(Error::from(e)),
                 }
-            };
-            (node, outcome)
-        });
-        Ok(futures_util::future::join_all(kills).await)
+            }
+            .await;
+            (node, result)
+        })
+        .await
     }
 
     async fn connect_addr(&self, addr: &str) -> Result<MultiplexedConnection> {
@@ -392,15 +625,27 @@ async fn script_exists(conn: &mut MultiplexedConnection, scripts: &[Script]) -> 
     Ok(flags)
 }
 
-async fn role_of(conn: &mut MultiplexedConnection) -> Result<Role> {
+/// What a server named on its own turned out to be.
+enum ServerRole {
+    /// `cluster_enabled:1`: one node of a Cluster.
+    ClusterNode,
+    /// A standalone server with its replication role.
+    Alone(Role),
+}
+
+async fn server_role(conn: &mut MultiplexedConnection) -> Result<ServerRole> {
+    let cluster: String = redis::cmd("INFO").arg("cluster").query_async(conn).await?;
+    if info_field(&cluster, "cluster_enabled") == Some("1") {
+        return Ok(ServerRole::ClusterNode);
+    }
     let info: String = redis::cmd("INFO")
         .arg("replication")
         .query_async(conn)
         .await?;
-    Ok(match info_field(&info, "role") {
+    Ok(ServerRole::Alone(match info_field(&info, "role") {
         Some("slave") => Role::Replica,
         _ => Role::Primary,
-    })
+    }))
 }
 
 fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
