@@ -12,8 +12,25 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in redkit.
 ///
-/// Variants carry enough context to act on without parsing the message; none of them carries
-/// key values, passwords or other caller data that could be secret, only names and counts.
+/// Variants carry enough context to act on without parsing the message. None carries a
+/// password or a stored value; [`NotFound::detail`](Error::NotFound) carries the identifier the
+/// caller asked for (e.g. the SKU), and `CorruptData`/`PermissionDenied` name key *roles* and
+/// commands, never key contents.
+///
+/// ```no_run
+/// # async fn run(store: redkit::inventory::Store, mut conn: redis::aio::MultiplexedConnection) {
+/// match store.decrement(&mut conn, "sku-42", 1, Some("order-7")).await {
+///     Ok(outcome) => println!("{outcome:?}"),
+///     // Nothing was sent, or nothing written: fix the call or the data.
+///     Err(e @ (redkit::Error::InvalidInput { .. } | redkit::Error::CorruptData { .. })) => {
+///         eprintln!("refused: {e}")
+///     }
+///     // The request may not have reached Redis: retry with the same request id.
+///     Err(e) if e.is_unavailable() => eprintln!("retry later: {e}"),
+///     Err(e) => eprintln!("failed: {e}"),
+/// }
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

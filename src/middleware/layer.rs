@@ -122,8 +122,8 @@ pub(crate) struct Shared<C, K> {
 /// - allowed: [`LimitOutcome::Checked`](super::LimitOutcome) with the
 ///   [`Decision`](crate::rate_limit::Decision) is put in the request extensions, the inner
 ///   service runs, and `RateLimit-Policy` / `RateLimit` headers are added;
-/// - limited: `429 Too Many Requests` with `Retry-After` (whole seconds, rounded up, at least
-///   1) and the same two headers; the inner service does not run;
+/// - limited: `429 Too Many Requests` with `Retry-After` (whole seconds, rounded up, never
+///   below one second) and the same two headers; the inner service does not run;
 /// - Redis failed or timed out: [`FailMode`]; under [`FailMode::Open`] the request goes
 ///   through with [`LimitOutcome::Unchecked`](super::LimitOutcome) in its extensions.
 ///

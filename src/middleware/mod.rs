@@ -5,6 +5,27 @@
 //! - [`KeyExtractor`]: who the client is ([`PeerIp`], [`TrustedProxies`], [`FnKey`]).
 //! - [`Policies`] / [`PolicyConfig`]: a default policy and per-route overrides (serde).
 //! - Headers: `Retry-After`, [`RATELIMIT_POLICY`], [`RATELIMIT`].
+//! - [`LimitOutcome`]: what handlers find in the request extensions, outage or not.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::{net::SocketAddr, time::Duration};
+//! use axum::{routing::get, Extension, Router};
+//! use redkit::middleware::{LimitOutcome, RateLimitLayer};
+//! use redkit::rate_limit::FixedWindow;
+//!
+//! let client = redis::Client::open("redis://127.0.0.1:6379/?protocol=resp3")?;
+//! let conn = redis::aio::ConnectionManager::new(client).await?;
+//! let layer = RateLimitLayer::new(FixedWindow::new("api", 100, Duration::from_secs(60))?, conn);
+//! let app: Router = Router::new()
+//!     .route("/", get(|Extension(o): Extension<LimitOutcome>| async move {
+//!         format!("{:?}", o.decision().map(|d| d.quota().remaining()))
+//!     }))
+//!     .layer(layer);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//! # Ok(()) }
+//! ```
 
 mod future;
 mod headers;

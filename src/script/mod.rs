@@ -5,6 +5,21 @@
 //! - [`ScriptManager`]: EVALSHA, the NOSCRIPT fallback, batches, preload.
 //! - [`Replication`] / [`Acked`]: `WAIT` for replicas after a script, in the same round trip.
 //! - [`admin`]: per-node script-cache administration (status, load, verify, flush, kill).
+//!
+//! ```no_run
+//! # async fn run() -> redkit::Result<()> {
+//! use redkit::{Call, Registry, ScriptManager};
+//!
+//! let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+//! let mut conn = client.get_multiplexed_async_connection().await?;
+//! let manager = ScriptManager::new();
+//! let script = Registry::global().require("fixed_window", 1)?;
+//! let mut call = Call::new(script);
+//! call.key("rk:rl:demo:{ip:192.0.2.1}").arg(10).arg(60_000).arg(1);
+//! // EVALSHA; after a restart or SCRIPT FLUSH, one EVAL that caches the script again.
+//! let reply: redis::Value = manager.invoke(&mut conn, &call).await?;
+//! # let _ = reply; Ok(()) }
+//! ```
 
 pub mod admin;
 mod call;
