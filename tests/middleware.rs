@@ -32,10 +32,10 @@ async fn handler(Extension(outcome): Extension<LimitOutcome>) -> String {
     }
 }
 
-fn app<C, K>(layer: RateLimitLayer<C, K>) -> Router
+fn app<L>(layer: L) -> Router
 where
-    RateLimitLayer<C, K>: tower::Layer<axum::routing::Route> + Clone + Send + Sync + 'static,
-    <RateLimitLayer<C, K> as tower::Layer<axum::routing::Route>>::Service: tower::Service<
+    L: tower::Layer<axum::routing::Route> + Clone + Send + Sync + 'static,
+    L::Service: tower::Service<
             Request,
             Response = axum::response::Response,
             Error = std::convert::Infallible,
@@ -43,9 +43,7 @@ where
         + Send
         + Sync
         + 'static,
-    <<RateLimitLayer<C, K> as tower::Layer<axum::routing::Route>>::Service as tower::Service<
-        Request,
-    >>::Future: Send + 'static,
+    <L::Service as tower::Service<Request>>::Future: Send + 'static,
 {
     Router::new()
         .route("/", get(handler))
@@ -560,4 +558,71 @@ async fn the_layer_works_over_a_cluster_connection() {
     let owner = cluster.primary_for("rk:rl:clu:{ip:203.0.113.7}").await;
     let count: String = owner.cmd(&["GET", "rk:rl:clu:{ip:203.0.113.7}"]).await;
     assert_eq!(count, "2");
+}
+
+#[tokio::test]
+async fn a_hook_shapes_the_429_and_503_responses() {
+    use axum::body::Body;
+    use http::header::CONTENT_TYPE;
+    use http::HeaderValue;
+    use redkit::middleware::Rejection;
+
+    fn problem(rejection: &Rejection<'_>, mut res: http::Response<Body>) -> http::Response<Body> {
+        let (title, limiter) = match rejection {
+            Rejection::Limited { limiter, decision } => {
+                assert!(decision.retry_after().is_some());
+                ("Too Many Requests", *limiter)
+            }
+            Rejection::RedisUnavailable => ("Service Unavailable", "-"),
+            _ => ("Bad Request", "-"),
+        };
+        let body = serde_json::json!({
+            "type": "about:blank", "title": title, "status": res.status().as_u16(), "limiter": limiter,
+        });
+        *res.body_mut() = Body::from(body.to_string());
+        res.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        res.headers_mut()
+            .insert("x-limited-by", HeaderValue::from_static("redkit"));
+        res
+    }
+
+    let mut server = RedisServer::spawn().await;
+    let layer = RateLimitLayer::builder(
+        limiter("hooked", 1, Duration::from_secs(60)),
+        manager(&server).await,
+    )
+    .fail_mode(FailMode::Closed)
+    .timeout(Duration::from_millis(300))
+    .respond_with(problem)
+    .build()
+    .unwrap();
+    let base = serve(app(layer), true).await;
+    let http = reqwest::Client::new();
+    let ok = get_with(&http, &base, None).await;
+    assert_eq!(ok.status(), StatusCode::OK);
+    assert!(
+        header(&ok, "x-limited-by").is_none(),
+        "the hook only shapes refusals"
+    );
+
+    let r = get_with(&http, &base, None).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&r, "content-type"), Some("application/problem+json"));
+    assert_eq!(header(&r, "x-limited-by"), Some("redkit"));
+    assert!(header(&r, "retry-after").is_some(), "default headers kept");
+    assert!(header(&r, "ratelimit").is_some());
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["status"], 429);
+    assert_eq!(body["limiter"], "hooked");
+
+    server.stop().await;
+    let r = get_with(&http, &base, None).await;
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(header(&r, "content-type"), Some("application/problem+json"));
+    assert_eq!(header(&r, "retry-after"), Some("1"));
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["title"], "Service Unavailable");
 }

@@ -12,6 +12,7 @@ use tower::Layer;
 use super::headers;
 use super::key::{KeyExtractor, PeerIp};
 use super::policy::Policies;
+use super::respond::{DefaultResponses, RespondWith};
 use super::service::RateLimit;
 use crate::error::Result;
 use crate::rate_limit::{validate_ipv6_prefix, DEFAULT_IPV6_PREFIX};
@@ -97,7 +98,7 @@ impl Counters {
 }
 
 /// What the layer and its services share (behind one `Arc`).
-pub(crate) struct Shared<C, K> {
+pub(crate) struct Shared<C, K, H> {
     pub(crate) policies: Policies,
     /// `RateLimit-Policy` of each limiter name, built once.
     pub(crate) policy_headers: HashMap<String, HeaderValue>,
@@ -108,6 +109,7 @@ pub(crate) struct Shared<C, K> {
     pub(crate) ipv6_prefix: u8,
     pub(crate) unknown: UnknownClient,
     pub(crate) stats: Counters,
+    pub(crate) respond: H,
 }
 
 /// Tower layer that rate-limits requests per client with a [`FixedWindow`](crate::rate_limit::FixedWindow)
@@ -144,11 +146,11 @@ pub(crate) struct Shared<C, K> {
 /// axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap();
 /// # Ok(()) }
 /// ```
-pub struct RateLimitLayer<C, K = PeerIp> {
-    shared: Arc<Shared<C, K>>,
+pub struct RateLimitLayer<C, K = PeerIp, H = DefaultResponses> {
+    shared: Arc<Shared<C, K, H>>,
 }
 
-impl<C> RateLimitLayer<C, PeerIp> {
+impl<C> RateLimitLayer<C, PeerIp, DefaultResponses> {
     /// A layer with default settings: socket peer as key, fail open, 250 ms timeout,
     /// IPv6 grouped by /64, unknown clients share a bucket.
     ///
@@ -179,6 +181,7 @@ impl<C> RateLimitLayer<C, PeerIp> {
     /// ```
     pub fn builder(policies: impl Into<Policies>, conn: C) -> RateLimitBuilder<C, PeerIp> {
         RateLimitBuilder {
+            respond: DefaultResponses,
             policies: policies.into(),
             conn,
             extractor: PeerIp,
@@ -190,7 +193,7 @@ impl<C> RateLimitLayer<C, PeerIp> {
     }
 }
 
-impl<C, K> RateLimitLayer<C, K> {
+impl<C, K, H> RateLimitLayer<C, K, H> {
     /// Status of a request refused by [`FailMode::Closed`].
     pub const FAIL_CLOSED_STATUS: http::StatusCode = http::StatusCode::SERVICE_UNAVAILABLE;
     /// Status of a request refused by [`UnknownClient::Reject`].
@@ -219,7 +222,7 @@ impl<C, K> RateLimitLayer<C, K> {
     }
 }
 
-impl<C, K> Clone for RateLimitLayer<C, K> {
+impl<C, K, H> Clone for RateLimitLayer<C, K, H> {
     fn clone(&self) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
@@ -227,15 +230,15 @@ impl<C, K> Clone for RateLimitLayer<C, K> {
     }
 }
 
-impl<S, C, K> Layer<S> for RateLimitLayer<C, K> {
-    type Service = RateLimit<S, C, K>;
+impl<S, C, K, H> Layer<S> for RateLimitLayer<C, K, H> {
+    type Service = RateLimit<S, C, K, H>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit::new(inner, Arc::clone(&self.shared))
     }
 }
 
-impl<C, K: fmt::Debug> fmt::Debug for RateLimitLayer<C, K> {
+impl<C, K: fmt::Debug, H> fmt::Debug for RateLimitLayer<C, K, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = &self.shared;
         f.debug_struct("RateLimitLayer")
@@ -261,7 +264,8 @@ impl<C, K: fmt::Debug> fmt::Debug for RateLimitLayer<C, K> {
 ///     .build()?;
 /// # Ok(()) }
 /// ```
-pub struct RateLimitBuilder<C, K> {
+pub struct RateLimitBuilder<C, K, H = DefaultResponses> {
+    respond: H,
     policies: Policies,
     conn: C,
     extractor: K,
@@ -271,7 +275,7 @@ pub struct RateLimitBuilder<C, K> {
     unknown: UnknownClient,
 }
 
-impl<C, K> RateLimitBuilder<C, K> {
+impl<C, K, H> RateLimitBuilder<C, K, H> {
     /// Longest wait for Redis per request before the [`FailMode`] applies.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
 
@@ -285,8 +289,9 @@ impl<C, K> RateLimitBuilder<C, K> {
     ///     .key_extractor(TrustedProxies::hops(1));
     /// # Ok(()) }
     /// ```
-    pub fn key_extractor<K2: KeyExtractor>(self, extractor: K2) -> RateLimitBuilder<C, K2> {
+    pub fn key_extractor<K2: KeyExtractor>(self, extractor: K2) -> RateLimitBuilder<C, K2, H> {
         RateLimitBuilder {
+            respond: self.respond,
             policies: self.policies,
             conn: self.conn,
             extractor,
@@ -347,6 +352,48 @@ impl<C, K> RateLimitBuilder<C, K> {
         self
     }
 
+    /// Shapes the responses the layer writes itself (429 over the limit, 503 when Redis
+    /// fails under [`FailMode::Closed`], 400 for [`UnknownClient::Reject`]): `f` gets the
+    /// [`Rejection`](super::Rejection) and the default response (status and headers set,
+    /// empty body) and returns the response to send. `B` is the response body type of the
+    /// service stack (`axum::body::Body` in axum).
+    ///
+    /// ```no_run
+    /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
+    /// # use std::time::Duration;
+    /// use axum::body::Body;
+    /// use http::{header::CONTENT_TYPE, HeaderValue, Response};
+    /// use redkit::middleware::{RateLimitLayer, Rejection};
+    /// use redkit::rate_limit::FixedWindow;
+    ///
+    /// let layer = RateLimitLayer::builder(FixedWindow::new("api", 100, Duration::from_secs(60))?, conn)
+    ///     .respond_with(|rejection: &Rejection<'_>, mut res: Response<Body>| {
+    ///         let detail = match rejection {
+    ///             Rejection::Limited { limiter, .. } => format!("limit {limiter} exceeded"),
+    ///             _ => "try again later".to_owned(),
+    ///         };
+    ///         let status = res.status().as_u16();
+    ///         *res.body_mut() = Body::from(format!(r#"{{"status":{status},"detail":"{detail}"}}"#));
+    ///         res.headers_mut()
+    ///             .insert(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+    ///         res
+    ///     })
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn respond_with<F>(self, f: F) -> RateLimitBuilder<C, K, RespondWith<F>> {
+        RateLimitBuilder {
+            respond: RespondWith::new(f),
+            policies: self.policies,
+            conn: self.conn,
+            extractor: self.extractor,
+            fail_mode: self.fail_mode,
+            timeout: self.timeout,
+            ipv6_prefix: self.ipv6_prefix,
+            unknown: self.unknown,
+        }
+    }
+
     /// Validates and builds the layer. Errors: [`Error::InvalidInput`](crate::Error::InvalidInput)
     /// for a zero timeout or an IPv6 prefix outside 1..=128.
     ///
@@ -355,7 +402,7 @@ impl<C, K> RateLimitBuilder<C, K> {
     /// assert!(b.ipv6_prefix(0).build().is_err());
     /// # }
     /// ```
-    pub fn build(self) -> Result<RateLimitLayer<C, K>> {
+    pub fn build(self) -> Result<RateLimitLayer<C, K, H>> {
         validate_ipv6_prefix(self.ipv6_prefix)?;
         if self.timeout.is_zero() {
             return Err(crate::Error::invalid("timeout", "must be non-zero"));
@@ -363,7 +410,7 @@ impl<C, K> RateLimitBuilder<C, K> {
         Ok(self.into_layer())
     }
 
-    fn into_layer(self) -> RateLimitLayer<C, K> {
+    fn into_layer(self) -> RateLimitLayer<C, K, H> {
         RateLimitLayer {
             shared: Arc::new(Shared {
                 policy_headers: self
@@ -379,12 +426,13 @@ impl<C, K> RateLimitBuilder<C, K> {
                 ipv6_prefix: self.ipv6_prefix,
                 unknown: self.unknown,
                 stats: Counters::default(),
+                respond: self.respond,
             }),
         }
     }
 }
 
-impl<C, K: fmt::Debug> fmt::Debug for RateLimitBuilder<C, K> {
+impl<C, K: fmt::Debug, H> fmt::Debug for RateLimitBuilder<C, K, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitBuilder")
             .field("policies", &self.policies)

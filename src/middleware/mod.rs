@@ -33,6 +33,7 @@ mod key;
 mod layer;
 mod outcome;
 mod policy;
+mod respond;
 mod service;
 
 pub use future::ResponseFuture;
@@ -43,4 +44,5 @@ pub use key::{
 pub use layer::{FailMode, MiddlewareStats, RateLimitBuilder, RateLimitLayer, UnknownClient};
 pub use outcome::{LimitOutcome, Unchecked};
 pub use policy::{Policies, PolicyConfig, PolicySpec};
+pub use respond::{DefaultResponses, Rejection, Respond, RespondWith};
 pub use service::RateLimit;

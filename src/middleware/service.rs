@@ -14,6 +14,7 @@ use super::headers;
 use super::key::{ClientId, KeyExtractor, RequestInfo};
 use super::layer::{Counters, FailMode, Shared, UnknownClient};
 use super::outcome::{LimitOutcome, Unchecked};
+use super::respond::{DefaultResponses, Rejection, Respond};
 use crate::error::Error;
 use crate::rate_limit::{Decision, LimitKey};
 
@@ -30,18 +31,18 @@ use crate::rate_limit::{Decision, LimitKey};
 /// }));
 /// # let _ = service; Ok(()) }
 /// ```
-pub struct RateLimit<S, C, K> {
+pub struct RateLimit<S, C, K, H = DefaultResponses> {
     inner: S,
-    shared: Arc<Shared<C, K>>,
+    shared: Arc<Shared<C, K, H>>,
 }
 
-impl<S, C, K> RateLimit<S, C, K> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared<C, K>>) -> Self {
+impl<S, C, K, H> RateLimit<S, C, K, H> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared<C, K, H>>) -> Self {
         Self { inner, shared }
     }
 }
 
-impl<S: Clone, C, K> Clone for RateLimit<S, C, K> {
+impl<S: Clone, C, K, H> Clone for RateLimit<S, C, K, H> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -50,7 +51,7 @@ impl<S: Clone, C, K> Clone for RateLimit<S, C, K> {
     }
 }
 
-impl<S: fmt::Debug, C, K> fmt::Debug for RateLimit<S, C, K> {
+impl<S: fmt::Debug, C, K, H> fmt::Debug for RateLimit<S, C, K, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
@@ -65,8 +66,9 @@ fn refuse<B: Default>(status: StatusCode) -> Response<B> {
     response
 }
 
-impl<S, C, K, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, C, K>
+impl<S, C, K, H, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, C, K, H>
 where
+    H: Respond<ResBody>,
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     ReqBody: Send + 'static,
@@ -102,7 +104,8 @@ where
                             return inner.call(req).await;
                         }
                         UnknownClient::Reject => {
-                            return Ok(refuse(StatusCode::BAD_REQUEST));
+                            let response = refuse(StatusCode::BAD_REQUEST);
+                            return Ok(shared.respond.respond(&Rejection::UnknownClient, response));
                         }
                         _ => LimitKey::unknown_client(),
                     }
@@ -126,7 +129,9 @@ where
                             response
                                 .headers_mut()
                                 .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-                            Ok(response)
+                            Ok(shared
+                                .respond
+                                .respond(&Rejection::RedisUnavailable, response))
                         }
                         _ => {
                             Counters::bump(&stats.failed_open);
@@ -155,7 +160,11 @@ where
                         HeaderValue::from(headers::retry_after_secs(limiter.window())),
                     );
                 }
-                Ok(response)
+                let rejection = Rejection::Limited {
+                    limiter: limiter.name(),
+                    decision: &decision,
+                };
+                Ok(shared.respond.respond(&rejection, response))
             }
         })
     }
