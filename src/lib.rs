@@ -18,3 +18,9 @@ pub use script::{Call, Registry, Script, ScriptManager, Stats};
 
 /// The redis-rs version redkit is built on, re-exported so versions always match.
 pub use redis;
+
+/// Not public API: what [`embed_scripts!`] expands to needs.
+#[doc(hidden)]
+pub mod __private {
+    pub use include_dir;
+}

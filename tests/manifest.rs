@@ -1,57 +1,13 @@
 //! The lock file `lua/scripts.lock` pins name, version, key count and SHA1 of every shipped
 //! script. A shipped script is immutable: change its body and this test fails until the change
-//! is shipped as a new version (`<name>.v<N+1>.lua`) and the lock is regenerated with
-//! `REDKIT_BLESS=1 cargo test --test manifest`.
+//! is shipped as a new version (`<name>.v<N+1>.lua`) and pinned with
+//! `cargo run --features cli -- scripts lock --scripts-dir lua` (or
+//! `REDKIT_BLESS=1 cargo test --all-features --test manifest`). Both only append pins.
 
-use std::collections::BTreeMap;
-
+use redkit::script::lockfile;
 use redkit::Registry;
 
-#[derive(serde::Deserialize, serde::Serialize, Debug, PartialEq, Eq, Clone)]
-struct Entry {
-    name: String,
-    version: u32,
-    keys: usize,
-    /// `true` for a `--! keys: variadic` script (then `keys` is the minimum, 1).
-    #[serde(default, skip_serializing_if = "is_false")]
-    variadic: bool,
-    sha1: String,
-}
-
-fn is_false(b: &bool) -> bool {
-    !*b
-}
-
-#[derive(serde::Deserialize, serde::Serialize, Debug)]
-struct Lock {
-    script: Vec<Entry>,
-}
-
 const LOCK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/lua/scripts.lock");
-
-fn expected() -> Vec<Entry> {
-    Registry::global()
-        .scripts()
-        .iter()
-        .map(|s| Entry {
-            name: s.name().to_owned(),
-            version: s.version(),
-            keys: s.key_count(),
-            variadic: s.is_variadic(),
-            sha1: s.sha1().to_owned(),
-        })
-        .collect()
-}
-
-fn render(entries: &[Entry]) -> String {
-    let header = "# Generated: REDKIT_BLESS=1 cargo test --test manifest\n\
-                  # A shipped script never changes: a new body is a new version.\n\n";
-    header.to_owned()
-        + &toml::to_string(&Lock {
-            script: entries.to_vec(),
-        })
-        .expect("serialize lock")
-}
 
 #[test]
 fn every_file_is_a_valid_script() {
@@ -66,48 +22,50 @@ fn every_file_is_a_valid_script() {
 
 #[test]
 fn lock_pins_every_shipped_script() {
-    let expected = expected();
+    // The files on disk (not the embedded copy, which is as old as the last build).
+    let registry = Registry::from_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/lua")).unwrap();
     if std::env::var_os("REDKIT_BLESS").is_some() {
-        std::fs::write(LOCK, render(&expected)).expect("write lock");
-    }
-    let text = std::fs::read_to_string(LOCK).expect("lua/scripts.lock exists");
-    let lock: Lock = toml::from_str(&text).expect("lock parses");
-    let locked: BTreeMap<(String, u32), Entry> = lock
-        .script
-        .into_iter()
-        .map(|e| ((e.name.clone(), e.version), e))
-        .collect();
-    let shipped: BTreeMap<(String, u32), Entry> = expected
-        .into_iter()
-        .map(|e| ((e.name.clone(), e.version), e))
-        .collect();
-    for (id, entry) in &shipped {
-        match locked.get(id) {
-            None => panic!(
-                "{}.v{} is not in lua/scripts.lock: run REDKIT_BLESS=1 cargo test --test manifest",
-                id.0, id.1
-            ),
-            Some(pinned) if pinned.sha1 != entry.sha1 => panic!(
-                "lua/{}.v{}.lua changed after it was pinned (SHA1 {} -> {}). A shipped script \
-                 is immutable: restore it and ship the change as {}.v{}.lua",
-                id.0,
-                id.1,
-                pinned.sha1,
-                entry.sha1,
-                id.0,
-                id.1 + 1
-            ),
-            Some(pinned) => assert_eq!(pinned, entry, "key count changed for {}.v{}", id.0, id.1),
+        match lockfile::bless(&registry, registry.lock_text()) {
+            Ok(text) => std::fs::write(LOCK, text).expect("write lock"),
+            Err(problems) => panic!("{}", lockfile::report(&problems)),
         }
     }
-    for id in locked.keys() {
-        assert!(
-            shipped.contains_key(id),
-            "lua/scripts.lock pins {}.v{} but no such file is embedded",
-            id.0,
-            id.1
-        );
-    }
+    let registry = Registry::from_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/lua")).unwrap();
+    let problems = lockfile::check(&registry);
+    assert!(problems.is_empty(), "{}", lockfile::report(&problems));
+    // The embedded set is the same set.
+    assert!(lockfile::check(Registry::global()).is_empty());
+}
+
+#[test]
+fn a_bless_never_rewrites_a_pin() {
+    let lock = std::fs::read_to_string(LOCK).unwrap();
+    let pinned = &Registry::global().scripts()[0];
+    let edited = Registry::from_files([
+        (
+            format!("{}.lua", pinned.id()),
+            format!("{}\n-- edited", pinned.source()),
+        ),
+        ("scripts.lock".to_owned(), lock.clone()),
+    ]);
+    let problems = lockfile::bless(&edited, Some(&lock)).unwrap_err();
+    assert!(
+        problems
+            .iter()
+            .any(|p| matches!(p, lockfile::LockProblem::BodyChanged { script, .. } if script == pinned.id())),
+        "{problems:?}"
+    );
+    // A new version appends, and every old pin stays byte for byte.
+    let mut files: Vec<(String, String)> = Registry::global()
+        .scripts()
+        .iter()
+        .map(|s| (format!("{}.lua", s.id()), s.source().to_owned()))
+        .collect();
+    files.push(("brand_new.v1.lua".into(), "--! keys: 1\nreturn 1".into()));
+    let grown = Registry::from_files(files);
+    let text = lockfile::bless(&grown, Some(&lock)).unwrap();
+    assert!(text.starts_with(&lock), "append-only");
+    assert!(text[lock.len()..].contains("name = \"brand_new\""));
 }
 
 /// Redis scripts cannot share code, so the lazy reclaim of expired reservations is repeated in

@@ -15,6 +15,8 @@ use redkit::script::admin::{
     Admin, FlushMode, KillOutcome, Node, NodeError, NodeErrorKind, NodeReport, NodeStatus, Role,
     Verification,
 };
+use redkit::script::lockfile;
+use redkit::script::LOCK_FILE;
 use redkit::Registry;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -61,6 +63,10 @@ struct Cli {
     /// Per-node connect and response timeout, in milliseconds.
     #[arg(long, global = true, default_value_t = 5000)]
     timeout_ms: u64,
+    /// Administer the scripts of this folder (<name>.v<N>.lua files and their scripts.lock)
+    /// instead of redkit's embedded ones.
+    #[arg(long, global = true, value_name = "DIR")]
+    scripts_dir: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -74,8 +80,14 @@ enum Command {
 
 #[derive(Subcommand, Debug, Clone, Copy)]
 enum Scripts {
-    /// Name, version, SHA1 and key count of every embedded script (no Redis needed).
+    /// Name, version, SHA1 and key count of every script of the set (no Redis needed).
     List,
+    /// Check the set against its scripts.lock: exit 0 when they agree, 4 when a pinned script
+    /// changed, is unpinned or is gone (no Redis needed).
+    Check,
+    /// Pin new script versions in <scripts-dir>/scripts.lock (append-only: refuses, exit 4,
+    /// when a pinned script changed). Needs --scripts-dir.
+    Lock,
     /// Per node: address, role, server version and which embedded scripts are loaded.
     Status,
     /// SCRIPT LOAD every embedded script on every node, replicas included (idempotent).
@@ -99,6 +111,8 @@ impl Scripts {
     fn name(self) -> &'static str {
         match self {
             Self::List => "list",
+            Self::Check => "check",
+            Self::Lock => "lock",
             Self::Status => "status",
             Self::Load => "load",
             Self::Verify => "verify",
@@ -217,15 +231,31 @@ struct Outcome {
 }
 
 async fn run(cli: &Cli, command: Scripts) -> Result<u8, Failure> {
-    if let Scripts::List = command {
-        if cli.json {
-            print_json(
-                &json!({"command": "list", "ok": true, "exit_code": 0, "scripts": list_rows()}),
-            );
-        } else if !cli.quiet {
-            print_list();
+    let registry = registry(cli)?;
+    match command {
+        Scripts::List => {
+            if cli.json {
+                print_json(&json!({"command": "list", "ok": true, "exit_code": 0,
+                    "scripts": list_rows(&registry)}));
+            } else if !cli.quiet {
+                print_list(&registry);
+            }
+            return Ok(0);
         }
-        return Ok(0);
+        Scripts::Check => return Ok(check(cli, &registry)),
+        Scripts::Lock => return lock(cli, &registry),
+        _ => {}
+    }
+    if !registry.problems().is_empty() {
+        let problems: Vec<String> = registry
+            .problems()
+            .iter()
+            .map(|p| format!("{}: {}", p.file, p.problem))
+            .collect();
+        return Err(Failure::usage(format!(
+            "the script folder has invalid files: {}",
+            problems.join("; ")
+        )));
     }
     if let Scripts::Flush { yes: false, .. } = command {
         return Err(Failure::usage(format!(
@@ -233,14 +263,17 @@ async fn run(cli: &Cli, command: Scripts) -> Result<u8, Failure> {
             target_description(cli)
         )));
     }
-    let admin = admin(cli)?;
+    let admin = admin(cli)?.with_scripts(registry);
     let target = target_description(cli);
     let fail = |e: redkit::Error| Failure::from_error(&target, &e);
     let outcome = match command {
-        Scripts::List => unreachable!("handled above"),
+        Scripts::List | Scripts::Check | Scripts::Lock => unreachable!("handled above"),
         Scripts::Status => status_outcome(&admin.status().await.map_err(fail)?),
         Scripts::Load => load_outcome(&admin.load().await.map_err(fail)?),
-        Scripts::Verify => verify_outcome(&admin.verify().await.map_err(fail)?),
+        Scripts::Verify => verify_outcome(
+            &admin.verify().await.map_err(fail)?,
+            admin.scripts().scripts().len(),
+        ),
         Scripts::Flush { sync, .. } => {
             let mode = if sync {
                 FlushMode::Sync
@@ -403,7 +436,7 @@ fn load_outcome(reports: &[NodeReport<usize>]) -> Outcome {
     }
 }
 
-fn verify_outcome(report: &Verification) -> Outcome {
+fn verify_outcome(report: &Verification, scripts: usize) -> Outcome {
     let mut lines = Vec::new();
     let mut errors = Vec::new();
     for p in &report.primaries {
@@ -417,8 +450,7 @@ fn verify_outcome(report: &Verification) -> Outcome {
     }
     if report.is_ok() {
         lines.push(format!(
-            "ok: all {} embedded scripts loaded on {} primaries",
-            Registry::global().scripts().len(),
+            "ok: all {scripts} scripts loaded on {} primaries",
             report.primaries.len()
         ));
     }
@@ -593,8 +625,8 @@ struct ListRow<'a> {
     variadic: bool,
 }
 
-fn list_rows() -> Vec<ListRow<'static>> {
-    Registry::global()
+fn list_rows(registry: &Registry) -> Vec<ListRow<'_>> {
+    registry
         .scripts()
         .iter()
         .map(|s| ListRow {
@@ -607,9 +639,9 @@ fn list_rows() -> Vec<ListRow<'static>> {
         .collect()
 }
 
-fn print_list() {
+fn print_list(registry: &Registry) {
     println!("{:<24} {:>7} {:>4}  SHA1", "NAME", "VERSION", "KEYS");
-    for r in list_rows() {
+    for r in list_rows(registry) {
         let keys = if r.variadic {
             format!("{}+", r.keys)
         } else {
@@ -617,4 +649,93 @@ fn print_list() {
         };
         println!("{:<24} {:>7} {:>4}  {}", r.name, r.version, keys, r.sha1);
     }
+}
+
+/// The script set: `--scripts-dir`, or redkit's embedded scripts.
+fn registry(cli: &Cli) -> Result<Registry, Failure> {
+    match &cli.scripts_dir {
+        Some(dir) => Registry::from_dir(dir).map_err(|e| Failure::usage(e.to_string())),
+        None => Ok(Registry::global().clone()),
+    }
+}
+
+/// `scripts check`: the set against its lock.
+fn check(cli: &Cli, registry: &Registry) -> u8 {
+    let problems = lockfile::check(registry);
+    let code = if problems.is_empty() {
+        0
+    } else {
+        EXIT_VERIFY_FAILED
+    };
+    if cli.json {
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        print_json(
+            &json!({"command": "check", "ok": code == 0, "exit_code": code,
+            "scripts": registry.scripts().len(), "problems": list}),
+        );
+    } else if problems.is_empty() {
+        if !cli.quiet {
+            println!(
+                "ok: {} scripts, all pinned and unchanged",
+                registry.scripts().len()
+            );
+        }
+    } else {
+        eprintln!(
+            "redkit: {}",
+            lockfile::report(&problems).replace('\n', "\nredkit: ")
+        );
+    }
+    code
+}
+
+/// `scripts lock`: append pins for new versions to `<dir>/scripts.lock`.
+fn lock(cli: &Cli, registry: &Registry) -> Result<u8, Failure> {
+    let Some(dir) = &cli.scripts_dir else {
+        return Err(Failure::usage(
+            "`scripts lock` writes <dir>/scripts.lock: give --scripts-dir <dir>",
+        ));
+    };
+    let path = dir.join(LOCK_FILE);
+    let before = registry.lock_text().map(str::to_owned);
+    let text = match lockfile::bless(registry, before.as_deref()) {
+        Ok(text) => text,
+        Err(problems) => {
+            if cli.json {
+                let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+                print_json(
+                    &json!({"command": "lock", "ok": false, "exit_code": EXIT_VERIFY_FAILED, "problems": list}),
+                );
+            }
+            eprintln!(
+                "redkit: refusing to rewrite pins: {}",
+                lockfile::report(&problems).replace('\n', "; ")
+            );
+            return Ok(EXIT_VERIFY_FAILED);
+        }
+    };
+    let added = before
+        .as_deref()
+        .map_or(text.len(), |b| text.len().saturating_sub(b.len()));
+    if before.as_deref() != Some(text.as_str()) {
+        std::fs::write(&path, &text).map_err(|e| Failure {
+            code: EXIT_REDIS_ERROR,
+            kind: "io",
+            message: format!("cannot write {}: {e}", path.display()),
+        })?;
+    }
+    if cli.json {
+        print_json(&json!({"command": "lock", "ok": true, "exit_code": 0, "changed": added > 0}));
+    } else if !cli.quiet {
+        println!(
+            "{}: {}",
+            path.display(),
+            if added > 0 {
+                "new versions pinned"
+            } else {
+                "already up to date"
+            }
+        );
+    }
+    Ok(0)
 }

@@ -14,6 +14,7 @@
 //! ```
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -29,6 +30,7 @@ pub struct Admin {
     seeds: Vec<ConnectionInfo>,
     cluster: bool,
     timeout: Duration,
+    scripts: Arc<Registry>,
 }
 
 impl fmt::Debug for Admin {
@@ -39,6 +41,7 @@ impl fmt::Debug for Admin {
             .field("seeds", &addrs)
             .field("cluster", &self.cluster)
             .field("timeout", &self.timeout)
+            .field("scripts", &self.scripts.scripts().len())
             .finish()
     }
 }
@@ -64,7 +67,7 @@ pub struct Node {
     pub role: Role,
 }
 
-/// Whether one embedded script is in one node's cache.
+/// Whether one script of the administered set is in one node's cache.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct ScriptPresence {
@@ -210,7 +213,7 @@ pub struct NodeStatus {
     pub node: Node,
     /// `redis_version` from `INFO server`, when the node answered.
     pub version: Option<String>,
-    /// Every embedded script and whether it is loaded there (empty when not asked).
+    /// Every script of the set and whether it is loaded there (empty when not asked).
     pub scripts: Vec<ScriptPresence>,
     /// Why the node could not be asked, if it could not.
     pub error: Option<NodeError>,
@@ -222,7 +225,7 @@ pub struct NodeStatus {
 pub struct PrimaryVerification {
     /// The primary.
     pub node: Node,
-    /// Ids (`name.vN`) of the embedded scripts it does not have cached.
+    /// Ids (`name.vN`) of the set's scripts it does not have cached.
     pub missing: Vec<String>,
     /// Why it could not be asked, if it could not.
     pub error: Option<NodeError>,
@@ -247,7 +250,7 @@ pub struct Verification {
 
 impl Verification {
     /// `true` when there is at least one primary and every primary answered and has every
-    /// embedded script.
+    /// script of the set.
     ///
     /// ```
     /// # fn show(v: &redkit::script::admin::Verification) { let _ = v.is_ok(); }
@@ -302,6 +305,7 @@ impl Admin {
             seeds: vec![info.into_connection_info()?],
             cluster: false,
             timeout: Self::DEFAULT_TIMEOUT,
+            scripts: Arc::new(Registry::global().clone()),
         })
     }
 
@@ -321,7 +325,35 @@ impl Admin {
             seeds,
             cluster: true,
             timeout: Self::DEFAULT_TIMEOUT,
+            scripts: Arc::new(Registry::global().clone()),
         })
+    }
+
+    /// Administers another script set than redkit's embedded one (your crate's
+    /// [`embed_scripts!`](crate::embed_scripts), or [`Registry::from_dir`]): `status`,
+    /// `load` and `verify` then use its scripts.
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// use redkit::{script::admin::Admin, Registry};
+    /// let admin = Admin::cluster(["redis://127.0.0.1:7000/"])?.with_scripts(Registry::from_dir("lua")?);
+    /// assert!(admin.verify().await?.is_ok());
+    /// # Ok(()) }
+    /// ```
+    pub fn with_scripts(mut self, scripts: Registry) -> Self {
+        self.scripts = Arc::new(scripts);
+        self
+    }
+
+    /// The script set administered.
+    ///
+    /// ```
+    /// let admin = redkit::script::admin::Admin::single("redis://127.0.0.1:6379/")?;
+    /// assert_eq!(admin.scripts().scripts().len(), redkit::Registry::global().scripts().len());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn scripts(&self) -> &Registry {
+        &self.scripts
     }
 
     /// Sets the per-node connect and response timeout.
@@ -405,7 +437,7 @@ impl Admin {
             .collect())
     }
 
-    /// Server version, role and the embedded scripts each node has cached. A node that
+    /// Server version, role and the set's scripts each node has cached. A node that
     /// cannot be asked is reported with its [`NodeError`]; the others are still asked.
     ///
     /// ```no_run
@@ -417,7 +449,7 @@ impl Admin {
     /// # Ok(()) }
     /// ```
     pub async fn status(&self) -> Result<Vec<NodeStatus>> {
-        let scripts = Registry::global().scripts();
+        let scripts = self.scripts.scripts();
         let reports = self
             .each_node(|admin, node| async move {
                 let result = admin.node_status(&node, scripts).await;
@@ -467,7 +499,7 @@ impl Admin {
         Ok((version, presence))
     }
 
-    /// `SCRIPT LOAD` of every embedded script on every node (replicas too, so a promoted
+    /// `SCRIPT LOAD` of every script of the set on every node (replicas too, so a promoted
     /// replica is warm), concurrently. Idempotent. Each node's report holds how many scripts
     /// it loaded, or why it could not; a failed node does not stop the others.
     ///
@@ -482,7 +514,9 @@ impl Admin {
         self.each_node(|admin, node| async move {
             let result = async {
                 let mut conn = admin.connect_addr(&node.addr).await?;
-                super::ScriptManager::new().preload(&mut conn).await
+                super::ScriptManager::new()
+                    .preload_scripts(&mut conn, admin.scripts.scripts())
+                    .await
             }
             .await;
             (node, result)
@@ -490,7 +524,7 @@ impl Admin {
         .await
     }
 
-    /// Checks that every primary has every embedded script cached.
+    /// Checks that every primary has every script of the set cached.
     ///
     /// ```no_run
     /// # async fn run() -> redkit::Result<()> {

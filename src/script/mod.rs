@@ -23,6 +23,9 @@
 
 pub mod admin;
 mod call;
+#[cfg(feature = "lockfile")]
+#[cfg_attr(docsrs, doc(cfg(feature = "lockfile")))]
+pub mod lockfile;
 mod manager;
 pub mod registry;
 mod replication;
@@ -31,5 +34,5 @@ pub use call::Call;
 #[allow(unused_imports)]
 pub(crate) use manager::script_error;
 pub use manager::{ScriptManager, Stats};
-pub use registry::{Registry, RegistryProblem, Script};
+pub use registry::{Registry, RegistryProblem, Script, LOCK_FILE};
 pub use replication::{Acked, Replication};

@@ -143,7 +143,13 @@ pub struct RegistryProblem {
     pub problem: String,
 }
 
-/// Every script embedded from `lua/`, hashed once.
+/// A set of versioned scripts, hashed once: redkit's own ([`Registry::global`]), your crate's
+/// embedded `lua/` folder ([`embed_scripts!`](crate::embed_scripts)), or a folder read at run
+/// time ([`Registry::from_dir`], used by `redkit --scripts-dir`).
+///
+/// Files are `<name>.v<N>.lua` with a `--! keys: K` (or `--! keys: variadic`) header line; a
+/// `scripts.lock` beside them pins every shipped version (see the `lockfile` module, feature
+/// `lockfile`).
 ///
 /// ```
 /// let registry = redkit::Registry::global();
@@ -151,10 +157,11 @@ pub struct RegistryProblem {
 /// assert_eq!(script.key_count(), 1);
 /// assert!(registry.problems().is_empty());
 /// ```
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Registry {
     scripts: Vec<Script>,
     problems: Vec<RegistryProblem>,
+    lock: Option<String>,
 }
 
 impl Registry {
@@ -163,7 +170,97 @@ impl Registry {
         &REGISTRY
     }
 
-    /// All embedded scripts, sorted by name then version.
+    /// A registry of the given files: `(file name, contents)`. Files named `*.lua` become
+    /// scripts (or [`problems`](Self::problems)); `scripts.lock` is kept as the set's
+    /// [`lock_text`](Self::lock_text); other files are ignored.
+    ///
+    /// ```
+    /// let registry = redkit::Registry::from_files([
+    ///     ("greet.v1.lua", "--! keys: 1\nreturn 'hi ' .. KEYS[1]"),
+    ///     ("README.md", "ignored"),
+    /// ]);
+    /// assert_eq!(registry.scripts()[0].id(), "greet.v1");
+    /// assert!(registry.problems().is_empty() && registry.lock_text().is_none());
+    /// ```
+    pub fn from_files<N, C>(files: impl IntoIterator<Item = (N, C)>) -> Self
+    where
+        N: AsRef<str>,
+        C: AsRef<[u8]>,
+    {
+        let mut scripts = Vec::new();
+        let mut problems = Vec::new();
+        let mut lock = None;
+        for (name, contents) in files {
+            let path = name.as_ref();
+            if path == LOCK_FILE {
+                lock = Some(String::from_utf8_lossy(contents.as_ref()).into_owned());
+                continue;
+            }
+            let Some(stem) = path.strip_suffix(".lua") else {
+                continue;
+            };
+            match parse_file(stem, contents.as_ref()) {
+                Ok(script) => scripts.push(script),
+                Err(problem) => problems.push(RegistryProblem {
+                    file: path.to_owned(),
+                    problem,
+                }),
+            }
+        }
+        scripts.sort_by(|a, b| (&a.name, a.version).cmp(&(&b.name, b.version)));
+        for pair in scripts.windows(2) {
+            if pair[0].name == pair[1].name && pair[0].version == pair[1].version {
+                problems.push(RegistryProblem {
+                    file: format!("{}.lua", pair[1].id),
+                    problem: "the same name and version twice".to_owned(),
+                });
+            }
+        }
+        Self {
+            scripts,
+            problems,
+            lock,
+        }
+    }
+
+    /// Reads the scripts (and `scripts.lock`) of a folder at run time, not recursively.
+    /// Errors only when the folder or a file cannot be read; bad files are
+    /// [`problems`](Self::problems).
+    ///
+    /// ```no_run
+    /// let registry = redkit::Registry::from_dir("lua")?;
+    /// for p in registry.problems() { eprintln!("{}: {}", p.file, p.problem); }
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn from_dir(dir: impl AsRef<std::path::Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        let unreadable = |e: std::io::Error| {
+            Error::invalid("scripts dir", format!("cannot read {}: {e}", dir.display()))
+        };
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(unreadable)? {
+            let entry = entry.map_err(unreadable)?;
+            if !entry.file_type().map_err(unreadable)?.is_file() {
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".lua") || name == LOCK_FILE {
+                files.push((name, std::fs::read(entry.path()).map_err(unreadable)?));
+            }
+        }
+        Ok(Self::from_files(files))
+    }
+
+    /// The text of the set's `scripts.lock`, when the folder has one.
+    ///
+    /// ```
+    /// assert!(redkit::Registry::global().lock_text().is_some());
+    /// ```
+    pub fn lock_text(&self) -> Option<&str> {
+        self.lock.as_deref()
+    }
+
+    /// All scripts, sorted by name then version.
     pub fn scripts(&self) -> &[Script] {
         &self.scripts
     }
@@ -192,24 +289,47 @@ impl Registry {
     }
 
     fn build() -> Self {
-        let mut scripts = Vec::new();
-        let mut problems = Vec::new();
-        for file in LUA_DIR.files() {
-            let path = file.path().to_string_lossy().into_owned();
-            let Some(stem) = path.strip_suffix(".lua") else {
-                continue;
-            };
-            match parse_file(stem, file.contents()) {
-                Ok(script) => scripts.push(script),
-                Err(problem) => problems.push(RegistryProblem {
-                    file: path,
-                    problem,
-                }),
-            }
-        }
-        scripts.sort_by(|a, b| (&a.name, a.version).cmp(&(&b.name, b.version)));
-        Self { scripts, problems }
+        Self::from_files(
+            LUA_DIR
+                .files()
+                .map(|f| (f.path().to_string_lossy(), f.contents())),
+        )
     }
+}
+
+/// The name of a script set's lock file, beside its `.lua` files.
+pub const LOCK_FILE: &str = "scripts.lock";
+
+/// Embeds a folder of versioned Lua scripts into your crate and returns its
+/// `&'static` [`Registry`], built (and every SHA1 computed) once, on first use.
+///
+/// The path is resolved at compile time by `include_dir`; start it with `$CARGO_MANIFEST_DIR`.
+/// Files follow redkit's own rules (`<name>.v<N>.lua`, a `--! keys:` header) and a
+/// `scripts.lock` beside them is embedded too, so a test can check the set
+/// (`redkit::script::lockfile::check`, feature `lockfile`).
+///
+/// ```ignore
+/// fn scripts() -> &'static redkit::Registry {
+///     redkit::embed_scripts!("$CARGO_MANIFEST_DIR/lua")
+/// }
+/// let script = scripts().require("my_counter", 1)?;
+/// ```
+#[macro_export]
+macro_rules! embed_scripts {
+    ($path:tt) => {{
+        static DIR: $crate::__private::include_dir::Dir<'static> = {
+            use $crate::__private::include_dir;
+            include_dir::include_dir!($path)
+        };
+        static REGISTRY: ::std::sync::LazyLock<$crate::Registry> =
+            ::std::sync::LazyLock::new(|| {
+                $crate::Registry::from_files(
+                    DIR.files()
+                        .map(|f| (f.path().to_string_lossy(), f.contents())),
+                )
+            });
+        &*REGISTRY
+    }};
 }
 
 /// Parses `name.vN` and the `--! keys: K` header of one file.
