@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
-use redkit::{Call, Error, Registry, ScriptManager};
+use redkit::{Call, CallOutcome, Error, Registry, ScriptManager};
 use support::{RedisCluster, RedisServer};
 
 fn ip(s: &str) -> LimitKey {
@@ -325,7 +325,7 @@ async fn batch_checks_many_keys_in_one_round_trip() {
         .unwrap();
     let allowed: Vec<bool> = results
         .iter()
-        .map(|r| r.as_ref().unwrap().is_allowed())
+        .map(|r| r.value().unwrap().is_allowed())
         .collect();
     assert_eq!(allowed, [true, true, false, true]);
     // One bad key does not spoil the others.
@@ -335,8 +335,11 @@ async fn batch_checks_many_keys_in_one_round_trip() {
         .check_batch(&mut conn, &[b.clone(), bad])
         .await
         .unwrap();
-    assert!(results[0].as_ref().unwrap().is_allowed());
-    assert!(matches!(results[1], Err(Error::CorruptData { .. })));
+    assert!(results[0].value().unwrap().is_allowed());
+    assert!(matches!(
+        results[1],
+        CallOutcome::Ran(Err(Error::CorruptData { .. }))
+    ));
 }
 
 #[tokio::test]
@@ -377,10 +380,10 @@ async fn works_on_a_cluster() {
     let results = limiter.check_batch_by_slot(&conn, &twice).await.unwrap();
     let allowed = results
         .iter()
-        .filter(|r| r.as_ref().unwrap().is_allowed())
+        .filter(|r| r.value().unwrap().is_allowed())
         .count();
     assert_eq!(allowed, 40 * 3);
     assert!(results[120..]
         .iter()
-        .all(|r| !r.as_ref().unwrap().is_allowed()));
+        .all(|r| !r.value().unwrap().is_allowed()));
 }
