@@ -227,8 +227,9 @@ async fn limiter_batches_during_a_slot_migration_report_every_unit() {
         let k = limiter.redis_key(&lkeys[0]);
         k[k.find('{').unwrap()..].to_owned()
     };
+    let ports: Arc<Vec<u16>> = Arc::new(cluster.nodes.iter().map(|n| n.port()).collect());
     let told = during_migration(&cluster, &tag, |conn, w, stop| {
-        let (limiter, lkeys) = (limiter.clone(), lkeys.clone());
+        let (limiter, lkeys, ports) = (limiter.clone(), lkeys.clone(), ports.clone());
         async move {
             let mut told = Told::default();
             let mut i = w as usize;
@@ -245,6 +246,16 @@ async fn limiter_batches_during_a_slot_migration_report_every_unit() {
                 .await;
                 let Ok(r) = r else {
                     eprintln!("HUNG batch at {:?}", std::time::SystemTime::now());
+                    for port in ports.iter() {
+                        let out = std::process::Command::new("redis-cli")
+                            .args(["-p", &port.to_string(), "CLIENT", "LIST"])
+                            .output()
+                            .unwrap();
+                        eprintln!(
+                            "{port} CLIENT LIST:\n{}",
+                            String::from_utf8_lossy(&out.stdout)
+                        );
+                    }
                     panic!("hung");
                 };
                 for o in r.unwrap() {
@@ -261,4 +272,51 @@ async fn limiter_batches_during_a_slot_migration_report_every_unit() {
     let rkeys: Vec<String> = lkeys.iter().map(|k| limiter.redis_key(k)).collect();
     let applied = sum_of(&mut cluster.conn().await, &rkeys).await;
     check("check_batch_by_slot", told, applied);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn debug_limiter_hang() {
+    let cluster = RedisCluster::spawn().await;
+    let conn = cluster.conn().await;
+    let limiter = FixedWindow::new("mig", 1_000_000, Duration::from_secs(600)).unwrap();
+    let k = LimitKey::text("c0").unwrap();
+    let rk = limiter.redis_key(&k);
+    let tag = rk[rk.find('{').unwrap()..].to_owned();
+    let slot: u16 = cluster.nodes[0].cmd(&["CLUSTER", "KEYSLOT", &tag]).await;
+    let step = |label: &'static str| {
+        let (limiter, conn, k) = (limiter.clone(), conn.clone(), k.clone());
+        async move {
+            for i in 0..3 {
+                let r = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    limiter.check_batch_by_slot(&conn, std::slice::from_ref(&k)),
+                )
+                .await;
+                eprintln!("{label} {i}: {r:?}");
+                if r.is_err() {
+                    return false;
+                }
+            }
+            true
+        }
+    };
+    assert!(step("before").await);
+    let mig = cluster.begin_migration(slot).await;
+    assert!(step("migrating, key on source").await);
+    mig.migrate_keys(3).await;
+    let ok = step("migrating, key on target").await;
+    if !ok {
+        for n in [mig.source, mig.target] {
+            let out = n.redis_cli(&["CLIENT", "LIST"]).await;
+            eprintln!(
+                "{} CLIENT LIST:\n{}",
+                n.port(),
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+    }
+    mig.finish(&cluster).await;
+    assert!(step("after").await);
+    assert!(ok);
 }
