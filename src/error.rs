@@ -84,7 +84,9 @@ pub enum Error {
         server: String,
     },
 
-    /// A call was built with a number of keys that differs from what the script declares.
+    /// A call was built with a number of keys that differs from what the script declares,
+    /// or declares more than [`Call::MAX_KEYS`](crate::Call::MAX_KEYS) (then `expected` is
+    /// that maximum).
     #[error("script {script} takes {expected} keys, the call has {got}")]
     KeyCount {
         /// `name.vN` of the script.

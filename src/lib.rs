@@ -14,7 +14,7 @@ pub mod rate_limit;
 pub mod script;
 
 pub use error::{Error, Result};
-pub use script::{Call, Registry, Script, ScriptManager, Stats};
+pub use script::{Call, CallOutcome, Registry, Script, ScriptManager, Stats};
 
 /// The redis-rs version redkit is built on, re-exported so versions always match.
 pub use redis;

@@ -153,3 +153,79 @@ mod middleware {
         }
     }
 }
+
+// ---- Script calls: Call::new / with_key_count / key / arg with extreme values ----
+
+mod calls {
+    use proptest::prelude::*;
+    use redkit::{Call, Error, Script};
+
+    fn any_count() -> impl Strategy<Value = usize> {
+        prop_oneof![
+            Just(0usize),
+            Just(1usize),
+            Just(Call::MAX_KEYS),
+            Just(Call::MAX_KEYS + 1),
+            Just(usize::MAX / 4),
+            Just(1usize << 32),
+            Just(usize::MAX),
+            any::<usize>(),
+            0usize..64,
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Any declared count with any (small) number of keys and args: building never
+        /// panics, and validation accepts exactly what the script and the cap allow.
+        #[test]
+        fn variadic_calls_never_panic_and_validate_exactly(
+            declared in any_count(),
+            keys in 0usize..8,
+            args in proptest::collection::vec(any::<i64>(), 0..8),
+            misorder in any::<bool>(),
+        ) {
+            let v = Script::new_variadic("v", 1, "return #KEYS").unwrap();
+            let mut call = Call::with_key_count(&v, declared);
+            if misorder {
+                call.arg(1);
+            }
+            for i in 0..keys {
+                call.key(format!("{{t}}:{i}"));
+            }
+            for a in &args {
+                call.arg(*a);
+            }
+            let ok = !misorder && (1..=Call::MAX_KEYS).contains(&declared) && keys == declared;
+            match call.validate() {
+                Ok(()) => prop_assert!(ok),
+                Err(Error::KeyCount { .. }) | Err(Error::InvalidInput { .. }) => prop_assert!(!ok),
+                Err(e) => prop_assert!(false, "unexpected error {e}"),
+            }
+        }
+
+        /// Fixed scripts: only the declared count passes; keys and args of any bytes.
+        #[test]
+        fn fixed_calls_never_panic(
+            script_keys in 0usize..4,
+            declared in any_count(),
+            key in proptest::collection::vec(any::<u8>(), 0..64),
+            arg in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let s = Script::new("f", 1, script_keys, "return 1").unwrap();
+            let mut call = Call::with_key_count(&s, declared);
+            for _ in 0..script_keys.min(declared) {
+                call.key(&key);
+            }
+            call.arg(&arg[..]).arg(u64::MAX).arg(i64::MIN).arg(f64::NAN);
+            let ok = declared == script_keys && declared <= Call::MAX_KEYS;
+            prop_assert_eq!(call.validate().is_ok(), ok);
+            let mut plain = Call::new(&s);
+            for _ in 0..script_keys {
+                plain.key(&key);
+            }
+            prop_assert!(plain.validate().is_ok());
+        }
+    }
+}

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
-use redkit::{Call, Error, Registry, ScriptManager};
+use redkit::{Call, CallOutcome, Error, Registry, ScriptManager};
 use support::{RedisCluster, RedisServer};
 
 fn ip(s: &str) -> LimitKey {
@@ -200,7 +200,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     }
 
     // The script validates its arguments again (second line of defence).
-    let script = Registry::global().require("fixed_window", 1).unwrap();
+    let script = Registry::global().require("fixed_window", 2).unwrap();
     let manager = ScriptManager::new();
     for (limit, window, cost) in [
         ("0", "1000", "1"),
@@ -208,6 +208,11 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         ("5", "1000", "0"),
         ("x", "1000", "1"),
         ("5", "1.5", "1"),
+        ("05", "1000", "1"),
+        ("5", "1e3", "1"),
+        ("5", " 1000", "1"),
+        ("5", "1000", "+1"),
+        ("5", "9007199254740993", "1"),
     ] {
         let mut call = Call::new(script);
         call.key("rk:rl:raw:{k:x}").arg(limit).arg(window).arg(cost);
@@ -325,7 +330,7 @@ async fn batch_checks_many_keys_in_one_round_trip() {
         .unwrap();
     let allowed: Vec<bool> = results
         .iter()
-        .map(|r| r.as_ref().unwrap().is_allowed())
+        .map(|r| r.value().unwrap().is_allowed())
         .collect();
     assert_eq!(allowed, [true, true, false, true]);
     // One bad key does not spoil the others.
@@ -335,8 +340,11 @@ async fn batch_checks_many_keys_in_one_round_trip() {
         .check_batch(&mut conn, &[b.clone(), bad])
         .await
         .unwrap();
-    assert!(results[0].as_ref().unwrap().is_allowed());
-    assert!(matches!(results[1], Err(Error::CorruptData { .. })));
+    assert!(results[0].value().unwrap().is_allowed());
+    assert!(matches!(
+        results[1],
+        CallOutcome::Ran(Err(Error::CorruptData { .. }))
+    ));
 }
 
 #[tokio::test]
@@ -377,10 +385,207 @@ async fn works_on_a_cluster() {
     let results = limiter.check_batch_by_slot(&conn, &twice).await.unwrap();
     let allowed = results
         .iter()
-        .filter(|r| r.as_ref().unwrap().is_allowed())
+        .filter(|r| r.value().unwrap().is_allowed())
         .count();
     assert_eq!(allowed, 40 * 3);
     assert!(results[120..]
         .iter()
-        .all(|r| !r.as_ref().unwrap().is_allowed()));
+        .all(|r| !r.value().unwrap().is_allowed()));
+}
+
+// ---- fixed_window.v2: nothing half-applied, whatever is stored and whatever the ACL denies ----
+
+/// Every key of the (private) server: its DUMP and whether it has a TTL.
+async fn keyspace(server: &RedisServer) -> Vec<(Vec<u8>, Vec<u8>, bool)> {
+    let mut conn = server.conn().await;
+    let mut keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    keys.sort();
+    let mut out = Vec::new();
+    for k in keys {
+        let dump: Vec<u8> = redis::cmd("DUMP")
+            .arg(&k)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&k)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        out.push((k, dump, pttl > 0));
+    }
+    out
+}
+
+#[tokio::test]
+async fn v2_refuses_every_poisoned_counter_and_writes_nothing() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let limiter = FixedWindow::new("poison", 10, Duration::from_secs(10)).unwrap();
+    let key = LimitKey::text("victim").unwrap();
+    let rk = limiter.redis_key(&key);
+    let _: () = server.cmd(&["SET", "rk:other", "untouched"]).await;
+    let strings = [
+        "05",
+        "-0",
+        "+5",
+        " 5",
+        "5 ",
+        "5.0",
+        "1.5",
+        "1e3",
+        "0x10",
+        "",
+        "-5",
+        "abc",
+        "99999999999999999999",
+        "9223372036854775808",
+        "-9223372036854775809",
+    ];
+    for with_ttl in [false, true] {
+        for bad in strings {
+            let _: () = server.cmd(&["DEL", &rk]).await;
+            let _: () = server.cmd(&["SET", &rk, bad]).await;
+            if with_ttl {
+                let _: i64 = server.cmd(&["PEXPIRE", &rk, "60000"]).await;
+            }
+            let before = keyspace(&server).await;
+            let r = limiter.check(&mut conn, &key).await;
+            assert!(
+                matches!(r, Err(Error::CorruptData { .. })),
+                "{bad:?} ttl={with_ttl}: {r:?}"
+            );
+            assert_eq!(keyspace(&server).await, before, "{bad:?} ttl={with_ttl}");
+        }
+        for (kind, args) in [
+            ("hash", vec!["HSET", &rk, "f", "1"]),
+            ("list", vec!["RPUSH", &rk, "1"]),
+            ("set", vec!["SADD", &rk, "1"]),
+        ] {
+            let _: () = server.cmd(&["DEL", &rk]).await;
+            let _: i64 = server.cmd(&args).await;
+            if with_ttl {
+                let _: i64 = server.cmd(&["PEXPIRE", &rk, "60000"]).await;
+            }
+            let before = keyspace(&server).await;
+            let r = limiter.check(&mut conn, &key).await;
+            assert!(matches!(r, Err(Error::WrongType { .. })), "{kind}: {r:?}");
+            assert_eq!(keyspace(&server).await, before, "{kind} ttl={with_ttl}");
+        }
+    }
+    // Valid extremes are counters: int64 max is far above the limit (limited, unchanged).
+    let _: () = server
+        .cmd(&["SET", &rk, "9223372036854775807", "PX", "60000"])
+        .await;
+    let before = keyspace(&server).await;
+    let d = limiter.check(&mut conn, &key).await.unwrap();
+    assert!(!d.is_allowed(), "{d:?}");
+    assert_eq!(d.quota().remaining(), 0);
+    assert_eq!(keyspace(&server).await, before);
+    let _: () = server.cmd(&["SET", &rk, "0", "PX", "60000"]).await;
+    assert!(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
+    let v: String = server.cmd(&["GET", &rk]).await;
+    assert_eq!(v, "1");
+}
+
+/// The states a counter can be found in, and the commands v2 runs in each.
+const STATES: [(&str, &[&str]); 4] = [
+    ("new", &["GET", "SET"]),
+    ("counting", &["GET", "PTTL", "INCRBY"]),
+    ("no ttl", &["GET", "PTTL", "INCRBY", "PEXPIRE"]),
+    ("limited", &["GET", "PTTL"]),
+];
+
+async fn set_state(server: &RedisServer, rk: &str, state: &str) {
+    let _: () = server.cmd(&["DEL", rk]).await;
+    match state {
+        "new" => {}
+        "counting" => server.cmd(&["SET", rk, "1", "PX", "60000"]).await,
+        "no ttl" => server.cmd(&["SET", rk, "1"]).await,
+        "limited" => server.cmd(&["SET", rk, "2", "PX", "60000"]).await,
+        _ => unreachable!(),
+    }
+}
+
+#[tokio::test]
+async fn v2_under_an_acl_user_denied_any_inner_command_writes_nothing() {
+    let server = RedisServer::spawn().await;
+    let limiter = FixedWindow::new("acl", 2, Duration::from_secs(60)).unwrap();
+    let key = LimitKey::text("u").unwrap();
+    let rk = limiter.redis_key(&key);
+    let _: () = server.cmd(&["SET", "rk:other", "untouched"]).await;
+    // Preload as the default user, so a denial is about the inner command, not SCRIPT LOAD.
+    ScriptManager::new()
+        .preload(&mut server.conn().await)
+        .await
+        .unwrap();
+    for denied in ["GET", "SET", "INCRBY", "PTTL", "PEXPIRE", "EXPIRE"] {
+        let user = format!("u_{}", denied.to_lowercase());
+        let rule = format!("-{}", denied.to_lowercase());
+        let _: () = server
+            .cmd(&[
+                "ACL", "SETUSER", &user, "on", ">pw", "~*", "&*", "+@all", &rule,
+            ])
+            .await;
+        let url = format!("redis://{user}:pw@127.0.0.1:{}/", server.port());
+        let mut conn = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        for (state, runs) in STATES {
+            set_state(&server, &rk, state).await;
+            let before = keyspace(&server).await;
+            let r = limiter.check(&mut conn, &key).await;
+            if runs.contains(&denied) {
+                assert!(
+                    matches!(r, Err(Error::PermissionDenied { .. })),
+                    "-{denied} in state {state}: {r:?}"
+                );
+                assert_eq!(
+                    keyspace(&server).await,
+                    before,
+                    "-{denied} in state {state}: nothing written"
+                );
+            } else {
+                let d = r.unwrap_or_else(|e| panic!("-{denied} in state {state}: {e}"));
+                assert_eq!(d.is_allowed(), state != "limited", "{state}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn v1_left_a_counter_without_ttl_when_pexpire_was_denied() {
+    // The bug v2 fixes, kept as a regression witness: v1 INCRBYs, then PEXPIRE is refused.
+    let server = RedisServer::spawn().await;
+    let _: () = server
+        .cmd(&[
+            "ACL", "SETUSER", "noexp", "on", ">pw", "~*", "&*", "+@all", "-pexpire",
+        ])
+        .await;
+    let url = format!("redis://noexp:pw@127.0.0.1:{}/", server.port());
+    let mut conn = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let v1 = Registry::global().require("fixed_window", 1).unwrap();
+    let mut call = Call::new(v1);
+    call.key("rk:rl:v1:{k:x}").arg(5).arg(60_000).arg(1);
+    let r = ScriptManager::new()
+        .invoke::<redis::Value, _>(&mut conn, &call)
+        .await;
+    assert!(r.is_err());
+    assert_eq!(
+        pttl(&server, "rk:rl:v1:{k:x}").await,
+        -1,
+        "v1: counter without TTL"
+    );
+    let v: String = server.cmd(&["GET", "rk:rl:v1:{k:x}"]).await;
+    assert_eq!(v, "1");
 }

@@ -5,7 +5,7 @@ mod support;
 
 use redis::aio::ConnectionLike;
 use redis::Value;
-use redkit::{Call, Error, Registry, Script, ScriptManager};
+use redkit::{Call, CallOutcome, Error, Registry, Script, ScriptManager};
 use support::{RedisCluster, RedisServer};
 
 fn counter() -> &'static Script {
@@ -105,14 +105,14 @@ async fn batch_of_1000_after_flush_runs_every_call_exactly_once() {
         .collect();
     let results = m.invoke_batch(&mut conn, calls).await.unwrap();
     assert_eq!(results.len(), 1000);
-    assert!(results.iter().all(|r| r.is_ok()));
+    assert!(results.iter().all(|r| matches!(r, CallOutcome::Ran(Ok(_)))));
     for k in 0..10 {
         let v: i64 = server.cmd(&["GET", &format!("{{t}}:b{k}")]).await;
         assert_eq!(v, 100, "each of the 100 calls on key {k} ran exactly once");
     }
     assert_eq!(m.stats().batch_reruns, 1000);
     // The last reply on each key saw 100: ordering within the pipeline was kept.
-    let last = results[999].as_ref().unwrap();
+    let last = results[999].value().unwrap();
     assert!(matches!(last, Value::Array(v) if v[0] == Value::Int(100)));
 }
 
@@ -129,7 +129,7 @@ async fn partial_noscript_in_batch_reruns_only_the_missing_calls() {
     calls.push(c);
     calls.push(hit("{t}:p"));
     let results = m.invoke_batch(&mut conn, calls).await.unwrap();
-    assert_eq!(results[1].as_ref().unwrap(), &Value::Int(1));
+    assert_eq!(results[1].value().unwrap(), &Value::Int(1));
     assert_eq!(m.stats().batch_reruns, 1);
     let p: i64 = server.cmd(&["GET", "{t}:p"]).await;
     assert_eq!(p, 2);
@@ -224,7 +224,7 @@ async fn cluster_calls_survive_a_flush_on_one_primary() {
     let calls: Vec<Call> = keys.iter().map(|k| hit(k)).collect();
     let results = m.invoke_batch_by_slot(&conn, calls).await.unwrap();
     for r in results {
-        assert!(matches!(r.unwrap(), Value::Array(v) if v[0] == Value::Int(3)));
+        assert!(matches!(r.into_result().unwrap(), Value::Array(v) if v[0] == Value::Int(3)));
     }
 }
 
@@ -235,5 +235,5 @@ async fn cluster_batch_in_one_slot_uses_one_pipeline() {
     let m = ScriptManager::new();
     let calls: Vec<Call> = (0..50).map(|i| hit(&format!("{{same}}:{i}"))).collect();
     let results = m.invoke_batch(&mut conn, calls).await.unwrap();
-    assert!(results.iter().all(|r| r.is_ok()));
+    assert!(results.iter().all(|r| matches!(r, CallOutcome::Ran(Ok(_)))));
 }

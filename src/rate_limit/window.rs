@@ -10,11 +10,11 @@ use super::decision::{Decision, Quota};
 use super::key::LimitKey;
 use crate::error::{Error, Result};
 use crate::keys::{tagged, validate_prefix};
-use crate::script::{script_error, Call, Registry, Script, ScriptManager};
+use crate::script::{script_error, Call, CallOutcome, Registry, Script, ScriptManager};
 
 /// A fixed-window rate limiter shared by every instance of a service.
 ///
-/// Each check is one `EVALSHA` of `lua/fixed_window.v1.lua`, which atomically reads the
+/// Each check is one `EVALSHA` of `lua/fixed_window.v2.lua`, which atomically reads the
 /// counter, adds the cost if it fits under the limit, gives a new counter (or one found
 /// without a TTL) its expiry, and answers the count and the remaining milliseconds (PTTL).
 /// Limit, remaining and reset all come from that one round trip; time comes from Redis.
@@ -90,7 +90,7 @@ impl FixedWindow {
         }
         let window_ms =
             u64::try_from(window.as_millis()).map_err(|_| Error::invalid("window", "too long"))?;
-        let script = Registry::global().require("fixed_window", 1)?;
+        let script = Registry::global().require("fixed_window", 2)?;
         Ok(Self {
             base: format!("{}:{name}", Self::KEY_PREFIX),
             name: name.to_owned(),
@@ -202,16 +202,23 @@ impl FixedWindow {
         self.decode(reply, cost)
     }
 
-    /// Checks many keys (one unit each) in one pipeline: one round trip. Each key gets its own
-    /// result, in order. On a Cluster the keys usually live in many slots: use
+    /// Checks many keys (one unit each) in one `MULTI`/`EXEC` transaction: one round trip.
+    /// Each key gets its own [`CallOutcome`], in order: [`CallOutcome::Ran`] with its
+    /// [`Decision`] (or the script's error, e.g. a corrupt counter), [`CallOutcome::NotRun`]
+    /// (nothing counted, e.g. the slot is being migrated) or [`CallOutcome::MaybeRan`] (the
+    /// reply was lost: the unit may have been counted). An empty slice returns an empty `Vec`
+    /// without a round trip. On a Cluster the keys usually live in many slots: use
     /// [`check_batch_by_slot`](Self::check_batch_by_slot) there.
     ///
     /// ```no_run
     /// # async fn run(l: redkit::rate_limit::FixedWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
     /// use redkit::rate_limit::LimitKey;
     /// let keys: Vec<LimitKey> = (1..=3u8).map(|i| LimitKey::ip([10, 0, 0, i].into())).collect();
-    /// for decision in l.check_batch(&mut conn, &keys).await? {
-    ///     println!("{}", decision?.is_allowed());
+    /// for outcome in l.check_batch(&mut conn, &keys).await? {
+    ///     match outcome.into_result() {
+    ///         Ok(decision) => println!("{}", decision.is_allowed()),
+    ///         Err(e) => println!("unknown: {e}"),
+    ///     }
     /// }
     /// # Ok(()) }
     /// ```
@@ -219,27 +226,34 @@ impl FixedWindow {
         &self,
         conn: &mut C,
         keys: &[LimitKey],
-    ) -> Result<Vec<Result<Decision>>> {
+    ) -> Result<Vec<CallOutcome<Decision>>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
         let calls = self.calls(keys)?;
         let replies = self.manager.invoke_batch(conn, calls).await?;
         Ok(self.decode_all(replies))
     }
 
     /// Like [`check_batch`](Self::check_batch) for a Cluster: keys are grouped by hash slot
-    /// and each group is sent as one pipeline, concurrently, over clones of `conn`.
+    /// and each group is sent as one transaction, concurrently, over clones of `conn`. A
+    /// group that fails reports only its own keys as not run / may have run.
     ///
     /// ```no_run
     /// # async fn run(l: redkit::rate_limit::FixedWindow, conn: redis::cluster_async::ClusterConnection) -> redkit::Result<()> {
     /// use redkit::rate_limit::LimitKey;
     /// let keys = [LimitKey::text("a")?, LimitKey::text("b")?];
-    /// let decisions = l.check_batch_by_slot(&conn, &keys).await?;
-    /// # let _ = decisions; Ok(()) }
+    /// let outcomes = l.check_batch_by_slot(&conn, &keys).await?;
+    /// # let _ = outcomes; Ok(()) }
     /// ```
     pub async fn check_batch_by_slot<C: ConnectionLike + Clone>(
         &self,
         conn: &C,
         keys: &[LimitKey],
-    ) -> Result<Vec<Result<Decision>>> {
+    ) -> Result<Vec<CallOutcome<Decision>>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
         let calls = self.calls(keys)?;
         let replies = self.manager.invoke_batch_by_slot(conn, calls).await?;
         Ok(self.decode_all(replies))
@@ -278,7 +292,7 @@ impl FixedWindow {
         keys.iter().map(|k| self.call(k, 1)).collect()
     }
 
-    fn decode_all(&self, replies: Vec<Result<Value>>) -> Vec<Result<Decision>> {
+    fn decode_all(&self, replies: Vec<CallOutcome<Value>>) -> Vec<CallOutcome<Decision>> {
         replies
             .into_iter()
             .map(|r| r.and_then(|v| self.decode(v, 1)))

@@ -36,6 +36,19 @@ pub struct Call<'s> {
 pub(crate) const HEADER_ARGS: usize = 3;
 
 impl<'s> Call<'s> {
+    /// The most keys one call may pass (2^16). Redis itself only needs `numkeys` to fit the
+    /// arguments; this bound keeps a mistaken count from allocating without limit. A call
+    /// declaring more is refused by every invoke with [`Error::KeyCount`].
+    ///
+    /// ```
+    /// use redkit::{Call, Script};
+    /// let v = Script::new_variadic("v", 1, "return #KEYS")?;
+    /// let call = Call::with_key_count(&v, Call::MAX_KEYS + 1); // no panic, no huge allocation
+    /// # let _ = call;
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub const MAX_KEYS: usize = 1 << 16;
+
     /// Starts a call of `script` with the script's declared key count.
     pub fn new(script: &'s Script) -> Self {
         Self::with_key_count(script, script.key_count())
@@ -43,7 +56,8 @@ impl<'s> Call<'s> {
 
     /// Starts a call that will pass exactly `keys` keys: any number from 1 for a
     /// [variadic](Script::is_variadic) script; for a fixed script, only its declared count.
-    /// A mismatch is reported as [`Error::KeyCount`] before anything is sent.
+    /// A mismatch, or more than [`MAX_KEYS`](Self::MAX_KEYS), is reported as
+    /// [`Error::KeyCount`] before anything is sent (never a panic).
     ///
     /// ```
     /// use redkit::{Call, Script};
@@ -53,7 +67,9 @@ impl<'s> Call<'s> {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn with_key_count(script: &'s Script, keys: usize) -> Self {
-        let mut cmd = Cmd::with_capacity(HEADER_ARGS + keys + 4, 96);
+        // Capacity is a hint: bounded, so a huge count cannot overflow or exhaust memory.
+        let hint = HEADER_ARGS + keys.min(Self::MAX_KEYS) + 4;
+        let mut cmd = Cmd::with_capacity(hint, 96);
         cmd.arg("EVALSHA").arg(script.sha1()).arg(keys);
         Self {
             script,
@@ -99,8 +115,19 @@ impl<'s> Call<'s> {
         }
     }
 
-    /// Checks the call against the script's declaration; nothing has been sent yet.
-    pub(crate) fn validate(&self) -> Result<()> {
+    /// Checks the call against the script's declaration (key count, at most
+    /// [`MAX_KEYS`](Self::MAX_KEYS), keys before arguments), as every invoke does before
+    /// sending anything.
+    ///
+    /// ```
+    /// use redkit::{Call, Error, Script};
+    /// let s = Script::new("t", 1, 2, "return 1")?;
+    /// let mut call = Call::new(&s);
+    /// call.key("{a}:1").arg(5);
+    /// assert!(matches!(call.validate(), Err(Error::KeyCount { expected: 2, got: 1, .. })));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn validate(&self) -> Result<()> {
         if self.misordered {
             return Err(Error::invalid(
                 "call",
@@ -116,6 +143,9 @@ impl<'s> Call<'s> {
             expected,
             got,
         };
+        if self.declared > Self::MAX_KEYS {
+            return Err(count_error(Self::MAX_KEYS, self.declared));
+        }
         if script.is_variadic() {
             if self.declared < 1 {
                 return Err(count_error(1, self.declared));
@@ -224,6 +254,24 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn huge_key_counts_are_refused_without_panicking() {
+        let v = Script::new_variadic("v", 1, "return #KEYS").unwrap();
+        for n in [Call::MAX_KEYS + 1, usize::MAX / 4, 1 << 32, usize::MAX] {
+            let mut c = Call::with_key_count(&v, n);
+            c.key("a").arg(1);
+            assert!(
+                matches!(c.validate(), Err(Error::KeyCount { expected, got, .. }) if expected == Call::MAX_KEYS && got == n),
+                "{n}"
+            );
+        }
+        let mut max = Call::with_key_count(&v, Call::MAX_KEYS);
+        for i in 0..Call::MAX_KEYS {
+            max.key(i.to_string());
+        }
+        assert!(max.validate().is_ok());
     }
 
     #[test]

@@ -1,12 +1,10 @@
 //! [`ScriptManager`]: EVALSHA in the steady state, EVAL once on NOSCRIPT, batches, preload.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
-use redis::cluster_routing::Slot;
-use redis::{FromRedisValue, Pipeline, RedisError, ServerErrorKind, Value};
+use redis::{FromRedisValue, RedisError, ServerErrorKind, Value};
 use tracing::Instrument;
 
 use super::call::Call;
@@ -136,151 +134,6 @@ impl ScriptManager {
         }
         .instrument(span)
         .await
-    }
-
-    /// Runs many calls in one pipeline (one round trip). Each call gets its own result, in
-    /// order. Calls answered `NOSCRIPT` did not run: those, and only those, are re-run once in
-    /// a second pipeline that starts with `SCRIPT LOAD` of the missing scripts.
-    ///
-    /// On a Cluster every call of the batch must hash to one slot (use
-    /// [`invoke_batch_by_slot`](Self::invoke_batch_by_slot) otherwise).
-    /// The outer error is for the round trip itself (connection lost, bad input).
-    pub async fn invoke_batch<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        calls: Vec<Call<'_>>,
-    ) -> Result<Vec<Result<Value>>> {
-        for call in &calls {
-            call.validate()?;
-        }
-        let scripts: Vec<&Script> = calls.iter().map(|c| c.script()).collect();
-        let span = tracing::debug_span!("redkit.batch", calls = calls.len());
-        async {
-            let mut pipe = Pipeline::with_capacity(calls.len());
-            pipe.ignore_errors();
-            for call in calls {
-                pipe.add_command(call.into_evalsha());
-            }
-            let replies: Vec<Value> = pipe.query_async(conn).await?;
-            if replies.len() != scripts.len() {
-                return Err(Error::unexpected(
-                    "batch",
-                    format!("{} replies for {} calls", replies.len(), scripts.len()),
-                ));
-            }
-            let mut results: Vec<Result<Value>> = Vec::with_capacity(replies.len());
-            let mut missing: Vec<usize> = Vec::new();
-            for (i, reply) in replies.into_iter().enumerate() {
-                match reply {
-                    Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript) => {
-                        missing.push(i);
-                        results.push(Ok(Value::Nil)); // replaced below
-                    }
-                    Value::ServerError(e) => results.push(Err(script_error(scripts[i], e.into()))),
-                    v => results.push(Ok(v)),
-                }
-            }
-            if !missing.is_empty() {
-                self.rerun(conn, &scripts, &pipe, &missing, &mut results)
-                    .await?;
-            }
-            Ok(results)
-        }
-        .instrument(span)
-        .await
-    }
-
-    /// Re-runs the calls at `missing` after `SCRIPT LOAD` of their scripts, in one pipeline.
-    async fn rerun<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        scripts: &[&Script],
-        sent: &Pipeline,
-        missing: &[usize],
-        results: &mut [Result<Value>],
-    ) -> Result<()> {
-        self.stats
-            .batch_reruns
-            .fetch_add(missing.len() as u64, Ordering::Relaxed);
-        tracing::debug!(
-            calls = missing.len(),
-            "NOSCRIPT in batch: reloading and re-running"
-        );
-        let mut to_load: Vec<&Script> = Vec::new();
-        for &i in missing {
-            if !to_load.iter().any(|s| s.sha1() == scripts[i].sha1()) {
-                to_load.push(scripts[i]);
-            }
-        }
-        let mut pipe = Pipeline::with_capacity(to_load.len() + missing.len());
-        pipe.ignore_errors();
-        for script in &to_load {
-            pipe.cmd("SCRIPT").arg("LOAD").arg(script.source());
-        }
-        let sent_cmds: Vec<&redis::Cmd> = sent.cmd_iter().collect();
-        for &i in missing {
-            pipe.add_command(sent_cmds[i].clone());
-        }
-        let replies: Vec<Value> = pipe.query_async(conn).await?;
-        if replies.len() != to_load.len() + missing.len() {
-            return Err(Error::unexpected(
-                "batch",
-                "wrong number of replies on re-run",
-            ));
-        }
-        let mut replies = replies.into_iter();
-        for script in &to_load {
-            match replies.next() {
-                Some(Value::BulkString(sha)) if sha == script.sha1().as_bytes() => {}
-                Some(Value::ServerError(e)) => return Err(Error::Redis(e.into())),
-                other => {
-                    return Err(Error::ShaMismatch {
-                        script: script.id().to_owned(),
-                        local: script.sha1().to_owned(),
-                        server: format!("{other:?}"),
-                    })
-                }
-            }
-        }
-        for (&i, reply) in missing.iter().zip(replies) {
-            results[i] = match reply {
-                Value::ServerError(e) => Err(script_error(scripts[i], e.into())),
-                v => Ok(v),
-            };
-        }
-        Ok(())
-    }
-
-    /// Like [`invoke_batch`](Self::invoke_batch) for calls spread over many Cluster slots:
-    /// calls are grouped by the hash slot of their first key and the groups are sent
-    /// concurrently (one pipeline each) over clones of `conn`. Results keep the input order.
-    pub async fn invoke_batch_by_slot<C: ConnectionLike + Clone>(
-        &self,
-        conn: &C,
-        calls: Vec<Call<'_>>,
-    ) -> Result<Vec<Result<Value>>> {
-        let total = calls.len();
-        let mut groups: HashMap<Option<Slot>, (Vec<usize>, Vec<Call<'_>>)> = HashMap::new();
-        for (i, call) in calls.into_iter().enumerate() {
-            let slot = call.first_key().map(Slot::for_key);
-            let group = groups.entry(slot).or_default();
-            group.0.push(i);
-            group.1.push(call);
-        }
-        let runs = groups.into_values().map(|(indices, calls)| {
-            let mut conn = conn.clone();
-            async move { (indices, self.invoke_batch(&mut conn, calls).await) }
-        });
-        let mut out: Vec<Option<Result<Value>>> = (0..total).map(|_| None).collect();
-        for (indices, results) in futures_util::future::join_all(runs).await {
-            for (i, r) in indices.into_iter().zip(results?) {
-                out[i] = Some(r);
-            }
-        }
-        Ok(out
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(Error::unexpected("batch", "missing reply"))))
-            .collect())
     }
 }
 

@@ -3,6 +3,7 @@
 //! - [`registry`]: the files in `lua/`, their SHA1 and declared key counts.
 //! - [`Call`]: one prepared invocation.
 //! - [`ScriptManager`]: EVALSHA, the NOSCRIPT fallback, batches, preload.
+//! - [`CallOutcome`]: per call of a batch, ran / did not run / may have run.
 //! - [`Replication`] / [`Acked`]: `WAIT` for replicas after a script, in the same round trip.
 //! - [`admin`]: per-node script-cache administration (status, load, verify, flush, kill).
 //!
@@ -22,11 +23,13 @@
 //! ```
 
 pub mod admin;
+mod batch;
 mod call;
 #[cfg(feature = "lockfile")]
 #[cfg_attr(docsrs, doc(cfg(feature = "lockfile")))]
 pub mod lockfile;
 mod manager;
+mod outcome;
 pub mod registry;
 mod replication;
 
@@ -34,5 +37,6 @@ pub use call::Call;
 #[allow(unused_imports)]
 pub(crate) use manager::script_error;
 pub use manager::{ScriptManager, Stats};
+pub use outcome::CallOutcome;
 pub use registry::{Registry, RegistryProblem, Script, LOCK_FILE};
 pub use replication::{Acked, Replication};

@@ -349,6 +349,116 @@ impl RedisCluster {
     }
 }
 
+/// A slot half-way through a live migration: `source` answers `ASK` for keys it no longer
+/// has, `target` serves them after `ASKING`.
+pub struct SlotMigration<'a> {
+    pub slot: u16,
+    pub source: &'a RedisServer,
+    pub target: &'a RedisServer,
+    source_id: String,
+    target_id: String,
+}
+
+impl RedisCluster {
+    /// Starts moving `slot` from its owner to another primary: `CLUSTER SETSLOT .. IMPORTING`
+    /// on the target, then `MIGRATING` on the source (the order `redis-cli --cluster reshard`
+    /// uses). Keys stay on the source until [`SlotMigration::migrate_keys`] moves them.
+    pub async fn begin_migration(&self, slot: u16) -> SlotMigration<'_> {
+        let primaries = self.primaries().await;
+        let mut source = None;
+        for p in &primaries {
+            let nodes: String = p.cmd(&["CLUSTER", "NODES"]).await;
+            let line = nodes
+                .lines()
+                .find(|l| l.contains("myself"))
+                .expect("myself line");
+            if owns(line, slot) {
+                source = Some(*p);
+            }
+        }
+        let source = source.expect("an owner of the slot");
+        let target = *primaries
+            .iter()
+            .find(|p| p.port() != source.port())
+            .expect("another primary");
+        let source_id: String = source.cmd(&["CLUSTER", "MYID"]).await;
+        let target_id: String = target.cmd(&["CLUSTER", "MYID"]).await;
+        let slot_s = slot.to_string();
+        let _: () = target
+            .cmd(&["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &source_id])
+            .await;
+        let _: () = source
+            .cmd(&["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &target_id])
+            .await;
+        SlotMigration {
+            slot,
+            source,
+            target,
+            source_id,
+            target_id,
+        }
+    }
+}
+
+/// `true` when a `CLUSTER NODES` line lists `slot` among its ranges.
+fn owns(line: &str, slot: u16) -> bool {
+    line.split_whitespace().skip(8).any(|range| {
+        if range.starts_with('[') {
+            return false;
+        }
+        match range.split_once('-') {
+            Some((a, b)) => match (a.parse::<u16>(), b.parse::<u16>()) {
+                (Ok(a), Ok(b)) => (a..=b).contains(&slot),
+                _ => false,
+            },
+            None => range.parse::<u16>() == Ok(slot),
+        }
+    })
+}
+
+impl SlotMigration<'_> {
+    /// Moves up to `count` keys of the slot from the source to the target with `MIGRATE`.
+    /// Returns how many moved (0 once the source has none left).
+    pub async fn migrate_keys(&self, count: usize) -> usize {
+        let slot = self.slot.to_string();
+        let count_s = count.to_string();
+        let keys: Vec<String> = self
+            .source
+            .cmd(&["CLUSTER", "GETKEYSINSLOT", &slot, &count_s])
+            .await;
+        if keys.is_empty() {
+            return 0;
+        }
+        let port = self.target.port().to_string();
+        let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        args.extend(keys.iter().map(String::as_str));
+        let _: redis::Value = self.source.cmd(&args).await;
+        keys.len()
+    }
+
+    /// Ends the migration: every remaining key moved, then `SETSLOT .. NODE <target>` on the
+    /// target, the source and every other primary.
+    pub async fn finish(&self, cluster: &RedisCluster) {
+        while self.migrate_keys(100).await > 0 {}
+        let slot = self.slot.to_string();
+        let _: () = self
+            .target
+            .cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &self.target_id])
+            .await;
+        let _: () = self
+            .source
+            .cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &self.target_id])
+            .await;
+        for p in cluster.primaries().await {
+            if p.port() != self.source.port() && p.port() != self.target.port() {
+                let _: () = p
+                    .cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &self.target_id])
+                    .await;
+            }
+        }
+    }
+}
+
 /// N independent masters (for Redlock).
 pub struct RedisMasters {
     pub nodes: Vec<RedisServer>,

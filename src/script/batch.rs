@@ -1,0 +1,381 @@
+//! Batches: many calls in one `MULTI`/`EXEC` transaction, each reported as ran / not run /
+//! may have run ([`CallOutcome`]).
+//!
+//! # Why a transaction, not a plain pipeline
+//!
+//! redis-rs 1.8.1's `cluster_async::ClusterConnection` (`choose_response` in
+//! `cluster_handling/async_connection/request.rs`) looks at every reply of a plain pipeline;
+//! if any one is an error that "requires action" (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`,
+//! `MASTERDOWN`, `LOADING`, `READONLY`) it re-sends the **whole** pipeline (following the
+//! redirect, up to `ClusterClientBuilder::retries`, default 16). In a half-migrated slot the
+//! calls on keys still on the source ran, the others answered `ASK`, and the resend ran the
+//! first ones again: a batch of INCRBY calls applied some increments many times and reported
+//! an error.
+//!
+//! In a `MULTI`/`EXEC` transaction the server refuses a redirected command when it is
+//! queued (the transaction is then aborted with `EXECABORT`) or refuses `EXEC` itself with
+//! the redirect: in both cases nothing of the batch ran. redis-rs maps the first to an
+//! `ExecAbort` error, which it never retries (`RetryMethod::NoRetry`), and follows the second
+//! (the transaction is re-sent, with `ASKING` for an `ASK`), which is safe because nothing
+//! ran. A transaction is also all-or-nothing against concurrent clients, so a batch never
+//! half-runs because of a redirect. `NOSCRIPT` is a per-command error inside `EXEC`: the
+//! other calls ran, the missing ones are re-run once in a second transaction that starts
+//! with `SCRIPT LOAD`.
+//!
+//! What a transaction cannot fix: when the connection drops or a response times out after
+//! the batch was sent, the outcome is unknown ([`CallOutcome::MaybeRan`]); and a
+//! `ClusterConnection` re-sends a request after such an I/O error by itself (its `retries`),
+//! so with retries enabled a transaction that ran can run again. Build the cluster client
+//! with `ClusterClientBuilder::retries(0)` where that matters, or make the calls idempotent
+//! (request ids). `MultiplexedConnection` and `ConnectionManager` never re-send.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use redis::aio::ConnectionLike;
+use redis::cluster_routing::Slot;
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, ServerErrorKind, Value};
+use tracing::Instrument;
+
+use super::call::Call;
+use super::manager::{is_noscript, script_error, ScriptManager};
+use super::outcome::CallOutcome;
+use super::registry::Script;
+use crate::error::{Error, Result};
+
+/// What one transaction came back with.
+enum Sent {
+    /// `EXEC` ran: one reply per queued command, in order.
+    Ran(Vec<Value>),
+    /// Refused before anything ran.
+    NotRun(RedisError),
+    /// Sent, reply lost or not understood: it may have run.
+    MaybeRan(Error),
+}
+
+impl ScriptManager {
+    /// Runs many calls in one `MULTI`/`EXEC` transaction (one round trip) and reports, per
+    /// call and in order, whether it ran ([`CallOutcome::Ran`] with its reply or the script's
+    /// error), did not run ([`CallOutcome::NotRun`]: safe to retry) or may have run
+    /// ([`CallOutcome::MaybeRan`]: the reply was lost).
+    ///
+    /// Calls answered `NOSCRIPT` did not run: those, and only those, are re-run once in a
+    /// second transaction that starts with `SCRIPT LOAD` of the missing scripts; the calls
+    /// that already ran keep their results whatever happens to the re-run.
+    ///
+    /// A redirect (`MOVED`, `ASK` in a slot being migrated, `TRYAGAIN`) refuses the whole
+    /// transaction before anything runs: every call is `NotRun` (see the module notes for
+    /// why a plain pipeline would re-run calls). An empty batch returns an empty `Vec`
+    /// without a round trip. The outer error is only for input rejected before sending
+    /// (e.g. [`Error::KeyCount`]). On a Cluster every call of the batch must hash to one slot
+    /// (use [`invoke_batch_by_slot`](Self::invoke_batch_by_slot) otherwise).
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::{Call, CallOutcome, Script, ScriptManager};
+    /// let script = Script::new("incr_by", 1, 1, "return redis.call('INCRBY', KEYS[1], ARGV[1])")?;
+    /// let calls: Vec<Call> = ["{u}:a", "{u}:b"]
+    ///     .iter()
+    ///     .map(|k| {
+    ///         let mut c = Call::new(&script);
+    ///         c.key(*k).arg(1);
+    ///         c
+    ///     })
+    ///     .collect();
+    /// for outcome in ScriptManager::new().invoke_batch(&mut conn, calls).await? {
+    ///     match outcome {
+    ///         CallOutcome::Ran(reply) => println!("ran: {reply:?}"),
+    ///         CallOutcome::NotRun(e) => println!("not run, retry: {e}"),
+    ///         CallOutcome::MaybeRan(e) => println!("unknown, read back first: {e}"),
+    ///         _ => {}
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn invoke_batch<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        calls: Vec<Call<'_>>,
+    ) -> Result<Vec<CallOutcome<Value>>> {
+        for call in &calls {
+            call.validate()?;
+        }
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let span = tracing::debug_span!("redkit.batch", calls = calls.len());
+        self.run_batch(conn, calls).instrument(span).await
+    }
+
+    async fn run_batch<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        calls: Vec<Call<'_>>,
+    ) -> Result<Vec<CallOutcome<Value>>> {
+        let scripts: Vec<&Script> = calls.iter().map(|c| c.script()).collect();
+        let cmds: Vec<Cmd> = calls.into_iter().map(Call::into_evalsha).collect();
+        let all: Vec<usize> = (0..cmds.len()).collect();
+        let mut out: Vec<Option<CallOutcome<Value>>> = (0..cmds.len()).map(|_| None).collect();
+        let missing = self.send(conn, &scripts, &cmds, &all, &[], &mut out).await;
+        if !missing.is_empty() {
+            self.counters()
+                .batch_reruns
+                .fetch_add(missing.len() as u64, Ordering::Relaxed);
+            tracing::debug!(
+                calls = missing.len(),
+                "NOSCRIPT in batch: reloading and re-running"
+            );
+            let mut to_load: Vec<&Script> = Vec::new();
+            for &i in &missing {
+                if !to_load.iter().any(|s| s.sha1() == scripts[i].sha1()) {
+                    to_load.push(scripts[i]);
+                }
+            }
+            let still = self
+                .send(conn, &scripts, &cmds, &missing, &to_load, &mut out)
+                .await;
+            for i in still {
+                out[i] = Some(CallOutcome::NotRun(Error::Redis(RedisError::from((
+                    ErrorKind::Server(ServerErrorKind::NoScript),
+                    "script still missing after SCRIPT LOAD",
+                )))));
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|o| {
+                o.unwrap_or_else(|| {
+                    CallOutcome::MaybeRan(Error::unexpected("batch", "no outcome recorded"))
+                })
+            })
+            .collect())
+    }
+
+    /// Sends `MULTI; SCRIPT LOAD <load>..; EVALSHA <cmds[i] for i in idx>..; EXEC`, records the
+    /// outcome of each sent call in `out`, and returns the indices answered `NOSCRIPT`.
+    async fn send<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        scripts: &[&Script],
+        cmds: &[Cmd],
+        idx: &[usize],
+        load: &[&Script],
+        out: &mut [Option<CallOutcome<Value>>],
+    ) -> Vec<usize> {
+        let mut pipe = Pipeline::with_capacity(load.len() + idx.len());
+        pipe.atomic();
+        for script in load {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(script.source());
+        }
+        for &i in idx {
+            pipe.add_command(cmds[i].clone());
+        }
+        let replies = match transaction(conn, &pipe).await {
+            Sent::Ran(replies) if replies.len() == load.len() + idx.len() => replies,
+            Sent::Ran(replies) => {
+                let detail = format!(
+                    "{} replies for {} commands",
+                    replies.len(),
+                    load.len() + idx.len()
+                );
+                for &i in idx {
+                    out[i] = Some(CallOutcome::MaybeRan(Error::unexpected("batch", &detail)));
+                }
+                return Vec::new();
+            }
+            // Refused because of where the slot lives (a migration in progress: ASK/TRYAGAIN; a
+            // stale slot map: MOVED). Nothing ran; run the calls one by one, so redis-rs follows
+            // each redirect (a single command answered ASK/MOVED did not run: its resend is
+            // safe) and refreshes its slot map for the next batch.
+            Sent::NotRun(e) if is_redirect(&e) => {
+                tracing::debug!(calls = idx.len(), error = %e, "batch redirected: one by one");
+                for &i in idx {
+                    out[i] = Some(self.single(conn, scripts[i], &cmds[i]).await);
+                }
+                return Vec::new();
+            }
+            Sent::NotRun(e) => {
+                for &i in idx {
+                    out[i] = Some(CallOutcome::NotRun(script_error(scripts[i], e.clone())));
+                }
+                return Vec::new();
+            }
+            Sent::MaybeRan(e) => {
+                let text = e.to_string();
+                let mut first = Some(e);
+                for &i in idx {
+                    let err = first
+                        .take()
+                        .unwrap_or_else(|| Error::unexpected("batch", text.clone()));
+                    out[i] = Some(CallOutcome::MaybeRan(err));
+                }
+                return Vec::new();
+            }
+        };
+        let mut missing = Vec::new();
+        for (&i, reply) in idx.iter().zip(replies.into_iter().skip(load.len())) {
+            out[i] = Some(match reply {
+                Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript) => {
+                    missing.push(i);
+                    continue;
+                }
+                Value::ServerError(e) => CallOutcome::Ran(Err(script_error(scripts[i], e.into()))),
+                v => CallOutcome::Ran(Ok(v)),
+            });
+        }
+        missing
+    }
+
+    /// One call as a single `EVALSHA` (`EVAL` on `NOSCRIPT`), as an outcome.
+    async fn single<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        script: &Script,
+        evalsha: &Cmd,
+    ) -> CallOutcome<Value> {
+        let first = query(conn, evalsha).await;
+        let result = match first {
+            Err(e) if is_noscript(&e) => {
+                self.count_fallback();
+                query(conn, &Call::eval_from(script, evalsha)).await
+            }
+            other => other,
+        };
+        match result {
+            Ok(v) => CallOutcome::Ran(Ok(v)),
+            Err(e) if refused_before_running(&e) => CallOutcome::NotRun(script_error(script, e)),
+            // Any other reply from the server: the script ran and returned this error.
+            Err(e) if e.code().is_some() => CallOutcome::Ran(Err(script_error(script, e))),
+            Err(e) => CallOutcome::MaybeRan(Error::Redis(e)),
+        }
+    }
+
+    /// Like [`invoke_batch`](Self::invoke_batch) for calls spread over many Cluster slots:
+    /// calls are grouped by the hash slot of their first key and the groups are sent
+    /// concurrently (one transaction each) over clones of `conn`. Outcomes keep the input
+    /// order; a group that fails (e.g. its slot is being migrated) reports its own calls as
+    /// not run / may have run and never hides the outcomes of the other groups.
+    ///
+    /// ```no_run
+    /// # async fn run(conn: redis::cluster_async::ClusterConnection, calls: Vec<redkit::Call<'_>>) -> redkit::Result<()> {
+    /// let outcomes = redkit::ScriptManager::new().invoke_batch_by_slot(&conn, calls).await?;
+    /// let ran = outcomes.iter().filter(|o| o.ran()).count();
+    /// # let _ = ran; Ok(()) }
+    /// ```
+    pub async fn invoke_batch_by_slot<C: ConnectionLike + Clone>(
+        &self,
+        conn: &C,
+        calls: Vec<Call<'_>>,
+    ) -> Result<Vec<CallOutcome<Value>>> {
+        for call in &calls {
+            call.validate()?;
+        }
+        let total = calls.len();
+        let mut groups: HashMap<Option<Slot>, (Vec<usize>, Vec<Call<'_>>)> = HashMap::new();
+        for (i, call) in calls.into_iter().enumerate() {
+            let slot = call.first_key().map(Slot::for_key);
+            let group = groups.entry(slot).or_default();
+            group.0.push(i);
+            group.1.push(call);
+        }
+        let runs = groups.into_values().map(|(indices, calls)| {
+            let mut conn = conn.clone();
+            async move { (indices, self.invoke_batch(&mut conn, calls).await) }
+        });
+        let mut out: Vec<Option<CallOutcome<Value>>> = (0..total).map(|_| None).collect();
+        for (indices, outcomes) in futures_util::future::join_all(runs).await {
+            match outcomes {
+                Ok(outcomes) => {
+                    for (i, o) in indices.into_iter().zip(outcomes) {
+                        out[i] = Some(o);
+                    }
+                }
+                // Validated above, so nothing of this group was sent.
+                Err(e) => {
+                    let text = e.to_string();
+                    for i in indices {
+                        out[i] = Some(CallOutcome::NotRun(Error::invalid("call", text.clone())));
+                    }
+                }
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|o| {
+                o.unwrap_or_else(|| {
+                    CallOutcome::MaybeRan(Error::unexpected("batch", "no outcome recorded"))
+                })
+            })
+            .collect())
+    }
+}
+
+async fn query<C: ConnectionLike>(conn: &mut C, cmd: &Cmd) -> redis::RedisResult<Value> {
+    conn.req_packed_command(cmd)
+        .await
+        .and_then(Value::extract_error)
+}
+
+fn is_placement(kind: Option<ServerErrorKind>) -> bool {
+    matches!(
+        kind,
+        Some(ServerErrorKind::Moved | ServerErrorKind::Ask | ServerErrorKind::TryAgain)
+    )
+}
+
+/// `true` when a transaction was refused because of slot placement (MOVED, ASK, TRYAGAIN),
+/// for EXEC itself or for one of its queued commands.
+fn is_redirect(e: &RedisError) -> bool {
+    match e.kind() {
+        ErrorKind::Server(kind) if is_placement(Some(kind)) => true,
+        _ => e
+            .clone()
+            .into_server_errors()
+            .is_some_and(|errs| errs.iter().any(|(_, se)| is_placement(se.kind()))),
+    }
+}
+
+/// Server errors that refuse a command before it runs.
+fn refused_before_running(e: &RedisError) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::BusyLoading
+                | ServerErrorKind::ReadOnly
+                | ServerErrorKind::CrossSlot
+                | ServerErrorKind::NoScript
+                | ServerErrorKind::ExecAbort
+        )
+    ) || e.code() == Some("BUSY")
+}
+
+/// Sends one atomic pipeline and classifies what came back.
+async fn transaction<C: ConnectionLike>(conn: &mut C, pipe: &Pipeline) -> Sent {
+    // MULTI + each command's QUEUED are skipped; the last reply is EXEC's.
+    match conn.req_packed_commands(pipe, pipe.len() + 1, 1).await {
+        Ok(mut replies) => match replies.pop() {
+            Some(Value::Array(items)) if replies.is_empty() => Sent::Ran(items),
+            // EXEC answered nil: a WATCHed key changed (redkit never WATCHes): nothing ran.
+            Some(Value::Nil) => Sent::NotRun(RedisError::from((
+                ErrorKind::Server(ServerErrorKind::ExecAbort),
+                "transaction aborted",
+            ))),
+            // EXEC itself refused (EXECABORT, or a redirect of the whole transaction).
+            Some(Value::ServerError(e)) => Sent::NotRun(e.into()),
+            other => Sent::MaybeRan(Error::unexpected(
+                "batch",
+                format!("unexpected transaction reply {other:?}"),
+            )),
+        },
+        // A server error for the transaction (a queued command refused, e.g. ASK/MOVED/TRYAGAIN,
+        // so EXECABORT; or EXEC redirected and the redirect not followed): nothing ran.
+        Err(e) if matches!(e.kind(), ErrorKind::Server(_)) => Sent::NotRun(e),
+        // I/O error, timeout, dropped connection: the batch may have run.
+        Err(e) => Sent::MaybeRan(Error::Redis(e)),
+    }
+}
