@@ -33,8 +33,11 @@ fn lock_pins_every_shipped_script() {
     let registry = Registry::from_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/lua")).unwrap();
     let problems = lockfile::check(&registry);
     assert!(problems.is_empty(), "{}", lockfile::report(&problems));
-    // The embedded set is the same set.
-    assert!(lockfile::check(Registry::global()).is_empty());
+    // The embedded set is the same set (its lock is as old as the build: not when blessing).
+    if std::env::var_os("REDKIT_BLESS").is_none() {
+        let problems = lockfile::check(Registry::global());
+        assert!(problems.is_empty(), "{}", lockfile::report(&problems));
+    }
 }
 
 #[test]
