@@ -821,3 +821,59 @@ async fn acked_operations_report_replica_acknowledgement() {
     assert_eq!(again.replicas, 1, "the replica caught up");
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 5);
 }
+
+/// A connection whose calls give up after 100 ms.
+async fn impatient(server: &RedisServer) -> MultiplexedConnection {
+    let mut conn = server.conn().await;
+    conn.set_response_timeout(Duration::from_millis(100));
+    conn
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_after_client_timeouts_apply_once_with_a_request_id_and_twice_without() {
+    let mut server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let s = store();
+    s.set(&mut conn, "a", 10).await.unwrap();
+    s.set(&mut conn, "b", 10).await.unwrap();
+    // Cache the script on the server, so a timed-out EVALSHA runs rather than NOSCRIPT.
+    s.set(&mut conn, "warm", 1).await.unwrap();
+    s.decrement(&mut conn, "warm", 1, None).await.unwrap();
+
+    // With a request id: two attempts time out while the server is frozen (both reach it),
+    // a third succeeds after it resumes; the stock is deducted once.
+    let mut attempts = [impatient(&server).await, impatient(&server).await];
+    server.pause().await;
+    for c in &mut attempts {
+        let r = s.decrement(c, "a", 1, Some("order-1")).await;
+        assert!(r.as_ref().is_err_and(Error::is_unavailable), "{r:?}");
+    }
+    server.resume().await;
+    // Let the server drain what the timed-out attempts sent.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let retry = s
+        .decrement(&mut conn, "a", 1, Some("order-1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        retry,
+        Decrement::Duplicate {
+            original: Box::new(Decrement::Decremented { remaining: 9 })
+        }
+    );
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 9, "deducted once");
+
+    // Without a request id the same retry deducts twice: the documented hazard.
+    let mut c = impatient(&server).await;
+    server.pause().await;
+    let r = s.decrement(&mut c, "b", 1, None).await;
+    assert!(r.as_ref().is_err_and(Error::is_unavailable), "{r:?}");
+    server.resume().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        s.decrement(&mut conn, "b", 1, None).await.unwrap(),
+        Decrement::Decremented { remaining: 8 },
+        "the timed-out call ran after all, the retry deducted again"
+    );
+    assert_eq!(s.stock(&mut conn, "b").await.unwrap(), 8);
+}
