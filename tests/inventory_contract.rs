@@ -877,3 +877,39 @@ async fn retries_after_client_timeouts_apply_once_with_a_request_id_and_twice_wi
     );
     assert_eq!(s.stock(&mut conn, "b").await.unwrap(), 8);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acked_operations_work_on_a_cluster() {
+    let cluster = support::RedisCluster::spawn().await;
+    let mut conn = cluster.conn().await;
+    let inventory = Inventory::new("t:inv").unwrap();
+    let one = Replication::new(1, Duration::from_millis(2_000)).unwrap();
+    // Stores on several primaries; each primary has one replica.
+    for i in 0..4 {
+        let s = inventory.store(&format!("w{i}")).unwrap();
+        s.set(&mut conn, "a", 10).await.unwrap();
+        s.set(&mut conn, "b", 10).await.unwrap();
+        let d = s
+            .decrement_acked(&mut conn, "a", 1, Some("o"), one)
+            .await
+            .unwrap();
+        assert_eq!(
+            (d.outcome, d.replicas),
+            (Decrement::Decremented { remaining: 9 }, 1)
+        );
+        let lines = [s.line("a", 1).unwrap(), s.line("b", 1).unwrap()];
+        let o = inventory
+            .place_order_acked(&mut conn, &lines, Some("o2"), one)
+            .await
+            .unwrap();
+        assert!(o.outcome.is_applied() && o.is_replicated(), "{o:?}");
+        let h = s
+            .reserve_acked(&mut conn, "a", 1, MINUTE, "c", one)
+            .await
+            .unwrap();
+        assert!(h.outcome.is_held() && h.is_replicated(), "{h:?}");
+        let c = s.commit_acked(&mut conn, "a", "c", one).await.unwrap();
+        assert!(c.outcome.is_committed() && c.is_replicated(), "{c:?}");
+        assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 7);
+    }
+}
