@@ -402,7 +402,7 @@ async fn a_restock_beyond_the_maximum_changes_nothing() {
             .await
             .unwrap()
             .stock(),
-        Inventory::MAX_QUANTITY
+        Some(Inventory::MAX_QUANTITY)
     );
 }
 
@@ -747,7 +747,7 @@ async fn acked_operations_report_replica_acknowledgement() {
         .restock_acked(&mut conn, "a", 1, Some("r-1"), one)
         .await
         .unwrap();
-    assert_eq!((r.outcome.stock(), r.replicas), (10, 1));
+    assert_eq!((r.outcome.stock(), r.replicas), (Some(10), 1));
     let lines = [s.line("a", 1).unwrap(), s.line("b", 2).unwrap()];
     let o = inventory
         .place_order_acked(&mut conn, &lines, Some("o-2"), one)

@@ -152,8 +152,8 @@ impl Inventory {
     /// refused with [`Error::CrossSlot`] before anything is sent, as are an empty order, more
     /// than [`MAX_ORDER_LINES`](Self::MAX_ORDER_LINES) lines and a SKU listed twice
     /// ([`Error::InvalidInput`]). With a `request_id`, a repeat of the same order within the
-    /// retention returns [`Order::Duplicate`]; the id reused for a different order is an
-    /// [`Error::InvalidInput`] and changes nothing. A SKU without stock is
+    /// retention returns [`Order::Duplicate`]; the id reused for a different order is
+    /// [`Order::IdReused`] and changes nothing. A SKU without stock is
     /// [`Error::NotFound`]; a stock that is not an integer is [`Error::CorruptData`]; both
     /// change nothing.
     ///

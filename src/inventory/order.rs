@@ -5,7 +5,7 @@ use redis::aio::ConnectionLike;
 use super::config::{Inventory, Mode};
 use super::outcome::{Order, Shortage};
 use super::reply::Reply;
-use super::store::{reused_request_id, unknown_sku, Store};
+use super::store::{unknown_sku, Store};
 use crate::error::{Error, Result};
 use crate::script::{Acked, Replication, Script};
 
@@ -148,7 +148,7 @@ fn order_outcome(script: &Script, lines: &[OrderLine], reply: Reply) -> Result<O
         Reply::Duplicate(original) => Ok(Order::Duplicate {
             original: Box::new(order_outcome(script, lines, *original)?),
         }),
-        Reply::Conflict => Err(reused_request_id()),
+        Reply::Conflict => Ok(Order::IdReused),
         Reply::Unknown(i) => Err(unknown_sku(lines.get(i).map_or("?", |l| l.sku.as_str()))),
     }
 }

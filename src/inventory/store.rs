@@ -168,8 +168,8 @@ impl Store {
     ///
     /// With a `request_id` (e.g. the order id), the same request repeated within the
     /// retention returns [`Decrement::Duplicate`] with the first outcome and changes nothing;
-    /// the id reused for a different request (other SKU, quantity or operation) is an
-    /// [`Error::InvalidInput`] and changes nothing. Errors: quantity 0 or above
+    /// the id reused for a different request (other SKU, quantity or operation) is
+    /// [`Decrement::IdReused`] and changes nothing. Errors: quantity 0 or above
     /// [`Inventory::MAX_QUANTITY`] (before any round trip), [`Error::NotFound`],
     /// [`Error::CorruptData`], [`Error::WrongType`]; none of them changes or records anything.
     ///
@@ -240,7 +240,7 @@ impl Store {
     /// ```no_run
     /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
     /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
-    /// let stock = store.restock(&mut conn, "sku-1", 50, Some("delivery-3")).await?.stock();
+    /// let stock: Option<u64> = store.restock(&mut conn, "sku-1", 50, Some("delivery-3")).await?.stock();
     /// # Ok(()) }
     /// ```
     pub async fn restock<C: ConnectionLike>(
@@ -266,7 +266,7 @@ impl Store {
     /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
     /// let wait = Replication::new(1, Duration::from_millis(200))?;
     /// let acked = store.restock_acked(&mut conn, "sku-1", 5, Some("delivery-3"), wait).await?;
-    /// assert!(acked.outcome.stock() >= 5);
+    /// assert!(acked.outcome.stock() >= Some(5));
     /// # Ok(()) }
     /// ```
     pub async fn restock_acked<C: ConnectionLike>(
@@ -337,14 +337,6 @@ pub(super) fn unknown_sku(sku: &str) -> Error {
     }
 }
 
-/// The error for a request id reused for a different request.
-pub(super) fn reused_request_id() -> Error {
-    Error::invalid(
-        "request id",
-        "already used for a different request within the retention; nothing was changed",
-    )
-}
-
 fn decrement_outcome(script: &Script, sku: &str, reply: Reply) -> Result<Decrement> {
     match reply {
         Reply::Applied(stocks) => match stocks.as_slice() {
@@ -362,7 +354,7 @@ fn decrement_outcome(script: &Script, sku: &str, reply: Reply) -> Result<Decreme
         Reply::Duplicate(original) => Ok(Decrement::Duplicate {
             original: Box::new(decrement_outcome(script, sku, *original)?),
         }),
-        Reply::Conflict => Err(reused_request_id()),
+        Reply::Conflict => Ok(Decrement::IdReused),
         Reply::Unknown(_) => Err(unknown_sku(sku)),
     }
 }
@@ -377,7 +369,7 @@ fn restock_outcome(script: &Script, sku: &str, reply: Reply) -> Result<Restock> 
         Reply::Duplicate(original) => Ok(Restock::Duplicate {
             original: Box::new(restock_outcome(script, sku, *original)?),
         }),
-        Reply::Conflict => Err(reused_request_id()),
+        Reply::Conflict => Ok(Restock::IdReused),
         Reply::Unknown(_) => Err(unknown_sku(sku)),
     }
 }
