@@ -913,3 +913,74 @@ async fn acked_operations_work_on_a_cluster() {
         assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 7);
     }
 }
+
+#[tokio::test]
+async fn out_of_memory_applies_completely_or_not_at_all() {
+    // Over `maxmemory` (noeviction) Redis refuses a script's first write when it is one that
+    // can grow memory (SET, INCRBY, ...); once a script has written (e.g. HDEL, which frees
+    // memory), its later writes are let through. Either way a script applies completely or
+    // not at all: each operation fails with OOM and changes nothing, or does exactly what it
+    // does with memory to spare.
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let mut refused = Vec::new();
+    for op in OPS {
+        setup(&mut conn).await;
+        let reference = run(op, &mut conn).await.expect("clean run");
+        let after = keyspace(&mut conn).await;
+        setup(&mut conn).await;
+        let before = keyspace(&mut conn).await;
+        raw(
+            &mut conn,
+            &["CONFIG", "SET", "maxmemory-policy", "noeviction"],
+        )
+        .await;
+        raw(&mut conn, &["CONFIG", "SET", "maxmemory", "1"]).await;
+        let result = run(op, &mut conn).await;
+        raw(&mut conn, &["CONFIG", "SET", "maxmemory", "0"]).await;
+        let now = keyspace(&mut conn).await;
+        match result {
+            Err(e) => {
+                assert!(format!("{e:?}").contains("OOM"), "{op:?}: {e:?}");
+                assert!(before == now, "{op:?}: refused but the keyspace changed");
+                refused.push(op);
+            }
+            Ok(outcome) => {
+                assert_eq!(outcome, reference, "{op:?}");
+                // The same keys with the same values (the settlement's TTL may differ).
+                let strip = |k: &Keyspace| k.keys().cloned().collect::<Vec<_>>();
+                assert_eq!(strip(&now), strip(&after), "{op:?}: other keys");
+                assert_eq!(
+                    (
+                        raw_stock(&mut conn, "a").await,
+                        raw_stock(&mut conn, "b").await
+                    ),
+                    {
+                        setup(&mut conn).await;
+                        run(op, &mut conn).await.unwrap();
+                        (
+                            raw_stock(&mut conn, "a").await,
+                            raw_stock(&mut conn, "b").await,
+                        )
+                    },
+                    "{op:?}: partially applied"
+                );
+            }
+        }
+    }
+    eprintln!("refused over maxmemory: {refused:?}");
+    assert!(refused.contains(&Op::Set), "refused: {refused:?}");
+    // Nothing to reclaim: the first write is the deduction, refused whole.
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    let s = store();
+    s.set(&mut conn, "a", 10).await.unwrap();
+    s.reserve(&mut conn, "a", 1, MINUTE, "r").await.unwrap();
+    let before = keyspace(&mut conn).await;
+    raw(&mut conn, &["CONFIG", "SET", "maxmemory", "1"]).await;
+    let d = s.decrement(&mut conn, "a", 1, Some("o")).await;
+    let r = s.reserve(&mut conn, "a", 1, MINUTE, "r2").await;
+    raw(&mut conn, &["CONFIG", "SET", "maxmemory", "0"]).await;
+    assert!(format!("{d:?}").contains("OOM"), "{d:?}");
+    assert!(format!("{r:?}").contains("OOM"), "{r:?}");
+    assert!(before == keyspace(&mut conn).await);
+}
