@@ -494,6 +494,73 @@ async fn every_denied_inner_command_changes_nothing_and_a_full_retry_applies_onc
     );
 }
 
+/// Commands the scripts only read with. Redis refuses a denied one when the script calls it;
+/// every read happens before the first write, so the call fails and nothing changes.
+const READS: [&str; 9] = [
+    "get",
+    "time",
+    "zrangebyscore",
+    "hmget",
+    "hlen",
+    "hget",
+    "zcard",
+    "zscore",
+    "type",
+];
+
+#[tokio::test]
+async fn every_denied_read_fails_before_any_write() {
+    let server = RedisServer::spawn().await;
+    let mut admin = server.conn().await;
+    for cmd in READS {
+        let user = format!("deny-{cmd}");
+        let minus = format!("-{cmd}");
+        raw(
+            &mut admin,
+            &[
+                "ACL", "SETUSER", &user, "on", ">pw", "~*", "&*", "+@all", &minus,
+            ],
+        )
+        .await;
+    }
+    let mut failed = 0;
+    for op in OPS {
+        setup(&mut admin).await;
+        let reference = run(op, &mut admin).await.expect("clean run");
+        let after = keyspace(&mut admin).await;
+        for cmd in READS {
+            setup(&mut admin).await;
+            let before = keyspace(&mut admin).await;
+            let url = format!("redis://deny-{cmd}:pw@127.0.0.1:{}/", server.port());
+            let mut denied = redis::Client::open(url)
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            match run(op, &mut denied).await {
+                Err(e) => {
+                    assert!(
+                        format!("{e}").contains("can't run this command"),
+                        "{op:?} without {cmd}: {e:?}"
+                    );
+                    assert!(
+                        before == keyspace(&mut admin).await,
+                        "{op:?} without {cmd}: the keyspace changed"
+                    );
+                    failed += 1;
+                }
+                Ok(outcome) => {
+                    assert_eq!(outcome, reference, "{op:?} without {cmd}");
+                    let keys = |k: &Keyspace| k.keys().cloned().collect::<Vec<_>>();
+                    assert_eq!(keys(&keyspace(&mut admin).await), keys(&after));
+                }
+            }
+        }
+    }
+    // GET, TIME, ZRANGEBYSCORE and HLEN are read by every operation but `set`.
+    assert!(failed >= 4 * (OPS.len() - 1), "{failed} calls failed");
+}
+
 #[tokio::test]
 async fn a_settled_reservation_stays_settled_under_redelivery() {
     let server = RedisServer::spawn().await;
