@@ -43,6 +43,7 @@ pub(super) struct Inner {
     pub(super) get: &'static Script,
     pub(super) apply: &'static Script,
     pub(super) reserve: &'static Script,
+    pub(super) migrate: &'static Script,
 }
 
 /// Operation of `inventory_apply`.
@@ -340,6 +341,7 @@ impl InventoryBuilder {
                 get: registry.require("inventory_get", 2)?,
                 apply: registry.require("inventory_apply", 2)?,
                 reserve: registry.require("inventory_reserve", 2)?,
+                migrate: registry.require("inventory_migrate", 1)?,
             }),
         })
     }

@@ -444,6 +444,57 @@ impl Store {
         Ok(acked.map(|()| outcome))
     }
 
+    /// Moves the reservations of `sku` made by redkit's v1 inventory scripts into the
+    /// current layout (each hold's id also in the expiry ZSET,
+    /// [`reservation_expiry_key`](Self::reservation_expiry_key)), so that they return to stock
+    /// when they expire. Without it, a v1 hold can still be committed or released but never
+    /// expires. Idempotent and safe alongside live traffic; each script call handles a bounded
+    /// batch (`HSCAN .. COUNT 100`), so no call blocks the server. Returns the holds moved
+    /// (0 when there is nothing from v1). Errors: [`Error::CorruptData`] for a malformed hold,
+    /// [`Error::WrongType`], [`Error::PermissionDenied`]; each leaves its batch unwritten.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// let moved = store.migrate_v1_reservations(&mut conn, "sku-1").await?;
+    /// println!("{moved} holds now expire under the v2 scripts");
+    /// # Ok(()) }
+    /// ```
+    pub async fn migrate_v1_reservations<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+    ) -> Result<u64> {
+        let script = self.inventory().inner().migrate;
+        let (hash, zset) = (
+            self.reservation_key(sku)?,
+            self.reservation_expiry_key(sku)?,
+        );
+        let mut cursor = String::from("0");
+        let mut moved: u64 = 0;
+        loop {
+            let mut call = Call::new(script);
+            call.key(&hash).key(&zset).arg(&cursor).arg(100);
+            let value: Value = self.inventory().manager().invoke(conn, &call).await?;
+            let bad = || Error::unexpected(script.id(), format!("malformed reply {value:?}"));
+            let (next, batch) = match &value {
+                Value::Array(items) => match items.as_slice() {
+                    [Value::BulkString(next), Value::Int(batch)] => (
+                        String::from_utf8(next.clone()).map_err(|_| bad())?,
+                        u64::try_from(*batch).map_err(|_| bad())?,
+                    ),
+                    _ => return Err(bad()),
+                },
+                _ => return Err(bad()),
+            };
+            moved = moved.saturating_add(batch);
+            if next == "0" {
+                return Ok(moved);
+            }
+            cursor = next;
+        }
+    }
+
     fn reservation_call(&self, sku: &str, op: &str, reservation_id: &str) -> Result<Call<'static>> {
         let id = keys::escape_part("reservation id", reservation_id)?;
         let sku_part = keys::escape_part("sku", sku)?;
