@@ -1110,6 +1110,27 @@ async fn v1_reservations_are_migrated_and_then_expire() {
     assert!(matches!(err, Err(Error::CorruptData { .. })), "{err:?}");
     assert!(before == keyspace(&mut conn).await);
     raw(&mut conn, &["HDEL", &hash, "bad"]).await;
+    // A user who may not ZADD: PermissionDenied, nothing written.
+    raw(
+        &mut conn,
+        &[
+            "ACL", "SETUSER", "no-zadd", "on", ">pw", "~*", "&*", "+@all", "-zadd",
+        ],
+    )
+    .await;
+    let url = format!("redis://no-zadd:pw@127.0.0.1:{}/", server.port());
+    let mut denied = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let before = keyspace(&mut conn).await;
+    let err = s.migrate_v1_reservations(&mut denied, "a").await;
+    assert!(
+        matches!(err, Err(Error::PermissionDenied { .. })),
+        "{err:?}"
+    );
+    assert!(before == keyspace(&mut conn).await);
 
     assert_eq!(s.migrate_v1_reservations(&mut conn, "a").await.unwrap(), 3);
     assert_eq!(
