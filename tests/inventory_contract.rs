@@ -1177,3 +1177,82 @@ async fn v1_reservations_are_migrated_and_then_expire() {
         "all 1,000 expired v1 holds came back, 16 per call"
     );
 }
+
+/// The scripts' integer parser, compared with Redis's own (`INCRBY` on the stored string) and
+/// with the documented rule, over every string of up to 3 characters from a hostile alphabet
+/// plus long and boundary values.
+#[tokio::test]
+async fn the_scripts_parse_integers_exactly_like_redis_within_their_range() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let source = redkit::Registry::global()
+        .require("inventory_apply", 2)
+        .unwrap()
+        .source();
+    let from = source.find("local MAX =").unwrap();
+    let to = source.find("-- A hold is").unwrap();
+    let probe = format!(
+        "{}\nlocal out = {{}}\nfor i, s in ipairs(ARGV) do\n  local ours = int(s) ~= nil\n  \
+         redis.call('SET', KEYS[1], s)\n  local theirs = redis.pcall('INCRBY', KEYS[1], 0)\n  \
+         out[i] = {{ours and 1 or 0, type(theirs) == 'number' and 1 or 0}}\nend\nreturn out",
+        &source[from..to]
+    );
+    let alphabet = ['0', '1', '9', '-', '+', ' ', '.', 'e'];
+    let mut inputs: Vec<String> = vec![String::new()];
+    let mut frontier = vec![String::new()];
+    for _ in 0..3 {
+        let mut next = Vec::new();
+        for prefix in &frontier {
+            for c in alphabet {
+                next.push(format!("{prefix}{c}"));
+            }
+        }
+        inputs.extend(next.iter().cloned());
+        frontier = next;
+    }
+    for long in [
+        "99999999999999",
+        "100000000000000",
+        "09999999999999",
+        "12345678901234567890",
+        "9223372036854775807",
+        "9223372036854775808",
+        "-9223372036854775808",
+        "18446744073709551616",
+        "1\n",
+        "\t1",
+        "0x10",
+    ] {
+        inputs.push(long.to_owned());
+    }
+    let reference = |s: &str| {
+        s.len() <= 14
+            && (s == "0"
+                || (s.starts_with(|c: char| ('1'..='9').contains(&c))
+                    && s.bytes().all(|b| b.is_ascii_digit())))
+    };
+    let replies: Vec<(u8, u8)> = redis::cmd("EVAL")
+        .arg(&probe)
+        .arg(1)
+        .arg("probe")
+        .arg(&inputs)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(replies.len(), inputs.len());
+    let mut accepted = 0;
+    for (s, (ours, redis)) in inputs.iter().zip(replies) {
+        let (ours, redis) = (ours == 1, redis == 1);
+        assert_eq!(ours, reference(s), "{s:?}: the documented rule");
+        assert!(
+            !ours || redis,
+            "{s:?}: accepted by the scripts, refused by Redis"
+        );
+        if !s.starts_with('-') && s.len() <= 14 {
+            assert_eq!(ours, redis, "{s:?}: Redis and the scripts disagree");
+        }
+        accepted += usize::from(ours);
+    }
+    // "0", "1", "9", 6 of two digits, 18 of three, and 99999999999999.
+    assert_eq!(accepted, 28);
+}
