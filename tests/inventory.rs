@@ -513,26 +513,22 @@ async fn one_request_id_deducts_once_sequentially_and_concurrently() {
     );
     assert_eq!(s.stock(conn, "a").await.unwrap(), 70);
 
-    // The id reused for a different request: typed error, nothing changed.
-    for result in [
-        s.decrement(conn, "a", 3, Some("order-1")).await.map(|_| ()),
-        s.restock(conn, "a", 2, Some("order-1")).await.map(|_| ()),
+    // The id reused for a different request: an outcome, nothing changed.
+    assert_eq!(
+        s.decrement(conn, "a", 3, Some("order-1")).await.unwrap(),
+        Decrement::IdReused
+    );
+    assert_eq!(
+        s.restock(conn, "a", 2, Some("order-1")).await.unwrap(),
+        Restock::IdReused
+    );
+    assert_eq!(
         inventory
             .place_order(conn, &lines, Some("order-1"))
             .await
-            .map(|_| ()),
-    ] {
-        assert!(
-            matches!(
-                result,
-                Err(Error::InvalidInput {
-                    what: "request id",
-                    ..
-                })
-            ),
-            "{result:?}"
-        );
-    }
+            .unwrap(),
+        Order::IdReused
+    );
     assert_eq!(s.stock(conn, "a").await.unwrap(), 70);
 
     // The record lives in the store's slot and expires after the retention.
@@ -686,7 +682,7 @@ async fn works_on_a_cluster_and_refuses_cross_slot_orders() {
         );
         assert_eq!(
             s.restock(&mut conn, "a", 7, None).await.unwrap().stock(),
-            20
+            Some(20)
         );
     }
 
@@ -923,7 +919,11 @@ async fn reserve_commit_release_and_unknown_ids() {
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 7);
     assert!(raw_reservations(&server, &s, "a").await.is_empty());
     let exists: u64 = server
-        .cmd(&["EXISTS", &s.reservation_key("a").unwrap()])
+        .cmd(&[
+            "EXISTS",
+            &s.reservation_key("a").unwrap(),
+            &s.reservation_expiry_key("a").unwrap(),
+        ])
         .await;
     assert_eq!(exists, 0, "an empty reservation hash is deleted");
     // A retried commit, or a release after the commit: told what happened, nothing changes.
@@ -1055,14 +1055,15 @@ async fn reserve_commit_release_and_unknown_ids() {
 
     // The script checks its arguments too: a raw call with a bad TTL writes nothing.
     let script = redkit::Registry::global()
-        .require("inventory_reserve", 1)
+        .require("inventory_reserve", 2)
         .unwrap();
     let err: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
         .arg(script.source())
-        .arg(3)
+        .arg(4)
         .arg(s.sku_key("a").unwrap())
         .arg(s.reservation_key("a").unwrap())
         .arg("t:inv:{resv}:raw-settlement")
+        .arg(s.reservation_expiry_key("a").unwrap())
         .arg("reserve")
         .arg("raw")
         .arg(1)
@@ -1076,7 +1077,8 @@ async fn reserve_commit_release_and_unknown_ids() {
     // A corrupt reservation is a typed error and changes nothing.
     let rkey = s.reservation_key("a").unwrap();
     let _: u64 = server.cmd(&["HSET", &rkey, "bad", "x y"]).await;
-    let _: u64 = server.cmd(&["HSET", &rkey, "{next}", "0"]).await;
+    let zkey = s.reservation_expiry_key("a").unwrap();
+    let _: u64 = server.cmd(&["ZADD", &zkey, "0", "bad"]).await;
     let err = s.decrement(&mut conn, "a", 1, None).await;
     assert!(matches!(err, Err(Error::CorruptData { .. })), "{err:?}");
     assert_eq!(
@@ -1093,14 +1095,20 @@ async fn a_full_sku_refuses_more_reservations() {
     s.set(&mut conn, "a", 20_000).await.unwrap();
     // Fill the hash to the limit directly (far-future expiries), then ask for one more.
     let rkey = s.reservation_key("a").unwrap();
+    let zkey = s.reservation_expiry_key("a").unwrap();
     let limit = Inventory::MAX_RESERVATIONS_PER_SKU;
     let far = "99999999999999";
-    let mut fields: Vec<String> = vec!["HSET".into(), rkey.clone(), "{next}".into(), far.into()];
+    let mut fields: Vec<String> = vec!["HSET".into(), rkey.clone()];
+    let mut members: Vec<String> = vec!["ZADD".into(), zkey.clone()];
     for i in 0..limit {
         fields.push(format!("r{i}"));
         fields.push(format!("1 {far}"));
+        members.push(far.into());
+        members.push(format!("r{i}"));
     }
     let args: Vec<&str> = fields.iter().map(String::as_str).collect();
+    let _: u64 = server.cmd(&args).await;
+    let args: Vec<&str> = members.iter().map(String::as_str).collect();
     let _: u64 = server.cmd(&args).await;
     assert_eq!(
         s.reserve(&mut conn, "a", 1, MINUTE, "one-more")
@@ -1166,13 +1174,15 @@ async fn an_expired_reservation_returns_to_stock_lazily_and_only_once() {
         .await
         .unwrap()
         .is_committed());
-    // A settled id reused for a fresh hold that then expires: unknown, not "committed".
+    // A settled id stays settled: a reserve under it holds nothing (no second sale).
     s.restock(&mut conn, "a", 2, None).await.unwrap();
-    s.reserve(&mut conn, "a", 2, short, "kept").await.unwrap();
-    tokio::time::sleep(margin).await;
+    assert_eq!(
+        s.reserve(&mut conn, "a", 2, short, "kept").await.unwrap(),
+        Reserve::AlreadyCommitted { quantity: 3 }
+    );
     assert_eq!(
         s.commit(&mut conn, "a", "kept").await.unwrap(),
-        Commit::Unknown
+        Commit::AlreadyCommitted { quantity: 3 }
     );
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 2);
 
@@ -1186,7 +1196,11 @@ async fn an_expired_reservation_returns_to_stock_lazily_and_only_once() {
         assert_eq!(s.stock(&mut conn, "b").await.unwrap(), 5);
     }
     let exists: u64 = server
-        .cmd(&["EXISTS", &s.reservation_key("b").unwrap()])
+        .cmd(&[
+            "EXISTS",
+            &s.reservation_key("b").unwrap(),
+            &s.reservation_expiry_key("b").unwrap(),
+        ])
         .await;
     assert_eq!(exists, 0);
 

@@ -71,16 +71,25 @@ fn a_bless_never_rewrites_a_pin() {
     assert!(text[lock.len()..].contains("name = \"brand_new\""));
 }
 
-/// Redis scripts cannot share code, so the lazy reclaim of expired reservations is repeated in
-/// every inventory script that reads stock. This keeps the copies identical: fix one, fix all.
+/// Redis scripts cannot share code, so the lazy reclaim of expired reservations (with the
+/// strict integer parser and the ACL-checked write plan) is repeated in every inventory script
+/// that reads stock. This keeps the copies in the newest version of each script identical:
+/// fix one, fix all. (Older versions are immutable and keep their own copy.)
 #[test]
 fn the_reservation_reclaim_block_is_identical_in_every_script() {
     const START: &str = "-- Lazy reclaim of expired reservations";
     const END: &str = "-- End of the reclaim block.";
-    let blocks: Vec<(String, String)> = Registry::global()
-        .scripts()
+    let scripts = Registry::global().scripts();
+    let newest = |name: &str| {
+        scripts
+            .iter()
+            .filter(|s| s.name() == name)
+            .map(|s| s.version())
+            .max()
+    };
+    let blocks: Vec<(String, String)> = scripts
         .iter()
-        .filter(|s| s.source().contains(START))
+        .filter(|s| s.source().contains(START) && newest(s.name()) == Some(s.version()))
         .map(|s| {
             let src = s.source();
             let from = src.find(START).unwrap();
@@ -88,9 +97,15 @@ fn the_reservation_reclaim_block_is_identical_in_every_script() {
             (s.id().to_owned(), src[from..to].to_owned())
         })
         .collect();
-    assert!(
-        blocks.len() >= 3,
-        "get, apply and reserve carry the block: {blocks:?}"
+    let ids: Vec<&str> = blocks.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "inventory_apply.v2",
+            "inventory_get.v2",
+            "inventory_reserve.v2"
+        ],
+        "get, apply and reserve carry the block"
     );
     for (id, block) in &blocks[1..] {
         assert_eq!(block, &blocks[0].1, "{id} differs from {}", blocks[0].0);

@@ -11,7 +11,7 @@ use super::reply::{self, Reply};
 use super::store::Store;
 use crate::error::{Error, Result};
 use crate::keys;
-use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::script::{Acked, Call, Registry, Replication, Script, ScriptManager};
 
 /// Atomic stock counters under one key prefix. Cheap to clone (an `Arc`).
 ///
@@ -43,6 +43,7 @@ pub(super) struct Inner {
     pub(super) get: &'static Script,
     pub(super) apply: &'static Script,
     pub(super) reserve: &'static Script,
+    pub(super) migrate: &'static Script,
 }
 
 /// Operation of `inventory_apply`.
@@ -152,8 +153,8 @@ impl Inventory {
     /// refused with [`Error::CrossSlot`] before anything is sent, as are an empty order, more
     /// than [`MAX_ORDER_LINES`](Self::MAX_ORDER_LINES) lines and a SKU listed twice
     /// ([`Error::InvalidInput`]). With a `request_id`, a repeat of the same order within the
-    /// retention returns [`Order::Duplicate`]; the id reused for a different order is an
-    /// [`Error::InvalidInput`] and changes nothing. A SKU without stock is
+    /// retention returns [`Order::Duplicate`]; the id reused for a different order is
+    /// [`Order::IdReused`] and changes nothing. A SKU without stock is
     /// [`Error::NotFound`]; a stock that is not an integer is [`Error::CorruptData`]; both
     /// change nothing.
     ///
@@ -176,34 +177,93 @@ impl Inventory {
         lines: &[OrderLine],
         request_id: Option<&str>,
     ) -> Result<Order> {
-        order::place(self, conn, lines, request_id).await
+        order::place(self, conn, lines, request_id, None)
+            .await
+            .map(|a| a.outcome)
+    }
+
+    /// [`place_order`](Self::place_order), then `WAIT` for `replication` in the same round
+    /// trip: the outcome with how many replicas acknowledged the write. A caller can refuse to
+    /// confirm an order whose deduction is on the primary only (it could be lost in a
+    /// failover). `WAIT` does not roll anything back: an order acknowledged by fewer replicas
+    /// than asked is still placed on the primary; retry with the same request id to learn its
+    /// outcome.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::inventory::Inventory;
+    /// use redkit::script::Replication;
+    /// let inventory = Inventory::new("shop:inv")?;
+    /// let berlin = inventory.store("berlin")?;
+    /// let lines = [berlin.line("sku-1", 2)?];
+    /// let wait = Replication::new(1, Duration::from_millis(200))?;
+    /// let acked = inventory.place_order_acked(&mut conn, &lines, Some("order-1001"), wait).await?;
+    /// if acked.outcome.is_applied() && !acked.is_replicated() {
+    ///     println!("placed on the primary only; confirm later");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn place_order_acked<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        lines: &[OrderLine],
+        request_id: Option<&str>,
+        replication: Replication,
+    ) -> Result<Acked<Order>> {
+        order::place(self, conn, lines, request_id, Some(replication)).await
     }
 
     pub(super) fn inner(&self) -> &Inner {
         &self.inner
     }
 
-    /// Runs `inventory_apply` over `keys` (one store; `reservations[i]` is the reservation
-    /// hash of `keys[i]`) with an optional request record.
+    /// Runs one call, with `WAIT` after it in the same pipeline when `replication` is given
+    /// (without it, the counts of the [`Acked`] are 0 of 0).
+    pub(super) async fn run<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        call: &Call<'_>,
+        replication: Option<Replication>,
+    ) -> Result<Acked<redis::Value>> {
+        match replication {
+            None => Ok(Acked::new(
+                self.inner.manager.invoke(conn, call).await?,
+                0,
+                0,
+            )),
+            Some(r) => self.inner.manager.invoke_acked(conn, call, r).await,
+        }
+    }
+
+    /// Runs `inventory_apply` over `keys` (one store; `reservations[i]` and `expiries[i]` are
+    /// the reservation hash and expiry ZSET of `keys[i]`) with an optional request record.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn apply<C: ConnectionLike>(
         &self,
         conn: &mut C,
         mode: Mode,
         keys: &[&str],
         reservations: &[String],
+        expiries: &[String],
         quantities: &[u64],
         record_key: Option<String>,
-    ) -> Result<Reply> {
+        replication: Option<Replication>,
+    ) -> Result<Acked<Reply>> {
         let script = self.inner.apply;
-        if reservations.len() != keys.len() {
+        if reservations.len() != keys.len() || expiries.len() != keys.len() {
             return Err(Error::invalid("order", "one reservation key per line"));
         }
-        let mut call =
-            Call::with_key_count(script, 2 * keys.len() + usize::from(record_key.is_some()));
+        let key_count = keys
+            .len()
+            .checked_mul(3)
+            .and_then(|n| n.checked_add(usize::from(record_key.is_some())))
+            .ok_or_else(|| Error::invalid("order", "too many lines"))?;
+        let mut call = Call::with_key_count(script, key_count);
         for key in keys {
             call.key(*key);
         }
-        for key in reservations {
+        for key in reservations.iter().chain(expiries) {
             call.key(key);
         }
         if let Some(record) = &record_key {
@@ -220,8 +280,10 @@ impl Inventory {
                 quantities,
             ));
         }
-        let value: redis::Value = self.inner.manager.invoke(conn, &call).await?;
-        reply::decode(script, value, keys.len())
+        let acked = self.run(conn, &call, replication).await?;
+        let (replicas, requested) = (acked.replicas, acked.requested);
+        let reply = reply::decode(script, acked.outcome, keys.len())?;
+        Ok(Acked::new(reply, replicas, requested))
     }
 }
 
@@ -275,10 +337,11 @@ impl InventoryBuilder {
                 prefix: self.prefix,
                 retention_ms: u64::try_from(self.retention.as_millis()).unwrap_or(u64::MAX),
                 manager: self.manager.unwrap_or_default(),
-                set: registry.require("inventory_set", 1)?,
-                get: registry.require("inventory_get", 1)?,
-                apply: registry.require("inventory_apply", 1)?,
-                reserve: registry.require("inventory_reserve", 1)?,
+                set: registry.require("inventory_set", 2)?,
+                get: registry.require("inventory_get", 2)?,
+                apply: registry.require("inventory_apply", 2)?,
+                reserve: registry.require("inventory_reserve", 2)?,
+                migrate: registry.require("inventory_migrate", 1)?,
             }),
         })
     }

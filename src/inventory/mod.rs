@@ -15,11 +15,17 @@
 //! below zero: a decrement the stock does not cover changes nothing and reports what is
 //! available. Decrements, restocks and orders may carry a request id (e.g. the order id): the
 //! same request sent again within the retention returns its original outcome as `Duplicate`
-//! and changes nothing, so a client that timed out can retry safely.
+//! and changes nothing, so a client that timed out can retry safely *with the same id* (a retry
+//! without one can deduct twice). Every write has an `_acked` sibling that also reports how many
+//! replicas acknowledged it (`WAIT`, in the same round trip).
+//!
+//! Nothing is half-applied: every script parses stored numbers strictly and checks every write
+//! against the caller's ACL before the first one, so it applies completely or writes nothing.
 //!
 //! Keys: `<prefix>:{<store>}:sku:<sku>` (the stock, a plain integer string) and
 //! `<prefix>:{<store>}:req:<request id>` (the idempotency record, expiring after the
-//! retention), `<prefix>:{<store>}:resv:<sku>` (the SKU's live reservations, a hash) and
+//! retention), `<prefix>:{<store>}:resv:<sku>` (the SKU's live reservations, a hash),
+//! `<prefix>:{<store>}:resv-exp:<sku>` (their expiries, a ZSET) and
 //! `<prefix>:{<store>}:resv-done:<len>:<sku>:<reservation id>` (how a reservation was settled,
 //! expiring after the retention, so a retried commit or release is answered truthfully). Store, SKU and request ids are escaped (no `{`/`}` injection) and bounded to
 //! [`MAX_PART_LEN`](crate::keys::MAX_PART_LEN) bytes.

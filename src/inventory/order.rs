@@ -5,9 +5,9 @@ use redis::aio::ConnectionLike;
 use super::config::{Inventory, Mode};
 use super::outcome::{Order, Shortage};
 use super::reply::Reply;
-use super::store::{reused_request_id, unknown_sku, Store};
+use super::store::{unknown_sku, Store};
 use crate::error::{Error, Result};
-use crate::script::Script;
+use crate::script::{Acked, Replication, Script};
 
 /// One line of a multi-SKU order: a SKU of one [`Store`] and a quantity, checked when built
 /// with [`Store::line`].
@@ -58,7 +58,8 @@ pub(super) async fn place<C: ConnectionLike>(
     conn: &mut C,
     lines: &[OrderLine],
     request_id: Option<&str>,
-) -> Result<Order> {
+    replication: Option<Replication>,
+) -> Result<Acked<Order>> {
     let Some(first) = lines.first() else {
         return Err(Error::invalid("order", "must have at least one line"));
     };
@@ -98,11 +99,26 @@ pub(super) async fn place<C: ConnectionLike>(
         .iter()
         .map(|l| store.reservation_key(&l.sku))
         .collect::<Result<Vec<_>>>()?;
+    let expiries = lines
+        .iter()
+        .map(|l| store.reservation_expiry_key(&l.sku))
+        .collect::<Result<Vec<_>>>()?;
     let record = request_id.map(|id| store.request_key(id)).transpose()?;
-    let reply = inventory
-        .apply(conn, Mode::Take, &keys, &reservations, &quantities, record)
+    let acked = inventory
+        .apply(
+            conn,
+            Mode::Take,
+            &keys,
+            &reservations,
+            &expiries,
+            &quantities,
+            record,
+            replication,
+        )
         .await?;
-    order_outcome(inventory.inner().apply, lines, reply)
+    let (replicas, requested) = (acked.replicas, acked.requested);
+    let order = order_outcome(inventory.inner().apply, lines, acked.outcome)?;
+    Ok(Acked::new(order, replicas, requested))
 }
 
 /// Lines built from a store of another inventory would use another prefix and scripts.
@@ -132,7 +148,7 @@ fn order_outcome(script: &Script, lines: &[OrderLine], reply: Reply) -> Result<O
         Reply::Duplicate(original) => Ok(Order::Duplicate {
             original: Box::new(order_outcome(script, lines, *original)?),
         }),
-        Reply::Conflict => Err(reused_request_id()),
+        Reply::Conflict => Ok(Order::IdReused),
         Reply::Unknown(i) => Err(unknown_sku(lines.get(i).map_or("?", |l| l.sku.as_str()))),
     }
 }

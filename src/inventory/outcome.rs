@@ -8,6 +8,7 @@
 /// let retry = Decrement::Duplicate { original: Box::new(first.clone()) };
 /// assert!(first.is_applied() && retry.is_applied());
 /// assert!(!Decrement::Insufficient { available: 0 }.is_applied());
+/// assert!(!Decrement::IdReused.is_applied());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -28,6 +29,9 @@ pub enum Decrement {
         /// The outcome of the first request with this id.
         original: Box<Decrement>,
     },
+    /// The request id was already used within the retention for a *different* request
+    /// (other operation, SKUs or quantities): nothing changed, nothing recorded.
+    IdReused,
 }
 
 impl Decrement {
@@ -35,7 +39,7 @@ impl Decrement {
     pub fn is_applied(&self) -> bool {
         match self {
             Self::Decremented { .. } => true,
-            Self::Insufficient { .. } => false,
+            Self::Insufficient { .. } | Self::IdReused => false,
             Self::Duplicate { original } => original.is_applied(),
         }
     }
@@ -46,8 +50,9 @@ impl Decrement {
 /// ```
 /// use redkit::inventory::Restock;
 /// let first = Restock::Restocked { stock: 12 };
-/// assert_eq!(first.stock(), 12);
-/// assert_eq!(Restock::Duplicate { original: Box::new(first) }.stock(), 12);
+/// assert_eq!(first.stock(), Some(12));
+/// assert_eq!(Restock::Duplicate { original: Box::new(first) }.stock(), Some(12));
+/// assert_eq!(Restock::IdReused.stock(), None);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -63,14 +68,19 @@ pub enum Restock {
         /// The outcome of the first request with this id.
         original: Box<Restock>,
     },
+    /// The request id was already used within the retention for a *different* request
+    /// (other operation, SKUs or quantities): nothing changed, nothing recorded.
+    IdReused,
 }
 
 impl Restock {
-    /// The stock right after the restock was applied (by this or by the original request).
-    pub fn stock(&self) -> u64 {
+    /// The stock right after the restock was applied (by this or by the original request);
+    /// `None` for [`Restock::IdReused`] (nothing was applied).
+    pub fn stock(&self) -> Option<u64> {
         match self {
-            Self::Restocked { stock } => *stock,
+            Self::Restocked { stock } => Some(*stock),
             Self::Duplicate { original } => original.stock(),
+            Self::IdReused => None,
         }
     }
 }
@@ -125,6 +135,9 @@ pub enum Order {
         /// The outcome of the first request with this id.
         original: Box<Order>,
     },
+    /// The request id was already used within the retention for a *different* request
+    /// (other operation, SKUs or quantities): nothing changed, nothing recorded.
+    IdReused,
 }
 
 impl Order {
@@ -132,7 +145,7 @@ impl Order {
     pub fn is_applied(&self) -> bool {
         match self {
             Self::Placed { .. } => true,
-            Self::Insufficient { .. } => false,
+            Self::Insufficient { .. } | Self::IdReused => false,
             Self::Duplicate { original } => original.is_applied(),
         }
     }

@@ -12,7 +12,7 @@ use super::config::{check_quantity, Inventory};
 use super::store::{unknown_sku, Store};
 use crate::error::{Error, Result};
 use crate::keys;
-use crate::script::{Call, Script};
+use crate::script::{Acked, Call, Replication, Script};
 
 /// The outcome of [`Store::reserve`].
 ///
@@ -51,10 +51,29 @@ pub enum Reserve {
         /// The limit.
         limit: u64,
     },
+    /// No live hold, but a reservation with this id was committed within the
+    /// [retention](Inventory::retention) (e.g. a redelivered reserve after its commit): its
+    /// units stay sold, nothing changed and no new hold was made, so a redelivered commit
+    /// cannot sell twice.
+    AlreadyCommitted {
+        /// Units the reservation held.
+        quantity: u64,
+    },
+    /// No live hold, but a reservation with this id was released within the retention;
+    /// nothing changed and no new hold was made.
+    AlreadyReleased {
+        /// Units the reservation held.
+        quantity: u64,
+    },
 }
 
 impl Reserve {
     /// `true` when a reservation with this id now holds units (new or already existing).
+    ///
+    /// ```
+    /// use redkit::inventory::Reserve;
+    /// assert!(!Reserve::AlreadyCommitted { quantity: 2 }.is_held());
+    /// ```
     pub fn is_held(&self) -> bool {
         matches!(self, Self::Reserved { .. } | Self::AlreadyReserved { .. })
     }
@@ -157,8 +176,14 @@ impl Store {
     /// (all before any round trip), [`Error::NotFound`] for a SKU never set,
     /// [`Error::CorruptData`], [`Error::WrongType`].
     ///
-    /// A reservation id is free again once committed, released or expired (a new hold under
-    /// it forgets the old settlement); use a fresh id per checkout.
+    /// Settled stays settled: within the [retention](Inventory::retention) after a commit or
+    /// release, a reserve with the same id answers [`Reserve::AlreadyCommitted`] /
+    /// [`Reserve::AlreadyReleased`] and holds nothing, so a redelivered reserve + commit
+    /// never sells twice. An id whose hold expired unsettled may be reserved again. Use a
+    /// fresh id per checkout.
+    ///
+    /// Expired holds are returned at most 16 per SKU and call (bounded work whatever the
+    /// number of holds): after a mass expiry, stock comes back over the next calls.
     ///
     /// ```no_run
     /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -180,6 +205,48 @@ impl Store {
         ttl: Duration,
         reservation_id: &str,
     ) -> Result<Reserve> {
+        self.reserve_with(conn, sku, quantity, ttl, reservation_id, None)
+            .await
+            .map(|a| a.outcome)
+    }
+
+    /// [`reserve`](Self::reserve), then `WAIT` for `replication` in the same round trip: the
+    /// outcome with how many replicas acknowledged the hold.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::script::Replication;
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// let wait = Replication::new(1, Duration::from_millis(200))?;
+    /// let acked = store
+    ///     .reserve_acked(&mut conn, "sku-1", 2, Duration::from_secs(900), "cart-7", wait)
+    ///     .await?;
+    /// println!("{:?} on {} replicas", acked.outcome, acked.replicas);
+    /// # Ok(()) }
+    /// ```
+    pub async fn reserve_acked<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        quantity: u64,
+        ttl: Duration,
+        reservation_id: &str,
+        replication: Replication,
+    ) -> Result<Acked<Reserve>> {
+        self.reserve_with(conn, sku, quantity, ttl, reservation_id, Some(replication))
+            .await
+    }
+
+    async fn reserve_with<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        quantity: u64,
+        ttl: Duration,
+        reservation_id: &str,
+        replication: Option<Replication>,
+    ) -> Result<Acked<Reserve>> {
         check_quantity(quantity)?;
         if ttl < Duration::from_millis(1) || ttl > Inventory::MAX_RESERVATION_TTL {
             return Err(Error::invalid(
@@ -195,9 +262,9 @@ impl Store {
         call.arg(quantity)
             .arg(ttl_ms)
             .arg(Inventory::MAX_RESERVATIONS_PER_SKU);
-        let (script, tag, numbers) = self.run(conn, &call).await?;
+        let (script, tag, numbers, acked) = self.run(conn, &call, replication).await?;
         let ms = Duration::from_millis;
-        match (tag.as_str(), numbers.as_slice()) {
+        let outcome = match (tag.as_str(), numbers.as_slice()) {
             ("ok", [remaining, ttl]) => Ok(Reserve::Reserved {
                 remaining: *remaining,
                 expires_in: ms(*ttl),
@@ -210,9 +277,16 @@ impl Store {
                 expires_in: ms(*left),
             }),
             ("full", [limit]) => Ok(Reserve::Full { limit: *limit }),
+            ("committed", [quantity]) => Ok(Reserve::AlreadyCommitted {
+                quantity: *quantity,
+            }),
+            ("released", [quantity]) => Ok(Reserve::AlreadyReleased {
+                quantity: *quantity,
+            }),
             ("unknown", []) => Err(unknown_sku(sku)),
             _ => Err(malformed(script, &tag, &numbers)),
-        }
+        }?;
+        Ok(acked.map(|()| outcome))
     }
 
     /// Commits the live reservation `reservation_id` of `sku`: its units stay deducted and
@@ -238,10 +312,46 @@ impl Store {
         sku: &str,
         reservation_id: &str,
     ) -> Result<Commit> {
+        self.commit_with(conn, sku, reservation_id, None)
+            .await
+            .map(|a| a.outcome)
+    }
+
+    /// [`commit`](Self::commit), then `WAIT` for `replication` in the same round trip: the
+    /// outcome with how many replicas acknowledged it.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::script::Replication;
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// let wait = Replication::new(1, Duration::from_millis(200))?;
+    /// let acked = store.commit_acked(&mut conn, "sku-1", "cart-7", wait).await?;
+    /// if acked.outcome.is_committed() && acked.is_replicated() { /* safe to ship */ }
+    /// # Ok(()) }
+    /// ```
+    pub async fn commit_acked<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        reservation_id: &str,
+        replication: Replication,
+    ) -> Result<Acked<Commit>> {
+        self.commit_with(conn, sku, reservation_id, Some(replication))
+            .await
+    }
+
+    async fn commit_with<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        reservation_id: &str,
+        replication: Option<Replication>,
+    ) -> Result<Acked<Commit>> {
         let mut call = self.reservation_call(sku, "commit", reservation_id)?;
         call.arg(self.inventory().inner().retention_ms);
-        let (script, tag, numbers) = self.run(conn, &call).await?;
-        match (tag.as_str(), numbers.as_slice()) {
+        let (script, tag, numbers, acked) = self.run(conn, &call, replication).await?;
+        let outcome = match (tag.as_str(), numbers.as_slice()) {
             ("ok", [quantity]) => Ok(Commit::Committed {
                 quantity: *quantity,
             }),
@@ -254,7 +364,8 @@ impl Store {
             ("none", []) => Ok(Commit::Unknown),
             ("unknown", []) => Err(unknown_sku(sku)),
             _ => Err(malformed(script, &tag, &numbers)),
-        }
+        }?;
+        Ok(acked.map(|()| outcome))
     }
 
     /// Releases the live reservation `reservation_id` of `sku`: its units go back to stock.
@@ -276,10 +387,46 @@ impl Store {
         sku: &str,
         reservation_id: &str,
     ) -> Result<ReleaseReservation> {
+        self.release_with(conn, sku, reservation_id, None)
+            .await
+            .map(|a| a.outcome)
+    }
+
+    /// [`release`](Self::release), then `WAIT` for `replication` in the same round trip: the
+    /// outcome with how many replicas acknowledged it.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::script::Replication;
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// let wait = Replication::new(1, Duration::from_millis(200))?;
+    /// let acked = store.release_acked(&mut conn, "sku-1", "cart-7", wait).await?;
+    /// println!("{:?}, replicated: {}", acked.outcome, acked.is_replicated());
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_acked<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        reservation_id: &str,
+        replication: Replication,
+    ) -> Result<Acked<ReleaseReservation>> {
+        self.release_with(conn, sku, reservation_id, Some(replication))
+            .await
+    }
+
+    async fn release_with<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        reservation_id: &str,
+        replication: Option<Replication>,
+    ) -> Result<Acked<ReleaseReservation>> {
         let mut call = self.reservation_call(sku, "release", reservation_id)?;
         call.arg(self.inventory().inner().retention_ms);
-        let (script, tag, numbers) = self.run(conn, &call).await?;
-        match (tag.as_str(), numbers.as_slice()) {
+        let (script, tag, numbers, acked) = self.run(conn, &call, replication).await?;
+        let outcome = match (tag.as_str(), numbers.as_slice()) {
             ("ok", [quantity, stock]) => Ok(ReleaseReservation::Released {
                 quantity: *quantity,
                 stock: *stock,
@@ -293,6 +440,58 @@ impl Store {
             ("none", []) => Ok(ReleaseReservation::Unknown),
             ("unknown", []) => Err(unknown_sku(sku)),
             _ => Err(malformed(script, &tag, &numbers)),
+        }?;
+        Ok(acked.map(|()| outcome))
+    }
+
+    /// Moves the reservations of `sku` made by redkit's v1 inventory scripts into the
+    /// current layout (each hold's id also in the expiry ZSET,
+    /// [`reservation_expiry_key`](Self::reservation_expiry_key)), so that they return to stock
+    /// when they expire. Without it, a v1 hold can still be committed or released but never
+    /// expires. Idempotent and safe alongside live traffic; each script call handles a bounded
+    /// batch (`HSCAN .. COUNT 100`), so no call blocks the server. Returns the holds moved
+    /// (0 when there is nothing from v1). Errors: [`Error::CorruptData`] for a malformed hold,
+    /// [`Error::WrongType`], [`Error::PermissionDenied`]; each leaves its batch unwritten.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// let moved = store.migrate_v1_reservations(&mut conn, "sku-1").await?;
+    /// println!("{moved} holds now expire under the v2 scripts");
+    /// # Ok(()) }
+    /// ```
+    pub async fn migrate_v1_reservations<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+    ) -> Result<u64> {
+        let script = self.inventory().inner().migrate;
+        let (hash, zset) = (
+            self.reservation_key(sku)?,
+            self.reservation_expiry_key(sku)?,
+        );
+        let mut cursor = String::from("0");
+        let mut moved: u64 = 0;
+        loop {
+            let mut call = Call::new(script);
+            call.key(&hash).key(&zset).arg(&cursor).arg(100);
+            let value: Value = self.inventory().manager().invoke(conn, &call).await?;
+            let bad = || Error::unexpected(script.id(), format!("malformed reply {value:?}"));
+            let (next, batch) = match &value {
+                Value::Array(items) => match items.as_slice() {
+                    [Value::BulkString(next), Value::Int(batch)] => (
+                        String::from_utf8(next.clone()).map_err(|_| bad())?,
+                        u64::try_from(*batch).map_err(|_| bad())?,
+                    ),
+                    _ => return Err(bad()),
+                },
+                _ => return Err(bad()),
+            };
+            moved = moved.saturating_add(batch);
+            if next == "0" {
+                return Ok(moved);
+            }
+            cursor = next;
         }
     }
 
@@ -309,19 +508,24 @@ impl Store {
         call.key(self.sku_key(sku)?)
             .key(self.reservation_key(sku)?)
             .key(settlement)
+            .key(self.reservation_expiry_key(sku)?)
             .arg(op)
             .arg(id);
         Ok(call)
     }
 
-    /// Runs a reservation call; returns the reply's tag and its non-negative integers.
+    /// Runs a reservation call (with `WAIT` when `replication` is given); returns the reply's
+    /// tag, its non-negative integers and the acknowledgement counts.
     async fn run<C: ConnectionLike>(
         &self,
         conn: &mut C,
         call: &Call<'static>,
-    ) -> Result<(&'static Script, String, Vec<u64>)> {
+        replication: Option<Replication>,
+    ) -> Result<(&'static Script, String, Vec<u64>, Acked<()>)> {
         let script = self.inventory().inner().reserve;
-        let value: Value = self.inventory().manager().invoke(conn, call).await?;
+        let acked = self.inventory().run(conn, call, replication).await?;
+        let (replicas, requested) = (acked.replicas, acked.requested);
+        let value: Value = acked.outcome;
         let bad = || Error::unexpected(script.id(), format!("malformed reply {value:?}"));
         let Value::Array(items) = &value else {
             return Err(bad());
@@ -342,7 +546,7 @@ impl Store {
             })
             .collect::<Option<Vec<u64>>>()
             .ok_or_else(bad)?;
-        Ok((script, tag, numbers))
+        Ok((script, tag, numbers, Acked::new((), replicas, requested)))
     }
 }
 

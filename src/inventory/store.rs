@@ -9,7 +9,7 @@ use super::outcome::{Decrement, Restock};
 use super::reply::Reply;
 use crate::error::{Error, Result};
 use crate::keys;
-use crate::script::{Call, Script};
+use crate::script::{Acked, Call, Replication, Script};
 
 /// One store of an [`Inventory`] (get it with [`Inventory::store`]). All its keys share the
 /// hash tag `{<store id>}`, so they live in one Cluster slot. Cheap to clone.
@@ -78,6 +78,24 @@ impl Store {
         ))
     }
 
+    /// The key of the reservation expiry ZSET of `sku`: `<prefix>:{<store>}:resv-exp:<sku>`
+    /// (member `<reservation id>`, score its expiry in ms of the Redis clock). Expired holds
+    /// are reclaimed from it at most 16 per call, so no call does unbounded work.
+    /// Fails when `sku` is empty or too long.
+    ///
+    /// ```
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// assert_eq!(store.reservation_expiry_key("sku-1")?, "inv:{s1}:resv-exp:sku-1");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn reservation_expiry_key(&self, sku: &str) -> Result<String> {
+        Ok(format!(
+            "{}:resv-exp:{}",
+            self.base,
+            keys::escape_part("sku", sku)?
+        ))
+    }
+
     /// An order line of this store for [`Inventory::place_order`]. Checks the SKU and the
     /// quantity (1..=[`Inventory::MAX_QUANTITY`]) now.
     ///
@@ -138,7 +156,9 @@ impl Store {
     /// ```
     pub async fn stock<C: ConnectionLike>(&self, conn: &mut C, sku: &str) -> Result<u64> {
         let mut call = Call::new(self.inventory.inner().get);
-        call.key(self.sku_key(sku)?).key(self.reservation_key(sku)?);
+        call.key(self.sku_key(sku)?)
+            .key(self.reservation_key(sku)?)
+            .key(self.reservation_expiry_key(sku)?);
         let stock: Option<u64> = self.inventory.manager().invoke(conn, &call).await?;
         stock.ok_or_else(|| unknown_sku(sku))
     }
@@ -148,8 +168,8 @@ impl Store {
     ///
     /// With a `request_id` (e.g. the order id), the same request repeated within the
     /// retention returns [`Decrement::Duplicate`] with the first outcome and changes nothing;
-    /// the id reused for a different request (other SKU, quantity or operation) is an
-    /// [`Error::InvalidInput`] and changes nothing. Errors: quantity 0 or above
+    /// the id reused for a different request (other SKU, quantity or operation) is
+    /// [`Decrement::IdReused`] and changes nothing. Errors: quantity 0 or above
     /// [`Inventory::MAX_QUANTITY`] (before any round trip), [`Error::NotFound`],
     /// [`Error::CorruptData`], [`Error::WrongType`]; none of them changes or records anything.
     ///
@@ -168,10 +188,48 @@ impl Store {
         quantity: u64,
         request_id: Option<&str>,
     ) -> Result<Decrement> {
-        let reply = self
-            .apply_one(conn, Mode::Take, sku, quantity, request_id)
+        let acked = self
+            .apply_one(conn, Mode::Take, sku, quantity, request_id, None)
             .await?;
-        decrement_outcome(self.inventory.inner().apply, sku, reply)
+        decrement_outcome(self.inventory.inner().apply, sku, acked.outcome)
+    }
+
+    /// [`decrement`](Self::decrement), then `WAIT` for `replication` in the same round trip:
+    /// the outcome with how many replicas acknowledged it. Fewer than asked means the
+    /// deduction is applied on the primary but could be lost in a failover (nothing is rolled
+    /// back); a retry with the same request id answers the original outcome.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::script::Replication;
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// let wait = Replication::new(1, Duration::from_millis(200))?;
+    /// let acked = store.decrement_acked(&mut conn, "sku-1", 1, Some("order-17"), wait).await?;
+    /// println!("{:?}, {} of {} replicas", acked.outcome, acked.replicas, acked.requested);
+    /// # Ok(()) }
+    /// ```
+    pub async fn decrement_acked<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        quantity: u64,
+        request_id: Option<&str>,
+        replication: Replication,
+    ) -> Result<Acked<Decrement>> {
+        let acked = self
+            .apply_one(
+                conn,
+                Mode::Take,
+                sku,
+                quantity,
+                request_id,
+                Some(replication),
+            )
+            .await?;
+        let (replicas, requested) = (acked.replicas, acked.requested);
+        let outcome = decrement_outcome(self.inventory.inner().apply, sku, acked.outcome)?;
+        Ok(Acked::new(outcome, replicas, requested))
     }
 
     /// Adds `quantity` to the stock of `sku` (which must have been [`set`](Self::set) first:
@@ -182,7 +240,7 @@ impl Store {
     /// ```no_run
     /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
     /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
-    /// let stock = store.restock(&mut conn, "sku-1", 50, Some("delivery-3")).await?.stock();
+    /// let stock: Option<u64> = store.restock(&mut conn, "sku-1", 50, Some("delivery-3")).await?.stock();
     /// # Ok(()) }
     /// ```
     pub async fn restock<C: ConnectionLike>(
@@ -192,10 +250,46 @@ impl Store {
         quantity: u64,
         request_id: Option<&str>,
     ) -> Result<Restock> {
-        let reply = self
-            .apply_one(conn, Mode::Put, sku, quantity, request_id)
+        let acked = self
+            .apply_one(conn, Mode::Put, sku, quantity, request_id, None)
             .await?;
-        restock_outcome(self.inventory.inner().apply, sku, reply)
+        restock_outcome(self.inventory.inner().apply, sku, acked.outcome)
+    }
+
+    /// [`restock`](Self::restock), then `WAIT` for `replication` in the same round trip (see
+    /// [`decrement_acked`](Self::decrement_acked)).
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::script::Replication;
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// let wait = Replication::new(1, Duration::from_millis(200))?;
+    /// let acked = store.restock_acked(&mut conn, "sku-1", 5, Some("delivery-3"), wait).await?;
+    /// assert!(acked.outcome.stock() >= Some(5));
+    /// # Ok(()) }
+    /// ```
+    pub async fn restock_acked<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        quantity: u64,
+        request_id: Option<&str>,
+        replication: Replication,
+    ) -> Result<Acked<Restock>> {
+        let acked = self
+            .apply_one(
+                conn,
+                Mode::Put,
+                sku,
+                quantity,
+                request_id,
+                Some(replication),
+            )
+            .await?;
+        let (replicas, requested) = (acked.replicas, acked.requested);
+        let outcome = restock_outcome(self.inventory.inner().apply, sku, acked.outcome)?;
+        Ok(Acked::new(outcome, replicas, requested))
     }
 
     pub(super) fn inventory(&self) -> &Inventory {
@@ -213,10 +307,12 @@ impl Store {
         sku: &str,
         quantity: u64,
         request_id: Option<&str>,
-    ) -> Result<Reply> {
+        replication: Option<Replication>,
+    ) -> Result<Acked<Reply>> {
         check_quantity(quantity)?;
         let key = self.sku_key(sku)?;
         let reservations = [self.reservation_key(sku)?];
+        let expiries = [self.reservation_expiry_key(sku)?];
         let record = request_id.map(|id| self.request_key(id)).transpose()?;
         self.inventory
             .apply(
@@ -224,8 +320,10 @@ impl Store {
                 mode,
                 &[key.as_str()],
                 &reservations,
+                &expiries,
                 &[quantity],
                 record,
+                replication,
             )
             .await
     }
@@ -237,14 +335,6 @@ pub(super) fn unknown_sku(sku: &str) -> Error {
         what: "sku",
         detail: sku.to_owned(),
     }
-}
-
-/// The error for a request id reused for a different request.
-pub(super) fn reused_request_id() -> Error {
-    Error::invalid(
-        "request id",
-        "already used for a different request within the retention; nothing was changed",
-    )
 }
 
 fn decrement_outcome(script: &Script, sku: &str, reply: Reply) -> Result<Decrement> {
@@ -264,7 +354,7 @@ fn decrement_outcome(script: &Script, sku: &str, reply: Reply) -> Result<Decreme
         Reply::Duplicate(original) => Ok(Decrement::Duplicate {
             original: Box::new(decrement_outcome(script, sku, *original)?),
         }),
-        Reply::Conflict => Err(reused_request_id()),
+        Reply::Conflict => Ok(Decrement::IdReused),
         Reply::Unknown(_) => Err(unknown_sku(sku)),
     }
 }
@@ -279,7 +369,7 @@ fn restock_outcome(script: &Script, sku: &str, reply: Reply) -> Result<Restock> 
         Reply::Duplicate(original) => Ok(Restock::Duplicate {
             original: Box::new(restock_outcome(script, sku, *original)?),
         }),
-        Reply::Conflict => Err(reused_request_id()),
+        Reply::Conflict => Ok(Restock::IdReused),
         Reply::Unknown(_) => Err(unknown_sku(sku)),
     }
 }
