@@ -161,6 +161,12 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     /// ```
     pub async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<RedlockGuard> {
         let ttl_ms = options.validate()?;
+        if options.get_token().is_some() {
+            return Err(Error::invalid(
+                "token",
+                "Redlock generates its own owner tokens (LockOptions::token is for Lock)",
+            ));
+        }
         if self.node_timeout.is_zero() || self.node_timeout >= options.get_ttl() {
             return Err(Error::invalid(
                 "node timeout",
@@ -169,7 +175,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         }
         let key = self.lock_key(resource)?;
         let started = Instant::now();
-        let give_up = options.get_max_wait().map(|w| started + w);
+        let give_up = options.give_up_at(started);
         let mut attempt = 0;
         loop {
             let result = self.attempt(&key, ttl_ms, options).await;
@@ -177,7 +183,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
                 return result;
             }
             let pause = options.pause();
-            if give_up.is_some_and(|end| Instant::now() + pause > end) {
+            if LockOptions::pause_ends_too_late(pause, give_up) {
                 return result;
             }
             tokio::time::sleep(pause).await;
@@ -243,7 +249,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
                 let mut call = Call::new(self.renew);
                 call.key(&guard.key)
                     .arg(&guard.token)
-                    .arg(guard.ttl.as_millis() as u64);
+                    .arg(u64::try_from(guard.ttl.as_millis()).unwrap_or(u64::MAX));
                 async move { Answer::of_status(self.manager.invoke::<i64, _>(&mut conn, &call).await) }
             })
             .await;
