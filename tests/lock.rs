@@ -521,21 +521,38 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     ));
     // The scripts check again (a caller going around the Rust API).
     let manager = ScriptManager::new();
-    let acquire = Registry::global().require("lock_acquire", 1).unwrap();
-    for (token, ttl) in [
-        ("0123456789abcdef0123", "0"),
-        ("short", "100"),
-        ("0123456789abcdef", "1.5"),
+    let acquire = Registry::global().require("lock_acquire", 2).unwrap();
+    for (token, ttl, fence_ttl) in [
+        ("0123456789abcdef0123", "0", "1000"),
+        ("short", "100", "1000"),
+        ("0123456789abcdef", "1.5", "1000"),
+        ("0123456789abcdef", "100", "99"),
+        ("0123456789abcdef", "100", "01000"),
+        ("0123456789abcdef", "100", "1e4"),
     ] {
         let mut call = Call::new(acquire);
-        call.key("l:{r}").key("l:{r}:fence").arg(token).arg(ttl);
+        call.key("l:{r}")
+            .key("l:{r}:fence")
+            .arg(token)
+            .arg(ttl)
+            .arg(fence_ttl);
         assert!(matches!(
             manager.invoke::<redis::Value, _>(&mut conn, &call).await,
             Err(Error::InvalidInput { .. })
         ));
     }
-    let fenced = Registry::global().require("fenced_set", 1).unwrap();
-    for fence in ["0", "-1", "01", "1.5", "abc", "99999999999999999999"] {
+    let fenced = Registry::global().require("fenced_set", 2).unwrap();
+    for fence in [
+        "0",
+        "-1",
+        "01",
+        "1.5",
+        "abc",
+        "99999999999999999999",
+        "9223372036854775808",
+        "+5",
+        " 5",
+    ] {
         let mut call = Call::new(fenced);
         call.key("f").arg(fence).arg("v");
         assert!(

@@ -105,7 +105,7 @@ impl Lock {
                 prefix: prefix.to_owned(),
                 manager,
                 acquire: registry.require("lock_acquire", 2)?,
-                release: registry.require("lock_release", 1)?,
+                release: registry.require("lock_release", 2)?,
                 renew: registry.require("lock_renew", 2)?,
                 fenced_set: registry.require("fenced_set", 2)?,
             }),
