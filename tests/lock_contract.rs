@@ -635,3 +635,103 @@ async fn extreme_options_never_panic_against_a_real_server() {
     lock.release(&mut conn, g).await.unwrap();
     lock.release(&mut conn, holder).await.unwrap();
 }
+
+fn valid(options_ttl: Duration, drift: Option<Duration>) -> bool {
+    let allowance =
+        drift.unwrap_or_else(|| (options_ttl / 100).saturating_add(LockOptions::DRIFT_FLOOR));
+    !options_ttl.is_zero()
+        && options_ttl <= LockOptions::MAX_TTL
+        && options_ttl.subsec_nanos() % 1_000_000 == 0
+        && allowance < options_ttl
+}
+
+fn extreme_duration() -> impl proptest::strategy::Strategy<Value = Duration> {
+    use proptest::prelude::*;
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::MAX),
+        Just(Duration::from_nanos(1)),
+        Just(LockOptions::MAX_TTL),
+        (1u64..5_000).prop_map(Duration::from_millis),
+        any::<u64>().prop_map(Duration::from_millis),
+        (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+    ]
+}
+
+/// Property: any options, on a free and on a busy lock of a real server, never panic; invalid
+/// ones are `InvalidInput` before anything is sent; valid ones acquire the free lock and find
+/// the busy one busy (or are still waiting when the test stops waiting).
+#[test]
+fn any_options_against_a_real_server_never_panic() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(RedisServer::spawn());
+    let mut conn = rt.block_on(server.conn());
+    let lock = lock();
+    let long = LockOptions::new().ttl(Duration::from_secs(600));
+    let holder = rt.block_on(acquired(&lock, &mut conn, "busy", &long));
+    let strategy = (
+        extreme_duration(),
+        prop_oneof![Just(0u32), Just(1), Just(u32::MAX), any::<u32>()],
+        extreme_duration(),
+        extreme_duration(),
+        proptest::option::of(extreme_duration()),
+        proptest::option::of(extreme_duration()),
+    );
+    let mut runner = TestRunner::new(Config {
+        cases: 64,
+        ..Config::default()
+    });
+    runner
+        .run(
+            &strategy,
+            |(ttl, retries, delay, jitter, max_wait, drift)| {
+                let mut options = LockOptions::new()
+                    .ttl(ttl)
+                    .retries(retries)
+                    .retry_delay(delay)
+                    .jitter(jitter);
+                if let Some(w) = max_wait {
+                    options = options.max_wait(w);
+                }
+                if let Some(d) = drift {
+                    options = options.drift(d);
+                }
+                let ok = valid(ttl, drift);
+                let mut conn = conn.clone();
+                rt.block_on(async {
+                    for resource in ["free", "busy"] {
+                        let run = lock.acquire(&mut conn, resource, &options);
+                        match tokio::time::timeout(Duration::from_millis(100), run).await {
+                            Ok(Err(Error::InvalidInput { .. })) => prop_assert!(!ok, "{options:?}"),
+                            Ok(Ok(Acquire::Acquired(g))) => {
+                                prop_assert!(ok && resource == "free", "{options:?}");
+                                lock.release(&mut conn, g).await.unwrap();
+                            }
+                            Ok(Ok(Acquire::Busy { .. })) => {
+                                prop_assert!(ok && resource == "busy", "{options:?}")
+                            }
+                            // A lease of a few ms can run out during the round trip (then
+                            // released again).
+                            Ok(Err(Error::Timeout(_))) => {
+                                prop_assert!(
+                                    ok && resource == "free" && ttl < Duration::from_secs(1)
+                                )
+                            }
+                            Ok(other) => prop_assert!(false, "{options:?}: {other:?}"),
+                            // Still waiting for the busy lock (long pauses, no deadline).
+                            Err(_) => prop_assert!(ok && resource == "busy", "{options:?}"),
+                        }
+                    }
+                    Ok(())
+                })
+            },
+        )
+        .unwrap();
+    rt.block_on(lock.release(&mut conn, holder)).unwrap();
+    assert_eq!(
+        rt.block_on(server.cmd::<i64>(&["EXISTS", &lock.lock_key("free").unwrap()])),
+        0
+    );
+}
