@@ -641,7 +641,7 @@ fn valid(options_ttl: Duration, drift: Option<Duration>) -> bool {
         drift.unwrap_or_else(|| (options_ttl / 100).saturating_add(LockOptions::DRIFT_FLOOR));
     !options_ttl.is_zero()
         && options_ttl <= LockOptions::MAX_TTL
-        && options_ttl.subsec_nanos() % 1_000_000 == 0
+        && options_ttl.subsec_nanos().is_multiple_of(1_000_000)
         && allowance < options_ttl
 }
 
