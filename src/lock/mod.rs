@@ -26,7 +26,7 @@ pub use fencing::MAX_FENCED_KEY_LEN;
 pub use guard::LockGuard;
 pub use options::LockOptions;
 pub use outcome::{Acquire, FencedWrite, LeaseLoss, Release, Renew};
-pub use redlock::{Redlock, RedlockGuard, RedlockRelease};
+pub use redlock::{Redlock, RedlockAcquire, RedlockGuard, RedlockRelease};
 pub use single::Lock;
 pub use token::FencingToken;
 pub use watchdog::LeaseSignal;
