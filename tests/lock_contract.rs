@@ -735,3 +735,50 @@ fn any_options_against_a_real_server_never_panic() {
         0
     );
 }
+
+#[tokio::test]
+async fn require_replicas_releases_an_acquisition_the_replica_did_not_confirm() {
+    let pair = ReplicatedPair::spawn().await;
+    let mut conn = pair.primary.conn().await;
+    let lock = lock();
+    let one = Replication::new(1, Duration::from_millis(1_000)).unwrap();
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(10))
+        .require_replicas(one);
+    // In sync: acquired, and the replica has the lock key.
+    let guard = acquired(&lock, &mut conn, "acct", &options).await;
+    let on_replica: String = pair.replica.cmd(&["GET", guard.key()]).await;
+    assert!(!on_replica.is_empty());
+    lock.release(&mut conn, guard).await.unwrap();
+    // Replica link down: not confirmed in time -> released again, NotReplicated.
+    let nowhere = support::free_port().to_string();
+    let _: () = pair
+        .replica
+        .cmd(&["REPLICAOF", "127.0.0.1", &nowhere])
+        .await;
+    let short = Replication::new(1, Duration::from_millis(150)).unwrap();
+    let options = options.require_replicas(short);
+    match lock.acquire(&mut conn, "acct", &options).await.unwrap() {
+        Acquire::NotReplicated {
+            replicas: 0,
+            requested: 1,
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    let key = lock.lock_key("acct").unwrap();
+    assert_eq!(
+        pair.primary.cmd::<i64>(&["EXISTS", &key]).await,
+        0,
+        "released"
+    );
+    // acquire_acked reports instead of enforcing when no requirement is set.
+    let acked = lock
+        .acquire_acked(&mut conn, "acct", &LockOptions::new(), short)
+        .await
+        .unwrap();
+    assert_eq!((acked.replicas, acked.requested), (0, 1));
+    let Acquire::Acquired(guard) = acked.outcome else {
+        panic!("expected the lock");
+    };
+    lock.release(&mut conn, guard).await.unwrap();
+}

@@ -5,6 +5,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::script::Replication;
 
 /// How a lock is acquired and how long its lease lasts.
 ///
@@ -33,6 +34,7 @@ pub struct LockOptions {
     max_wait: Option<Duration>,
     drift: Option<Duration>,
     token: Option<String>,
+    replication: Option<Replication>,
 }
 
 impl fmt::Debug for LockOptions {
@@ -46,6 +48,7 @@ impl fmt::Debug for LockOptions {
             .field("max_wait", &self.max_wait)
             .field("drift", &self.drift)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("replication", &self.replication)
             .finish()
     }
 }
@@ -80,6 +83,7 @@ impl LockOptions {
             max_wait: None,
             drift: None,
             token: None,
+            replication: None,
         }
     }
 
@@ -184,6 +188,25 @@ impl LockOptions {
         self
     }
 
+    /// Requires `replication` for a [`Lock`](super::Lock) acquisition: every attempt is
+    /// followed by `WAIT` in the same round trip, and an acquisition that fewer replicas than
+    /// requested acknowledged in time is released again and answered with
+    /// [`Acquire::NotReplicated`](super::Acquire::NotReplicated) (it could be lost in a
+    /// failover, and another owner could then acquire). Ignored by
+    /// [`Redlock`](super::Redlock).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use redkit::script::Replication;
+    /// let o = redkit::lock::LockOptions::new()
+    ///     .require_replicas(Replication::new(1, Duration::from_millis(100))?);
+    /// # let _ = o; Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn require_replicas(mut self, replication: Replication) -> Self {
+        self.replication = Some(replication);
+        self
+    }
+
     /// The lease length.
     pub fn get_ttl(&self) -> Duration {
         self.ttl
@@ -193,6 +216,11 @@ impl LockOptions {
     pub fn drift_allowance(&self) -> Duration {
         self.drift
             .unwrap_or_else(|| (self.ttl / 100).saturating_add(Self::DRIFT_FLOOR))
+    }
+
+    /// The replication required at acquire, if any.
+    pub(crate) fn get_replication(&self) -> Option<Replication> {
+        self.replication
     }
 
     /// The caller's owner token, if one was set.

@@ -250,11 +250,25 @@ impl Lock {
         };
         let started = Instant::now();
         let give_up = options.give_up_at(started);
+        let required = options.get_replication();
+        let wait = replication.or(required);
         let mut attempt = 0;
         loop {
-            let outcome = self
-                .attempt(conn, &key, &token, ttl_ms, options, replication)
+            let (outcome, replicas) = self
+                .attempt(conn, &key, &token, ttl_ms, options, wait)
                 .await?;
+            let outcome = match (outcome, required, replicas) {
+                (Acquire::Acquired(guard), Some(required), Some(n)) if n < required.replicas() => {
+                    tracing::warn!(key = %guard.key, replicas = n, "acquire not replicated: releasing");
+                    self.release(conn, guard).await?;
+                    let not = Acquire::NotReplicated {
+                        replicas: n,
+                        requested: required.replicas(),
+                    };
+                    (not, replicas)
+                }
+                (outcome, _, _) => (outcome, replicas),
+            };
             if matches!(outcome.0, Acquire::Acquired(_)) || attempt >= options.get_retries() {
                 return Ok(outcome);
             }
