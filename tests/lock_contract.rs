@@ -634,6 +634,50 @@ async fn extreme_options_never_panic_against_a_real_server() {
     assert!(fence_ttl > 2 * 30 * 24 * 3_600_000, "{fence_ttl}");
     lock.release(&mut conn, g).await.unwrap();
     lock.release(&mut conn, holder).await.unwrap();
+    // Fencing tokens beyond i64 are refused before the round trip; i64::MAX is accepted.
+    assert!(matches!(
+        lock.fenced_set(&mut conn, "d", FencingToken::new(u64::MAX), "v")
+            .await,
+        Err(Error::InvalidInput { .. })
+    ));
+    let max = FencingToken::new(i64::MAX as u64);
+    assert!(lock
+        .fenced_set(&mut conn, "d", max, "v")
+        .await
+        .unwrap()
+        .is_written());
+    assert_eq!(
+        lock.fenced_get(&mut conn, "d").await.unwrap(),
+        Some((b"v".to_vec(), max))
+    );
+}
+
+#[tokio::test]
+async fn acked_acquire_and_fenced_write_on_a_cluster() {
+    let cluster = support::RedisCluster::spawn().await;
+    let mut conn = cluster.conn().await;
+    let lock = lock();
+    let one = Replication::new(1, Duration::from_millis(2_000)).unwrap();
+    for resource in ["a", "b", "c", "d"] {
+        let options = LockOptions::new().require_replicas(one);
+        let acked = lock
+            .acquire_acked(&mut conn, resource, &options, one)
+            .await
+            .unwrap();
+        assert_eq!(acked.replicas, 1, "{resource}: its primary's replica");
+        let Acquire::Acquired(mut guard) = acked.outcome else {
+            panic!("{resource}: expected the lock");
+        };
+        let r = lock.renew_acked(&mut conn, &mut guard, one).await.unwrap();
+        assert_eq!((r.outcome, r.replicas), (Renew::Renewed, 1));
+        let data = format!("{}:data", guard.key());
+        let w = lock
+            .fenced_set_acked(&mut conn, &data, guard.fencing_token(), "x", one)
+            .await
+            .unwrap();
+        assert!(w.outcome.is_written() && w.is_replicated());
+        lock.release(&mut conn, guard).await.unwrap();
+    }
 }
 
 fn valid(options_ttl: Duration, drift: Option<Duration>) -> bool {
