@@ -824,3 +824,51 @@ async fn require_replicas_releases_an_acquisition_the_replica_did_not_confirm() 
     };
     lock.release(&mut conn, guard).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_reply_lost_to_a_client_timeout_is_recovered_by_retrying_with_the_same_token() {
+    let mut server = RedisServer::spawn().await;
+    let lock = lock();
+    let key = lock.lock_key("inv").unwrap();
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_millis(200)));
+    let mut timing_out = server
+        .client()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap();
+    // Load the script first so the frozen call is one EVALSHA.
+    let mut conn = server.conn().await;
+    let warm = acquired(&lock, &mut conn, "warm", &LockOptions::new()).await;
+    lock.release(&mut conn, warm).await.unwrap();
+    let options = LockOptions::new().ttl(Duration::from_secs(30)).token(TOKEN);
+    // The server freezes after the command was sent: the client gives up (timeout), the
+    // server runs the acquire when it wakes up. The caller does not know it holds the lock.
+    server.pause().await;
+    let lost = lock.acquire(&mut timing_out, "inv", &options).await;
+    assert!(lost.is_err(), "{lost:?}");
+    server.resume().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while server.cmd::<i64>(&["EXISTS", &key]).await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the queued acquire never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stored: u64 = server.cmd(&["GET", &lock.fence_key("inv").unwrap()]).await;
+    // The retry with the same token finds its own lock (v1 answered Busy here).
+    let mut fresh = server.conn().await;
+    let guard = acquired(&lock, &mut fresh, "inv", &options).await;
+    assert_eq!(guard.fencing_token(), FencingToken::new(stored));
+    assert!(matches!(
+        lock.try_acquire(&mut fresh, "inv", &LockOptions::new().token(OTHER))
+            .await
+            .unwrap(),
+        Acquire::Busy { .. }
+    ));
+    assert_eq!(
+        lock.release(&mut fresh, guard).await.unwrap(),
+        redkit::lock::Release::Released
+    );
+}
