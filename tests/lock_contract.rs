@@ -390,6 +390,15 @@ async fn a_retry_with_the_same_owner_token_finds_its_own_lock() {
     // With retries too (the loop must not wait for its own lock).
     let again = acquired(&lock, &mut conn, "job", &options.clone().retries(3)).await;
     assert_eq!(again.fencing_token(), t1);
+    // Held by this token but the fence key is gone: a new, larger token is issued and stored.
+    let fence = lock.fence_key("job").unwrap();
+    let _: () = server.cmd(&["DEL", &fence]).await;
+    let renewed = acquired(&lock, &mut conn, "job", &options).await;
+    assert!(renewed.fencing_token() > t1);
+    let stored: u64 = server.cmd(&["GET", &fence]).await;
+    assert_eq!(FencingToken::new(stored), renewed.fencing_token());
+    assert!(server.cmd::<i64>(&["PTTL", &fence]).await > 60_000);
+    let t1 = renewed.fencing_token();
     // Another token: busy, and the holder's key is untouched.
     let other = LockOptions::new().token(OTHER);
     assert!(matches!(
