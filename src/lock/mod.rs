@@ -12,6 +12,7 @@
 //! Outcomes are values ([`Acquire`], [`Release`], [`Renew`], [`FencedWrite`], [`WithLock`]);
 //! errors are for bad input and for not being able to find out.
 
+mod acquire;
 mod fencing;
 mod guard;
 mod options;
