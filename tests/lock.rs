@@ -107,12 +107,12 @@ async fn mutual_exclusion_over_32_tasks_and_strictly_increasing_fences() {
     for pair in seen.windows(2) {
         assert!(pair[0].1 < pair[1].1, "fences not increasing: {pair:?}");
     }
-    assert_eq!(seen.last().map(|s| s.1), Some(FencingToken::new(1_600)));
-    // The fencing counter never expires.
-    let fence_ttl: i64 = server
-        .cmd(&["PTTL", &lock.fence_key("counter").unwrap()])
-        .await;
-    assert_eq!(fence_ttl, -1);
+    // The fence key holds the last token issued, with an expiry of 2 × lease + 10 s.
+    let fence_key = lock.fence_key("counter").unwrap();
+    let stored: u64 = server.cmd(&["GET", &fence_key]).await;
+    assert_eq!(seen.last().map(|s| s.1), Some(FencingToken::new(stored)));
+    let fence_ttl: i64 = server.cmd(&["PTTL", &fence_key]).await;
+    assert!(fence_ttl > 40_000 && fence_ttl <= 50_000, "{fence_ttl}");
 }
 
 #[tokio::test]
@@ -423,7 +423,6 @@ async fn works_on_a_cluster_with_lock_and_fence_in_one_slot() {
         );
         let options = LockOptions::new().ttl(Duration::from_millis(600));
         let mut first = acquired(&lock, &mut conn, resource, &options).await;
-        assert_eq!(first.fencing_token(), FencingToken::new(1));
         let node = cluster.primary_for(&key).await;
         assert_eq!(
             node.port(),
@@ -431,6 +430,7 @@ async fn works_on_a_cluster_with_lock_and_fence_in_one_slot() {
             "same node"
         );
         assert_eq!(node.cmd::<i64>(&["EXISTS", &key, &fence]).await, 2);
+        let first_token = first.fencing_token();
         let signal = lock.watch(conn.clone(), &mut first).unwrap();
         tokio::time::sleep(Duration::from_millis(1_000)).await;
         assert!(!signal.is_lost());
@@ -449,7 +449,7 @@ async fn works_on_a_cluster_with_lock_and_fence_in_one_slot() {
             Release::Released
         );
         let second = acquired(&lock, &mut conn, resource, &options).await;
-        assert_eq!(second.fencing_token(), FencingToken::new(2));
+        assert!(second.fencing_token() > first_token);
         let data = format!("{key}:data");
         assert!(lock
             .fenced_set(&mut conn, &data, second.fencing_token(), "x")
@@ -457,7 +457,7 @@ async fn works_on_a_cluster_with_lock_and_fence_in_one_slot() {
             .unwrap()
             .is_written());
         assert!(!lock
-            .fenced_set(&mut conn, &data, FencingToken::new(1), "old")
+            .fenced_set(&mut conn, &data, first_token, "old")
             .await
             .unwrap()
             .is_written());
@@ -521,21 +521,38 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     ));
     // The scripts check again (a caller going around the Rust API).
     let manager = ScriptManager::new();
-    let acquire = Registry::global().require("lock_acquire", 1).unwrap();
-    for (token, ttl) in [
-        ("0123456789abcdef0123", "0"),
-        ("short", "100"),
-        ("0123456789abcdef", "1.5"),
+    let acquire = Registry::global().require("lock_acquire", 2).unwrap();
+    for (token, ttl, fence_ttl) in [
+        ("0123456789abcdef0123", "0", "1000"),
+        ("short", "100", "1000"),
+        ("0123456789abcdef", "1.5", "1000"),
+        ("0123456789abcdef", "100", "99"),
+        ("0123456789abcdef", "100", "01000"),
+        ("0123456789abcdef", "100", "1e4"),
     ] {
         let mut call = Call::new(acquire);
-        call.key("l:{r}").key("l:{r}:fence").arg(token).arg(ttl);
+        call.key("l:{r}")
+            .key("l:{r}:fence")
+            .arg(token)
+            .arg(ttl)
+            .arg(fence_ttl);
         assert!(matches!(
             manager.invoke::<redis::Value, _>(&mut conn, &call).await,
             Err(Error::InvalidInput { .. })
         ));
     }
-    let fenced = Registry::global().require("fenced_set", 1).unwrap();
-    for fence in ["0", "-1", "01", "1.5", "abc", "99999999999999999999"] {
+    let fenced = Registry::global().require("fenced_set", 2).unwrap();
+    for fence in [
+        "0",
+        "-1",
+        "01",
+        "1.5",
+        "abc",
+        "99999999999999999999",
+        "9223372036854775808",
+        "+5",
+        " 5",
+    ] {
         let mut call = Call::new(fenced);
         call.key("f").arg(fence).arg("v");
         assert!(
@@ -584,9 +601,23 @@ async fn corrupt_data_is_refused_without_writing() {
             .await,
         Err(Error::WrongType { .. })
     ));
+    // A stored token ahead of the clock (here 2^53 - 2) is continued: + 1.
+    let _: () = server.cmd(&["SET", &fence, "9007199254740990"]).await;
+    let guard = acquired(&lock, &mut conn, "res", &LockOptions::new()).await;
+    assert_eq!(
+        guard.fencing_token(),
+        FencingToken::new(9_007_199_254_740_991)
+    );
+    lock.release(&mut conn, guard).await.unwrap();
+    // The next one would not fit a Lua number exactly: refused, nothing written.
+    assert!(matches!(
+        lock.acquire(&mut conn, "res", &LockOptions::new()).await,
+        Err(Error::CorruptData { .. })
+    ));
+    // A stored token behind the clock gives way to the time floor.
     let _: () = server.cmd(&["SET", &fence, "41"]).await;
     let guard = acquired(&lock, &mut conn, "res", &LockOptions::new()).await;
-    assert_eq!(guard.fencing_token(), FencingToken::new(42));
+    assert!(guard.fencing_token() > FencingToken::new(1_700_000_000_000_000));
 }
 
 /// The futures users spawn are `Send` (checked at compile time).

@@ -172,6 +172,41 @@ mod calls {
             any::<usize>(),
             0usize..64,
         ]
+
+/// Lock section: every `LockOptions` setter and the lock constructors with extreme values.
+/// (tests/lock_contract.rs then calls `acquire` with such options against a real server.)
+mod lock {
+    use super::*;
+    use redkit::lock::{FencingToken, Lock, LockOptions, Redlock};
+    use redkit::ScriptManager;
+
+    fn any_options() -> impl Strategy<Value = LockOptions> {
+        (
+            any_duration(),
+            any::<u32>(),
+            any_duration(),
+            any_duration(),
+            proptest::option::of(any_duration()),
+            proptest::option::of(any_duration()),
+            proptest::option::of(".{0,200}"),
+        )
+            .prop_map(|(ttl, retries, delay, jitter, max_wait, drift, token)| {
+                let mut o = LockOptions::new()
+                    .ttl(ttl)
+                    .retries(retries)
+                    .retry_delay(delay)
+                    .jitter(jitter);
+                if let Some(w) = max_wait {
+                    o = o.max_wait(w);
+                }
+                if let Some(d) = drift {
+                    o = o.drift(d);
+                }
+                if let Some(t) = token {
+                    o = o.token(t);
+                }
+                o
+            })
     }
 
     proptest! {
@@ -226,6 +261,34 @@ mod calls {
                 plain.key(&key);
             }
             prop_assert!(plain.validate().is_ok());
+
+        #[test]
+        fn lock_options_setters_never_panic_and_debug_hides_the_token(
+            options in any_options(),
+            token in "[a-z]{16,40}",
+        ) {
+            let _ = options.get_ttl();
+            let drift = options.drift_allowance();
+            prop_assert!(drift <= Duration::MAX);
+            let with = options.clone().token(token.clone());
+            let shown = format!("{with:?}");
+            prop_assert!(!shown.contains(&token), "{}", shown);
+            let _ = LockOptions::default() == options;
+        }
+
+        #[test]
+        fn lock_constructors_never_panic(prefix in ".{0,100}", resource in ".{0,600}", timeout in any_duration(), f in any::<u64>(), g in any::<u64>()) {
+            if let Ok(lock) = Lock::with_prefix(ScriptManager::new(), &prefix) {
+                prop_assert_eq!(lock.prefix(), prefix.as_str());
+                if let (Ok(k), Ok(fk)) = (lock.lock_key(&resource), lock.fence_key(&resource)) {
+                    prop_assert!(fk.starts_with(&k));
+                }
+            }
+            let none: Vec<redis::aio::MultiplexedConnection> = Vec::new();
+            prop_assert!(Redlock::new(ScriptManager::new(), none).is_err());
+            prop_assert_eq!(FencingToken::new(f) < FencingToken::new(g), f < g);
+            prop_assert_eq!(FencingToken::new(f).to_string(), f.to_string());
+            let _ = timeout;
         }
     }
 }

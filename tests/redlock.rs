@@ -5,7 +5,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redkit::lock::{LockOptions, Redlock};
+use redkit::lock::{LockOptions, Redlock, RedlockAcquire, RedlockGuard};
 use redkit::{Error, ScriptManager};
 use support::RedisMasters;
 
@@ -34,6 +34,17 @@ async fn redlock(masters: &RedisMasters) -> Redlock<MultiplexedConnection> {
         .node_timeout(NODE_TIMEOUT)
 }
 
+async fn held(
+    redlock: &Redlock<MultiplexedConnection>,
+    resource: &str,
+    options: &LockOptions,
+) -> RedlockGuard {
+    match redlock.acquire(resource, options).await.unwrap() {
+        RedlockAcquire::Acquired(guard) => guard,
+        other => panic!("expected the lock, got {other:?}"),
+    }
+}
+
 async fn exists(masters: &RedisMasters, nodes: &[usize], key: &str) -> Vec<i64> {
     let mut out = Vec::new();
     for &i in nodes {
@@ -53,7 +64,7 @@ async fn succeeds_with_two_of_five_masters_paused_and_validity_counts_elapsed_ti
     let ttl = Duration::from_secs(10);
     let options = LockOptions::new().ttl(ttl);
     let before = Instant::now();
-    let guard = redlock.acquire("payout", &options).await.unwrap();
+    let guard = held(&redlock, "payout", &options).await;
     let validity = guard.validity();
     let took = before.elapsed(); // read after the validity: bounds it from below
                                  // The acquire waited for the frozen nodes' timeout: that time is not counted as held.
@@ -72,18 +83,13 @@ async fn succeeds_with_two_of_five_masters_paused_and_validity_counts_elapsed_ti
     redlock.extend(&mut guard).await.unwrap();
     assert!(guard.is_valid());
 
-    // A second contender cannot get a quorum while we hold it.
+    // A second contender finds it held on 3 nodes: no quorum possible even if the 2 frozen
+    // nodes had agreed, so the answer is the Busy outcome, not an error.
     match redlock.acquire("payout", &options).await {
-        Err(Error::NoQuorum {
-            agreed: 0,
-            needed: 3,
+        Ok(RedlockAcquire::Busy {
+            held_elsewhere: 3,
             total: 5,
-            failed,
-        }) => {
-            assert_eq!(failed.len(), 5);
-            assert!(failed.iter().any(|(_, why)| why.contains("another owner")));
-            assert!(failed.iter().any(|(_, why)| why.contains("timed out")));
-        }
+        }) => {}
         other => panic!("{other:?}"),
     }
 
@@ -134,7 +140,7 @@ async fn fails_with_three_of_five_paused_and_leaves_no_key_on_the_healthy_ones()
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(exists(&masters, &[0, 1, 2, 3, 4], &key).await, [0; 5]);
     // And the lock is free again.
-    let guard = redlock.acquire("payout", &options).await.unwrap();
+    let guard = held(&redlock, "payout", &options).await;
     assert_eq!(redlock.release(guard).await.released, 5);
 }
 
@@ -143,7 +149,7 @@ async fn extend_needs_a_quorum() {
     let masters = RedisMasters::spawn(3).await;
     let redlock = redlock(&masters).await;
     let options = LockOptions::new().ttl(Duration::from_secs(5));
-    let mut guard = redlock.acquire("job", &options).await.unwrap();
+    let mut guard = held(&redlock, "job", &options).await;
     let key = guard.key().to_owned();
     redlock.extend(&mut guard).await.unwrap();
     // Two of three nodes lose the key: an extend can no longer reach a quorum.
@@ -196,4 +202,38 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     for node in &masters.nodes {
         assert_eq!(node.cmd::<i64>(&["DBSIZE"]).await, 0);
     }
+}
+
+#[tokio::test]
+async fn busy_is_an_outcome_and_no_quorum_stays_an_error_when_unreachable_nodes_decide() {
+    let mut masters = RedisMasters::spawn(3).await;
+    let redlock = redlock(&masters).await;
+    let options = LockOptions::new().ttl(Duration::from_secs(5)).retries(2);
+    let guard = held(&redlock, "job", &options).await;
+    match redlock.acquire("job", &options).await {
+        Ok(RedlockAcquire::Busy {
+            held_elsewhere: 3,
+            total: 3,
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    let key = guard.key().to_owned();
+    redlock.release(guard).await;
+    // Another owner on node 0, node 1 frozen, node 2 agrees: 1 yes, 1 held, 1 unknown. The
+    // frozen node could have decided either way: an error, not Busy.
+    let _: () = masters.nodes[0]
+        .cmd(&["SET", &key, "someone-else-token", "PX", "5000"])
+        .await;
+    masters.nodes[1].pause().await;
+    match redlock.acquire("job", &options.clone().retries(0)).await {
+        Err(Error::NoQuorum {
+            agreed: 1,
+            needed: 2,
+            total: 3,
+            failed,
+        }) => assert_eq!(failed.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [0, 1]),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(exists(&masters, &[2], &key).await, [0], "released again");
+    masters.nodes[1].resume().await;
 }

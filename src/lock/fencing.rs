@@ -7,6 +7,7 @@ use super::outcome::FencedWrite;
 use super::single::Lock;
 use super::token::FencingToken;
 use crate::error::{Error, Result};
+use crate::script::{Acked, Call, Replication};
 
 /// Longest key accepted for a fenced value, in bytes.
 pub const MAX_FENCED_KEY_LEN: usize = 1024;
@@ -49,21 +50,67 @@ impl Lock {
         fence: FencingToken,
         value: V,
     ) -> Result<FencedWrite> {
-        check_key(key)?;
-        if fence.get() == 0 {
-            return Err(Error::invalid("fencing token", "must be at least 1"));
-        }
-        let script = self.fenced_set_script();
-        let mut call = crate::script::Call::new(script);
-        call.key(key).arg(fence.get()).arg(value.as_ref());
+        let call = self.fenced_call(key, fence, value.as_ref())?;
         let (written, last): (i64, u64) = self.manager().invoke(conn, &call).await?;
-        Ok(if super::outcome::status(script, written)? {
-            FencedWrite::Written
-        } else {
-            FencedWrite::Stale {
-                newer: FencingToken::new(last),
-            }
-        })
+        self.fenced_outcome(written, last)
+    }
+
+    /// Like [`fenced_set`](Self::fenced_set), followed by `WAIT` for `replication` in the same
+    /// round trip: the answer says how many replicas have the write.
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::script::Replication;
+    /// let acked = lock
+    ///     .fenced_set_acked(&mut conn, "report:{q3}", guard.fencing_token(), "v2", Replication::new(1, Duration::from_millis(100))?)
+    ///     .await?;
+    /// if acked.outcome.is_written() && !acked.is_replicated() {
+    ///     eprintln!("written on the primary only");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn fenced_set_acked<C: ConnectionLike, V: AsRef<[u8]>>(
+        &self,
+        conn: &mut C,
+        key: &str,
+        fence: FencingToken,
+        value: V,
+        replication: Replication,
+    ) -> Result<Acked<FencedWrite>> {
+        let call = self.fenced_call(key, fence, value.as_ref())?;
+        let acked = self
+            .manager()
+            .invoke_acked::<(i64, u64), _>(conn, &call, replication)
+            .await?;
+        let (written, last) = acked.outcome;
+        Ok(Acked::new(
+            self.fenced_outcome(written, last)?,
+            acked.replicas,
+            acked.requested,
+        ))
+    }
+
+    fn fenced_call(&self, key: &str, fence: FencingToken, value: &[u8]) -> Result<Call<'static>> {
+        check_key(key)?;
+        if fence.get() == 0 || i64::try_from(fence.get()).is_err() {
+            return Err(Error::invalid("fencing token", "must be in 1..=i64::MAX"));
+        }
+        let mut call = Call::new(self.fenced_set_script());
+        call.key(key).arg(fence.get()).arg(value);
+        Ok(call)
+    }
+
+    fn fenced_outcome(&self, written: i64, last: u64) -> Result<FencedWrite> {
+        Ok(
+            if super::outcome::status(self.fenced_set_script(), written)? {
+                FencedWrite::Written
+            } else {
+                FencedWrite::Stale {
+                    newer: FencingToken::new(last),
+                }
+            },
+        )
     }
 
     /// Reads a fenced value: the value and the fencing token that wrote it (`None` when
@@ -101,8 +148,7 @@ impl Lock {
             [Value::BulkString(value), Value::BulkString(fence)] => {
                 let fence = std::str::from_utf8(fence)
                     .ok()
-                    .and_then(|s| s.parse::<u64>().ok())
-                    .filter(|&f| f > 0)
+                    .and_then(super::token::parse_positive)
                     .ok_or_else(|| corrupt("stored fence is not a positive integer"))?;
                 Ok(Some((value.clone(), FencingToken::new(fence))))
             }

@@ -41,8 +41,12 @@ impl Clock {
 
 /// `start + ttl - drift`: the local end of a lease granted by a request sent at `start`.
 /// Measuring from before the request makes the elapsed acquire time count against it.
+/// Never panics: a deadline beyond what an `Instant` holds is `start` (no validity), which
+/// cannot happen for a validated ttl (at most 30 days).
 pub(crate) fn deadline(start: Instant, ttl: Duration, drift: Duration) -> Instant {
-    start + ttl.saturating_sub(drift)
+    start
+        .checked_add(ttl.saturating_sub(drift))
+        .unwrap_or(start)
 }
 
 /// A held lock: key, owner token, fencing token and a local validity deadline.

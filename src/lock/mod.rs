@@ -12,6 +12,7 @@
 //! Outcomes are values ([`Acquire`], [`Release`], [`Renew`], [`FencedWrite`], [`WithLock`]);
 //! errors are for bad input and for not being able to find out.
 
+mod acquire;
 mod fencing;
 mod guard;
 mod options;
@@ -26,7 +27,7 @@ pub use fencing::MAX_FENCED_KEY_LEN;
 pub use guard::LockGuard;
 pub use options::LockOptions;
 pub use outcome::{Acquire, FencedWrite, LeaseLoss, Release, Renew};
-pub use redlock::{Redlock, RedlockGuard, RedlockRelease};
+pub use redlock::{Redlock, RedlockAcquire, RedlockGuard, RedlockRelease};
 pub use single::Lock;
 pub use token::FencingToken;
 pub use watchdog::LeaseSignal;

@@ -1,9 +1,11 @@
-//! [`LockOptions`]: lease length, waiting (bounded retries, jitter, overall deadline) and the
-//! clock-drift allowance.
+//! [`LockOptions`]: lease length, waiting (bounded retries, jitter, overall deadline), the
+//! clock-drift allowance and an optional caller-supplied owner token.
 
-use std::time::Duration;
+use std::fmt;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::script::Replication;
 
 /// How a lock is acquired and how long its lease lasts.
 ///
@@ -23,7 +25,7 @@ use crate::error::{Error, Result};
 /// // drift allowance: 1 % of the ttl + 2 ms
 /// assert_eq!(options.drift_allowance(), Duration::from_millis(102));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct LockOptions {
     ttl: Duration,
     retries: u32,
@@ -31,6 +33,24 @@ pub struct LockOptions {
     jitter: Duration,
     max_wait: Option<Duration>,
     drift: Option<Duration>,
+    token: Option<String>,
+    replication: Option<Replication>,
+}
+
+impl fmt::Debug for LockOptions {
+    /// The owner token is a secret (it allows releasing the lock): never printed.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockOptions")
+            .field("ttl", &self.ttl)
+            .field("retries", &self.retries)
+            .field("retry_delay", &self.retry_delay)
+            .field("jitter", &self.jitter)
+            .field("max_wait", &self.max_wait)
+            .field("drift", &self.drift)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("replication", &self.replication)
+            .finish()
+    }
 }
 
 impl Default for LockOptions {
@@ -62,28 +82,59 @@ impl LockOptions {
             jitter: Self::DEFAULT_JITTER,
             max_wait: None,
             drift: None,
+            token: None,
+            replication: None,
         }
     }
 
+    /// Shortest owner token accepted by [`token`](Self::token), in bytes.
+    pub const MIN_TOKEN_LEN: usize = 16;
+    /// Longest owner token accepted by [`token`](Self::token), in bytes.
+    pub const MAX_TOKEN_LEN: usize = 128;
+
     /// Lease length (whole milliseconds, 1 ms to [`MAX_TTL`](Self::MAX_TTL)).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let o = redkit::lock::LockOptions::new().ttl(Duration::from_secs(5));
+    /// assert_eq!(o.get_ttl(), Duration::from_secs(5));
+    /// ```
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
     }
 
     /// Retries after a first attempt that found the lock held (0: try once).
+    ///
+    /// ```
+    /// let o = redkit::lock::LockOptions::new().retries(10);
+    /// # let _ = o;
+    /// ```
     pub fn retries(mut self, retries: u32) -> Self {
         self.retries = retries;
         self
     }
 
-    /// Pause between attempts, before jitter.
+    /// Pause between attempts, before jitter. Any value is accepted (a pause that would end
+    /// after [`max_wait`](Self::max_wait) is not started).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let o = redkit::lock::LockOptions::new().retry_delay(Duration::from_millis(20));
+    /// # let _ = o;
+    /// ```
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.retry_delay = delay;
         self
     }
 
     /// Upper bound of a uniformly random delay added to every pause, so contenders spread out.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let o = redkit::lock::LockOptions::new().jitter(Duration::from_millis(20));
+    /// # let _ = o;
+    /// ```
     pub fn jitter(mut self, jitter: Duration) -> Self {
         self.jitter = jitter;
         self
@@ -91,6 +142,13 @@ impl LockOptions {
 
     /// Overall deadline for waiting: no new attempt starts after it has passed. An attempt
     /// in flight is not cut short (its result would be unknown and the lock possibly held).
+    /// [`Duration::MAX`] means no deadline.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let o = redkit::lock::LockOptions::new().retries(u32::MAX).max_wait(Duration::from_secs(3));
+    /// # let _ = o;
+    /// ```
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = Some(max_wait);
         self
@@ -98,8 +156,54 @@ impl LockOptions {
 
     /// Overrides the clock-drift allowance subtracted from the local validity (default:
     /// 1 % of the ttl + [`DRIFT_FLOOR`](Self::DRIFT_FLOOR)).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let o = redkit::lock::LockOptions::new().drift(Duration::from_millis(5));
+    /// assert_eq!(o.drift_allowance(), Duration::from_millis(5));
+    /// ```
     pub fn drift(mut self, drift: Duration) -> Self {
         self.drift = Some(drift);
+        self
+    }
+
+    /// The owner token to acquire with, instead of a fresh random one
+    /// ([`MIN_TOKEN_LEN`](Self::MIN_TOKEN_LEN) to [`MAX_TOKEN_LEN`](Self::MAX_TOKEN_LEN)
+    /// bytes, checked at acquire).
+    ///
+    /// An acquire finding the lock held by **this same token** answers
+    /// [`Acquire::Acquired`](super::Acquire::Acquired) with the fencing token already issued
+    /// and refreshes the lease, instead of [`Acquire::Busy`](super::Acquire::Busy): a retry
+    /// after a lost reply (timeout, dropped connection) finds its own lock. The token must
+    /// therefore be unique per owner and unguessable (it allows releasing the lock): use e.g.
+    /// a random request id, and never share one options value with a token between concurrent
+    /// tasks (they would all "hold" the lock).
+    ///
+    /// ```
+    /// let o = redkit::lock::LockOptions::new().token("req-7f3a9c2e51d04b8a");
+    /// assert!(!format!("{o:?}").contains("7f3a")); // Debug never prints it
+    /// ```
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Requires `replication` for a [`Lock`](super::Lock) acquisition: every attempt is
+    /// followed by `WAIT` in the same round trip, and an acquisition that fewer replicas than
+    /// requested acknowledged in time is released again and answered with
+    /// [`Acquire::NotReplicated`](super::Acquire::NotReplicated) (it could be lost in a
+    /// failover, and another owner could then acquire). Ignored by
+    /// [`Redlock`](super::Redlock).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use redkit::script::Replication;
+    /// let o = redkit::lock::LockOptions::new()
+    ///     .require_replicas(Replication::new(1, Duration::from_millis(100))?);
+    /// # let _ = o; Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn require_replicas(mut self, replication: Replication) -> Self {
+        self.replication = Some(replication);
         self
     }
 
@@ -111,15 +215,32 @@ impl LockOptions {
     /// The drift allowance in effect.
     pub fn drift_allowance(&self) -> Duration {
         self.drift
-            .unwrap_or_else(|| self.ttl / 100 + Self::DRIFT_FLOOR)
+            .unwrap_or_else(|| (self.ttl / 100).saturating_add(Self::DRIFT_FLOOR))
+    }
+
+    /// The replication required at acquire, if any.
+    pub(crate) fn get_replication(&self) -> Option<Replication> {
+        self.replication
+    }
+
+    /// The caller's owner token, if one was set.
+    pub(crate) fn get_token(&self) -> Option<&str> {
+        self.token.as_deref()
     }
 
     pub(crate) fn get_retries(&self) -> u32 {
         self.retries
     }
 
-    pub(crate) fn get_max_wait(&self) -> Option<Duration> {
-        self.max_wait
+    /// When waiting must stop, for a wait that started at `started` (`None`: never, also
+    /// when the deadline lies beyond what an [`Instant`] can hold).
+    pub(crate) fn give_up_at(&self, started: Instant) -> Option<Instant> {
+        self.max_wait.and_then(|w| started.checked_add(w))
+    }
+
+    /// `true` when a pause of `pause` starting now would end after `give_up`.
+    pub(crate) fn pause_ends_too_late(pause: Duration, give_up: Option<Instant>) -> bool {
+        give_up.is_some_and(|end| Instant::now().checked_add(pause).is_none_or(|t| t > end))
     }
 
     /// The next pause: retry delay plus a uniformly random jitter.
@@ -130,7 +251,8 @@ impl LockOptions {
         } else {
             rand::random_range(0..=jitter_ms)
         };
-        self.retry_delay + Duration::from_millis(extra)
+        self.retry_delay
+            .saturating_add(Duration::from_millis(extra))
     }
 
     /// Checks the options; returns the ttl in whole milliseconds.
@@ -156,8 +278,20 @@ impl LockOptions {
                 "must be longer than the clock-drift allowance",
             ));
         }
+        if let Some(token) = &self.token {
+            if token.len() < Self::MIN_TOKEN_LEN || token.len() > Self::MAX_TOKEN_LEN {
+                return Err(Error::invalid(
+                    "token",
+                    format!(
+                        "must be {} to {} bytes long",
+                        Self::MIN_TOKEN_LEN,
+                        Self::MAX_TOKEN_LEN
+                    ),
+                ));
+            }
+        }
         // At most 30 days: fits any integer type.
-        Ok(self.ttl.as_millis() as u64)
+        Ok(u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX))
     }
 }
 
@@ -189,6 +323,34 @@ mod tests {
                 .unwrap(),
             300
         );
+    }
+
+    #[test]
+    fn extreme_durations_do_not_overflow() {
+        let o = LockOptions::new()
+            .ttl(Duration::MAX)
+            .retry_delay(Duration::MAX)
+            .jitter(Duration::MAX)
+            .max_wait(Duration::MAX);
+        assert_eq!(o.pause(), Duration::MAX);
+        assert!(o.drift_allowance() > Duration::ZERO);
+        assert!(o.validate().is_err());
+        assert_eq!(o.give_up_at(Instant::now()), None);
+        let soon = Instant::now().checked_add(Duration::from_secs(1));
+        assert!(LockOptions::pause_ends_too_late(Duration::MAX, soon));
+        assert!(!LockOptions::pause_ends_too_late(Duration::MAX, None));
+    }
+
+    #[test]
+    fn token_length_is_checked() {
+        let too_short = LockOptions::new().token("x".repeat(15));
+        assert!(matches!(
+            too_short.validate(),
+            Err(Error::InvalidInput { what: "token", .. })
+        ));
+        let too_long = LockOptions::new().token("x".repeat(129));
+        assert!(too_long.validate().is_err());
+        assert!(LockOptions::new().token("x".repeat(16)).validate().is_ok());
     }
 
     #[test]

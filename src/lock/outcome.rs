@@ -30,6 +30,18 @@ pub enum Acquire {
         /// has no TTL).
         holder_ttl: Option<Duration>,
     },
+    /// Acquired, but fewer replicas than [`LockOptions::require_replicas`] asked for
+    /// acknowledged it in time: the lock was released again (it could have been lost in a
+    /// failover). Retry, or proceed without the guarantee using
+    /// [`Lock::acquire_acked`](super::Lock::acquire_acked).
+    ///
+    /// [`LockOptions::require_replicas`]: super::LockOptions::require_replicas
+    NotReplicated {
+        /// Replicas that acknowledged.
+        replicas: u32,
+        /// Replicas required.
+        requested: u32,
+    },
 }
 
 /// Result of a compare-and-delete release.

@@ -6,21 +6,37 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
-use super::guard::{deadline, Clock, LockGuard};
-use super::options::LockOptions;
-use super::outcome::{status, Acquire, Release, Renew};
-use super::token::{owner_token, FencingToken};
+use super::guard::{deadline, LockGuard};
+use super::outcome::{status, Release, Renew};
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
 use crate::keys;
-use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::script::{Acked, Call, Registry, Replication, Script, ScriptManager};
+
+/// How much longer than twice the lease a fence key lives after the last acquire or renewal.
+const FENCE_KEY_MARGIN_MS: u64 = 10_000;
+
+/// The fence key's TTL for a lease of `ttl_ms`: `2 × ttl + 10 s` (saturating).
+pub(super) fn fence_ttl_ms(ttl_ms: u64) -> u64 {
+    ttl_ms.saturating_mul(2).saturating_add(FENCE_KEY_MARGIN_MS)
+}
+
+/// The fence key of a lock key.
+pub(super) fn fence_key_of(key: &str) -> String {
+    let mut fence = String::with_capacity(key.len() + 6);
+    fence.push_str(key);
+    fence.push_str(":fence");
+    fence
+}
 
 /// A lock on one Redis server or Redis Cluster: one script round trip per operation.
 ///
-/// Keys: `<prefix>:{<resource>}` holds the owner token (with a TTL), and
-/// `<prefix>:{<resource>}:fence` the fencing counter (no TTL, so fencing tokens never go
-/// backwards). Both share one hash tag, so they live in one Cluster slot. The resource name is
-/// escaped and bounded (see [`keys`](crate::keys)).
+/// Keys: `<prefix>:{<resource>}` holds the owner token (with the lease as TTL), and
+/// `<prefix>:{<resource>}:fence` the last fencing token issued (TTL `2 × lease + 10 s`,
+/// refreshed by every acquire and renewal, so per-entity locks leave no forever-keys; the
+/// tokens themselves never go backwards, see [`FencingToken`](super::FencingToken)). Both share one hash tag, so
+/// they live in one Cluster slot. The resource name is escaped and bounded (see
+/// [`keys`](crate::keys)).
 ///
 /// Cheap to clone (an `Arc`). Generic over any [`ConnectionLike`].
 ///
@@ -42,14 +58,14 @@ use crate::script::{Call, Registry, Script, ScriptManager};
 /// ```
 #[derive(Debug, Clone)]
 pub struct Lock {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 #[derive(Debug)]
-struct Inner {
+pub(super) struct Inner {
     prefix: String,
-    manager: ScriptManager,
-    acquire: &'static Script,
+    pub(super) manager: ScriptManager,
+    pub(super) acquire: &'static Script,
     release: &'static Script,
     renew: &'static Script,
     fenced_set: &'static Script,
@@ -86,10 +102,10 @@ impl Lock {
             inner: Arc::new(Inner {
                 prefix: prefix.to_owned(),
                 manager,
-                acquire: registry.require("lock_acquire", 1)?,
-                release: registry.require("lock_release", 1)?,
-                renew: registry.require("lock_renew", 1)?,
-                fenced_set: registry.require("fenced_set", 1)?,
+                acquire: registry.require("lock_acquire", 2)?,
+                release: registry.require("lock_release", 2)?,
+                renew: registry.require("lock_renew", 2)?,
+                fenced_set: registry.require("fenced_set", 2)?,
             }),
         })
     }
@@ -112,133 +128,7 @@ impl Lock {
 
     /// The key holding the fencing counter of `resource` (same hash slot as the lock key).
     pub fn fence_key(&self, resource: &str) -> Result<String> {
-        let mut key = self.lock_key(resource)?;
-        key.push_str(":fence");
-        Ok(key)
-    }
-
-    /// One attempt: `SET key token NX PX ttl` and, when it succeeds, `INCR` of the fencing
-    /// counter, in one script. [`Acquire::Busy`] when another owner holds the lock.
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use redkit::lock::{Acquire, LockOptions};
-    /// match lock.try_acquire(&mut conn, "cache-warmup", &LockOptions::new()).await? {
-    ///     Acquire::Acquired(guard) => { lock.release(&mut conn, guard).await?; }
-    ///     _ => println!("someone else is warming the cache"),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_acquire<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        resource: &str,
-        options: &LockOptions,
-    ) -> Result<Acquire> {
-        let ttl_ms = options.validate()?;
-        let key = self.lock_key(resource)?;
-        self.attempt(conn, key, ttl_ms, options).await
-    }
-
-    /// Acquires, waiting as the options allow: up to [`retries`](LockOptions::retries) more
-    /// attempts, each after [`retry_delay`](LockOptions::retry_delay) plus random
-    /// [`jitter`](LockOptions::jitter), none started after
-    /// [`max_wait`](LockOptions::max_wait). [`Acquire::Busy`] when all attempts found the lock
-    /// held.
-    ///
-    /// Fails with [`Error::InvalidInput`] (nothing sent) for an empty or too long resource
-    /// name or invalid options, and with [`Error::Timeout`] in the rare case the acquire took
-    /// so long that no validity was left (the key is then released again).
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use std::time::Duration;
-    /// use redkit::lock::{Acquire, LockOptions};
-    /// let wait = LockOptions::new()
-    ///     .ttl(Duration::from_secs(5))
-    ///     .retries(100)
-    ///     .max_wait(Duration::from_secs(2));
-    /// if let Acquire::Acquired(guard) = lock.acquire(&mut conn, "ledger", &wait).await? {
-    ///     lock.release(&mut conn, guard).await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn acquire<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        resource: &str,
-        options: &LockOptions,
-    ) -> Result<Acquire> {
-        let ttl_ms = options.validate()?;
-        let key = self.lock_key(resource)?;
-        let started = Instant::now();
-        let give_up = options.get_max_wait().map(|w| started + w);
-        let mut attempt = 0;
-        loop {
-            let outcome = self.attempt(conn, key.clone(), ttl_ms, options).await?;
-            if matches!(outcome, Acquire::Acquired(_)) || attempt >= options.get_retries() {
-                return Ok(outcome);
-            }
-            let pause = options.pause();
-            if give_up.is_some_and(|end| Instant::now() + pause > end) {
-                return Ok(outcome);
-            }
-            tokio::time::sleep(pause).await;
-            attempt += 1;
-        }
-    }
-
-    async fn attempt<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        key: String,
-        ttl_ms: u64,
-        options: &LockOptions,
-    ) -> Result<Acquire> {
-        let token = owner_token();
-        let mut fence_key = String::with_capacity(key.len() + 6);
-        fence_key.push_str(&key);
-        fence_key.push_str(":fence");
-        let mut call = Call::new(self.inner.acquire);
-        call.key(&key).key(&fence_key).arg(&token).arg(ttl_ms);
-        let started = Instant::now();
-        let (acquired, n): (i64, i64) = self.inner.manager.invoke(conn, &call).await?;
-        match acquired {
-            0 => Ok(Acquire::Busy {
-                holder_ttl: u64::try_from(n).ok().map(Duration::from_millis),
-            }),
-            1 => {
-                let fence = u64::try_from(n)
-                    .ok()
-                    .filter(|&f| f > 0)
-                    .map(FencingToken::new)
-                    .ok_or_else(|| {
-                        Error::unexpected(self.inner.acquire.id(), "fencing token is not positive")
-                    })?;
-                let ttl = Duration::from_millis(ttl_ms);
-                let drift = options.drift_allowance();
-                let guard = LockGuard {
-                    key,
-                    token,
-                    fence,
-                    ttl,
-                    drift,
-                    clock: Clock::new(deadline(started, ttl, drift)),
-                    watchdog: None,
-                };
-                if guard.is_valid() {
-                    return Ok(Acquire::Acquired(guard));
-                }
-                let elapsed = started.elapsed();
-                tracing::warn!(key = %guard.key, ?elapsed, "acquire took the whole lease");
-                self.release(conn, guard).await?;
-                Err(Error::Timeout(elapsed))
-            }
-            other => Err(Error::unexpected(
-                self.inner.acquire.id(),
-                format!("status {other} is neither 0 nor 1"),
-            )),
-        }
+        Ok(fence_key_of(&self.lock_key(resource)?))
     }
 
     /// Compare-and-delete: deletes the key only if it still holds this guard's token.
@@ -300,6 +190,52 @@ impl Lock {
         Ok(outcome)
     }
 
+    /// Like [`renew`](Self::renew), followed by `WAIT` for `replication` in the same round
+    /// trip: the answer says how many replicas have the new TTL.
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::script::Replication;
+    /// let acked = lock.renew_acked(&mut conn, &mut guard, Replication::new(1, Duration::from_millis(50))?).await?;
+    /// println!("{:?}, on {} replica(s)", acked.outcome, acked.replicas);
+    /// # Ok(()) }
+    /// ```
+    pub async fn renew_acked<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        guard: &mut LockGuard,
+        replication: Replication,
+    ) -> Result<Acked<Renew>> {
+        let started = Instant::now();
+        let call = self.renew_call(&guard.key, &guard.token, guard.ttl);
+        let acked = self
+            .inner
+            .manager
+            .invoke_acked::<i64, _>(conn, &call, replication)
+            .await?;
+        let outcome = if status(self.inner.renew, acked.outcome)? {
+            guard.clock.set(deadline(started, guard.ttl, guard.drift));
+            Renew::Renewed
+        } else {
+            guard.clock.expire();
+            Renew::Lost
+        };
+        Ok(Acked::new(outcome, acked.replicas, acked.requested))
+    }
+
+    fn renew_call<'a>(&'a self, key: &str, token: &str, ttl: Duration) -> Call<'a> {
+        // The ttl was validated at acquire: at most 30 days of ms.
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let mut call = Call::new(self.inner.renew);
+        call.key(key)
+            .key(fence_key_of(key))
+            .arg(token)
+            .arg(ttl_ms)
+            .arg(fence_ttl_ms(ttl_ms));
+        call
+    }
+
     pub(super) async fn renew_raw<C: ConnectionLike>(
         &self,
         conn: &mut C,
@@ -307,9 +243,7 @@ impl Lock {
         token: &str,
         ttl: Duration,
     ) -> Result<Renew> {
-        let mut call = Call::new(self.inner.renew);
-        // The ttl was validated at acquire: at most 30 days of ms.
-        call.key(key).arg(token).arg(ttl.as_millis() as u64);
+        let call = self.renew_call(key, token, ttl);
         let renewed = self.inner.manager.invoke::<i64, _>(conn, &call).await?;
         Ok(if status(self.inner.renew, renewed)? {
             Renew::Renewed

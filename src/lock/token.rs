@@ -8,7 +8,25 @@ pub(crate) fn owner_token() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
+/// Parses a stored token by Redis's integer rules (canonical decimal: no sign, no leading
+/// zero, no spaces), positive and within `i64`. `None` for anything else.
+pub(crate) fn parse_positive(s: &str) -> Option<u64> {
+    let b = s.as_bytes();
+    if b.is_empty() || b.len() > 19 || b[0] == b'0' || !b.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    s.parse::<i64>().ok().and_then(|n| u64::try_from(n).ok())
+}
+
 /// A fencing token: strictly increasing per resource, one per successful acquisition.
+///
+/// [`Lock`](super::Lock) issues `max(last issued + 1, server TIME in microseconds)`, stored
+/// in the resource's fence key with an expiry. So tokens keep growing even when the fence key
+/// is gone (expired, deleted, lost in a restart without persistence, or behind on a promoted
+/// replica), **as long as** the clock of the server issuing the next token is not behind the
+/// clock that issued the last one by more than the time between the two acquisitions (NTP-
+/// synchronised servers and leases of milliseconds or more satisfy this). A retry with the
+/// same owner token while the lock is held answers the token already issued.
 ///
 /// Pass it to the storage you protect (e.g. [`Lock::fenced_set`](super::Lock::fenced_set)),
 /// which refuses writes carrying a token older than one it has already seen, so a holder
@@ -46,6 +64,33 @@ impl fmt::Display for FencingToken {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stored_tokens_follow_redis_integer_rules() {
+        assert_eq!(
+            parse_positive("1795435488341871"),
+            Some(1_795_435_488_341_871)
+        );
+        assert_eq!(parse_positive("9223372036854775807"), Some(i64::MAX as u64));
+        for bad in [
+            "",
+            "0",
+            "-0",
+            "-5",
+            "05",
+            "007",
+            "+5",
+            " 5",
+            "5 ",
+            "5.0",
+            "1.5",
+            "1e3",
+            "9223372036854775808",
+            "99999999999999999999",
+        ] {
+            assert_eq!(parse_positive(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn owner_tokens_are_128_bit_hex_and_distinct() {

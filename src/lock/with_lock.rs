@@ -70,6 +70,15 @@ pub enum WithLock<T> {
     /// The lock was held by another owner (after the retries the options allow); the work did
     /// not run.
     Busy,
+    /// The acquisition was not confirmed by the replicas
+    /// [`LockOptions::require_replicas`](super::LockOptions::require_replicas) asked for, and
+    /// was released again; the work did not run.
+    NotReplicated {
+        /// Replicas that acknowledged.
+        replicas: u32,
+        /// Replicas required.
+        requested: u32,
+    },
 }
 
 impl<T> WithLock<T> {
@@ -77,7 +86,7 @@ impl<T> WithLock<T> {
     pub fn into_value(self) -> Option<T> {
         match self {
             Self::Completed { value, .. } | Self::LeaseLost { value, .. } => Some(value),
-            Self::Busy => None,
+            Self::Busy | Self::NotReplicated { .. } => None,
         }
     }
 }
@@ -129,6 +138,15 @@ impl Lock {
         let mut own = conn.clone();
         let mut guard = match self.acquire(&mut own, resource, options).await? {
             Acquire::Acquired(guard) => guard,
+            Acquire::NotReplicated {
+                replicas,
+                requested,
+            } => {
+                return Ok(WithLock::NotReplicated {
+                    replicas,
+                    requested,
+                })
+            }
             _ => return Ok(WithLock::Busy),
         };
         let signal = self.watch(conn.clone(), &mut guard)?;

@@ -75,3 +75,35 @@ pub struct RedlockRelease {
     /// Nodes that could not be reached in time: index and reason. Their key ends by TTL.
     pub failed: Vec<(usize, String)>,
 }
+
+/// Result of a [`Redlock::acquire`](super::Redlock::acquire).
+///
+/// `Busy` only when enough nodes answered "held by another owner" that no quorum was possible
+/// even if every unreachable node had agreed; when unreachable nodes decided it, the answer is
+/// [`Error::NoQuorum`](crate::Error::NoQuorum) (it cannot be known who holds the lock).
+///
+/// ```no_run
+/// # async fn run(redlock: redkit::lock::Redlock<redis::aio::MultiplexedConnection>) -> redkit::Result<()> {
+/// use redkit::lock::{LockOptions, RedlockAcquire};
+/// match redlock.acquire("payout-9", &LockOptions::new()).await? {
+///     RedlockAcquire::Acquired(guard) => { redlock.release(guard).await; }
+///     RedlockAcquire::Busy { held_elsewhere, total } => {
+///         println!("held by another owner on {held_elsewhere} of {total} nodes");
+///     }
+///     _ => {}
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RedlockAcquire {
+    /// Held on a quorum, with validity left.
+    Acquired(RedlockGuard),
+    /// Another owner holds the lock (after all retries allowed by the options).
+    Busy {
+        /// Nodes that answered "held by another owner" in the last attempt.
+        held_elsewhere: usize,
+        /// All nodes.
+        total: usize,
+    },
+}

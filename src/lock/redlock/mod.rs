@@ -3,7 +3,7 @@
 mod guard;
 mod tally;
 
-pub use guard::{RedlockGuard, RedlockRelease};
+pub use guard::{RedlockAcquire, RedlockGuard, RedlockRelease};
 
 use std::fmt;
 use std::future::Future;
@@ -27,8 +27,10 @@ use crate::script::{script_error, Call, Registry, Script, ScriptManager};
 ///   costs little). Success needs a quorum of N/2+1 *and* a validity left:
 ///   `ttl − elapsed − drift` (drift: 1 % of the ttl + 2 ms unless
 ///   [`LockOptions::drift`] says otherwise), measured with [`Instant`] from before the first
-///   request. Otherwise the key is released on all nodes and the error says how many agreed
-///   and why each other node failed ([`Error::NoQuorum`]).
+///   request. Otherwise the key is released on all nodes, and the answer is
+///   [`RedlockAcquire::Busy`] when enough nodes said "held by another owner" that no quorum
+///   was possible, else [`Error::NoQuorum`] saying how many agreed and why each other node
+///   failed.
 /// - **extend**: compare-and-PEXPIRE on every node; succeeds only with a quorum.
 /// - **release**: compare-and-delete on every node.
 ///
@@ -46,10 +48,12 @@ use crate::script::{script_error, Call, Registry, Script, ScriptManager};
 /// }
 /// let redlock = Redlock::new(redkit::ScriptManager::new(), nodes)?
 ///     .node_timeout(Duration::from_millis(50));
-/// let guard = redlock.acquire("payout-9", &LockOptions::new().ttl(Duration::from_secs(10))).await?;
-/// println!("held for {:?}", guard.validity());
-/// let report = redlock.release(guard).await;
-/// println!("released on {} nodes", report.released);
+/// let options = LockOptions::new().ttl(Duration::from_secs(10));
+/// if let redkit::lock::RedlockAcquire::Acquired(guard) = redlock.acquire("payout-9", &options).await? {
+///     println!("held for {:?}", guard.validity());
+///     let report = redlock.release(guard).await;
+///     println!("released on {} nodes", report.released);
+/// }
 /// # Ok(()) }
 /// ```
 pub struct Redlock<C> {
@@ -99,7 +103,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         Ok(Self {
             nodes,
             manager,
-            release: registry.require("lock_release", 1)?,
+            release: registry.require("lock_release", 2)?,
             renew: registry.require("lock_renew", 1)?,
             prefix: Self::DEFAULT_PREFIX.to_owned(),
             node_timeout: Self::DEFAULT_NODE_TIMEOUT,
@@ -142,16 +146,19 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     }
 
     /// Acquires on a quorum, retrying as `options` allow (retries, jittered delay, overall
-    /// deadline). Fails with [`Error::NoQuorum`] (how many agreed, which failed and why) when
-    /// the last attempt did not reach a quorum, with [`Error::Timeout`] when it did but no
-    /// validity was left; either way the key was released on all reachable nodes.
+    /// deadline). [`RedlockAcquire::Busy`] when the last attempt found the lock held by
+    /// another owner on so many nodes that no quorum was possible; fails with
+    /// [`Error::NoQuorum`] (how many agreed, which failed and why) when unreachable nodes
+    /// prevented the quorum, with [`Error::Timeout`] when it was reached but no validity was
+    /// left; in these cases the key was released on all reachable nodes.
     /// [`Error::InvalidInput`] (nothing sent) for bad input.
     ///
     /// ```no_run
     /// # async fn run(redlock: redkit::lock::Redlock<redis::aio::MultiplexedConnection>) -> redkit::Result<()> {
-    /// use redkit::{lock::LockOptions, Error};
+    /// use redkit::{lock::{LockOptions, RedlockAcquire}, Error};
     /// match redlock.acquire("payout-9", &LockOptions::new().retries(3)).await {
-    ///     Ok(guard) => { redlock.release(guard).await; }
+    ///     Ok(RedlockAcquire::Acquired(guard)) => { redlock.release(guard).await; }
+    ///     Ok(_busy) => println!("another owner holds it"),
     ///     Err(Error::NoQuorum { agreed, needed, failed, .. }) => {
     ///         eprintln!("{agreed}/{needed} nodes agreed; failed: {failed:?}");
     ///     }
@@ -159,8 +166,14 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<RedlockGuard> {
+    pub async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<RedlockAcquire> {
         let ttl_ms = options.validate()?;
+        if options.get_token().is_some() {
+            return Err(Error::invalid(
+                "token",
+                "Redlock generates its own owner tokens (LockOptions::token is for Lock)",
+            ));
+        }
         if self.node_timeout.is_zero() || self.node_timeout >= options.get_ttl() {
             return Err(Error::invalid(
                 "node timeout",
@@ -169,15 +182,16 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         }
         let key = self.lock_key(resource)?;
         let started = Instant::now();
-        let give_up = options.get_max_wait().map(|w| started + w);
+        let give_up = options.give_up_at(started);
         let mut attempt = 0;
         loop {
             let result = self.attempt(&key, ttl_ms, options).await;
-            if result.is_ok() || attempt >= options.get_retries() {
+            if matches!(result, Ok(RedlockAcquire::Acquired(_))) || attempt >= options.get_retries()
+            {
                 return result;
             }
             let pause = options.pause();
-            if give_up.is_some_and(|end| Instant::now() + pause > end) {
+            if LockOptions::pause_ends_too_late(pause, give_up) {
                 return result;
             }
             tokio::time::sleep(pause).await;
@@ -185,7 +199,12 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         }
     }
 
-    async fn attempt(&self, key: &str, ttl_ms: u64, options: &LockOptions) -> Result<RedlockGuard> {
+    async fn attempt(
+        &self,
+        key: &str,
+        ttl_ms: u64,
+        options: &LockOptions,
+    ) -> Result<RedlockAcquire> {
         let token = owner_token();
         let started = Instant::now();
         let answers = self
@@ -213,7 +232,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         };
         let tally = Tally::of(answers);
         if tally.agreed >= self.quorum() && guard.is_valid() {
-            return Ok(guard);
+            return Ok(RedlockAcquire::Acquired(guard));
         }
         let elapsed = started.elapsed();
         let report = self.release(guard).await;
@@ -222,6 +241,13 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         }
         if tally.agreed >= self.quorum() {
             return Err(Error::Timeout(elapsed));
+        }
+        // Even if every node that failed had agreed, the refusals leave no quorum.
+        if tally.refused > self.nodes.len() - self.quorum() {
+            return Ok(RedlockAcquire::Busy {
+                held_elsewhere: tally.refused,
+                total: self.nodes.len(),
+            });
         }
         Err(self.no_quorum(tally))
     }
@@ -243,7 +269,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
                 let mut call = Call::new(self.renew);
                 call.key(&guard.key)
                     .arg(&guard.token)
-                    .arg(guard.ttl.as_millis() as u64);
+                    .arg(u64::try_from(guard.ttl.as_millis()).unwrap_or(u64::MAX));
                 async move { Answer::of_status(self.manager.invoke::<i64, _>(&mut conn, &call).await) }
             })
             .await;

@@ -1,0 +1,229 @@
+//! Acquiring a [`Lock`]: one script per attempt (free lock, or a retry by the same owner
+//! token), bounded waiting, optional replication acknowledgement.
+
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+
+use super::guard::{deadline, Clock, LockGuard};
+use super::options::LockOptions;
+use super::outcome::Acquire;
+use super::single::{fence_key_of, fence_ttl_ms, Lock};
+use super::token::{owner_token, FencingToken};
+use crate::error::{Error, Result};
+use crate::script::{Acked, Call, Replication};
+
+impl Lock {
+    /// One attempt, in one script: when the lock is free, `SET key token PX ttl` and a new
+    /// fencing token; when it already holds this attempt's owner token (set with
+    /// [`LockOptions::token`], e.g. a retry after a lost reply), the same fencing token again
+    /// with the lease refreshed. [`Acquire::Busy`] when another owner holds the lock.
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::lock::{Acquire, LockOptions};
+    /// match lock.try_acquire(&mut conn, "cache-warmup", &LockOptions::new()).await? {
+    ///     Acquire::Acquired(guard) => { lock.release(&mut conn, guard).await?; }
+    ///     _ => println!("someone else is warming the cache"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        options: &LockOptions,
+    ) -> Result<Acquire> {
+        let options = &options.clone().retries(0);
+        Ok(self.acquire_inner(conn, resource, options, None).await?.0)
+    }
+
+    /// Acquires, waiting as the options allow: up to [`retries`](LockOptions::retries) more
+    /// attempts, each after [`retry_delay`](LockOptions::retry_delay) plus random
+    /// [`jitter`](LockOptions::jitter), none started after
+    /// [`max_wait`](LockOptions::max_wait). [`Acquire::Busy`] when all attempts found the lock
+    /// held. Every attempt uses one owner token: [`LockOptions::token`] when set (then an
+    /// acquire repeated after a lost reply answers [`Acquire::Acquired`] with the same fencing
+    /// token), else a fresh random one.
+    ///
+    /// Fencing tokens are `max(last issued + 1, server TIME in µs)`: see [`FencingToken`].
+    ///
+    /// Fails with [`Error::InvalidInput`] (nothing sent) for an empty or too long resource
+    /// name or invalid options, with [`Error::CorruptData`] / [`Error::WrongType`] when the
+    /// fence key holds something else than a token, with [`Error::PermissionDenied`] when the
+    /// ACL user may not run one of the script's commands (nothing written in these cases),
+    /// and with [`Error::Timeout`] in the rare case the acquire took so long that no validity
+    /// was left (the key is then released again).
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::lock::{Acquire, LockOptions};
+    /// let wait = LockOptions::new()
+    ///     .ttl(Duration::from_secs(5))
+    ///     .retries(100)
+    ///     .max_wait(Duration::from_secs(2));
+    /// if let Acquire::Acquired(guard) = lock.acquire(&mut conn, "ledger", &wait).await? {
+    ///     lock.release(&mut conn, guard).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        options: &LockOptions,
+    ) -> Result<Acquire> {
+        Ok(self.acquire_inner(conn, resource, options, None).await?.0)
+    }
+
+    /// Like [`acquire`](Self::acquire), and every attempt is followed by `WAIT` for
+    /// `replication` in the same round trip ([`ScriptManager::invoke_acked`](crate::ScriptManager::invoke_acked)). The answer says
+    /// how many replicas have the lock and fence keys: with fewer than requested, a failover
+    /// now could promote a replica where the lock is free (another owner could acquire it;
+    /// its fencing token would still be larger, see [`FencingToken`]).
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::lock::{Acquire, LockOptions};
+    /// use redkit::script::Replication;
+    /// let acked = lock
+    ///     .acquire_acked(&mut conn, "ledger", &LockOptions::new(), Replication::new(1, Duration::from_millis(100))?)
+    ///     .await?;
+    /// if let Acquire::Acquired(guard) = acked.outcome {
+    ///     if acked.replicas < acked.requested {
+    ///         eprintln!("the lock is on the primary only");
+    ///     }
+    ///     lock.release(&mut conn, guard).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_acked<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        options: &LockOptions,
+        replication: Replication,
+    ) -> Result<Acked<Acquire>> {
+        let (outcome, replicas) = self
+            .acquire_inner(conn, resource, options, Some(replication))
+            .await?;
+        Ok(Acked::new(
+            outcome,
+            replicas.unwrap_or(0),
+            replication.replicas(),
+        ))
+    }
+
+    async fn acquire_inner<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        options: &LockOptions,
+        replication: Option<Replication>,
+    ) -> Result<(Acquire, Option<u32>)> {
+        let ttl_ms = options.validate()?;
+        let key = self.lock_key(resource)?;
+        let token = match options.get_token() {
+            Some(token) => token.to_owned(),
+            None => owner_token(),
+        };
+        let started = Instant::now();
+        let give_up = options.give_up_at(started);
+        let required = options.get_replication();
+        let wait = replication.or(required);
+        let mut attempt = 0;
+        loop {
+            let (outcome, replicas) = self
+                .attempt(conn, &key, &token, ttl_ms, options, wait)
+                .await?;
+            let outcome = match (outcome, required, replicas) {
+                (Acquire::Acquired(guard), Some(required), Some(n)) if n < required.replicas() => {
+                    tracing::warn!(key = %guard.key, replicas = n, "acquire not replicated: releasing");
+                    self.release(conn, guard).await?;
+                    let not = Acquire::NotReplicated {
+                        replicas: n,
+                        requested: required.replicas(),
+                    };
+                    (not, replicas)
+                }
+                (outcome, _, _) => (outcome, replicas),
+            };
+            if matches!(outcome.0, Acquire::Acquired(_)) || attempt >= options.get_retries() {
+                return Ok(outcome);
+            }
+            let pause = options.pause();
+            if LockOptions::pause_ends_too_late(pause, give_up) {
+                return Ok(outcome);
+            }
+            tokio::time::sleep(pause).await;
+            attempt += 1;
+        }
+    }
+
+    async fn attempt<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &str,
+        token: &str,
+        ttl_ms: u64,
+        options: &LockOptions,
+        replication: Option<Replication>,
+    ) -> Result<(Acquire, Option<u32>)> {
+        let fence_key = fence_key_of(key);
+        let mut call = Call::new(self.inner.acquire);
+        call.key(key)
+            .key(&fence_key)
+            .arg(token)
+            .arg(ttl_ms)
+            .arg(fence_ttl_ms(ttl_ms));
+        let started = Instant::now();
+        let ((acquired, n), replicas): ((i64, i64), Option<u32>) = match replication {
+            None => (self.inner.manager.invoke(conn, &call).await?, None),
+            Some(r) => {
+                let acked = self.inner.manager.invoke_acked(conn, &call, r).await?;
+                (acked.outcome, Some(acked.replicas))
+            }
+        };
+        let outcome = match acquired {
+            0 => Acquire::Busy {
+                holder_ttl: u64::try_from(n).ok().map(Duration::from_millis),
+            },
+            1 => {
+                let fence = u64::try_from(n)
+                    .ok()
+                    .filter(|&f| f > 0)
+                    .map(FencingToken::new)
+                    .ok_or_else(|| {
+                        Error::unexpected(self.inner.acquire.id(), "fencing token is not positive")
+                    })?;
+                let ttl = Duration::from_millis(ttl_ms);
+                let drift = options.drift_allowance();
+                let guard = LockGuard {
+                    key: key.to_owned(),
+                    token: token.to_owned(),
+                    fence,
+                    ttl,
+                    drift,
+                    clock: Clock::new(deadline(started, ttl, drift)),
+                    watchdog: None,
+                };
+                if !guard.is_valid() {
+                    let elapsed = started.elapsed();
+                    tracing::warn!(key = %guard.key, ?elapsed, "acquire took the whole lease");
+                    self.release(conn, guard).await?;
+                    return Err(Error::Timeout(elapsed));
+                }
+                Acquire::Acquired(guard)
+            }
+            other => {
+                return Err(Error::unexpected(
+                    self.inner.acquire.id(),
+                    format!("status {other} is neither 0 nor 1"),
+                ))
+            }
+        };
+        Ok((outcome, replicas))
+    }
+}

@@ -1,0 +1,883 @@
+//! The lock's failure contract against real Redis: nothing half-applied (poisoned keys, ACL
+//! denial of every inner command), idempotent acquire for a caller-supplied owner token,
+//! fencing tokens that never go backwards (expiry, DEL, restart, failover to a lagging
+//! replica), replication acknowledgement, and no panic on extreme options.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redkit::lock::{Acquire, FencedWrite, FencingToken, Lock, LockGuard, LockOptions, Renew};
+use redkit::script::Replication;
+use redkit::{Error, ScriptManager};
+use support::{RedisServer, ReplicatedPair};
+
+const TOKEN: &str = "owner-token-0123456789";
+const OTHER: &str = "other-token-0123456789";
+
+fn lock() -> Lock {
+    Lock::new(ScriptManager::new()).unwrap()
+}
+
+fn with_token(token: &str) -> LockOptions {
+    LockOptions::new()
+        .ttl(Duration::from_secs(200))
+        .token(token)
+}
+
+async fn acquired<C: ConnectionLike>(
+    lock: &Lock,
+    conn: &mut C,
+    resource: &str,
+    options: &LockOptions,
+) -> LockGuard {
+    match lock.acquire(conn, resource, options).await.unwrap() {
+        Acquire::Acquired(guard) => guard,
+        other => panic!("expected the lock, got {other:?}"),
+    }
+}
+
+/// Every key with its DUMP and PTTL.
+async fn snapshot(conn: &mut MultiplexedConnection) -> BTreeMap<Vec<u8>, (Vec<u8>, i64)> {
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query_async(conn).await.unwrap();
+    let mut out = BTreeMap::new();
+    for key in keys {
+        let dump: Vec<u8> = redis::cmd("DUMP")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .unwrap();
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .unwrap();
+        out.insert(key, (dump, pttl));
+    }
+    out
+}
+
+/// Same keys, same values, same TTL presence, and no TTL moved forward (time only lowers it).
+fn assert_unchanged(
+    before: &BTreeMap<Vec<u8>, (Vec<u8>, i64)>,
+    after: &BTreeMap<Vec<u8>, (Vec<u8>, i64)>,
+    case: &str,
+) {
+    let keys = |m: &BTreeMap<Vec<u8>, (Vec<u8>, i64)>| m.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(before), keys(after), "{case}: key set changed");
+    for (key, (dump, pttl)) in before {
+        let (dump2, pttl2) = &after[key];
+        let name = String::from_utf8_lossy(key);
+        assert_eq!(dump, dump2, "{case}: {name} changed");
+        assert_eq!(
+            *pttl == -1,
+            *pttl2 == -1,
+            "{case}: {name} TTL presence changed"
+        );
+        assert!(
+            pttl2 <= pttl,
+            "{case}: {name} TTL refreshed ({pttl} -> {pttl2})"
+        );
+    }
+}
+
+/// Puts `bad` at `key`: a string, or a wrong type.
+async fn poison(conn: &mut MultiplexedConnection, key: &str, bad: &str) {
+    let mut cmd = match bad {
+        "<hash>" => redis::cmd("HSET"),
+        "<list>" => redis::cmd("RPUSH"),
+        _ => redis::cmd("SET"),
+    };
+    match bad {
+        "<hash>" => cmd.arg(key).arg("f").arg("1"),
+        "<list>" => cmd.arg(key).arg("1"),
+        _ => cmd.arg(key).arg(bad),
+    };
+    let _: () = cmd.query_async(conn).await.unwrap();
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(key)
+        .arg(100_000)
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
+const BAD_VALUES: [&str; 9] = [
+    "<hash>",
+    "<list>",
+    "007",
+    "99999999999999999999",
+    "1.5",
+    "-0",
+    "+5",
+    " 5",
+    "1e3",
+];
+
+#[tokio::test]
+async fn a_poisoned_fence_key_is_refused_before_any_write() {
+    let server = RedisServer::spawn().await;
+    let mut admin = server.conn().await;
+    let mut conn = server.conn().await;
+    let lock = lock();
+    for bad in BAD_VALUES {
+        // Free lock, poisoned fence: v1 did SET NX, then INCR failed (an orphan lock).
+        // Held by this token (a retry): no lease refresh either.
+        for held in [false, true] {
+            let _: () = redis::cmd("FLUSHALL")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            let resource = "res";
+            if held {
+                let _: () = redis::cmd("SET")
+                    .arg(lock.lock_key(resource).unwrap())
+                    .arg(TOKEN)
+                    .arg("PX")
+                    .arg(100_000)
+                    .query_async(&mut admin)
+                    .await
+                    .unwrap();
+            }
+            poison(&mut admin, &lock.fence_key(resource).unwrap(), bad).await;
+            let before = snapshot(&mut admin).await;
+            let case = format!("fence = {bad:?}, held = {held}");
+            match lock.acquire(&mut conn, resource, &with_token(TOKEN)).await {
+                Err(Error::CorruptData { .. }) | Err(Error::WrongType { .. }) => {}
+                other => panic!("{case}: {other:?}"),
+            }
+            assert_unchanged(&before, &snapshot(&mut admin).await, &case);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_poisoned_lock_key_or_fenced_value_changes_nothing() {
+    let server = RedisServer::spawn().await;
+    let mut admin = server.conn().await;
+    let mut conn = server.conn().await;
+    let lock = lock();
+    for bad in BAD_VALUES {
+        let _: () = redis::cmd("FLUSHALL")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let key = lock.lock_key("res").unwrap();
+        poison(&mut admin, &key, bad).await;
+        let before = snapshot(&mut admin).await;
+        let case = format!("lock key = {bad:?}");
+        // A string there is another owner's token (Busy); a wrong type is an error.
+        match lock.acquire(&mut conn, "res", &with_token(TOKEN)).await {
+            Ok(Acquire::Busy { .. }) if !bad.starts_with('<') => {}
+            Err(Error::WrongType { .. }) if bad.starts_with('<') => {}
+            other => panic!("{case}: {other:?}"),
+        }
+        assert_unchanged(&before, &snapshot(&mut admin).await, &case);
+
+        // fenced_set over a poisoned stored fence (or a wrong type at the value key).
+        let _: () = redis::cmd("FLUSHALL")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let data = "doc:{1}";
+        if bad.starts_with('<') {
+            poison(
+                &mut admin,
+                data,
+                if bad == "<hash>" { "<list>" } else { bad },
+            )
+            .await;
+        } else {
+            let _: () = redis::cmd("HSET")
+                .arg(data)
+                .arg("value")
+                .arg("v")
+                .arg("fence")
+                .arg(bad)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+        }
+        let before = snapshot(&mut admin).await;
+        let case = format!("stored fence = {bad:?}");
+        match lock
+            .fenced_set(&mut conn, data, FencingToken::new(u64::MAX >> 1), "w")
+            .await
+        {
+            Err(Error::CorruptData { .. }) | Err(Error::WrongType { .. }) => {}
+            other => panic!("{case}: {other:?}"),
+        }
+        assert_unchanged(&before, &snapshot(&mut admin).await, &case);
+    }
+}
+
+/// A connection as a user allowed everything but `denied`.
+async fn denied_conn(server: &RedisServer, user: &str, denied: &str) -> MultiplexedConnection {
+    let minus = format!("-{denied}");
+    let _: () = server
+        .cmd(&[
+            "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", &minus,
+        ])
+        .await;
+    let url = format!("redis://{user}:pw@127.0.0.1:{}/", server.port());
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothing() {
+    let server = RedisServer::spawn().await;
+    let mut admin = server.conn().await;
+    let lock = lock();
+    let key = lock.lock_key("res").unwrap();
+    let fence = lock.fence_key("res").unwrap();
+    // acquire: free, held by this token (retry), held by another (busy); renew; release;
+    // fenced_set. Each denied command of each script, in each state.
+    for denied in [
+        "get", "time", "pttl", "set", "pexpire", "del", "hget", "hset",
+    ] {
+        let mut conn = denied_conn(&server, &format!("u-{denied}"), denied).await;
+        for state in ["free", "mine", "other"] {
+            let _: () = redis::cmd("FLUSHALL")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            let _: () = redis::cmd("SET")
+                .arg(&fence)
+                .arg("5")
+                .arg("PX")
+                .arg(100_000)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            let _: () = redis::cmd("HSET")
+                .arg("doc:{1}")
+                .arg("value")
+                .arg("v")
+                .arg("fence")
+                .arg("5")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            if state != "free" {
+                let owner = if state == "mine" { TOKEN } else { OTHER };
+                let _: () = redis::cmd("SET")
+                    .arg(&key)
+                    .arg(owner)
+                    .arg("PX")
+                    .arg(100_000)
+                    .query_async(&mut admin)
+                    .await
+                    .unwrap();
+            }
+            let before = snapshot(&mut admin).await;
+            let case = format!("-{denied}, {state}");
+            let acquire = lock.acquire(&mut conn, "res", &with_token(TOKEN)).await;
+            // The acquire script runs get, time, pttl, set, pexpire.
+            let uses = ["get", "time", "pttl", "set", "pexpire"].contains(&denied);
+            match acquire {
+                Err(Error::PermissionDenied {
+                    ref script,
+                    ref detail,
+                }) if uses => {
+                    assert_eq!(script, "lock_acquire.v2", "{case}");
+                    assert!(!detail.contains("res"), "{case}: no key in {detail}");
+                }
+                Ok(_) if !uses => {}
+                other => panic!("{case}: acquire {other:?}"),
+            }
+            if uses {
+                assert_unchanged(
+                    &before,
+                    &snapshot(&mut admin).await,
+                    &format!("{case}, acquire"),
+                );
+            }
+            let _: () = redis::cmd("FLUSHALL")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            for (k, v) in [(&key, TOKEN), (&fence, "5")] {
+                let _: () = redis::cmd("SET")
+                    .arg(k)
+                    .arg(v)
+                    .arg("PX")
+                    .arg(100_000)
+                    .query_async(&mut admin)
+                    .await
+                    .unwrap();
+            }
+            let _: () = redis::cmd("HSET")
+                .arg("doc:{1}")
+                .arg("value")
+                .arg("v")
+                .arg("fence")
+                .arg("5")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            let before = snapshot(&mut admin).await;
+            // renew (get, pexpire), fenced_set (hget, hset), release (get, del): a guard
+            // for the held key, built by an idempotent acquire as the admin.
+            let mut guard = acquired(&lock, &mut admin, "res", &with_token(TOKEN)).await;
+            let before_ops = snapshot(&mut admin).await;
+            assert_eq!(before.len(), before_ops.len());
+            let renew = lock.renew(&mut conn, &mut guard).await;
+            match renew {
+                Err(Error::PermissionDenied { .. }) if ["get", "pexpire"].contains(&denied) => {
+                    assert_unchanged(
+                        &before_ops,
+                        &snapshot(&mut admin).await,
+                        &format!("{case}, renew"),
+                    )
+                }
+                Ok(Renew::Renewed) if !["get", "pexpire"].contains(&denied) => {}
+                other => panic!("{case}: renew {other:?}"),
+            }
+            let before_ops = snapshot(&mut admin).await;
+            let write = lock
+                .fenced_set(&mut conn, "doc:{1}", FencingToken::new(7), "w")
+                .await;
+            match write {
+                Err(Error::PermissionDenied { .. }) if ["hget", "hset"].contains(&denied) => {
+                    assert_unchanged(
+                        &before_ops,
+                        &snapshot(&mut admin).await,
+                        &format!("{case}, fenced_set"),
+                    )
+                }
+                Ok(FencedWrite::Written) if !["hget", "hset"].contains(&denied) => {}
+                other => panic!("{case}: fenced_set {other:?}"),
+            }
+            let before_ops = snapshot(&mut admin).await;
+            let release = lock.release(&mut conn, guard).await;
+            match release {
+                Err(Error::PermissionDenied { .. }) if ["get", "del"].contains(&denied) => {
+                    assert_unchanged(
+                        &before_ops,
+                        &snapshot(&mut admin).await,
+                        &format!("{case}, release"),
+                    )
+                }
+                Ok(_) if !["get", "del"].contains(&denied) => {}
+                other => panic!("{case}: release {other:?}"),
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_retry_with_the_same_owner_token_finds_its_own_lock() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = lock();
+    let key = lock.lock_key("job").unwrap();
+    let options = LockOptions::new().ttl(Duration::from_secs(30)).token(TOKEN);
+    let first = acquired(&lock, &mut conn, "job", &options).await;
+    let t1 = first.fencing_token();
+    // The reply is "lost": the caller never sees this guard.
+    drop(first);
+    let _: () = server.cmd(&["PEXPIRE", &key, "5000"]).await;
+    let retry = acquired(&lock, &mut conn, "job", &options).await;
+    assert_eq!(retry.fencing_token(), t1, "same fencing token as stored");
+    let pttl: i64 = server.cmd(&["PTTL", &key]).await;
+    assert!(pttl > 25_000, "lease refreshed: {pttl}");
+    // With retries too (the loop must not wait for its own lock).
+    let again = acquired(&lock, &mut conn, "job", &options.clone().retries(3)).await;
+    assert_eq!(again.fencing_token(), t1);
+    // Held by this token but the fence key is gone: a new, larger token is issued and stored.
+    let fence = lock.fence_key("job").unwrap();
+    let _: () = server.cmd(&["DEL", &fence]).await;
+    let renewed = acquired(&lock, &mut conn, "job", &options).await;
+    assert!(renewed.fencing_token() > t1);
+    let stored: u64 = server.cmd(&["GET", &fence]).await;
+    assert_eq!(FencingToken::new(stored), renewed.fencing_token());
+    assert!(server.cmd::<i64>(&["PTTL", &fence]).await > 60_000);
+    let t1 = renewed.fencing_token();
+    // Another token: busy, and the holder's key is untouched.
+    let other = LockOptions::new().token(OTHER);
+    assert!(matches!(
+        lock.try_acquire(&mut conn, "job", &other).await.unwrap(),
+        Acquire::Busy { .. }
+    ));
+    let holder: String = server.cmd(&["GET", &key]).await;
+    assert_eq!(holder, TOKEN);
+    // A random token (no `token` set) is busy as well.
+    assert!(matches!(
+        lock.try_acquire(&mut conn, "job", &LockOptions::new())
+            .await
+            .unwrap(),
+        Acquire::Busy { .. }
+    ));
+    // After the release, the same token acquires anew with a larger fencing token.
+    lock.release(&mut conn, retry).await.unwrap();
+    let next = acquired(&lock, &mut conn, "job", &options).await;
+    assert!(next.fencing_token() > t1);
+    // Bad tokens are refused before the round trip.
+    for bad in ["short", &"x".repeat(129)] {
+        assert!(matches!(
+            lock.acquire(&mut conn, "job", &LockOptions::new().token(bad))
+                .await,
+            Err(Error::InvalidInput { what: "token", .. })
+        ));
+    }
+    lock.release(&mut conn, next).await.unwrap();
+}
+
+#[tokio::test]
+async fn fencing_tokens_grow_across_fence_loss_restart_and_expiry_and_the_fence_key_expires() {
+    let mut server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = lock();
+    let fence = lock.fence_key("r").unwrap();
+    let short = LockOptions::new().ttl(Duration::from_millis(100));
+    let g1 = acquired(&lock, &mut conn, "r", &short).await;
+    let t1 = g1.fencing_token();
+    let pttl: i64 = server.cmd(&["PTTL", &fence]).await;
+    assert!(
+        pttl > 0 && pttl <= 10_200,
+        "fence TTL = 2 × lease + 10 s: {pttl}"
+    );
+    lock.release(&mut conn, g1).await.unwrap();
+    // The fence key is lost (DEL): the time floor still gives a larger token.
+    let _: () = server.cmd(&["DEL", &fence]).await;
+    let g2 = acquired(&lock, &mut conn, "r", &short).await;
+    assert!(g2.fencing_token() > t1, "{} > {t1}", g2.fencing_token());
+    // Lease expiry (no release): the next holder is larger again.
+    let t2 = g2.fencing_token();
+    drop(g2);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let g3 = acquired(&lock, &mut conn, "r", &short).await;
+    assert!(g3.fencing_token() > t2);
+    let t3 = g3.fencing_token();
+    // Restart without persistence: empty dataset, still larger.
+    server.restart().await;
+    let mut conn = server.conn().await;
+    let g4 = acquired(&lock, &mut conn, "r", &short).await;
+    assert!(g4.fencing_token() > t3);
+    // Renewal refreshes the fence key's TTL too; after the lease, the fence key expires.
+    let mut g4 = g4;
+    let _: () = server.cmd(&["PEXPIRE", &fence, "150"]).await;
+    assert_eq!(
+        lock.renew(&mut conn, &mut g4).await.unwrap(),
+        Renew::Renewed
+    );
+    let pttl: i64 = server.cmd(&["PTTL", &fence]).await;
+    assert!(pttl > 10_000, "renew refreshed the fence TTL: {pttl}");
+    lock.release(&mut conn, g4).await.unwrap();
+    let _: () = server.cmd(&["PEXPIRE", &fence, "50"]).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // KEYS skips expired keys (DBSIZE would count those not yet evicted).
+    let left: Vec<String> = server.cmd(&["KEYS", "*"]).await;
+    assert!(left.is_empty(), "no forever-key left: {left:?}");
+}
+
+#[tokio::test]
+async fn failover_to_a_lagging_replica_still_issues_a_larger_fencing_token() {
+    let mut pair = ReplicatedPair::spawn().await;
+    let mut conn = pair.primary.conn().await;
+    let lock = lock();
+    let options = LockOptions::new().ttl(Duration::from_secs(10));
+    let one = Replication::new(1, Duration::from_millis(2_000)).unwrap();
+    // t0: acknowledged by the replica.
+    let acked = lock
+        .acquire_acked(&mut conn, "acct", &options, one)
+        .await
+        .unwrap();
+    assert_eq!((acked.replicas, acked.requested), (1, 1));
+    let Acquire::Acquired(g0) = acked.outcome else {
+        panic!("expected the lock");
+    };
+    let t0 = g0.fencing_token();
+    let data = "acct:{data}";
+    let w = lock
+        .fenced_set_acked(&mut conn, data, t0, "v0", one)
+        .await
+        .unwrap();
+    assert!(w.outcome.is_written() && w.is_replicated());
+    lock.release(&mut conn, g0).await.unwrap();
+    // The replica's link goes down (pointed at a dead port: a SIGSTOP would not do, the
+    // kernel buffers the stream and the replica applies it on SIGCONT); t1 is acquired on
+    // the primary only, and WAIT says so.
+    let nowhere = support::free_port().to_string();
+    let _: () = pair
+        .replica
+        .cmd(&["REPLICAOF", "127.0.0.1", &nowhere])
+        .await;
+    let short = Replication::new(1, Duration::from_millis(200)).unwrap();
+    let acked = lock
+        .acquire_acked(&mut conn, "acct", &options, short)
+        .await
+        .unwrap();
+    assert_eq!(acked.replicas, 0, "the loss is detectable");
+    assert!(!acked.is_replicated());
+    let Acquire::Acquired(mut g1) = acked.outcome else {
+        panic!("expected the lock");
+    };
+    let t1 = g1.fencing_token();
+    assert!(t1 > t0);
+    let r = lock.renew_acked(&mut conn, &mut g1, short).await.unwrap();
+    assert_eq!((r.outcome, r.replicas), (Renew::Renewed, 0));
+    let w = lock
+        .fenced_set_acked(&mut conn, data, t1, "v1", short)
+        .await
+        .unwrap();
+    assert!(w.outcome.is_written());
+    assert_eq!(w.replicas, 0);
+    // The primary dies; the lagging replica is promoted.
+    pair.primary.stop().await;
+    let _: () = pair.replica.cmd(&["REPLICAOF", "NO", "ONE"]).await;
+    let mut promoted = pair.replica.conn().await;
+    let stale: u64 = pair
+        .replica
+        .cmd(&["GET", &lock.fence_key("acct").unwrap()])
+        .await;
+    assert_eq!(
+        FencingToken::new(stale),
+        t0,
+        "the replica is behind: it has t0 only"
+    );
+    // The lock is free there (lost with the primary): the next holder gets t2 > t1, so the
+    // paused holder's t1 loses against it on the promoted node's data.
+    let g2 = acquired(&lock, &mut promoted, "acct", &options).await;
+    let t2 = g2.fencing_token();
+    assert!(
+        t2 > t1,
+        "t2 = {t2} must exceed t1 = {t1} (v1 issued t0 + 1)"
+    );
+    assert!(lock
+        .fenced_set(&mut promoted, data, t2, "v2")
+        .await
+        .unwrap()
+        .is_written());
+    assert_eq!(
+        lock.fenced_set(&mut promoted, data, t1, "stale")
+            .await
+            .unwrap(),
+        FencedWrite::Stale { newer: t2 }
+    );
+    let fence_ttl: i64 = pair
+        .replica
+        .cmd(&["PTTL", &lock.fence_key("acct").unwrap()])
+        .await;
+    assert!(fence_ttl > 0, "the fence key has a TTL: {fence_ttl}");
+    lock.release(&mut promoted, g2).await.unwrap();
+}
+
+#[tokio::test]
+async fn extreme_options_never_panic_against_a_real_server() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = lock();
+    let holder = acquired(&lock, &mut conn, "busy", &LockOptions::new()).await;
+    // max_wait(MAX): no deadline (it does not overflow); bounded here by the test's timeout.
+    let forever = LockOptions::new()
+        .retries(u32::MAX)
+        .retry_delay(Duration::from_millis(5))
+        .jitter(Duration::ZERO)
+        .max_wait(Duration::MAX);
+    let waited = tokio::time::timeout(
+        Duration::from_millis(300),
+        lock.acquire(&mut conn, "busy", &forever),
+    )
+    .await;
+    assert!(waited.is_err(), "still waiting for the busy lock");
+    // retry_delay(MAX) and jitter(MAX) with a deadline: the pause would end too late, Busy now.
+    for options in [
+        LockOptions::new()
+            .retries(5)
+            .retry_delay(Duration::MAX)
+            .max_wait(Duration::from_secs(1)),
+        LockOptions::new()
+            .retries(5)
+            .retry_delay(Duration::ZERO)
+            .jitter(Duration::MAX)
+            .max_wait(Duration::from_secs(1)),
+        LockOptions::new()
+            .retries(u32::MAX)
+            .retry_delay(Duration::MAX)
+            .jitter(Duration::MAX)
+            .max_wait(Duration::from_secs(1)),
+    ] {
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(5),
+            lock.acquire(&mut conn, "busy", &options),
+        )
+        .await
+        .expect("returns at once: the first pause would pass max_wait")
+        .unwrap();
+        assert!(matches!(outcome, Acquire::Busy { .. }), "{options:?}");
+    }
+    // retry_delay(MAX) without a deadline: sleeps (tokio handles the far future), no panic.
+    let sleepy = LockOptions::new().retries(1).retry_delay(Duration::MAX);
+    assert!(tokio::time::timeout(
+        Duration::from_millis(200),
+        lock.acquire(&mut conn, "busy", &sleepy)
+    )
+    .await
+    .is_err());
+    // Invalid extremes are typed errors before anything is sent.
+    for options in [
+        LockOptions::new().ttl(Duration::MAX),
+        LockOptions::new().drift(Duration::MAX),
+        LockOptions::new().ttl(Duration::from_nanos(1)),
+    ] {
+        assert!(matches!(
+            lock.acquire(&mut conn, "free", &options).await,
+            Err(Error::InvalidInput { .. })
+        ));
+    }
+    // The longest lease is accepted; its fence key TTL is 2 × 30 days + 10 s.
+    let longest = LockOptions::new().ttl(LockOptions::MAX_TTL);
+    let g = acquired(&lock, &mut conn, "long", &longest).await;
+    let fence_ttl: i64 = server
+        .cmd(&["PTTL", &lock.fence_key("long").unwrap()])
+        .await;
+    assert!(fence_ttl > 2 * 30 * 24 * 3_600_000, "{fence_ttl}");
+    lock.release(&mut conn, g).await.unwrap();
+    lock.release(&mut conn, holder).await.unwrap();
+    // Fencing tokens beyond i64 are refused before the round trip; i64::MAX is accepted.
+    assert!(matches!(
+        lock.fenced_set(&mut conn, "d", FencingToken::new(u64::MAX), "v")
+            .await,
+        Err(Error::InvalidInput { .. })
+    ));
+    let max = FencingToken::new(i64::MAX as u64);
+    assert!(lock
+        .fenced_set(&mut conn, "d", max, "v")
+        .await
+        .unwrap()
+        .is_written());
+    assert_eq!(
+        lock.fenced_get(&mut conn, "d").await.unwrap(),
+        Some((b"v".to_vec(), max))
+    );
+}
+
+#[tokio::test]
+async fn acked_acquire_and_fenced_write_on_a_cluster() {
+    let cluster = support::RedisCluster::spawn().await;
+    let mut conn = cluster.conn().await;
+    let lock = lock();
+    let one = Replication::new(1, Duration::from_millis(2_000)).unwrap();
+    for resource in ["a", "b", "c", "d"] {
+        let options = LockOptions::new().require_replicas(one);
+        let acked = lock
+            .acquire_acked(&mut conn, resource, &options, one)
+            .await
+            .unwrap();
+        assert_eq!(acked.replicas, 1, "{resource}: its primary's replica");
+        let Acquire::Acquired(mut guard) = acked.outcome else {
+            panic!("{resource}: expected the lock");
+        };
+        let r = lock.renew_acked(&mut conn, &mut guard, one).await.unwrap();
+        assert_eq!((r.outcome, r.replicas), (Renew::Renewed, 1));
+        let data = format!("{}:data", guard.key());
+        let w = lock
+            .fenced_set_acked(&mut conn, &data, guard.fencing_token(), "x", one)
+            .await
+            .unwrap();
+        assert!(w.outcome.is_written() && w.is_replicated());
+        lock.release(&mut conn, guard).await.unwrap();
+    }
+}
+
+fn valid(options_ttl: Duration, drift: Option<Duration>) -> bool {
+    let allowance =
+        drift.unwrap_or_else(|| (options_ttl / 100).saturating_add(LockOptions::DRIFT_FLOOR));
+    !options_ttl.is_zero()
+        && options_ttl <= LockOptions::MAX_TTL
+        && options_ttl.subsec_nanos().is_multiple_of(1_000_000)
+        && allowance < options_ttl
+}
+
+fn extreme_duration() -> impl proptest::strategy::Strategy<Value = Duration> {
+    use proptest::prelude::*;
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::MAX),
+        Just(Duration::from_nanos(1)),
+        Just(LockOptions::MAX_TTL),
+        (1u64..5_000).prop_map(Duration::from_millis),
+        any::<u64>().prop_map(Duration::from_millis),
+        (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+    ]
+}
+
+/// Property: any options, on a free and on a busy lock of a real server, never panic; invalid
+/// ones are `InvalidInput` before anything is sent; valid ones acquire the free lock and find
+/// the busy one busy (or are still waiting when the test stops waiting).
+#[test]
+fn any_options_against_a_real_server_never_panic() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(RedisServer::spawn());
+    let mut conn = rt.block_on(server.conn());
+    let lock = lock();
+    let long = LockOptions::new().ttl(Duration::from_secs(600));
+    let holder = rt.block_on(acquired(&lock, &mut conn, "busy", &long));
+    let strategy = (
+        extreme_duration(),
+        prop_oneof![Just(0u32), Just(1), Just(u32::MAX), any::<u32>()],
+        extreme_duration(),
+        extreme_duration(),
+        proptest::option::of(extreme_duration()),
+        proptest::option::of(extreme_duration()),
+    );
+    let mut runner = TestRunner::new(Config {
+        cases: 64,
+        ..Config::default()
+    });
+    runner
+        .run(
+            &strategy,
+            |(ttl, retries, delay, jitter, max_wait, drift)| {
+                let mut options = LockOptions::new()
+                    .ttl(ttl)
+                    .retries(retries)
+                    .retry_delay(delay)
+                    .jitter(jitter);
+                if let Some(w) = max_wait {
+                    options = options.max_wait(w);
+                }
+                if let Some(d) = drift {
+                    options = options.drift(d);
+                }
+                let ok = valid(ttl, drift);
+                let mut conn = conn.clone();
+                rt.block_on(async {
+                    for resource in ["free", "busy"] {
+                        let run = lock.acquire(&mut conn, resource, &options);
+                        match tokio::time::timeout(Duration::from_millis(100), run).await {
+                            Ok(Err(Error::InvalidInput { .. })) => prop_assert!(!ok, "{options:?}"),
+                            Ok(Ok(Acquire::Acquired(g))) => {
+                                prop_assert!(ok && resource == "free", "{options:?}");
+                                lock.release(&mut conn, g).await.unwrap();
+                            }
+                            Ok(Ok(Acquire::Busy { .. })) => {
+                                prop_assert!(ok && resource == "busy", "{options:?}")
+                            }
+                            // A lease of a few ms can run out during the round trip (then
+                            // released again).
+                            Ok(Err(Error::Timeout(_))) => {
+                                prop_assert!(
+                                    ok && resource == "free" && ttl < Duration::from_secs(1)
+                                )
+                            }
+                            Ok(other) => prop_assert!(false, "{options:?}: {other:?}"),
+                            // Still waiting for the busy lock (long pauses, no deadline).
+                            Err(_) => prop_assert!(ok && resource == "busy", "{options:?}"),
+                        }
+                    }
+                    Ok(())
+                })
+            },
+        )
+        .unwrap();
+    rt.block_on(lock.release(&mut conn, holder)).unwrap();
+    assert_eq!(
+        rt.block_on(server.cmd::<i64>(&["EXISTS", &lock.lock_key("free").unwrap()])),
+        0
+    );
+}
+
+#[tokio::test]
+async fn require_replicas_releases_an_acquisition_the_replica_did_not_confirm() {
+    let pair = ReplicatedPair::spawn().await;
+    let mut conn = pair.primary.conn().await;
+    let lock = lock();
+    let one = Replication::new(1, Duration::from_millis(1_000)).unwrap();
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(10))
+        .require_replicas(one);
+    // In sync: acquired, and the replica has the lock key.
+    let guard = acquired(&lock, &mut conn, "acct", &options).await;
+    let on_replica: String = pair.replica.cmd(&["GET", guard.key()]).await;
+    assert!(!on_replica.is_empty());
+    lock.release(&mut conn, guard).await.unwrap();
+    // Replica link down: not confirmed in time -> released again, NotReplicated.
+    let nowhere = support::free_port().to_string();
+    let _: () = pair
+        .replica
+        .cmd(&["REPLICAOF", "127.0.0.1", &nowhere])
+        .await;
+    let short = Replication::new(1, Duration::from_millis(150)).unwrap();
+    let options = options.require_replicas(short);
+    match lock.acquire(&mut conn, "acct", &options).await.unwrap() {
+        Acquire::NotReplicated {
+            replicas: 0,
+            requested: 1,
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    let key = lock.lock_key("acct").unwrap();
+    assert_eq!(
+        pair.primary.cmd::<i64>(&["EXISTS", &key]).await,
+        0,
+        "released"
+    );
+    // acquire_acked reports instead of enforcing when no requirement is set.
+    let acked = lock
+        .acquire_acked(&mut conn, "acct", &LockOptions::new(), short)
+        .await
+        .unwrap();
+    assert_eq!((acked.replicas, acked.requested), (0, 1));
+    let Acquire::Acquired(guard) = acked.outcome else {
+        panic!("expected the lock");
+    };
+    lock.release(&mut conn, guard).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_reply_lost_to_a_client_timeout_is_recovered_by_retrying_with_the_same_token() {
+    let mut server = RedisServer::spawn().await;
+    let lock = lock();
+    let key = lock.lock_key("inv").unwrap();
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_millis(200)));
+    let mut timing_out = server
+        .client()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap();
+    // Load the script first so the frozen call is one EVALSHA.
+    let mut conn = server.conn().await;
+    let warm = acquired(&lock, &mut conn, "warm", &LockOptions::new()).await;
+    lock.release(&mut conn, warm).await.unwrap();
+    let options = LockOptions::new().ttl(Duration::from_secs(30)).token(TOKEN);
+    // The server freezes after the command was sent: the client gives up (timeout), the
+    // server runs the acquire when it wakes up. The caller does not know it holds the lock.
+    server.pause().await;
+    let lost = lock.acquire(&mut timing_out, "inv", &options).await;
+    assert!(lost.is_err(), "{lost:?}");
+    server.resume().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while server.cmd::<i64>(&["EXISTS", &key]).await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the queued acquire never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stored: u64 = server.cmd(&["GET", &lock.fence_key("inv").unwrap()]).await;
+    // The retry with the same token finds its own lock (v1 answered Busy here).
+    let mut fresh = server.conn().await;
+    let guard = acquired(&lock, &mut fresh, "inv", &options).await;
+    assert_eq!(guard.fencing_token(), FencingToken::new(stored));
+    assert!(matches!(
+        lock.try_acquire(&mut fresh, "inv", &LockOptions::new().token(OTHER))
+            .await
+            .unwrap(),
+        Acquire::Busy { .. }
+    ));
+    assert_eq!(
+        lock.release(&mut fresh, guard).await.unwrap(),
+        redkit::lock::Release::Released
+    );
+}
