@@ -172,41 +172,6 @@ mod calls {
             any::<usize>(),
             0usize..64,
         ]
-
-/// Lock section: every `LockOptions` setter and the lock constructors with extreme values.
-/// (tests/lock_contract.rs then calls `acquire` with such options against a real server.)
-mod lock {
-    use super::*;
-    use redkit::lock::{FencingToken, Lock, LockOptions, Redlock};
-    use redkit::ScriptManager;
-
-    fn any_options() -> impl Strategy<Value = LockOptions> {
-        (
-            any_duration(),
-            any::<u32>(),
-            any_duration(),
-            any_duration(),
-            proptest::option::of(any_duration()),
-            proptest::option::of(any_duration()),
-            proptest::option::of(".{0,200}"),
-        )
-            .prop_map(|(ttl, retries, delay, jitter, max_wait, drift, token)| {
-                let mut o = LockOptions::new()
-                    .ttl(ttl)
-                    .retries(retries)
-                    .retry_delay(delay)
-                    .jitter(jitter);
-                if let Some(w) = max_wait {
-                    o = o.max_wait(w);
-                }
-                if let Some(d) = drift {
-                    o = o.drift(d);
-                }
-                if let Some(t) = token {
-                    o = o.token(t);
-                }
-                o
-            })
     }
 
     proptest! {
@@ -261,6 +226,49 @@ mod lock {
                 plain.key(&key);
             }
             prop_assert!(plain.validate().is_ok());
+        }
+    }
+}
+
+
+/// Lock section: every `LockOptions` setter and the lock constructors with extreme values.
+/// (tests/lock_contract.rs then calls `acquire` with such options against a real server.)
+mod lock {
+    use super::*;
+    use redkit::lock::{FencingToken, Lock, LockOptions, Redlock};
+    use redkit::ScriptManager;
+
+    fn any_options() -> impl Strategy<Value = LockOptions> {
+        (
+            any_duration(),
+            any::<u32>(),
+            any_duration(),
+            any_duration(),
+            proptest::option::of(any_duration()),
+            proptest::option::of(any_duration()),
+            proptest::option::of(".{0,200}"),
+        )
+            .prop_map(|(ttl, retries, delay, jitter, max_wait, drift, token)| {
+                let mut o = LockOptions::new()
+                    .ttl(ttl)
+                    .retries(retries)
+                    .retry_delay(delay)
+                    .jitter(jitter);
+                if let Some(w) = max_wait {
+                    o = o.max_wait(w);
+                }
+                if let Some(d) = drift {
+                    o = o.drift(d);
+                }
+                if let Some(t) = token {
+                    o = o.token(t);
+                }
+                o
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
         #[test]
         fn lock_options_setters_never_panic_and_debug_hides_the_token(
