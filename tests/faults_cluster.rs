@@ -16,6 +16,7 @@ fn store() -> Store {
 }
 
 const START: u64 = 1_000;
+const BIG: u64 = 10_000_000;
 
 /// Sets `sku` to START and decrements it once (so the script is cached); stock START - 1.
 async fn prepare<C: redis::aio::ConnectionLike>(conn: &mut C, sku: &str) {
@@ -145,4 +146,123 @@ fn traffic<C: redis::aio::ConnectionLike + Send + 'static>(
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
+}
+
+/// Counts of one buyer loop.
+#[derive(Debug, Default)]
+struct Counts {
+    attempted: u64,
+    succeeded: u64,
+    errored: u64,
+    /// When the first call succeeded after the freeze had made one fail.
+    recovered_after: Option<Duration>,
+}
+
+/// Decrements `sku` once per request id, retrying an id (safe: idempotent) until it succeeds,
+/// until `until`. Records when calls succeed again after the first failure.
+async fn buyer<C: redis::aio::ConnectionLike>(
+    mut conn: C,
+    sku: &str,
+    frozen_at: Instant,
+    until: Instant,
+) -> Counts {
+    let s = store();
+    let mut counts = Counts::default();
+    let mut failed_once = false;
+    let mut id = 0u64;
+    while Instant::now() < until {
+        counts.attempted += 1;
+        match s
+            .decrement(&mut conn, sku, 1, Some(&format!("{sku}-{id}")))
+            .await
+        {
+            Ok(outcome) => {
+                assert!(outcome.is_applied(), "stock ran out: {outcome:?}");
+                counts.succeeded += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                id += 1;
+                if failed_once && counts.recovered_after.is_none() {
+                    counts.recovered_after = Some(frozen_at.elapsed());
+                }
+            }
+            Err(_) => {
+                counts.errored += 1;
+                failed_once = true;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    counts
+}
+
+#[tokio::test]
+async fn a_hung_primary_costs_at_most_node_timeout_plus_3s() {
+    const NODE_TIMEOUT: Duration = Duration::from_millis(1_000);
+    const WITHIN: Duration = Duration::from_millis(1_000 + 3_000);
+    let mut cluster = RedisCluster::spawn_with_node_timeout(1_000).await;
+    let owner = cluster.primary_index_for("fx:{s}:sku:a").await;
+    let owner_port = cluster.nodes[owner].port();
+    let mut replica = None;
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let repl: String = node.cmd(&["INFO", "replication"]).await;
+        if repl.contains(&format!("master_port:{owner_port}\r")) {
+            replica = Some(i);
+        }
+    }
+    let replica = replica.expect("the frozen primary has a replica");
+
+    let t = Timeouts::new(Duration::from_millis(300), Duration::from_millis(200)).unwrap();
+    let mut redkit_conn = connect::cluster(cluster.urls(), t).await.unwrap();
+    let raw_conn = ClusterClientBuilder::new(cluster.urls())
+        .response_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap();
+    for sku in ["a", "b"] {
+        store().set(&mut redkit_conn, sku, BIG).await.unwrap();
+    }
+
+    cluster.nodes[owner].pause().await; // never resumed while the buyers run
+    let frozen_at = Instant::now();
+    let until = frozen_at + WITHIN + Duration::from_secs(3);
+    let promoted = async {
+        loop {
+            let repl: String = cluster.nodes[replica].cmd(&["INFO", "replication"]).await;
+            if repl.contains("role:master") {
+                return Some(frozen_at.elapsed());
+            }
+            if Instant::now() > until {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let (redkit, raw, promoted) = tokio::join!(
+        buyer(redkit_conn.clone(), "a", frozen_at, until),
+        buyer(raw_conn.clone(), "b", frozen_at, until),
+        promoted,
+    );
+    eprintln!(
+        "hung primary, node timeout {NODE_TIMEOUT:?}: replica promoted after {promoted:?}; \
+         redkit::connect::cluster {redkit:?} (rebuilds {}); redis-rs with response timeout {raw:?}",
+        redkit_conn.rebuilds()
+    );
+    let promoted = promoted.expect("the cluster promoted the replica");
+    // Finding: redis-rs alone keeps routing to the hung node (no slot refresh on timeouts).
+    assert_eq!(raw.succeeded, 0, "redis-rs now recovers by itself: {raw:?}");
+    assert!(promoted < until - frozen_at);
+    let recovered = redkit
+        .recovered_after
+        .expect("redkit's connection never recovered");
+    assert!(
+        recovered <= WITHIN,
+        "calls succeeded again {recovered:?} after the freeze (promotion at {promoted:?})"
+    );
+    // Every acknowledged decrement is in the new primary's stock (each id applied once; the
+    // ids acknowledged before the freeze were replicated before it, nothing acknowledged
+    // later went through the frozen node).
+    let stock = store().stock(&mut redkit_conn, "a").await.unwrap();
+    assert_eq!(BIG - stock, redkit.succeeded, "lost or doubled decrements");
 }
