@@ -111,3 +111,40 @@ pub fn manager_config(timeouts: Timeouts) -> ConnectionManagerConfig {
 pub async fn manager(client: redis::Client, timeouts: Timeouts) -> Result<ConnectionManager> {
     Ok(ConnectionManager::new_with_config(client, manager_config(timeouts)).await?)
 }
+
+/// (feature `sentinel`) A `MultiplexedConnection` to the primary the sentinels currently name,
+/// with [`multiplexed_config`]: asking the sentinels and connecting together take at most
+/// [`Timeouts::call_bound`]. Call it again after an error to follow a failover (an old primary
+/// that was demoted answers writes with `READONLY`, a dead one with a connection error).
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// use redis::sentinel::{SentinelClient, SentinelServerType};
+/// use redkit::connect::{self, Timeouts};
+/// let mut sentinel = SentinelClient::build(
+///     vec!["redis://127.0.0.1:26379/"],
+///     "mymaster".to_owned(),
+///     None,
+///     SentinelServerType::Master,
+/// )?;
+/// let mut conn = connect::sentinel_primary(&mut sentinel, Timeouts::default()).await?;
+/// # let _ = &mut conn;
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "sentinel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+pub async fn sentinel_primary(
+    sentinel: &mut redis::sentinel::SentinelClient,
+    timeouts: Timeouts,
+) -> Result<MultiplexedConnection> {
+    let config = multiplexed_config(timeouts);
+    match tokio::time::timeout(
+        timeouts.call_bound(),
+        sentinel.get_async_connection_with_config(&config),
+    )
+    .await
+    {
+        Ok(conn) => Ok(conn?),
+        Err(_) => Err(crate::Error::Timeout(timeouts.call_bound())),
+    }
+}

@@ -8,6 +8,7 @@
 
 mod container;
 mod process;
+pub mod sentinel;
 
 use std::time::{Duration, Instant};
 
