@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use redis::cluster::ClusterClientBuilder;
 use redkit::connect::{self, Timeouts};
 use redkit::inventory::{Decrement, Inventory, Store};
+use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
 use support::RedisCluster;
 
 fn store() -> Store {
@@ -265,4 +266,81 @@ async fn a_hung_primary_costs_at_most_node_timeout_plus_3s() {
     // later went through the frozen node).
     let stock = store().stock(&mut redkit_conn, "a").await.unwrap();
     assert_eq!(BIG - stock, redkit.succeeded, "lost or doubled decrements");
+}
+
+#[tokio::test]
+async fn redirects_are_followed_and_each_call_applied_once() {
+    let cluster = RedisCluster::spawn().await;
+    let t = Timeouts::new(Duration::from_millis(500), Duration::from_millis(500)).unwrap();
+    let mut conn = connect::cluster(cluster.urls(), t).await.unwrap();
+    let limiter = FixedWindow::new("fx", 1_000_000, Duration::from_secs(600)).unwrap();
+    let client = LimitKey::text("m").unwrap();
+    let key = limiter.redis_key(&client);
+    let hits = |d: Decision| match d {
+        Decision::Allowed(q) => 1_000_000 - q.remaining(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(hits(limiter.check(&mut conn, &client).await.unwrap()), 1);
+    // A multi-key script of the same slot: stock key and reservation key.
+    let s = Inventory::new("fx").unwrap().store("k:m").unwrap(); // same hash tag as the limiter key
+    s.set(&mut conn, "a", START).await.unwrap();
+
+    let slot: i64 = cluster.nodes[0].cmd(&["CLUSTER", "KEYSLOT", &key]).await;
+    let slot = slot.to_string();
+    let from = cluster.primary_for(&key).await;
+    let to = cluster
+        .primaries()
+        .await
+        .into_iter()
+        .find(|p| p.port() != from.port())
+        .unwrap();
+    let from_id: String = from.cmd(&["CLUSTER", "MYID"]).await;
+    let to_id: String = to.cmd(&["CLUSTER", "MYID"]).await;
+
+    // Half-migrated slot, the keys already moved: the owner answers ASK.
+    let _: String = to
+        .cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id])
+        .await;
+    let _: String = from
+        .cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id])
+        .await;
+    let keys: Vec<String> = from.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot, "100"]).await;
+    assert!(keys.contains(&key), "{keys:?}");
+    let port = to.port().to_string();
+    let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+    migrate.extend(keys.iter().map(String::as_str));
+    let _: String = from.cmd(&migrate).await;
+    // Single-key script: ASK, then ASKING + the script on the importing node (not cached
+    // there: NOSCRIPT, then EVAL, redirected the same way).
+    assert_eq!(hits(limiter.check(&mut conn, &client).await.unwrap()), 2);
+    // Multi-key script whose reservation key does not exist yet: the importing node answers
+    // TRYAGAIN until the migration ends; followed within the bound, then the error. Nothing ran.
+    let started = Instant::now();
+    let split = s.decrement(&mut conn, "a", 1, None).await;
+    assert!(split.is_err(), "{split:?}");
+    assert!(started.elapsed() <= t.call_bound() + Duration::from_millis(100));
+
+    // Migration finished; this connection's slot map is stale: the old owner answers MOVED.
+    for node in cluster.primaries().await {
+        let _: String = node
+            .cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &to_id])
+            .await;
+    }
+    assert_eq!(hits(limiter.check(&mut conn, &client).await.unwrap()), 3);
+    let d = s.decrement(&mut conn, "a", 1, None).await.unwrap();
+    assert_eq!(
+        d,
+        Decrement::Decremented {
+            remaining: START - 1
+        },
+        "the TRYAGAIN call ran"
+    );
+
+    // Each call ran exactly once, on the new owner.
+    let count: String = to.cmd(&["GET", &key]).await;
+    assert_eq!(count, "3");
+    eprintln!(
+        "ASK, TRYAGAIN then MOVED through connect::cluster: 5 calls, 4 succeeded, \
+         1 errored (did not run), each applied once"
+    );
 }
