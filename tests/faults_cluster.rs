@@ -4,11 +4,14 @@
 
 mod support;
 
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::cluster::ClusterClientBuilder;
 use redkit::connect::{self, Timeouts};
 use redkit::inventory::{Decrement, Inventory, Store};
+use redkit::lock::{Acquire, Lock, LockOptions};
 use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
 use support::RedisCluster;
 
@@ -342,5 +345,213 @@ async fn redirects_are_followed_and_each_call_applied_once() {
     eprintln!(
         "ASK, TRYAGAIN then MOVED through connect::cluster: 5 calls, 4 succeeded, \
          1 errored (did not run), each applied once"
+    );
+}
+
+/// What the concurrent workers of the failover scenario saw.
+#[derive(Debug, Default)]
+struct Seen {
+    buys_attempted: u64,
+    buys_errored: u64,
+    acked: Vec<String>,
+    pending: Vec<String>,
+    checks_attempted: u64,
+    checks_succeeded: u64,
+    lock_cycles: u64,
+    lock_errors: u64,
+    /// Fencing tokens not greater than one issued before (issue 8 item 4: lagging replica).
+    token_regressions: u64,
+    /// (time since start, what failed) of the last error, per worker kind.
+    last_error: Vec<(Duration, &'static str)>,
+}
+
+#[tokio::test]
+async fn cluster_failover_and_primary_kill_with_buyers_limiter_and_locks() {
+    let mut cluster = RedisCluster::spawn_with_node_timeout(1_000).await;
+    let t = Timeouts::new(Duration::from_millis(300), Duration::from_millis(200)).unwrap();
+    let conn = connect::cluster(cluster.urls(), t).await.unwrap();
+    // Buyers, limiter and lock share one hash tag, so one primary serves them all.
+    let s = Inventory::new("fw").unwrap().store("k:w").unwrap();
+    s.set(&mut conn.clone(), "sku", BIG).await.unwrap();
+    let owner = cluster.primary_index_for("fw:{k:w}:sku:sku").await;
+    let owner_port = cluster.nodes[owner].port();
+    let mut replica = None;
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let repl: String = node.cmd(&["INFO", "replication"]).await;
+        if repl.contains(&format!("master_port:{owner_port}\r")) {
+            replica = Some(i);
+        }
+    }
+    let replica = replica.unwrap();
+
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let stop = stop_flag();
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for b in 0..4 {
+        let (mut conn, seen, stop) = (conn.clone(), seen.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            let s = Inventory::new("fw").unwrap().store("k:w").unwrap();
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let id = format!("b{b}-{i}");
+                let r = s.decrement(&mut conn, "sku", 1, Some(&id)).await;
+                {
+                    let mut seen = seen.lock().unwrap();
+                    seen.buys_attempted += 1;
+                    match r {
+                        Ok(_) => {
+                            seen.acked.push(id);
+                            i += 1;
+                        }
+                        Err(_) => {
+                            seen.buys_errored += 1;
+                            seen.last_error.push((started.elapsed(), "buy"));
+                            if !seen.pending.contains(&id) {
+                                seen.pending.push(id);
+                            }
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }));
+    }
+    {
+        let (mut conn, seen, stop) = (conn.clone(), seen.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            let limiter = FixedWindow::new("fw", 1_000_000_000, Duration::from_secs(600)).unwrap();
+            let client = LimitKey::text("w").unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                let r = limiter.check(&mut conn, &client).await;
+                {
+                    let mut seen = seen.lock().unwrap();
+                    seen.checks_attempted += 1;
+                    match r {
+                        Ok(_) => seen.checks_succeeded += 1,
+                        Err(_) => seen.last_error.push((started.elapsed(), "check")),
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }));
+    }
+    {
+        let (mut conn, seen, stop) = (conn.clone(), seen.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            let lock = Lock::new(redkit::ScriptManager::new()).unwrap();
+            let options = LockOptions::new().ttl(Duration::from_secs(2));
+            let mut highest = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let r = match lock.try_acquire(&mut conn, "k:w", &options).await {
+                    Ok(Acquire::Acquired(guard)) => {
+                        let token = guard.fencing_token().get();
+                        let regressed = token <= highest;
+                        highest = highest.max(token);
+                        lock.release(&mut conn, guard).await.map(|_| regressed)
+                    }
+                    Ok(_) => Ok(false), // held by a guard whose release was lost
+                    Err(e) => Err(e),
+                };
+                {
+                    let mut seen = seen.lock().unwrap();
+                    match r {
+                        Ok(regressed) => {
+                            seen.lock_cycles += 1;
+                            seen.token_regressions += u64::from(regressed);
+                        }
+                        Err(_) => {
+                            seen.lock_errors += 1;
+                            seen.last_error.push((started.elapsed(), "lock"));
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }));
+    }
+
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    // 1. Manual CLUSTER FAILOVER on the replica (waits for it to catch up, then switches).
+    let failover_at = started.elapsed();
+    let ok: String = cluster.nodes[replica].cmd(&["CLUSTER", "FAILOVER"]).await;
+    assert_eq!(ok, "OK");
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    let after_failover = seen.lock().unwrap().acked.len();
+    // 2. SIGKILL of the new primary (the old replica); the old primary is promoted back.
+    let kill_at = started.elapsed();
+    cluster.nodes[replica].stop().await;
+    tokio::time::sleep(Duration::from_millis(1_000 + 3_000 + 2_000)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.unwrap();
+    }
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+
+    // Count against the surviving primary.
+    let mut check = conn.clone();
+    let mut lost = 0u64;
+    for id in &seen.acked {
+        if !matches!(
+            s.decrement(&mut check, "sku", 1, Some(id)).await.unwrap(),
+            Decrement::Duplicate { .. }
+        ) {
+            lost += 1;
+        }
+    }
+    for id in &seen.pending {
+        if !seen.acked.contains(id) {
+            s.decrement(&mut check, "sku", 1, Some(id)).await.unwrap();
+        }
+    }
+    let ids = seen.acked.len() as u64
+        + seen
+            .pending
+            .iter()
+            .filter(|id| !seen.acked.contains(id))
+            .count() as u64;
+    let applied = BIG - s.stock(&mut check, "sku").await.unwrap();
+    let errors_after = |from: Duration, to: Duration| {
+        seen.last_error
+            .iter()
+            .filter(|(t, _)| *t >= from && *t < to)
+            .map(|(t, _)| *t)
+            .max()
+            .map(|t| t - from)
+    };
+    let failover_outage = errors_after(failover_at, kill_at);
+    let kill_outage = errors_after(kill_at, Duration::MAX);
+    eprintln!(
+        "cluster CLUSTER FAILOVER + SIGKILL (node timeout 1 s), connect::cluster: buys attempted {}, \
+         succeeded {}, errored {}, lost {lost}, doubled {}; limiter checks attempted {}, \
+         succeeded {}; lock cycles {}, lock errors {}, fencing token regressions {}; \
+         last error {:?} after CLUSTER FAILOVER, {:?} after SIGKILL; {} acknowledged during \
+         the failover phase",
+        seen.buys_attempted,
+        seen.acked.len(),
+        seen.buys_errored,
+        applied.saturating_sub(ids),
+        seen.checks_attempted,
+        seen.checks_succeeded,
+        seen.lock_cycles,
+        seen.lock_errors,
+        seen.token_regressions,
+        failover_outage,
+        kill_outage,
+        after_failover,
+    );
+    assert_eq!(
+        applied, ids,
+        "after retrying every id, each applied exactly once"
+    );
+    // Calls succeed again within cluster-node-timeout + 3 s after the kill.
+    let kill_outage = kill_outage.expect("the kill caused errors");
+    assert!(
+        kill_outage <= Duration::from_millis(4_000),
+        "{kill_outage:?}"
+    );
+    assert!(
+        seen.acked.len() > after_failover,
+        "no purchase after the kill"
     );
 }
