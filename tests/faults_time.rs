@@ -132,3 +132,42 @@ async fn cluster_calls_are_bounded_with_a_primary_frozen_or_every_node_killed() 
         conn.rebuilds()
     );
 }
+
+mod timeouts_properties {
+    use proptest::prelude::*;
+    use redkit::connect::Timeouts;
+    use std::time::Duration;
+
+    fn any_duration() -> impl Strategy<Value = Duration> {
+        prop_oneof![
+            Just(Duration::ZERO),
+            Just(Duration::MAX),
+            Just(Timeouts::MIN),
+            Just(Timeouts::MAX),
+            Just(Timeouts::MAX + Duration::from_nanos(1)),
+            (any::<u64>(), any::<u32>()).prop_map(|(s, n)| Duration::new(s, n % 1_000_000_000)),
+            (0u64..10_000_000).prop_map(Duration::from_micros),
+        ]
+    }
+
+    proptest! {
+        /// Never panics; accepted exactly within MIN..=MAX; the bound is the sum.
+        #[test]
+        fn new_validates_and_bounds(c in any_duration(), r in any_duration()) {
+            let ok = |d: Duration| (Timeouts::MIN..=Timeouts::MAX).contains(&d);
+            match Timeouts::new(c, r) {
+                Ok(t) => {
+                    prop_assert!(ok(c) && ok(r));
+                    prop_assert_eq!(t.call_bound(), c + r);
+                    let _ = redkit::connect::manager_config(t);
+                    let _ = redkit::connect::multiplexed_config(t);
+                    let _ = redkit::connect::cluster_builder(["redis://127.0.0.1:1/"], t);
+                }
+                Err(e) => {
+                    prop_assert!(!(ok(c) && ok(r)));
+                    prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}");
+                }
+            }
+        }
+    }
+}

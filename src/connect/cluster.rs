@@ -262,7 +262,7 @@ impl Cluster {
                 }
                 Some(_) => return Err(err),
                 None => {
-                    if !matches!(err.kind(), ErrorKind::Server(_)) {
+                    if is_connection_error(&err) {
                         self.rebuild(generation);
                     }
                     return Err(err);
@@ -290,7 +290,7 @@ impl Cluster {
                 )),
             };
         if let Err(err) = &result {
-            if !matches!(err.kind(), ErrorKind::Server(_)) {
+            if is_connection_error(err) {
                 self.rebuild(generation);
             }
         }
@@ -318,6 +318,15 @@ fn did_not_run(err: &RedisError) -> Option<Follow> {
         ) => Some(Follow::Wait),
         _ => None,
     }
+}
+
+/// A timeout or a connection-level failure: the slot map may point at a dead or hung node.
+fn is_connection_error(err: &RedisError) -> bool {
+    err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || matches!(err.kind(), ErrorKind::ClusterConnectionNotFound)
 }
 
 fn parse_node((node, _slot): (&str, u16)) -> Option<(String, u16)> {
