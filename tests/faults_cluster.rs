@@ -511,6 +511,14 @@ async fn cluster_failover_and_primary_kill_with_buyers_limiter_and_locks() {
             .filter(|id| !seen.acked.contains(id))
             .count() as u64;
     let applied = BIG - s.stock(&mut check, "sku").await.unwrap();
+    let limiter_key = FixedWindow::new("fw", 1, Duration::from_secs(1))
+        .unwrap()
+        .redis_key(&LimitKey::text("w").unwrap());
+    let counted: u64 = redis::cmd("GET")
+        .arg(&limiter_key)
+        .query_async(&mut check)
+        .await
+        .unwrap();
     let errors_after = |from: Duration, to: Duration| {
         seen.last_error
             .iter()
@@ -524,7 +532,7 @@ async fn cluster_failover_and_primary_kill_with_buyers_limiter_and_locks() {
     eprintln!(
         "cluster CLUSTER FAILOVER + SIGKILL (node timeout 1 s), connect::cluster: buys attempted {}, \
          succeeded {}, errored {}, lost {lost}, doubled {}; limiter checks attempted {}, \
-         succeeded {}; lock cycles {}, lock errors {}, fencing token regressions {}; \
+         succeeded {}, counted {counted}; lock cycles {}, lock errors {}, fencing token regressions {}; \
          last error {:?} after CLUSTER FAILOVER, {:?} after SIGKILL; {} acknowledged during \
          the failover phase",
         seen.buys_attempted,
@@ -543,6 +551,12 @@ async fn cluster_failover_and_primary_kill_with_buyers_limiter_and_locks() {
     assert_eq!(
         applied, ids,
         "after retrying every id, each applied exactly once"
+    );
+    // No check was counted twice (nothing re-sent); failed checks may or may not have counted.
+    assert!(
+        counted <= seen.checks_attempted,
+        "{counted} > {}",
+        seen.checks_attempted
     );
     // Calls succeed again within cluster-node-timeout + 3 s after the kill.
     let kill_outage = kill_outage.expect("the kill caused errors");
