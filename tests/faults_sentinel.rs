@@ -177,6 +177,33 @@ async fn sentinel_failover_and_primary_kill_are_counted() {
         run.acked.len(),
         run.errored
     );
+    // With every sentinel frozen, asking for the primary is bounded too.
+    for s in &set.sentinels {
+        s.pause();
+    }
+    let mut sentinel = SentinelClient::build(
+        set.urls(),
+        SERVICE.to_owned(),
+        None,
+        SentinelServerType::Master,
+    )
+    .unwrap();
+    let started = Instant::now();
+    let r = connect::sentinel_primary(&mut sentinel, timeouts()).await;
+    let took = started.elapsed();
+    for s in &set.sentinels {
+        s.resume();
+    }
+    eprintln!(
+        "sentinels frozen: sentinel_primary answered in {took:?}: {:?}",
+        r.as_ref().err()
+    );
+    assert!(r.is_err());
+    assert!(
+        took <= timeouts().call_bound() + Duration::from_millis(100),
+        "{took:?}"
+    );
+
     assert!(run.errored > 0, "the faults hit the run");
     assert_eq!(doubled, 0, "a request id applied twice");
     assert_eq!(

@@ -31,8 +31,6 @@
 //! let _: () = redis::cmd("PING").query_async(&mut conn).await?;
 //! # Ok(()) }
 //! ```
-#![allow(clippy::module_name_repetitions)]
-
 mod cluster;
 mod timeouts;
 

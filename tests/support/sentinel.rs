@@ -38,6 +38,18 @@ impl Sentinel {
     }
 }
 
+impl Sentinel {
+    /// Freezes this sentinel (SIGSTOP); it is killed (SIGKILL works on a stopped process) on drop.
+    pub fn pause(&self) {
+        self.process.signal("STOP");
+    }
+
+    /// Undoes [`pause`](Self::pause).
+    pub fn resume(&self) {
+        self.process.signal("CONT");
+    }
+}
+
 impl Drop for Sentinel {
     fn drop(&mut self) {
         self.process.kill();
