@@ -3,6 +3,7 @@
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod connect;
 mod error;
 pub mod inventory;
 pub mod keys;

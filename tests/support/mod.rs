@@ -8,6 +8,7 @@
 
 mod container;
 mod process;
+pub mod sentinel;
 
 use std::time::{Duration, Instant};
 
@@ -234,6 +235,13 @@ impl RedisCluster {
     /// Spawns six nodes, joins them with `redis-cli --cluster create` and waits until every
     /// node reports `cluster_state:ok` and every replica is in sync.
     pub async fn spawn() -> Self {
+        Self::spawn_with_node_timeout(3000).await
+    }
+
+    /// Like [`spawn`](Self::spawn) with another `cluster-node-timeout` (ms): how long a node
+    /// must be unreachable before it is failed over.
+    pub async fn spawn_with_node_timeout(node_timeout_ms: u64) -> Self {
+        let node_timeout = node_timeout_ms.to_string();
         let mut nodes = Vec::new();
         for _ in 0..6 {
             nodes.push(
@@ -241,7 +249,7 @@ impl RedisCluster {
                     "--cluster-enabled",
                     "yes",
                     "--cluster-node-timeout",
-                    "3000",
+                    &node_timeout,
                     "--cluster-require-full-coverage",
                     "no",
                 ])
@@ -334,6 +342,16 @@ impl RedisCluster {
             }
         }
         panic!("no primary serves {key}");
+    }
+
+    /// The index in `nodes` of the primary that currently serves `key` (ask before pausing a
+    /// node: a paused node never answers).
+    pub async fn primary_index_for(&self, key: &str) -> usize {
+        let port = self.primary_for(key).await.port();
+        self.nodes
+            .iter()
+            .position(|n| n.port() == port)
+            .expect("primary is one of the nodes")
     }
 
     /// The nodes whose role is primary.

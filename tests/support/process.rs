@@ -43,6 +43,25 @@ impl Process {
         Ok(p)
     }
 
+    /// A Sentinel: `redis-server sentinel.conf --sentinel` with `conf` written to its own
+    /// directory (Sentinel rewrites that file; `redis-sentinel` need not be installed).
+    pub(super) fn start_sentinel(bin: &str, conf: &str) -> Result<Self, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("redkit-sentinel-")
+            .tempdir()
+            .map_err(|e| format!("temp dir: {e}"))?;
+        std::fs::write(dir.path().join("sentinel.conf"), conf)
+            .map_err(|e| format!("write sentinel.conf: {e}"))?;
+        let mut p = Self {
+            bin: bin.to_owned(),
+            args: vec!["sentinel.conf".into(), "--sentinel".into()],
+            dir,
+            child: None,
+        };
+        p.restart()?;
+        Ok(p)
+    }
+
     pub(super) fn restart(&mut self) -> Result<(), String> {
         // A cluster node must forget nothing across a restart: keep nodes.conf in `dir`.
         let child = Command::new(&self.bin)

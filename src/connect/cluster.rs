@@ -1,0 +1,378 @@
+//! A Redis Cluster connection with a bounded call time that never re-sends a request that may
+//! have run, and that finds a promoted replica after a primary hangs.
+
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::SingleNodeRoutingInfo;
+use redis::{Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisError, RedisFuture, RedisResult};
+use redis::{ServerErrorKind, Value};
+
+use super::Timeouts;
+use crate::Result;
+
+/// Pause before following `TRYAGAIN` / `CLUSTERDOWN` / `MASTERDOWN` / `LOADING` again.
+const WAIT_AND_RETRY: Duration = Duration::from_millis(50);
+/// Most redirects followed by one call.
+const MAX_REDIRECTS: u32 = 16;
+
+/// A `ClusterClientBuilder` for [`Cluster`]: connect and response timeouts set, the overall
+/// request time bounded by [`Timeouts::call_bound`], and **`retries(0)`**: redis-rs then never
+/// re-sends a request by itself (its retries also re-send after a response timeout or a dropped
+/// connection, when the first copy may have run). Add credentials or TLS to it, then pass the
+/// built client to [`Cluster::new`].
+///
+/// ```
+/// use redkit::connect::{self, Timeouts};
+/// let client = connect::cluster_builder(["redis://127.0.0.1:7000/"], Timeouts::default())
+///     .password("secret")
+///     .build()?;
+/// # let _ = client;
+/// # Ok::<(), redis::RedisError>(())
+/// ```
+pub fn cluster_builder<T: IntoConnectionInfo>(
+    nodes: impl IntoIterator<Item = T>,
+    timeouts: Timeouts,
+) -> ClusterClientBuilder {
+    ClusterClientBuilder::new(nodes)
+        .connection_timeout(timeouts.connect())
+        .response_timeout(timeouts.response())
+        .overall_response_timeout(Some(timeouts.call_bound()))
+        .retries(0)
+}
+
+/// Connects a [`Cluster`] to these seed nodes with [`cluster_builder`].
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// use redkit::connect::{self, Timeouts};
+/// let mut conn = connect::cluster(["redis://127.0.0.1:7000/"], Timeouts::default()).await?;
+/// let _: () = redis::cmd("SET").arg("k").arg(1).query_async(&mut conn).await?;
+/// # Ok(()) }
+/// ```
+pub async fn cluster<T: IntoConnectionInfo>(
+    nodes: impl IntoIterator<Item = T>,
+    timeouts: Timeouts,
+) -> Result<Cluster> {
+    let client = cluster_builder(nodes, timeouts).build()?;
+    Cluster::new(client, timeouts).await
+}
+
+/// A Redis Cluster connection (a `redis::aio::ConnectionLike`, cheap to clone) over redis-rs's
+/// `ClusterConnection` built by [`cluster_builder`], that:
+///
+/// - returns every call within [`Timeouts::call_bound`] (plus scheduling);
+/// - never re-sends a request that may have reached a server: a response timeout or a dropped
+///   connection is returned to the caller as an error (the request may or may not have run; only
+///   an idempotent call, e.g. with a request id or an owner token, may be retried blindly);
+/// - follows, within that bound, the replies that mean a single command did **not** run:
+///   `MOVED`, `ASK` (with `ASKING`), `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`,
+///   `READONLY`. A pipeline is never re-sent (some of its commands may have run);
+/// - after a timeout or connection error, rebuilds its slot map from the seed nodes in the
+///   background (one rebuild at a time), so calls reach a replica the cluster promoted in place
+///   of a hung primary; redis-rs alone keeps routing to the hung node.
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// use redkit::connect::{Cluster, Timeouts, cluster_builder};
+/// let timeouts = Timeouts::default();
+/// let client = cluster_builder(["redis://127.0.0.1:7000/"], timeouts).build()?;
+/// let conn = Cluster::new(client, timeouts).await?;
+/// # let _ = conn;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: ClusterClient,
+    timeouts: Timeouts,
+    state: Mutex<State>,
+}
+
+struct State {
+    conn: ClusterConnection,
+    generation: u64,
+    rebuilding: bool,
+    rebuilds: u64,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The client is not printed: its connection info may hold a password.
+        f.debug_struct("Cluster")
+            .field("timeouts", &self.inner.timeouts)
+            .field("rebuilds", &self.rebuilds())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    /// Connects through `client`, which should come from [`cluster_builder`] with the same
+    /// `timeouts` (a client with redis-rs's default retries re-sends requests by itself).
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// use redkit::connect::{Cluster, Timeouts, cluster_builder};
+    /// let t = Timeouts::default();
+    /// let conn = Cluster::new(cluster_builder(["redis://127.0.0.1:7000/"], t).build()?, t).await?;
+    /// # let _ = conn;
+    /// # Ok(()) }
+    /// ```
+    pub async fn new(client: ClusterClient, timeouts: Timeouts) -> Result<Self> {
+        let conn = bounded(timeouts, client.get_async_connection()).await?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client,
+                timeouts,
+                state: Mutex::new(State {
+                    conn,
+                    generation: 0,
+                    rebuilding: false,
+                    rebuilds: 0,
+                }),
+            }),
+        })
+    }
+
+    /// How many times the slot map was rebuilt after a timeout or connection error.
+    ///
+    /// ```no_run
+    /// # async fn run(conn: redkit::connect::Cluster) {
+    /// println!("{} rebuilds", conn.rebuilds());
+    /// # }
+    /// ```
+    pub fn rebuilds(&self) -> u64 {
+        self.lock().rebuilds
+    }
+
+    /// The timeouts this connection was built with.
+    ///
+    /// ```no_run
+    /// # async fn run(conn: redkit::connect::Cluster) {
+    /// let bound = conn.timeouts().call_bound();
+    /// # let _ = bound;
+    /// # }
+    /// ```
+    pub fn timeouts(&self) -> Timeouts {
+        self.inner.timeouts
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave State inconsistent: recover.
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn current(&self) -> (ClusterConnection, u64) {
+        let state = self.lock();
+        (state.conn.clone(), state.generation)
+    }
+
+    /// Starts one background rebuild unless one is running or a newer connection exists.
+    fn rebuild(&self, seen: u64) {
+        {
+            let mut state = self.lock();
+            if state.generation != seen || state.rebuilding {
+                return;
+            }
+            state.rebuilding = true;
+        }
+        let this = self.clone();
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            self.lock().rebuilding = false;
+            return;
+        };
+        handle.spawn(async move {
+            // Discovery may wait for one connect timeout (a hung seed) and then query slots.
+            let bound = this.inner.timeouts.call_bound();
+            let fresh = match tokio::time::timeout(
+                bound.saturating_add(bound),
+                this.inner.client.get_async_connection(),
+            )
+            .await
+            {
+                Ok(result) => result,
+                Err(_) => Err(io_error(
+                    io::ErrorKind::TimedOut,
+                    "redkit rebuild bound exceeded",
+                )),
+            };
+            let mut state = this.lock();
+            state.rebuilding = false;
+            if let Ok(conn) = fresh {
+                state.conn = conn;
+                state.generation = state.generation.wrapping_add(1);
+                state.rebuilds = state.rebuilds.saturating_add(1);
+                tracing::debug!(
+                    rebuilds = state.rebuilds,
+                    "redkit.connect: cluster slot map rebuilt"
+                );
+            }
+        });
+    }
+
+    async fn command(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        let deadline = Instant::now().checked_add(self.inner.timeouts.call_bound());
+        let mut ask: Option<(String, u16)> = None;
+        let mut redirects = 0u32;
+        loop {
+            let (mut conn, generation) = self.current();
+            let left = remaining(deadline);
+            let attempt = async {
+                match ask.take() {
+                    Some((host, port)) => {
+                        let mut pipe = Pipeline::new();
+                        pipe.cmd("ASKING").add_command(cmd.clone());
+                        let route = SingleNodeRoutingInfo::ByAddress { host, port };
+                        let mut values = conn.route_pipeline(pipe, 1, 1, route).await?;
+                        values
+                            .pop()
+                            .ok_or_else(|| io_error(io::ErrorKind::InvalidData, "empty reply"))
+                    }
+                    None => conn.req_packed_command(cmd).await,
+                }
+            };
+            let result = match tokio::time::timeout(left, attempt).await {
+                Ok(result) => result,
+                Err(_) => Err(io_error(
+                    io::ErrorKind::TimedOut,
+                    "redkit call bound exceeded",
+                )),
+            };
+            let err = match result {
+                Ok(value) => return Ok(value),
+                Err(err) => err,
+            };
+            match did_not_run(&err) {
+                Some(follow) if redirects < MAX_REDIRECTS && !remaining(deadline).is_zero() => {
+                    redirects = redirects.saturating_add(1);
+                    match follow {
+                        Follow::Ask => ask = err.redirect_node().and_then(parse_node),
+                        Follow::Wait => {
+                            tokio::time::sleep(WAIT_AND_RETRY.min(remaining(deadline))).await;
+                        }
+                        Follow::Now => {}
+                    }
+                }
+                Some(_) => return Err(err),
+                None => {
+                    if is_connection_error(&err) {
+                        self.rebuild(generation);
+                    }
+                    return Err(err);
+                }
+            }
+        }
+    }
+
+    async fn pipeline(
+        &mut self,
+        pipeline: &Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        let (mut conn, generation) = self.current();
+        let left = self.inner.timeouts.call_bound();
+        let result =
+            match tokio::time::timeout(left, conn.req_packed_commands(pipeline, offset, count))
+                .await
+            {
+                Ok(result) => result,
+                Err(_) => Err(io_error(
+                    io::ErrorKind::TimedOut,
+                    "redkit call bound exceeded",
+                )),
+            };
+        if let Err(err) = &result {
+            if is_connection_error(err) {
+                self.rebuild(generation);
+            }
+        }
+        result
+    }
+}
+
+/// How to follow an error reply that means the single command did not run.
+enum Follow {
+    Now,
+    Ask,
+    Wait,
+}
+
+fn did_not_run(err: &RedisError) -> Option<Follow> {
+    match err.kind() {
+        // redis-rs starts a slot refresh on MOVED and READONLY even with retries(0).
+        ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::ReadOnly) => Some(Follow::Now),
+        ErrorKind::Server(ServerErrorKind::Ask) => Some(Follow::Ask),
+        ErrorKind::Server(
+            ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::BusyLoading,
+        ) => Some(Follow::Wait),
+        _ => None,
+    }
+}
+
+/// A timeout or a connection-level failure: the slot map may point at a dead or hung node.
+fn is_connection_error(err: &RedisError) -> bool {
+    err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || matches!(err.kind(), ErrorKind::ClusterConnectionNotFound)
+}
+
+fn parse_node((node, _slot): (&str, u16)) -> Option<(String, u16)> {
+    let (host, port) = node.rsplit_once(':')?;
+    Some((host.to_owned(), port.parse().ok()?))
+}
+
+fn remaining(deadline: Option<Instant>) -> Duration {
+    match deadline {
+        Some(d) => d.saturating_duration_since(Instant::now()),
+        None => Duration::MAX,
+    }
+}
+
+fn io_error(kind: io::ErrorKind, what: &'static str) -> RedisError {
+    RedisError::from(io::Error::new(kind, what))
+}
+
+async fn bounded<T>(
+    timeouts: Timeouts,
+    fut: impl std::future::Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    match tokio::time::timeout(timeouts.call_bound(), fut).await {
+        Ok(result) => result,
+        Err(_) => Err(io_error(
+            io::ErrorKind::TimedOut,
+            "redkit connect bound exceeded",
+        )),
+    }
+}
+
+impl ConnectionLike for Cluster {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(self.command(cmd))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(self.pipeline(pipeline, offset, count))
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}

@@ -1,0 +1,215 @@
+//! The minimal ACL the README documents ("Failure semantics" -> "Minimal ACL"): a user with
+//! exactly those permissions runs a limiter check, inventory set + decrement and a full lock
+//! cycle; preload needs `SCRIPT LOAD` on top; one permission less is refused.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use redkit::inventory::{Decrement, Inventory};
+use redkit::lock::{Acquire, FencedWrite, Lock, LockOptions, Release, Renew};
+use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
+use redkit::{Registry, ScriptManager};
+use support::RedisServer;
+
+/// Every call: EVALSHA, and EVAL for the NOSCRIPT fallback.
+const BASE: &[&str] = &["evalsha", "eval"];
+/// Commands the rate-limiter script calls.
+const LIMITER: &[&str] = &["get", "incrby", "pexpire", "pttl"];
+/// Commands the inventory scripts call.
+const INVENTORY: &[&str] = &[
+    "get", "set", "del", "type", "incrby", "decrby", "time", "hget", "hset", "hdel", "hgetall",
+    "hlen",
+];
+/// Commands the lock scripts (acquire, release, renew, fenced_set) call.
+const LOCK: &[&str] = &[
+    "get", "set", "del", "incr", "pttl", "pexpire", "hget", "hset",
+];
+
+fn area(script: &str) -> &'static [&'static str] {
+    if script.starts_with("fixed_window") {
+        LIMITER
+    } else if script.starts_with("inventory_") {
+        INVENTORY
+    } else if script.starts_with("lock_") || script.starts_with("fenced_set") {
+        LOCK
+    } else {
+        panic!("script {script} belongs to no documented area: document its ACL")
+    }
+}
+
+/// Command names in `redis.call('X'` / `redis.pcall("X"` of a Lua source.
+fn called(source: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for pat in ["redis.call(", "redis.pcall("] {
+        for (i, _) in source.match_indices(pat) {
+            let rest = source[i + pat.len()..].trim_start();
+            match rest.chars().next() {
+                Some(q @ ('\'' | '"')) => {
+                    let end = rest[1..].find(q).unwrap();
+                    out.insert(rest[1..=end].to_ascii_lowercase());
+                }
+                _ => {
+                    // A variable (`redis.call(command, ...)`): every literal assigned to it.
+                    let var: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    let assigned = assigned_literals(source, &var);
+                    assert!(
+                        !assigned.is_empty(),
+                        "command name {var} never assigned a literal"
+                    );
+                    out.extend(assigned);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Literals assigned to `var` (`var = 'X'` or `local var = "X"`), lower-cased.
+fn assigned_literals(source: &str, var: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for line in source.lines() {
+        let line = line.trim().trim_start_matches("local ").trim();
+        let Some(rest) = line.strip_prefix(var) else {
+            continue;
+        };
+        let Some(rest) = rest.trim_start().strip_prefix('=') else {
+            continue;
+        };
+        let rest = rest.trim();
+        if let Some(q @ ('\'' | '"')) = rest.chars().next() {
+            if let Some(end) = rest[1..].find(q) {
+                out.insert(rest[1..=end].to_ascii_lowercase());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_command_a_shipped_script_calls_is_in_the_documented_minimum() {
+    for script in Registry::global().scripts() {
+        let allowed = area(script.name());
+        for cmd in called(script.source()) {
+            assert!(
+                allowed.contains(&cmd.as_str()),
+                "{} calls {cmd}, missing from the README's minimal ACL",
+                script.id()
+            );
+        }
+    }
+}
+
+fn setuser(name: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["ACL", "SETUSER", name, "reset", "on", ">pw", "-@all"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let cmds: BTreeSet<&str> = BASE
+        .iter()
+        .chain(LIMITER)
+        .chain(INVENTORY)
+        .chain(LOCK)
+        .copied()
+        .collect();
+    args.extend(cmds.iter().map(|c| format!("+{c}")));
+    args.extend(
+        ["~rk:rl:*", "~shop:*", "~redkit:lock:*", "~app:*"]
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+async fn as_user(server: &RedisServer, user: &str) -> redis::aio::MultiplexedConnection {
+    let url = format!("redis://{user}:pw@127.0.0.1:{}/", server.port());
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+async fn setuser_on(server: &RedisServer, args: Vec<String>) {
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ok: String = server.cmd(&refs).await;
+    assert_eq!(ok, "OK");
+}
+
+#[tokio::test]
+async fn a_user_with_exactly_the_minimal_acl_runs_limiter_inventory_and_lock() {
+    let server = RedisServer::spawn().await;
+    setuser_on(&server, setuser("app", &[])).await;
+    setuser_on(&server, setuser("deployer", &["+script|load"])).await;
+    let mut conn = as_user(&server, "app").await;
+
+    // The ACL is enforced on this connection: a key outside the patterns is refused.
+    let r: redis::RedisResult<Option<String>> = redis::cmd("GET")
+        .arg("elsewhere")
+        .query_async(&mut conn)
+        .await;
+    assert_eq!(r.unwrap_err().code(), Some("NOPERM"));
+
+    // Nothing preloaded: every first call goes EVALSHA -> NOSCRIPT -> EVAL.
+    let limiter = FixedWindow::new("api", 10, Duration::from_secs(60)).unwrap();
+    let d = limiter
+        .check(&mut conn, &LimitKey::text("c").unwrap())
+        .await
+        .unwrap();
+    assert!(matches!(d, Decision::Allowed(_)), "{d:?}");
+
+    let store = Inventory::new("shop").unwrap().store("berlin").unwrap();
+    store.set(&mut conn, "mug", 5).await.unwrap();
+    let d = store
+        .decrement(&mut conn, "mug", 2, Some("order-1"))
+        .await
+        .unwrap();
+    assert_eq!(d, Decrement::Decremented { remaining: 3 });
+
+    let lock = Lock::new(ScriptManager::new()).unwrap();
+    let options = LockOptions::new().ttl(Duration::from_secs(5));
+    let Acquire::Acquired(mut guard) = lock.try_acquire(&mut conn, "job", &options).await.unwrap()
+    else {
+        panic!("not acquired")
+    };
+    assert_eq!(
+        lock.renew(&mut conn, &mut guard).await.unwrap(),
+        Renew::Renewed
+    );
+    let w = lock
+        .fenced_set(&mut conn, "app:{job}:data", guard.fencing_token(), "v")
+        .await
+        .unwrap();
+    assert_eq!(w, FencedWrite::Written);
+    assert_eq!(
+        lock.release(&mut conn, guard).await.unwrap(),
+        Release::Released
+    );
+
+    // Preload needs SCRIPT LOAD on top.
+    let denied = ScriptManager::new().preload(&mut conn).await;
+    assert!(denied.is_err(), "{denied:?}");
+    let mut deployer = as_user(&server, "deployer").await;
+    let loaded = ScriptManager::new().preload(&mut deployer).await.unwrap();
+    assert_eq!(loaded, Registry::global().scripts().len());
+}
+
+#[tokio::test]
+async fn one_permission_less_is_refused_and_writes_nothing() {
+    let server = RedisServer::spawn().await;
+    setuser_on(&server, setuser("app", &["-incrby"])).await;
+    let mut conn = as_user(&server, "app").await;
+    let limiter = FixedWindow::new("api", 10, Duration::from_secs(60)).unwrap();
+    let r = limiter
+        .check(&mut conn, &LimitKey::text("c").unwrap())
+        .await;
+    eprintln!("limiter check without +incrby: {r:?}");
+    assert!(r.is_err(), "{r:?}");
+    let keys: Vec<String> = server.cmd(&["KEYS", "*"]).await;
+    assert!(keys.is_empty(), "a refused call wrote {keys:?}");
+}
