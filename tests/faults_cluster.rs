@@ -96,6 +96,7 @@ async fn resends_of_a_call_sent_to_a_frozen_primary_are_counted() {
     eprintln!("replies: {a:?} {b:?} {c:?}");
     // Every caller was told "failed" (a timeout): none knows whether it ran.
     assert!(a.is_err() && b.is_err() && c.is_err(), "{a:?} {b:?} {c:?}");
+    assert!(connect::may_have_applied(c.as_ref().unwrap_err()), "{c:?}");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for t in traffic {
         t.await.unwrap();
