@@ -317,6 +317,16 @@ async fn redirects_are_followed_and_each_call_applied_once() {
     // Single-key script: ASK, then ASKING + the script on the importing node (not cached
     // there: NOSCRIPT, then EVAL, redirected the same way).
     assert_eq!(hits(limiter.check(&mut conn, &client).await.unwrap()), 2);
+    // A batch is a pipeline: answered ASK, it is not re-sent; the caller gets the error and
+    // (ASK: not run) nothing was counted.
+    let batch = limiter
+        .check_batch(&mut conn, &[client.clone(), client.clone()])
+        .await;
+    let batch_failed = match &batch {
+        Err(_) => true,
+        Ok(results) => results.iter().all(|r| r.is_err()),
+    };
+    assert!(batch_failed, "{batch:?}");
     // Multi-key script whose reservation key does not exist yet: the importing node answers
     // TRYAGAIN until the migration ends; followed within the bound, then the error. Nothing ran.
     let started = Instant::now();
@@ -345,7 +355,7 @@ async fn redirects_are_followed_and_each_call_applied_once() {
     assert_eq!(count, "3");
     eprintln!(
         "ASK, TRYAGAIN then MOVED through connect::cluster: 5 calls, 4 succeeded, \
-         1 errored (did not run), each applied once"
+         1 errored (did not run), each applied once; a batch answered ASK: error, not re-sent"
     );
 }
 
