@@ -96,6 +96,7 @@ async fn resends_of_a_call_sent_to_a_frozen_primary_are_counted() {
     eprintln!("replies: {a:?} {b:?} {c:?}");
     // Every caller was told "failed" (a timeout): none knows whether it ran.
     assert!(a.is_err() && b.is_err() && c.is_err(), "{a:?} {b:?} {c:?}");
+    assert!(connect::may_have_applied(c.as_ref().unwrap_err()), "{c:?}");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for t in traffic {
         t.await.unwrap();
@@ -316,6 +317,16 @@ async fn redirects_are_followed_and_each_call_applied_once() {
     // Single-key script: ASK, then ASKING + the script on the importing node (not cached
     // there: NOSCRIPT, then EVAL, redirected the same way).
     assert_eq!(hits(limiter.check(&mut conn, &client).await.unwrap()), 2);
+    // A batch is a pipeline: answered ASK, it is not re-sent; the caller gets the error and
+    // (ASK: not run) nothing was counted.
+    let batch = limiter
+        .check_batch(&mut conn, &[client.clone(), client.clone()])
+        .await;
+    let batch_failed = match &batch {
+        Err(_) => true,
+        Ok(results) => results.iter().all(|r| r.is_err()),
+    };
+    assert!(batch_failed, "{batch:?}");
     // Multi-key script whose reservation key does not exist yet: the importing node answers
     // TRYAGAIN until the migration ends; followed within the bound, then the error. Nothing ran.
     let started = Instant::now();
@@ -344,7 +355,7 @@ async fn redirects_are_followed_and_each_call_applied_once() {
     assert_eq!(count, "3");
     eprintln!(
         "ASK, TRYAGAIN then MOVED through connect::cluster: 5 calls, 4 succeeded, \
-         1 errored (did not run), each applied once"
+         1 errored (did not run), each applied once; a batch answered ASK: error, not re-sent"
     );
 }
 

@@ -17,6 +17,8 @@ use crate::Result;
 
 /// Pause before following `TRYAGAIN` / `CLUSTERDOWN` / `MASTERDOWN` / `LOADING` again.
 const WAIT_AND_RETRY: Duration = Duration::from_millis(50);
+/// Pause per repeated `MOVED`/`READONLY` (times the number of redirects so far).
+const REDIRECT_BACKOFF: Duration = Duration::from_millis(5);
 /// Most redirects followed by one call.
 const MAX_REDIRECTS: u32 = 16;
 
@@ -256,6 +258,12 @@ impl Cluster {
                         Follow::Ask => ask = err.redirect_node().and_then(parse_node),
                         Follow::Wait => {
                             tokio::time::sleep(WAIT_AND_RETRY.min(remaining(deadline))).await;
+                        }
+                        // The slot refresh redis-rs started may still read a stale map
+                        // from a node that has not learned the change: back off a little.
+                        Follow::Now if redirects > 2 => {
+                            let pause = REDIRECT_BACKOFF.saturating_mul(redirects);
+                            tokio::time::sleep(pause.min(remaining(deadline))).await;
                         }
                         Follow::Now => {}
                     }

@@ -146,3 +146,63 @@ pub async fn sentinel_primary(
         Err(_) => Err(crate::Error::Timeout(timeouts.call_bound())),
     }
 }
+
+/// `true` when a failed call **may have been applied** by Redis: a response timeout, a
+/// connection lost while the request was in flight, a reply redkit could not decode (the
+/// script ran), or an error redkit does not know. Retry such a call only if it is idempotent
+/// (the same request id, reservation id or owner token), or check first.
+///
+/// `false` when the error proves the call changed nothing: rejected before sending (bad
+/// input, key count, cross-slot), the connection could not be opened, or Redis refused it
+/// before running it or before its first write (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`,
+/// `MASTERDOWN`, `LOADING`, `READONLY`, `BUSY`, `NOSCRIPT`, `NOPERM`, `OOM`), or a redkit
+/// script refused the data or permissions it found (`CorruptData`, `WrongType`,
+/// `PermissionDenied`, `NotFound`: documented to write nothing). Such a call may be retried.
+///
+/// ```
+/// use std::time::Duration;
+/// use redkit::{connect, Error};
+///
+/// assert!(connect::may_have_applied(&Error::Timeout(Duration::from_millis(300))));
+/// let refused = Error::InvalidInput { what: "ttl", reason: "zero".into() };
+/// assert!(!connect::may_have_applied(&refused));
+/// ```
+pub fn may_have_applied(error: &crate::Error) -> bool {
+    use crate::Error;
+    match error {
+        Error::Redis(e) => redis_may_have_applied(e),
+        Error::InvalidInput { .. }
+        | Error::KeyCount { .. }
+        | Error::CrossSlot { .. }
+        | Error::ShaMismatch { .. }
+        | Error::CorruptData { .. }
+        | Error::WrongType { .. }
+        | Error::PermissionDenied { .. }
+        | Error::NotFound { .. } => false,
+        // Timeout, UnexpectedReply (the script ran), NoQuorum (some nodes may hold the key),
+        // and anything added later: assume it may have been applied.
+        _ => true,
+    }
+}
+
+fn redis_may_have_applied(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    if e.is_connection_refusal() {
+        return false;
+    }
+    match e.kind() {
+        ErrorKind::Server(
+            ServerErrorKind::Moved
+            | ServerErrorKind::Ask
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::BusyLoading
+            | ServerErrorKind::ReadOnly
+            | ServerErrorKind::NoScript
+            | ServerErrorKind::NoPerm
+            | ServerErrorKind::CrossSlot,
+        ) => false,
+        _ => !matches!(e.code(), Some("BUSY" | "OOM" | "NOPERM")),
+    }
+}
