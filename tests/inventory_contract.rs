@@ -900,6 +900,22 @@ async fn acked_operations_report_replica_acknowledgement() {
     );
     assert_eq!(again.replicas, 1, "the replica caught up");
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 5);
+
+    // After SCRIPT FLUSH the acked call falls back to EVAL once and applies once.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let d = s
+        .decrement_acked(&mut conn, "a", 2, Some("o-4"), one)
+        .await
+        .unwrap();
+    assert_eq!(
+        (d.outcome, d.replicas),
+        (Decrement::Decremented { remaining: 3 }, 1)
+    );
+    assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 3);
 }
 
 /// A connection whose calls give up after 100 ms.

@@ -174,7 +174,7 @@ impl Store {
     /// Errors (nothing changed): quantity 0 or above [`Inventory::MAX_QUANTITY`], `ttl`
     /// below 1 ms or above [`Inventory::MAX_RESERVATION_TTL`], an empty or too long id
     /// (all before any round trip), [`Error::NotFound`] for a SKU never set,
-    /// [`Error::CorruptData`], [`Error::WrongType`].
+    /// [`Error::CorruptData`], [`Error::WrongType`], [`Error::PermissionDenied`].
     ///
     /// Settled stays settled: within the [retention](Inventory::retention) after a commit or
     /// release, a reserve with the same id answers [`Reserve::AlreadyCommitted`] /

@@ -171,7 +171,12 @@ impl Store {
     /// the id reused for a different request (other SKU, quantity or operation) is
     /// [`Decrement::IdReused`] and changes nothing. Errors: quantity 0 or above
     /// [`Inventory::MAX_QUANTITY`] (before any round trip), [`Error::NotFound`],
-    /// [`Error::CorruptData`], [`Error::WrongType`]; none of them changes or records anything.
+    /// [`Error::CorruptData`] (a stored number that is not a strict integer, e.g. `"05"`),
+    /// [`Error::WrongType`], [`Error::PermissionDenied`] (the Redis user may not run a command
+    /// the script needs); none of them changes or records anything.
+    ///
+    /// A call whose reply was lost (timeout, dropped connection) may have been applied: retry
+    /// only with the same `request_id`, or the retry can deduct twice.
     ///
     /// ```no_run
     /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
