@@ -11,7 +11,6 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::aio::MultiplexedConnection;
 use redkit::lock::{Acquire, Lock, LockOptions, Release};
-use redkit::ScriptManager;
 
 const CONCURRENCY: usize = 64;
 
@@ -86,7 +85,7 @@ fn bench(c: &mut Criterion) {
         let conn = server.conn().await;
         (server, conn)
     });
-    let lock = Lock::new(ScriptManager::new()).unwrap();
+    let lock = Lock::new();
     let unlock = redis::Script::new(RAW_UNLOCK);
     let source = |name| {
         redkit::Registry::global()

@@ -13,7 +13,6 @@
 use std::time::Duration;
 
 use redkit::lock::{Acquire, FencedWrite, LeaseLoss, Lock, LockOptions, Release};
-use redkit::ScriptManager;
 
 const RESOURCE: &str = "nightly-export";
 const PROGRESS_KEY: &str = "export:{nightly}:progress";
@@ -46,7 +45,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let steal = std::env::var("LEASE_DEMO_STEAL").is_ok_and(|v| v == "1");
     let client = redis::Client::open(url)?;
     let mut conn = client.get_multiplexed_async_connection().await?;
-    let lock = Lock::new(ScriptManager::new())?;
+    let lock = Lock::new();
 
     let options = LockOptions::new()
         .ttl(Duration::from_secs(3))
@@ -66,7 +65,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("acquired {RESOURCE} with fencing token {fence}");
 
     // The watchdog renews the 3 s lease every second over its own connection.
-    let lost = lock.watch(conn.clone(), &mut guard)?;
+    let lost = lock.watch(&conn, &mut guard)?;
 
     let mut stopped = Stopped::Finished;
     for step in 1..=STEPS {

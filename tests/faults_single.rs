@@ -212,7 +212,7 @@ async fn oom_under_noeviction_refuses_each_script_with_a_typed_error_and_writes_
     manager.preload(&mut conn).await.unwrap();
     let s = Inventory::new("fs").unwrap().store("s").unwrap();
     s.set(&mut conn, "oom", 100).await.unwrap();
-    let lock = Lock::new(manager.clone()).unwrap();
+    let lock = Lock::new().with_manager(manager.clone());
     let limiter = FixedWindow::new("fs", 100, Duration::from_secs(60)).unwrap();
 
     // Fill up to the limit.
@@ -303,8 +303,7 @@ async fn writes_on_a_replica_are_refused_with_readonly_and_write_nothing() {
         "{d:?}"
     );
     assert!(!connect::may_have_applied(d.as_ref().unwrap_err()));
-    let l = Lock::new(ScriptManager::new())
-        .unwrap()
+    let l = Lock::new()
         .try_acquire(&mut replica, "job", &LockOptions::new())
         .await;
     assert!(

@@ -14,7 +14,7 @@ use redkit::{Call, Error, Registry, ScriptManager};
 use support::{RedisCluster, RedisServer};
 
 fn lock() -> Lock {
-    Lock::new(ScriptManager::new()).unwrap()
+    Lock::new()
 }
 
 async fn acquired<C: ConnectionLike>(
@@ -185,7 +185,7 @@ async fn watchdog_keeps_a_300ms_lease_through_2s_of_work_and_stops_after_release
     let options = LockOptions::new().ttl(Duration::from_millis(300));
     let mut guard = acquired(&lock, &mut conn, "job", &options).await;
     let key = guard.key().to_owned();
-    let signal = lock.watch(conn.clone(), &mut guard).unwrap();
+    let signal = lock.watch(&conn, &mut guard).unwrap();
 
     let work_until = Instant::now() + Duration::from_secs(2);
     while Instant::now() < work_until {
@@ -224,7 +224,7 @@ async fn watchdog_signals_an_external_delete_within_one_renewal_period() {
     // can only come from a renewal answering Lost.
     let options = LockOptions::new().ttl(Duration::from_secs(3));
     let mut guard = acquired(&lock, &mut conn, "job", &options).await;
-    let signal = lock.watch(conn.clone(), &mut guard).unwrap();
+    let signal = lock.watch(&conn, &mut guard).unwrap();
     let token = signal.cancellation_token();
     let _: i64 = server.cmd(&["DEL", guard.key()]).await;
     let deleted = Instant::now();
@@ -252,7 +252,7 @@ async fn watchdog_signals_expiry_when_renewals_keep_failing() {
     let lock = lock();
     let options = LockOptions::new().ttl(Duration::from_millis(600));
     let mut guard = acquired(&lock, &mut conn, "job", &options).await;
-    let signal = lock.watch(conn.clone(), &mut guard).unwrap();
+    let signal = lock.watch(&conn, &mut guard).unwrap();
     server.pause().await;
     let loss = tokio::time::timeout(Duration::from_secs(10), signal.lost())
         .await
@@ -270,7 +270,7 @@ async fn dropping_a_guard_stops_its_watchdog_and_the_lease_ends_by_ttl() {
     let options = LockOptions::new().ttl(Duration::from_millis(300));
     let mut guard = acquired(&lock, &mut conn, "job", &options).await;
     let key = guard.key().to_owned();
-    lock.watch(conn.clone(), &mut guard).unwrap();
+    lock.watch(&conn, &mut guard).unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 1, "renewed");
     drop(guard);
@@ -431,7 +431,7 @@ async fn works_on_a_cluster_with_lock_and_fence_in_one_slot() {
         );
         assert_eq!(node.cmd::<i64>(&["EXISTS", &key, &fence]).await, 2);
         let first_token = first.fencing_token();
-        let signal = lock.watch(conn.clone(), &mut first).unwrap();
+        let signal = lock.watch(&conn, &mut first).unwrap();
         tokio::time::sleep(Duration::from_millis(1_000)).await;
         assert!(!signal.is_lost());
         assert_eq!(
@@ -516,7 +516,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         Err(Error::InvalidInput { .. })
     ));
     assert!(matches!(
-        Lock::with_prefix(ScriptManager::new(), "bad{prefix}"),
+        Lock::new().with_prefix("bad{prefix}"),
         Err(Error::InvalidInput { what: "prefix", .. })
     ));
     // The scripts check again (a caller going around the Rust API).
@@ -630,7 +630,7 @@ fn futures_are_send(lock: Lock, conn: redis::aio::MultiplexedConnection, guard: 
     send(lock.with_lock(&conn, "r", &options, |_| async {}));
     let mut c2 = conn.clone();
     send(lock.release(&mut c2, guard));
-    let redlock = redkit::lock::Redlock::new(ScriptManager::new(), vec![conn]).unwrap();
+    let redlock = redkit::lock::Redlock::new(vec![conn]).unwrap();
     send(redlock.acquire("r", &options));
 }
 
@@ -643,7 +643,7 @@ async fn a_watchdog_started_late_still_renews_before_the_validity_runs_out() {
     let mut guard = acquired(&lock, &mut conn, "late", &options).await;
     // Two thirds of the lease gone: less is left than one renewal period (300 ms).
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let signal = lock.watch(conn.clone(), &mut guard).unwrap();
+    let signal = lock.watch(&conn, &mut guard).unwrap();
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert!(!signal.is_lost(), "{:?}", signal.loss());
     assert!(guard.is_valid());

@@ -11,14 +11,14 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redkit::lock::{Acquire, FencedWrite, FencingToken, Lock, LockGuard, LockOptions, Renew};
 use redkit::script::Replication;
-use redkit::{Error, ScriptManager};
+use redkit::Error;
 use support::{RedisServer, ReplicatedPair};
 
 const TOKEN: &str = "owner-token-0123456789";
 const OTHER: &str = "other-token-0123456789";
 
 fn lock() -> Lock {
-    Lock::new(ScriptManager::new()).unwrap()
+    Lock::new()
 }
 
 fn with_token(token: &str) -> LockOptions {

@@ -230,13 +230,11 @@ mod calls {
     }
 }
 
-
 /// Lock section: every `LockOptions` setter and the lock constructors with extreme values.
 /// (tests/lock_contract.rs then calls `acquire` with such options against a real server.)
 mod lock {
     use super::*;
     use redkit::lock::{FencingToken, Lock, LockOptions, Redlock};
-    use redkit::ScriptManager;
 
     fn any_options() -> impl Strategy<Value = LockOptions> {
         (
@@ -275,7 +273,6 @@ mod lock {
             options in any_options(),
             token in "[a-z]{16,40}",
         ) {
-            let _ = options.get_ttl();
             let drift = options.drift_allowance();
             prop_assert!(drift <= Duration::MAX);
             let with = options.clone().token(token.clone());
@@ -286,14 +283,14 @@ mod lock {
 
         #[test]
         fn lock_constructors_never_panic(prefix in ".{0,100}", resource in ".{0,600}", timeout in any_duration(), f in any::<u64>(), g in any::<u64>()) {
-            if let Ok(lock) = Lock::with_prefix(ScriptManager::new(), &prefix) {
+            if let Ok(lock) = Lock::new().with_prefix(&prefix) {
                 prop_assert_eq!(lock.prefix(), prefix.as_str());
                 if let (Ok(k), Ok(fk)) = (lock.lock_key(&resource), lock.fence_key(&resource)) {
                     prop_assert!(fk.starts_with(&k));
                 }
             }
             let none: Vec<redis::aio::MultiplexedConnection> = Vec::new();
-            prop_assert!(Redlock::new(ScriptManager::new(), none).is_err());
+            prop_assert!(Redlock::new(none).is_err());
             prop_assert_eq!(FencingToken::new(f) < FencingToken::new(g), f < g);
             prop_assert_eq!(FencingToken::new(f).to_string(), f.to_string());
             let _ = timeout;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redkit::lock::{LockOptions, Redlock, RedlockAcquire, RedlockGuard};
-use redkit::{Error, ScriptManager};
+use redkit::Error;
 use support::RedisMasters;
 
 const NODE_TIMEOUT: Duration = Duration::from_millis(250);
@@ -29,9 +29,9 @@ async fn connect(masters: &RedisMasters) -> Vec<MultiplexedConnection> {
 }
 
 async fn redlock(masters: &RedisMasters) -> Redlock<MultiplexedConnection> {
-    Redlock::new(ScriptManager::new(), connect(masters).await)
+    Redlock::new(connect(masters).await)
         .unwrap()
-        .node_timeout(NODE_TIMEOUT)
+        .with_node_timeout(NODE_TIMEOUT)
 }
 
 async fn held(
@@ -176,7 +176,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     let masters = RedisMasters::spawn(3).await;
     let conns = connect(&masters).await;
     assert!(matches!(
-        Redlock::new(ScriptManager::new(), conns[..2].to_vec()),
+        Redlock::new(conns[..2].to_vec()),
         Err(Error::InvalidInput { what: "nodes", .. })
     ));
     let redlock = redlock(&masters).await;

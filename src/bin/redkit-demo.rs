@@ -140,7 +140,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
 
     // 2. Per-client fixed-window rate limiting: 3 requests per 10 s.
-    let limiter = FixedWindow::new("demo", 3, Duration::from_secs(10))?.manager(manager.clone());
+    let limiter =
+        FixedWindow::new("demo", 3, Duration::from_secs(10))?.with_manager(manager.clone());
     let client_ip = LimitKey::ip(format!("192.0.2.{}", run % 250 + 1).parse()?);
     println!("\nrate limit, 3 per 10 s for one client IP:");
     for i in 1..=5 {
@@ -156,7 +157,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // 3. Inventory: no oversell, and a retried order id never deducts twice.
     let inventory = Inventory::builder("redkit:demo:inv")
-        .manager(manager.clone())
+        .with_manager(manager.clone())
         .build()?;
     let store = inventory.store(&format!("store-{run}"))?;
     store.set(&mut conn, "mug", 2).await?;
@@ -174,7 +175,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
 
     // 4. Locks: a unique owner token, a fencing token, compare-and-delete release.
-    let lock = Lock::new(manager.clone())?;
+    let lock = Lock::new().with_manager(manager.clone());
     let resource = format!("demo-report-{run}");
     let options = LockOptions::new().ttl(Duration::from_secs(5));
     println!("\nlock on {resource}:");

@@ -93,7 +93,7 @@ impl Inventory {
     ///
     /// ```
     /// let inventory = redkit::inventory::Inventory::builder("shop:inv")
-    ///     .manager(redkit::ScriptManager::new())
+    ///     .with_manager(redkit::ScriptManager::new())
     ///     .build()?;
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -314,7 +314,7 @@ impl InventoryBuilder {
 
     /// The script manager to use (share one to share its [`Stats`](crate::Stats)); default a
     /// new one.
-    pub fn manager(mut self, manager: ScriptManager) -> Self {
+    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
         self.manager = Some(manager);
         self
     }

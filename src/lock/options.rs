@@ -21,7 +21,6 @@ use crate::script::Replication;
 ///     .retry_delay(Duration::from_millis(25))
 ///     .jitter(Duration::from_millis(25))
 ///     .max_wait(Duration::from_secs(2));
-/// assert_eq!(options.get_ttl(), Duration::from_secs(10));
 /// // drift allowance: 1 % of the ttl + 2 ms
 /// assert_eq!(options.drift_allowance(), Duration::from_millis(102));
 /// ```
@@ -97,7 +96,7 @@ impl LockOptions {
     /// ```
     /// # use std::time::Duration;
     /// let o = redkit::lock::LockOptions::new().ttl(Duration::from_secs(5));
-    /// assert_eq!(o.get_ttl(), Duration::from_secs(5));
+    /// assert_ne!(o, redkit::lock::LockOptions::new());
     /// ```
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
@@ -208,7 +207,7 @@ impl LockOptions {
     }
 
     /// The lease length.
-    pub fn get_ttl(&self) -> Duration {
+    pub(crate) fn lease(&self) -> Duration {
         self.ttl
     }
 

@@ -44,11 +44,10 @@ pub(super) fn fence_key_of(key: &str) -> String {
 /// # async fn run() -> redkit::Result<()> {
 /// use std::time::Duration;
 /// use redkit::lock::{Acquire, Lock, LockOptions, Release};
-/// use redkit::ScriptManager;
 ///
 /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
 /// let mut conn = client.get_multiplexed_async_connection().await?;
-/// let lock = Lock::new(ScriptManager::new())?;
+/// let lock = Lock::new();
 /// let options = LockOptions::new().ttl(Duration::from_secs(10)).retries(50);
 /// if let Acquire::Acquired(guard) = lock.acquire(&mut conn, "invoice-17", &options).await? {
 ///     // ... work, passing guard.fencing_token() to the storage ...
@@ -61,7 +60,7 @@ pub struct Lock {
     pub(super) inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Inner {
     prefix: String,
     pub(super) manager: ScriptManager,
@@ -75,39 +74,60 @@ impl Lock {
     /// Prefix of every key unless another is chosen.
     pub const DEFAULT_PREFIX: &'static str = "redkit:lock";
 
-    /// A lock with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX).
+    /// A lock with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its own
+    /// [`ScriptManager`] (share one with [`with_manager`](Self::with_manager)).
     ///
     /// ```
-    /// let lock = redkit::lock::Lock::new(redkit::ScriptManager::new())?;
+    /// let lock = redkit::lock::Lock::new();
     /// assert_eq!(lock.lock_key("a{b}")?, "redkit:lock:{a%7Bb%7D}");
     /// assert_eq!(lock.fence_key("a{b}")?, "redkit:lock:{a%7Bb%7D}:fence");
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn new(manager: ScriptManager) -> Result<Self> {
-        Self::with_prefix(manager, Self::DEFAULT_PREFIX)
+    pub fn new() -> Self {
+        let registry = Registry::global();
+        // Embedded at compile time; tests/manifest.rs and the lock tests keep them present.
+        let script = |name: &str, version: u32| {
+            registry
+                .get(name, version)
+                .unwrap_or_else(|| panic!("{name}.v{version} is embedded in lua/"))
+        };
+        Self {
+            inner: Arc::new(Inner {
+                prefix: Self::DEFAULT_PREFIX.to_owned(),
+                manager: ScriptManager::new(),
+                acquire: script("lock_acquire", 2),
+                release: script("lock_release", 2),
+                renew: script("lock_renew", 2),
+                fenced_set: script("fenced_set", 2),
+            }),
+        }
     }
 
-    /// A lock with keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
+    /// Puts the keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
     ///
     /// ```
-    /// let lock = redkit::lock::Lock::with_prefix(redkit::ScriptManager::new(), "app:locks")?;
+    /// let lock = redkit::lock::Lock::new().with_prefix("app:locks")?;
     /// assert_eq!(lock.prefix(), "app:locks");
-    /// assert!(redkit::lock::Lock::with_prefix(redkit::ScriptManager::new(), "bad prefix").is_err());
+    /// assert!(redkit::lock::Lock::new().with_prefix("bad prefix").is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn with_prefix(manager: ScriptManager, prefix: &str) -> Result<Self> {
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
         keys::validate_prefix("prefix", prefix)?;
-        let registry = Registry::global();
-        Ok(Self {
-            inner: Arc::new(Inner {
-                prefix: prefix.to_owned(),
-                manager,
-                acquire: registry.require("lock_acquire", 2)?,
-                release: registry.require("lock_release", 2)?,
-                renew: registry.require("lock_renew", 2)?,
-                fenced_set: registry.require("fenced_set", 2)?,
-            }),
-        })
+        Arc::make_mut(&mut self.inner).prefix = prefix.to_owned();
+        Ok(self)
+    }
+
+    /// Runs every call through `manager` (e.g. one shared by the whole application, for its
+    /// [`Stats`](crate::Stats)).
+    ///
+    /// ```
+    /// let shared = redkit::ScriptManager::new();
+    /// let lock = redkit::lock::Lock::new().with_manager(shared.clone());
+    /// # let _ = lock;
+    /// ```
+    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
+        Arc::make_mut(&mut self.inner).manager = manager;
+        self
     }
 
     /// The key prefix.
@@ -253,7 +273,7 @@ impl Lock {
     }
 
     /// Starts a watchdog for `guard`: a background task on the current tokio runtime that
-    /// renews the lease about every ttl/3 over its own connection `conn` (a clone of yours),
+    /// renews the lease about every ttl/3 over its own clone of `conn`,
     /// until the guard is released or dropped. Returns the signal fired when the lease is lost
     /// (a renewal answered [`Renew::Lost`], or renewals kept failing until the local validity
     /// ran out). Calling it again returns the running watchdog's signal.
@@ -262,7 +282,7 @@ impl Lock {
     ///
     /// ```no_run
     /// # async fn run(lock: redkit::lock::Lock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard) -> redkit::Result<()> {
-    /// let lost = lock.watch(conn.clone(), &mut guard)?;
+    /// let lost = lock.watch(&conn, &mut guard)?;
     /// tokio::select! {
     ///     loss = lost.lost() => eprintln!("lease lost: {loss:?}"),
     ///     _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
@@ -271,9 +291,9 @@ impl Lock {
     /// lock.release(&mut conn, guard).await?; // stops the watchdog
     /// # Ok(()) }
     /// ```
-    pub fn watch<C>(&self, conn: C, guard: &mut LockGuard) -> Result<LeaseSignal>
+    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard) -> Result<LeaseSignal>
     where
-        C: ConnectionLike + Send + 'static,
+        C: ConnectionLike + Clone + Send + 'static,
     {
         if let Some(running) = &guard.watchdog {
             return Ok(running.signal.clone());
@@ -285,7 +305,7 @@ impl Lock {
             drift: guard.drift,
             clock: Arc::clone(&guard.clock),
         };
-        let handle = watchdog::spawn(self.clone(), conn, lease)
+        let handle = watchdog::spawn(self.clone(), conn.clone(), lease)
             .ok_or_else(|| Error::invalid("runtime", "the watchdog needs a tokio runtime"))?;
         let signal = handle.signal.clone();
         guard.watchdog = Some(handle);
@@ -294,5 +314,12 @@ impl Lock {
 
     pub(super) fn fenced_set_script(&self) -> &'static Script {
         self.inner.fenced_set
+    }
+}
+
+impl Default for Lock {
+    /// [`Lock::new`].
+    fn default() -> Self {
+        Self::new()
     }
 }

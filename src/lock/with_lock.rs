@@ -106,7 +106,7 @@ impl Lock {
     /// use redkit::lock::{Lock, LockOptions, WithLock};
     /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
     /// let conn = client.get_multiplexed_async_connection().await?;
-    /// let lock = Lock::new(redkit::ScriptManager::new())?;
+    /// let lock = Lock::new();
     /// let options = LockOptions::new().ttl(Duration::from_secs(3)).retries(10);
     /// let outcome = lock
     ///     .with_lock(&conn, "nightly-report", &options, |lease| async move {
@@ -149,7 +149,7 @@ impl Lock {
             }
             _ => return Ok(WithLock::Busy),
         };
-        let signal = self.watch(conn.clone(), &mut guard)?;
+        let signal = self.watch(conn, &mut guard)?;
         let fencing_token = guard.fencing_token();
         let value = work(Lease {
             fence: fencing_token,

@@ -108,12 +108,25 @@ impl FixedWindow {
     /// # use std::time::Duration;
     /// use redkit::{rate_limit::FixedWindow, ScriptManager};
     /// let shared = ScriptManager::new();
-    /// let limiter = FixedWindow::new("api", 10, Duration::from_secs(1))?.manager(shared.clone());
+    /// let limiter = FixedWindow::new("api", 10, Duration::from_secs(1))?.with_manager(shared.clone());
+    /// assert_eq!(limiter.manager().stats().noscript_fallbacks, 0);
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn manager(mut self, manager: ScriptManager) -> Self {
+    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
         self.manager = manager;
         self
+    }
+
+    /// The script manager running the checks (for its [`Stats`](crate::Stats)).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let limiter = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_secs(1))?;
+    /// let _stats = limiter.manager().stats();
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn manager(&self) -> &ScriptManager {
+        &self.manager
     }
 
     /// The limiter's name.

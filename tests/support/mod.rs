@@ -109,8 +109,13 @@ impl RedisServer {
 
     /// A new multiplexed connection.
     pub async fn conn(&self) -> MultiplexedConnection {
+        // A generous connect timeout: on a loaded 2-core machine running tests in parallel,
+        // redis-rs's default 1 s was seen to expire against a healthy local server. The
+        // response timeout stays redis-rs's default (tests of frozen servers rely on it).
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(10)));
         self.client()
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&config)
             .await
             .expect("connect to test redis")
     }

@@ -46,8 +46,7 @@ use crate::script::{script_error, Call, Registry, Script, ScriptManager};
 /// for url in ["redis://10.0.0.1/", "redis://10.0.0.2/", "redis://10.0.0.3/"] {
 ///     nodes.push(redis::Client::open(url)?.get_multiplexed_async_connection().await?);
 /// }
-/// let redlock = Redlock::new(redkit::ScriptManager::new(), nodes)?
-///     .node_timeout(Duration::from_millis(50));
+/// let redlock = Redlock::new(nodes)?.with_node_timeout(Duration::from_millis(50));
 /// let options = LockOptions::new().ttl(Duration::from_secs(10));
 /// if let redkit::lock::RedlockAcquire::Acquired(guard) = redlock.acquire("payout-9", &options).await? {
 ///     println!("held for {:?}", guard.validity());
@@ -90,9 +89,9 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     /// ```
     /// use redkit::lock::Redlock;
     /// let none: Vec<redis::aio::MultiplexedConnection> = Vec::new();
-    /// assert!(Redlock::new(redkit::ScriptManager::new(), none).is_err());
+    /// assert!(Redlock::new(none).is_err());
     /// ```
-    pub fn new(manager: ScriptManager, nodes: Vec<C>) -> Result<Self> {
+    pub fn new(nodes: Vec<C>) -> Result<Self> {
         if nodes.is_empty() || nodes.len().is_multiple_of(2) {
             return Err(Error::invalid(
                 "nodes",
@@ -102,7 +101,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         let registry = Registry::global();
         Ok(Self {
             nodes,
-            manager,
+            manager: ScriptManager::new(),
             release: registry.require("lock_release", 2)?,
             renew: registry.require("lock_renew", 1)?,
             prefix: Self::DEFAULT_PREFIX.to_owned(),
@@ -115,9 +114,9 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     /// ```
     /// # fn demo(nodes: Vec<redis::aio::MultiplexedConnection>) -> redkit::Result<()> {
     /// use std::time::Duration;
-    /// let redlock = redkit::lock::Redlock::new(redkit::ScriptManager::new(), nodes)?
+    /// let redlock = redkit::lock::Redlock::new(nodes)?
     ///     .with_prefix("app:redlock")?
-    ///     .node_timeout(Duration::from_millis(30));
+    ///     .with_node_timeout(Duration::from_millis(30));
     /// assert_eq!(redlock.lock_key("job")?, "app:redlock:{job}");
     /// # Ok(()) }
     /// ```
@@ -127,9 +126,21 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         Ok(self)
     }
 
+    /// Runs every call through `manager` (e.g. one shared by the whole application).
+    ///
+    /// ```
+    /// # fn demo(nodes: Vec<redis::aio::MultiplexedConnection>) -> redkit::Result<()> {
+    /// let redlock = redkit::lock::Redlock::new(nodes)?.with_manager(redkit::ScriptManager::new());
+    /// # let _ = redlock; Ok(()) }
+    /// ```
+    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
+        self.manager = manager;
+        self
+    }
+
     /// Bounds each node's answer (default [`DEFAULT_NODE_TIMEOUT`](Self::DEFAULT_NODE_TIMEOUT));
     /// must be non-zero and shorter than the ttl (checked at acquire).
-    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+    pub fn with_node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
         self
     }
@@ -174,7 +185,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
                 "Redlock generates its own owner tokens (LockOptions::token is for Lock)",
             ));
         }
-        if self.node_timeout.is_zero() || self.node_timeout >= options.get_ttl() {
+        if self.node_timeout.is_zero() || self.node_timeout >= options.lease() {
             return Err(Error::invalid(
                 "node timeout",
                 "must be non-zero and much shorter than the ttl",
