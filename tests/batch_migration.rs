@@ -71,8 +71,9 @@ async fn sum_of(conn: &mut ClusterConnection, keys: &[String]) -> i64 {
     sum
 }
 
-/// Runs `work` on 4 tasks while the slot of `{tag}` migrates key by key, then a little after.
-async fn during_migration<F, Fut>(cluster: &RedisCluster, tag: &str, work: F) -> Told
+/// Runs `work` on 4 tasks while the slot of `{tag}` migrates key by key, then a little after,
+/// over a cluster connection that re-sends a request at most `retries` times.
+async fn during_migration<F, Fut>(cluster: &RedisCluster, tag: &str, retries: u32, work: F) -> Told
 where
     F: Fn(ClusterConnection, u64, Arc<AtomicBool>) -> Fut,
     Fut: std::future::Future<Output = Told> + Send + 'static,
@@ -82,6 +83,7 @@ where
     let conn = redis::cluster::ClusterClientBuilder::new(cluster.urls())
         .min_retry_wait(10)
         .max_retry_wait(100)
+        .retries(retries)
         .build()
         .unwrap()
         .get_async_connection()
@@ -150,7 +152,7 @@ async fn batches_during_a_slot_migration_report_every_side_effect() {
 
     // 1. invoke_batch: 8 calls of one slot per batch.
     let keys: Vec<String> = (0..64).map(|i| format!("{{mig}}:{i}")).collect();
-    let told = during_migration(&cluster, "{mig}", |mut conn, w, stop| {
+    let told = during_migration(&cluster, "{mig}", 16, |mut conn, w, stop| {
         let (m, keys) = (m.clone(), keys.clone());
         async move {
             let mut told = Told::default();
@@ -175,7 +177,7 @@ async fn batches_during_a_slot_migration_report_every_side_effect() {
     // 2. invoke_batch_by_slot: 32 calls over many slots, 1 in 4 in the migrating slot.
     let moving: Vec<String> = (0..64).map(|i| format!("{{mig2}}:{i}")).collect();
     let spread: Vec<String> = (0..96).map(|i| format!("{{s{i}}}:c")).collect();
-    let told = during_migration(&cluster, "{mig2}", |conn, w, stop| {
+    let told = during_migration(&cluster, "{mig2}", 16, |conn, w, stop| {
         let (m, moving, spread) = (m.clone(), moving.clone(), spread.clone());
         async move {
             let mut told = Told::default();
@@ -213,9 +215,8 @@ async fn batches_during_a_slot_migration_report_every_side_effect() {
     let _ = Value::Nil;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a check_batch_by_slot call hangs (>10 s) once the slot has moved: under investigation"]
-async fn limiter_batches_during_a_slot_migration_report_every_unit() {
+/// The limiter's `check_batch_by_slot` during a migration, over a connection with `retries`.
+async fn limiter_during_migration(retries: u32) {
     let cluster = RedisCluster::spawn().await;
     // The limiter's check_batch_by_slot: 32 keys per batch, a huge limit so every check
     //    that ran counts one unit.
@@ -228,7 +229,7 @@ async fn limiter_batches_during_a_slot_migration_report_every_unit() {
         k[k.find('{').unwrap()..].to_owned()
     };
     let ports: Arc<Vec<u16>> = Arc::new(cluster.nodes.iter().map(|n| n.port()).collect());
-    let told = during_migration(&cluster, &tag, |conn, w, stop| {
+    let told = during_migration(&cluster, &tag, retries, |conn, w, stop| {
         let (limiter, lkeys, ports) = (limiter.clone(), lkeys.clone(), ports.clone());
         async move {
             let mut told = Told::default();
@@ -274,49 +275,18 @@ async fn limiter_batches_during_a_slot_migration_report_every_unit() {
     check("check_batch_by_slot", told, applied);
 }
 
+/// With `ClusterClientBuilder::retries(0)` (redis-rs never re-sends anything by itself, the
+/// setting the README recommends for batches on a Cluster): every unit reported.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
-async fn debug_limiter_hang() {
-    let cluster = RedisCluster::spawn().await;
-    let conn = cluster.conn().await;
-    let limiter = FixedWindow::new("mig", 1_000_000, Duration::from_secs(600)).unwrap();
-    let k = LimitKey::text("c0").unwrap();
-    let rk = limiter.redis_key(&k);
-    let tag = rk[rk.find('{').unwrap()..].to_owned();
-    let slot: u16 = cluster.nodes[0].cmd(&["CLUSTER", "KEYSLOT", &tag]).await;
-    let step = |label: &'static str| {
-        let (limiter, conn, k) = (limiter.clone(), conn.clone(), k.clone());
-        async move {
-            for i in 0..3 {
-                let r = tokio::time::timeout(
-                    Duration::from_secs(5),
-                    limiter.check_batch_by_slot(&conn, std::slice::from_ref(&k)),
-                )
-                .await;
-                eprintln!("{label} {i}: {r:?}");
-                if r.is_err() {
-                    return false;
-                }
-            }
-            true
-        }
-    };
-    assert!(step("before").await);
-    let mig = cluster.begin_migration(slot).await;
-    assert!(step("migrating, key on source").await);
-    mig.migrate_keys(3).await;
-    let ok = step("migrating, key on target").await;
-    if !ok {
-        for n in [mig.source, mig.target] {
-            let out = n.redis_cli(&["CLIENT", "LIST"]).await;
-            eprintln!(
-                "{} CLIENT LIST:\n{}",
-                n.port(),
-                String::from_utf8_lossy(&out.stdout)
-            );
-        }
-    }
-    mig.finish(&cluster).await;
-    assert!(step("after").await);
-    assert!(ok);
+async fn limiter_batches_during_a_slot_migration_report_every_unit() {
+    limiter_during_migration(0).await
+}
+
+/// Same with redis-rs re-sending (retries 16): some `check_batch_by_slot` calls never complete
+/// once the slot has moved (servers idle, the request is lost inside redis-rs 1.8.1's retry
+/// path; not seen with retries 0). Kept as a reproduction, not root-caused yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "reproduces a hang inside redis-rs's cluster retry path (see the doc comment)"]
+async fn limiter_batches_during_a_slot_migration_with_redis_rs_retries() {
+    limiter_during_migration(16).await
 }
