@@ -15,18 +15,22 @@
 //! In a `MULTI`/`EXEC` transaction the server refuses a redirected command when it is
 //! queued (the transaction is then aborted with `EXECABORT`) or refuses `EXEC` itself with
 //! the redirect: in both cases nothing of the batch ran. redis-rs maps the first to an
-//! `ExecAbort` error, which it never retries (`RetryMethod::NoRetry`), and follows the second
-//! (the transaction is re-sent, with `ASKING` for an `ASK`), which is safe because nothing
-//! ran. A transaction is also all-or-nothing against concurrent clients, so a batch never
-//! half-runs because of a redirect. `NOSCRIPT` is a per-command error inside `EXEC`: the
-//! other calls ran, the missing ones are re-run once in a second transaction that starts
-//! with `SCRIPT LOAD`.
+//! `ExecAbort` error, which it never retries (`RetryMethod::NoRetry`, and it does not refresh
+//! its slot map either); it follows the second (the transaction is re-sent, with `ASKING` for
+//! an `ASK`, after a wait of at least `min_retry_wait`, 1.28 s by default, for `TRYAGAIN`),
+//! which is safe because nothing ran. When a transaction is refused for slot placement
+//! (`MOVED`, `ASK`, `TRYAGAIN`), its calls are run one by one as single `EVALSHA` commands:
+//! redis-rs follows each one's redirect (a single command answered `ASK`/`MOVED` did not run,
+//! so its resend is safe) and refreshes its slot map on `MOVED`, so the next batch goes to
+//! the right node. `NOSCRIPT` is a per-command error inside `EXEC`: the other calls ran, the
+//! missing ones are re-run once in a second transaction that starts with `SCRIPT LOAD`.
 //!
 //! What a transaction cannot fix: when the connection drops or a response times out after
 //! the batch was sent, the outcome is unknown ([`CallOutcome::MaybeRan`]); and a
-//! `ClusterConnection` re-sends a request after such an I/O error by itself (its `retries`),
-//! so with retries enabled a transaction that ran can run again. Build the cluster client
-//! with `ClusterClientBuilder::retries(0)` where that matters, or make the calls idempotent
+//! `ClusterConnection` re-sends a request after such an I/O error by itself (`Reconnect` /
+//! `RetryImmediately` in `choose_response`, up to `retries`), so with retries enabled a
+//! transaction that ran can run again and be reported once. Build the cluster client with
+//! `ClusterClientBuilder::retries(0)` where that matters, or make the calls idempotent
 //! (request ids). `MultiplexedConnection` and `ConnectionManager` never re-send.
 
 use std::collections::HashMap;
@@ -64,8 +68,9 @@ impl ScriptManager {
     /// that already ran keep their results whatever happens to the re-run.
     ///
     /// A redirect (`MOVED`, `ASK` in a slot being migrated, `TRYAGAIN`) refuses the whole
-    /// transaction before anything runs: every call is `NotRun` (see the module notes for
-    /// why a plain pipeline would re-run calls). An empty batch returns an empty `Vec`
+    /// transaction before anything runs; the calls are then run one by one, each following
+    /// its own redirect, and a call still refused is `NotRun` (see the module notes for why a
+    /// plain pipeline would re-run calls). An empty batch returns an empty `Vec`
     /// without a round trip. The outer error is only for input rejected before sending
     /// (e.g. [`Error::KeyCount`]). On a Cluster every call of the batch must hash to one slot
     /// (use [`invoke_batch_by_slot`](Self::invoke_batch_by_slot) otherwise).
