@@ -284,9 +284,51 @@ async fn limiter_batches_during_a_slot_migration_report_every_unit() {
 
 /// Same with redis-rs re-sending (retries 16): some `check_batch_by_slot` calls never complete
 /// once the slot has moved (servers idle, the request is lost inside redis-rs 1.8.1's retry
-/// path; not seen with retries 0). Kept as a reproduction, not root-caused yet.
+/// path; not seen with retries 0). The control below hangs the same way with plain single
+/// `check` calls (no batch, no transaction), so it is not the batch design. Not root-caused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "reproduces a hang inside redis-rs's cluster retry path (see the doc comment)"]
 async fn limiter_batches_during_a_slot_migration_with_redis_rs_retries() {
     limiter_during_migration(16).await
+}
+
+/// Control for the ignored reproduction above: the same load as 32 concurrent single
+/// `check` calls per round (no batch, no transaction), retries 16.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "control experiment for the redis-rs retry-path hang"]
+async fn control_single_checks_during_a_slot_migration_with_redis_rs_retries() {
+    let cluster = RedisCluster::spawn().await;
+    let limiter = FixedWindow::new("mig", 1_000_000, Duration::from_secs(600)).unwrap();
+    let lkeys: Vec<LimitKey> = (0..128)
+        .map(|i| LimitKey::text(&format!("c{i}")).unwrap())
+        .collect();
+    let rk = limiter.redis_key(&lkeys[0]);
+    let tag = rk[rk.find('{').unwrap()..].to_owned();
+    let told = during_migration(&cluster, &tag, 16, |conn, w, stop| {
+        let (limiter, lkeys) = (limiter.clone(), lkeys.clone());
+        async move {
+            let mut told = Told::default();
+            let mut i = w as usize;
+            while !stop.load(Ordering::Relaxed) {
+                tokio::task::yield_now().await;
+                let mut batch = vec![lkeys[0].clone()];
+                batch.extend((1..32).map(|j| lkeys[1 + (i * 31 + j) % 127].clone()));
+                i += 1;
+                let runs = batch.iter().map(|k| {
+                    let (limiter, mut conn) = (limiter.clone(), conn.clone());
+                    async move { limiter.check(&mut conn, k).await }
+                });
+                let all = futures_util::future::join_all(runs);
+                let Ok(results) = tokio::time::timeout(Duration::from_secs(4), all).await else {
+                    panic!("single checks hung");
+                };
+                for r in results {
+                    told.add(&CallOutcome::Ran(r));
+                }
+            }
+            told
+        }
+    })
+    .await;
+    println!("control: {told:?}");
 }
