@@ -293,7 +293,8 @@ async fn limiter_batches_during_a_slot_migration_with_redis_rs_retries() {
 }
 
 /// Control for the ignored reproduction above: the same load as 32 concurrent single
-/// `check` calls per round (no batch, no transaction), retries 16.
+/// `check` calls per round (no batch, no transaction), retries 16. Seen: the calls hang, and
+/// a new unrelated `GET` on the same connection hangs too (the connection is wedged).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "control experiment for the redis-rs retry-path hang"]
 async fn control_single_checks_during_a_slot_migration_with_redis_rs_retries() {
@@ -318,9 +319,29 @@ async fn control_single_checks_during_a_slot_migration_with_redis_rs_retries() {
                     let (limiter, mut conn) = (limiter.clone(), conn.clone());
                     async move { limiter.check(&mut conn, k).await }
                 });
-                let all = futures_util::future::join_all(runs);
-                let Ok(results) = tokio::time::timeout(Duration::from_secs(4), all).await else {
-                    panic!("single checks hung");
+                let mut all = Box::pin(futures_util::future::join_all(runs));
+                let results = match tokio::time::timeout(Duration::from_secs(4), &mut all).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        // Does one new, unrelated request (which makes redis-rs poll its
+                        // request queue again) release the stuck ones?
+                        let mut poke = conn.clone();
+                        let mut get_cmd = redis::cmd("GET");
+                        get_cmd.arg("poke");
+                        let get = get_cmd.query_async::<Option<String>>(&mut poke);
+                        if tokio::time::timeout(Duration::from_secs(2), get)
+                            .await
+                            .is_err()
+                        {
+                            panic!(
+                                "single checks hung; the connection is wedged: a new GET hangs too"
+                            );
+                        }
+                        match tokio::time::timeout(Duration::from_secs(2), &mut all).await {
+                            Ok(_) => panic!("single checks hung; released by one new request"),
+                            Err(_) => panic!("single checks hung; still stuck after a new request"),
+                        }
+                    }
                 };
                 for r in results {
                     told.add(&CallOutcome::Ran(r));
