@@ -353,3 +353,80 @@ async fn control_single_checks_during_a_slot_migration_with_redis_rs_retries() {
     .await;
     println!("control: {told:?}");
 }
+
+/// Deterministic: key A still on the source, key B already moved (the source answers ASK for
+/// B). A plain pipeline was re-sent whole by redis-rs (A incremented once per resend); the
+/// transaction is refused whole, then each call runs once, following its own redirect.
+#[tokio::test]
+async fn a_batch_over_a_half_migrated_slot_runs_each_call_once() {
+    let cluster = RedisCluster::spawn().await;
+    let mut conn = cluster.conn().await;
+    let slot: u16 = cluster.nodes[0]
+        .cmd(&["CLUSTER", "KEYSLOT", "{half}"])
+        .await;
+    for k in ["{half}:a", "{half}:b"] {
+        let _: () = redis::cmd("SET")
+            .arg(k)
+            .arg(0)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    for k in ["{half}:c", "{half}:d"] {
+        let _: () = redis::cmd("SET")
+            .arg(k)
+            .arg(0)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let mig = cluster.begin_migration(slot).await;
+    mig.migrate_key("{half}:b").await;
+    mig.migrate_key("{half}:d").await;
+    let m = ScriptManager::new();
+    m.preload_scripts(&mut conn, std::slice::from_ref(incr_script()))
+        .await
+        .unwrap();
+
+    // Witness of the redis-rs behaviour the transaction avoids: the same two calls as a plain
+    // pipeline. C runs on the source, D answers ASK, redis-rs re-sends the whole pipeline.
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for k in ["{half}:c", "{half}:d"] {
+        pipe.cmd("EVALSHA")
+            .arg(incr_script().sha1())
+            .arg(1)
+            .arg(k)
+            .arg(1);
+    }
+    let plain: redis::RedisResult<Vec<Value>> = pipe.query_async(&mut conn).await;
+    let c: i64 = mig.source.cmd(&["GET", "{half}:c"]).await;
+    println!("plain pipeline: {plain:?}; C on the source incremented {c} time(s)");
+    assert!(
+        c > 1 || plain.is_err(),
+        "the plain pipeline reported every call correctly: {plain:?}, C = {c}"
+    );
+    // The re-sends also created C on the target (ASKING); drop the source's copy so the
+    // migration can finish.
+    let _: i64 = mig.source.cmd(&["DEL", "{half}:c"]).await;
+
+    let outcomes = m
+        .invoke_batch(&mut conn, vec![incr("{half}:a"), incr("{half}:b")])
+        .await
+        .unwrap();
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, CallOutcome::Ran(Ok(Value::Int(1))))),
+        "{outcomes:?}"
+    );
+    let a: i64 = mig.source.cmd(&["GET", "{half}:a"]).await;
+    assert_eq!(a, 1, "A ran exactly once");
+    mig.finish(&cluster).await;
+    let b: i64 = redis::cmd("GET")
+        .arg("{half}:b")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(b, 1, "B ran exactly once");
+}
