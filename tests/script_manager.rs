@@ -388,3 +388,54 @@ async fn a_failed_reload_keeps_the_outcomes_of_calls_that_ran() {
     }
     assert_eq!(get(&server, "{lost}:c").await, 0);
 }
+
+#[tokio::test]
+async fn batches_under_a_user_denied_multi_or_exec_never_claim_not_run_for_calls_that_ran() {
+    let server = RedisServer::spawn().await;
+    let s = incr_by();
+    ScriptManager::new()
+        .preload_scripts(&mut server.conn().await, std::slice::from_ref(&s))
+        .await
+        .unwrap();
+    // EXEC denied: Redis aborts the transaction (EXECABORT), nothing ran. MULTI denied: the
+    // calls run outside a transaction; redis-rs 1.8.1 then mis-indexes MULTI's error (a debug
+    // build panics in its connection task and the connection drops): never "not run".
+    for denied in ["exec", "multi"] {
+        let user = format!("no{denied}");
+        let rule = format!("-{denied}");
+        let _: () = server
+            .cmd(&[
+                "ACL", "SETUSER", &user, "on", ">pw", "~*", "&*", "+@all", &rule,
+            ])
+            .await;
+        let url = format!("redis://{user}:pw@127.0.0.1:{}/", server.port());
+        let mut conn = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let key = format!("{{t}}:{denied}");
+        let outcomes = ScriptManager::new()
+            .invoke_batch(&mut conn, vec![incr(&s, &key), incr(&s, &key)])
+            .await
+            .unwrap();
+        let applied = get(&server, &key).await;
+        println!("-{denied}: {outcomes:?}, applied {applied}");
+        let ran = outcomes.iter().filter(|o| o.ran()).count() as i64;
+        let maybe = outcomes.iter().filter(|o| o.may_have_run()).count() as i64;
+        assert!(
+            applied >= ran && applied <= ran + maybe,
+            "-{denied}: applied {applied}, told {outcomes:?}"
+        );
+        if denied == "exec" {
+            assert!(outcomes.iter().all(|o| o.is_not_run()), "{outcomes:?}");
+            assert_eq!(applied, 0);
+            // The connection is still usable (not left inside MULTI).
+            let pong: String = redis::cmd("PING").query_async(&mut conn).await.unwrap();
+            assert_eq!(pong, "PONG");
+        } else {
+            assert_eq!(applied, 2, "the calls ran outside a transaction");
+            assert!(outcomes.iter().all(|o| o.may_have_run()), "{outcomes:?}");
+        }
+    }
+}

@@ -359,6 +359,14 @@ fn refused_before_running(e: &RedisError) -> bool {
     ) || e.code() == Some("BUSY")
 }
 
+/// `true` when a transaction error records an error outside the queued commands (MULTI's).
+fn multi_refused(e: &RedisError, queued: usize) -> bool {
+    e.clone()
+        .into_server_errors()
+        .is_some_and(|errs| errs.iter().any(|(i, _)| *i >= queued))
+        || e.to_string().contains("EXEC without MULTI")
+}
+
 /// Sends one atomic pipeline and classifies what came back.
 async fn transaction<C: ConnectionLike>(conn: &mut C, pipe: &Pipeline) -> Sent {
     // MULTI + each command's QUEUED are skipped; the last reply is EXEC's.
@@ -377,6 +385,12 @@ async fn transaction<C: ConnectionLike>(conn: &mut C, pipe: &Pipeline) -> Sent {
                 format!("unexpected transaction reply {other:?}"),
             )),
         },
+        // MULTI itself refused (e.g. an ACL user denied MULTI): the commands were not queued
+        // but run one by one, and EXEC failed. redis-rs files MULTI's error at index
+        // `0 - 1` (wrapping in release builds; debug builds panic on that subtraction and drop
+        // the connection, which ends up below as an I/O error). The calls ran; their replies
+        // were skipped: they may have run.
+        Err(e) if multi_refused(&e, pipe.len()) => Sent::MaybeRan(Error::Redis(e)),
         // A server error for the transaction (a queued command refused, e.g. ASK/MOVED/TRYAGAIN,
         // so EXECABORT; or EXEC redirected and the redirect not followed): nothing ran.
         Err(e) if matches!(e.kind(), ErrorKind::Server(_)) => Sent::NotRun(e),
