@@ -71,8 +71,9 @@ async fn sum_of(conn: &mut ClusterConnection, keys: &[String]) -> i64 {
     sum
 }
 
-/// Runs `work` on 4 tasks while the slot of `{tag}` migrates key by key, then a little after.
-async fn during_migration<F, Fut>(cluster: &RedisCluster, tag: &str, work: F) -> Told
+/// Runs `work` on 4 tasks while the slot of `{tag}` migrates key by key, then a little after,
+/// over a cluster connection that re-sends a request at most `retries` times.
+async fn during_migration<F, Fut>(cluster: &RedisCluster, tag: &str, retries: u32, work: F) -> Told
 where
     F: Fn(ClusterConnection, u64, Arc<AtomicBool>) -> Fut,
     Fut: std::future::Future<Output = Told> + Send + 'static,
@@ -82,6 +83,7 @@ where
     let conn = redis::cluster::ClusterClientBuilder::new(cluster.urls())
         .min_retry_wait(10)
         .max_retry_wait(100)
+        .retries(retries)
         .build()
         .unwrap()
         .get_async_connection()
@@ -150,7 +152,7 @@ async fn batches_during_a_slot_migration_report_every_side_effect() {
 
     // 1. invoke_batch: 8 calls of one slot per batch.
     let keys: Vec<String> = (0..64).map(|i| format!("{{mig}}:{i}")).collect();
-    let told = during_migration(&cluster, "{mig}", |mut conn, w, stop| {
+    let told = during_migration(&cluster, "{mig}", 16, |mut conn, w, stop| {
         let (m, keys) = (m.clone(), keys.clone());
         async move {
             let mut told = Told::default();
@@ -175,7 +177,7 @@ async fn batches_during_a_slot_migration_report_every_side_effect() {
     // 2. invoke_batch_by_slot: 32 calls over many slots, 1 in 4 in the migrating slot.
     let moving: Vec<String> = (0..64).map(|i| format!("{{mig2}}:{i}")).collect();
     let spread: Vec<String> = (0..96).map(|i| format!("{{s{i}}}:c")).collect();
-    let told = during_migration(&cluster, "{mig2}", |conn, w, stop| {
+    let told = during_migration(&cluster, "{mig2}", 16, |conn, w, stop| {
         let (m, moving, spread) = (m.clone(), moving.clone(), spread.clone());
         async move {
             let mut told = Told::default();
@@ -206,16 +208,15 @@ async fn batches_during_a_slot_migration_report_every_side_effect() {
     check("invoke_batch_by_slot", told, applied);
 
     assert!(
-        started.elapsed() < Duration::from_secs(60),
+        started.elapsed() < Duration::from_secs(30),
         "bounded: {:?}",
         started.elapsed()
     );
     let _ = Value::Nil;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a check_batch_by_slot call hangs (>10 s) once the slot has moved: under investigation"]
-async fn limiter_batches_during_a_slot_migration_report_every_unit() {
+/// The limiter's `check_batch_by_slot` during a migration, over a connection with `retries`.
+async fn limiter_during_migration(retries: u32) {
     let cluster = RedisCluster::spawn().await;
     // The limiter's check_batch_by_slot: 32 keys per batch, a huge limit so every check
     //    that ran counts one unit.
@@ -228,7 +229,7 @@ async fn limiter_batches_during_a_slot_migration_report_every_unit() {
         k[k.find('{').unwrap()..].to_owned()
     };
     let ports: Arc<Vec<u16>> = Arc::new(cluster.nodes.iter().map(|n| n.port()).collect());
-    let told = during_migration(&cluster, &tag, |conn, w, stop| {
+    let told = during_migration(&cluster, &tag, retries, |conn, w, stop| {
         let (limiter, lkeys, ports) = (limiter.clone(), lkeys.clone(), ports.clone());
         async move {
             let mut told = Told::default();
@@ -274,49 +275,158 @@ async fn limiter_batches_during_a_slot_migration_report_every_unit() {
     check("check_batch_by_slot", told, applied);
 }
 
+/// With `ClusterClientBuilder::retries(0)` (redis-rs never re-sends anything by itself, the
+/// setting the README recommends for batches on a Cluster): every unit reported.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
-async fn debug_limiter_hang() {
+async fn limiter_batches_during_a_slot_migration_report_every_unit() {
+    limiter_during_migration(0).await
+}
+
+/// Same with redis-rs re-sending (retries 16): some `check_batch_by_slot` calls never complete
+/// once the slot has moved (servers idle, the request is lost inside redis-rs 1.8.1's retry
+/// path; not seen with retries 0). The control below hangs the same way with plain single
+/// `check` calls (no batch, no transaction), so it is not the batch design. Not root-caused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "reproduces a hang inside redis-rs's cluster retry path (see the doc comment)"]
+async fn limiter_batches_during_a_slot_migration_with_redis_rs_retries() {
+    limiter_during_migration(16).await
+}
+
+/// Control for the ignored reproduction above: the same load as 32 concurrent single
+/// `check` calls per round (no batch, no transaction), retries 16. Seen: the calls hang, and
+/// a new unrelated `GET` on the same connection hangs too (the connection is wedged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "control experiment for the redis-rs retry-path hang"]
+async fn control_single_checks_during_a_slot_migration_with_redis_rs_retries() {
     let cluster = RedisCluster::spawn().await;
-    let conn = cluster.conn().await;
     let limiter = FixedWindow::new("mig", 1_000_000, Duration::from_secs(600)).unwrap();
-    let k = LimitKey::text("c0").unwrap();
-    let rk = limiter.redis_key(&k);
+    let lkeys: Vec<LimitKey> = (0..128)
+        .map(|i| LimitKey::text(&format!("c{i}")).unwrap())
+        .collect();
+    let rk = limiter.redis_key(&lkeys[0]);
     let tag = rk[rk.find('{').unwrap()..].to_owned();
-    let slot: u16 = cluster.nodes[0].cmd(&["CLUSTER", "KEYSLOT", &tag]).await;
-    let step = |label: &'static str| {
-        let (limiter, conn, k) = (limiter.clone(), conn.clone(), k.clone());
+    let told = during_migration(&cluster, &tag, 16, |conn, w, stop| {
+        let (limiter, lkeys) = (limiter.clone(), lkeys.clone());
         async move {
-            for i in 0..3 {
-                let r = tokio::time::timeout(
-                    Duration::from_secs(5),
-                    limiter.check_batch_by_slot(&conn, std::slice::from_ref(&k)),
-                )
-                .await;
-                eprintln!("{label} {i}: {r:?}");
-                if r.is_err() {
-                    return false;
+            let mut told = Told::default();
+            let mut i = w as usize;
+            while !stop.load(Ordering::Relaxed) {
+                tokio::task::yield_now().await;
+                let mut batch = vec![lkeys[0].clone()];
+                batch.extend((1..32).map(|j| lkeys[1 + (i * 31 + j) % 127].clone()));
+                i += 1;
+                let runs = batch.iter().map(|k| {
+                    let (limiter, mut conn) = (limiter.clone(), conn.clone());
+                    async move { limiter.check(&mut conn, k).await }
+                });
+                let mut all = Box::pin(futures_util::future::join_all(runs));
+                let results = match tokio::time::timeout(Duration::from_secs(4), &mut all).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        // Does one new, unrelated request (which makes redis-rs poll its
+                        // request queue again) release the stuck ones?
+                        let mut poke = conn.clone();
+                        let mut get_cmd = redis::cmd("GET");
+                        get_cmd.arg("poke");
+                        let get = get_cmd.query_async::<Option<String>>(&mut poke);
+                        if tokio::time::timeout(Duration::from_secs(2), get)
+                            .await
+                            .is_err()
+                        {
+                            panic!(
+                                "single checks hung; the connection is wedged: a new GET hangs too"
+                            );
+                        }
+                        match tokio::time::timeout(Duration::from_secs(2), &mut all).await {
+                            Ok(_) => panic!("single checks hung; released by one new request"),
+                            Err(_) => panic!("single checks hung; still stuck after a new request"),
+                        }
+                    }
+                };
+                for r in results {
+                    told.add(&CallOutcome::Ran(r));
                 }
             }
-            true
+            told
         }
-    };
-    assert!(step("before").await);
-    let mig = cluster.begin_migration(slot).await;
-    assert!(step("migrating, key on source").await);
-    mig.migrate_keys(3).await;
-    let ok = step("migrating, key on target").await;
-    if !ok {
-        for n in [mig.source, mig.target] {
-            let out = n.redis_cli(&["CLIENT", "LIST"]).await;
-            eprintln!(
-                "{} CLIENT LIST:\n{}",
-                n.port(),
-                String::from_utf8_lossy(&out.stdout)
-            );
-        }
+    })
+    .await;
+    println!("control: {told:?}");
+}
+
+/// Deterministic: key A still on the source, key B already moved (the source answers ASK for
+/// B). A plain pipeline was re-sent whole by redis-rs (A incremented once per resend); the
+/// transaction is refused whole, then each call runs once, following its own redirect.
+#[tokio::test]
+async fn a_batch_over_a_half_migrated_slot_runs_each_call_once() {
+    let cluster = RedisCluster::spawn().await;
+    let mut conn = cluster.conn().await;
+    let slot: u16 = cluster.nodes[0]
+        .cmd(&["CLUSTER", "KEYSLOT", "{half}"])
+        .await;
+    for k in ["{half}:a", "{half}:b"] {
+        let _: () = redis::cmd("SET")
+            .arg(k)
+            .arg(0)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
     }
+    for k in ["{half}:c", "{half}:d"] {
+        let _: () = redis::cmd("SET")
+            .arg(k)
+            .arg(0)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let mig = cluster.begin_migration(slot).await;
+    mig.migrate_key("{half}:b").await;
+    mig.migrate_key("{half}:d").await;
+    let m = ScriptManager::new();
+    m.preload_scripts(&mut conn, std::slice::from_ref(incr_script()))
+        .await
+        .unwrap();
+
+    // Witness of the redis-rs behaviour the transaction avoids: the same two calls as a plain
+    // pipeline. C runs on the source, D answers ASK, redis-rs re-sends the whole pipeline.
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for k in ["{half}:c", "{half}:d"] {
+        pipe.cmd("EVALSHA")
+            .arg(incr_script().sha1())
+            .arg(1)
+            .arg(k)
+            .arg(1);
+    }
+    let plain: redis::RedisResult<Vec<Value>> = pipe.query_async(&mut conn).await;
+    let c: i64 = mig.source.cmd(&["GET", "{half}:c"]).await;
+    println!("plain pipeline: {plain:?}; C on the source incremented {c} time(s)");
+    assert!(
+        c > 1 || plain.is_err(),
+        "the plain pipeline reported every call correctly: {plain:?}, C = {c}"
+    );
+    // The re-sends also created C on the target (ASKING); drop the source's copy so the
+    // migration can finish.
+    let _: i64 = mig.source.cmd(&["DEL", "{half}:c"]).await;
+
+    let outcomes = m
+        .invoke_batch(&mut conn, vec![incr("{half}:a"), incr("{half}:b")])
+        .await
+        .unwrap();
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, CallOutcome::Ran(Ok(Value::Int(1))))),
+        "{outcomes:?}"
+    );
+    let a: i64 = mig.source.cmd(&["GET", "{half}:a"]).await;
+    assert_eq!(a, 1, "A ran exactly once");
     mig.finish(&cluster).await;
-    assert!(step("after").await);
-    assert!(ok);
+    let b: i64 = redis::cmd("GET")
+        .arg("{half}:b")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(b, 1, "B ran exactly once");
 }

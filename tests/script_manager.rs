@@ -237,3 +237,205 @@ async fn cluster_batch_in_one_slot_uses_one_pipeline() {
     let results = m.invoke_batch(&mut conn, calls).await.unwrap();
     assert!(results.iter().all(|r| matches!(r, CallOutcome::Ran(Ok(_)))));
 }
+
+// ---- Batches: per-call outcomes ----
+
+fn incr_by() -> Script {
+    Script::new(
+        "incr_by",
+        1,
+        1,
+        "return redis.call('INCRBY', KEYS[1], ARGV[1])",
+    )
+    .unwrap()
+}
+
+fn incr<'s>(script: &'s Script, key: &str) -> Call<'s> {
+    let mut c = Call::new(script);
+    c.key(key).arg(1);
+    c
+}
+
+async fn get(server: &RedisServer, key: &str) -> i64 {
+    let v: Option<i64> = server.cmd(&["GET", key]).await;
+    v.unwrap_or(0)
+}
+
+#[tokio::test]
+async fn empty_batches_make_no_round_trip() {
+    let mut server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    server.stop().await; // any round trip would now fail
+    let m = ScriptManager::new();
+    assert!(m.invoke_batch(&mut conn, vec![]).await.unwrap().is_empty());
+    assert!(m
+        .invoke_batch_by_slot(&conn, vec![])
+        .await
+        .unwrap()
+        .is_empty());
+    let limiter =
+        redkit::rate_limit::FixedWindow::new("e", 1, std::time::Duration::from_secs(1)).unwrap();
+    assert!(limiter
+        .check_batch(&mut conn, &[])
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(limiter
+        .check_batch_by_slot(&conn, &[])
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test]
+async fn a_lost_reply_makes_every_call_maybe_ran_and_they_did_run() {
+    let mut server = RedisServer::spawn().await;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_response_timeout(Some(std::time::Duration::from_millis(300)));
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap();
+    let s = incr_by();
+    let m = ScriptManager::new();
+    m.preload_scripts(&mut conn, std::slice::from_ref(&s))
+        .await
+        .unwrap();
+    server.pause().await; // the batch reaches the socket; the reply never comes in time
+    let calls: Vec<Call> = (0..5).map(|i| incr(&s, &format!("{{t}}:m{i}"))).collect();
+    let outcomes = m.invoke_batch(&mut conn, calls).await.unwrap();
+    assert!(outcomes.iter().all(|o| o.may_have_run()), "{outcomes:?}");
+    server.resume().await;
+    // "May have run" is real: the frozen server ran the transaction once it woke up.
+    let mut sum = 0;
+    for _ in 0..50 {
+        sum = 0;
+        for i in 0..5 {
+            sum += get(&server, &format!("{{t}}:m{i}")).await;
+        }
+        if sum == 5 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(sum, 5, "each call ran once, after all");
+}
+
+#[tokio::test]
+async fn a_failed_reload_keeps_the_outcomes_of_calls_that_ran() {
+    let server = RedisServer::spawn().await;
+    let loaded = incr_by();
+    let unloaded =
+        Script::new("incr_two", 1, 1, "return redis.call('INCRBY', KEYS[1], 2)").unwrap();
+    ScriptManager::new()
+        .preload_scripts(&mut server.conn().await, std::slice::from_ref(&loaded))
+        .await
+        .unwrap();
+    // A user who may run scripts but not SCRIPT LOAD: the NOSCRIPT re-run is refused.
+    let _: () = server
+        .cmd(&[
+            "ACL", "SETUSER", "noload", "on", ">pw", "~*", "&*", "+@all", "-script",
+        ])
+        .await;
+    let url = format!("redis://noload:pw@127.0.0.1:{}/", server.port());
+    let mut conn = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let m = ScriptManager::new();
+    let calls = vec![
+        incr(&loaded, "{t}:a"),
+        {
+            let mut c = Call::new(&unloaded);
+            c.key("{t}:b");
+            c
+        },
+        incr(&loaded, "{t}:a"),
+    ];
+    let outcomes = m.invoke_batch(&mut conn, calls).await.unwrap();
+    assert!(
+        matches!(outcomes[0], CallOutcome::Ran(Ok(Value::Int(1)))),
+        "{outcomes:?}"
+    );
+    assert!(outcomes[1].is_not_run(), "{outcomes:?}");
+    assert!(
+        matches!(outcomes[2], CallOutcome::Ran(Ok(Value::Int(2)))),
+        "{outcomes:?}"
+    );
+    assert_eq!(get(&server, "{t}:a").await, 2);
+    assert_eq!(get(&server, "{t}:b").await, 0, "not run means not applied");
+
+    // By slot: the group that cannot be reloaded fails alone.
+    let mut calls: Vec<Call> = (0..6)
+        .map(|i| incr(&loaded, &format!("{{g{i}}}:c")))
+        .collect();
+    let mut c = Call::new(&unloaded);
+    c.key("{lost}:c");
+    calls.insert(3, c);
+    let outcomes = m.invoke_batch_by_slot(&conn, calls).await.unwrap();
+    assert_eq!(outcomes.len(), 7);
+    for (i, o) in outcomes.iter().enumerate() {
+        if i == 3 {
+            assert!(o.is_not_run(), "{o:?}");
+        } else {
+            assert!(
+                matches!(o, CallOutcome::Ran(Ok(Value::Int(1)))),
+                "{i}: {o:?}"
+            );
+        }
+    }
+    assert_eq!(get(&server, "{lost}:c").await, 0);
+}
+
+#[tokio::test]
+async fn batches_under_a_user_denied_multi_or_exec_never_claim_not_run_for_calls_that_ran() {
+    let server = RedisServer::spawn().await;
+    let s = incr_by();
+    ScriptManager::new()
+        .preload_scripts(&mut server.conn().await, std::slice::from_ref(&s))
+        .await
+        .unwrap();
+    // EXEC denied: Redis aborts the transaction (EXECABORT), nothing ran. MULTI denied: the
+    // calls run outside a transaction; redis-rs 1.8.1 then mis-indexes MULTI's error (a debug
+    // build panics in its connection task and the connection drops): never "not run".
+    for denied in ["exec", "multi"] {
+        let user = format!("no{denied}");
+        let rule = format!("-{denied}");
+        let _: () = server
+            .cmd(&[
+                "ACL", "SETUSER", &user, "on", ">pw", "~*", "&*", "+@all", &rule,
+            ])
+            .await;
+        let url = format!("redis://{user}:pw@127.0.0.1:{}/", server.port());
+        let mut conn = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let key = format!("{{t}}:{denied}");
+        let outcomes = ScriptManager::new()
+            .invoke_batch(&mut conn, vec![incr(&s, &key), incr(&s, &key)])
+            .await
+            .unwrap();
+        let applied = get(&server, &key).await;
+        println!("-{denied}: {outcomes:?}, applied {applied}");
+        let ran = outcomes.iter().filter(|o| o.ran()).count() as i64;
+        let maybe = outcomes.iter().filter(|o| o.may_have_run()).count() as i64;
+        assert!(
+            applied >= ran && applied <= ran + maybe,
+            "-{denied}: applied {applied}, told {outcomes:?}"
+        );
+        if denied == "exec" {
+            assert!(outcomes.iter().all(|o| o.is_not_run()), "{outcomes:?}");
+            assert_eq!(applied, 0);
+            // The connection is still usable (not left inside MULTI).
+            let pong: String = redis::cmd("PING").query_async(&mut conn).await.unwrap();
+            assert_eq!(pong, "PONG");
+        } else {
+            assert_eq!(applied, 2, "the calls ran outside a transaction");
+            assert!(outcomes.iter().all(|o| o.may_have_run()), "{outcomes:?}");
+        }
+    }
+}

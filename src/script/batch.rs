@@ -15,18 +15,22 @@
 //! In a `MULTI`/`EXEC` transaction the server refuses a redirected command when it is
 //! queued (the transaction is then aborted with `EXECABORT`) or refuses `EXEC` itself with
 //! the redirect: in both cases nothing of the batch ran. redis-rs maps the first to an
-//! `ExecAbort` error, which it never retries (`RetryMethod::NoRetry`), and follows the second
-//! (the transaction is re-sent, with `ASKING` for an `ASK`), which is safe because nothing
-//! ran. A transaction is also all-or-nothing against concurrent clients, so a batch never
-//! half-runs because of a redirect. `NOSCRIPT` is a per-command error inside `EXEC`: the
-//! other calls ran, the missing ones are re-run once in a second transaction that starts
-//! with `SCRIPT LOAD`.
+//! `ExecAbort` error, which it never retries (`RetryMethod::NoRetry`, and it does not refresh
+//! its slot map either); it follows the second (the transaction is re-sent, with `ASKING` for
+//! an `ASK`, after a wait of at least `min_retry_wait`, 1.28 s by default, for `TRYAGAIN`),
+//! which is safe because nothing ran. When a transaction is refused for slot placement
+//! (`MOVED`, `ASK`, `TRYAGAIN`), its calls are run one by one as single `EVALSHA` commands:
+//! redis-rs follows each one's redirect (a single command answered `ASK`/`MOVED` did not run,
+//! so its resend is safe) and refreshes its slot map on `MOVED`, so the next batch goes to
+//! the right node. `NOSCRIPT` is a per-command error inside `EXEC`: the other calls ran, the
+//! missing ones are re-run once in a second transaction that starts with `SCRIPT LOAD`.
 //!
 //! What a transaction cannot fix: when the connection drops or a response times out after
 //! the batch was sent, the outcome is unknown ([`CallOutcome::MaybeRan`]); and a
-//! `ClusterConnection` re-sends a request after such an I/O error by itself (its `retries`),
-//! so with retries enabled a transaction that ran can run again. Build the cluster client
-//! with `ClusterClientBuilder::retries(0)` where that matters, or make the calls idempotent
+//! `ClusterConnection` re-sends a request after such an I/O error by itself (`Reconnect` /
+//! `RetryImmediately` in `choose_response`, up to `retries`), so with retries enabled a
+//! transaction that ran can run again and be reported once. Build the cluster client with
+//! `ClusterClientBuilder::retries(0)` where that matters, or make the calls idempotent
 //! (request ids). `MultiplexedConnection` and `ConnectionManager` never re-send.
 
 use std::collections::HashMap;
@@ -64,8 +68,9 @@ impl ScriptManager {
     /// that already ran keep their results whatever happens to the re-run.
     ///
     /// A redirect (`MOVED`, `ASK` in a slot being migrated, `TRYAGAIN`) refuses the whole
-    /// transaction before anything runs: every call is `NotRun` (see the module notes for
-    /// why a plain pipeline would re-run calls). An empty batch returns an empty `Vec`
+    /// transaction before anything runs; the calls are then run one by one, each following
+    /// its own redirect, and a call still refused is `NotRun` (see the module notes for why a
+    /// plain pipeline would re-run calls). An empty batch returns an empty `Vec`
     /// without a round trip. The outer error is only for input rejected before sending
     /// (e.g. [`Error::KeyCount`]). On a Cluster every call of the batch must hash to one slot
     /// (use [`invoke_batch_by_slot`](Self::invoke_batch_by_slot) otherwise).
@@ -354,6 +359,14 @@ fn refused_before_running(e: &RedisError) -> bool {
     ) || e.code() == Some("BUSY")
 }
 
+/// `true` when a transaction error records an error outside the queued commands (MULTI's).
+fn multi_refused(e: &RedisError, queued: usize) -> bool {
+    e.clone()
+        .into_server_errors()
+        .is_some_and(|errs| errs.iter().any(|(i, _)| *i >= queued))
+        || e.to_string().contains("EXEC without MULTI")
+}
+
 /// Sends one atomic pipeline and classifies what came back.
 async fn transaction<C: ConnectionLike>(conn: &mut C, pipe: &Pipeline) -> Sent {
     // MULTI + each command's QUEUED are skipped; the last reply is EXEC's.
@@ -372,6 +385,12 @@ async fn transaction<C: ConnectionLike>(conn: &mut C, pipe: &Pipeline) -> Sent {
                 format!("unexpected transaction reply {other:?}"),
             )),
         },
+        // MULTI itself refused (e.g. an ACL user denied MULTI): the commands were not queued
+        // but run one by one, and EXEC failed. redis-rs files MULTI's error at index
+        // `0 - 1` (wrapping in release builds; debug builds panic on that subtraction and drop
+        // the connection, which ends up below as an I/O error). The calls ran; their replies
+        // were skipped: they may have run.
+        Err(e) if multi_refused(&e, pipe.len()) => Sent::MaybeRan(Error::Redis(e)),
         // A server error for the transaction (a queued command refused, e.g. ASK/MOVED/TRYAGAIN,
         // so EXECABORT; or EXEC redirected and the redirect not followed): nothing ran.
         Err(e) if matches!(e.kind(), ErrorKind::Server(_)) => Sent::NotRun(e),

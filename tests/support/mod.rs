@@ -459,6 +459,15 @@ impl SlotMigration<'_> {
         keys.len()
     }
 
+    /// Moves one key of the slot from the source to the target with `MIGRATE`.
+    pub async fn migrate_key(&self, key: &str) {
+        let port = self.target.port().to_string();
+        let _: redis::Value = self
+            .source
+            .cmd(&["MIGRATE", "127.0.0.1", &port, key, "0", "5000"])
+            .await;
+    }
+
     /// Ends the migration: every remaining key moved, then `SETSLOT .. NODE <target>` on the
     /// target, the source and every other primary.
     pub async fn finish(&self, cluster: &RedisCluster) {
