@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::aio::MultiplexedConnection;
 use redkit::inventory::{
-    Commit, Decrement, Inventory, Order, ReleaseReservation, Reserve, Restock, Shortage, Store,
+    Commit, Decrement, Inventory, Order, Release, Reserve, Restock, Shortage, Store,
 };
 use redkit::Error;
 use support::{RedisCluster, RedisServer};
@@ -933,7 +933,7 @@ async fn reserve_commit_release_and_unknown_ids() {
     );
     assert_eq!(
         s.release(&mut conn, "a", "cart-1").await.unwrap(),
-        ReleaseReservation::AlreadyCommitted { quantity: 3 }
+        Release::AlreadyCommitted { quantity: 3 }
     );
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 7);
 
@@ -947,7 +947,7 @@ async fn reserve_commit_release_and_unknown_ids() {
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 1);
     assert_eq!(
         s.release(&mut conn, "a", "cart-3").await.unwrap(),
-        ReleaseReservation::Released {
+        Release::Released {
             quantity: 5,
             stock: 6
         }
@@ -963,7 +963,7 @@ async fn reserve_commit_release_and_unknown_ids() {
     // A retried release, or a commit after the release: nothing returned twice.
     assert_eq!(
         s.release(&mut conn, "a", "cart-3").await.unwrap(),
-        ReleaseReservation::AlreadyReleased { quantity: 5 }
+        Release::AlreadyReleased { quantity: 5 }
     );
     assert_eq!(
         s.commit(&mut conn, "a", "cart-3").await.unwrap(),
@@ -977,7 +977,7 @@ async fn reserve_commit_release_and_unknown_ids() {
     );
     assert_eq!(
         s.release(&mut conn, "a", "never").await.unwrap(),
-        ReleaseReservation::Unknown
+        Release::Unknown
     );
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 6);
     assert_eq!(raw_reservations(&server, &s, "a").await.len(), 1);
@@ -985,7 +985,7 @@ async fn reserve_commit_release_and_unknown_ids() {
     s.reserve(&mut conn, "a", 1, MINUTE, "x{y}").await.unwrap();
     assert_eq!(
         s.release(&mut conn, "a", "x{y}").await.unwrap(),
-        ReleaseReservation::Released {
+        Release::Released {
             quantity: 1,
             stock: 6
         }
@@ -1166,7 +1166,7 @@ async fn an_expired_reservation_returns_to_stock_lazily_and_only_once() {
     );
     assert_eq!(
         s.release(&mut conn, "a", "gone").await.unwrap(),
-        ReleaseReservation::Unknown
+        Release::Unknown
     );
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 0);
     assert!(s
@@ -1376,7 +1376,7 @@ async fn reservations_work_on_a_cluster() {
         );
         assert_eq!(
             s.release(&mut conn, "a", "back").await.unwrap(),
-            ReleaseReservation::Released {
+            Release::Released {
                 quantity: 3,
                 stock: 8
             }
@@ -1398,4 +1398,45 @@ async fn reservations_work_on_a_cluster() {
         assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 0);
         assert_eq!(s.stock(&mut conn, "b").await.unwrap(), 0);
     }
+}
+
+#[tokio::test]
+async fn a_store_places_an_order_of_its_own_lines() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let s = store("own-lines");
+    s.set(&mut conn, "mug", 3).await.unwrap();
+    s.set(&mut conn, "tee", 1).await.unwrap();
+    let placed = s
+        .place_order(&mut conn, [("mug", 2), ("tee", 1)], Some("o-1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        placed,
+        Order::Placed {
+            remaining: vec![1, 0]
+        }
+    );
+    // A retry with the same id changes nothing and answers the original.
+    let again = s
+        .place_order(&mut conn, [("mug", 2), ("tee", 1)], Some("o-1"))
+        .await
+        .unwrap();
+    assert!(matches!(again, Order::Duplicate { .. }), "{again:?}");
+    // All or nothing: one short line, nothing deducted.
+    let short = s
+        .place_order(&mut conn, [("mug", 1), ("tee", 1)], None)
+        .await
+        .unwrap();
+    assert!(matches!(short, Order::Insufficient { .. }), "{short:?}");
+    assert_eq!(s.stock(&mut conn, "mug").await.unwrap(), 1);
+    // Bad lines are refused before anything is sent.
+    let bad = s.place_order(&mut conn, [("mug", 0)], None).await;
+    assert!(matches!(bad, Err(Error::InvalidInput { .. })), "{bad:?}");
+    let empty = s.place_order(&mut conn, [], None).await;
+    assert!(
+        matches!(empty, Err(Error::InvalidInput { .. })),
+        "{empty:?}"
+    );
+    assert_eq!(s.stock(&mut conn, "mug").await.unwrap(), 1);
 }

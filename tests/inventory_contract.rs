@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redkit::inventory::{Commit, Decrement, Inventory, Order, ReleaseReservation, Reserve, Store};
+use redkit::inventory::{Commit, Decrement, Inventory, Order, Release, Reserve, Store};
 use redkit::script::Replication;
 use redkit::Error;
 use support::{RedisServer, ReplicatedPair};
@@ -608,7 +608,7 @@ async fn a_settled_reservation_stays_settled_under_redelivery() {
     );
     assert_eq!(
         s.release(&mut conn, "a", "cart-2").await.unwrap(),
-        ReleaseReservation::AlreadyReleased { quantity: 2 }
+        Release::AlreadyReleased { quantity: 2 }
     );
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 6);
 

@@ -7,7 +7,7 @@
 //!   so all SKUs of one store live in one Cluster slot and a multi-SKU order is one script call.
 //! - Outcomes are values: [`Decrement`], [`Restock`], [`Order`] (with [`Shortage`]s).
 //! - Reservations ([`Store::reserve`], [`Store::commit`], [`Store::release`]; outcomes
-//!   [`Reserve`], [`Commit`], [`ReleaseReservation`]): units held for a TTL, deducted from
+//!   [`Reserve`], [`Commit`], [`Release`]): units held for a TTL, deducted from
 //!   stock at once; an expired reservation goes back to stock lazily, inside the next script
 //!   that touches the SKU, with no sweeper process.
 //!
@@ -57,5 +57,5 @@ mod store;
 pub use config::{Inventory, InventoryBuilder};
 pub use order::OrderLine;
 pub use outcome::{Decrement, Order, Restock, Shortage};
-pub use reservation::{Commit, ReleaseReservation, Reserve};
+pub use reservation::{Commit, Release, Reserve};
 pub use store::Store;

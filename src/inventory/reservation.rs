@@ -123,15 +123,15 @@ impl Commit {
 /// The outcome of [`Store::release`].
 ///
 /// ```
-/// use redkit::inventory::ReleaseReservation;
-/// let released = ReleaseReservation::Released { quantity: 2, stock: 10 };
+/// use redkit::inventory::Release;
+/// let released = Release::Released { quantity: 2, stock: 10 };
 /// assert!(released.is_released());
-/// assert!(ReleaseReservation::AlreadyReleased { quantity: 2 }.is_released());
-/// assert!(!ReleaseReservation::Unknown.is_released());
+/// assert!(Release::AlreadyReleased { quantity: 2 }.is_released());
+/// assert!(!Release::Unknown.is_released());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ReleaseReservation {
+pub enum Release {
     /// The reservation was live: its units are back in stock and it is gone.
     Released {
         /// Units returned.
@@ -156,9 +156,9 @@ pub enum ReleaseReservation {
     Unknown,
 }
 
-impl ReleaseReservation {
-    /// `true` when the units went back to stock: [`ReleaseReservation::Released`] now or
-    /// [`ReleaseReservation::AlreadyReleased`] by an earlier call.
+impl Release {
+    /// `true` when the units went back to stock: [`Release::Released`] now or
+    /// [`Release::AlreadyReleased`] by an earlier call.
     pub fn is_released(&self) -> bool {
         matches!(self, Self::Released { .. } | Self::AlreadyReleased { .. })
     }
@@ -370,8 +370,8 @@ impl Store {
 
     /// Releases the live reservation `reservation_id` of `sku`: its units go back to stock.
     /// Safe to retry like [`commit`](Self::commit): a repeat within the retention answers
-    /// [`ReleaseReservation::AlreadyReleased`] (or `AlreadyCommitted`) and changes nothing.
-    /// [`ReleaseReservation::Unknown`] (nothing changed) when there is no such reservation.
+    /// [`Release::AlreadyReleased`] (or `AlreadyCommitted`) and changes nothing.
+    /// [`Release::Unknown`] (nothing changed) when there is no such reservation.
     /// Errors as for [`reserve`](Self::reserve).
     ///
     /// ```no_run
@@ -386,7 +386,7 @@ impl Store {
         conn: &mut C,
         sku: &str,
         reservation_id: &str,
-    ) -> Result<ReleaseReservation> {
+    ) -> Result<Release> {
         self.release_with(conn, sku, reservation_id, None)
             .await
             .map(|a| a.outcome)
@@ -411,7 +411,7 @@ impl Store {
         sku: &str,
         reservation_id: &str,
         replication: Replication,
-    ) -> Result<Acked<ReleaseReservation>> {
+    ) -> Result<Acked<Release>> {
         self.release_with(conn, sku, reservation_id, Some(replication))
             .await
     }
@@ -422,22 +422,22 @@ impl Store {
         sku: &str,
         reservation_id: &str,
         replication: Option<Replication>,
-    ) -> Result<Acked<ReleaseReservation>> {
+    ) -> Result<Acked<Release>> {
         let mut call = self.reservation_call(sku, "release", reservation_id)?;
         call.arg(self.inventory().inner().retention_ms);
         let (script, tag, numbers, acked) = self.run(conn, &call, replication).await?;
         let outcome = match (tag.as_str(), numbers.as_slice()) {
-            ("ok", [quantity, stock]) => Ok(ReleaseReservation::Released {
+            ("ok", [quantity, stock]) => Ok(Release::Released {
                 quantity: *quantity,
                 stock: *stock,
             }),
-            ("released", [quantity]) => Ok(ReleaseReservation::AlreadyReleased {
+            ("released", [quantity]) => Ok(Release::AlreadyReleased {
                 quantity: *quantity,
             }),
-            ("committed", [quantity]) => Ok(ReleaseReservation::AlreadyCommitted {
+            ("committed", [quantity]) => Ok(Release::AlreadyCommitted {
                 quantity: *quantity,
             }),
-            ("none", []) => Ok(ReleaseReservation::Unknown),
+            ("none", []) => Ok(Release::Unknown),
             ("unknown", []) => Err(unknown_sku(sku)),
             _ => Err(malformed(script, &tag, &numbers)),
         }?;

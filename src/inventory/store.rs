@@ -116,6 +116,35 @@ impl Store {
         ))
     }
 
+    /// Places an all-or-nothing order of `(sku, quantity)` lines in this store: one script
+    /// call, like [`Inventory::place_order`], but built from one store so its lines cannot
+    /// mix stores (no `CrossSlot` at run time). Every line is validated before anything is
+    /// sent; an empty order is refused.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::inventory::{Inventory, Order};
+    /// let berlin = Inventory::new("shop:inv")?.store("berlin")?;
+    /// match berlin.place_order(&mut conn, [("mug", 1), ("tee", 2)], Some("order-1001")).await? {
+    ///     Order::Placed { remaining } => println!("placed, left: {remaining:?}"),
+    ///     Order::Insufficient { short } => println!("short: {short:?}"),
+    ///     other => println!("{other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn place_order<'a, C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        lines: impl IntoIterator<Item = (&'a str, u64)>,
+        request_id: Option<&str>,
+    ) -> Result<super::Order> {
+        let lines = lines
+            .into_iter()
+            .map(|(sku, quantity)| self.line(sku, quantity))
+            .collect::<Result<Vec<_>>>()?;
+        self.inventory.place_order(conn, &lines, request_id).await
+    }
+
     /// Sets (initialises or overwrites) the stock of `sku` to `stock`
     /// (0..=[`Inventory::MAX_QUANTITY`]). Overwriting a value that is not an integer is how
     /// corrupt stock is repaired; a key of another Redis type is refused
