@@ -711,10 +711,20 @@ async fn reclaim_of_ten_thousand_expired_holds_is_bounded_per_call() {
         assert!(calls < 2_000, "reclaim does not converge");
     }
     assert_eq!(stock, total - 1);
+    // Thousands of entries: a reply that can take longer than redis-rs's default 500 ms
+    // response timeout on a loaded machine.
+    let mut slow_reader = server
+        .client()
+        .get_multiplexed_async_connection_with_config(
+            &redis::AsyncConnectionConfig::new()
+                .set_response_timeout(Some(Duration::from_secs(60))),
+        )
+        .await
+        .unwrap();
     let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
         .arg("GET")
         .arg(-1)
-        .query_async(&mut conn)
+        .query_async(&mut slow_reader)
         .await
         .unwrap();
     let mut durations = Vec::new();
