@@ -1,6 +1,7 @@
 //! Property tests: public constructors, builders and options never panic, whatever the input,
-//! and what they accept is consistent with what they promise. (Areas with their own property
-//! tests: inventory, lock, script calls; this file covers the rest.)
+//! and what they accept is consistent with what they promise: limiter, keys, replication,
+//! admin, middleware, script calls, locks and inventory. (tests/lock_contract.rs also calls
+//! `acquire` with extreme options against a real server.)
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
@@ -294,6 +295,51 @@ mod lock {
             prop_assert_eq!(FencingToken::new(f) < FencingToken::new(g), f < g);
             prop_assert_eq!(FencingToken::new(f).to_string(), f.to_string());
             let _ = timeout;
+        }
+    }
+}
+
+/// Inventory section: prefixes, retention, store ids, SKUs and quantities of any shape.
+mod inventory {
+    use super::*;
+    use redkit::inventory::Inventory;
+
+    fn any_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just(String::new()),
+            ".{0,40}",
+            "[a-z:{}%]{0,300}",
+            proptest::collection::vec(any::<char>(), 0..600)
+                .prop_map(|c| c.into_iter().collect::<String>()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn constructors_never_panic_and_keep_keys_in_one_slot(
+            prefix in any_text(),
+            retention in any_duration(),
+            store in any_text(),
+            sku in any_text(),
+            quantity in any::<u64>(),
+        ) {
+            let built = Inventory::builder(&prefix).retention(retention).build();
+            if let Ok(inventory) = built {
+                prop_assert!(retention >= Duration::from_millis(1));
+                prop_assert!(retention <= Inventory::MAX_RETENTION);
+                if let Ok(s) = inventory.store(&store) {
+                    if let (Ok(stock), Ok(line)) = (s.sku_key(&sku), s.line(&sku, quantity)) {
+                        prop_assert!(quantity >= 1 && quantity <= Inventory::MAX_QUANTITY);
+                        prop_assert_eq!(line.quantity(), quantity);
+                        // Every key of a store hashes to the store's slot.
+                        let slot = |k: &str| redis::cluster_routing::Slot::for_key(k.as_bytes());
+                        prop_assert_eq!(slot(&stock), slot(&s.request_key("r").unwrap()));
+                        prop_assert_eq!(slot(&stock), slot(&s.reservation_key(&sku).unwrap()));
+                    }
+                }
+            }
         }
     }
 }
