@@ -331,7 +331,7 @@ mod inventory {
                 prop_assert!(retention <= Inventory::MAX_RETENTION);
                 if let Ok(s) = inventory.store(&store) {
                     if let (Ok(stock), Ok(line)) = (s.sku_key(&sku), s.line(&sku, quantity)) {
-                        prop_assert!(quantity >= 1 && quantity <= Inventory::MAX_QUANTITY);
+                        prop_assert!((1..=Inventory::MAX_QUANTITY).contains(&quantity));
                         prop_assert_eq!(line.quantity(), quantity);
                         // Every key of a store hashes to the store's slot.
                         let slot = |k: &str| redis::cluster_routing::Slot::for_key(k.as_bytes());
