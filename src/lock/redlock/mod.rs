@@ -23,7 +23,7 @@ use crate::script::{script_error, Call, Registry, Script, ScriptManager};
 /// The Redlock algorithm over N independent masters (N odd: 3 or 5 typically).
 ///
 /// - **acquire**: `SET key token NX PX ttl` on every node concurrently, each bounded by the
-///   [node timeout](Self::node_timeout) (much smaller than the ttl, so a dead or frozen node
+///   [node timeout](Self::with_node_timeout) (much smaller than the ttl, so a dead or frozen node
 ///   costs little). Success needs a quorum of N/2+1 *and* a validity left:
 ///   `ttl − elapsed − drift` (drift: 1 % of the ttl + 2 ms unless
 ///   [`LockOptions::drift`] says otherwise), measured with [`Instant`] from before the first
