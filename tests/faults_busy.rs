@@ -90,7 +90,10 @@ async fn busy_server_refuses_calls_until_the_script_is_killed_or_ends() {
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let killed = admin.kill().await.unwrap();
-    assert!(killed[0].value == Some(KillOutcome::Unkillable), "{killed:?}");
+    assert!(
+        killed[0].value == Some(KillOutcome::Unkillable),
+        "{killed:?}"
+    );
     let (mut busy, mut attempted) = (0u64, 0u64);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

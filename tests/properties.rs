@@ -230,7 +230,6 @@ mod calls {
     }
 }
 
-
 /// Lock section: every `LockOptions` setter and the lock constructors with extreme values.
 /// (tests/lock_contract.rs then calls `acquire` with such options against a real server.)
 mod lock {
