@@ -481,6 +481,20 @@ async fn poisoned_keys_change_nothing() {
         &snapshot(&mut admin).await,
         "renew/release on a string",
     );
+    // A wake-up key of the wrong type: release refuses before removing the permit.
+    let permit = acquired(&sem, &mut conn, "w", 1, &ttl(10_000)).await;
+    let wake = format!("{}:wake", sem.key("w").unwrap());
+    run(redis::cmd("HSET").arg(&wake).arg("f").arg("1"), &mut admin).await;
+    let before = snapshot(&mut admin).await;
+    match sem.release(&mut conn, permit).await {
+        Err(Error::WrongType { script }) => assert_eq!(script, "semaphore_release.v2"),
+        other => panic!("{other:?}"),
+    }
+    assert_unchanged(
+        &before,
+        &snapshot(&mut admin).await,
+        "release with a hash wake key",
+    );
 }
 
 /// A connection as a user allowed everything but `denied`.
@@ -528,8 +542,10 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
         "pexpire",
     ];
     let renew_uses = ["type", "time", "zscore", "zadd", "pttl", "pexpire"];
-    let release_uses = ["type", "time", "zscore", "zrem"];
-    for denied in acquire_uses.iter().chain(["zrem"].iter()) {
+    let release_uses = [
+        "type", "time", "zscore", "zrem", "lpush", "ltrim", "pexpire",
+    ];
+    for denied in acquire_uses.iter().chain(["zrem", "lpush", "ltrim"].iter()) {
         let mut conn = denied_conn(&server, &format!("u-{denied}"), denied).await;
         // acquire: a new owner (trims, adds) and the holder's retry (refreshes).
         for token in [OTHER, TOKEN] {
@@ -566,11 +582,169 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
         check(
             sem.release(&mut conn, permit).await,
             uses,
-            "semaphore_release.v1",
+            "semaphore_release.v2",
             &case,
         );
         if uses {
             assert_unchanged(&before, &snapshot(&mut admin).await, &case);
         }
     }
+}
+
+async fn blocked_acquire(
+    server: &RedisServer,
+    resource: &str,
+    permits: u32,
+    wait: Duration,
+) -> tokio::task::JoinHandle<(redkit::Result<PermitAcquire>, Instant)> {
+    let sem = sem();
+    let mut own = server.conn().await;
+    let resource = resource.to_owned();
+    tokio::spawn(async move {
+        let outcome = sem
+            .acquire_blocking(&mut own, &resource, permits, &ttl(10_000), wait)
+            .await;
+        (outcome, Instant::now())
+    })
+}
+
+#[tokio::test]
+async fn a_blocked_acquire_wakes_on_release_not_at_the_lease_end() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let sem = sem();
+    let mut latencies = Vec::new();
+    for _ in 0..20 {
+        let held = acquired(&sem, &mut conn, "handoff", 1, &ttl(10_000)).await;
+        let waiter = blocked_acquire(&server, "handoff", 1, Duration::from_secs(5)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await; // let it block
+        let released = Instant::now();
+        assert_eq!(
+            sem.release(&mut conn, held).await.unwrap(),
+            Release::Released
+        );
+        let (outcome, woke) = waiter.await.unwrap();
+        let PermitAcquire::Acquired(next) = outcome.unwrap() else {
+            panic!("not acquired")
+        };
+        latencies.push(woke - released);
+        assert_eq!(
+            sem.release(&mut conn, next).await.unwrap(),
+            Release::Released
+        );
+    }
+    latencies.sort();
+    let (median, max) = (
+        latencies[latencies.len() / 2],
+        latencies[latencies.len() - 1],
+    );
+    println!("release -> blocked waiter holds: median {median:?}, max {max:?}");
+    // The lease was 10 s: a wake-up in well under a second came from the notification.
+    assert!(max < Duration::from_secs(1), "{max:?}");
+}
+
+#[tokio::test]
+async fn a_blocked_acquire_takes_a_crashed_holders_permit_at_its_lease_end_and_honours_its_deadline(
+) {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let sem = sem();
+    let lease = Duration::from_millis(400);
+    let crashed = acquired(&sem, &mut conn, "c", 1, &ttl(400)).await;
+    let granted = Instant::now();
+    drop(crashed);
+    let (outcome, woke) = blocked_acquire(&server, "c", 1, Duration::from_secs(5))
+        .await
+        .await
+        .unwrap();
+    assert!(outcome.unwrap().is_acquired());
+    let after = woke - granted;
+    assert!(
+        after <= lease + Duration::from_millis(150),
+        "too late: {after:?}"
+    );
+    assert!(
+        after >= lease - Duration::from_millis(50),
+        "too early: {after:?}"
+    );
+    // Held for 10 s: a 300 ms wait gives up with Full after its deadline, not much later.
+    let started = Instant::now();
+    let (outcome, gave_up) = blocked_acquire(&server, "c", 1, Duration::from_millis(300))
+        .await
+        .await
+        .unwrap();
+    assert!(matches!(
+        outcome.unwrap(),
+        PermitAcquire::Full { holders: 1, .. }
+    ));
+    let waited = gave_up - started;
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(1),
+        "{waited:?}"
+    );
+    let zero = sem
+        .acquire_blocking(&mut conn, "c", 1, &ttl(1_000), Duration::ZERO)
+        .await;
+    assert!(matches!(
+        zero,
+        Err(Error::InvalidInput { what: "wait", .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_blocked_acquirers_under_churn_all_get_a_permit_and_never_exceed_it() {
+    let server = RedisServer::spawn().await;
+    let permits = 3;
+    let peak = Arc::new(AtomicI64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..64 {
+        let sem = sem();
+        let mut own = server.conn().await;
+        let peak = Arc::clone(&peak);
+        tasks.push(tokio::spawn(async move {
+            let outcome = sem
+                .acquire_blocking(
+                    &mut own,
+                    "churn",
+                    permits,
+                    &ttl(20_000),
+                    Duration::from_secs(60),
+                )
+                .await
+                .unwrap();
+            let PermitAcquire::Acquired(permit) = outcome else {
+                panic!("{outcome:?}")
+            };
+            let now: i64 = redis::cmd("INCR")
+                .arg("inside")
+                .query_async(&mut own)
+                .await
+                .unwrap();
+            assert!(now <= i64::from(permits), "{now} holders at once");
+            peak.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let _: i64 = redis::cmd("DECR")
+                .arg("inside")
+                .query_async(&mut own)
+                .await
+                .unwrap();
+            assert_eq!(
+                sem.release(&mut own, permit).await.unwrap(),
+                Release::Released
+            );
+        }));
+    }
+    let started = Instant::now();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(90), task)
+            .await
+            .expect("bounded")
+            .unwrap();
+    }
+    // Leases were 20 s: finishing well before one lease means no waiter missed its wake-up
+    // (a lost wake-up would only be rescued at a lease end).
+    let took = started.elapsed();
+    println!("64 blocked acquirers, 3 permits: {took:?}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    assert_eq!(peak.load(Ordering::SeqCst), i64::from(permits));
 }

@@ -22,6 +22,7 @@ mod outcome;
 mod permit;
 mod redlock;
 mod semaphore;
+mod semaphore_wait;
 mod single;
 mod token;
 mod watchdog;

@@ -71,6 +71,7 @@ impl PermitAcquire {
 pub struct PermitGuard {
     pub(crate) key: String,
     pub(crate) token: String,
+    pub(crate) permits: u32,
     pub(crate) holders: u32,
     pub(crate) ttl: Duration,
     pub(crate) drift: Duration,
@@ -139,6 +140,7 @@ impl fmt::Debug for PermitGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PermitGuard")
             .field("key", &self.key)
+            .field("permits", &self.permits)
             .field("holders", &self.holders)
             .field("ttl", &self.ttl)
             .field("validity", &self.validity())

@@ -15,10 +15,16 @@ use crate::error::{Error, Result};
 use crate::keys;
 use crate::script::{Call, Registry, Script, ScriptManager};
 
+/// The wake-up list of a semaphore key: a release pushes one entry, a blocked acquire pops.
+pub(super) fn wake_key_of(key: &str) -> String {
+    format!("{key}:wake")
+}
+
 /// A counting semaphore on one Redis server or a Redis Cluster: at most `permits` owners hold
 /// a resource at once, each with an owner token and a lease measured by the server's clock.
 ///
-/// One key per resource, `<prefix>:{<resource>}`: a sorted set of holders (member = owner
+/// Keys per resource: `<prefix>:{<resource>}:wake`, a short list that wakes blocked
+/// acquirers, and `<prefix>:{<resource>}`: a sorted set of holders (member = owner
 /// token, score = lease end in ms of Redis `TIME`). Every acquire first drops the holders
 /// whose lease ended (`ZREMRANGEBYSCORE`), so **a crashed holder's permit comes back when its
 /// lease ends**, never later. The key's TTL follows the longest lease (no forever-keys).
@@ -50,11 +56,11 @@ use crate::script::{Call, Registry, Script, ScriptManager};
 /// ```
 #[derive(Debug, Clone)]
 pub struct Semaphore {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 #[derive(Debug)]
-struct Inner {
+pub(super) struct Inner {
     prefix: String,
     manager: ScriptManager,
     acquire: &'static Script,
@@ -95,7 +101,7 @@ impl Semaphore {
                 manager,
                 acquire: registry.require("semaphore_acquire", 1)?,
                 renew: registry.require("semaphore_renew", 1)?,
-                release: registry.require("semaphore_release", 1)?,
+                release: registry.require("semaphore_release", 2)?,
             }),
         })
     }
@@ -225,6 +231,7 @@ impl Semaphore {
                 let guard = PermitGuard {
                     key: key.to_owned(),
                     token: token.to_owned(),
+                    permits,
                     holders: count(*holders)?,
                     ttl,
                     drift,
@@ -250,7 +257,8 @@ impl Semaphore {
         }
     }
 
-    /// Gives the permit back at once (and stops its watchdog). [`Release::NotOwner`] when the
+    /// Gives the permit back at once (and stops its watchdog), and wakes one caller blocked
+    /// in [`acquire_blocking`](Self::acquire_blocking). [`Release::NotOwner`] when the
     /// lease had already ended (the permit may have been given to someone else meanwhile).
     ///
     /// ```no_run
@@ -269,7 +277,10 @@ impl Semaphore {
         guard.watchdog = None;
         guard.clock.expire();
         let mut call = Call::new(self.inner.release);
-        call.key(&guard.key).arg(&guard.token);
+        call.key(&guard.key)
+            .key(wake_key_of(&guard.key))
+            .arg(&guard.token)
+            .arg(guard.permits);
         let released: i64 = self.inner.manager.invoke(conn, &call).await?;
         Ok(if status(self.inner.release, released)? {
             Release::Released
