@@ -748,3 +748,50 @@ async fn sixty_four_blocked_acquirers_under_churn_all_get_a_permit_and_never_exc
     assert!(took < Duration::from_secs(20), "{took:?}");
     assert_eq!(peak.load(Ordering::SeqCst), i64::from(permits));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_acquire_on_a_cluster_wakes_on_release() {
+    let cluster = RedisCluster::spawn().await;
+    let mut conn = cluster.conn().await;
+    let sem = sem();
+    let held = acquired(&sem, &mut conn, "c-handoff", 1, &ttl(10_000)).await;
+    let mut waiters = Vec::new();
+    for _ in 0..4 {
+        let (sem, mut own) = (sem.clone(), cluster.conn().await);
+        waiters.push(tokio::spawn(async move {
+            let outcome = sem
+                .acquire_blocking(
+                    &mut own,
+                    "c-handoff",
+                    1,
+                    &ttl(10_000),
+                    Duration::from_secs(8),
+                )
+                .await
+                .unwrap();
+            let PermitAcquire::Acquired(permit) = outcome else {
+                panic!("{outcome:?}")
+            };
+            let at = Instant::now();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert_eq!(
+                sem.release(&mut own, permit).await.unwrap(),
+                Release::Released
+            );
+            at
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    assert_eq!(
+        sem.release(&mut conn, held).await.unwrap(),
+        Release::Released
+    );
+    let mut last = released;
+    for waiter in waiters {
+        last = last.max(waiter.await.unwrap());
+    }
+    // Four hand-overs, each on a release: far below one 10 s lease.
+    let took = last - released;
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}
