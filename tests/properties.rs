@@ -317,15 +317,14 @@ mod coordination {
             first in any_duration(),
             max in any_duration(),
         ) {
-            for key in [
+            let keys = [
                 Semaphore::with_prefix(ScriptManager::new(), &prefix).and_then(|s| s.key(&name)),
                 Versioned::with_prefix(ScriptManager::new(), &prefix).and_then(|v| v.key(&name)),
-            ] {
-                if let Ok(key) = key {
-                    prop_assert_eq!(key.matches('{').count(), 1, "{}", key);
-                    prop_assert_eq!(key.matches('}').count(), 1, "{}", key);
-                    prop_assert!(key.ends_with('}'), "{}", key);
-                }
+            ];
+            for key in keys.into_iter().flatten() {
+                prop_assert_eq!(key.matches('{').count(), 1, "{}", key);
+                prop_assert_eq!(key.matches('}').count(), 1, "{}", key);
+                prop_assert!(key.ends_with('}'), "{}", key);
             }
             let policy = RetryPolicy::new().attempts(attempts).backoff(first, max);
             prop_assert_eq!(policy.get_attempts(), attempts);
