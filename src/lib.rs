@@ -13,6 +13,7 @@ pub mod lock;
 pub mod middleware;
 pub mod rate_limit;
 pub mod script;
+pub mod versioned;
 
 pub use error::{Error, Result};
 pub use script::{Call, CallOutcome, Registry, Script, ScriptManager, Stats};

@@ -43,6 +43,24 @@ const INVENTORY: &[&str] = &[
 const LOCK: &[&str] = &[
     "get", "set", "del", "incr", "pttl", "pexpire", "time", "hget", "hset",
 ];
+/// Commands the semaphore scripts call (plus `blpop`, sent by `acquire_blocking`).
+const SEMAPHORE: &[&str] = &[
+    "type",
+    "time",
+    "zrange",
+    "zremrangebyscore",
+    "zscore",
+    "zcard",
+    "zadd",
+    "zrem",
+    "pttl",
+    "pexpire",
+    "lpush",
+    "ltrim",
+    "blpop",
+];
+/// Commands the versioned-value scripts call.
+const VERSIONED: &[&str] = &["type", "hmget", "hset"];
 
 fn area(script: &str) -> &'static [&'static str] {
     if script.starts_with("fixed_window") {
@@ -51,6 +69,10 @@ fn area(script: &str) -> &'static [&'static str] {
         INVENTORY
     } else if script.starts_with("lock_") || script.starts_with("fenced_set") {
         LOCK
+    } else if script.starts_with("semaphore_") {
+        SEMAPHORE
+    } else if script.starts_with("versioned_") {
+        VERSIONED
     } else {
         panic!("script {script} belongs to no documented area: document its ACL")
     }
@@ -130,13 +152,22 @@ fn setuser(name: &str, extra: &[&str]) -> Vec<String> {
         .chain(LIMITER)
         .chain(INVENTORY)
         .chain(LOCK)
+        .chain(SEMAPHORE)
+        .chain(VERSIONED)
         .copied()
         .collect();
     args.extend(cmds.iter().map(|c| format!("+{c}")));
     args.extend(
-        ["~rk:rl:*", "~shop:*", "~redkit:lock:*", "~app:*"]
-            .iter()
-            .map(|s| s.to_string()),
+        [
+            "~rk:rl:*",
+            "~shop:*",
+            "~redkit:lock:*",
+            "~redkit:sem:*",
+            "~redkit:ver:*",
+            "~app:*",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
     );
     args.extend(extra.iter().map(|s| s.to_string()));
     args
@@ -232,4 +263,60 @@ async fn one_permission_less_is_refused_and_writes_nothing() {
     );
     let keys: Vec<String> = server.cmd(&["KEYS", "*"]).await;
     assert!(keys.is_empty(), "a refused call wrote {keys:?}");
+}
+
+#[tokio::test]
+async fn a_user_with_only_the_semaphore_and_versioned_acl_runs_both() {
+    let server = RedisServer::spawn().await;
+    let mut args: Vec<String> = ["ACL", "SETUSER", "coord", "reset", "on", ">pw", "-@all"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let cmds: BTreeSet<&str> = BASE
+        .iter()
+        .chain(SEMAPHORE)
+        .chain(VERSIONED)
+        .copied()
+        .collect();
+    args.extend(cmds.iter().map(|c| format!("+{c}")));
+    args.extend(["~redkit:sem:*".to_string(), "~redkit:ver:*".to_string()]);
+    setuser_on(&server, args).await;
+    let mut conn = as_user(&server, "coord").await;
+    let mut waiter = as_user(&server, "coord").await;
+
+    let sem = redkit::lock::Semaphore::new();
+    let options = LockOptions::new().ttl(Duration::from_secs(5));
+    let redkit::lock::PermitAcquire::Acquired(mut permit) = sem
+        .try_acquire(&mut conn, "job", 1, &options)
+        .await
+        .unwrap()
+    else {
+        panic!("not acquired")
+    };
+    assert_eq!(
+        sem.renew(&mut conn, &mut permit).await.unwrap(),
+        Renew::Renewed
+    );
+    let blocked = {
+        let sem = sem.clone();
+        let options = options.clone();
+        tokio::spawn(async move {
+            sem.acquire_blocking(&mut waiter, "job", 1, &options, Duration::from_secs(3))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        sem.release(&mut conn, permit).await.unwrap(),
+        Release::Released
+    );
+    assert!(blocked.await.unwrap().unwrap().is_acquired());
+
+    let v = redkit::versioned::Versioned::new();
+    assert!(v
+        .compare_and_set(&mut conn, "cfg", 0, b"a")
+        .await
+        .unwrap()
+        .is_set());
+    assert_eq!(v.read(&mut conn, "cfg").await.unwrap().version, 1);
 }

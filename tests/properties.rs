@@ -343,3 +343,36 @@ mod inventory {
         }
     }
 }
+
+mod coordination {
+    use super::*;
+    use redkit::lock::Semaphore;
+    use redkit::versioned::{RetryPolicy, Snapshot, Versioned};
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn coordination_constructors_never_panic_and_keys_hold_one_hash_tag(
+            prefix in ".{0,100}",
+            name in ".{0,600}",
+            attempts in any::<u32>(),
+            first in any_duration(),
+            max in any_duration(),
+        ) {
+            let keys = [
+                Semaphore::new().with_prefix(&prefix).and_then(|s| s.key(&name)),
+                Versioned::new().with_prefix(&prefix).and_then(|v| v.key(&name)),
+            ];
+            for key in keys.into_iter().flatten() {
+                prop_assert_eq!(key.matches('{').count(), 1, "{}", key);
+                prop_assert_eq!(key.matches('}').count(), 1, "{}", key);
+                prop_assert!(key.ends_with('}'), "{}", key);
+            }
+            let policy = RetryPolicy::new().attempts(attempts).backoff(first, max);
+            prop_assert_eq!(policy.get_attempts(), attempts);
+            let s = Snapshot { value: None, version: u64::from(attempts) };
+            prop_assert_eq!(s.exists(), attempts > 0);
+        }
+    }
+}

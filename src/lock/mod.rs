@@ -8,6 +8,8 @@
 //!   [`LeaseSignal`] fired when the lease is lost; [`Lock::with_lock`] wraps it all.
 //! - [`Lock::fenced_set`]: a write that storage refuses when a newer fencing token wrote first.
 //! - [`Redlock`]: a quorum lock over N independent masters.
+//! - [`Semaphore`]: N leased permits per resource; a crashed holder's permit comes back when
+//!   its lease ends.
 //!
 //! Outcomes are values ([`Acquire`], [`Release`], [`Renew`], [`FencedWrite`], [`WithLock`]);
 //! errors are for bad input and for not being able to find out.
@@ -17,7 +19,10 @@ mod fencing;
 mod guard;
 mod options;
 mod outcome;
+mod permit;
 mod redlock;
+mod semaphore;
+mod semaphore_wait;
 mod single;
 mod token;
 mod watchdog;
@@ -27,7 +32,9 @@ pub use fencing::MAX_FENCED_KEY_LEN;
 pub use guard::LockGuard;
 pub use options::LockOptions;
 pub use outcome::{Acquire, FencedWrite, LeaseLoss, Release, Renew};
+pub use permit::{PermitAcquire, PermitGuard};
 pub use redlock::{Redlock, RedlockAcquire, RedlockGuard, RedlockRelease};
+pub use semaphore::Semaphore;
 pub use single::Lock;
 pub use token::FencingToken;
 pub use watchdog::LeaseSignal;

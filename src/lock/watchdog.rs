@@ -11,7 +11,43 @@ use tokio_util::sync::CancellationToken;
 
 use super::guard::{deadline, Clock};
 use super::outcome::{LeaseLoss, Renew};
+use super::semaphore::Semaphore;
 use super::single::Lock;
+use crate::error::Result;
+
+/// What a watchdog renews: a lock's key or a semaphore permit.
+#[derive(Debug, Clone)]
+pub(crate) enum Renewer {
+    Lock(Lock),
+    Semaphore(Semaphore),
+}
+
+impl From<Lock> for Renewer {
+    fn from(lock: Lock) -> Self {
+        Self::Lock(lock)
+    }
+}
+
+impl From<Semaphore> for Renewer {
+    fn from(semaphore: Semaphore) -> Self {
+        Self::Semaphore(semaphore)
+    }
+}
+
+impl Renewer {
+    async fn renew<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Renew> {
+        match self {
+            Self::Lock(lock) => lock.renew_raw(conn, key, token, ttl).await,
+            Self::Semaphore(semaphore) => semaphore.renew_raw(conn, key, token, ttl).await,
+        }
+    }
+}
 
 /// Tells the work done under a lock that the lease is gone.
 ///
@@ -97,14 +133,20 @@ pub(crate) struct Lease {
 }
 
 /// Spawns the watchdog on the current tokio runtime (`None` outside a runtime).
-pub(crate) fn spawn<C>(lock: Lock, conn: C, lease: Lease) -> Option<WatchdogHandle>
+pub(crate) fn spawn<C>(renewer: impl Into<Renewer>, conn: C, lease: Lease) -> Option<WatchdogHandle>
 where
     C: ConnectionLike + Send + 'static,
 {
     let runtime = tokio::runtime::Handle::try_current().ok()?;
     let signal = LeaseSignal::new();
     let stop = CancellationToken::new();
-    let task = runtime.spawn(run(lock, conn, lease, signal.clone(), stop.clone()));
+    let task = runtime.spawn(run(
+        renewer.into(),
+        conn,
+        lease,
+        signal.clone(),
+        stop.clone(),
+    ));
     Some(WatchdogHandle { signal, stop, task })
 }
 
@@ -118,7 +160,7 @@ async fn unless_stopped<F: Future>(stop: &CancellationToken, fut: F) -> Option<F
 }
 
 async fn run<C: ConnectionLike>(
-    lock: Lock,
+    lock: Renewer,
     mut conn: C,
     lease: Lease,
     signal: LeaseSignal,
@@ -151,7 +193,7 @@ async fn run<C: ConnectionLike>(
         let started = Instant::now();
         let attempt = tokio::time::timeout(
             remaining,
-            lock.renew_raw(&mut conn, &lease.key, &lease.token, lease.ttl),
+            lock.renew(&mut conn, &lease.key, &lease.token, lease.ttl),
         );
         let Some(result) = unless_stopped(&stop, attempt).await else {
             return;

@@ -1,0 +1,150 @@
+//! [`PermitGuard`] and [`PermitAcquire`]: a held semaphore permit, and the outcome of asking
+//! for one.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::guard::Clock;
+use super::watchdog::{LeaseSignal, WatchdogHandle};
+
+/// Result of a semaphore acquire ([`Semaphore::acquire`](super::Semaphore::acquire)).
+///
+/// ```no_run
+/// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+/// use redkit::lock::{LockOptions, PermitAcquire};
+/// match sem.acquire(&mut conn, "pdf-render", 4, &LockOptions::new()).await? {
+///     PermitAcquire::Acquired(permit) => { /* work, then */ sem.release(&mut conn, permit).await?; }
+///     PermitAcquire::Full { holders, retry_after } => {
+///         println!("{holders} holders; the first lease ends in {retry_after:?}");
+///     }
+///     _ => {}
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum PermitAcquire {
+    /// One permit is ours until the guard's validity runs out (or it is released).
+    Acquired(PermitGuard),
+    /// Every permit is held by another owner (after all retries the options allow).
+    Full {
+        /// Unexpired holders, as last seen.
+        holders: u32,
+        /// Until the earliest of their leases ends, as last seen (by the server's clock).
+        retry_after: Duration,
+    },
+}
+
+impl PermitAcquire {
+    /// `true` for [`PermitAcquire::Acquired`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let full = redkit::lock::PermitAcquire::Full { holders: 3, retry_after: Duration::ZERO };
+    /// assert!(!full.is_acquired());
+    /// ```
+    pub fn is_acquired(&self) -> bool {
+        matches!(self, Self::Acquired(_))
+    }
+}
+
+/// A held semaphore permit: the semaphore key, the owner token and a local validity deadline.
+///
+/// Give it back with [`Semaphore::release`](super::Semaphore::release); renew it with
+/// [`Semaphore::renew`](super::Semaphore::renew) or a watchdog
+/// ([`Semaphore::watch`](super::Semaphore::watch)). The validity is measured locally from
+/// before the acquire was sent: `ttl − elapsed − drift`, moved forward by every renewal.
+///
+/// **Dropping it without releasing** stops its watchdog and sends nothing: the permit comes
+/// back when its lease ends on the server (a crashed holder never leaks a permit).
+///
+/// ```no_run
+/// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+/// use redkit::lock::{LockOptions, PermitAcquire};
+/// if let PermitAcquire::Acquired(permit) = sem.acquire(&mut conn, "jobs", 8, &LockOptions::new()).await? {
+///     println!("{} of 8 permits held, valid for {:?}", permit.holders(), permit.validity());
+///     sem.release(&mut conn, permit).await?;
+/// }
+/// # Ok(()) }
+/// ```
+pub struct PermitGuard {
+    pub(crate) key: String,
+    pub(crate) token: String,
+    pub(crate) permits: u32,
+    pub(crate) holders: u32,
+    pub(crate) ttl: Duration,
+    pub(crate) drift: Duration,
+    pub(crate) clock: Arc<Clock>,
+    pub(crate) watchdog: Option<WatchdogHandle>,
+}
+
+impl PermitGuard {
+    /// The Redis key of the semaphore (`<prefix>:{<resource>}`).
+    ///
+    /// ```no_run
+    /// # fn run(permit: redkit::lock::PermitGuard) { println!("{}", permit.key()); }
+    /// ```
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Holders (this one included) right after this permit was taken.
+    ///
+    /// ```no_run
+    /// # fn run(permit: redkit::lock::PermitGuard) { assert!(permit.holders() >= 1); }
+    /// ```
+    pub fn holders(&self) -> u32 {
+        self.holders
+    }
+
+    /// The lease length requested at acquire (and at every renewal).
+    ///
+    /// ```no_run
+    /// # fn run(permit: redkit::lock::PermitGuard) { println!("{:?}", permit.ttl()); }
+    /// ```
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// How much of the lease is left, by the local clock (zero once lost or run out).
+    ///
+    /// ```no_run
+    /// # fn run(permit: redkit::lock::PermitGuard) { println!("{:?}", permit.validity()); }
+    /// ```
+    pub fn validity(&self) -> Duration {
+        self.clock.remaining()
+    }
+
+    /// `true` while the local validity has not run out and no watchdog reported a loss.
+    ///
+    /// ```no_run
+    /// # fn run(permit: redkit::lock::PermitGuard) { if !permit.is_valid() { return; } }
+    /// ```
+    pub fn is_valid(&self) -> bool {
+        !self.validity().is_zero()
+    }
+
+    /// The loss signal of this permit's watchdog, if one runs.
+    ///
+    /// ```no_run
+    /// # fn run(permit: redkit::lock::PermitGuard) { println!("{}", permit.lease_signal().is_some()); }
+    /// ```
+    pub fn lease_signal(&self) -> Option<&LeaseSignal> {
+        self.watchdog.as_ref().map(|w| &w.signal)
+    }
+}
+
+impl fmt::Debug for PermitGuard {
+    /// The owner token is a secret (it allows releasing the permit): never printed.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PermitGuard")
+            .field("key", &self.key)
+            .field("permits", &self.permits)
+            .field("holders", &self.holders)
+            .field("ttl", &self.ttl)
+            .field("validity", &self.validity())
+            .field("watchdog", &self.watchdog.is_some())
+            .finish_non_exhaustive()
+    }
+}

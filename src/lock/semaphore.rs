@@ -1,0 +1,401 @@
+//! [`Semaphore`]: N leased permits per resource, one script round trip per step.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+
+use super::guard::{deadline, Clock};
+use super::options::LockOptions;
+use super::outcome::{status, Release, Renew};
+use super::permit::{PermitAcquire, PermitGuard};
+use super::token::owner_token;
+use super::watchdog::{self, LeaseSignal};
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::script::{Call, Registry, Script, ScriptManager};
+
+/// The wake-up list of a semaphore key: a release pushes one entry, a blocked acquire pops.
+pub(super) fn wake_key_of(key: &str) -> String {
+    format!("{key}:wake")
+}
+
+/// A counting semaphore on one Redis server or a Redis Cluster: at most `permits` owners hold
+/// a resource at once, each with an owner token and a lease measured by the server's clock.
+///
+/// Keys per resource: `<prefix>:{<resource>}:wake`, a short list that wakes blocked
+/// acquirers, and `<prefix>:{<resource>}`: a sorted set of holders (member = owner
+/// token, score = lease end in ms of Redis `TIME`). Every acquire first drops the holders
+/// whose lease ended (`ZREMRANGEBYSCORE`), so **a crashed holder's permit comes back when its
+/// lease ends**, never later. The key's TTL follows the longest lease (no forever-keys).
+///
+/// Every caller of one resource must pass the same `permits`: the count is not stored.
+/// [`LockOptions`] gives the lease (`ttl`), waiting (`retries`, `retry_delay`, `jitter`,
+/// `max_wait`), the drift allowance and an optional caller-supplied owner `token` (an acquire
+/// retried with the same token finds its own permit); `require_replicas` is not supported
+/// here and is refused with [`Error::InvalidInput`].
+///
+/// Cheap to clone (an `Arc`). Generic over any [`ConnectionLike`].
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// use std::time::Duration;
+/// use redkit::lock::{LockOptions, PermitAcquire, Semaphore};
+/// use redkit::ScriptManager;
+///
+/// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+/// let mut conn = client.get_multiplexed_async_connection().await?;
+/// let sem = Semaphore::new();
+/// let wait = LockOptions::new().ttl(Duration::from_secs(10)).retries(100);
+/// // at most 3 exports at once, across every process
+/// if let PermitAcquire::Acquired(permit) = sem.acquire(&mut conn, "export", 3, &wait).await? {
+///     // ... work ...
+///     sem.release(&mut conn, permit).await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Semaphore {
+    pub(super) inner: Arc<Inner>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Inner {
+    prefix: String,
+    manager: ScriptManager,
+    acquire: &'static Script,
+    renew: &'static Script,
+    release: &'static Script,
+}
+
+impl Semaphore {
+    /// Prefix of every key unless another is chosen.
+    pub const DEFAULT_PREFIX: &'static str = "redkit:sem";
+    /// Most permits one resource may have.
+    pub const MAX_PERMITS: u32 = 1_000_000;
+
+    /// A semaphore with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its own
+    /// [`ScriptManager`] (share one with [`with_manager`](Self::with_manager)).
+    ///
+    /// ```
+    /// let x = redkit::lock::Semaphore::new();
+    /// assert_eq!(x.key("a{b}")?, "redkit:sem:{a%7Bb%7D}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn new() -> Self {
+        let registry = Registry::global();
+        // Embedded at compile time; tests/manifest.rs keeps them present.
+        let script = |name: &str, version: u32| {
+            registry
+                .get(name, version)
+                .unwrap_or_else(|| panic!("{name}.v{version} is embedded in lua/"))
+        };
+        Self {
+            inner: Arc::new(Inner {
+                prefix: Self::DEFAULT_PREFIX.to_owned(),
+                manager: ScriptManager::new(),
+                acquire: script("semaphore_acquire", 1),
+                renew: script("semaphore_renew", 1),
+                release: script("semaphore_release", 2),
+            }),
+        }
+    }
+
+    /// Puts the keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
+    ///
+    /// ```
+    /// assert!(redkit::lock::Semaphore::new().with_prefix("app:x").is_ok());
+    /// assert!(redkit::lock::Semaphore::new().with_prefix("bad prefix").is_err());
+    /// ```
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
+        keys::validate_prefix("prefix", prefix)?;
+        Arc::make_mut(&mut self.inner).prefix = prefix.to_owned();
+        Ok(self)
+    }
+
+    /// Runs every call through `manager` (e.g. one shared by the whole application).
+    ///
+    /// ```
+    /// let x = redkit::lock::Semaphore::new().with_manager(redkit::ScriptManager::new());
+    /// # let _ = x;
+    /// ```
+    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
+        Arc::make_mut(&mut self.inner).manager = manager;
+        self
+    }
+
+    /// The key holding `resource`'s holders (escaped, bounded: see [`keys`](crate::keys)).
+    ///
+    /// ```
+    /// let sem = redkit::lock::Semaphore::new();
+    /// assert!(sem.key("").is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn key(&self, resource: &str) -> Result<String> {
+        let tag = keys::escape_part("resource", resource)?;
+        Ok(keys::tagged(&self.inner.prefix, &tag))
+    }
+
+    /// One attempt: takes a permit when fewer than `permits` unexpired holders exist (or this
+    /// attempt's owner token already holds one: its lease is refreshed), else
+    /// [`PermitAcquire::Full`]. Same as [`acquire`](Self::acquire) with no retries.
+    ///
+    /// ```no_run
+    /// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::lock::LockOptions;
+    /// let outcome = sem.try_acquire(&mut conn, "crawler", 10, &LockOptions::new()).await?;
+    /// println!("{}", outcome.is_acquired());
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        permits: u32,
+        options: &LockOptions,
+    ) -> Result<PermitAcquire> {
+        self.acquire(conn, resource, permits, &options.clone().retries(0))
+            .await
+    }
+
+    /// Acquires one of `permits` permits of `resource`, waiting as the options allow (up to
+    /// `retries` more attempts, paused by `retry_delay` + random `jitter`, none started after
+    /// `max_wait`). Every attempt uses one owner token: [`LockOptions::token`] when set, else
+    /// a fresh random one.
+    ///
+    /// Fails with [`Error::InvalidInput`] before anything is sent for an empty or too long
+    /// resource, `permits` outside `1..=`[`MAX_PERMITS`](Self::MAX_PERMITS), invalid options
+    /// or `require_replicas`; with [`Error::WrongType`] when the key is not a sorted set, with
+    /// [`Error::CorruptData`] when a stored lease ends further away than the longest lease
+    /// allowed, with [`Error::PermissionDenied`] when the ACL user may not run one of the
+    /// script's commands (nothing written in these cases); and with [`Error::Timeout`] when
+    /// the acquire took the whole lease (the permit is then released again).
+    ///
+    /// ```no_run
+    /// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::lock::{LockOptions, PermitAcquire};
+    /// let wait = LockOptions::new().retries(1000).max_wait(Duration::from_secs(5));
+    /// if let PermitAcquire::Acquired(permit) = sem.acquire(&mut conn, "gpu", 2, &wait).await? {
+    ///     sem.release(&mut conn, permit).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        permits: u32,
+        options: &LockOptions,
+    ) -> Result<PermitAcquire> {
+        let ttl_ms = options.validate()?;
+        if options.get_replication().is_some() {
+            return Err(Error::invalid(
+                "options",
+                "require_replicas is not supported by Semaphore",
+            ));
+        }
+        if permits == 0 || permits > Self::MAX_PERMITS {
+            return Err(Error::invalid(
+                "permits",
+                format!("must be 1 to {}", Self::MAX_PERMITS),
+            ));
+        }
+        let key = self.key(resource)?;
+        let token = match options.get_token() {
+            Some(token) => token.to_owned(),
+            None => owner_token(),
+        };
+        let give_up = options.give_up_at(Instant::now());
+        let mut attempt = 0;
+        loop {
+            let outcome = self
+                .attempt(conn, &key, &token, permits, ttl_ms, options)
+                .await?;
+            if outcome.is_acquired() || attempt >= options.get_retries() {
+                return Ok(outcome);
+            }
+            let pause = options.pause();
+            if LockOptions::pause_ends_too_late(pause, give_up) {
+                return Ok(outcome);
+            }
+            tokio::time::sleep(pause).await;
+            attempt += 1;
+        }
+    }
+
+    async fn attempt<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &str,
+        token: &str,
+        permits: u32,
+        ttl_ms: u64,
+        options: &LockOptions,
+    ) -> Result<PermitAcquire> {
+        let script = self.inner.acquire;
+        let mut call = Call::new(script);
+        call.key(key).arg(token).arg(permits).arg(ttl_ms);
+        let started = Instant::now();
+        let reply: Vec<i64> = self.inner.manager.invoke(conn, &call).await?;
+        let count = |n: i64| {
+            u32::try_from(n)
+                .map_err(|_| Error::unexpected(script.id(), format!("holder count {n}")))
+        };
+        match reply.as_slice() {
+            [1, holders] => {
+                let ttl = Duration::from_millis(ttl_ms);
+                let drift = options.drift_allowance();
+                let guard = PermitGuard {
+                    key: key.to_owned(),
+                    token: token.to_owned(),
+                    permits,
+                    holders: count(*holders)?,
+                    ttl,
+                    drift,
+                    clock: Clock::new(deadline(started, ttl, drift)),
+                    watchdog: None,
+                };
+                if !guard.is_valid() {
+                    let elapsed = started.elapsed();
+                    tracing::warn!(key = %guard.key, ?elapsed, "acquire took the whole lease");
+                    self.release(conn, guard).await?;
+                    return Err(Error::Timeout(elapsed));
+                }
+                Ok(PermitAcquire::Acquired(guard))
+            }
+            [0, holders, retry_after] => Ok(PermitAcquire::Full {
+                holders: count(*holders)?,
+                retry_after: Duration::from_millis(u64::try_from(*retry_after).unwrap_or(0)),
+            }),
+            other => Err(Error::unexpected(
+                script.id(),
+                format!("reply {other:?} is neither [1, holders] nor [0, holders, ms]"),
+            )),
+        }
+    }
+
+    /// Gives the permit back at once (and stops its watchdog), and wakes one caller blocked
+    /// in [`acquire_blocking`](Self::acquire_blocking). [`Release::NotOwner`] when the
+    /// lease had already ended (the permit may have been given to someone else meanwhile).
+    ///
+    /// ```no_run
+    /// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection, permit: redkit::lock::PermitGuard) -> redkit::Result<()> {
+    /// use redkit::lock::Release;
+    /// if sem.release(&mut conn, permit).await? == Release::NotOwner {
+    ///     eprintln!("the lease had ended: more than N holders may have overlapped");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn release<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        mut guard: PermitGuard,
+    ) -> Result<Release> {
+        guard.watchdog = None;
+        guard.clock.expire();
+        let mut call = Call::new(self.inner.release);
+        call.key(&guard.key)
+            .key(wake_key_of(&guard.key))
+            .arg(&guard.token)
+            .arg(guard.permits);
+        let released: i64 = self.inner.manager.invoke(conn, &call).await?;
+        Ok(if status(self.inner.release, released)? {
+            Release::Released
+        } else {
+            Release::NotOwner
+        })
+    }
+
+    /// Extends the permit's lease to its ttl from now (server time) if it has not ended, and
+    /// moves the local validity forward; [`Renew::Lost`] otherwise (the guard is then no
+    /// longer valid).
+    ///
+    /// ```no_run
+    /// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection, mut permit: redkit::lock::PermitGuard) -> redkit::Result<()> {
+    /// use redkit::lock::Renew;
+    /// if sem.renew(&mut conn, &mut permit).await? == Renew::Lost {
+    ///     return Ok(()); // stop: the permit may belong to someone else now
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn renew<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        guard: &mut PermitGuard,
+    ) -> Result<Renew> {
+        let started = Instant::now();
+        let outcome = self
+            .renew_raw(conn, &guard.key, &guard.token, guard.ttl)
+            .await?;
+        match outcome {
+            Renew::Renewed => guard.clock.set(deadline(started, guard.ttl, guard.drift)),
+            Renew::Lost => guard.clock.expire(),
+        }
+        Ok(outcome)
+    }
+
+    pub(super) async fn renew_raw<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Renew> {
+        // The ttl was validated at acquire: at most 30 days of ms.
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let mut call = Call::new(self.inner.renew);
+        call.key(key).arg(token).arg(ttl_ms);
+        let renewed: i64 = self.inner.manager.invoke(conn, &call).await?;
+        Ok(if status(self.inner.renew, renewed)? {
+            Renew::Renewed
+        } else {
+            Renew::Lost
+        })
+    }
+
+    /// Starts a watchdog for `permit`: a background task on the current tokio runtime that
+    /// renews the lease about every ttl/3 over `conn` (a clone of yours) until the permit is
+    /// released or dropped, and fires the returned signal when the lease is lost. Calling it
+    /// again returns the running watchdog's signal. Fails with [`Error::InvalidInput`]
+    /// outside a tokio runtime.
+    ///
+    /// ```no_run
+    /// # async fn run(sem: redkit::lock::Semaphore, conn: redis::aio::MultiplexedConnection, mut permit: redkit::lock::PermitGuard) -> redkit::Result<()> {
+    /// let lost = sem.watch(&conn, &mut permit)?;
+    /// tokio::select! {
+    ///     loss = lost.lost() => eprintln!("permit lost: {loss:?}"),
+    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+    /// }
+    /// let mut conn = conn;
+    /// sem.release(&mut conn, permit).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn watch<C>(&self, conn: &C, permit: &mut PermitGuard) -> Result<LeaseSignal>
+    where
+        C: ConnectionLike + Clone + Send + 'static,
+    {
+        if let Some(running) = &permit.watchdog {
+            return Ok(running.signal.clone());
+        }
+        let lease = watchdog::Lease {
+            key: permit.key.clone(),
+            token: permit.token.clone(),
+            ttl: permit.ttl,
+            drift: permit.drift,
+            clock: Arc::clone(&permit.clock),
+        };
+        let handle = watchdog::spawn(self.clone(), conn.clone(), lease)
+            .ok_or_else(|| Error::invalid("runtime", "the watchdog needs a tokio runtime"))?;
+        let signal = handle.signal.clone();
+        permit.watchdog = Some(handle);
+        Ok(signal)
+    }
+}
+
+impl Default for Semaphore {
+    /// [`Semaphore::new`].
+    fn default() -> Self {
+        Self::new()
+    }
+}
