@@ -60,7 +60,7 @@ async fn checkout<C: ConnectionLike>(
     };
     // A duplicate carries the first outcome: answer exactly what the first attempt decided.
     let outcome = match outcome {
-        Order::Duplicate { original } => *original,
+        Order::Duplicate { original } => original.into_inner(),
         other => other,
     };
     Ok(match outcome {

@@ -436,10 +436,11 @@ async fn one_request_id_deducts_once_sequentially_and_concurrently() {
     assert_eq!(first, Decrement::Decremented { remaining: 48 });
     for _ in 0..9 {
         assert_eq!(
-            s.decrement(conn, "a", 2, Some("order-1")).await.unwrap(),
-            Decrement::Duplicate {
-                original: Box::new(first.clone())
-            }
+            s.decrement(conn, "a", 2, Some("order-1"))
+                .await
+                .unwrap()
+                .original(),
+            Some(&first.clone())
         );
     }
     assert_eq!(s.stock(conn, "a").await.unwrap(), 48);
@@ -457,7 +458,7 @@ async fn one_request_id_deducts_once_sequentially_and_concurrently() {
     let mut duplicates = Vec::new();
     for copy in copies {
         match copy.await.unwrap() {
-            Decrement::Duplicate { original } => duplicates.push(*original),
+            Decrement::Duplicate { original } => duplicates.push(original.into_inner()),
             other => applied.push(other),
         }
     }
@@ -483,22 +484,12 @@ async fn one_request_id_deducts_once_sequentially_and_concurrently() {
             .place_order(conn, &lines, Some("order-3"))
             .await
             .unwrap();
-        assert_eq!(
-            again,
-            Order::Duplicate {
-                original: Box::new(placed.clone())
-            }
-        );
+        assert_eq!(again.original(), Some(&placed.clone()));
     }
     let restocked = s.restock(conn, "a", 10, Some("delivery-1")).await.unwrap();
     assert_eq!(restocked, Restock::Restocked { stock: 50 });
     let again = s.restock(conn, "a", 10, Some("delivery-1")).await.unwrap();
-    assert_eq!(
-        again,
-        Restock::Duplicate {
-            original: Box::new(restocked)
-        }
-    );
+    assert_eq!(again.original(), Some(&restocked));
     assert_eq!(s.stock(conn, "a").await.unwrap(), 50);
 
     // An insufficient outcome is remembered too: a retry after a restock still answers it.
@@ -506,10 +497,11 @@ async fn one_request_id_deducts_once_sequentially_and_concurrently() {
     assert_eq!(short, Decrement::Insufficient { available: 50 });
     s.restock(conn, "a", 20, None).await.unwrap();
     assert_eq!(
-        s.decrement(conn, "a", 60, Some("order-4")).await.unwrap(),
-        Decrement::Duplicate {
-            original: Box::new(short)
-        }
+        s.decrement(conn, "a", 60, Some("order-4"))
+            .await
+            .unwrap()
+            .original(),
+        Some(&short)
     );
     assert_eq!(s.stock(conn, "a").await.unwrap(), 70);
 

@@ -903,10 +903,8 @@ async fn acked_operations_report_replica_acknowledgement() {
         .await
         .unwrap();
     assert_eq!(
-        again.outcome,
-        Decrement::Duplicate {
-            original: Box::new(Decrement::Decremented { remaining: 6 })
-        }
+        again.outcome.original(),
+        Some(&Decrement::Decremented { remaining: 6 })
     );
     assert_eq!(again.replicas, 1, "the replica caught up");
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 5);
@@ -962,10 +960,8 @@ async fn retries_after_client_timeouts_apply_once_with_a_request_id_and_twice_wi
         .await
         .unwrap();
     assert_eq!(
-        retry,
-        Decrement::Duplicate {
-            original: Box::new(Decrement::Decremented { remaining: 9 })
-        }
+        retry.original(),
+        Some(&Decrement::Decremented { remaining: 9 })
     );
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 9, "deducted once");
 

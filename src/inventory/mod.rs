@@ -56,6 +56,6 @@ mod store;
 
 pub use config::{Inventory, InventoryBuilder};
 pub use order::OrderLine;
-pub use outcome::{Decrement, Order, Restock, Shortage};
+pub use outcome::{Decrement, Order, Original, Restock, Shortage};
 pub use reservation::{Commit, Release, Reserve};
 pub use store::Store;

@@ -3,7 +3,7 @@
 use redis::aio::ConnectionLike;
 
 use super::config::{Inventory, Mode};
-use super::outcome::{Order, Shortage};
+use super::outcome::{Order, Original, Shortage};
 use super::reply::Reply;
 use super::store::{unknown_sku, Store};
 use crate::error::{Error, Result};
@@ -146,7 +146,7 @@ fn order_outcome(script: &Script, lines: &[OrderLine], reply: Reply) -> Result<O
             Ok(Order::Insufficient { short })
         }
         Reply::Duplicate(original) => Ok(Order::Duplicate {
-            original: Box::new(order_outcome(script, lines, *original)?),
+            original: Original::new(order_outcome(script, lines, *original)?),
         }),
         Reply::Conflict => Ok(Order::IdReused),
         Reply::Unknown(i) => Err(unknown_sku(lines.get(i).map_or("?", |l| l.sku.as_str()))),

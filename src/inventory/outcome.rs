@@ -1,12 +1,65 @@
 //! The business outcomes of inventory operations: values, never errors.
 
+use std::ops::Deref;
+
+/// The outcome of the first request with a request id, carried by a `Duplicate` answer.
+///
+/// Only redkit builds one, and never around another `Duplicate`: duplicates do not nest.
+/// Derefs to the outcome.
+///
+/// ```
+/// # fn show(d: redkit::inventory::Decrement) {
+/// use redkit::inventory::Decrement;
+/// if let Decrement::Duplicate { original } = &d {
+///     println!("already handled, applied: {}", original.is_applied());
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Original<T>(Box<T>);
+
+impl<T> Original<T> {
+    pub(super) fn new(first: T) -> Self {
+        Self(Box::new(first))
+    }
+
+    /// The first outcome.
+    ///
+    /// ```
+    /// # fn show(o: &redkit::inventory::Original<redkit::inventory::Order>) {
+    /// let first: &redkit::inventory::Order = o.get();
+    /// # let _ = first; }
+    /// ```
+    pub fn get(&self) -> &T {
+        &self.0
+    }
+
+    /// The first outcome, by value.
+    ///
+    /// ```
+    /// # fn show(o: redkit::inventory::Original<redkit::inventory::Order>) {
+    /// let first: redkit::inventory::Order = o.into_inner();
+    /// # let _ = first; }
+    /// ```
+    pub fn into_inner(self) -> T {
+        *self.0
+    }
+}
+
+impl<T> Deref for Original<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// The outcome of [`Store::decrement`](super::Store::decrement).
 ///
 /// ```
 /// use redkit::inventory::Decrement;
 /// let first = Decrement::Decremented { remaining: 7 };
-/// let retry = Decrement::Duplicate { original: Box::new(first.clone()) };
-/// assert!(first.is_applied() && retry.is_applied());
+/// assert!(first.is_applied() && first.original().is_none());
 /// assert!(!Decrement::Insufficient { available: 0 }.is_applied());
 /// assert!(!Decrement::IdReused.is_applied());
 /// ```
@@ -27,7 +80,7 @@ pub enum Decrement {
     /// changed now. `original` is the first outcome (never itself a `Duplicate`).
     Duplicate {
         /// The outcome of the first request with this id.
-        original: Box<Decrement>,
+        original: Original<Decrement>,
     },
     /// The request id was already used within the retention for a *different* request
     /// (other operation, SKUs or quantities): nothing changed, nothing recorded.
@@ -35,6 +88,20 @@ pub enum Decrement {
 }
 
 impl Decrement {
+    /// The first outcome when this is a `Duplicate` answer, else `None`.
+    ///
+    /// ```
+    /// # fn show(outcome: redkit::inventory::Decrement) {
+    /// let decided = outcome.original().unwrap_or(&outcome);
+    /// # let _ = decided; }
+    /// ```
+    pub fn original(&self) -> Option<&Self> {
+        match self {
+            Self::Duplicate { original } => Some(original.get()),
+            _ => None,
+        }
+    }
+
     /// `true` when the units were (now or by the original request) deducted.
     pub fn is_applied(&self) -> bool {
         match self {
@@ -51,7 +118,6 @@ impl Decrement {
 /// use redkit::inventory::Restock;
 /// let first = Restock::Restocked { stock: 12 };
 /// assert_eq!(first.stock(), Some(12));
-/// assert_eq!(Restock::Duplicate { original: Box::new(first) }.stock(), Some(12));
 /// assert_eq!(Restock::IdReused.stock(), None);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +132,7 @@ pub enum Restock {
     /// changed now. `original` is the first outcome (never itself a `Duplicate`).
     Duplicate {
         /// The outcome of the first request with this id.
-        original: Box<Restock>,
+        original: Original<Restock>,
     },
     /// The request id was already used within the retention for a *different* request
     /// (other operation, SKUs or quantities): nothing changed, nothing recorded.
@@ -74,6 +140,20 @@ pub enum Restock {
 }
 
 impl Restock {
+    /// The first outcome when this is a `Duplicate` answer, else `None`.
+    ///
+    /// ```
+    /// # fn show(outcome: redkit::inventory::Restock) {
+    /// let decided = outcome.original().unwrap_or(&outcome);
+    /// # let _ = decided; }
+    /// ```
+    pub fn original(&self) -> Option<&Self> {
+        match self {
+            Self::Duplicate { original } => Some(original.get()),
+            _ => None,
+        }
+    }
+
     /// The stock right after the restock was applied (by this or by the original request);
     /// `None` for [`Restock::IdReused`] (nothing was applied).
     pub fn stock(&self) -> Option<u64> {
@@ -114,7 +194,6 @@ pub struct Shortage {
 /// use redkit::inventory::Order;
 /// let placed = Order::Placed { remaining: vec![3, 0] };
 /// assert!(placed.is_applied());
-/// assert!(Order::Duplicate { original: Box::new(placed) }.is_applied());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -133,7 +212,7 @@ pub enum Order {
     /// changed now. `original` is the first outcome (never itself a `Duplicate`).
     Duplicate {
         /// The outcome of the first request with this id.
-        original: Box<Order>,
+        original: Original<Order>,
     },
     /// The request id was already used within the retention for a *different* request
     /// (other operation, SKUs or quantities): nothing changed, nothing recorded.
@@ -141,6 +220,20 @@ pub enum Order {
 }
 
 impl Order {
+    /// The first outcome when this is a `Duplicate` answer, else `None`.
+    ///
+    /// ```
+    /// # fn show(outcome: redkit::inventory::Order) {
+    /// let decided = outcome.original().unwrap_or(&outcome);
+    /// # let _ = decided; }
+    /// ```
+    pub fn original(&self) -> Option<&Self> {
+        match self {
+            Self::Duplicate { original } => Some(original.get()),
+            _ => None,
+        }
+    }
+
     /// `true` when the order's units were (now or by the original request) deducted.
     pub fn is_applied(&self) -> bool {
         match self {

@@ -5,7 +5,7 @@ use redis::aio::ConnectionLike;
 
 use super::config::{check_quantity, Inventory, Mode};
 use super::order::OrderLine;
-use super::outcome::{Decrement, Restock};
+use super::outcome::{Decrement, Original, Restock};
 use super::reply::Reply;
 use crate::error::{Error, Result};
 use crate::keys;
@@ -386,7 +386,7 @@ fn decrement_outcome(script: &Script, sku: &str, reply: Reply) -> Result<Decreme
             _ => Err(Error::unexpected(script.id(), "not one line")),
         },
         Reply::Duplicate(original) => Ok(Decrement::Duplicate {
-            original: Box::new(decrement_outcome(script, sku, *original)?),
+            original: Original::new(decrement_outcome(script, sku, *original)?),
         }),
         Reply::Conflict => Ok(Decrement::IdReused),
         Reply::Unknown(_) => Err(unknown_sku(sku)),
@@ -401,7 +401,7 @@ fn restock_outcome(script: &Script, sku: &str, reply: Reply) -> Result<Restock> 
         },
         Reply::Short(_) => Err(Error::unexpected(script.id(), "a restock cannot be short")),
         Reply::Duplicate(original) => Ok(Restock::Duplicate {
-            original: Box::new(restock_outcome(script, sku, *original)?),
+            original: Original::new(restock_outcome(script, sku, *original)?),
         }),
         Reply::Conflict => Ok(Restock::IdReused),
         Reply::Unknown(_) => Err(unknown_sku(sku)),
