@@ -29,37 +29,35 @@ if not cost then
   return redis.error_reply('REDKIT_INPUT cost must be a positive integer')
 end
 
--- The one write of a path, refused as a typed error (nothing was written before it).
-local function write(...)
-  local r = redis.pcall(...)
+-- The typed error for a refused command's pcall reply (nil when it was not refused):
+-- an ACL denial, a stored value INCRBY will not parse, or WRONGTYPE as Redis says it.
+local function refused(r, cmd)
   if type(r) == 'table' and r.err then
     if string.find(r.err, "can't run", 1, true) then
-      return nil, redis.error_reply('REDKIT_NOPERM ' .. (...) .. ' on the window counter')
+      return redis.error_reply('REDKIT_NOPERM ' .. cmd .. ' on the window counter')
     end
     if string.find(r.err, 'not an integer', 1, true) then
-      return nil, redis.error_reply('REDKIT_DATA window counter is not a non-negative integer')
+      return redis.error_reply('REDKIT_DATA window counter is not a non-negative integer')
     end
-    return nil, r
+    return r
   end
-  return r
+  return nil
 end
 local function denied(cmd)
   return redis.error_reply('REDKIT_NOPERM ' .. cmd .. ' on the window counter')
 end
 
 local raw = redis.pcall('GET', key)
-if type(raw) == 'table' then
-  if string.find(raw.err, "can't run", 1, true) then
-    return denied('GET')
-  end
-  return raw -- WRONGTYPE
+local err = refused(raw, 'GET')
+if err then
+  return err
 end
 if not raw then
   -- A new window: nothing counted yet.
   if cost > limit then
     return {0, window, 0}
   end
-  local _, err = write('SET', key, ARGV[3], 'PX', ARGV[2])
+  err = refused(redis.pcall('SET', key, ARGV[3], 'PX', ARGV[2]), 'SET')
   if err then
     return err
   end
@@ -67,8 +65,9 @@ if not raw then
 end
 
 local ttl = redis.pcall('PTTL', key)
-if type(ttl) == 'table' then
-  return denied('PTTL')
+err = refused(ttl, 'PTTL')
+if err then
+  return err
 end
 -- tonumber is lenient ("5.0", " 5", "0x10"): only a hint here. An allowed request is
 -- parsed strictly by INCRBY; any other goes through the strict check below.
@@ -77,7 +76,8 @@ if hint and hint >= 0 and hint + cost <= limit then
   if ttl < 0 and not redis.acl_check_cmd('PEXPIRE', key, ARGV[2]) then
     return denied('PEXPIRE')
   end
-  local count, err = write('INCRBY', key, ARGV[3])
+  local count = redis.pcall('INCRBY', key, ARGV[3])
+  err = refused(count, 'INCRBY')
   if err then
     return err
   end
@@ -101,7 +101,7 @@ if digits <= 15 then
 end
 -- A canonical counter <= 15 digits took the path above, so this one is over the limit.
 if ttl < 0 then
-  local _, err = write('PEXPIRE', key, ARGV[2])
+  err = refused(redis.pcall('PEXPIRE', key, ARGV[2]), 'PEXPIRE')
   if err then
     return err
   end

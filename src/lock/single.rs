@@ -102,8 +102,8 @@ impl Lock {
             inner: Arc::new(Inner {
                 prefix: prefix.to_owned(),
                 manager,
-                acquire: registry.require("lock_acquire", 2)?,
-                release: registry.require("lock_release", 2)?,
+                acquire: registry.require("lock_acquire", 3)?,
+                release: registry.require("lock_release", 3)?,
                 renew: registry.require("lock_renew", 2)?,
                 fenced_set: registry.require("fenced_set", 2)?,
             }),
