@@ -32,7 +32,7 @@ fn setup(rt: &tokio::runtime::Runtime) -> Setup {
         let server = RedisServer::spawn().await;
         let conn = server.conn().await;
         let limiter = FixedWindow::new("bench", LIMIT, Duration::from_millis(WINDOW_MS)).unwrap();
-        let script = Registry::global().require("fixed_window", 2).unwrap();
+        let script = Registry::global().require("fixed_window", 3).unwrap();
         let raw = redis::Script::new(script.source());
         assert_eq!(raw.get_hash(), script.sha1());
         let mut c = conn.clone();

@@ -36,6 +36,7 @@ const INVENTORY: &[&str] = &[
     "zadd",
     "zrem",
     "zcard",
+    "zrange",
     "zrangebyscore",
     "zscore",
 ];

@@ -521,25 +521,30 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     ));
     // The scripts check again (a caller going around the Rust API).
     let manager = ScriptManager::new();
-    let acquire = Registry::global().require("lock_acquire", 2).unwrap();
-    for (token, ttl, fence_ttl) in [
-        ("0123456789abcdef0123", "0", "1000"),
-        ("short", "100", "1000"),
-        ("0123456789abcdef", "1.5", "1000"),
-        ("0123456789abcdef", "100", "99"),
-        ("0123456789abcdef", "100", "01000"),
-        ("0123456789abcdef", "100", "1e4"),
-    ] {
-        let mut call = Call::new(acquire);
-        call.key("l:{r}")
-            .key("l:{r}:fence")
-            .arg(token)
-            .arg(ttl)
-            .arg(fence_ttl);
-        assert!(matches!(
-            manager.invoke::<redis::Value, _>(&mut conn, &call).await,
-            Err(Error::InvalidInput { .. })
-        ));
+    for version in [2, 3] {
+        let acquire = Registry::global().require("lock_acquire", version).unwrap();
+        for (token, ttl, fence_ttl) in [
+            ("0123456789abcdef0123", "0", "1000"),
+            ("short", "100", "1000"),
+            ("0123456789abcdef", "1.5", "1000"),
+            ("0123456789abcdef", "100", "99"),
+            ("0123456789abcdef", "100", "01000"),
+            ("0123456789abcdef", "100", "1e4"),
+        ] {
+            let mut call = Call::new(acquire);
+            call.key("l:{r}")
+                .key("l:{r}:fence")
+                .arg(token)
+                .arg(ttl)
+                .arg(fence_ttl);
+            assert!(
+                matches!(
+                    manager.invoke::<redis::Value, _>(&mut conn, &call).await,
+                    Err(Error::InvalidInput { .. })
+                ),
+                "v{version} {token} {ttl} {fence_ttl}"
+            );
+        }
     }
     let fenced = Registry::global().require("fenced_set", 2).unwrap();
     for fence in [

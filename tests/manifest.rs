@@ -101,9 +101,9 @@ fn the_reservation_reclaim_block_is_identical_in_every_script() {
     assert_eq!(
         ids,
         [
-            "inventory_apply.v2",
-            "inventory_get.v2",
-            "inventory_reserve.v2"
+            "inventory_apply.v3",
+            "inventory_get.v3",
+            "inventory_reserve.v3"
         ],
         "get, apply and reserve carry the block"
     );

@@ -200,27 +200,29 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     }
 
     // The script validates its arguments again (second line of defence).
-    let script = Registry::global().require("fixed_window", 2).unwrap();
     let manager = ScriptManager::new();
-    for (limit, window, cost) in [
-        ("0", "1000", "1"),
-        ("5", "0", "1"),
-        ("5", "1000", "0"),
-        ("x", "1000", "1"),
-        ("5", "1.5", "1"),
-        ("05", "1000", "1"),
-        ("5", "1e3", "1"),
-        ("5", " 1000", "1"),
-        ("5", "1000", "+1"),
-        ("5", "9007199254740993", "1"),
-    ] {
-        let mut call = Call::new(script);
-        call.key("rk:rl:raw:{k:x}").arg(limit).arg(window).arg(cost);
-        let r = manager.invoke::<redis::Value, _>(&mut conn, &call).await;
-        assert!(
-            matches!(r, Err(Error::InvalidInput { .. })),
-            "{limit} {window} {cost}: {r:?}"
-        );
+    for version in [2, 3] {
+        let script = Registry::global().require("fixed_window", version).unwrap();
+        for (limit, window, cost) in [
+            ("0", "1000", "1"),
+            ("5", "0", "1"),
+            ("5", "1000", "0"),
+            ("x", "1000", "1"),
+            ("5", "1.5", "1"),
+            ("05", "1000", "1"),
+            ("5", "1e3", "1"),
+            ("5", " 1000", "1"),
+            ("5", "1000", "+1"),
+            ("5", "9007199254740993", "1"),
+        ] {
+            let mut call = Call::new(script);
+            call.key("rk:rl:raw:{k:x}").arg(limit).arg(window).arg(cost);
+            let r = manager.invoke::<redis::Value, _>(&mut conn, &call).await;
+            assert!(
+                matches!(r, Err(Error::InvalidInput { .. })),
+                "v{version} {limit} {window} {cost}: {r:?}"
+            );
+        }
     }
     let exists: i64 = server.cmd(&["EXISTS", "rk:rl:raw:{k:x}"]).await;
     assert_eq!(exists, 0);
@@ -490,6 +492,42 @@ async fn v2_refuses_every_poisoned_counter_and_writes_nothing() {
     assert!(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
     let v: String = server.cmd(&["GET", &rk]).await;
     assert_eq!(v, "1");
+}
+
+#[tokio::test]
+async fn v3_a_poisoned_counter_that_looks_small_is_refused_by_incrby_and_nothing_written() {
+    // v3 lets INCRBY parse the counter when Lua's lenient tonumber says the request fits:
+    // with a high limit every one of these takes that path, and must still be refused.
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let limiter = FixedWindow::new("poison3", 1_000_000, Duration::from_secs(10)).unwrap();
+    let key = LimitKey::text("victim").unwrap();
+    let rk = limiter.redis_key(&key);
+    let _: () = server.cmd(&["SET", "rk:other", "untouched"]).await;
+    for with_ttl in [false, true] {
+        for bad in [
+            "1e3", "0x10", "5.0", " 5", "5 ", "-0", "05", "1.5", "+5", "0x0",
+        ] {
+            let _: () = server.cmd(&["DEL", &rk]).await;
+            let _: () = server.cmd(&["SET", &rk, bad]).await;
+            if with_ttl {
+                let _: i64 = server.cmd(&["PEXPIRE", &rk, "60000"]).await;
+            }
+            let before = keyspace(&server).await;
+            let r = limiter.check(&mut conn, &key).await;
+            assert!(
+                matches!(r, Err(Error::CorruptData { .. })),
+                "{bad:?} ttl={with_ttl}: {r:?}"
+            );
+            assert_eq!(keyspace(&server).await, before, "{bad:?} ttl={with_ttl}");
+        }
+    }
+    // A canonical counter still counts, and one without a TTL gets the window.
+    let _: () = server.cmd(&["SET", &rk, "41"]).await;
+    let d = limiter.check(&mut conn, &key).await.unwrap();
+    assert!(d.is_allowed());
+    assert_eq!(d.quota().remaining(), 1_000_000 - 42);
+    assert!(pttl(&server, &rk).await > 0);
 }
 
 /// The states a counter can be found in, and the commands v2 runs in each.

@@ -338,9 +338,9 @@ impl InventoryBuilder {
                 retention_ms: u64::try_from(self.retention.as_millis()).unwrap_or(u64::MAX),
                 manager: self.manager.unwrap_or_default(),
                 set: registry.require("inventory_set", 2)?,
-                get: registry.require("inventory_get", 2)?,
-                apply: registry.require("inventory_apply", 2)?,
-                reserve: registry.require("inventory_reserve", 2)?,
+                get: registry.require("inventory_get", 3)?,
+                apply: registry.require("inventory_apply", 3)?,
+                reserve: registry.require("inventory_reserve", 3)?,
                 migrate: registry.require("inventory_migrate", 1)?,
             }),
         })

@@ -95,8 +95,8 @@ impl Lock {
             inner: Arc::new(Inner {
                 prefix: Self::DEFAULT_PREFIX.to_owned(),
                 manager: ScriptManager::new(),
-                acquire: script("lock_acquire", 2),
-                release: script("lock_release", 2),
+                acquire: script("lock_acquire", 3),
+                release: script("lock_release", 3),
                 renew: script("lock_renew", 2),
                 fenced_set: script("fenced_set", 2),
             }),

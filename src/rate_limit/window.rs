@@ -14,7 +14,7 @@ use crate::script::{script_error, Call, CallOutcome, Registry, Script, ScriptMan
 
 /// A fixed-window rate limiter shared by every instance of a service.
 ///
-/// Each check is one `EVALSHA` of `lua/fixed_window.v2.lua`, which atomically reads the
+/// Each check is one `EVALSHA` of `lua/fixed_window.v3.lua`, which atomically reads the
 /// counter, adds the cost if it fits under the limit, gives a new counter (or one found
 /// without a TTL) its expiry, and answers the count and the remaining milliseconds (PTTL).
 /// Limit, remaining and reset all come from that one round trip; time comes from Redis.
@@ -90,7 +90,7 @@ impl FixedWindow {
         }
         let window_ms =
             u64::try_from(window.as_millis()).map_err(|_| Error::invalid("window", "too long"))?;
-        let script = Registry::global().require("fixed_window", 2)?;
+        let script = Registry::global().require("fixed_window", 3)?;
         Ok(Self {
             base: format!("{}:{name}", Self::KEY_PREFIX),
             name: name.to_owned(),

@@ -102,7 +102,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         Ok(Self {
             nodes,
             manager: ScriptManager::new(),
-            release: registry.require("lock_release", 2)?,
+            release: registry.require("lock_release", 3)?,
             renew: registry.require("lock_renew", 1)?,
             prefix: Self::DEFAULT_PREFIX.to_owned(),
             node_timeout: Self::DEFAULT_NODE_TIMEOUT,
