@@ -41,8 +41,14 @@ async fn applied<C: redis::aio::ConnectionLike>(conn: &mut C, sku: &str) -> u64 
     START - 1 - stock
 }
 
+/// The scenarios of this file measure recovery times of 6-node clusters; run one at a time so
+/// that four clusters failing over at once on 2 cores do not turn timing into noise.
+static SERIAL: std::sync::LazyLock<tokio::sync::Mutex<()>> =
+    std::sync::LazyLock::new(|| tokio::sync::Mutex::new(()));
+
 #[tokio::test]
 async fn resends_of_a_call_sent_to_a_frozen_primary_are_counted() {
+    let _serial = SERIAL.lock().await;
     // A long node timeout: no failover while the primary is frozen for a few seconds.
     let mut cluster = RedisCluster::spawn_with_node_timeout(20_000).await;
     let owner = cluster.primary_index_for("fx:{s}:sku:a").await;
@@ -202,6 +208,7 @@ async fn buyer<C: redis::aio::ConnectionLike>(
 
 #[tokio::test]
 async fn a_hung_primary_costs_at_most_node_timeout_plus_3s() {
+    let _serial = SERIAL.lock().await;
     const NODE_TIMEOUT: Duration = Duration::from_millis(1_000);
     const WITHIN: Duration = Duration::from_millis(1_000 + 3_000);
     let mut cluster = RedisCluster::spawn_with_node_timeout(1_000).await;
@@ -274,6 +281,7 @@ async fn a_hung_primary_costs_at_most_node_timeout_plus_3s() {
 
 #[tokio::test]
 async fn redirects_are_followed_and_each_call_applied_once() {
+    let _serial = SERIAL.lock().await;
     let cluster = RedisCluster::spawn().await;
     let t = Timeouts::new(Duration::from_millis(500), Duration::from_millis(500)).unwrap();
     let mut conn = connect::cluster(cluster.urls(), t).await.unwrap();
@@ -387,6 +395,7 @@ struct Seen {
 
 #[tokio::test]
 async fn cluster_failover_and_primary_kill_with_buyers_limiter_and_locks() {
+    let _serial = SERIAL.lock().await;
     let mut cluster = RedisCluster::spawn_with_node_timeout(1_000).await;
     let t = Timeouts::new(Duration::from_millis(300), Duration::from_millis(200)).unwrap();
     let conn = connect::cluster(cluster.urls(), t).await.unwrap();
