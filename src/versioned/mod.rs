@@ -4,7 +4,7 @@
 //! also refuses writes older than a lock's [`FencingToken`].
 //!
 //! Key: `<prefix>:{<name>}`, a HASH `{value, version[, fence]}` (no TTL). The name is
-//! escaped and bounded (see [`keys`](crate::keys)); one key per value, so Cluster-safe.
+//! escaped and bounded (see [`crate::keys`]); one key per value, so Cluster-safe.
 
 mod outcome;
 mod retry;
