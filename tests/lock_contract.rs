@@ -39,26 +39,6 @@ async fn acquired<C: ConnectionLike>(
     }
 }
 
-/// Every key with its DUMP and PTTL.
-async fn snapshot(conn: &mut MultiplexedConnection) -> BTreeMap<Vec<u8>, (Vec<u8>, i64)> {
-    let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query_async(conn).await.unwrap();
-    let mut out = BTreeMap::new();
-    for key in keys {
-        let dump: Vec<u8> = redis::cmd("DUMP")
-            .arg(&key)
-            .query_async(conn)
-            .await
-            .unwrap();
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(&key)
-            .query_async(conn)
-            .await
-            .unwrap();
-        out.insert(key, (dump, pttl));
-    }
-    out
-}
-
 /// Same keys, same values, same TTL presence, and no TTL moved forward (time only lowers it).
 fn assert_unchanged(
     before: &BTreeMap<Vec<u8>, (Vec<u8>, i64)>,
@@ -142,13 +122,13 @@ async fn a_poisoned_fence_key_is_refused_before_any_write() {
                     .unwrap();
             }
             poison(&mut admin, &lock.fence_key(resource).unwrap(), bad).await;
-            let before = snapshot(&mut admin).await;
+            let before = support::snapshot(&mut admin).await;
             let case = format!("fence = {bad:?}, held = {held}");
             match lock.acquire(&mut conn, resource, &with_token(TOKEN)).await {
                 Err(Error::CorruptData { .. }) | Err(Error::WrongType { .. }) => {}
                 other => panic!("{case}: {other:?}"),
             }
-            assert_unchanged(&before, &snapshot(&mut admin).await, &case);
+            assert_unchanged(&before, &support::snapshot(&mut admin).await, &case);
         }
     }
 }
@@ -166,7 +146,7 @@ async fn a_poisoned_lock_key_or_fenced_value_changes_nothing() {
             .unwrap();
         let key = lock.lock_key("res").unwrap();
         poison(&mut admin, &key, bad).await;
-        let before = snapshot(&mut admin).await;
+        let before = support::snapshot(&mut admin).await;
         let case = format!("lock key = {bad:?}");
         // A string there is another owner's token (Busy); a wrong type is an error.
         match lock.acquire(&mut conn, "res", &with_token(TOKEN)).await {
@@ -174,7 +154,7 @@ async fn a_poisoned_lock_key_or_fenced_value_changes_nothing() {
             Err(Error::WrongType { .. }) if bad.starts_with('<') => {}
             other => panic!("{case}: {other:?}"),
         }
-        assert_unchanged(&before, &snapshot(&mut admin).await, &case);
+        assert_unchanged(&before, &support::snapshot(&mut admin).await, &case);
 
         // fenced_set over a poisoned stored fence (or a wrong type at the value key).
         let _: () = redis::cmd("FLUSHALL")
@@ -200,7 +180,7 @@ async fn a_poisoned_lock_key_or_fenced_value_changes_nothing() {
                 .await
                 .unwrap();
         }
-        let before = snapshot(&mut admin).await;
+        let before = support::snapshot(&mut admin).await;
         let case = format!("stored fence = {bad:?}");
         match lock
             .fenced_set(&mut conn, data, FencingToken::new(u64::MAX >> 1), "w")
@@ -209,7 +189,7 @@ async fn a_poisoned_lock_key_or_fenced_value_changes_nothing() {
             Err(Error::CorruptData { .. }) | Err(Error::WrongType { .. }) => {}
             other => panic!("{case}: {other:?}"),
         }
-        assert_unchanged(&before, &snapshot(&mut admin).await, &case);
+        assert_unchanged(&before, &support::snapshot(&mut admin).await, &case);
     }
 }
 
@@ -275,7 +255,7 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
                     .await
                     .unwrap();
             }
-            let before = snapshot(&mut admin).await;
+            let before = support::snapshot(&mut admin).await;
             let case = format!("-{denied}, {state}");
             let acquire = lock.acquire(&mut conn, "res", &with_token(TOKEN)).await;
             // v3 runs only what its path needs (v2 prechecked all five in every state):
@@ -300,7 +280,7 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
             if uses {
                 assert_unchanged(
                     &before,
-                    &snapshot(&mut admin).await,
+                    &support::snapshot(&mut admin).await,
                     &format!("{case}, acquire"),
                 );
             }
@@ -327,25 +307,25 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
                 .query_async(&mut admin)
                 .await
                 .unwrap();
-            let before = snapshot(&mut admin).await;
+            let before = support::snapshot(&mut admin).await;
             // renew (get, pexpire), fenced_set (hget, hset), release (get, del): a guard
             // for the held key, built by an idempotent acquire as the admin.
             let mut guard = acquired(&lock, &mut admin, "res", &with_token(TOKEN)).await;
-            let before_ops = snapshot(&mut admin).await;
+            let before_ops = support::snapshot(&mut admin).await;
             assert_eq!(before.len(), before_ops.len());
             let renew = lock.renew(&mut conn, &mut guard).await;
             match renew {
                 Err(Error::PermissionDenied { .. }) if ["get", "pexpire"].contains(&denied) => {
                     assert_unchanged(
                         &before_ops,
-                        &snapshot(&mut admin).await,
+                        &support::snapshot(&mut admin).await,
                         &format!("{case}, renew"),
                     )
                 }
                 Ok(Renew::Renewed) if !["get", "pexpire"].contains(&denied) => {}
                 other => panic!("{case}: renew {other:?}"),
             }
-            let before_ops = snapshot(&mut admin).await;
+            let before_ops = support::snapshot(&mut admin).await;
             let write = lock
                 .fenced_set(&mut conn, "doc:{1}", FencingToken::new(7), "w")
                 .await;
@@ -353,20 +333,20 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
                 Err(Error::PermissionDenied { .. }) if ["hget", "hset"].contains(&denied) => {
                     assert_unchanged(
                         &before_ops,
-                        &snapshot(&mut admin).await,
+                        &support::snapshot(&mut admin).await,
                         &format!("{case}, fenced_set"),
                     )
                 }
                 Ok(FencedWrite::Written) if !["hget", "hset"].contains(&denied) => {}
                 other => panic!("{case}: fenced_set {other:?}"),
             }
-            let before_ops = snapshot(&mut admin).await;
+            let before_ops = support::snapshot(&mut admin).await;
             let release = lock.release(&mut conn, guard).await;
             match release {
                 Err(Error::PermissionDenied { .. }) if ["get", "del"].contains(&denied) => {
                     assert_unchanged(
                         &before_ops,
-                        &snapshot(&mut admin).await,
+                        &support::snapshot(&mut admin).await,
                         &format!("{case}, release"),
                     )
                 }

@@ -359,26 +359,6 @@ async fn bad_input_is_refused_before_anything_is_sent() {
     }
 }
 
-/// Every key with its DUMP and PTTL.
-async fn snapshot(conn: &mut MultiplexedConnection) -> BTreeMap<Vec<u8>, (Vec<u8>, i64)> {
-    let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query_async(conn).await.unwrap();
-    let mut out = BTreeMap::new();
-    for key in keys {
-        let dump: Vec<u8> = redis::cmd("DUMP")
-            .arg(&key)
-            .query_async(conn)
-            .await
-            .unwrap();
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(&key)
-            .query_async(conn)
-            .await
-            .unwrap();
-        out.insert(key, (dump, pttl));
-    }
-    out
-}
-
 /// Same keys, same values, same TTL presence, no TTL moved forward.
 fn assert_unchanged(
     before: &BTreeMap<Vec<u8>, (Vec<u8>, i64)>,
@@ -443,7 +423,7 @@ async fn poisoned_keys_change_nothing() {
         };
         run(&mut poison, &mut admin).await;
         run(redis::cmd("PEXPIRE").arg(&key).arg(100_000), &mut admin).await;
-        let before = snapshot(&mut admin).await;
+        let before = support::snapshot(&mut admin).await;
         let outcome = sem
             .acquire(&mut conn, "p", 5, &ttl(1_000).token(TOKEN))
             .await;
@@ -456,7 +436,7 @@ async fn poisoned_keys_change_nothing() {
             }
             (_, other) => panic!("{bad}: {other:?}"),
         }
-        assert_unchanged(&before, &snapshot(&mut admin).await, bad);
+        assert_unchanged(&before, &support::snapshot(&mut admin).await, bad);
     }
     // renew and release on a key of the wrong type: WrongType, nothing changed.
     let mut permit = acquired(&sem, &mut conn, "q", 1, &ttl(10_000)).await;
@@ -467,7 +447,7 @@ async fn poisoned_keys_change_nothing() {
         &mut admin,
     )
     .await;
-    let before = snapshot(&mut admin).await;
+    let before = support::snapshot(&mut admin).await;
     assert!(matches!(
         sem.renew(&mut conn, &mut permit).await,
         Err(Error::WrongType { .. })
@@ -478,21 +458,21 @@ async fn poisoned_keys_change_nothing() {
     ));
     assert_unchanged(
         &before,
-        &snapshot(&mut admin).await,
+        &support::snapshot(&mut admin).await,
         "renew/release on a string",
     );
     // A wake-up key of the wrong type: release refuses before removing the permit.
     let permit = acquired(&sem, &mut conn, "w", 1, &ttl(10_000)).await;
     let wake = format!("{}:wake", sem.key("w").unwrap());
     run(redis::cmd("HSET").arg(&wake).arg("f").arg("1"), &mut admin).await;
-    let before = snapshot(&mut admin).await;
+    let before = support::snapshot(&mut admin).await;
     match sem.release(&mut conn, permit).await {
         Err(Error::WrongType { script }) => assert_eq!(script, "semaphore_release.v2"),
         other => panic!("{other:?}"),
     }
     assert_unchanged(
         &before,
-        &snapshot(&mut admin).await,
+        &support::snapshot(&mut admin).await,
         "release with a hash wake key",
     );
 }
@@ -550,7 +530,7 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
         // acquire: a new owner (trims, adds) and the holder's retry (refreshes).
         for token in [OTHER, TOKEN] {
             seed(&mut admin, &key).await;
-            let before = snapshot(&mut admin).await;
+            let before = support::snapshot(&mut admin).await;
             let case = format!("-{denied}, acquire as {token}");
             let outcome = sem
                 .acquire(&mut conn, "p", 5, &ttl(60_000).token(token))
@@ -558,13 +538,13 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
             let uses = acquire_uses.contains(denied);
             check(outcome, uses, "semaphore_acquire.v1", &case);
             if uses {
-                assert_unchanged(&before, &snapshot(&mut admin).await, &case);
+                assert_unchanged(&before, &support::snapshot(&mut admin).await, &case);
             }
         }
         // renew and release of TOKEN's permit (taken by an allowed connection).
         seed(&mut admin, &key).await;
         let mut permit = acquired(&sem, &mut admin, "p", 5, &ttl(60_000).token(TOKEN)).await;
-        let before = snapshot(&mut admin).await;
+        let before = support::snapshot(&mut admin).await;
         let case = format!("-{denied}, renew");
         let uses = renew_uses.contains(denied);
         check(
@@ -574,9 +554,9 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
             &case,
         );
         if uses {
-            assert_unchanged(&before, &snapshot(&mut admin).await, &case);
+            assert_unchanged(&before, &support::snapshot(&mut admin).await, &case);
         }
-        let before = snapshot(&mut admin).await;
+        let before = support::snapshot(&mut admin).await;
         let case = format!("-{denied}, release");
         let uses = release_uses.contains(denied);
         check(
@@ -586,7 +566,7 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
             &case,
         );
         if uses {
-            assert_unchanged(&before, &snapshot(&mut admin).await, &case);
+            assert_unchanged(&before, &support::snapshot(&mut admin).await, &case);
         }
     }
 }

@@ -367,26 +367,6 @@ async fn bad_input_is_refused_before_anything_is_sent() {
     }
 }
 
-/// Every key with its DUMP and PTTL.
-async fn snapshot(conn: &mut MultiplexedConnection) -> BTreeMap<Vec<u8>, (Vec<u8>, i64)> {
-    let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query_async(conn).await.unwrap();
-    let mut out = BTreeMap::new();
-    for key in keys {
-        let dump: Vec<u8> = redis::cmd("DUMP")
-            .arg(&key)
-            .query_async(conn)
-            .await
-            .unwrap();
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(&key)
-            .query_async(conn)
-            .await
-            .unwrap();
-        out.insert(key, (dump, pttl));
-    }
-    out
-}
-
 /// Same keys, same values, same TTL presence, no TTL moved forward.
 fn assert_unchanged(
     before: &BTreeMap<Vec<u8>, (Vec<u8>, i64)>,
@@ -444,7 +424,7 @@ async fn poisoned_keys_change_nothing() {
         run(redis::cmd("FLUSHALL").arg("SYNC"), &mut admin).await;
         run(redis::cmd("HSET").arg(&key).arg(fields), &mut admin).await;
         run(redis::cmd("PEXPIRE").arg(&key).arg(100_000), &mut admin).await;
-        let before = snapshot(&mut admin).await;
+        let before = support::snapshot(&mut admin).await;
         for expected in [0, 1] {
             match v
                 .compare_and_set_fenced(&mut conn, "p", expected, b"new", FencingToken::new(5))
@@ -462,7 +442,7 @@ async fn poisoned_keys_change_nothing() {
             Err(Error::CorruptData { script, .. }) => assert_eq!(script, "versioned_read.v1"),
             other => panic!("{case}: {other:?}"),
         }
-        assert_unchanged(&before, &snapshot(&mut admin).await, case);
+        assert_unchanged(&before, &support::snapshot(&mut admin).await, case);
     }
     for kind in ["string", "list", "zset"] {
         run(redis::cmd("FLUSHALL").arg("SYNC"), &mut admin).await;
@@ -476,7 +456,7 @@ async fn poisoned_keys_change_nothing() {
             _ => poison.arg(&key).arg("1"),
         };
         run(&mut poison, &mut admin).await;
-        let before = snapshot(&mut admin).await;
+        let before = support::snapshot(&mut admin).await;
         assert!(
             matches!(
                 v.compare_and_set(&mut conn, "p", 0, b"n").await,
@@ -488,7 +468,7 @@ async fn poisoned_keys_change_nothing() {
             matches!(v.read(&mut conn, "p").await, Err(Error::WrongType { .. })),
             "{kind}"
         );
-        assert_unchanged(&before, &snapshot(&mut admin).await, kind);
+        assert_unchanged(&before, &support::snapshot(&mut admin).await, kind);
     }
 }
 
@@ -520,7 +500,7 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
                     .unwrap()
                     .is_set());
             }
-            let before = snapshot(&mut admin).await;
+            let before = support::snapshot(&mut admin).await;
             let case = format!("-{denied}, exists {exists}");
             for fenced in [false, true] {
                 let expected = u64::from(exists);
@@ -537,7 +517,7 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
                     }
                     other => panic!("{case}: {other:?}"),
                 }
-                assert_unchanged(&before, &snapshot(&mut admin).await, &case);
+                assert_unchanged(&before, &support::snapshot(&mut admin).await, &case);
             }
             let read = v.read(&mut conn, "p").await;
             match (denied, read) {

@@ -544,3 +544,26 @@ impl ReplicatedPair {
         panic!("replica did not sync within {within:?}");
     }
 }
+
+/// Every key of a private server with its DUMP and PTTL: the whole keyspace, for tests that
+/// prove a refused call wrote nothing.
+pub async fn snapshot(
+    conn: &mut MultiplexedConnection,
+) -> std::collections::BTreeMap<Vec<u8>, (Vec<u8>, i64)> {
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query_async(conn).await.unwrap();
+    let mut out = std::collections::BTreeMap::new();
+    for key in keys {
+        let dump: Vec<u8> = redis::cmd("DUMP")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .unwrap();
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .unwrap();
+        out.insert(key, (dump, pttl));
+    }
+    out
+}
