@@ -450,6 +450,74 @@ async fn policies_from_toml_override_per_route() {
 }
 
 #[tokio::test]
+async fn each_route_can_use_its_own_algorithm_with_the_right_headers() {
+    let server = RedisServer::spawn().await;
+    let config: PolicyConfig = toml::from_str(
+        r#"
+        [default]
+        name = "default"
+        limit = 2
+        window_ms = 60000
+        algorithm = "sliding_window"
+
+        [[routes]]
+        path = "/login"
+        name = "login"
+        limit = 1
+        window_ms = 20000
+        algorithm = "gcra"
+        burst = 3
+        "#,
+    )
+    .unwrap();
+    let layer = RateLimitLayer::new(
+        Policies::from_config(&config).unwrap(),
+        manager(&server).await,
+    );
+    let base = serve(app(layer), true).await;
+    let http = reqwest::Client::new();
+    let login = format!("{base}/login");
+    // GCRA: 1 per 20 s, bursts of 3: q=3 per w=60 s; the bucket refills 20 s per unit.
+    for left in [2, 1, 0] {
+        let r = get_with(&http, &login, None).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(header(&r, "ratelimit-policy"), Some("\"login\";q=3;w=60"));
+        let state = header(&r, "ratelimit").unwrap().to_owned();
+        assert!(
+            state.starts_with(&format!("\"login\";r={left};t=")),
+            "{state}"
+        );
+    }
+    let r = get_with(&http, &login, None).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    // The exact wait (about 20 s) rounded up, not the 60 s until the bucket is full.
+    let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+    assert!((19..=20).contains(&retry), "{retry}");
+    assert_eq!(
+        server
+            .cmd::<i64>(&["EXISTS", "rk:gcra:login:{ip:127.0.0.1}"])
+            .await,
+        1
+    );
+    // The default policy is a sliding window with its own key.
+    for _ in 0..2 {
+        let r = get_with(&http, &base, None).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(header(&r, "ratelimit-policy"), Some("\"default\";q=2;w=60"));
+    }
+    assert_eq!(
+        get_with(&http, &base, None).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        server
+            .cmd::<String>(&["GET", "rk:sw:default:{ip:127.0.0.1}"])
+            .await,
+        "2:0"
+    );
+}
+
+#[tokio::test]
 async fn unknown_peer_gets_the_documented_behaviour_not_a_500() {
     let server = RedisServer::spawn().await;
     let http = reqwest::Client::new();

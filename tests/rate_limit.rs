@@ -395,6 +395,42 @@ async fn works_on_a_cluster() {
         .all(|r| !r.value().unwrap().is_allowed()));
 }
 
+/// Every algorithm of `Limiter` on a Cluster: one key per client, on the primary that owns its
+/// slot, no CROSSSLOT; the limit holds per client.
+#[tokio::test]
+async fn every_algorithm_works_on_a_cluster() {
+    use redkit::rate_limit::{Gcra, Limiter, SlidingWindow};
+    let cluster = RedisCluster::spawn().await;
+    let mut conn = cluster.conn().await;
+    let period = Duration::from_secs(30);
+    let limiters: Vec<Limiter> = vec![
+        FixedWindow::new("c-fixed", 3, period).unwrap().into(),
+        Gcra::new("c-gcra", 3, period).unwrap().into(),
+        SlidingWindow::new("c-sliding", 3, period).unwrap().into(),
+    ];
+    let keys: Vec<LimitKey> = (1..=12u8).map(|i| ip(&format!("10.2.0.{i}"))).collect();
+    for limiter in &limiters {
+        for key in &keys {
+            for _ in 0..3 {
+                let d = limiter.check(&mut conn, key).await.unwrap();
+                assert!(d.is_allowed(), "{}: {d:?}", limiter.name());
+            }
+            let d = limiter.check(&mut conn, key).await.unwrap();
+            assert!(!d.is_allowed(), "{}: {d:?}", limiter.name());
+        }
+        let redis_key = limiter.redis_key(&keys[0]);
+        let owner = cluster.primary_for(&redis_key).await;
+        let exists: i64 = owner.cmd(&["EXISTS", &redis_key]).await;
+        assert_eq!(exists, 1, "{redis_key} on its slot's primary");
+        assert!(limiter.reset(&mut conn, &keys[0]).await.unwrap());
+        assert!(limiter
+            .check(&mut conn, &keys[0])
+            .await
+            .unwrap()
+            .is_allowed());
+    }
+}
+
 // ---- fixed_window.v2: nothing half-applied, whatever is stored and whatever the ACL denies ----
 
 /// Every key of the (private) server: its DUMP and whether it has a TTL.
@@ -530,12 +566,13 @@ async fn v3_a_poisoned_counter_that_looks_small_is_refused_by_incrby_and_nothing
     assert!(pttl(&server, &rk).await > 0);
 }
 
-/// The states a counter can be found in, and the commands v2 runs in each.
+/// The states a counter can be found in, and the commands the current script (v4) runs in
+/// each (a limited request is counted by INCRBY and put back by the same INCRBY).
 const STATES: [(&str, &[&str]); 4] = [
-    ("new", &["GET", "SET"]),
-    ("counting", &["GET", "PTTL", "INCRBY"]),
-    ("no ttl", &["GET", "PTTL", "INCRBY", "PEXPIRE"]),
-    ("limited", &["GET", "PTTL"]),
+    ("new", &["PTTL", "SET"]),
+    ("counting", &["PTTL", "INCRBY"]),
+    ("no ttl", &["PTTL", "INCRBY", "PEXPIRE"]),
+    ("limited", &["PTTL", "INCRBY"]),
 ];
 
 async fn set_state(server: &RedisServer, rk: &str, state: &str) {
@@ -626,4 +663,32 @@ async fn v1_left_a_counter_without_ttl_when_pexpire_was_denied() {
     );
     let v: String = server.cmd(&["GET", "rk:rl:v1:{k:x}"]).await;
     assert_eq!(v, "1");
+}
+
+#[tokio::test]
+async fn v4_a_limited_request_is_put_back_and_the_keyspace_is_unchanged() {
+    // v4 counts with INCRBY first and puts the cost back when it does not fit: the counter,
+    // its encoding and its TTL must be exactly as before, for a cost of 1 and one above 1.
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let limiter = FixedWindow::new("back", 10, Duration::from_secs(60)).unwrap();
+    let key = LimitKey::text("full").unwrap();
+    let rk = limiter.redis_key(&key);
+    let _: () = server.cmd(&["SET", "rk:other", "untouched"]).await;
+    for (stored, cost) in [("10", 1), ("8", 3), ("0", 11)] {
+        let _: () = server.cmd(&["SET", &rk, stored, "PX", "60000"]).await;
+        let before = keyspace(&server).await;
+        let d = limiter.check_n(&mut conn, &key, cost).await.unwrap();
+        assert!(!d.is_allowed(), "{stored} + {cost}: {d:?}");
+        assert_eq!(keyspace(&server).await, before, "{stored} + {cost}");
+        let v: String = server.cmd(&["GET", &rk]).await;
+        assert_eq!(v, stored);
+    }
+    // What fits is counted, up to the limit exactly.
+    let _: () = server.cmd(&["SET", &rk, "7", "PX", "60000"]).await;
+    let d = limiter.check_n(&mut conn, &key, 3).await.unwrap();
+    assert!(d.is_allowed(), "{d:?}");
+    assert_eq!(d.quota().remaining(), 0);
+    let v: String = server.cmd(&["GET", &rk]).await;
+    assert_eq!(v, "10");
 }

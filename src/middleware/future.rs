@@ -11,6 +11,7 @@ type Boxed<B, E> = Pin<Box<dyn Future<Output = Result<Response<B>, E>> + Send>>;
 
 /// The response future of [`RateLimit`](super::RateLimit): the Redis check (bounded by the
 /// layer's timeout), then the inner service or a response of the layer's own.
+/// Also the future of [`ConcurrencyLimit`](super::ConcurrencyLimit).
 ///
 /// ```no_run
 /// # fn show<B, E>(f: redkit::middleware::ResponseFuture<B, E>) { let _ = f; }

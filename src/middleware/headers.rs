@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
-use crate::rate_limit::{Decision, FixedWindow};
+use crate::rate_limit::{Decision, Limiter};
 
 /// `RateLimit-Policy: "<name>";q=<limit>;w=<window seconds>`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -24,12 +24,13 @@ pub(crate) fn retry_after_secs(d: Duration) -> u64 {
 
 /// The `RateLimit-Policy` value of a limiter: built once per limiter when the layer is built.
 ///
-/// `w` (the window in seconds) is an integer in the draft; a window that is not a whole number
-/// of seconds is not rounded into a false claim: `w` is left out (it is optional) and `q`
-/// alone is sent.
-pub(crate) fn policy_value(limiter: &FixedWindow) -> Option<HeaderValue> {
+/// `q` is [`Limiter::limit`] (GCRA: the burst) and `w` [`Limiter::window`] (GCRA: the time
+/// to refill a full bucket, so `q / w` is the sustained rate). `w` is an integer in the draft;
+/// a window that is not a whole number of seconds is not rounded into a false claim: `w` is
+/// left out (it is optional) and `q` alone is sent.
+pub(crate) fn policy_value(limiter: &Limiter) -> Option<HeaderValue> {
     let window = limiter.window();
-    // Names are [A-Za-z0-9_:.-] (checked by FixedWindow::new): always a valid sf-string.
+    // Names are [A-Za-z0-9_:.-] (checked by every constructor): always a valid sf-string.
     let text = if window.subsec_nanos() == 0 && window.as_secs() > 0 {
         format!(
             "\"{}\";q={};w={}",
@@ -48,7 +49,7 @@ pub(crate) fn policy_value(limiter: &FixedWindow) -> Option<HeaderValue> {
 pub(crate) fn apply(
     headers: &mut HeaderMap,
     policy: Option<&HeaderValue>,
-    limiter: &FixedWindow,
+    limiter: &Limiter,
     decision: &Decision,
 ) {
     let quota = decision.quota();
@@ -85,11 +86,25 @@ mod tests {
 
     #[test]
     fn policy_states_the_window_only_when_it_is_whole_seconds() {
-        let l = |ms| FixedWindow::new("api", 5, Duration::from_millis(ms)).unwrap();
-        let v = |ms| policy_value(&l(ms)).unwrap().to_str().unwrap().to_owned();
-        assert_eq!(v(60_000), "\"api\";q=5;w=60");
-        assert_eq!(v(1_000), "\"api\";q=5;w=1");
-        assert_eq!(v(500), "\"api\";q=5");
-        assert_eq!(v(1_500), "\"api\";q=5");
+        use crate::rate_limit::{FixedWindow, Gcra, SlidingWindow};
+        let v = |l: Limiter| policy_value(&l).unwrap().to_str().unwrap().to_owned();
+        let fw = |ms| {
+            FixedWindow::new("api", 5, Duration::from_millis(ms))
+                .unwrap()
+                .into()
+        };
+        assert_eq!(v(fw(60_000)), "\"api\";q=5;w=60");
+        assert_eq!(v(fw(1_000)), "\"api\";q=5;w=1");
+        assert_eq!(v(fw(500)), "\"api\";q=5");
+        assert_eq!(v(fw(1_500)), "\"api\";q=5");
+        let sw = SlidingWindow::new("s", 7, Duration::from_secs(10)).unwrap();
+        assert_eq!(v(sw.into()), "\"s\";q=7;w=10");
+        // GCRA: 10/s with bursts of 20: q=20 per w=2 s.
+        let g = Gcra::new("g", 10, Duration::from_secs(1)).unwrap();
+        assert_eq!(
+            v(g.clone().with_burst(20).unwrap().into()),
+            "\"g\";q=20;w=2"
+        );
+        assert_eq!(v(g.with_burst(5).unwrap().into()), "\"g\";q=5");
     }
 }

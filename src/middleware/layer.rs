@@ -15,7 +15,7 @@ use super::policy::Policies;
 use super::respond::{DefaultResponses, RespondWith};
 use super::service::RateLimit;
 use crate::error::Result;
-use crate::rate_limit::{validate_ipv6_prefix, DEFAULT_IPV6_PREFIX};
+use crate::rate_limit::{validate_ipv6_prefix, DenyCache, DEFAULT_IPV6_PREFIX};
 
 /// What to do when Redis cannot answer within the timeout (down, unreachable, too slow) or
 /// answers with an error.
@@ -112,8 +112,9 @@ pub(crate) struct Shared<C, K, H> {
     pub(crate) respond: H,
 }
 
-/// Tower layer that rate-limits requests per client with a [`FixedWindow`](crate::rate_limit::FixedWindow)
-/// in Redis. Usable in axum, hyper and tonic stacks.
+/// Tower layer that rate-limits requests per client with a [`Limiter`](crate::rate_limit::Limiter)
+/// (fixed window, GCRA or sliding window, chosen per route) in Redis. Usable in axum, hyper
+/// and tonic stacks.
 ///
 /// Cheap to clone: one `Arc` of policies + connection + configuration, shared by every
 /// service it builds. The connection must be `Clone + Send + Sync + 'static`; use
@@ -189,6 +190,7 @@ impl<C> RateLimitLayer<C, PeerIp, DefaultResponses> {
             timeout: RateLimitBuilder::<C, PeerIp>::DEFAULT_TIMEOUT,
             ipv6_prefix: DEFAULT_IPV6_PREFIX,
             unknown: UnknownClient::default(),
+            deny_cache: None,
         }
     }
 }
@@ -198,6 +200,21 @@ impl<C, K, H> RateLimitLayer<C, K, H> {
     pub const FAIL_CLOSED_STATUS: http::StatusCode = http::StatusCode::SERVICE_UNAVAILABLE;
     /// Status of a request refused by [`UnknownClient::Reject`].
     pub const UNKNOWN_CLIENT_STATUS: http::StatusCode = http::StatusCode::BAD_REQUEST;
+
+    /// The deny cache of the policies' limiters (from
+    /// [`RateLimitBuilder::deny_cache_capacity`] or the [`PolicyConfig`](super::PolicyConfig)),
+    /// for its hit / miss counters. `None` when there is none.
+    ///
+    /// ```
+    /// # fn show<C, K>(layer: &redkit::middleware::RateLimitLayer<C, K>) {
+    /// if let Some(cache) = layer.deny_cache() {
+    ///     println!("{} requests refused without a Redis call", cache.stats().hits);
+    /// }
+    /// # }
+    /// ```
+    pub fn deny_cache(&self) -> Option<&DenyCache> {
+        self.shared.policies.limiters().find_map(|l| l.deny_cache())
+    }
 
     /// A snapshot of the counters.
     ///
@@ -273,9 +290,28 @@ pub struct RateLimitBuilder<C, K, H = DefaultResponses> {
     timeout: Duration,
     ipv6_prefix: u8,
     unknown: UnknownClient,
+    deny_cache: Option<usize>,
 }
 
 impl<C, K, H> RateLimitBuilder<C, K, H> {
+    /// Answers clients known to be limited locally, without a Redis call, until their window
+    /// resets: one [`DenyCache`] of at most `capacity` entries, shared by every limiter of the
+    /// policies (replacing a cache set with
+    /// [`PolicyConfig::deny_cache_capacity`](super::PolicyConfig::deny_cache_capacity)). Its
+    /// counters: [`RateLimitLayer::deny_cache`]. Validated by [`build`](Self::build)
+    /// (1..=[`DenyCache::MAX_CAPACITY`]).
+    ///
+    /// ```no_run
+    /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) -> redkit::Result<()> {
+    /// let layer = b.deny_cache_capacity(100_000).build()?;
+    /// assert_eq!(layer.deny_cache().map(|c| c.capacity()), Some(100_000));
+    /// # Ok(()) }
+    /// ```
+    pub fn deny_cache_capacity(mut self, capacity: usize) -> Self {
+        self.deny_cache = Some(capacity);
+        self
+    }
+
     /// Longest wait for Redis per request before the [`FailMode`] applies.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
 
@@ -299,6 +335,7 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
             timeout: self.timeout,
             ipv6_prefix: self.ipv6_prefix,
             unknown: self.unknown,
+            deny_cache: self.deny_cache,
         }
     }
 
@@ -391,21 +428,25 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
             timeout: self.timeout,
             ipv6_prefix: self.ipv6_prefix,
             unknown: self.unknown,
+            deny_cache: self.deny_cache,
         }
     }
 
     /// Validates and builds the layer. Errors: [`Error::InvalidInput`](crate::Error::InvalidInput)
-    /// for a zero timeout or an IPv6 prefix outside 1..=128.
+    /// for a zero timeout, an IPv6 prefix outside 1..=128 or a bad deny cache capacity.
     ///
     /// ```no_run
     /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
     /// assert!(b.ipv6_prefix(0).build().is_err());
     /// # }
     /// ```
-    pub fn build(self) -> Result<RateLimitLayer<C, K, H>> {
+    pub fn build(mut self) -> Result<RateLimitLayer<C, K, H>> {
         validate_ipv6_prefix(self.ipv6_prefix)?;
         if self.timeout.is_zero() {
             return Err(crate::Error::invalid("timeout", "must be non-zero"));
+        }
+        if let Some(capacity) = self.deny_cache.take() {
+            self.policies = self.policies.with_deny_cache(DenyCache::new(capacity)?);
         }
         Ok(self.into_layer())
     }

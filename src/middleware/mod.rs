@@ -1,4 +1,4 @@
-//! Tower/axum middleware: per-client rate limiting with [`FixedWindow`](crate::rate_limit::FixedWindow)
+//! Tower/axum middleware: per-client rate limiting with any [`Limiter`](crate::rate_limit::Limiter)
 //! (feature `tower`).
 //!
 //! - [`RateLimitLayer`] -> [`RateLimit`] -> [`ResponseFuture`]: the tower triad.
@@ -6,6 +6,8 @@
 //! - [`Policies`] / [`PolicyConfig`]: a default policy and per-route overrides (serde).
 //! - Headers: `Retry-After`, [`RATELIMIT_POLICY`], [`RATELIMIT`].
 //! - [`LimitOutcome`]: what handlers find in the request extensions, outage or not.
+//! - [`ConcurrencyLimitLayer`]: at most N requests in flight per client, on leased
+//!   [`Semaphore`](crate::lock::Semaphore) permits.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -27,6 +29,7 @@
 //! # Ok(()) }
 //! ```
 
+mod concurrency;
 mod future;
 mod headers;
 mod key;
@@ -36,6 +39,9 @@ mod policy;
 mod respond;
 mod service;
 
+pub use concurrency::{
+    ConcurrencyLimit, ConcurrencyLimitBuilder, ConcurrencyLimitLayer, ConcurrencyStats,
+};
 pub use future::ResponseFuture;
 pub use headers::{RATELIMIT, RATELIMIT_POLICY};
 pub use key::{
@@ -43,6 +49,6 @@ pub use key::{
 };
 pub use layer::{FailMode, MiddlewareStats, RateLimitBuilder, RateLimitLayer, UnknownClient};
 pub use outcome::{LimitOutcome, Unchecked};
-pub use policy::{Policies, PolicyConfig, PolicySpec};
+pub use policy::{Algorithm, Policies, PolicyConfig, PolicySpec};
 pub use respond::{DefaultResponses, Rejection, Respond, RespondWith};
 pub use service::RateLimit;

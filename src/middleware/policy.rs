@@ -5,14 +5,51 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::rate_limit::FixedWindow;
+use crate::rate_limit::{DenyCache, FixedWindow, Gcra, Limiter, SlidingWindow};
 
-/// One limit as configuration: a name (its counters are its own), a limit and a window.
+/// The algorithm of a [`PolicySpec`] (`algorithm = "fixed_window" | "gcra" |
+/// "sliding_window"` in TOML; fixed window when left out).
 ///
 /// ```
-/// use redkit::middleware::PolicySpec;
+/// use redkit::middleware::Algorithm;
+/// assert_eq!(Algorithm::default(), Algorithm::FixedWindow);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// [`FixedWindow`]: `limit` per `window_ms`.
+    #[default]
+    FixedWindow,
+    /// [`Gcra`]: `limit` per `window_ms` on average, bursts of `burst` (default `limit`).
+    Gcra,
+    /// [`SlidingWindow`]: `limit` per sliding `window_ms`.
+    SlidingWindow,
+}
+
+impl Algorithm {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// One limit as configuration: a name (its counters are its own), a limit, a window and the
+/// algorithm (fixed window unless `algorithm` says otherwise; `burst` only for GCRA).
+///
+/// ```
+/// use redkit::middleware::{Algorithm, PolicySpec};
 /// let spec: PolicySpec = serde_json::from_str(r#"{"name":"api","limit":100,"window_ms":60000}"#).unwrap();
 /// assert_eq!(spec, PolicySpec::new("api", 100, std::time::Duration::from_secs(60)));
+/// let gcra: PolicySpec = toml::from_str(r#"
+///     name = "api"
+///     limit = 10
+///     window_ms = 1000
+///     algorithm = "gcra"
+///     burst = 20
+/// "#).unwrap();
+/// assert_eq!(gcra, PolicySpec::new("api", 10, std::time::Duration::from_secs(1))
+///     .algorithm(Algorithm::Gcra)
+///     .burst(20));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -20,10 +57,14 @@ pub struct PolicySpec {
     name: String,
     limit: u32,
     window_ms: u64,
+    #[serde(default, skip_serializing_if = "Algorithm::is_default")]
+    algorithm: Algorithm,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    burst: Option<u32>,
 }
 
 impl PolicySpec {
-    /// `limit` units per `window` (validated when the policies are built).
+    /// `limit` units per `window` with a fixed window (validated when the policies are built).
     ///
     /// ```
     /// let spec = redkit::middleware::PolicySpec::new("login", 5, std::time::Duration::from_secs(60));
@@ -34,15 +75,61 @@ impl PolicySpec {
             name: name.into(),
             limit,
             window_ms: u64::try_from(window.as_millis()).unwrap_or(u64::MAX),
+            algorithm: Algorithm::default(),
+            burst: None,
         }
     }
 
-    fn build(&self) -> Result<FixedWindow> {
-        FixedWindow::new(
-            &self.name,
-            self.limit,
-            Duration::from_millis(self.window_ms),
-        )
+    /// Uses `algorithm` instead of the fixed window.
+    ///
+    /// ```
+    /// use redkit::middleware::{Algorithm, PolicySpec};
+    /// let spec = PolicySpec::new("api", 100, std::time::Duration::from_secs(60))
+    ///     .algorithm(Algorithm::SlidingWindow);
+    /// # let _ = spec;
+    /// ```
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
+        self
+    }
+
+    /// GCRA's burst (only valid with [`Algorithm::Gcra`]; checked when the policies are built).
+    ///
+    /// ```
+    /// use redkit::middleware::{Algorithm, PolicySpec};
+    /// let spec = PolicySpec::new("api", 10, std::time::Duration::from_secs(1))
+    ///     .algorithm(Algorithm::Gcra)
+    ///     .burst(50);
+    /// # let _ = spec;
+    /// ```
+    pub fn burst(mut self, burst: u32) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+
+    fn build(&self) -> Result<Limiter> {
+        let window = Duration::from_millis(self.window_ms);
+        Ok(match (self.algorithm, self.burst) {
+            (Algorithm::FixedWindow, None) => {
+                FixedWindow::new(&self.name, self.limit, window)?.into()
+            }
+            (Algorithm::SlidingWindow, None) => {
+                SlidingWindow::new(&self.name, self.limit, window)?.into()
+            }
+            (Algorithm::Gcra, burst) => {
+                let gcra = Gcra::new(&self.name, self.limit, window)?;
+                match burst {
+                    Some(b) => gcra.with_burst(b)?.into(),
+                    None => gcra.into(),
+                }
+            }
+            (_, Some(_)) => {
+                return Err(Error::invalid(
+                    "burst",
+                    format!("only for algorithm \"gcra\" (policy {:?})", self.name),
+                ))
+            }
+        })
     }
 }
 
@@ -55,11 +142,27 @@ struct RouteSpec {
     name: String,
     limit: u32,
     window_ms: u64,
+    #[serde(default, skip_serializing_if = "Algorithm::is_default")]
+    algorithm: Algorithm,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    burst: Option<u32>,
+}
+
+impl RouteSpec {
+    fn policy(&self) -> PolicySpec {
+        PolicySpec {
+            name: self.name.clone(),
+            limit: self.limit,
+            window_ms: self.window_ms,
+            algorithm: self.algorithm,
+            burst: self.burst,
+        }
+    }
 }
 
 /// Serde-loadable policy set: a default policy and per-route overrides.
 ///
-/// TOML:
+/// TOML (each entry may set `algorithm`, and `burst` for GCRA):
 /// ```
 /// use redkit::middleware::{PolicyConfig, Policies};
 /// let config: PolicyConfig = toml::from_str(r#"
@@ -73,9 +176,19 @@ struct RouteSpec {
 ///     name = "login"
 ///     limit = 5
 ///     window_ms = 60000
+///     algorithm = "sliding_window"
+///
+///     [[routes]]
+///     path = "/search"
+///     name = "search"
+///     limit = 10
+///     window_ms = 1000
+///     algorithm = "gcra"
+///     burst = 30
 /// "#).unwrap();
 /// let policies = Policies::from_config(&config)?;
 /// assert_eq!(policies.for_path("/login").limit(), 5);
+/// assert_eq!(policies.for_path("/search").limit(), 30);
 /// assert_eq!(policies.for_path("/other").limit(), 100);
 /// # Ok::<(), redkit::Error>(())
 /// ```
@@ -85,6 +198,9 @@ pub struct PolicyConfig {
     default: PolicySpec,
     #[serde(default)]
     routes: Vec<RouteSpec>,
+    /// One [`DenyCache`] of this many entries for every limiter (none when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    deny_cache_capacity: Option<usize>,
 }
 
 impl PolicyConfig {
@@ -101,7 +217,28 @@ impl PolicyConfig {
         Self {
             default,
             routes: Vec::new(),
+            deny_cache_capacity: None,
         }
+    }
+
+    /// Answers clients known to be limited locally until their reset, with one
+    /// [`DenyCache`] of at most `capacity` entries shared by every limiter (TOML / JSON:
+    /// `deny_cache_capacity = 100000` at the top level). Validated by
+    /// [`Policies::from_config`].
+    ///
+    /// ```
+    /// # use redkit::middleware::{Policies, PolicyConfig, PolicySpec};
+    /// # use std::time::Duration;
+    /// let config = PolicyConfig::new(PolicySpec::new("d", 100, Duration::from_secs(1)))
+    ///     .deny_cache_capacity(10_000);
+    /// let policies = Policies::from_config(&config)?;
+    /// assert!(policies.for_path("/").deny_cache().is_some());
+    /// assert!(Policies::from_config(&config.deny_cache_capacity(0)).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn deny_cache_capacity(mut self, capacity: usize) -> Self {
+        self.deny_cache_capacity = Some(capacity);
+        self
     }
 
     /// Adds a route override.
@@ -119,26 +256,29 @@ impl PolicyConfig {
             name: policy.name,
             limit: policy.limit,
             window_ms: policy.window_ms,
+            algorithm: policy.algorithm,
+            burst: policy.burst,
         });
         self
     }
 }
 
-/// Built policies: the default limiter and route overrides, ready for the layer.
+/// Built policies: the default limiter and route overrides, ready for the layer. Each is a
+/// [`Limiter`]: any algorithm, per route.
 ///
 /// ```
 /// use std::time::Duration;
-/// use redkit::{middleware::Policies, rate_limit::FixedWindow};
+/// use redkit::{middleware::Policies, rate_limit::{FixedWindow, Gcra}};
 /// let policies = Policies::new(FixedWindow::new("default", 100, Duration::from_secs(60))?)
-///     .route("/login", FixedWindow::new("login", 5, Duration::from_secs(60))?)?;
+///     .route("/login", Gcra::new("login", 5, Duration::from_secs(60))?.with_burst(2)?)?;
 /// assert_eq!(policies.for_path("/login/otp").name(), "login");
 /// # Ok::<(), redkit::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct Policies {
-    default: FixedWindow,
+    default: Limiter,
     /// Longest path first.
-    routes: Vec<(String, FixedWindow)>,
+    routes: Vec<(String, Limiter)>,
 }
 
 impl Policies {
@@ -150,16 +290,16 @@ impl Policies {
     /// let p = Policies::new(FixedWindow::new("api", 10, Duration::from_secs(1))?);
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn new(default: FixedWindow) -> Self {
+    pub fn new(default: impl Into<Limiter>) -> Self {
         Self {
-            default,
+            default: default.into(),
             routes: Vec::new(),
         }
     }
 
     /// Uses `limiter` for `path` and everything below it. Errors: a path not starting with
-    /// `/`, a path given twice, or a limiter name reused with another limit or window
-    /// (names may be shared on purpose, to share one counter between routes).
+    /// `/`, a path given twice, or a limiter name reused with another algorithm, limit, window
+    /// or burst (names may be shared on purpose, to share one counter between routes).
     ///
     /// ```
     /// # use std::time::Duration;
@@ -168,8 +308,9 @@ impl Policies {
     /// assert!(p.route("login", FixedWindow::new("l", 1, Duration::from_secs(1))?).is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn route(mut self, path: impl Into<String>, limiter: FixedWindow) -> Result<Self> {
+    pub fn route(mut self, path: impl Into<String>, limiter: impl Into<Limiter>) -> Result<Self> {
         let path = path.into();
+        let limiter = limiter.into();
         if !path.starts_with('/') {
             return Err(Error::invalid(
                 "route",
@@ -189,15 +330,12 @@ impl Policies {
         }
         let clash = std::iter::once(&self.default)
             .chain(self.routes.iter().map(|(_, l)| l))
-            .any(|l| {
-                l.name() == limiter.name()
-                    && (l.limit() != limiter.limit() || l.window() != limiter.window())
-            });
+            .any(|l| l.name() == limiter.name() && !l.same_config(&limiter));
         if clash {
             return Err(Error::invalid(
                 "route",
                 format!(
-                    "limiter name {:?} is used with another limit or window",
+                    "limiter name {:?} is used with another algorithm, limit or window",
                     limiter.name()
                 ),
             ));
@@ -218,12 +356,10 @@ impl Policies {
     pub fn from_config(config: &PolicyConfig) -> Result<Self> {
         let mut policies = Self::new(config.default.build()?);
         for route in &config.routes {
-            let limiter = FixedWindow::new(
-                &route.name,
-                route.limit,
-                Duration::from_millis(route.window_ms),
-            )?;
-            policies = policies.route(route.path.clone(), limiter)?;
+            policies = policies.route(route.path.clone(), route.policy().build()?)?;
+        }
+        if let Some(capacity) = config.deny_cache_capacity {
+            policies = policies.with_deny_cache(DenyCache::new(capacity)?);
         }
         Ok(policies)
     }
@@ -237,7 +373,7 @@ impl Policies {
     /// assert_eq!(p.for_path("/anything").name(), "api");
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn for_path(&self, path: &str) -> &FixedWindow {
+    pub fn for_path(&self, path: &str) -> &Limiter {
         self.routes
             .iter()
             .find(|(p, _)| {
@@ -252,13 +388,49 @@ impl Policies {
 
 impl Policies {
     /// Every limiter (default first), each once per name.
-    pub(crate) fn limiters(&self) -> impl Iterator<Item = &FixedWindow> {
+    pub(crate) fn limiters(&self) -> impl Iterator<Item = &Limiter> {
         std::iter::once(&self.default).chain(self.routes.iter().map(|(_, l)| l))
+    }
+
+    /// Every fixed-window and GCRA limiter answers from `cache` (keys are full Redis keys: no
+    /// clash between them); sliding-window limiters always ask Redis.
+    pub(crate) fn with_deny_cache(self, cache: DenyCache) -> Self {
+        let attach = |l: Limiter| match l {
+            Limiter::Fixed(f) => Limiter::Fixed(f.with_deny_cache(cache.clone())),
+            Limiter::Gcra(g) => Limiter::Gcra(g.with_deny_cache(cache.clone())),
+            other => other,
+        };
+        Self {
+            default: attach(self.default),
+            routes: self
+                .routes
+                .into_iter()
+                .map(|(path, l)| (path, attach(l)))
+                .collect(),
+        }
+    }
+}
+
+impl From<Limiter> for Policies {
+    fn from(limiter: Limiter) -> Self {
+        Self::new(limiter)
     }
 }
 
 impl From<FixedWindow> for Policies {
     fn from(limiter: FixedWindow) -> Self {
+        Self::new(limiter)
+    }
+}
+
+impl From<Gcra> for Policies {
+    fn from(limiter: Gcra) -> Self {
+        Self::new(limiter)
+    }
+}
+
+impl From<SlidingWindow> for Policies {
+    fn from(limiter: SlidingWindow) -> Self {
         Self::new(limiter)
     }
 }
@@ -297,6 +469,47 @@ mod tests {
             .unwrap()
             .route("/x/", fw("b", 1))
             .is_err());
+    }
+
+    #[test]
+    fn algorithms_per_route_from_toml() {
+        let c: PolicyConfig = toml::from_str(
+            r#"
+            default = { name = "d", limit = 10, window_ms = 1000 }
+            [[routes]]
+            path = "/g"
+            name = "g"
+            limit = 5
+            window_ms = 1000
+            algorithm = "gcra"
+            burst = 7
+            [[routes]]
+            path = "/s"
+            name = "s"
+            limit = 3
+            window_ms = 2000
+            algorithm = "sliding_window"
+            "#,
+        )
+        .unwrap();
+        let p = Policies::from_config(&c).unwrap();
+        assert!(matches!(p.for_path("/x"), Limiter::Fixed(_)));
+        assert!(matches!(p.for_path("/g"), Limiter::Gcra(g) if g.burst() == 7 && g.rate() == 5));
+        assert!(matches!(p.for_path("/s"), Limiter::Sliding(_)));
+        let json = serde_json::to_string(&c).unwrap();
+        assert_eq!(serde_json::from_str::<PolicyConfig>(&json).unwrap(), c);
+        // burst without gcra, unknown algorithm, a name reused by another algorithm: refused.
+        let bad = PolicyConfig::new(PolicySpec::new("d", 1, Duration::from_secs(1)).burst(2));
+        assert!(Policies::from_config(&bad).is_err());
+        assert!(serde_json::from_str::<PolicySpec>(
+            r#"{"name":"d","limit":1,"window_ms":1,"algorithm":"leaky"}"#
+        )
+        .is_err());
+        let clash = PolicyConfig::new(PolicySpec::new("d", 1, Duration::from_secs(1))).route(
+            "/a",
+            PolicySpec::new("d", 1, Duration::from_secs(1)).algorithm(Algorithm::SlidingWindow),
+        );
+        assert!(Policies::from_config(&clash).is_err());
     }
 
     #[test]

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-/// The state of one client's window as Redis saw it during a check.
+/// The state of one client's quota as Redis saw it during a check (a window's, or for
+/// [`Gcra`](super::Gcra) a bucket's: `limit` is the burst, `reset_after` the time until the
+/// bucket is full).
 ///
 /// ```
 /// # fn show(d: redkit::rate_limit::Decision) {
@@ -23,6 +25,15 @@ impl Quota {
         Self {
             limit,
             remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
+            reset_after,
+        }
+    }
+
+    /// A quota whose remaining units the script computed itself (GCRA, sliding window).
+    pub(crate) fn with_remaining(limit: u32, remaining: u64, reset_after: Duration) -> Self {
+        Self {
+            limit,
+            remaining: u32::try_from(remaining).unwrap_or(u32::MAX).min(limit),
             reset_after,
         }
     }
@@ -56,7 +67,9 @@ impl Quota {
     }
 }
 
-/// The outcome of [`FixedWindow::check`](super::FixedWindow::check): a value, not an error.
+/// The outcome of a check ([`FixedWindow`](super::FixedWindow), [`Gcra`](super::Gcra),
+/// [`SlidingWindow`](super::SlidingWindow) or [`Limiter`](super::Limiter)): a value, not an
+/// error.
 ///
 /// ```no_run
 /// # async fn run(limiter: redkit::rate_limit::FixedWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -78,7 +91,9 @@ pub enum Decision {
     Limited {
         /// The window's state.
         quota: Quota,
-        /// When the window resets (fixed window: nothing frees up earlier).
+        /// When the request would pass, if nothing else is counted meanwhile (fixed window:
+        /// when the window resets; GCRA: exact; sliding window: to the millisecond). A lower
+        /// bound: a refusal does not turn into an allow earlier (unless the key is reset).
         retry_after: Duration,
     },
     /// The cost asked for is larger than the limit: this request can never pass, in any

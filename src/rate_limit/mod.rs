@@ -1,8 +1,12 @@
-//! Fixed-window rate limiting shared by every instance of a service.
+//! Rate limiting shared by every instance of a service.
 //!
-//! - [`FixedWindow`]: the limiter (one atomic script call per check, batches, reset).
+//! - [`FixedWindow`]: counter per window (one atomic script call per check, batches, reset).
+//! - [`Gcra`]: smooth, token-bucket semantics (rate and burst), exact retry-after.
+//! - [`SlidingWindow`]: two-counter weighted sliding window, no clock at all.
+//! - [`Limiter`]: any of them, one type (what the middleware's policies hold).
 //! - [`LimitKey`]: canonical client identity (IP with IPv6 grouping, or bounded text).
 //! - [`Decision`] / [`Quota`]: the outcome of a check.
+//! - [`DenyCache`]: answers clients known to be limited locally, until their reset.
 //!
 //! ```no_run
 //! # async fn run() -> redkit::Result<()> {
@@ -22,11 +26,34 @@
 //! ```
 
 mod decision;
+mod deny_cache;
+mod gcra;
 mod key;
+mod limiter;
+mod reply;
+mod sliding;
 mod window;
 
 pub use decision::{Decision, Quota};
+pub use deny_cache::{DenyCache, DenyCacheStats};
+pub use gcra::Gcra;
 #[allow(unused_imports)]
 pub(crate) use key::{canonical, validate_ipv6_prefix};
 pub use key::{LimitKey, DEFAULT_IPV6_PREFIX};
+pub use limiter::Limiter;
+pub use sliding::SlidingWindow;
 pub use window::FixedWindow;
+
+/// `DEL key`: whether it existed (the `reset` of every limiter); the key's entry in `cache`,
+/// if any, is forgotten too.
+async fn delete<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    key: String,
+    cache: Option<&DenyCache>,
+) -> crate::Result<bool> {
+    let deleted: i64 = redis::cmd("DEL").arg(&key).query_async(conn).await?;
+    if let Some(cache) = cache {
+        cache.forget(&key);
+    }
+    Ok(deleted > 0)
+}

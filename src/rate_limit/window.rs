@@ -1,12 +1,14 @@
 //! [`FixedWindow`]: one atomic script call per check.
 
 use std::fmt;
-use std::time::Duration;
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::decision::{Decision, Quota};
+use super::deny_cache::DenyCache;
 use super::key::LimitKey;
 use crate::error::{Error, Result};
 use crate::keys::{tagged, validate_prefix};
@@ -14,9 +16,10 @@ use crate::script::{script_error, Call, CallOutcome, Registry, Script, ScriptMan
 
 /// A fixed-window rate limiter shared by every instance of a service.
 ///
-/// Each check is one `EVALSHA` of `lua/fixed_window.v3.lua`, which atomically reads the
-/// counter, adds the cost if it fits under the limit, gives a new counter (or one found
-/// without a TTL) its expiry, and answers the count and the remaining milliseconds (PTTL).
+/// Each check is one `EVALSHA` of `lua/fixed_window.v4.lua`, which atomically reads the
+/// counter's TTL, adds the cost if it fits under the limit (`INCRBY`, undone when it does
+/// not), gives a new counter (or one found without a TTL) its expiry, and answers the count
+/// and the remaining milliseconds (PTTL).
 /// Limit, remaining and reset all come from that one round trip; time comes from Redis.
 ///
 /// **Window semantics.** A window starts at the first counted hit of a key and lasts
@@ -53,6 +56,7 @@ pub struct FixedWindow {
     window_ms: u64,
     script: &'static Script,
     manager: ScriptManager,
+    deny_cache: Option<DenyCache>,
 }
 
 impl FixedWindow {
@@ -90,7 +94,7 @@ impl FixedWindow {
         }
         let window_ms =
             u64::try_from(window.as_millis()).map_err(|_| Error::invalid("window", "too long"))?;
-        let script = Registry::global().require("fixed_window", 3)?;
+        let script = Registry::global().require("fixed_window", 4)?;
         Ok(Self {
             base: format!("{}:{name}", Self::KEY_PREFIX),
             name: name.to_owned(),
@@ -99,7 +103,39 @@ impl FixedWindow {
             window_ms,
             script,
             manager: ScriptManager::new(),
+            deny_cache: None,
         })
+    }
+
+    /// Answers checks of clients known to be limited from `cache`, without a Redis call,
+    /// until their window resets (see [`DenyCache`] for why this is exact). Applies to
+    /// [`check`](Self::check), [`check_n`](Self::check_n) and both batch calls (keys answered
+    /// locally are left out of the round trip); [`reset`](Self::reset) clears the key's entry.
+    /// One cache may be shared by many limiters.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use redkit::rate_limit::{DenyCache, FixedWindow};
+    /// let cache = DenyCache::new(100_000)?;
+    /// let limiter = FixedWindow::new("api", 100, Duration::from_secs(60))?.with_deny_cache(cache.clone());
+    /// assert_eq!(cache.stats().hits, 0);
+    /// # let _ = limiter; Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn with_deny_cache(mut self, cache: DenyCache) -> Self {
+        self.deny_cache = Some(cache);
+        self
+    }
+
+    /// The deny cache, when one is attached.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let l = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_secs(1))?;
+    /// assert!(l.deny_cache().is_none());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn deny_cache(&self) -> Option<&DenyCache> {
+        self.deny_cache.as_ref()
     }
 
     /// Uses `manager` (e.g. one shared by the whole application, for its stats).
@@ -193,7 +229,8 @@ impl FixedWindow {
     /// Counts `cost` units for `key` in one round trip, if they fit in the current window.
     ///
     /// A cost above the limit is [`Decision::CostExceedsLimit`] (it can never pass; nothing is
-    /// counted). Errors: [`Error::InvalidInput`] for a zero cost (nothing sent),
+    /// counted). With a [`DenyCache`] attached, a client known to be limited for this cost is
+    /// answered locally (no round trip). Errors: [`Error::InvalidInput`] for a zero cost (nothing sent),
     /// [`Error::WrongType`] / [`Error::CorruptData`] when the counter key holds something that
     /// is not a counter (nothing written), and connection errors.
     ///
@@ -211,8 +248,72 @@ impl FixedWindow {
         cost: u32,
     ) -> Result<Decision> {
         let call = self.call(key, cost)?;
+        let Some(cache) = self.cache_for(cost) else {
+            let reply: Value = self.manager.invoke(conn, &call).await?;
+            return self.decode(reply, cost);
+        };
+        let redis_key = self.redis_key(key);
+        if let Some(decision) = cache.lookup(&redis_key, self.limit, cost) {
+            return Ok(decision);
+        }
+        let sent = Instant::now();
         let reply: Value = self.manager.invoke(conn, &call).await?;
-        self.decode(reply, cost)
+        let decision = self.decode(reply, cost)?;
+        remember(cache, &redis_key, sent, &decision);
+        Ok(decision)
+    }
+
+    /// The deny cache, when it may answer a check of `cost` (a cost above the limit is
+    /// answered by Redis as [`Decision::CostExceedsLimit`], never from the cache).
+    fn cache_for(&self, cost: u32) -> Option<&DenyCache> {
+        self.deny_cache.as_ref().filter(|_| cost <= self.limit)
+    }
+
+    /// Runs a batch of one-unit checks through `send`, leaving out the keys the deny cache
+    /// answers, and stores the refusals it sees.
+    async fn batch<F, Fut>(&self, keys: &[LimitKey], send: F) -> Result<Vec<CallOutcome<Decision>>>
+    where
+        F: FnOnce(Vec<Call<'static>>) -> Fut,
+        Fut: Future<Output = Result<Vec<CallOutcome<Value>>>>,
+    {
+        let calls = self.calls(keys)?;
+        let Some(cache) = self.cache_for(1) else {
+            return Ok(self.decode_all(send(calls).await?));
+        };
+        let mut answers: Vec<Option<CallOutcome<Decision>>> = Vec::with_capacity(keys.len());
+        let mut sent_keys = Vec::new();
+        let mut to_send = Vec::new();
+        for (call, key) in calls.into_iter().zip(keys) {
+            let redis_key = self.redis_key(key);
+            match cache.lookup(&redis_key, self.limit, 1) {
+                Some(decision) => answers.push(Some(CallOutcome::Ran(Ok(decision)))),
+                None => {
+                    answers.push(None);
+                    sent_keys.push(redis_key);
+                    to_send.push(call);
+                }
+            }
+        }
+        if !to_send.is_empty() {
+            let sent = Instant::now();
+            let mut replies = self.decode_all(send(to_send).await?).into_iter();
+            let mut sent_keys = sent_keys.iter();
+            for slot in answers.iter_mut().filter(|a| a.is_none()) {
+                let (Some(reply), Some(redis_key)) = (replies.next(), sent_keys.next()) else {
+                    break;
+                };
+                if let CallOutcome::Ran(Ok(decision)) = &reply {
+                    remember(cache, redis_key, sent, decision);
+                }
+                *slot = Some(reply);
+            }
+        }
+        // The manager answers one outcome per call; should one be missing, say so.
+        let missing = || Error::unexpected(self.script.id(), "a batch reply is missing");
+        Ok(answers
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| CallOutcome::MaybeRan(missing())))
+            .collect())
     }
 
     /// Checks many keys (one unit each) in one `MULTI`/`EXEC` transaction: one round trip.
@@ -243,9 +344,8 @@ impl FixedWindow {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let calls = self.calls(keys)?;
-        let replies = self.manager.invoke_batch(conn, calls).await?;
-        Ok(self.decode_all(replies))
+        self.batch(keys, |calls| self.manager.invoke_batch(conn, calls))
+            .await
     }
 
     /// Like [`check_batch`](Self::check_batch) for a Cluster: keys are grouped by hash slot
@@ -267,13 +367,13 @@ impl FixedWindow {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let calls = self.calls(keys)?;
-        let replies = self.manager.invoke_batch_by_slot(conn, calls).await?;
-        Ok(self.decode_all(replies))
+        self.batch(keys, |calls| self.manager.invoke_batch_by_slot(conn, calls))
+            .await
     }
 
     /// Deletes `key`'s counter: its next check starts a new window. Returns whether a counter
-    /// existed.
+    /// existed. Clears the key's entry in this limiter's [`DenyCache`] (other processes' caches
+    /// keep refusing it until the window they saw ends).
     ///
     /// ```no_run
     /// # async fn run(l: redkit::rate_limit::FixedWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -282,11 +382,7 @@ impl FixedWindow {
     /// # Ok(()) }
     /// ```
     pub async fn reset<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<bool> {
-        let deleted: i64 = redis::cmd("DEL")
-            .arg(self.redis_key(key))
-            .query_async(conn)
-            .await?;
-        Ok(deleted > 0)
+        super::delete(conn, self.redis_key(key), self.deny_cache.as_ref()).await
     }
 
     fn call(&self, key: &LimitKey, cost: u32) -> Result<Call<'static>> {
@@ -353,7 +449,22 @@ impl fmt::Debug for FixedWindow {
             .field("limit", &self.limit)
             .field("window", &self.window)
             .field("script", &self.script.id())
+            .field("deny_cache", &self.deny_cache)
             .finish()
+    }
+}
+
+/// Stores a refusal: the counter it saw (the limit when it saw more) and the window's end
+/// measured from `sent`, the instant before the request went out.
+/// An allowed request moves the counter of a stored refusal (a smaller cost passed after a
+/// larger one was refused) up to what Redis answered.
+fn remember(cache: &DenyCache, redis_key: &str, sent: Instant, decision: &Decision) {
+    let quota = decision.quota();
+    let count = u64::from(quota.limit()).saturating_sub(u64::from(quota.remaining()));
+    match decision {
+        Decision::Limited { retry_after, .. } => cache.record(redis_key, count, sent, *retry_after),
+        Decision::Allowed(_) => cache.raise(redis_key, count),
+        _ => {}
     }
 }
 

@@ -1,0 +1,155 @@
+//! End-to-end HTTP: axum on loopback with no limiter, with tower_governor (local, in-process)
+//! and with redkit's layers (Redis on loopback), loaded by `wrk`; requests/s and p99 of each,
+//! in one run, printed as a Markdown table.
+//!
+//! `cargo bench --features tower --bench http` (needs `wrk` on PATH: `apt-get install wrk`).
+//! `HTTP_BENCH_SECS` (default 5) per case, `HTTP_BENCH_CONNECTIONS` (default 64).
+//!
+//! Two loads, one client (127.0.0.1), so one key for every limiter:
+//! - **under the limit**: every request allowed (what the limiter costs an honest client);
+//! - **flood**: the limit is 100 requests/s and wrk sends as fast as it can, so nearly every
+//!   request is refused (what an abusive client costs; the deny cache's case).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::Duration;
+
+use axum::{routing::get, Router};
+use redis::aio::ConnectionManager;
+use redkit::middleware::{ConcurrencyLimitLayer, RateLimitLayer};
+use redkit::rate_limit::FixedWindow;
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::GovernorLayer;
+
+fn base() -> Router {
+    Router::new().route("/", get(|| async { "hello" }))
+}
+
+/// What wrk measured.
+struct Run {
+    rps: f64,
+    p99: String,
+    non_2xx: u64,
+    requests: u64,
+}
+
+fn wrk(addr: SocketAddr, secs: u64, connections: u32) -> Run {
+    let out = Command::new("wrk")
+        .args([
+            "-t2",
+            &format!("-c{connections}"),
+            &format!("-d{secs}s"),
+            "--latency",
+            &format!("http://{addr}/"),
+        ])
+        .output()
+        .expect("wrk on PATH (apt-get install wrk)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |prefix: &str| {
+        text.lines()
+            .map(str::trim)
+            .find_map(|l| l.strip_prefix(prefix))
+            .map(|rest| rest.trim().to_owned())
+    };
+    Run {
+        rps: field("Requests/sec:")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0),
+        p99: field("99%").unwrap_or_else(|| "?".to_owned()),
+        non_2xx: field("Non-2xx or 3xx responses:")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        requests: text
+            .lines()
+            .find_map(|l| l.trim().split_once(" requests in "))
+            .and_then(|(n, _)| n.trim().parse().ok())
+            .unwrap_or(0),
+    }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let secs: u64 = std::env::var("HTTP_BENCH_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let connections: u32 = std::env::var("HTTP_BENCH_CONNECTIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    runtime.block_on(async move {
+        let server = support::RedisServer::spawn().await;
+        let client = redis::Client::open(format!("{}?protocol=resp3", server.url())).unwrap();
+        let conn = ConnectionManager::new(client).await.unwrap();
+        let window = Duration::from_secs(1);
+        let fw = |name: &str, limit: u32| FixedWindow::new(name, limit, window).unwrap();
+        let governor = |per_ms: u64, burst: u32| {
+            let config = GovernorConfigBuilder::default()
+                .per_millisecond(per_ms)
+                .burst_size(burst)
+                .finish()
+                .unwrap();
+            GovernorLayer::new(config)
+        };
+        let redkit = |name: &str, limit: u32, cache: bool| {
+            let builder = RateLimitLayer::builder(fw(name, limit), conn.clone());
+            let builder = if cache {
+                builder.deny_cache_capacity(100_000)
+            } else {
+                builder
+            };
+            builder.build().unwrap()
+        };
+        let big = 1_000_000_000;
+        let cases: Vec<(&str, &str, Router)> = vec![
+            ("under the limit", "no limiter", base()),
+            ("under the limit", "tower_governor", base().layer(governor(1, big))),
+            ("under the limit", "redkit fixed window", base().layer(redkit("u", big, false))),
+            (
+                "under the limit",
+                "redkit fixed window + deny cache",
+                base().layer(redkit("uc", big, true)),
+            ),
+            (
+                "under the limit",
+                "redkit concurrency limit (N = 1000)",
+                base().layer(ConcurrencyLimitLayer::new("cc", 1000, conn.clone()).unwrap()),
+            ),
+            ("flood (100/s allowed)", "tower_governor", base().layer(governor(10, 100))),
+            (
+                "flood (100/s allowed)",
+                "redkit fixed window",
+                base().layer(redkit("f", 100, false)),
+            ),
+            (
+                "flood (100/s allowed)",
+                "redkit fixed window + deny cache",
+                base().layer(redkit("fc", 100, true)),
+            ),
+        ];
+        println!(
+            "wrk -t2 -c{connections} -d{secs}s, one client, axum + Redis 7 on loopback (2 shared cores)\n"
+        );
+        println!("| load | stack | requests/s | p99 | non-2xx | Redis EVALSHA |");
+        println!("|---|---|---:|---:|---:|---:|");
+        for (load, name, app) in cases {
+            let addr = support::serve_axum(app).await;
+            let before = server.evalsha_calls().await;
+            let run = tokio::task::spawn_blocking(move || wrk(addr, secs, connections))
+                .await
+                .unwrap();
+            let calls = server.evalsha_calls().await - before;
+            println!(
+                "| {load} | {name} | {:.0} | {} | {} of {} | {calls} |",
+                run.rps, run.p99, run.non_2xx, run.requests
+            );
+        }
+    });
+}

@@ -1,0 +1,430 @@
+//! [`Gcra`]: smooth rate limiting with token-bucket semantics, one key per client.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+
+use super::decision::{Decision, Quota};
+use super::deny_cache::DenyCache;
+use super::key::LimitKey;
+use super::reply::{ints, non_negative};
+use crate::error::{Error, Result};
+use crate::keys::{tagged, validate_prefix};
+use crate::script::{Call, Registry, Script, ScriptManager};
+
+/// A GCRA (generic cell rate algorithm) limiter: token-bucket semantics, shared by every
+/// instance of a service.
+///
+/// **Semantics.** A bucket holds `burst` units and refills at `rate` units per `period`, one
+/// unit every *emission interval* (`period / rate`, in whole microseconds, rounded up so the
+/// rate is never exceeded). A request of cost `n` passes when `n` units are in the bucket and
+/// takes them; otherwise nothing changes and
+/// [`Decision::Limited::retry_after`](Decision::Limited) is the exact time until it would pass
+/// (to the microsecond of the server clock, if nothing else is counted meanwhile). Over any
+/// span of length `t`, at most `burst + rate * t / period` units pass. A cost above `burst` can
+/// never pass ([`Decision::CostExceedsLimit`]).
+///
+/// In the [`Quota`], [`limit`](Quota::limit) is `burst`, [`remaining`](Quota::remaining) is
+/// how many cost-1 requests would pass right now, and [`reset_after`](Quota::reset_after) is
+/// the time until the bucket is full again.
+///
+/// **Storage and time.** One key per client, `rk:gcra:<name>:{<canonical key>}`, holding the
+/// theoretical arrival time (TAT) in microseconds of the server's `TIME`, with a TTL equal to
+/// the time until the bucket is full (a full bucket is no key). Each check is one `EVALSHA`
+/// of `lua/gcra.v1.lua`: no client clock is involved. Cheap to clone.
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// use std::time::Duration;
+/// use redkit::rate_limit::{Gcra, LimitKey};
+///
+/// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+/// let mut conn = client.get_multiplexed_async_connection().await?;
+/// // 10 requests per second on average, bursts of up to 20.
+/// let limiter = Gcra::new("api", 10, Duration::from_secs(1))?.with_burst(20)?;
+/// let decision = limiter.check(&mut conn, &LimitKey::ip([192, 0, 2, 1].into())).await?;
+/// if let Some(wait) = decision.retry_after() {
+///     println!("retry after {wait:?}");
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Gcra {
+    name: String,
+    base: String,
+    rate: u32,
+    period: Duration,
+    burst: u32,
+    interval_us: u64,
+    script: &'static Script,
+    manager: ScriptManager,
+    deny_cache: Option<DenyCache>,
+}
+
+impl Gcra {
+    /// Prefix of every GCRA key.
+    pub const KEY_PREFIX: &'static str = "rk:gcra";
+    /// The largest bucket: `emission interval x burst` stays below 10^15 us (about 31.7
+    /// years), so every time the script handles is exact as a Lua number.
+    pub const MAX_BUCKET: Duration = Duration::from_micros(999_999_999_999_999);
+
+    /// A limiter named `name` (1..=64 bytes of `[A-Za-z0-9_:.-]`) refilling `rate` units per
+    /// `period`, with a burst of `rate` (a full bucket is one period's worth; change it with
+    /// [`with_burst`](Self::with_burst)).
+    ///
+    /// Errors: [`Error::InvalidInput`] for a zero rate, a period under 1 us, a bucket above
+    /// [`MAX_BUCKET`](Self::MAX_BUCKET) or a bad name.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::rate_limit::Gcra;
+    /// let l = Gcra::new("login", 5, Duration::from_secs(60))?;
+    /// assert_eq!(l.emission_interval(), Duration::from_secs(12));
+    /// assert_eq!(l.burst(), 5);
+    /// assert!(Gcra::new("login", 0, Duration::from_secs(60)).is_err());
+    /// assert!(Gcra::new("login", 5, Duration::ZERO).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn new(name: &str, rate: u32, period: Duration) -> Result<Self> {
+        validate_prefix("name", name)?;
+        if rate == 0 {
+            return Err(Error::invalid("rate", "must be at least 1"));
+        }
+        let period_us = u64::try_from(period.as_micros())
+            .ok()
+            .filter(|us| *us >= 1)
+            .ok_or_else(|| Error::invalid("period", "must be between 1 us and MAX_BUCKET"))?;
+        let interval_us = period_us.div_ceil(u64::from(rate));
+        let script = Registry::global().require("gcra", 1)?;
+        Self {
+            base: format!("{}:{name}", Self::KEY_PREFIX),
+            name: name.to_owned(),
+            rate,
+            period: Duration::from_micros(period_us),
+            burst: rate,
+            interval_us,
+            script,
+            manager: ScriptManager::new(),
+            deny_cache: None,
+        }
+        .checked()
+    }
+
+    /// Sets the burst: how many units a full bucket holds (at least 1). Errors:
+    /// [`Error::InvalidInput`] for 0 or a bucket (`emission interval x burst`) above
+    /// [`MAX_BUCKET`](Self::MAX_BUCKET).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::rate_limit::Gcra;
+    /// // One request per second, never two in a row without waiting.
+    /// let strict = Gcra::new("strict", 1, Duration::from_secs(1))?.with_burst(1)?;
+    /// assert_eq!(strict.burst(), 1);
+    /// assert!(Gcra::new("x", 1, Duration::from_secs(1))?.with_burst(0).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn with_burst(mut self, burst: u32) -> Result<Self> {
+        if burst == 0 {
+            return Err(Error::invalid("burst", "must be at least 1"));
+        }
+        self.burst = burst;
+        self.checked()
+    }
+
+    fn checked(self) -> Result<Self> {
+        let max = Self::MAX_BUCKET.as_micros();
+        match u128::from(self.interval_us).checked_mul(u128::from(self.burst)) {
+            Some(bucket) if bucket <= max => Ok(self),
+            _ => Err(Error::invalid(
+                "burst",
+                "emission interval x burst must be below 10^15 us",
+            )),
+        }
+    }
+
+    /// Uses `manager` (e.g. one shared by the whole application, for its stats).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use redkit::{rate_limit::Gcra, ScriptManager};
+    /// let limiter = Gcra::new("api", 10, Duration::from_secs(1))?.with_manager(ScriptManager::new());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
+        self.manager = manager;
+        self
+    }
+
+    /// The script manager running the checks (for its [`Stats`](crate::Stats)).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let limiter = redkit::rate_limit::Gcra::new("api", 10, Duration::from_secs(1))?;
+    /// let _stats = limiter.manager().stats();
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn manager(&self) -> &ScriptManager {
+        &self.manager
+    }
+
+    /// Answers checks from `cache` while a refusal it saw still holds, without a Redis call
+    /// (see [`DenyCache`]). Exact for GCRA: a request of cost `c` refused at `t` with
+    /// `retry_after` `r` cannot conform before `t + r` (the TAT only grows), so until then the
+    /// cache refuses the same or a larger cost locally, with the right `retry_after`; a
+    /// smaller cost may fit and goes to Redis. The end is measured from *before* the request
+    /// was sent, so it is never later than Redis's.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use redkit::rate_limit::{DenyCache, Gcra};
+    /// let l = Gcra::new("api", 10, Duration::from_secs(1))?.with_deny_cache(DenyCache::new(10_000)?);
+    /// assert!(l.deny_cache().is_some());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn with_deny_cache(mut self, cache: DenyCache) -> Self {
+        self.deny_cache = Some(cache);
+        self
+    }
+
+    /// The deny cache, when one is attached.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let l = redkit::rate_limit::Gcra::new("api", 10, Duration::from_secs(1))?;
+    /// assert!(l.deny_cache().is_none());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn deny_cache(&self) -> Option<&DenyCache> {
+        self.deny_cache.as_ref()
+    }
+
+    /// The limiter's name.
+    ///
+    /// ```
+    /// # let l = redkit::rate_limit::Gcra::new("api", 10, std::time::Duration::from_secs(1))?;
+    /// assert_eq!(l.name(), "api");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Units refilled per [`period`](Self::period).
+    ///
+    /// ```
+    /// # let l = redkit::rate_limit::Gcra::new("api", 10, std::time::Duration::from_secs(1))?;
+    /// assert_eq!(l.rate(), 10);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn rate(&self) -> u32 {
+        self.rate
+    }
+
+    /// The period of the rate (whole microseconds).
+    ///
+    /// ```
+    /// # let l = redkit::rate_limit::Gcra::new("api", 10, std::time::Duration::from_secs(1))?;
+    /// assert_eq!(l.period(), std::time::Duration::from_secs(1));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// Units a full bucket holds (the most that pass at once).
+    ///
+    /// ```
+    /// # let l = redkit::rate_limit::Gcra::new("api", 10, std::time::Duration::from_secs(1))?;
+    /// assert_eq!(l.burst(), 10);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn burst(&self) -> u32 {
+        self.burst
+    }
+
+    /// Time to refill one unit: `period / rate` in whole microseconds, rounded up.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let l = redkit::rate_limit::Gcra::new("api", 3, Duration::from_millis(1))?;
+    /// assert_eq!(l.emission_interval(), Duration::from_micros(334));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn emission_interval(&self) -> Duration {
+        Duration::from_micros(self.interval_us)
+    }
+
+    /// The Redis key holding `key`'s TAT (for inspection and operations).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use redkit::rate_limit::{Gcra, LimitKey};
+    /// let l = Gcra::new("api", 10, Duration::from_secs(1))?;
+    /// assert_eq!(l.redis_key(&LimitKey::ip([10, 0, 0, 1].into())), "rk:gcra:api:{ip:10.0.0.1}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn redis_key(&self, key: &LimitKey) -> String {
+        tagged(&self.base, key.as_str())
+    }
+
+    /// Takes one unit for `key`. See [`check_n`](Self::check_n).
+    ///
+    /// ```no_run
+    /// # async fn run(l: redkit::rate_limit::Gcra, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::rate_limit::LimitKey;
+    /// let d = l.check(&mut conn, &LimitKey::text("user-42")?).await?;
+    /// # let _ = d; Ok(()) }
+    /// ```
+    pub async fn check<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<Decision> {
+        self.check_n(conn, key, 1).await
+    }
+
+    /// Takes `cost` units for `key` in one round trip, if the bucket holds them.
+    ///
+    /// A cost above [`burst`](Self::burst) is [`Decision::CostExceedsLimit`] (nothing
+    /// changes). Errors: [`Error::InvalidInput`] for a zero cost (nothing sent),
+    /// [`Error::WrongType`] / [`Error::CorruptData`] when the key holds something that is not
+    /// a TAT (nothing written), [`Error::PermissionDenied`] when an ACL refuses `TIME`, `GET`
+    /// or `SET` (nothing written), and connection errors.
+    ///
+    /// ```no_run
+    /// # async fn run(l: redkit::rate_limit::Gcra, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::rate_limit::LimitKey;
+    /// let d = l.check_n(&mut conn, &LimitKey::text("user-42")?, 5).await?;
+    /// # let _ = d; Ok(()) }
+    /// ```
+    pub async fn check_n<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+        cost: u32,
+    ) -> Result<Decision> {
+        if cost == 0 {
+            return Err(Error::invalid("cost", "must be at least 1"));
+        }
+        let redis_key = self.redis_key(key);
+        // A cost above the burst is answered by Redis (CostExceedsLimit), never cached.
+        let cache = self.deny_cache.as_ref().filter(|_| cost <= self.burst);
+        if let Some(decision) = cache.and_then(|c| c.lookup(&redis_key, self.burst, cost)) {
+            return Ok(decision);
+        }
+        let mut call = Call::new(self.script);
+        call.key(&redis_key)
+            .arg(self.interval_us)
+            .arg(self.burst)
+            .arg(cost);
+        let sent = Instant::now();
+        let reply = self.manager.invoke(conn, &call).await?;
+        let decision = self.decode(reply, cost)?;
+        if let (Some(cache), Decision::Limited { quota, retry_after }) = (cache, &decision) {
+            // Refuses locally every cost >= `cost` (count + cost' > burst) until `retry_after`.
+            let count = u64::from(self.burst) - u64::from(cost) + 1;
+            cache.record_until(&redis_key, count, sent, *retry_after, quota.reset_after());
+        }
+        Ok(decision)
+    }
+
+    /// Deletes `key`'s TAT: its bucket is full again. Returns whether a key existed.
+    ///
+    /// ```no_run
+    /// # async fn run(l: redkit::rate_limit::Gcra, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// l.reset(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn reset<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<bool> {
+        super::delete(conn, self.redis_key(key), self.deny_cache.as_ref()).await
+    }
+
+    /// `{allowed, remaining, retry_after_us, reset_after_us, now_us}` -> [`Decision`].
+    fn decode(&self, reply: redis::Value, cost: u32) -> Result<Decision> {
+        let s = self.script;
+        let [allowed, remaining, retry, reset, _now] = ints::<5>(s, reply)?;
+        let remaining = non_negative(s, "remaining", remaining)?;
+        let retry = Duration::from_micros(non_negative(s, "retry_after", retry)?);
+        let reset = Duration::from_micros(non_negative(s, "reset_after", reset)?);
+        let quota = Quota::with_remaining(self.burst, remaining, reset);
+        Ok(match allowed {
+            1 => Decision::Allowed(quota),
+            0 if cost > self.burst => Decision::CostExceedsLimit { quota, cost },
+            0 if !retry.is_zero() => Decision::Limited {
+                quota,
+                retry_after: retry,
+            },
+            _ => {
+                return Err(Error::unexpected(
+                    s.id(),
+                    "inconsistent allowed/retry fields",
+                ))
+            }
+        })
+    }
+}
+
+impl fmt::Debug for Gcra {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gcra")
+            .field("name", &self.name)
+            .field("rate", &self.rate)
+            .field("period", &self.period)
+            .field("burst", &self.burst)
+            .field("script", &self.script.id())
+            .field("deny_cache", &self.deny_cache)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::Value;
+
+    fn reply(v: [i64; 5]) -> Value {
+        Value::Array(v.iter().map(|i| Value::Int(*i)).collect())
+    }
+
+    #[test]
+    fn decodes_outcomes() {
+        let l = Gcra::new("t", 10, Duration::from_secs(1)).unwrap();
+        let d = l.decode(reply([1, 9, 0, 100_000, 5]), 1).unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(d.quota().remaining(), 9);
+        assert_eq!(d.quota().limit(), 10);
+        assert_eq!(d.quota().reset_after(), Duration::from_millis(100));
+        let d = l.decode(reply([0, 0, 1_500, 1_000_000, 5]), 1).unwrap();
+        assert_eq!(d.retry_after(), Some(Duration::from_micros(1_500)));
+        let d = l.decode(reply([0, 3, 0, 700_000, 5]), 11).unwrap();
+        assert!(matches!(d, Decision::CostExceedsLimit { cost: 11, .. }));
+    }
+
+    #[test]
+    fn rejects_bad_replies_without_panicking() {
+        let l = Gcra::new("t", 10, Duration::from_secs(1)).unwrap();
+        for v in [
+            Value::Nil,
+            reply([2, 0, 0, 0, 0]),
+            reply([1, -1, 0, 0, 0]),
+            reply([0, 0, 0, 10, 0]),
+            reply([0, 0, -5, 10, 0]),
+            Value::Array(vec![Value::Int(1)]),
+        ] {
+            assert!(matches!(l.decode(v, 1), Err(Error::UnexpectedReply { .. })));
+        }
+    }
+
+    #[test]
+    fn validates_before_sending() {
+        let s = Duration::from_secs(1);
+        assert!(Gcra::new("t", 1, Duration::from_nanos(999)).is_err());
+        assert!(Gcra::new("t", u32::MAX, Duration::from_micros(1)).is_ok());
+        assert!(Gcra::new("t", 1, Gcra::MAX_BUCKET).is_ok());
+        assert!(Gcra::new("t", 1, Gcra::MAX_BUCKET + Duration::from_micros(1)).is_err());
+        let us = Duration::from_micros(1);
+        assert!(Gcra::new("t", 1, us).unwrap().with_burst(u32::MAX).is_ok());
+        assert!(Gcra::new("t", 1, Duration::from_secs(1_000_000))
+            .unwrap()
+            .with_burst(u32::MAX)
+            .is_err());
+        assert!(Gcra::new("a{b}", 1, s).is_err());
+    }
+}

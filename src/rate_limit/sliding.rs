@@ -1,0 +1,302 @@
+//! [`SlidingWindow`]: the two-counter weighted approximation of a sliding window.
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+
+use super::decision::{Decision, Quota};
+use super::key::LimitKey;
+use super::reply::{ints, non_negative};
+use crate::error::{Error, Result};
+use crate::keys::{tagged, validate_prefix};
+use crate::script::{Call, Registry, Script, ScriptManager};
+
+/// A sliding-window limiter (the two-counter approximation of python `limits`' moving window
+/// and Cloudflare's), shared by every instance of a service.
+///
+/// **Semantics.** Windows of length `window` follow each other from a client's first hit. A
+/// request passes when `floor(previous x left / window) + current + cost <= limit`, where
+/// `current` and `previous` count the units admitted in the current and the previous window
+/// and `left` is the time left in the current window: the previous window's count is assumed
+/// to have arrived evenly and slides out linearly. Refused requests are not counted.
+///
+/// **Error bound.** Each window admits at most `limit`. A span of one `window` that starts
+/// `e` into one window and ends `e` into the next admits at most
+/// `limit + ceil(previous x e / window)` units, where `previous` is what the earlier window
+/// admitted: exactly `limit` when that window's units arrived evenly (the approximation's
+/// assumption), and at worst `2 x limit` (a full window's units all at its very end). Unlike
+/// the fixed window, a client sending steadily is held at `limit` per sliding window, and one
+/// refused at a window edge is not let through with a fresh `limit` at once.
+/// `tests/rate_limit_accuracy.rs` checks the per-span bound for random arrivals.
+///
+/// In the [`Quota`], [`remaining`](Quota::remaining) is the cost-1 requests that would pass
+/// now and [`reset_after`](Quota::reset_after) the time until every counted unit has left the
+/// window (the key's TTL). [`Decision::Limited`]'s `retry_after` is the time until the request
+/// would pass if nothing else is counted meanwhile (whole milliseconds).
+///
+/// **Storage and time.** One key per client, `rk:sw:<name>:{<canonical key>}`, a string
+/// `"<current>:<previous>"` whose TTL (end of the current window plus one window) tells the
+/// script where in the window it is: no clock at all, neither client nor server. Each check is
+/// one `EVALSHA` of `lua/sliding_window.v1.lua`. Cheap to clone.
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// use std::time::Duration;
+/// use redkit::rate_limit::{LimitKey, SlidingWindow};
+///
+/// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+/// let mut conn = client.get_multiplexed_async_connection().await?;
+/// let limiter = SlidingWindow::new("api", 100, Duration::from_secs(60))?;
+/// let decision = limiter.check(&mut conn, &LimitKey::ip([192, 0, 2, 1].into())).await?;
+/// println!("{} left", decision.quota().remaining());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SlidingWindow {
+    name: String,
+    base: String,
+    limit: u32,
+    window: Duration,
+    window_ms: u64,
+    script: &'static Script,
+    manager: ScriptManager,
+}
+
+impl SlidingWindow {
+    /// Prefix of every sliding-window key.
+    pub const KEY_PREFIX: &'static str = "rk:sw";
+    /// The shortest window: 1 ms.
+    pub const MIN_WINDOW: Duration = Duration::from_millis(1);
+    /// The longest window: two of them stay below 10^15 ms (exact as Lua numbers).
+    pub const MAX_WINDOW: Duration = Duration::from_millis(499_999_999_999_999);
+
+    /// A limiter named `name` (1..=64 bytes of `[A-Za-z0-9_:.-]`) allowing `limit` units per
+    /// sliding `window` (sub-millisecond parts are dropped).
+    ///
+    /// Errors: [`Error::InvalidInput`] for a zero limit, a window outside
+    /// [`MIN_WINDOW`](Self::MIN_WINDOW)..=[`MAX_WINDOW`](Self::MAX_WINDOW) or a bad name.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::rate_limit::SlidingWindow;
+    /// assert!(SlidingWindow::new("login", 5, Duration::from_secs(60)).is_ok());
+    /// assert!(SlidingWindow::new("login", 0, Duration::from_secs(60)).is_err());
+    /// assert!(SlidingWindow::new("login", 5, Duration::ZERO).is_err());
+    /// ```
+    pub fn new(name: &str, limit: u32, window: Duration) -> Result<Self> {
+        validate_prefix("name", name)?;
+        if limit == 0 {
+            return Err(Error::invalid("limit", "must be at least 1"));
+        }
+        if window < Self::MIN_WINDOW || window > Self::MAX_WINDOW {
+            return Err(Error::invalid(
+                "window",
+                "must be between 1 ms and MAX_WINDOW",
+            ));
+        }
+        let window_ms =
+            u64::try_from(window.as_millis()).map_err(|_| Error::invalid("window", "too long"))?;
+        Ok(Self {
+            base: format!("{}:{name}", Self::KEY_PREFIX),
+            name: name.to_owned(),
+            limit,
+            window: Duration::from_millis(window_ms),
+            window_ms,
+            script: Registry::global().require("sliding_window", 1)?,
+            manager: ScriptManager::new(),
+        })
+    }
+
+    /// Uses `manager` (e.g. one shared by the whole application, for its stats).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use redkit::{rate_limit::SlidingWindow, ScriptManager};
+    /// let l = SlidingWindow::new("api", 10, Duration::from_secs(1))?.with_manager(ScriptManager::new());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
+        self.manager = manager;
+        self
+    }
+
+    /// The script manager running the checks (for its [`Stats`](crate::Stats)).
+    ///
+    /// ```
+    /// # let l = redkit::rate_limit::SlidingWindow::new("api", 10, std::time::Duration::from_secs(1))?;
+    /// let _stats = l.manager().stats();
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn manager(&self) -> &ScriptManager {
+        &self.manager
+    }
+
+    /// The limiter's name.
+    ///
+    /// ```
+    /// # let l = redkit::rate_limit::SlidingWindow::new("api", 10, std::time::Duration::from_secs(1))?;
+    /// assert_eq!(l.name(), "api");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Units allowed per sliding window.
+    ///
+    /// ```
+    /// # let l = redkit::rate_limit::SlidingWindow::new("api", 10, std::time::Duration::from_secs(1))?;
+    /// assert_eq!(l.limit(), 10);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The window length (whole milliseconds).
+    ///
+    /// ```
+    /// # let l = redkit::rate_limit::SlidingWindow::new("api", 10, std::time::Duration::from_secs(1))?;
+    /// assert_eq!(l.window(), std::time::Duration::from_secs(1));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// The Redis key holding `key`'s counters (for inspection and operations).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use redkit::rate_limit::{LimitKey, SlidingWindow};
+    /// let l = SlidingWindow::new("api", 10, Duration::from_secs(1))?;
+    /// assert_eq!(l.redis_key(&LimitKey::ip([10, 0, 0, 1].into())), "rk:sw:api:{ip:10.0.0.1}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn redis_key(&self, key: &LimitKey) -> String {
+        tagged(&self.base, key.as_str())
+    }
+
+    /// Counts one unit for `key`. See [`check_n`](Self::check_n).
+    ///
+    /// ```no_run
+    /// # async fn run(l: redkit::rate_limit::SlidingWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// let d = l.check(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?).await?;
+    /// # let _ = d; Ok(()) }
+    /// ```
+    pub async fn check<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<Decision> {
+        self.check_n(conn, key, 1).await
+    }
+
+    /// Counts `cost` units for `key` in one round trip, if they fit.
+    ///
+    /// A cost above the limit is [`Decision::CostExceedsLimit`] (nothing counted). Errors:
+    /// [`Error::InvalidInput`] for a zero cost (nothing sent), [`Error::WrongType`] /
+    /// [`Error::CorruptData`] when the key holds something that is not this limiter's state,
+    /// [`Error::PermissionDenied`] when an ACL refuses an inner command (nothing written in
+    /// each case), and connection errors.
+    ///
+    /// ```no_run
+    /// # async fn run(l: redkit::rate_limit::SlidingWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// let d = l.check_n(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?, 5).await?;
+    /// # let _ = d; Ok(()) }
+    /// ```
+    pub async fn check_n<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+        cost: u32,
+    ) -> Result<Decision> {
+        if cost == 0 {
+            return Err(Error::invalid("cost", "must be at least 1"));
+        }
+        let mut call = Call::new(self.script);
+        call.key(self.redis_key(key))
+            .arg(self.limit)
+            .arg(self.window_ms)
+            .arg(cost);
+        let reply = self.manager.invoke(conn, &call).await?;
+        self.decode(reply, cost)
+    }
+
+    /// Deletes `key`'s counters. Returns whether they existed.
+    ///
+    /// ```no_run
+    /// # async fn run(l: redkit::rate_limit::SlidingWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// l.reset(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn reset<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<bool> {
+        super::delete(conn, self.redis_key(key), None).await
+    }
+
+    /// `{allowed, remaining, retry_after_ms, reset_after_ms}` -> [`Decision`].
+    fn decode(&self, reply: redis::Value, cost: u32) -> Result<Decision> {
+        let s = self.script;
+        let [allowed, remaining, retry, reset] = ints::<4>(s, reply)?;
+        let remaining = non_negative(s, "remaining", remaining)?;
+        let retry = Duration::from_millis(non_negative(s, "retry_after", retry)?);
+        let reset = Duration::from_millis(non_negative(s, "reset_after", reset)?);
+        let quota = Quota::with_remaining(self.limit, remaining, reset);
+        Ok(match allowed {
+            1 => Decision::Allowed(quota),
+            0 if cost > self.limit => Decision::CostExceedsLimit { quota, cost },
+            0 if !retry.is_zero() => Decision::Limited {
+                quota,
+                retry_after: retry,
+            },
+            _ => {
+                return Err(Error::unexpected(
+                    s.id(),
+                    "inconsistent allowed/retry fields",
+                ))
+            }
+        })
+    }
+}
+
+impl fmt::Debug for SlidingWindow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlidingWindow")
+            .field("name", &self.name)
+            .field("limit", &self.limit)
+            .field("window", &self.window)
+            .field("script", &self.script.id())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::Value;
+
+    fn reply(v: [i64; 4]) -> Value {
+        Value::Array(v.iter().map(|i| Value::Int(*i)).collect())
+    }
+
+    #[test]
+    fn decodes_outcomes_and_rejects_bad_replies() {
+        let l = SlidingWindow::new("t", 10, Duration::from_secs(1)).unwrap();
+        let d = l.decode(reply([1, 4, 0, 1500]), 1).unwrap();
+        assert!(d.is_allowed() && d.quota().remaining() == 4);
+        assert_eq!(d.quota().reset_after(), Duration::from_millis(1500));
+        let d = l.decode(reply([0, 0, 250, 1500]), 1).unwrap();
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(250)));
+        let d = l.decode(reply([0, 0, 0, 1500]), 11).unwrap();
+        assert!(matches!(d, Decision::CostExceedsLimit { cost: 11, .. }));
+        for v in [
+            Value::Nil,
+            reply([0, 0, 0, 1]),
+            reply([3, 0, 0, 1]),
+            reply([1, -1, 0, 1]),
+            reply([1, 0, 0, -1]),
+        ] {
+            assert!(matches!(l.decode(v, 1), Err(Error::UnexpectedReply { .. })));
+        }
+        assert!(SlidingWindow::new("t", 1, SlidingWindow::MAX_WINDOW).is_ok());
+        let too_long = SlidingWindow::MAX_WINDOW + Duration::from_millis(1);
+        assert!(SlidingWindow::new("t", 1, too_long).is_err());
+    }
+}

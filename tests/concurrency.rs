@@ -1,0 +1,293 @@
+//! The concurrency-limit layer against a real Redis: exactly N in flight, cancelled requests
+//! give their slot back, a crashed instance's slots come back after the lease, fail modes.
+#![cfg(feature = "tower")]
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::routing::get;
+use axum::Router;
+use http::{Request, StatusCode};
+use redis::aio::ConnectionManager;
+use redkit::middleware::{ClientId, ConcurrencyLimitLayer, FailMode, FnKey};
+use redkit::rate_limit::LimitKey;
+use support::RedisServer;
+use tower::ServiceExt;
+
+async fn manager(server: &RedisServer) -> ConnectionManager {
+    let client = redis::Client::open(format!("{}?protocol=resp3", server.url())).unwrap();
+    ConnectionManager::new(client).await.unwrap()
+}
+
+fn one_client(
+) -> FnKey<impl Fn(&redkit::middleware::RequestInfo<'_>) -> Option<ClientId> + Send + Sync + 'static>
+{
+    FnKey::new(|_: &redkit::middleware::RequestInfo<'_>| {
+        Some(ClientId::Key(LimitKey::text("c").unwrap()))
+    })
+}
+
+async fn status_of(app: &Router, path: &str) -> StatusCode {
+    let req = Request::get(path).body(Body::empty()).unwrap();
+    app.clone().oneshot(req).await.unwrap().status()
+}
+
+/// Holders of the client's slots, as Redis sees them.
+async fn holders(
+    server: &RedisServer,
+    layer: &ConcurrencyLimitLayer<ConnectionManager, impl Sized>,
+) -> i64 {
+    let key = layer
+        .semaphore()
+        .key(&layer.resource(&LimitKey::text("c").unwrap()))
+        .unwrap();
+    server.cmd(&["ZCARD", &key]).await
+}
+
+/// 8 concurrent slow requests of one client over HTTP with N = 3: 3 run (never more at once),
+/// 5 get 429 with Retry-After; afterwards the slots are free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n_plus_k_concurrent_slow_requests_run_exactly_n_at_once() {
+    let server = RedisServer::spawn().await;
+    let layer = ConcurrencyLimitLayer::new("slow", 3, manager(&server).await).unwrap();
+    let running = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let (r, m) = (Arc::clone(&running), Arc::clone(&most));
+    let app = Router::new()
+        .route(
+            "/",
+            get(move || {
+                let (running, most) = (Arc::clone(&r), Arc::clone(&m));
+                async move {
+                    let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    "done"
+                }
+            }),
+        )
+        .layer(layer.clone());
+    let url = format!("http://{}/", support::serve_axum(app).await);
+    let http = reqwest::Client::new();
+    let wave = |n: usize| {
+        let requests = (0..n).map(|_| {
+            let (http, url) = (http.clone(), url.clone());
+            async move {
+                let res = http.get(&url).send().await.unwrap();
+                let retry = res
+                    .headers()
+                    .get("retry-after")
+                    .map(|v| v.to_str().unwrap().parse::<u64>().unwrap());
+                (res.status(), retry)
+            }
+        });
+        futures_util::future::join_all(requests)
+    };
+    let first = wave(8).await;
+    let ok = first.iter().filter(|(s, _)| *s == StatusCode::OK).count();
+    let full: Vec<_> = first
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::TOO_MANY_REQUESTS)
+        .collect();
+    assert_eq!((ok, full.len()), (3, 5), "{first:?}");
+    for (_, retry) in full {
+        let retry = retry.expect("Retry-After on a refusal");
+        assert!((1..=30).contains(&retry), "{retry}");
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 3, "never more than N at once");
+    let stats = layer.stats();
+    assert_eq!(
+        (stats.admitted, stats.finished, stats.rejected),
+        (3, 3, 5),
+        "{stats:?}"
+    );
+    assert_eq!(holders(&server, &layer).await, 0, "every slot given back");
+
+    let second = wave(3).await;
+    assert!(
+        second.iter().all(|(s, _)| *s == StatusCode::OK),
+        "{second:?}"
+    );
+}
+
+/// A request cancelled while its handler runs (its future dropped) gives its slot back at once,
+/// long before the 30 s lease would.
+#[tokio::test]
+async fn a_cancelled_request_frees_its_slot() {
+    let server = RedisServer::spawn().await;
+    let layer = ConcurrencyLimitLayer::builder("cancel", 1, manager(&server).await)
+        .key_extractor(one_client())
+        .build()
+        .unwrap();
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
+    let app = Router::new()
+        .route(
+            "/slow",
+            get(move || {
+                let entered_tx = entered_tx.clone();
+                async move {
+                    entered_tx.send(()).unwrap();
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    "never"
+                }
+            }),
+        )
+        .route("/fast", get(|| async { "ok" }))
+        .layer(layer.clone());
+    let slow = tokio::spawn({
+        let app = app.clone();
+        async move { status_of(&app, "/slow").await }
+    });
+    entered.recv().await.unwrap();
+    assert_eq!(
+        status_of(&app, "/fast").await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "slot held"
+    );
+    assert_eq!(holders(&server, &layer).await, 1);
+
+    slow.abort();
+    assert!(slow.await.unwrap_err().is_cancelled());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while holders(&server, &layer).await != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the cancelled request kept its slot"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(status_of(&app, "/fast").await, StatusCode::OK);
+    let stats = layer.stats();
+    assert_eq!((stats.admitted, stats.finished), (2, 2), "{stats:?}");
+}
+
+/// Instance A (its own runtime, connection and layer) holds both slots with requests that run
+/// past the lease: the watchdog keeps them. Then A crashes (its runtime is gone, nothing is
+/// released): B is refused until the lease ends, then served.
+#[tokio::test]
+async fn a_crashed_instance_slots_come_back_after_the_lease() {
+    let server = RedisServer::spawn().await;
+    let lease = Duration::from_millis(1000);
+    let url = server.url();
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+    let (crash_tx, crash_rx) = tokio::sync::oneshot::channel::<()>();
+    let instance_a = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let client = redis::Client::open(format!("{url}?protocol=resp3")).unwrap();
+            let conn = ConnectionManager::new(client).await.unwrap();
+            let layer = ConcurrencyLimitLayer::builder("crash", 2, conn)
+                .key_extractor(one_client())
+                .lease(lease)
+                .build()
+                .unwrap();
+            let app = Router::new()
+                .route(
+                    "/",
+                    get(move || {
+                        let entered_tx = entered_tx.clone();
+                        async move {
+                            entered_tx.send(()).unwrap();
+                            std::future::pending::<()>().await;
+                            "never"
+                        }
+                    }),
+                )
+                .layer(layer);
+            for _ in 0..2 {
+                let app = app.clone();
+                tokio::spawn(async move { status_of(&app, "/").await });
+            }
+            crash_rx.await.unwrap();
+        });
+        // The runtime is dropped here with both requests in flight: their tasks, the
+        // watchdogs and the connection vanish as with a killed process.
+        drop(runtime);
+    });
+    for _ in 0..2 {
+        entered_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    }
+
+    let layer_b = ConcurrencyLimitLayer::builder("crash", 2, manager(&server).await)
+        .key_extractor(one_client())
+        .lease(lease)
+        .build()
+        .unwrap();
+    let app_b = Router::new()
+        .route("/", get(|| async { "b" }))
+        .layer(layer_b.clone());
+    // Past two leases: the watchdog of A keeps its slots.
+    tokio::time::sleep(lease * 2).await;
+    assert_eq!(status_of(&app_b, "/").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(holders(&server, &layer_b).await, 2);
+
+    crash_tx.send(()).unwrap();
+    tokio::task::spawn_blocking(move || instance_a.join().unwrap())
+        .await
+        .unwrap();
+    let crashed = Instant::now();
+    assert_eq!(
+        status_of(&app_b, "/").await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "nothing was released by the crashed instance"
+    );
+    let deadline = crashed + lease + Duration::from_secs(2);
+    loop {
+        match status_of(&app_b, "/").await {
+            StatusCode::OK => break,
+            StatusCode::TOO_MANY_REQUESTS => {
+                assert!(Instant::now() < deadline, "slots never came back");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("{other}"),
+        }
+    }
+    assert!(
+        crashed.elapsed() >= Duration::from_millis(100),
+        "came back through the lease"
+    );
+}
+
+/// Redis down: fail open lets requests through without a slot, fail closed answers 503 with
+/// `Retry-After: 1`; a 503 can also be chosen for a full pool.
+#[tokio::test]
+async fn fail_modes_when_redis_is_down() {
+    let mut server = RedisServer::spawn().await;
+    let conn = manager(&server).await;
+    let build = |mode: FailMode| {
+        ConcurrencyLimitLayer::builder("down", 1, conn.clone())
+            .key_extractor(one_client())
+            .fail_mode(mode)
+            .timeout(Duration::from_millis(200))
+            .full_status(StatusCode::SERVICE_UNAVAILABLE)
+            .build()
+            .unwrap()
+    };
+    let (open, closed) = (build(FailMode::Open), build(FailMode::Closed));
+    let app = |layer: &ConcurrencyLimitLayer<ConnectionManager, _>| {
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer.clone())
+    };
+    assert_eq!(status_of(&app(&open), "/").await, StatusCode::OK);
+    assert!(ConcurrencyLimitLayer::builder("x", 1, conn.clone())
+        .full_status(StatusCode::OK)
+        .build()
+        .is_err());
+    server.stop().await;
+    assert_eq!(status_of(&app(&open), "/").await, StatusCode::OK);
+    let req = Request::get("/").body(Body::empty()).unwrap();
+    let res = app(&closed).oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(res.headers()["retry-after"], "1");
+    assert_eq!(open.stats().failed_open, 1);
+    assert_eq!(closed.stats().failed_closed, 1);
+}
