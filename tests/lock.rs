@@ -38,17 +38,6 @@ async fn wait_gone(server: &RedisServer, key: &str) {
     }
 }
 
-/// EVALSHA calls the server has answered so far.
-async fn evalsha_calls(server: &RedisServer) -> u64 {
-    let stats: String = server.cmd(&["INFO", "commandstats"]).await;
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mutual_exclusion_over_32_tasks_and_strictly_increasing_fences() {
     let server = RedisServer::spawn().await;
@@ -204,10 +193,10 @@ async fn watchdog_keeps_a_300ms_lease_through_2s_of_work_and_stops_after_release
     );
     assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0);
     // No renewal is sent any more: the task stopped with the guard.
-    let calls = evalsha_calls(&server).await;
+    let calls = server.evalsha_calls().await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
-        evalsha_calls(&server).await,
+        server.evalsha_calls().await,
         calls,
         "watchdog still renewing"
     );
@@ -275,9 +264,9 @@ async fn dropping_a_guard_stops_its_watchdog_and_the_lease_ends_by_ttl() {
     assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 1, "renewed");
     drop(guard);
     wait_gone(&server, &key).await;
-    let calls = evalsha_calls(&server).await;
+    let calls = server.evalsha_calls().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(evalsha_calls(&server).await, calls);
+    assert_eq!(server.evalsha_calls().await, calls);
 }
 
 #[tokio::test]

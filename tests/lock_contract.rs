@@ -219,7 +219,7 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
     // acquire: free, held by this token (retry), held by another (busy); renew; release;
     // fenced_set. Each denied command of each script, in each state.
     for denied in [
-        "get", "time", "pttl", "set", "pexpire", "del", "hget", "hset",
+        "get", "time", "pttl", "set", "pexpire", "del", "hget", "hset", "exists",
     ] {
         let mut conn = denied_conn(&server, &format!("u-{denied}"), denied).await;
         for state in ["free", "mine", "other"] {
@@ -308,7 +308,7 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
                 .await
                 .unwrap();
             let before = support::snapshot(&mut admin).await;
-            // renew (get, pexpire), fenced_set (hget, hset), release (get, del): a guard
+            // renew (get, pexpire), fenced_set (hget, hset), release (get, exists, del): a guard
             // for the held key, built by an idempotent acquire as the admin.
             let mut guard = acquired(&lock, &mut admin, "res", &with_token(TOKEN)).await;
             let before_ops = support::snapshot(&mut admin).await;
@@ -343,14 +343,16 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
             let before_ops = support::snapshot(&mut admin).await;
             let release = lock.release(&mut conn, guard).await;
             match release {
-                Err(Error::PermissionDenied { .. }) if ["get", "del"].contains(&denied) => {
+                Err(Error::PermissionDenied { .. })
+                    if ["get", "exists", "del"].contains(&denied) =>
+                {
                     assert_unchanged(
                         &before_ops,
                         &support::snapshot(&mut admin).await,
                         &format!("{case}, release"),
                     )
                 }
-                Ok(_) if !["get", "del"].contains(&denied) => {}
+                Ok(_) if !["get", "exists", "del"].contains(&denied) => {}
                 other => panic!("{case}: release {other:?}"),
             }
         }
@@ -866,4 +868,127 @@ async fn a_reply_lost_to_a_client_timeout_is_recovered_by_retrying_with_the_same
         lock.release(&mut fresh, guard).await.unwrap(),
         redkit::lock::Release::Released
     );
+}
+
+/// Keys, values and whether each has a TTL (the TTL itself ticks).
+async fn shape(conn: &mut MultiplexedConnection) -> BTreeMap<Vec<u8>, (Vec<u8>, bool)> {
+    support::snapshot(conn)
+        .await
+        .into_iter()
+        .map(|(k, (dump, pttl))| (k, (dump, pttl >= 0)))
+        .collect()
+}
+
+#[tokio::test]
+async fn without_fencing_acquire_is_one_set_and_keeps_the_contract() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = lock();
+    let cheap = LockOptions::new()
+        .fencing(false)
+        .ttl(Duration::from_secs(5));
+    let key = lock.lock_key("r").unwrap();
+
+    // A free lock: the lock key only (no fence key), no fencing token, refused by fenced_set.
+    let guard = acquired(&lock, &mut conn, "r", &cheap).await;
+    assert!(!guard.is_fenced());
+    assert_eq!(guard.fencing_token().get(), 0);
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(keys.as_slice(), std::slice::from_ref(&key));
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(pttl > 0 && pttl <= 5_000, "{pttl}");
+    let r = lock
+        .fenced_set(&mut conn, "data", guard.fencing_token(), "v")
+        .await;
+    assert!(matches!(r, Err(Error::InvalidInput { .. })), "{r:?}");
+
+    // Another owner: Busy with the holder's TTL, nothing changed.
+    let before = shape(&mut conn).await;
+    match lock.acquire(&mut conn, "r", &cheap).await.unwrap() {
+        Acquire::Busy { holder_ttl } => {
+            let ttl = holder_ttl.expect("the holder has a TTL");
+            assert!(
+                ttl > Duration::ZERO && ttl <= Duration::from_secs(5),
+                "{ttl:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(shape(&mut conn).await, before);
+    assert_eq!(
+        lock.release(&mut conn, guard).await.unwrap(),
+        redkit::lock::Release::Released
+    );
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(keys.is_empty(), "{keys:?}");
+
+    // The same owner token again (a retry after a lost reply): Acquired, lease refreshed.
+    let mine = cheap.clone().token(TOKEN);
+    let first = acquired(&lock, &mut conn, "r", &mine).await;
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg(&key)
+        .arg(300)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let again = acquired(&lock, &mut conn, "r", &mine).await;
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(pttl > 1_000, "the retry refreshed the lease: {pttl}");
+    drop(first);
+    lock.release(&mut conn, again).await.unwrap();
+
+    // A key of another type: WrongType, nothing written.
+    let _: () = redis::cmd("HSET")
+        .arg(&key)
+        .arg("f")
+        .arg("1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let before = shape(&mut conn).await;
+    let r = lock.acquire(&mut conn, "r", &cheap).await;
+    assert!(matches!(r, Err(Error::WrongType { .. })), "{r:?}");
+    assert_eq!(shape(&mut conn).await, before);
+    let _: () = redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    // A user denied SET: PermissionDenied, nothing written.
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "noset", "on", ">pw", "~*", "&*", "+@all", "-set"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let url = format!("redis://noset:pw@127.0.0.1:{}/", server.port());
+    let mut denied = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let before = shape(&mut conn).await;
+    let r = lock.acquire(&mut denied, "r", &cheap).await;
+    assert!(matches!(r, Err(Error::PermissionDenied { .. })), "{r:?}");
+    assert_eq!(shape(&mut conn).await, before);
+
+    // The default (fenced) lock still issues tokens on the same key.
+    let fenced = acquired(&lock, &mut conn, "r", &LockOptions::new()).await;
+    assert!(fenced.is_fenced() && fenced.fencing_token().get() > 0);
 }

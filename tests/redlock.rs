@@ -237,3 +237,59 @@ async fn busy_is_an_outcome_and_no_quorum_stays_an_error_when_unreachable_nodes_
     assert_eq!(exists(&masters, &[2], &key).await, [0], "released again");
     masters.nodes[1].resume().await;
 }
+
+/// Kleppmann's scenario: A holds on masters 0, 1, 2 (3 and 4 are down), master 2 crashes and
+/// restarts, then B asks all five. What B gets depends only on whether master 2 kept A's key.
+async fn second_contender_after_a_restart(persistence: &[&str]) -> RedlockAcquire {
+    let mut nodes = Vec::new();
+    for _ in 0..5 {
+        nodes.push(support::RedisServer::spawn_with(persistence).await);
+    }
+    let mut masters = RedisMasters { nodes };
+    let options = LockOptions::new().ttl(Duration::from_secs(30));
+    let a = redlock(&masters).await;
+    masters.nodes[3].stop().await;
+    masters.nodes[4].stop().await;
+    let guard_a = held(&a, "payout", &options).await;
+    assert_eq!(exists(&masters, &[0, 1, 2], guard_a.key()).await, [1, 1, 1]);
+    masters.nodes[3].start().await;
+    masters.nodes[4].start().await;
+    masters.nodes[2].restart().await; // SIGKILL: a crash, then the same config and directory
+
+    let b = redlock(&masters).await;
+    let outcome = b.acquire("payout", &options).await;
+    assert!(
+        guard_a.is_valid(),
+        "A's lease still runs: {:?}",
+        guard_a.validity()
+    );
+    match outcome {
+        Ok(outcome) => outcome,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Without persistence (the harness default: no RDB, no AOF) a restarted master forgets A's key
+/// and votes again: two holders at once. Redis cannot prevent this; the README says so and
+/// gives the levers (fsync-always AOF, or keep a crashed master down for one TTL).
+#[tokio::test]
+async fn a_master_restarted_without_persistence_lets_a_second_holder_in() {
+    match second_contender_after_a_restart(&[]).await {
+        RedlockAcquire::Acquired(guard_b) => assert!(guard_b.is_valid()),
+        other => panic!("expected the documented double grant, got {other:?}"),
+    }
+}
+
+/// With `appendonly yes` + `appendfsync always` the restarted master still holds A's key (with
+/// its TTL), so B finds it held on a majority.
+#[tokio::test]
+async fn a_master_restarted_with_fsync_always_keeps_its_vote() {
+    let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+    match second_contender_after_a_restart(&aof).await {
+        RedlockAcquire::Busy {
+            held_elsewhere: 3,
+            total: 5,
+        } => {}
+        other => panic!("expected Busy (held on 3 of 5), got {other:?}"),
+    }
+}

@@ -14,7 +14,7 @@ use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redkit::lock::{LeaseLoss, LockOptions, PermitAcquire, PermitGuard, Release, Renew, Semaphore};
 use redkit::script::Replication;
 use redkit::Error;
-use support::{RedisCluster, RedisServer};
+use support::{RedisCluster, RedisServer, ReplicatedPair};
 
 const TOKEN: &str = "owner-token-0123456789";
 const OTHER: &str = "other-token-0123456789";
@@ -338,13 +338,6 @@ async fn bad_input_is_refused_before_anything_is_sent() {
             LockOptions::new().ttl(Duration::MAX),
         ),
         ("short token", "r".into(), 1, ok.clone().token("short")),
-        (
-            "replicas",
-            "r".into(),
-            1,
-            ok.clone()
-                .require_replicas(Replication::new(1, Duration::from_millis(5)).unwrap()),
-        ),
     ];
     for (case, resource, permits, options) in cases {
         match sem.acquire(&mut conn, &resource, permits, &options).await {
@@ -774,4 +767,42 @@ async fn a_blocked_acquire_on_a_cluster_wakes_on_release() {
     // Four hand-overs, each on a release: far below one 10 s lease.
     let took = last - released;
     assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+#[tokio::test]
+async fn require_replicas_gives_back_a_permit_the_replica_did_not_confirm() {
+    let pair = ReplicatedPair::spawn().await;
+    let mut conn = pair.primary.conn().await;
+    let sem = sem();
+    let one = Replication::new(1, Duration::from_millis(1_000)).unwrap();
+    let options = ttl(10_000).require_replicas(one);
+    // In sync: acquired, and the replica has the holder.
+    let permit = acquired(&sem, &mut conn, "acct", 2, &options).await;
+    let on_replica: i64 = pair.replica.cmd(&["ZCARD", permit.key()]).await;
+    assert_eq!(on_replica, 1);
+    sem.release(&mut conn, permit).await.unwrap();
+    // Replica link down: not confirmed in time -> given back, NotReplicated.
+    let nowhere = support::free_port().to_string();
+    let _: () = pair
+        .replica
+        .cmd(&["REPLICAOF", "127.0.0.1", &nowhere])
+        .await;
+    let short = Replication::new(1, Duration::from_millis(150)).unwrap();
+    match sem
+        .acquire(&mut conn, "acct", 2, &ttl(10_000).require_replicas(short))
+        .await
+        .unwrap()
+    {
+        PermitAcquire::NotReplicated {
+            replicas: 0,
+            requested: 1,
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    let key = sem.key("acct").unwrap();
+    assert_eq!(
+        pair.primary.cmd::<i64>(&["ZCARD", &key]).await,
+        0,
+        "given back"
+    );
 }

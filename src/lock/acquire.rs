@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
-use super::guard::{deadline, Clock, LockGuard};
+use super::guard::LockGuard;
 use super::options::LockOptions;
-use super::outcome::Acquire;
+use super::outcome::{Acquire, Renew};
 use super::single::{fence_key_of, fence_ttl_ms, Lock};
 use super::token::{owner_token, FencingToken};
 use crate::error::{Error, Result};
@@ -46,7 +46,7 @@ impl Lock {
     /// acquire repeated after a lost reply answers [`Acquire::Acquired`] with the same fencing
     /// token), else a fresh random one.
     ///
-    /// Fencing tokens are `max(last issued + 1, server TIME in µs)`: see [`FencingToken`].
+    /// Fencing tokens are `max(last issued + 1, server TIME in µs)`: see [`FencingToken`](super::FencingToken).
     ///
     /// Fails with [`Error::InvalidInput`] (nothing sent) for an empty or too long resource
     /// name or invalid options, with [`Error::CorruptData`] / [`Error::WrongType`] when the
@@ -81,7 +81,7 @@ impl Lock {
     /// `replication` in the same round trip ([`ScriptManager::invoke_acked`](crate::ScriptManager::invoke_acked)). The answer says
     /// how many replicas have the lock and fence keys: with fewer than requested, a failover
     /// now could promote a replica where the lock is free (another owner could acquire it;
-    /// its fencing token would still be larger, see [`FencingToken`]).
+    /// its fencing token would still be larger, see [`FencingToken`](super::FencingToken)).
     ///
     /// ```no_run
     /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -171,6 +171,11 @@ impl Lock {
         options: &LockOptions,
         replication: Option<Replication>,
     ) -> Result<(Acquire, Option<u32>)> {
+        if !options.get_fencing() {
+            return self
+                .unfenced_attempt(conn, key, token, ttl_ms, options, replication)
+                .await;
+        }
         let fence_key = fence_key_of(key);
         let mut call = Call::new(self.inner.acquire);
         call.key(key)
@@ -198,24 +203,8 @@ impl Lock {
                     .ok_or_else(|| {
                         Error::unexpected(self.inner.acquire.id(), "fencing token is not positive")
                     })?;
-                let ttl = Duration::from_millis(ttl_ms);
-                let drift = options.drift_allowance();
-                let guard = LockGuard {
-                    key: key.to_owned(),
-                    token: token.to_owned(),
-                    fence,
-                    ttl,
-                    drift,
-                    clock: Clock::new(deadline(started, ttl, drift)),
-                    watchdog: None,
-                };
-                if !guard.is_valid() {
-                    let elapsed = started.elapsed();
-                    tracing::warn!(key = %guard.key, ?elapsed, "acquire took the whole lease");
-                    self.release(conn, guard).await?;
-                    return Err(Error::Timeout(elapsed));
-                }
-                Acquire::Acquired(guard)
+                self.granted(conn, key, token, fence, ttl_ms, options, started)
+                    .await?
             }
             other => {
                 return Err(Error::unexpected(
@@ -225,5 +214,128 @@ impl Lock {
             }
         };
         Ok((outcome, replicas))
+    }
+
+    /// An attempt without fencing: `SET key token NX PX ttl GET` (plus `WAIT` in the same
+    /// round trip when asked). The holder it reads decides: none, the lock is ours; our own
+    /// token (a retry after a lost reply), the lease is refreshed by the compare-and-PEXPIRE
+    /// renewal; another owner, [`Acquire::Busy`] with its `PTTL`.
+    async fn unfenced_attempt<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &str,
+        token: &str,
+        ttl_ms: u64,
+        options: &LockOptions,
+        replication: Option<Replication>,
+    ) -> Result<(Acquire, Option<u32>)> {
+        let mut set = redis::cmd("SET");
+        set.arg(key)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms)
+            .arg("GET");
+        let started = Instant::now();
+        let sent = match replication {
+            None => set
+                .query_async::<Option<String>>(conn)
+                .await
+                .map(|holder| (holder, None)),
+            Some(r) => redis::pipe()
+                .add_command(set)
+                .add_command(r.wait_cmd())
+                .query_async::<(Option<String>, i64)>(conn)
+                .await
+                .map(|(holder, n)| (holder, Some(u32::try_from(n).unwrap_or(0)))),
+        };
+        let (holder, replicas) = sent.map_err(unfenced_error)?;
+        let outcome = match holder {
+            Some(other) if other != token => {
+                let pttl: i64 = redis::cmd("PTTL")
+                    .arg(key)
+                    .query_async(conn)
+                    .await
+                    .map_err(unfenced_error)?;
+                Acquire::Busy {
+                    holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                }
+            }
+            Some(_)
+                if self
+                    .renew_raw(conn, key, token, Duration::from_millis(ttl_ms))
+                    .await?
+                    == Renew::Lost =>
+            {
+                // Ours a moment ago, expired since: try again as a fresh attempt.
+                return Box::pin(self.unfenced_attempt(
+                    conn,
+                    key,
+                    token,
+                    ttl_ms,
+                    options,
+                    replication,
+                ))
+                .await;
+            }
+            _ => {
+                self.granted(
+                    conn,
+                    key,
+                    token,
+                    FencingToken::new(0),
+                    ttl_ms,
+                    options,
+                    started,
+                )
+                .await?
+            }
+        };
+        Ok((outcome, replicas))
+    }
+
+    /// The guard of an acquisition granted to a request sent at `started`; released again
+    /// (and [`Error::Timeout`]) when the acquire took the whole lease.
+    #[allow(clippy::too_many_arguments)]
+    async fn granted<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &str,
+        token: &str,
+        fence: FencingToken,
+        ttl_ms: u64,
+        options: &LockOptions,
+        started: Instant,
+    ) -> Result<Acquire> {
+        let guard = LockGuard::held(
+            key.to_owned(),
+            token.to_owned(),
+            fence,
+            ttl_ms,
+            options,
+            started,
+        );
+        if !guard.is_valid() {
+            let elapsed = started.elapsed();
+            tracing::warn!(key = %guard.key, ?elapsed, "acquire took the whole lease");
+            self.release(conn, guard).await?;
+            return Err(Error::Timeout(elapsed));
+        }
+        Ok(Acquire::Acquired(guard))
+    }
+}
+
+/// The typed error for a refusal of the plain commands of an unfenced acquire.
+fn unfenced_error(err: redis::RedisError) -> Error {
+    const WHAT: &str = "lock acquire without fencing (SET NX PX GET)";
+    match err.code() {
+        Some("WRONGTYPE") => Error::WrongType {
+            script: WHAT.to_owned(),
+        },
+        Some("NOPERM") => Error::PermissionDenied {
+            script: WHAT.to_owned(),
+            detail: err.detail().unwrap_or_default().to_owned(),
+        },
+        _ => Error::Redis(err),
     }
 }

@@ -4,8 +4,12 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::options::LockOptions;
+use super::outcome::Renew;
 use super::token::FencingToken;
 use super::watchdog::{LeaseSignal, WatchdogHandle};
+use crate::error::{Error, Result};
+use crate::script::Script;
 
 /// The local validity deadline of a lease, shared with its watchdog.
 #[derive(Debug)]
@@ -91,9 +95,27 @@ impl LockGuard {
         &self.key
     }
 
-    /// The fencing token of this acquisition.
+    /// The fencing token of this acquisition; `0` (never issued, refused by the fenced
+    /// writes) for a lock acquired with [`LockOptions::fencing(false)`](super::LockOptions::fencing).
     pub fn fencing_token(&self) -> FencingToken {
         self.fence
+    }
+
+    /// `false` when the lock was acquired with
+    /// [`LockOptions::fencing(false)`](super::LockOptions::fencing) (no fencing token).
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::lock::{Acquire, LockOptions};
+    /// let cheap = LockOptions::new().fencing(false);
+    /// if let Acquire::Acquired(guard) = lock.acquire(&mut conn, "cache-warmup", &cheap).await? {
+    ///     assert!(!guard.is_fenced());
+    ///     lock.release(&mut conn, guard).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn is_fenced(&self) -> bool {
+        self.fence.get() != 0
     }
 
     /// The lease length requested at acquire (and at every renewal).
@@ -114,6 +136,67 @@ impl LockGuard {
     /// The loss signal of this guard's watchdog, if one runs.
     pub fn lease_signal(&self) -> Option<&LeaseSignal> {
         self.watchdog.as_ref().map(|w| &w.signal)
+    }
+
+    /// The guard of a grant: `script` answered fencing token `fence` (must be positive) to an
+    /// acquire of `ttl_ms` sent at `started`.
+    pub(crate) fn granted(
+        script: &Script,
+        key: String,
+        token: String,
+        fence: i64,
+        ttl_ms: u64,
+        options: &LockOptions,
+        started: Instant,
+    ) -> Result<Self> {
+        let fence = u64::try_from(fence)
+            .ok()
+            .filter(|&f| f > 0)
+            .map(FencingToken::new)
+            .ok_or_else(|| Error::unexpected(script.id(), "fencing token is not positive"))?;
+        Ok(Self::held(key, token, fence, ttl_ms, options, started))
+    }
+
+    /// The guard of a hold granted to a request sent at `started` (fence 0: no fencing).
+    pub(crate) fn held(
+        key: String,
+        token: String,
+        fence: FencingToken,
+        ttl_ms: u64,
+        options: &LockOptions,
+        started: Instant,
+    ) -> Self {
+        let ttl = Duration::from_millis(ttl_ms);
+        let drift = options.drift_allowance();
+        Self {
+            key,
+            token,
+            fence,
+            ttl,
+            drift,
+            clock: Clock::new(deadline(started, ttl, drift)),
+            watchdog: None,
+        }
+    }
+
+    /// Moves the local validity after a renewal sent at `started` answered `outcome`.
+    pub(crate) fn renewed(&self, started: Instant, outcome: Renew) -> Renew {
+        match outcome {
+            Renew::Renewed => self.clock.set(deadline(started, self.ttl, self.drift)),
+            Renew::Lost => self.clock.expire(),
+        }
+        outcome
+    }
+
+    /// What a watchdog for this guard renews.
+    pub(crate) fn lease(&self) -> super::watchdog::Lease {
+        super::watchdog::Lease {
+            key: self.key.clone(),
+            token: self.token.clone(),
+            ttl: self.ttl,
+            drift: self.drift,
+            clock: Arc::clone(&self.clock),
+        }
     }
 
     /// Stops the watchdog, if any (also done on drop and release).

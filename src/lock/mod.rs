@@ -8,6 +8,10 @@
 //!   [`LeaseSignal`] fired when the lease is lost; [`Lock::with_lock`] wraps it all.
 //! - [`Lock::fenced_set`]: a write that storage refuses when a newer fencing token wrote first.
 //! - [`Redlock`]: a quorum lock over N independent masters.
+//! - [`Lock::acquire_blocking`]: wait for a release without polling.
+//! - [`FairLock`]: callers hold the lock in arrival order (ZooKeeper's guarantee).
+//! - [`RwLock`]: many readers or one writer, writers not starved.
+//! - [`ReentrantLock`]: counted holds by an explicit [`Owner`].
 //! - [`Semaphore`]: N leased permits per resource; a crashed holder's permit comes back when
 //!   its lease ends.
 //!
@@ -15,12 +19,16 @@
 //! errors are for bad input and for not being able to find out.
 
 mod acquire;
+mod fair;
 mod fencing;
 mod guard;
+mod lock_wait;
 mod options;
 mod outcome;
 mod permit;
 mod redlock;
+mod reentrant;
+mod rw;
 mod semaphore;
 mod semaphore_wait;
 mod single;
@@ -28,12 +36,15 @@ mod token;
 mod watchdog;
 mod with_lock;
 
+pub use fair::FairLock;
 pub use fencing::MAX_FENCED_KEY_LEN;
 pub use guard::LockGuard;
 pub use options::LockOptions;
 pub use outcome::{Acquire, FencedWrite, LeaseLoss, Release, Renew};
 pub use permit::{PermitAcquire, PermitGuard};
 pub use redlock::{Redlock, RedlockAcquire, RedlockGuard, RedlockRelease};
+pub use reentrant::{Owner, ReentrantLock};
+pub use rw::RwLock;
 pub use semaphore::Semaphore;
 pub use single::Lock;
 pub use token::FencingToken;

@@ -34,6 +34,7 @@ pub struct LockOptions {
     drift: Option<Duration>,
     token: Option<String>,
     replication: Option<Replication>,
+    fencing: bool,
 }
 
 impl fmt::Debug for LockOptions {
@@ -48,6 +49,7 @@ impl fmt::Debug for LockOptions {
             .field("drift", &self.drift)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("replication", &self.replication)
+            .field("fencing", &self.fencing)
             .finish()
     }
 }
@@ -83,6 +85,7 @@ impl LockOptions {
             drift: None,
             token: None,
             replication: None,
+            fencing: true,
         }
     }
 
@@ -206,6 +209,36 @@ impl LockOptions {
         self
     }
 
+    /// Whether a [`Lock`](super::Lock) acquisition issues a fencing token (default `true`).
+    ///
+    /// `fencing(false)` makes an attempt on a free lock one plain
+    /// `SET key token NX PX ttl GET` command instead of a script that also reads the fence key
+    /// and the server clock and writes the next token: the cheapest lock Redis offers, the same
+    /// work as a hand-written `SET NX PX` lock. The guard then has no fencing token:
+    /// [`LockGuard::is_fenced`](super::LockGuard::is_fenced) is `false` and
+    /// [`LockGuard::fencing_token`](super::LockGuard::fencing_token) is `0`, which
+    /// [`Lock::fenced_set`](super::Lock::fenced_set) and the fenced versioned writes refuse
+    /// (`Error::InvalidInput`). Without a token, a holder paused past its lease (GC, swap, a
+    /// network stall) can still write after another owner acquired: keep the default unless
+    /// the protected work is safe to run twice or is fenced some other way. Release and
+    /// renewal are unchanged; a busy lock (or a retry by the same owner token) costs a second
+    /// round trip (`PTTL`, or the compare-and-`PEXPIRE` renewal). Ignored by
+    /// [`Redlock`](super::Redlock).
+    ///
+    /// ```
+    /// let o = redkit::lock::LockOptions::new().fencing(false);
+    /// assert_ne!(o, redkit::lock::LockOptions::new());
+    /// ```
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.fencing = fencing;
+        self
+    }
+
+    /// Whether acquisitions issue fencing tokens.
+    pub(crate) fn get_fencing(&self) -> bool {
+        self.fencing
+    }
+
     /// The lease length.
     pub(crate) fn lease(&self) -> Duration {
         self.ttl
@@ -240,6 +273,11 @@ impl LockOptions {
     /// `true` when a pause of `pause` starting now would end after `give_up`.
     pub(crate) fn pause_ends_too_late(pause: Duration, give_up: Option<Instant>) -> bool {
         give_up.is_some_and(|end| Instant::now().checked_add(pause).is_none_or(|t| t > end))
+    }
+
+    /// The longest pause between two attempts: retry delay plus the whole jitter.
+    pub(crate) fn longest_pause(&self) -> Duration {
+        self.retry_delay.saturating_add(self.jitter)
     }
 
     /// The next pause: retry delay plus a uniformly random jitter.

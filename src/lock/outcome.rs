@@ -118,6 +118,15 @@ pub enum LeaseLoss {
 }
 
 /// Reads the 1/0 status a lock script answers (1 = done, 0 = not the owner / refused).
+/// A renewal script's 1/0 answer as a [`Renew`].
+pub(super) fn renew_status(script: &Script, answer: i64) -> Result<Renew> {
+    Ok(if status(script, answer)? {
+        Renew::Renewed
+    } else {
+        Renew::Lost
+    })
+}
+
 pub(super) fn status(script: &Script, status: i64) -> Result<bool> {
     match status {
         1 => Ok(true),

@@ -34,6 +34,16 @@ pub enum PermitAcquire {
         /// Until the earliest of their leases ends, as last seen (by the server's clock).
         retry_after: Duration,
     },
+    /// Acquired, but fewer replicas than [`LockOptions::require_replicas`] asked for
+    /// acknowledged it in time: the permit was given back (a failover could have lost it).
+    ///
+    /// [`LockOptions::require_replicas`]: super::LockOptions::require_replicas
+    NotReplicated {
+        /// Replicas that acknowledged.
+        replicas: u32,
+        /// Replicas required.
+        requested: u32,
+    },
 }
 
 impl PermitAcquire {

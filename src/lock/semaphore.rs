@@ -7,7 +7,7 @@ use redis::aio::ConnectionLike;
 
 use super::guard::{deadline, Clock};
 use super::options::LockOptions;
-use super::outcome::{status, Release, Renew};
+use super::outcome::{renew_status, status, Release, Renew};
 use super::permit::{PermitAcquire, PermitGuard};
 use super::token::owner_token;
 use super::watchdog::{self, LeaseSignal};
@@ -31,9 +31,10 @@ pub(super) fn wake_key_of(key: &str) -> String {
 ///
 /// Every caller of one resource must pass the same `permits`: the count is not stored.
 /// [`LockOptions`] gives the lease (`ttl`), waiting (`retries`, `retry_delay`, `jitter`,
-/// `max_wait`), the drift allowance and an optional caller-supplied owner `token` (an acquire
-/// retried with the same token finds its own permit); `require_replicas` is not supported
-/// here and is refused with [`Error::InvalidInput`].
+/// `max_wait`), the drift allowance, an optional caller-supplied owner `token` (an acquire
+/// retried with the same token finds its own permit) and `require_replicas` (each attempt is
+/// followed by `WAIT` in the same round trip; a permit fewer replicas confirmed is given back
+/// and answered [`PermitAcquire::NotReplicated`]).
 ///
 /// Cheap to clone (an `Arc`). Generic over any [`ConnectionLike`].
 ///
@@ -164,8 +165,8 @@ impl Semaphore {
     /// a fresh random one.
     ///
     /// Fails with [`Error::InvalidInput`] before anything is sent for an empty or too long
-    /// resource, `permits` outside `1..=`[`MAX_PERMITS`](Self::MAX_PERMITS), invalid options
-    /// or `require_replicas`; with [`Error::WrongType`] when the key is not a sorted set, with
+    /// resource, `permits` outside `1..=`[`MAX_PERMITS`](Self::MAX_PERMITS) or invalid
+    /// options; with [`Error::WrongType`] when the key is not a sorted set, with
     /// [`Error::CorruptData`] when a stored lease ends further away than the longest lease
     /// allowed, with [`Error::PermissionDenied`] when the ACL user may not run one of the
     /// script's commands (nothing written in these cases); and with [`Error::Timeout`] when
@@ -189,12 +190,6 @@ impl Semaphore {
         options: &LockOptions,
     ) -> Result<PermitAcquire> {
         let ttl_ms = options.validate()?;
-        if options.get_replication().is_some() {
-            return Err(Error::invalid(
-                "options",
-                "require_replicas is not supported by Semaphore",
-            ));
-        }
         if permits == 0 || permits > Self::MAX_PERMITS {
             return Err(Error::invalid(
                 "permits",
@@ -237,7 +232,13 @@ impl Semaphore {
         let mut call = Call::new(script);
         call.key(key).arg(token).arg(permits).arg(ttl_ms);
         let started = Instant::now();
-        let reply: Vec<i64> = self.inner.manager.invoke(conn, &call).await?;
+        let (reply, replicas): (Vec<i64>, Option<u32>) = match options.get_replication() {
+            None => (self.inner.manager.invoke(conn, &call).await?, None),
+            Some(r) => {
+                let acked = self.inner.manager.invoke_acked(conn, &call, r).await?;
+                (acked.outcome, Some(acked.replicas))
+            }
+        };
         let count = |n: i64| {
             u32::try_from(n)
                 .map_err(|_| Error::unexpected(script.id(), format!("holder count {n}")))
@@ -261,6 +262,16 @@ impl Semaphore {
                     tracing::warn!(key = %guard.key, ?elapsed, "acquire took the whole lease");
                     self.release(conn, guard).await?;
                     return Err(Error::Timeout(elapsed));
+                }
+                if let (Some(required), Some(n)) = (options.get_replication(), replicas) {
+                    if n < required.replicas() {
+                        tracing::warn!(key = %guard.key, replicas = n, "permit not replicated: releasing");
+                        self.release(conn, guard).await?;
+                        return Ok(PermitAcquire::NotReplicated {
+                            replicas: n,
+                            requested: required.replicas(),
+                        });
+                    }
                 }
                 Ok(PermitAcquire::Acquired(guard))
             }
@@ -347,11 +358,7 @@ impl Semaphore {
         let mut call = Call::new(self.inner.renew);
         call.key(key).arg(token).arg(ttl_ms);
         let renewed: i64 = self.inner.manager.invoke(conn, &call).await?;
-        Ok(if status(self.inner.renew, renewed)? {
-            Renew::Renewed
-        } else {
-            Renew::Lost
-        })
+        renew_status(self.inner.renew, renewed)
     }
 
     /// Starts a watchdog for `permit`: a background task on the current tokio runtime that
@@ -375,21 +382,14 @@ impl Semaphore {
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
-        if let Some(running) = &permit.watchdog {
-            return Ok(running.signal.clone());
-        }
-        let lease = watchdog::Lease {
+        let lease = || watchdog::Lease {
             key: permit.key.clone(),
             token: permit.token.clone(),
             ttl: permit.ttl,
             drift: permit.drift,
             clock: Arc::clone(&permit.clock),
         };
-        let handle = watchdog::spawn(self.clone(), conn.clone(), lease)
-            .ok_or_else(|| Error::invalid("runtime", "the watchdog needs a tokio runtime"))?;
-        let signal = handle.signal.clone();
-        permit.watchdog = Some(handle);
-        Ok(signal)
+        watchdog::watch(self.clone(), conn, &mut permit.watchdog, lease)
     }
 }
 

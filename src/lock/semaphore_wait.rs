@@ -4,11 +4,12 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
+use super::lock_wait::{block_on, wait_deadline};
 use super::options::LockOptions;
 use super::permit::PermitAcquire;
 use super::semaphore::{wake_key_of, Semaphore};
 use super::token::owner_token;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 impl Semaphore {
     /// Acquires a permit, waiting up to `wait` without polling: after an attempt finds every
@@ -20,10 +21,10 @@ impl Semaphore {
     ///
     /// `BLPOP` holds the connection for the wait: pass a connection of its own (a multiplexed
     /// connection shared with other work would queue that work behind it) whose response
-    /// timeout, if any, is longer than `wait`. A notification nobody waited for may wake a
+    /// timeout, if any, is above 400 ms (each `BLPOP` asks for at most 250 ms, and Redis may answer up to `1000 / hz` ms later). A notification nobody waited for may wake a
     /// later waiter early (it just tries again); at most `permits` of them are kept, for 60 s.
     ///
-    /// Fails like [`acquire`](Self::acquire), and with [`Error::InvalidInput`] for a `wait`
+    /// Fails like [`acquire`](Self::acquire), and with [`Error::InvalidInput`](crate::Error::InvalidInput) for a `wait`
     /// that is zero or beyond what an [`Instant`] can hold.
     ///
     /// ```no_run
@@ -47,10 +48,7 @@ impl Semaphore {
         options: &LockOptions,
         wait: Duration,
     ) -> Result<PermitAcquire> {
-        let give_up = Instant::now()
-            .checked_add(wait)
-            .filter(|_| !wait.is_zero())
-            .ok_or_else(|| Error::invalid("wait", "must be positive and representable"))?;
+        let give_up = wait_deadline(wait)?;
         let mut once = options.clone().retries(0);
         if options.get_token().is_none() {
             once = once.token(owner_token());
@@ -70,12 +68,7 @@ impl Semaphore {
                 .saturating_add(Duration::from_millis(1))
                 .min(remaining)
                 .max(Duration::from_millis(1));
-            let seconds = format!("{:.3}", block.as_secs_f64().max(0.001));
-            let _: redis::Value = redis::cmd("BLPOP")
-                .arg(&wake)
-                .arg(seconds)
-                .query_async(conn)
-                .await?;
+            block_on(conn, wake.as_str(), block).await?;
         }
     }
 }

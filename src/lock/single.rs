@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use super::guard::{deadline, LockGuard};
-use super::outcome::{status, Release, Renew};
+use super::outcome::{renew_status, status, Release, Renew};
+use super::semaphore::wake_key_of;
 use super::watchdog::{self, LeaseSignal};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::keys;
 use crate::script::{Acked, Call, Registry, Replication, Script, ScriptManager};
 
@@ -19,6 +20,12 @@ const FENCE_KEY_MARGIN_MS: u64 = 10_000;
 /// The fence key's TTL for a lease of `ttl_ms`: `2 × ttl + 10 s` (saturating).
 pub(super) fn fence_ttl_ms(ttl_ms: u64) -> u64 {
     ttl_ms.saturating_mul(2).saturating_add(FENCE_KEY_MARGIN_MS)
+}
+
+/// The waiter flag of a lock key: set (with a TTL) by a blocked acquire before it tries, so
+/// a release knows to push a wake-up.
+pub(super) fn waiting_key_of(key: &str) -> String {
+    format!("{key}:waiting")
 }
 
 /// The fence key of a lock key.
@@ -34,9 +41,11 @@ pub(super) fn fence_key_of(key: &str) -> String {
 /// Keys: `<prefix>:{<resource>}` holds the owner token (with the lease as TTL), and
 /// `<prefix>:{<resource>}:fence` the last fencing token issued (TTL `2 × lease + 10 s`,
 /// refreshed by every acquire and renewal, so per-entity locks leave no forever-keys; the
-/// tokens themselves never go backwards, see [`FencingToken`](super::FencingToken)). Both share one hash tag, so
-/// they live in one Cluster slot. The resource name is escaped and bounded (see
-/// [`keys`](crate::keys)).
+/// tokens themselves never go backwards, see [`FencingToken`](super::FencingToken)). Blocked
+/// acquirers ([`acquire_blocking`](Self::acquire_blocking)) add `<prefix>:{<resource>}:waiting`
+/// (a flag that lives as long as the longest wait) and `<prefix>:{<resource>}:wake` (a wake-up
+/// list of at most one entry, 60 s TTL). All share one hash tag, so they live in one Cluster
+/// slot. The resource name is escaped and bounded (see [`keys`](crate::keys)).
 ///
 /// Cheap to clone (an `Arc`). Generic over any [`ConnectionLike`].
 ///
@@ -96,7 +105,7 @@ impl Lock {
                 prefix: Self::DEFAULT_PREFIX.to_owned(),
                 manager: ScriptManager::new(),
                 acquire: script("lock_acquire", 3),
-                release: script("lock_release", 3),
+                release: script("lock_release_wake", 1),
                 renew: script("lock_renew", 2),
                 fenced_set: script("fenced_set", 2),
             }),
@@ -153,7 +162,10 @@ impl Lock {
 
     /// Compare-and-delete: deletes the key only if it still holds this guard's token.
     /// [`Release::NotOwner`] when the lease had expired (and maybe another owner holds the
-    /// lock now, whose key is left untouched). Stops the guard's watchdog first.
+    /// lock now, whose key is left untouched). Stops the guard's watchdog first. When a caller
+    /// is blocked in [`acquire_blocking`](Self::acquire_blocking), the same script pushes it a
+    /// wake-up (without one, the release costs one `EXISTS` more than a bare
+    /// compare-and-delete).
     ///
     /// On an error the lease ends by its TTL.
     ///
@@ -173,7 +185,10 @@ impl Lock {
         guard.stop_watchdog();
         guard.clock.expire();
         let mut call = Call::new(self.inner.release);
-        call.key(&guard.key).arg(&guard.token);
+        call.key(&guard.key)
+            .key(waiting_key_of(&guard.key))
+            .key(wake_key_of(&guard.key))
+            .arg(&guard.token);
         let released = self.inner.manager.invoke::<i64, _>(conn, &call).await?;
         Ok(if status(self.inner.release, released)? {
             Release::Released
@@ -203,11 +218,7 @@ impl Lock {
         let outcome = self
             .renew_raw(conn, &guard.key, &guard.token, guard.ttl)
             .await?;
-        match outcome {
-            Renew::Renewed => guard.clock.set(deadline(started, guard.ttl, guard.drift)),
-            Renew::Lost => guard.clock.expire(),
-        }
-        Ok(outcome)
+        Ok(guard.renewed(started, outcome))
     }
 
     /// Like [`renew`](Self::renew), followed by `WAIT` for `replication` in the same round
@@ -265,11 +276,7 @@ impl Lock {
     ) -> Result<Renew> {
         let call = self.renew_call(key, token, ttl);
         let renewed = self.inner.manager.invoke::<i64, _>(conn, &call).await?;
-        Ok(if status(self.inner.renew, renewed)? {
-            Renew::Renewed
-        } else {
-            Renew::Lost
-        })
+        renew_status(self.inner.renew, renewed)
     }
 
     /// Starts a watchdog for `guard`: a background task on the current tokio runtime that
@@ -278,7 +285,7 @@ impl Lock {
     /// (a renewal answered [`Renew::Lost`], or renewals kept failing until the local validity
     /// ran out). Calling it again returns the running watchdog's signal.
     ///
-    /// Fails with [`Error::InvalidInput`] outside a tokio runtime.
+    /// Fails with [`Error::InvalidInput`](crate::Error::InvalidInput) outside a tokio runtime.
     ///
     /// ```no_run
     /// # async fn run(lock: redkit::lock::Lock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard) -> redkit::Result<()> {
@@ -295,21 +302,8 @@ impl Lock {
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
-        if let Some(running) = &guard.watchdog {
-            return Ok(running.signal.clone());
-        }
-        let lease = watchdog::Lease {
-            key: guard.key.clone(),
-            token: guard.token.clone(),
-            ttl: guard.ttl,
-            drift: guard.drift,
-            clock: Arc::clone(&guard.clock),
-        };
-        let handle = watchdog::spawn(self.clone(), conn.clone(), lease)
-            .ok_or_else(|| Error::invalid("runtime", "the watchdog needs a tokio runtime"))?;
-        let signal = handle.signal.clone();
-        guard.watchdog = Some(handle);
-        Ok(signal)
+        let lease = guard.lease();
+        watchdog::watch(self.clone(), conn, &mut guard.watchdog, || lease)
     }
 
     pub(super) fn fenced_set_script(&self) -> &'static Script {

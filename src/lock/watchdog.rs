@@ -9,17 +9,41 @@ use redis::aio::ConnectionLike;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::fair::FairLock;
 use super::guard::{deadline, Clock};
 use super::outcome::{LeaseLoss, Renew};
+use super::reentrant::ReentrantLock;
+use super::rw::RwLock;
 use super::semaphore::Semaphore;
 use super::single::Lock;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// What a watchdog renews: a lock's key or a semaphore permit.
 #[derive(Debug, Clone)]
 pub(crate) enum Renewer {
     Lock(Lock),
     Semaphore(Semaphore),
+    Fair(FairLock),
+    Rw(RwLock),
+    Reentrant(ReentrantLock),
+}
+
+impl From<ReentrantLock> for Renewer {
+    fn from(lock: ReentrantLock) -> Self {
+        Self::Reentrant(lock)
+    }
+}
+
+impl From<RwLock> for Renewer {
+    fn from(rw: RwLock) -> Self {
+        Self::Rw(rw)
+    }
+}
+
+impl From<FairLock> for Renewer {
+    fn from(fair: FairLock) -> Self {
+        Self::Fair(fair)
+    }
 }
 
 impl From<Lock> for Renewer {
@@ -45,8 +69,32 @@ impl Renewer {
         match self {
             Self::Lock(lock) => lock.renew_raw(conn, key, token, ttl).await,
             Self::Semaphore(semaphore) => semaphore.renew_raw(conn, key, token, ttl).await,
+            Self::Fair(fair) => fair.renew_raw(conn, key, token, ttl).await,
+            Self::Rw(rw) => rw.renew_raw(conn, key, token, ttl).await,
+            Self::Reentrant(lock) => lock.renew_raw(conn, key, token, ttl).await,
         }
     }
+}
+
+/// The running watchdog's signal from `slot`, or a new watchdog for `lease()` stored there:
+/// what every `watch` does. [`Error::InvalidInput`] outside a tokio runtime.
+pub(crate) fn watch<C>(
+    renewer: impl Into<Renewer>,
+    conn: &C,
+    slot: &mut Option<WatchdogHandle>,
+    lease: impl FnOnce() -> Lease,
+) -> Result<LeaseSignal>
+where
+    C: ConnectionLike + Clone + Send + 'static,
+{
+    if let Some(running) = slot {
+        return Ok(running.signal.clone());
+    }
+    let handle = spawn(renewer, conn.clone(), lease())
+        .ok_or_else(|| Error::invalid("runtime", "the watchdog needs a tokio runtime"))?;
+    let signal = handle.signal.clone();
+    *slot = Some(handle);
+    Ok(signal)
 }
 
 /// Tells the work done under a lock that the lease is gone.

@@ -1,0 +1,377 @@
+//! [`FairLock`]: a lock served in arrival order (ZooKeeper's guarantee), each waiter woken by
+//! its predecessor leaving, not by polling.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+use redis::Value;
+
+use super::guard::LockGuard;
+use super::lock_wait::{block_on, wait_deadline};
+use super::options::LockOptions;
+use super::outcome::{renew_status, status, Acquire, Release, Renew};
+use super::single::fence_ttl_ms;
+use super::token::owner_token;
+use super::watchdog::{self, LeaseSignal};
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::script::{Call, Registry, Script, ScriptManager};
+
+/// A fair lock on one Redis server or a Redis Cluster: callers hold it one at a time **in the
+/// order they arrived**, like ZooKeeper's ephemeral sequential nodes.
+///
+/// Keys per resource (one hash tag, so one Cluster slot): `<prefix>:{<resource>}`, the queue
+/// (a sorted set of owner tokens scored by arrival number); `…:leases`, every entry's lease
+/// end (server `TIME`, ms); `…:fence`, the last arrival number issued; and
+/// `…:gone:<token>`, a list pushed when that entry leaves, which the entry behind it blocks
+/// on (`BLPOP`). The head of the queue holds the lock, with the lease of
+/// [`LockOptions::ttl`]; a waiter holds a short **waiter lease**
+/// ([`with_waiter_lease`](Self::with_waiter_lease), 2 s by default) that its blocked
+/// acquire renews about every third of it. A waiter or holder that dies is skipped when its
+/// own lease ends, never later; a waiter wakes when its predecessor leaves (release, give-up)
+/// or when the predecessor's lease ends.
+///
+/// The arrival number is `max(last + 1, server TIME in µs)`: holders follow arrival order,
+/// so it is also the holder's [`FencingToken`](super::FencingToken), strictly increasing from holder to holder.
+///
+/// Guards are [`LockGuard`]s: release them with [`FairLock::release`] (not `Lock::release`).
+/// `require_replicas` is not supported and is refused with [`Error::InvalidInput`].
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// use std::time::Duration;
+/// use redkit::lock::{Acquire, FairLock, LockOptions};
+///
+/// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+/// let mut own = client.get_multiplexed_async_connection().await?;
+/// let fair = FairLock::new();
+/// let options = LockOptions::new().ttl(Duration::from_secs(10));
+/// if let Acquire::Acquired(guard) = fair.acquire_blocking(&mut own, "payouts", &options, Duration::from_secs(30)).await? {
+///     // ... work, passing guard.fencing_token() to the storage ...
+///     fair.release(&mut own, guard).await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct FairLock {
+    pub(super) inner: Arc<Inner>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Inner {
+    prefix: String,
+    manager: ScriptManager,
+    waiter_lease: Duration,
+    acquire: &'static Script,
+    renew: &'static Script,
+    release: &'static Script,
+}
+
+fn leases_key_of(key: &str) -> String {
+    format!("{key}:leases")
+}
+
+fn gone_key_of(key: &str, token: &[u8]) -> Vec<u8> {
+    let mut out = format!("{key}:gone:").into_bytes();
+    out.extend_from_slice(token);
+    out
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl FairLock {
+    /// Prefix of every key unless another is chosen.
+    pub const DEFAULT_PREFIX: &'static str = "redkit:fair";
+    /// The waiter lease unless another is chosen.
+    pub const DEFAULT_WAITER_LEASE: Duration = Duration::from_secs(2);
+
+    /// A fair lock with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its own
+    /// [`ScriptManager`] (share one with [`with_manager`](Self::with_manager)).
+    ///
+    /// ```
+    /// let fair = redkit::lock::FairLock::new();
+    /// assert_eq!(fair.key("a{b}")?, "redkit:fair:{a%7Bb%7D}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn new() -> Self {
+        let registry = Registry::global();
+        // Embedded at compile time; tests/manifest.rs keeps them present.
+        let script = |name: &str| {
+            registry
+                .get(name, 1)
+                .unwrap_or_else(|| panic!("{name}.v1 is embedded in lua/"))
+        };
+        Self {
+            inner: Arc::new(Inner {
+                prefix: Self::DEFAULT_PREFIX.to_owned(),
+                manager: ScriptManager::new(),
+                waiter_lease: Self::DEFAULT_WAITER_LEASE,
+                acquire: script("fair_acquire"),
+                renew: script("fair_renew"),
+                release: script("fair_release"),
+            }),
+        }
+    }
+
+    /// Puts the keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
+    ///
+    /// ```
+    /// assert!(redkit::lock::FairLock::new().with_prefix("app:fair").is_ok());
+    /// assert!(redkit::lock::FairLock::new().with_prefix("bad prefix").is_err());
+    /// ```
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
+        keys::validate_prefix("prefix", prefix)?;
+        Arc::make_mut(&mut self.inner).prefix = prefix.to_owned();
+        Ok(self)
+    }
+
+    /// Runs every call through `manager` (e.g. one shared by the whole application).
+    ///
+    /// ```
+    /// let fair = redkit::lock::FairLock::new().with_manager(redkit::ScriptManager::new());
+    /// # let _ = fair;
+    /// ```
+    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
+        Arc::make_mut(&mut self.inner).manager = manager;
+        self
+    }
+
+    /// How long a waiter that stopped renewing (crashed, cut off) keeps its place: whole
+    /// milliseconds, 30 ms to [`LockOptions::MAX_TTL`]. A blocked acquire renews it about
+    /// every third of it, so shorter means faster skipping of dead waiters and more calls.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::lock::FairLock;
+    /// assert!(FairLock::new().with_waiter_lease(Duration::from_millis(500)).is_ok());
+    /// assert!(FairLock::new().with_waiter_lease(Duration::from_millis(5)).is_err());
+    /// ```
+    pub fn with_waiter_lease(mut self, lease: Duration) -> Result<Self> {
+        if lease < Duration::from_millis(30) || lease > LockOptions::MAX_TTL {
+            return Err(Error::invalid("waiter_lease", "must be 30 ms to 30 days"));
+        }
+        Arc::make_mut(&mut self.inner).waiter_lease = lease;
+        Ok(self)
+    }
+
+    /// The queue key of `resource` (escaped, bounded: see [`keys`](crate::keys)).
+    ///
+    /// ```
+    /// assert!(redkit::lock::FairLock::new().key("").is_err());
+    /// ```
+    pub fn key(&self, resource: &str) -> Result<String> {
+        let tag = keys::escape_part("resource", resource)?;
+        Ok(keys::tagged(&self.inner.prefix, &tag))
+    }
+
+    /// Joins the queue of `resource` and waits, up to `wait`, for its turn: answers
+    /// [`Acquire::Acquired`] once every caller that arrived earlier has released, given up or
+    /// been skipped (its lease ended). While waiting, the caller blocks (`BLPOP`) on its
+    /// predecessor's "gone" list, woken when the predecessor leaves, when its lease ends, or
+    /// after a third of the waiter lease to renew its own place. After `wait` it leaves the
+    /// queue (waking the one behind) and answers [`Acquire::Busy`] (`holder_ttl: None`).
+    /// Every call uses one owner token ([`LockOptions::token`], else a fresh random one):
+    /// a call repeated with the same token keeps its place.
+    ///
+    /// `BLPOP` holds the connection: pass a connection of its own whose response timeout, if
+    /// any, is above 400 ms (each `BLPOP` asks for at most 250 ms, and Redis may answer up to `1000 / hz` ms later).
+    ///
+    /// Fails with [`Error::InvalidInput`] before anything is sent for an empty or too long
+    /// resource, invalid options, `require_replicas`, or a `wait` that is zero or beyond what
+    /// an [`Instant`] holds; with [`Error::WrongType`] / [`Error::CorruptData`] for keys
+    /// holding something else, and [`Error::PermissionDenied`] for an ACL refusal (nothing
+    /// written in these cases); with [`Error::Timeout`] when the turn came but the acquire
+    /// took the whole lease (the lock is then released again).
+    ///
+    /// ```no_run
+    /// # async fn run(fair: redkit::lock::FairLock, client: redis::Client) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::lock::{Acquire, LockOptions};
+    /// let mut own = client.get_multiplexed_async_connection().await?;
+    /// match fair.acquire_blocking(&mut own, "ledger", &LockOptions::new(), Duration::from_secs(5)).await? {
+    ///     Acquire::Acquired(guard) => { fair.release(&mut own, guard).await?; }
+    ///     _ => println!("not our turn within 5 s: left the queue"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_blocking<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        options: &LockOptions,
+        wait: Duration,
+    ) -> Result<Acquire> {
+        let give_up = wait_deadline(wait)?;
+        let ttl_ms = options.validate()?;
+        if options.get_replication().is_some() {
+            return Err(Error::invalid(
+                "options",
+                "require_replicas is not supported by FairLock",
+            ));
+        }
+        let key = self.key(resource)?;
+        let token = match options.get_token() {
+            Some(token) => token.to_owned(),
+            None => owner_token(),
+        };
+        let script = self.inner.acquire;
+        let waiter = self.inner.waiter_lease;
+        let mut call = Call::new(script);
+        call.key(&key)
+            .key(leases_key_of(&key))
+            .key(format!("{key}:fence"))
+            .arg(&token)
+            .arg(ttl_ms)
+            .arg(ms(waiter))
+            .arg(fence_ttl_ms(ttl_ms));
+        loop {
+            let started = Instant::now();
+            let reply: Vec<Value> = self.inner.manager.invoke(conn, &call).await?;
+            let int = |v: &Value| match v {
+                Value::Int(n) => Ok(*n),
+                other => Err(Error::unexpected(script.id(), format!("{other:?}"))),
+            };
+            match reply.as_slice() {
+                [status, fence] if int(status)? == 1 => {
+                    let guard = LockGuard::granted(
+                        script, key.clone(), token.clone(), int(fence)?, ttl_ms, options, started,
+                    )?;
+                    if !guard.is_valid() {
+                        let elapsed = started.elapsed();
+                        tracing::warn!(key = %guard.key, ?elapsed, "acquire took the whole lease");
+                        self.release(conn, guard).await?;
+                        return Err(Error::Timeout(elapsed));
+                    }
+                    return Ok(Acquire::Acquired(guard));
+                }
+                [status, _, _, Value::BulkString(pred), left] if int(status)? == 0 => {
+                    let remaining = give_up.saturating_duration_since(Instant::now());
+                    if remaining.is_zero() {
+                        self.leave(conn, &key, &token).await?;
+                        return Ok(Acquire::Busy { holder_ttl: None });
+                    }
+                    let left = Duration::from_millis(u64::try_from(int(left)?).unwrap_or(0));
+                    let block = left
+                        .saturating_add(Duration::from_millis(1))
+                        .min(waiter / 3)
+                        .min(remaining);
+                    let gone = gone_key_of(&key, pred);
+                    block_on(conn, gone.as_slice(), block).await?;
+                }
+                other => {
+                    return Err(Error::unexpected(
+                        script.id(),
+                        format!("reply {other:?} is neither [1, fence] nor [0, fence, ahead, predecessor, ms]"),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Leaves the queue: `true` when `token` held the lock.
+    async fn leave<C: ConnectionLike>(&self, conn: &mut C, key: &str, token: &str) -> Result<bool> {
+        let mut call = Call::new(self.inner.release);
+        call.key(key)
+            .key(leases_key_of(key))
+            .key(gone_key_of(key, token.as_bytes()))
+            .arg(token);
+        let left: i64 = self.inner.manager.invoke(conn, &call).await?;
+        status(self.inner.release, left)
+    }
+
+    /// Gives the lock back (and stops the guard's watchdog), waking the next caller in line.
+    /// [`Release::NotOwner`] when the lease had already ended (the lock may have been handed
+    /// to the next caller meanwhile).
+    ///
+    /// ```no_run
+    /// # async fn run(fair: redkit::lock::FairLock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// use redkit::lock::Release;
+    /// if fair.release(&mut conn, guard).await? == Release::NotOwner {
+    ///     eprintln!("the lease had ended: the next caller may have overlapped");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn release<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        mut guard: LockGuard,
+    ) -> Result<Release> {
+        guard.stop_watchdog();
+        guard.clock.expire();
+        Ok(if self.leave(conn, &guard.key, &guard.token).await? {
+            Release::Released
+        } else {
+            Release::NotOwner
+        })
+    }
+
+    /// Extends the holder's lease to its ttl from now (server time) if it has not ended, and
+    /// moves the local validity forward; [`Renew::Lost`] otherwise.
+    ///
+    /// ```no_run
+    /// # async fn run(fair: redkit::lock::FairLock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// use redkit::lock::Renew;
+    /// if fair.renew(&mut conn, &mut guard).await? == Renew::Lost {
+    ///     return Ok(()); // stop: the next caller may hold it now
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn renew<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        guard: &mut LockGuard,
+    ) -> Result<Renew> {
+        let started = Instant::now();
+        let outcome = self
+            .renew_raw(conn, &guard.key, &guard.token, guard.ttl)
+            .await?;
+        Ok(guard.renewed(started, outcome))
+    }
+
+    pub(super) async fn renew_raw<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Renew> {
+        let mut call = Call::new(self.inner.renew);
+        call.key(key)
+            .key(leases_key_of(key))
+            .arg(token)
+            .arg(ms(ttl));
+        let renewed: i64 = self.inner.manager.invoke(conn, &call).await?;
+        renew_status(self.inner.renew, renewed)
+    }
+
+    /// Starts a watchdog for `guard` (renewal about every ttl/3 over a clone of `conn`, until
+    /// released or dropped) and returns the signal fired when the lease is lost. Fails with
+    /// [`Error::InvalidInput`] outside a tokio runtime.
+    ///
+    /// ```no_run
+    /// # async fn run(fair: redkit::lock::FairLock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// let lost = fair.watch(&conn, &mut guard)?;
+    /// tokio::select! {
+    ///     loss = lost.lost() => eprintln!("lost: {loss:?}"),
+    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard) -> Result<LeaseSignal>
+    where
+        C: ConnectionLike + Clone + Send + 'static,
+    {
+        let lease = guard.lease();
+        watchdog::watch(self.clone(), conn, &mut guard.watchdog, || lease)
+    }
+}
+
+impl Default for FairLock {
+    /// [`FairLock::new`].
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,383 @@
+//! [`ReentrantLock`]: a lock its owner may take again while holding it, released when the
+//! last hold is given back.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+
+use super::guard::LockGuard;
+use super::options::LockOptions;
+use super::outcome::{renew_status, Acquire, Release, Renew};
+use super::single::{fence_key_of, fence_ttl_ms};
+use super::token::owner_token;
+use super::watchdog::{self, LeaseSignal};
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::script::{Call, Registry, Script, ScriptManager};
+
+/// Who holds a [`ReentrantLock`]: an explicit handle (a tokio task has no thread id), cloned
+/// into the nested code that may take the lock again. Its token is a secret, never printed.
+///
+/// ```
+/// use redkit::lock::Owner;
+/// let me = Owner::new();
+/// let same = me.clone(); // nested code reuses it
+/// assert!(Owner::from_token("too short").is_err());
+/// # let _ = same;
+/// ```
+#[derive(Clone)]
+pub struct Owner {
+    token: String,
+}
+
+impl Owner {
+    /// A new owner with a random 128-bit token.
+    pub fn new() -> Self {
+        Self {
+            token: owner_token(),
+        }
+    }
+
+    /// An owner with your token (16 to 128 bytes, unique per owner and unguessable), e.g. to
+    /// take the lock again from another process acting as the same owner.
+    ///
+    /// ```
+    /// assert!(redkit::lock::Owner::from_token("job-7f3a9c2e-retry-safe").is_ok());
+    /// ```
+    pub fn from_token(token: &str) -> Result<Self> {
+        if !(16..=128).contains(&token.len()) {
+            return Err(Error::invalid("owner", "token must be 16 to 128 bytes"));
+        }
+        Ok(Self {
+            token: token.to_owned(),
+        })
+    }
+}
+
+impl Default for Owner {
+    /// [`Owner::new`].
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for Owner {
+    /// The token is a secret: never printed.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Owner").finish_non_exhaustive()
+    }
+}
+
+/// A reentrant lock on one Redis server or a Redis Cluster (Redisson's `RLock` behaviour): its
+/// [`Owner`] may acquire it again while holding it; each acquire is one more hold, each
+/// release gives one back, and the lock is free only when the count reaches zero.
+///
+/// Keys per resource (one hash tag): `<prefix>:{<resource>}`, a hash `{owner token -> holds}`
+/// whose TTL is the lease shared by all holds (every acquire and renewal resets it, so it
+/// renews while any hold is live: watch one guard), and `…:fence`, the last fencing token;
+/// nested holds get the fencing token of the first one.
+///
+/// Waiting follows [`LockOptions`] as [`Lock::acquire`](super::Lock::acquire); the owner
+/// token comes from the [`Owner`] ([`LockOptions::token`] and `require_replicas` are refused
+/// with [`Error::InvalidInput`]).
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// use redkit::lock::{Acquire, LockOptions, Owner, ReentrantLock};
+///
+/// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+/// let mut conn = client.get_multiplexed_async_connection().await?;
+/// let lock = ReentrantLock::new();
+/// let me = Owner::new();
+/// let options = LockOptions::new().retries(50);
+/// if let Acquire::Acquired(outer) = lock.acquire(&mut conn, "account-9", &me, &options).await? {
+///     if let Acquire::Acquired(inner) = lock.acquire(&mut conn, "account-9", &me, &options).await? {
+///         lock.release(&mut conn, inner).await?; // still held: one hold left
+///     }
+///     lock.release(&mut conn, outer).await?; // free now
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ReentrantLock {
+    pub(super) inner: Arc<Inner>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Inner {
+    prefix: String,
+    manager: ScriptManager,
+    acquire: &'static Script,
+    renew: &'static Script,
+    release: &'static Script,
+}
+
+impl ReentrantLock {
+    /// Prefix of every key unless another is chosen.
+    pub const DEFAULT_PREFIX: &'static str = "redkit:rlock";
+
+    /// A reentrant lock with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its own
+    /// [`ScriptManager`] (share one with [`with_manager`](Self::with_manager)).
+    ///
+    /// ```
+    /// let lock = redkit::lock::ReentrantLock::new();
+    /// assert_eq!(lock.key("a{b}")?, "redkit:rlock:{a%7Bb%7D}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn new() -> Self {
+        let registry = Registry::global();
+        // Embedded at compile time; tests/manifest.rs keeps them present.
+        let script = |name: &str| {
+            registry
+                .get(name, 1)
+                .unwrap_or_else(|| panic!("{name}.v1 is embedded in lua/"))
+        };
+        Self {
+            inner: Arc::new(Inner {
+                prefix: Self::DEFAULT_PREFIX.to_owned(),
+                manager: ScriptManager::new(),
+                acquire: script("reentrant_acquire"),
+                renew: script("reentrant_renew"),
+                release: script("reentrant_release"),
+            }),
+        }
+    }
+
+    /// Puts the keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
+    ///
+    /// ```
+    /// assert!(redkit::lock::ReentrantLock::new().with_prefix("app:r").is_ok());
+    /// assert!(redkit::lock::ReentrantLock::new().with_prefix("bad prefix").is_err());
+    /// ```
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
+        keys::validate_prefix("prefix", prefix)?;
+        Arc::make_mut(&mut self.inner).prefix = prefix.to_owned();
+        Ok(self)
+    }
+
+    /// Runs every call through `manager` (e.g. one shared by the whole application).
+    ///
+    /// ```
+    /// let l = redkit::lock::ReentrantLock::new().with_manager(redkit::ScriptManager::new());
+    /// # let _ = l;
+    /// ```
+    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
+        Arc::make_mut(&mut self.inner).manager = manager;
+        self
+    }
+
+    /// The holds key of `resource` (escaped, bounded: see [`keys`](crate::keys)).
+    ///
+    /// ```
+    /// assert!(redkit::lock::ReentrantLock::new().key("").is_err());
+    /// ```
+    pub fn key(&self, resource: &str) -> Result<String> {
+        let tag = keys::escape_part("resource", resource)?;
+        Ok(keys::tagged(&self.inner.prefix, &tag))
+    }
+
+    /// Takes one hold for `owner`, waiting as the options allow: granted when the lock is
+    /// free or already `owner`'s (one more hold; the lease renewed). [`Acquire::Busy`] when
+    /// another owner holds it after the last attempt.
+    ///
+    /// Fails with [`Error::InvalidInput`] (nothing sent) for a bad resource or options,
+    /// [`LockOptions::token`] or `require_replicas`; with [`Error::WrongType`] /
+    /// [`Error::CorruptData`] for keys holding something else and
+    /// [`Error::PermissionDenied`] for an ACL refusal (nothing written in these cases); with
+    /// [`Error::Timeout`] when the acquire took the whole lease (the hold is given back).
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, me: redkit::lock::Owner) -> redkit::Result<()> {
+    /// use redkit::lock::{Acquire, LockOptions};
+    /// if let Acquire::Acquired(hold) = lock.acquire(&mut conn, "cart-1", &me, &LockOptions::new()).await? {
+    ///     lock.release(&mut conn, hold).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        owner: &Owner,
+        options: &LockOptions,
+    ) -> Result<Acquire> {
+        let ttl_ms = options.validate()?;
+        if options.get_replication().is_some() || options.get_token().is_some() {
+            return Err(Error::invalid(
+                "options",
+                "ReentrantLock takes its token from the Owner and does not support require_replicas",
+            ));
+        }
+        let key = self.key(resource)?;
+        let script = self.inner.acquire;
+        let mut call = Call::new(script);
+        call.key(&key)
+            .key(fence_key_of(&key))
+            .arg(&owner.token)
+            .arg(ttl_ms)
+            .arg(fence_ttl_ms(ttl_ms));
+        let give_up = options.give_up_at(Instant::now());
+        let mut attempt = 0;
+        loop {
+            let started = Instant::now();
+            let reply: Vec<i64> = self.inner.manager.invoke(conn, &call).await?;
+            match reply.as_slice() {
+                [1, fence, _holds] => {
+                    let guard = LockGuard::granted(
+                        script,
+                        key,
+                        owner.token.clone(),
+                        *fence,
+                        ttl_ms,
+                        options,
+                        started,
+                    )?;
+                    if !guard.is_valid() {
+                        let elapsed = started.elapsed();
+                        self.release(conn, guard).await?;
+                        return Err(Error::Timeout(elapsed));
+                    }
+                    return Ok(Acquire::Acquired(guard));
+                }
+                [0, pttl] => {
+                    let pause = options.pause();
+                    if attempt >= options.get_retries()
+                        || LockOptions::pause_ends_too_late(pause, give_up)
+                    {
+                        return Ok(Acquire::Busy {
+                            holder_ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                        });
+                    }
+                    tokio::time::sleep(pause).await;
+                    attempt += 1;
+                }
+                other => {
+                    return Err(Error::unexpected(
+                        script.id(),
+                        format!("reply {other:?} is neither [1, fence, holds] nor [0, ms]"),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Gives one hold back (and stops that guard's watchdog): [`Release::Released`] when the
+    /// owner held the lock (it is free once no hold is left), [`Release::NotOwner`] when its
+    /// lease had ended.
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, hold: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// lock.release(&mut conn, hold).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        mut guard: LockGuard,
+    ) -> Result<Release> {
+        guard.stop_watchdog();
+        guard.clock.expire();
+        let mut call = Call::new(self.inner.release);
+        call.key(&guard.key).arg(&guard.token);
+        let left: i64 = self.inner.manager.invoke(conn, &call).await?;
+        match left {
+            -1 => Ok(Release::NotOwner),
+            n if n >= 0 => Ok(Release::Released),
+            other => Err(Error::unexpected(
+                self.inner.release.id(),
+                format!("holds left {other}"),
+            )),
+        }
+    }
+
+    /// How many holds `owner` has on `resource` now (0: none, or another owner's lock).
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, me: redkit::lock::Owner) -> redkit::Result<()> {
+    /// println!("{} holds", lock.holds(&mut conn, "cart-1", &me).await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn holds<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        owner: &Owner,
+    ) -> Result<u64> {
+        let key = self.key(resource)?;
+        let count: Option<String> = redis::cmd("HGET")
+            .arg(&key)
+            .arg(&owner.token)
+            .query_async(conn)
+            .await?;
+        match count {
+            None => Ok(0),
+            Some(n) => n
+                .parse()
+                .map_err(|_| Error::unexpected("HGET", format!("hold count {n:?}"))),
+        }
+    }
+
+    /// Resets the lease shared by all of the owner's holds to the guard's ttl, if the owner
+    /// still holds the lock; [`Renew::Lost`] otherwise.
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, mut hold: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// lock.renew(&mut conn, &mut hold).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn renew<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        guard: &mut LockGuard,
+    ) -> Result<Renew> {
+        let started = Instant::now();
+        let outcome = self
+            .renew_raw(conn, &guard.key, &guard.token, guard.ttl)
+            .await?;
+        Ok(guard.renewed(started, outcome))
+    }
+
+    pub(super) async fn renew_raw<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Renew> {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let mut call = Call::new(self.inner.renew);
+        call.key(key)
+            .key(fence_key_of(key))
+            .arg(token)
+            .arg(ttl_ms)
+            .arg(fence_ttl_ms(ttl_ms));
+        let renewed: i64 = self.inner.manager.invoke(conn, &call).await?;
+        renew_status(self.inner.renew, renewed)
+    }
+
+    /// Starts a watchdog for `guard` (renewal of the shared lease about every ttl/3) and
+    /// returns the signal fired when the lock is lost. Fails with [`Error::InvalidInput`]
+    /// outside a tokio runtime.
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::ReentrantLock, conn: redis::aio::MultiplexedConnection, mut hold: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// let lost = lock.watch(&conn, &mut hold)?;
+    /// # let _ = lost; Ok(()) }
+    /// ```
+    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard) -> Result<LeaseSignal>
+    where
+        C: ConnectionLike + Clone + Send + 'static,
+    {
+        let lease = guard.lease();
+        watchdog::watch(self.clone(), conn, &mut guard.watchdog, || lease)
+    }
+}
+
+impl Default for ReentrantLock {
+    /// [`ReentrantLock::new`].
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,358 @@
+//! [`RwLock`]: many readers or one writer, leases on both, writers not starved.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+
+use super::guard::LockGuard;
+use super::options::LockOptions;
+use super::outcome::{renew_status, status, Acquire, Release, Renew};
+use super::single::fence_ttl_ms;
+use super::token::owner_token;
+use super::watchdog::{self, LeaseSignal};
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::script::{Call, Registry, Script, ScriptManager};
+
+/// How long a waiting writer's intent outlives its longest pause between two attempts.
+const INTENT_MARGIN: Duration = Duration::from_millis(500);
+
+/// A read-write lock on one Redis server or a Redis Cluster: many readers at once, or one
+/// writer; every hold has an owner token, a lease measured by the server's clock and a
+/// [`FencingToken`](super::FencingToken); a waiting writer is not starved by a stream of readers.
+///
+/// Keys per resource (one hash tag, so one Cluster slot): `<prefix>:{<resource>}:readers`,
+/// a sorted set of reader tokens scored by lease end (expired readers are dropped by every
+/// acquire: a crashed reader's hold ends with its lease); `…:writer`, the writer's token with
+/// its lease as TTL; `…:intent`, the token of the writer waiting first: while it exists no new
+/// reader gets in, so the readers drain and the writer takes over. The intent lives twice the
+/// writer's longest pause between attempts plus 0.5 s, renewed by each attempt, so a writer
+/// that stops trying (crashed, gave up) lets readers in again soon; giving up withdraws it at
+/// once. `…:fence` holds the last fencing token, `max(last + 1, server TIME in µs)`, issued
+/// to every hold (read or write).
+///
+/// Waiting follows [`LockOptions`] (`retries`, `retry_delay`, `jitter`, `max_wait`) as in
+/// [`Lock::acquire`](super::Lock::acquire). A reader does not upgrade to writer (its own read
+/// hold would block it until the read lease ends). `require_replicas` is refused with
+/// [`Error::InvalidInput`]. Guards are [`LockGuard`]s released with [`RwLock::release`].
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// use std::time::Duration;
+/// use redkit::lock::{Acquire, LockOptions, RwLock};
+///
+/// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+/// let mut conn = client.get_multiplexed_async_connection().await?;
+/// let rw = RwLock::new();
+/// let wait = LockOptions::new().ttl(Duration::from_secs(10)).retries(200);
+/// if let Acquire::Acquired(guard) = rw.read(&mut conn, "catalog", &wait).await? {
+///     // ... read, alongside other readers ...
+///     rw.release(&mut conn, guard).await?;
+/// }
+/// if let Acquire::Acquired(guard) = rw.write(&mut conn, "catalog", &wait).await? {
+///     // ... write, alone ...
+///     rw.release(&mut conn, guard).await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RwLock {
+    pub(super) inner: Arc<Inner>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Inner {
+    prefix: String,
+    manager: ScriptManager,
+    acquire: &'static Script,
+    renew: &'static Script,
+    release: &'static Script,
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl RwLock {
+    /// Prefix of every key unless another is chosen.
+    pub const DEFAULT_PREFIX: &'static str = "redkit:rw";
+
+    /// A read-write lock with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its
+    /// own [`ScriptManager`] (share one with [`with_manager`](Self::with_manager)).
+    ///
+    /// ```
+    /// let rw = redkit::lock::RwLock::new();
+    /// assert_eq!(rw.key("a{b}")?, "redkit:rw:{a%7Bb%7D}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn new() -> Self {
+        let registry = Registry::global();
+        // Embedded at compile time; tests/manifest.rs keeps them present.
+        let script = |name: &str| {
+            registry
+                .get(name, 1)
+                .unwrap_or_else(|| panic!("{name}.v1 is embedded in lua/"))
+        };
+        Self {
+            inner: Arc::new(Inner {
+                prefix: Self::DEFAULT_PREFIX.to_owned(),
+                manager: ScriptManager::new(),
+                acquire: script("rw_acquire"),
+                renew: script("rw_renew"),
+                release: script("rw_release"),
+            }),
+        }
+    }
+
+    /// Puts the keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
+    ///
+    /// ```
+    /// assert!(redkit::lock::RwLock::new().with_prefix("app:rw").is_ok());
+    /// assert!(redkit::lock::RwLock::new().with_prefix("bad prefix").is_err());
+    /// ```
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
+        keys::validate_prefix("prefix", prefix)?;
+        Arc::make_mut(&mut self.inner).prefix = prefix.to_owned();
+        Ok(self)
+    }
+
+    /// Runs every call through `manager` (e.g. one shared by the whole application).
+    ///
+    /// ```
+    /// let rw = redkit::lock::RwLock::new().with_manager(redkit::ScriptManager::new());
+    /// # let _ = rw;
+    /// ```
+    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
+        Arc::make_mut(&mut self.inner).manager = manager;
+        self
+    }
+
+    /// The base key of `resource` (the others add `:readers`, `:writer`, `:intent`, `:fence`).
+    ///
+    /// ```
+    /// assert!(redkit::lock::RwLock::new().key("").is_err());
+    /// ```
+    pub fn key(&self, resource: &str) -> Result<String> {
+        let tag = keys::escape_part("resource", resource)?;
+        Ok(keys::tagged(&self.inner.prefix, &tag))
+    }
+
+    /// Takes a read hold, waiting as the options allow: granted unless a writer holds the
+    /// lock or waits for it. [`Acquire::Busy`] (`holder_ttl`: until the blocking writer's
+    /// lease or intent ends, as last seen) after the last attempt.
+    ///
+    /// Fails with [`Error::InvalidInput`] (nothing sent) for a bad resource or options or
+    /// `require_replicas`, with [`Error::WrongType`] / [`Error::CorruptData`] for keys that
+    /// hold something else and [`Error::PermissionDenied`] for an ACL refusal (nothing written
+    /// in these cases), and with [`Error::Timeout`] when the acquire took the whole lease.
+    ///
+    /// ```no_run
+    /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::lock::{Acquire, LockOptions};
+    /// if let Acquire::Acquired(guard) = rw.read(&mut conn, "prices", &LockOptions::new().retries(50)).await? {
+    ///     rw.release(&mut conn, guard).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn read<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        options: &LockOptions,
+    ) -> Result<Acquire> {
+        self.acquire(conn, resource, options, "read").await
+    }
+
+    /// Takes the write hold, waiting as the options allow: granted when no writer holds it,
+    /// no earlier writer waits and no reader is left. While readers are left, each attempt
+    /// sets this writer's intent, which keeps new readers out. [`Acquire::Busy`] after the
+    /// last attempt (the intent is then withdrawn). Fails like [`read`](Self::read).
+    ///
+    /// ```no_run
+    /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::lock::{Acquire, LockOptions};
+    /// if let Acquire::Acquired(guard) = rw.write(&mut conn, "prices", &LockOptions::new().retries(50)).await? {
+    ///     rw.release(&mut conn, guard).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn write<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        options: &LockOptions,
+    ) -> Result<Acquire> {
+        self.acquire(conn, resource, options, "write").await
+    }
+
+    async fn acquire<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        options: &LockOptions,
+        mode: &str,
+    ) -> Result<Acquire> {
+        let ttl_ms = options.validate()?;
+        if options.get_replication().is_some() {
+            return Err(Error::invalid(
+                "options",
+                "require_replicas is not supported by RwLock",
+            ));
+        }
+        let key = self.key(resource)?;
+        let token = match options.get_token() {
+            Some(token) => token.to_owned(),
+            None => owner_token(),
+        };
+        let intent = options
+            .longest_pause()
+            .saturating_mul(2)
+            .saturating_add(INTENT_MARGIN)
+            .min(LockOptions::MAX_TTL);
+        let script = self.inner.acquire;
+        let mut call = Call::new(script);
+        call.key(format!("{key}:readers"))
+            .key(format!("{key}:writer"))
+            .key(format!("{key}:intent"))
+            .key(format!("{key}:fence"))
+            .arg(mode)
+            .arg(&token)
+            .arg(ttl_ms)
+            .arg(ms(intent))
+            .arg(fence_ttl_ms(ttl_ms));
+        let give_up = options.give_up_at(Instant::now());
+        let mut attempt = 0;
+        loop {
+            let started = Instant::now();
+            let reply: Vec<i64> = self.inner.manager.invoke(conn, &call).await?;
+            match reply.as_slice() {
+                [1, fence] => {
+                    let guard =
+                        LockGuard::granted(script, key, token, *fence, ttl_ms, options, started)?;
+                    if !guard.is_valid() {
+                        let elapsed = started.elapsed();
+                        self.release(conn, guard).await?;
+                        return Err(Error::Timeout(elapsed));
+                    }
+                    return Ok(Acquire::Acquired(guard));
+                }
+                [0, wait_ms] => {
+                    let busy = Acquire::Busy {
+                        holder_ttl: u64::try_from(*wait_ms).ok().map(Duration::from_millis),
+                    };
+                    let pause = options.pause();
+                    if attempt >= options.get_retries()
+                        || LockOptions::pause_ends_too_late(pause, give_up)
+                    {
+                        if mode == "write" {
+                            self.leave(conn, &key, &token).await?; // withdraw the intent
+                        }
+                        return Ok(busy);
+                    }
+                    tokio::time::sleep(pause).await;
+                    attempt += 1;
+                }
+                other => {
+                    return Err(Error::unexpected(
+                        script.id(),
+                        format!("reply {other:?} is neither [1, fence] nor [0, ms]"),
+                    ))
+                }
+            }
+        }
+    }
+
+    async fn leave<C: ConnectionLike>(&self, conn: &mut C, key: &str, token: &str) -> Result<bool> {
+        let mut call = Call::new(self.inner.release);
+        call.key(format!("{key}:readers"))
+            .key(format!("{key}:writer"))
+            .key(format!("{key}:intent"))
+            .arg(token);
+        let left: i64 = self.inner.manager.invoke(conn, &call).await?;
+        status(self.inner.release, left)
+    }
+
+    /// Gives a read or write hold back (and stops its watchdog). [`Release::NotOwner`] when
+    /// the lease had already ended.
+    ///
+    /// ```no_run
+    /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// rw.release(&mut conn, guard).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        mut guard: LockGuard,
+    ) -> Result<Release> {
+        guard.stop_watchdog();
+        guard.clock.expire();
+        Ok(if self.leave(conn, &guard.key, &guard.token).await? {
+            Release::Released
+        } else {
+            Release::NotOwner
+        })
+    }
+
+    /// Extends a read or write hold to its ttl from now (server time) if it has not ended;
+    /// [`Renew::Lost`] otherwise.
+    ///
+    /// ```no_run
+    /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// use redkit::lock::Renew;
+    /// if rw.renew(&mut conn, &mut guard).await? == Renew::Lost { return Ok(()); }
+    /// # Ok(()) }
+    /// ```
+    pub async fn renew<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        guard: &mut LockGuard,
+    ) -> Result<Renew> {
+        let started = Instant::now();
+        let outcome = self
+            .renew_raw(conn, &guard.key, &guard.token, guard.ttl)
+            .await?;
+        Ok(guard.renewed(started, outcome))
+    }
+
+    pub(super) async fn renew_raw<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Renew> {
+        let mut call = Call::new(self.inner.renew);
+        call.key(format!("{key}:readers"))
+            .key(format!("{key}:writer"))
+            .arg(token)
+            .arg(ms(ttl));
+        let renewed: i64 = self.inner.manager.invoke(conn, &call).await?;
+        renew_status(self.inner.renew, renewed)
+    }
+
+    /// Starts a watchdog for `guard` (renewal about every ttl/3 over a clone of `conn`) and
+    /// returns the signal fired when the hold is lost. Fails with [`Error::InvalidInput`]
+    /// outside a tokio runtime.
+    ///
+    /// ```no_run
+    /// # async fn run(rw: redkit::lock::RwLock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// let lost = rw.watch(&conn, &mut guard)?;
+    /// # let _ = lost; Ok(()) }
+    /// ```
+    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard) -> Result<LeaseSignal>
+    where
+        C: ConnectionLike + Clone + Send + 'static,
+    {
+        let lease = guard.lease();
+        watchdog::watch(self.clone(), conn, &mut guard.watchdog, || lease)
+    }
+}
+
+impl Default for RwLock {
+    /// [`RwLock::new`].
+    fn default() -> Self {
+        Self::new()
+    }
+}

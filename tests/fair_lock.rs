@@ -1,0 +1,545 @@
+//! `FairLock` against real Redis (single node and Cluster): 32 waiters served in arrival
+//! order (hand-over latency printed), a killed waiter skipped after its own short lease, a
+//! killed holder handed over after its lease, the deadline (the waiter leaves the queue),
+//! mutual exclusion with an exact count on a Cluster, renew/watchdog, bad input refused before
+//! sending, and nothing half-applied (poisoned keys, ACL denial of every inner command).
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redkit::lock::{Acquire, FairLock, LockGuard, LockOptions, Release, Renew};
+use redkit::script::Replication;
+use redkit::Error;
+use support::{RedisCluster, RedisServer};
+
+const TOKEN: &str = "owner-token-0123456789";
+
+fn ttl(ms: u64) -> LockOptions {
+    LockOptions::new().ttl(Duration::from_millis(ms))
+}
+
+fn fair() -> FairLock {
+    FairLock::new()
+        .with_waiter_lease(Duration::from_millis(300))
+        .unwrap()
+}
+
+async fn acquired<C: ConnectionLike>(
+    fair: &FairLock,
+    conn: &mut C,
+    resource: &str,
+    options: &LockOptions,
+) -> LockGuard {
+    match fair
+        .acquire_blocking(conn, resource, options, Duration::from_secs(30))
+        .await
+        .unwrap()
+    {
+        Acquire::Acquired(guard) => guard,
+        other => panic!("expected the lock, got {other:?}"),
+    }
+}
+
+async fn queued(server: &RedisServer, key: &str) -> i64 {
+    server.cmd(&["ZCARD", key]).await
+}
+
+/// Waits (test-side polling) until the queue holds `n` entries.
+async fn until_queued(server: &RedisServer, key: &str, n: i64) {
+    let start = Instant::now();
+    while queued(server, key).await != n {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "never {n} queued"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// (waiter index, acquired at, released at, fencing token), in the order of holding.
+type Log = Arc<Mutex<Vec<(usize, Instant, Instant, u64)>>>;
+
+/// A waiter task: acquires, records (index, acquired at, fence), holds `hold`, releases.
+fn waiter(
+    server_conn: MultiplexedConnection,
+    fair: FairLock,
+    resource: &'static str,
+    index: usize,
+    hold: Duration,
+    log: Log,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut own = server_conn;
+        let guard = acquired(&fair, &mut own, resource, &ttl(10_000)).await;
+        let at = Instant::now();
+        let fence = guard.fencing_token().get();
+        tokio::time::sleep(hold).await;
+        let released = Instant::now();
+        log.lock().unwrap().push((index, at, released, fence));
+        assert_eq!(
+            fair.release(&mut own, guard).await.unwrap(),
+            Release::Released
+        );
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thirty_two_waiters_are_served_in_arrival_order() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    // Waiter lease 3 s: a waiter that polled at its heartbeat (1 s) instead of being woken
+    // would show in the hand-over times.
+    let fair = FairLock::new()
+        .with_waiter_lease(Duration::from_secs(3))
+        .unwrap();
+    let key = fair.key("fifo").unwrap();
+    let holder = acquired(&fair, &mut conn, "fifo", &ttl(10_000)).await;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let own = server.conn().await;
+        tasks.push(waiter(
+            own,
+            fair.clone(),
+            "fifo",
+            i,
+            Duration::from_millis(2),
+            Arc::clone(&log),
+        ));
+        until_queued(&server, &key, i as i64 + 2).await; // arrival order is spawn order
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await; // waiters renew their places
+    let released = Instant::now();
+    fair.release(&mut conn, holder).await.unwrap();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("bounded")
+            .unwrap();
+    }
+    let log = log.lock().unwrap().clone();
+    let order: Vec<usize> = log.iter().map(|e| e.0).collect();
+    assert_eq!(
+        order,
+        (0..32).collect::<Vec<_>>(),
+        "served in arrival order"
+    );
+    assert!(
+        log.windows(2).all(|w| w[0].3 < w[1].3),
+        "fencing tokens increase"
+    );
+    let mut handovers: Vec<Duration> = log.windows(2).map(|w| w[1].1 - w[0].2).collect();
+    handovers.push(log[0].1 - released);
+    handovers.sort();
+    println!(
+        "fair lock hand-over (previous holder's release starts -> next holds): median {:?}, max {:?} over {}",
+        handovers[handovers.len() / 2],
+        handovers[handovers.len() - 1],
+        handovers.len()
+    );
+    // Leases were 10 s, waiter heartbeats 1 s: these hand-overs came from the wake-up.
+    assert!(handovers[handovers.len() / 2] < Duration::from_millis(100));
+    assert!(handovers[handovers.len() - 1] < Duration::from_millis(900));
+    assert_eq!(queued(&server, &key).await, 0, "queue empty");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_waiter_is_skipped_after_its_own_lease_and_a_killed_holder_after_its_lease() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let fair = fair();
+    let key = fair.key("k").unwrap();
+    let holder = acquired(&fair, &mut conn, "k", &ttl(10_000)).await;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let first = waiter(
+        server.conn().await,
+        fair.clone(),
+        "k",
+        1,
+        Duration::ZERO,
+        Arc::clone(&log),
+    );
+    until_queued(&server, &key, 2).await;
+    let killed = waiter(
+        server.conn().await,
+        fair.clone(),
+        "k",
+        2,
+        Duration::ZERO,
+        Arc::clone(&log),
+    );
+    until_queued(&server, &key, 3).await;
+    let third = waiter(
+        server.conn().await,
+        fair.clone(),
+        "k",
+        3,
+        Duration::ZERO,
+        Arc::clone(&log),
+    );
+    until_queued(&server, &key, 4).await;
+    killed.abort(); // its connection is dropped: no more renewals, no release
+    let killed_at = Instant::now();
+    fair.release(&mut conn, holder).await.unwrap();
+    first.await.unwrap();
+    third.await.unwrap();
+    let log = log.lock().unwrap().clone();
+    assert_eq!(log.iter().map(|e| e.0).collect::<Vec<_>>(), vec![1, 3]);
+    let skipped_after = log[1].1 - killed_at;
+    println!("killed waiter skipped after {skipped_after:?} (waiter lease 300 ms)");
+    assert!(
+        skipped_after <= Duration::from_millis(300 + 300),
+        "{skipped_after:?}"
+    );
+    // A holder that dies: the next one holds right after its lease, not later.
+    let crashed = acquired(&fair, &mut conn, "k", &ttl(400)).await;
+    let granted = Instant::now();
+    drop(crashed);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    waiter(
+        server.conn().await,
+        fair.clone(),
+        "k",
+        4,
+        Duration::ZERO,
+        Arc::clone(&log),
+    )
+    .await
+    .unwrap();
+    let after = log.lock().unwrap()[0].1 - granted;
+    println!("killed holder handed over after {after:?} (lease 400 ms)");
+    assert!(after >= Duration::from_millis(350), "too early: {after:?}");
+    assert!(
+        after <= Duration::from_millis(400 + 250),
+        "too late: {after:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_deadline_is_honoured_and_the_waiter_leaves_the_queue() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let fair = fair();
+    let key = fair.key("d").unwrap();
+    let mut holder = acquired(&fair, &mut conn, "d", &ttl(10_000)).await;
+    let mut own = server.conn().await;
+    let started = Instant::now();
+    let outcome = fair
+        .acquire_blocking(&mut own, "d", &ttl(10_000), Duration::from_millis(300))
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(
+        matches!(outcome, Acquire::Busy { holder_ttl: None }),
+        "{outcome:?}"
+    );
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(1),
+        "{waited:?}"
+    );
+    assert_eq!(queued(&server, &key).await, 1, "the waiter left");
+    // Renew and watchdog: the holder keeps it past several leases; once released, Lost.
+    assert_eq!(
+        fair.renew(&mut conn, &mut holder).await.unwrap(),
+        Renew::Renewed
+    );
+    fair.release(&mut conn, holder).await.unwrap();
+    let mut short = acquired(&fair, &mut conn, "d", &ttl(300)).await;
+    let lost = fair.watch(&conn, &mut short).unwrap();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(short.is_valid() && !lost.is_lost(), "watchdog renewed");
+    let stale = LockOptions::new().ttl(Duration::from_secs(5));
+    let mut other = server.conn().await;
+    let busy = fair
+        .acquire_blocking(&mut other, "d", &stale, Duration::from_millis(100))
+        .await
+        .unwrap();
+    assert!(matches!(busy, Acquire::Busy { .. }));
+    assert_eq!(
+        fair.release(&mut conn, short).await.unwrap(),
+        Release::Released
+    );
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_before_anything_is_sent() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let fair = fair();
+    let replicas =
+        ttl(1_000).require_replicas(Replication::new(1, Duration::from_millis(10)).unwrap());
+    let cases: [(&str, LockOptions, Duration, &str); 5] = [
+        ("r", ttl(1_000), Duration::ZERO, "wait"),
+        ("r", ttl(1_000), Duration::MAX, "wait"),
+        ("", ttl(1_000), Duration::from_secs(1), "resource"),
+        (
+            "r",
+            LockOptions::new().ttl(Duration::ZERO),
+            Duration::from_secs(1),
+            "ttl",
+        ),
+        ("r", replicas, Duration::from_secs(1), "options"),
+    ];
+    for (resource, options, wait, what) in cases {
+        match fair
+            .acquire_blocking(&mut conn, resource, &options, wait)
+            .await
+        {
+            Err(Error::InvalidInput { what: w, .. }) => assert_eq!(w, what),
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    assert!(
+        support::snapshot(&mut conn).await.is_empty(),
+        "nothing written"
+    );
+    for bad in [
+        Duration::ZERO,
+        Duration::from_millis(29),
+        Duration::from_secs(31 * 24 * 3600),
+    ] {
+        assert!(matches!(
+            FairLock::new().with_waiter_lease(bad),
+            Err(Error::InvalidInput {
+                what: "waiter_lease",
+                ..
+            })
+        ));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_on_a_cluster_with_an_exact_count() {
+    let cluster = RedisCluster::spawn().await;
+    let (tasks, cycles) = (8, 3);
+    let inside = Arc::new(Mutex::new(0));
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let mut own = cluster.conn().await;
+        let inside = Arc::clone(&inside);
+        handles.push(tokio::spawn(async move {
+            let fair = fair();
+            let mut fences = Vec::new();
+            for _ in 0..cycles {
+                let guard = acquired(&fair, &mut own, "cx", &ttl(20_000)).await;
+                {
+                    let mut n = inside.lock().unwrap();
+                    assert_eq!(*n, 0, "two holders");
+                    *n += 1;
+                }
+                fences.push(guard.fencing_token().get());
+                let n: Option<i64> = redis::cmd("GET")
+                    .arg("n:{cx}")
+                    .query_async(&mut own)
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                let _: () = redis::cmd("SET")
+                    .arg("n:{cx}")
+                    .arg(n.unwrap_or(0) + 1)
+                    .query_async(&mut own)
+                    .await
+                    .unwrap();
+                *inside.lock().unwrap() -= 1;
+                assert_eq!(
+                    fair.release(&mut own, guard).await.unwrap(),
+                    Release::Released
+                );
+            }
+            fences
+        }));
+    }
+    let started = Instant::now();
+    for h in handles {
+        let fences = tokio::time::timeout(Duration::from_secs(60), h)
+            .await
+            .expect("bounded")
+            .unwrap();
+        assert!(fences.windows(2).all(|w| w[0] < w[1]));
+    }
+    let mut conn = cluster.conn().await;
+    let n: i64 = redis::cmd("GET")
+        .arg("n:{cx}")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(n, tasks * cycles);
+    println!(
+        "cluster: {tasks} x {cycles} fair critical sections in {:?}",
+        started.elapsed()
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+async fn run(cmd: &mut redis::Cmd, conn: &mut MultiplexedConnection) {
+    let _: redis::Value = cmd.query_async(conn).await.unwrap();
+}
+
+/// A queue with TOKEN waiting behind another holder, so acquire has pruning and queuing to do.
+async fn seed(admin: &mut MultiplexedConnection, fair: &FairLock) {
+    run(redis::cmd("FLUSHALL").arg("SYNC"), admin).await;
+    let key = fair.key("p").unwrap();
+    let t: (String, String) = redis::cmd("TIME").query_async(admin).await.unwrap();
+    let now: u64 = t.0.parse::<u64>().unwrap() * 1000;
+    run(
+        redis::cmd("ZADD")
+            .arg(&key)
+            .arg(1)
+            .arg("dead-token-0123456789")
+            .arg(2)
+            .arg("holder-token-0123456789"),
+        admin,
+    )
+    .await;
+    run(
+        redis::cmd("ZADD")
+            .arg(format!("{key}:leases"))
+            .arg(now - 1000)
+            .arg("dead-token-0123456789")
+            .arg(now + 50_000)
+            .arg("holder-token-0123456789"),
+        admin,
+    )
+    .await;
+    run(
+        redis::cmd("SET")
+            .arg(format!("{key}:fence"))
+            .arg(2)
+            .arg("PX")
+            .arg(100_000),
+        admin,
+    )
+    .await;
+    for k in [key.clone(), format!("{key}:leases")] {
+        run(redis::cmd("PEXPIRE").arg(k).arg(100_000), admin).await;
+    }
+}
+
+#[tokio::test]
+async fn poisoned_keys_and_acl_denials_change_nothing() {
+    let server = RedisServer::spawn().await;
+    let mut admin = server.conn().await;
+    let fair = fair();
+    let key = fair.key("p").unwrap();
+    let once = ttl(60_000).token(TOKEN);
+    let short = Duration::from_millis(50);
+    for (target, bad) in [
+        (key.clone(), "<string>"),
+        (format!("{key}:leases"), "<string>"),
+        (format!("{key}:fence"), "<hash>"),
+        (format!("{key}:fence"), "abc"),
+        (format!("{key}:leases"), "<inf>"),
+    ] {
+        seed(&mut admin, &fair).await;
+        run(redis::cmd("DEL").arg(&target), &mut admin).await;
+        let mut poison = match bad {
+            "<hash>" => redis::cmd("HSET"),
+            "<inf>" => redis::cmd("ZADD"),
+            _ => redis::cmd("SET"),
+        };
+        match bad {
+            "<hash>" => poison.arg(&target).arg("f").arg("1"),
+            "<inf>" => poison
+                .arg(&target)
+                .arg("+inf")
+                .arg("holder-token-0123456789"),
+            "<string>" => poison.arg(&target).arg("x"),
+            _ => poison.arg(&target).arg(bad),
+        };
+        run(&mut poison, &mut admin).await;
+        let before = support::snapshot(&mut admin).await;
+        let outcome = fair.acquire_blocking(&mut admin, "p", &once, short).await;
+        let case = format!("{target} = {bad}");
+        match (bad, outcome) {
+            ("<string>" | "<hash>", Err(Error::WrongType { script })) => {
+                assert_eq!(script, "fair_acquire.v1")
+            }
+            ("abc" | "<inf>", Err(Error::CorruptData { script, .. })) => {
+                assert_eq!(script, "fair_acquire.v1")
+            }
+            (_, other) => panic!("{case}: {other:?}"),
+        }
+        support::same_dumps(&before, &support::snapshot(&mut admin).await, &case);
+    }
+    // Each inner command denied: PermissionDenied, nothing written, for acquire (queued
+    // behind the holder), renew and release of the holder.
+    let acquire_uses = [
+        "type",
+        "get",
+        "time",
+        "zrange",
+        "zrangebyscore",
+        "zscore",
+        "zrank",
+        "zrem",
+        "zadd",
+        "set",
+        "pttl",
+        "pexpire",
+    ];
+    let renew_uses = [
+        "type", "time", "zrange", "zscore", "zadd", "pttl", "pexpire",
+    ];
+    let release_uses = [
+        "type", "time", "zrange", "zscore", "zrem", "lpush", "ltrim", "pexpire",
+    ];
+    for denied in acquire_uses.iter().chain(["lpush", "ltrim"].iter()) {
+        let mut conn = support::denied_conn(&server, denied).await;
+        let check = |outcome: Result<(), Error>, uses: bool, script: &str, case: &str| match outcome
+        {
+            Err(Error::PermissionDenied { script: s, detail }) if uses => {
+                assert_eq!(s, script, "{case}");
+                assert!(!detail.contains("{p}"), "{case}: {detail}");
+            }
+            Ok(()) if !uses => {}
+            other => panic!("{case}: {other:?}"),
+        };
+        seed(&mut admin, &fair).await;
+        let before = support::snapshot(&mut admin).await;
+        let case = format!("-{denied}, acquire");
+        let uses = acquire_uses.contains(denied);
+        let outcome = fair
+            .acquire_blocking(&mut conn, "p", &once, short)
+            .await
+            .map(|_| ());
+        if !uses {
+            // Queued, then the give-up's leave (fair_release) is refused: the entry stays
+            // until its waiter lease ends.
+            check(outcome, true, "fair_release.v1", &case);
+        } else {
+            check(outcome, uses, "fair_acquire.v1", &case);
+        }
+        if uses {
+            support::same_dumps(&before, &support::snapshot(&mut admin).await, &case);
+        }
+        run(redis::cmd("FLUSHALL").arg("SYNC"), &mut admin).await;
+        let mut guard = acquired(&fair, &mut admin, "p", &once).await;
+        let before = support::snapshot(&mut admin).await;
+        let case = format!("-{denied}, renew");
+        let uses = renew_uses.contains(denied);
+        check(
+            fair.renew(&mut conn, &mut guard).await.map(|_| ()),
+            uses,
+            "fair_renew.v1",
+            &case,
+        );
+        if uses {
+            support::same_dumps(&before, &support::snapshot(&mut admin).await, &case);
+        }
+        let before = support::snapshot(&mut admin).await;
+        let case = format!("-{denied}, release");
+        let uses = release_uses.contains(denied);
+        check(
+            fair.release(&mut conn, guard).await.map(|_| ()),
+            uses,
+            "fair_release.v1",
+            &case,
+        );
+        if uses {
+            support::same_dumps(&before, &support::snapshot(&mut admin).await, &case);
+        }
+    }
+}

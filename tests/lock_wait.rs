@@ -1,0 +1,360 @@
+//! `Lock::acquire_blocking` against real Redis (single node and Cluster): a blocked waiter
+//! wakes on release (hand-over latency printed), a crashed holder's lock is taken right after
+//! its lease, the deadline is honoured, no wake-up is lost under churn (exact count of critical
+//! sections, fencing tokens strictly increasing), a release without waiters writes no wake-up,
+//! and the wake-up path of the release script is all-or-nothing (poisoned key, ACL denial).
+
+mod support;
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redkit::lock::{Acquire, Lock, LockGuard, LockOptions, Release};
+use redkit::Error;
+use support::{RedisCluster, RedisServer};
+
+fn ttl(ms: u64) -> LockOptions {
+    LockOptions::new().ttl(Duration::from_millis(ms))
+}
+
+async fn acquired<C: ConnectionLike>(
+    lock: &Lock,
+    conn: &mut C,
+    resource: &str,
+    options: &LockOptions,
+) -> LockGuard {
+    match lock.acquire(conn, resource, options).await.unwrap() {
+        Acquire::Acquired(guard) => guard,
+        other => panic!("expected the lock, got {other:?}"),
+    }
+}
+
+async fn blocked_acquire(
+    server: &RedisServer,
+    resource: &str,
+    lease_ms: u64,
+    wait: Duration,
+) -> tokio::task::JoinHandle<(redkit::Result<Acquire>, Instant)> {
+    let lock = Lock::new();
+    let mut own = server.conn().await;
+    let resource = resource.to_owned();
+    tokio::spawn(async move {
+        let outcome = lock
+            .acquire_blocking(&mut own, &resource, &ttl(lease_ms), wait)
+            .await;
+        (outcome, Instant::now())
+    })
+}
+
+#[tokio::test]
+async fn a_blocked_acquire_wakes_on_release_not_at_the_lease_end() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = Lock::new();
+    let mut latencies = Vec::new();
+    for _ in 0..20 {
+        let held = acquired(&lock, &mut conn, "handoff", &ttl(10_000)).await;
+        let waiter = blocked_acquire(&server, "handoff", 10_000, Duration::from_secs(5)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await; // let it block
+        let released = Instant::now();
+        assert_eq!(
+            lock.release(&mut conn, held).await.unwrap(),
+            Release::Released
+        );
+        let (outcome, woke) = waiter.await.unwrap();
+        let Acquire::Acquired(next) = outcome.unwrap() else {
+            panic!("not acquired")
+        };
+        latencies.push(woke - released);
+        assert_eq!(
+            lock.release(&mut conn, next).await.unwrap(),
+            Release::Released
+        );
+    }
+    latencies.sort();
+    let (median, max) = (latencies[10], latencies[19]);
+    println!("lock release -> blocked waiter holds: median {median:?}, max {max:?}");
+    // The lease was 10 s: a hand-over in well under a second came from the wake-up.
+    assert!(max < Duration::from_secs(1), "{max:?}");
+}
+
+#[tokio::test]
+async fn a_crashed_holders_lock_is_taken_right_after_its_lease_and_the_deadline_is_honoured() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = Lock::new();
+    // 1.2 s: longer than redis-rs's default 500 ms response timeout, which the wait (several
+    // BLPOPs of at most 250 ms, each answered up to 100 ms late by Redis's timer at hz 10)
+    // must not run into on a default connection.
+    let lease = Duration::from_millis(1_200);
+    let crashed = acquired(&lock, &mut conn, "c", &ttl(1_200)).await;
+    let granted = Instant::now();
+    drop(crashed); // never released: its key expires after the lease
+    let (outcome, woke) = blocked_acquire(&server, "c", 10_000, Duration::from_secs(5))
+        .await
+        .await
+        .unwrap();
+    assert!(matches!(outcome.unwrap(), Acquire::Acquired(_)));
+    let after = woke - granted;
+    assert!(
+        // Redis's timer may end the last BLPOP 100 ms late; the rest is a loaded machine.
+        after <= lease + Duration::from_millis(400),
+        "too late: {after:?}"
+    );
+    assert!(
+        after >= lease - Duration::from_millis(50),
+        "too early: {after:?}"
+    );
+    // Held for 10 s now: a 300 ms wait gives up with Busy after its deadline, not much later.
+    let started = Instant::now();
+    let (outcome, gave_up) = blocked_acquire(&server, "c", 1_000, Duration::from_millis(300))
+        .await
+        .await
+        .unwrap();
+    assert!(matches!(outcome.unwrap(), Acquire::Busy { .. }));
+    let waited = gave_up - started;
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(1),
+        "{waited:?}"
+    );
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_before_anything_is_sent() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = Lock::new();
+    let cases: [(&str, LockOptions, Duration, &str); 4] = [
+        ("r", ttl(1_000), Duration::ZERO, "wait"),
+        ("r", ttl(1_000), Duration::MAX, "wait"),
+        ("", ttl(1_000), Duration::from_secs(1), "resource"),
+        (
+            "r",
+            LockOptions::new().ttl(Duration::ZERO),
+            Duration::from_secs(1),
+            "ttl",
+        ),
+    ];
+    for (resource, options, wait, what) in cases {
+        match lock
+            .acquire_blocking(&mut conn, resource, &options, wait)
+            .await
+        {
+            Err(Error::InvalidInput { what: w, .. }) => assert_eq!(w, what),
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    assert!(
+        support::snapshot(&mut conn).await.is_empty(),
+        "nothing written"
+    );
+}
+
+/// `tasks` tasks each enter the critical section `cycles` times through `acquire_blocking`,
+/// doing a read-modify-write of a shared counter that a second holder would corrupt.
+async fn churn<C>(conns: Vec<C>, cycles: usize, counter: &str) -> (Duration, Vec<u64>)
+where
+    C: ConnectionLike + Send + 'static,
+{
+    let fences = Arc::new(Mutex::new(Vec::new()));
+    let inside = Arc::new(AtomicI64::new(0));
+    let mut tasks = Vec::new();
+    for mut own in conns {
+        let (fences, inside) = (Arc::clone(&fences), Arc::clone(&inside));
+        let counter = counter.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let lock = Lock::new();
+            for _ in 0..cycles {
+                let outcome = lock
+                    .acquire_blocking(&mut own, "churn", &ttl(20_000), Duration::from_secs(60))
+                    .await
+                    .unwrap();
+                let Acquire::Acquired(guard) = outcome else {
+                    panic!("{outcome:?}")
+                };
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                fences.lock().unwrap().push(guard.fencing_token().get());
+                let n: i64 = redis::cmd("GET")
+                    .arg(&counter)
+                    .query_async::<Option<i64>>(&mut own)
+                    .await
+                    .unwrap()
+                    .unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                let _: () = redis::cmd("SET")
+                    .arg(&counter)
+                    .arg(n + 1)
+                    .query_async(&mut own)
+                    .await
+                    .unwrap();
+                inside.fetch_sub(1, Ordering::SeqCst);
+                assert_eq!(
+                    lock.release(&mut own, guard).await.unwrap(),
+                    Release::Released
+                );
+            }
+        }));
+    }
+    let started = Instant::now();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(90), task)
+            .await
+            .expect("bounded")
+            .unwrap();
+    }
+    let took = started.elapsed();
+    let fences = fences.lock().unwrap().clone();
+    (took, fences)
+}
+
+fn strictly_increasing(fences: &[u64]) {
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens not strictly increasing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_wake_up_is_lost_under_churn() {
+    let server = RedisServer::spawn().await;
+    let (tasks, cycles) = (16, 8);
+    let mut conns = Vec::new();
+    for _ in 0..tasks {
+        conns.push(server.conn().await);
+    }
+    let (took, fences) = churn(conns, cycles, "counter:{churn}").await;
+    let count: i64 = server.cmd(&["GET", "counter:{churn}"]).await;
+    println!("{tasks} blocked acquirers x {cycles} cycles: {took:?}");
+    assert_eq!(
+        count,
+        (tasks * cycles) as i64,
+        "exact count of critical sections"
+    );
+    assert_eq!(fences.len(), tasks * cycles);
+    strictly_increasing(&fences);
+    // Leases were 20 s: finishing well before one lease means no waiter missed its wake-up
+    // (a lost wake-up is only rescued at the holder's lease end or the waiter's deadline).
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_and_wake_ups_on_a_cluster() {
+    let cluster = RedisCluster::spawn().await;
+    let (tasks, cycles) = (8, 4);
+    let mut conns = Vec::new();
+    for _ in 0..tasks {
+        conns.push(cluster.conn().await);
+    }
+    let (took, fences) = churn(conns, cycles, "counter:{churn}").await;
+    let mut conn = cluster.conn().await;
+    let count: i64 = redis::cmd("GET")
+        .arg("counter:{churn}")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    println!("cluster: {tasks} blocked acquirers x {cycles} cycles: {took:?}");
+    assert_eq!(count, (tasks * cycles) as i64);
+    strictly_increasing(&fences);
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}
+
+async fn run(cmd: &mut redis::Cmd, conn: &mut MultiplexedConnection) {
+    let _: redis::Value = cmd.query_async(conn).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_release_without_waiters_writes_no_wake_up_and_one_with_a_waiter_does() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = Lock::new();
+    let key = lock.lock_key("w").unwrap();
+    let guard = acquired(&lock, &mut conn, "w", &ttl(10_000)).await;
+    lock.release(&mut conn, guard).await.unwrap();
+    let keys: Vec<String> = server.cmd(&["KEYS", "*"]).await;
+    assert_eq!(
+        keys,
+        vec![format!("{key}:fence")],
+        "only the fence key is left"
+    );
+    // A registered waiter (its flag): the release pushes exactly one entry, with a TTL.
+    run(
+        redis::cmd("SET")
+            .arg(format!("{key}:waiting"))
+            .arg(1)
+            .arg("PX")
+            .arg(5_000),
+        &mut conn,
+    )
+    .await;
+    for _ in 0..3 {
+        let guard = acquired(&lock, &mut conn, "w", &ttl(10_000)).await;
+        lock.release(&mut conn, guard).await.unwrap();
+    }
+    let len: i64 = server.cmd(&["LLEN", &format!("{key}:wake")]).await;
+    let pttl: i64 = server.cmd(&["PTTL", &format!("{key}:wake")]).await;
+    assert_eq!(len, 1, "bounded to one entry");
+    assert!(pttl > 0 && pttl <= 60_000, "{pttl}");
+    // A stale holder (lease over, another owner now) neither deletes nor wakes.
+    run(redis::cmd("DEL").arg(format!("{key}:wake")), &mut conn).await;
+    let stale = acquired(&lock, &mut conn, "w", &ttl(10_000)).await;
+    run(
+        redis::cmd("SET").arg(&key).arg("other-owner-0123456789"),
+        &mut conn,
+    )
+    .await;
+    assert_eq!(
+        lock.release(&mut conn, stale).await.unwrap(),
+        Release::NotOwner
+    );
+    let exists: i64 = server.cmd(&["EXISTS", &format!("{key}:wake")]).await;
+    assert_eq!(exists, 0);
+}
+
+#[tokio::test]
+async fn the_wake_up_path_of_release_is_all_or_nothing() {
+    let server = RedisServer::spawn().await;
+    let mut admin = server.conn().await;
+    let lock = Lock::new();
+    let key = lock.lock_key("p").unwrap();
+    let (flag, wake) = (format!("{key}:waiting"), format!("{key}:wake"));
+    // A wake-up key of another type: WRONGTYPE, and the lock is still held.
+    let guard = acquired(&lock, &mut admin, "p", &ttl(60_000)).await;
+    run(
+        redis::cmd("SET").arg(&flag).arg(1).arg("PX").arg(60_000),
+        &mut admin,
+    )
+    .await;
+    run(redis::cmd("HSET").arg(&wake).arg("f").arg("1"), &mut admin).await;
+    let before = support::snapshot(&mut admin).await;
+    match lock.release(&mut admin, guard).await {
+        Err(Error::WrongType { script }) => assert_eq!(script, "lock_release_wake.v1"),
+        other => panic!("{other:?}"),
+    }
+    support::same_dumps(
+        &before,
+        &support::snapshot(&mut admin).await,
+        "hash wake key",
+    );
+    // Each command of the wake-up path denied: PermissionDenied, nothing changed.
+    for denied in ["exists", "type", "lpush", "ltrim", "pexpire", "del"] {
+        run(redis::cmd("FLUSHALL").arg("SYNC"), &mut admin).await;
+        let mut conn = support::denied_conn(&server, denied).await;
+        let guard = acquired(&lock, &mut admin, "p", &ttl(60_000)).await;
+        run(
+            redis::cmd("SET").arg(&flag).arg(1).arg("PX").arg(60_000),
+            &mut admin,
+        )
+        .await;
+        let before = support::snapshot(&mut admin).await;
+        match lock.release(&mut conn, guard).await {
+            Err(Error::PermissionDenied { script, detail }) => {
+                assert_eq!(script, "lock_release_wake.v1", "-{denied}");
+                assert!(!detail.contains("{p}"), "no key in {detail}");
+            }
+            other => panic!("-{denied}: {other:?}"),
+        }
+        support::same_dumps(&before, &support::snapshot(&mut admin).await, denied);
+    }
+}
