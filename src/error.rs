@@ -143,6 +143,16 @@ pub enum Error {
         /// Which one, as the caller named it (e.g. the SKU id).
         detail: String,
     },
+
+    /// The server lacks a feature the call needs, e.g. Redis Functions (`FCALL`) on a server
+    /// older than 7.0. Nothing ran.
+    #[error("not supported by this server: {feature}: {detail}")]
+    Unsupported {
+        /// The feature, e.g. `"Redis Functions (FCALL, Redis 7.0+)"`.
+        feature: &'static str,
+        /// What the server answered.
+        detail: String,
+    },
 }
 
 impl Error {

@@ -384,3 +384,64 @@ async fn kill_reports_unkillable_and_never_shuts_the_server_down() {
     assert!(err.to_string().contains("BUSY"), "{err}");
     // The harness kills the server when the test ends.
 }
+
+#[tokio::test]
+async fn functions_load_verify_list_delete_flush_on_every_cluster_node() {
+    let cluster = RedisCluster::spawn().await;
+    let url = cluster.nodes[0].url();
+    let library = redkit::script::Library::redkit().name().to_owned();
+
+    let out = redkit(&["--url", &url, "functions", "verify"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
+    assert_eq!(stdout(&out).matches("missing").count(), 6);
+
+    let out = redkit(&["--url", &url, "--json", "functions", "load"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["command"], "functions load");
+    assert_eq!(doc["nodes"].as_array().unwrap().len(), 3, "primaries load");
+
+    // Replicas receive the library by replication: verify asks all six nodes.
+    let mut verified = None;
+    for _ in 0..100 {
+        let out = redkit(&["--url", &url, "--json", "functions", "verify"]);
+        if out.status.success() {
+            verified = Some(out);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let doc: serde_json::Value =
+        serde_json::from_slice(&verified.expect("verified").stdout).unwrap();
+    let nodes = doc["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 6);
+    assert!(nodes.iter().all(|n| n["state"] == "loaded"), "{doc}");
+    assert_eq!(nodes.iter().filter(|n| n["role"] == "replica").count(), 3);
+
+    let out = redkit(&["--url", &url, "--json", "functions", "list"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|n| n["libraries"] == serde_json::json!([library])));
+
+    let out = redkit(&["--url", &url, "functions", "flush"]);
+    assert_eq!(out.status.code(), Some(2), "--yes required");
+    let out = redkit(&["--url", &url, "--json", "functions", "delete", &library]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|n| n["deleted"] == true));
+    let out = redkit(&["--url", &url, "functions", "flush", "--yes", "--sync"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = redkit(&["--url", &url, "--scripts-dir", "lua", "functions", "verify"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "--set needed with --scripts-dir"
+    );
+}

@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use redkit::script::admin::{
-    Admin, FlushMode, KillOutcome, Node, NodeError, NodeErrorKind, NodeReport, NodeStatus, Role,
-    Verification,
+    Admin, FlushMode, KillOutcome, LibraryState, Node, NodeError, NodeErrorKind, NodeReport,
+    NodeStatus, Role, Verification,
 };
 use redkit::script::lockfile;
+use redkit::script::Library;
 use redkit::script::LOCK_FILE;
 use redkit::Registry;
 use serde::Serialize;
@@ -67,15 +68,69 @@ struct Cli {
     /// instead of redkit's embedded ones.
     #[arg(long, global = true, value_name = "DIR")]
     scripts_dir: Option<std::path::PathBuf>,
+    /// The set's name, which names its Functions library (`<set>_<hash8>`). Default `redkit`
+    /// for the embedded scripts; needed with --scripts-dir for `functions`.
+    #[arg(long, global = true, value_name = "NAME")]
+    set: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
 
-#[derive(Subcommand, Debug)]
+#[derive(Subcommand, Debug, Clone)]
 enum Command {
     /// The embedded Lua scripts.
     #[command(subcommand)]
     Scripts(Scripts),
+    /// The script set as a Redis Functions library (`<set>_<hash8>`, Redis 7.0+).
+    #[command(subcommand)]
+    Functions(Functions),
+}
+
+#[derive(Subcommand, Debug, Clone)]
+enum Functions {
+    /// The libraries on every node, replicas included.
+    List,
+    /// FUNCTION LOAD REPLACE of the set's library on every primary (replicated to replicas);
+    /// a previous version stays loaded beside it.
+    Load,
+    /// Exit 0 when every node, replicas included, holds the set's library with its exact
+    /// code, 4 otherwise.
+    Verify,
+    /// FUNCTION DELETE of one library version on every primary (replicated).
+    Delete {
+        /// The library name, e.g. redkit_1f2e3d4c (see `functions list`).
+        library: String,
+    },
+    /// FUNCTION FLUSH on every primary (ASYNC unless --sync). Requires --yes.
+    Flush {
+        /// Confirm: delete every library on every node.
+        #[arg(long)]
+        yes: bool,
+        /// Use FUNCTION FLUSH SYNC.
+        #[arg(long)]
+        sync: bool,
+    },
+}
+
+impl Functions {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::List => "functions list",
+            Self::Load => "functions load",
+            Self::Verify => "functions verify",
+            Self::Delete { .. } => "functions delete",
+            Self::Flush { .. } => "functions flush",
+        }
+    }
+}
+
+impl Command {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Scripts(s) => s.name(),
+            Self::Functions(f) => f.name(),
+        }
+    }
 }
 
 #[derive(Subcommand, Debug, Clone, Copy)]
@@ -193,7 +248,7 @@ fn worst<'a>(errors: impl IntoIterator<Item = &'a NodeError>) -> Option<u8> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Command::Scripts(command) = cli.command;
+    let command = cli.command.clone();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -204,7 +259,11 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_REDIS_ERROR);
         }
     };
-    match runtime.block_on(run(&cli, command)) {
+    let result = match &command {
+        Command::Scripts(c) => runtime.block_on(run(&cli, *c)),
+        Command::Functions(f) => runtime.block_on(run_functions(&cli, f)),
+    };
+    match result {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
             if cli.json {
@@ -284,6 +343,12 @@ async fn run(cli: &Cli, command: Scripts) -> Result<u8, Failure> {
         }
         Scripts::Kill => kill_outcome(&admin.kill().await.map_err(fail)?),
     };
+    Ok(report(cli, command.name(), &target, outcome))
+}
+
+/// Prints an outcome (JSON document or lines, and a stderr summary of failed nodes) and
+/// returns the exit code.
+fn report(cli: &Cli, command: &str, target: &str, outcome: Outcome) -> u8 {
     let nodes = outcome.json.as_array().map_or(0, Vec::len);
     if !cli.cluster && nodes > 1 && !cli.quiet && !cli.json {
         eprintln!("redkit: {target} is a Cluster node: acting on all {nodes} nodes of its Cluster");
@@ -291,7 +356,7 @@ async fn run(cli: &Cli, command: Scripts) -> Result<u8, Failure> {
     let code = worst(outcome.errors.iter().map(|(_, e)| e)).unwrap_or(outcome.code_without_errors);
     if cli.json {
         print_json(&json!({
-            "command": command.name(),
+            "command": command,
             "ok": code == 0,
             "exit_code": code,
             "nodes": outcome.json,
@@ -315,13 +380,137 @@ async fn run(cli: &Cli, command: Scripts) -> Result<u8, Failure> {
             })
             .collect();
         eprintln!(
-            "redkit: {} failed on {} of {nodes} nodes: {}",
-            command.name(),
+            "redkit: {command} failed on {} of {nodes} nodes: {}",
             failed.len(),
             failed.join("; ")
         );
     }
-    Ok(code)
+    code
+}
+
+/// `redkit functions ...`: the set's Functions library on every node.
+async fn run_functions(cli: &Cli, command: &Functions) -> Result<u8, Failure> {
+    let registry = registry(cli)?;
+    if !registry.problems().is_empty() {
+        return Err(Failure::usage(
+            "the script folder has invalid files (see `redkit scripts check`)",
+        ));
+    }
+    let set = match (&cli.set, &cli.scripts_dir) {
+        (Some(set), _) => set.clone(),
+        (None, None) => "redkit".to_owned(),
+        (None, Some(_)) => {
+            return Err(Failure::usage(
+                "--set <name> is needed with --scripts-dir: it names the library",
+            ))
+        }
+    };
+    let library = Library::new(&set, &registry).map_err(|e| Failure::usage(e.to_string()))?;
+    if let Functions::Flush { yes: false, .. } = command {
+        return Err(Failure::usage(format!(
+            "refusing to delete every Functions library of {} without --yes",
+            target_description(cli)
+        )));
+    }
+    let admin = admin(cli)?;
+    let target = target_description(cli);
+    let fail = |e: redkit::Error| Failure::from_error(&target, &e);
+    let outcome = match command {
+        Functions::List => {
+            let reports = admin.libraries().await.map_err(fail)?;
+            simple_outcome(&reports, |libs| {
+                let libs = libs.cloned().unwrap_or_default();
+                (libs.join(" "), json!({"libraries": libs}))
+            })
+        }
+        Functions::Load => {
+            simple_outcome(&admin.load_library(&library).await.map_err(fail)?, |_| {
+                (
+                    format!("loaded {}", library.name()),
+                    json!({"library": library.name()}),
+                )
+            })
+        }
+        Functions::Verify => {
+            let reports = admin.verify_library(&library).await.map_err(fail)?;
+            let mut outcome = simple_outcome(&reports, |state| {
+                let state = match state {
+                    Some(LibraryState::Loaded) => "loaded",
+                    Some(LibraryState::Missing) => "missing",
+                    _ => "different",
+                };
+                (
+                    format!("{state} {}", library.name()),
+                    json!({"library": library.name(), "state": state}),
+                )
+            });
+            if reports
+                .iter()
+                .any(|r| r.is_ok() && r.value != Some(LibraryState::Loaded))
+            {
+                eprintln!(
+                    "redkit: verification failed: {} is not loaded on every node",
+                    library.name()
+                );
+                outcome.code_without_errors = EXIT_VERIFY_FAILED;
+            }
+            outcome
+        }
+        Functions::Delete { library: name } => simple_outcome(
+            &admin.delete_library(name).await.map_err(fail)?,
+            |deleted| {
+                let deleted = deleted.copied().unwrap_or(false);
+                let text = if deleted { "deleted" } else { "not there" };
+                (
+                    format!("{text} {name}"),
+                    json!({"library": name, "deleted": deleted}),
+                )
+            },
+        ),
+        Functions::Flush { sync, .. } => {
+            let mode = if *sync {
+                FlushMode::Sync
+            } else {
+                FlushMode::Async
+            };
+            simple_outcome(&admin.flush_functions(mode).await.map_err(fail)?, |_| {
+                ("flushed".to_owned(), json!({}))
+            })
+        }
+    };
+    Ok(report(cli, command.name(), &target, outcome))
+}
+
+/// One line and one JSON object per node report, from what `describe` makes of its value.
+fn simple_outcome<T>(
+    reports: &[NodeReport<T>],
+    describe: impl Fn(Option<&T>) -> (String, Value),
+) -> Outcome {
+    let mut json = Vec::new();
+    let mut lines = Vec::new();
+    for r in reports {
+        let (text, fields) = describe(r.value.as_ref());
+        match &r.error {
+            Some(e) => {
+                json.push(node_json(&r.node, Some(e), json!({})));
+                lines.push(error_line(&r.node, e));
+            }
+            None => {
+                json.push(node_json(&r.node, None, fields));
+                lines.push(format!(
+                    "{}\t{}\t{text}",
+                    r.node.addr,
+                    role_name(r.node.role)
+                ));
+            }
+        }
+    }
+    Outcome {
+        json: Value::Array(json),
+        lines,
+        errors: errors_of(reports),
+        code_without_errors: 0,
+    }
 }
 
 /// The JSON object of one node: `addr`, `role`, `ok`, `error` and the command's fields.

@@ -24,6 +24,9 @@ use serde::Serialize;
 use super::registry::{Registry, Script};
 use crate::error::{Error, Result};
 
+mod functions;
+pub use functions::LibraryState;
+
 /// Administers the script cache of one server or of every node of a Cluster.
 #[derive(Clone)]
 pub struct Admin {
@@ -275,6 +278,16 @@ pub enum FlushMode {
     Sync,
 }
 
+impl FlushMode {
+    /// The argument of `SCRIPT FLUSH` / `FUNCTION FLUSH`.
+    fn arg(self) -> &'static str {
+        match self {
+            Self::Async => "ASYNC",
+            Self::Sync => "SYNC",
+        }
+    }
+}
+
 /// What `SCRIPT KILL` did on one node (a node that could not be asked is reported in
 /// [`NodeReport::error`]).
 ///
@@ -428,7 +441,23 @@ impl Admin {
         F: Fn(&'a Self, Node) -> Fut,
         Fut: std::future::Future<Output = (Node, Result<T>)>,
     {
-        let nodes = self.nodes().await?;
+        self.each_node_where(false, op).await
+    }
+
+    /// Like `each_node`, on the primaries only when `primaries_only`.
+    async fn each_node_where<'a, T, F, Fut>(
+        &'a self,
+        primaries_only: bool,
+        op: F,
+    ) -> Result<Vec<NodeReport<T>>>
+    where
+        F: Fn(&'a Self, Node) -> Fut,
+        Fut: std::future::Future<Output = (Node, Result<T>)>,
+    {
+        let mut nodes = self.nodes().await?;
+        if primaries_only {
+            nodes.retain(|n| n.role == Role::Primary);
+        }
         let runs = nodes.into_iter().map(|node| op(self, node));
         Ok(futures_util::future::join_all(runs)
             .await
@@ -563,10 +592,7 @@ impl Admin {
     /// # Ok(()) }
     /// ```
     pub async fn flush(&self, mode: FlushMode) -> Result<Vec<NodeReport<()>>> {
-        let mode = match mode {
-            FlushMode::Async => "ASYNC",
-            FlushMode::Sync => "SYNC",
-        };
+        let mode = mode.arg();
         self.each_node(|admin, node| async move {
             let result = async {
                 let mut conn = admin.connect_addr(&node.addr).await?;

@@ -70,7 +70,12 @@ impl<'s> Call<'s> {
         // Capacity is a hint: bounded, so a huge count cannot overflow or exhaust memory.
         let hint = HEADER_ARGS + keys.min(Self::MAX_KEYS) + 4;
         let mut cmd = Cmd::with_capacity(hint, 96);
-        cmd.arg("EVALSHA").arg(script.sha1()).arg(keys);
+        let evalsha = if script.is_read_only() {
+            "EVALSHA_RO"
+        } else {
+            "EVALSHA"
+        };
+        cmd.arg(evalsha).arg(script.sha1()).arg(keys);
         Self {
             script,
             cmd,
@@ -169,16 +174,28 @@ impl<'s> Call<'s> {
         self.cmd
     }
 
-    /// `EVAL <source> <numkeys> keys.. args..` built from an `EVALSHA` command of `script`.
+    /// `EVAL <source> <numkeys> keys.. args..` (`EVAL_RO` for a read-only script) built
+    /// from an `EVALSHA` command of `script`.
     pub(crate) fn eval_from(script: &Script, evalsha: &Cmd) -> Cmd {
-        let mut eval = Cmd::with_capacity(evalsha.args_iter().len(), script.source().len() + 64);
-        eval.arg("EVAL").arg(script.source());
+        let eval = if script.is_read_only() {
+            "EVAL_RO"
+        } else {
+            "EVAL"
+        };
+        Self::resend_as(evalsha, eval, script.source())
+    }
+
+    /// `<command> <target> <numkeys> keys.. args..` with the keys and arguments of an
+    /// `EVALSHA` command: `EVAL <source>`, `FCALL <function>`.
+    pub(crate) fn resend_as(evalsha: &Cmd, command: &str, target: &str) -> Cmd {
+        let mut cmd = Cmd::with_capacity(evalsha.args_iter().len(), target.len() + 64);
+        cmd.arg(command).arg(target);
         for arg in evalsha.args_iter().skip(2) {
             if let redis::Arg::Simple(bytes) = arg {
-                eval.arg(bytes);
+                cmd.arg(bytes);
             }
         }
-        eval
+        cmd
     }
 }
 

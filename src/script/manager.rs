@@ -8,6 +8,7 @@ use redis::{FromRedisValue, RedisError, ServerErrorKind, Value};
 use tracing::Instrument;
 
 use super::call::Call;
+use super::functions::{self, Backend, Library};
 use super::registry::{Registry, Script};
 use crate::error::{Error, Result};
 
@@ -42,12 +43,15 @@ pub(crate) const NOPERM_ERROR_CODE: &str = "REDKIT_NOPERM";
 #[derive(Clone, Debug, Default)]
 pub struct ScriptManager {
     stats: Arc<Counters>,
+    /// `Some` with the [`Backend::Functions`]: redkit's library, then the user's.
+    libraries: Option<Arc<[Library]>>,
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub(crate) noscript_fallbacks: AtomicU64,
     pub(crate) batch_reruns: AtomicU64,
+    pub(crate) function_reloads: AtomicU64,
 }
 
 /// A snapshot of a [`ScriptManager`]'s counters.
@@ -58,12 +62,74 @@ pub struct Stats {
     pub noscript_fallbacks: u64,
     /// Calls of batches that were answered `NOSCRIPT` and re-run after `SCRIPT LOAD`.
     pub batch_reruns: u64,
+    /// Calls answered "Function not found" (the [`Backend::Functions`]) that loaded their
+    /// library with `FUNCTION LOAD REPLACE` and were sent again.
+    pub function_reloads: u64,
 }
 
 impl ScriptManager {
     /// A manager with zeroed counters.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Chooses how scripts run (default [`Backend::Scripts`]). With
+    /// [`Backend::Functions`], every script of redkit's own set (and of the sets added with
+    /// [`with_library`](Self::with_library)) is called as a function of its [`Library`]; a
+    /// script outside every library (e.g. one built with [`Script::new`]) still runs as
+    /// `EVALSHA`. Batches ([`invoke_batch`](Self::invoke_batch)) always run as `EVALSHA`.
+    ///
+    /// ```
+    /// use redkit::script::Backend;
+    /// let manager = redkit::ScriptManager::new().with_backend(Backend::Functions);
+    /// assert_eq!(manager.backend(), Backend::Functions);
+    /// assert_eq!(redkit::ScriptManager::new().backend(), Backend::Scripts);
+    /// ```
+    pub fn with_backend(mut self, backend: Backend) -> Self {
+        self.libraries = match backend {
+            Backend::Functions => Some(
+                self.libraries
+                    .take()
+                    .unwrap_or_else(|| Arc::from([Library::redkit().clone()])),
+            ),
+            _ => None,
+        };
+        self
+    }
+
+    /// Adds your own script set as a Functions library and selects [`Backend::Functions`].
+    /// Its scripts are then called as `FCALL <library>_<name>_v<N>`.
+    ///
+    /// ```
+    /// let set = redkit::Registry::from_files([("hi.v1.lua", "--! keys: 1\nreturn KEYS[1]")]);
+    /// let library = redkit::script::Library::new("myapp", &set)?;
+    /// let manager = redkit::ScriptManager::new().with_library(library);
+    /// assert_eq!(manager.backend(), redkit::script::Backend::Functions);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn with_library(self, library: Library) -> Self {
+        let mut this = self.with_backend(Backend::Functions);
+        let mut all: Vec<Library> = this.libraries.as_deref().unwrap_or_default().to_vec();
+        all.push(library);
+        this.libraries = Some(all.into());
+        this
+    }
+
+    /// The backend this manager uses.
+    pub fn backend(&self) -> Backend {
+        if self.libraries.is_some() {
+            Backend::Functions
+        } else {
+            Backend::Scripts
+        }
+    }
+
+    /// The library and function that run `script`, with the Functions backend.
+    pub(crate) fn function_for(&self, script: &Script) -> Option<(&Library, &str, bool)> {
+        self.libraries.as_deref()?.iter().find_map(|lib| {
+            lib.function_of(script)
+                .map(|(function, read_only)| (lib, function, read_only))
+        })
     }
 
     pub(crate) fn counters(&self) -> &Counters {
@@ -75,15 +141,28 @@ impl ScriptManager {
         Stats {
             noscript_fallbacks: self.stats.noscript_fallbacks.load(Ordering::Relaxed),
             batch_reruns: self.stats.batch_reruns.load(Ordering::Relaxed),
+            function_reloads: self.stats.function_reloads.load(Ordering::Relaxed),
         }
     }
 
-    /// `SCRIPT LOAD` of every embedded script (on a Cluster connection redis-rs sends it to
-    /// every node). Checks that each SHA1 the server returns equals the local one. Idempotent.
-    /// Returns how many scripts were loaded.
+    /// `SCRIPT LOAD` of every embedded script, checking that each SHA1 the server returns
+    /// equals the local one; with the [`Backend::Functions`], also `FUNCTION LOAD REPLACE` of
+    /// every library of the manager. Idempotent. Returns how many scripts were loaded.
+    ///
+    /// On a Cluster connection redis-rs sends both to **every primary, not to replicas**
+    /// (measured: 3 primaries warm, 3 replicas cold). Functions libraries then reach the
+    /// replicas by replication, so a promoted replica serves them at once; the script cache
+    /// does not replicate, so a promoted replica starts cold (one `EVAL` per script on first
+    /// use). To load scripts on every node, replicas included, use
+    /// [`Admin::load`](crate::script::admin::Admin::load) (`redkit scripts load`).
     pub async fn preload<C: ConnectionLike>(&self, conn: &mut C) -> Result<usize> {
-        self.preload_scripts(conn, Registry::global().scripts())
-            .await
+        let loaded = self
+            .preload_scripts(conn, Registry::global().scripts())
+            .await?;
+        for library in self.libraries.as_deref().unwrap_or_default() {
+            self.load_library(conn, library).await?;
+        }
+        Ok(loaded)
     }
 
     /// `SCRIPT LOAD` of the given scripts, checking each returned SHA1.
@@ -118,6 +197,11 @@ impl ScriptManager {
             version = script.version()
         );
         async {
+            if let Some(function) = self.function_for(script) {
+                let value = self.fcall(conn, call, function).await?;
+                return T::from_redis_value(value)
+                    .map_err(|e| Error::unexpected(script.id(), e.to_string()));
+            }
             let value = match call.evalsha().query_async::<Value>(conn).await {
                 Ok(value) => value,
                 Err(err) if is_noscript(&err) => {
@@ -134,6 +218,65 @@ impl ScriptManager {
         }
         .instrument(span)
         .await
+    }
+}
+
+impl ScriptManager {
+    /// `FCALL` (`FCALL_RO`) of `call`; on "Function not found", `FUNCTION LOAD REPLACE` of the
+    /// library and one more `FCALL`.
+    async fn fcall<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        call: &Call<'_>,
+        (library, function, read_only): (&Library, &str, bool),
+    ) -> Result<Value> {
+        let script = call.script();
+        let cmd = fcall_cmd(call, function, read_only);
+        match cmd.query_async::<Value>(conn).await {
+            Ok(value) => Ok(value),
+            Err(err) if functions::is_function_missing(&err) => {
+                self.stats.function_reloads.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    script = script.id(),
+                    library = library.name(),
+                    "function not found: FUNCTION LOAD"
+                );
+                self.load_library(conn, library).await?;
+                cmd.query_async::<Value>(conn)
+                    .await
+                    .map_err(|e| function_error(script, e))
+            }
+            Err(err) => Err(function_error(script, err)),
+        }
+    }
+
+    /// `FUNCTION LOAD REPLACE` of one library (on a Cluster connection: every primary).
+    pub(crate) async fn load_library<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        library: &Library,
+    ) -> Result<()> {
+        library
+            .load_cmd()
+            .query_async::<Value>(conn)
+            .await
+            .map(drop)
+            .map_err(functions::unsupported_or)
+    }
+}
+
+/// `FCALL <function> <numkeys> keys.. args..` (`FCALL_RO` for a read-only script).
+pub(crate) fn fcall_cmd(call: &Call<'_>, function: &str, read_only: bool) -> redis::Cmd {
+    let command = if read_only { "FCALL_RO" } else { "FCALL" };
+    Call::resend_as(call.evalsha(), command, function)
+}
+
+/// [`script_error`], and [`Error::Unsupported`] for a server without Functions.
+pub(crate) fn function_error(script: &Script, err: RedisError) -> Error {
+    if functions::is_unsupported(&err) {
+        functions::unsupported_or(err)
+    } else {
+        script_error(script, err)
     }
 }
 

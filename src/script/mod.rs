@@ -25,6 +25,7 @@
 pub mod admin;
 mod batch;
 mod call;
+pub(crate) mod functions;
 #[cfg(feature = "lockfile")]
 #[cfg_attr(docsrs, doc(cfg(feature = "lockfile")))]
 pub mod lockfile;
@@ -34,6 +35,7 @@ pub mod registry;
 mod replication;
 
 pub use call::Call;
+pub use functions::{Backend, Library};
 #[allow(unused_imports)]
 pub(crate) use manager::script_error;
 pub use manager::{ScriptManager, Stats};

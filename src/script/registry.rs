@@ -32,6 +32,7 @@ pub struct Script {
     version: u32,
     keys: usize,
     variadic: bool,
+    read_only: bool,
     sha1: String,
     source: String,
     id: String,
@@ -59,11 +60,7 @@ impl Script {
     }
 
     fn build(name: &str, version: u32, keys: usize, variadic: bool, source: &str) -> Result<Self> {
-        if name.is_empty()
-            || !name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        {
+        if !is_name(name) {
             return Err(Error::invalid(
                 "script name",
                 "must be non-empty and made of [a-z0-9_]",
@@ -72,11 +69,13 @@ impl Script {
         if version == 0 {
             return Err(Error::invalid("script version", "must be at least 1"));
         }
+        let read_only = header_read_only(source)?;
         Ok(Self {
             name: name.to_owned(),
             version,
             keys,
             variadic,
+            read_only,
             sha1: sha1_smol::Sha1::from(source.as_bytes())
                 .digest()
                 .to_string(),
@@ -111,6 +110,23 @@ impl Script {
         self.variadic
     }
 
+    /// `true` when the script declares that it only reads (header line
+    /// `--! flags: no-writes`). Its calls go out as `EVALSHA_RO` (`EVAL_RO` on `NOSCRIPT`) or,
+    /// with the [Functions backend](crate::script::Backend::Functions), as `FCALL_RO` of a
+    /// function registered with the `no-writes` flag: Redis refuses any write it attempts,
+    /// and a Cluster connection reading from replicas may send it to a replica.
+    ///
+    /// ```
+    /// let get = redkit::Script::new("get", 1, 1, "--! flags: no-writes\nreturn redis.call('GET', KEYS[1])")?;
+    /// assert!(get.is_read_only());
+    /// assert!(!redkit::Script::new("incr", 1, 1, "return redis.call('INCR', KEYS[1])")?.is_read_only());
+    /// assert!(redkit::Script::new("bad", 1, 1, "--! flags: sometimes\nreturn 1").is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
     /// Lower-case hex SHA1 of the source, as Redis computes it.
     pub fn sha1(&self) -> &str {
         &self.sha1
@@ -128,9 +144,18 @@ impl fmt::Debug for Script {
             .field("id", &self.id)
             .field("keys", &self.keys)
             .field("variadic", &self.variadic)
+            .field("read_only", &self.read_only)
             .field("sha1", &self.sha1)
             .finish_non_exhaustive()
     }
+}
+
+/// `true` for a non-empty `[a-z0-9_]` name (scripts, sets, libraries).
+pub(crate) fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
 /// A file in `lua/` that could not be turned into a [`Script`].
@@ -354,6 +379,31 @@ fn parse_file(stem: &str, contents: &[u8]) -> std::result::Result<Script, String
 enum HeaderKeys {
     Fixed(usize),
     Variadic,
+}
+
+/// Reads the `--! flags:` header line (comma or space separated); `no-writes` (alias
+/// `readonly`) is the only flag. No line: a script that may write.
+fn header_read_only(source: &str) -> Result<bool> {
+    let Some(value) = source
+        .lines()
+        .take_while(|l| l.starts_with("--"))
+        .find_map(|l| l.strip_prefix("--! flags:"))
+    else {
+        return Ok(false);
+    };
+    let mut read_only = false;
+    for flag in value.split([',', ' ']).filter(|f| !f.is_empty()) {
+        match flag {
+            "no-writes" | "readonly" => read_only = true,
+            other => {
+                return Err(Error::invalid(
+                    "script flags",
+                    format!("unknown flag {other:?} (known: no-writes)"),
+                ))
+            }
+        }
+    }
+    Ok(read_only)
 }
 
 /// Reads `--! keys: K` or `--! keys: variadic` from the header comment block.

@@ -21,7 +21,8 @@ use redis::{FromRedisValue, Pipeline, ServerErrorKind, Value};
 use tracing::Instrument;
 
 use super::call::Call;
-use super::manager::{script_error, ScriptManager};
+use super::functions::is_function_missing;
+use super::manager::{fcall_cmd, function_error, ScriptManager};
 use crate::error::{Error, Result};
 
 /// How many replicas must acknowledge a write, and how long to wait for them (`WAIT`).
@@ -212,8 +213,22 @@ impl ScriptManager {
                 pipe.add_command(first).add_command(replication.wait_cmd());
                 pipe
             };
-            let mut replies: Vec<Value> = send(call.evalsha().clone()).query_async(conn).await?;
-            if matches!(replies.first(), Some(Value::ServerError(e)) if e.kind() == Some(ServerErrorKind::NoScript))
+            let function = self.function_for(script);
+            let first = match function {
+                Some((_, name, read_only)) => fcall_cmd(call, name, read_only),
+                None => call.evalsha().clone(),
+            };
+            let mut replies: Vec<Value> = send(first.clone()).query_async(conn).await?;
+            if let Some((library, _, _)) = function {
+                if matches!(replies.first(), Some(Value::ServerError(e)) if is_function_missing(&e.clone().into()))
+                {
+                    self.counters()
+                        .function_reloads
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.load_library(conn, library).await?;
+                    replies = send(first).query_async(conn).await?;
+                }
+            } else if matches!(replies.first(), Some(Value::ServerError(e)) if e.kind() == Some(ServerErrorKind::NoScript))
             {
                 self.count_fallback();
                 tracing::debug!(script = script.id(), "NOSCRIPT: falling back to EVAL");
@@ -226,7 +241,7 @@ impl ScriptManager {
                 return Err(Error::unexpected(script.id(), "script + WAIT: missing replies"));
             };
             let value = match value {
-                Value::ServerError(e) => return Err(script_error(script, e.into())),
+                Value::ServerError(e) => return Err(function_error(script, e.into())),
                 v => v,
             };
             let replicas = match acks {

@@ -80,7 +80,7 @@ impl Versioned {
             inner: Arc::new(Inner {
                 prefix: Self::DEFAULT_PREFIX.to_owned(),
                 manager: ScriptManager::new(),
-                read: script("versioned_read", 1),
+                read: script("versioned_read", 2),
                 cas: script("versioned_cas", 1),
             }),
         }

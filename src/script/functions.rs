@@ -1,0 +1,223 @@
+//! The Redis Functions backend: a script set shipped as one versioned Functions library.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+use redis::RedisError;
+
+use super::registry::{is_name, Registry, Script};
+use crate::error::{Error, Result};
+
+/// How a [`ScriptManager`](crate::ScriptManager) runs scripts.
+///
+/// - [`Scripts`](Self::Scripts) (the default): `EVALSHA`, one `EVAL` fallback on `NOSCRIPT`.
+///   Works on every Redis; the script cache is emptied by every restart, failover and
+///   `SCRIPT FLUSH`.
+/// - [`Functions`](Self::Functions) (Redis 7.0+): each script set is one Functions
+///   [`Library`], called with `FCALL` / `FCALL_RO`. Libraries are persisted (RDB/AOF) and
+///   replicated, so a restarted server or a promoted replica answers the first call without
+///   reloading anything. A missing library (`FUNCTION FLUSH`, a new server) is loaded once
+///   with `FUNCTION LOAD REPLACE` and the call retried once, counted in
+///   [`Stats::function_reloads`](crate::Stats::function_reloads). A server without Functions
+///   gives [`Error::Unsupported`].
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// use redkit::script::Backend;
+/// let manager = redkit::ScriptManager::new().with_backend(Backend::Functions);
+/// let limiter = redkit::rate_limit::FixedWindow::new("api", 100, std::time::Duration::from_secs(60))?
+///     .with_manager(manager); // same typed API, calls go out as FCALL
+/// # let _ = limiter; Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backend {
+    /// `EVALSHA`, falling back to `EVAL` on `NOSCRIPT`.
+    #[default]
+    Scripts,
+    /// `FCALL` / `FCALL_RO` of versioned Functions libraries (Redis 7.0+).
+    Functions,
+}
+
+/// One script set as a Redis Functions library: `#!lua name=<set>_<hash>`, one function per
+/// script and version.
+///
+/// The library's name is the set's name followed by the first 8 hex digits of the SHA1 of the
+/// library's code, so every change to the set (a new script version) gives a new library
+/// that can be loaded beside the previous one (blue/green). Redis function names are global,
+/// so each function is named `<library>_<script>_v<N>` (e.g.
+/// `redkit_1f2e3d4c_fixed_window_v3`); it wraps the script's body unchanged, with `KEYS` and
+/// `ARGV` bound to the function's keys and arguments. A script with the header
+/// `--! flags: no-writes` is registered with the `no-writes` flag and called with `FCALL_RO`.
+///
+/// ```
+/// let set = redkit::Registry::from_files([
+///     ("get.v1.lua", "--! keys: 1\n--! flags: no-writes\nreturn redis.call('GET', KEYS[1])"),
+///     ("incr.v1.lua", "--! keys: 1\nreturn redis.call('INCR', KEYS[1])"),
+/// ]);
+/// let library = redkit::script::Library::new("myapp", &set)?;
+/// assert!(library.name().starts_with("myapp_") && library.name().len() == "myapp_".len() + 8);
+/// let get = set.require("get", 1)?;
+/// assert_eq!(library.function_name(get), Some(format!("{}_get_v1", library.name()).as_str()));
+/// assert!(library.code().starts_with(&format!("#!lua name={}\n", library.name())));
+/// # Ok::<(), redkit::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Library {
+    inner: Arc<LibraryInner>,
+}
+
+#[derive(Debug)]
+struct LibraryInner {
+    name: String,
+    code: String,
+    count: usize,
+    /// Script SHA1 -> (function name, read-only).
+    functions: HashMap<String, (String, bool)>,
+}
+
+static REDKIT: LazyLock<Library> = LazyLock::new(|| {
+    Library::new("redkit", Registry::global()).expect("embedded scripts form a valid library")
+});
+
+impl Library {
+    /// The library of `scripts`, named after `set` (`[a-z0-9_]`, at most 64 bytes).
+    ///
+    /// Fails when the name is invalid, the set has no script, or a script starts with its own
+    /// `#!` line (it cannot be wrapped in a function).
+    pub fn new(set: &str, scripts: &Registry) -> Result<Self> {
+        if set.len() > 64 || !is_name(set) {
+            return Err(Error::invalid(
+                "library name",
+                "must be 1..=64 characters of [a-z0-9_]",
+            ));
+        }
+        if scripts.scripts().is_empty() {
+            return Err(Error::invalid("library", "the script set is empty"));
+        }
+        let mut body = String::new();
+        for script in scripts.scripts() {
+            if script.source().starts_with("#!") {
+                return Err(Error::invalid(
+                    "library",
+                    format!("{} has its own #! line", script.id()),
+                ));
+            }
+            body.push_str(&script.source().len().to_string());
+            body.push(':');
+            body.push_str(script.sha1());
+            body.push_str(script.id());
+        }
+        let hash = sha1_smol::Sha1::from(body.as_bytes()).digest().to_string();
+        let name = format!("{set}_{}", &hash[..8]);
+        let mut code = format!("#!lua name={name}\n");
+        let mut functions = HashMap::with_capacity(scripts.scripts().len());
+        for script in scripts.scripts() {
+            let function = format!("{name}_{}_v{}", script.name(), script.version());
+            let flags = if script.is_read_only() {
+                "{'no-writes'}"
+            } else {
+                "{}"
+            };
+            code.push_str(&format!(
+                "redis.register_function{{function_name='{function}', flags={flags}, \
+                 callback=function(KEYS, ARGV)\n{}\nend}}\n",
+                script.source()
+            ));
+            functions
+                .entry(script.sha1().to_owned())
+                .or_insert((function, script.is_read_only()));
+        }
+        Ok(Self {
+            inner: Arc::new(LibraryInner {
+                name,
+                code,
+                count: scripts.scripts().len(),
+                functions,
+            }),
+        })
+    }
+
+    /// The library of redkit's own embedded scripts ([`Registry::global`]), named
+    /// `redkit_<hash>`.
+    ///
+    /// ```
+    /// assert!(redkit::script::Library::redkit().name().starts_with("redkit_"));
+    /// ```
+    pub fn redkit() -> &'static Library {
+        &REDKIT
+    }
+
+    /// `<set>_<hash8>`, the name Redis knows the library by.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The code sent with `FUNCTION LOAD`.
+    pub fn code(&self) -> &str {
+        &self.inner.code
+    }
+
+    /// The function that runs `script`, when this library holds a script with the same body.
+    pub fn function_name(&self, script: &Script) -> Option<&str> {
+        self.function_of(script).map(|(f, _)| f)
+    }
+
+    pub(crate) fn function_of(&self, script: &Script) -> Option<(&str, bool)> {
+        self.inner
+            .functions
+            .get(script.sha1())
+            .map(|(f, ro)| (f.as_str(), *ro))
+    }
+
+    /// How many functions the library registers (one per script and version).
+    ///
+    /// ```
+    /// let all = redkit::Registry::global().scripts().len();
+    /// assert_eq!(redkit::script::Library::redkit().functions(), all);
+    /// ```
+    pub fn functions(&self) -> usize {
+        self.inner.count
+    }
+
+    /// `FUNCTION LOAD REPLACE <code>`.
+    pub(crate) fn load_cmd(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("FUNCTION");
+        cmd.arg("LOAD").arg("REPLACE").arg(self.code());
+        cmd
+    }
+}
+
+/// `true` when the server does not know the function (its library was never loaded, or was
+/// flushed or deleted).
+pub(crate) fn is_function_missing(err: &RedisError) -> bool {
+    err.code() == Some("ERR")
+        && err
+            .detail()
+            .is_some_and(|d| d.starts_with("Function not found"))
+}
+
+/// `true` when the server has no Functions (Redis < 7.0, or the command is renamed away).
+pub(crate) fn is_unsupported(err: &RedisError) -> bool {
+    err.code() == Some("ERR")
+        && err.detail().is_some_and(|d| {
+            d.starts_with("unknown command") && (d.contains("FCALL") || d.contains("FUNCTION"))
+        })
+}
+
+/// [`Error::Unsupported`] for a server without Functions, else the Redis error.
+pub(crate) fn unsupported_or(err: RedisError) -> Error {
+    if is_unsupported(&err) {
+        unsupported(err)
+    } else {
+        Error::Redis(err)
+    }
+}
+
+/// The error for a server without Functions.
+pub(crate) fn unsupported(err: RedisError) -> Error {
+    Error::Unsupported {
+        feature: "Redis Functions (FCALL, Redis 7.0+)",
+        detail: err.to_string(),
+    }
+}
