@@ -7,7 +7,13 @@
 //! - single-SKU decrement (64 buyers on one SKU), without and with a request id:
 //!   `Store::decrement` vs `GET; compare; DECRBY`;
 //! - lock acquire + release with default options, own key per task: `Lock` vs plain
-//!   `SET NX PX` + a `GET == token -> DEL` script.
+//!   `SET NX PX` + a `GET == token -> DEL` script;
+//! - GCRA check over 10k IPs: `Gcra::check` vs go-redis/redis_rate's GCRA script (float
+//!   seconds since 2017 from `TIME`, `GET`, `SET EX`);
+//! - sliding-window check over 10k IPs: `SlidingWindow::check` vs python `limits`' two-key
+//!   sliding-window script (`PTTL`, `RENAME`/`SET` on a window shift, `GET`s, `INCRBY`).
+//!
+//! `REDKIT_LEAN_CASES=fixed,gcra,sliding,stock,lock` runs only those cases (default: all).
 //!
 //! Each case runs 64 tasks on one multiplexed connection for a few seconds and reports ops/s,
 //! the ratio to the seed script, and the server's CPU per operation (`INFO server`
@@ -16,7 +22,12 @@
 //! (v2 and later) and of the seed script. Not a timed test: it prints, it does not assert
 //! speed.
 //!
-//! `cargo bench --bench lean` (`REDKIT_LEAN_SECS=<n>` per case, default 3).
+//! Last, the two backends of the script manager: the same fixed-window check through
+//! `EVALSHA` and through `FCALL` (Functions backend), interleaved runs, medians, and the
+//! `redis-benchmark` ceiling of both commands on the same body.
+//!
+//! `cargo bench --bench lean` (`REDKIT_LEAN_SECS=<n>` per case, default 3;
+//! `REDKIT_LEAN_ONLY=backends` runs only the backend comparison).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -29,9 +40,13 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redkit::inventory::{Decrement, Inventory};
-use redkit::lock::{Acquire, Lock, LockOptions, Release};
-use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
-use redkit::{Registry, ScriptManager};
+use redkit::lock::{
+    Acquire, FairLock, Lock, LockGuard, LockOptions, Owner, PermitAcquire, ReentrantLock, Release,
+    RwLock, Semaphore,
+};
+use redkit::rate_limit::{Decision, FixedWindow, Gcra, LimitKey, SlidingWindow};
+use redkit::script::{Backend, Library};
+use redkit::{Call, Registry, ScriptManager};
 
 const CALLERS: u64 = 64;
 const IPS: usize = 10_000;
@@ -44,6 +59,48 @@ local c = redis.call('INCR', KEYS[1])
 if c == 1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
 if c > tonumber(ARGV[1]) then return 0 end
 return 1";
+
+/// go-redis/redis_rate's GCRA (`allowN`), as users copy it: float seconds, TTL in seconds.
+const SEED_GCRA: &str = r"
+local burst, rate, period, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local interval = period / rate
+local increment = interval * cost
+local burst_offset = interval * burst
+local t = redis.call('TIME')
+local now = (t[1] - 1483228800) + t[2] / 1000000
+local tat = redis.call('GET', KEYS[1])
+if not tat then tat = now else tat = tonumber(tat) end
+tat = math.max(tat, now)
+local new_tat = tat + increment
+local diff = now - (new_tat - burst_offset)
+if diff / interval < 0 then return {0, 0, tostring(-diff), tostring(tat - now)} end
+local reset_after = new_tat - now
+if reset_after > 0 then redis.call('SET', KEYS[1], new_tat, 'EX', math.ceil(reset_after)) end
+return {cost, tostring(diff / interval), '-1', tostring(reset_after)}";
+
+/// python `limits`' sliding window (two keys, previous and current), as it ships.
+const SEED_SLIDING: &str = r"
+local limit, expiry, amount = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if amount > limit then return false end
+local current_ttl = tonumber(redis.call('pttl', KEYS[2]))
+if current_ttl > 0 and current_ttl < expiry then
+  redis.call('rename', KEYS[2], KEYS[1])
+  redis.call('set', KEYS[2], 0, 'PX', current_ttl + expiry)
+end
+local previous_count = tonumber(redis.call('get', KEYS[1])) or 0
+local previous_ttl = tonumber(redis.call('pttl', KEYS[1])) or 0
+local current_count = tonumber(redis.call('get', KEYS[2])) or 0
+current_ttl = tonumber(redis.call('pttl', KEYS[2])) or 0
+if previous_ttl <= 0 then previous_ttl = 0 end
+if current_ttl <= 0 then current_ttl = 0 end
+local weighted = math.floor(previous_count * previous_ttl / expiry) + current_count
+if weighted + amount > limit then return false end
+if redis.call('exists', KEYS[2]) == 1 then
+  redis.call('incrby', KEYS[2], amount)
+else
+  redis.call('set', KEYS[2], amount, 'PX', expiry * 2)
+end
+return true";
 
 const SEED_STOCK: &str = r"
 local s = tonumber(redis.call('GET', KEYS[1]))
@@ -124,6 +181,32 @@ where
     }
 }
 
+/// Acquire + release of `<prefix>-<task>` with `options`, each task its own key.
+async fn lock_cycle(
+    conn: &MultiplexedConnection,
+    pid: Option<u32>,
+    secs: f64,
+    lock: &Arc<Lock>,
+    options: &Arc<LockOptions>,
+    prefix: &'static str,
+) -> Measured {
+    let (lk, o) = (lock.clone(), options.clone());
+    run(conn.clone(), pid, secs, move |mut c, t, _| {
+        let (lk, o) = (lk.clone(), o.clone());
+        async move {
+            let resource = format!("{prefix}-{t}");
+            match lk.acquire(&mut c, &resource, &o).await.unwrap() {
+                Acquire::Acquired(guard) => {
+                    let r = lk.release(&mut c, guard).await.unwrap();
+                    assert_eq!(r, Release::Released);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    })
+    .await
+}
+
 fn row(name: &str, redkit: &Measured, seed: &Measured) {
     let cpu = match (redkit.cpu_us_per_op(), seed.cpu_us_per_op()) {
         (Some(r), Some(s)) => format!("{r:.2} vs {s:.2} us ({:.2}x)", r / s),
@@ -190,6 +273,11 @@ fn main() {
     rt.block_on(bench(secs));
 }
 
+/// Whether `REDKIT_LEAN_CASES` (comma-separated; unset = all) selects `case`.
+fn selected(case: &str) -> bool {
+    std::env::var("REDKIT_LEAN_CASES").map_or(true, |v| v.split(',').any(|c| c.trim() == case))
+}
+
 async fn bench(secs: f64) {
     let server = support::RedisServer::spawn().await;
     let mut conn = server.conn().await;
@@ -199,17 +287,46 @@ async fn bench(secs: f64) {
         "lean bench: redis-server pid {pid:?}, {CALLERS} tasks on one multiplexed connection, {secs} s per case"
     );
     println!();
+    if std::env::var("REDKIT_LEAN_ONLY").as_deref() == Ok("backends") {
+        backends(&server, conn, pid, secs).await;
+        return;
+    }
     println!("| operation | redkit ops/s | seed-style ops/s | throughput | server CPU per op |");
     println!("| --- | ---: | ---: | ---: | ---: |");
 
     // (a) fixed-window check over 10k IPs.
-    let limiter =
-        Arc::new(FixedWindow::new("lean", LIMIT, Duration::from_millis(WINDOW_MS)).unwrap());
     let ips: Arc<Vec<LimitKey>> = Arc::new(
         (0..IPS as u32)
             .map(|i| LimitKey::ip(Ipv4Addr::from(0x0a00_0000 + i).into()))
             .collect(),
     );
+    if selected("fixed") {
+        fixed_case(&conn, pid, secs, &ips).await;
+    }
+    if selected("gcra") {
+        gcra_case(&conn, pid, secs, &ips).await;
+    }
+    if selected("sliding") {
+        sliding_case(&conn, pid, secs, &ips).await;
+    }
+    if selected("stock") || selected("lock") {
+        other_cases(&server, conn.clone(), pid, secs).await;
+    }
+    if selected("backends") {
+        backends(&server, conn.clone(), pid, secs).await;
+    }
+    limiter_ceilings(&server, &mut conn).await;
+    drop(server);
+}
+
+async fn fixed_case(
+    conn: &MultiplexedConnection,
+    pid: Option<u32>,
+    secs: f64,
+    ips: &Arc<Vec<LimitKey>>,
+) {
+    let limiter =
+        Arc::new(FixedWindow::new("lean", LIMIT, Duration::from_millis(WINDOW_MS)).unwrap());
     let seed_keys: Arc<Vec<String>> = Arc::new((0..IPS).map(|i| format!("seed:rl:{i}")).collect());
     let seed_limiter = Arc::new(redis::Script::new(SEED_LIMITER));
     let (l, k) = (limiter.clone(), ips.clone());
@@ -239,7 +356,205 @@ async fn bench(secs: f64) {
     })
     .await;
     row("fixed-window check, 10k IPs", &redkit, &seed);
+    // Before, in the same run: the previous script version through the same manager.
+    let manager = ScriptManager::new();
+    let v3 = Registry::global().require("fixed_window", 3).unwrap();
+    let (l, k, m) = (limiter.clone(), ips.clone(), manager.clone());
+    let before = run(conn.clone(), pid, secs, move |mut c, t, i| {
+        let (l, k, m) = (l.clone(), k.clone(), m.clone());
+        async move {
+            let key = l.redis_key(&k[((t * 7919 + i * 64) as usize) % IPS]);
+            let mut call = Call::new(v3);
+            call.key(&key).arg(LIMIT).arg(WINDOW_MS).arg(1);
+            let (_, _, allowed): (i64, i64, i64) = m.invoke(&mut c, &call).await.unwrap();
+            assert_eq!(allowed, 1);
+        }
+    })
+    .await;
+    row("fixed-window check, 10k IPs (v3, before)", &before, &seed);
+}
 
+async fn gcra_case(
+    conn: &MultiplexedConnection,
+    pid: Option<u32>,
+    secs: f64,
+    ips: &Arc<Vec<LimitKey>>,
+) {
+    let period = Duration::from_millis(WINDOW_MS);
+    let limiter = Arc::new(Gcra::new("lean", LIMIT, period).unwrap());
+    let seed_keys: Arc<Vec<String>> =
+        Arc::new((0..IPS).map(|i| format!("seed:gcra:{i}")).collect());
+    let seed_script = Arc::new(redis::Script::new(SEED_GCRA));
+    let (l, k) = (limiter.clone(), ips.clone());
+    let redkit = run(conn.clone(), pid, secs, move |mut c, t, i| {
+        let (l, k) = (l.clone(), k.clone());
+        async move {
+            let key = &k[((t * 7919 + i * 64) as usize) % IPS];
+            let d = l.check(&mut c, key).await.unwrap();
+            assert!(matches!(d, Decision::Allowed { .. }), "{d:?}");
+        }
+    })
+    .await;
+    let (s, k) = (seed_script.clone(), seed_keys.clone());
+    let seed = run(conn.clone(), pid, secs, move |mut c, t, i| {
+        let (s, k) = (s.clone(), k.clone());
+        async move {
+            let key = &k[((t * 7919 + i * 64) as usize) % IPS];
+            let r: (i64, String, String, String) = s
+                .key(key)
+                .arg(LIMIT)
+                .arg(LIMIT)
+                .arg(WINDOW_MS / 1000)
+                .arg(1)
+                .invoke_async(&mut c)
+                .await
+                .unwrap();
+            assert_eq!(r.0, 1);
+        }
+    })
+    .await;
+    row("GCRA check, 10k IPs (vs redis_rate)", &redkit, &seed);
+}
+
+async fn sliding_case(
+    conn: &MultiplexedConnection,
+    pid: Option<u32>,
+    secs: f64,
+    ips: &Arc<Vec<LimitKey>>,
+) {
+    let window = Duration::from_millis(WINDOW_MS);
+    let limiter = Arc::new(SlidingWindow::new("lean", LIMIT, window).unwrap());
+    let seed_keys: Arc<Vec<(String, String)>> = Arc::new(
+        (0..IPS)
+            .map(|i| (format!("seed:sw:{{{i}}}:p"), format!("seed:sw:{{{i}}}:c")))
+            .collect(),
+    );
+    let seed_script = Arc::new(redis::Script::new(SEED_SLIDING));
+    let (l, k) = (limiter.clone(), ips.clone());
+    let redkit = run(conn.clone(), pid, secs, move |mut c, t, i| {
+        let (l, k) = (l.clone(), k.clone());
+        async move {
+            let key = &k[((t * 7919 + i * 64) as usize) % IPS];
+            let d = l.check(&mut c, key).await.unwrap();
+            assert!(matches!(d, Decision::Allowed { .. }), "{d:?}");
+        }
+    })
+    .await;
+    let (s, k) = (seed_script.clone(), seed_keys.clone());
+    let seed = run(conn.clone(), pid, secs, move |mut c, t, i| {
+        let (s, k) = (s.clone(), k.clone());
+        async move {
+            let (prev, cur) = &k[((t * 7919 + i * 64) as usize) % IPS];
+            let ok: Option<i64> = s
+                .key(prev)
+                .key(cur)
+                .arg(LIMIT)
+                .arg(WINDOW_MS)
+                .arg(1)
+                .invoke_async(&mut c)
+                .await
+                .unwrap();
+            assert_eq!(ok, Some(1));
+        }
+    })
+    .await;
+    row("sliding-window check, 10k IPs (vs limits)", &redkit, &seed);
+}
+
+/// redis-benchmark ceilings of the three limiters and their seed scripts (one key each).
+async fn limiter_ceilings(server: &support::RedisServer, conn: &mut MultiplexedConnection) {
+    println!();
+    println!("| redis-benchmark -c 8 -P 16 (EVALSHA, one key) | calls/s |");
+    println!("| --- | ---: |");
+    let port = server.port();
+    let (limit, window) = (LIMIT.to_string(), WINDOW_MS.to_string());
+    let gcra = Gcra::new("c", LIMIT, Duration::from_millis(WINDOW_MS)).unwrap();
+    let interval = gcra.emission_interval().as_micros().to_string();
+    let mut cases: Vec<(String, Vec<&str>)> = versions("fixed_window")
+        .into_iter()
+        .map(|s| {
+            let args = vec![
+                "EVALSHA",
+                s.sha1(),
+                "1",
+                "ceil:rl:{a}",
+                &limit,
+                &window,
+                "1",
+            ];
+            (s.id().to_owned(), args)
+        })
+        .collect();
+    cases.extend([
+        (
+            "gcra.v1".into(),
+            vec![
+                "EVALSHA",
+                Registry::global().require("gcra", 1).unwrap().sha1(),
+                "1",
+                "ceil:gcra:{a}",
+                &interval,
+                &limit,
+                "1",
+            ],
+        ),
+        (
+            "sliding_window.v1".into(),
+            vec![
+                "EVALSHA",
+                Registry::global()
+                    .require("sliding_window", 1)
+                    .unwrap()
+                    .sha1(),
+                "1",
+                "ceil:sw:{a}",
+                &limit,
+                &window,
+                "1",
+            ],
+        ),
+    ]);
+    for (name, args) in &cases {
+        print_ceiling(name, ceiling(port, args));
+    }
+    let window_s = (WINDOW_MS / 1000).to_string();
+    let sha = script_load(conn, SEED_LIMITER).await;
+    let args = ["EVALSHA", &sha, "1", "ceil:rl:seed", &limit, &window_s];
+    print_ceiling("seed fixed window (INCR, EXPIRE)", ceiling(port, &args));
+    let sha = script_load(conn, SEED_GCRA).await;
+    let args = [
+        "EVALSHA",
+        &sha,
+        "1",
+        "ceil:gcra:seed",
+        &limit,
+        &limit,
+        &window_s,
+        "1",
+    ];
+    print_ceiling("redis_rate GCRA", ceiling(port, &args));
+    let sha = script_load(conn, SEED_SLIDING).await;
+    let args = [
+        "EVALSHA",
+        &sha,
+        "2",
+        "ceil:sw:p",
+        "ceil:sw:c",
+        &limit,
+        &window,
+        "1",
+    ];
+    print_ceiling("limits sliding window", ceiling(port, &args));
+}
+
+async fn other_cases(
+    server: &support::RedisServer,
+    mut conn: MultiplexedConnection,
+    pid: Option<u32>,
+    secs: f64,
+) {
+    // The previous script versions ("before" rows) run through this manager.
+    let manager = ScriptManager::new();
     // (b) single-SKU decrement, 64 buyers on one SKU.
     let inventory = Inventory::new("lean:inv").unwrap();
     let store = Arc::new(inventory.store("w1").unwrap());
@@ -276,6 +591,25 @@ async fn bench(secs: f64) {
     .await;
     let seed = seed_decrement(&conn, seed_stock.clone()).await;
     row("decrement, 64 buyers on ONE SKU", &redkit, &seed);
+    let apply_v3 = Registry::global().require("inventory_apply", 3).unwrap();
+    let keys = Arc::new([
+        store.sku_key("hot").unwrap(),
+        store.reservation_key("hot").unwrap(),
+        store.reservation_expiry_key("hot").unwrap(),
+    ]);
+    let (m, k) = (manager.clone(), keys.clone());
+    let before = run(conn.clone(), pid, secs, move |mut c, _, _| {
+        let (m, k) = (m.clone(), k.clone());
+        async move {
+            let mut call = Call::with_key_count(apply_v3, 3);
+            call.key(&k[0]).key(&k[1]).key(&k[2]);
+            call.arg("take").arg(1).arg(1);
+            let (status, _): (String, i64) = m.invoke(&mut c, &call).await.unwrap();
+            assert_eq!(status, "ok");
+        }
+    })
+    .await;
+    row("decrement, ONE SKU (v3, before)", &before, &seed);
     let st = store.clone();
     let redkit = run(conn.clone(), pid, secs, move |mut c, t, i| {
         let st = st.clone();
@@ -288,25 +622,25 @@ async fn bench(secs: f64) {
     .await;
     let seed = seed_decrement(&conn, seed_stock.clone()).await;
     row("decrement with a request id, ONE SKU", &redkit, &seed);
+    let (m, k, st) = (manager.clone(), keys.clone(), store.clone());
+    let before = run(conn.clone(), pid, secs, move |mut c, t, i| {
+        let (m, k, st) = (m.clone(), k.clone(), st.clone());
+        async move {
+            let record = st.request_key(&format!("b{t}-{i}")).unwrap();
+            let mut call = Call::with_key_count(apply_v3, 4);
+            call.key(&k[0]).key(&k[1]).key(&k[2]).key(&record);
+            call.arg("take").arg(1).arg(1).arg(86_400_000).arg("d:1");
+            let (status, _): (String, i64) = m.invoke(&mut c, &call).await.unwrap();
+            assert_eq!(status, "ok");
+        }
+    })
+    .await;
+    row("decrement with a request id (v3, before)", &before, &seed);
 
     // (c) lock acquire + release with default options, own key per task.
     let lock = Arc::new(Lock::new());
     let options = Arc::new(LockOptions::new());
-    let (lk, o) = (lock.clone(), options.clone());
-    let redkit = run(conn.clone(), pid, secs, move |mut c, t, _| {
-        let (lk, o) = (lk.clone(), o.clone());
-        async move {
-            let resource = format!("res-{t}");
-            match lk.acquire(&mut c, &resource, &o).await.unwrap() {
-                Acquire::Acquired(guard) => {
-                    let r = lk.release(&mut c, guard).await.unwrap();
-                    assert_eq!(r, Release::Released);
-                }
-                other => panic!("{other:?}"),
-            }
-        }
-    })
-    .await;
+    let redkit = lock_cycle(&conn, pid, secs, &lock, &options, "res").await;
     let unlock = Arc::new(redis::Script::new(SEED_UNLOCK));
     // The seed lock uses the same lease as LockOptions' default.
     let ttl_ms = LockOptions::DEFAULT_TTL.as_millis() as u64;
@@ -332,34 +666,20 @@ async fn bench(secs: f64) {
     })
     .await;
     row("lock acquire + release, default options", &redkit, &seed);
+    let unfenced = Arc::new(LockOptions::new().fencing(false));
+    let cheap = lock_cycle(&conn, pid, secs, &lock, &unfenced, "cheap").await;
+    row("lock acquire + release, fencing(false)", &cheap, &seed);
+    if selected("coord") {
+        // The fair lock's waiter blocks (BLPOP): it needs a connection of its own.
+        let own = server.conn().await;
+        coordination_rows(&conn, pid, secs, &seed, own).await;
+    }
 
     // Ceilings: redis-benchmark -c 8 -P 16 EVALSHA of each script version and the seed.
     println!();
     println!("| redis-benchmark -c 8 -P 16 (EVALSHA) | calls/s |");
     println!("| --- | ---: |");
     let port = server.port();
-    let (limit, window, window_s) = (
-        LIMIT.to_string(),
-        WINDOW_MS.to_string(),
-        (WINDOW_MS / 1000).to_string(),
-    );
-    for s in versions("fixed_window") {
-        let name = format!("{} (one key)", s.id());
-        let args = [
-            "EVALSHA",
-            s.sha1(),
-            "1",
-            "ceil:rl:{a}",
-            &limit,
-            &window,
-            "1",
-        ];
-        print_ceiling(&name, ceiling(port, &args));
-    }
-    let sha = script_load(&mut conn, SEED_LIMITER).await;
-    let args = ["EVALSHA", &sha, "1", "ceil:rl:seed", &limit, &window_s];
-    print_ceiling("seed limiter (one key)", ceiling(port, &args));
-
     let sku = store.sku_key("hot").unwrap();
     let res = store.reservation_key("hot").unwrap();
     let exp = store.reservation_expiry_key("hot").unwrap();
@@ -399,5 +719,236 @@ async fn bench(secs: f64) {
     let sha = script_load(&mut conn, SEED_UNLOCK).await;
     let args = ["EVALSHA", &sha, "1", "ceil:lk:none", token];
     print_ceiling("seed compare-and-delete (key absent)", ceiling(port, &args));
-    drop(server);
+}
+
+/// The fixed-window check through `EVALSHA` (scripts backend) and `FCALL` (Functions
+/// backend): 3 interleaved runs each, medians; then the `redis-benchmark` ceilings.
+async fn backends(
+    server: &support::RedisServer,
+    mut conn: MultiplexedConnection,
+    pid: Option<u32>,
+    secs: f64,
+) {
+    let functions = ScriptManager::new().with_backend(Backend::Functions);
+    functions.preload(&mut conn).await.unwrap();
+    let ips: Arc<Vec<LimitKey>> = Arc::new(
+        (0..IPS as u32)
+            .map(|i| LimitKey::ip(Ipv4Addr::from(0x0b00_0000 + i).into()))
+            .collect(),
+    );
+    let mut runs: [Vec<Measured>; 2] = [Vec::new(), Vec::new()];
+    for _round in 0..3 {
+        for (b, manager) in [ScriptManager::new(), functions.clone()]
+            .into_iter()
+            .enumerate()
+        {
+            let limiter = Arc::new(
+                FixedWindow::new("backend", LIMIT, Duration::from_millis(WINDOW_MS))
+                    .unwrap()
+                    .with_manager(manager),
+            );
+            let k = ips.clone();
+            runs[b].push(
+                run(conn.clone(), pid, secs, move |mut c, t, i| {
+                    let (l, k) = (limiter.clone(), k.clone());
+                    async move {
+                        let key = &k[((t * 7919 + i * 64) as usize) % IPS];
+                        let d = l.check(&mut c, key).await.unwrap();
+                        assert!(matches!(d, Decision::Allowed { .. }), "{d:?}");
+                    }
+                })
+                .await,
+            );
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!();
+    println!(
+        "| fixed-window check, 10k IPs (median of 3 interleaved) | ops/s | server CPU per op |"
+    );
+    println!("| --- | ---: | ---: |");
+    let mut cpu = [0.0; 2];
+    for (b, name) in ["EVALSHA (scripts backend)", "FCALL (Functions backend)"]
+        .iter()
+        .enumerate()
+    {
+        let mut ops: Vec<f64> = runs[b].iter().map(Measured::ops_per_sec).collect();
+        let mut us: Vec<f64> = runs[b].iter().filter_map(Measured::cpu_us_per_op).collect();
+        cpu[b] = if us.is_empty() {
+            f64::NAN
+        } else {
+            median(&mut us)
+        };
+        println!(
+            "| {name} | {:.0}k | {:.2} us |",
+            median(&mut ops) / 1000.0,
+            cpu[b]
+        );
+    }
+    println!("| FCALL / EVALSHA server CPU | | {:.2}x |", cpu[1] / cpu[0]);
+
+    println!();
+    println!("| redis-benchmark -c 8 -P 16, fixed_window (one key) | calls/s |");
+    println!("| --- | ---: |");
+    let (limit, window) = (LIMIT.to_string(), WINDOW_MS.to_string());
+    let script = Registry::global()
+        .scripts()
+        .iter()
+        .rfind(|s| s.name() == "fixed_window")
+        .unwrap();
+    let function = Library::redkit().function_name(script).unwrap();
+    let port = server.port();
+    for (name, cmd, target) in [
+        ("EVALSHA", "EVALSHA", script.sha1()),
+        ("FCALL", "FCALL", function),
+    ] {
+        let args = [cmd, target, "1", "ceil:be:{a}", &limit, &window, "1"];
+        print_ceiling(&format!("{name} {}", script.id()), ceiling(port, &args));
+    }
+}
+
+/// The coordination primitives' acquire + release (own resource per task, uncontended) beside
+/// the seed lock cycle of the same run, then the fair lock's hand-over latency.
+async fn coordination_rows(
+    conn: &MultiplexedConnection,
+    pid: Option<u32>,
+    secs: f64,
+    seed: &Measured,
+    waiter_conn: MultiplexedConnection,
+) {
+    fn released(r: redkit::Result<Release>) {
+        assert_eq!(r.unwrap(), Release::Released);
+    }
+    fn held(a: Acquire) -> LockGuard {
+        match a {
+            Acquire::Acquired(g) => g,
+            other => panic!("{other:?}"),
+        }
+    }
+    let o = Arc::new(LockOptions::new());
+    let sem = Arc::new(Semaphore::new());
+    let (s, oo) = (sem.clone(), o.clone());
+    let m = run(conn.clone(), pid, secs, move |mut c, t, _| {
+        let (s, oo) = (s.clone(), oo.clone());
+        async move {
+            let resource = format!("sem-{t}");
+            match s.acquire(&mut c, &resource, 1, &oo).await.unwrap() {
+                PermitAcquire::Acquired(p) => released(s.release(&mut c, p).await),
+                other => panic!("{other:?}"),
+            }
+        }
+    })
+    .await;
+    row("semaphore (1 permit) acquire + release", &m, seed);
+
+    let fair = Arc::new(FairLock::new());
+    let (f, oo) = (fair.clone(), o.clone());
+    let m = run(conn.clone(), pid, secs, move |mut c, t, _| {
+        let (f, oo) = (f.clone(), oo.clone());
+        async move {
+            let resource = format!("fair-{t}");
+            let wait = Duration::from_secs(1);
+            let g = held(
+                f.acquire_blocking(&mut c, &resource, &oo, wait)
+                    .await
+                    .unwrap(),
+            );
+            released(f.release(&mut c, g).await);
+        }
+    })
+    .await;
+    row("fair lock acquire + release", &m, seed);
+
+    let rw = Arc::new(RwLock::new());
+    let (l, oo) = (rw.clone(), o.clone());
+    let m = run(conn.clone(), pid, secs, move |mut c, t, _| {
+        let (l, oo) = (l.clone(), oo.clone());
+        async move {
+            let resource = format!("rw-{t}");
+            let g = held(l.write(&mut c, &resource, &oo).await.unwrap());
+            released(l.release(&mut c, g).await);
+        }
+    })
+    .await;
+    row("read-write lock, write + release", &m, seed);
+    let (l, oo) = (rw.clone(), o.clone());
+    let m = run(conn.clone(), pid, secs, move |mut c, t, _| {
+        let (l, oo) = (l.clone(), oo.clone());
+        async move {
+            let resource = format!("rw-{t}");
+            let g = held(l.read(&mut c, &resource, &oo).await.unwrap());
+            released(l.release(&mut c, g).await);
+        }
+    })
+    .await;
+    row("read-write lock, read + release", &m, seed);
+
+    let re = Arc::new(ReentrantLock::new());
+    let (l, oo) = (re.clone(), o.clone());
+    let m = run(conn.clone(), pid, secs, move |mut c, t, _| {
+        let (l, oo) = (l.clone(), oo.clone());
+        async move {
+            let resource = format!("re-{t}");
+            let owner = Owner::new();
+            let g = held(l.acquire(&mut c, &resource, &owner, &oo).await.unwrap());
+            released(l.release(&mut c, g).await);
+        }
+    })
+    .await;
+    row("reentrant lock acquire + release", &m, seed);
+
+    fair_handover(conn, waiter_conn).await;
+}
+
+/// Fair lock hand-over: a waiter blocked behind the holder (on its own connection); the time
+/// from the holder's release being sent to the waiter holding the lock. 100 hand-overs.
+async fn fair_handover(conn: &MultiplexedConnection, mut own: MultiplexedConnection) {
+    let fair = FairLock::new();
+    let options = LockOptions::new();
+    let mut samples = Vec::new();
+    for i in 0..100 {
+        let resource = format!("handover-{i}");
+        let mut holder = conn.clone();
+        let guard = match fair
+            .acquire_blocking(&mut holder, &resource, &options, Duration::from_secs(1))
+            .await
+            .unwrap()
+        {
+            Acquire::Acquired(g) => g,
+            other => panic!("{other:?}"),
+        };
+        let (f, o, r) = (fair.clone(), options.clone(), resource.clone());
+        let waiter = tokio::spawn(async move {
+            let a = f
+                .acquire_blocking(&mut own, &r, &o, Duration::from_secs(5))
+                .await
+                .unwrap();
+            let at = Instant::now();
+            (a, at, own)
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await; // the waiter is queued and blocked
+        let sent = Instant::now();
+        assert_eq!(
+            fair.release(&mut holder, guard).await.unwrap(),
+            Release::Released
+        );
+        let (a, at, back) = waiter.await.unwrap();
+        own = back;
+        samples.push(at.saturating_duration_since(sent));
+        if let Acquire::Acquired(g) = a {
+            fair.release(&mut holder, g).await.unwrap();
+        }
+    }
+    samples.sort();
+    let q = |p: usize| samples[(samples.len() - 1) * p / 100];
+    println!();
+    println!(
+        "fair lock hand-over (release sent -> next waiter holds), 100 runs: median {:?}, p90 {:?}, max {:?}",
+        q(50),
+        q(90),
+        q(100)
+    );
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redkit::inventory::{Commit, Decrement, Inventory, Order, Release, Reserve, Store};
+use redkit::inventory::{Commit, Decrement, Inventory, Order, Release, Reserve, Restock, Store};
 use redkit::script::Replication;
 use redkit::Error;
 use support::{RedisServer, ReplicatedPair};
@@ -1207,8 +1207,15 @@ async fn v1_reservations_are_migrated_and_then_expire() {
 async fn the_scripts_parse_integers_exactly_like_redis_within_their_range() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
+    for version in [2, 4, 5] {
+        parse_like_redis(&mut conn, version).await;
+    }
+}
+
+/// Probes the strict integer parser of `inventory_apply.v<version>` against Redis's INCRBY.
+async fn parse_like_redis(conn: &mut MultiplexedConnection, version: u32) {
     let source = redkit::Registry::global()
-        .require("inventory_apply", 2)
+        .require("inventory_apply", version)
         .unwrap()
         .source();
     let from = source.find("local MAX =").unwrap();
@@ -1258,7 +1265,7 @@ async fn the_scripts_parse_integers_exactly_like_redis_within_their_range() {
         .arg(1)
         .arg("probe")
         .arg(&inputs)
-        .query_async(&mut conn)
+        .query_async(conn)
         .await
         .unwrap();
     assert_eq!(replies.len(), inputs.len());
@@ -1277,4 +1284,168 @@ async fn the_scripts_parse_integers_exactly_like_redis_within_their_range() {
     }
     // "0", "1", "9", 6 of two digits, 18 of three, and 99999999999999.
     assert_eq!(accepted, 28);
+}
+
+/// `inventory_apply.v4` skips the reservation reads for a SKU whose expiry ZSET is empty
+/// (GET + ZCARD + DECRBY) and records a request with one `SET NX PX GET`: the same contract on
+/// that path. (The table-driven tests above run on a SKU with holds.)
+#[tokio::test]
+async fn a_sku_without_holds_keeps_the_contract_on_the_short_path() {
+    let server = RedisServer::spawn().await;
+    let mut admin = server.conn().await;
+    let s = store();
+    let sku = s.sku_key("c").unwrap();
+    let fresh = |admin: &mut MultiplexedConnection| {
+        let mut admin = admin.clone();
+        async move {
+            let _: () = redis::cmd("FLUSHALL")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            store().set(&mut admin, "c", 5).await.unwrap();
+            let _: () = redis::cmd("SET")
+                .arg("t:other")
+                .arg("untouched")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+        }
+    };
+    // Poisoned stock: nothing written, with and without a request id.
+    for bad in BAD_NUMBERS.iter().chain(&["999999999999999"]) {
+        for id in [None, Some("p")] {
+            fresh(&mut admin).await;
+            poison(&mut admin, &sku, &Poison::Str(bad)).await;
+            let before = keyspace(&mut admin).await;
+            let r = s.decrement(&mut admin, "c", 1, id).await;
+            assert!(
+                matches!(r, Err(Error::CorruptData { .. })),
+                "{bad:?}: {r:?}"
+            );
+            assert!(before == keyspace(&mut admin).await, "{bad:?} {id:?}");
+        }
+    }
+    // Wrong types: the stock, the expiry ZSET, the request record.
+    let zkey = s.reservation_expiry_key("c").unwrap();
+    let record = s.request_key("w").unwrap();
+    for (what, key, id) in [
+        ("stock", &sku, None),
+        ("expiry zset", &zkey, None),
+        ("request record", &record, Some("w")),
+    ] {
+        fresh(&mut admin).await;
+        poison(&mut admin, key, &Poison::Hash).await;
+        let before = keyspace(&mut admin).await;
+        let r = s.decrement(&mut admin, "c", 1, id).await;
+        assert!(matches!(r, Err(Error::WrongType { .. })), "{what}: {r:?}");
+        assert!(before == keyspace(&mut admin).await, "{what}");
+    }
+    // Each denied write: nothing written; then a full retry applies once.
+    for cmd in ["decrby", "set", "incrby"] {
+        let user = format!("short-{cmd}");
+        let minus = format!("-{cmd}");
+        raw(
+            &mut admin,
+            &[
+                "ACL", "SETUSER", &user, "on", ">pw", "~*", "&*", "+@all", &minus,
+            ],
+        )
+        .await;
+        let url = format!("redis://{user}:pw@127.0.0.1:{}/", server.port());
+        let mut denied = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        for id in [None, Some("d")] {
+            for take in [true, false] {
+                // decrement runs DECRBY, restock INCRBY; with a request id both run SET first.
+                let runs =
+                    cmd == if take { "decrby" } else { "incrby" } || (cmd == "set" && id.is_some());
+                fresh(&mut admin).await;
+                let before = keyspace(&mut admin).await;
+                let r = if take {
+                    s.decrement(&mut denied, "c", 2, id)
+                        .await
+                        .map(|d| format!("{d:?}"))
+                } else {
+                    s.restock(&mut denied, "c", 2, id)
+                        .await
+                        .map(|d| format!("{d:?}"))
+                };
+                if !runs {
+                    assert!(r.is_ok(), "-{cmd} {id:?} take={take}: {r:?}");
+                    continue;
+                }
+                assert!(
+                    matches!(r, Err(Error::PermissionDenied { .. })),
+                    "-{cmd} {id:?} take={take}: {r:?}"
+                );
+                assert!(
+                    before == keyspace(&mut admin).await,
+                    "-{cmd} {id:?} take={take}"
+                );
+                // A full retry applies once; with the id a second retry is a duplicate.
+                let expected = if take { "3" } else { "7" };
+                for attempt in 0..2 {
+                    let r = if take {
+                        s.decrement(&mut admin, "c", 2, id)
+                            .await
+                            .map(|d| format!("{d:?}"))
+                    } else {
+                        s.restock(&mut admin, "c", 2, id)
+                            .await
+                            .map(|d| format!("{d:?}"))
+                    };
+                    let r = r.unwrap();
+                    if attempt == 1 && id.is_some() {
+                        assert!(r.starts_with("Duplicate"), "{r}");
+                        assert_eq!(raw_stock(&mut admin, "c").await.as_deref(), Some(expected));
+                    } else if attempt == 0 {
+                        assert_eq!(raw_stock(&mut admin, "c").await.as_deref(), Some(expected));
+                    }
+                }
+            }
+        }
+    }
+    // Request ids on the short path: the record answers retries (also a recorded
+    // Insufficient), a different request with the same id is IdReused, nothing changes.
+    fresh(&mut admin).await;
+    let first = s.decrement(&mut admin, "c", 2, Some("r1")).await.unwrap();
+    assert_eq!(first, Decrement::Decremented { remaining: 3 });
+    let before = keyspace(&mut admin).await;
+    let again = s.decrement(&mut admin, "c", 2, Some("r1")).await.unwrap();
+    assert_eq!(
+        again.original(),
+        Some(&Decrement::Decremented { remaining: 3 }),
+        "{again:?}"
+    );
+    assert_eq!(
+        s.decrement(&mut admin, "c", 1, Some("r1")).await.unwrap(),
+        Decrement::IdReused
+    );
+    assert!(matches!(
+        s.restock(&mut admin, "c", 2, Some("r1")).await.unwrap(),
+        Restock::IdReused
+    ));
+    assert!(before == keyspace(&mut admin).await);
+    let short = s.decrement(&mut admin, "c", 9, Some("r2")).await.unwrap();
+    assert_eq!(short, Decrement::Insufficient { available: 3 });
+    let again = s.decrement(&mut admin, "c", 9, Some("r2")).await.unwrap();
+    assert!(matches!(again, Decrement::Duplicate { .. }), "{again:?}");
+    assert_eq!(raw_stock(&mut admin, "c").await.as_deref(), Some("3"));
+    // A recorded request still answers Duplicate when its SKU is gone or corrupt since.
+    for (what, value) in [("deleted", None), ("corrupt", Some("x"))] {
+        match value {
+            None => raw(&mut admin, &["DEL", &sku]).await,
+            Some(v) => raw(&mut admin, &["SET", &sku, v]).await,
+        };
+        let before = keyspace(&mut admin).await;
+        let again = s.decrement(&mut admin, "c", 2, Some("r1")).await.unwrap();
+        assert!(
+            matches!(again, Decrement::Duplicate { .. }),
+            "{what}: {again:?}"
+        );
+        assert!(before == keyspace(&mut admin).await, "{what}");
+    }
 }
