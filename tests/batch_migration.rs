@@ -10,8 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
 use redis::Value;
+use redkit::connect::{Cluster, Timeouts};
 use redkit::rate_limit::{FixedWindow, LimitKey};
 use redkit::{Call, CallOutcome, Script, ScriptManager};
 use support::RedisCluster;
@@ -71,16 +73,11 @@ async fn sum_of(conn: &mut ClusterConnection, keys: &[String]) -> i64 {
     sum
 }
 
-/// Runs `work` on 4 tasks while the slot of `{tag}` migrates key by key, then a little after,
-/// over a cluster connection that re-sends a request at most `retries` times.
-async fn during_migration<F, Fut>(cluster: &RedisCluster, tag: &str, retries: u32, work: F) -> Told
-where
-    F: Fn(ClusterConnection, u64, Arc<AtomicBool>) -> Fut,
-    Fut: std::future::Future<Output = Told> + Send + 'static,
-{
+/// A raw redis-rs cluster connection that re-sends a request at most `retries` times.
+async fn raw(cluster: &RedisCluster, retries: u32) -> ClusterConnection {
     // redis-rs waits at least 1.28 s before re-sending after TRYAGAIN (a transaction whose
     // keys are partly moved answers TRYAGAIN at EXEC), growing each retry: keep the waits short.
-    let conn = redis::cluster::ClusterClientBuilder::new(cluster.urls())
+    redis::cluster::ClusterClientBuilder::new(cluster.urls())
         .min_retry_wait(10)
         .max_retry_wait(100)
         .retries(retries)
@@ -88,7 +85,25 @@ where
         .unwrap()
         .get_async_connection()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// The connection the README recommends on a Cluster: `redkit::connect::cluster` (no re-sends,
+/// every call bounded, a new redis-rs connection after a timeout).
+async fn bounded(cluster: &RedisCluster) -> Cluster {
+    redkit::connect::cluster(cluster.urls(), Timeouts::default())
+        .await
+        .unwrap()
+}
+
+/// Runs `work` on 4 tasks over clones of `conn` while the slot of `{tag}` migrates key by key,
+/// then a little after.
+async fn during_migration<C, F, Fut>(cluster: &RedisCluster, tag: &str, conn: C, work: F) -> Told
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    F: Fn(C, u64, Arc<AtomicBool>) -> Fut,
+    Fut: std::future::Future<Output = Told> + Send + 'static,
+{
     let slot: u16 = cluster.nodes[0].cmd(&["CLUSTER", "KEYSLOT", tag]).await;
     let done = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
@@ -145,9 +160,6 @@ fn check(what: &str, told: Told, applied: i64) {
 
 // Two migrations in sequence on one cluster (bounded: ~2 s of migration each).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "hung once (10 min, idle) inside redis-rs's cluster connection while the slot \
-            moved, on a loaded 2-core machine; kept out of CI until that hang is understood; \
-            run with --ignored (passes in ~11 s when it does not hang)"]
 async fn batches_during_a_slot_migration_report_every_side_effect() {
     let started = std::time::Instant::now();
     let cluster = RedisCluster::spawn().await;
@@ -155,24 +167,29 @@ async fn batches_during_a_slot_migration_report_every_side_effect() {
 
     // 1. invoke_batch: 8 calls of one slot per batch.
     let keys: Vec<String> = (0..64).map(|i| format!("{{mig}}:{i}")).collect();
-    let told = during_migration(&cluster, "{mig}", 16, |mut conn, w, stop| {
-        let (m, keys) = (m.clone(), keys.clone());
-        async move {
-            let mut told = Told::default();
-            let mut i = w;
-            while !stop.load(Ordering::Relaxed) {
-                tokio::task::yield_now().await;
-                let calls: Vec<Call> = (0..8)
-                    .map(|j| incr(&keys[((i * 8 + j) % 64) as usize]))
-                    .collect();
-                i += 1;
-                for o in m.invoke_batch(&mut conn, calls).await.unwrap() {
-                    told.add(&o);
+    let told = during_migration(
+        &cluster,
+        "{mig}",
+        bounded(&cluster).await,
+        |mut conn, w, stop| {
+            let (m, keys) = (m.clone(), keys.clone());
+            async move {
+                let mut told = Told::default();
+                let mut i = w;
+                while !stop.load(Ordering::Relaxed) {
+                    tokio::task::yield_now().await;
+                    let calls: Vec<Call> = (0..8)
+                        .map(|j| incr(&keys[((i * 8 + j) % 64) as usize]))
+                        .collect();
+                    i += 1;
+                    for o in m.invoke_batch(&mut conn, calls).await.unwrap() {
+                        told.add(&o);
+                    }
                 }
+                told
             }
-            told
-        }
-    })
+        },
+    )
     .await;
     let applied = sum_of(&mut cluster.conn().await, &keys).await;
     check("invoke_batch", told, applied);
@@ -180,30 +197,35 @@ async fn batches_during_a_slot_migration_report_every_side_effect() {
     // 2. invoke_batch_by_slot: 32 calls over many slots, 1 in 4 in the migrating slot.
     let moving: Vec<String> = (0..64).map(|i| format!("{{mig2}}:{i}")).collect();
     let spread: Vec<String> = (0..96).map(|i| format!("{{s{i}}}:c")).collect();
-    let told = during_migration(&cluster, "{mig2}", 16, |conn, w, stop| {
-        let (m, moving, spread) = (m.clone(), moving.clone(), spread.clone());
-        async move {
-            let mut told = Told::default();
-            let mut i = w as usize;
-            while !stop.load(Ordering::Relaxed) {
-                tokio::task::yield_now().await;
-                let calls: Vec<Call> = (0..32)
-                    .map(|j| {
-                        if j % 4 == 0 {
-                            incr(&moving[(i * 8 + j) % 64])
-                        } else {
-                            incr(&spread[(i * 24 + j) % 96])
-                        }
-                    })
-                    .collect();
-                i += 1;
-                for o in m.invoke_batch_by_slot(&conn, calls).await.unwrap() {
-                    told.add(&o);
+    let told = during_migration(
+        &cluster,
+        "{mig2}",
+        bounded(&cluster).await,
+        |conn, w, stop| {
+            let (m, moving, spread) = (m.clone(), moving.clone(), spread.clone());
+            async move {
+                let mut told = Told::default();
+                let mut i = w as usize;
+                while !stop.load(Ordering::Relaxed) {
+                    tokio::task::yield_now().await;
+                    let calls: Vec<Call> = (0..32)
+                        .map(|j| {
+                            if j % 4 == 0 {
+                                incr(&moving[(i * 8 + j) % 64])
+                            } else {
+                                incr(&spread[(i * 24 + j) % 96])
+                            }
+                        })
+                        .collect();
+                    i += 1;
+                    for o in m.invoke_batch_by_slot(&conn, calls).await.unwrap() {
+                        told.add(&o);
+                    }
                 }
+                told
             }
-            told
-        }
-    })
+        },
+    )
     .await;
     let mut all = moving.clone();
     all.extend(spread.iter().cloned());
@@ -219,8 +241,10 @@ async fn batches_during_a_slot_migration_report_every_side_effect() {
 }
 
 /// The limiter's `check_batch_by_slot` during a migration, over a connection with `retries`.
-async fn limiter_during_migration(retries: u32) {
-    let cluster = RedisCluster::spawn().await;
+async fn limiter_during_migration<C>(cluster: RedisCluster, conn: C)
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
     // The limiter's check_batch_by_slot: 32 keys per batch, a huge limit so every check
     //    that ran counts one unit.
     let limiter = FixedWindow::new("mig", 1_000_000, Duration::from_secs(600)).unwrap();
@@ -232,7 +256,7 @@ async fn limiter_during_migration(retries: u32) {
         k[k.find('{').unwrap()..].to_owned()
     };
     let ports: Arc<Vec<u16>> = Arc::new(cluster.nodes.iter().map(|n| n.port()).collect());
-    let told = during_migration(&cluster, &tag, retries, |conn, w, stop| {
+    let told = during_migration(&cluster, &tag, conn, |conn, w, stop| {
         let (limiter, lkeys, ports) = (limiter.clone(), lkeys.clone(), ports.clone());
         async move {
             let mut told = Told::default();
@@ -278,39 +302,53 @@ async fn limiter_during_migration(retries: u32) {
     check("check_batch_by_slot", told, applied);
 }
 
-/// With `ClusterClientBuilder::retries(0)` (redis-rs never re-sends anything by itself, the
-/// setting the README recommends for batches on a Cluster): every unit reported.
+/// Over `redkit::connect::cluster` (the README's lever on a Cluster): every unit reported.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "hung once inside redis-rs's cluster connection during the migration on a loaded \
-            2-core machine, as the retries(16) reproductions below do; run with --ignored"]
 async fn limiter_batches_during_a_slot_migration_report_every_unit() {
-    limiter_during_migration(0).await
-}
-
-/// Same with redis-rs re-sending (retries 16): some `check_batch_by_slot` calls never complete
-/// once the slot has moved (servers idle, the request is lost inside redis-rs 1.8.1's retry
-/// path; not seen with retries 0). The control below hangs the same way with plain single
-/// `check` calls (no batch, no transaction), so it is not the batch design. Not root-caused.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "reproduces a hang inside redis-rs's cluster retry path (see the doc comment)"]
-async fn limiter_batches_during_a_slot_migration_with_redis_rs_retries() {
-    limiter_during_migration(16).await
-}
-
-/// Control for the ignored reproduction above: the same load as 32 concurrent single
-/// `check` calls per round (no batch, no transaction), retries 16. Seen: the calls hang, and
-/// a new unrelated `GET` on the same connection hangs too (the connection is wedged).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "control experiment for the redis-rs retry-path hang"]
-async fn control_single_checks_during_a_slot_migration_with_redis_rs_retries() {
     let cluster = RedisCluster::spawn().await;
+    let conn = bounded(&cluster).await;
+    limiter_during_migration(cluster, conn).await
+}
+
+/// Same over a raw redis-rs connection with its default re-sending (retries 16). Hangs: the
+/// connection wedges for good once the slot has moved (see `single_checks_during_migration`
+/// for the root cause in redis-rs 1.8.1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "reproduces a deadlock inside redis-rs 1.8.1's cluster connection (see \
+            single_checks_during_migration)"]
+async fn limiter_batches_during_a_slot_migration_with_redis_rs_retries() {
+    let cluster = RedisCluster::spawn().await;
+    let conn = raw(&cluster, 16).await;
+    limiter_during_migration(cluster, conn).await
+}
+
+/// 32 concurrent single `check` calls per round (no batch, no transaction) while a slot
+/// migrates. Panics if a round does not complete within 4 s, saying whether the connection
+/// is wedged (a new unrelated `GET` hangs too).
+///
+/// **Root cause of the wedge (redis-rs 1.8.1, `cluster_handling/async_connection`).** Request
+/// futures take `conn_lock.read()`; a `MOVED` makes `poll_flush` start `refresh_slots`, which
+/// takes `conn_lock.write()` and, while it waits, `poll_flush` polls only the recovery future,
+/// not the in-flight requests. tokio's `RwLock` is fair: a request future queued for a read
+/// permit is *granted* it when the previous holder releases, before it is polled again. Such a
+/// future, never polled during recovery, holds its read permit forever, so `refresh_slots`
+/// never gets the write lock and every later request queues behind it. Seen with a 3 s probe
+/// around the write lock in a patched copy of redis-rs ("write lock still not granted after
+/// 3 s" right before each hang); polling in-flight requests while recovering (a 6-line change
+/// in `poll_flush`) made the reproduction pass 3 of 3 runs, where it hung 3 of 3 without.
+/// `connect::Cluster` does not wedge for good: its calls are bounded, and a timed-out call
+/// makes it replace the redis-rs connection (counted in `Cluster::rebuilds`).
+async fn single_checks_during_migration<C>(cluster: &RedisCluster, conn: C) -> Told
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
     let limiter = FixedWindow::new("mig", 1_000_000, Duration::from_secs(600)).unwrap();
     let lkeys: Vec<LimitKey> = (0..128)
         .map(|i| LimitKey::text(&format!("c{i}")).unwrap())
         .collect();
     let rk = limiter.redis_key(&lkeys[0]);
     let tag = rk[rk.find('{').unwrap()..].to_owned();
-    let told = during_migration(&cluster, &tag, 16, |conn, w, stop| {
+    let told = during_migration(cluster, &tag, conn, |conn, w, stop| {
         let (limiter, lkeys) = (limiter.clone(), lkeys.clone());
         async move {
             let mut told = Told::default();
@@ -356,7 +394,29 @@ async fn control_single_checks_during_a_slot_migration_with_redis_rs_retries() {
         }
     })
     .await;
-    println!("control: {told:?}");
+    println!("single checks: {told:?}");
+    told
+}
+
+/// The redis-rs deadlock, reproduced over a raw connection that never re-sends (retries 0:
+/// hung in 2 of 3 runs; with the default retries 16 in 3 of 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "reproduces a deadlock inside redis-rs 1.8.1's cluster connection: hangs by design"]
+async fn control_single_checks_during_a_slot_migration_over_raw_redis_rs() {
+    let cluster = RedisCluster::spawn().await;
+    let conn = raw(&cluster, 0).await;
+    single_checks_during_migration(&cluster, conn).await;
+}
+
+/// The same load over `redkit::connect::cluster`: no round hangs, and calls succeed again
+/// after the migration (the probe in `during_migration`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_checks_during_a_slot_migration_never_hang_over_connect_cluster() {
+    let cluster = RedisCluster::spawn().await;
+    let conn = bounded(&cluster).await;
+    let told = single_checks_during_migration(&cluster, conn.clone()).await;
+    println!("connect::Cluster rebuilds: {}", conn.rebuilds());
+    assert!(told.ran_ok > 0);
 }
 
 /// Deterministic: key A still on the source, key B already moved (the source answers ASK for

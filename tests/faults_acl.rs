@@ -9,14 +9,15 @@ use std::time::Duration;
 
 use redkit::inventory::{Decrement, Inventory};
 use redkit::lock::{Acquire, FencedWrite, Lock, LockOptions, Release, Renew};
-use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
+use redkit::rate_limit::{Decision, FixedWindow, Gcra, LimitKey};
 use redkit::{Registry, ScriptManager};
 use support::RedisServer;
 
-/// Every call: EVALSHA, and EVAL for the NOSCRIPT fallback.
-const BASE: &[&str] = &["evalsha", "eval"];
-/// Commands the rate-limiter script calls.
-const LIMITER: &[&str] = &["get", "set", "incrby", "pexpire", "pttl"];
+/// Every call: EVALSHA, and EVAL for the NOSCRIPT fallback; their `_ro` forms for read-only
+/// scripts (`--! flags: no-writes`).
+const BASE: &[&str] = &["evalsha", "eval", "evalsha_ro", "eval_ro"];
+/// Commands the rate-limiter scripts (fixed window, GCRA, sliding window) call.
+const LIMITER: &[&str] = &["get", "set", "incrby", "pexpire", "pttl", "time"];
 /// Commands the inventory scripts call.
 const INVENTORY: &[&str] = &[
     "get",
@@ -40,9 +41,11 @@ const INVENTORY: &[&str] = &[
     "zrangebyscore",
     "zscore",
 ];
-/// Commands the lock scripts (acquire, release, renew, fenced_set) call.
+/// Commands the lock scripts (acquire, release, renew, fenced_set) call, plus what
+/// `acquire_blocking` sends (`set`, `pexpire` of the waiter flag, `blpop`).
 const LOCK: &[&str] = &[
-    "get", "set", "del", "incr", "pttl", "pexpire", "time", "hget", "hset",
+    "get", "set", "del", "incr", "pttl", "pexpire", "time", "hget", "hset", "exists", "type",
+    "lpush", "ltrim", "blpop",
 ];
 /// Commands the semaphore scripts call (plus `blpop`, sent by `acquire_blocking`).
 const SEMAPHORE: &[&str] = &[
@@ -60,11 +63,52 @@ const SEMAPHORE: &[&str] = &[
     "ltrim",
     "blpop",
 ];
+/// Commands the fair lock scripts call (plus `blpop`, sent by `acquire_blocking`).
+const FAIR: &[&str] = &[
+    "type",
+    "get",
+    "set",
+    "time",
+    "zrange",
+    "zrangebyscore",
+    "zscore",
+    "zrank",
+    "zrem",
+    "zadd",
+    "pttl",
+    "pexpire",
+    "lpush",
+    "ltrim",
+    "blpop",
+];
+/// Commands the read-write lock scripts call.
+const RW: &[&str] = &[
+    "type",
+    "get",
+    "set",
+    "del",
+    "time",
+    "zrange",
+    "zremrangebyscore",
+    "zcard",
+    "zscore",
+    "zrem",
+    "zadd",
+    "pttl",
+    "pexpire",
+];
+/// Commands the reentrant lock scripts call (plus `hget`, sent by `holds`).
+const REENTRANT: &[&str] = &[
+    "type", "hgetall", "hget", "hexists", "get", "time", "hset", "pexpire", "set", "del", "pttl",
+];
 /// Commands the versioned-value scripts call.
 const VERSIONED: &[&str] = &["type", "hmget", "hset"];
 
 fn area(script: &str) -> &'static [&'static str] {
-    if script.starts_with("fixed_window") {
+    if script.starts_with("fixed_window")
+        || script.starts_with("gcra")
+        || script.starts_with("sliding_window")
+    {
         LIMITER
     } else if script.starts_with("inventory_") {
         INVENTORY
@@ -72,6 +116,12 @@ fn area(script: &str) -> &'static [&'static str] {
         LOCK
     } else if script.starts_with("semaphore_") {
         SEMAPHORE
+    } else if script.starts_with("fair_") {
+        FAIR
+    } else if script.starts_with("rw_") {
+        RW
+    } else if script.starts_with("reentrant_") {
+        REENTRANT
     } else if script.starts_with("versioned_") {
         VERSIONED
     } else {
@@ -154,6 +204,9 @@ fn setuser(name: &str, extra: &[&str]) -> Vec<String> {
         .chain(INVENTORY)
         .chain(LOCK)
         .chain(SEMAPHORE)
+        .chain(FAIR)
+        .chain(RW)
+        .chain(REENTRANT)
         .chain(VERSIONED)
         .copied()
         .collect();
@@ -161,6 +214,8 @@ fn setuser(name: &str, extra: &[&str]) -> Vec<String> {
     args.extend(
         [
             "~rk:rl:*",
+            "~rk:gcra:*",
+            "~rk:sw:*",
             "~shop:*",
             "~redkit:lock:*",
             "~redkit:sem:*",
@@ -206,6 +261,12 @@ async fn a_user_with_exactly_the_minimal_acl_runs_limiter_inventory_and_lock() {
     // Nothing preloaded: every first call goes EVALSHA -> NOSCRIPT -> EVAL.
     let limiter = FixedWindow::new("api", 10, Duration::from_secs(60)).unwrap();
     let d = limiter
+        .check(&mut conn, &LimitKey::text("c").unwrap())
+        .await
+        .unwrap();
+    assert!(matches!(d, Decision::Allowed(_)), "{d:?}");
+    let gcra = Gcra::new("api", 10, Duration::from_secs(60)).unwrap();
+    let d = gcra
         .check(&mut conn, &LimitKey::text("c").unwrap())
         .await
         .unwrap();
@@ -276,6 +337,9 @@ async fn a_user_with_only_the_semaphore_and_versioned_acl_runs_both() {
     let cmds: BTreeSet<&str> = BASE
         .iter()
         .chain(SEMAPHORE)
+        .chain(FAIR)
+        .chain(RW)
+        .chain(REENTRANT)
         .chain(VERSIONED)
         .copied()
         .collect();

@@ -7,10 +7,11 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use redkit::rate_limit::{FixedWindow, LimitKey};
+use redkit::rate_limit::{FixedWindow, Gcra, LimitKey, SlidingWindow};
 use redkit::script::admin::Admin;
 use redkit::script::{Acked, Replication};
-use redkit::Script;
+use redkit::script::{Backend, Library};
+use redkit::{Registry, Script, ScriptManager};
 
 fn any_duration() -> impl Strategy<Value = Duration> {
     prop_oneof![
@@ -60,6 +61,27 @@ proptest! {
     }
 
     #[test]
+    fn gcra_constructors_never_panic(name in ".{0,300}", rate in any::<u32>(), period in any_duration(), burst in any::<u32>()) {
+        if let Ok(l) = Gcra::new(&name, rate, period) {
+            prop_assert!(rate >= 1 && l.burst() == rate);
+            prop_assert!(l.emission_interval() >= Duration::from_micros(1));
+            prop_assert!(l.emission_interval() * l.burst() <= Gcra::MAX_BUCKET);
+            if let Ok(b) = l.with_burst(burst) {
+                prop_assert!(burst >= 1 && b.burst() == burst);
+                prop_assert!(b.emission_interval() * burst <= Gcra::MAX_BUCKET);
+            }
+        }
+    }
+
+    #[test]
+    fn sliding_window_constructor_never_panics(name in ".{0,300}", limit in any::<u32>(), window in any_duration()) {
+        if let Ok(l) = SlidingWindow::new(&name, limit, window) {
+            prop_assert!(limit >= 1 && l.limit() == limit);
+            prop_assert!(l.window() >= SlidingWindow::MIN_WINDOW && l.window() <= SlidingWindow::MAX_WINDOW);
+        }
+    }
+
+    #[test]
     fn limit_keys_never_panic_and_never_contain_braces(text in ".{0,400}", ip in any_ip(), prefix in any::<u8>()) {
         if let Ok(k) = LimitKey::text(&text) {
             prop_assert!(!text.is_empty() && text.len() <= 256);
@@ -74,6 +96,25 @@ proptest! {
     fn script_constructor_never_panics(name in ".{0,80}", version in any::<u32>(), keys in any::<usize>(), source in ".{0,200}") {
         let _ = Script::new(&name, version, keys, &source);
         let _ = Script::new_variadic(&name, version, &source);
+    }
+
+    #[test]
+    fn library_constructor_never_panics_and_names_are_redis_safe(
+        set in ".{0,80}",
+        files in proptest::collection::vec((".{0,30}", ".{0,120}"), 0..6),
+        backend in prop_oneof![Just(Backend::Scripts), Just(Backend::Functions)],
+    ) {
+        let registry = Registry::from_files(files.iter().map(|(n, c)| (format!("{n}.lua"), c.clone())));
+        if let Ok(library) = Library::new(&set, &registry) {
+            prop_assert!(library.name().bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
+            prop_assert!(library.code().starts_with("#!lua name="));
+            for script in registry.scripts() {
+                let function = library.function_name(script);
+                prop_assert!(function.is_some_and(|f| f.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')));
+            }
+            let manager = ScriptManager::new().with_library(library).with_backend(backend);
+            prop_assert_eq!(manager.backend(), backend);
+        }
     }
 
     #[test]
@@ -246,24 +287,28 @@ mod lock {
             proptest::option::of(any_duration()),
             proptest::option::of(any_duration()),
             proptest::option::of(".{0,200}"),
+            any::<bool>(),
         )
-            .prop_map(|(ttl, retries, delay, jitter, max_wait, drift, token)| {
-                let mut o = LockOptions::new()
-                    .ttl(ttl)
-                    .retries(retries)
-                    .retry_delay(delay)
-                    .jitter(jitter);
-                if let Some(w) = max_wait {
-                    o = o.max_wait(w);
-                }
-                if let Some(d) = drift {
-                    o = o.drift(d);
-                }
-                if let Some(t) = token {
-                    o = o.token(t);
-                }
-                o
-            })
+            .prop_map(
+                |(ttl, retries, delay, jitter, max_wait, drift, token, fencing)| {
+                    let mut o = LockOptions::new()
+                        .ttl(ttl)
+                        .retries(retries)
+                        .retry_delay(delay)
+                        .jitter(jitter)
+                        .fencing(fencing);
+                    if let Some(w) = max_wait {
+                        o = o.max_wait(w);
+                    }
+                    if let Some(d) = drift {
+                        o = o.drift(d);
+                    }
+                    if let Some(t) = token {
+                        o = o.token(t);
+                    }
+                    o
+                },
+            )
     }
 
     proptest! {
@@ -280,6 +325,12 @@ mod lock {
             let shown = format!("{with:?}");
             prop_assert!(!shown.contains(&token), "{}", shown);
             let _ = LockOptions::default() == options;
+            // Fencing is a switch: it changes nothing else (drift, equality of the rest).
+            let on = options.clone().fencing(true);
+            let off = options.clone().fencing(false);
+            prop_assert_eq!(on.drift_allowance(), off.drift_allowance());
+            prop_assert!(on != off);
+            prop_assert_eq!(on.fencing(false), off);
         }
 
         #[test]
@@ -346,7 +397,7 @@ mod inventory {
 
 mod coordination {
     use super::*;
-    use redkit::lock::Semaphore;
+    use redkit::lock::{FairLock, Owner, ReentrantLock, RwLock, Semaphore};
     use redkit::versioned::{RetryPolicy, Snapshot, Versioned};
 
     proptest! {
@@ -363,7 +414,22 @@ mod coordination {
             let keys = [
                 Semaphore::new().with_prefix(&prefix).and_then(|s| s.key(&name)),
                 Versioned::new().with_prefix(&prefix).and_then(|v| v.key(&name)),
+                RwLock::new().with_prefix(&prefix).and_then(|r| r.key(&name)),
+                ReentrantLock::new().with_prefix(&prefix).and_then(|r| r.key(&name)),
+                FairLock::new()
+                    .with_prefix(&prefix)
+                    .and_then(|f| f.with_waiter_lease(first))
+                    .and_then(|f| f.key(&name)),
             ];
+            prop_assert_eq!(
+                Owner::from_token(&name).is_ok(),
+                (16..=128).contains(&name.len())
+            );
+            let lease_ok = FairLock::new().with_waiter_lease(max).is_ok();
+            prop_assert_eq!(
+                lease_ok,
+                max >= Duration::from_millis(30) && max <= redkit::lock::LockOptions::MAX_TTL
+            );
             for key in keys.into_iter().flatten() {
                 prop_assert_eq!(key.matches('{').count(), 1, "{}", key);
                 prop_assert_eq!(key.matches('}').count(), 1, "{}", key);
@@ -373,6 +439,72 @@ mod coordination {
             prop_assert_eq!(policy.get_attempts(), attempts);
             let s = Snapshot { value: None, version: u64::from(attempts) };
             prop_assert_eq!(s.exists(), attempts > 0);
+        }
+    }
+}
+
+// ---- Local deny cache (and, with `tower`, the concurrency limit) ----
+
+mod shield {
+    use super::*;
+    use redkit::rate_limit::DenyCache;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn deny_cache_accepts_exactly_its_documented_capacity(capacity in prop_oneof![
+            0usize..64, Just(DenyCache::MAX_CAPACITY), Just(DenyCache::MAX_CAPACITY + 1), any::<usize>(),
+        ]) {
+            let ok = (1..=DenyCache::MAX_CAPACITY).contains(&capacity);
+            let cache = DenyCache::new(capacity);
+            prop_assert_eq!(cache.is_ok(), ok);
+            if let Ok(cache) = cache {
+                prop_assert_eq!(cache.capacity(), capacity);
+                prop_assert!(cache.is_empty());
+                let limiter = FixedWindow::new("p", 1, Duration::from_secs(1)).unwrap().with_deny_cache(cache);
+                prop_assert!(limiter.deny_cache().is_some());
+            }
+        }
+    }
+
+    #[cfg(feature = "tower")]
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn deny_cache_capacity_option_is_validated(capacity in any::<usize>(), small in 0usize..20) {
+            use redkit::middleware::{Policies, PolicyConfig, PolicySpec};
+            let spec = PolicySpec::new("d", 10, Duration::from_secs(1));
+            for c in [capacity, small] {
+                let built = Policies::from_config(&PolicyConfig::new(spec.clone()).deny_cache_capacity(c));
+                prop_assert_eq!(built.is_ok(), (1..=DenyCache::MAX_CAPACITY).contains(&c));
+            }
+        }
+
+        #[test]
+        fn concurrency_layer_builder_never_panics_and_validates(
+            name in prop_oneof!["[a-zA-Z0-9:._-]{0,70}", ".{0,70}"], permits in prop_oneof![0u32..5, any::<u32>()],
+            lease in prop_oneof![(1u64..100_000).prop_map(Duration::from_millis), any_duration()],
+            timeout in any_duration(), bits in any::<u8>(), status in 100u16..1000,
+        ) {
+            use redkit::middleware::ConcurrencyLimitLayer;
+            let status = http::StatusCode::from_u16(status).unwrap();
+            let built = ConcurrencyLimitLayer::builder(&name, permits, ())
+                .lease(lease)
+                .timeout(timeout)
+                .ipv6_prefix(bits)
+                .full_status(status)
+                .build();
+            let lease_ok = !lease.is_zero()
+                && lease <= redkit::lock::LockOptions::MAX_TTL
+                && lease.subsec_nanos() % 1_000_000 == 0;
+            let name_ok = !name.is_empty() && name.len() <= 58
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_:.-".contains(&b));
+            let ok = name_ok && (1..=1_000_000).contains(&permits) && lease_ok
+                && !timeout.is_zero() && (1..=128).contains(&bits)
+                && (status.is_client_error() || status.is_server_error());
+            prop_assert_eq!(built.is_ok(), ok, "{:?}", built.err());
         }
     }
 }

@@ -130,6 +130,17 @@ impl RedisServer {
         cmd.query_async(&mut conn).await.expect("command")
     }
 
+    /// `EVALSHA` calls the server has answered so far (`INFO commandstats`).
+    pub async fn evalsha_calls(&self) -> u64 {
+        let stats: String = self.cmd(&["INFO", "commandstats"]).await;
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
     async fn wait_ready(&self, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
@@ -566,4 +577,54 @@ pub async fn snapshot(
         out.insert(key, (dump, pttl));
     }
     out
+}
+
+/// Serves `app` on a loopback port with the peer address known to the handlers
+/// (`ConnectInfo<SocketAddr>`); returns the address.
+pub async fn serve_axum(app: axum::Router) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    addr
+}
+
+/// A connection to `server` as a new user `u-<denied>` allowed everything but `denied`.
+pub async fn denied_conn(server: &RedisServer, denied: &str) -> MultiplexedConnection {
+    let user = format!("u-{denied}");
+    let minus = format!("-{denied}");
+    let _: () = server
+        .cmd(&[
+            "ACL", "SETUSER", &user, "on", ">pw", "~*", "&*", "+@all", &minus,
+        ])
+        .await;
+    let url = format!("redis://{user}:pw@127.0.0.1:{}/", server.port());
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Two [`snapshot`]s hold the same keys with the same values (TTLs only run down).
+pub fn same_dumps(
+    before: &std::collections::BTreeMap<Vec<u8>, (Vec<u8>, i64)>,
+    after: &std::collections::BTreeMap<Vec<u8>, (Vec<u8>, i64)>,
+    case: &str,
+) {
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "{case}: key set changed"
+    );
+    for (k, (dump, _)) in before {
+        let name = String::from_utf8_lossy(k);
+        assert_eq!(dump, &after[k].0, "{case}: {name} changed");
+    }
 }
