@@ -154,7 +154,7 @@ fn rand_pause() -> Duration {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixty_four_tasks_incrementing_by_cas_on_one_node_end_exact() {
     let server = RedisServer::spawn().await;
-    contend(server.conn().await, "counter").await;
+    contend(server.patient_conn().await, "counter").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -120,6 +120,19 @@ impl RedisServer {
             .expect("connect to test redis")
     }
 
+    /// A connection whose response timeout is 10 s instead of redis-rs's 500 ms: for tests
+    /// of exact results under heavy contention (many tasks on one connection), where a reply
+    /// was seen to take longer than 500 ms on a loaded 2-core machine.
+    pub async fn patient_conn(&self) -> MultiplexedConnection {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(10)))
+            .set_response_timeout(Some(Duration::from_secs(10)));
+        self.client()
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .expect("connect to test redis")
+    }
+
     /// Runs one command on a fresh connection and returns its reply.
     pub async fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
         let mut conn = self.conn().await;
