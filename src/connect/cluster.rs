@@ -74,9 +74,11 @@ pub async fn cluster<T: IntoConnectionInfo>(
 /// - follows, within that bound, the replies that mean a single command did **not** run:
 ///   `MOVED`, `ASK` (with `ASKING`), `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`,
 ///   `READONLY`. A pipeline is never re-sent (some of its commands may have run);
-/// - after a timeout or connection error, rebuilds its slot map from the seed nodes in the
-///   background (one rebuild at a time), so calls reach a replica the cluster promoted in place
-///   of a hung primary; redis-rs alone keeps routing to the hung node.
+/// - after a timeout, a connection error, an error redis-rs made up itself (no connection for
+///   the slot, a failed slot refresh) or redirects beyond the bound, rebuilds its slot map from
+///   the seed nodes in the background (one rebuild at a time), so calls reach a replica the
+///   cluster promoted in place of a hung primary; redis-rs alone keeps routing to the hung node.
+///   A server's reply to the command (a script error, `NOSCRIPT`, `BUSY`, ...) never does.
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
@@ -268,9 +270,14 @@ impl Cluster {
                         Follow::Now => {}
                     }
                 }
-                Some(_) => return Err(err),
+                // Redirected or refused for longer than the bound: the slot map redis-rs
+                // holds may be stale, and its own refresh stuck; start from a fresh one.
+                Some(_) => {
+                    self.rebuild(generation);
+                    return Err(err);
+                }
                 None => {
-                    if is_connection_error(&err) {
+                    if needs_fresh_map(&err) {
                         self.rebuild(generation);
                     }
                     return Err(err);
@@ -298,7 +305,7 @@ impl Cluster {
                 )),
             };
         if let Err(err) = &result {
-            if is_connection_error(err) {
+            if needs_fresh_map(err) || did_not_run(err).is_some() {
                 self.rebuild(generation);
             }
         }
@@ -328,13 +335,18 @@ fn did_not_run(err: &RedisError) -> Option<Follow> {
     }
 }
 
-/// A timeout or a connection-level failure: the slot map may point at a dead or hung node.
-fn is_connection_error(err: &RedisError) -> bool {
+/// Any failure that is not a server's reply to the command: a timeout, a connection-level
+/// failure, no connection for the slot, an unreadable reply, or an error redis-rs made up
+/// itself (e.g. a failed slot refresh handed to the requests waiting for it). The slot map may
+/// point at a dead or hung node, or redis-rs's own recovery may be failing: start a fresh
+/// connection. A server's reply (a script error, `NOSCRIPT`, `BUSY`, `OOM`, `NOPERM`, ...)
+/// says the node is there and serving: no rebuild.
+fn needs_fresh_map(err: &RedisError) -> bool {
     err.is_io_error()
         || err.is_timeout()
         || err.is_connection_dropped()
         || err.is_connection_refusal()
-        || matches!(err.kind(), ErrorKind::ClusterConnectionNotFound)
+        || !matches!(err.kind(), ErrorKind::Server(_) | ErrorKind::Extension)
 }
 
 fn parse_node((node, _slot): (&str, u16)) -> Option<(String, u16)> {
@@ -382,5 +394,36 @@ impl ConnectionLike for Cluster {
 
     fn get_db(&self) -> i64 {
         0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fresh_map_is_built_after_anything_but_a_servers_reply() {
+        let server = |kind| RedisError::from((ErrorKind::Server(kind), "reply"));
+        for kind in [
+            ServerErrorKind::ResponseError,
+            ServerErrorKind::NoScript,
+            ServerErrorKind::NoPerm,
+            ServerErrorKind::Moved,
+        ] {
+            assert!(!needs_fresh_map(&server(kind)), "{kind:?}");
+        }
+        assert!(!needs_fresh_map(&RedisError::from((
+            ErrorKind::Extension,
+            "BUSY"
+        ))));
+        for err in [
+            io_error(io::ErrorKind::TimedOut, "t"),
+            io_error(io::ErrorKind::ConnectionReset, "r"),
+            RedisError::from((ErrorKind::ClusterConnectionNotFound, "none")),
+            RedisError::from((ErrorKind::Client, "slot refresh failed")),
+            RedisError::from((ErrorKind::Parse, "bad reply")),
+        ] {
+            assert!(needs_fresh_map(&err), "{err:?}");
+        }
     }
 }
