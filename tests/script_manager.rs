@@ -43,6 +43,60 @@ async fn script_flush_between_calls_falls_back_once_and_keeps_state() {
     assert_eq!(m.stats().noscript_fallbacks, 2);
 }
 
+/// `calls=` of one command in `INFO commandstats` (0 when absent).
+async fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats: String = server.cmd(&["INFO", "commandstats"]).await;
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_burst_of_fallbacks_loads_the_script_once_and_then_hits() {
+    let server = RedisServer::spawn().await;
+    let conn = server.conn().await;
+    let m = ScriptManager::new();
+    for round in 1..=3u64 {
+        let _: () = server.cmd(&["SCRIPT", "FLUSH"]).await;
+        let _: () = server.cmd(&["CONFIG", "RESETSTAT"]).await;
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let (m, mut conn) = (m.clone(), conn.clone());
+            tasks.push(tokio::spawn(async move {
+                count(&m, &mut conn, &format!("{{t}}:burst:{i}")).await
+            }));
+        }
+        for task in tasks {
+            assert_eq!(task.await.unwrap(), i64::try_from(round).unwrap());
+        }
+        // All 8 were in flight before any reply: 8 EVALs, but one SCRIPT LOAD.
+        assert_eq!(calls(&server, "eval").await, 8);
+        assert_eq!(calls(&server, "script|load").await, 1, "round {round}");
+        assert_eq!(m.stats().fallback_loads, round);
+        // The next calls are EVALSHA hits.
+        let mut c = conn.clone();
+        count(&m, &mut c, "{t}:after").await;
+        assert_eq!(calls(&server, "eval").await, 8);
+        assert_eq!(m.stats().noscript_fallbacks, 8 * round);
+    }
+}
+
+#[tokio::test]
+async fn a_user_without_script_load_still_gets_every_fallback_reply() {
+    let server = RedisServer::spawn().await;
+    let mut conn = support::denied_conn(&server, "script|load").await;
+    let m = ScriptManager::new();
+    for n in 1..=3 {
+        let _: () = server.cmd(&["SCRIPT", "FLUSH"]).await;
+        assert_eq!(count(&m, &mut conn, "{t}:acl").await, n);
+    }
+    assert_eq!(m.stats().noscript_fallbacks, 3);
+    assert_eq!(m.stats().fallback_loads, 0, "every load was refused");
+}
+
 #[tokio::test]
 async fn steady_state_is_one_evalsha_per_call() {
     let server = RedisServer::spawn().await;

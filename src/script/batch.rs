@@ -240,10 +240,7 @@ impl ScriptManager {
     ) -> CallOutcome<Value> {
         let first = query(conn, evalsha).await;
         let result = match first {
-            Err(e) if is_noscript(&e) => {
-                self.count_fallback();
-                query(conn, &Call::eval_from(script, evalsha)).await
-            }
+            Err(e) if is_noscript(&e) => self.eval_fallback(conn, script, evalsha).await,
             other => other,
         };
         match result {

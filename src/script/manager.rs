@@ -52,6 +52,8 @@ pub(crate) struct Counters {
     pub(crate) noscript_fallbacks: AtomicU64,
     pub(crate) batch_reruns: AtomicU64,
     pub(crate) function_reloads: AtomicU64,
+    pub(crate) fallback_loads: AtomicU64,
+    pub(crate) loading: super::fallback::Loading,
 }
 
 /// A snapshot of a [`ScriptManager`]'s counters.
@@ -65,6 +67,9 @@ pub struct Stats {
     /// Calls answered "Function not found" (the [`Backend::Functions`]) that loaded their
     /// library with `FUNCTION LOAD REPLACE` and were sent again.
     pub function_reloads: u64,
+    /// `SCRIPT LOAD`s sent after an `EVAL` fallback and accepted: one per script per burst of
+    /// fallbacks (Redis 8 may evict a script cached only by `EVAL`, never a loaded one).
+    pub fallback_loads: u64,
 }
 
 impl ScriptManager {
@@ -142,6 +147,7 @@ impl ScriptManager {
             noscript_fallbacks: self.stats.noscript_fallbacks.load(Ordering::Relaxed),
             batch_reruns: self.stats.batch_reruns.load(Ordering::Relaxed),
             function_reloads: self.stats.function_reloads.load(Ordering::Relaxed),
+            fallback_loads: self.stats.fallback_loads.load(Ordering::Relaxed),
         }
     }
 
@@ -204,14 +210,10 @@ impl ScriptManager {
             }
             let value = match call.evalsha().query_async::<Value>(conn).await {
                 Ok(value) => value,
-                Err(err) if is_noscript(&err) => {
-                    self.count_fallback();
-                    tracing::debug!(script = script.id(), "NOSCRIPT: falling back to EVAL");
-                    Call::eval_from(script, call.evalsha())
-                        .query_async::<Value>(conn)
-                        .await
-                        .map_err(|e| script_error(script, e))?
-                }
+                Err(err) if is_noscript(&err) => self
+                    .eval_fallback(conn, script, call.evalsha())
+                    .await
+                    .map_err(|e| script_error(script, e))?,
                 Err(err) => return Err(script_error(script, err)),
             };
             T::from_redis_value(value).map_err(|e| Error::unexpected(script.id(), e.to_string()))

@@ -25,6 +25,7 @@
 pub mod admin;
 mod batch;
 mod call;
+mod fallback;
 pub(crate) mod functions;
 #[cfg(feature = "lockfile")]
 #[cfg_attr(docsrs, doc(cfg(feature = "lockfile")))]
