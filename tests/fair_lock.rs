@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redkit::lock::{Acquire, FairLock, LockGuard, LockOptions, Release, Renew};
-use redkit::script::Replication;
 use redkit::Error;
 use support::{RedisCluster, RedisServer};
 
@@ -269,9 +268,7 @@ async fn bad_input_is_refused_before_anything_is_sent() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let fair = fair();
-    let replicas =
-        ttl(1_000).require_replicas(Replication::new(1, Duration::from_millis(10)).unwrap());
-    let cases: [(&str, LockOptions, Duration, &str); 5] = [
+    let cases: [(&str, LockOptions, Duration, &str); 4] = [
         ("r", ttl(1_000), Duration::ZERO, "wait"),
         ("r", ttl(1_000), Duration::MAX, "wait"),
         ("", ttl(1_000), Duration::from_secs(1), "resource"),
@@ -281,7 +278,6 @@ async fn bad_input_is_refused_before_anything_is_sent() {
             Duration::from_secs(1),
             "ttl",
         ),
-        ("r", replicas, Duration::from_secs(1), "options"),
     ];
     for (resource, options, wait, what) in cases {
         match fair

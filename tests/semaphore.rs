@@ -782,11 +782,7 @@ async fn require_replicas_gives_back_a_permit_the_replica_did_not_confirm() {
     assert_eq!(on_replica, 1);
     sem.release(&mut conn, permit).await.unwrap();
     // Replica link down: not confirmed in time -> given back, NotReplicated.
-    let nowhere = support::free_port().to_string();
-    let _: () = pair
-        .replica
-        .cmd(&["REPLICAOF", "127.0.0.1", &nowhere])
-        .await;
+    pair.cut_link().await;
     let short = Replication::new(1, Duration::from_millis(150)).unwrap();
     match sem
         .acquire(&mut conn, "acct", 2, &ttl(10_000).require_replicas(short))

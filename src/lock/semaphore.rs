@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
+use super::grant::Refused;
 use super::guard::{deadline, Clock};
 use super::options::LockOptions;
 use super::outcome::{renew_status, status, Release, Renew};
@@ -232,13 +233,11 @@ impl Semaphore {
         let mut call = Call::new(script);
         call.key(key).arg(token).arg(permits).arg(ttl_ms);
         let started = Instant::now();
-        let (reply, replicas): (Vec<i64>, Option<u32>) = match options.get_replication() {
-            None => (self.inner.manager.invoke(conn, &call).await?, None),
-            Some(r) => {
-                let acked = self.inner.manager.invoke_acked(conn, &call, r).await?;
-                (acked.outcome, Some(acked.replicas))
-            }
-        };
+        let (reply, replicas): (Vec<i64>, Option<u32>) = self
+            .inner
+            .manager
+            .invoke_waiting(conn, &call, options.get_replication())
+            .await?;
         let count = |n: i64| {
             u32::try_from(n)
                 .map_err(|_| Error::unexpected(script.id(), format!("holder count {n}")))
@@ -257,21 +256,10 @@ impl Semaphore {
                     clock: Clock::new(deadline(started, ttl, drift)),
                     watchdog: None,
                 };
-                if !guard.is_valid() {
-                    let elapsed = started.elapsed();
-                    tracing::warn!(key = %guard.key, ?elapsed, "acquire took the whole lease");
+                let valid = guard.is_valid();
+                if let Some(refused) = Refused::check(key, valid, started, options, replicas) {
                     self.release(conn, guard).await?;
-                    return Err(Error::Timeout(elapsed));
-                }
-                if let (Some(required), Some(n)) = (options.get_replication(), replicas) {
-                    if n < required.replicas() {
-                        tracing::warn!(key = %guard.key, replicas = n, "permit not replicated: releasing");
-                        self.release(conn, guard).await?;
-                        return Ok(PermitAcquire::NotReplicated {
-                            replicas: n,
-                            requested: required.replicas(),
-                        });
-                    }
+                    return refused.permit();
                 }
                 Ok(PermitAcquire::Acquired(guard))
             }

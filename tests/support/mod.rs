@@ -541,6 +541,17 @@ impl ReplicatedPair {
         pair
     }
 
+    /// Points the replica at a dead port: its link is down, the primary's later writes do not
+    /// reach it, and `WAIT` times out (a SIGSTOP would not do: the kernel buffers the stream
+    /// and the replica applies it on SIGCONT).
+    pub async fn cut_link(&self) {
+        let nowhere = free_port().to_string();
+        let _: () = self
+            .replica
+            .cmd(&["REPLICAOF", "127.0.0.1", &nowhere])
+            .await;
+    }
+
     /// Waits until the replica reports its link up and the primary counts it.
     pub async fn wait_in_sync(&self, within: Duration) {
         let deadline = Instant::now() + within;
