@@ -802,3 +802,78 @@ async fn require_replicas_gives_back_a_permit_the_replica_did_not_confirm() {
         "given back"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fair_acquirers_get_permits_in_arrival_order_and_never_exceed_them() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let sem = sem();
+    let (permits, waiters) = (2, 24);
+    let gate = format!("{}:gate:{{fifo}}", Semaphore::DEFAULT_PREFIX);
+    // Every permit held: the waiters queue at the gate, the first one waits for a permit.
+    let mut held = Vec::new();
+    for _ in 0..permits {
+        held.push(acquired(&sem, &mut conn, "fifo", permits, &ttl(10_000)).await);
+    }
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let inside = Arc::new(AtomicI64::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..waiters {
+        let (sem, order, inside) = (sem.clone(), Arc::clone(&order), Arc::clone(&inside));
+        let mut own = server.conn().await; // BLPOP holds it
+        tasks.push(tokio::spawn(async move {
+            let outcome = sem
+                .acquire_fair(
+                    &mut own,
+                    "fifo",
+                    permits,
+                    &ttl(10_000),
+                    Duration::from_secs(30),
+                )
+                .await
+                .unwrap();
+            let PermitAcquire::Acquired(permit) = outcome else {
+                panic!("{i}: {outcome:?}")
+            };
+            order.lock().unwrap().push(i);
+            let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+            assert!(now <= i64::from(permits), "{now} holders");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            inside.fetch_sub(1, Ordering::SeqCst);
+            sem.release(&mut own, permit).await.unwrap();
+        }));
+        // Arrival order is spawn order: wait until this one has joined the gate.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while server.cmd::<i64>(&["ZCARD", &gate]).await < i as i64 + 1 {
+            assert!(Instant::now() < deadline, "waiter {i} did not queue");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    for permit in held {
+        sem.release(&mut conn, permit).await.unwrap();
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("bounded")
+            .unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order, (0..waiters).collect::<Vec<_>>(), "arrival order");
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &gate]).await, 0, "gate empty");
+    // Bad input is refused before anything is sent (not even the gate).
+    let before = support::snapshot(&mut conn).await;
+    for (permits, wait, what) in [
+        (0, Duration::from_secs(1), "permits"),
+        (1, Duration::ZERO, "wait"),
+    ] {
+        match sem
+            .acquire_fair(&mut conn, "fifo", permits, &ttl(1_000), wait)
+            .await
+        {
+            Err(Error::InvalidInput { what: w, .. }) => assert_eq!(w, what),
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    assert_unchanged(&before, &support::snapshot(&mut conn).await, "bad input");
+}

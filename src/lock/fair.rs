@@ -143,6 +143,17 @@ impl FairLock {
         self
     }
 
+    /// The gate of a fair semaphore: keys under `<prefix>:gate` (one validated prefix plus a
+    /// fixed suffix: bounded), `manager` when given.
+    pub(super) fn gated(mut self, prefix: &str, manager: Option<ScriptManager>) -> Self {
+        let inner = Arc::make_mut(&mut self.inner);
+        inner.prefix = format!("{prefix}:gate");
+        if let Some(manager) = manager {
+            inner.manager = manager;
+        }
+        self
+    }
+
     /// How long a waiter that stopped renewing (crashed, cut off) keeps its place: whole
     /// milliseconds, 30 ms to [`LockOptions::MAX_TTL`]. A blocked acquire renews it about
     /// every third of it, so shorter means faster skipping of dead waiters and more calls.

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
+use super::fair::FairLock;
 use super::grant::Refused;
 use super::guard::{deadline, Clock};
 use super::options::LockOptions;
@@ -65,6 +66,9 @@ pub struct Semaphore {
 pub(super) struct Inner {
     prefix: String,
     manager: ScriptManager,
+    /// The arrival-order queue in front of [`Semaphore::acquire_fair`] (keys under
+    /// `<prefix>:gate`).
+    pub(super) gate: FairLock,
     acquire: &'static Script,
     renew: &'static Script,
     release: &'static Script,
@@ -96,6 +100,7 @@ impl Semaphore {
             inner: Arc::new(Inner {
                 prefix: Self::DEFAULT_PREFIX.to_owned(),
                 manager: ScriptManager::new(),
+                gate: FairLock::new().gated(Self::DEFAULT_PREFIX, None),
                 acquire: script("semaphore_acquire", 1),
                 renew: script("semaphore_renew", 1),
                 release: script("semaphore_release", 2),
@@ -111,7 +116,9 @@ impl Semaphore {
     /// ```
     pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
         keys::validate_prefix("prefix", prefix)?;
-        Arc::make_mut(&mut self.inner).prefix = prefix.to_owned();
+        let inner = Arc::make_mut(&mut self.inner);
+        inner.prefix = prefix.to_owned();
+        inner.gate = inner.gate.clone().gated(prefix, None);
         Ok(self)
     }
 
@@ -122,7 +129,12 @@ impl Semaphore {
     /// # let _ = x;
     /// ```
     pub fn with_manager(mut self, manager: ScriptManager) -> Self {
-        Arc::make_mut(&mut self.inner).manager = manager;
+        let inner = Arc::make_mut(&mut self.inner);
+        inner.gate = inner
+            .gate
+            .clone()
+            .gated(&inner.prefix, Some(manager.clone()));
+        inner.manager = manager;
         self
     }
 
@@ -190,14 +202,7 @@ impl Semaphore {
         permits: u32,
         options: &LockOptions,
     ) -> Result<PermitAcquire> {
-        let ttl_ms = options.validate()?;
-        if permits == 0 || permits > Self::MAX_PERMITS {
-            return Err(Error::invalid(
-                "permits",
-                format!("must be 1 to {}", Self::MAX_PERMITS),
-            ));
-        }
-        let key = self.key(resource)?;
+        let (key, ttl_ms) = self.checked(resource, permits, options)?;
         let token = match options.get_token() {
             Some(token) => token.to_owned(),
             None => owner_token(),
@@ -218,6 +223,23 @@ impl Semaphore {
             tokio::time::sleep(pause).await;
             attempt += 1;
         }
+    }
+
+    /// The key and the lease in ms of an acquire, or the typed error of its bad input.
+    pub(super) fn checked(
+        &self,
+        resource: &str,
+        permits: u32,
+        options: &LockOptions,
+    ) -> Result<(String, u64)> {
+        let ttl_ms = options.validate()?;
+        if permits == 0 || permits > Self::MAX_PERMITS {
+            return Err(Error::invalid(
+                "permits",
+                format!("must be 1 to {}", Self::MAX_PERMITS),
+            ));
+        }
+        Ok((self.key(resource)?, ttl_ms))
     }
 
     async fn attempt<C: ConnectionLike>(
