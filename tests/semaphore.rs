@@ -877,3 +877,43 @@ async fn fair_acquirers_get_permits_in_arrival_order_and_never_exceed_them() {
     }
     assert_unchanged(&before, &support::snapshot(&mut conn).await, "bad input");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_acquirer_killed_at_the_head_of_the_gate_is_skipped_after_its_place_lease() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let sem = sem();
+    let gate = format!("{}:gate:{{kill}}", Semaphore::DEFAULT_PREFIX);
+    let held = acquired(&sem, &mut conn, "kill", 1, &ttl(20_000)).await;
+    let fair = |sem: Semaphore, mut own: MultiplexedConnection| async move {
+        let outcome = sem
+            .acquire_fair(&mut own, "kill", 1, &ttl(20_000), Duration::from_secs(30))
+            .await
+            .unwrap();
+        (outcome, Instant::now())
+    };
+    // A heads the gate (waiting for the permit), B queues behind it; A's process dies.
+    let a = tokio::spawn(fair(sem.clone(), server.conn().await));
+    while server.cmd::<i64>(&["ZCARD", &gate]).await < 1 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let b = tokio::spawn(fair(sem.clone(), server.conn().await));
+    while server.cmd::<i64>(&["ZCARD", &gate]).await < 2 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    a.abort();
+    let killed = Instant::now();
+    sem.release(&mut conn, held).await.unwrap();
+    let (outcome, at) = tokio::time::timeout(Duration::from_secs(10), b)
+        .await
+        .expect("bounded")
+        .unwrap();
+    let PermitAcquire::Acquired(permit) = outcome else {
+        panic!("{outcome:?}")
+    };
+    // A's place lease is 2 s (renewed at most every 2/3 s): B goes ahead after it, not later.
+    let after = at - killed;
+    assert!(after < Duration::from_millis(3_500), "{after:?}");
+    println!("killed gate head skipped after {after:?}");
+    sem.release(&mut conn, permit).await.unwrap();
+}
