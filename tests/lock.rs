@@ -39,7 +39,7 @@ async fn wait_gone(server: &RedisServer, key: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn mutual_exclusion_over_32_tasks_and_strictly_increasing_fences() {
+async fn mutual_exclusion_over_64_tasks_and_strictly_increasing_fences() {
     let server = RedisServer::spawn().await;
     let lock = lock();
     let mut conns = Vec::new();
@@ -53,27 +53,15 @@ async fn mutual_exclusion_over_32_tasks_and_strictly_increasing_fences() {
         .jitter(Duration::from_millis(4))
         .max_wait(Duration::from_secs(120));
     let mut tasks = Vec::new();
-    for i in 0..32 {
+    for i in 0..64 {
         let lock = lock.clone();
         let mut conn = conns[i % conns.len()].clone();
         let options = options.clone();
         tasks.push(tokio::spawn(async move {
-            let mut seen = Vec::with_capacity(50);
-            for _ in 0..50 {
+            let mut seen = Vec::with_capacity(25);
+            for _ in 0..25 {
                 let guard = acquired(&lock, &mut conn, "counter", &options).await;
-                let value: Option<u64> = redis::cmd("GET")
-                    .arg("plain-counter")
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                let value = value.unwrap_or(0);
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                let () = redis::cmd("SET")
-                    .arg("plain-counter")
-                    .arg(value + 1)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
+                let value = support::bump(&mut conn, "plain-counter").await;
                 seen.push((value, guard.fencing_token()));
                 assert_eq!(
                     lock.release(&mut conn, guard).await.unwrap(),

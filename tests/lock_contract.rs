@@ -489,14 +489,9 @@ async fn failover_to_a_lagging_replica_still_issues_a_larger_fencing_token() {
         .unwrap();
     assert!(w.outcome.is_written() && w.is_replicated());
     lock.release(&mut conn, g0).await.unwrap();
-    // The replica's link goes down (pointed at a dead port: a SIGSTOP would not do, the
-    // kernel buffers the stream and the replica applies it on SIGCONT); t1 is acquired on
-    // the primary only, and WAIT says so.
-    let nowhere = support::free_port().to_string();
-    let _: () = pair
-        .replica
-        .cmd(&["REPLICAOF", "127.0.0.1", &nowhere])
-        .await;
+    // The replica's link goes down (see cut_link); t1 is acquired on the primary only, and
+    // WAIT says so.
+    pair.cut_link().await;
     let short = Replication::new(1, Duration::from_millis(200)).unwrap();
     let acked = lock
         .acquire_acked(&mut conn, "acct", &options, short)
@@ -790,11 +785,7 @@ async fn require_replicas_releases_an_acquisition_the_replica_did_not_confirm() 
     assert!(!on_replica.is_empty());
     lock.release(&mut conn, guard).await.unwrap();
     // Replica link down: not confirmed in time -> released again, NotReplicated.
-    let nowhere = support::free_port().to_string();
-    let _: () = pair
-        .replica
-        .cmd(&["REPLICAOF", "127.0.0.1", &nowhere])
-        .await;
+    pair.cut_link().await;
     let short = Replication::new(1, Duration::from_millis(150)).unwrap();
     let options = options.require_replicas(short);
     match lock.acquire(&mut conn, "acct", &options).await.unwrap() {

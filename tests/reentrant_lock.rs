@@ -1,5 +1,6 @@
 //! `ReentrantLock` against real Redis (single node and Cluster): nested holds counted and the
-//! lock freed only at zero, another owner refused until then, the shared lease renewed while a
+//! lock freed only at zero, another owner refused until then, 64 owners with nested holds
+//! (exact count, strictly increasing fencing tokens), the shared lease renewed while a
 //! hold is live, mutual exclusion with an exact count on a Cluster, bad input refused before
 //! sending, nothing half-applied (poisoned keys, ACL denial of every inner command).
 
@@ -130,6 +131,59 @@ async fn the_lease_renews_while_a_hold_is_live() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     let theirs = held(&lock, &mut conn, "w", &other, &ttl(300)).await;
     lock.release(&mut conn, theirs).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_owners_with_nested_holds_exclude_with_increasing_fences() {
+    let server = RedisServer::spawn().await;
+    let mut conns = Vec::new();
+    for _ in 0..4 {
+        conns.push(server.conn().await);
+    }
+    let (tasks, cycles) = (64, 4);
+    let wait = ttl(20_000)
+        .retries(1_000_000)
+        .retry_delay(Duration::from_millis(1))
+        .jitter(Duration::from_millis(4))
+        .max_wait(Duration::from_secs(120));
+    let mut handles = Vec::new();
+    for i in 0..tasks {
+        let mut conn = conns[i % conns.len()].clone();
+        let wait = wait.clone();
+        handles.push(tokio::spawn(async move {
+            let lock = ReentrantLock::new();
+            let me = Owner::new();
+            let mut seen = Vec::with_capacity(cycles);
+            for _ in 0..cycles {
+                let outer = held(&lock, &mut conn, "ctr", &me, &wait).await;
+                let inner = held(&lock, &mut conn, "ctr", &me, &wait).await;
+                assert_eq!(
+                    inner.fencing_token(),
+                    outer.fencing_token(),
+                    "nested: same fence"
+                );
+                lock.release(&mut conn, inner).await.unwrap(); // the outer hold remains
+                let n = support::bump(&mut conn, "n:{ctr}").await;
+                seen.push((n, outer.fencing_token().get()));
+                assert_eq!(
+                    lock.release(&mut conn, outer).await.unwrap(),
+                    Release::Released
+                );
+            }
+            seen
+        }));
+    }
+    let mut seen = Vec::new();
+    for h in handles {
+        let mine = tokio::time::timeout(Duration::from_secs(120), h)
+            .await
+            .expect("bounded")
+            .unwrap();
+        seen.extend(mine);
+    }
+    let total = (tasks * cycles) as u64;
+    assert_eq!(server.cmd::<u64>(&["GET", "n:{ctr}"]).await, total);
+    support::assert_exclusive_and_fenced(seen, total);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

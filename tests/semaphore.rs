@@ -782,11 +782,7 @@ async fn require_replicas_gives_back_a_permit_the_replica_did_not_confirm() {
     assert_eq!(on_replica, 1);
     sem.release(&mut conn, permit).await.unwrap();
     // Replica link down: not confirmed in time -> given back, NotReplicated.
-    let nowhere = support::free_port().to_string();
-    let _: () = pair
-        .replica
-        .cmd(&["REPLICAOF", "127.0.0.1", &nowhere])
-        .await;
+    pair.cut_link().await;
     let short = Replication::new(1, Duration::from_millis(150)).unwrap();
     match sem
         .acquire(&mut conn, "acct", 2, &ttl(10_000).require_replicas(short))
@@ -805,4 +801,119 @@ async fn require_replicas_gives_back_a_permit_the_replica_did_not_confirm() {
         0,
         "given back"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fair_acquirers_get_permits_in_arrival_order_and_never_exceed_them() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let sem = sem();
+    let (permits, waiters) = (2, 24);
+    let gate = format!("{}:gate:{{fifo}}", Semaphore::DEFAULT_PREFIX);
+    // Every permit held: the waiters queue at the gate, the first one waits for a permit.
+    let mut held = Vec::new();
+    for _ in 0..permits {
+        held.push(acquired(&sem, &mut conn, "fifo", permits, &ttl(10_000)).await);
+    }
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let inside = Arc::new(AtomicI64::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..waiters {
+        let (sem, order, inside) = (sem.clone(), Arc::clone(&order), Arc::clone(&inside));
+        let mut own = server.conn().await; // BLPOP holds it
+        tasks.push(tokio::spawn(async move {
+            let outcome = sem
+                .acquire_fair(
+                    &mut own,
+                    "fifo",
+                    permits,
+                    &ttl(10_000),
+                    Duration::from_secs(30),
+                )
+                .await
+                .unwrap();
+            let PermitAcquire::Acquired(permit) = outcome else {
+                panic!("{i}: {outcome:?}")
+            };
+            order.lock().unwrap().push(i);
+            let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+            assert!(now <= i64::from(permits), "{now} holders");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            inside.fetch_sub(1, Ordering::SeqCst);
+            sem.release(&mut own, permit).await.unwrap();
+        }));
+        // Arrival order is spawn order: wait until this one has joined the gate.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while server.cmd::<i64>(&["ZCARD", &gate]).await < i as i64 + 1 {
+            assert!(Instant::now() < deadline, "waiter {i} did not queue");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    for permit in held {
+        sem.release(&mut conn, permit).await.unwrap();
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("bounded")
+            .unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order, (0..waiters).collect::<Vec<_>>(), "arrival order");
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &gate]).await, 0, "gate empty");
+    // Bad input is refused before anything is sent (not even the gate).
+    let before = support::snapshot(&mut conn).await;
+    for (permits, wait, what) in [
+        (0, Duration::from_secs(1), "permits"),
+        (1, Duration::ZERO, "wait"),
+    ] {
+        match sem
+            .acquire_fair(&mut conn, "fifo", permits, &ttl(1_000), wait)
+            .await
+        {
+            Err(Error::InvalidInput { what: w, .. }) => assert_eq!(w, what),
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    assert_unchanged(&before, &support::snapshot(&mut conn).await, "bad input");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_acquirer_killed_at_the_head_of_the_gate_is_skipped_after_its_place_lease() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let sem = sem();
+    let gate = format!("{}:gate:{{kill}}", Semaphore::DEFAULT_PREFIX);
+    let held = acquired(&sem, &mut conn, "kill", 1, &ttl(20_000)).await;
+    let fair = |sem: Semaphore, mut own: MultiplexedConnection| async move {
+        let outcome = sem
+            .acquire_fair(&mut own, "kill", 1, &ttl(20_000), Duration::from_secs(30))
+            .await
+            .unwrap();
+        (outcome, Instant::now())
+    };
+    // A heads the gate (waiting for the permit), B queues behind it; A's process dies.
+    let a = tokio::spawn(fair(sem.clone(), server.conn().await));
+    while server.cmd::<i64>(&["ZCARD", &gate]).await < 1 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let b = tokio::spawn(fair(sem.clone(), server.conn().await));
+    while server.cmd::<i64>(&["ZCARD", &gate]).await < 2 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    a.abort();
+    let killed = Instant::now();
+    sem.release(&mut conn, held).await.unwrap();
+    let (outcome, at) = tokio::time::timeout(Duration::from_secs(10), b)
+        .await
+        .expect("bounded")
+        .unwrap();
+    let PermitAcquire::Acquired(permit) = outcome else {
+        panic!("{outcome:?}")
+    };
+    // A's place lease is 2 s (renewed at most every 2/3 s): B goes ahead after it, not later.
+    let after = at - killed;
+    assert!(after < Duration::from_millis(3_500), "{after:?}");
+    println!("killed gate head skipped after {after:?}");
+    sem.release(&mut conn, permit).await.unwrap();
 }

@@ -131,24 +131,23 @@ impl Lock {
         };
         let started = Instant::now();
         let give_up = options.give_up_at(started);
-        let required = options.get_replication();
-        let wait = replication.or(required);
+        let wait = replication.or(options.get_replication());
         let mut attempt = 0;
         loop {
             let (outcome, replicas) = self
                 .attempt(conn, &key, &token, ttl_ms, options, wait)
                 .await?;
-            let outcome = match (outcome, required, replicas) {
-                (Acquire::Acquired(guard), Some(required), Some(n)) if n < required.replicas() => {
+            let outcome = match (outcome, options.replication_shortfall(replicas)) {
+                (Acquire::Acquired(guard), Some((n, requested))) => {
                     tracing::warn!(key = %guard.key, replicas = n, "acquire not replicated: releasing");
                     self.release(conn, guard).await?;
                     let not = Acquire::NotReplicated {
                         replicas: n,
-                        requested: required.replicas(),
+                        requested,
                     };
                     (not, replicas)
                 }
-                (outcome, _, _) => (outcome, replicas),
+                (outcome, _) => (outcome, replicas),
             };
             if matches!(outcome.0, Acquire::Acquired(_)) || attempt >= options.get_retries() {
                 return Ok(outcome);
@@ -184,13 +183,11 @@ impl Lock {
             .arg(ttl_ms)
             .arg(fence_ttl_ms(ttl_ms));
         let started = Instant::now();
-        let ((acquired, n), replicas): ((i64, i64), Option<u32>) = match replication {
-            None => (self.inner.manager.invoke(conn, &call).await?, None),
-            Some(r) => {
-                let acked = self.inner.manager.invoke_acked(conn, &call, r).await?;
-                (acked.outcome, Some(acked.replicas))
-            }
-        };
+        let ((acquired, n), replicas): ((i64, i64), Option<u32>) = self
+            .inner
+            .manager
+            .invoke_waiting(conn, &call, replication)
+            .await?;
         let outcome = match acquired {
             0 => Acquire::Busy {
                 holder_ttl: u64::try_from(n).ok().map(Duration::from_millis),

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use redis::Value;
 
+use super::grant::Refused;
 use super::guard::LockGuard;
 use super::lock_wait::{block_on, wait_deadline};
 use super::options::LockOptions;
@@ -36,7 +37,10 @@ use crate::script::{Call, Registry, Script, ScriptManager};
 /// so it is also the holder's [`FencingToken`](super::FencingToken), strictly increasing from holder to holder.
 ///
 /// Guards are [`LockGuard`]s: release them with [`FairLock::release`] (not `Lock::release`).
-/// `require_replicas` is not supported and is refused with [`Error::InvalidInput`].
+/// With [`LockOptions::require_replicas`], every attempt is followed by `WAIT` in the same
+/// round trip; a turn that fewer replicas confirmed is given to the next in line and
+/// answered [`Acquire::NotReplicated`] (keep the `WAIT` timeout below the waiter lease: a
+/// waiting attempt may block that long).
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
@@ -139,6 +143,17 @@ impl FairLock {
         self
     }
 
+    /// The gate of a fair semaphore: keys under `<prefix>:gate` (one validated prefix plus a
+    /// fixed suffix: bounded), `manager` when given.
+    pub(super) fn gated(mut self, prefix: &str, manager: Option<ScriptManager>) -> Self {
+        let inner = Arc::make_mut(&mut self.inner);
+        inner.prefix = format!("{prefix}:gate");
+        if let Some(manager) = manager {
+            inner.manager = manager;
+        }
+        self
+    }
+
     /// How long a waiter that stopped renewing (crashed, cut off) keeps its place: whole
     /// milliseconds, 30 ms to [`LockOptions::MAX_TTL`]. A blocked acquire renews it about
     /// every third of it, so shorter means faster skipping of dead waiters and more calls.
@@ -180,11 +195,13 @@ impl FairLock {
     /// any, is above 400 ms (each `BLPOP` asks for at most 250 ms, and Redis may answer up to `1000 / hz` ms later).
     ///
     /// Fails with [`Error::InvalidInput`] before anything is sent for an empty or too long
-    /// resource, invalid options, `require_replicas`, or a `wait` that is zero or beyond what
+    /// resource, invalid options, or a `wait` that is zero or beyond what
     /// an [`Instant`] holds; with [`Error::WrongType`] / [`Error::CorruptData`] for keys
     /// holding something else, and [`Error::PermissionDenied`] for an ACL refusal (nothing
     /// written in these cases); with [`Error::Timeout`] when the turn came but the acquire
-    /// took the whole lease (the lock is then released again).
+    /// took the whole lease (the lock is then released again). With
+    /// [`LockOptions::require_replicas`], [`Acquire::NotReplicated`] when the turn came but
+    /// fewer replicas confirmed it (the turn is given to the next in line).
     ///
     /// ```no_run
     /// # async fn run(fair: redkit::lock::FairLock, client: redis::Client) -> redkit::Result<()> {
@@ -206,12 +223,6 @@ impl FairLock {
     ) -> Result<Acquire> {
         let give_up = wait_deadline(wait)?;
         let ttl_ms = options.validate()?;
-        if options.get_replication().is_some() {
-            return Err(Error::invalid(
-                "options",
-                "require_replicas is not supported by FairLock",
-            ));
-        }
         let key = self.key(resource)?;
         let token = match options.get_token() {
             Some(token) => token.to_owned(),
@@ -229,7 +240,11 @@ impl FairLock {
             .arg(fence_ttl_ms(ttl_ms));
         loop {
             let started = Instant::now();
-            let reply: Vec<Value> = self.inner.manager.invoke(conn, &call).await?;
+            let (reply, replicas): (Vec<Value>, Option<u32>) = self
+                .inner
+                .manager
+                .invoke_waiting(conn, &call, options.get_replication())
+                .await?;
             let int = |v: &Value| match v {
                 Value::Int(n) => Ok(*n),
                 other => Err(Error::unexpected(script.id(), format!("{other:?}"))),
@@ -239,11 +254,11 @@ impl FairLock {
                     let guard = LockGuard::granted(
                         script, key.clone(), token.clone(), int(fence)?, ttl_ms, options, started,
                     )?;
-                    if !guard.is_valid() {
-                        let elapsed = started.elapsed();
-                        tracing::warn!(key = %guard.key, ?elapsed, "acquire took the whole lease");
+                    let valid = guard.is_valid();
+                    if let Some(refused) = Refused::check(&key, valid, started, options, replicas)
+                    {
                         self.release(conn, guard).await?;
-                        return Err(Error::Timeout(elapsed));
+                        return refused.acquire();
                     }
                     return Ok(Acquire::Acquired(guard));
                 }

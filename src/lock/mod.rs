@@ -21,6 +21,7 @@
 mod acquire;
 mod fair;
 mod fencing;
+mod grant;
 mod guard;
 mod lock_wait;
 mod options;

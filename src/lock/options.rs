@@ -190,12 +190,16 @@ impl LockOptions {
         self
     }
 
-    /// Requires `replication` for a [`Lock`](super::Lock) acquisition: every attempt is
+    /// Requires `replication` for an acquisition of a [`Lock`](super::Lock),
+    /// [`FairLock`](super::FairLock), [`RwLock`](super::RwLock),
+    /// [`ReentrantLock`](super::ReentrantLock) or [`Semaphore`](super::Semaphore): every attempt is
     /// followed by `WAIT` in the same round trip, and an acquisition that fewer replicas than
     /// requested acknowledged in time is released again and answered with
-    /// [`Acquire::NotReplicated`](super::Acquire::NotReplicated) (it could be lost in a
-    /// failover, and another owner could then acquire). Ignored by
-    /// [`Redlock`](super::Redlock).
+    /// [`Acquire::NotReplicated`](super::Acquire::NotReplicated) (a semaphore:
+    /// [`PermitAcquire::NotReplicated`](super::PermitAcquire::NotReplicated)), as it could be
+    /// lost in a failover and another owner could then acquire. `Lock` tries again while
+    /// its retries allow; the others answer at once (a fair lock's turn is given to the
+    /// next in line). Ignored by [`Redlock`](super::Redlock).
     ///
     /// ```
     /// # use std::time::Duration;
@@ -253,6 +257,14 @@ impl LockOptions {
     /// The replication required at acquire, if any.
     pub(crate) fn get_replication(&self) -> Option<Replication> {
         self.replication
+    }
+
+    /// `(replicas, requested)` when replication is required and `acked` (what `WAIT`
+    /// answered; `None`: not sent) is short of it.
+    pub(crate) fn replication_shortfall(&self, acked: Option<u32>) -> Option<(u32, u32)> {
+        let requested = self.replication?.replicas();
+        let replicas = acked.unwrap_or(0);
+        (replicas < requested).then_some((replicas, requested))
     }
 
     /// The caller's owner token, if one was set.

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
+use super::grant::Refused;
 use super::guard::LockGuard;
 use super::options::LockOptions;
 use super::outcome::{renew_status, Acquire, Release, Renew};
@@ -80,8 +81,10 @@ impl fmt::Debug for Owner {
 /// nested holds get the fencing token of the first one.
 ///
 /// Waiting follows [`LockOptions`] as [`Lock::acquire`](super::Lock::acquire); the owner
-/// token comes from the [`Owner`] ([`LockOptions::token`] and `require_replicas` are refused
-/// with [`Error::InvalidInput`]).
+/// token comes from the [`Owner`] ([`LockOptions::token`] is refused with
+/// [`Error::InvalidInput`]). With [`LockOptions::require_replicas`] every attempt is followed
+/// by `WAIT` in the same round trip, and a hold fewer replicas confirmed is given back (the
+/// count returns to what it was) and answered [`Acquire::NotReplicated`].
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
@@ -182,8 +185,8 @@ impl ReentrantLock {
     /// free or already `owner`'s (one more hold; the lease renewed). [`Acquire::Busy`] when
     /// another owner holds it after the last attempt.
     ///
-    /// Fails with [`Error::InvalidInput`] (nothing sent) for a bad resource or options,
-    /// [`LockOptions::token`] or `require_replicas`; with [`Error::WrongType`] /
+    /// Fails with [`Error::InvalidInput`] (nothing sent) for a bad resource or options or
+    /// [`LockOptions::token`]; with [`Error::WrongType`] /
     /// [`Error::CorruptData`] for keys holding something else and
     /// [`Error::PermissionDenied`] for an ACL refusal (nothing written in these cases); with
     /// [`Error::Timeout`] when the acquire took the whole lease (the hold is given back).
@@ -204,10 +207,10 @@ impl ReentrantLock {
         options: &LockOptions,
     ) -> Result<Acquire> {
         let ttl_ms = options.validate()?;
-        if options.get_replication().is_some() || options.get_token().is_some() {
+        if options.get_token().is_some() {
             return Err(Error::invalid(
                 "options",
-                "ReentrantLock takes its token from the Owner and does not support require_replicas",
+                "ReentrantLock takes its token from the Owner",
             ));
         }
         let key = self.key(resource)?;
@@ -222,7 +225,11 @@ impl ReentrantLock {
         let mut attempt = 0;
         loop {
             let started = Instant::now();
-            let reply: Vec<i64> = self.inner.manager.invoke(conn, &call).await?;
+            let (reply, replicas): (Vec<i64>, Option<u32>) = self
+                .inner
+                .manager
+                .invoke_waiting(conn, &call, options.get_replication())
+                .await?;
             match reply.as_slice() {
                 [1, fence, _holds] => {
                     let guard = LockGuard::granted(
@@ -234,10 +241,12 @@ impl ReentrantLock {
                         options,
                         started,
                     )?;
-                    if !guard.is_valid() {
-                        let elapsed = started.elapsed();
+                    let valid = guard.is_valid();
+                    if let Some(refused) =
+                        Refused::check(&guard.key, valid, started, options, replicas)
+                    {
                         self.release(conn, guard).await?;
-                        return Err(Error::Timeout(elapsed));
+                        return refused.acquire();
                     }
                     return Ok(Acquire::Acquired(guard));
                 }

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
+use super::grant::Refused;
 use super::guard::LockGuard;
 use super::options::LockOptions;
 use super::outcome::{renew_status, status, Acquire, Release, Renew};
@@ -34,8 +35,10 @@ const INTENT_MARGIN: Duration = Duration::from_millis(500);
 ///
 /// Waiting follows [`LockOptions`] (`retries`, `retry_delay`, `jitter`, `max_wait`) as in
 /// [`Lock::acquire`](super::Lock::acquire). A reader does not upgrade to writer (its own read
-/// hold would block it until the read lease ends). `require_replicas` is refused with
-/// [`Error::InvalidInput`]. Guards are [`LockGuard`]s released with [`RwLock::release`].
+/// hold would block it until the read lease ends). With [`LockOptions::require_replicas`]
+/// every attempt is followed by `WAIT` in the same round trip, and a hold fewer replicas
+/// confirmed is given back and answered [`Acquire::NotReplicated`]. Guards are
+/// [`LockGuard`]s released with [`RwLock::release`].
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
@@ -142,8 +145,7 @@ impl RwLock {
     /// lock or waits for it. [`Acquire::Busy`] (`holder_ttl`: until the blocking writer's
     /// lease or intent ends, as last seen) after the last attempt.
     ///
-    /// Fails with [`Error::InvalidInput`] (nothing sent) for a bad resource or options or
-    /// `require_replicas`, with [`Error::WrongType`] / [`Error::CorruptData`] for keys that
+    /// Fails with [`Error::InvalidInput`] (nothing sent) for a bad resource or options, with [`Error::WrongType`] / [`Error::CorruptData`] for keys that
     /// hold something else and [`Error::PermissionDenied`] for an ACL refusal (nothing written
     /// in these cases), and with [`Error::Timeout`] when the acquire took the whole lease.
     ///
@@ -194,12 +196,6 @@ impl RwLock {
         mode: &str,
     ) -> Result<Acquire> {
         let ttl_ms = options.validate()?;
-        if options.get_replication().is_some() {
-            return Err(Error::invalid(
-                "options",
-                "require_replicas is not supported by RwLock",
-            ));
-        }
         let key = self.key(resource)?;
         let token = match options.get_token() {
             Some(token) => token.to_owned(),
@@ -225,15 +221,21 @@ impl RwLock {
         let mut attempt = 0;
         loop {
             let started = Instant::now();
-            let reply: Vec<i64> = self.inner.manager.invoke(conn, &call).await?;
+            let (reply, replicas): (Vec<i64>, Option<u32>) = self
+                .inner
+                .manager
+                .invoke_waiting(conn, &call, options.get_replication())
+                .await?;
             match reply.as_slice() {
                 [1, fence] => {
                     let guard =
                         LockGuard::granted(script, key, token, *fence, ttl_ms, options, started)?;
-                    if !guard.is_valid() {
-                        let elapsed = started.elapsed();
+                    let valid = guard.is_valid();
+                    if let Some(refused) =
+                        Refused::check(&guard.key, valid, started, options, replicas)
+                    {
                         self.release(conn, guard).await?;
-                        return Err(Error::Timeout(elapsed));
+                        return refused.acquire();
                     }
                     return Ok(Acquire::Acquired(guard));
                 }

@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
+use super::fair::FairLock;
+use super::grant::Refused;
 use super::guard::{deadline, Clock};
 use super::options::LockOptions;
 use super::outcome::{renew_status, status, Release, Renew};
@@ -64,6 +66,9 @@ pub struct Semaphore {
 pub(super) struct Inner {
     prefix: String,
     manager: ScriptManager,
+    /// The arrival-order queue in front of [`Semaphore::acquire_fair`] (keys under
+    /// `<prefix>:gate`).
+    pub(super) gate: FairLock,
     acquire: &'static Script,
     renew: &'static Script,
     release: &'static Script,
@@ -95,6 +100,7 @@ impl Semaphore {
             inner: Arc::new(Inner {
                 prefix: Self::DEFAULT_PREFIX.to_owned(),
                 manager: ScriptManager::new(),
+                gate: FairLock::new().gated(Self::DEFAULT_PREFIX, None),
                 acquire: script("semaphore_acquire", 1),
                 renew: script("semaphore_renew", 1),
                 release: script("semaphore_release", 2),
@@ -110,7 +116,9 @@ impl Semaphore {
     /// ```
     pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
         keys::validate_prefix("prefix", prefix)?;
-        Arc::make_mut(&mut self.inner).prefix = prefix.to_owned();
+        let inner = Arc::make_mut(&mut self.inner);
+        inner.prefix = prefix.to_owned();
+        inner.gate = inner.gate.clone().gated(prefix, None);
         Ok(self)
     }
 
@@ -121,7 +129,12 @@ impl Semaphore {
     /// # let _ = x;
     /// ```
     pub fn with_manager(mut self, manager: ScriptManager) -> Self {
-        Arc::make_mut(&mut self.inner).manager = manager;
+        let inner = Arc::make_mut(&mut self.inner);
+        inner.gate = inner
+            .gate
+            .clone()
+            .gated(&inner.prefix, Some(manager.clone()));
+        inner.manager = manager;
         self
     }
 
@@ -189,14 +202,7 @@ impl Semaphore {
         permits: u32,
         options: &LockOptions,
     ) -> Result<PermitAcquire> {
-        let ttl_ms = options.validate()?;
-        if permits == 0 || permits > Self::MAX_PERMITS {
-            return Err(Error::invalid(
-                "permits",
-                format!("must be 1 to {}", Self::MAX_PERMITS),
-            ));
-        }
-        let key = self.key(resource)?;
+        let (key, ttl_ms) = self.checked(resource, permits, options)?;
         let token = match options.get_token() {
             Some(token) => token.to_owned(),
             None => owner_token(),
@@ -219,6 +225,23 @@ impl Semaphore {
         }
     }
 
+    /// The key and the lease in ms of an acquire, or the typed error of its bad input.
+    pub(super) fn checked(
+        &self,
+        resource: &str,
+        permits: u32,
+        options: &LockOptions,
+    ) -> Result<(String, u64)> {
+        let ttl_ms = options.validate()?;
+        if permits == 0 || permits > Self::MAX_PERMITS {
+            return Err(Error::invalid(
+                "permits",
+                format!("must be 1 to {}", Self::MAX_PERMITS),
+            ));
+        }
+        Ok((self.key(resource)?, ttl_ms))
+    }
+
     async fn attempt<C: ConnectionLike>(
         &self,
         conn: &mut C,
@@ -232,13 +255,11 @@ impl Semaphore {
         let mut call = Call::new(script);
         call.key(key).arg(token).arg(permits).arg(ttl_ms);
         let started = Instant::now();
-        let (reply, replicas): (Vec<i64>, Option<u32>) = match options.get_replication() {
-            None => (self.inner.manager.invoke(conn, &call).await?, None),
-            Some(r) => {
-                let acked = self.inner.manager.invoke_acked(conn, &call, r).await?;
-                (acked.outcome, Some(acked.replicas))
-            }
-        };
+        let (reply, replicas): (Vec<i64>, Option<u32>) = self
+            .inner
+            .manager
+            .invoke_waiting(conn, &call, options.get_replication())
+            .await?;
         let count = |n: i64| {
             u32::try_from(n)
                 .map_err(|_| Error::unexpected(script.id(), format!("holder count {n}")))
@@ -257,21 +278,10 @@ impl Semaphore {
                     clock: Clock::new(deadline(started, ttl, drift)),
                     watchdog: None,
                 };
-                if !guard.is_valid() {
-                    let elapsed = started.elapsed();
-                    tracing::warn!(key = %guard.key, ?elapsed, "acquire took the whole lease");
+                let valid = guard.is_valid();
+                if let Some(refused) = Refused::check(key, valid, started, options, replicas) {
                     self.release(conn, guard).await?;
-                    return Err(Error::Timeout(elapsed));
-                }
-                if let (Some(required), Some(n)) = (options.get_replication(), replicas) {
-                    if n < required.replicas() {
-                        tracing::warn!(key = %guard.key, replicas = n, "permit not replicated: releasing");
-                        self.release(conn, guard).await?;
-                        return Ok(PermitAcquire::NotReplicated {
-                            replicas: n,
-                            requested: required.replicas(),
-                        });
-                    }
+                    return refused.permit();
                 }
                 Ok(PermitAcquire::Acquired(guard))
             }

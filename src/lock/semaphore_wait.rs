@@ -1,15 +1,22 @@
-//! [`Semaphore::acquire_blocking`]: waiting for a permit without polling.
+//! [`Semaphore::acquire_blocking`]: waiting for a permit without polling, and
+//! [`Semaphore::acquire_fair`]: the same wait in arrival order.
 
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
+use super::guard::LockGuard;
 use super::lock_wait::{block_on, wait_deadline};
 use super::options::LockOptions;
+use super::outcome::{Acquire, Renew};
 use super::permit::PermitAcquire;
 use super::semaphore::{wake_key_of, Semaphore};
 use super::token::owner_token;
 use crate::error::Result;
+
+/// The lease of a fair acquire's place at the gate: a caller that dies there delays the ones
+/// behind it by at most this long. Renewed about every third of it while waiting.
+const GATE_LEASE: Duration = Duration::from_secs(2);
 
 impl Semaphore {
     /// Acquires a permit, waiting up to `wait` without polling: after an attempt finds every
@@ -23,6 +30,9 @@ impl Semaphore {
     /// connection shared with other work would queue that work behind it) whose response
     /// timeout, if any, is above 400 ms (each `BLPOP` asks for at most 250 ms, and Redis may answer up to `1000 / hz` ms later). A notification nobody waited for may wake a
     /// later waiter early (it just tries again); at most `permits` of them are kept, for 60 s.
+    ///
+    /// Not fair: a caller arriving later may take a freed permit first
+    /// ([`acquire_fair`](Self::acquire_fair) serves callers in arrival order).
     ///
     /// Fails like [`acquire`](Self::acquire), and with [`Error::InvalidInput`](crate::Error::InvalidInput) for a `wait`
     /// that is zero or beyond what an [`Instant`] can hold.
@@ -49,6 +59,85 @@ impl Semaphore {
         wait: Duration,
     ) -> Result<PermitAcquire> {
         let give_up = wait_deadline(wait)?;
+        self.wait_for_permit(conn, resource, permits, options, give_up, None)
+            .await
+    }
+
+    /// Acquires a permit **in arrival order**: callers of `acquire_fair` on one resource get
+    /// permits in the order they called, like [`FairLock`](super::FairLock) with `permits`
+    /// holders. The caller first queues at the resource's gate, a `FairLock` under
+    /// `<prefix>:gate` (waiting without polling, a dead caller skipped after its 2 s place
+    /// lease); at the head of the gate it waits for a permit as
+    /// [`acquire_blocking`](Self::acquire_blocking) does, renewing its place, then leaves the
+    /// gate (waking the next in line). Both waits share `wait`; after it the caller leaves the
+    /// queue and gets [`PermitAcquire::Full`] (`holders`: `permits`, `retry_after`: zero when
+    /// it was still behind earlier arrivals).
+    ///
+    /// Cost: without contention three round trips (gate join, permit, gate leave) instead of
+    /// one. Fair among `acquire_fair` callers only: an [`acquire`](Self::acquire) or
+    /// `acquire_blocking` on the same resource does not queue and can take a freed permit
+    /// first. The connection needs what `acquire_blocking` needs (a connection of its own).
+    /// Fails like [`acquire_blocking`](Self::acquire_blocking) (bad input refused before
+    /// anything is sent).
+    ///
+    /// ```no_run
+    /// # async fn run(sem: redkit::lock::Semaphore, client: redis::Client) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::lock::{LockOptions, PermitAcquire};
+    /// let mut own = client.get_multiplexed_async_connection().await?;
+    /// let lease = LockOptions::new().ttl(Duration::from_secs(60));
+    /// // 8 report builds at once, started in the order they were asked for
+    /// match sem.acquire_fair(&mut own, "reports", 8, &lease, Duration::from_secs(300)).await? {
+    ///     PermitAcquire::Acquired(permit) => { sem.release(&mut own, permit).await?; }
+    ///     _ => eprintln!("still queued after 5 minutes: gave up our place"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_fair<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        permits: u32,
+        options: &LockOptions,
+        wait: Duration,
+    ) -> Result<PermitAcquire> {
+        let give_up = wait_deadline(wait)?;
+        self.checked(resource, permits, options)?;
+        let gate = &self.inner.gate;
+        let mut place = LockOptions::new().ttl(GATE_LEASE);
+        if let Some(token) = options.get_token() {
+            place = place.token(token);
+        }
+        let mut turn = match gate.acquire_blocking(conn, resource, &place, wait).await? {
+            Acquire::Acquired(turn) => turn,
+            _ => {
+                return Ok(PermitAcquire::Full {
+                    holders: permits,
+                    retry_after: Duration::ZERO,
+                })
+            }
+        };
+        let outcome = self
+            .wait_for_permit(conn, resource, permits, options, give_up, Some(&mut turn))
+            .await;
+        if let Err(e) = gate.release(conn, turn).await {
+            // The place ends with its lease (2 s); the permit, if any, is the caller's.
+            tracing::warn!(resource, error = %e, "leaving the fair semaphore's gate failed");
+        }
+        outcome
+    }
+
+    /// Attempts until a permit is ours or `give_up` has passed, blocked on the wake-up list
+    /// between attempts; renews the caller's place at the gate, if any, before each block.
+    async fn wait_for_permit<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        permits: u32,
+        options: &LockOptions,
+        give_up: Instant,
+        mut gate: Option<&mut LockGuard>,
+    ) -> Result<PermitAcquire> {
         let mut once = options.clone().retries(0);
         if options.get_token().is_none() {
             once = once.token(owner_token());
@@ -64,10 +153,16 @@ impl Semaphore {
                 return Ok(outcome);
             }
             // Wake on a release, or when the earliest lease ends (+1 ms: it must have ended).
-            let block = retry_after
+            let mut block = retry_after
                 .saturating_add(Duration::from_millis(1))
                 .min(remaining)
                 .max(Duration::from_millis(1));
+            if let Some(turn) = gate.as_deref_mut() {
+                if self.inner.gate.renew(conn, turn).await? == Renew::Lost {
+                    tracing::warn!(resource, "fair semaphore: place at the gate lost");
+                }
+                block = block.min(GATE_LEASE / 3);
+            }
             block_on(conn, wake.as_str(), block).await?;
         }
     }

@@ -164,6 +164,28 @@ impl<T> Acked<T> {
 }
 
 impl ScriptManager {
+    /// Runs one call like [`invoke`](Self::invoke), or like [`invoke_acked`](Self::invoke_acked)
+    /// when `replication` is given: the outcome, and the replicas that acknowledged (`None`
+    /// when no `WAIT` was sent).
+    pub(crate) async fn invoke_waiting<T, C>(
+        &self,
+        conn: &mut C,
+        call: &Call<'_>,
+        replication: Option<Replication>,
+    ) -> Result<(T, Option<u32>)>
+    where
+        T: FromRedisValue,
+        C: ConnectionLike,
+    {
+        Ok(match replication {
+            None => (self.invoke(conn, call).await?, None),
+            Some(r) => {
+                let acked = self.invoke_acked(conn, call, r).await?;
+                (acked.outcome, Some(acked.replicas))
+            }
+        })
+    }
+
     /// Runs one call like [`invoke`](Self::invoke), then `WAIT` for `replication`, both in one
     /// pipeline (one round trip) on the node that ran the script (on a Cluster connection the
     /// pipeline is routed by the call's first key). On `NOSCRIPT` the pair is sent once more

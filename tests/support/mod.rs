@@ -554,6 +554,17 @@ impl ReplicatedPair {
         pair
     }
 
+    /// Points the replica at a dead port: its link is down, the primary's later writes do not
+    /// reach it, and `WAIT` times out (a SIGSTOP would not do: the kernel buffers the stream
+    /// and the replica applies it on SIGCONT).
+    pub async fn cut_link(&self) {
+        let nowhere = free_port().to_string();
+        let _: () = self
+            .replica
+            .cmd(&["REPLICAOF", "127.0.0.1", &nowhere])
+            .await;
+    }
+
     /// Waits until the replica reports its link up and the primary counts it.
     pub async fn wait_in_sync(&self, within: Duration) {
         let deadline = Instant::now() + within;
@@ -639,5 +650,31 @@ pub fn same_dumps(
     for (k, (dump, _)) in before {
         let name = String::from_utf8_lossy(k);
         assert_eq!(dump, &after[k].0, "{case}: {name} changed");
+    }
+}
+
+/// One read-modify-write of the counter at `key` with 1 ms between the read and the write, so
+/// two holders at once would lose an update: the value read.
+pub async fn bump<C: redis::aio::ConnectionLike>(conn: &mut C, key: &str) -> u64 {
+    let n: Option<u64> = redis::cmd("GET").arg(key).query_async(conn).await.unwrap();
+    let n = n.unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let () = redis::cmd("SET")
+        .arg(key)
+        .arg(n + 1)
+        .query_async(conn)
+        .await
+        .unwrap();
+    n
+}
+
+/// `(value read by bump, fencing token)` of every hold: sorted by the value, the values are
+/// `0..total` (no lost update, so no two holders at once) and the tokens strictly increase.
+pub fn assert_exclusive_and_fenced(mut seen: Vec<(u64, u64)>, total: u64) {
+    seen.sort_by_key(|&(n, _)| n);
+    let values: Vec<u64> = seen.iter().map(|&(n, _)| n).collect();
+    assert_eq!(values, (0..total).collect::<Vec<_>>(), "no lost update");
+    for w in seen.windows(2) {
+        assert!(w[0].1 < w[1].1, "fencing tokens not increasing: {w:?}");
     }
 }

@@ -1,0 +1,76 @@
+//! What every acquire checks once the server granted a hold: validity left after the round
+//! trip, and the replicas [`LockOptions::require_replicas`] asks for. One place for the
+//! rule, so every primitive gives a hold back for the same reasons.
+
+use std::time::{Duration, Instant};
+
+use super::options::LockOptions;
+use super::outcome::Acquire;
+use super::permit::PermitAcquire;
+use crate::error::{Error, Result};
+
+/// Why a granted hold must be given back at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refused {
+    /// The acquire took the whole lease (elapsed since the request was sent).
+    Timeout(Duration),
+    /// Fewer replicas than required acknowledged the grant.
+    NotReplicated { replicas: u32, requested: u32 },
+}
+
+impl Refused {
+    /// The check of a hold on `key` granted to a request sent at `started`: `valid` is the
+    /// guard's local validity, `replicas` what `WAIT` answered (`None`: not sent).
+    pub(super) fn check(
+        key: &str,
+        valid: bool,
+        started: Instant,
+        options: &LockOptions,
+        replicas: Option<u32>,
+    ) -> Option<Self> {
+        if !valid {
+            let elapsed = started.elapsed();
+            tracing::warn!(key, ?elapsed, "acquire took the whole lease: releasing");
+            return Some(Self::Timeout(elapsed));
+        }
+        let (replicas, requested) = options.replication_shortfall(replicas)?;
+        tracing::warn!(
+            key,
+            replicas,
+            requested,
+            "acquire not replicated: releasing"
+        );
+        Some(Self::NotReplicated {
+            replicas,
+            requested,
+        })
+    }
+
+    /// The answer of a lock acquire whose hold was given back for this reason.
+    pub(super) fn acquire(self) -> Result<Acquire> {
+        match self {
+            Self::Timeout(elapsed) => Err(Error::Timeout(elapsed)),
+            Self::NotReplicated {
+                replicas,
+                requested,
+            } => Ok(Acquire::NotReplicated {
+                replicas,
+                requested,
+            }),
+        }
+    }
+
+    /// The answer of a permit acquire whose permit was given back for this reason.
+    pub(super) fn permit(self) -> Result<PermitAcquire> {
+        match self {
+            Self::Timeout(elapsed) => Err(Error::Timeout(elapsed)),
+            Self::NotReplicated {
+                replicas,
+                requested,
+            } => Ok(PermitAcquire::NotReplicated {
+                replicas,
+                requested,
+            }),
+        }
+    }
+}
