@@ -358,20 +358,20 @@ async fn fixed_case(
     row("fixed-window check, 10k IPs", &redkit, &seed);
     // Before, in the same run: the previous script version through the same manager.
     let manager = ScriptManager::new();
-    let v3 = Registry::global().require("fixed_window", 3).unwrap();
+    let v4 = Registry::global().require("fixed_window", 4).unwrap();
     let (l, k, m) = (limiter.clone(), ips.clone(), manager.clone());
     let before = run(conn.clone(), pid, secs, move |mut c, t, i| {
         let (l, k, m) = (l.clone(), k.clone(), m.clone());
         async move {
             let key = l.redis_key(&k[((t * 7919 + i * 64) as usize) % IPS]);
-            let mut call = Call::new(v3);
+            let mut call = Call::new(v4);
             call.key(&key).arg(LIMIT).arg(WINDOW_MS).arg(1);
             let (_, _, allowed): (i64, i64, i64) = m.invoke(&mut c, &call).await.unwrap();
             assert_eq!(allowed, 1);
         }
     })
     .await;
-    row("fixed-window check, 10k IPs (v3, before)", &before, &seed);
+    row("fixed-window check, 10k IPs (v4, before)", &before, &seed);
 }
 
 async fn gcra_case(
@@ -591,7 +591,7 @@ async fn other_cases(
     .await;
     let seed = seed_decrement(&conn, seed_stock.clone()).await;
     row("decrement, 64 buyers on ONE SKU", &redkit, &seed);
-    let apply_v3 = Registry::global().require("inventory_apply", 3).unwrap();
+    let apply_v5 = Registry::global().require("inventory_apply", 5).unwrap();
     let keys = Arc::new([
         store.sku_key("hot").unwrap(),
         store.reservation_key("hot").unwrap(),
@@ -601,7 +601,7 @@ async fn other_cases(
     let before = run(conn.clone(), pid, secs, move |mut c, _, _| {
         let (m, k) = (m.clone(), k.clone());
         async move {
-            let mut call = Call::with_key_count(apply_v3, 3);
+            let mut call = Call::with_key_count(apply_v5, 3);
             call.key(&k[0]).key(&k[1]).key(&k[2]);
             call.arg("take").arg(1).arg(1);
             let (status, _): (String, i64) = m.invoke(&mut c, &call).await.unwrap();
@@ -609,7 +609,7 @@ async fn other_cases(
         }
     })
     .await;
-    row("decrement, ONE SKU (v3, before)", &before, &seed);
+    row("decrement, ONE SKU (v5, before)", &before, &seed);
     let st = store.clone();
     let redkit = run(conn.clone(), pid, secs, move |mut c, t, i| {
         let st = st.clone();
@@ -627,7 +627,7 @@ async fn other_cases(
         let (m, k, st) = (m.clone(), k.clone(), st.clone());
         async move {
             let record = st.request_key(&format!("b{t}-{i}")).unwrap();
-            let mut call = Call::with_key_count(apply_v3, 4);
+            let mut call = Call::with_key_count(apply_v5, 4);
             call.key(&k[0]).key(&k[1]).key(&k[2]).key(&record);
             call.arg("take").arg(1).arg(1).arg(86_400_000).arg("d:1");
             let (status, _): (String, i64) = m.invoke(&mut c, &call).await.unwrap();
@@ -635,8 +635,12 @@ async fn other_cases(
         }
     })
     .await;
-    row("decrement with a request id (v3, before)", &before, &seed);
+    row("decrement with a request id (v5, before)", &before, &seed);
 
+    if !selected("lock") {
+        stock_ceilings(server, &mut conn, &store).await;
+        return;
+    }
     // (c) lock acquire + release with default options, own key per task.
     let lock = Arc::new(Lock::new());
     let options = Arc::new(LockOptions::new());
@@ -676,21 +680,8 @@ async fn other_cases(
     }
 
     // Ceilings: redis-benchmark -c 8 -P 16 EVALSHA of each script version and the seed.
-    println!();
-    println!("| redis-benchmark -c 8 -P 16 (EVALSHA) | calls/s |");
-    println!("| --- | ---: |");
+    stock_ceilings(server, &mut conn, &store).await;
     let port = server.port();
-    let sku = store.sku_key("hot").unwrap();
-    let res = store.reservation_key("hot").unwrap();
-    let exp = store.reservation_expiry_key("hot").unwrap();
-    for s in versions("inventory_apply") {
-        let name = format!("{} (one SKU, take 1)", s.id());
-        let args = ["EVALSHA", s.sha1(), "3", &sku, &res, &exp, "take", "1", "1"];
-        print_ceiling(&name, ceiling(port, &args));
-    }
-    let sha = script_load(&mut conn, SEED_STOCK).await;
-    let args = ["EVALSHA", &sha, "1", "seed:stock:hot", "1"];
-    print_ceiling("seed stock script", ceiling(port, &args));
 
     let token = "0123456789abcdef0123456789abcdef";
     let ttl = ttl_ms.to_string();
@@ -719,6 +710,29 @@ async fn other_cases(
     let sha = script_load(&mut conn, SEED_UNLOCK).await;
     let args = ["EVALSHA", &sha, "1", "ceil:lk:none", token];
     print_ceiling("seed compare-and-delete (key absent)", ceiling(port, &args));
+}
+
+/// redis-benchmark ceilings of every `inventory_apply` version (one SKU, take 1) and the seed.
+async fn stock_ceilings(
+    server: &support::RedisServer,
+    conn: &mut MultiplexedConnection,
+    store: &redkit::inventory::Store,
+) {
+    println!();
+    println!("| redis-benchmark -c 8 -P 16 (EVALSHA) | calls/s |");
+    println!("| --- | ---: |");
+    let port = server.port();
+    let sku = store.sku_key("hot").unwrap();
+    let res = store.reservation_key("hot").unwrap();
+    let exp = store.reservation_expiry_key("hot").unwrap();
+    for s in versions("inventory_apply") {
+        let name = format!("{} (one SKU, take 1)", s.id());
+        let args = ["EVALSHA", s.sha1(), "3", &sku, &res, &exp, "take", "1", "1"];
+        print_ceiling(&name, ceiling(port, &args));
+    }
+    let sha = script_load(conn, SEED_STOCK).await;
+    let args = ["EVALSHA", &sha, "1", "seed:stock:hot", "1"];
+    print_ceiling("seed stock script", ceiling(port, &args));
 }
 
 /// The fixed-window check through `EVALSHA` (scripts backend) and `FCALL` (Functions

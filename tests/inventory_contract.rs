@@ -1207,7 +1207,7 @@ async fn v1_reservations_are_migrated_and_then_expire() {
 async fn the_scripts_parse_integers_exactly_like_redis_within_their_range() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    for version in [2, 4, 5] {
+    for version in [2, 4, 5, 6] {
         parse_like_redis(&mut conn, version).await;
     }
 }
