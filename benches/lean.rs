@@ -27,6 +27,7 @@
 //! `redis-benchmark` ceiling of both commands on the same body.
 //!
 //! `cargo bench --bench lean` (`REDKIT_LEAN_SECS=<n>` per case, default 3;
+//! `REDKIT_LEAN_ROUNDS=<n>` repeats the fixed-window and stock rows;
 //! `REDKIT_LEAN_ONLY=backends` runs only the backend comparison).
 
 #[path = "../tests/support/mod.rs"]
@@ -103,6 +104,15 @@ end
 return true";
 
 const SEED_STOCK: &str = r"
+local s = tonumber(redis.call('GET', KEYS[1]))
+if not s then return -1 end
+if s < tonumber(ARGV[1]) then return 0 end
+redis.call('DECRBY', KEYS[1], ARGV[1])
+return 1";
+
+/// The seed stock script with an idempotency marker a user would add: `SET NX PX` first.
+const SEED_STOCK_ID: &str = r"
+if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then return 2 end
 local s = tonumber(redis.call('GET', KEYS[1]))
 if not s then return -1 end
 if s < tonumber(ARGV[1]) then return 0 end
@@ -273,6 +283,15 @@ fn main() {
     rt.block_on(bench(secs));
 }
 
+/// `REDKIT_LEAN_ROUNDS` (default 1): how many times the fixed-window and stock rows run, one
+/// after the other (compare medians of rounds on a noisy machine).
+fn rounds() -> u64 {
+    std::env::var("REDKIT_LEAN_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+}
+
 /// Whether `REDKIT_LEAN_CASES` (comma-separated; unset = all) selects `case`.
 fn selected(case: &str) -> bool {
     std::env::var("REDKIT_LEAN_CASES").map_or(true, |v| v.split(',').any(|c| c.trim() == case))
@@ -301,7 +320,9 @@ async fn bench(secs: f64) {
             .collect(),
     );
     if selected("fixed") {
-        fixed_case(&conn, pid, secs, &ips).await;
+        for _ in 0..rounds() {
+            fixed_case(&conn, pid, secs, &ips).await;
+        }
     }
     if selected("gcra") {
         gcra_case(&conn, pid, secs, &ips).await;
@@ -358,20 +379,20 @@ async fn fixed_case(
     row("fixed-window check, 10k IPs", &redkit, &seed);
     // Before, in the same run: the previous script version through the same manager.
     let manager = ScriptManager::new();
-    let v3 = Registry::global().require("fixed_window", 3).unwrap();
+    let v4 = Registry::global().require("fixed_window", 4).unwrap();
     let (l, k, m) = (limiter.clone(), ips.clone(), manager.clone());
     let before = run(conn.clone(), pid, secs, move |mut c, t, i| {
         let (l, k, m) = (l.clone(), k.clone(), m.clone());
         async move {
             let key = l.redis_key(&k[((t * 7919 + i * 64) as usize) % IPS]);
-            let mut call = Call::new(v3);
+            let mut call = Call::new(v4);
             call.key(&key).arg(LIMIT).arg(WINDOW_MS).arg(1);
             let (_, _, allowed): (i64, i64, i64) = m.invoke(&mut c, &call).await.unwrap();
             assert_eq!(allowed, 1);
         }
     })
     .await;
-    row("fixed-window check, 10k IPs (v3, before)", &before, &seed);
+    row("fixed-window check, 10k IPs (v4, before)", &before, &seed);
 }
 
 async fn gcra_case(
@@ -565,78 +586,14 @@ async fn other_cases(
         .query_async(&mut conn)
         .await
         .unwrap();
-    let seed_stock = Arc::new(redis::Script::new(SEED_STOCK));
-    let seed_decrement = |conn: &MultiplexedConnection, s: Arc<redis::Script>| {
-        run(conn.clone(), pid, secs, move |mut c, _, _| {
-            let s = s.clone();
-            async move {
-                let r: i64 = s
-                    .key("seed:stock:hot")
-                    .arg(1)
-                    .invoke_async(&mut c)
-                    .await
-                    .unwrap();
-                assert_eq!(r, 1);
-            }
-        })
-    };
-    let st = store.clone();
-    let redkit = run(conn.clone(), pid, secs, move |mut c, _, _| {
-        let st = st.clone();
-        async move {
-            let d = st.decrement(&mut c, "hot", 1, None).await.unwrap();
-            assert!(matches!(d, Decrement::Decremented { .. }), "{d:?}");
-        }
-    })
-    .await;
-    let seed = seed_decrement(&conn, seed_stock.clone()).await;
-    row("decrement, 64 buyers on ONE SKU", &redkit, &seed);
-    let apply_v3 = Registry::global().require("inventory_apply", 3).unwrap();
-    let keys = Arc::new([
-        store.sku_key("hot").unwrap(),
-        store.reservation_key("hot").unwrap(),
-        store.reservation_expiry_key("hot").unwrap(),
-    ]);
-    let (m, k) = (manager.clone(), keys.clone());
-    let before = run(conn.clone(), pid, secs, move |mut c, _, _| {
-        let (m, k) = (m.clone(), k.clone());
-        async move {
-            let mut call = Call::with_key_count(apply_v3, 3);
-            call.key(&k[0]).key(&k[1]).key(&k[2]);
-            call.arg("take").arg(1).arg(1);
-            let (status, _): (String, i64) = m.invoke(&mut c, &call).await.unwrap();
-            assert_eq!(status, "ok");
-        }
-    })
-    .await;
-    row("decrement, ONE SKU (v3, before)", &before, &seed);
-    let st = store.clone();
-    let redkit = run(conn.clone(), pid, secs, move |mut c, t, i| {
-        let st = st.clone();
-        async move {
-            let id = format!("r{t}-{i}");
-            let d = st.decrement(&mut c, "hot", 1, Some(&id)).await.unwrap();
-            assert!(matches!(d, Decrement::Decremented { .. }), "{d:?}");
-        }
-    })
-    .await;
-    let seed = seed_decrement(&conn, seed_stock.clone()).await;
-    row("decrement with a request id, ONE SKU", &redkit, &seed);
-    let (m, k, st) = (manager.clone(), keys.clone(), store.clone());
-    let before = run(conn.clone(), pid, secs, move |mut c, t, i| {
-        let (m, k, st) = (m.clone(), k.clone(), st.clone());
-        async move {
-            let record = st.request_key(&format!("b{t}-{i}")).unwrap();
-            let mut call = Call::with_key_count(apply_v3, 4);
-            call.key(&k[0]).key(&k[1]).key(&k[2]).key(&record);
-            call.arg("take").arg(1).arg(1).arg(86_400_000).arg("d:1");
-            let (status, _): (String, i64) = m.invoke(&mut c, &call).await.unwrap();
-            assert_eq!(status, "ok");
-        }
-    })
-    .await;
-    row("decrement with a request id (v3, before)", &before, &seed);
+    for round in 0..rounds() {
+        stock_rows(&conn, pid, secs, &store, &manager, round).await;
+    }
 
+    if !selected("lock") {
+        stock_ceilings(server, &mut conn, &store).await;
+        return;
+    }
     // (c) lock acquire + release with default options, own key per task.
     let lock = Arc::new(Lock::new());
     let options = Arc::new(LockOptions::new());
@@ -676,21 +633,8 @@ async fn other_cases(
     }
 
     // Ceilings: redis-benchmark -c 8 -P 16 EVALSHA of each script version and the seed.
-    println!();
-    println!("| redis-benchmark -c 8 -P 16 (EVALSHA) | calls/s |");
-    println!("| --- | ---: |");
+    stock_ceilings(server, &mut conn, &store).await;
     let port = server.port();
-    let sku = store.sku_key("hot").unwrap();
-    let res = store.reservation_key("hot").unwrap();
-    let exp = store.reservation_expiry_key("hot").unwrap();
-    for s in versions("inventory_apply") {
-        let name = format!("{} (one SKU, take 1)", s.id());
-        let args = ["EVALSHA", s.sha1(), "3", &sku, &res, &exp, "take", "1", "1"];
-        print_ceiling(&name, ceiling(port, &args));
-    }
-    let sha = script_load(&mut conn, SEED_STOCK).await;
-    let args = ["EVALSHA", &sha, "1", "seed:stock:hot", "1"];
-    print_ceiling("seed stock script", ceiling(port, &args));
 
     let token = "0123456789abcdef0123456789abcdef";
     let ttl = ttl_ms.to_string();
@@ -719,6 +663,133 @@ async fn other_cases(
     let sha = script_load(&mut conn, SEED_UNLOCK).await;
     let args = ["EVALSHA", &sha, "1", "ceil:lk:none", token];
     print_ceiling("seed compare-and-delete (key absent)", ceiling(port, &args));
+}
+
+/// The single-SKU decrement rows (64 buyers on one SKU), without and with a request id, each
+/// beside the seed script of the same group; `round` keeps request ids of rounds apart.
+async fn stock_rows(
+    conn: &MultiplexedConnection,
+    pid: Option<u32>,
+    secs: f64,
+    store: &Arc<redkit::inventory::Store>,
+    manager: &ScriptManager,
+    round: u64,
+) {
+    let seed_stock = Arc::new(redis::Script::new(SEED_STOCK));
+    let seed_decrement = |conn: &MultiplexedConnection, s: Arc<redis::Script>| {
+        run(conn.clone(), pid, secs, move |mut c, _, _| {
+            let s = s.clone();
+            async move {
+                let r: i64 = s
+                    .key("seed:stock:hot")
+                    .arg(1)
+                    .invoke_async(&mut c)
+                    .await
+                    .unwrap();
+                assert_eq!(r, 1);
+            }
+        })
+    };
+    let st = store.clone();
+    let redkit = run(conn.clone(), pid, secs, move |mut c, _, _| {
+        let st = st.clone();
+        async move {
+            let d = st.decrement(&mut c, "hot", 1, None).await.unwrap();
+            assert!(matches!(d, Decrement::Decremented { .. }), "{d:?}");
+        }
+    })
+    .await;
+    let seed = seed_decrement(conn, seed_stock.clone()).await;
+    row("decrement, 64 buyers on ONE SKU", &redkit, &seed);
+    let apply_v5 = Registry::global().require("inventory_apply", 5).unwrap();
+    let keys = Arc::new([
+        store.sku_key("hot").unwrap(),
+        store.reservation_key("hot").unwrap(),
+        store.reservation_expiry_key("hot").unwrap(),
+    ]);
+    let (m, k) = (manager.clone(), keys.clone());
+    let before = run(conn.clone(), pid, secs, move |mut c, _, _| {
+        let (m, k) = (m.clone(), k.clone());
+        async move {
+            let mut call = Call::with_key_count(apply_v5, 3);
+            call.key(&k[0]).key(&k[1]).key(&k[2]);
+            call.arg("take").arg(1).arg(1);
+            let (status, _): (String, i64) = m.invoke(&mut c, &call).await.unwrap();
+            assert_eq!(status, "ok");
+        }
+    })
+    .await;
+    row("decrement, ONE SKU (v5, before)", &before, &seed);
+    let st = store.clone();
+    let redkit = run(conn.clone(), pid, secs, move |mut c, t, i| {
+        let st = st.clone();
+        async move {
+            let id = format!("r{round}-{t}-{i}");
+            let d = st.decrement(&mut c, "hot", 1, Some(&id)).await.unwrap();
+            assert!(matches!(d, Decrement::Decremented { .. }), "{d:?}");
+        }
+    })
+    .await;
+    let seed = seed_decrement(conn, seed_stock.clone()).await;
+    row("decrement with a request id, ONE SKU", &redkit, &seed);
+    let seed_id = Arc::new(redis::Script::new(SEED_STOCK_ID));
+    let with_record = run(conn.clone(), pid, secs, move |mut c, t, i| {
+        let s = seed_id.clone();
+        async move {
+            let r: i64 = s
+                .key("seed:stock:hot")
+                .key(format!("seed:req:s{round}-{t}-{i}"))
+                .arg(1)
+                .arg(86_400_000)
+                .invoke_async(&mut c)
+                .await
+                .unwrap();
+            assert_eq!(r, 1);
+        }
+    })
+    .await;
+    row(
+        "decrement with a request id, vs seed + SET NX PX record",
+        &redkit,
+        &with_record,
+    );
+    let (m, k, st) = (manager.clone(), keys.clone(), store.clone());
+    let before = run(conn.clone(), pid, secs, move |mut c, t, i| {
+        let (m, k, st) = (m.clone(), k.clone(), st.clone());
+        async move {
+            let record = st.request_key(&format!("b{round}-{t}-{i}")).unwrap();
+            let mut call = Call::with_key_count(apply_v5, 4);
+            call.key(&k[0]).key(&k[1]).key(&k[2]).key(&record);
+            call.arg("take").arg(1).arg(1).arg(86_400_000).arg("d:1");
+            let (status, _): (String, i64) = m.invoke(&mut c, &call).await.unwrap();
+            assert_eq!(status, "ok");
+        }
+    })
+    .await;
+    row("decrement with a request id (v5, before)", &before, &seed);
+}
+
+/// redis-benchmark ceilings of every `inventory_apply` version (one SKU, take 1) and the seed.
+async fn stock_ceilings(
+    server: &support::RedisServer,
+    conn: &mut MultiplexedConnection,
+    store: &redkit::inventory::Store,
+) {
+    println!();
+    println!("| redis-benchmark -c 8 -P 16 (EVALSHA) | calls/s |");
+    println!("| --- | ---: |");
+    let port = server.port();
+    let sku = store.sku_key("hot").unwrap();
+    let res = store.reservation_key("hot").unwrap();
+    let exp = store.reservation_expiry_key("hot").unwrap();
+    for s in versions("inventory_apply") {
+        let name = format!("{} (one SKU, take 1)", s.id());
+        let args = ["EVALSHA", s.sha1(), "3", &sku, &res, &exp, "take", "1", "1"];
+        print_ceiling(&name, ceiling(port, &args));
+    }
+    let sha = script_load(conn, SEED_STOCK).await;
+    let args = ["EVALSHA", &sha, "1", "seed:stock:hot", "1"];
+    print_ceiling("seed stock script", ceiling(port, &args));
 }
 
 /// The fixed-window check through `EVALSHA` (scripts backend) and `FCALL` (Functions

@@ -201,7 +201,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
 
     // The script validates its arguments again (second line of defence).
     let manager = ScriptManager::new();
-    for version in [2, 3] {
+    for version in [2, 3, 4, 5] {
         let script = Registry::global().require("fixed_window", version).unwrap();
         for (limit, window, cost) in [
             ("0", "1000", "1"),
@@ -691,4 +691,90 @@ async fn v4_a_limited_request_is_put_back_and_the_keyspace_is_unchanged() {
     assert_eq!(d.quota().remaining(), 0);
     let v: String = server.cmd(&["GET", &rk]).await;
     assert_eq!(v, "10");
+}
+
+/// `(count, pttl_ms, allowed)` of a `fixed_window` reply: v4's array, or v5's packed integer
+/// (`pttl * (limit + 1) + count` when allowed, `-(that) - 1` when not).
+fn window_reply(reply: &redis::Value, limit: i64) -> (i64, i64, i64) {
+    match reply {
+        redis::Value::Int(n) if *n >= 0 => (n % (limit + 1), n / (limit + 1), 1),
+        redis::Value::Int(n) => (-(n + 1) % (limit + 1), -(n + 1) / (limit + 1), 0),
+        redis::Value::Array(items) => match items.as_slice() {
+            [redis::Value::Int(c), redis::Value::Int(t), redis::Value::Int(a)] => (*c, *t, *a),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn v5_packs_the_v4_reply_into_one_integer_when_it_fits() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let manager = ScriptManager::new();
+    let v4 = Registry::global().require("fixed_window", 4).unwrap();
+    let v5 = Registry::global().require("fixed_window", 5).unwrap();
+    let big = "100000000000000"; // 10^14 ms: 10^14 * 2^32 does not fit 2^53
+                                 // (stored, its PX, limit, window, cost, v5 answers one integer)
+    let cases = [
+        (None, None, "10", "60000", "1", true),
+        (Some("3"), Some("60000"), "10", "60000", "1", true),
+        (Some("9"), Some("60000"), "10", "60000", "1", true),
+        (Some("10"), Some("60000"), "10", "60000", "1", true),
+        (Some("0"), Some("60000"), "10", "60000", "11", true),
+        (None, None, "10", "60000", "11", true),
+        (Some("25"), Some("60000"), "10", "60000", "1", false),
+        (Some("5"), None, "10", "60000", "1", true),
+        (Some("3"), Some(big), "4294967295", big, "1", false),
+        (None, None, "4294967295", big, "1", false),
+        (
+            Some("3"),
+            Some("2000000"),
+            "4294967295",
+            "2000000",
+            "1",
+            true,
+        ),
+    ];
+    for (i, (stored, px, limit, window, cost, packed)) in cases.into_iter().enumerate() {
+        let mut replies = Vec::new();
+        for script in [v4, v5] {
+            let key = format!("pack:{{{i}}}:{}", script.version());
+            if let Some(v) = stored {
+                let _: () = match px {
+                    Some(px) => server.cmd(&["SET", &key, v, "PX", px]).await,
+                    None => server.cmd(&["SET", &key, v]).await,
+                };
+            }
+            let mut call = Call::new(script);
+            call.key(&key).arg(limit).arg(window).arg(cost);
+            let reply: redis::Value = manager.invoke(&mut conn, &call).await.unwrap();
+            replies.push(reply);
+        }
+        let case = format!("case {i}: {stored:?} {px:?} limit {limit} cost {cost}");
+        assert_eq!(
+            matches!(replies[1], redis::Value::Int(_)),
+            packed,
+            "{case}: {:?}",
+            replies[1]
+        );
+        let l: i64 = limit.parse().unwrap();
+        let (a, b) = (window_reply(&replies[0], l), window_reply(&replies[1], l));
+        assert_eq!((a.0, a.2), (b.0, b.2), "{case}: count and allowed");
+        assert!((a.1 - b.1).abs() < 5_000, "{case}: pttl {a:?} {b:?}");
+    }
+    // The limiter decodes both forms alike: packed (limit 10) and table (a stored count above it).
+    let limiter = FixedWindow::new("pk", 10, Duration::from_secs(60)).unwrap();
+    let key = LimitKey::text("k").unwrap();
+    let d = limiter.check(&mut conn, &key).await.unwrap();
+    assert!(d.is_allowed() && d.quota().remaining() == 9, "{d:?}");
+    assert!(d.quota().reset_after() > Duration::from_secs(55), "{d:?}");
+    let rk = limiter.redis_key(&key);
+    let _: () = server.cmd(&["SET", &rk, "25", "PX", "60000"]).await;
+    let d = limiter.check(&mut conn, &key).await.unwrap();
+    assert!(!d.is_allowed() && d.quota().remaining() == 0, "{d:?}");
+    assert!(d.retry_after() > Some(Duration::from_secs(55)), "{d:?}");
+    let _: () = server.cmd(&["SET", &rk, "10", "PX", "60000"]).await;
+    let d = limiter.check(&mut conn, &key).await.unwrap();
+    assert!(!d.is_allowed() && d.quota().remaining() == 0, "{d:?}");
 }

@@ -339,7 +339,7 @@ impl InventoryBuilder {
                 manager: self.manager.unwrap_or_default(),
                 set: registry.require("inventory_set", 2)?,
                 get: registry.require("inventory_get", 3)?,
-                apply: registry.require("inventory_apply", 5)?,
+                apply: registry.require("inventory_apply", 6)?,
                 reserve: registry.require("inventory_reserve", 3)?,
                 migrate: registry.require("inventory_migrate", 1)?,
             }),

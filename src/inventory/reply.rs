@@ -1,5 +1,6 @@
 //! The replies of `inventory_apply`: an array (`{'ok', s1, ..}`, `{'short', i, a, ..}`,
-//! `{'dup', text}`, `{'conflict'}`, `{'unknown', i}`), where the text of a duplicate is the
+//! `{'dup', text}`, `{'conflict'}`, `{'unknown', i}`), or (v6) the bare integer `s1` for an
+//! applied take of one line, where the text of a duplicate is the
 //! original reply as stored in the idempotency record (`ok s1 ..` / `short i a ..`).
 //! Decoded strictly: a malformed reply is an [`Error::UnexpectedReply`], never a panic.
 
@@ -26,6 +27,13 @@ pub(super) enum Reply {
 /// Decodes a reply for a request of `lines` lines.
 pub(super) fn decode(script: &Script, value: Value, lines: usize) -> Result<Reply> {
     let bad = |what: &str| Error::unexpected(script.id(), format!("{what} in reply {value:?}"));
+    if let Value::Int(stock) = value {
+        // v6: an applied one-line take answers the stock afterwards, without a tag.
+        return match u64::try_from(stock) {
+            Ok(stock) if lines == 1 => Ok(Reply::Applied(vec![stock])),
+            _ => Err(bad("a bare integer")),
+        };
+    }
     let Value::Array(items) = &value else {
         return Err(bad("not an array"));
     };
@@ -160,6 +168,10 @@ mod tests {
             decode(&s, ints("unknown", &[1]), 1).unwrap(),
             Reply::Unknown(0)
         );
+        assert_eq!(
+            decode(&s, Value::Int(41), 1).unwrap(),
+            Reply::Applied(vec![41])
+        );
     }
 
     #[test]
@@ -168,6 +180,7 @@ mod tests {
         let mut malformed = vec![
             Value::Nil,
             Value::Int(1),
+            Value::Int(-1),
             Value::Array(vec![]),
             reply("ok", &[Value::Int(1), Value::Nil]),
             reply("ok", &[Value::Int(1), Value::BulkString(b"2".to_vec())]),
@@ -201,6 +214,7 @@ mod tests {
         ] {
             malformed.push(dup(original));
         }
+        assert!(decode(&s, Value::Int(-1), 1).is_err());
         for value in malformed {
             assert!(
                 matches!(

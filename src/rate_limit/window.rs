@@ -16,7 +16,7 @@ use crate::script::{script_error, Call, CallOutcome, Registry, Script, ScriptMan
 
 /// A fixed-window rate limiter shared by every instance of a service.
 ///
-/// Each check is one `EVALSHA` of `lua/fixed_window.v4.lua`, which atomically reads the
+/// Each check is one `EVALSHA` of `lua/fixed_window.v5.lua`, which atomically reads the
 /// counter's TTL, adds the cost if it fits under the limit (`INCRBY`, undone when it does
 /// not), gives a new counter (or one found without a TTL) its expiry, and answers the count
 /// and the remaining milliseconds (PTTL).
@@ -94,7 +94,7 @@ impl FixedWindow {
         }
         let window_ms =
             u64::try_from(window.as_millis()).map_err(|_| Error::invalid("window", "too long"))?;
-        let script = Registry::global().require("fixed_window", 4)?;
+        let script = Registry::global().require("fixed_window", 5)?;
         Ok(Self {
             base: format!("{}:{name}", Self::KEY_PREFIX),
             name: name.to_owned(),
@@ -408,23 +408,25 @@ impl FixedWindow {
             .collect()
     }
 
-    /// `{count, pttl_ms, allowed}` -> [`Decision`], without trusting the reply's shape.
+    /// `{count, pttl_ms, allowed}` (or the same packed into one integer, v5) -> [`Decision`],
+    /// without trusting the reply's shape.
     fn decode(&self, reply: Value, cost: u32) -> Result<Decision> {
         let bad = |detail: &str| Error::unexpected(self.script.id(), detail);
-        let items = match reply {
-            Value::Array(items) => items,
+        let (count, pttl, allowed) = match reply {
+            Value::Int(packed) => self
+                .unpack(packed)
+                .ok_or_else(|| bad("a bad packed reply"))?,
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(count), Value::Int(pttl), Value::Int(allowed)] => {
+                    (*count, *pttl, *allowed)
+                }
+                _ => return Err(bad("expected an array of 3 integers")),
+            },
             Value::ServerError(e) => return Err(script_error(self.script, e.into())),
             _ => return Err(bad("expected an array of 3 integers")),
         };
-        let [count, pttl, allowed] = items.as_slice() else {
-            return Err(bad("expected an array of 3 integers"));
-        };
-        let (Value::Int(count), Value::Int(pttl), Value::Int(allowed)) = (count, pttl, allowed)
-        else {
-            return Err(bad("expected an array of 3 integers"));
-        };
-        let count = u64::try_from(*count).map_err(|_| bad("negative count"))?;
-        let reset_after = match u64::try_from(*pttl) {
+        let count = u64::try_from(count).map_err(|_| bad("negative count"))?;
+        let reset_after = match u64::try_from(pttl) {
             Ok(ms) if ms > 0 => Duration::from_millis(ms),
             // Expired between commands (cannot happen inside a script) or no TTL: a full window.
             _ => self.window,
@@ -439,6 +441,18 @@ impl FixedWindow {
             },
             _ => return Err(bad("allowed flag is neither 0 nor 1")),
         })
+    }
+
+    /// `fixed_window.v5`'s packed reply: with `b = limit + 1`, `pttl * b + count` when allowed,
+    /// `-(pttl * b + count) - 1` when not (`count <= limit`). `(count, pttl, allowed)`.
+    fn unpack(&self, packed: i64) -> Option<(i64, i64, i64)> {
+        let (value, allowed) = if packed >= 0 {
+            (packed, 1)
+        } else {
+            (packed.checked_add(1)?.checked_neg()?, 0)
+        };
+        let base = i64::from(self.limit).checked_add(1)?;
+        Some((value.checked_rem(base)?, value.checked_div(base)?, allowed))
     }
 }
 
