@@ -48,6 +48,7 @@
 //! ```
 
 mod config;
+mod group;
 mod order;
 mod outcome;
 mod reply;
