@@ -260,19 +260,15 @@ impl Store {
     ) -> Result<Decrement> {
         check_quantity(quantity)?;
         let key = self.sku_key(sku)?;
-        let keys = [
-            key,
-            self.reservation_key(sku)?,
-            self.reservation_expiry_key(sku)?,
-        ];
+        // The SKU and id are checked now, so bad input fails before queueing (never a group).
         let record = match request_id {
             Some(id) => {
-                let fingerprint = reply::fingerprint(Mode::Take.as_str(), &[&keys[0]], &[quantity]);
+                let fingerprint = reply::fingerprint(Mode::Take.as_str(), &[&key], &[quantity]);
                 Some((self.request_key(id)?, fingerprint))
             }
             None => None,
         };
-        let lead = match groups.join(&keys[0], Member::new(quantity, record)) {
+        let lead = match groups.join(&key, Member::new(quantity, record)) {
             Joined::Lead(lead) => lead,
             Joined::Wait(waiting) => match waiting.wait().await {
                 Turn::Done(outcome) => return outcome,
@@ -285,10 +281,16 @@ impl Store {
                 .await;
             return lead.settle(vec![outcome]);
         }
+        // Built by the leader only (the SKU passed `sku_key`, so these do not fail).
+        let (reservations, expiries) =
+            match (self.reservation_key(sku), self.reservation_expiry_key(sku)) {
+                (Ok(r), Ok(e)) => (r, e),
+                (Err(e), _) | (_, Err(e)) => return lead.fail(e),
+            };
         let inner = self.inventory.inner();
         let replies = self
             .inventory
-            .apply_group(conn, [&keys[0], &keys[1], &keys[2]], lead.members())
+            .apply_group(conn, [&key, &reservations, &expiries], lead.members())
             .await;
         match replies {
             Ok(replies) => {
