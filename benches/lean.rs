@@ -335,7 +335,7 @@ async fn bench(secs: f64) {
         backends(&server, conn.clone(), pid, secs).await;
     }
     if selected("hot") {
-        hot_case(conn.clone(), pid, secs).await;
+        hot_case(&server, conn.clone(), pid, secs).await;
     }
     limiter_ceilings(&server, &mut conn).await;
     drop(server);
@@ -591,15 +591,7 @@ async fn other_cases(
     let seed_decrement = |conn: &MultiplexedConnection, s: Arc<redis::Script>| {
         run(conn.clone(), pid, secs, move |mut c, _, _| {
             let s = s.clone();
-            async move {
-                let r: i64 = s
-                    .key("seed:stock:hot")
-                    .arg(1)
-                    .invoke_async(&mut c)
-                    .await
-                    .unwrap();
-                assert_eq!(r, 1);
-            }
+            async move { seed_take(&s, &mut c).await }
         })
     };
     let st = store.clone();
@@ -977,7 +969,12 @@ async fn fair_handover(conn: &MultiplexedConnection, mut own: MultiplexedConnect
 
 /// Hot SKU: `buyers` tasks decrementing ONE SKU by 1, for each buyer count: the seed script,
 /// `Store::decrement` without and with group commit (and with a request id per call).
-async fn hot_case(mut conn: MultiplexedConnection, pid: Option<u32>, secs: f64) {
+async fn hot_case(
+    server: &support::RedisServer,
+    mut conn: MultiplexedConnection,
+    pid: Option<u32>,
+    secs: f64,
+) {
     let plain = Inventory::new("lean:hot").unwrap().store("w1").unwrap();
     let grouped = Inventory::builder("lean:hot")
         .group_commit(Inventory::DEFAULT_GROUP_BATCH)
@@ -1002,22 +999,14 @@ async fn hot_case(mut conn: MultiplexedConnection, pid: Option<u32>, secs: f64) 
         let s = seed.clone();
         let seed_run = run_n(conn.clone(), pid, secs, buyers, move |mut c, _, _| {
             let s = s.clone();
-            async move {
-                let r: i64 = s
-                    .key("seed:stock:hot")
-                    .arg(1)
-                    .invoke_async(&mut c)
-                    .await
-                    .unwrap();
-                assert_eq!(r, 1);
-            }
+            async move { seed_take(&s, &mut c).await }
         })
         .await;
         let mut runs = Vec::new();
         let mut per_call = Vec::new();
         for (store, ids) in [(&plain, false), (&grouped, false), (&grouped, true)] {
             let st = Arc::new(store.clone());
-            let calls_before = evalsha_calls(&mut conn).await;
+            let calls_before = server.evalsha_calls().await;
             runs.push(
                 run_n(conn.clone(), pid, secs, buyers, move |mut c, t, i| {
                     let st = st.clone();
@@ -1029,7 +1018,7 @@ async fn hot_case(mut conn: MultiplexedConnection, pid: Option<u32>, secs: f64) 
                 })
                 .await,
             );
-            let calls = evalsha_calls(&mut conn).await.saturating_sub(calls_before);
+            let calls = server.evalsha_calls().await.saturating_sub(calls_before);
             per_call.push(runs.last().map_or(0.0, |m| m.ops as f64) / calls.max(1) as f64);
         }
         let cpu = |m: &Measured| {
@@ -1052,17 +1041,13 @@ async fn hot_case(mut conn: MultiplexedConnection, pid: Option<u32>, secs: f64) 
     }
 }
 
-/// `EVALSHA` calls the server has answered so far (`INFO commandstats`).
-async fn evalsha_calls(conn: &mut MultiplexedConnection) -> u64 {
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
+/// One seed-style decrement of `seed:stock:hot` by 1 (the stock never runs out).
+async fn seed_take(seed: &redis::Script, conn: &mut MultiplexedConnection) {
+    let r: i64 = seed
+        .key("seed:stock:hot")
+        .arg(1)
+        .invoke_async(conn)
         .await
         .unwrap();
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    assert_eq!(r, 1);
 }
