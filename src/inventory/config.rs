@@ -309,8 +309,9 @@ impl Inventory {
         Ok(Acked::new(reply, replicas, requested))
     }
 
-    /// Runs `inventory_group`: settles `members` (decrements of the SKU at `key`, in order)
-    /// in one call; one reply per member.
+    /// Runs `inventory_group`: settles `members` (decrements of the SKU at `keys[0]`, in
+    /// order) in one call; one reply per member, replayed from the stock and records the
+    /// script reports (see [`reply::settle_group`]).
     pub(super) async fn apply_group<C: ConnectionLike>(
         &self,
         conn: &mut C,
@@ -332,31 +333,16 @@ impl Inventory {
             0
         })
         .arg(members.len());
-        let mut slot = 0usize;
         for member in members {
             call.arg(member.quantity);
-            match &member.record {
-                Some((_, fingerprint)) => {
-                    slot += 1;
-                    call.arg(slot).arg(fingerprint.as_str());
-                }
-                None => {
-                    call.arg(0).arg("");
-                }
+        }
+        for (j, member) in members.iter().enumerate() {
+            if let Some((_, fingerprint)) = &member.record {
+                call.arg(j + 1).arg(fingerprint.as_str());
             }
         }
         let value: redis::Value = self.inner.manager.invoke(conn, &call).await?;
-        let bad = || Error::unexpected(script.id(), "not one reply per member");
-        let redis::Value::Array(items) = value else {
-            return Err(bad());
-        };
-        if items.len() != members.len() {
-            return Err(bad());
-        }
-        items
-            .into_iter()
-            .map(|item| reply::decode(script, item, 1))
-            .collect()
+        reply::settle_group(script, value, members)
     }
 }
 
@@ -455,7 +441,7 @@ impl InventoryBuilder {
                 apply: registry.require("inventory_apply", 5)?,
                 reserve: registry.require("inventory_reserve", 3)?,
                 migrate: registry.require("inventory_migrate", 1)?,
-                group: registry.require("inventory_group", 1)?,
+                group: registry.require("inventory_group", 2)?,
                 groups,
             }),
         })
