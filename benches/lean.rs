@@ -13,7 +13,11 @@
 //! - sliding-window check over 10k IPs: `SlidingWindow::check` vs python `limits`' two-key
 //!   sliding-window script (`PTTL`, `RENAME`/`SET` on a window shift, `GET`s, `INCRBY`).
 //!
-//! `REDKIT_LEAN_CASES=fixed,gcra,sliding,stock,lock` runs only those cases (default: all).
+//! - hot SKU (`hot`): 1, 8, 64 and 512 buyers of ONE SKU: `Store::decrement` with group commit
+//!   (`InventoryBuilder::group_commit(DEFAULT_GROUP_BATCH)`), without and with a request id,
+//!   and without group commit, beside the seed script, per buyer count.
+//!
+//! `REDKIT_LEAN_CASES=fixed,gcra,sliding,stock,lock,hot` runs only those cases (default: all).
 //!
 //! Each case runs 64 tasks on one multiplexed connection for a few seconds and reports ops/s,
 //! the ratio to the seed script, and the server's CPU per operation (`INFO server`
@@ -162,13 +166,28 @@ where
     F: Fn(MultiplexedConnection, u64, u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send,
 {
+    run_n(conn, pid, secs, CALLERS, op).await
+}
+
+/// [`run`] with `callers` tasks.
+async fn run_n<F, Fut>(
+    conn: MultiplexedConnection,
+    pid: Option<u32>,
+    secs: f64,
+    callers: u64,
+    op: F,
+) -> Measured
+where
+    F: Fn(MultiplexedConnection, u64, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send,
+{
     let op = Arc::new(op);
     let ops = Arc::new(AtomicU64::new(0));
     let cpu_before = pid.and_then(server_cpu_ns);
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(secs);
     let mut tasks = Vec::new();
-    for task in 0..CALLERS {
+    for task in 0..callers {
         let (op, ops, conn) = (op.clone(), ops.clone(), conn.clone());
         tasks.push(tokio::spawn(async move {
             let mut i = 0u64;
@@ -335,6 +354,9 @@ async fn bench(secs: f64) {
     }
     if selected("backends") {
         backends(&server, conn.clone(), pid, secs).await;
+    }
+    if selected("hot") {
+        hot_case(&server, conn.clone(), pid, secs).await;
     }
     limiter_ceilings(&server, &mut conn).await;
     drop(server);
@@ -1022,4 +1044,89 @@ async fn fair_handover(conn: &MultiplexedConnection, mut own: MultiplexedConnect
         q(90),
         q(100)
     );
+}
+
+/// Hot SKU: `buyers` tasks decrementing ONE SKU by 1, for each buyer count: the seed script,
+/// `Store::decrement` without and with group commit (and with a request id per call).
+async fn hot_case(
+    server: &support::RedisServer,
+    mut conn: MultiplexedConnection,
+    pid: Option<u32>,
+    secs: f64,
+) {
+    let plain = Inventory::new("lean:hot").unwrap().store("w1").unwrap();
+    let grouped = Inventory::builder("lean:hot")
+        .group_commit(Inventory::DEFAULT_GROUP_BATCH)
+        .build()
+        .unwrap()
+        .store("w1")
+        .unwrap();
+    plain.set(&mut conn, "hot", STOCK).await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("seed:stock:hot")
+        .arg(STOCK)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let seed = Arc::new(redis::Script::new(SEED_STOCK));
+    println!();
+    println!("hot SKU: N buyers on ONE SKU, one multiplexed connection (ops/s; CPU per op in us)");
+    println!();
+    println!("| buyers | seed-style | redkit | redkit, group commit | group commit + request id | group commit / seed | CPU per op: seed, group, group + id | buyers per call: group, group + id |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for buyers in [1u64, 8, 64, 512] {
+        let s = seed.clone();
+        let seed_run = run_n(conn.clone(), pid, secs, buyers, move |mut c, _, _| {
+            let s = s.clone();
+            async move { seed_take(&s, &mut c).await }
+        })
+        .await;
+        let mut runs = Vec::new();
+        let mut per_call = Vec::new();
+        for (store, ids) in [(&plain, false), (&grouped, false), (&grouped, true)] {
+            let st = Arc::new(store.clone());
+            let calls_before = server.evalsha_calls().await;
+            runs.push(
+                run_n(conn.clone(), pid, secs, buyers, move |mut c, t, i| {
+                    let st = st.clone();
+                    async move {
+                        let id = ids.then(|| format!("h{buyers}-{t}-{i}"));
+                        let d = st.decrement(&mut c, "hot", 1, id.as_deref()).await.unwrap();
+                        assert!(matches!(d, Decrement::Decremented { .. }), "{d:?}");
+                    }
+                })
+                .await,
+            );
+            let calls = server.evalsha_calls().await.saturating_sub(calls_before);
+            per_call.push(runs.last().map_or(0.0, |m| m.ops as f64) / calls.max(1) as f64);
+        }
+        let cpu = |m: &Measured| {
+            m.cpu_us_per_op()
+                .map_or("n/a".to_owned(), |c| format!("{c:.2}"))
+        };
+        println!(
+            "| {buyers} | {:.0}k | {:.0}k | {:.0}k | {:.0}k | {:.2}x | {}, {}, {} | {:.1}, {:.1} |",
+            seed_run.ops_per_sec() / 1000.0,
+            runs[0].ops_per_sec() / 1000.0,
+            runs[1].ops_per_sec() / 1000.0,
+            runs[2].ops_per_sec() / 1000.0,
+            runs[1].ops_per_sec() / seed_run.ops_per_sec(),
+            cpu(&seed_run),
+            cpu(&runs[1]),
+            cpu(&runs[2]),
+            per_call[1],
+            per_call[2],
+        );
+    }
+}
+
+/// One seed-style decrement of `seed:stock:hot` by 1 (the stock never runs out).
+async fn seed_take(seed: &redis::Script, conn: &mut MultiplexedConnection) {
+    let r: i64 = seed
+        .key("seed:stock:hot")
+        .arg(1)
+        .invoke_async(conn)
+        .await
+        .unwrap();
+    assert_eq!(r, 1);
 }

@@ -31,7 +31,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// }
 /// # }
 /// ```
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// An argument was rejected in Rust before anything was sent to Redis.
@@ -144,6 +144,16 @@ pub enum Error {
         detail: String,
     },
 
+    /// The task that was sending a call on this caller's behalf stopped before the outcome
+    /// was known: a [grouped decrement](crate::inventory::InventoryBuilder::group_commit)
+    /// whose leader's future was dropped (cancelled, timed out) while its script call was in
+    /// flight. The call may have run: retry with the same request id to learn the outcome.
+    #[error("interrupted: {detail}")]
+    Interrupted {
+        /// What was interrupted.
+        detail: String,
+    },
+
     /// The server lacks a feature the call needs, e.g. Redis Functions (`FCALL`) on a server
     /// older than 7.0. Nothing ran.
     #[error("not supported by this server: {feature}: {detail}")]
@@ -209,7 +219,7 @@ impl Error {
                     || e.is_timeout()
                     || e.is_unrecoverable_error()
             }
-            Self::Timeout(_) => true,
+            Self::Timeout(_) | Self::Interrupted { .. } => true,
             _ => false,
         }
     }

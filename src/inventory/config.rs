@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
+use super::group::{Groups, Member};
 use super::order::{self, OrderLine};
 use super::outcome::Order;
 use super::reply::{self, Reply};
@@ -44,6 +45,9 @@ pub(super) struct Inner {
     pub(super) apply: &'static Script,
     pub(super) reserve: &'static Script,
     pub(super) migrate: &'static Script,
+    pub(super) group: &'static Script,
+    /// The per-SKU queues of group commit, when enabled.
+    pub(super) groups: Option<Arc<Groups>>,
 }
 
 /// Operation of `inventory_apply`.
@@ -54,7 +58,7 @@ pub(super) enum Mode {
 }
 
 impl Mode {
-    fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Self::Take => "take",
             Self::Put => "put",
@@ -75,6 +79,10 @@ impl Inventory {
     /// The most live reservations one SKU may hold; one more is
     /// [`Reserve::Full`](super::Reserve::Full).
     pub const MAX_RESERVATIONS_PER_SKU: u64 = 10_000;
+    /// The largest batch [group commit](InventoryBuilder::group_commit) accepts.
+    pub const MAX_GROUP_BATCH: usize = 1024;
+    /// The batch size the README recommends for hot SKUs.
+    pub const DEFAULT_GROUP_BATCH: usize = 256;
     /// The longest reservation TTL accepted: 30 days.
     pub const MAX_RESERVATION_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
@@ -102,6 +110,7 @@ impl Inventory {
             prefix: prefix.to_owned(),
             retention: Self::DEFAULT_RETENTION,
             manager: None,
+            group_commit: None,
         }
     }
 
@@ -133,6 +142,20 @@ impl Inventory {
     /// ```
     pub fn retention(&self) -> Duration {
         Duration::from_millis(self.inner.retention_ms)
+    }
+
+    /// The largest batch of [group commit](InventoryBuilder::group_commit), or `None` when
+    /// decrements are not grouped (the default).
+    ///
+    /// ```
+    /// use redkit::inventory::Inventory;
+    /// assert_eq!(Inventory::new("inv")?.group_commit(), None);
+    /// let hot = Inventory::builder("inv").group_commit(Inventory::DEFAULT_GROUP_BATCH).build()?;
+    /// assert_eq!(hot.group_commit(), Some(Inventory::DEFAULT_GROUP_BATCH));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn group_commit(&self) -> Option<usize> {
+        self.inner.groups.as_ref().map(|g| g.max_batch())
     }
 
     /// The script manager running the scripts (for its [`Stats`](crate::Stats)).
@@ -285,6 +308,42 @@ impl Inventory {
         let reply = reply::decode(script, acked.outcome, keys.len())?;
         Ok(Acked::new(reply, replicas, requested))
     }
+
+    /// Runs `inventory_group`: settles `members` (decrements of the SKU at `keys[0]`, in
+    /// order) in one call; one reply per member, replayed from the stock and records the
+    /// script reports (see [`reply::settle_group`]).
+    pub(super) async fn apply_group<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        keys: [&str; 3],
+        members: &[Member],
+    ) -> Result<Vec<Reply>> {
+        let script = self.inner.group;
+        let records = members.iter().filter(|m| m.record.is_some()).count();
+        let mut call = Call::with_key_count(script, 3 + records);
+        for key in keys {
+            call.key(key);
+        }
+        for (record, _) in members.iter().filter_map(|m| m.record.as_ref()) {
+            call.key(record);
+        }
+        call.arg(if records > 0 {
+            self.inner.retention_ms
+        } else {
+            0
+        })
+        .arg(members.len());
+        for member in members {
+            call.arg(member.quantity);
+        }
+        for (j, member) in members.iter().enumerate() {
+            if let Some((_, fingerprint)) = &member.record {
+                call.arg(j + 1).arg(fingerprint.as_str());
+            }
+        }
+        let value: redis::Value = self.inner.manager.invoke(conn, &call).await?;
+        reply::settle_group(script, value, members)
+    }
 }
 
 /// Builds an [`Inventory`]; see [`Inventory::builder`].
@@ -302,6 +361,7 @@ pub struct InventoryBuilder {
     prefix: String,
     retention: Duration,
     manager: Option<ScriptManager>,
+    group_commit: Option<usize>,
 }
 
 impl InventoryBuilder {
@@ -319,6 +379,35 @@ impl InventoryBuilder {
         self
     }
 
+    /// Group commit for hot SKUs (off by default): concurrent [`Store::decrement`] calls of
+    /// ONE SKU through this inventory (any clone of it or of its stores) are coalesced. A
+    /// caller alone goes straight through (the ordinary call, no timer, no added latency);
+    /// callers arriving while a call of that SKU is in flight queue up, and when it returns
+    /// the first of them sends one script call settling the next `max_batch` (2 ..=
+    /// [`Inventory::MAX_GROUP_BATCH`]; [`Inventory::DEFAULT_GROUP_BATCH`] is a good start) in
+    /// arrival order, each with its own quantity and request id, and hands each its own
+    /// outcome: the same outcomes, in the same order, as if each had been sent alone.
+    ///
+    /// The group's call uses the connection of the caller that leads it, so every caller of
+    /// one inventory must use connections to the same Redis deployment (as they must anyway).
+    /// If the group's call fails, every member gets the error (see [`Store::decrement`] for
+    /// what a lost reply means); if the leading caller's future is dropped while the call is
+    /// in flight, the others get [`Error::Interrupted`] (it may have run). Other operations
+    /// (`decrement_acked`, restocks, orders, reservations) are never grouped.
+    ///
+    /// ```
+    /// use redkit::inventory::Inventory;
+    /// let inventory = Inventory::builder("shop:inv")
+    ///     .group_commit(Inventory::DEFAULT_GROUP_BATCH)
+    ///     .build()?;
+    /// assert!(Inventory::builder("shop:inv").group_commit(1).build().is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn group_commit(mut self, max_batch: usize) -> Self {
+        self.group_commit = Some(max_batch);
+        self
+    }
+
     /// Checks the settings and builds the inventory.
     pub fn build(self) -> Result<Inventory> {
         keys::validate_prefix("prefix", &self.prefix)?;
@@ -331,6 +420,16 @@ impl InventoryBuilder {
                 ),
             ));
         }
+        let groups = match self.group_commit {
+            None => None,
+            Some(n @ 2..=Inventory::MAX_GROUP_BATCH) => Some(Arc::new(Groups::new(n))),
+            Some(_) => {
+                return Err(Error::invalid(
+                    "group_commit",
+                    format!("max batch must be 2..={}", Inventory::MAX_GROUP_BATCH),
+                ))
+            }
+        };
         let registry = Registry::global();
         Ok(Inventory {
             inner: Arc::new(Inner {
@@ -342,6 +441,8 @@ impl InventoryBuilder {
                 apply: registry.require("inventory_apply", 6)?,
                 reserve: registry.require("inventory_reserve", 3)?,
                 migrate: registry.require("inventory_migrate", 1)?,
+                group: registry.require("inventory_group", 2)?,
+                groups,
             }),
         })
     }

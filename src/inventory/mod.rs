@@ -11,6 +11,9 @@
 //!   stock at once; an expired reservation goes back to stock lazily, inside the next script
 //!   that touches the SKU, with no sweeper process.
 //!
+//! - Hot SKUs: [`InventoryBuilder::group_commit`] coalesces concurrent [`Store::decrement`]
+//!   calls of one SKU into one script call per round trip (same outcomes per caller).
+//!
 //! Every operation is one script call (one round trip in the steady state). Stock never goes
 //! below zero: a decrement the stock does not cover changes nothing and reports what is
 //! available. Decrements, restocks and orders may carry a request id (e.g. the order id): the
@@ -48,6 +51,7 @@
 //! ```
 
 mod config;
+mod group;
 mod order;
 mod outcome;
 mod reply;

@@ -100,6 +100,81 @@ fn outcome(tag: &str, numbers: Vec<u64>, lines: usize) -> Option<Reply> {
     }
 }
 
+/// The replies of the members of an `inventory_group` call, replayed from its answer
+/// (`{'group', stock, f1, ..}` or `{'unknown', f1, ..}`, `fk` the text found under the k-th
+/// request record or 0) exactly as the script settled them: in order, on the running stock; a
+/// member whose record was found, or written for a member before it, takes nothing.
+pub(super) fn settle_group(
+    script: &Script,
+    value: Value,
+    members: &[super::group::Member],
+) -> Result<Vec<Reply>> {
+    let bad = |what: &str| Error::unexpected(script.id(), format!("{what} in reply {value:?}"));
+    let Value::Array(items) = &value else {
+        return Err(bad("not an array"));
+    };
+    let (mut stock, found) = match items.split_first() {
+        Some((tag, rest)) if text(tag) == Some("unknown") => (None, rest),
+        Some((tag, [Value::Int(s), rest @ ..])) if text(tag) == Some("group") => (
+            Some(u64::try_from(*s).map_err(|_| bad("a bad stock"))?),
+            rest,
+        ),
+        _ => return Err(bad("a bad tag")),
+    };
+    if found.len() != members.iter().filter(|m| m.record.is_some()).count() {
+        return Err(bad("not one record per request id"));
+    }
+    let mut found = found.iter();
+    let mut written: Vec<(&str, &str, Reply)> = Vec::new();
+    let mut replies = Vec::with_capacity(members.len());
+    for member in members {
+        if let Some((key, fingerprint)) = &member.record {
+            let earlier = written.iter().find(|(k, _, _)| k == key);
+            let reply = match (earlier, found.next()) {
+                (Some((_, f, first)), _) if f == fingerprint => {
+                    Some(Reply::Duplicate(Box::new(first.clone())))
+                }
+                (Some(_), _) => Some(Reply::Conflict),
+                (None, Some(Value::Int(0))) => None,
+                (None, Some(record)) => {
+                    let record = text(record).ok_or_else(|| bad("a bad record"))?;
+                    let original = record
+                        .strip_prefix(fingerprint.as_str())
+                        .and_then(|r| r.strip_prefix(' '));
+                    Some(match original {
+                        Some(original) => {
+                            let dup = Value::Array(vec![
+                                Value::BulkString(b"dup".to_vec()),
+                                Value::BulkString(original.as_bytes().to_vec()),
+                            ]);
+                            decode(script, dup, 1)?
+                        }
+                        _ => Reply::Conflict,
+                    })
+                }
+                (None, None) => return Err(bad("a missing record")),
+            };
+            if let Some(reply) = reply {
+                replies.push(reply);
+                continue;
+            }
+        }
+        let reply = match stock.as_mut() {
+            None => Reply::Unknown(0),
+            Some(s) if *s < member.quantity => Reply::Short(vec![(0, *s)]),
+            Some(s) => {
+                *s -= member.quantity;
+                Reply::Applied(vec![*s])
+            }
+        };
+        if let (Some((key, fingerprint)), Some(_)) = (&member.record, stock) {
+            written.push((key, fingerprint, reply.clone()));
+        }
+        replies.push(reply);
+    }
+    Ok(replies)
+}
+
 /// A fingerprint of one request: the same request id may only be reused for the very same
 /// operation, keys and quantities. SHA1 over length-prefixed fields, so it is unambiguous.
 pub(super) fn fingerprint(mode: &str, keys: &[&str], quantities: &[u64]) -> String {
@@ -222,6 +297,83 @@ mod tests {
                     Err(Error::UnexpectedReply { .. })
                 ),
                 "{value:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn settles_a_group_as_the_script_did_and_refuses_malformed_answers() {
+        use super::super::group::Member;
+        let s = script();
+        let rec = |key: &str, fp: &str| Some((key.to_owned(), fp.to_owned()));
+        let members = [
+            Member::new(3, rec("r1", "f1")),
+            Member::new(2, None),
+            Member::new(3, rec("r1", "f1")),
+            Member::new(9, rec("r2", "f2")),
+            Member::new(1, rec("r3", "f3")),
+        ];
+        let answer = |found: Vec<Value>| {
+            let mut items = vec![Value::BulkString(b"group".to_vec()), Value::Int(6)];
+            items.extend(found);
+            Value::Array(items)
+        };
+        let fresh = answer(vec![
+            Value::Int(0),
+            Value::Int(0),
+            Value::Int(0),
+            Value::Int(0),
+        ]);
+        assert_eq!(
+            settle_group(&s, fresh, &members).unwrap(),
+            [
+                Reply::Applied(vec![3]),
+                Reply::Applied(vec![1]),
+                Reply::Duplicate(Box::new(Reply::Applied(vec![3]))),
+                Reply::Short(vec![(0, 1)]),
+                Reply::Applied(vec![0]),
+            ]
+        );
+        let seen = answer(vec![
+            Value::BulkString(b"f1 ok 7".to_vec()),
+            Value::BulkString(b"f1 ok 7".to_vec()),
+            Value::BulkString(b"other ok 1".to_vec()),
+            Value::Int(0),
+        ]);
+        assert_eq!(
+            settle_group(&s, seen, &members).unwrap(),
+            [
+                Reply::Duplicate(Box::new(Reply::Applied(vec![7]))),
+                Reply::Applied(vec![4]),
+                Reply::Duplicate(Box::new(Reply::Applied(vec![7]))),
+                Reply::Conflict,
+                Reply::Applied(vec![3]),
+            ]
+        );
+        for bad in [
+            Value::Nil,
+            Value::Array(vec![]),
+            answer(vec![Value::Int(0)]),
+            answer(vec![
+                Value::Int(0),
+                Value::Int(0),
+                Value::Int(0),
+                Value::Nil,
+            ]),
+            answer(vec![
+                Value::BulkString(b"f1 nope".to_vec()),
+                Value::Int(0),
+                Value::Int(0),
+                Value::Int(0),
+            ]),
+            Value::Array(vec![Value::BulkString(b"group".to_vec()), Value::Int(-1)]),
+        ] {
+            assert!(
+                matches!(
+                    settle_group(&s, bad.clone(), &members),
+                    Err(Error::UnexpectedReply { .. })
+                ),
+                "{bad:?}"
             );
         }
     }

@@ -3,10 +3,13 @@
 
 use redis::aio::ConnectionLike;
 
+use std::sync::Arc;
+
 use super::config::{check_quantity, Inventory, Mode};
+use super::group::{Groups, Joined, Member, Turn};
 use super::order::OrderLine;
 use super::outcome::{Decrement, Original, Restock};
-use super::reply::Reply;
+use super::reply::{self, Reply};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::script::{Acked, Call, Replication, Script};
@@ -222,10 +225,83 @@ impl Store {
         quantity: u64,
         request_id: Option<&str>,
     ) -> Result<Decrement> {
+        match &self.inventory.inner().groups {
+            Some(groups) => {
+                self.decrement_grouped(groups, conn, sku, quantity, request_id)
+                    .await
+            }
+            None => self.decrement_alone(conn, sku, quantity, request_id).await,
+        }
+    }
+
+    async fn decrement_alone<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        quantity: u64,
+        request_id: Option<&str>,
+    ) -> Result<Decrement> {
         let acked = self
             .apply_one(conn, Mode::Take, sku, quantity, request_id, None)
             .await?;
         decrement_outcome(self.inventory.inner().apply, sku, acked.outcome)
+    }
+
+    /// [`decrement`](Self::decrement) with group commit (see
+    /// [`InventoryBuilder::group_commit`](super::InventoryBuilder::group_commit)): input is
+    /// checked before queueing; a lone caller goes straight through.
+    async fn decrement_grouped<C: ConnectionLike>(
+        &self,
+        groups: &Arc<Groups>,
+        conn: &mut C,
+        sku: &str,
+        quantity: u64,
+        request_id: Option<&str>,
+    ) -> Result<Decrement> {
+        check_quantity(quantity)?;
+        let key = self.sku_key(sku)?;
+        // The SKU and id are checked now, so bad input fails before queueing (never a group).
+        let record = match request_id {
+            Some(id) => {
+                let fingerprint = reply::fingerprint(Mode::Take.as_str(), &[&key], &[quantity]);
+                Some((self.request_key(id)?, fingerprint))
+            }
+            None => None,
+        };
+        let lead = match groups.join(&key, Member::new(quantity, record)) {
+            Joined::Lead(lead) => lead,
+            Joined::Wait(waiting) => match waiting.wait().await {
+                Turn::Done(outcome) => return outcome,
+                Turn::Lead(lead) => lead,
+            },
+        };
+        if let [alone] = lead.members() {
+            let outcome = self
+                .decrement_alone(conn, sku, alone.quantity, request_id)
+                .await;
+            return lead.settle(vec![outcome]);
+        }
+        // Built by the leader only (the SKU passed `sku_key`, so these do not fail).
+        let (reservations, expiries) =
+            match (self.reservation_key(sku), self.reservation_expiry_key(sku)) {
+                (Ok(r), Ok(e)) => (r, e),
+                (Err(e), _) | (_, Err(e)) => return lead.fail(e),
+            };
+        let inner = self.inventory.inner();
+        let replies = self
+            .inventory
+            .apply_group(conn, [&key, &reservations, &expiries], lead.members())
+            .await;
+        match replies {
+            Ok(replies) => {
+                let outcomes = replies
+                    .into_iter()
+                    .map(|r| decrement_outcome(inner.group, sku, r))
+                    .collect();
+                lead.settle(outcomes)
+            }
+            Err(e) => lead.fail(e),
+        }
     }
 
     /// [`decrement`](Self::decrement), then `WAIT` for `replication` in the same round trip:

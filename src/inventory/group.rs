@@ -1,0 +1,218 @@
+//! Group commit of hot SKUs: the concurrent decrements of one SKU through one [`Inventory`]
+//! (see [`InventoryBuilder::group_commit`](super::InventoryBuilder::group_commit)) are queued
+//! per SKU key; the first caller leads and goes straight through alone (the ordinary
+//! single-SKU call, no timer); callers arriving while a call of that SKU is in flight wait in
+//! the queue. When the call returns, the next (up to `max_batch`) waiters are handed to the
+//! first of them, which sends ONE `inventory_group` call settling all of them in arrival order
+//! and hands each waiter its own outcome. A `std::sync::Mutex` guards the queues; it is never
+//! held across an `.await`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+
+use super::outcome::Decrement;
+use crate::error::{Error, Result};
+
+/// One queued decrement.
+#[derive(Debug)]
+pub(super) struct Member {
+    pub(super) quantity: u64,
+    /// The request record key and fingerprint, when the caller gave a request id.
+    pub(super) record: Option<(String, String)>,
+    /// Where the outcome goes; `None` for the member that leads.
+    tx: Option<oneshot::Sender<Turn>>,
+}
+
+impl Member {
+    pub(super) fn new(quantity: u64, record: Option<(String, String)>) -> Self {
+        Self {
+            quantity,
+            record,
+            tx: None,
+        }
+    }
+}
+
+/// What a waiting caller receives.
+#[derive(Debug)]
+pub(super) enum Turn {
+    /// Its outcome, settled by a leader.
+    Done(Result<Decrement>),
+    /// It leads the next batch.
+    Lead(Lead),
+}
+
+/// The per-SKU queues of one inventory. A key present in the map has a call in flight.
+#[derive(Debug)]
+pub(super) struct Groups {
+    max_batch: usize,
+    queues: Mutex<HashMap<String, VecDeque<Member>>>,
+}
+
+/// What [`Groups::join`] tells a caller.
+pub(super) enum Joined {
+    /// Send the call for these members (the caller is the first).
+    Lead(Lead),
+    /// Wait for the leader.
+    Wait(Waiting),
+}
+
+/// A caller waiting in a queue.
+pub(super) struct Waiting(oneshot::Receiver<Turn>);
+
+impl Waiting {
+    /// Waits for its outcome, or to be made the leader of the next batch.
+    pub(super) async fn wait(self) -> Turn {
+        self.0
+            .await
+            .unwrap_or_else(|_| Turn::Done(Err(interrupted())))
+    }
+}
+
+/// The batch one caller sends. Dropped (the leader's future cancelled, or a handed-over batch
+/// never polled), every member not yet answered gets [`Error::Interrupted`] and the next
+/// batch of the queue is handed on, so no waiter waits forever.
+#[derive(Debug)]
+pub(super) struct Lead {
+    groups: Arc<Groups>,
+    key: String,
+    members: Vec<Member>,
+    armed: bool,
+}
+
+impl Lead {
+    /// The members, the leader first, in arrival order.
+    pub(super) fn members(&self) -> &[Member] {
+        &self.members
+    }
+
+    /// Answers the members with `outcomes` (one per member, in order) and returns the
+    /// leader's own; then hands the queue on (on drop).
+    pub(super) fn settle(mut self, outcomes: Vec<Result<Decrement>>) -> Result<Decrement> {
+        let mut own = Err(Error::unexpected(
+            "inventory_group",
+            "no outcome for the leader",
+        ));
+        for (i, (member, outcome)) in self.members.drain(..).zip(outcomes).enumerate() {
+            match member.tx {
+                Some(tx) => {
+                    let _ = tx.send(Turn::Done(outcome));
+                }
+                None if i == 0 => own = outcome,
+                None => {}
+            }
+        }
+        own
+    }
+
+    /// Answers every member with `error` and returns it for the leader.
+    pub(super) fn fail(self, error: Error) -> Result<Decrement> {
+        let outcomes = self.members.iter().map(|_| Err(error.clone())).collect();
+        self.settle(outcomes)
+    }
+
+    fn disarm(&mut self) -> Vec<Member> {
+        self.armed = false;
+        std::mem::take(&mut self.members)
+    }
+}
+
+impl Drop for Lead {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        for member in self.members.drain(..) {
+            if let Some(tx) = member.tx {
+                let _ = tx.send(Turn::Done(Err(interrupted())));
+            }
+        }
+        self.groups.next(&self.key);
+    }
+}
+
+fn interrupted() -> Error {
+    Error::Interrupted {
+        detail: "the task leading a grouped decrement stopped before its outcome was known; \
+                 it may have run"
+            .to_owned(),
+    }
+}
+
+impl Groups {
+    pub(super) fn new(max_batch: usize) -> Self {
+        Self {
+            max_batch,
+            queues: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(super) fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
+    fn queues(&self) -> std::sync::MutexGuard<'_, HashMap<String, VecDeque<Member>>> {
+        // A poisoned lock only means a panic elsewhere; the queues stay consistent.
+        self.queues.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `member` behind a call of `key` in flight, or makes it the leader.
+    pub(super) fn join(self: &Arc<Self>, key: &str, mut member: Member) -> Joined {
+        let mut queues = self.queues();
+        if let Some(queue) = queues.get_mut(key) {
+            let (tx, rx) = oneshot::channel();
+            member.tx = Some(tx);
+            queue.push_back(member);
+            return Joined::Wait(Waiting(rx));
+        }
+        queues.insert(key.to_owned(), VecDeque::new());
+        Joined::Lead(Lead {
+            groups: self.clone(),
+            key: key.to_owned(),
+            members: vec![member],
+            armed: true,
+        })
+    }
+
+    /// The call of `key` is over: hands the next batch to its first live waiter, or marks
+    /// the SKU idle.
+    fn next(self: &Arc<Self>, key: &str) {
+        let mut queues = self.queues();
+        let Some(queue) = queues.get_mut(key) else {
+            return;
+        };
+        loop {
+            // Callers that gave up while queued are dropped: their decrement is never sent.
+            queue.retain(|m| m.tx.as_ref().is_some_and(|tx| !tx.is_closed()));
+            if queue.is_empty() {
+                queues.remove(key);
+                return;
+            }
+            let take = queue.len().min(self.max_batch);
+            let mut members: Vec<Member> = queue.drain(..take).collect();
+            let Some(tx) = members.first_mut().and_then(|m| m.tx.take()) else {
+                continue;
+            };
+            let lead = Lead {
+                groups: self.clone(),
+                key: key.to_owned(),
+                members,
+                armed: true,
+            };
+            match tx.send(Turn::Lead(lead)) {
+                Ok(()) => return,
+                Err(turn) => {
+                    // The first waiter left just now: put the others back, in order.
+                    if let Turn::Lead(mut lead) = turn {
+                        let members = lead.disarm();
+                        for member in members.into_iter().skip(1).rev() {
+                            queue.push_front(member);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

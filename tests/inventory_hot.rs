@@ -1,0 +1,402 @@
+//! Group commit of hot SKUs (`InventoryBuilder::group_commit`) against real Redis: the same
+//! per-buyer outcomes as one call each (compared with a sequential run of the ungrouped
+//! store), no oversell under 512 concurrent buyers, request ids honoured across the grouped
+//! and the single script, a failing group changes nothing and every member sees the error, a
+//! cancelled leader does not strand its group, and a Cluster run.
+//!
+//! A group is forced by freezing the server (SIGSTOP) while the first caller's call is in
+//! flight: every caller polled meanwhile queues behind it, and `INFO commandstats` shows the
+//! whole queue settled by ONE more `EVALSHA`.
+
+mod support;
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redis::aio::MultiplexedConnection;
+use redkit::inventory::{Decrement, Inventory, Store};
+use redkit::Error;
+use support::{RedisCluster, RedisServer};
+
+const PREFIX: &str = "t:hot";
+
+fn hot() -> Inventory {
+    Inventory::builder(PREFIX)
+        .group_commit(Inventory::DEFAULT_GROUP_BATCH)
+        .build()
+        .unwrap()
+}
+
+fn plain() -> Inventory {
+    Inventory::new(PREFIX).unwrap()
+}
+
+async fn preloaded(server: &RedisServer) -> MultiplexedConnection {
+    let mut conn = server.conn().await;
+    redkit::ScriptManager::new()
+        .preload(&mut conn)
+        .await
+        .unwrap();
+    conn
+}
+
+/// A store of [`hot`] with `stock` units of `mug`, and a preloaded connection.
+async fn hot_mug(server: &RedisServer, stock: u64) -> (Store, MultiplexedConnection) {
+    let conn = preloaded(server).await;
+    let store = hot().store("w1").unwrap();
+    store.set(&mut conn.clone(), "mug", stock).await.unwrap();
+    (store, conn)
+}
+
+type Bought = (u64, Option<String>, Decrement);
+
+/// Units sold by `results`; checks every refusal was truly short.
+fn sold(results: &[Bought]) -> u64 {
+    let mut sold = 0;
+    for (quantity, _, outcome) in results {
+        match outcome {
+            Decrement::Decremented { .. } => sold += quantity,
+            Decrement::Insufficient { available } => assert!(available < quantity),
+            other => panic!("{other:?}"),
+        }
+    }
+    sold
+}
+
+/// Every buyer with an id, retried through the ungrouped store, is answered its outcome.
+async fn replay<C: redis::aio::ConnectionLike>(store: &Store, conn: &mut C, results: Vec<Bought>) {
+    let store = plain().store(store.id()).unwrap();
+    for (quantity, id, outcome) in results {
+        let Some(id) = id else { continue };
+        let again = store
+            .decrement(conn, "mug", quantity, Some(&id))
+            .await
+            .unwrap();
+        assert_eq!(again.original(), Some(&outcome), "{id}");
+    }
+}
+
+/// `(quantity, request id)` of each buyer after the first (who buys 1 without an id).
+const BUYERS: [(u64, Option<&str>); 11] = [
+    (5, Some("a")),
+    (3, None),
+    (7, Some("b")),
+    (5, Some("a")), // the same request again: Duplicate of a
+    (9, None),      // 4 left: Insufficient
+    (3, Some("d")), // Decremented, 1 left
+    (2, Some("b")), // b for another quantity: IdReused
+    (2, None),      // 1 left: Insufficient
+    (1, Some("e")), // Decremented, 0 left
+    (1, Some("f")), // Insufficient, recorded
+    (1, Some("f")), // Duplicate of an Insufficient
+];
+
+/// Runs the first buyer and then `buyers` while the server is frozen, so that all of
+/// `buyers` queue behind the first; returns every outcome (first buyer first) and the
+/// `EVALSHA` calls the server answered for them.
+async fn frozen_group(
+    server: &mut RedisServer,
+    store: &Store,
+    conn: &MultiplexedConnection,
+    sku: &str,
+    buyers: &[(u64, Option<&str>)],
+) -> (Vec<redkit::Result<Decrement>>, u64) {
+    let before = server.evalsha_calls().await;
+    server.pause().await;
+    let calls = std::iter::once((1, None))
+        .chain(buyers.iter().copied())
+        .map(|(quantity, id)| {
+            let mut c = conn.clone();
+            async move { store.decrement(&mut c, sku, quantity, id).await }
+        });
+    // join_all polls in order: the first call is sent, the others queue in this order.
+    let (outcomes, ()) = tokio::join!(join_all(calls), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        server.resume().await;
+    });
+    let after = server.evalsha_calls().await;
+    (outcomes, after - before)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_answers_each_buyer_as_if_sent_alone() {
+    let mut server = RedisServer::spawn().await;
+    let conn = preloaded(&server).await;
+    let mut c = conn.clone();
+    let grouped = hot().store("w1").unwrap();
+    let sequential = plain().store("w2").unwrap();
+    grouped.set(&mut c, "mug", 20).await.unwrap();
+    sequential.set(&mut c, "mug", 20).await.unwrap();
+
+    let (outcomes, calls) = frozen_group(&mut server, &grouped, &conn, "mug", &BUYERS).await;
+    assert_eq!(
+        calls, 2,
+        "the first alone, then ONE call for the eleven queued"
+    );
+
+    // The reference: the same buyers one call each, in the same order.
+    let mut expected = Vec::new();
+    for (quantity, id) in std::iter::once((1, None)).chain(BUYERS) {
+        expected.push(
+            sequential
+                .decrement(&mut c, "mug", quantity, id)
+                .await
+                .unwrap(),
+        );
+    }
+    let outcomes: Vec<Decrement> = outcomes.into_iter().map(Result::unwrap).collect();
+    assert_eq!(outcomes, expected);
+    let remaining = |r| Decrement::Decremented { remaining: r };
+    let short = |a| Decrement::Insufficient { available: a };
+    assert_eq!(outcomes[0], remaining(19));
+    assert_eq!(outcomes[1], remaining(14));
+    assert_eq!(outcomes[4].original(), Some(&remaining(14)));
+    assert_eq!(outcomes[5], short(4));
+    assert_eq!(outcomes[7], Decrement::IdReused);
+    assert_eq!(outcomes[10], short(0));
+    assert_eq!(outcomes[11].original(), Some(&short(0)));
+    assert_eq!(grouped.stock(&mut c, "mug").await.unwrap(), 0);
+
+    // The records the group wrote answer retries through the ungrouped script, and the other
+    // way round: the same text in both.
+    for (quantity, id) in BUYERS {
+        let Some(id) = id else { continue };
+        let first = BUYERS.iter().position(|b| b.1 == Some(id)).unwrap() + 1;
+        let original = outcomes[first].clone();
+        for inventory in [plain(), hot()] {
+            let again = inventory
+                .store("w1")
+                .unwrap()
+                .decrement(&mut c, "mug", quantity, Some(id))
+                .await
+                .unwrap();
+            if quantity == BUYERS[first - 1].0 {
+                assert_eq!(again.original(), Some(&original), "{id}");
+            } else {
+                assert_eq!(again, Decrement::IdReused, "{id}");
+            }
+        }
+    }
+    assert_eq!(grouped.stock(&mut c, "mug").await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_that_fails_changes_nothing_and_every_member_sees_the_error() {
+    let mut server = RedisServer::spawn().await;
+    let (store, conn) = hot_mug(&server, 20).await;
+    let mut c = conn.clone();
+    let key = store.sku_key("mug").unwrap();
+    // A recorded request, so the snapshot holds a record too.
+    store
+        .decrement(&mut c, "mug", 1, Some("old"))
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("05")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let before = support::snapshot(&mut c).await;
+    let (outcomes, calls) = frozen_group(&mut server, &store, &conn, "mug", &BUYERS).await;
+    assert_eq!(calls, 2);
+    assert_eq!(outcomes.len(), 12);
+    for outcome in outcomes {
+        assert!(
+            matches!(outcome, Err(Error::CorruptData { .. })),
+            "{outcome:?}"
+        );
+    }
+    support::same_dumps(&before, &support::snapshot(&mut c).await, "poisoned stock");
+
+    // A user who may not run DECRBY: refused before the first write (the record's SET).
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(20)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let denied = support::denied_conn(&server, "decrby").await;
+    let before = support::snapshot(&mut c).await;
+    let (outcomes, calls) = frozen_group(&mut server, &store, &denied, "mug", &BUYERS).await;
+    assert_eq!(calls, 2);
+    for outcome in outcomes {
+        assert!(
+            matches!(outcome, Err(Error::PermissionDenied { .. })),
+            "{outcome:?}"
+        );
+    }
+    support::same_dumps(&before, &support::snapshot(&mut c).await, "no DECRBY");
+    assert_eq!(store.stock(&mut c, "mug").await.unwrap(), 20);
+
+    // An unknown SKU: every member NotFound, nothing written.
+    let (outcomes, _) = frozen_group(&mut server, &store, &conn, "nope", &BUYERS).await;
+    for outcome in outcomes {
+        assert!(
+            matches!(outcome, Err(Error::NotFound { .. })),
+            "{outcome:?}"
+        );
+    }
+    support::same_dumps(&before, &support::snapshot(&mut c).await, "unknown sku");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_leader_interrupts_its_group_and_the_queue_moves_on() {
+    // The group's call goes through its leader's connection: here the leader's connection
+    // points at a second, frozen server, so its call hangs until the leader gives up.
+    let mut server = RedisServer::spawn().await;
+    let mut frozen = RedisServer::spawn().await;
+    let (store, conn) = hot_mug(&server, 20).await;
+    let stuck = frozen.conn().await;
+    let mut c = conn.clone();
+    server.pause().await;
+    frozen.pause().await;
+    let mut first_conn = conn.clone();
+    let first = store.decrement(&mut first_conn, "mug", 1, Some("first"));
+    let mut leader_conn = stuck.clone();
+    let leader = tokio::time::timeout(
+        Duration::from_millis(600),
+        store.decrement(&mut leader_conn, "mug", 1, Some("lead")),
+    );
+    let members = join_all((0..3).map(|i| {
+        let (mut c, store) = (conn.clone(), &store);
+        async move {
+            store
+                .decrement(&mut c, "mug", 1, Some(&format!("m{i}")))
+                .await
+        }
+    }));
+    let (first, leader, members, ()) = tokio::join!(first, leader, members, async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        server.resume().await;
+    });
+    assert_eq!(first.unwrap(), Decrement::Decremented { remaining: 19 });
+    assert!(leader.is_err(), "the leader timed out");
+    for outcome in members {
+        assert!(
+            matches!(&outcome, Err(e @ Error::Interrupted { .. }) if e.is_unavailable()),
+            "{outcome:?}"
+        );
+    }
+    // The queue was handed on: a new buyer is served, and the ids retried on the live server
+    // (the group's call never reached it) are applied once.
+    assert_eq!(
+        store.decrement(&mut c, "mug", 1, None).await.unwrap(),
+        Decrement::Decremented { remaining: 18 }
+    );
+    for i in 0..3 {
+        let id = format!("m{i}");
+        let outcome = store.decrement(&mut c, "mug", 1, Some(&id)).await.unwrap();
+        assert!(
+            matches!(outcome, Decrement::Decremented { .. }),
+            "{outcome:?}"
+        );
+        let again = store.decrement(&mut c, "mug", 1, Some(&id)).await.unwrap();
+        assert_eq!(again.original(), Some(&outcome));
+    }
+    assert_eq!(store.stock(&mut c, "mug").await.unwrap(), 15);
+    frozen.resume().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_hundred_buyers_never_oversell_and_every_id_replays() {
+    let server = RedisServer::spawn().await;
+    let mut conns = Vec::new();
+    for _ in 0..4 {
+        conns.push(server.conn().await);
+    }
+    let store = hot().store("w1").unwrap();
+    store.set(&mut conns[0], "mug", 600).await.unwrap();
+    let before = server.evalsha_calls().await;
+    let mut tasks = Vec::new();
+    for i in 0..512u64 {
+        let (store, mut c) = (store.clone(), conns[(i % 4) as usize].clone());
+        tasks.push(tokio::spawn(async move {
+            let quantity = 1 + i % 3;
+            let id = (i % 2 == 0).then(|| format!("o{i}"));
+            let outcome = store
+                .decrement(&mut c, "mug", quantity, id.as_deref())
+                .await
+                .unwrap();
+            (quantity, id, outcome)
+        }));
+    }
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.unwrap());
+    }
+    let calls = server.evalsha_calls().await - before;
+    let mut c = conns[0].clone();
+    let stock = store.stock(&mut c, "mug").await.unwrap();
+    assert_eq!(stock + sold(&results), 600, "nobody oversold, nothing lost");
+    assert!(
+        calls < 512,
+        "buyers were grouped: {calls} calls for 512 buyers"
+    );
+    replay(&store, &mut c, results).await;
+    assert_eq!(store.stock(&mut c, "mug").await.unwrap(), stock);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_reservations_are_reclaimed_before_a_group_settles() {
+    let mut server = RedisServer::spawn().await;
+    let (store, conn) = hot_mug(&server, 20).await;
+    let mut c = conn.clone();
+    // Twenty holds of one unit; a call reclaims at most 16 expired ones, so the first buyer
+    // (alone, inventory_apply) reclaims 16 and the group (inventory_group) the last 4.
+    for i in 0..20 {
+        store
+            .reserve(
+                &mut c,
+                "mug",
+                1,
+                Duration::from_millis(300),
+                &format!("cart-{i}"),
+            )
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let buyers = [(3, Some("x")), (10, None), (7, None)];
+    let (outcomes, calls) = frozen_group(&mut server, &store, &conn, "mug", &buyers).await;
+    assert_eq!(calls, 2);
+    let outcomes: Vec<Decrement> = outcomes.into_iter().map(Result::unwrap).collect();
+    assert_eq!(
+        outcomes,
+        [
+            Decrement::Decremented { remaining: 15 },
+            Decrement::Decremented { remaining: 16 },
+            Decrement::Decremented { remaining: 6 },
+            Decrement::Insufficient { available: 6 },
+        ]
+    );
+    assert_eq!(store.stock(&mut c, "mug").await.unwrap(), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_work_on_a_cluster() {
+    let cluster = RedisCluster::spawn().await;
+    let conn = cluster.conn().await;
+    let inventory = hot();
+    for w in ["w1", "w2", "w3"] {
+        let store = inventory.store(w).unwrap();
+        let mut c = conn.clone();
+        store.set(&mut c, "mug", 100).await.unwrap();
+        let calls = (0..64u64).map(|i| {
+            let (store, mut c) = (store.clone(), conn.clone());
+            async move {
+                let quantity = 1 + i % 3;
+                let id = format!("o{i}");
+                let outcome = store
+                    .decrement(&mut c, "mug", quantity, Some(&id))
+                    .await
+                    .unwrap();
+                (quantity, Some(id), outcome)
+            }
+        });
+        let results = join_all(calls).await;
+        let stock = store.stock(&mut c, "mug").await.unwrap();
+        assert_eq!(stock + sold(&results), 100, "{w}");
+        replay(&store, &mut c, results).await;
+    }
+}
