@@ -133,6 +133,41 @@ async fn the_lease_renews_while_a_hold_is_live() {
     lock.release(&mut conn, theirs).await.unwrap();
 }
 
+#[tokio::test]
+async fn a_crashed_owners_nested_holds_end_with_the_lease_not_before_not_much_later() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = ReentrantLock::new();
+    let (crashed, other) = (Owner::new(), Owner::new());
+    let lease = Duration::from_millis(1_000);
+    let outer = held(&lock, &mut conn, "k", &crashed, &ttl(1_000)).await;
+    let granted = std::time::Instant::now();
+    let inner = held(&lock, &mut conn, "k", &crashed, &ttl(1_000)).await;
+    drop((outer, inner)); // never released, no watchdog: the owner "crashed" holding twice
+    let taken = loop {
+        match lock
+            .acquire(&mut conn, "k", &other, &ttl(1_000))
+            .await
+            .unwrap()
+        {
+            Acquire::Acquired(guard) => break (guard, granted.elapsed()),
+            Acquire::Busy { .. } => tokio::time::sleep(Duration::from_millis(10)).await,
+            o => panic!("{o:?}"),
+        }
+    };
+    let (guard, after) = taken;
+    // The second hold measured its lease from its own grant: up to a few ms later.
+    assert!(after >= lease, "before the lease ended: {after:?}");
+    assert!(
+        after <= lease + Duration::from_millis(300),
+        "too late: {after:?}"
+    );
+    assert_eq!(
+        lock.release(&mut conn, guard).await.unwrap(),
+        Release::Released
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixty_four_owners_with_nested_holds_exclude_with_increasing_fences() {
     let server = RedisServer::spawn().await;
