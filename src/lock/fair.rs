@@ -101,21 +101,14 @@ impl FairLock {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn new() -> Self {
-        let registry = Registry::global();
-        // Embedded at compile time; tests/manifest.rs keeps them present.
-        let script = |name: &str| {
-            registry
-                .get(name, 1)
-                .unwrap_or_else(|| panic!("{name}.v1 is embedded in lua/"))
-        };
         Self {
             inner: Arc::new(Inner {
                 prefix: Self::DEFAULT_PREFIX.to_owned(),
                 manager: ScriptManager::new(),
                 waiter_lease: Self::DEFAULT_WAITER_LEASE,
-                acquire: script("fair_acquire"),
-                renew: script("fair_renew"),
-                release: script("fair_release"),
+                acquire: Registry::embedded("fair_acquire", 1),
+                renew: Registry::embedded("fair_renew", 1),
+                release: Registry::embedded("fair_release", 1),
             }),
         }
     }

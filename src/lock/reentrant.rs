@@ -130,20 +130,13 @@ impl ReentrantLock {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn new() -> Self {
-        let registry = Registry::global();
-        // Embedded at compile time; tests/manifest.rs keeps them present.
-        let script = |name: &str| {
-            registry
-                .get(name, 1)
-                .unwrap_or_else(|| panic!("{name}.v1 is embedded in lua/"))
-        };
         Self {
             inner: Arc::new(Inner {
                 prefix: Self::DEFAULT_PREFIX.to_owned(),
                 manager: ScriptManager::new(),
-                acquire: script("reentrant_acquire"),
-                renew: script("reentrant_renew"),
-                release: script("reentrant_release"),
+                acquire: Registry::embedded("reentrant_acquire", 1),
+                renew: Registry::embedded("reentrant_renew", 1),
+                release: Registry::embedded("reentrant_release", 1),
             }),
         }
     }

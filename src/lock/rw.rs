@@ -90,20 +90,13 @@ impl RwLock {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn new() -> Self {
-        let registry = Registry::global();
-        // Embedded at compile time; tests/manifest.rs keeps them present.
-        let script = |name: &str| {
-            registry
-                .get(name, 1)
-                .unwrap_or_else(|| panic!("{name}.v1 is embedded in lua/"))
-        };
         Self {
             inner: Arc::new(Inner {
                 prefix: Self::DEFAULT_PREFIX.to_owned(),
                 manager: ScriptManager::new(),
-                acquire: script("rw_acquire"),
-                renew: script("rw_renew"),
-                release: script("rw_release"),
+                acquire: Registry::embedded("rw_acquire", 1),
+                renew: Registry::embedded("rw_renew", 1),
+                release: Registry::embedded("rw_release", 1),
             }),
         }
     }

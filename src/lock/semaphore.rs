@@ -89,21 +89,14 @@ impl Semaphore {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn new() -> Self {
-        let registry = Registry::global();
-        // Embedded at compile time; tests/manifest.rs keeps them present.
-        let script = |name: &str, version: u32| {
-            registry
-                .get(name, version)
-                .unwrap_or_else(|| panic!("{name}.v{version} is embedded in lua/"))
-        };
         Self {
             inner: Arc::new(Inner {
                 prefix: Self::DEFAULT_PREFIX.to_owned(),
                 manager: ScriptManager::new(),
                 gate: FairLock::new().gated(Self::DEFAULT_PREFIX, None),
-                acquire: script("semaphore_acquire", 1),
-                renew: script("semaphore_renew", 1),
-                release: script("semaphore_release", 2),
+                acquire: Registry::embedded("semaphore_acquire", 1),
+                renew: Registry::embedded("semaphore_renew", 1),
+                release: Registry::embedded("semaphore_release", 2),
             }),
         }
     }

@@ -93,21 +93,14 @@ impl Lock {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn new() -> Self {
-        let registry = Registry::global();
-        // Embedded at compile time; tests/manifest.rs and the lock tests keep them present.
-        let script = |name: &str, version: u32| {
-            registry
-                .get(name, version)
-                .unwrap_or_else(|| panic!("{name}.v{version} is embedded in lua/"))
-        };
         Self {
             inner: Arc::new(Inner {
                 prefix: Self::DEFAULT_PREFIX.to_owned(),
                 manager: ScriptManager::new(),
-                acquire: script("lock_acquire", 3),
-                release: script("lock_release_wake", 1),
-                renew: script("lock_renew", 2),
-                fenced_set: script("fenced_set", 2),
+                acquire: Registry::embedded("lock_acquire", 3),
+                release: Registry::embedded("lock_release_wake", 1),
+                renew: Registry::embedded("lock_renew", 2),
+                fenced_set: Registry::embedded("fenced_set", 2),
             }),
         }
     }

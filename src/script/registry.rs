@@ -195,6 +195,15 @@ impl Registry {
         &REGISTRY
     }
 
+    /// One of redkit's own embedded scripts, for the types that call it. Embedded at compile
+    /// time from `lua/`; `tests/manifest.rs` and each type's tests keep every one present, so
+    /// a missing one is a build defect, not an input.
+    pub(crate) fn embedded(name: &str, version: u32) -> &'static Script {
+        Self::global()
+            .get(name, version)
+            .unwrap_or_else(|| panic!("{name}.v{version} is embedded in lua/"))
+    }
+
     /// A registry of the given files: `(file name, contents)`. Files named `*.lua` become
     /// scripts (or [`problems`](Self::problems)); `scripts.lock` is kept as the set's
     /// [`lock_text`](Self::lock_text); other files are ignored.

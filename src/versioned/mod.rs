@@ -69,19 +69,12 @@ impl Versioned {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn new() -> Self {
-        let registry = Registry::global();
-        // Embedded at compile time; tests/manifest.rs keeps them present.
-        let script = |name: &str, version: u32| {
-            registry
-                .get(name, version)
-                .unwrap_or_else(|| panic!("{name}.v{version} is embedded in lua/"))
-        };
         Self {
             inner: Arc::new(Inner {
                 prefix: Self::DEFAULT_PREFIX.to_owned(),
                 manager: ScriptManager::new(),
-                read: script("versioned_read", 2),
-                cas: script("versioned_cas", 1),
+                read: Registry::embedded("versioned_read", 2),
+                cas: Registry::embedded("versioned_cas", 1),
             }),
         }
     }
