@@ -304,9 +304,9 @@ impl Inventory {
             ));
         }
         let acked = self.run(conn, &call, replication).await?;
-        let (replicas, requested) = (acked.replicas, acked.requested);
-        let reply = reply::decode(script, acked.outcome, keys.len())?;
-        Ok(Acked::new(reply, replicas, requested))
+        let (value, ack) = acked.split();
+        let reply = reply::decode(script, value, keys.len())?;
+        Ok(ack.map(|()| reply))
     }
 
     /// Runs `inventory_group`: settles `members` (decrements of the SKU at `keys[0]`, in

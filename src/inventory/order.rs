@@ -116,9 +116,9 @@ pub(super) async fn place<C: ConnectionLike>(
             replication,
         )
         .await?;
-    let (replicas, requested) = (acked.replicas, acked.requested);
-    let order = order_outcome(inventory.inner().apply, lines, acked.outcome)?;
-    Ok(Acked::new(order, replicas, requested))
+    let (reply, ack) = acked.split();
+    let order = order_outcome(inventory.inner().apply, lines, reply)?;
+    Ok(ack.map(|()| order))
 }
 
 /// Lines built from a store of another inventory would use another prefix and scripts.

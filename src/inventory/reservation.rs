@@ -523,9 +523,7 @@ impl Store {
         replication: Option<Replication>,
     ) -> Result<(&'static Script, String, Vec<u64>, Acked<()>)> {
         let script = self.inventory().inner().reserve;
-        let acked = self.inventory().run(conn, call, replication).await?;
-        let (replicas, requested) = (acked.replicas, acked.requested);
-        let value: Value = acked.outcome;
+        let (value, ack): (Value, _) = self.inventory().run(conn, call, replication).await?.split();
         let bad = || Error::unexpected(script.id(), format!("malformed reply {value:?}"));
         let Value::Array(items) = &value else {
             return Err(bad());
@@ -546,7 +544,7 @@ impl Store {
             })
             .collect::<Option<Vec<u64>>>()
             .ok_or_else(bad)?;
-        Ok((script, tag, numbers, Acked::new((), replicas, requested)))
+        Ok((script, tag, numbers, ack))
     }
 }
 

@@ -337,9 +337,9 @@ impl Store {
                 Some(replication),
             )
             .await?;
-        let (replicas, requested) = (acked.replicas, acked.requested);
-        let outcome = decrement_outcome(self.inventory.inner().apply, sku, acked.outcome)?;
-        Ok(Acked::new(outcome, replicas, requested))
+        let (reply, ack) = acked.split();
+        let outcome = decrement_outcome(self.inventory.inner().apply, sku, reply)?;
+        Ok(ack.map(|()| outcome))
     }
 
     /// Adds `quantity` to the stock of `sku` (which must have been [`set`](Self::set) first:
@@ -397,9 +397,9 @@ impl Store {
                 Some(replication),
             )
             .await?;
-        let (replicas, requested) = (acked.replicas, acked.requested);
-        let outcome = restock_outcome(self.inventory.inner().apply, sku, acked.outcome)?;
-        Ok(Acked::new(outcome, replicas, requested))
+        let (reply, ack) = acked.split();
+        let outcome = restock_outcome(self.inventory.inner().apply, sku, reply)?;
+        Ok(ack.map(|()| outcome))
     }
 
     pub(super) fn inventory(&self) -> &Inventory {

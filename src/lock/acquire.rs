@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
+use redis::{FromRedisValue, Value};
 
 use super::guard::LockGuard;
 use super::options::LockOptions;
@@ -109,11 +110,9 @@ impl Lock {
         let (outcome, replicas) = self
             .acquire_inner(conn, resource, options, Some(replication))
             .await?;
-        Ok(Acked::new(
-            outcome,
-            replicas.unwrap_or(0),
-            replication.replicas(),
-        ))
+        Ok(replicas
+            .unwrap_or_else(|| Acked::new((), 0, replication.replicas()))
+            .map(|()| outcome))
     }
 
     async fn acquire_inner<C: ConnectionLike>(
@@ -122,7 +121,7 @@ impl Lock {
         resource: &str,
         options: &LockOptions,
         replication: Option<Replication>,
-    ) -> Result<(Acquire, Option<u32>)> {
+    ) -> Result<(Acquire, Option<Acked<()>>)> {
         let ttl_ms = options.validate()?;
         let key = self.lock_key(resource)?;
         let token = match options.get_token() {
@@ -132,12 +131,15 @@ impl Lock {
         let started = Instant::now();
         let give_up = options.give_up_at(started);
         let wait = replication.or(options.get_replication());
+        if let Some(r) = &wait {
+            self.inner.manager.check_wait(conn, r).await?;
+        }
         let mut attempt = 0;
         loop {
             let (outcome, replicas) = self
                 .attempt(conn, &key, &token, ttl_ms, options, wait)
                 .await?;
-            let outcome = match (outcome, options.replication_shortfall(replicas)) {
+            let outcome = match (outcome, options.replication_shortfall(replicas.as_ref())) {
                 (Acquire::Acquired(guard), Some((n, requested))) => {
                     tracing::warn!(key = %guard.key, replicas = n, "acquire not replicated: releasing");
                     self.release(conn, guard).await?;
@@ -169,7 +171,7 @@ impl Lock {
         ttl_ms: u64,
         options: &LockOptions,
         replication: Option<Replication>,
-    ) -> Result<(Acquire, Option<u32>)> {
+    ) -> Result<(Acquire, Option<Acked<()>>)> {
         if !options.get_fencing() {
             return self
                 .unfenced_attempt(conn, key, token, ttl_ms, options, replication)
@@ -183,7 +185,7 @@ impl Lock {
             .arg(ttl_ms)
             .arg(fence_ttl_ms(ttl_ms));
         let started = Instant::now();
-        let ((acquired, n), replicas): ((i64, i64), Option<u32>) = self
+        let ((acquired, n), replicas): ((i64, i64), Option<Acked<()>>) = self
             .inner
             .manager
             .invoke_waiting(conn, &call, replication)
@@ -225,7 +227,7 @@ impl Lock {
         ttl_ms: u64,
         options: &LockOptions,
         replication: Option<Replication>,
-    ) -> Result<(Acquire, Option<u32>)> {
+    ) -> Result<(Acquire, Option<Acked<()>>)> {
         let mut set = redis::cmd("SET");
         set.arg(key)
             .arg(token)
@@ -239,12 +241,35 @@ impl Lock {
                 .query_async::<Option<String>>(conn)
                 .await
                 .map(|holder| (holder, None)),
-            Some(r) => redis::pipe()
-                .add_command(set)
-                .add_command(r.wait_cmd())
-                .query_async::<(Option<String>, i64)>(conn)
-                .await
-                .map(|(holder, n)| (holder, Some(u32::try_from(n).unwrap_or(0)))),
+            Some(r) => {
+                // Errors stay per command: a refused wait (an ACL without WAIT) must not hide
+                // that the SET took the lock.
+                let mut pipe = redis::pipe();
+                pipe.ignore_errors().add_command(set);
+                let waits = r.wait_cmds();
+                let expected = waits.len() + 1;
+                for wait in waits {
+                    pipe.add_command(wait);
+                }
+                match pipe.query_async::<Vec<Value>>(conn).await {
+                    Ok(replies) if replies.len() != expected => {
+                        return Err(Error::unexpected(
+                            "SET NX PX GET + WAIT",
+                            format!("{} replies to {expected} commands", replies.len()),
+                        ))
+                    }
+                    Ok(mut replies) => {
+                        let wait = replies.pop().unwrap_or(Value::Nil);
+                        match replies.into_iter().next().unwrap_or(Value::Nil) {
+                            Value::ServerError(e) => Err(e.into()),
+                            holder => Option::<String>::from_redis_value(holder)
+                                .map_err(|e| e.into())
+                                .map(|holder| (holder, Some(r.acked((), &wait)))),
+                        }
+                    }
+                    Err(e) => Err(e),
+                }
+            }
         };
         let (holder, replicas) = sent.map_err(unfenced_error)?;
         let outcome = match holder {

@@ -17,7 +17,7 @@ use super::token::owner_token;
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
 use crate::keys;
-use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::script::{Acked, Call, Registry, Script, ScriptManager};
 
 /// A fair lock on one Redis server or a Redis Cluster: callers hold it one at a time **in the
 /// order they arrived**, like ZooKeeper's ephemeral sequential nodes.
@@ -233,7 +233,7 @@ impl FairLock {
             .arg(fence_ttl_ms(ttl_ms));
         loop {
             let started = Instant::now();
-            let (reply, replicas): (Vec<Value>, Option<u32>) = self
+            let (reply, replicas): (Vec<Value>, Option<Acked<()>>) = self
                 .inner
                 .manager
                 .invoke_waiting(conn, &call, options.get_replication())
@@ -248,7 +248,7 @@ impl FairLock {
                         script, key.clone(), token.clone(), int(fence)?, ttl_ms, options, started,
                     )?;
                     let valid = guard.is_valid();
-                    if let Some(refused) = Refused::check(&key, valid, started, options, replicas)
+                    if let Some(refused) = Refused::check(&key, valid, started, options, replicas.as_ref())
                     {
                         self.release(conn, guard).await?;
                         return refused.acquire();

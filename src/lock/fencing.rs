@@ -79,16 +79,13 @@ impl Lock {
         replication: Replication,
     ) -> Result<Acked<FencedWrite>> {
         let call = self.fenced_call(key, fence, value.as_ref())?;
-        let acked = self
+        let ((written, last), ack) = self
             .manager()
             .invoke_acked::<(i64, u64), _>(conn, &call, replication)
-            .await?;
-        let (written, last) = acked.outcome;
-        Ok(Acked::new(
-            self.fenced_outcome(written, last)?,
-            acked.replicas,
-            acked.requested,
-        ))
+            .await?
+            .split();
+        let outcome = self.fenced_outcome(written, last)?;
+        Ok(ack.map(|()| outcome))
     }
 
     fn fenced_call(&self, key: &str, fence: FencingToken, value: &[u8]) -> Result<Call<'static>> {

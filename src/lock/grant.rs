@@ -8,6 +8,7 @@ use super::options::LockOptions;
 use super::outcome::Acquire;
 use super::permit::PermitAcquire;
 use crate::error::{Error, Result};
+use crate::script::Acked;
 
 /// Why a granted hold must be given back at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,13 +21,13 @@ pub(super) enum Refused {
 
 impl Refused {
     /// The check of a hold on `key` granted to a request sent at `started`: `valid` is the
-    /// guard's local validity, `replicas` what `WAIT` answered (`None`: not sent).
+    /// guard's local validity, `replicas` what the wait answered (`None`: not sent).
     pub(super) fn check(
         key: &str,
         valid: bool,
         started: Instant,
         options: &LockOptions,
-        replicas: Option<u32>,
+        replicas: Option<&Acked<()>>,
     ) -> Option<Self> {
         if !valid {
             let elapsed = started.elapsed();

@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::script::Replication;
+use crate::script::{Acked, Replication};
 
 /// How a lock is acquired and how long its lease lasts.
 ///
@@ -259,12 +259,16 @@ impl LockOptions {
         self.replication
     }
 
-    /// `(replicas, requested)` when replication is required and `acked` (what `WAIT`
-    /// answered; `None`: not sent) is short of it.
-    pub(crate) fn replication_shortfall(&self, acked: Option<u32>) -> Option<(u32, u32)> {
+    /// `(replicas, requested)` when replication is required and `acked` (what the wait
+    /// answered; `None`: not sent) is short of it: fewer replicas, or no local fsync where
+    /// one was asked for.
+    pub(crate) fn replication_shortfall(&self, acked: Option<&Acked<()>>) -> Option<(u32, u32)> {
         let requested = self.replication?.replicas();
-        let replicas = acked.unwrap_or(0);
-        (replicas < requested).then_some((replicas, requested))
+        match acked {
+            Some(a) if a.is_replicated() => None,
+            Some(a) => Some((a.replicas, requested)),
+            None => Some((0, requested)),
+        }
     }
 
     /// The caller's owner token, if one was set.

@@ -16,7 +16,7 @@ use super::token::owner_token;
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
 use crate::keys;
-use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::script::{Acked, Call, Registry, Script, ScriptManager};
 
 /// Who holds a [`ReentrantLock`]: an explicit handle (a tokio task has no thread id), cloned
 /// into the nested code that may take the lock again. Its token is a secret, never printed.
@@ -218,7 +218,7 @@ impl ReentrantLock {
         let mut attempt = 0;
         loop {
             let started = Instant::now();
-            let (reply, replicas): (Vec<i64>, Option<u32>) = self
+            let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
                 .inner
                 .manager
                 .invoke_waiting(conn, &call, options.get_replication())
@@ -236,7 +236,7 @@ impl ReentrantLock {
                     )?;
                     let valid = guard.is_valid();
                     if let Some(refused) =
-                        Refused::check(&guard.key, valid, started, options, replicas)
+                        Refused::check(&guard.key, valid, started, options, replicas.as_ref())
                     {
                         self.release(conn, guard).await?;
                         return refused.acquire();

@@ -14,7 +14,7 @@ use super::token::owner_token;
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
 use crate::keys;
-use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::script::{Acked, Call, Registry, Script, ScriptManager};
 
 /// How long a waiting writer's intent outlives its longest pause between two attempts.
 const INTENT_MARGIN: Duration = Duration::from_millis(500);
@@ -214,7 +214,7 @@ impl RwLock {
         let mut attempt = 0;
         loop {
             let started = Instant::now();
-            let (reply, replicas): (Vec<i64>, Option<u32>) = self
+            let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
                 .inner
                 .manager
                 .invoke_waiting(conn, &call, options.get_replication())
@@ -225,7 +225,7 @@ impl RwLock {
                         LockGuard::granted(script, key, token, *fence, ttl_ms, options, started)?;
                     let valid = guard.is_valid();
                     if let Some(refused) =
-                        Refused::check(&guard.key, valid, started, options, replicas)
+                        Refused::check(&guard.key, valid, started, options, replicas.as_ref())
                     {
                         self.release(conn, guard).await?;
                         return refused.acquire();

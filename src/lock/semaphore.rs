@@ -15,7 +15,7 @@ use super::token::owner_token;
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
 use crate::keys;
-use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::script::{Acked, Call, Registry, Script, ScriptManager};
 
 /// The wake-up list of a semaphore key: a release pushes one entry, a blocked acquire pops.
 pub(super) fn wake_key_of(key: &str) -> String {
@@ -248,7 +248,7 @@ impl Semaphore {
         let mut call = Call::new(script);
         call.key(key).arg(token).arg(permits).arg(ttl_ms);
         let started = Instant::now();
-        let (reply, replicas): (Vec<i64>, Option<u32>) = self
+        let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
             .inner
             .manager
             .invoke_waiting(conn, &call, options.get_replication())
@@ -272,7 +272,9 @@ impl Semaphore {
                     watchdog: None,
                 };
                 let valid = guard.is_valid();
-                if let Some(refused) = Refused::check(key, valid, started, options, replicas) {
+                if let Some(refused) =
+                    Refused::check(key, valid, started, options, replicas.as_ref())
+                {
                     self.release(conn, guard).await?;
                     return refused.permit();
                 }

@@ -233,19 +233,20 @@ impl Lock {
     ) -> Result<Acked<Renew>> {
         let started = Instant::now();
         let call = self.renew_call(&guard.key, &guard.token, guard.ttl);
-        let acked = self
+        let (renewed, ack) = self
             .inner
             .manager
             .invoke_acked::<i64, _>(conn, &call, replication)
-            .await?;
-        let outcome = if status(self.inner.renew, acked.outcome)? {
+            .await?
+            .split();
+        let outcome = if status(self.inner.renew, renewed)? {
             guard.clock.set(deadline(started, guard.ttl, guard.drift));
             Renew::Renewed
         } else {
             guard.clock.expire();
             Renew::Lost
         };
-        Ok(Acked::new(outcome, acked.replicas, acked.requested))
+        Ok(ack.map(|()| outcome))
     }
 
     fn renew_call<'a>(&'a self, key: &str, token: &str, ttl: Duration) -> Call<'a> {

@@ -54,6 +54,7 @@ pub(crate) struct Counters {
     pub(crate) function_reloads: AtomicU64,
     pub(crate) fallback_loads: AtomicU64,
     pub(crate) loading: super::fallback::Loading,
+    pub(crate) aof: super::aof_support::AofSupport,
 }
 
 /// A snapshot of a [`ScriptManager`]'s counters.

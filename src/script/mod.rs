@@ -23,6 +23,7 @@
 //! ```
 
 pub mod admin;
+mod aof_support;
 mod batch;
 mod call;
 mod fallback;

