@@ -588,3 +588,84 @@ async fn a_promoted_replica_answers_the_first_fcall_without_a_reload() {
     );
     assert_eq!(scripts.stats().noscript_fallbacks, 1);
 }
+
+fn bump(key: &str) -> Call<'static> {
+    let script = Registry::global().require("fixed_window", 1).unwrap();
+    let mut call = Call::new(script);
+    call.key(key).arg(1_000_000).arg(600_000).arg(1);
+    call
+}
+
+fn counts(outcomes: Vec<redkit::CallOutcome<Value>>) -> Vec<i64> {
+    outcomes
+        .into_iter()
+        .map(|o| match o {
+            redkit::CallOutcome::Ran(Ok(Value::Array(items))) => match items.first() {
+                Some(Value::Int(n)) => *n,
+                other => panic!("{other:?}"),
+            },
+            other => panic!("expected a reply, got {other:?}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn batches_run_as_fcall_and_reload_a_flushed_library_once_for_the_missing_calls() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let manager = functions();
+    let batch = |n: usize| {
+        (0..n)
+            .map(|i| bump(&format!("{{b}}:{}", i % 4)))
+            .collect::<Vec<_>>()
+    };
+    // Nothing loaded: every call answered "Function not found", re-run once after FUNCTION LOAD.
+    let first = counts(manager.invoke_batch(&mut conn, batch(8)).await.unwrap());
+    assert_eq!(
+        first,
+        [1, 1, 1, 1, 2, 2, 2, 2],
+        "each call applied exactly once"
+    );
+    assert_eq!(manager.stats().function_reloads, 1);
+    assert_eq!(manager.stats().batch_reruns, 8);
+    // Loaded: one transaction, no reload.
+    let second = counts(manager.invoke_batch(&mut conn, batch(4)).await.unwrap());
+    assert_eq!(second, [3, 3, 3, 3]);
+    assert_eq!(manager.stats().function_reloads, 1);
+    // Flushed between batches: reloaded once more, nothing applied twice.
+    let _: () = server.cmd(&["FUNCTION", "FLUSH"]).await;
+    let third = counts(manager.invoke_batch(&mut conn, batch(4)).await.unwrap());
+    assert_eq!(third, [4, 4, 4, 4]);
+    assert_eq!(manager.stats().function_reloads, 2);
+    assert_eq!(calls(&server, "evalsha").await, 0);
+    assert_eq!(calls(&server, "eval").await, 0);
+    assert_eq!(calls(&server, "script|load").await, 0);
+    assert_eq!(calls(&server, "fcall").await, 8 + 8 + 4 + 4 + 4);
+}
+
+#[tokio::test]
+async fn batches_by_slot_run_as_fcall_on_every_primary() {
+    let cluster = RedisCluster::spawn().await;
+    let conn = cluster.conn().await;
+    let manager = functions();
+    let keys: Vec<String> = (0..24).map(|i| format!("{{s{i}}}:n")).collect();
+    let run = |round| {
+        let calls = keys.iter().map(|k| bump(k)).collect::<Vec<_>>();
+        let manager = manager.clone();
+        let conn = conn.clone();
+        async move {
+            let out = counts(manager.invoke_batch_by_slot(&conn, calls).await.unwrap());
+            assert!(out.iter().all(|&n| n == round), "round {round}: {out:?}");
+        }
+    };
+    run(1).await; // each primary loads the library once, on its first batch
+    run(2).await;
+    let reloads = manager.stats().function_reloads;
+    assert!((1..=24).contains(&reloads), "{reloads}");
+    let mut fcalls = 0;
+    for primary in cluster.primaries().await {
+        fcalls += calls(primary, "fcall").await;
+        assert_eq!(calls(primary, "evalsha").await, 0);
+    }
+    assert_eq!(fcalls, 24 + 24 + 24, "missing, re-run, loaded");
+}

@@ -42,7 +42,8 @@ use redis::{Cmd, ErrorKind, Pipeline, RedisError, ServerErrorKind, Value};
 use tracing::Instrument;
 
 use super::call::Call;
-use super::manager::{is_noscript, script_error, ScriptManager};
+use super::functions::{is_function_missing, is_unsupported};
+use super::manager::{fcall_cmd, function_error, is_noscript, script_error, ScriptManager};
 use super::outcome::CallOutcome;
 use super::registry::Script;
 use crate::error::{Error, Result};
@@ -65,7 +66,10 @@ impl ScriptManager {
     ///
     /// Calls answered `NOSCRIPT` did not run: those, and only those, are re-run once in a
     /// second transaction that starts with `SCRIPT LOAD` of the missing scripts; the calls
-    /// that already ran keep their results whatever happens to the re-run.
+    /// that already ran keep their results whatever happens to the re-run. With
+    /// [`Backend::Functions`](super::Backend::Functions) the calls go out as `FCALL` /
+    /// `FCALL_RO`, and calls answered "Function not found" are re-run the same way after
+    /// `FUNCTION LOAD REPLACE` of their library (counted in `Stats::function_reloads`).
     ///
     /// A redirect (`MOVED`, `ASK` in a slot being migrated, `TRYAGAIN`) refuses the whole
     /// transaction before anything runs; the calls are then run one by one, each following
@@ -118,7 +122,14 @@ impl ScriptManager {
         calls: Vec<Call<'_>>,
     ) -> Result<Vec<CallOutcome<Value>>> {
         let scripts: Vec<&Script> = calls.iter().map(|c| c.script()).collect();
-        let cmds: Vec<Cmd> = calls.into_iter().map(Call::into_evalsha).collect();
+        // With the Functions backend, a script of a library goes out as FCALL / FCALL_RO.
+        let cmds: Vec<Cmd> = calls
+            .into_iter()
+            .map(|call| match self.function_for(call.script()) {
+                Some((_, function, read_only)) => fcall_cmd(&call, function, read_only),
+                None => call.into_evalsha(),
+            })
+            .collect();
         let all: Vec<usize> = (0..cmds.len()).collect();
         let mut out: Vec<Option<CallOutcome<Value>>> = (0..cmds.len()).map(|_| None).collect();
         let missing = self.send(conn, &scripts, &cmds, &all, &[], &mut out).await;
@@ -128,21 +139,16 @@ impl ScriptManager {
                 .fetch_add(missing.len() as u64, Ordering::Relaxed);
             tracing::debug!(
                 calls = missing.len(),
-                "NOSCRIPT in batch: reloading and re-running"
+                "NOSCRIPT / function missing in batch: reloading and re-running"
             );
-            let mut to_load: Vec<&Script> = Vec::new();
-            for &i in &missing {
-                if !to_load.iter().any(|s| s.sha1() == scripts[i].sha1()) {
-                    to_load.push(scripts[i]);
-                }
-            }
+            let to_load = self.loads_for(missing.iter().map(|&i| scripts[i]));
             let still = self
                 .send(conn, &scripts, &cmds, &missing, &to_load, &mut out)
                 .await;
             for i in still {
                 out[i] = Some(CallOutcome::NotRun(Error::Redis(RedisError::from((
                     ErrorKind::Server(ServerErrorKind::NoScript),
-                    "script still missing after SCRIPT LOAD",
+                    "script still missing after SCRIPT LOAD / FUNCTION LOAD",
                 )))));
             }
         }
@@ -156,21 +162,51 @@ impl ScriptManager {
             .collect())
     }
 
-    /// Sends `MULTI; SCRIPT LOAD <load>..; EVALSHA <cmds[i] for i in idx>..; EXEC`, records the
-    /// outcome of each sent call in `out`, and returns the indices answered `NOSCRIPT`.
+    /// The commands that bring back the scripts of calls answered `NOSCRIPT` or "Function not
+    /// found": `FUNCTION LOAD REPLACE` once per library (counted in `function_reloads`), else
+    /// `SCRIPT LOAD` once per script.
+    fn loads_for<'s>(&self, missing: impl Iterator<Item = &'s Script>) -> Vec<Cmd> {
+        let mut libraries: Vec<&str> = Vec::new();
+        let mut scripts: Vec<&str> = Vec::new();
+        let mut cmds = Vec::new();
+        for script in missing {
+            match self.function_for(script) {
+                Some((library, _, _)) if !libraries.contains(&library.name()) => {
+                    libraries.push(library.name());
+                    self.counters()
+                        .function_reloads
+                        .fetch_add(1, Ordering::Relaxed);
+                    cmds.push(library.load_cmd());
+                }
+                Some(_) => {}
+                None if !scripts.contains(&script.sha1()) => {
+                    scripts.push(script.sha1());
+                    let mut load = redis::cmd("SCRIPT");
+                    load.arg("LOAD").arg(script.source());
+                    cmds.push(load);
+                }
+                None => {}
+            }
+        }
+        cmds
+    }
+
+    /// Sends `MULTI; <load>..; <cmds[i] for i in idx>..; EXEC`, records the outcome of each
+    /// sent call in `out`, and returns the indices answered `NOSCRIPT` (or, for `FCALL`,
+    /// "Function not found").
     async fn send<C: ConnectionLike>(
         &self,
         conn: &mut C,
         scripts: &[&Script],
         cmds: &[Cmd],
         idx: &[usize],
-        load: &[&Script],
+        load: &[Cmd],
         out: &mut [Option<CallOutcome<Value>>],
     ) -> Vec<usize> {
         let mut pipe = Pipeline::with_capacity(load.len() + idx.len());
         pipe.atomic();
-        for script in load {
-            pipe.cmd("SCRIPT").arg("LOAD").arg(script.source());
+        for cmd in load {
+            pipe.add_command(cmd.clone());
         }
         for &i in idx {
             pipe.add_command(cmds[i].clone());
@@ -220,34 +256,53 @@ impl ScriptManager {
         let mut missing = Vec::new();
         for (&i, reply) in idx.iter().zip(replies.into_iter().skip(load.len())) {
             out[i] = Some(match reply {
-                Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript) => {
+                Value::ServerError(e)
+                    if e.kind() == Some(ServerErrorKind::NoScript)
+                        || is_function_missing(&e.clone().into()) =>
+                {
                     missing.push(i);
                     continue;
                 }
-                Value::ServerError(e) => CallOutcome::Ran(Err(script_error(scripts[i], e.into()))),
+                Value::ServerError(e) => {
+                    CallOutcome::Ran(Err(function_error(scripts[i], e.into())))
+                }
                 v => CallOutcome::Ran(Ok(v)),
             });
         }
         missing
     }
 
-    /// One call as a single `EVALSHA` (`EVAL` on `NOSCRIPT`), as an outcome.
+    /// One call as a single `EVALSHA` (`EVAL` on `NOSCRIPT`) or `FCALL` (the library loaded
+    /// and the call sent once more when the function is missing), as an outcome.
     async fn single<C: ConnectionLike>(
         &self,
         conn: &mut C,
         script: &Script,
-        evalsha: &Cmd,
+        cmd: &Cmd,
     ) -> CallOutcome<Value> {
-        let first = query(conn, evalsha).await;
-        let result = match first {
-            Err(e) if is_noscript(&e) => self.eval_fallback(conn, script, evalsha).await,
-            other => other,
+        let first = query(conn, cmd).await;
+        let result = match (first, self.function_for(script)) {
+            (Err(e), Some((library, _, _))) if is_function_missing(&e) => {
+                self.counters()
+                    .function_reloads
+                    .fetch_add(1, Ordering::Relaxed);
+                match self.load_library(conn, library).await {
+                    Ok(()) => query(conn, cmd).await,
+                    Err(_) => Err(e),
+                }
+            }
+            (Err(e), None) if is_noscript(&e) => self.eval_fallback(conn, script, cmd).await,
+            (other, _) => other,
         };
         match result {
             Ok(v) => CallOutcome::Ran(Ok(v)),
             Err(e) if refused_before_running(&e) => CallOutcome::NotRun(script_error(script, e)),
+            // The function is still missing, or the server has no Functions: it did not run.
+            Err(e) if is_function_missing(&e) || is_unsupported(&e) => {
+                CallOutcome::NotRun(function_error(script, e))
+            }
             // Any other reply from the server: the script ran and returned this error.
-            Err(e) if e.code().is_some() => CallOutcome::Ran(Err(script_error(script, e))),
+            Err(e) if e.code().is_some() => CallOutcome::Ran(Err(function_error(script, e))),
             Err(e) => CallOutcome::MaybeRan(Error::Redis(e)),
         }
     }

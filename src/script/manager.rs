@@ -83,7 +83,8 @@ impl ScriptManager {
     /// [`Backend::Functions`], every script of redkit's own set (and of the sets added with
     /// [`with_library`](Self::with_library)) is called as a function of its [`Library`]; a
     /// script outside every library (e.g. one built with [`Script::new`]) still runs as
-    /// `EVALSHA`. Batches ([`invoke_batch`](Self::invoke_batch)) always run as `EVALSHA`.
+    /// `EVALSHA`. Batches ([`invoke_batch`](Self::invoke_batch)) follow the same rule, call by
+    /// call.
     ///
     /// ```
     /// use redkit::script::Backend;
