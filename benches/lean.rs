@@ -31,8 +31,9 @@
 //! `redis-benchmark` ceiling of both commands on the same body.
 //!
 //! `cargo bench --bench lean` (`REDKIT_LEAN_SECS=<n>` per case, default 3;
-//! `REDKIT_LEAN_ROUNDS=<n>` repeats the fixed-window and stock rows;
-//! `REDKIT_LEAN_ONLY=backends` runs only the backend comparison).
+//! `REDKIT_LEAN_ROUNDS=<n>` repeats the fixed-window and stock rows, and the backend
+//! comparison (at least 7 rounds there); `REDKIT_LEAN_ONLY=backends` runs only the backend
+//! comparison).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -829,8 +830,10 @@ async fn backends(
             .map(|i| LimitKey::ip(Ipv4Addr::from(0x0b00_0000 + i).into()))
             .collect(),
     );
+    // At least 7 paired rounds: a 10 % difference is below one run's noise on this machine.
+    let rounds = rounds().max(7);
     let mut runs: [Vec<Measured>; 2] = [Vec::new(), Vec::new()];
-    for _round in 0..3 {
+    for _round in 0..rounds {
         for (b, manager) in [ScriptManager::new(), functions.clone()]
             .into_iter()
             .enumerate()
@@ -860,7 +863,7 @@ async fn backends(
     };
     println!();
     println!(
-        "| fixed-window check, 10k IPs (median of 3 interleaved) | ops/s | server CPU per op |"
+        "| fixed-window check, 10k IPs (median of {rounds} interleaved) | ops/s | server CPU per op |"
     );
     println!("| --- | ---: | ---: |");
     let mut cpu = [0.0; 2];
@@ -882,6 +885,22 @@ async fn backends(
         );
     }
     println!("| FCALL / EVALSHA server CPU | | {:.2}x |", cpu[1] / cpu[0]);
+    // Paired: each round's FCALL run against the EVALSHA run just before it, so a drift of
+    // the shared machine's load affects both sides of a ratio alike.
+    let mut paired: Vec<f64> = runs[0]
+        .iter()
+        .zip(&runs[1])
+        .filter_map(|(e, f)| Some(f.cpu_us_per_op()? / e.cpu_us_per_op()?))
+        .collect();
+    if !paired.is_empty() {
+        paired.sort_by(f64::total_cmp);
+        println!(
+            "| FCALL / EVALSHA server CPU, paired by round: median (min..max) | | {:.2}x ({:.2}..{:.2}) |",
+            paired[paired.len() / 2],
+            paired[0],
+            paired[paired.len() - 1]
+        );
+    }
 
     println!();
     println!("| redis-benchmark -c 8 -P 16, fixed_window (one key) | calls/s |");
