@@ -669,3 +669,97 @@ async fn batches_by_slot_run_as_fcall_on_every_primary() {
     }
     assert_eq!(fcalls, 24 + 24 + 24, "missing, re-run, loaded");
 }
+
+/// The same reservation story through `EVALSHA` and through the library, where the reclaim
+/// block is the shared function `redkit_shared_reclaim`: same outcomes, same keyspace.
+async fn reservation_story(
+    manager: ScriptManager,
+) -> (Vec<String>, std::collections::BTreeMap<Vec<u8>, Vec<u8>>) {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let store = Inventory::builder("t:fnres")
+        .with_manager(manager)
+        .build()
+        .unwrap()
+        .store("s")
+        .unwrap();
+    let short = Duration::from_millis(50);
+    let long = Duration::from_secs(600);
+    store.set(&mut conn, "mug", 10).await.unwrap();
+    let mut seen = Vec::new();
+    for (qty, ttl, id) in [
+        (3, short, "cart-1"),
+        (2, short, "cart-2"),
+        (4, long, "cart-3"),
+    ] {
+        let r = store.reserve(&mut conn, "mug", qty, ttl, id).await.unwrap();
+        seen.push(format!("{:?}", r).split(',').next().unwrap().to_owned());
+    }
+    seen.push(format!(
+        "stock {}",
+        store.stock(&mut conn, "mug").await.unwrap()
+    ));
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    // The two short holds expired: reclaimed by the read (get) ...
+    seen.push(format!(
+        "stock {}",
+        store.stock(&mut conn, "mug").await.unwrap()
+    ));
+    // ... and by a reserve, after a new short hold expires.
+    let r = store
+        .reserve(&mut conn, "mug", 1, short, "cart-4")
+        .await
+        .unwrap();
+    seen.push(format!("{:?}", r).split(',').next().unwrap().to_owned());
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let r = store
+        .reserve(&mut conn, "mug", 6, long, "cart-5")
+        .await
+        .unwrap();
+    seen.push(format!("{:?}", r).split(',').next().unwrap().to_owned());
+    seen.push(format!(
+        "{:?}",
+        store.commit(&mut conn, "mug", "cart-3").await.unwrap()
+    ));
+    seen.push(format!(
+        "stock {}",
+        store.stock(&mut conn, "mug").await.unwrap()
+    ));
+    let mut keys = support::snapshot(&mut conn).await;
+    // Expiry times differ between runs; the keys and values that do not hold a time must not.
+    keys.retain(|k, _| {
+        let k = String::from_utf8_lossy(k);
+        !k.contains(":resv:") && !k.contains(":resv-exp:")
+    });
+    assert!(!keys.is_empty());
+    let keys = keys.into_iter().map(|(k, (v, _))| (k, v)).collect();
+    (seen, keys)
+}
+
+#[tokio::test]
+async fn the_shared_reclaim_function_behaves_like_the_scripts_copy() {
+    let code = Library::redkit().code();
+    assert_eq!(
+        code.matches("local function redkit_shared_reclaim()")
+            .count(),
+        1
+    );
+    let (scripts, scripts_keys) = reservation_story(ScriptManager::new()).await;
+    let (library, library_keys) = reservation_story(functions()).await;
+    assert_eq!(library, scripts);
+    assert_eq!(library_keys, scripts_keys);
+    assert_eq!(
+        scripts,
+        [
+            "Reserved { remaining: 7",
+            "Reserved { remaining: 5",
+            "Reserved { remaining: 1",
+            "stock 1",
+            "stock 6",
+            "Reserved { remaining: 5",
+            "Reserved { remaining: 0",
+            "Committed { quantity: 4 }",
+            "stock 0",
+        ]
+    );
+}

@@ -73,12 +73,12 @@ fn a_bless_never_rewrites_a_pin() {
 
 /// Redis scripts cannot share code, so the lazy reclaim of expired reservations (with the
 /// strict integer parser and the ACL-checked write plan) is repeated in every inventory script
-/// that reads stock. This keeps the copies in the newest version of each script identical:
-/// fix one, fix all. (Older versions are immutable and keep their own copy.)
+/// that reads stock, marked `--! shared: reclaim`. Building the Functions library refuses
+/// copies that differ (there the block is one function): fix one, fix all. Older versions are
+/// immutable and keep their own, unmarked copy.
 #[test]
-fn the_reservation_reclaim_block_is_identical_in_every_script() {
-    const START: &str = "-- Lazy reclaim of expired reservations";
-    const END: &str = "-- End of the reclaim block.";
+fn the_reservation_reclaim_block_is_marked_shared_and_identical_in_every_script() {
+    const MARK: &str = "--! shared: reclaim\n";
     let scripts = Registry::global().scripts();
     let newest = |name: &str| {
         scripts
@@ -87,23 +87,47 @@ fn the_reservation_reclaim_block_is_identical_in_every_script() {
             .map(|s| s.version())
             .max()
     };
-    let blocks: Vec<(String, String)> = scripts
+    let ids: Vec<&str> = scripts
         .iter()
-        .filter(|s| s.source().contains(START) && newest(s.name()) == Some(s.version()))
-        .map(|s| {
-            let src = s.source();
-            let from = src.find(START).unwrap();
-            let to = src[from..].find(END).expect("block has an end marker") + from;
-            (s.id().to_owned(), src[from..to].to_owned())
-        })
+        .filter(|s| s.source().contains(MARK) && newest(s.name()) == Some(s.version()))
+        .map(|s| s.id())
         .collect();
-    let ids: Vec<&str> = blocks.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(
         ids,
-        ["inventory_get.v3", "inventory_reserve.v3"],
+        ["inventory_get.v4", "inventory_reserve.v4"],
         "get and reserve carry the block (inventory_apply.v4 and later have their own ZCARD-gated reclaim)"
     );
-    for (id, block) in &blocks[1..] {
-        assert_eq!(block, &blocks[0].1, "{id} differs from {}", blocks[0].0);
-    }
+    // One definition in the library, one call per carrying script.
+    let code = redkit::script::Library::redkit().code();
+    assert_eq!(
+        code.matches("local function redkit_shared_reclaim()")
+            .count(),
+        1
+    );
+    assert_eq!(code.matches("= redkit_shared_reclaim()").count(), 2);
+    // The unmarked copies of older versions stay inline in their own functions.
+    let inline = scripts
+        .iter()
+        .filter(|s| {
+            s.source()
+                .contains("-- Lazy reclaim of expired reservations")
+        })
+        .filter(|s| !s.source().contains(MARK))
+        .count();
+    assert_eq!(
+        code.matches("-- Lazy reclaim of expired reservations")
+            .count(),
+        1 + inline
+    );
+    // A copy that differs is refused.
+    let get = Registry::global().require("inventory_get", 4).unwrap();
+    let edited = get
+        .source()
+        .replace("local RECLAIM = 16", "local RECLAIM = 17");
+    let set = Registry::from_files([
+        ("inventory_get.v4.lua", get.source().to_owned()),
+        ("other.v1.lua", edited.replace("inventory_get", "other")),
+    ]);
+    let err = redkit::script::Library::new("t", &set).unwrap_err();
+    assert!(err.to_string().contains("differs"), "{err}");
 }

@@ -6,6 +6,7 @@ use std::sync::{Arc, LazyLock};
 use redis::RedisError;
 
 use super::registry::{is_name, Registry, Script};
+use super::shared;
 use crate::error::{Error, Result};
 
 /// How a [`ScriptManager`](crate::ScriptManager) runs scripts.
@@ -47,8 +48,11 @@ pub enum Backend {
 /// that can be loaded beside the previous one (blue/green). Redis function names are global,
 /// so each function is named `<library>_<script>_v<N>` (e.g.
 /// `redkit_1f2e3d4c_fixed_window_v3`); it wraps the script's body unchanged, with `KEYS` and
-/// `ARGV` bound to the function's keys and arguments. A script with the header
-/// `--! flags: no-writes` is registered with the `no-writes` flag and called with `FCALL_RO`.
+/// `ARGV` bound to the function's keys and arguments, except for shared blocks: code marked
+/// `--! shared: <name>` ... `--! end shared: <name>` in several scripts is defined once in
+/// the library, as a function the scripts call (copies that differ are refused; see the
+/// README, "Redis Functions"). A script with the header `--! flags: no-writes` is registered
+/// with the `no-writes` flag and called with `FCALL_RO`.
 ///
 /// ```
 /// let set = redkit::Registry::from_files([
@@ -83,8 +87,9 @@ static REDKIT: LazyLock<Library> = LazyLock::new(|| {
 impl Library {
     /// The library of `scripts`, named after `set` (`[a-z0-9_]`, at most 64 bytes).
     ///
-    /// Fails when the name is invalid, the set has no script, or a script starts with its own
-    /// `#!` line (it cannot be wrapped in a function).
+    /// Fails when the name is invalid, the set has no script, a script starts with its own
+    /// `#!` line (it cannot be wrapped in a function), or a shared block is malformed or its
+    /// copies differ.
     pub fn new(set: &str, scripts: &Registry) -> Result<Self> {
         if set.len() > 64 || !is_name(set) {
             return Err(Error::invalid(
@@ -111,8 +116,34 @@ impl Library {
         let hash = sha1_smol::Sha1::from(body.as_bytes()).digest().to_string();
         let name = format!("{set}_{}", &hash[..8]);
         let mut code = format!("#!lua name={name}\n");
-        let mut functions = HashMap::with_capacity(scripts.scripts().len());
+        // Shared blocks: one function each, defined before the functions that call it.
+        let mut marked = Vec::with_capacity(scripts.scripts().len());
+        let mut defined: Vec<shared::Block<'_>> = Vec::new();
         for script in scripts.scripts() {
+            let blocks = shared::blocks(script.id(), script.source())?;
+            for block in &blocks {
+                match defined.iter().find(|d| d.name == block.name) {
+                    Some(first) if first.text != block.text => {
+                        return Err(Error::invalid(
+                            "shared block",
+                            format!(
+                                "`{}` differs between the scripts that carry it ({})",
+                                block.name,
+                                script.id()
+                            ),
+                        ))
+                    }
+                    Some(_) => {}
+                    None => {
+                        code.push_str(&shared::definition(block));
+                        defined.push(block.clone());
+                    }
+                }
+            }
+            marked.push(blocks);
+        }
+        let mut functions = HashMap::with_capacity(scripts.scripts().len());
+        for (script, blocks) in scripts.scripts().iter().zip(&marked) {
             let function = format!("{name}_{}_v{}", script.name(), script.version());
             let flags = if script.is_read_only() {
                 "{'no-writes'}"
@@ -122,7 +153,7 @@ impl Library {
             code.push_str(&format!(
                 "redis.register_function{{function_name='{function}', flags={flags}, \
                  callback=function(KEYS, ARGV)\n{}\nend}}\n",
-                script.source()
+                shared::with_calls(script.source(), blocks)
             ));
             functions
                 .entry(script.sha1().to_owned())

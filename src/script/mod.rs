@@ -35,6 +35,7 @@ mod manager;
 mod outcome;
 pub mod registry;
 mod replication;
+mod shared;
 
 pub use call::Call;
 pub use functions::{Backend, Library};
