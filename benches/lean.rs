@@ -920,6 +920,73 @@ async fn backends(
         let args = [cmd, target, "1", "ceil:be:{a}", &limit, &window, "1"];
         print_ceiling(&format!("{name} {}", script.id()), ceiling(port, &args));
     }
+
+    // The least noisy comparison this machine allows: both commands at the same time (two
+    // redis-benchmark processes, 4 connections each, 10k keys), so every drift of the shared
+    // machine hits both alike, and Redis's own per-command accounting (INFO commandstats
+    // usec_per_call: the time the server spent executing each command).
+    println!();
+    println!("| simultaneous EVALSHA + FCALL, same body, 10k keys | EVALSHA us/call | FCALL us/call | FCALL / EVALSHA |");
+    println!("| --- | ---: | ---: | ---: |");
+    let mut ratios = Vec::new();
+    for round in 1..=rounds {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let spawn = |cmd: &str, target: &str| {
+            std::process::Command::new("redis-benchmark")
+                .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+                .args(["-c", "4", "-P", "16", "-n", "200000", "-r", "10000", "-q"])
+                .args([
+                    cmd,
+                    target,
+                    "1",
+                    "sim:{a}:__rand_int__",
+                    &limit,
+                    &window,
+                    "1",
+                ])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+        };
+        let (Ok(mut a), Ok(mut b)) = (spawn("EVALSHA", script.sha1()), spawn("FCALL", function))
+        else {
+            println!("| n/a (redis-benchmark missing) | | | |");
+            break;
+        };
+        let _ = (a.wait(), b.wait());
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let per_call = |command: &str| {
+            let prefix = format!("cmdstat_{command}:");
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix(prefix.as_str()))
+                .and_then(|rest| {
+                    rest.split(',')
+                        .find_map(|f| f.strip_prefix("usec_per_call="))
+                })
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        if let (Some(e), Some(f)) = (per_call("evalsha"), per_call("fcall")) {
+            ratios.push(f / e);
+            println!("| round {round} | {e:.2} | {f:.2} | {:.3}x |", f / e);
+        }
+    }
+    if !ratios.is_empty() {
+        ratios.sort_by(f64::total_cmp);
+        println!(
+            "| median (min..max) | | | {:.3}x ({:.3}..{:.3}) |",
+            ratios[ratios.len() / 2],
+            ratios[0],
+            ratios[ratios.len() - 1]
+        );
+    }
 }
 
 /// The coordination primitives' acquire + release (own resource per task, uncontended) beside
