@@ -17,7 +17,12 @@
 //!   (`InventoryBuilder::group_commit(DEFAULT_GROUP_BATCH)`), without and with a request id,
 //!   and without group commit, beside the seed script, per buyer count.
 //!
-//! `REDKIT_LEAN_CASES=fixed,gcra,sliding,stock,lock,hot` runs only those cases (default: all).
+//! - sequential latency (`seq`): ONE caller, each call awaited before the next, redkit beside
+//!   the seed script through raw redis-rs: p50 and p99 per call, blocks of 250 calls
+//!   alternating between the two (so a drift of the shared machine hits both alike).
+//!
+//! `REDKIT_LEAN_CASES=fixed,gcra,sliding,stock,lock,hot,seq` runs only those cases (default:
+//! all).
 //!
 //! Each case runs 64 tasks on one multiplexed connection for a few seconds and reports ops/s,
 //! the ratio to the seed script, and the server's CPU per operation (`INFO server`
@@ -358,6 +363,9 @@ async fn bench(secs: f64) {
     }
     if selected("hot") {
         hot_case(&server, conn.clone(), pid, secs).await;
+    }
+    if selected("seq") {
+        sequential_case(conn.clone()).await;
     }
     limiter_ceilings(&server, &mut conn).await;
     drop(server);
@@ -1215,4 +1223,188 @@ async fn seed_take(seed: &redis::Script, conn: &mut MultiplexedConnection) {
         .await
         .unwrap();
     assert_eq!(r, 1);
+}
+
+/// One caller, calls awaited one after the other: the latency of each, for `redkit` and
+/// `seed` in alternating blocks of 250 (8 blocks each), then p50 / p99 and their ratios.
+async fn sequential_case(conn: MultiplexedConnection) {
+    type Op =
+        Box<dyn FnMut(MultiplexedConnection, u64) -> std::pin::Pin<Box<dyn Future<Output = ()>>>>;
+    async fn sample(conn: &MultiplexedConnection, op: &mut Op, from: u64, out: &mut Vec<u64>) {
+        for i in from..from + 250 {
+            let started = std::time::Instant::now();
+            op(conn.clone(), i).await;
+            out.push(started.elapsed().as_nanos() as u64);
+        }
+    }
+    fn pct(v: &mut [u64], p: f64) -> f64 {
+        v.sort_unstable();
+        let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+        v[i] as f64 / 1000.0
+    }
+    let mut cases: Vec<(&str, Op, Op)> = Vec::new();
+
+    let limiter =
+        Arc::new(FixedWindow::new("seq", LIMIT, Duration::from_millis(WINDOW_MS)).unwrap());
+    let seed_limiter = Arc::new(redis::Script::new(SEED_LIMITER));
+    cases.push((
+        "fixed-window check",
+        Box::new(move |mut c, i| {
+            let l = limiter.clone();
+            Box::pin(async move {
+                let key = LimitKey::ip(Ipv4Addr::from(0x0c00_0000 + (i % 10_000) as u32).into());
+                assert!(matches!(
+                    l.check(&mut c, &key).await.unwrap(),
+                    Decision::Allowed { .. }
+                ));
+            })
+        }),
+        Box::new(move |mut c, i| {
+            let s = seed_limiter.clone();
+            Box::pin(async move {
+                let allowed: i64 = s
+                    .key(format!("seq:rl:{}", i % 10_000))
+                    .arg(LIMIT)
+                    .arg(WINDOW_MS / 1000)
+                    .invoke_async(&mut c)
+                    .await
+                    .unwrap();
+                assert_eq!(allowed, 1);
+            })
+        }),
+    ));
+
+    let store = Arc::new(Inventory::new("seq:inv").unwrap().store("w").unwrap());
+    let mut setup = conn.clone();
+    store.set(&mut setup, "sku", STOCK).await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("seq:stock")
+        .arg(STOCK)
+        .query_async(&mut setup)
+        .await
+        .unwrap();
+    let seed_stock = Arc::new(redis::Script::new(SEED_STOCK));
+    let seed_stock_id = Arc::new(redis::Script::new(SEED_STOCK_ID));
+    for with_id in [false, true] {
+        let st = store.clone();
+        let (ss, ssi) = (seed_stock.clone(), seed_stock_id.clone());
+        cases.push((
+            if with_id {
+                "decrement, request id"
+            } else {
+                "decrement"
+            },
+            Box::new(move |mut c, i| {
+                let st = st.clone();
+                Box::pin(async move {
+                    let id = format!("seq-{i}");
+                    let d = st
+                        .decrement(&mut c, "sku", 1, with_id.then_some(id.as_str()))
+                        .await
+                        .unwrap();
+                    assert!(matches!(d, Decrement::Decremented { .. }), "{d:?}");
+                })
+            }),
+            Box::new(move |mut c, i| {
+                let (ss, ssi) = (ss.clone(), ssi.clone());
+                Box::pin(async move {
+                    let r: i64 = if with_id {
+                        ssi.key("seq:stock")
+                            .key(format!("seq:req:{i}"))
+                            .arg(1)
+                            .arg(86_400_000)
+                            .invoke_async(&mut c)
+                            .await
+                            .unwrap()
+                    } else {
+                        ss.key("seq:stock")
+                            .arg(1)
+                            .invoke_async(&mut c)
+                            .await
+                            .unwrap()
+                    };
+                    assert_eq!(r, 1);
+                })
+            }),
+        ));
+    }
+
+    let lock = Arc::new(Lock::new());
+    let unlock = Arc::new(redis::Script::new(SEED_UNLOCK));
+    let ttl_ms = LockOptions::DEFAULT_TTL.as_millis() as u64;
+    for (name, options) in [
+        (
+            "lock acquire + release, default options",
+            LockOptions::new(),
+        ),
+        (
+            "lock acquire + release, fencing(true)",
+            LockOptions::new().fencing(true),
+        ),
+        (
+            "lock acquire + release, fencing(false)",
+            LockOptions::new().fencing(false),
+        ),
+    ] {
+        let (lk, o, u) = (lock.clone(), Arc::new(options), unlock.clone());
+        cases.push((
+            name,
+            Box::new(move |mut c, i| {
+                let (lk, o) = (lk.clone(), o.clone());
+                Box::pin(async move {
+                    let resource = format!("seq-{}", i % 64);
+                    match lk.acquire(&mut c, &resource, &o).await.unwrap() {
+                        Acquire::Acquired(g) => {
+                            assert_eq!(lk.release(&mut c, g).await.unwrap(), Release::Released)
+                        }
+                        other => panic!("{other:?}"),
+                    }
+                })
+            }),
+            Box::new(move |mut c, i| {
+                let u = u.clone();
+                Box::pin(async move {
+                    let key = format!("seq:lock:{}", i % 64);
+                    let token = format!("{:032x}", rand::random::<u128>());
+                    let set: Option<String> = redis::cmd("SET")
+                        .arg(&key)
+                        .arg(&token)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(ttl_ms)
+                        .query_async(&mut c)
+                        .await
+                        .unwrap();
+                    assert!(set.is_some());
+                    let n: i64 = u.key(&key).arg(&token).invoke_async(&mut c).await.unwrap();
+                    assert_eq!(n, 1);
+                })
+            }),
+        ));
+    }
+
+    println!();
+    println!("| sequential, one caller (8 x 250 calls each, alternating) | redkit p50 / p99 | seed p50 / p99 | p50 ratio | p99 ratio |");
+    println!("| --- | ---: | ---: | ---: | ---: |");
+    for (name, mut redkit, mut seed) in cases {
+        // Warm up both (script loads, connection).
+        sample(&conn, &mut redkit, 1_000_000, &mut Vec::new()).await;
+        sample(&conn, &mut seed, 1_000_000, &mut Vec::new()).await;
+        let (mut r, mut s) = (Vec::new(), Vec::new());
+        for block in 0..8u64 {
+            sample(&conn, &mut redkit, block * 250, &mut r).await;
+            sample(&conn, &mut seed, block * 250, &mut s).await;
+        }
+        let (r50, r99, s50, s99) = (
+            pct(&mut r, 0.5),
+            pct(&mut r, 0.99),
+            pct(&mut s, 0.5),
+            pct(&mut s, 0.99),
+        );
+        println!(
+            "| {name} | {r50:.0} / {r99:.0} us | {s50:.0} / {s99:.0} us | {:.2}x | {:.2}x |",
+            r50 / s50,
+            r99 / s99
+        );
+    }
 }
