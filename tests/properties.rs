@@ -52,6 +52,21 @@ proptest! {
     }
 
     #[test]
+    fn fsynced_replication_accepts_exactly_its_documented_range(replicas in any::<u32>(), timeout in any_duration(), local in any::<bool>()) {
+        let ok = timeout >= Duration::from_millis(1) && timeout <= Replication::MAX_TIMEOUT;
+        match Replication::fsynced(replicas, timeout) {
+            Ok(r) => {
+                prop_assert!(ok);
+                let r = if local { r.with_local_fsync() } else { r };
+                prop_assert!(r.is_fsynced());
+                prop_assert_eq!(r.local_fsync(), local);
+                prop_assert_eq!((r.replicas(), r.timeout()), (replicas, timeout));
+            }
+            Err(e) => prop_assert!(!ok, "{e}"),
+        }
+    }
+
+    #[test]
     fn fixed_window_constructor_never_panics(name in ".{0,300}", limit in any::<u32>(), window in any_duration()) {
         if let Ok(l) = FixedWindow::new(&name, limit, window) {
             prop_assert!(limit >= 1);
