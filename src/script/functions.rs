@@ -50,9 +50,9 @@ pub enum Backend {
 /// `redkit_1f2e3d4c_fixed_window_v3`); it wraps the script's body unchanged, with `KEYS` and
 /// `ARGV` bound to the function's keys and arguments, except for shared blocks: code marked
 /// `--! shared: <name>` ... `--! end shared: <name>` in several scripts is defined once in
-/// the library, as a function the scripts call (copies that differ are refused; see the
-/// README, "Redis Functions"). A script with the header `--! flags: no-writes` is registered
-/// with the `no-writes` flag and called with `FCALL_RO`.
+/// the library (once per distinct text), as a function the scripts call (see the README,
+/// "Redis Functions"). A script with the header `--! flags: no-writes` is registered with the
+/// `no-writes` flag and called with `FCALL_RO`.
 ///
 /// ```
 /// let set = redkit::Registry::from_files([
@@ -88,8 +88,7 @@ impl Library {
     /// The library of `scripts`, named after `set` (`[a-z0-9_]`, at most 64 bytes).
     ///
     /// Fails when the name is invalid, the set has no script, a script starts with its own
-    /// `#!` line (it cannot be wrapped in a function), or a shared block is malformed or its
-    /// copies differ.
+    /// `#!` line (it cannot be wrapped in a function), or a shared block is malformed.
     pub fn new(set: &str, scripts: &Registry) -> Result<Self> {
         if set.len() > 64 || !is_name(set) {
             return Err(Error::invalid(
@@ -122,22 +121,13 @@ impl Library {
         for script in scripts.scripts() {
             let blocks = shared::blocks(script.id(), script.source())?;
             for block in &blocks {
-                match defined.iter().find(|d| d.name == block.name) {
-                    Some(first) if first.text != block.text => {
-                        return Err(Error::invalid(
-                            "shared block",
-                            format!(
-                                "`{}` differs between the scripts that carry it ({})",
-                                block.name,
-                                script.id()
-                            ),
-                        ))
-                    }
-                    Some(_) => {}
-                    None => {
-                        code.push_str(&shared::definition(block));
-                        defined.push(block.clone());
-                    }
+                // One function per distinct text (an old version keeps its own copy).
+                if !defined
+                    .iter()
+                    .any(|d| d.name == block.name && d.text == block.text)
+                {
+                    code.push_str(&shared::definition(block));
+                    defined.push(block.clone());
                 }
             }
             marked.push(blocks);

@@ -1,23 +1,27 @@
 //! Shared blocks: code several scripts of a set carry, marked `--! shared: <name>` ...
 //! `--! end shared: <name>`. Scripts cannot share code (each `EVAL` body stands alone), so
 //! under `EVALSHA` every script runs its own copy; in a Functions [`Library`](super::Library)
-//! the block is one function, `redkit_shared_<name>`, that returns the block's top-level
-//! locals, and each script's copy is replaced by a call to it:
+//! the block is one function, `redkit_shared_<name>_<hash8>` (the hash of the block's text),
+//! that returns the block's top-level locals, and each script's copy is replaced by a call to
+//! it:
 //!
 //! ```lua
-//! local function redkit_shared_reclaim()
+//! local function redkit_shared_reclaim_1a2b3c4d()
 //!   <the block>
 //!   return int, hold, write, ...
 //! end
-//! -- in each function:  local int, hold, write, ... = redkit_shared_reclaim()
+//! -- in each function:  local int, hold, write, ... = redkit_shared_reclaim_1a2b3c4d()
 //! ```
 //!
-//! The block runs at the same point of each call as in the script (its locals are fresh per
-//! call, as before), so the function behaves as the script. What would break that is refused
-//! when the library is built: copies that differ, a block using `KEYS`/`ARGV` (the function's
-//! parameters, not visible to the shared function), a script assigning one of the block's
-//! locals after it (the assignment would no longer reach the block's closures), a block
-//! without its end marker, or one without top-level locals.
+//! Copies that differ are different functions: shipped script versions never change, so an
+//! old version keeps the block as it shipped while the newest versions share the new one
+//! (keeping the newest copies identical is a test's job: `tests/manifest.rs` does it for
+//! redkit's reclaim block). The block runs at the same point of each call as in the script
+//! (its locals are fresh per call, as before), so the function behaves as the script. What
+//! would break that is refused when the library is built: a block using `KEYS`/`ARGV` (the
+//! function's parameters, not visible to the shared function), a script assigning one of the
+//! block's locals after it (the assignment would no longer reach the block's closures), a
+//! block without its end marker, or one without top-level locals.
 
 use crate::error::{Error, Result};
 
@@ -175,7 +179,7 @@ pub(crate) fn with_calls(source: &str, blocks: &[Block<'_>]) -> String {
         out.push_str(&format!(
             "local {} = {}()\n",
             block.exports.join(", "),
-            function_name(block.name)
+            function_name(block)
         ));
         at = block.range.end;
     }
@@ -187,14 +191,19 @@ pub(crate) fn with_calls(source: &str, blocks: &[Block<'_>]) -> String {
 pub(crate) fn definition(block: &Block<'_>) -> String {
     format!(
         "local function {}()\n{}return {}\nend\n",
-        function_name(block.name),
+        function_name(block),
         block.text,
         block.exports.join(", ")
     )
 }
 
-fn function_name(block: &str) -> String {
-    format!("redkit_shared_{block}")
+/// `redkit_shared_<name>_<first 8 hex digits of the SHA1 of the block's text>`: copies that
+/// differ (an old script version keeps the block as it was shipped) are different functions.
+fn function_name(block: &Block<'_>) -> String {
+    let hash = sha1_smol::Sha1::from(block.text.as_bytes())
+        .digest()
+        .to_string();
+    format!("redkit_shared_{}_{}", block.name, &hash[..8])
 }
 
 #[cfg(test)]
@@ -211,11 +220,20 @@ mod tests {
         assert_eq!(found[0].exports, ["MAX", "twice", "a", "b"]);
         assert!(found[0].text.starts_with("local MAX") && found[0].text.ends_with("1, 2\n"));
         let called = with_calls(SCRIPT, &found);
+        let function = function_name(&found[0]);
+        assert!(function.starts_with("redkit_shared_util_") && function.len() == 27);
         assert_eq!(
             called,
-            "--! keys: 1\nlocal MAX, twice, a, b = redkit_shared_util()\nreturn twice(MAX) + a + b\n"
+            format!(
+                "--! keys: 1\nlocal MAX, twice, a, b = {function}()\nreturn twice(MAX) + a + b\n"
+            )
         );
-        assert!(definition(&found[0]).ends_with("return MAX, twice, a, b\nend\n"));
+        let definition = definition(&found[0]);
+        assert!(definition.starts_with(&format!("local function {function}()\n")));
+        assert!(definition.ends_with("return MAX, twice, a, b\nend\n"));
+        // Another text under the same name: another function.
+        let other = SCRIPT.replace("local MAX = 9", "local MAX = 8");
+        assert_ne!(function_name(&blocks("s.v2", &other).unwrap()[0]), function);
     }
 
     #[test]
