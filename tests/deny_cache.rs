@@ -373,17 +373,21 @@ async fn gcra_refusals_from_the_cache_are_refusals_redis_gives() {
     while started.elapsed() < Duration::from_millis(1500) {
         let cost = next() + 1;
         let hits = cache.stats().hits;
+        // Taken before the call: the cache computes `retry_after` at some instant between
+        // `asked` and its return, so it claims "refused until at least `asked + retry_after`".
+        // (An instant taken after the return made the claim look later than it was whenever
+        // the task was descheduled in between: seen once, by 0.6 ms, on a loaded machine.)
+        let asked = Instant::now();
         let x = with.check_n(&mut conn, &client, cost).await.unwrap();
-        let answered = Instant::now();
         if cache.stats().hits > hits {
             local += 1;
             let Decision::Limited { retry_after, .. } = x else {
                 panic!("the cache answered something else than a refusal: {x:?}");
             };
-            // The cache claims: refused until `answered + retry_after`. Redis, asked now, may
-            // only disagree once that moment has passed (its answer arrives after it).
+            // Redis, asked now, may only disagree once that moment has passed (its answer
+            // arrives after it).
             let y = without.check_n(&mut conn, &client, cost).await.unwrap();
-            let since = answered.elapsed();
+            let since = asked.elapsed();
             match y {
                 Decision::Limited {
                     retry_after: real, ..
