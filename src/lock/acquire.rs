@@ -241,35 +241,18 @@ impl Lock {
                 .query_async::<Option<String>>(conn)
                 .await
                 .map(|holder| (holder, None)),
-            Some(r) => {
-                // Errors stay per command: a refused wait (an ACL without WAIT) must not hide
-                // that the SET took the lock.
-                let mut pipe = redis::pipe();
-                pipe.ignore_errors().add_command(set);
-                let waits = r.wait_cmds();
-                let expected = waits.len() + 1;
-                for wait in waits {
-                    pipe.add_command(wait);
-                }
-                match pipe.query_async::<Vec<Value>>(conn).await {
-                    Ok(replies) if replies.len() != expected => {
-                        return Err(Error::unexpected(
-                            "SET NX PX GET + WAIT",
-                            format!("{} replies to {expected} commands", replies.len()),
-                        ))
+            Some(r) => match r.pipeline(set).query_async::<Vec<Value>>(conn).await {
+                Ok(replies) => match r.split_replies(replies) {
+                    None => {
+                        return Err(Error::unexpected("SET NX PX GET + WAIT", "missing replies"))
                     }
-                    Ok(mut replies) => {
-                        let wait = replies.pop().unwrap_or(Value::Nil);
-                        match replies.into_iter().next().unwrap_or(Value::Nil) {
-                            Value::ServerError(e) => Err(e.into()),
-                            holder => Option::<String>::from_redis_value(holder)
-                                .map_err(|e| e.into())
-                                .map(|holder| (holder, Some(r.acked((), &wait)))),
-                        }
-                    }
-                    Err(e) => Err(e),
-                }
-            }
+                    Some((Value::ServerError(e), _)) => Err(e.into()),
+                    Some((holder, wait)) => Option::<String>::from_redis_value(holder)
+                        .map_err(|e| e.into())
+                        .map(|holder| (holder, Some(r.acked((), &wait)))),
+                },
+                Err(e) => Err(e),
+            },
         };
         let (holder, replicas) = sent.map_err(unfenced_error)?;
         let outcome = match holder {

@@ -283,10 +283,7 @@ impl ScriptManager {
         let first = query(conn, cmd).await;
         let result = match (first, self.function_for(script)) {
             (Err(e), Some((library, _, _))) if is_function_missing(&e) => {
-                self.counters()
-                    .function_reloads
-                    .fetch_add(1, Ordering::Relaxed);
-                match self.load_library(conn, library).await {
+                match self.reload_library(conn, script, library).await {
                     Ok(()) => query(conn, cmd).await,
                     Err(_) => Err(e),
                 }

@@ -239,19 +239,30 @@ impl ScriptManager {
         match cmd.query_async::<Value>(conn).await {
             Ok(value) => Ok(value),
             Err(err) if functions::is_function_missing(&err) => {
-                self.stats.function_reloads.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(
-                    script = script.id(),
-                    library = library.name(),
-                    "function not found: FUNCTION LOAD"
-                );
-                self.load_library(conn, library).await?;
+                self.reload_library(conn, script, library).await?;
                 cmd.query_async::<Value>(conn)
                     .await
                     .map_err(|e| function_error(script, e))
             }
             Err(err) => Err(function_error(script, err)),
         }
+    }
+
+    /// [`load_library`](Self::load_library) after `script`'s function was not found,
+    /// counted in `function_reloads`.
+    pub(crate) async fn reload_library<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        script: &Script,
+        library: &Library,
+    ) -> Result<()> {
+        self.stats.function_reloads.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            script = script.id(),
+            library = library.name(),
+            "function not found: FUNCTION LOAD"
+        );
+        self.load_library(conn, library).await
     }
 
     /// `FUNCTION LOAD REPLACE` of one library (on a Cluster connection: every primary).

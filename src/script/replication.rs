@@ -202,7 +202,7 @@ impl Replication {
     /// per call). So a `WAITAOF` with replicas is sent behind a `WAIT` for the same replicas
     /// with half the timeout: once the replicas received the write, the `WAITAOF`'s question
     /// finds it fsynced (measured: under 2 ms, worst of 50). The two share the timeout.
-    pub(crate) fn wait_cmds(&self) -> Vec<redis::Cmd> {
+    fn wait_cmds(&self) -> Vec<redis::Cmd> {
         let ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
         let wait = |replicas: u32, ms: u64| {
             let mut cmd = redis::cmd("WAIT");
@@ -218,9 +218,40 @@ impl Replication {
         };
         match self.fsync {
             Fsync::No => vec![wait(self.replicas, ms)],
-            _ if self.replicas == 0 || ms < 2 => vec![waitaof(ms)],
+            _ if !self.wait_first(ms) => vec![waitaof(ms)],
             _ => vec![wait(self.replicas, ms / 2), waitaof(ms - ms / 2)],
         }
+    }
+
+    /// Whether a `WAITAOF` of `ms` milliseconds goes behind a `WAIT` (replicas asked for, and
+    /// a timeout that halves into two non-zero waits).
+    fn wait_first(&self, ms: u64) -> bool {
+        self.fsync != Fsync::No && self.replicas > 0 && ms >= 2
+    }
+
+    /// `first`, then the wait commands, in one pipeline whose errors stay per command (a
+    /// refused wait must not hide that `first` ran).
+    pub(crate) fn pipeline(&self, first: redis::Cmd) -> Pipeline {
+        let waits = self.wait_cmds();
+        let mut pipe = Pipeline::with_capacity(1 + waits.len());
+        pipe.ignore_errors();
+        pipe.add_command(first);
+        for wait in waits {
+            pipe.add_command(wait);
+        }
+        pipe
+    }
+
+    /// The reply of the pipeline's first command and the wait's (the last), or `None` when
+    /// there are not exactly as many replies as [`pipeline`](Self::pipeline) sent commands.
+    pub(crate) fn split_replies(&self, mut replies: Vec<Value>) -> Option<(Value, Value)> {
+        let ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
+        let sent = 2 + usize::from(self.wait_first(ms));
+        if replies.len() != sent {
+            return None;
+        }
+        let wait = replies.pop()?;
+        replies.into_iter().next().map(|first| (first, wait))
     }
 
     /// The acknowledgement of an outcome from the wait command's reply. A reply that is not the
@@ -400,15 +431,7 @@ impl ScriptManager {
             wait = replication.replicas()
         );
         async {
-            let send = |first: redis::Cmd| {
-                let mut pipe = Pipeline::with_capacity(3);
-                pipe.ignore_errors();
-                pipe.add_command(first);
-                for wait in replication.wait_cmds() {
-                    pipe.add_command(wait);
-                }
-                pipe
-            };
+            let send = |first: redis::Cmd| replication.pipeline(first);
             let function = self.function_for(script);
             let first = match function {
                 Some((_, name, read_only)) => fcall_cmd(call, name, read_only),
@@ -418,10 +441,7 @@ impl ScriptManager {
             if let Some((library, _, _)) = function {
                 if matches!(replies.first(), Some(Value::ServerError(e)) if is_function_missing(&e.clone().into()))
                 {
-                    self.counters()
-                        .function_reloads
-                        .fetch_add(1, Ordering::Relaxed);
-                    self.load_library(conn, library).await?;
+                    self.reload_library(conn, script, library).await?;
                     replies = send(first).query_async(conn).await?;
                 }
             } else if matches!(replies.first(), Some(Value::ServerError(e)) if e.kind() == Some(ServerErrorKind::NoScript))
@@ -432,11 +452,7 @@ impl ScriptManager {
                     .query_async(conn)
                     .await?;
             }
-            if replies.len() != 1 + replication.wait_cmds().len() {
-                return Err(Error::unexpected(script.id(), "script + WAIT: missing replies"));
-            }
-            let acks = replies.pop();
-            let (Some(value), Some(acks)) = (replies.into_iter().next(), acks) else {
+            let Some((value, acks)) = replication.split_replies(replies) else {
                 return Err(Error::unexpected(script.id(), "script + WAIT: missing replies"));
             };
             let value = match value {
@@ -478,6 +494,19 @@ mod tests {
         // Never a 0 ms wait (it would block forever).
         let r = Replication::fsynced(1, Duration::from_millis(1)).unwrap();
         assert_eq!(encoded(&r), vec![vec!["WAITAOF", "0", "1", "1"]]);
+    }
+
+    #[test]
+    fn split_replies_takes_the_first_and_the_last() {
+        let r = Replication::fsynced(1, Duration::from_millis(100)).unwrap();
+        let replies = vec![Value::Int(7), Value::Int(1), Value::Nil];
+        assert_eq!(r.split_replies(replies), Some((Value::Int(7), Value::Nil)));
+        assert_eq!(r.split_replies(vec![Value::Int(7), Value::Nil]), None);
+        let w = Replication::new(1, Duration::from_millis(100)).unwrap();
+        assert_eq!(
+            w.split_replies(vec![Value::Int(7), Value::Int(1)]),
+            Some((Value::Int(7), Value::Int(1)))
+        );
     }
 
     fn encoded(r: &Replication) -> Vec<Vec<String>> {
