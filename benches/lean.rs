@@ -13,9 +13,11 @@
 //! - sliding-window check over 10k IPs: `SlidingWindow::check` vs python `limits`' two-key
 //!   sliding-window script (`PTTL`, `RENAME`/`SET` on a window shift, `GET`s, `INCRBY`).
 //!
-//! - hot SKU (`hot`): 1, 8, 64 and 512 buyers of ONE SKU: `Store::decrement` with group commit
-//!   (`InventoryBuilder::group_commit(DEFAULT_GROUP_BATCH)`), without and with a request id,
-//!   and without group commit, beside the seed script, per buyer count.
+//! - hot SKU (`hot`): 1, 8, 64 and 512 buyers of ONE SKU (`REDKIT_LEAN_BUYERS=64,512` for
+//!   some): `Store::decrement` without group commit, with group commit
+//!   (`InventoryBuilder::group_commit(DEFAULT_GROUP_BATCH)`) one call in flight per SKU, and
+//!   with `group_in_flight(k)` (k = `REDKIT_LEAN_IN_FLIGHT`, default 2, the README's
+//!   recommendation) without and with a request id, beside the seed script.
 //!
 //! - sequential latency (`seq`): ONE caller, each call awaited before the next, redkit beside
 //!   the seed script through raw redis-rs: p50 and p99 per call, blocks of 250 calls
@@ -1148,13 +1150,22 @@ async fn hot_case(
     pid: Option<u32>,
     secs: f64,
 ) {
+    // Calls of one SKU in flight at once for the pipelined group columns (README: 2).
+    let in_flight: usize = std::env::var("REDKIT_LEAN_IN_FLIGHT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
     let plain = Inventory::new("lean:hot").unwrap().store("w1").unwrap();
-    let grouped = Inventory::builder("lean:hot")
-        .group_commit(Inventory::DEFAULT_GROUP_BATCH)
-        .build()
-        .unwrap()
-        .store("w1")
-        .unwrap();
+    let grouped = |k: usize| {
+        Inventory::builder("lean:hot")
+            .group_commit(Inventory::DEFAULT_GROUP_BATCH)
+            .group_in_flight(k)
+            .build()
+            .unwrap()
+            .store("w1")
+            .unwrap()
+    };
+    let (serial, pipelined) = (grouped(1), grouped(in_flight));
     plain.set(&mut conn, "hot", STOCK).await.unwrap();
     let _: () = redis::cmd("SET")
         .arg("seed:stock:hot")
@@ -1164,11 +1175,16 @@ async fn hot_case(
         .unwrap();
     let seed = Arc::new(redis::Script::new(SEED_STOCK));
     println!();
-    println!("hot SKU: N buyers on ONE SKU, one multiplexed connection (ops/s; CPU per op in us)");
+    println!("hot SKU: N buyers on ONE SKU, one multiplexed connection (ops/s; CPU per op in us); group commit with 1 and {in_flight} calls in flight");
     println!();
-    println!("| buyers | seed-style | redkit | redkit, group commit | group commit + request id | group commit / seed | CPU per op: seed, group, group + id | buyers per call: group, group + id |");
-    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for buyers in [1u64, 8, 64, 512] {
+    println!("| buyers | seed-style | redkit | group commit | group, {in_flight} in flight | group, {in_flight} in flight + request id | group {in_flight} / seed | CPU per op: seed, group, group {in_flight}, group {in_flight} + id | buyers per call: group, group {in_flight}, + id |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    // REDKIT_LEAN_BUYERS=64 (comma-separated) runs only those buyer counts.
+    let counts: Vec<u64> = std::env::var("REDKIT_LEAN_BUYERS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 8, 64, 512]);
+    for buyers in counts {
         let s = seed.clone();
         let seed_run = run_n(conn.clone(), pid, secs, buyers, move |mut c, _, _| {
             let s = s.clone();
@@ -1177,7 +1193,12 @@ async fn hot_case(
         .await;
         let mut runs = Vec::new();
         let mut per_call = Vec::new();
-        for (store, ids) in [(&plain, false), (&grouped, false), (&grouped, true)] {
+        for (store, ids) in [
+            (&plain, false),
+            (&serial, false),
+            (&pipelined, false),
+            (&pipelined, true),
+        ] {
             let st = Arc::new(store.clone());
             let calls_before = server.evalsha_calls().await;
             runs.push(
@@ -1199,17 +1220,20 @@ async fn hot_case(
                 .map_or("n/a".to_owned(), |c| format!("{c:.2}"))
         };
         println!(
-            "| {buyers} | {:.0}k | {:.0}k | {:.0}k | {:.0}k | {:.2}x | {}, {}, {} | {:.1}, {:.1} |",
+            "| {buyers} | {:.0}k | {:.0}k | {:.0}k | {:.0}k | {:.0}k | {:.2}x | {}, {}, {}, {} | {:.1}, {:.1}, {:.1} |",
             seed_run.ops_per_sec() / 1000.0,
             runs[0].ops_per_sec() / 1000.0,
             runs[1].ops_per_sec() / 1000.0,
             runs[2].ops_per_sec() / 1000.0,
-            runs[1].ops_per_sec() / seed_run.ops_per_sec(),
+            runs[3].ops_per_sec() / 1000.0,
+            runs[2].ops_per_sec() / seed_run.ops_per_sec(),
             cpu(&seed_run),
             cpu(&runs[1]),
             cpu(&runs[2]),
+            cpu(&runs[3]),
             per_call[1],
             per_call[2],
+            per_call[3],
         );
     }
 }

@@ -300,12 +300,32 @@ async fn a_cancelled_leader_interrupts_its_group_and_the_queue_moves_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_hundred_buyers_never_oversell_and_every_id_replays() {
+    five_hundred_buyers(hot()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_hundred_buyers_with_two_calls_in_flight_never_oversell_and_every_id_replays() {
+    five_hundred_buyers(hot_pipelined(2)).await;
+}
+
+/// [`hot`] with up to `calls` grouped calls of one SKU in flight.
+fn hot_pipelined(calls: usize) -> Inventory {
+    Inventory::builder(PREFIX)
+        .group_commit(Inventory::DEFAULT_GROUP_BATCH)
+        .group_in_flight(calls)
+        .build()
+        .unwrap()
+}
+
+/// 512 concurrent buyers of one SKU through `inventory` over four connections: stock and
+/// units sold add up, buyers were grouped, every request id replays its outcome.
+async fn five_hundred_buyers(inventory: Inventory) {
     let server = RedisServer::spawn().await;
     let mut conns = Vec::new();
     for _ in 0..4 {
         conns.push(server.conn().await);
     }
-    let store = hot().store("w1").unwrap();
+    let store = inventory.store("w1").unwrap();
     store.set(&mut conns[0], "mug", 600).await.unwrap();
     let before = server.evalsha_calls().await;
     let mut tasks = Vec::new();
@@ -335,6 +355,70 @@ async fn five_hundred_buyers_never_oversell_and_every_id_replays() {
     );
     replay(&store, &mut c, results).await;
     assert_eq!(store.stock(&mut c, "mug").await.unwrap(), stock);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_calls_in_flight_the_second_caller_goes_alone_and_the_queue_after_it() {
+    let mut server = RedisServer::spawn().await;
+    let conn = preloaded(&server).await;
+    let mut c = conn.clone();
+    let store = hot_pipelined(2).store("w1").unwrap();
+    store.set(&mut c, "mug", 9).await.unwrap();
+    // The first buyer (alone) and nine more: the second is sent at once (two in flight), the
+    // eight after it queue and go in ONE call when one of the two returns.
+    let buyers = [(1, None); 9];
+    let (outcomes, calls) = frozen_group(&mut server, &store, &conn, "mug", &buyers).await;
+    assert_eq!(
+        calls, 3,
+        "two alone (both in flight), then one call for the queue"
+    );
+    let outcomes: Vec<Decrement> = outcomes.into_iter().map(Result::unwrap).collect();
+    let mut remaining: Vec<u64> = outcomes
+        .iter()
+        .filter_map(|d| match d {
+            Decrement::Decremented { remaining } => Some(*remaining),
+            _ => None,
+        })
+        .collect();
+    remaining.sort_unstable();
+    assert_eq!(remaining, (0..9).collect::<Vec<_>>(), "{outcomes:?}");
+    let short = outcomes
+        .iter()
+        .filter(|d| **d == Decrement::Insufficient { available: 0 })
+        .count();
+    assert_eq!(short, 1, "ten buyers of nine units: {outcomes:?}");
+    assert_eq!(store.stock(&mut c, "mug").await.unwrap(), 0);
+    // The queue is idle again: a lone buyer goes straight through.
+    store.set(&mut c, "mug", 1).await.unwrap();
+    let before = server.evalsha_calls().await;
+    assert_eq!(
+        store.decrement(&mut c, "mug", 1, None).await.unwrap(),
+        Decrement::Decremented { remaining: 0 }
+    );
+    assert_eq!(server.evalsha_calls().await - before, 1);
+}
+
+#[test]
+fn group_in_flight_is_checked_when_the_inventory_is_built() {
+    let build = |k| {
+        Inventory::builder(PREFIX)
+            .group_commit(8)
+            .group_in_flight(k)
+            .build()
+    };
+    assert!(matches!(build(0), Err(Error::InvalidInput { .. })));
+    assert!(matches!(
+        build(Inventory::MAX_GROUP_IN_FLIGHT + 1),
+        Err(Error::InvalidInput { .. })
+    ));
+    assert_eq!(
+        build(Inventory::MAX_GROUP_IN_FLIGHT)
+            .unwrap()
+            .group_in_flight(),
+        Some(Inventory::MAX_GROUP_IN_FLIGHT)
+    );
+    let without_group = Inventory::builder(PREFIX).group_in_flight(2).build();
+    assert!(matches!(without_group, Err(Error::InvalidInput { .. })));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

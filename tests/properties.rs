@@ -407,6 +407,38 @@ mod inventory {
                 }
             }
         }
+
+        #[test]
+        fn group_commit_settings_are_accepted_exactly_in_their_documented_range(
+            batch in prop_oneof![any::<usize>(), 0usize..1100],
+            in_flight in prop::option::of(prop_oneof![any::<usize>(), 0usize..20]),
+            grouped in any::<bool>(),
+        ) {
+            let mut builder = Inventory::builder("inv");
+            if grouped {
+                builder = builder.group_commit(batch);
+            }
+            if let Some(k) = in_flight {
+                builder = builder.group_in_flight(k);
+            }
+            let ok_batch = !grouped || (2..=Inventory::MAX_GROUP_BATCH).contains(&batch);
+            let ok_in_flight = in_flight
+                .is_none_or(|k| grouped && (1..=Inventory::MAX_GROUP_IN_FLIGHT).contains(&k));
+            match builder.build() {
+                Ok(inventory) => {
+                    prop_assert!(ok_batch && ok_in_flight);
+                    prop_assert_eq!(inventory.group_commit(), grouped.then_some(batch));
+                    prop_assert_eq!(
+                        inventory.group_in_flight(),
+                        grouped.then_some(in_flight.unwrap_or(1))
+                    );
+                }
+                Err(e) => {
+                    prop_assert!(!(ok_batch && ok_in_flight));
+                    prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}");
+                }
+            }
+        }
     }
 }
 

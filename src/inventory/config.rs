@@ -83,6 +83,8 @@ impl Inventory {
     pub const MAX_GROUP_BATCH: usize = 1024;
     /// The batch size the README recommends for hot SKUs.
     pub const DEFAULT_GROUP_BATCH: usize = 256;
+    /// The most grouped calls of one SKU [`InventoryBuilder::group_in_flight`] allows at once.
+    pub const MAX_GROUP_IN_FLIGHT: usize = 16;
     /// The longest reservation TTL accepted: 30 days.
     pub const MAX_RESERVATION_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
@@ -111,6 +113,7 @@ impl Inventory {
             retention: Self::DEFAULT_RETENTION,
             manager: None,
             group_commit: None,
+            group_in_flight: None,
         }
     }
 
@@ -156,6 +159,20 @@ impl Inventory {
     /// ```
     pub fn group_commit(&self) -> Option<usize> {
         self.inner.groups.as_ref().map(|g| g.max_batch())
+    }
+
+    /// How many grouped calls of one SKU may be in flight at once
+    /// ([`InventoryBuilder::group_in_flight`]), or `None` without group commit.
+    ///
+    /// ```
+    /// use redkit::inventory::Inventory;
+    /// assert_eq!(Inventory::new("inv")?.group_in_flight(), None);
+    /// let hot = Inventory::builder("inv").group_commit(64).build()?;
+    /// assert_eq!(hot.group_in_flight(), Some(1));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn group_in_flight(&self) -> Option<usize> {
+        self.inner.groups.as_ref().map(|g| g.max_in_flight())
     }
 
     /// The script manager running the scripts (for its [`Stats`](crate::Stats)).
@@ -362,6 +379,7 @@ pub struct InventoryBuilder {
     retention: Duration,
     manager: Option<ScriptManager>,
     group_commit: Option<usize>,
+    group_in_flight: Option<usize>,
 }
 
 impl InventoryBuilder {
@@ -408,6 +426,34 @@ impl InventoryBuilder {
         self
     }
 
+    /// With [group commit](Self::group_commit): how many calls of ONE SKU may be in flight
+    /// at once (1 ..= [`Inventory::MAX_GROUP_IN_FLIGHT`]; default 1). With 1, callers queue
+    /// as soon as one call is in flight and each batch is sent when the call before it
+    /// returns: batches run in arrival order, one round trip after another. With `k > 1`, up
+    /// to `k` calls (the first ones alone, later ones batches) travel at once, so the round
+    /// trips overlap: on a hot SKU this is what lifts throughput past one batch per round
+    /// trip. Each batch still settles its members in arrival order and nobody is oversold
+    /// (every call settles on the stock Redis holds when it runs), but two calls in flight
+    /// may run in either order, as two ungrouped calls would: a caller that arrived later
+    /// can be served before one that arrived earlier if their calls were in flight together.
+    /// The README's recommendation for hot SKUs is `group_in_flight(2)`.
+    ///
+    /// ```
+    /// use redkit::inventory::Inventory;
+    /// let hot = Inventory::builder("shop:inv")
+    ///     .group_commit(Inventory::DEFAULT_GROUP_BATCH)
+    ///     .group_in_flight(2)
+    ///     .build()?;
+    /// assert_eq!(hot.group_in_flight(), Some(2));
+    /// assert!(Inventory::builder("shop:inv").group_in_flight(2).build().is_err(), "needs group_commit");
+    /// assert!(Inventory::builder("shop:inv").group_commit(8).group_in_flight(0).build().is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn group_in_flight(mut self, calls: usize) -> Self {
+        self.group_in_flight = Some(calls);
+        self
+    }
+
     /// Checks the settings and builds the inventory.
     pub fn build(self) -> Result<Inventory> {
         keys::validate_prefix("prefix", &self.prefix)?;
@@ -420,9 +466,25 @@ impl InventoryBuilder {
                 ),
             ));
         }
+        let in_flight = match (self.group_in_flight, self.group_commit) {
+            (None, _) => 1,
+            (Some(_), None) => {
+                return Err(Error::invalid(
+                    "group_in_flight",
+                    "applies to group commit only: set group_commit too",
+                ))
+            }
+            (Some(k @ 1..=Inventory::MAX_GROUP_IN_FLIGHT), Some(_)) => k,
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid(
+                    "group_in_flight",
+                    format!("must be 1..={}", Inventory::MAX_GROUP_IN_FLIGHT),
+                ))
+            }
+        };
         let groups = match self.group_commit {
             None => None,
-            Some(n @ 2..=Inventory::MAX_GROUP_BATCH) => Some(Arc::new(Groups::new(n))),
+            Some(n @ 2..=Inventory::MAX_GROUP_BATCH) => Some(Arc::new(Groups::new(n, in_flight))),
             Some(_) => {
                 return Err(Error::invalid(
                     "group_commit",

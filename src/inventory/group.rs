@@ -48,7 +48,16 @@ pub(super) enum Turn {
 #[derive(Debug)]
 pub(super) struct Groups {
     max_batch: usize,
-    queues: Mutex<HashMap<String, VecDeque<Member>>>,
+    max_in_flight: usize,
+    queues: Mutex<HashMap<String, Queue>>,
+}
+
+/// One SKU's calls in flight and the callers waiting for a turn. Callers wait only while
+/// `in_flight == max_in_flight`.
+#[derive(Debug, Default)]
+struct Queue {
+    in_flight: usize,
+    waiting: VecDeque<Member>,
 }
 
 /// What [`Groups::join`] tells a caller.
@@ -142,9 +151,10 @@ fn interrupted() -> Error {
 }
 
 impl Groups {
-    pub(super) fn new(max_batch: usize) -> Self {
+    pub(super) fn new(max_batch: usize, max_in_flight: usize) -> Self {
         Self {
             max_batch,
+            max_in_flight,
             queues: Mutex::new(HashMap::new()),
         }
     }
@@ -153,21 +163,37 @@ impl Groups {
         self.max_batch
     }
 
-    fn queues(&self) -> std::sync::MutexGuard<'_, HashMap<String, VecDeque<Member>>> {
+    pub(super) fn max_in_flight(&self) -> usize {
+        self.max_in_flight
+    }
+
+    fn queues(&self) -> std::sync::MutexGuard<'_, HashMap<String, Queue>> {
         // A poisoned lock only means a panic elsewhere; the queues stay consistent.
         self.queues.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues `member` behind a call of `key` in flight, or makes it the leader.
+    /// Queues `member` behind the calls of `key` in flight, or makes it the leader (alone)
+    /// when fewer than `max_in_flight` are.
     pub(super) fn join(self: &Arc<Self>, key: &str, mut member: Member) -> Joined {
         let mut queues = self.queues();
-        if let Some(queue) = queues.get_mut(key) {
-            let (tx, rx) = oneshot::channel();
-            member.tx = Some(tx);
-            queue.push_back(member);
-            return Joined::Wait(Waiting(rx));
+        match queues.get_mut(key) {
+            Some(queue) if queue.in_flight >= self.max_in_flight => {
+                let (tx, rx) = oneshot::channel();
+                member.tx = Some(tx);
+                queue.waiting.push_back(member);
+                return Joined::Wait(Waiting(rx));
+            }
+            Some(queue) => queue.in_flight += 1,
+            None => {
+                queues.insert(
+                    key.to_owned(),
+                    Queue {
+                        in_flight: 1,
+                        waiting: VecDeque::new(),
+                    },
+                );
+            }
         }
-        queues.insert(key.to_owned(), VecDeque::new());
         Joined::Lead(Lead {
             groups: self.clone(),
             key: key.to_owned(),
@@ -176,22 +202,26 @@ impl Groups {
         })
     }
 
-    /// The call of `key` is over: hands the next batch to its first live waiter, or marks
-    /// the SKU idle.
+    /// A call of `key` is over: hands the next batch to its first live waiter, or marks
+    /// the SKU idle when no call is left in flight.
     fn next(self: &Arc<Self>, key: &str) {
         let mut queues = self.queues();
         let Some(queue) = queues.get_mut(key) else {
             return;
         };
+        queue.in_flight = queue.in_flight.saturating_sub(1);
         loop {
             // Callers that gave up while queued are dropped: their decrement is never sent.
-            queue.retain(|m| m.tx.as_ref().is_some_and(|tx| !tx.is_closed()));
-            if queue.is_empty() {
-                queues.remove(key);
+            let waiting = &mut queue.waiting;
+            waiting.retain(|m| m.tx.as_ref().is_some_and(|tx| !tx.is_closed()));
+            if waiting.is_empty() {
+                if queue.in_flight == 0 {
+                    queues.remove(key);
+                }
                 return;
             }
-            let take = queue.len().min(self.max_batch);
-            let mut members: Vec<Member> = queue.drain(..take).collect();
+            let take = waiting.len().min(self.max_batch);
+            let mut members: Vec<Member> = waiting.drain(..take).collect();
             let Some(tx) = members.first_mut().and_then(|m| m.tx.take()) else {
                 continue;
             };
@@ -202,13 +232,16 @@ impl Groups {
                 armed: true,
             };
             match tx.send(Turn::Lead(lead)) {
-                Ok(()) => return,
+                Ok(()) => {
+                    queue.in_flight += 1;
+                    return;
+                }
                 Err(turn) => {
                     // The first waiter left just now: put the others back, in order.
                     if let Turn::Lead(mut lead) = turn {
                         let members = lead.disarm();
                         for member in members.into_iter().skip(1).rev() {
-                            queue.push_front(member);
+                            queue.waiting.push_front(member);
                         }
                     }
                 }
