@@ -23,6 +23,7 @@ const INVENTORY: &[&str] = &[
     "get",
     "set",
     "del",
+    "exists",
     "type",
     "incrby",
     "decrby",

@@ -496,7 +496,8 @@ async fn every_denied_inner_command_changes_nothing_and_a_full_retry_applies_onc
 
 /// Commands the scripts only read with. Redis refuses a denied one when the script calls it;
 /// every read happens before the first write, so the call fails and nothing changes.
-const READS: [&str; 9] = [
+const READS: [&str; 10] = [
+    "exists",
     "get",
     "time",
     "zrangebyscore",
@@ -1209,7 +1210,7 @@ async fn v1_reservations_are_migrated_and_then_expire() {
 async fn the_scripts_parse_integers_exactly_like_redis_within_their_range() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    for version in [2, 4, 5, 6] {
+    for version in [2, 4, 5, 6, 7] {
         parse_like_redis(&mut conn, version).await;
     }
 }
@@ -1413,6 +1414,34 @@ async fn a_sku_without_holds_keeps_the_contract_on_the_short_path() {
             }
         }
     }
+    // v7 takes first and puts back on a short take (no stock read without a request id): the
+    // answer is Insufficient with the stock, and the keyspace is exactly as before.
+    for quantity in [6, 99_999_999_999_999] {
+        fresh(&mut admin).await;
+        let before = keyspace(&mut admin).await;
+        let r = s.decrement(&mut admin, "c", quantity, None).await.unwrap();
+        assert_eq!(r, Decrement::Insufficient { available: 5 }, "{quantity}");
+        assert!(before == keyspace(&mut admin).await, "{quantity}");
+    }
+    // The largest stock there is, taken down by one; a stock of 0 refused and kept.
+    fresh(&mut admin).await;
+    s.set(&mut admin, "c", 99_999_999_999_999).await.unwrap();
+    let r = s.decrement(&mut admin, "c", 1, None).await.unwrap();
+    assert_eq!(
+        r,
+        Decrement::Decremented {
+            remaining: 99_999_999_999_998
+        }
+    );
+    s.set(&mut admin, "c", 0).await.unwrap();
+    let before = keyspace(&mut admin).await;
+    let r = s.decrement(&mut admin, "c", 1, None).await.unwrap();
+    assert_eq!(r, Decrement::Insufficient { available: 0 });
+    assert!(before == keyspace(&mut admin).await);
+    // An unknown SKU: NotFound, and no key is created.
+    let r = s.decrement(&mut admin, "nope", 1, None).await;
+    assert!(matches!(r, Err(Error::NotFound { .. })), "{r:?}");
+    assert!(before == keyspace(&mut admin).await);
     // Request ids on the short path: the record answers retries (also a recorded
     // Insufficient), a different request with the same id is IdReused, nothing changes.
     fresh(&mut admin).await;
