@@ -47,7 +47,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut conn = client.get_multiplexed_async_connection().await?;
     let lock = Lock::new();
 
+    // Fencing is opt-in: this lease hands its token to the storage it writes.
     let options = LockOptions::new()
+        .fencing(true)
         .ttl(Duration::from_secs(3))
         .retries(100)
         .retry_delay(Duration::from_millis(200))

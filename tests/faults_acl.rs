@@ -282,7 +282,7 @@ async fn a_user_with_exactly_the_minimal_acl_runs_limiter_inventory_and_lock() {
     assert_eq!(d, Decrement::Decremented { remaining: 3 });
 
     let lock = Lock::new();
-    let options = LockOptions::new().ttl(Duration::from_secs(5));
+    let options = LockOptions::new().fencing(true).ttl(Duration::from_secs(5));
     let Acquire::Acquired(mut guard) = lock.try_acquire(&mut conn, "job", &options).await.unwrap()
     else {
         panic!("not acquired")
@@ -351,7 +351,7 @@ async fn a_user_with_only_the_semaphore_and_versioned_acl_runs_both() {
     let mut waiter = as_user(&server, "coord").await;
 
     let sem = redkit::lock::Semaphore::new();
-    let options = LockOptions::new().ttl(Duration::from_secs(5));
+    let options = LockOptions::new().fencing(true).ttl(Duration::from_secs(5));
     let redkit::lock::PermitAcquire::Acquired(mut permit) = sem
         .try_acquire(&mut conn, "job", 1, &options)
         .await

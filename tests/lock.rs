@@ -47,6 +47,7 @@ async fn mutual_exclusion_over_64_tasks_and_strictly_increasing_fences() {
         conns.push(server.conn().await);
     }
     let options = LockOptions::new()
+        .fencing(true)
         .ttl(Duration::from_secs(20))
         .retries(1_000_000)
         .retry_delay(Duration::from_millis(1))
@@ -98,7 +99,9 @@ async fn stale_holder_cannot_release_or_renew_the_new_owners_lock() {
     let mut conn = server.conn().await;
     let lock = lock();
     let key = lock.lock_key("report").unwrap();
-    let short = LockOptions::new().ttl(Duration::from_millis(500));
+    let short = LockOptions::new()
+        .fencing(true)
+        .ttl(Duration::from_millis(500));
     let mut stale = acquired(&lock, &mut conn, "report", &short).await;
     assert!(matches!(
         lock.try_acquire(&mut conn, "report", &short).await.unwrap(),
@@ -109,7 +112,9 @@ async fn stale_holder_cannot_release_or_renew_the_new_owners_lock() {
     wait_gone(&server, &key).await;
     assert!(!stale.is_valid(), "local validity ran out before the key");
 
-    let long = LockOptions::new().ttl(Duration::from_secs(30));
+    let long = LockOptions::new()
+        .fencing(true)
+        .ttl(Duration::from_secs(30));
     let owner = acquired(&lock, &mut conn, "report", &long).await;
     assert!(owner.fencing_token() > stale.fencing_token());
 
@@ -139,7 +144,7 @@ async fn renew_moves_the_ttl_and_the_local_validity_forward() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let lock = lock();
-    let options = LockOptions::new().ttl(Duration::from_secs(2));
+    let options = LockOptions::new().fencing(true).ttl(Duration::from_secs(2));
     let mut guard = acquired(&lock, &mut conn, "r", &options).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = guard.validity();
@@ -159,7 +164,9 @@ async fn watchdog_keeps_a_300ms_lease_through_2s_of_work_and_stops_after_release
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let lock = lock();
-    let options = LockOptions::new().ttl(Duration::from_millis(300));
+    let options = LockOptions::new()
+        .fencing(true)
+        .ttl(Duration::from_millis(300));
     let mut guard = acquired(&lock, &mut conn, "job", &options).await;
     let key = guard.key().to_owned();
     let signal = lock.watch(&conn, &mut guard).unwrap();
@@ -199,7 +206,7 @@ async fn watchdog_signals_an_external_delete_within_one_renewal_period() {
     let lock = lock();
     // Period ttl/3 = 1 s; the lease itself would last 3 s, so a signal well before that
     // can only come from a renewal answering Lost.
-    let options = LockOptions::new().ttl(Duration::from_secs(3));
+    let options = LockOptions::new().fencing(true).ttl(Duration::from_secs(3));
     let mut guard = acquired(&lock, &mut conn, "job", &options).await;
     let signal = lock.watch(&conn, &mut guard).unwrap();
     let token = signal.cancellation_token();
@@ -227,7 +234,9 @@ async fn watchdog_signals_expiry_when_renewals_keep_failing() {
     let mut server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let lock = lock();
-    let options = LockOptions::new().ttl(Duration::from_millis(600));
+    let options = LockOptions::new()
+        .fencing(true)
+        .ttl(Duration::from_millis(600));
     let mut guard = acquired(&lock, &mut conn, "job", &options).await;
     let signal = lock.watch(&conn, &mut guard).unwrap();
     server.pause().await;
@@ -244,7 +253,9 @@ async fn dropping_a_guard_stops_its_watchdog_and_the_lease_ends_by_ttl() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let lock = lock();
-    let options = LockOptions::new().ttl(Duration::from_millis(300));
+    let options = LockOptions::new()
+        .fencing(true)
+        .ttl(Duration::from_millis(300));
     let mut guard = acquired(&lock, &mut conn, "job", &options).await;
     let key = guard.key().to_owned();
     lock.watch(&conn, &mut guard).unwrap();
@@ -262,7 +273,9 @@ async fn with_lock_reports_completion_and_loss() {
     let server = RedisServer::spawn().await;
     let conn = server.conn().await;
     let lock = lock();
-    let options = LockOptions::new().ttl(Duration::from_millis(300));
+    let options = LockOptions::new()
+        .fencing(true)
+        .ttl(Duration::from_millis(300));
     let key = lock.lock_key("batch").unwrap();
 
     let done = lock
@@ -306,7 +319,7 @@ async fn with_lock_reports_completion_and_loss() {
 
     // Busy: someone else holds it.
     let mut c = server.conn().await;
-    let holder = acquired(&lock, &mut c, "batch", &LockOptions::new()).await;
+    let holder = acquired(&lock, &mut c, "batch", &LockOptions::new().fencing(true)).await;
     let busy = lock
         .with_lock(&conn, "batch", &options, |_| async { unreachable!() })
         .await
@@ -324,7 +337,9 @@ async fn fenced_write_with_an_older_token_is_rejected() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let lock = lock();
-    let short = LockOptions::new().ttl(Duration::from_millis(100));
+    let short = LockOptions::new()
+        .fencing(true)
+        .ttl(Duration::from_millis(100));
     let stale = acquired(&lock, &mut conn, "doc", &short).await;
     let data = "doc:{42}:content";
     assert_eq!(
@@ -335,7 +350,7 @@ async fn fenced_write_with_an_older_token_is_rejected() {
     );
     // The holder pauses past its lease; a new owner acquires and writes.
     wait_gone(&server, stale.key()).await;
-    let owner = acquired(&lock, &mut conn, "doc", &LockOptions::new()).await;
+    let owner = acquired(&lock, &mut conn, "doc", &LockOptions::new().fencing(true)).await;
     assert!(owner.fencing_token() > stale.fencing_token());
     assert_eq!(
         lock.fenced_set(&mut conn, data, owner.fencing_token(), "v2")
@@ -398,7 +413,9 @@ async fn works_on_a_cluster_with_lock_and_fence_in_one_slot() {
             redis::cluster_routing::Slot::for_key(key.as_bytes()),
             redis::cluster_routing::Slot::for_key(fence.as_bytes())
         );
-        let options = LockOptions::new().ttl(Duration::from_millis(600));
+        let options = LockOptions::new()
+            .fencing(true)
+            .ttl(Duration::from_millis(600));
         let mut first = acquired(&lock, &mut conn, resource, &options).await;
         let node = cluster.primary_for(&key).await;
         assert_eq!(
@@ -447,17 +464,24 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let lock = lock();
-    let ok = LockOptions::new();
+    let ok = LockOptions::new().fencing(true);
     let cases: Vec<(&str, LockOptions, &str)> = vec![
-        ("zero ttl", LockOptions::new().ttl(Duration::ZERO), "ttl"),
+        (
+            "zero ttl",
+            LockOptions::new().fencing(true).ttl(Duration::ZERO),
+            "ttl",
+        ),
         (
             "sub-ms ttl",
-            LockOptions::new().ttl(Duration::from_micros(2_500)),
+            LockOptions::new()
+                .fencing(true)
+                .ttl(Duration::from_micros(2_500)),
             "ttl",
         ),
         (
             "ttl within drift",
             LockOptions::new()
+                .fencing(true)
                 .ttl(Duration::from_millis(10))
                 .drift(Duration::from_millis(10)),
             "ttl",
@@ -556,7 +580,8 @@ async fn corrupt_data_is_refused_without_writing() {
     let fence = lock.fence_key("res").unwrap();
     let _: () = server.cmd(&["SET", &fence, "not-a-number"]).await;
     assert!(matches!(
-        lock.acquire(&mut conn, "res", &LockOptions::new()).await,
+        lock.acquire(&mut conn, "res", &LockOptions::new().fencing(true))
+            .await,
         Err(Error::CorruptData { .. })
     ));
     assert_eq!(
@@ -585,7 +610,7 @@ async fn corrupt_data_is_refused_without_writing() {
     ));
     // A stored token ahead of the clock (here 2^53 - 2) is continued: + 1.
     let _: () = server.cmd(&["SET", &fence, "9007199254740990"]).await;
-    let guard = acquired(&lock, &mut conn, "res", &LockOptions::new()).await;
+    let guard = acquired(&lock, &mut conn, "res", &LockOptions::new().fencing(true)).await;
     assert_eq!(
         guard.fencing_token(),
         FencingToken::new(9_007_199_254_740_991)
@@ -593,12 +618,13 @@ async fn corrupt_data_is_refused_without_writing() {
     lock.release(&mut conn, guard).await.unwrap();
     // The next one would not fit a Lua number exactly: refused, nothing written.
     assert!(matches!(
-        lock.acquire(&mut conn, "res", &LockOptions::new()).await,
+        lock.acquire(&mut conn, "res", &LockOptions::new().fencing(true))
+            .await,
         Err(Error::CorruptData { .. })
     ));
     // A stored token behind the clock gives way to the time floor.
     let _: () = server.cmd(&["SET", &fence, "41"]).await;
-    let guard = acquired(&lock, &mut conn, "res", &LockOptions::new()).await;
+    let guard = acquired(&lock, &mut conn, "res", &LockOptions::new().fencing(true)).await;
     assert!(guard.fencing_token() > FencingToken::new(1_700_000_000_000_000));
 }
 
@@ -606,7 +632,7 @@ async fn corrupt_data_is_refused_without_writing() {
 #[allow(dead_code)]
 fn futures_are_send(lock: Lock, conn: redis::aio::MultiplexedConnection, guard: LockGuard) {
     fn send<T: Send>(_: T) {}
-    let options = LockOptions::new();
+    let options = LockOptions::new().fencing(true);
     let mut c = conn.clone();
     send(lock.acquire(&mut c, "r", &options));
     send(lock.with_lock(&conn, "r", &options, |_| async {}));
@@ -621,7 +647,9 @@ async fn a_watchdog_started_late_still_renews_before_the_validity_runs_out() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let lock = lock();
-    let options = LockOptions::new().ttl(Duration::from_millis(900));
+    let options = LockOptions::new()
+        .fencing(true)
+        .ttl(Duration::from_millis(900));
     let mut guard = acquired(&lock, &mut conn, "late", &options).await;
     // Two thirds of the lease gone: less is left than one renewal period (300 ms).
     tokio::time::sleep(Duration::from_millis(600)).await;

@@ -23,6 +23,7 @@ fn lock() -> Lock {
 
 fn with_token(token: &str) -> LockOptions {
     LockOptions::new()
+        .fencing(true)
         .ttl(Duration::from_secs(200))
         .token(token)
 }
@@ -365,7 +366,10 @@ async fn a_retry_with_the_same_owner_token_finds_its_own_lock() {
     let mut conn = server.conn().await;
     let lock = lock();
     let key = lock.lock_key("job").unwrap();
-    let options = LockOptions::new().ttl(Duration::from_secs(30)).token(TOKEN);
+    let options = LockOptions::new()
+        .fencing(true)
+        .ttl(Duration::from_secs(30))
+        .token(TOKEN);
     let first = acquired(&lock, &mut conn, "job", &options).await;
     let t1 = first.fencing_token();
     // The reply is "lost": the caller never sees this guard.
@@ -388,7 +392,7 @@ async fn a_retry_with_the_same_owner_token_finds_its_own_lock() {
     assert!(server.cmd::<i64>(&["PTTL", &fence]).await > 60_000);
     let t1 = renewed.fencing_token();
     // Another token: busy, and the holder's key is untouched.
-    let other = LockOptions::new().token(OTHER);
+    let other = LockOptions::new().fencing(true).token(OTHER);
     assert!(matches!(
         lock.try_acquire(&mut conn, "job", &other).await.unwrap(),
         Acquire::Busy { .. }
@@ -397,7 +401,7 @@ async fn a_retry_with_the_same_owner_token_finds_its_own_lock() {
     assert_eq!(holder, TOKEN);
     // A random token (no `token` set) is busy as well.
     assert!(matches!(
-        lock.try_acquire(&mut conn, "job", &LockOptions::new())
+        lock.try_acquire(&mut conn, "job", &LockOptions::new().fencing(true))
             .await
             .unwrap(),
         Acquire::Busy { .. }
@@ -409,8 +413,12 @@ async fn a_retry_with_the_same_owner_token_finds_its_own_lock() {
     // Bad tokens are refused before the round trip.
     for bad in ["short", &"x".repeat(129)] {
         assert!(matches!(
-            lock.acquire(&mut conn, "job", &LockOptions::new().token(bad))
-                .await,
+            lock.acquire(
+                &mut conn,
+                "job",
+                &LockOptions::new().fencing(true).token(bad)
+            )
+            .await,
             Err(Error::InvalidInput { what: "token", .. })
         ));
     }
@@ -423,7 +431,9 @@ async fn fencing_tokens_grow_across_fence_loss_restart_and_expiry_and_the_fence_
     let mut conn = server.conn().await;
     let lock = lock();
     let fence = lock.fence_key("r").unwrap();
-    let short = LockOptions::new().ttl(Duration::from_millis(100));
+    let short = LockOptions::new()
+        .fencing(true)
+        .ttl(Duration::from_millis(100));
     let g1 = acquired(&lock, &mut conn, "r", &short).await;
     let t1 = g1.fencing_token();
     let pttl: i64 = server.cmd(&["PTTL", &fence]).await;
@@ -470,7 +480,9 @@ async fn failover_to_a_lagging_replica_still_issues_a_larger_fencing_token() {
     let mut pair = ReplicatedPair::spawn().await;
     let mut conn = pair.primary.conn().await;
     let lock = lock();
-    let options = LockOptions::new().ttl(Duration::from_secs(10));
+    let options = LockOptions::new()
+        .fencing(true)
+        .ttl(Duration::from_secs(10));
     let one = Replication::new(1, Duration::from_millis(2_000)).unwrap();
     // t0: acknowledged by the replica.
     let acked = lock
@@ -557,9 +569,10 @@ async fn extreme_options_never_panic_against_a_real_server() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let lock = lock();
-    let holder = acquired(&lock, &mut conn, "busy", &LockOptions::new()).await;
+    let holder = acquired(&lock, &mut conn, "busy", &LockOptions::new().fencing(true)).await;
     // max_wait(MAX): no deadline (it does not overflow); bounded here by the test's timeout.
     let forever = LockOptions::new()
+        .fencing(true)
         .retries(u32::MAX)
         .retry_delay(Duration::from_millis(5))
         .jitter(Duration::ZERO)
@@ -573,15 +586,18 @@ async fn extreme_options_never_panic_against_a_real_server() {
     // retry_delay(MAX) and jitter(MAX) with a deadline: the pause would end too late, Busy now.
     for options in [
         LockOptions::new()
+            .fencing(true)
             .retries(5)
             .retry_delay(Duration::MAX)
             .max_wait(Duration::from_secs(1)),
         LockOptions::new()
+            .fencing(true)
             .retries(5)
             .retry_delay(Duration::ZERO)
             .jitter(Duration::MAX)
             .max_wait(Duration::from_secs(1)),
         LockOptions::new()
+            .fencing(true)
             .retries(u32::MAX)
             .retry_delay(Duration::MAX)
             .jitter(Duration::MAX)
@@ -597,7 +613,10 @@ async fn extreme_options_never_panic_against_a_real_server() {
         assert!(matches!(outcome, Acquire::Busy { .. }), "{options:?}");
     }
     // retry_delay(MAX) without a deadline: sleeps (tokio handles the far future), no panic.
-    let sleepy = LockOptions::new().retries(1).retry_delay(Duration::MAX);
+    let sleepy = LockOptions::new()
+        .fencing(true)
+        .retries(1)
+        .retry_delay(Duration::MAX);
     assert!(tokio::time::timeout(
         Duration::from_millis(200),
         lock.acquire(&mut conn, "busy", &sleepy)
@@ -606,9 +625,11 @@ async fn extreme_options_never_panic_against_a_real_server() {
     .is_err());
     // Invalid extremes are typed errors before anything is sent.
     for options in [
-        LockOptions::new().ttl(Duration::MAX),
-        LockOptions::new().drift(Duration::MAX),
-        LockOptions::new().ttl(Duration::from_nanos(1)),
+        LockOptions::new().fencing(true).ttl(Duration::MAX),
+        LockOptions::new().fencing(true).drift(Duration::MAX),
+        LockOptions::new()
+            .fencing(true)
+            .ttl(Duration::from_nanos(1)),
     ] {
         assert!(matches!(
             lock.acquire(&mut conn, "free", &options).await,
@@ -616,7 +637,7 @@ async fn extreme_options_never_panic_against_a_real_server() {
         ));
     }
     // The longest lease is accepted; its fence key TTL is 2 × 30 days + 10 s.
-    let longest = LockOptions::new().ttl(LockOptions::MAX_TTL);
+    let longest = LockOptions::new().fencing(true).ttl(LockOptions::MAX_TTL);
     let g = acquired(&lock, &mut conn, "long", &longest).await;
     let fence_ttl: i64 = server
         .cmd(&["PTTL", &lock.fence_key("long").unwrap()])
@@ -649,7 +670,7 @@ async fn acked_acquire_and_fenced_write_on_a_cluster() {
     let lock = lock();
     let one = Replication::new(1, Duration::from_millis(2_000)).unwrap();
     for resource in ["a", "b", "c", "d"] {
-        let options = LockOptions::new().require_replicas(one);
+        let options = LockOptions::new().fencing(true).require_replicas(one);
         let acked = lock
             .acquire_acked(&mut conn, resource, &options, one)
             .await
@@ -703,7 +724,9 @@ fn any_options_against_a_real_server_never_panic() {
     let server = rt.block_on(RedisServer::spawn());
     let mut conn = rt.block_on(server.conn());
     let lock = lock();
-    let long = LockOptions::new().ttl(Duration::from_secs(600));
+    let long = LockOptions::new()
+        .fencing(true)
+        .ttl(Duration::from_secs(600));
     let holder = rt.block_on(acquired(&lock, &mut conn, "busy", &long));
     let strategy = (
         extreme_duration(),
@@ -722,6 +745,7 @@ fn any_options_against_a_real_server_never_panic() {
             &strategy,
             |(ttl, retries, delay, jitter, max_wait, drift)| {
                 let mut options = LockOptions::new()
+                    .fencing(true)
                     .ttl(ttl)
                     .retries(retries)
                     .retry_delay(delay)
@@ -777,6 +801,7 @@ async fn require_replicas_releases_an_acquisition_the_replica_did_not_confirm() 
     let lock = lock();
     let one = Replication::new(1, Duration::from_millis(1_000)).unwrap();
     let options = LockOptions::new()
+        .fencing(true)
         .ttl(Duration::from_secs(10))
         .require_replicas(one);
     // In sync: acquired, and the replica has the lock key.
@@ -803,7 +828,7 @@ async fn require_replicas_releases_an_acquisition_the_replica_did_not_confirm() 
     );
     // acquire_acked reports instead of enforcing when no requirement is set.
     let acked = lock
-        .acquire_acked(&mut conn, "acct", &LockOptions::new(), short)
+        .acquire_acked(&mut conn, "acct", &LockOptions::new().fencing(true), short)
         .await
         .unwrap();
     assert_eq!((acked.replicas, acked.requested), (0, 1));
@@ -827,9 +852,12 @@ async fn a_reply_lost_to_a_client_timeout_is_recovered_by_retrying_with_the_same
         .unwrap();
     // Load the script first so the frozen call is one EVALSHA.
     let mut conn = server.conn().await;
-    let warm = acquired(&lock, &mut conn, "warm", &LockOptions::new()).await;
+    let warm = acquired(&lock, &mut conn, "warm", &LockOptions::new().fencing(true)).await;
     lock.release(&mut conn, warm).await.unwrap();
-    let options = LockOptions::new().ttl(Duration::from_secs(30)).token(TOKEN);
+    let options = LockOptions::new()
+        .fencing(true)
+        .ttl(Duration::from_secs(30))
+        .token(TOKEN);
     // The server freezes after the command was sent: the client gives up (timeout), the
     // server runs the acquire when it wakes up. The caller does not know it holds the lock.
     server.pause().await;
@@ -850,9 +878,13 @@ async fn a_reply_lost_to_a_client_timeout_is_recovered_by_retrying_with_the_same
     let guard = acquired(&lock, &mut fresh, "inv", &options).await;
     assert_eq!(guard.fencing_token(), FencingToken::new(stored));
     assert!(matches!(
-        lock.try_acquire(&mut fresh, "inv", &LockOptions::new().token(OTHER))
-            .await
-            .unwrap(),
+        lock.try_acquire(
+            &mut fresh,
+            "inv",
+            &LockOptions::new().fencing(true).token(OTHER)
+        )
+        .await
+        .unwrap(),
         Acquire::Busy { .. }
     ));
     assert_eq!(
@@ -871,13 +903,12 @@ async fn shape(conn: &mut MultiplexedConnection) -> BTreeMap<Vec<u8>, (Vec<u8>, 
 }
 
 #[tokio::test]
-async fn without_fencing_acquire_is_one_set_and_keeps_the_contract() {
+async fn by_default_acquire_is_one_set_without_fencing_and_keeps_the_contract() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let lock = lock();
-    let cheap = LockOptions::new()
-        .fencing(false)
-        .ttl(Duration::from_secs(5));
+    // The default options: no fencing.
+    let cheap = LockOptions::new().ttl(Duration::from_secs(5));
     let key = lock.lock_key("r").unwrap();
 
     // A free lock: the lock key only (no fence key), no fencing token, refused by fenced_set.
@@ -980,6 +1011,6 @@ async fn without_fencing_acquire_is_one_set_and_keeps_the_contract() {
     assert_eq!(shape(&mut conn).await, before);
 
     // The default (fenced) lock still issues tokens on the same key.
-    let fenced = acquired(&lock, &mut conn, "r", &LockOptions::new()).await;
+    let fenced = acquired(&lock, &mut conn, "r", &LockOptions::new().fencing(true)).await;
     assert!(fenced.is_fenced() && fenced.fencing_token().get() > 0);
 }

@@ -16,7 +16,9 @@ use redkit::Error;
 use support::{RedisCluster, RedisServer};
 
 fn ttl(ms: u64) -> LockOptions {
-    LockOptions::new().ttl(Duration::from_millis(ms))
+    LockOptions::new()
+        .fencing(true)
+        .ttl(Duration::from_millis(ms))
 }
 
 async fn acquired<C: ConnectionLike>(
@@ -132,7 +134,7 @@ async fn bad_input_is_refused_before_anything_is_sent() {
         ("", ttl(1_000), Duration::from_secs(1), "resource"),
         (
             "r",
-            LockOptions::new().ttl(Duration::ZERO),
+            LockOptions::new().fencing(true).ttl(Duration::ZERO),
             Duration::from_secs(1),
             "ttl",
         ),

@@ -255,7 +255,7 @@ async fn fenced_writes_refuse_older_tokens_and_accept_a_locks_token() {
     ));
     let lock = Lock::new();
     let Acquire::Acquired(guard) = lock
-        .acquire(&mut conn, "d", &LockOptions::new())
+        .acquire(&mut conn, "d", &LockOptions::new().fencing(true))
         .await
         .unwrap()
     else {

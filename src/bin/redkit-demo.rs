@@ -177,7 +177,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 4. Locks: a unique owner token, a fencing token, compare-and-delete release.
     let lock = Lock::new().with_manager(manager.clone());
     let resource = format!("demo-report-{run}");
-    let options = LockOptions::new().ttl(Duration::from_secs(5));
+    let options = LockOptions::new().fencing(true).ttl(Duration::from_secs(5));
     println!("\nlock on {resource}:");
     if let Acquire::Acquired(guard) = lock.try_acquire(&mut conn, &resource, &options).await? {
         println!("  acquired, fencing token {}", guard.fencing_token());

@@ -15,10 +15,11 @@ use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Replication};
 
 impl Lock {
-    /// One attempt, in one script: when the lock is free, `SET key token PX ttl` and a new
-    /// fencing token; when it already holds this attempt's owner token (set with
-    /// [`LockOptions::token`], e.g. a retry after a lost reply), the same fencing token again
-    /// with the lease refreshed. [`Acquire::Busy`] when another owner holds the lock.
+    /// One attempt: when the lock is free, `SET key token NX PX ttl` (with
+    /// [`LockOptions::fencing(true)`](LockOptions::fencing), in one script that also issues a
+    /// new fencing token); when it already holds this attempt's owner token (set with
+    /// [`LockOptions::token`], e.g. a retry after a lost reply), the lease refreshed (and the
+    /// same fencing token again). [`Acquire::Busy`] when another owner holds the lock.
     ///
     /// ```no_run
     /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {

@@ -90,7 +90,13 @@ impl Lock {
 
     fn fenced_call(&self, key: &str, fence: FencingToken, value: &[u8]) -> Result<Call<'static>> {
         check_key(key)?;
-        if fence.get() == 0 || i64::try_from(fence.get()).is_err() {
+        if fence.get() == 0 {
+            return Err(Error::invalid(
+                "fencing token",
+                "is 0 (none issued): acquire with LockOptions::fencing(true) to get one",
+            ));
+        }
+        if i64::try_from(fence.get()).is_err() {
             return Err(Error::invalid("fencing token", "must be in 1..=i64::MAX"));
         }
         let mut call = Call::new(self.fenced_set_script());

@@ -62,7 +62,8 @@ pub(crate) fn deadline(start: Instant, ttl: Duration, drift: Duration) -> Instan
 /// The validity is measured locally with [`Instant`]: `ttl − (time the acquire took) − drift`,
 /// moved forward by every successful renewal. While [`is_valid`](Self::is_valid) is `true`
 /// no other owner can hold the lock (barring clock jumps on the Redis server beyond the drift
-/// allowance). Use the [`fencing_token`](Self::fencing_token) for writes that must be safe even
+/// allowance). Acquire with [`LockOptions::fencing(true)`](super::LockOptions::fencing) and use
+/// the [`fencing_token`](Self::fencing_token) for writes that must be safe even
 /// when that assumption fails.
 ///
 /// **Dropping a guard without releasing it** stops its watchdog (if any) and does *not* talk to
@@ -73,7 +74,8 @@ pub(crate) fn deadline(start: Instant, ttl: Duration, drift: Duration) -> Instan
 /// ```no_run
 /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
 /// use redkit::lock::{Acquire, LockOptions};
-/// if let Acquire::Acquired(guard) = lock.acquire(&mut conn, "job-7", &LockOptions::new()).await? {
+/// let fenced = LockOptions::new().fencing(true);
+/// if let Acquire::Acquired(guard) = lock.acquire(&mut conn, "job-7", &fenced).await? {
 ///     println!("fencing token {}, valid for {:?}", guard.fencing_token(), guard.validity());
 ///     lock.release(&mut conn, guard).await?;
 /// }
@@ -96,18 +98,19 @@ impl LockGuard {
     }
 
     /// The fencing token of this acquisition; `0` (never issued, refused by the fenced
-    /// writes) for a lock acquired with [`LockOptions::fencing(false)`](super::LockOptions::fencing).
+    /// writes) unless the lock was acquired with
+    /// [`LockOptions::fencing(true)`](super::LockOptions::fencing).
     pub fn fencing_token(&self) -> FencingToken {
         self.fence
     }
 
-    /// `false` when the lock was acquired with
-    /// [`LockOptions::fencing(false)`](super::LockOptions::fencing) (no fencing token).
+    /// `false` unless the lock was acquired with
+    /// [`LockOptions::fencing(true)`](super::LockOptions::fencing) (no fencing token).
     ///
     /// ```no_run
     /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
     /// use redkit::lock::{Acquire, LockOptions};
-    /// let cheap = LockOptions::new().fencing(false);
+    /// let cheap = LockOptions::new(); // no fencing token by default
     /// if let Acquire::Acquired(guard) = lock.acquire(&mut conn, "cache-warmup", &cheap).await? {
     ///     assert!(!guard.is_fenced());
     ///     lock.release(&mut conn, guard).await?;

@@ -57,7 +57,8 @@ pub(super) fn fence_key_of(key: &str) -> String {
 /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
 /// let mut conn = client.get_multiplexed_async_connection().await?;
 /// let lock = Lock::new();
-/// let options = LockOptions::new().ttl(Duration::from_secs(10)).retries(50);
+/// // fencing(true): the guard carries a fencing token for the storage (off by default).
+/// let options = LockOptions::new().fencing(true).ttl(Duration::from_secs(10)).retries(50);
 /// if let Acquire::Acquired(guard) = lock.acquire(&mut conn, "invoice-17", &options).await? {
 ///     // ... work, passing guard.fencing_token() to the storage ...
 ///     assert_eq!(lock.release(&mut conn, guard).await?, Release::Released);

@@ -30,7 +30,8 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// The fencing token of this acquisition.
+    /// The fencing token of this acquisition; `0` unless the lock was acquired with
+    /// [`LockOptions::fencing(true)`](super::LockOptions::fencing).
     pub fn fencing_token(&self) -> FencingToken {
         self.fence
     }
