@@ -6,8 +6,8 @@
 //!   compare` through raw `redis::Script`;
 //! - single-SKU decrement (64 buyers on one SKU), without and with a request id:
 //!   `Store::decrement` vs `GET; compare; DECRBY`;
-//! - lock acquire + release with default options, own key per task: `Lock` vs plain
-//!   `SET NX PX` + a `GET == token -> DEL` script;
+//! - lock acquire + release with default options (no fencing) and with `fencing(true)`, own
+//!   key per task: `Lock` vs plain `SET NX PX` + a `GET == token -> DEL` script;
 //! - GCRA check over 10k IPs: `Gcra::check` vs go-redis/redis_rate's GCRA script (float
 //!   seconds since 2017 from `TIME`, `GET`, `SET EX`);
 //! - sliding-window check over 10k IPs: `SlidingWindow::check` vs python `limits`' two-key
@@ -655,10 +655,14 @@ async fn other_cases(
         }
     })
     .await;
-    row("lock acquire + release, default options", &redkit, &seed);
-    let unfenced = Arc::new(LockOptions::new().fencing(false));
-    let cheap = lock_cycle(&conn, pid, secs, &lock, &unfenced, "cheap").await;
-    row("lock acquire + release, fencing(false)", &cheap, &seed);
+    row(
+        "lock acquire + release, default options (no fencing)",
+        &redkit,
+        &seed,
+    );
+    let fenced = Arc::new(LockOptions::new().fencing(true));
+    let with_token = lock_cycle(&conn, pid, secs, &lock, &fenced, "fenced").await;
+    row("lock acquire + release, fencing(true)", &with_token, &seed);
     if selected("coord") {
         // The fair lock's waiter blocks (BLPOP): it needs a connection of its own.
         let own = server.conn().await;
@@ -1360,16 +1364,12 @@ async fn sequential_case(conn: MultiplexedConnection) {
     let ttl_ms = LockOptions::DEFAULT_TTL.as_millis() as u64;
     for (name, options) in [
         (
-            "lock acquire + release, default options",
+            "lock acquire + release, default options (no fencing)",
             LockOptions::new(),
         ),
         (
             "lock acquire + release, fencing(true)",
             LockOptions::new().fencing(true),
-        ),
-        (
-            "lock acquire + release, fencing(false)",
-            LockOptions::new().fencing(false),
         ),
     ] {
         let (lk, o, u) = (lock.clone(), Arc::new(options), unlock.clone());

@@ -331,7 +331,7 @@ async fn the_wake_up_path_of_release_is_all_or_nothing() {
     run(redis::cmd("HSET").arg(&wake).arg("f").arg("1"), &mut admin).await;
     let before = support::snapshot(&mut admin).await;
     match lock.release(&mut admin, guard).await {
-        Err(Error::WrongType { script }) => assert_eq!(script, "lock_release_wake.v1"),
+        Err(Error::WrongType { script }) => assert_eq!(script, "lock_release_wake.v2"),
         other => panic!("{other:?}"),
     }
     support::same_dumps(
@@ -352,11 +352,34 @@ async fn the_wake_up_path_of_release_is_all_or_nothing() {
         let before = support::snapshot(&mut admin).await;
         match lock.release(&mut conn, guard).await {
             Err(Error::PermissionDenied { script, detail }) => {
-                assert_eq!(script, "lock_release_wake.v1", "-{denied}");
+                assert_eq!(script, "lock_release_wake.v2", "-{denied}");
                 assert!(!detail.contains("{p}"), "no key in {detail}");
             }
             other => panic!("-{denied}: {other:?}"),
         }
         support::same_dumps(&before, &support::snapshot(&mut admin).await, denied);
+    }
+    // Without a waiter (v2's common path: GET, EXISTS, DEL): each of them denied is
+    // PermissionDenied and the lock is still held; then a permitted release releases it.
+    for denied in ["get", "exists", "del"] {
+        run(redis::cmd("FLUSHALL").arg("SYNC"), &mut admin).await;
+        let mut conn = support::denied_conn(&server, denied).await;
+        let mine = ttl(60_000).token("release-test-token-0123456789");
+        let guard = acquired(&lock, &mut admin, "p", &mine).await;
+        let before = support::snapshot(&mut admin).await;
+        match lock.release(&mut conn, guard).await {
+            Err(Error::PermissionDenied { script, .. }) => {
+                assert_eq!(script, "lock_release_wake.v2", "-{denied}")
+            }
+            other => panic!("-{denied}: {other:?}"),
+        }
+        support::same_dumps(&before, &support::snapshot(&mut admin).await, denied);
+        // Still ours: the same owner token finds its own lock.
+        let again = acquired(&lock, &mut admin, "p", &mine).await;
+        assert_eq!(
+            lock.release(&mut admin, again).await.unwrap(),
+            redkit::lock::Release::Released,
+            "-{denied}"
+        );
     }
 }

@@ -99,7 +99,7 @@ impl Lock {
                 prefix: Self::DEFAULT_PREFIX.to_owned(),
                 manager: ScriptManager::new(),
                 acquire: Registry::embedded("lock_acquire", 3),
-                release: Registry::embedded("lock_release_wake", 1),
+                release: Registry::embedded("lock_release_wake", 2),
                 renew: Registry::embedded("lock_renew", 2),
                 fenced_set: Registry::embedded("fenced_set", 2),
             }),

@@ -1,0 +1,82 @@
+--! keys: 3
+--! Releases a lock by compare-and-delete and wakes a blocked acquirer when one registered.
+--! v2: v1's contract, with a common path (the token matches, no waiter flag, nothing refused)
+--! that creates no closure: GET, EXISTS, DEL, return 1. Anything else takes v1's path.
+--! KEYS[1] = lock key, KEYS[2] = its waiter flag (set by a blocked acquire before it tries),
+--! KEYS[3] = its wake-up list (all three in one hash slot). ARGV[1] = the owner token returned
+--! at acquire (16 to 128 bytes).
+--! Returns 1 when the key held this token and was deleted, 0 when it did not (expired or taken
+--! by another owner): a stale holder never deletes the new owner's key, nor wakes anyone.
+--! Without a waiter flag the work is GET + EXISTS + DEL. With one, one entry is pushed to the
+--! wake-up list, which keeps at most one entry and expires after 60 s (bounded notifications).
+--! Nothing is half-applied: every read (GET, EXISTS, TYPE of the list) runs before the first
+--! write; DEL runs under redis.pcall; the list writes after it are checked with
+--! redis.acl_check_cmd first. REDKIT_NOPERM for an ACL refusal, WRONGTYPE for a list key of
+--! another type: nothing changed then.
+local lock, waiting = KEYS[1], KEYS[2]
+local token = ARGV[1]
+if token and #token >= 16 and #token <= 128 then
+  local holder = redis.pcall('GET', lock)
+  if holder == token and redis.pcall('EXISTS', waiting) == 0 then
+    local r = redis.pcall('DEL', lock)
+    if r == 1 then
+      return 1
+    end
+    -- DEL refused (ACL): nothing written; the path below answers the typed error.
+  elseif type(holder) ~= 'table' and holder ~= token then
+    return 0
+  end
+end
+local wake = KEYS[3]
+if not token or #token < 16 or #token > 128 then
+  return redis.error_reply('REDKIT_INPUT token must be 16 to 128 bytes')
+end
+-- The typed error for a refused command's pcall reply (nil when it was not refused).
+local function refused(r, cmd)
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, "can't run", 1, true) then
+      return redis.error_reply('REDKIT_NOPERM ' .. cmd .. ' is denied to this user')
+    end
+    return r
+  end
+  return nil
+end
+local holder = redis.pcall('GET', lock)
+local err = refused(holder, 'GET')
+if err then
+  return err
+end
+if holder ~= token then
+  return 0
+end
+local waiters = redis.pcall('EXISTS', waiting)
+err = refused(waiters, 'EXISTS')
+if err then
+  return err
+end
+if waiters == 1 then
+  local kind = redis.pcall('TYPE', wake)
+  err = refused(kind, 'TYPE')
+  if err then
+    return err
+  end
+  if kind.ok ~= 'list' and kind.ok ~= 'none' then
+    return redis.error_reply('WRONGTYPE lock wake-up key is not a list')
+  end
+  local checks = {{'LPUSH', wake, '1'}, {'LTRIM', wake, '0', '0'}, {'PEXPIRE', wake, '60000'}}
+  for _, c in ipairs(checks) do
+    if not redis.acl_check_cmd(unpack(c)) then
+      return redis.error_reply('REDKIT_NOPERM ' .. c[1] .. ' is denied to this user')
+    end
+  end
+end
+err = refused(redis.pcall('DEL', lock), 'DEL')
+if err then
+  return err
+end
+if waiters == 1 then
+  redis.call('LPUSH', wake, '1')
+  redis.call('LTRIM', wake, '0', '0')
+  redis.call('PEXPIRE', wake, '60000')
+end
+return 1
