@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redkit::lock::{Acquire, FencedWrite, FencingToken, Lock, LockGuard, LockOptions, Renew};
+use redkit::lock::{
+    Acquire, Fence, FencedWrite, FencingToken, Lock, LockGuard, LockOptions, Renew,
+};
 use redkit::script::Replication;
 use redkit::Error;
 use support::{RedisServer, ReplicatedPair};
@@ -1013,4 +1015,117 @@ async fn by_default_acquire_is_one_set_without_fencing_and_keeps_the_contract() 
     // The default (fenced) lock still issues tokens on the same key.
     let fenced = acquired(&lock, &mut conn, "r", &LockOptions::new().fencing(true)).await;
     assert!(fenced.is_fenced() && fenced.fencing_token().get() > 0);
+}
+
+/// `Lock::fence`: a lock acquired without fencing gets a token later, only while it is held,
+/// in one increasing sequence with fenced acquisitions; refusals write nothing.
+#[tokio::test]
+async fn fence_issues_a_token_only_to_the_holder_in_one_sequence_with_fenced_acquires() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = lock();
+    let plain = LockOptions::new().ttl(Duration::from_secs(200));
+    let key = lock.lock_key("f").unwrap();
+    let fence_key = lock.fence_key("f").unwrap();
+
+    // A fenced acquisition first, then an unfenced holder asks for its token: larger.
+    let first = acquired(&lock, &mut conn, "f", &LockOptions::new().fencing(true)).await;
+    let t0 = first.fencing_token();
+    lock.release(&mut conn, first).await.unwrap();
+    let mut a = acquired(&lock, &mut conn, "f", &plain).await;
+    assert!(!a.is_fenced());
+    let Fence::Issued(t1) = lock.fence(&mut conn, &mut a).await.unwrap() else {
+        panic!("the holder gets a token")
+    };
+    assert!(t1 > t0, "{t1} > {t0}");
+    assert_eq!(a.fencing_token(), t1);
+    assert!(a.is_fenced());
+    let stored: String = redis::cmd("GET")
+        .arg(&fence_key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(stored, t1.get().to_string());
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&fence_key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(pttl > 200_000, "2 x lease + 10 s: {pttl}");
+    // Asked again: the same token, no round trip.
+    let calls = server.evalsha_calls().await;
+    assert_eq!(
+        lock.fence(&mut conn, &mut a).await.unwrap(),
+        Fence::Issued(t1)
+    );
+    assert_eq!(server.evalsha_calls().await, calls);
+    assert_eq!(
+        lock.fenced_set(&mut conn, "data:{f}", t1, "a")
+            .await
+            .unwrap(),
+        FencedWrite::Written
+    );
+
+    // A's lease runs out (its key is gone) and B acquires without fencing: A gets no token and
+    // nothing is written; B's token is larger, and A's writes are refused after B's.
+    let mut stale = acquired(&lock, &mut conn, "g", &plain).await;
+    let _: () = redis::cmd("DEL")
+        .arg(lock.lock_key("g").unwrap())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut b = acquired(&lock, &mut conn, "g", &plain).await;
+    let before = support::snapshot(&mut conn).await;
+    assert_eq!(
+        lock.fence(&mut conn, &mut stale).await.unwrap(),
+        Fence::Lost
+    );
+    assert!(!stale.is_fenced());
+    support::same_dumps(&before, &support::snapshot(&mut conn).await, "stale fence");
+    let Fence::Issued(tb) = lock.fence(&mut conn, &mut b).await.unwrap() else {
+        panic!("B holds the lock")
+    };
+    assert!(
+        tb > t1,
+        "one sequence across resources' time floor: {tb} > {t1}"
+    );
+    lock.release(&mut conn, b).await.unwrap();
+    let c = acquired(&lock, &mut conn, "g", &LockOptions::new().fencing(true)).await;
+    assert!(
+        c.fencing_token() > tb,
+        "a fenced acquire after it is larger"
+    );
+    lock.release(&mut conn, c).await.unwrap();
+
+    // A poisoned fence key: CorruptData, nothing written.
+    let mut d = acquired(&lock, &mut conn, "h", &plain).await;
+    let _: () = redis::cmd("SET")
+        .arg(lock.fence_key("h").unwrap())
+        .arg("12x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let before = support::snapshot(&mut conn).await;
+    let r = lock.fence(&mut conn, &mut d).await;
+    assert!(matches!(r, Err(Error::CorruptData { .. })), "{r:?}");
+    support::same_dumps(
+        &before,
+        &support::snapshot(&mut conn).await,
+        "poisoned fence",
+    );
+
+    // Each command denied: PermissionDenied, nothing written; the guard stays unfenced.
+    for denied in ["get", "time", "set"] {
+        let mut limited = support::denied_conn(&server, denied).await;
+        let mut e = acquired(&lock, &mut conn, &format!("i-{denied}"), &plain).await;
+        let before = support::snapshot(&mut conn).await;
+        let r = lock.fence(&mut limited, &mut e).await;
+        assert!(
+            matches!(r, Err(Error::PermissionDenied { .. })),
+            "-{denied}: {r:?}"
+        );
+        assert!(!e.is_fenced());
+        support::same_dumps(&before, &support::snapshot(&mut conn).await, denied);
+    }
+    drop((a, key));
 }

@@ -3,8 +3,9 @@
 use redis::aio::ConnectionLike;
 use redis::Value;
 
-use super::outcome::FencedWrite;
-use super::single::Lock;
+use super::guard::LockGuard;
+use super::outcome::{Fence, FencedWrite};
+use super::single::{fence_key_of, fence_ttl_ms, Lock};
 use super::token::FencingToken;
 use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Replication};
@@ -26,6 +27,67 @@ fn check_key(key: &str) -> Result<()> {
 }
 
 impl Lock {
+    /// A fencing token for the lock `guard` holds now, in one round trip: for a lock acquired
+    /// without fencing (the default) whose holder turns out to need one, e.g. before its first
+    /// write to storage that checks tokens. The script issues it only if the lock key still
+    /// holds the guard's owner token, by the rule of fenced acquisitions
+    /// (`max(last issued + 1, server TIME in µs)`, one increasing sequence with them), and
+    /// stores it in the guard: [`LockGuard::fencing_token`] returns it from then on, and a
+    /// guard that already has a token answers it without a round trip. [`Fence::Lost`] when
+    /// the lease is gone (expired, or another owner holds the lock): nothing written.
+    ///
+    /// Because a token is issued only while its holder holds the lock, a later holder's token
+    /// is larger, so storage that refuses older tokens refuses this holder's writes once a
+    /// later holder has written. Errors: `CorruptData` for a fence key that is not an integer
+    /// below 2^53, `PermissionDenied` / `WrongType`, nothing written.
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::lock::{Acquire, Fence, LockOptions};
+    /// if let Acquire::Acquired(mut guard) = lock.acquire(&mut conn, "report", &LockOptions::new()).await? {
+    ///     if let Fence::Issued(token) = lock.fence(&mut conn, &mut guard).await? {
+    ///         lock.fenced_set(&mut conn, "report:{q3}", token, "v2").await?;
+    ///     }
+    ///     lock.release(&mut conn, guard).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn fence<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        guard: &mut LockGuard,
+    ) -> Result<Fence> {
+        if guard.is_fenced() {
+            return Ok(Fence::Issued(guard.fencing_token()));
+        }
+        let ttl_ms = u64::try_from(guard.ttl().as_millis()).unwrap_or(u64::MAX);
+        let script = self.inner.fence;
+        let mut call = Call::new(script);
+        call.key(&guard.key)
+            .key(fence_key_of(&guard.key))
+            .arg(&guard.token)
+            .arg(fence_ttl_ms(ttl_ms));
+        let reply: Vec<i64> = self.manager().invoke(conn, &call).await?;
+        match reply.as_slice() {
+            [0] => Ok(Fence::Lost),
+            [1, n] => {
+                let token = u64::try_from(*n)
+                    .ok()
+                    .filter(|&t| t > 0)
+                    .map(FencingToken::new)
+                    .ok_or_else(|| {
+                        Error::unexpected(script.id(), "fencing token is not positive")
+                    })?;
+                guard.fence = token;
+                Ok(Fence::Issued(token))
+            }
+            other => Err(Error::unexpected(
+                script.id(),
+                format!("reply {other:?} is neither {{0}} nor {{1, token}}"),
+            )),
+        }
+    }
+
     /// Fenced write of `value` at `key`, in one script: applied only if `fence` is not older
     /// than the last fencing token that wrote `key` (equal is accepted, so one holder can
     /// write several times). `key` holds a hash with fields `value` and `fence`.
@@ -93,7 +155,7 @@ impl Lock {
         if fence.get() == 0 {
             return Err(Error::invalid(
                 "fencing token",
-                "is 0 (none issued): acquire with LockOptions::fencing(true) to get one",
+                "is 0 (none issued): acquire with LockOptions::fencing(true), or call Lock::fence",
             ));
         }
         if i64::try_from(fence.get()).is_err() {

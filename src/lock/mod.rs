@@ -41,7 +41,7 @@ pub use fair::FairLock;
 pub use fencing::MAX_FENCED_KEY_LEN;
 pub use guard::LockGuard;
 pub use options::LockOptions;
-pub use outcome::{Acquire, FencedWrite, LeaseLoss, Release, Renew};
+pub use outcome::{Acquire, Fence, FencedWrite, LeaseLoss, Release, Renew};
 pub use permit::{PermitAcquire, PermitGuard};
 pub use redlock::{Redlock, RedlockAcquire, RedlockGuard, RedlockRelease};
 pub use reentrant::{Owner, ReentrantLock};

@@ -74,6 +74,22 @@ pub enum Renew {
     Lost,
 }
 
+/// Result of [`Lock::fence`](super::Lock::fence): a fencing token for a lock held now.
+///
+/// ```
+/// use redkit::lock::{Fence, FencingToken};
+/// assert_ne!(Fence::Issued(FencingToken::new(7)), Fence::Lost);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fence {
+    /// The token (issued now, or earlier for this guard): pass it to the storage.
+    Issued(FencingToken),
+    /// The lock key is gone or holds another owner's token: no token was issued and nothing
+    /// was written; the lease is lost.
+    Lost,
+}
+
 /// Result of a fenced write ([`Lock::fenced_set`](super::Lock::fenced_set)).
 ///
 /// ```

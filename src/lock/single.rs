@@ -78,6 +78,7 @@ pub(super) struct Inner {
     release: &'static Script,
     renew: &'static Script,
     fenced_set: &'static Script,
+    pub(super) fence: &'static Script,
 }
 
 impl Lock {
@@ -102,6 +103,7 @@ impl Lock {
                 release: Registry::embedded("lock_release_wake", 2),
                 renew: Registry::embedded("lock_renew", 2),
                 fenced_set: Registry::embedded("fenced_set", 2),
+                fence: Registry::embedded("lock_fence", 1),
             }),
         }
     }
