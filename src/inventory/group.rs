@@ -189,7 +189,7 @@ impl Groups {
                     key.to_owned(),
                     Queue {
                         in_flight: 1,
-                        waiting: VecDeque::new(),
+                        ..Queue::default()
                     },
                 );
             }

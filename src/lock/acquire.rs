@@ -10,7 +10,7 @@ use super::guard::LockGuard;
 use super::options::LockOptions;
 use super::outcome::{Acquire, Renew};
 use super::single::{fence_key_of, fence_ttl_ms, Lock};
-use super::token::{owner_token, FencingToken};
+use super::token::{issued, owner_token, FencingToken};
 use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Replication};
 
@@ -196,13 +196,7 @@ impl Lock {
                 holder_ttl: u64::try_from(n).ok().map(Duration::from_millis),
             },
             1 => {
-                let fence = u64::try_from(n)
-                    .ok()
-                    .filter(|&f| f > 0)
-                    .map(FencingToken::new)
-                    .ok_or_else(|| {
-                        Error::unexpected(self.inner.acquire.id(), "fencing token is not positive")
-                    })?;
+                let fence = issued(self.inner.acquire, n)?;
                 self.granted(conn, key, token, fence, ttl_ms, options, started)
                     .await?
             }

@@ -10,6 +10,7 @@ use redis::Value;
 use super::grant::Refused;
 use super::guard::LockGuard;
 use super::lock_wait::{block_on, wait_deadline};
+use super::ms;
 use super::options::LockOptions;
 use super::outcome::{renew_status, status, Acquire, Release, Renew};
 use super::single::fence_ttl_ms;
@@ -80,10 +81,6 @@ fn gone_key_of(key: &str, token: &[u8]) -> Vec<u8> {
     let mut out = format!("{key}:gone:").into_bytes();
     out.extend_from_slice(token);
     out
-}
-
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl FairLock {

@@ -4,9 +4,10 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::guard::LockGuard;
+use super::ms;
 use super::outcome::{Fence, FencedWrite};
 use super::single::{fence_key_of, fence_ttl_ms, Lock};
-use super::token::FencingToken;
+use super::token::{issued, FencingToken};
 use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Replication};
 
@@ -60,7 +61,7 @@ impl Lock {
         if guard.is_fenced() {
             return Ok(Fence::Issued(guard.fencing_token()));
         }
-        let ttl_ms = u64::try_from(guard.ttl().as_millis()).unwrap_or(u64::MAX);
+        let ttl_ms = ms(guard.ttl());
         let script = self.inner.fence;
         let mut call = Call::new(script);
         call.key(&guard.key)
@@ -71,13 +72,7 @@ impl Lock {
         match reply.as_slice() {
             [0] => Ok(Fence::Lost),
             [1, n] => {
-                let token = u64::try_from(*n)
-                    .ok()
-                    .filter(|&t| t > 0)
-                    .map(FencingToken::new)
-                    .ok_or_else(|| {
-                        Error::unexpected(script.id(), "fencing token is not positive")
-                    })?;
+                let token = issued(script, *n)?;
                 guard.fence = token;
                 Ok(Fence::Issued(token))
             }

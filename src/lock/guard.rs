@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use super::options::LockOptions;
 use super::outcome::Renew;
-use super::token::FencingToken;
+use super::token::{issued, FencingToken};
 use super::watchdog::{LeaseSignal, WatchdogHandle};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::script::Script;
 
 /// The local validity deadline of a lease, shared with its watchdog.
@@ -152,11 +152,7 @@ impl LockGuard {
         options: &LockOptions,
         started: Instant,
     ) -> Result<Self> {
-        let fence = u64::try_from(fence)
-            .ok()
-            .filter(|&f| f > 0)
-            .map(FencingToken::new)
-            .ok_or_else(|| Error::unexpected(script.id(), "fencing token is not positive"))?;
+        let fence = issued(script, fence)?;
         Ok(Self::held(key, token, fence, ttl_ms, options, started))
     }
 

@@ -9,6 +9,7 @@ use redis::aio::ConnectionLike;
 
 use super::grant::Refused;
 use super::guard::LockGuard;
+use super::ms;
 use super::options::LockOptions;
 use super::outcome::{renew_status, Acquire, Release, Renew};
 use super::single::{fence_key_of, fence_ttl_ms};
@@ -348,7 +349,7 @@ impl ReentrantLock {
         token: &str,
         ttl: Duration,
     ) -> Result<Renew> {
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let ttl_ms = ms(ttl);
         let mut call = Call::new(self.inner.renew);
         call.key(key)
             .key(fence_key_of(key))

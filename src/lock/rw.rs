@@ -7,6 +7,7 @@ use redis::aio::ConnectionLike;
 
 use super::grant::Refused;
 use super::guard::LockGuard;
+use super::ms;
 use super::options::LockOptions;
 use super::outcome::{renew_status, status, Acquire, Release, Renew};
 use super::single::fence_ttl_ms;
@@ -71,10 +72,6 @@ pub(super) struct Inner {
     acquire: &'static Script,
     renew: &'static Script,
     release: &'static Script,
-}
-
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl RwLock {

@@ -8,6 +8,7 @@ use redis::aio::ConnectionLike;
 use super::fair::FairLock;
 use super::grant::Refused;
 use super::guard::{deadline, Clock};
+use super::ms;
 use super::options::LockOptions;
 use super::outcome::{renew_status, status, Release, Renew};
 use super::permit::{PermitAcquire, PermitGuard};
@@ -359,7 +360,7 @@ impl Semaphore {
         ttl: Duration,
     ) -> Result<Renew> {
         // The ttl was validated at acquire: at most 30 days of ms.
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let ttl_ms = ms(ttl);
         let mut call = Call::new(self.inner.renew);
         call.key(key).arg(token).arg(ttl_ms);
         let renewed: i64 = self.inner.manager.invoke(conn, &call).await?;

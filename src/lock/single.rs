@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use super::guard::{deadline, LockGuard};
+use super::ms;
 use super::outcome::{renew_status, status, Release, Renew};
 use super::semaphore::wake_key_of;
 use super::watchdog::{self, LeaseSignal};
@@ -254,7 +255,7 @@ impl Lock {
 
     fn renew_call<'a>(&'a self, key: &str, token: &str, ttl: Duration) -> Call<'a> {
         // The ttl was validated at acquire: at most 30 days of ms.
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let ttl_ms = ms(ttl);
         let mut call = Call::new(self.inner.renew);
         call.key(key)
             .key(fence_key_of(key))

@@ -2,10 +2,22 @@
 
 use std::fmt;
 
+use crate::error::{Error, Result};
+use crate::script::Script;
+
 /// A fresh owner token: 128 random bits from the thread-local CSPRNG, as 32 hex digits.
 /// Unique per acquisition and unguessable, so only the holder can release or renew.
 pub(crate) fn owner_token() -> String {
     format!("{:032x}", rand::random::<u128>())
+}
+
+/// The fencing token `script` answered: positive, else an unexpected-reply error naming it.
+pub(crate) fn issued(script: &Script, n: i64) -> Result<FencingToken> {
+    u64::try_from(n)
+        .ok()
+        .filter(|&f| f > 0)
+        .map(FencingToken::new)
+        .ok_or_else(|| Error::unexpected(script.id(), "fencing token is not positive"))
 }
 
 /// Parses a stored token by Redis's integer rules (canonical decimal: no sign, no leading
