@@ -2,8 +2,9 @@
 //! the articles, in ONE run against one private redis-server (see ARCHITECTURE.md, "How we
 //! measure"):
 //!
-//! - fixed-window check over 10k IPs: `FixedWindow::check` vs `INCR; EXPIRE on the first hit;
-//!   compare` through raw `redis::Script`;
+//! - fixed-window check over 10k IPs: `FixedWindow::check` (windows from the first hit, and
+//!   `aligned_to_clock()`) vs `INCR; EXPIRE on the first hit; compare` through raw
+//!   `redis::Script`;
 //! - single-SKU decrement (64 buyers on one SKU), without and with a request id:
 //!   `Store::decrement` vs `GET; compare; DECRBY`;
 //! - lock acquire + release with default options (no fencing) and with `fencing(true)`, own
@@ -410,6 +411,27 @@ async fn fixed_case(
     })
     .await;
     row("fixed-window check, 10k IPs", &redkit, &seed);
+    // Windows aligned to the clock: one INCRBY on the common path (fixed_window_aligned.v1).
+    let aligned = Arc::new(
+        FixedWindow::new("lean-al", LIMIT, Duration::from_millis(WINDOW_MS))
+            .unwrap()
+            .aligned_to_clock(),
+    );
+    let (l, k) = (aligned.clone(), ips.clone());
+    let redkit_aligned = run(conn.clone(), pid, secs, move |mut c, t, i| {
+        let (l, k) = (l.clone(), k.clone());
+        async move {
+            let key = &k[((t * 7919 + i * 64) as usize) % IPS];
+            let d = l.check(&mut c, key).await.unwrap();
+            assert!(matches!(d, Decision::Allowed { .. }), "{d:?}");
+        }
+    })
+    .await;
+    row(
+        "fixed-window check, 10k IPs, aligned_to_clock()",
+        &redkit_aligned,
+        &seed,
+    );
     // Before, in the same run: the previous script version through the same manager.
     let manager = ScriptManager::new();
     let v4 = Registry::global().require("fixed_window", 4).unwrap();
@@ -571,6 +593,19 @@ async fn limiter_ceilings(server: &support::RedisServer, conn: &mut MultiplexedC
     for (name, args) in &cases {
         print_ceiling(name, ceiling(port, args));
     }
+    let aligned = Registry::global()
+        .require("fixed_window_aligned", 1)
+        .unwrap();
+    let args = [
+        "EVALSHA",
+        aligned.sha1(),
+        "1",
+        "ceil:rl:{a}:1",
+        &limit,
+        &window,
+        "1",
+    ];
+    print_ceiling(aligned.id(), ceiling(port, &args));
     let window_s = (WINDOW_MS / 1000).to_string();
     let sha = script_load(conn, SEED_LIMITER).await;
     let args = ["EVALSHA", &sha, "1", "ceil:rl:seed", &limit, &window_s];

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use redkit::inventory::{Commit, Decrement, Inventory, Order, Release, Reserve, Restock, Store};
 use redkit::script::Replication;
-use redkit::Error;
+use redkit::{Call, Error, Registry, ScriptManager};
 use support::{RedisServer, ReplicatedPair};
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -1482,4 +1482,78 @@ async fn a_sku_without_holds_keeps_the_contract_on_the_short_path() {
         );
         assert!(before == keyspace(&mut admin).await, "{what}");
     }
+}
+
+#[tokio::test]
+async fn v8_with_a_request_id_a_refused_record_puts_the_take_back() {
+    // inventory_apply.v8 takes first and records second on the path with a request id: a
+    // record write that is refused (ACL, or a retention SET will not parse) must leave the
+    // keyspace as it was, for a take that fits and for a short one.
+    let server = RedisServer::spawn().await;
+    let mut admin = server.conn().await;
+    let s = store();
+    raw(
+        &mut admin,
+        &[
+            "ACL", "SETUSER", "v8-noset", "on", ">pw", "~*", "&*", "+@all", "-set",
+        ],
+    )
+    .await;
+    let url = format!("redis://v8-noset:pw@127.0.0.1:{}/", server.port());
+    let mut denied = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    s.set(&mut admin, "c", 5).await.unwrap();
+    for quantity in [2, 9] {
+        let before = keyspace(&mut admin).await;
+        let r = s.decrement(&mut denied, "c", quantity, Some("v8")).await;
+        assert!(
+            matches!(r, Err(Error::PermissionDenied { .. })),
+            "{quantity}: {r:?}"
+        );
+        assert!(before == keyspace(&mut admin).await, "{quantity}");
+    }
+    // A retention the record's SET will not parse, straight through the script: a typed
+    // input error, nothing net written.
+    let script = Registry::global().require("inventory_apply", 8).unwrap();
+    let sku = s.sku_key("c").unwrap();
+    let holds = s.reservation_key("c").unwrap();
+    let expiry = s.reservation_expiry_key("c").unwrap();
+    let record = s.request_key("v8").unwrap();
+    for retention in ["1e3", "0x10", " 5", "5.0"] {
+        let before = keyspace(&mut admin).await;
+        let mut call = Call::with_key_count(script, 4);
+        call.key(&sku)
+            .key(&holds)
+            .key(&expiry)
+            .key(&record)
+            .arg("take")
+            .arg(1)
+            .arg(2)
+            .arg(retention)
+            .arg("fp");
+        let r = ScriptManager::new()
+            .invoke::<redis::Value, _>(&mut admin, &call)
+            .await;
+        assert!(
+            matches!(r, Err(Error::InvalidInput { .. })),
+            "{retention:?}: {r:?}"
+        );
+        assert!(before == keyspace(&mut admin).await, "{retention:?}");
+    }
+    // The same take with everything allowed: applied once, recorded, replayed.
+    let first = s.decrement(&mut admin, "c", 2, Some("v8")).await.unwrap();
+    assert_eq!(first, Decrement::Decremented { remaining: 3 });
+    let again = s.decrement(&mut admin, "c", 2, Some("v8")).await.unwrap();
+    assert_eq!(
+        again.original(),
+        Some(&Decrement::Decremented { remaining: 3 })
+    );
+    assert_eq!(raw_stock(&mut admin, "c").await.as_deref(), Some("3"));
 }

@@ -405,6 +405,11 @@ async fn every_algorithm_works_on_a_cluster() {
     let period = Duration::from_secs(30);
     let limiters: Vec<Limiter> = vec![
         FixedWindow::new("c-fixed", 3, period).unwrap().into(),
+        // Aligned to the clock: a window far longer than the test, so it never rolls over.
+        FixedWindow::new("c-aligned", 3, Duration::from_secs(1 << 40))
+            .unwrap()
+            .aligned_to_clock()
+            .into(),
         Gcra::new("c-gcra", 3, period).unwrap().into(),
         SlidingWindow::new("c-sliding", 3, period).unwrap().into(),
     ];

@@ -25,6 +25,7 @@
 //! # Ok(()) }
 //! ```
 
+mod aligned;
 mod decision;
 mod deny_cache;
 mod gcra;

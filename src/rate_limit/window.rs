@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use redis::Value;
 
+use super::aligned::Slot;
 use super::decision::{Decision, Quota};
 use super::deny_cache::DenyCache;
 use super::key::LimitKey;
@@ -28,6 +29,15 @@ use crate::script::{script_error, Call, CallOutcome, Registry, Script, ScriptMan
 /// client can get up to `2 x limit` through in a short span around a window edge (`limit` at
 /// the end of one window and `limit` again at the start of the next). Requests that are
 /// limited are not counted, so a client that keeps retrying is not locked out longer.
+///
+/// **Windows aligned to the clock** ([`aligned_to_clock`](Self::aligned_to_clock)): every
+/// client's windows start at multiples of `window` since the Unix epoch (by the calling
+/// process's clock), each in its own key, and a check is ONE `INCRBY` on the server
+/// (`lua/fixed_window_aligned.v1.lua`): about the cost of the hand-written `INCR` + `EXPIRE`
+/// script, against two commands (PTTL + INCRBY) for windows that start at the first hit.
+/// The reset is the window's end by the caller's clock, so it needs the clocks of your
+/// service's instances to agree (NTP): a clock that is off by `d` moves that instance's
+/// window edges by `d`.
 ///
 /// **Keys.** `rk:rl:<name>:{<canonical key>}`: limiters with different names never share a
 /// counter, and the client part is the hash tag, so every call is a single-slot call on a
@@ -54,7 +64,12 @@ pub struct FixedWindow {
     limit: u32,
     window: Duration,
     window_ms: u64,
+    /// `fixed_window.v5` (windows from the first hit) or, aligned to the clock,
+    /// `fixed_window_aligned.v1`.
     script: &'static Script,
+    /// `fixed_window_aligned.v1`, resolved up front.
+    aligned_script: &'static Script,
+    aligned: bool,
     manager: ScriptManager,
     deny_cache: Option<DenyCache>,
 }
@@ -102,9 +117,51 @@ impl FixedWindow {
             window: Duration::from_millis(window_ms),
             window_ms,
             script,
+            aligned_script: Registry::global().require("fixed_window_aligned", 1)?,
+            aligned: false,
             manager: ScriptManager::new(),
             deny_cache: None,
         })
+    }
+
+    /// Aligns windows to the clock: each window starts at a multiple of
+    /// [`window`](Self::window) since the Unix epoch (the calling process's clock) and has its
+    /// own counter key, `rk:rl:<name>:{<client>}:<window number>`. A check is then one
+    /// `INCRBY` on the server (plus `PEXPIRE` on a window's first hit): the cheapest design,
+    /// and every client's windows end together (like `X-RateLimit-Reset` of most public
+    /// APIs). The reset comes from the caller's clock, so run NTP on your instances: an
+    /// instance whose clock is off by `d` counts in the right window only `d` late or early.
+    /// A window's counter expires at most `min(window, 5 s)` after the window ends, so an
+    /// instance whose clock lags by up to that still finds it.
+    ///
+    /// The counters are different keys from those of the default windows (which start at a
+    /// client's first hit): switching a limiter between the two starts every client afresh.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use redkit::rate_limit::{FixedWindow, LimitKey};
+    /// let l = FixedWindow::new("api", 100, Duration::from_secs(60))?.aligned_to_clock();
+    /// assert!(l.is_aligned_to_clock());
+    /// // The key names the current minute since the epoch.
+    /// assert!(l.redis_key(&LimitKey::text("u")?).starts_with("rk:rl:api:{k:u}:"));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn aligned_to_clock(mut self) -> Self {
+        self.aligned = true;
+        self.script = self.aligned_script;
+        self
+    }
+
+    /// Whether windows are aligned to the clock ([`aligned_to_clock`](Self::aligned_to_clock)).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let l = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_secs(1))?;
+    /// assert!(!l.is_aligned_to_clock());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn is_aligned_to_clock(&self) -> bool {
+        self.aligned
     }
 
     /// Answers checks of clients known to be limited from `cache`, without a Redis call,
@@ -211,7 +268,20 @@ impl FixedWindow {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn redis_key(&self, key: &LimitKey) -> String {
-        tagged(&self.base, key.as_str())
+        let tagged = tagged(&self.base, key.as_str());
+        match self.slot() {
+            Ok(Some(slot)) => slot.key(&tagged),
+            _ => tagged,
+        }
+    }
+
+    /// The current window, when windows are aligned to the clock.
+    fn slot(&self) -> Result<Option<Slot>> {
+        if self.aligned {
+            Slot::now(self.window_ms).map(Some)
+        } else {
+            Ok(None)
+        }
     }
 
     /// Counts one unit for `key`. See [`check_n`](Self::check_n).
@@ -247,18 +317,18 @@ impl FixedWindow {
         key: &LimitKey,
         cost: u32,
     ) -> Result<Decision> {
-        let call = self.call(key, cost)?;
+        let slot = self.slot()?;
+        let (call, redis_key) = self.call(key, cost, slot.as_ref())?;
         let Some(cache) = self.cache_for(cost) else {
             let reply: Value = self.manager.invoke(conn, &call).await?;
-            return self.decode(reply, cost);
+            return self.decode(reply, cost, slot.as_ref());
         };
-        let redis_key = self.redis_key(key);
         if let Some(decision) = cache.lookup(&redis_key, self.limit, cost) {
             return Ok(decision);
         }
         let sent = Instant::now();
         let reply: Value = self.manager.invoke(conn, &call).await?;
-        let decision = self.decode(reply, cost)?;
+        let decision = self.decode(reply, cost, slot.as_ref())?;
         remember(cache, &redis_key, sent, &decision);
         Ok(decision)
     }
@@ -276,15 +346,20 @@ impl FixedWindow {
         F: FnOnce(Vec<Call<'static>>) -> Fut,
         Fut: Future<Output = Result<Vec<CallOutcome<Value>>>>,
     {
-        let calls = self.calls(keys)?;
+        // One clock reading for the whole batch: every key is checked in the same window.
+        let slot = self.slot()?;
+        let calls = keys
+            .iter()
+            .map(|k| self.call(k, 1, slot.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
         let Some(cache) = self.cache_for(1) else {
-            return Ok(self.decode_all(send(calls).await?));
+            let calls = calls.into_iter().map(|(call, _)| call).collect();
+            return Ok(self.decode_all(send(calls).await?, slot.as_ref()));
         };
         let mut answers: Vec<Option<CallOutcome<Decision>>> = Vec::with_capacity(keys.len());
         let mut sent_keys = Vec::new();
         let mut to_send = Vec::new();
-        for (call, key) in calls.into_iter().zip(keys) {
-            let redis_key = self.redis_key(key);
+        for (call, redis_key) in calls {
             match cache.lookup(&redis_key, self.limit, 1) {
                 Some(decision) => answers.push(Some(CallOutcome::Ran(Ok(decision)))),
                 None => {
@@ -296,7 +371,9 @@ impl FixedWindow {
         }
         if !to_send.is_empty() {
             let sent = Instant::now();
-            let mut replies = self.decode_all(send(to_send).await?).into_iter();
+            let mut replies = self
+                .decode_all(send(to_send).await?, slot.as_ref())
+                .into_iter();
             let mut sent_keys = sent_keys.iter();
             for slot in answers.iter_mut().filter(|a| a.is_none()) {
                 let (Some(reply), Some(redis_key)) = (replies.next(), sent_keys.next()) else {
@@ -385,32 +462,57 @@ impl FixedWindow {
         super::delete(conn, self.redis_key(key), self.deny_cache.as_ref()).await
     }
 
-    fn call(&self, key: &LimitKey, cost: u32) -> Result<Call<'static>> {
+    /// The call checking `cost` units of `key` (in `slot`, when windows are aligned to the
+    /// clock), and the counter's key.
+    fn call(
+        &self,
+        key: &LimitKey,
+        cost: u32,
+        slot: Option<&Slot>,
+    ) -> Result<(Call<'static>, String)> {
         if cost == 0 {
             return Err(Error::invalid("cost", "must be at least 1"));
         }
+        let tagged = tagged(&self.base, key.as_str());
         let mut call = Call::new(self.script);
-        call.key(self.redis_key(key))
-            .arg(self.limit)
-            .arg(self.window_ms)
-            .arg(cost);
-        Ok(call)
+        let redis_key = match slot {
+            Some(slot) => {
+                let redis_key = slot.key(&tagged);
+                call.key(&redis_key)
+                    .arg(self.limit)
+                    .arg(slot.ttl_ms)
+                    .arg(cost);
+                redis_key
+            }
+            None => {
+                call.key(&tagged)
+                    .arg(self.limit)
+                    .arg(self.window_ms)
+                    .arg(cost);
+                tagged
+            }
+        };
+        Ok((call, redis_key))
     }
 
-    fn calls(&self, keys: &[LimitKey]) -> Result<Vec<Call<'static>>> {
-        keys.iter().map(|k| self.call(k, 1)).collect()
-    }
-
-    fn decode_all(&self, replies: Vec<CallOutcome<Value>>) -> Vec<CallOutcome<Decision>> {
+    fn decode_all(
+        &self,
+        replies: Vec<CallOutcome<Value>>,
+        slot: Option<&Slot>,
+    ) -> Vec<CallOutcome<Decision>> {
         replies
             .into_iter()
-            .map(|r| r.and_then(|v| self.decode(v, 1)))
+            .map(|r| r.and_then(|v| self.decode(v, 1, slot)))
             .collect()
     }
 
-    /// `{count, pttl_ms, allowed}` (or the same packed into one integer, v5) -> [`Decision`],
-    /// without trusting the reply's shape.
-    fn decode(&self, reply: Value, cost: u32) -> Result<Decision> {
+    /// The script's reply -> [`Decision`], without trusting its shape: aligned to the clock,
+    /// see [`Slot::decode`]; otherwise `{count, pttl_ms, allowed}` (or the same packed into
+    /// one integer, v5).
+    fn decode(&self, reply: Value, cost: u32, slot: Option<&Slot>) -> Result<Decision> {
+        if let Some(slot) = slot {
+            return slot.decode(self.script, reply, self.limit, cost);
+        }
         let bad = |detail: &str| Error::unexpected(self.script.id(), detail);
         let (count, pttl, allowed) = match reply {
             Value::Int(packed) => self
@@ -462,6 +564,7 @@ impl fmt::Debug for FixedWindow {
             .field("name", &self.name)
             .field("limit", &self.limit)
             .field("window", &self.window)
+            .field("aligned_to_clock", &self.aligned)
             .field("script", &self.script.id())
             .field("deny_cache", &self.deny_cache)
             .finish()
@@ -497,18 +600,24 @@ mod tests {
     #[test]
     fn decodes_outcomes() {
         let l = limiter();
-        let d = l.decode(reply(3, 500, 1), 1).unwrap();
+        let d = l.decode(reply(3, 500, 1), 1, None).unwrap();
         assert_eq!(d.quota().remaining(), 7);
         assert_eq!(d.quota().reset_after(), Duration::from_millis(500));
         assert!(d.is_allowed());
-        let d = l.decode(reply(10, 400, 0), 1).unwrap();
+        let d = l.decode(reply(10, 400, 0), 1, None).unwrap();
         assert_eq!(d.retry_after(), Some(Duration::from_millis(400)));
         assert_eq!(d.quota().remaining(), 0);
-        let d = l.decode(reply(0, 1000, 0), 11).unwrap();
+        let d = l.decode(reply(0, 1000, 0), 11, None).unwrap();
         assert!(matches!(d, Decision::CostExceedsLimit { cost: 11, .. }));
         assert_eq!(d.retry_after(), None);
         // A counter above the limit (limit lowered since) saturates at 0 remaining.
-        assert_eq!(l.decode(reply(50, 1, 0), 1).unwrap().quota().remaining(), 0);
+        assert_eq!(
+            l.decode(reply(50, 1, 0), 1, None)
+                .unwrap()
+                .quota()
+                .remaining(),
+            0
+        );
     }
 
     #[test]
@@ -522,7 +631,10 @@ mod tests {
             reply(1, 5, 7),
             Value::Array(vec![Value::Nil, Value::Int(1), Value::Int(1)]),
         ] {
-            assert!(matches!(l.decode(v, 1), Err(Error::UnexpectedReply { .. })));
+            assert!(matches!(
+                l.decode(v, 1, None),
+                Err(Error::UnexpectedReply { .. })
+            ));
         }
     }
 
@@ -530,7 +642,7 @@ mod tests {
     fn validates_input_before_sending() {
         let l = limiter();
         assert!(matches!(
-            l.call(&LimitKey::ip([1, 2, 3, 4].into()), 0),
+            l.call(&LimitKey::ip([1, 2, 3, 4].into()), 0, None),
             Err(Error::InvalidInput { what: "cost", .. })
         ));
         assert!(FixedWindow::new("t", 1, Duration::from_micros(999)).is_err());
