@@ -370,6 +370,9 @@ async fn bench(secs: f64) {
     if selected("seq") {
         sequential_case(conn.clone()).await;
     }
+    if selected("pipe") {
+        pipeline_case(&server, conn.clone(), pid, secs).await;
+    }
     limiter_ceilings(&server, &mut conn).await;
     drop(server);
 }
@@ -535,6 +538,74 @@ async fn sliding_case(
     })
     .await;
     row("sliding-window check, 10k IPs (vs limits)", &redkit, &seed);
+}
+
+/// Whether coalescing concurrent calls into explicit pipelines could lift the client toward
+/// the `redis-benchmark` ceiling: the seed stock script on one SKU through the same
+/// multiplexed connection, 64 tasks sending one `EVALSHA` each, against 4 and 8 tasks sending
+/// pipelines of 16, and the ceiling.
+async fn pipeline_case(
+    server: &support::RedisServer,
+    mut conn: MultiplexedConnection,
+    pid: Option<u32>,
+    secs: f64,
+) {
+    let sha = Arc::new(script_load(&mut conn, SEED_STOCK).await);
+    let _: () = redis::cmd("SET")
+        .arg("pipe:stock")
+        .arg(i64::MAX / 2)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let evalsha = |sha: &str| {
+        let mut c = redis::cmd("EVALSHA");
+        c.arg(sha).arg(1).arg("pipe:stock").arg(1);
+        c
+    };
+    let s = sha.clone();
+    let singles = run(conn.clone(), pid, secs, move |mut c, _, _| {
+        let cmd = evalsha(&s);
+        async move {
+            let r: i64 = cmd.query_async(&mut c).await.unwrap();
+            assert_eq!(r, 1);
+        }
+    })
+    .await;
+    let mut rows = vec![(
+        "64 tasks, one EVALSHA each".to_owned(),
+        singles.ops_per_sec(),
+        singles.cpu_us_per_op(),
+    )];
+    for tasks in [4, 8] {
+        let s = sha.clone();
+        let m = run_n(conn.clone(), pid, secs, tasks, move |mut c, _, _| {
+            let mut pipe = redis::pipe();
+            for _ in 0..16 {
+                pipe.add_command(evalsha(&s));
+            }
+            async move {
+                let r: Vec<i64> = pipe.query_async(&mut c).await.unwrap();
+                assert_eq!(r.len(), 16);
+            }
+        })
+        .await;
+        rows.push((
+            format!("{tasks} tasks, pipelines of 16"),
+            m.ops_per_sec() * 16.0,
+            m.cpu_us_per_op().map(|us| us / 16.0),
+        ));
+    }
+    let args = ["EVALSHA", sha.as_str(), "1", "pipe:stock", "1"];
+    let ceiling = ceiling(server.port(), &args);
+    println!();
+    println!("| seed stock script, one SKU | calls/s | of the redis-benchmark ceiling | server CPU per call |");
+    println!("| --- | ---: | ---: | ---: |");
+    for (name, ops, cpu) in rows {
+        let of = ceiling.map_or("n/a".to_owned(), |c| format!("{:.2}x", ops / c));
+        let cpu = cpu.map_or("n/a".to_owned(), |us| format!("{us:.2} us"));
+        println!("| {name} | {:.0}k | {of} | {cpu} |", ops / 1000.0);
+    }
+    print_ceiling("redis-benchmark -c 8 -P 16", ceiling);
 }
 
 /// redis-benchmark ceilings of the three limiters and their seed scripts (one key each).

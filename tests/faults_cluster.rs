@@ -211,9 +211,9 @@ async fn buyer<C: redis::aio::ConnectionLike>(
 
 #[tokio::test]
 // Ignored for one session after 2 of ~25 runs never recovered (calls failing fast for 7 s,
-// 2-3 rebuilds). Not reproduced since in 60 runs (26 of them with every non-reply error
-// rebuilding the map, the rest before that change), on a loaded machine; the panic message
-// carries the last error if it comes back.
+// 2-3 rebuilds). The panic message carried the last error when it came back (2026-11-25):
+// "sku not found: a", the SKU written just before the freeze had not reached the replica that
+// was promoted. The test now waits for the replica's offset before freezing.
 async fn a_hung_primary_costs_at_most_node_timeout_plus_3s() {
     let _serial = SERIAL.lock().await;
     const NODE_TIMEOUT: Duration = Duration::from_millis(1_000);
@@ -241,6 +241,28 @@ async fn a_hung_primary_costs_at_most_node_timeout_plus_3s() {
         .unwrap();
     for sku in ["a", "b"] {
         store().set(&mut redkit_conn, sku, BIG).await.unwrap();
+    }
+    // The SKUs must reach the replica before the freeze: promoted without them, it answers
+    // "sku not found" to every later call (async replication; this was the cause of the rare
+    // "never recovered" failures noted above, whose last error was exactly that).
+    let offset = |info: &str, field: &str| -> Option<u64> {
+        info.lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let p: String = cluster.nodes[owner].cmd(&["INFO", "replication"]).await;
+    let written = offset(&p, "master_repl_offset:").expect("primary offset");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r: String = cluster.nodes[replica].cmd(&["INFO", "replication"]).await;
+        if offset(&r, "slave_repl_offset:").is_some_and(|o| o >= written) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica never caught up: {r}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 
     cluster.nodes[owner].pause().await; // never resumed while the buyers run
