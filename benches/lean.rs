@@ -53,6 +53,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
+use redkit::connect::Coalescing;
 use redkit::inventory::{Decrement, Inventory};
 use redkit::lock::{
     Acquire, FairLock, Lock, LockGuard, LockOptions, Owner, PermitAcquire, ReentrantLock, Release,
@@ -576,6 +577,73 @@ async fn pipeline_case(
         singles.ops_per_sec(),
         singles.cpu_us_per_op(),
     )];
+    let coalescing = Coalescing::new(conn.clone());
+    let (s, co) = (sha.clone(), coalescing.clone());
+    let coalesced = run(conn.clone(), pid, secs, move |_, _, _| {
+        let (cmd, mut c) = (evalsha(&s), co.clone());
+        async move {
+            let r: i64 = cmd.query_async(&mut c).await.unwrap();
+            assert_eq!(r, 1);
+        }
+    })
+    .await;
+    rows.push((
+        "64 tasks, one EVALSHA each, through `connect::Coalescing`".to_owned(),
+        coalesced.ops_per_sec(),
+        coalesced.cpu_us_per_op(),
+    ));
+    // redkit's own decrement and limiter, plain and coalesced.
+    let store = Arc::new(Inventory::new("pipe:inv").unwrap().store("w").unwrap());
+    store.set(&mut conn, "hot", STOCK).await.unwrap();
+    let limiter =
+        Arc::new(FixedWindow::new("pipe", LIMIT, Duration::from_millis(WINDOW_MS)).unwrap());
+    let ips: Arc<Vec<LimitKey>> = Arc::new(
+        (0..IPS as u32)
+            .map(|i| LimitKey::ip(Ipv4Addr::from(0x0b00_0000 + i).into()))
+            .collect(),
+    );
+    for through in [None, Some(coalescing.clone())] {
+        let label = if through.is_some() {
+            ", through `connect::Coalescing`"
+        } else {
+            ""
+        };
+        let (st, co) = (store.clone(), through.clone());
+        let m = run(conn.clone(), pid, secs, move |mut c, _, _| {
+            let (st, co) = (st.clone(), co.clone());
+            async move {
+                let d = match co {
+                    Some(mut co) => st.decrement(&mut co, "hot", 1, None).await,
+                    None => st.decrement(&mut c, "hot", 1, None).await,
+                };
+                assert!(matches!(d.unwrap(), Decrement::Decremented { .. }));
+            }
+        })
+        .await;
+        rows.push((
+            format!("`Store::decrement`, 64 tasks, one SKU{label}"),
+            m.ops_per_sec(),
+            m.cpu_us_per_op(),
+        ));
+        let (l, k, co) = (limiter.clone(), ips.clone(), through.clone());
+        let m = run(conn.clone(), pid, secs, move |mut c, t, i| {
+            let (l, k, co) = (l.clone(), k.clone(), co.clone());
+            async move {
+                let key = &k[((t * 7919 + i * 64) as usize) % IPS];
+                let d = match co {
+                    Some(mut co) => l.check(&mut co, key).await,
+                    None => l.check(&mut c, key).await,
+                };
+                assert!(d.unwrap().is_allowed());
+            }
+        })
+        .await;
+        rows.push((
+            format!("`FixedWindow::check`, 64 tasks, 10k IPs{label}"),
+            m.ops_per_sec(),
+            m.cpu_us_per_op(),
+        ));
+    }
     for tasks in [4, 8] {
         let s = sha.clone();
         let m = run_n(conn.clone(), pid, secs, tasks, move |mut c, _, _| {

@@ -32,9 +32,11 @@
 //! # Ok(()) }
 //! ```
 mod cluster;
+mod coalesce;
 mod timeouts;
 
 pub use cluster::{cluster, cluster_builder, Cluster};
+pub use coalesce::{Coalescing, CoalescingStats};
 pub use timeouts::Timeouts;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};

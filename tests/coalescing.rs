@@ -1,0 +1,191 @@
+//! `connect::Coalescing` against a real Redis: concurrent commands share pipelines, each caller
+//! gets its own reply (server errors included), a transport failure reaches every member, and
+//! redkit's typed calls (scripts, NOSCRIPT recovery, batches) work through it.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redkit::connect::{self, Coalescing, Timeouts};
+use redkit::inventory::{Decrement, Inventory};
+use redkit::rate_limit::{FixedWindow, LimitKey};
+use support::RedisServer;
+
+#[tokio::test]
+async fn every_caller_gets_its_own_reply_including_server_errors() {
+    let server = RedisServer::spawn().await;
+    let conn = Coalescing::new(server.conn().await);
+    let _: () = server.cmd(&["HSET", "not-a-counter", "f", "1"]).await;
+    let mut tasks = Vec::new();
+    for t in 0..200u32 {
+        let mut c = conn.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            for i in 0..20u32 {
+                if (t + i) % 17 == 0 {
+                    // A command the server refuses: only this caller sees the error.
+                    let r: redis::RedisResult<i64> = redis::cmd("INCR")
+                        .arg("not-a-counter")
+                        .query_async(&mut c)
+                        .await;
+                    let e = r.expect_err("WRONGTYPE");
+                    assert_eq!(e.code(), Some("WRONGTYPE"), "{e}");
+                } else {
+                    let n: i64 = redis::cmd("INCR")
+                        .arg(format!("c:{t}"))
+                        .query_async(&mut c)
+                        .await
+                        .unwrap();
+                    out.push(n);
+                }
+            }
+            (t, out)
+        }));
+    }
+    for task in tasks {
+        let (t, out) = task.await.unwrap();
+        // Each task's own commands ran in its order: 1, 2, 3, ...
+        let expected: Vec<i64> = (1..=out.len() as i64).collect();
+        assert_eq!(out, expected, "task {t}");
+    }
+    let s = conn.stats();
+    assert_eq!(s.commands, 200 * 20);
+    assert!(
+        s.sends < s.commands,
+        "concurrent commands shared pipelines: {s:?}"
+    );
+}
+
+#[tokio::test]
+async fn commands_waiting_behind_a_frozen_send_go_out_as_one_pipeline() {
+    let mut server = RedisServer::spawn().await;
+    let conn = Coalescing::with_limits(server.conn().await, 64, 1).unwrap();
+    // Warm up: one command alone.
+    let mut c = conn.clone();
+    let _: String = redis::cmd("PING").query_async(&mut c).await.unwrap();
+    assert_eq!(conn.stats().sends, 1);
+    server.pause().await;
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let mut c = conn.clone();
+        tasks.push(tokio::spawn(async move {
+            let v: String = redis::cmd("ECHO")
+                .arg(format!("m{i}"))
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            assert_eq!(v, format!("m{i}"));
+        }));
+        // The first goes out alone and hangs; the next nine queue behind it.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    server.resume().await;
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let s = conn.stats();
+    assert_eq!(s.commands, 11);
+    assert_eq!(
+        s.sends, 3,
+        "the warm-up, the first alone, then one pipeline of 9: {s:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_dead_server_fails_every_member_within_the_response_timeout() {
+    let mut server = RedisServer::spawn().await;
+    let timeouts = Timeouts::new(Duration::from_millis(500), Duration::from_millis(300)).unwrap();
+    let inner = connect::multiplexed(&server.client(), timeouts)
+        .await
+        .unwrap();
+    let conn = Coalescing::with_limits(inner, 64, 1).unwrap();
+    server.pause().await;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let mut c = conn.clone();
+        tasks.push(tokio::spawn(async move {
+            redis::cmd("ECHO")
+                .arg(i)
+                .query_async::<String>(&mut c)
+                .await
+        }));
+    }
+    for t in tasks {
+        let r = t.await.unwrap();
+        assert!(r.is_err(), "{r:?}");
+    }
+    // The first send times out, then the pipeline of the others: two response timeouts.
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    server.resume().await;
+}
+
+#[tokio::test]
+async fn a_dropped_caller_does_not_hold_up_the_others() {
+    let mut server = RedisServer::spawn().await;
+    let conn = Coalescing::with_limits(server.conn().await, 64, 1).unwrap();
+    server.pause().await;
+    // The leader's caller goes away while its command is out.
+    let mut c = conn.clone();
+    let leader = tokio::spawn(async move {
+        let _: redis::RedisResult<String> = redis::cmd("ECHO").arg("x").query_async(&mut c).await;
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut c = conn.clone();
+    let follower = tokio::spawn(async move {
+        redis::cmd("ECHO")
+            .arg("y")
+            .query_async::<String>(&mut c)
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    leader.abort();
+    server.resume().await;
+    let r = tokio::time::timeout(Duration::from_secs(5), follower)
+        .await
+        .expect("the follower was answered")
+        .unwrap();
+    assert_eq!(r.unwrap(), "y");
+}
+
+#[tokio::test]
+async fn redkit_calls_work_through_it_and_recover_from_noscript() {
+    let server = RedisServer::spawn().await;
+    let conn = Coalescing::new(server.conn().await);
+    let store = Arc::new(Inventory::new("co:inv").unwrap().store("w").unwrap());
+    store.set(&mut conn.clone(), "sku", 1_000).await.unwrap();
+    let limiter = Arc::new(FixedWindow::new("co", 50, Duration::from_secs(600)).unwrap());
+    // The scripts are not loaded yet: the first calls answer NOSCRIPT and fall back.
+    let _: () = server.cmd(&["SCRIPT", "FLUSH"]).await;
+    let mut tasks = Vec::new();
+    for t in 0..100u32 {
+        let (store, limiter, mut c) = (store.clone(), limiter.clone(), conn.clone());
+        tasks.push(tokio::spawn(async move {
+            let d = store.decrement(&mut c, "sku", 1, None).await.unwrap();
+            assert!(matches!(d, Decrement::Decremented { .. }), "{d:?}");
+            let key = LimitKey::text("one").unwrap();
+            let allowed = limiter.check(&mut c, &key).await.unwrap().is_allowed();
+            (t, allowed)
+        }));
+    }
+    let mut allowed = 0;
+    for t in tasks {
+        allowed += usize::from(t.await.unwrap().1);
+    }
+    assert_eq!(allowed, 50, "exactly the limit");
+    assert_eq!(store.stock(&mut conn.clone(), "sku").await.unwrap(), 900);
+    // A batch (MULTI/EXEC pipeline) goes straight through.
+    let keys: Vec<LimitKey> = (0..3)
+        .map(|i| LimitKey::text(&format!("b{i}")).unwrap())
+        .collect();
+    let outcomes = limiter.check_batch(&mut conn.clone(), &keys).await.unwrap();
+    assert!(outcomes
+        .into_iter()
+        .all(|o| o.into_result().unwrap().is_allowed()));
+}
