@@ -24,8 +24,13 @@
 //!   the seed script through raw redis-rs: p50 and p99 per call, blocks of 250 calls
 //!   alternating between the two (so a drift of the shared machine hits both alike).
 //!
-//! `REDKIT_LEAN_CASES=fixed,gcra,sliding,stock,lock,hot,seq` runs only those cases (default:
-//! all).
+//! - pipelines (`pipe`): the seed stock script from 64 tasks with one call each, through
+//!   `connect::Coalescing`, and from 4 / 8 tasks sending pipelines of 16, beside the
+//!   `redis-benchmark` ceiling; `Store::decrement` and `FixedWindow::check` with and without
+//!   `Coalescing`.
+//!
+//! `REDKIT_LEAN_CASES=fixed,gcra,sliding,stock,lock,hot,seq,pipe` runs only those cases
+//! (default: all).
 //!
 //! Each case runs 64 tasks on one multiplexed connection for a few seconds and reports ops/s,
 //! the ratio to the seed script, and the server's CPU per operation (`INFO server`
