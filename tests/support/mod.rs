@@ -79,6 +79,26 @@ pub(crate) fn which(bin: &str) -> Option<String> {
         .map(|p| p.to_string_lossy().into_owned())
 }
 
+/// Stored values that are not counters by Redis's integer rules (`INCRBY` refuses each): the
+/// poisoned-counter tables of the limiter tests.
+pub const NOT_COUNTERS: [&str; 15] = [
+    "05",
+    "-0",
+    "+5",
+    " 5",
+    "5 ",
+    "5.0",
+    "1.5",
+    "1e3",
+    "0x10",
+    "",
+    "-5",
+    "abc",
+    "99999999999999999999",
+    "9223372036854775808",
+    "-9223372036854775809",
+];
+
 /// A random port P such that P and P + 10000 (the cluster bus) are free right now.
 pub fn free_port() -> u16 {
     use rand::Rng;
