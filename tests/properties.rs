@@ -72,6 +72,28 @@ proptest! {
             prop_assert!(limit >= 1);
             prop_assert!(l.window() >= FixedWindow::MIN_WINDOW && l.window() <= FixedWindow::MAX_WINDOW);
             let _ = l.redis_key(&LimitKey::ip(IpAddr::V6(Ipv6Addr::LOCALHOST)));
+            // Aligned to the clock: any window length gives a key and never panics.
+            let aligned = l.aligned_to_clock();
+            prop_assert!(aligned.is_aligned_to_clock());
+            let key = aligned.redis_key(&LimitKey::ip(IpAddr::V6(Ipv6Addr::LOCALHOST)));
+            prop_assert!(key.starts_with("rk:rl:"));
+        }
+    }
+
+    #[test]
+    fn coalescing_limits_are_checked_without_panicking(max_batch in any::<usize>(), in_flight in any::<usize>()) {
+        use redkit::connect::Coalescing;
+        let ok = (1..=Coalescing::<()>::MAX_BATCH).contains(&max_batch)
+            && (1..=Coalescing::<()>::MAX_IN_FLIGHT).contains(&in_flight);
+        match Coalescing::with_limits((), max_batch, in_flight) {
+            Ok(c) => {
+                prop_assert!(ok);
+                prop_assert_eq!((c.max_batch(), c.in_flight()), (max_batch, in_flight));
+            }
+            Err(e) => {
+                let invalid = matches!(e, redkit::Error::InvalidInput { .. });
+                prop_assert!(!ok && invalid, "{e}");
+            }
         }
     }
 
