@@ -393,16 +393,7 @@ async fn fixed_case(
         Arc::new(FixedWindow::new("lean", LIMIT, Duration::from_millis(WINDOW_MS)).unwrap());
     let seed_keys: Arc<Vec<String>> = Arc::new((0..IPS).map(|i| format!("seed:rl:{i}")).collect());
     let seed_limiter = Arc::new(redis::Script::new(SEED_LIMITER));
-    let (l, k) = (limiter.clone(), ips.clone());
-    let redkit = run(conn.clone(), pid, secs, move |mut c, t, i| {
-        let (l, k) = (l.clone(), k.clone());
-        async move {
-            let key = &k[((t * 7919 + i * 64) as usize) % IPS];
-            let d = l.check(&mut c, key).await.unwrap();
-            assert!(matches!(d, Decision::Allowed { .. }), "{d:?}");
-        }
-    })
-    .await;
+    let redkit = checks(conn, pid, secs, &limiter, ips).await;
     let (s, k) = (seed_limiter.clone(), seed_keys.clone());
     let seed = run(conn.clone(), pid, secs, move |mut c, t, i| {
         let (s, k) = (s.clone(), k.clone());
@@ -426,16 +417,7 @@ async fn fixed_case(
             .unwrap()
             .aligned_to_clock(),
     );
-    let (l, k) = (aligned.clone(), ips.clone());
-    let redkit_aligned = run(conn.clone(), pid, secs, move |mut c, t, i| {
-        let (l, k) = (l.clone(), k.clone());
-        async move {
-            let key = &k[((t * 7919 + i * 64) as usize) % IPS];
-            let d = l.check(&mut c, key).await.unwrap();
-            assert!(matches!(d, Decision::Allowed { .. }), "{d:?}");
-        }
-    })
-    .await;
+    let redkit_aligned = checks(conn, pid, secs, &aligned, ips).await;
     row(
         "fixed-window check, 10k IPs, aligned_to_clock()",
         &redkit_aligned,
@@ -679,6 +661,26 @@ async fn pipeline_case(
         println!("| {name} | {:.0}k | {of} | {cpu} |", ops / 1000.0);
     }
     print_ceiling("redis-benchmark -c 8 -P 16", ceiling);
+}
+
+/// 64 tasks of `FixedWindow::check` over the 10k IPs, every check allowed.
+async fn checks(
+    conn: &MultiplexedConnection,
+    pid: Option<u32>,
+    secs: f64,
+    limiter: &Arc<FixedWindow>,
+    ips: &Arc<Vec<LimitKey>>,
+) -> Measured {
+    let (l, k) = (limiter.clone(), ips.clone());
+    run(conn.clone(), pid, secs, move |mut c, t, i| {
+        let (l, k) = (l.clone(), k.clone());
+        async move {
+            let key = &k[((t * 7919 + i * 64) as usize) % IPS];
+            let d = l.check(&mut c, key).await.unwrap();
+            assert!(matches!(d, Decision::Allowed { .. }), "{d:?}");
+        }
+    })
+    .await
 }
 
 /// redis-benchmark ceilings of the three limiters and their seed scripts (one key each).

@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -30,17 +31,14 @@ fn aligned(name: &str, limit: u32, window: Duration) -> FixedWindow {
         .aligned_to_clock()
 }
 
-/// Every key of the (private) server: its DUMP and whether it has a TTL.
-async fn keyspace(server: &RedisServer) -> Vec<(String, Vec<u8>, bool)> {
-    let mut keys: Vec<String> = server.cmd(&["KEYS", "*"]).await;
-    keys.sort();
-    let mut out = Vec::new();
-    for k in keys {
-        let dump: Vec<u8> = server.cmd(&["DUMP", &k]).await;
-        let pttl: i64 = server.cmd(&["PTTL", &k]).await;
-        out.push((k, dump, pttl > 0));
-    }
-    out
+/// Every key of the (private) server with its DUMP and whether it has a TTL
+/// ([`support::snapshot`], TTLs reduced to "has one": they run down between two snapshots).
+async fn keyspace(server: &RedisServer) -> BTreeMap<Vec<u8>, (Vec<u8>, bool)> {
+    support::snapshot(&mut server.conn().await)
+        .await
+        .into_iter()
+        .map(|(key, (dump, pttl))| (key, (dump, pttl > 0)))
+        .collect()
 }
 
 #[tokio::test]

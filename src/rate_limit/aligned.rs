@@ -54,9 +54,12 @@ impl Slot {
         Self::at(now_ms, window_ms).ok_or_else(clock)
     }
 
-    /// The counter key of this window for the client key `tagged` (already hash-tagged).
-    pub(crate) fn key(&self, tagged: &str) -> String {
-        format!("{tagged}:{}", self.number)
+    /// The counter key of this window for the client key `tagged` (already hash-tagged),
+    /// appended in place.
+    pub(crate) fn key(&self, mut tagged: String) -> String {
+        use std::fmt::Write as _;
+        let _ = write!(tagged, ":{}", self.number);
+        tagged
     }
 
     /// `fixed_window_aligned.v1`'s reply -> [`Decision`]: `c >= 0` counted (the counter
@@ -122,7 +125,7 @@ mod tests {
         // The last ms of a window: 1 ms left; a short window's grace is the window.
         let s = Slot::at(999, 10).unwrap();
         assert_eq!((s.number, s.reset_after_ms, s.ttl_ms), (99, 1, 11));
-        assert_eq!(s.key("rk:rl:a:{k:x}"), "rk:rl:a:{k:x}:99");
+        assert_eq!(s.key("rk:rl:a:{k:x}".to_owned()), "rk:rl:a:{k:x}:99");
         // Extremes never panic.
         assert!(Slot::at(u64::MAX, 1).is_none());
         assert!(Slot::at(1, 0).is_none());

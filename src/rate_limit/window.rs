@@ -268,11 +268,7 @@ impl FixedWindow {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn redis_key(&self, key: &LimitKey) -> String {
-        let tagged = tagged(&self.base, key.as_str());
-        match self.slot() {
-            Ok(Some(slot)) => slot.key(&tagged),
-            _ => tagged,
-        }
+        self.counter_key(key, self.slot().ok().flatten().as_ref())
     }
 
     /// The current window, when windows are aligned to the clock.
@@ -473,26 +469,21 @@ impl FixedWindow {
         if cost == 0 {
             return Err(Error::invalid("cost", "must be at least 1"));
         }
-        let tagged = tagged(&self.base, key.as_str());
+        let redis_key = self.counter_key(key, slot);
+        // Aligned windows give a new counter the TTL to the window's end (plus grace).
+        let ttl_ms = slot.map_or(self.window_ms, |slot| slot.ttl_ms);
         let mut call = Call::new(self.script);
-        let redis_key = match slot {
-            Some(slot) => {
-                let redis_key = slot.key(&tagged);
-                call.key(&redis_key)
-                    .arg(self.limit)
-                    .arg(slot.ttl_ms)
-                    .arg(cost);
-                redis_key
-            }
-            None => {
-                call.key(&tagged)
-                    .arg(self.limit)
-                    .arg(self.window_ms)
-                    .arg(cost);
-                tagged
-            }
-        };
+        call.key(&redis_key).arg(self.limit).arg(ttl_ms).arg(cost);
         Ok((call, redis_key))
+    }
+
+    /// `key`'s counter: `rk:rl:<name>:{<client>}`, with `:<window number>` in `slot`.
+    fn counter_key(&self, key: &LimitKey, slot: Option<&Slot>) -> String {
+        let tagged = tagged(&self.base, key.as_str());
+        match slot {
+            Some(slot) => slot.key(tagged),
+            None => tagged,
+        }
     }
 
     fn decode_all(
