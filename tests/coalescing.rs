@@ -189,3 +189,37 @@ async fn redkit_calls_work_through_it_and_recover_from_noscript() {
         .into_iter()
         .all(|o| o.into_result().unwrap().is_allowed()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_dropped_with_its_runtime_gives_its_turn_back() {
+    let mut server = RedisServer::spawn().await;
+    let conn = Coalescing::with_limits(server.conn().await, 64, 1).unwrap();
+    server.pause().await;
+    let c = conn.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let mut c = c;
+            // Goes out (its sender is a task of this runtime) and hangs on the frozen server.
+            let cmd = redis::cmd("ECHO").arg("x").clone();
+            let call = cmd.query_async::<String>(&mut c);
+            let _ = tokio::time::timeout(Duration::from_millis(100), call).await;
+        });
+        drop(rt); // drops that sender mid-send
+    })
+    .join()
+    .unwrap();
+    server.resume().await;
+    // With in_flight = 1, a turn never given back would leave this queued forever.
+    let mut c = conn.clone();
+    let cmd = redis::cmd("ECHO").arg("y").clone();
+    let r = tokio::time::timeout(Duration::from_secs(5), cmd.query_async::<String>(&mut c)).await;
+    assert_eq!(
+        r.expect("answered: the dropped sender gave its turn back")
+            .unwrap(),
+        "y"
+    );
+}

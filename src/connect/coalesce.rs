@@ -280,9 +280,14 @@ impl Shared {
 
 /// Sends pipelines until the queue is empty.
 async fn send<C: ConnectionLike>(mut conn: C, shared: Arc<Shared>) {
+    let mut turn = Turn {
+        shared,
+        given_back: false,
+    };
     loop {
-        let batch = shared.next_batch();
+        let batch = turn.shared.next_batch();
         if batch.is_empty() {
+            turn.given_back = true; // by next_batch
             return;
         }
         if batch.len() == 1 {
@@ -314,6 +319,24 @@ async fn send<C: ConnectionLike>(mut conn: C, shared: Arc<Shared>) {
                     let _ = tx.send(Err(err.clone()));
                 }
             }
+        }
+    }
+}
+
+/// A sender's place among the `in_flight` ones. Given back by `next_batch` when the queue
+/// is empty; should the sender be dropped before (its runtime shut down, a panic below it),
+/// given back here, so that the next caller starts a sender for the commands still queued
+/// (those of the dropped pipeline get the "may have run" error of their dropped reply).
+struct Turn {
+    shared: Arc<Shared>,
+    given_back: bool,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if !self.given_back {
+            let mut state = self.shared.lock();
+            state.in_flight = state.in_flight.saturating_sub(1);
         }
     }
 }
