@@ -46,7 +46,10 @@
 //! `cargo bench --bench lean` (`REDKIT_LEAN_SECS=<n>` per case, default 3;
 //! `REDKIT_LEAN_ROUNDS=<n>` repeats the fixed-window and stock rows, and the backend
 //! comparison (at least 7 rounds there); `REDKIT_LEAN_ONLY=backends` runs only the backend
-//! comparison).
+//! comparison; `REDKIT_LEAN_WORKERS=<n>` sets the tokio runtime's worker threads, default 2).
+//!
+//! The seed limiters build their key from the client's address on every call, as redkit does
+//! (the same `format!` a user's handler runs), so neither side is handed ready-made keys.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -309,8 +312,14 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3.0);
+    // `REDKIT_LEAN_WORKERS=<n>` (default 2, one per core of the reference machine).
+    let workers: usize = std::env::var("REDKIT_LEAN_WORKERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or(2);
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()
         .unwrap();
@@ -391,14 +400,14 @@ async fn fixed_case(
 ) {
     let limiter =
         Arc::new(FixedWindow::new("lean", LIMIT, Duration::from_millis(WINDOW_MS)).unwrap());
-    let seed_keys: Arc<Vec<String>> = Arc::new((0..IPS).map(|i| format!("seed:rl:{i}")).collect());
     let seed_limiter = Arc::new(redis::Script::new(SEED_LIMITER));
     let redkit = checks(conn, pid, secs, &limiter, ips).await;
-    let (s, k) = (seed_limiter.clone(), seed_keys.clone());
+    let (s, k) = (seed_limiter.clone(), ips.clone());
     let seed = run(conn.clone(), pid, secs, move |mut c, t, i| {
         let (s, k) = (s.clone(), k.clone());
         async move {
-            let key = &k[((t * 7919 + i * 64) as usize) % IPS];
+            // The key from the client's address, per call, as redkit builds its own.
+            let key = format!("seed:rl:{}", k[((t * 7919 + i * 64) as usize) % IPS]);
             let allowed: i64 = s
                 .key(key)
                 .arg(LIMIT)
@@ -449,8 +458,6 @@ async fn gcra_case(
 ) {
     let period = Duration::from_millis(WINDOW_MS);
     let limiter = Arc::new(Gcra::new("lean", LIMIT, period).unwrap());
-    let seed_keys: Arc<Vec<String>> =
-        Arc::new((0..IPS).map(|i| format!("seed:gcra:{i}")).collect());
     let seed_script = Arc::new(redis::Script::new(SEED_GCRA));
     let (l, k) = (limiter.clone(), ips.clone());
     let redkit = run(conn.clone(), pid, secs, move |mut c, t, i| {
@@ -462,11 +469,11 @@ async fn gcra_case(
         }
     })
     .await;
-    let (s, k) = (seed_script.clone(), seed_keys.clone());
+    let (s, k) = (seed_script.clone(), ips.clone());
     let seed = run(conn.clone(), pid, secs, move |mut c, t, i| {
         let (s, k) = (s.clone(), k.clone());
         async move {
-            let key = &k[((t * 7919 + i * 64) as usize) % IPS];
+            let key = format!("seed:gcra:{}", k[((t * 7919 + i * 64) as usize) % IPS]);
             let r: (i64, String, String, String) = s
                 .key(key)
                 .arg(LIMIT)
@@ -491,11 +498,6 @@ async fn sliding_case(
 ) {
     let window = Duration::from_millis(WINDOW_MS);
     let limiter = Arc::new(SlidingWindow::new("lean", LIMIT, window).unwrap());
-    let seed_keys: Arc<Vec<(String, String)>> = Arc::new(
-        (0..IPS)
-            .map(|i| (format!("seed:sw:{{{i}}}:p"), format!("seed:sw:{{{i}}}:c")))
-            .collect(),
-    );
     let seed_script = Arc::new(redis::Script::new(SEED_SLIDING));
     let (l, k) = (limiter.clone(), ips.clone());
     let redkit = run(conn.clone(), pid, secs, move |mut c, t, i| {
@@ -507,11 +509,12 @@ async fn sliding_case(
         }
     })
     .await;
-    let (s, k) = (seed_script.clone(), seed_keys.clone());
+    let (s, k) = (seed_script.clone(), ips.clone());
     let seed = run(conn.clone(), pid, secs, move |mut c, t, i| {
         let (s, k) = (s.clone(), k.clone());
         async move {
-            let (prev, cur) = &k[((t * 7919 + i * 64) as usize) % IPS];
+            let ip = &k[((t * 7919 + i * 64) as usize) % IPS];
+            let (prev, cur) = (format!("seed:sw:{{{ip}}}:p"), format!("seed:sw:{{{ip}}}:c"));
             let ok: Option<i64> = s
                 .key(prev)
                 .key(cur)
