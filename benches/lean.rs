@@ -368,28 +368,47 @@ async fn bench(secs: f64) {
         }
     }
     if selected("gcra") {
+        fresh(&mut conn).await;
         gcra_case(&conn, pid, secs, &ips).await;
     }
     if selected("sliding") {
+        fresh(&mut conn).await;
         sliding_case(&conn, pid, secs, &ips).await;
     }
     if selected("stock") || selected("lock") {
+        fresh(&mut conn).await;
         other_cases(&server, conn.clone(), pid, secs).await;
     }
     if selected("backends") {
+        fresh(&mut conn).await;
         backends(&server, conn.clone(), pid, secs).await;
     }
     if selected("hot") {
+        fresh(&mut conn).await;
         hot_case(&server, conn.clone(), pid, secs).await;
     }
     if selected("seq") {
+        fresh(&mut conn).await;
         sequential_case(conn.clone()).await;
     }
     if selected("pipe") {
+        fresh(&mut conn).await;
         pipeline_case(&server, conn.clone(), pid, secs).await;
     }
+    fresh(&mut conn).await;
     limiter_ceilings(&server, &mut conn).await;
     drop(server);
+}
+
+/// Empties the private server's keyspace (`FLUSHALL SYNC`; loaded scripts stay) between
+/// cases, so no case pays for the previous one's keys expiring (the hot case alone leaves
+/// hundreds of thousands of request records behind).
+async fn fresh(conn: &mut MultiplexedConnection) {
+    let _: () = redis::cmd("FLUSHALL")
+        .arg("SYNC")
+        .query_async(conn)
+        .await
+        .expect("FLUSHALL SYNC on the bench's own server");
 }
 
 async fn fixed_case(
