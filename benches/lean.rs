@@ -368,34 +368,34 @@ async fn bench(secs: f64) {
         }
     }
     if selected("gcra") {
-        fresh(&mut conn).await;
+        fresh(&server).await;
         gcra_case(&conn, pid, secs, &ips).await;
     }
     if selected("sliding") {
-        fresh(&mut conn).await;
+        fresh(&server).await;
         sliding_case(&conn, pid, secs, &ips).await;
     }
     if selected("stock") || selected("lock") {
-        fresh(&mut conn).await;
+        fresh(&server).await;
         other_cases(&server, conn.clone(), pid, secs).await;
     }
     if selected("backends") {
-        fresh(&mut conn).await;
+        fresh(&server).await;
         backends(&server, conn.clone(), pid, secs).await;
     }
     if selected("hot") {
-        fresh(&mut conn).await;
+        fresh(&server).await;
         hot_case(&server, conn.clone(), pid, secs).await;
     }
     if selected("seq") {
-        fresh(&mut conn).await;
+        fresh(&server).await;
         sequential_case(conn.clone()).await;
     }
     if selected("pipe") {
-        fresh(&mut conn).await;
+        fresh(&server).await;
         pipeline_case(&server, conn.clone(), pid, secs).await;
     }
-    fresh(&mut conn).await;
+    fresh(&server).await;
     limiter_ceilings(&server, &mut conn).await;
     drop(server);
 }
@@ -403,10 +403,12 @@ async fn bench(secs: f64) {
 /// Empties the private server's keyspace (`FLUSHALL SYNC`; loaded scripts stay) between
 /// cases, so no case pays for the previous one's keys expiring (the hot case alone leaves
 /// hundreds of thousands of request records behind).
-async fn fresh(conn: &mut MultiplexedConnection) {
+async fn fresh(server: &support::RedisServer) {
+    // A connection that waits 10 s: freeing a million keys takes longer than the default 500 ms.
+    let mut conn = server.patient_conn().await;
     let _: () = redis::cmd("FLUSHALL")
         .arg("SYNC")
-        .query_async(conn)
+        .query_async(&mut conn)
         .await
         .expect("FLUSHALL SYNC on the bench's own server");
 }
