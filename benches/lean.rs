@@ -46,7 +46,8 @@
 //! `cargo bench --bench lean` (`REDKIT_LEAN_SECS=<n>` per case, default 3;
 //! `REDKIT_LEAN_ROUNDS=<n>` repeats the fixed-window and stock rows, and the backend
 //! comparison (at least 7 rounds there); `REDKIT_LEAN_ONLY=backends` runs only the backend
-//! comparison; `REDKIT_LEAN_WORKERS=<n>` sets the tokio runtime's worker threads, default 2).
+//! comparison; `REDKIT_LEAN_WORKERS=<n>` sets the tokio runtime's worker threads, default 2;
+//! `REDKIT_LEAN_COALESCE_IN_FLIGHT=<k>` the pipelines `Coalescing` keeps out in case `pipe`).
 //!
 //! The seed limiters build their key from the client's address on every call, as redkit does
 //! (the same `format!` a user's handler runs), so neither side is handed ready-made keys.
@@ -588,7 +589,17 @@ async fn pipeline_case(
         singles.ops_per_sec(),
         singles.cpu_us_per_op(),
     )];
-    let coalescing = Coalescing::new(conn.clone());
+    // `REDKIT_LEAN_COALESCE_IN_FLIGHT=<k>`: Coalescing's pipelines out at once (default 2).
+    let in_flight = std::env::var("REDKIT_LEAN_COALESCE_IN_FLIGHT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(Coalescing::<MultiplexedConnection>::DEFAULT_IN_FLIGHT);
+    let coalescing = Coalescing::with_limits(
+        conn.clone(),
+        Coalescing::<MultiplexedConnection>::DEFAULT_MAX_BATCH,
+        in_flight,
+    )
+    .expect("REDKIT_LEAN_COALESCE_IN_FLIGHT in 1..=64");
     let (s, co) = (sha.clone(), coalescing.clone());
     let coalesced = run(conn.clone(), pid, secs, move |_, _, _| {
         let (cmd, mut c) = (evalsha(&s), co.clone());
