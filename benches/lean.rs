@@ -309,14 +309,9 @@ async fn script_load(conn: &mut MultiplexedConnection, source: &str) -> String {
 
 fn main() {
     // Cargo passes `--bench`; nothing to parse.
-    let secs: f64 = std::env::var("REDKIT_LEAN_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0);
+    let secs: f64 = env_num("REDKIT_LEAN_SECS").unwrap_or(3.0);
     // `REDKIT_LEAN_WORKERS=<n>` (default 2, one per core of the reference machine).
-    let workers: usize = std::env::var("REDKIT_LEAN_WORKERS")
-        .ok()
-        .and_then(|s| s.parse().ok())
+    let workers: usize = env_num("REDKIT_LEAN_WORKERS")
         .filter(|&n| n >= 1)
         .unwrap_or(2);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -330,10 +325,12 @@ fn main() {
 /// `REDKIT_LEAN_ROUNDS` (default 1): how many times the fixed-window and stock rows run, one
 /// after the other (compare medians of rounds on a noisy machine).
 fn rounds() -> u64 {
-    std::env::var("REDKIT_LEAN_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
+    env_num("REDKIT_LEAN_ROUNDS").unwrap_or(1)
+}
+
+/// The number in environment variable `name`, if it is set and parses.
+fn env_num<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|s| s.trim().parse().ok())
 }
 
 /// Whether `REDKIT_LEAN_CASES` (comma-separated; unset = all) selects `case`.
@@ -590,9 +587,7 @@ async fn pipeline_case(
         singles.cpu_us_per_op(),
     )];
     // `REDKIT_LEAN_COALESCE_IN_FLIGHT=<k>`: Coalescing's pipelines out at once (default 2).
-    let in_flight = std::env::var("REDKIT_LEAN_COALESCE_IN_FLIGHT")
-        .ok()
-        .and_then(|s| s.parse().ok())
+    let in_flight = env_num("REDKIT_LEAN_COALESCE_IN_FLIGHT")
         .unwrap_or(Coalescing::<MultiplexedConnection>::DEFAULT_IN_FLIGHT);
     let coalescing = Coalescing::with_limits(
         conn.clone(),
@@ -1075,18 +1070,7 @@ async fn backends(
                     .unwrap()
                     .with_manager(manager),
             );
-            let k = ips.clone();
-            runs[b].push(
-                run(conn.clone(), pid, secs, move |mut c, t, i| {
-                    let (l, k) = (limiter.clone(), k.clone());
-                    async move {
-                        let key = &k[((t * 7919 + i * 64) as usize) % IPS];
-                        let d = l.check(&mut c, key).await.unwrap();
-                        assert!(matches!(d, Decision::Allowed { .. }), "{d:?}");
-                    }
-                })
-                .await,
-            );
+            runs[b].push(checks(&conn, pid, secs, &limiter, &ips).await);
         }
     }
     let median = |v: &mut Vec<f64>| {
@@ -1373,10 +1357,7 @@ async fn hot_case(
     secs: f64,
 ) {
     // Calls of one SKU in flight at once for the pipelined group columns (README: 2).
-    let in_flight: usize = std::env::var("REDKIT_LEAN_IN_FLIGHT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2);
+    let in_flight: usize = env_num("REDKIT_LEAN_IN_FLIGHT").unwrap_or(2);
     let plain = Inventory::new("lean:hot").unwrap().store("w1").unwrap();
     let grouped = |k: usize| {
         Inventory::builder("lean:hot")
