@@ -34,7 +34,8 @@
 //!
 //! Each case runs 64 tasks on one multiplexed connection for a few seconds and reports ops/s,
 //! the ratio to the seed script, and the server's CPU per operation (`INFO server`
-//! `process_id`, `/proc/<pid>/schedstat` first field, delta / ops). Then the
+//! `process_id`, `/proc/<pid>/schedstat` first field, delta / ops) and the bench process's
+//! own CPU per operation (every thread's `/proc/self/task/*/schedstat`). Then the
 //! `redis-benchmark -c 8 -P 16` EVALSHA ceiling of every shipped version of redkit's script
 //! (v2 and later) and of the seed script. Not a timed test: it prints, it does not assert
 //! speed.
@@ -163,10 +164,25 @@ async fn server_pid(conn: &mut MultiplexedConnection) -> Option<u32> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// CPU time (ns) of this bench process: the sum over its threads' schedstat.
+fn client_cpu_ns() -> Option<u64> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = task.ok()?.path().join("schedstat");
+        // A thread that ended meanwhile is skipped.
+        if let Ok(text) = std::fs::read_to_string(path) {
+            total = total.saturating_add(text.split_whitespace().next()?.parse().ok()?);
+        }
+    }
+    Some(total)
+}
+
 struct Measured {
     ops: u64,
     secs: f64,
     cpu_ns: Option<u64>,
+    /// This process's CPU time over the run (every thread: the runtime and redis-rs).
+    client_ns: Option<u64>,
 }
 
 impl Measured {
@@ -175,6 +191,10 @@ impl Measured {
     }
     fn cpu_us_per_op(&self) -> Option<f64> {
         self.cpu_ns
+            .map(|ns| ns as f64 / 1000.0 / self.ops.max(1) as f64)
+    }
+    fn client_us_per_op(&self) -> Option<f64> {
+        self.client_ns
             .map(|ns| ns as f64 / 1000.0 / self.ops.max(1) as f64)
     }
 }
@@ -203,6 +223,7 @@ where
     let op = Arc::new(op);
     let ops = Arc::new(AtomicU64::new(0));
     let cpu_before = pid.and_then(server_cpu_ns);
+    let client_before = client_cpu_ns();
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(secs);
     let mut tasks = Vec::new();
@@ -222,10 +243,14 @@ where
     }
     let elapsed = started.elapsed().as_secs_f64();
     let cpu_after = pid.and_then(server_cpu_ns);
+    let client_after = client_cpu_ns();
     Measured {
         ops: ops.load(Ordering::Relaxed),
         secs: elapsed,
         cpu_ns: cpu_before.zip(cpu_after).map(|(b, a)| a.saturating_sub(b)),
+        client_ns: client_before
+            .zip(client_after)
+            .map(|(b, a)| a.saturating_sub(b)),
     }
 }
 
@@ -260,8 +285,12 @@ fn row(name: &str, redkit: &Measured, seed: &Measured) {
         (Some(r), Some(s)) => format!("{r:.2} vs {s:.2} us ({:.2}x)", r / s),
         _ => "n/a (no /proc schedstat)".to_owned(),
     };
+    let client = match (redkit.client_us_per_op(), seed.client_us_per_op()) {
+        (Some(r), Some(s)) => format!("{r:.2} vs {s:.2} us ({:.2}x)", r / s),
+        _ => "n/a".to_owned(),
+    };
     println!(
-        "| {name} | {:.0}k | {:.0}k | {:.2}x | {cpu} |",
+        "| {name} | {:.0}k | {:.0}k | {:.2}x | {cpu} | {client} |",
         redkit.ops_per_sec() / 1000.0,
         seed.ops_per_sec() / 1000.0,
         redkit.ops_per_sec() / seed.ops_per_sec(),
@@ -351,8 +380,8 @@ async fn bench(secs: f64) {
         backends(&server, conn, pid, secs).await;
         return;
     }
-    println!("| operation | redkit ops/s | seed-style ops/s | throughput | server CPU per op |");
-    println!("| --- | ---: | ---: | ---: | ---: |");
+    println!("| operation | redkit ops/s | seed-style ops/s | throughput | server CPU per op | client CPU per op |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
 
     // (a) fixed-window check over 10k IPs.
     let ips: Arc<Vec<LimitKey>> = Arc::new(
@@ -1380,8 +1409,8 @@ async fn hot_case(
     println!();
     println!("hot SKU: N buyers on ONE SKU, one multiplexed connection (ops/s; CPU per op in us); group commit with 1 and {in_flight} calls in flight");
     println!();
-    println!("| buyers | seed-style | redkit | group commit | group, {in_flight} in flight | group, {in_flight} in flight + request id | group {in_flight} / seed | CPU per op: seed, group, group {in_flight}, group {in_flight} + id | buyers per call: group, group {in_flight}, + id |");
-    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| buyers | seed-style | redkit | group commit | group, {in_flight} in flight | group, {in_flight} in flight + request id | group {in_flight} / seed | CPU per op: seed, group, group {in_flight}, group {in_flight} + id | buyers per call: group, group {in_flight}, + id | client CPU per op: seed, redkit, group {in_flight} |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     // REDKIT_LEAN_BUYERS=64 (comma-separated) runs only those buyer counts.
     let counts: Vec<u64> = std::env::var("REDKIT_LEAN_BUYERS")
         .ok()
@@ -1422,8 +1451,12 @@ async fn hot_case(
             m.cpu_us_per_op()
                 .map_or("n/a".to_owned(), |c| format!("{c:.2}"))
         };
+        let client = |m: &Measured| {
+            m.client_us_per_op()
+                .map_or("n/a".to_owned(), |c| format!("{c:.2}"))
+        };
         println!(
-            "| {buyers} | {:.0}k | {:.0}k | {:.0}k | {:.0}k | {:.0}k | {:.2}x | {}, {}, {}, {} | {:.1}, {:.1}, {:.1} |",
+            "| {buyers} | {:.0}k | {:.0}k | {:.0}k | {:.0}k | {:.0}k | {:.2}x | {}, {}, {}, {} | {:.1}, {:.1}, {:.1} | {}, {}, {} |",
             seed_run.ops_per_sec() / 1000.0,
             runs[0].ops_per_sec() / 1000.0,
             runs[1].ops_per_sec() / 1000.0,
@@ -1437,6 +1470,9 @@ async fn hot_case(
             per_call[1],
             per_call[2],
             per_call[3],
+            client(&seed_run),
+            client(&runs[0]),
+            client(&runs[2]),
         );
     }
 }
