@@ -238,6 +238,32 @@ async fn a_group_that_fails_changes_nothing_and_every_member_sees_the_error() {
         );
     }
     support::same_dumps(&before, &support::snapshot(&mut c).await, "unknown sku");
+
+    // A user who may not run SET: the group's first write (a request record's SET, run under
+    // pcall) is refused, so every member of the group sees the denial and nothing of the
+    // group is written. The lone first call (no request id: no SET) goes through.
+    let denied = support::denied_conn(&server, "set").await;
+    let (outcomes, calls) = frozen_group(&mut server, &store, &denied, "mug", &BUYERS).await;
+    assert_eq!(calls, 2);
+    assert!(
+        matches!(outcomes[0], Ok(Decrement::Decremented { remaining: 19 })),
+        "{:?}",
+        outcomes[0]
+    );
+    for outcome in &outcomes[1..] {
+        assert!(
+            matches!(outcome, Err(Error::PermissionDenied { .. })),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(store.stock(&mut c, "mug").await.unwrap(), 19);
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(20)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    support::same_dumps(&before, &support::snapshot(&mut c).await, "no SET");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -503,7 +503,7 @@ impl InventoryBuilder {
                 apply: registry.require("inventory_apply", 8)?,
                 reserve: registry.require("inventory_reserve", 4)?,
                 migrate: registry.require("inventory_migrate", 1)?,
-                group: registry.require("inventory_group", 3)?,
+                group: registry.require("inventory_group", 4)?,
                 groups,
             }),
         })
