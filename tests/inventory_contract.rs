@@ -1521,12 +1521,16 @@ async fn v8_with_a_request_id_a_refused_record_puts_the_take_back() {
     }
     // A retention the record's SET will not parse, straight through the script: a typed
     // input error, nothing net written.
-    let script = Registry::global().require("inventory_apply", 8).unwrap();
+    // v8 (kept for rolling upgrades) and v9 (shipped) alike.
     let sku = s.sku_key("c").unwrap();
     let holds = s.reservation_key("c").unwrap();
     let expiry = s.reservation_expiry_key("c").unwrap();
     let record = s.request_key("v8").unwrap();
-    for retention in ["1e3", "0x10", " 5", "5.0"] {
+    let scripts = [8, 9].map(|v| Registry::global().require("inventory_apply", v).unwrap());
+    for (script, retention) in scripts
+        .into_iter()
+        .flat_map(|script| ["1e3", "0x10", " 5", "5.0"].map(|r| (script, r)))
+    {
         let before = keyspace(&mut admin).await;
         let mut call = Call::with_key_count(script, 4);
         call.key(&sku)
@@ -1546,6 +1550,35 @@ async fn v8_with_a_request_id_a_refused_record_puts_the_take_back() {
             "{retention:?}: {r:?}"
         );
         assert!(before == keyspace(&mut admin).await, "{retention:?}");
+    }
+    // A quantity that is not a canonical integer 1..=99999999999999, straight through the
+    // script, with and without a request record: a typed input error, nothing written.
+    let bad_quantities = BAD_NUMBERS.iter().copied().chain(["0", "0x10", "2 "]);
+    for (script, quantity) in scripts
+        .into_iter()
+        .flat_map(|script| bad_quantities.clone().map(move |q| (script, q)))
+    {
+        for with_record in [false, true] {
+            let before = keyspace(&mut admin).await;
+            let mut call = Call::with_key_count(script, if with_record { 4 } else { 3 });
+            call.key(&sku).key(&holds).key(&expiry);
+            if with_record {
+                call.key(&record);
+            }
+            call.arg("take").arg(1).arg(quantity);
+            if with_record {
+                call.arg(600_000).arg("fp");
+            }
+            let r = ScriptManager::new()
+                .invoke::<redis::Value, _>(&mut admin, &call)
+                .await;
+            assert!(
+                matches!(r, Err(Error::InvalidInput { .. })),
+                "{} {quantity:?} record {with_record}: {r:?}",
+                script.id()
+            );
+            assert!(before == keyspace(&mut admin).await, "{quantity:?}");
+        }
     }
     // The same take with everything allowed: applied once, recorded, replayed.
     let first = s.decrement(&mut admin, "c", 2, Some("v8")).await.unwrap();
