@@ -190,13 +190,28 @@ impl Measured {
         self.ops as f64 / self.secs
     }
     fn cpu_us_per_op(&self) -> Option<f64> {
-        self.cpu_ns
-            .map(|ns| ns as f64 / 1000.0 / self.ops.max(1) as f64)
+        self.us_per_op(self.cpu_ns)
     }
     fn client_us_per_op(&self) -> Option<f64> {
-        self.client_ns
-            .map(|ns| ns as f64 / 1000.0 / self.ops.max(1) as f64)
+        self.us_per_op(self.client_ns)
     }
+    /// `ns` of CPU over the run, in us per operation.
+    fn us_per_op(&self, ns: Option<u64>) -> Option<f64> {
+        ns.map(|ns| ns as f64 / 1000.0 / self.ops.max(1) as f64)
+    }
+}
+
+/// "r vs s us (ratio)" of two per-op CPU figures, or `missing`.
+fn versus(redkit: Option<f64>, seed: Option<f64>, missing: &str) -> String {
+    match (redkit, seed) {
+        (Some(r), Some(s)) => format!("{r:.2} vs {s:.2} us ({:.2}x)", r / s),
+        _ => missing.to_owned(),
+    }
+}
+
+/// A per-op CPU figure with 2 decimals, or "n/a".
+fn us(value: Option<f64>) -> String {
+    value.map_or("n/a".to_owned(), |c| format!("{c:.2}"))
 }
 
 /// Runs `op(conn, task, i)` in 64 tasks on clones of one multiplexed connection for `secs`.
@@ -281,14 +296,12 @@ async fn lock_cycle(
 }
 
 fn row(name: &str, redkit: &Measured, seed: &Measured) {
-    let cpu = match (redkit.cpu_us_per_op(), seed.cpu_us_per_op()) {
-        (Some(r), Some(s)) => format!("{r:.2} vs {s:.2} us ({:.2}x)", r / s),
-        _ => "n/a (no /proc schedstat)".to_owned(),
-    };
-    let client = match (redkit.client_us_per_op(), seed.client_us_per_op()) {
-        (Some(r), Some(s)) => format!("{r:.2} vs {s:.2} us ({:.2}x)", r / s),
-        _ => "n/a".to_owned(),
-    };
+    let cpu = versus(
+        redkit.cpu_us_per_op(),
+        seed.cpu_us_per_op(),
+        "n/a (no /proc schedstat)",
+    );
+    let client = versus(redkit.client_us_per_op(), seed.client_us_per_op(), "n/a");
     println!(
         "| {name} | {:.0}k | {:.0}k | {:.2}x | {cpu} | {client} |",
         redkit.ops_per_sec() / 1000.0,
@@ -1447,14 +1460,8 @@ async fn hot_case(
             let calls = server.evalsha_calls().await.saturating_sub(calls_before);
             per_call.push(runs.last().map_or(0.0, |m| m.ops as f64) / calls.max(1) as f64);
         }
-        let cpu = |m: &Measured| {
-            m.cpu_us_per_op()
-                .map_or("n/a".to_owned(), |c| format!("{c:.2}"))
-        };
-        let client = |m: &Measured| {
-            m.client_us_per_op()
-                .map_or("n/a".to_owned(), |c| format!("{c:.2}"))
-        };
+        let cpu = |m: &Measured| us(m.cpu_us_per_op());
+        let client = |m: &Measured| us(m.client_us_per_op());
         println!(
             "| {buyers} | {:.0}k | {:.0}k | {:.0}k | {:.0}k | {:.0}k | {:.2}x | {}, {}, {}, {} | {:.1}, {:.1}, {:.1} | {}, {}, {} |",
             seed_run.ops_per_sec() / 1000.0,
