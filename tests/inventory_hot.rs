@@ -384,20 +384,19 @@ async fn five_hundred_buyers(inventory: Inventory) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_two_calls_in_flight_the_second_caller_goes_alone_and_the_queue_after_it() {
+async fn with_two_calls_in_flight_the_second_caller_gathers_the_callers_after_it() {
     let mut server = RedisServer::spawn().await;
     let conn = preloaded(&server).await;
     let mut c = conn.clone();
     let store = hot_pipelined(2).store("w1").unwrap();
     store.set(&mut c, "mug", 9).await.unwrap();
-    // The first buyer (alone) and nine more: the second is sent at once (two in flight), the
-    // eight after it queue and go in ONE call when one of the two returns.
+    // The first buyer (alone) and nine more: the second takes the free slot while the first
+    // is in flight, so it gathers: it yields once, the eight after it queue behind it, and
+    // it sends all nine in ONE call (before gathering, it went alone and the eight waited
+    // for a third call).
     let buyers = [(1, None); 9];
     let (outcomes, calls) = frozen_group(&mut server, &store, &conn, "mug", &buyers).await;
-    assert_eq!(
-        calls, 3,
-        "two alone (both in flight), then one call for the queue"
-    );
+    assert_eq!(calls, 2, "the first alone, then one call for the nine");
     let outcomes: Vec<Decrement> = outcomes.into_iter().map(Result::unwrap).collect();
     let mut remaining: Vec<u64> = outcomes
         .iter()
@@ -421,6 +420,70 @@ async fn with_two_calls_in_flight_the_second_caller_goes_alone_and_the_queue_aft
         store.decrement(&mut c, "mug", 1, None).await.unwrap(),
         Decrement::Decremented { remaining: 0 }
     );
+    assert_eq!(server.evalsha_calls().await - before, 1);
+}
+
+/// Polls `f` once (it keeps its place: a queued buyer stays queued); whether it is pending.
+async fn pending_after_one_poll<F: std::future::Future + Unpin>(f: &mut F) -> bool {
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(std::pin::Pin::new(&mut *f).poll(cx).is_pending())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gathering_leader_that_gives_up_hands_its_queue_on() {
+    let mut server = RedisServer::spawn().await;
+    let conn = preloaded(&server).await;
+    let mut c = conn.clone();
+    let store = hot_pipelined(2).store("w1").unwrap();
+    store.set(&mut c, "mug", 10).await.unwrap();
+    let before = server.evalsha_calls().await;
+    server.pause().await;
+    // The first buyer's call is in flight (frozen server); the second takes the free slot
+    // and gathers (polled once: it yields); three buyers queue behind it; then the second
+    // is dropped before it sent anything.
+    let mut first_conn = conn.clone();
+    let mut first = Box::pin(store.decrement(&mut first_conn, "mug", 1, Some("first")));
+    assert!(pending_after_one_poll(&mut first).await);
+    let mut second_conn = conn.clone();
+    let mut second = Box::pin(store.decrement(&mut second_conn, "mug", 1, Some("second")));
+    assert!(pending_after_one_poll(&mut second).await);
+    let mut queued = Vec::new();
+    for i in 0..3 {
+        let (mut c, store) = (conn.clone(), &store);
+        let mut buyer = Box::pin(async move {
+            store
+                .decrement(&mut c, "mug", 1, Some(&format!("q{i}")))
+                .await
+        });
+        assert!(pending_after_one_poll(&mut buyer).await);
+        queued.push(buyer);
+    }
+    drop(second);
+    server.resume().await;
+    // The queue was handed on: the three are served (one call), the dropped one never ran.
+    let (first, queued) = tokio::join!(first, join_all(queued));
+    assert_eq!(first.unwrap(), Decrement::Decremented { remaining: 9 });
+    for outcome in queued {
+        assert!(
+            matches!(outcome, Ok(Decrement::Decremented { .. })),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(server.evalsha_calls().await - before, 2);
+    assert_eq!(store.stock(&mut c, "mug").await.unwrap(), 6);
+    // "second" was never applied: sent now, it is new, not a duplicate.
+    assert_eq!(
+        store
+            .decrement(&mut c, "mug", 1, Some("second"))
+            .await
+            .unwrap(),
+        Decrement::Decremented { remaining: 5 }
+    );
+    // And the SKU is idle again: a lone buyer goes straight through, one call.
+    let before = server.evalsha_calls().await;
+    store.decrement(&mut c, "mug", 1, None).await.unwrap();
     assert_eq!(server.evalsha_calls().await - before, 1);
 }
 

@@ -430,9 +430,12 @@ impl InventoryBuilder {
     /// at once (1 ..= [`Inventory::MAX_GROUP_IN_FLIGHT`]; default 1). With 1, callers queue
     /// as soon as one call is in flight and each batch is sent when the call before it
     /// returns: batches run in arrival order, one round trip after another. With `k > 1`, up
-    /// to `k` calls (the first ones alone, later ones batches) travel at once, so the round
-    /// trips overlap: on a hot SKU this is what lifts throughput past one batch per round
-    /// trip. Each batch still settles its members in arrival order and nobody is oversold
+    /// to `k` calls travel at once, so the round trips overlap: on a hot SKU this is what
+    /// lifts throughput past one batch per round trip. A caller that finds no call of its SKU
+    /// in flight goes alone at once; one that finds a free slot while another call is in
+    /// flight gathers: it yields to the runtime once, so the callers woken with it (by a
+    /// batch that just settled) queue behind it, and sends them with it as one batch.
+    /// Each batch still settles its members in arrival order and nobody is oversold
     /// (every call settles on the stock Redis holds when it runs), but two calls in flight
     /// may run in either order, as two ungrouped calls would: a caller that arrived later
     /// can be served before one that arrived earlier if their calls were in flight together.

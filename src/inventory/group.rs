@@ -1,10 +1,12 @@
 //! Group commit of hot SKUs: the concurrent decrements of one SKU through one [`Inventory`]
 //! (see [`InventoryBuilder::group_commit`](super::InventoryBuilder::group_commit)) are queued
 //! per SKU key; the first caller leads and goes straight through alone (the ordinary
-//! single-SKU call, no timer); callers arriving while a call of that SKU is in flight wait in
-//! the queue. When the call returns, the next (up to `max_batch`) waiters are handed to the
-//! first of them, which sends ONE `inventory_group` call settling all of them in arrival order
-//! and hands each waiter its own outcome. A `std::sync::Mutex` guards the queues; it is never
+//! single-SKU call, no timer); callers arriving while `max_in_flight` calls of that SKU are in
+//! flight wait in the queue. When a call returns, the next (up to `max_batch`) waiters are
+//! handed to the first of them, which sends ONE `inventory_group` call settling all of them in
+//! arrival order and hands each waiter its own outcome. A caller that takes a free slot while
+//! another call is in flight gathers: it yields once, callers arriving meanwhile queue behind
+//! it, and it takes them into its call. A `std::sync::Mutex` guards the queues; it is never
 //! held across an `.await`.
 
 use std::collections::{HashMap, VecDeque};
@@ -52,11 +54,13 @@ pub(super) struct Groups {
     queues: Mutex<HashMap<String, Queue>>,
 }
 
-/// One SKU's calls in flight and the callers waiting for a turn. Callers wait only while
-/// `in_flight == max_in_flight`.
+/// One SKU's calls in flight and the callers waiting for a turn. Callers wait while
+/// `in_flight == max_in_flight`, or while a leader gathers its batch.
 #[derive(Debug, Default)]
 struct Queue {
     in_flight: usize,
+    /// A leader holds a slot and has not taken its batch yet: newcomers queue behind it.
+    gathering: bool,
     waiting: VecDeque<Member>,
 }
 
@@ -89,12 +93,43 @@ pub(super) struct Lead {
     key: String,
     members: Vec<Member>,
     armed: bool,
+    /// Leads a batch that is still open: the callers queueing behind it join it when it
+    /// [gathers](Self::gather).
+    gathering: bool,
 }
 
 impl Lead {
     /// The members, the leader first, in arrival order.
     pub(super) fn members(&self) -> &[Member] {
         &self.members
+    }
+
+    /// Whether this leader should [gather](Self::gather) before sending: it took a free slot
+    /// while another call of its SKU was in flight, so the callers woken with it (by that
+    /// call's settlement) are about to arrive.
+    pub(super) fn gathers(&self) -> bool {
+        self.gathering
+    }
+
+    /// Closes the batch: takes the callers that queued behind this leader (up to the batch
+    /// size, in arrival order, skipping those that gave up) as members. Call it after
+    /// yielding to the runtime once, so they had a turn to arrive.
+    pub(super) fn gather(&mut self) {
+        if !self.gathering {
+            return;
+        }
+        self.gathering = false;
+        let mut queues = self.groups.queues();
+        let Some(queue) = queues.get_mut(&self.key) else {
+            return;
+        };
+        queue.gathering = false;
+        let room = self.groups.max_batch.saturating_sub(self.members.len());
+        queue
+            .waiting
+            .retain(|m| m.tx.as_ref().is_some_and(|tx| !tx.is_closed()));
+        let take = queue.waiting.len().min(room);
+        self.members.extend(queue.waiting.drain(..take));
     }
 
     /// Answers the members with `outcomes` (one per member, in order) and returns the
@@ -138,7 +173,7 @@ impl Drop for Lead {
                 let _ = tx.send(Turn::Done(Err(interrupted())));
             }
         }
-        self.groups.next(&self.key);
+        self.groups.next(&self.key, self.gathering);
     }
 }
 
@@ -172,18 +207,26 @@ impl Groups {
         self.queues.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues `member` behind the calls of `key` in flight, or makes it the leader (alone)
-    /// when fewer than `max_in_flight` are.
+    /// Queues `member` behind the calls of `key` in flight (or behind a leader gathering its
+    /// batch), or makes it a leader when fewer than `max_in_flight` are: alone when none is
+    /// (no added latency), gathering when another is.
     pub(super) fn join(self: &Arc<Self>, key: &str, mut member: Member) -> Joined {
         let mut queues = self.queues();
+        let mut gathering = false;
         match queues.get_mut(key) {
-            Some(queue) if queue.in_flight >= self.max_in_flight => {
+            Some(queue) if queue.in_flight >= self.max_in_flight || queue.gathering => {
                 let (tx, rx) = oneshot::channel();
                 member.tx = Some(tx);
                 queue.waiting.push_back(member);
                 return Joined::Wait(Waiting(rx));
             }
-            Some(queue) => queue.in_flight += 1,
+            Some(queue) => {
+                queue.in_flight += 1;
+                // Only an empty queue: everyone it gathers then arrived after it, so the batch
+                // stays in arrival order (a backlog beyond `max_batch` goes as before).
+                gathering = queue.waiting.is_empty();
+                queue.gathering = gathering;
+            }
             None => {
                 queues.insert(
                     key.to_owned(),
@@ -199,17 +242,22 @@ impl Groups {
             key: key.to_owned(),
             members: vec![member],
             armed: true,
+            gathering,
         })
     }
 
-    /// A call of `key` is over: hands the next batch to its first live waiter, or marks
-    /// the SKU idle when no call is left in flight.
-    fn next(self: &Arc<Self>, key: &str) {
+    /// A call of `key` is over (or its leader went away, still `gathering` or not): hands the
+    /// next batch to its first live waiter, or marks the SKU idle when no call is left in
+    /// flight.
+    fn next(self: &Arc<Self>, key: &str, gathering: bool) {
         let mut queues = self.queues();
         let Some(queue) = queues.get_mut(key) else {
             return;
         };
         queue.in_flight = queue.in_flight.saturating_sub(1);
+        if gathering {
+            queue.gathering = false;
+        }
         loop {
             // Callers that gave up while queued are dropped: their decrement is never sent.
             let waiting = &mut queue.waiting;
@@ -230,6 +278,7 @@ impl Groups {
                 key: key.to_owned(),
                 members,
                 armed: true,
+                gathering: false,
             };
             match tx.send(Turn::Lead(lead)) {
                 Ok(()) => {
