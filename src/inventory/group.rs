@@ -64,6 +64,14 @@ struct Queue {
     waiting: VecDeque<Member>,
 }
 
+impl Queue {
+    /// Forgets the callers that gave up while queued: their decrement is never sent.
+    fn drop_gone(&mut self) {
+        self.waiting
+            .retain(|m| m.tx.as_ref().is_some_and(|tx| !tx.is_closed()));
+    }
+}
+
 /// What [`Groups::join`] tells a caller.
 pub(super) enum Joined {
     /// Send the call for these members (the caller is the first).
@@ -104,30 +112,23 @@ impl Lead {
         &self.members
     }
 
-    /// Whether this leader should [gather](Self::gather) before sending: it took a free slot
-    /// while another call of its SKU was in flight, so the callers woken with it (by that
-    /// call's settlement) are about to arrive.
-    pub(super) fn gathers(&self) -> bool {
-        self.gathering
-    }
-
-    /// Closes the batch: takes the callers that queued behind this leader (up to the batch
-    /// size, in arrival order, skipping those that gave up) as members. Call it after
-    /// yielding to the runtime once, so they had a turn to arrive.
-    pub(super) fn gather(&mut self) {
+    /// For a leader that took a free slot while another call of its SKU was in flight:
+    /// yields to the runtime once, so the callers woken with it (by that call's settlement)
+    /// queue behind it, then takes them (up to the batch size, in arrival order, skipping
+    /// those that gave up) as members. Any other leader returns at once.
+    pub(super) async fn gather(&mut self) {
         if !self.gathering {
             return;
         }
+        tokio::task::yield_now().await;
         self.gathering = false;
         let mut queues = self.groups.queues();
         let Some(queue) = queues.get_mut(&self.key) else {
             return;
         };
         queue.gathering = false;
+        queue.drop_gone();
         let room = self.groups.max_batch.saturating_sub(self.members.len());
-        queue
-            .waiting
-            .retain(|m| m.tx.as_ref().is_some_and(|tx| !tx.is_closed()));
         let take = queue.waiting.len().min(room);
         self.members.extend(queue.waiting.drain(..take));
     }
@@ -259,9 +260,8 @@ impl Groups {
             queue.gathering = false;
         }
         loop {
-            // Callers that gave up while queued are dropped: their decrement is never sent.
+            queue.drop_gone();
             let waiting = &mut queue.waiting;
-            waiting.retain(|m| m.tx.as_ref().is_some_and(|tx| !tx.is_closed()));
             if waiting.is_empty() {
                 if queue.in_flight == 0 {
                     queues.remove(key);

@@ -270,12 +270,7 @@ impl Store {
         };
         let lead = match groups.join(&key, Member::new(quantity, record)) {
             Joined::Lead(mut lead) => {
-                if lead.gathers() {
-                    // Another call of this SKU is in flight: let the callers woken with
-                    // this one (by a settled batch) queue behind it, then take them along.
-                    tokio::task::yield_now().await;
-                    lead.gather();
-                }
+                lead.gather().await;
                 lead
             }
             Joined::Wait(waiting) => match waiting.wait().await {
