@@ -22,7 +22,10 @@
 //!
 //! - sequential latency (`seq`): ONE caller, each call awaited before the next, redkit beside
 //!   the seed script through raw redis-rs: p50 and p99 per call, blocks of 250 calls
-//!   alternating between the two (so a drift of the shared machine hits both alike).
+//!   alternating between the two (so a drift of the shared machine hits both alike). One
+//!   more row runs the decrement's own script through raw redis-rs with ready-made keys
+//!   beside the seed, which splits the decrement's extra latency into the script's share and
+//!   the typed API's.
 //!
 //! - pipelines (`pipe`): the seed stock script from 64 tasks with one call each, through
 //!   `connect::Coalescing`, and from 4 / 8 tasks sending pipelines of 16, beside the
@@ -1598,6 +1601,53 @@ async fn sequential_case(conn: MultiplexedConnection) {
             }),
         ));
     }
+
+    // The same decrement's script (the version `Store::decrement` runs) through raw redis-rs
+    // with ready-made keys: splits the row above into the script's share and the typed API's.
+    let script = Registry::global()
+        .scripts()
+        .iter()
+        .filter(|s| s.name() == "inventory_apply")
+        .max_by_key(|s| s.version())
+        .expect("inventory_apply is embedded");
+    let raw = Arc::new(redis::Script::new(script.source()));
+    let keys = Arc::new([
+        store.sku_key("sku").unwrap(),
+        store.reservation_key("sku").unwrap(),
+        store.reservation_expiry_key("sku").unwrap(),
+    ]);
+    let ss = seed_stock.clone();
+    cases.push((
+        "decrement's script via raw redis-rs (no typed API)",
+        Box::new(move |mut c, _| {
+            let (raw, k) = (raw.clone(), keys.clone());
+            Box::pin(async move {
+                let left: i64 = raw
+                    .key(&k[0])
+                    .key(&k[1])
+                    .key(&k[2])
+                    .arg("take")
+                    .arg(1)
+                    .arg(1)
+                    .invoke_async(&mut c)
+                    .await
+                    .unwrap();
+                assert!(left >= 0);
+            })
+        }),
+        Box::new(move |mut c, _| {
+            let ss = ss.clone();
+            Box::pin(async move {
+                let r: i64 = ss
+                    .key("seq:stock")
+                    .arg(1)
+                    .invoke_async(&mut c)
+                    .await
+                    .unwrap();
+                assert_eq!(r, 1);
+            })
+        }),
+    ));
 
     let lock = Arc::new(Lock::new());
     let unlock = Arc::new(redis::Script::new(SEED_UNLOCK));
