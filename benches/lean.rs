@@ -972,15 +972,7 @@ async fn stock_rows(
     let seed_decrement = |conn: &MultiplexedConnection, s: Arc<redis::Script>| {
         run(conn.clone(), pid, secs, move |mut c, _, _| {
             let s = s.clone();
-            async move {
-                let r: i64 = s
-                    .key("seed:stock:hot")
-                    .arg(1)
-                    .invoke_async(&mut c)
-                    .await
-                    .unwrap();
-                assert_eq!(r, 1);
-            }
+            async move { seed_take(&s, &mut c, "seed:stock:hot").await }
         })
     };
     let st = store.clone();
@@ -1436,7 +1428,7 @@ async fn hot_case(
         let s = seed.clone();
         let seed_run = run_n(conn.clone(), pid, secs, buyers, move |mut c, _, _| {
             let s = s.clone();
-            async move { seed_take(&s, &mut c).await }
+            async move { seed_take(&s, &mut c, "seed:stock:hot").await }
         })
         .await;
         let mut runs = Vec::new();
@@ -1488,13 +1480,8 @@ async fn hot_case(
 }
 
 /// One seed-style decrement of `seed:stock:hot` by 1 (the stock never runs out).
-async fn seed_take(seed: &redis::Script, conn: &mut MultiplexedConnection) {
-    let r: i64 = seed
-        .key("seed:stock:hot")
-        .arg(1)
-        .invoke_async(conn)
-        .await
-        .unwrap();
+async fn seed_take(seed: &redis::Script, conn: &mut MultiplexedConnection, key: &str) {
+    let r: i64 = seed.key(key).arg(1).invoke_async(conn).await.unwrap();
     assert_eq!(r, 1);
 }
 
@@ -1637,15 +1624,7 @@ async fn sequential_case(conn: MultiplexedConnection) {
         }),
         Box::new(move |mut c, _| {
             let ss = ss.clone();
-            Box::pin(async move {
-                let r: i64 = ss
-                    .key("seq:stock")
-                    .arg(1)
-                    .invoke_async(&mut c)
-                    .await
-                    .unwrap();
-                assert_eq!(r, 1);
-            })
+            Box::pin(async move { seed_take(&ss, &mut c, "seq:stock").await })
         }),
     ));
 
