@@ -40,10 +40,14 @@ async fn preloaded(server: &RedisServer) -> MultiplexedConnection {
     conn
 }
 
-/// A store of [`hot`] with `stock` units of `mug`, and a preloaded connection.
-async fn hot_mug(server: &RedisServer, stock: u64) -> (Store, MultiplexedConnection) {
+/// A store of `inventory` with `stock` units of `mug`, and a preloaded connection.
+async fn hot_mug(
+    server: &RedisServer,
+    inventory: Inventory,
+    stock: u64,
+) -> (Store, MultiplexedConnection) {
     let conn = preloaded(server).await;
-    let store = hot().store("w1").unwrap();
+    let store = inventory.store("w1").unwrap();
     store.set(&mut conn.clone(), "mug", stock).await.unwrap();
     (store, conn)
 }
@@ -183,7 +187,7 @@ async fn a_group_answers_each_buyer_as_if_sent_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_that_fails_changes_nothing_and_every_member_sees_the_error() {
     let mut server = RedisServer::spawn().await;
-    let (store, conn) = hot_mug(&server, 20).await;
+    let (store, conn) = hot_mug(&server, hot(), 20).await;
     let mut c = conn.clone();
     let key = store.sku_key("mug").unwrap();
     // A recorded request, so the snapshot holds a record too.
@@ -272,7 +276,7 @@ async fn a_cancelled_leader_interrupts_its_group_and_the_queue_moves_on() {
     // points at a second, frozen server, so its call hangs until the leader gives up.
     let mut server = RedisServer::spawn().await;
     let mut frozen = RedisServer::spawn().await;
-    let (store, conn) = hot_mug(&server, 20).await;
+    let (store, conn) = hot_mug(&server, hot(), 20).await;
     let stuck = frozen.conn().await;
     let mut c = conn.clone();
     server.pause().await;
@@ -386,10 +390,8 @@ async fn five_hundred_buyers(inventory: Inventory) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_two_calls_in_flight_the_second_caller_gathers_the_callers_after_it() {
     let mut server = RedisServer::spawn().await;
-    let conn = preloaded(&server).await;
+    let (store, conn) = hot_mug(&server, hot_pipelined(2), 9).await;
     let mut c = conn.clone();
-    let store = hot_pipelined(2).store("w1").unwrap();
-    store.set(&mut c, "mug", 9).await.unwrap();
     // The first buyer (alone) and nine more: the second takes the free slot while the first
     // is in flight, so it gathers: it yields once, the eight after it queue behind it, and
     // it sends all nine in ONE call (before gathering, it went alone and the eight waited
@@ -434,10 +436,8 @@ async fn pending_after_one_poll<F: std::future::Future + Unpin>(f: &mut F) -> bo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gathering_leader_that_gives_up_hands_its_queue_on() {
     let mut server = RedisServer::spawn().await;
-    let conn = preloaded(&server).await;
+    let (store, conn) = hot_mug(&server, hot_pipelined(2), 10).await;
     let mut c = conn.clone();
-    let store = hot_pipelined(2).store("w1").unwrap();
-    store.set(&mut c, "mug", 10).await.unwrap();
     let before = server.evalsha_calls().await;
     server.pause().await;
     // The first buyer's call is in flight (frozen server); the second takes the free slot
@@ -513,7 +513,7 @@ fn group_in_flight_is_checked_when_the_inventory_is_built() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_reservations_are_reclaimed_before_a_group_settles() {
     let mut server = RedisServer::spawn().await;
-    let (store, conn) = hot_mug(&server, 20).await;
+    let (store, conn) = hot_mug(&server, hot(), 20).await;
     let mut c = conn.clone();
     // Twenty holds of one unit; a call reclaims at most 16 expired ones, so the first buyer
     // (alone, inventory_apply) reclaims 16 and the group (inventory_group) the last 4.
