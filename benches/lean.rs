@@ -51,7 +51,12 @@
 //! `REDKIT_LEAN_ROUNDS=<n>` repeats the fixed-window and stock rows, and the backend
 //! comparison (at least 7 rounds there); `REDKIT_LEAN_ONLY=backends` runs only the backend
 //! comparison; `REDKIT_LEAN_WORKERS=<n>` sets the tokio runtime's worker threads, default 2;
-//! `REDKIT_LEAN_COALESCE_IN_FLIGHT=<k>` the pipelines `Coalescing` keeps out in case `pipe`).
+//! `REDKIT_LEAN_COALESCE_IN_FLIGHT=<k>` the pipelines `Coalescing` keeps out in case `pipe`;
+//! `REDKIT_LEAN_PIN=<client cpus>/<server cpus>`, e.g. `0/1`, pins this process (before its
+//! runtime starts, so every thread and the `redis-benchmark` it runs) and the bench's
+//! redis-server (all its threads) to those CPUs with `taskset`: Redis and the client then no
+//! longer take turns on the same cores; use it with `REDKIT_LEAN_WORKERS` no larger than the
+//! client's CPUs).
 //!
 //! The seed limiters build their key from the client's address on every call, as redkit does
 //! (the same `format!` a user's handler runs), so neither side is handed ready-made keys.
@@ -354,6 +359,9 @@ async fn script_load(conn: &mut MultiplexedConnection, source: &str) -> String {
 
 fn main() {
     // Cargo passes `--bench`; nothing to parse.
+    if let Some((client, _)) = pinning() {
+        pin(std::process::id(), &client);
+    }
     let secs: f64 = env_num("REDKIT_LEAN_SECS").unwrap_or(3.0);
     // `REDKIT_LEAN_WORKERS=<n>` (default 2, one per core of the reference machine).
     let workers: usize = env_num("REDKIT_LEAN_WORKERS")
@@ -365,6 +373,29 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(bench(secs));
+}
+
+/// `REDKIT_LEAN_PIN=<client cpus>/<server cpus>` (taskset CPU lists, e.g. `0/1`), if set.
+fn pinning() -> Option<(String, String)> {
+    let v = std::env::var("REDKIT_LEAN_PIN").ok()?;
+    let (client, server) = v
+        .split_once('/')
+        .expect("REDKIT_LEAN_PIN=<client cpus>/<server cpus>, e.g. 0/1");
+    Some((client.trim().to_owned(), server.trim().to_owned()))
+}
+
+/// Pins every thread of process `pid` to `cpus` (`taskset -a -p -c`); panics if it fails, so a
+/// pinned run never silently measures unpinned.
+fn pin(pid: u32, cpus: &str) {
+    let out = std::process::Command::new("taskset")
+        .args(["-a", "-p", "-c", cpus, &pid.to_string()])
+        .output()
+        .expect("taskset (util-linux) runs");
+    assert!(
+        out.status.success(),
+        "taskset -a -p -c {cpus} {pid}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `REDKIT_LEAN_ROUNDS` (default 1): how many times the fixed-window and stock rows run, one
@@ -387,9 +418,14 @@ async fn bench(secs: f64) {
     let server = support::RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let pid = server_pid(&mut conn).await;
+    let pinned = pinning().map(|(client, server)| {
+        pin(pid.expect("the redis-server pid, to pin it"), &server);
+        format!(", client pinned to CPU {client}, redis-server to CPU {server}")
+    });
     ScriptManager::new().preload(&mut conn).await.unwrap();
     println!(
-        "lean bench: redis-server pid {pid:?}, {CALLERS} tasks on one multiplexed connection, {secs} s per case"
+        "lean bench: redis-server pid {pid:?}, {CALLERS} tasks on one multiplexed connection, {secs} s per case{}",
+        pinned.unwrap_or_default()
     );
     println!();
     if std::env::var("REDKIT_LEAN_ONLY").as_deref() == Ok("backends") {
