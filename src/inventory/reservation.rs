@@ -504,11 +504,12 @@ impl Store {
             self.base(),
             sku_part.len()
         );
+        let [key, reservations, expiries] = self.sku_keys(sku)?;
         let mut call = Call::new(self.inventory().inner().reserve);
-        call.key(self.sku_key(sku)?)
-            .key(self.reservation_key(sku)?)
+        call.key(key)
+            .key(reservations)
             .key(settlement)
-            .key(self.reservation_expiry_key(sku)?)
+            .key(expiries)
             .arg(op)
             .arg(id);
         Ok(call)

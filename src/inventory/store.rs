@@ -48,21 +48,13 @@ impl Store {
     /// The key holding the stock of `sku` (a plain integer string): `<prefix>:{<store>}:sku:<sku>`.
     /// Fails when `sku` is empty or too long.
     pub fn sku_key(&self, sku: &str) -> Result<String> {
-        Ok(format!(
-            "{}:sku:{}",
-            self.base,
-            keys::escape_part("sku", sku)?
-        ))
+        Ok(self.key_of("sku", &keys::escape_part("sku", sku)?))
     }
 
     /// The key of the idempotency record of `request_id`: `<prefix>:{<store>}:req:<id>`.
     /// Fails when `request_id` is empty or too long.
     pub fn request_key(&self, request_id: &str) -> Result<String> {
-        Ok(format!(
-            "{}:req:{}",
-            self.base,
-            keys::escape_part("request id", request_id)?
-        ))
+        Ok(self.key_of("req", &keys::escape_part("request id", request_id)?))
     }
 
     /// The key of the reservation hash of `sku`: `<prefix>:{<store>}:resv:<sku>` (field
@@ -74,11 +66,7 @@ impl Store {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn reservation_key(&self, sku: &str) -> Result<String> {
-        Ok(format!(
-            "{}:resv:{}",
-            self.base,
-            keys::escape_part("sku", sku)?
-        ))
+        Ok(self.key_of("resv", &keys::escape_part("sku", sku)?))
     }
 
     /// The key of the reservation expiry ZSET of `sku`: `<prefix>:{<store>}:resv-exp:<sku>`
@@ -92,11 +80,31 @@ impl Store {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn reservation_expiry_key(&self, sku: &str) -> Result<String> {
-        Ok(format!(
-            "{}:resv-exp:{}",
-            self.base,
-            keys::escape_part("sku", sku)?
-        ))
+        Ok(self.key_of("resv-exp", &keys::escape_part("sku", sku)?))
+    }
+
+    /// The stock key, reservation hash and reservation expiry ZSET of `sku` (as
+    /// [`sku_key`](Self::sku_key), [`reservation_key`](Self::reservation_key) and
+    /// [`reservation_expiry_key`](Self::reservation_expiry_key)), the SKU checked and escaped
+    /// once: every call on one SKU sends all three.
+    pub(super) fn sku_keys(&self, sku: &str) -> Result<[String; 3]> {
+        let part = keys::escape_part("sku", sku)?;
+        Ok([
+            self.key_of("sku", &part),
+            self.key_of("resv", &part),
+            self.key_of("resv-exp", &part),
+        ])
+    }
+
+    /// `<base>:<kind>:<part>` (`part` already escaped), in one allocation.
+    fn key_of(&self, kind: &str, part: &str) -> String {
+        let mut key = String::with_capacity(self.base.len() + kind.len() + part.len() + 2);
+        key.push_str(&self.base);
+        key.push(':');
+        key.push_str(kind);
+        key.push(':');
+        key.push_str(part);
+        key
     }
 
     /// An order line of this store for [`Inventory::place_order`]. Checks the SKU and the
@@ -187,10 +195,9 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub async fn stock<C: ConnectionLike>(&self, conn: &mut C, sku: &str) -> Result<u64> {
+        let [key, reservations, expiries] = self.sku_keys(sku)?;
         let mut call = Call::new(self.inventory.inner().get);
-        call.key(self.sku_key(sku)?)
-            .key(self.reservation_key(sku)?)
-            .key(self.reservation_expiry_key(sku)?);
+        call.key(key).key(reservations).key(expiries);
         let stock: Option<u64> = self.inventory.manager().invoke(conn, &call).await?;
         stock.ok_or_else(|| unknown_sku(sku))
     }
@@ -423,17 +430,15 @@ impl Store {
         replication: Option<Replication>,
     ) -> Result<Acked<Reply>> {
         check_quantity(quantity)?;
-        let key = self.sku_key(sku)?;
-        let reservations = [self.reservation_key(sku)?];
-        let expiries = [self.reservation_expiry_key(sku)?];
+        let [key, reservations, expiries] = self.sku_keys(sku)?;
         let record = request_id.map(|id| self.request_key(id)).transpose()?;
         self.inventory
             .apply(
                 conn,
                 mode,
                 &[key.as_str()],
-                &reservations,
-                &expiries,
+                std::slice::from_ref(&reservations),
+                std::slice::from_ref(&expiries),
                 &[quantity],
                 record,
                 replication,
