@@ -904,22 +904,17 @@ async fn other_cases(
     // (b) single-SKU decrement, 64 buyers on one SKU.
     let inventory = Inventory::new("lean:inv").unwrap();
     let store = Arc::new(inventory.store("w1").unwrap());
-    store.set(&mut conn, "hot", STOCK).await.unwrap();
-    let _: () = redis::cmd("SET")
-        .arg("seed:stock:hot")
-        .arg(STOCK)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
     for round in 0..rounds() {
-        stock_rows(&conn, pid, secs, &store, &manager, round).await;
+        stock_rows(server, &conn, pid, secs, &store, &manager, round).await;
     }
 
     if !selected("lock") {
         stock_ceilings(server, &mut conn, &store).await;
         return;
     }
-    // (c) lock acquire + release with default options, own key per task.
+    // (c) lock acquire + release with default options, own key per task, on a keyspace
+    // without the stock rows' request records.
+    restock(server, &conn, &store).await;
     let lock = Arc::new(Lock::new());
     let options = Arc::new(LockOptions::new());
     let redkit = lock_cycle(&conn, pid, secs, &lock, &options, "res").await;
@@ -994,9 +989,29 @@ async fn other_cases(
     print_ceiling("seed compare-and-delete (key absent)", ceiling(port, &args));
 }
 
+/// Empties the keyspace and sets both stocks (redkit's SKU `hot` and the seed's key) to
+/// [`STOCK`]: every stock row starts from the same keyspace, so none pays for the request
+/// records the rows before it wrote (a main dictionary that grew by millions of keys).
+async fn restock(
+    server: &support::RedisServer,
+    conn: &MultiplexedConnection,
+    store: &redkit::inventory::Store,
+) {
+    fresh(server).await;
+    let mut conn = conn.clone();
+    store.set(&mut conn, "hot", STOCK).await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("seed:stock:hot")
+        .arg(STOCK)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
 /// The single-SKU decrement rows (64 buyers on one SKU), without and with a request id, each
 /// beside the seed script of the same group; `round` keeps request ids of rounds apart.
 async fn stock_rows(
+    server: &support::RedisServer,
     conn: &MultiplexedConnection,
     pid: Option<u32>,
     secs: f64,
@@ -1012,6 +1027,7 @@ async fn stock_rows(
         })
     };
     let st = store.clone();
+    restock(server, conn, store).await;
     let redkit = run(conn.clone(), pid, secs, move |mut c, _, _| {
         let st = st.clone();
         async move {
@@ -1020,6 +1036,7 @@ async fn stock_rows(
         }
     })
     .await;
+    restock(server, conn, store).await;
     let seed = seed_decrement(conn, seed_stock.clone()).await;
     row("decrement, 64 buyers on ONE SKU", &redkit, &seed);
     let apply_v6 = Registry::global().require("inventory_apply", 6).unwrap();
@@ -1029,6 +1046,7 @@ async fn stock_rows(
         store.reservation_expiry_key("hot").unwrap(),
     ]);
     let (m, k) = (manager.clone(), keys.clone());
+    restock(server, conn, store).await;
     let before = run(conn.clone(), pid, secs, move |mut c, _, _| {
         let (m, k) = (m.clone(), k.clone());
         async move {
@@ -1043,6 +1061,7 @@ async fn stock_rows(
     .await;
     row("decrement, ONE SKU (v6, before)", &before, &seed);
     let st = store.clone();
+    restock(server, conn, store).await;
     let redkit = run(conn.clone(), pid, secs, move |mut c, t, i| {
         let st = st.clone();
         async move {
@@ -1052,9 +1071,11 @@ async fn stock_rows(
         }
     })
     .await;
+    restock(server, conn, store).await;
     let seed = seed_decrement(conn, seed_stock.clone()).await;
     row("decrement with a request id, ONE SKU", &redkit, &seed);
     let seed_id = Arc::new(redis::Script::new(SEED_STOCK_ID));
+    restock(server, conn, store).await;
     let with_record = run(conn.clone(), pid, secs, move |mut c, t, i| {
         let s = seed_id.clone();
         async move {
@@ -1077,6 +1098,7 @@ async fn stock_rows(
     );
     let apply_v5 = Registry::global().require("inventory_apply", 5).unwrap();
     let (m, k, st) = (manager.clone(), keys.clone(), store.clone());
+    restock(server, conn, store).await;
     let before = run(conn.clone(), pid, secs, move |mut c, t, i| {
         let (m, k, st) = (m.clone(), k.clone(), st.clone());
         async move {
