@@ -439,7 +439,9 @@ impl InventoryBuilder {
     /// (every call settles on the stock Redis holds when it runs), but two calls in flight
     /// may run in either order, as two ungrouped calls would: a caller that arrived later
     /// can be served before one that arrived earlier if their calls were in flight together.
-    /// The README's recommendation for hot SKUs is `group_in_flight(2)`.
+    /// The README's recommendation for hot SKUs: `group_in_flight(2)` when the application
+    /// shares its cores with Redis, `group_in_flight(4)` when Redis runs on cores of its own
+    /// (measured in README "Hot SKUs: group commit").
     ///
     /// ```
     /// use redkit::inventory::Inventory;
