@@ -18,7 +18,8 @@
 //!   some): `Store::decrement` without group commit, with group commit
 //!   (`InventoryBuilder::group_commit(DEFAULT_GROUP_BATCH)`) one call in flight per SKU, and
 //!   with `group_in_flight(k)` (k = `REDKIT_LEAN_IN_FLIGHT`, default 2, the README's
-//!   recommendation) without and with a request id, beside the seed script.
+//!   recommendation on shared cores; it recommends 4 where Redis has cores of its own, as
+//!   with `REDKIT_LEAN_PIN`) without and with a request id, beside the seed script.
 //!
 //! - sequential latency (`seq`): ONE caller, each call awaited before the next, redkit beside
 //!   the seed script through raw redis-rs: p50 and p99 per call, blocks of 250 calls
