@@ -999,12 +999,21 @@ async fn restock(
     store: &redkit::inventory::Store,
 ) {
     fresh(server).await;
-    let mut conn = conn.clone();
-    store.set(&mut conn, "hot", STOCK).await.unwrap();
+    set_stocks(&mut conn.clone(), store, "hot", "seed:stock:hot").await;
+}
+
+/// Sets redkit's SKU `sku` of `store` and the seed's stock key `seed_key` to [`STOCK`].
+async fn set_stocks(
+    conn: &mut MultiplexedConnection,
+    store: &redkit::inventory::Store,
+    sku: &str,
+    seed_key: &str,
+) {
+    store.set(conn, sku, STOCK).await.unwrap();
     let _: () = redis::cmd("SET")
-        .arg("seed:stock:hot")
+        .arg(seed_key)
         .arg(STOCK)
-        .query_async(&mut conn)
+        .query_async(conn)
         .await
         .unwrap();
 }
@@ -1465,13 +1474,7 @@ async fn hot_case(
             .unwrap()
     };
     let (serial, pipelined) = (grouped(1), grouped(in_flight));
-    plain.set(&mut conn, "hot", STOCK).await.unwrap();
-    let _: () = redis::cmd("SET")
-        .arg("seed:stock:hot")
-        .arg(STOCK)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    set_stocks(&mut conn, &plain, "hot", "seed:stock:hot").await;
     let seed = Arc::new(redis::Script::new(SEED_STOCK));
     println!();
     println!("hot SKU: N buyers on ONE SKU, one multiplexed connection (ops/s; CPU per op in us); group commit with 1 and {in_flight} calls in flight");
@@ -1594,14 +1597,7 @@ async fn sequential_case(conn: MultiplexedConnection) {
     ));
 
     let store = Arc::new(Inventory::new("seq:inv").unwrap().store("w").unwrap());
-    let mut setup = conn.clone();
-    store.set(&mut setup, "sku", STOCK).await.unwrap();
-    let _: () = redis::cmd("SET")
-        .arg("seq:stock")
-        .arg(STOCK)
-        .query_async(&mut setup)
-        .await
-        .unwrap();
+    set_stocks(&mut conn.clone(), &store, "sku", "seq:stock").await;
     let seed_stock = Arc::new(redis::Script::new(SEED_STOCK));
     let seed_stock_id = Arc::new(redis::Script::new(SEED_STOCK_ID));
     for with_id in [false, true] {

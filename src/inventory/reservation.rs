@@ -504,7 +504,7 @@ impl Store {
             self.base(),
             sku_part.len()
         );
-        let [key, reservations, expiries] = self.sku_keys(sku)?;
+        let [key, reservations, expiries] = self.sku_keys_of_part(&sku_part);
         let mut call = Call::new(self.inventory().inner().reserve);
         call.key(key)
             .key(reservations)

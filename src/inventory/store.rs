@@ -88,12 +88,16 @@ impl Store {
     /// [`reservation_expiry_key`](Self::reservation_expiry_key)), the SKU checked and escaped
     /// once: every call on one SKU sends all three.
     pub(super) fn sku_keys(&self, sku: &str) -> Result<[String; 3]> {
-        let part = keys::escape_part("sku", sku)?;
-        Ok([
-            self.key_of("sku", &part),
-            self.key_of("resv", &part),
-            self.key_of("resv-exp", &part),
-        ])
+        Ok(self.sku_keys_of_part(&keys::escape_part("sku", sku)?))
+    }
+
+    /// [`sku_keys`](Self::sku_keys) of a SKU already escaped (`keys::escape_part`).
+    pub(super) fn sku_keys_of_part(&self, part: &str) -> [String; 3] {
+        [
+            self.key_of("sku", part),
+            self.key_of("resv", part),
+            self.key_of("resv-exp", part),
+        ]
     }
 
     /// `<base>:<kind>:<part>` (`part` already escaped), in one allocation.
