@@ -28,12 +28,21 @@
 //!   beside the seed, which splits the decrement's extra latency into the script's share and
 //!   the typed API's.
 //!
+//! - the goal rows paired (`paired`, benches/lean/paired.rs): the limiters, the decrement
+//!   and the default lock beside their seed scripts in alternating 1 s slices
+//!   (`REDKIT_LEAN_SLICE`), 9 pairs (`REDKIT_LEAN_PAIRS`), the median of the per-pair ratios
+//!   and their range. Case `twin` runs the same rows on twin redis-servers AT ONCE, redkit
+//!   on one and the seed on the other, swapping servers pair by pair; with
+//!   `REDKIT_LEAN_PIN` both servers share the server CPUs, so the host's drift hits both
+//!   sides in the same second: the figure that moves least (per-pair spread about +-3 %
+//!   pinned, against +-20 % for runs seconds apart).
+//!
 //! - pipelines (`pipe`): the seed stock script from 64 tasks with one call each, through
 //!   `connect::Coalescing`, and from 4 / 8 tasks sending pipelines of 16, beside the
 //!   `redis-benchmark` ceiling; `Store::decrement` and `FixedWindow::check` with and without
 //!   `Coalescing`.
 //!
-//! `REDKIT_LEAN_CASES=fixed,gcra,sliding,stock,lock,hot,seq,pipe` runs only those cases
+//! `REDKIT_LEAN_CASES=fixed,gcra,sliding,stock,lock,paired,twin,hot,seq,pipe` runs only those cases
 //! (default: all).
 //!
 //! Each case runs 64 tasks on one multiplexed connection for a few seconds and reports ops/s,
@@ -64,6 +73,9 @@
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+
+#[path = "lean/paired.rs"]
+mod paired;
 
 use std::future::Future;
 use std::net::Ipv4Addr;
@@ -462,6 +474,33 @@ async fn bench(secs: f64) {
     if selected("backends") {
         fresh(&server).await;
         backends(&server, conn.clone(), pid, secs).await;
+    }
+    let main_side = || paired::Side {
+        server: &server,
+        conn: conn.clone(),
+        pid,
+    };
+    if selected("paired") {
+        paired::paired_case(&[main_side()], &ips).await;
+    }
+    if selected("twin") {
+        // A second server, pinned like the first: redkit on one, the seed on the other.
+        let twin = support::RedisServer::spawn().await;
+        let mut twin_conn = twin.conn().await;
+        let twin_pid = server_pid(&mut twin_conn).await;
+        if let Some((_, cpus)) = pinning() {
+            pin(
+                twin_pid.expect("the twin redis-server pid, to pin it"),
+                &cpus,
+            );
+        }
+        ScriptManager::new().preload(&mut twin_conn).await.unwrap();
+        let twin_side = paired::Side {
+            server: &twin,
+            conn: twin_conn,
+            pid: twin_pid,
+        };
+        paired::paired_case(&[main_side(), twin_side], &ips).await;
     }
     if selected("hot") {
         fresh(&server).await;
@@ -925,22 +964,7 @@ async fn other_cases(
     let u = unlock.clone();
     let seed = run(conn.clone(), pid, secs, move |mut c, t, _| {
         let u = u.clone();
-        async move {
-            let key = format!("seed:lock:{t}");
-            let token = format!("{:032x}", rand::random::<u128>());
-            let set: Option<String> = redis::cmd("SET")
-                .arg(&key)
-                .arg(&token)
-                .arg("NX")
-                .arg("PX")
-                .arg(ttl_ms)
-                .query_async(&mut c)
-                .await
-                .unwrap();
-            assert!(set.is_some());
-            let deleted: i64 = u.key(&key).arg(&token).invoke_async(&mut c).await.unwrap();
-            assert_eq!(deleted, 1);
-        }
+        async move { seed_lock_cycle(&u, &mut c, &format!("seed:lock:{t}"), ttl_ms).await }
     })
     .await;
     row(
@@ -988,6 +1012,34 @@ async fn other_cases(
     let sha = script_load(&mut conn, SEED_UNLOCK).await;
     let args = ["EVALSHA", &sha, "1", "ceil:lk:none", token];
     print_ceiling("seed compare-and-delete (key absent)", ceiling(port, &args));
+}
+
+/// The seed lock's cycle on `key`: `SET key <random token> NX PX ttl_ms`, then the
+/// compare-and-delete script `unlock`.
+async fn seed_lock_cycle(
+    unlock: &redis::Script,
+    conn: &mut MultiplexedConnection,
+    key: &str,
+    ttl_ms: u64,
+) {
+    let token = format!("{:032x}", rand::random::<u128>());
+    let set: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg(&token)
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl_ms)
+        .query_async(conn)
+        .await
+        .unwrap();
+    assert!(set.is_some());
+    let deleted: i64 = unlock
+        .key(key)
+        .arg(&token)
+        .invoke_async(conn)
+        .await
+        .unwrap();
+    assert_eq!(deleted, 1);
 }
 
 /// Empties the keyspace and sets both stocks (redkit's SKU `hot` and the seed's key) to
