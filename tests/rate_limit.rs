@@ -226,6 +226,58 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     }
     let exists: i64 = server.cmd(&["EXISTS", "rk:rl:raw:{k:x}"]).await;
     assert_eq!(exists, 0);
+
+    // v6 checks the limit and the window as numbers (as fixed_window_aligned.v1) and the
+    // cost's form where Redis would store it: out-of-range numbers and a cost in any other
+    // form than canonical decimal are refused, on a new counter and on one that exists.
+    let v6 = Registry::global().require("fixed_window", 6).unwrap();
+    for stored in [None, Some("3")] {
+        let key = "rk:rl:raw6:{k:x}";
+        if let Some(v) = stored {
+            let _: () = server.cmd(&["SET", key, v, "PX", "60000"]).await;
+        }
+        for (limit, window, cost) in [
+            ("0", "1000", "1"),
+            ("5", "0", "1"),
+            ("5", "1000", "0"),
+            ("x", "1000", "1"),
+            ("5", "1.5", "1"),
+            ("5", "9007199254740993", "1"),
+            ("-5", "1000", "1"),
+            ("5", "1000", "+1"),
+            ("5", "1000", "1.0"),
+            ("5", "1000", " 1"),
+            ("5", "1000", "1e0"),
+            ("5", "1000", "0x1"),
+        ] {
+            let mut call = Call::new(v6);
+            call.key(key).arg(limit).arg(window).arg(cost);
+            let r = manager.invoke::<redis::Value, _>(&mut conn, &call).await;
+            assert!(
+                matches!(r, Err(Error::InvalidInput { .. })),
+                "v6 {stored:?} {limit} {window} {cost}: {r:?}"
+            );
+        }
+        let v: Option<String> = server.cmd(&["GET", key]).await;
+        assert_eq!(v.as_deref(), stored, "v6 wrote nothing");
+        let _: () = server.cmd(&["DEL", key]).await;
+    }
+    // ... and reads a limit or window Lua reads as an integer as that integer.
+    for (limit, window) in [
+        ("05", "1000"),
+        ("5", "1e3"),
+        ("5.0", " 1000"),
+        ("0x5", "1000"),
+    ] {
+        let key = "rk:rl:raw6:{k:y}";
+        let mut call = Call::new(v6);
+        call.key(key).arg(limit).arg(window).arg("1");
+        let first: redis::Value = manager.invoke(&mut conn, &call).await.unwrap();
+        assert_eq!(window_reply(&first, 5), (1, 1000, 1), "{limit} {window}");
+        let pttl: i64 = server.cmd(&["PTTL", key]).await;
+        assert!((1..=1000).contains(&pttl), "{limit} {window}: {pttl}");
+        let _: () = server.cmd(&["DEL", key]).await;
+    }
 }
 
 #[tokio::test]
@@ -703,6 +755,7 @@ async fn v5_packs_the_v4_reply_into_one_integer_when_it_fits() {
     let manager = ScriptManager::new();
     let v4 = Registry::global().require("fixed_window", 4).unwrap();
     let v5 = Registry::global().require("fixed_window", 5).unwrap();
+    let v6 = Registry::global().require("fixed_window", 6).unwrap();
     let big = "100000000000000"; // 10^14 ms: 10^14 * 2^32 does not fit 2^53
                                  // (stored, its PX, limit, window, cost, v5 answers one integer)
     let cases = [
@@ -727,7 +780,7 @@ async fn v5_packs_the_v4_reply_into_one_integer_when_it_fits() {
     ];
     for (i, (stored, px, limit, window, cost, packed)) in cases.into_iter().enumerate() {
         let mut replies = Vec::new();
-        for script in [v4, v5] {
+        for script in [v4, v5, v6] {
             let key = format!("pack:{{{i}}}:{}", script.version());
             if let Some(v) = stored {
                 let _: () = match px {
@@ -741,16 +794,19 @@ async fn v5_packs_the_v4_reply_into_one_integer_when_it_fits() {
             replies.push(reply);
         }
         let case = format!("case {i}: {stored:?} {px:?} limit {limit} cost {cost}");
-        assert_eq!(
-            matches!(replies[1], redis::Value::Int(_)),
-            packed,
-            "{case}: {:?}",
-            replies[1]
-        );
         let l: i64 = limit.parse().unwrap();
-        let (a, b) = (window_reply(&replies[0], l), window_reply(&replies[1], l));
-        assert_eq!((a.0, a.2), (b.0, b.2), "{case}: count and allowed");
-        assert!((a.1 - b.1).abs() < 5_000, "{case}: pttl {a:?} {b:?}");
+        let a = window_reply(&replies[0], l);
+        // v5 and v6 answer alike.
+        for reply in &replies[1..] {
+            assert_eq!(
+                matches!(reply, redis::Value::Int(_)),
+                packed,
+                "{case}: {reply:?}"
+            );
+            let b = window_reply(reply, l);
+            assert_eq!((a.0, a.2), (b.0, b.2), "{case}: count and allowed");
+            assert!((a.1 - b.1).abs() < 5_000, "{case}: pttl {a:?} {b:?}");
+        }
     }
     // The limiter decodes both forms alike: packed (limit 10) and table (a stored count above it).
     let limiter = FixedWindow::new("pk", 10, Duration::from_secs(60)).unwrap();
