@@ -74,8 +74,12 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+#[path = "lean/ops.rs"]
+mod ops;
 #[path = "lean/paired.rs"]
 mod paired;
+
+use ops::{decrement_op, limiter_ops, lock_op, run_op, seed_lock_op, seed_stock_ops};
 
 use std::future::Future;
 use std::net::Ipv4Addr;
@@ -299,21 +303,7 @@ async fn lock_cycle(
     options: &Arc<LockOptions>,
     prefix: &'static str,
 ) -> Measured {
-    let (lk, o) = (lock.clone(), options.clone());
-    run(conn.clone(), pid, secs, move |mut c, t, _| {
-        let (lk, o) = (lk.clone(), o.clone());
-        async move {
-            let resource = format!("{prefix}-{t}");
-            match lk.acquire(&mut c, &resource, &o).await.unwrap() {
-                Acquire::Acquired(guard) => {
-                    let r = lk.release(&mut c, guard).await.unwrap();
-                    assert_eq!(r, Release::Released);
-                }
-                other => panic!("{other:?}"),
-            }
-        }
-    })
-    .await
+    run_op(conn, pid, secs, &lock_op(lock, options, prefix)).await
 }
 
 fn row(name: &str, redkit: &Measured, seed: &Measured) {
@@ -540,25 +530,10 @@ async fn fixed_case(
 ) {
     let limiter =
         Arc::new(FixedWindow::new("lean", LIMIT, Duration::from_millis(WINDOW_MS)).unwrap());
-    let seed_limiter = Arc::new(redis::Script::new(SEED_LIMITER));
-    let redkit = checks(conn, pid, secs, &limiter, ips).await;
-    let (s, k) = (seed_limiter.clone(), ips.clone());
-    let seed = run(conn.clone(), pid, secs, move |mut c, t, i| {
-        let (s, k) = (s.clone(), k.clone());
-        async move {
-            // The key from the client's address, per call, as redkit builds its own.
-            let key = format!("seed:rl:{}", k[((t * 7919 + i * 64) as usize) % IPS]);
-            let allowed: i64 = s
-                .key(key)
-                .arg(LIMIT)
-                .arg(WINDOW_MS / 1000)
-                .invoke_async(&mut c)
-                .await
-                .unwrap();
-            assert_eq!(allowed, 1);
-        }
-    })
-    .await;
+    let (redkit_op, seed_op) = limiter_ops(&limiter, ips);
+    let redkit = run_op(conn, pid, secs, &redkit_op).await;
+    // The seed builds its key from the client's address per call, as redkit builds its own.
+    let seed = run_op(conn, pid, secs, &seed_op).await;
     row("fixed-window check, 10k IPs", &redkit, &seed);
     // Windows aligned to the clock: one INCRBY on the common path (fixed_window_aligned.v1).
     let aligned = Arc::new(
@@ -822,16 +797,7 @@ async fn checks(
     limiter: &Arc<FixedWindow>,
     ips: &Arc<Vec<LimitKey>>,
 ) -> Measured {
-    let (l, k) = (limiter.clone(), ips.clone());
-    run(conn.clone(), pid, secs, move |mut c, t, i| {
-        let (l, k) = (l.clone(), k.clone());
-        async move {
-            let key = &k[((t * 7919 + i * 64) as usize) % IPS];
-            let d = l.check(&mut c, key).await.unwrap();
-            assert!(matches!(d, Decision::Allowed { .. }), "{d:?}");
-        }
-    })
-    .await
+    run_op(conn, pid, secs, &limiter_ops(limiter, ips).0).await
 }
 
 /// redis-benchmark ceilings of the three limiters and their seed scripts (one key each).
@@ -958,15 +924,9 @@ async fn other_cases(
     let lock = Arc::new(Lock::new());
     let options = Arc::new(LockOptions::new());
     let redkit = lock_cycle(&conn, pid, secs, &lock, &options, "res").await;
-    let unlock = Arc::new(redis::Script::new(SEED_UNLOCK));
     // The seed lock uses the same lease as LockOptions' default.
     let ttl_ms = LockOptions::DEFAULT_TTL.as_millis() as u64;
-    let u = unlock.clone();
-    let seed = run(conn.clone(), pid, secs, move |mut c, t, _| {
-        let u = u.clone();
-        async move { seed_lock_cycle(&u, &mut c, &format!("seed:lock:{t}"), ttl_ms).await }
-    })
-    .await;
+    let seed = run_op(&conn, pid, secs, &seed_lock_op("seed:lock")).await;
     row(
         "lock acquire + release, default options (no fencing)",
         &redkit,
@@ -1081,25 +1041,11 @@ async fn stock_rows(
     manager: &ScriptManager,
     round: u64,
 ) {
-    let seed_stock = Arc::new(redis::Script::new(SEED_STOCK));
-    let seed_decrement = |conn: &MultiplexedConnection, s: Arc<redis::Script>| {
-        run(conn.clone(), pid, secs, move |mut c, _, _| {
-            let s = s.clone();
-            async move { seed_take(&s, &mut c, "seed:stock:hot").await }
-        })
-    };
-    let st = store.clone();
+    let (seed_op, seed_record_op) = seed_stock_ops();
     restock(server, conn, store).await;
-    let redkit = run(conn.clone(), pid, secs, move |mut c, _, _| {
-        let st = st.clone();
-        async move {
-            let d = st.decrement(&mut c, "hot", 1, None).await.unwrap();
-            assert!(matches!(d, Decrement::Decremented { .. }), "{d:?}");
-        }
-    })
-    .await;
+    let redkit = run_op(conn, pid, secs, &decrement_op(store, false)).await;
     restock(server, conn, store).await;
-    let seed = seed_decrement(conn, seed_stock.clone()).await;
+    let seed = run_op(conn, pid, secs, &seed_op).await;
     row("decrement, 64 buyers on ONE SKU", &redkit, &seed);
     let apply_v6 = Registry::global().require("inventory_apply", 6).unwrap();
     let keys = Arc::new([
@@ -1122,37 +1068,13 @@ async fn stock_rows(
     })
     .await;
     row("decrement, ONE SKU (v6, before)", &before, &seed);
-    let st = store.clone();
     restock(server, conn, store).await;
-    let redkit = run(conn.clone(), pid, secs, move |mut c, t, i| {
-        let st = st.clone();
-        async move {
-            let id = format!("r{round}-{t}-{i}");
-            let d = st.decrement(&mut c, "hot", 1, Some(&id)).await.unwrap();
-            assert!(matches!(d, Decrement::Decremented { .. }), "{d:?}");
-        }
-    })
-    .await;
+    let redkit = run_op(conn, pid, secs, &decrement_op(store, true)).await;
     restock(server, conn, store).await;
-    let seed = seed_decrement(conn, seed_stock.clone()).await;
+    let seed = run_op(conn, pid, secs, &seed_op).await;
     row("decrement with a request id, ONE SKU", &redkit, &seed);
-    let seed_id = Arc::new(redis::Script::new(SEED_STOCK_ID));
     restock(server, conn, store).await;
-    let with_record = run(conn.clone(), pid, secs, move |mut c, t, i| {
-        let s = seed_id.clone();
-        async move {
-            let r: i64 = s
-                .key("seed:stock:hot")
-                .key(format!("seed:req:s{round}-{t}-{i}"))
-                .arg(1)
-                .arg(86_400_000)
-                .invoke_async(&mut c)
-                .await
-                .unwrap();
-            assert_eq!(r, 1);
-        }
-    })
-    .await;
+    let with_record = run_op(conn, pid, secs, &seed_record_op).await;
     row(
         "decrement with a request id, vs seed + SET NX PX record",
         &redkit,
@@ -1594,6 +1516,19 @@ async fn hot_case(
 }
 
 /// One seed-style decrement of `seed:stock:hot` by 1 (the stock never runs out).
+/// One check of the seed limiter `seed` on `key` (limit [`LIMIT`], window [`WINDOW_MS`]):
+/// always allowed.
+async fn seed_check(seed: &redis::Script, conn: &mut MultiplexedConnection, key: String) {
+    let allowed: i64 = seed
+        .key(key)
+        .arg(LIMIT)
+        .arg(WINDOW_MS / 1000)
+        .invoke_async(conn)
+        .await
+        .unwrap();
+    assert_eq!(allowed, 1);
+}
+
 async fn seed_take(seed: &redis::Script, conn: &mut MultiplexedConnection, key: &str) {
     let r: i64 = seed.key(key).arg(1).invoke_async(conn).await.unwrap();
     assert_eq!(r, 1);
@@ -1636,14 +1571,7 @@ async fn sequential_case(conn: MultiplexedConnection) {
         Box::new(move |mut c, i| {
             let s = seed_limiter.clone();
             Box::pin(async move {
-                let allowed: i64 = s
-                    .key(format!("seq:rl:{}", i % 10_000))
-                    .arg(LIMIT)
-                    .arg(WINDOW_MS / 1000)
-                    .invoke_async(&mut c)
-                    .await
-                    .unwrap();
-                assert_eq!(allowed, 1);
+                seed_check(&s, &mut c, format!("seq:rl:{}", i % 10_000)).await;
             })
         }),
     ));

@@ -4,40 +4,17 @@
 //! gives its own ratios: throughput, server CPU per op, client CPU per op. The row prints the
 //! median over the pairs and the lowest and highest pair.
 //!
-//! Why: the plain rows compare two runs of a few seconds each, one after the other; a drift of
-//! the shared host between them moves their ratio by 10-30 %. Within a pair the two slices are
-//! a second apart, so a drift that lasts seconds hits both alike, and the median discards the
-//! pairs a burst fell on.
+//! Case `twin` runs the same rows on twin redis-servers AT ONCE, redkit's calls on one and the
+//! seed's on the other, swapping servers pair by pair.
+//!
+//! Why: the plain rows compare two runs of a few seconds each, one after the other, and a
+//! drift of the shared host between them moves their ratio by 10-30 %. Taking turns in 1 s
+//! slices did not help on the development machine (pairs still spread +-20 %: the host's
+//! noise is faster than a second). Twins pinned to one server CPU (`REDKIT_LEAN_PIN=0/1`) run
+//! both sides in the same instant on the same core: pairs spread about +-3 %.
 
-use std::pin::Pin;
-
+use super::ops::{decrement_op, limiter_ops, lock_ops, run_op, seed_stock_ops, Op};
 use super::*;
-
-/// One bench operation: `op(connection, task, i)`, the i-th call of task `task`.
-pub(crate) type Op = Arc<
-    dyn Fn(MultiplexedConnection, u64, u64) -> Pin<Box<dyn Future<Output = ()> + Send>>
-        + Send
-        + Sync,
->;
-
-/// Numbers every slice run by [`pair_ratios`], so the request ids of two slices never meet.
-static SLICE: AtomicU64 = AtomicU64::new(0);
-
-/// Wraps an async closure as an [`Op`].
-fn op<F, Fut>(f: F) -> Op
-where
-    F: Fn(MultiplexedConnection, u64, u64) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    Arc::new(move |c, t, i| Box::pin(f(c, t, i)))
-}
-
-/// Runs `op` for `secs` as [`run`] does.
-async fn run_op(conn: &MultiplexedConnection, pid: Option<u32>, secs: f64, op: &Op) -> Measured {
-    SLICE.fetch_add(1, Ordering::Relaxed);
-    let op = op.clone();
-    run(conn.clone(), pid, secs, move |c, t, i| op(c, t, i)).await
-}
 
 /// The ratios of one pair (redkit / seed).
 struct Ratios {
@@ -126,101 +103,6 @@ fn paired_row(name: &str, ratios: &[Ratios]) {
         spread(ratios.iter().map(|r| r.server)),
         spread(ratios.iter().map(|r| r.client)),
     );
-}
-
-/// The limiter ops: `limiter.check` over the 10k IPs, and the seed limiter (key per call).
-fn limiter_ops(limiter: &Arc<FixedWindow>, ips: &Arc<Vec<LimitKey>>) -> (Op, Op) {
-    let (l, k) = (limiter.clone(), ips.clone());
-    let redkit = op(move |mut c, t, i| {
-        let (l, k) = (l.clone(), k.clone());
-        async move {
-            let key = &k[((t * 7919 + i * 64) as usize) % IPS];
-            let d = l.check(&mut c, key).await.unwrap();
-            assert!(matches!(d, Decision::Allowed { .. }), "{d:?}");
-        }
-    });
-    let (s, k) = (Arc::new(redis::Script::new(SEED_LIMITER)), ips.clone());
-    let seed = op(move |mut c, t, i| {
-        let (s, k) = (s.clone(), k.clone());
-        async move {
-            let key = format!("seed:rl:{}", k[((t * 7919 + i * 64) as usize) % IPS]);
-            let allowed: i64 = s
-                .key(key)
-                .arg(LIMIT)
-                .arg(WINDOW_MS / 1000)
-                .invoke_async(&mut c)
-                .await
-                .unwrap();
-            assert_eq!(allowed, 1);
-        }
-    });
-    (redkit, seed)
-}
-
-/// `Store::decrement` of SKU `hot` by 1, with a request id (unique per slice, task and call)
-/// when `with_id`.
-fn decrement_op(store: &Arc<redkit::inventory::Store>, with_id: bool) -> Op {
-    let st = store.clone();
-    op(move |mut c, t, i| {
-        let st = st.clone();
-        async move {
-            let id = with_id.then(|| format!("p{}-{t}-{i}", SLICE.load(Ordering::Relaxed)));
-            let d = st.decrement(&mut c, "hot", 1, id.as_deref()).await.unwrap();
-            assert!(matches!(d, Decrement::Decremented { .. }), "{d:?}");
-        }
-    })
-}
-
-/// The seed stock script on `seed:stock:hot`, and the seed with its own `SET NX PX` record.
-fn seed_stock_ops() -> (Op, Op) {
-    let s = Arc::new(redis::Script::new(SEED_STOCK));
-    let plain = op(move |mut c, _, _| {
-        let s = s.clone();
-        async move { seed_take(&s, &mut c, "seed:stock:hot").await }
-    });
-    let s = Arc::new(redis::Script::new(SEED_STOCK_ID));
-    let with_record = op(move |mut c, t, i| {
-        let s = s.clone();
-        async move {
-            let slice = SLICE.load(Ordering::Relaxed);
-            let r: i64 = s
-                .key("seed:stock:hot")
-                .key(format!("seed:req:p{slice}-{t}-{i}"))
-                .arg(1)
-                .arg(86_400_000)
-                .invoke_async(&mut c)
-                .await
-                .unwrap();
-            assert_eq!(r, 1);
-        }
-    });
-    (plain, with_record)
-}
-
-/// The lock cycles: redkit's default `Lock` on `pres-<task>`, and the seed's `SET NX PX` +
-/// compare-and-delete on `seed:plock:<task>` with the same lease.
-fn lock_ops() -> (Op, Op) {
-    let (lk, o) = (Arc::new(Lock::new()), Arc::new(LockOptions::new()));
-    let redkit = op(move |mut c, t, _| {
-        let (lk, o) = (lk.clone(), o.clone());
-        async move {
-            let resource = format!("pres-{t}");
-            match lk.acquire(&mut c, &resource, &o).await.unwrap() {
-                Acquire::Acquired(guard) => {
-                    let r = lk.release(&mut c, guard).await.unwrap();
-                    assert_eq!(r, Release::Released);
-                }
-                other => panic!("{other:?}"),
-            }
-        }
-    });
-    let u = Arc::new(redis::Script::new(SEED_UNLOCK));
-    let ttl_ms = LockOptions::DEFAULT_TTL.as_millis() as u64;
-    let seed = op(move |mut c, t, _| {
-        let u = u.clone();
-        async move { seed_lock_cycle(&u, &mut c, &format!("seed:plock:{t}"), ttl_ms).await }
-    });
-    (redkit, seed)
 }
 
 /// The goal rows, paired: on one server taking turns (`sides` of one), or on twin servers at

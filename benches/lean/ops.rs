@@ -1,0 +1,134 @@
+//! The operations the bench runs, each an [`Op`] built once and run by [`run_op`]: the plain
+//! rows and the paired rows (benches/lean/paired.rs) send the very same calls.
+
+use std::pin::Pin;
+
+use super::*;
+
+/// One bench operation: `op(connection, task, i)`, the i-th call of task `task`.
+pub(crate) type Op = Arc<
+    dyn Fn(MultiplexedConnection, u64, u64) -> Pin<Box<dyn Future<Output = ()> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// Numbers every run of [`run_op`], so the request ids of two runs never meet.
+static SLICE: AtomicU64 = AtomicU64::new(0);
+
+/// Wraps an async closure as an [`Op`].
+fn op<F, Fut>(f: F) -> Op
+where
+    F: Fn(MultiplexedConnection, u64, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    Arc::new(move |c, t, i| Box::pin(f(c, t, i)))
+}
+
+/// Runs `op` for `secs` as [`run`] does.
+pub(crate) async fn run_op(
+    conn: &MultiplexedConnection,
+    pid: Option<u32>,
+    secs: f64,
+    op: &Op,
+) -> Measured {
+    SLICE.fetch_add(1, Ordering::Relaxed);
+    let op = op.clone();
+    run(conn.clone(), pid, secs, move |c, t, i| op(c, t, i)).await
+}
+
+/// The limiter ops: `limiter.check` over the 10k IPs, and the seed limiter (key per call).
+pub(crate) fn limiter_ops(limiter: &Arc<FixedWindow>, ips: &Arc<Vec<LimitKey>>) -> (Op, Op) {
+    let (l, k) = (limiter.clone(), ips.clone());
+    let redkit = op(move |mut c, t, i| {
+        let (l, k) = (l.clone(), k.clone());
+        async move {
+            let key = &k[((t * 7919 + i * 64) as usize) % IPS];
+            let d = l.check(&mut c, key).await.unwrap();
+            assert!(matches!(d, Decision::Allowed { .. }), "{d:?}");
+        }
+    });
+    let (s, k) = (Arc::new(redis::Script::new(SEED_LIMITER)), ips.clone());
+    let seed = op(move |mut c, t, i| {
+        let (s, k) = (s.clone(), k.clone());
+        async move {
+            let key = format!("seed:rl:{}", k[((t * 7919 + i * 64) as usize) % IPS]);
+            seed_check(&s, &mut c, key).await;
+        }
+    });
+    (redkit, seed)
+}
+
+/// `Store::decrement` of SKU `hot` by 1, with a request id (unique per slice, task and call)
+/// when `with_id`.
+pub(crate) fn decrement_op(store: &Arc<redkit::inventory::Store>, with_id: bool) -> Op {
+    let st = store.clone();
+    op(move |mut c, t, i| {
+        let st = st.clone();
+        async move {
+            let id = with_id.then(|| format!("p{}-{t}-{i}", SLICE.load(Ordering::Relaxed)));
+            let d = st.decrement(&mut c, "hot", 1, id.as_deref()).await.unwrap();
+            assert!(matches!(d, Decrement::Decremented { .. }), "{d:?}");
+        }
+    })
+}
+
+/// The seed stock script on `seed:stock:hot`, and the seed with its own `SET NX PX` record.
+pub(crate) fn seed_stock_ops() -> (Op, Op) {
+    let s = Arc::new(redis::Script::new(SEED_STOCK));
+    let plain = op(move |mut c, _, _| {
+        let s = s.clone();
+        async move { seed_take(&s, &mut c, "seed:stock:hot").await }
+    });
+    let s = Arc::new(redis::Script::new(SEED_STOCK_ID));
+    let with_record = op(move |mut c, t, i| {
+        let s = s.clone();
+        async move {
+            let slice = SLICE.load(Ordering::Relaxed);
+            let r: i64 = s
+                .key("seed:stock:hot")
+                .key(format!("seed:req:p{slice}-{t}-{i}"))
+                .arg(1)
+                .arg(86_400_000)
+                .invoke_async(&mut c)
+                .await
+                .unwrap();
+            assert_eq!(r, 1);
+        }
+    });
+    (plain, with_record)
+}
+
+/// Acquire + release of `<prefix>-<task>` with `options`, each task its own key.
+pub(crate) fn lock_op(lock: &Arc<Lock>, options: &Arc<LockOptions>, prefix: &'static str) -> Op {
+    let (lk, o) = (lock.clone(), options.clone());
+    op(move |mut c, t, _| {
+        let (lk, o) = (lk.clone(), o.clone());
+        async move {
+            let resource = format!("{prefix}-{t}");
+            match lk.acquire(&mut c, &resource, &o).await.unwrap() {
+                Acquire::Acquired(guard) => {
+                    let r = lk.release(&mut c, guard).await.unwrap();
+                    assert_eq!(r, Release::Released);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    })
+}
+
+/// The seed lock's cycle on `<prefix>:<task>`: `SET NX PX` with the default lease of
+/// [`LockOptions`], then the compare-and-delete script.
+pub(crate) fn seed_lock_op(prefix: &'static str) -> Op {
+    let u = Arc::new(redis::Script::new(SEED_UNLOCK));
+    let ttl_ms = LockOptions::DEFAULT_TTL.as_millis() as u64;
+    op(move |mut c, t, _| {
+        let u = u.clone();
+        async move { seed_lock_cycle(&u, &mut c, &format!("{prefix}:{t}"), ttl_ms).await }
+    })
+}
+
+/// The default lock's cycle on `pres-<task>` and the seed's on `seed:plock:<task>`.
+pub(crate) fn lock_ops() -> (Op, Op) {
+    let (lock, options) = (Arc::new(Lock::new()), Arc::new(LockOptions::new()));
+    (lock_op(&lock, &options, "pres"), seed_lock_op("seed:plock"))
+}
