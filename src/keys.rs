@@ -32,27 +32,9 @@ pub(crate) fn validate_prefix(what: &'static str, prefix: &str) -> Result<()> {
 /// different parts never map to one key, and the result never contains a brace.
 /// Rejects empty parts and parts longer than [`MAX_PART_LEN`] bytes.
 pub(crate) fn escape_part(what: &'static str, part: &str) -> Result<String> {
-    if part.is_empty() {
-        return Err(Error::invalid(what, "must not be empty"));
-    }
-    if part.len() > MAX_PART_LEN {
-        return Err(Error::invalid(
-            what,
-            format!("must be at most {MAX_PART_LEN} bytes long"),
-        ));
-    }
-    if !part.bytes().any(|b| matches!(b, b'%' | b'{' | b'}')) {
-        return Ok(part.to_owned());
-    }
-    let mut out = String::with_capacity(part.len() + 8);
-    for c in part.chars() {
-        match c {
-            '%' => out.push_str("%25"),
-            '{' => out.push_str("%7B"),
-            '}' => out.push_str("%7D"),
-            c => out.push(c),
-        }
-    }
+    check_part(what, part)?;
+    let mut out = String::with_capacity(escaped_len_hint(part));
+    push_escaped(&mut out, part);
     Ok(out)
 }
 
@@ -64,6 +46,53 @@ pub(crate) fn tagged(prefix: &str, tag: &str) -> String {
     key.push_str(tag);
     key.push('}');
     key
+}
+
+/// [`tagged`] of [`escape_part`]`(what, part)`, built in one allocation (the key of every
+/// lock, store and versioned-value call).
+pub(crate) fn tagged_part(prefix: &str, what: &'static str, part: &str) -> Result<String> {
+    check_part(what, part)?;
+    let mut key = String::with_capacity(prefix.len() + escaped_len_hint(part) + 3);
+    key.push_str(prefix);
+    key.push_str(":{");
+    push_escaped(&mut key, part);
+    key.push('}');
+    Ok(key)
+}
+
+/// Refuses an empty part or one longer than [`MAX_PART_LEN`] bytes.
+fn check_part(what: &'static str, part: &str) -> Result<()> {
+    if part.is_empty() {
+        return Err(Error::invalid(what, "must not be empty"));
+    }
+    if part.len() > MAX_PART_LEN {
+        return Err(Error::invalid(
+            what,
+            format!("must be at most {MAX_PART_LEN} bytes long"),
+        ));
+    }
+    Ok(())
+}
+
+/// Room for an escaped part: its length, plus a little for a few escapes.
+fn escaped_len_hint(part: &str) -> usize {
+    part.len() + 8
+}
+
+/// Appends `part` escaped: `%` -> `%25`, `{` -> `%7B`, `}` -> `%7D`.
+fn push_escaped(out: &mut String, part: &str) {
+    if !part.bytes().any(|b| matches!(b, b'%' | b'{' | b'}')) {
+        out.push_str(part);
+        return;
+    }
+    for c in part.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -80,6 +109,24 @@ mod tests {
         );
         assert!(escape_part("k", "").is_err());
         assert!(escape_part("k", &"x".repeat(MAX_PART_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn tagged_part_is_tagged_of_the_escaped_part() {
+        for part in [
+            "plain",
+            "a{b}c%",
+            "%7B",
+            "{",
+            "x".repeat(MAX_PART_LEN).as_str(),
+        ] {
+            assert_eq!(
+                tagged_part("p:q", "k", part).unwrap(),
+                tagged("p:q", &escape_part("k", part).unwrap())
+            );
+        }
+        assert!(tagged_part("p", "k", "").is_err());
+        assert!(tagged_part("p", "k", &"x".repeat(MAX_PART_LEN + 1)).is_err());
     }
 
     #[test]

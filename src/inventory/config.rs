@@ -128,12 +128,8 @@ impl Inventory {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn store(&self, id: &str) -> Result<Store> {
-        let tag = keys::escape_part("store", id)?;
-        Ok(Store::new(
-            self.clone(),
-            id.to_owned(),
-            keys::tagged(&self.inner.prefix, &tag),
-        ))
+        let base = keys::tagged_part(&self.inner.prefix, "store", id)?;
+        Ok(Store::new(self.clone(), id.to_owned(), base))
     }
 
     /// How long request ids are remembered.

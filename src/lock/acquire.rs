@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Value};
 
+use super::grant::Refused;
 use super::guard::LockGuard;
 use super::options::LockOptions;
 use super::outcome::{Acquire, Renew};
@@ -124,35 +125,44 @@ impl Lock {
         replication: Option<Replication>,
     ) -> Result<(Acquire, Option<Acked<()>>)> {
         let ttl_ms = options.validate()?;
-        let key = self.lock_key(resource)?;
-        let token = match options.get_token() {
+        let mut key = self.lock_key(resource)?;
+        let mut token = match options.get_token() {
             Some(token) => token.to_owned(),
             None => owner_token(),
         };
-        let started = Instant::now();
-        let give_up = options.give_up_at(started);
+        let give_up = options.give_up_from_now();
         let wait = replication.or(options.get_replication());
         if let Some(r) = &wait {
-            self.inner.manager.check_wait(conn, r).await?;
+            Box::pin(self.inner.manager.check_wait(conn, r)).await?;
         }
         let mut attempt = 0;
         loop {
-            let (outcome, replicas) = self
+            let (granted, replicas) = self
                 .attempt(conn, &key, &token, ttl_ms, options, wait)
                 .await?;
-            let outcome = match (outcome, options.replication_shortfall(replicas.as_ref())) {
-                (Acquire::Acquired(guard), Some((n, requested))) => {
-                    tracing::warn!(key = %guard.key, replicas = n, "acquire not replicated: releasing");
-                    self.release(conn, guard).await?;
-                    let not = Acquire::NotReplicated {
-                        replicas: n,
-                        requested,
+            let outcome = match granted {
+                Attempt::Busy { holder_ttl } => Acquire::Busy { holder_ttl },
+                Attempt::Granted { fence, started } => {
+                    // The guard takes the key and token, unless a refused hold may be retried.
+                    let retry = options.replication_shortfall(replicas.as_ref()).is_some();
+                    let (k, t) = if retry {
+                        (key.clone(), token.clone())
+                    } else {
+                        (std::mem::take(&mut key), std::mem::take(&mut token))
                     };
-                    (not, replicas)
+                    let guard = LockGuard::held(k, t, fence, ttl_ms, options, started);
+                    let valid = guard.is_valid();
+                    let Some(refused) =
+                        Refused::check(&guard.key, valid, started, options, replicas.as_ref())
+                    else {
+                        return Ok((Acquire::Acquired(guard), replicas));
+                    };
+                    Box::pin(self.release(conn, guard)).await?;
+                    refused.acquire()?
                 }
-                (outcome, _) => (outcome, replicas),
             };
-            if matches!(outcome.0, Acquire::Acquired(_)) || attempt >= options.get_retries() {
+            let outcome = (outcome, replicas);
+            if attempt >= options.get_retries() {
                 return Ok(outcome);
             }
             let pause = options.pause();
@@ -172,12 +182,25 @@ impl Lock {
         ttl_ms: u64,
         options: &LockOptions,
         replication: Option<Replication>,
-    ) -> Result<(Acquire, Option<Acked<()>>)> {
+    ) -> Result<(Attempt, Option<Acked<()>>)> {
         if !options.get_fencing() {
             return self
-                .unfenced_attempt(conn, key, token, ttl_ms, options, replication)
+                .unfenced_attempt(conn, key, token, ttl_ms, replication)
                 .await;
         }
+        // Boxed: the default (unfenced) attempt's future stays small.
+        Box::pin(self.fenced_attempt(conn, key, token, ttl_ms, replication)).await
+    }
+
+    /// An attempt with fencing: `lock_acquire` issues the fencing token in the same script.
+    async fn fenced_attempt<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &str,
+        token: &str,
+        ttl_ms: u64,
+        replication: Option<Replication>,
+    ) -> Result<(Attempt, Option<Acked<()>>)> {
         let fence_key = fence_key_of(key);
         let mut call = Call::new(self.inner.acquire);
         call.key(key)
@@ -192,14 +215,13 @@ impl Lock {
             .invoke_waiting(conn, &call, replication)
             .await?;
         let outcome = match acquired {
-            0 => Acquire::Busy {
+            0 => Attempt::Busy {
                 holder_ttl: u64::try_from(n).ok().map(Duration::from_millis),
             },
-            1 => {
-                let fence = issued(self.inner.acquire, n)?;
-                self.granted(conn, key, token, fence, ttl_ms, options, started)
-                    .await?
-            }
+            1 => Attempt::Granted {
+                fence: issued(self.inner.acquire, n)?,
+                started,
+            },
             other => {
                 return Err(Error::unexpected(
                     self.inner.acquire.id(),
@@ -220,9 +242,8 @@ impl Lock {
         key: &str,
         token: &str,
         ttl_ms: u64,
-        options: &LockOptions,
         replication: Option<Replication>,
-    ) -> Result<(Acquire, Option<Acked<()>>)> {
+    ) -> Result<(Attempt, Option<Acked<()>>)> {
         let mut set = redis::cmd("SET");
         set.arg(key)
             .arg(token)
@@ -236,7 +257,7 @@ impl Lock {
                 .query_async::<Option<String>>(conn)
                 .await
                 .map(|holder| (holder, None)),
-            Some(r) => match r.pipeline(set).query_async::<Vec<Value>>(conn).await {
+            Some(r) => match Box::pin(r.pipeline(set).query_async::<Vec<Value>>(conn)).await {
                 Ok(replies) => match r.split_replies(replies) {
                     None => {
                         return Err(Error::unexpected("SET NX PX GET + WAIT", "missing replies"))
@@ -257,72 +278,37 @@ impl Lock {
                     .query_async(conn)
                     .await
                     .map_err(unfenced_error)?;
-                Acquire::Busy {
+                Attempt::Busy {
                     holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
                 }
             }
             Some(_)
-                if self
-                    .renew_raw(conn, key, token, Duration::from_millis(ttl_ms))
+                if Box::pin(self.renew_raw(conn, key, token, Duration::from_millis(ttl_ms)))
                     .await?
                     == Renew::Lost =>
             {
                 // Ours a moment ago, expired since: try again as a fresh attempt.
-                return Box::pin(self.unfenced_attempt(
-                    conn,
-                    key,
-                    token,
-                    ttl_ms,
-                    options,
-                    replication,
-                ))
-                .await;
+                return Box::pin(self.unfenced_attempt(conn, key, token, ttl_ms, replication))
+                    .await;
             }
-            _ => {
-                self.granted(
-                    conn,
-                    key,
-                    token,
-                    FencingToken::new(0),
-                    ttl_ms,
-                    options,
-                    started,
-                )
-                .await?
-            }
+            _ => Attempt::Granted {
+                fence: FencingToken::new(0),
+                started,
+            },
         };
         Ok((outcome, replicas))
     }
+}
 
-    /// The guard of an acquisition granted to a request sent at `started`; released again
-    /// (and [`Error::Timeout`]) when the acquire took the whole lease.
-    #[allow(clippy::too_many_arguments)]
-    async fn granted<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        key: &str,
-        token: &str,
+/// What one attempt's reply granted, before a guard is built for it.
+enum Attempt {
+    /// The lock is ours since a request sent at `started`.
+    Granted {
         fence: FencingToken,
-        ttl_ms: u64,
-        options: &LockOptions,
         started: Instant,
-    ) -> Result<Acquire> {
-        let guard = LockGuard::held(
-            key.to_owned(),
-            token.to_owned(),
-            fence,
-            ttl_ms,
-            options,
-            started,
-        );
-        if !guard.is_valid() {
-            let elapsed = started.elapsed();
-            tracing::warn!(key = %guard.key, ?elapsed, "acquire took the whole lease");
-            self.release(conn, guard).await?;
-            return Err(Error::Timeout(elapsed));
-        }
-        Ok(Acquire::Acquired(guard))
-    }
+    },
+    /// Another owner holds it.
+    Busy { holder_ttl: Option<Duration> },
 }
 
 /// The typed error for a refusal of the plain commands of an unfenced acquire.

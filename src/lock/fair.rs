@@ -168,8 +168,7 @@ impl FairLock {
     /// assert!(redkit::lock::FairLock::new().key("").is_err());
     /// ```
     pub fn key(&self, resource: &str) -> Result<String> {
-        let tag = keys::escape_part("resource", resource)?;
-        Ok(keys::tagged(&self.inner.prefix, &tag))
+        keys::tagged_part(&self.inner.prefix, "resource", resource)
     }
 
     /// Joins the queue of `resource` and waits, up to `wait`, for its turn: answers

@@ -202,6 +202,14 @@ impl LockGuard {
     pub(crate) fn stop_watchdog(&mut self) {
         self.watchdog = None;
     }
+
+    /// Ends the local validity for whoever else holds this guard's clock (a watchdog still
+    /// winding down): nobody else, nothing to do (the guard is being given back).
+    pub(crate) fn expire_shared_clock(&self) {
+        if Arc::strong_count(&self.clock) > 1 {
+            self.clock.expire();
+        }
+    }
 }
 
 impl fmt::Debug for LockGuard {

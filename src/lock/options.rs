@@ -285,10 +285,10 @@ impl LockOptions {
         self.retries
     }
 
-    /// When waiting must stop, for a wait that started at `started` (`None`: never, also
-    /// when the deadline lies beyond what an [`Instant`] can hold).
-    pub(crate) fn give_up_at(&self, started: Instant) -> Option<Instant> {
-        self.max_wait.and_then(|w| started.checked_add(w))
+    /// When a wait starting now must stop (`None`: never, also when the deadline lies
+    /// beyond what an [`Instant`] can hold). Reads the clock only when `max_wait` is set.
+    pub(crate) fn give_up_from_now(&self) -> Option<Instant> {
+        self.max_wait.and_then(|w| Instant::now().checked_add(w))
     }
 
     /// `true` when a pause of `pause` starting now would end after `give_up`.
@@ -393,7 +393,7 @@ mod tests {
         assert_eq!(o.pause(), Duration::MAX);
         assert!(o.drift_allowance() > Duration::ZERO);
         assert!(o.validate().is_err());
-        assert_eq!(o.give_up_at(Instant::now()), None);
+        assert_eq!(o.give_up_from_now(), None);
         let soon = Instant::now().checked_add(Duration::from_secs(1));
         assert!(LockOptions::pause_ends_too_late(Duration::MAX, soon));
         assert!(!LockOptions::pause_ends_too_late(Duration::MAX, None));

@@ -171,8 +171,7 @@ impl ReentrantLock {
     /// assert!(redkit::lock::ReentrantLock::new().key("").is_err());
     /// ```
     pub fn key(&self, resource: &str) -> Result<String> {
-        let tag = keys::escape_part("resource", resource)?;
-        Ok(keys::tagged(&self.inner.prefix, &tag))
+        keys::tagged_part(&self.inner.prefix, "resource", resource)
     }
 
     /// Takes one hold for `owner`, waiting as the options allow: granted when the lock is
@@ -215,7 +214,7 @@ impl ReentrantLock {
             .arg(&owner.token)
             .arg(ttl_ms)
             .arg(fence_ttl_ms(ttl_ms));
-        let give_up = options.give_up_at(Instant::now());
+        let give_up = options.give_up_from_now();
         let mut attempt = 0;
         loop {
             let started = Instant::now();

@@ -127,8 +127,7 @@ impl RwLock {
     /// assert!(redkit::lock::RwLock::new().key("").is_err());
     /// ```
     pub fn key(&self, resource: &str) -> Result<String> {
-        let tag = keys::escape_part("resource", resource)?;
-        Ok(keys::tagged(&self.inner.prefix, &tag))
+        keys::tagged_part(&self.inner.prefix, "resource", resource)
     }
 
     /// Takes a read hold, waiting as the options allow: granted unless a writer holds the
@@ -207,7 +206,7 @@ impl RwLock {
             .arg(ttl_ms)
             .arg(ms(intent))
             .arg(fence_ttl_ms(ttl_ms));
-        let give_up = options.give_up_at(Instant::now());
+        let give_up = options.give_up_from_now();
         let mut attempt = 0;
         loop {
             let started = Instant::now();

@@ -20,8 +20,11 @@ use crate::script::{Acked, Call, Registry, Script, ScriptManager};
 
 /// The wake-up list of a semaphore key: a release pushes one entry, a blocked acquire pops.
 pub(super) fn wake_key_of(key: &str) -> String {
-    format!("{key}:wake")
+    format!("{key}{WAKE_SUFFIX}")
 }
+
+/// What [`wake_key_of`] appends to a lock or semaphore key.
+pub(super) const WAKE_SUFFIX: &str = ":wake";
 
 /// A counting semaphore on one Redis server or a Redis Cluster: at most `permits` owners hold
 /// a resource at once, each with an owner token and a lease measured by the server's clock.
@@ -140,8 +143,7 @@ impl Semaphore {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn key(&self, resource: &str) -> Result<String> {
-        let tag = keys::escape_part("resource", resource)?;
-        Ok(keys::tagged(&self.inner.prefix, &tag))
+        keys::tagged_part(&self.inner.prefix, "resource", resource)
     }
 
     /// One attempt: takes a permit when fewer than `permits` unexpired holders exist (or this
@@ -201,7 +203,7 @@ impl Semaphore {
             Some(token) => token.to_owned(),
             None => owner_token(),
         };
-        let give_up = options.give_up_at(Instant::now());
+        let give_up = options.give_up_from_now();
         let mut attempt = 0;
         loop {
             let outcome = self
@@ -313,7 +315,7 @@ impl Semaphore {
         guard.clock.expire();
         let mut call = Call::new(self.inner.release);
         call.key(&guard.key)
-            .key(wake_key_of(&guard.key))
+            .key_suffixed(&guard.key, WAKE_SUFFIX)
             .arg(&guard.token)
             .arg(guard.permits);
         let released: i64 = self.inner.manager.invoke(conn, &call).await?;

@@ -9,7 +9,7 @@ use redis::aio::ConnectionLike;
 use super::guard::{deadline, LockGuard};
 use super::ms;
 use super::outcome::{renew_status, status, Release, Renew};
-use super::semaphore::wake_key_of;
+use super::semaphore::WAKE_SUFFIX;
 use super::watchdog::{self, LeaseSignal};
 use crate::error::Result;
 use crate::keys;
@@ -26,8 +26,11 @@ pub(super) fn fence_ttl_ms(ttl_ms: u64) -> u64 {
 /// The waiter flag of a lock key: set (with a TTL) by a blocked acquire before it tries, so
 /// a release knows to push a wake-up.
 pub(super) fn waiting_key_of(key: &str) -> String {
-    format!("{key}:waiting")
+    format!("{key}{WAITING_SUFFIX}")
 }
+
+/// What [`waiting_key_of`] appends to a lock key.
+const WAITING_SUFFIX: &str = ":waiting";
 
 /// The fence key of a lock key.
 pub(super) fn fence_key_of(key: &str) -> String {
@@ -148,8 +151,7 @@ impl Lock {
 
     /// The key holding the owner token of `resource`.
     pub fn lock_key(&self, resource: &str) -> Result<String> {
-        let tag = keys::escape_part("resource", resource)?;
-        Ok(keys::tagged(&self.inner.prefix, &tag))
+        keys::tagged_part(&self.inner.prefix, "resource", resource)
     }
 
     /// The key holding the fencing counter of `resource` (same hash slot as the lock key).
@@ -180,11 +182,11 @@ impl Lock {
         mut guard: LockGuard,
     ) -> Result<Release> {
         guard.stop_watchdog();
-        guard.clock.expire();
+        guard.expire_shared_clock();
         let mut call = Call::new(self.inner.release);
         call.key(&guard.key)
-            .key(waiting_key_of(&guard.key))
-            .key(wake_key_of(&guard.key))
+            .key_suffixed(&guard.key, WAITING_SUFFIX)
+            .key_suffixed(&guard.key, WAKE_SUFFIX)
             .arg(&guard.token);
         let released = self.inner.manager.invoke::<i64, _>(conn, &call).await?;
         Ok(if status(self.inner.release, released)? {

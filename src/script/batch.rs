@@ -36,10 +36,10 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
+use super::manager::in_span;
 use redis::aio::ConnectionLike;
 use redis::cluster_routing::Slot;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, ServerErrorKind, Value};
-use tracing::Instrument;
 
 use super::call::Call;
 use super::functions::{is_function_missing, is_unsupported};
@@ -113,7 +113,7 @@ impl ScriptManager {
             return Ok(Vec::new());
         }
         let span = tracing::debug_span!("redkit.batch", calls = calls.len());
-        self.run_batch(conn, calls).instrument(span).await
+        in_span(span, self.run_batch(conn, calls)).await
     }
 
     async fn run_batch<C: ConnectionLike>(

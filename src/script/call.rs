@@ -1,6 +1,8 @@
 //! [`Call`]: one prepared script invocation (keys and arguments), encoded once.
 
-use redis::{Cmd, ToRedisArgs};
+use std::io::Write;
+
+use redis::{Cmd, RedisWrite, ToRedisArgs};
 
 use super::registry::Script;
 use crate::error::{Error, Result};
@@ -69,7 +71,8 @@ impl<'s> Call<'s> {
     pub fn with_key_count(script: &'s Script, keys: usize) -> Self {
         // Capacity is a hint: bounded, so a huge count cannot overflow or exhaust memory.
         let hint = HEADER_ARGS + keys.min(Self::MAX_KEYS) + 4;
-        let mut cmd = Cmd::with_capacity(hint, 96);
+        // Room for the header (up to 51 bytes) and a few keys and arguments without growing.
+        let mut cmd = Cmd::with_capacity(hint, 256);
         let evalsha = if script.is_read_only() {
             "EVALSHA_RO"
         } else {
@@ -88,10 +91,26 @@ impl<'s> Call<'s> {
 
     /// Adds one key (`KEYS[i]`). Keys must come before arguments.
     pub fn key<K: AsRef<[u8]>>(&mut self, key: K) -> &mut Self {
+        self.cmd.arg(key.as_ref());
+        self.count_key()
+    }
+
+    /// Adds the key `<base><suffix>` (e.g. a lock key's `:waiting` flag), written straight
+    /// into the command: no string is built for it.
+    pub(crate) fn key_suffixed(&mut self, base: &str, suffix: &str) -> &mut Self {
+        let mut arg = self.cmd.writer_for_next_arg();
+        // Writing to the command's own buffer cannot fail.
+        let _ = arg.write_all(base.as_bytes());
+        let _ = arg.write_all(suffix.as_bytes());
+        drop(arg);
+        self.count_key()
+    }
+
+    /// Counts the key just written (a key after an argument makes the call invalid).
+    fn count_key(&mut self) -> &mut Self {
         if self.args > 0 {
             self.misordered = true;
         }
-        self.cmd.arg(key.as_ref());
         self.keys += 1;
         self
     }

@@ -204,7 +204,7 @@ impl ScriptManager {
             script = script.name(),
             version = script.version()
         );
-        async {
+        let call = async {
             if let Some(function) = self.function_for(script) {
                 let value = self.fcall(conn, call, function).await?;
                 return T::from_redis_value(value)
@@ -219,9 +219,18 @@ impl ScriptManager {
                 Err(err) => return Err(script_error(script, err)),
             };
             T::from_redis_value(value).map_err(|e| Error::unexpected(script.id(), e.to_string()))
-        }
-        .instrument(span)
-        .await
+        };
+        in_span(span, call).await
+    }
+}
+
+/// Runs `fut` inside `span`; bare when no subscriber wants the span (no span entered and
+/// left on every poll of every call).
+pub(crate) async fn in_span<F: std::future::Future>(span: tracing::Span, fut: F) -> F::Output {
+    if span.is_disabled() {
+        fut.await
+    } else {
+        fut.instrument(span).await
     }
 }
 

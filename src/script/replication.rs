@@ -15,9 +15,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::manager::in_span;
 use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Pipeline, ServerErrorKind, Value};
-use tracing::Instrument;
 
 use super::call::Call;
 use super::functions::is_function_missing;
@@ -430,7 +430,7 @@ impl ScriptManager {
             version = script.version(),
             wait = replication.replicas()
         );
-        async {
+        let call = async {
             let send = |first: redis::Cmd| replication.pipeline(first);
             let function = self.function_for(script);
             let first = match function {
@@ -453,18 +453,20 @@ impl ScriptManager {
                     .await?;
             }
             let Some((value, acks)) = replication.split_replies(replies) else {
-                return Err(Error::unexpected(script.id(), "script + WAIT: missing replies"));
+                return Err(Error::unexpected(
+                    script.id(),
+                    "script + WAIT: missing replies",
+                ));
             };
             let value = match value {
                 Value::ServerError(e) => return Err(function_error(script, e.into())),
                 v => v,
             };
-            let outcome =
-                T::from_redis_value(value).map_err(|e| Error::unexpected(script.id(), e.to_string()))?;
+            let outcome = T::from_redis_value(value)
+                .map_err(|e| Error::unexpected(script.id(), e.to_string()))?;
             Ok(replication.acked(outcome, &acks))
-        }
-        .instrument(span)
-        .await
+        };
+        in_span(span, call).await
     }
 
     pub(crate) fn count_fallback(&self) {

@@ -110,8 +110,7 @@ impl Versioned {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn key(&self, name: &str) -> Result<String> {
-        let tag = keys::escape_part("name", name)?;
-        Ok(keys::tagged(&self.inner.prefix, &tag))
+        keys::tagged_part(&self.inner.prefix, "name", name)
     }
 
     /// Reads `(value, version)` in one script. Fails with [`Error::WrongType`] when the key

@@ -152,8 +152,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
 
     /// The key of `resource` on every node.
     pub fn lock_key(&self, resource: &str) -> Result<String> {
-        let tag = keys::escape_part("resource", resource)?;
-        Ok(keys::tagged(&self.prefix, &tag))
+        keys::tagged_part(&self.prefix, "resource", resource)
     }
 
     /// Acquires on a quorum, retrying as `options` allow (retries, jittered delay, overall
@@ -192,8 +191,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
             ));
         }
         let key = self.lock_key(resource)?;
-        let started = Instant::now();
-        let give_up = options.give_up_at(started);
+        let give_up = options.give_up_from_now();
         let mut attempt = 0;
         loop {
             let result = self.attempt(&key, ttl_ms, options).await;
