@@ -78,6 +78,8 @@ mod support;
 mod ops;
 #[path = "lean/paired.rs"]
 mod paired;
+#[path = "lean/processes.rs"]
+mod processes;
 
 use ops::{decrement_op, limiter_ops, lock_op, run_op, seed_lock_op, seed_stock_ops};
 
@@ -366,6 +368,9 @@ fn main() {
         pin(std::process::id(), &client);
     }
     let secs: f64 = env_num("REDKIT_LEAN_SECS").unwrap_or(3.0);
+    if processes::child_main(secs).is_some() {
+        return;
+    }
     // `REDKIT_LEAN_WORKERS=<n>` (default 2, one per core of the reference machine).
     let workers: usize = env_num("REDKIT_LEAN_WORKERS")
         .filter(|&n| n >= 1)
@@ -473,7 +478,7 @@ async fn bench(secs: f64) {
     if selected("paired") {
         paired::paired_case(&[main_side()], &ips).await;
     }
-    if selected("twin") {
+    if selected("twin") || selected("processes") {
         // A second server, pinned like the first: redkit on one, the seed on the other.
         let twin = support::RedisServer::spawn().await;
         let mut twin_conn = twin.conn().await;
@@ -490,7 +495,13 @@ async fn bench(secs: f64) {
             conn: twin_conn,
             pid: twin_pid,
         };
-        paired::paired_case(&[main_side(), twin_side], &ips).await;
+        let sides = [main_side(), twin_side];
+        if selected("twin") {
+            paired::paired_case(&sides, &ips).await;
+        }
+        if selected("processes") {
+            processes::processes_case(&sides).await;
+        }
     }
     if selected("hot") {
         fresh(&server).await;

@@ -15,6 +15,12 @@ pub(crate) type Op = Arc<
 /// Numbers every run of [`run_op`], so the request ids of two runs never meet.
 static SLICE: AtomicU64 = AtomicU64::new(0);
 
+/// Numbers the next runs from `base` (a child process of case `processes`: its request ids
+/// then never meet another child's).
+pub(crate) fn start_slices_at(base: u64) {
+    SLICE.store(base, Ordering::Relaxed);
+}
+
 /// Wraps an async closure as an [`Op`].
 fn op<F, Fut>(f: F) -> Op
 where

@@ -17,10 +17,31 @@ use super::ops::{decrement_op, limiter_ops, lock_ops, run_op, seed_stock_ops, Op
 use super::*;
 
 /// The ratios of one pair (redkit / seed).
-struct Ratios {
-    throughput: f64,
-    server: Option<f64>,
-    client: Option<f64>,
+pub(crate) struct Ratios {
+    pub(crate) throughput: f64,
+    pub(crate) server: Option<f64>,
+    pub(crate) client: Option<f64>,
+}
+
+impl Ratios {
+    /// redkit's run against the seed's; the client ratio only when `client` (each side's
+    /// client CPU measured on its own).
+    pub(crate) fn of(r: &Measured, s: &Measured, client: bool) -> Self {
+        let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
+        Self {
+            throughput: r.ops_per_sec() / s.ops_per_sec(),
+            server: ratio(r.cpu_us_per_op(), s.cpu_us_per_op()),
+            client: ratio(r.client_us_per_op(), s.client_us_per_op()).filter(|_| client),
+        }
+    }
+}
+
+/// One goal row: its name, redkit's op and the seed's, and whether the stocks are set first.
+pub(crate) struct Comparison {
+    pub(crate) name: &'static str,
+    pub(crate) redkit: Op,
+    pub(crate) seed: Op,
+    pub(crate) stocked: bool,
 }
 
 /// One redis-server the comparisons run on.
@@ -65,14 +86,8 @@ async fn pair_ratios(
                 (run_op(&first.conn, first.pid, secs, redkit).await, s)
             }
         };
-        let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
         // Twins share this process: its CPU cannot be split between them.
-        let twins = sides.len() == 2;
-        out.push(Ratios {
-            throughput: r.ops_per_sec() / s.ops_per_sec(),
-            server: ratio(r.cpu_us_per_op(), s.cpu_us_per_op()),
-            client: ratio(r.client_us_per_op(), s.client_us_per_op()).filter(|_| !twins),
-        });
+        out.push(Ratios::of(&r, &s, sides.len() == 1));
     }
     out
 }
@@ -95,7 +110,7 @@ fn spread(values: impl Iterator<Item = Option<f64>>) -> String {
 }
 
 /// Prints the row of one comparison.
-fn paired_row(name: &str, ratios: &[Ratios]) {
+pub(crate) fn paired_row(name: &str, ratios: &[Ratios]) {
     println!(
         "| {name} | {} | {} | {} | {} |",
         ratios.len(),
@@ -103,6 +118,86 @@ fn paired_row(name: &str, ratios: &[Ratios]) {
         spread(ratios.iter().map(|r| r.server)),
         spread(ratios.iter().map(|r| r.client)),
     );
+}
+
+/// Prints the header of a paired table: `how` the pairs ran.
+pub(crate) fn paired_header(how: &str, pairs: u64, secs: f64) {
+    println!();
+    println!("Paired ({how}): {pairs} pairs of {secs} s slices; redkit / seed per pair, median [lowest-highest]");
+    println!();
+    println!("| operation | pairs | throughput | server CPU per op | client CPU per op |");
+    println!("| --- | ---: | ---: | ---: | ---: |");
+}
+
+/// The goal rows of issue 9, each redkit's op against the seed's.
+pub(crate) fn comparisons(ips: &Arc<Vec<LimitKey>>) -> Vec<Comparison> {
+    let window = Duration::from_millis(WINDOW_MS);
+    let default = Arc::new(FixedWindow::new("pair", LIMIT, window).unwrap());
+    let aligned = Arc::new(
+        FixedWindow::new("pair-al", LIMIT, window)
+            .unwrap()
+            .aligned_to_clock(),
+    );
+    let store = Arc::new(Inventory::new("lean:inv").unwrap().store("w1").unwrap());
+    let seed_limiter = limiter_ops(&default, ips).1;
+    let (seed_stock, seed_record) = seed_stock_ops();
+    let (lock, seed_lock) = lock_ops();
+    let row = |name, redkit, seed: &Op, stocked| Comparison {
+        name,
+        redkit,
+        seed: seed.clone(),
+        stocked,
+    };
+    vec![
+        row(
+            "fixed-window check, 10k IPs",
+            limiter_ops(&default, ips).0,
+            &seed_limiter,
+            false,
+        ),
+        row(
+            "fixed-window check, 10k IPs, aligned_to_clock()",
+            limiter_ops(&aligned, ips).0,
+            &seed_limiter,
+            false,
+        ),
+        row(
+            "decrement, 64 buyers on ONE SKU",
+            decrement_op(&store, false),
+            &seed_stock,
+            true,
+        ),
+        row(
+            "decrement with a request id, ONE SKU",
+            decrement_op(&store, true),
+            &seed_stock,
+            true,
+        ),
+        row(
+            "decrement with a request id, vs seed + SET NX PX record",
+            decrement_op(&store, true),
+            &seed_record,
+            true,
+        ),
+        row(
+            "lock acquire + release, default options (no fencing)",
+            lock,
+            &seed_lock,
+            false,
+        ),
+    ]
+}
+
+/// Sets the stocks (a stocked row) or empties the keyspace of every side before a row.
+pub(crate) async fn prepare(sides: &[Side<'_>], stocked: bool) {
+    let store = Inventory::new("lean:inv").unwrap().store("w1").unwrap();
+    for side in sides {
+        if stocked {
+            restock(side.server, &side.conn, &store).await;
+        } else {
+            fresh(side.server).await;
+        }
+    }
 }
 
 /// The goal rows, paired: on one server taking turns (`sides` of one), or on twin servers at
@@ -115,70 +210,10 @@ pub(crate) async fn paired_case(sides: &[Side<'_>], ips: &Arc<Vec<LimitKey>>) {
     } else {
         "taking turns on one redis-server"
     };
-    println!();
-    println!("Paired ({how}): {pairs} pairs of {secs} s slices; redkit / seed per pair, median [lowest-highest]");
-    println!();
-    println!("| operation | pairs | throughput | server CPU per op | client CPU per op |");
-    println!("| --- | ---: | ---: | ---: | ---: |");
-    let window = Duration::from_millis(WINDOW_MS);
-    let default = Arc::new(FixedWindow::new("pair", LIMIT, window).unwrap());
-    let aligned = Arc::new(
-        FixedWindow::new("pair-al", LIMIT, window)
-            .unwrap()
-            .aligned_to_clock(),
-    );
-    let store = Arc::new(Inventory::new("lean:inv").unwrap().store("w1").unwrap());
-    let seed_limiter = limiter_ops(&default, ips).1;
-    let (seed_stock, seed_record) = seed_stock_ops();
-    let (lock, seed_lock) = lock_ops();
-    // (name, redkit, seed, whether the stocks are set first)
-    let comparisons = [
-        (
-            "fixed-window check, 10k IPs",
-            limiter_ops(&default, ips).0,
-            &seed_limiter,
-            false,
-        ),
-        (
-            "fixed-window check, 10k IPs, aligned_to_clock()",
-            limiter_ops(&aligned, ips).0,
-            &seed_limiter,
-            false,
-        ),
-        (
-            "decrement, 64 buyers on ONE SKU",
-            decrement_op(&store, false),
-            &seed_stock,
-            true,
-        ),
-        (
-            "decrement with a request id, ONE SKU",
-            decrement_op(&store, true),
-            &seed_stock,
-            true,
-        ),
-        (
-            "decrement with a request id, vs seed + SET NX PX record",
-            decrement_op(&store, true),
-            &seed_record,
-            true,
-        ),
-        (
-            "lock acquire + release, default options (no fencing)",
-            lock,
-            &seed_lock,
-            false,
-        ),
-    ];
-    for (name, redkit, seed, stocked) in comparisons {
-        for side in sides {
-            if stocked {
-                restock(side.server, &side.conn, &store).await;
-            } else {
-                fresh(side.server).await;
-            }
-        }
-        let ratios = pair_ratios(sides, secs, pairs, &redkit, seed).await;
-        paired_row(name, &ratios);
+    paired_header(how, pairs, secs);
+    for c in comparisons(ips) {
+        prepare(sides, c.stocked).await;
+        let ratios = pair_ratios(sides, secs, pairs, &c.redkit, &c.seed).await;
+        paired_row(c.name, &ratios);
     }
 }

@@ -268,7 +268,8 @@ impl Inventory {
                 0,
                 0,
             )),
-            Some(r) => self.inner.manager.invoke_acked(conn, call, r).await,
+            // Boxed: the calls without WAIT keep a small future.
+            Some(r) => Box::pin(self.inner.manager.invoke_acked(conn, call, r)).await,
         }
     }
 

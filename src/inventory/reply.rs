@@ -178,9 +178,10 @@ pub(super) fn settle_group(
 /// A fingerprint of one request: the same request id may only be reused for the very same
 /// operation, keys and quantities. SHA1 over length-prefixed fields, so it is unambiguous.
 pub(super) fn fingerprint(mode: &str, keys: &[&str], quantities: &[u64]) -> String {
-    let mut h = sha1_smol::Sha1::new();
+    use sha1::Digest;
+    let mut h = sha1::Sha1::new();
     let mut field = |bytes: &[u8]| {
-        h.update(&(bytes.len() as u64).to_be_bytes());
+        h.update((bytes.len() as u64).to_be_bytes());
         h.update(bytes);
     };
     field(mode.as_bytes());
@@ -188,7 +189,15 @@ pub(super) fn fingerprint(mode: &str, keys: &[&str], quantities: &[u64]) -> Stri
         field(key.as_bytes());
         field(&quantity.to_be_bytes());
     }
-    h.digest().to_string()
+    // Lowercase hex, as earlier versions wrote it (their records still match), without the
+    // formatting machinery: this runs on every call with a request id.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(40);
+    for b in h.finalize() {
+        hex.push(char::from(HEX[usize::from(b >> 4)]));
+        hex.push(char::from(HEX[usize::from(b & 0x0f)]));
+    }
+    hex
 }
 
 #[cfg(test)]
@@ -386,5 +395,18 @@ mod tests {
         assert_ne!(a, fingerprint("take", &["x", "y"], &[2, 1]));
         assert_ne!(a, fingerprint("take", &["xy"], &[1]));
         assert_eq!(a.len(), 40);
+    }
+
+    #[test]
+    fn fingerprints_are_the_digest_as_earlier_versions_wrote_it() {
+        let mut h = sha1_smol::Sha1::new();
+        for bytes in [&b"take"[..], b"inv:{s}:sku:x", &7u64.to_be_bytes()] {
+            h.update(&(bytes.len() as u64).to_be_bytes());
+            h.update(bytes);
+        }
+        assert_eq!(
+            fingerprint("take", &["inv:{s}:sku:x"], &[7]),
+            h.digest().to_string()
+        );
     }
 }

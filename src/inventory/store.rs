@@ -237,9 +237,10 @@ impl Store {
         request_id: Option<&str>,
     ) -> Result<Decrement> {
         match &self.inventory.inner().groups {
+            // Boxed: a call without group commit keeps a small future (the grouped one holds
+            // the queue's states; its allocation is one per call of several microseconds).
             Some(groups) => {
-                self.decrement_grouped(groups, conn, sku, quantity, request_id)
-                    .await
+                Box::pin(self.decrement_grouped(groups, conn, sku, quantity, request_id)).await
             }
             None => self.decrement_alone(conn, sku, quantity, request_id).await,
         }

@@ -205,17 +205,20 @@ impl ScriptManager {
             version = script.version()
         );
         let call = async {
+            // The Functions backend and the NOSCRIPT fallback are boxed: the common EVALSHA
+            // call keeps a small future (it is moved on every await of the layers above).
             if let Some(function) = self.function_for(script) {
-                let value = self.fcall(conn, call, function).await?;
+                let value = Box::pin(self.fcall(conn, call, function)).await?;
                 return T::from_redis_value(value)
                     .map_err(|e| Error::unexpected(script.id(), e.to_string()));
             }
             let value = match call.evalsha().query_async::<Value>(conn).await {
                 Ok(value) => value,
-                Err(err) if is_noscript(&err) => self
-                    .eval_fallback(conn, script, call.evalsha())
-                    .await
-                    .map_err(|e| script_error(script, e))?,
+                Err(err) if is_noscript(&err) => {
+                    Box::pin(self.eval_fallback(conn, script, call.evalsha()))
+                        .await
+                        .map_err(|e| script_error(script, e))?
+                }
                 Err(err) => return Err(script_error(script, err)),
             };
             T::from_redis_value(value).map_err(|e| Error::unexpected(script.id(), e.to_string()))
