@@ -348,9 +348,13 @@ fn print_ceiling(name: &str, rps: Option<f64>) {
 
 /// Every shipped version >= 2 of `name` (the ones this work compares).
 fn versions(name: &str) -> Vec<&'static redkit::Script> {
-    (2..10)
-        .filter_map(|v| Registry::global().get(name, v))
-        .collect()
+    let mut all: Vec<_> = Registry::global()
+        .scripts()
+        .iter()
+        .filter(|s| s.name() == name && s.version() >= 2)
+        .collect();
+    all.sort_by_key(|s| s.version());
+    all
 }
 
 async fn script_load(conn: &mut MultiplexedConnection, source: &str) -> String {
