@@ -375,16 +375,29 @@ fn main() {
     if processes::child_main(secs).is_some() {
         return;
     }
-    // `REDKIT_LEAN_WORKERS=<n>` (default 2, one per core of the reference machine).
+    runtime().block_on(bench(secs));
+}
+
+/// The bench's tokio runtime: `REDKIT_LEAN_WORKERS=<n>` worker threads (default 2, one per
+/// core of the reference machine).
+fn runtime() -> tokio::runtime::Runtime {
     let workers: usize = env_num("REDKIT_LEAN_WORKERS")
         .filter(|&n| n >= 1)
         .unwrap_or(2);
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()
         .build()
-        .unwrap();
-    rt.block_on(bench(secs));
+        .unwrap()
+}
+
+/// The limiter rows' [`IPS`] client addresses, from `first` up (as an IPv4 address).
+fn client_ips(first: u32) -> Arc<Vec<LimitKey>> {
+    Arc::new(
+        (0..IPS as u32)
+            .map(|i| LimitKey::ip(Ipv4Addr::from(first + i).into()))
+            .collect(),
+    )
 }
 
 /// `REDKIT_LEAN_PIN=<client cpus>/<server cpus>` (taskset CPU lists, e.g. `0/1`), if set.
@@ -448,11 +461,7 @@ async fn bench(secs: f64) {
     println!("| --- | ---: | ---: | ---: | ---: | ---: |");
 
     // (a) fixed-window check over 10k IPs.
-    let ips: Arc<Vec<LimitKey>> = Arc::new(
-        (0..IPS as u32)
-            .map(|i| LimitKey::ip(Ipv4Addr::from(0x0a00_0000 + i).into()))
-            .collect(),
-    );
+    let ips = client_ips(0x0a00_0000);
     if selected("fixed") {
         for _ in 0..rounds() {
             fixed_case(&conn, pid, secs, &ips).await;
@@ -725,11 +734,7 @@ async fn pipeline_case(
     store.set(&mut conn, "hot", STOCK).await.unwrap();
     let limiter =
         Arc::new(FixedWindow::new("pipe", LIMIT, Duration::from_millis(WINDOW_MS)).unwrap());
-    let ips: Arc<Vec<LimitKey>> = Arc::new(
-        (0..IPS as u32)
-            .map(|i| LimitKey::ip(Ipv4Addr::from(0x0b00_0000 + i).into()))
-            .collect(),
-    );
+    let ips = client_ips(0x0b00_0000);
     for through in [None, Some(coalescing.clone())] {
         let label = if through.is_some() {
             ", through `connect::Coalescing`"
@@ -1146,11 +1151,7 @@ async fn backends(
 ) {
     let functions = ScriptManager::new().with_backend(Backend::Functions);
     functions.preload(&mut conn).await.unwrap();
-    let ips: Arc<Vec<LimitKey>> = Arc::new(
-        (0..IPS as u32)
-            .map(|i| LimitKey::ip(Ipv4Addr::from(0x0b00_0000 + i).into()))
-            .collect(),
-    );
+    let ips = client_ips(0x0b00_0000);
     // At least 7 paired rounds: a 10 % difference is below one run's noise on this machine.
     let rounds = rounds().max(7);
     let mut runs: [Vec<Measured>; 2] = [Vec::new(), Vec::new()];

@@ -28,7 +28,7 @@ pub(crate) async fn processes_case(sides: &[Side<'_>; 2]) {
     // Every child numbers its request ids from its own base: none meets another's.
     let mut slice = 1_000_000u64;
     let ports = [sides[0].server.port(), sides[1].server.port()];
-    for (row, c) in comparisons(&ips()).iter().enumerate() {
+    for (row, c) in comparisons(&client_ips(0x0a00_0000)).iter().enumerate() {
         prepare(sides, c.stocked).await;
         let mut ratios = Vec::new();
         for pair in 0..pairs {
@@ -75,15 +75,6 @@ fn child_result(child: std::process::Child) -> Measured {
     }
 }
 
-/// The 10k client addresses of the limiter rows.
-fn ips() -> Arc<Vec<LimitKey>> {
-    Arc::new(
-        (0..IPS as u32)
-            .map(|i| LimitKey::ip(Ipv4Addr::from(0x0a00_0000 + i).into()))
-            .collect(),
-    )
-}
-
 /// In a child (`REDKIT_LEAN_CHILD` set): runs its op for one slice and prints
 /// `child ops=.. secs=.. server_ns=.. client_ns=..` (`-` for a figure it could not read).
 /// `None` when this process is not a child.
@@ -99,19 +90,11 @@ pub(crate) fn child_main(secs: f64) -> Option<()> {
         slice.parse().unwrap(),
     );
     let secs = env_num("REDKIT_LEAN_SLICE").unwrap_or(secs.min(1.0));
-    let workers = env_num("REDKIT_LEAN_WORKERS")
-        .filter(|&n| n >= 1)
-        .unwrap_or(2);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
+    runtime().block_on(async move {
         let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
         let pid = server_pid(&mut conn).await;
-        let rows = comparisons(&ips());
+        let rows = comparisons(&client_ips(0x0a00_0000));
         let c = &rows[row];
         let op = if side == "redkit" { &c.redkit } else { &c.seed };
         start_slices_at(slice);
