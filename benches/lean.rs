@@ -74,6 +74,9 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+#[path = "common/seed_lock.rs"]
+mod seed_lock;
+use seed_lock::{seed_lock_cycle, SEED_UNLOCK};
 #[path = "lean/ops.rs"]
 mod ops;
 #[path = "lean/paired.rs"]
@@ -169,10 +172,6 @@ if not s then return -1 end
 if s < tonumber(ARGV[1]) then return 0 end
 redis.call('DECRBY', KEYS[1], ARGV[1])
 return 1";
-
-const SEED_UNLOCK: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0";
 
 /// The redis-server's main-thread CPU time in ns (`/proc/<pid>/schedstat`, first field).
 fn server_cpu_ns(pid: u32) -> Option<u64> {
@@ -992,34 +991,6 @@ async fn other_cases(
     let sha = script_load(&mut conn, SEED_UNLOCK).await;
     let args = ["EVALSHA", &sha, "1", "ceil:lk:none", token];
     print_ceiling("seed compare-and-delete (key absent)", ceiling(port, &args));
-}
-
-/// The seed lock's cycle on `key`: `SET key <random token> NX PX ttl_ms`, then the
-/// compare-and-delete script `unlock`.
-async fn seed_lock_cycle(
-    unlock: &redis::Script,
-    conn: &mut MultiplexedConnection,
-    key: &str,
-    ttl_ms: u64,
-) {
-    let token = format!("{:032x}", rand::random::<u128>());
-    let set: Option<String> = redis::cmd("SET")
-        .arg(key)
-        .arg(&token)
-        .arg("NX")
-        .arg("PX")
-        .arg(ttl_ms)
-        .query_async(conn)
-        .await
-        .unwrap();
-    assert!(set.is_some());
-    let deleted: i64 = unlock
-        .key(key)
-        .arg(&token)
-        .invoke_async(conn)
-        .await
-        .unwrap();
-    assert_eq!(deleted, 1);
 }
 
 /// Empties the keyspace and sets both stocks (redkit's SKU `hot` and the seed's key) to

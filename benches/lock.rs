@@ -3,8 +3,11 @@
 //!
 //! `cargo bench --bench lock`
 
+#[path = "common/seed_lock.rs"]
+mod seed_lock;
 #[path = "../tests/support/mod.rs"]
 mod support;
+use seed_lock::{seed_lock_cycle, SEED_UNLOCK};
 
 use std::time::Duration;
 
@@ -13,9 +16,6 @@ use redis::aio::MultiplexedConnection;
 use redkit::lock::{Acquire, Lock, LockOptions, Release};
 
 const CONCURRENCY: usize = 64;
-
-const RAW_UNLOCK: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
-                          return redis.call('DEL', KEYS[1]) else return 0 end";
 
 async fn redkit_cycle(lock: &Lock, conn: &mut MultiplexedConnection, resource: &str) {
     let options = LockOptions::new().ttl(Duration::from_secs(10));
@@ -26,27 +26,6 @@ async fn redkit_cycle(lock: &Lock, conn: &mut MultiplexedConnection, resource: &
         }
         other => panic!("{other:?}"),
     }
-}
-
-async fn raw_cycle(unlock: &redis::Script, conn: &mut MultiplexedConnection, key: &str) {
-    let token = format!("{:032x}", rand::random::<u128>());
-    let set: Option<String> = redis::cmd("SET")
-        .arg(key)
-        .arg(&token)
-        .arg("NX")
-        .arg("PX")
-        .arg(10_000)
-        .query_async(conn)
-        .await
-        .unwrap();
-    assert!(set.is_some());
-    let deleted: i64 = unlock
-        .key(key)
-        .arg(&token)
-        .invoke_async(conn)
-        .await
-        .unwrap();
-    assert_eq!(deleted, 1);
 }
 
 async fn same_scripts_cycle(
@@ -86,7 +65,7 @@ fn bench(c: &mut Criterion) {
         (server, conn)
     });
     let lock = Lock::new();
-    let unlock = redis::Script::new(RAW_UNLOCK);
+    let unlock = redis::Script::new(SEED_UNLOCK);
     let source = |name| {
         redkit::Registry::global()
             .require(name, 1)
@@ -118,7 +97,7 @@ fn bench(c: &mut Criterion) {
         b.to_async(&rt).iter(|| {
             let mut conn = conn.clone();
             let unlock = &unlock;
-            async move { raw_cycle(unlock, &mut conn, "raw:{seq}").await }
+            async move { seed_lock_cycle(unlock, &mut conn, "raw:{seq}", 10_000).await }
         })
     });
     group.finish();
@@ -144,7 +123,7 @@ fn bench(c: &mut Criterion) {
             let runs = raw_keys.iter().map(|key| {
                 let mut conn = conn.clone();
                 let unlock = &unlock;
-                async move { raw_cycle(unlock, &mut conn, key).await }
+                async move { seed_lock_cycle(unlock, &mut conn, key, 10_000).await }
             });
             futures_util::future::join_all(runs)
         })

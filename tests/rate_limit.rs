@@ -203,7 +203,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     let manager = ScriptManager::new();
     for version in [2, 3, 4, 5] {
         let script = Registry::global().require("fixed_window", version).unwrap();
-        for (limit, window, cost) in [
+        let cases = [
             ("0", "1000", "1"),
             ("5", "0", "1"),
             ("5", "1000", "0"),
@@ -214,15 +214,17 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
             ("5", " 1000", "1"),
             ("5", "1000", "+1"),
             ("5", "9007199254740993", "1"),
-        ] {
-            let mut call = Call::new(script);
-            call.key("rk:rl:raw:{k:x}").arg(limit).arg(window).arg(cost);
-            let r = manager.invoke::<redis::Value, _>(&mut conn, &call).await;
-            assert!(
-                matches!(r, Err(Error::InvalidInput { .. })),
-                "v{version} {limit} {window} {cost}: {r:?}"
-            );
-        }
+        ];
+        let label = format!("v{version}");
+        assert_refused(
+            &manager,
+            &mut conn,
+            script,
+            "rk:rl:raw:{k:x}",
+            &cases,
+            &label,
+        )
+        .await;
     }
     let exists: i64 = server.cmd(&["EXISTS", "rk:rl:raw:{k:x}"]).await;
     assert_eq!(exists, 0);
@@ -236,7 +238,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         if let Some(v) = stored {
             let _: () = server.cmd(&["SET", key, v, "PX", "60000"]).await;
         }
-        for (limit, window, cost) in [
+        let cases = [
             ("0", "1000", "1"),
             ("5", "0", "1"),
             ("5", "1000", "0"),
@@ -249,15 +251,9 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
             ("5", "1000", " 1"),
             ("5", "1000", "1e0"),
             ("5", "1000", "0x1"),
-        ] {
-            let mut call = Call::new(v6);
-            call.key(key).arg(limit).arg(window).arg(cost);
-            let r = manager.invoke::<redis::Value, _>(&mut conn, &call).await;
-            assert!(
-                matches!(r, Err(Error::InvalidInput { .. })),
-                "v6 {stored:?} {limit} {window} {cost}: {r:?}"
-            );
-        }
+        ];
+        let label = format!("v6 {stored:?}");
+        assert_refused(&manager, &mut conn, v6, key, &cases, &label).await;
         let v: Option<String> = server.cmd(&["GET", key]).await;
         assert_eq!(v.as_deref(), stored, "v6 wrote nothing");
         let _: () = server.cmd(&["DEL", key]).await;
@@ -822,4 +818,25 @@ async fn v5_packs_the_v4_reply_into_one_integer_when_it_fits() {
     let _: () = server.cmd(&["SET", &rk, "10", "PX", "60000"]).await;
     let d = limiter.check(&mut conn, &key).await.unwrap();
     assert!(!d.is_allowed() && d.quota().remaining() == 0, "{d:?}");
+}
+
+/// Runs `script` on `key` with each (limit, window, cost) of `cases` and asserts that every
+/// call is refused as `InvalidInput` (`label` names the case in a failure).
+async fn assert_refused(
+    manager: &ScriptManager,
+    conn: &mut redis::aio::MultiplexedConnection,
+    script: &redkit::Script,
+    key: &str,
+    cases: &[(&str, &str, &str)],
+    label: &str,
+) {
+    for (limit, window, cost) in cases {
+        let mut call = Call::new(script);
+        call.key(key).arg(*limit).arg(*window).arg(*cost);
+        let r = manager.invoke::<redis::Value, _>(conn, &call).await;
+        assert!(
+            matches!(r, Err(Error::InvalidInput { .. })),
+            "{label} {limit} {window} {cost}: {r:?}"
+        );
+    }
 }
