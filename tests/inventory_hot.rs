@@ -122,6 +122,20 @@ async fn frozen_group(
     (outcomes, after - before)
 }
 
+/// The outcomes of the first buyer (1, no id) and then `buyers`, sent one call each in order
+/// through `store`: the reference a group's outcomes are compared with.
+async fn one_by_one(
+    store: &Store,
+    conn: &mut MultiplexedConnection,
+    buyers: &[(u64, Option<&str>)],
+) -> Vec<Decrement> {
+    let mut outcomes = Vec::new();
+    for &(quantity, id) in std::iter::once(&(1, None)).chain(buyers) {
+        outcomes.push(store.decrement(conn, "mug", quantity, id).await.unwrap());
+    }
+    outcomes
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_answers_each_buyer_as_if_sent_alone() {
     let mut server = RedisServer::spawn().await;
@@ -139,15 +153,7 @@ async fn a_group_answers_each_buyer_as_if_sent_alone() {
     );
 
     // The reference: the same buyers one call each, in the same order.
-    let mut expected = Vec::new();
-    for (quantity, id) in std::iter::once((1, None)).chain(BUYERS) {
-        expected.push(
-            sequential
-                .decrement(&mut c, "mug", quantity, id)
-                .await
-                .unwrap(),
-        );
-    }
+    let expected = one_by_one(&sequential, &mut c, &BUYERS).await;
     let outcomes: Vec<Decrement> = outcomes.into_iter().map(Result::unwrap).collect();
     assert_eq!(outcomes, expected);
     let remaining = |r| Decrement::Decremented { remaining: r };
@@ -268,6 +274,155 @@ async fn a_group_that_fails_changes_nothing_and_every_member_sees_the_error() {
         .await
         .unwrap();
     support::same_dumps(&before, &support::snapshot(&mut c).await, "no SET");
+}
+
+/// Buyers without request ids (the group script's fast path: no records), after a first
+/// buyer of 1: with 20 in stock, 19 -> 14 -> 11, 9 short, 2 -> 9, 12 short, 9 -> 0, 1 short.
+const ANONYMOUS: [(u64, Option<&str>); 7] = [
+    (5, None),
+    (3, None),
+    (12, None),
+    (2, None),
+    (12, None),
+    (9, None),
+    (1, None),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_without_request_ids_answers_each_buyer_as_if_sent_alone() {
+    let mut server = RedisServer::spawn().await;
+    let conn = preloaded(&server).await;
+    let mut c = conn.clone();
+    let grouped = hot().store("w1").unwrap();
+    let sequential = plain().store("w2").unwrap();
+    let remaining = |r| Decrement::Decremented { remaining: r };
+    let short = |a| Decrement::Insufficient { available: a };
+    // 20: some members are short (the script settles them and puts back what they did not
+    // take); 1000: every member is served; 0: nobody is.
+    for stock in [20, 1000, 0] {
+        grouped.set(&mut c, "mug", stock).await.unwrap();
+        sequential.set(&mut c, "mug", stock).await.unwrap();
+        let (outcomes, calls) = frozen_group(&mut server, &grouped, &conn, "mug", &ANONYMOUS).await;
+        assert_eq!(
+            calls, 2,
+            "the first alone, then ONE call for the seven queued"
+        );
+        let expected = one_by_one(&sequential, &mut c, &ANONYMOUS).await;
+        let outcomes: Vec<Decrement> = outcomes.into_iter().map(Result::unwrap).collect();
+        assert_eq!(outcomes, expected, "stock {stock}");
+        assert_eq!(
+            grouped.stock(&mut c, "mug").await.unwrap(),
+            sequential.stock(&mut c, "mug").await.unwrap(),
+            "stock {stock}"
+        );
+        if stock == 20 {
+            assert_eq!(
+                outcomes,
+                [
+                    remaining(19),
+                    remaining(14),
+                    remaining(11),
+                    short(11),
+                    remaining(9),
+                    short(9),
+                    remaining(0),
+                    short(0)
+                ]
+            );
+        }
+    }
+    assert_eq!(grouped.stock(&mut c, "mug").await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_without_request_ids_that_fails_changes_nothing() {
+    let mut server = RedisServer::spawn().await;
+    let (store, conn) = hot_mug(&server, hot(), 20).await;
+    let mut c = conn.clone();
+    let key = store.sku_key("mug").unwrap();
+    // Stored stocks the script refuses: forms DECRBY will not parse, and integers it parses
+    // but outside 0..=99999999999999 (taken, then put back, then refused on the strict path).
+    for bad in [
+        "05",
+        "abc",
+        "1e3",
+        "-3",
+        "100000000000000",
+        "-9223372036854775800",
+    ] {
+        let _: () = server.cmd(&["SET", &key, bad]).await;
+        let before = support::snapshot(&mut c).await;
+        let (outcomes, calls) = frozen_group(&mut server, &store, &conn, "mug", &ANONYMOUS).await;
+        assert_eq!(calls, 2, "{bad}");
+        for outcome in outcomes {
+            assert!(
+                matches!(outcome, Err(Error::CorruptData { .. })),
+                "{bad}: {outcome:?}"
+            );
+        }
+        support::same_dumps(&before, &support::snapshot(&mut c).await, bad);
+    }
+
+    // A hash where the stock should be: WRONGTYPE for every member.
+    let _: () = server.cmd(&["DEL", &key]).await;
+    let _: u64 = server.cmd(&["HSET", &key, "a", "1"]).await;
+    let before = support::snapshot(&mut c).await;
+    let (outcomes, _) = frozen_group(&mut server, &store, &conn, "mug", &ANONYMOUS).await;
+    for outcome in outcomes {
+        assert!(
+            matches!(outcome, Err(Error::WrongType { .. })),
+            "{outcome:?}"
+        );
+    }
+    support::same_dumps(&before, &support::snapshot(&mut c).await, "hash");
+
+    // A user who may not run DECRBY (the fast path's only write) or EXISTS (its only read):
+    // refused, nothing written, every member told.
+    let _: () = server.cmd(&["DEL", &key]).await;
+    let _: () = server.cmd(&["SET", &key, "20"]).await;
+    let before = support::snapshot(&mut c).await;
+    let denied = support::denied_conn(&server, "decrby").await;
+    let (outcomes, _) = frozen_group(&mut server, &store, &denied, "mug", &ANONYMOUS).await;
+    for outcome in outcomes {
+        assert!(
+            matches!(outcome, Err(Error::PermissionDenied { .. })),
+            "{outcome:?}"
+        );
+    }
+    support::same_dumps(&before, &support::snapshot(&mut c).await, "no DECRBY");
+    let no_exists = support::denied_conn(&server, "exists").await;
+    let (outcomes, _) = frozen_group(&mut server, &store, &no_exists, "mug", &ANONYMOUS).await;
+    // Without EXISTS both scripts take their general path (GET, ZCARD, DECRBY): served.
+    let outcomes: Vec<Decrement> = outcomes.into_iter().map(Result::unwrap).collect();
+    assert_eq!(outcomes[0], Decrement::Decremented { remaining: 19 });
+    assert_eq!(outcomes[7], Decrement::Insufficient { available: 0 });
+    assert_eq!(store.stock(&mut c, "mug").await.unwrap(), 0);
+
+    // A quantity in another form than canonical decimal, sent by hand: the general path
+    // answers REDKIT_INPUT, nothing written.
+    let _: () = server.cmd(&["SET", &key, "20"]).await;
+    let script = redkit::Registry::global()
+        .require("inventory_group", 5)
+        .unwrap();
+    for quantity in ["05", "1.0", "0x10", " 1", "0", "100000000000000"] {
+        let err: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
+            .arg(script.source())
+            .arg(3)
+            .arg(&key)
+            .arg(store.reservation_key("mug").unwrap())
+            .arg(store.reservation_expiry_key("mug").unwrap())
+            .arg(0)
+            .arg(2)
+            .arg(1)
+            .arg(quantity)
+            .query_async(&mut c)
+            .await;
+        assert!(
+            format!("{err:?}").contains("REDKIT_INPUT"),
+            "{quantity}: {err:?}"
+        );
+        assert_eq!(store.stock(&mut c, "mug").await.unwrap(), 20, "{quantity}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -505,7 +505,7 @@ impl InventoryBuilder {
                 apply: registry.require("inventory_apply", 10)?,
                 reserve: registry.require("inventory_reserve", 4)?,
                 migrate: registry.require("inventory_migrate", 1)?,
-                group: registry.require("inventory_group", 4)?,
+                group: registry.require("inventory_group", 5)?,
                 groups,
             }),
         })
