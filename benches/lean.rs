@@ -17,9 +17,8 @@
 //! - hot SKU (`hot`): 1, 8, 64 and 512 buyers of ONE SKU (`REDKIT_LEAN_BUYERS=64,512` for
 //!   some): `Store::decrement` without group commit, with group commit
 //!   (`InventoryBuilder::group_commit(DEFAULT_GROUP_BATCH)`) one call in flight per SKU, and
-//!   with `group_in_flight(k)` (k = `REDKIT_LEAN_IN_FLIGHT`, default 2, the README's
-//!   recommendation on shared cores; it recommends 4 where Redis has cores of its own, as
-//!   with `REDKIT_LEAN_PIN`) without and with a request id, beside the seed script.
+//!   with `group_in_flight(k)` (k = `REDKIT_LEAN_IN_FLIGHT`, default 8, the README's
+//!   recommendation) without and with a request id, beside the seed script.
 //!
 //! - sequential latency (`seq`): ONE caller, each call awaited before the next, redkit beside
 //!   the seed script through raw redis-rs: p50 and p99 per call, blocks of 250 calls
@@ -1422,8 +1421,8 @@ async fn hot_case(
     pid: Option<u32>,
     secs: f64,
 ) {
-    // Calls of one SKU in flight at once for the pipelined group columns (README: 2).
-    let in_flight: usize = env_num("REDKIT_LEAN_IN_FLIGHT").unwrap_or(2);
+    // Calls of one SKU in flight at once for the pipelined group columns (README: 8).
+    let in_flight: usize = env_num("REDKIT_LEAN_IN_FLIGHT").unwrap_or(8);
     let plain = Inventory::new("lean:hot").unwrap().store("w1").unwrap();
     let grouped = |k: usize| {
         Inventory::builder("lean:hot")
