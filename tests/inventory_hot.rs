@@ -20,6 +20,15 @@ use support::{RedisCluster, RedisServer};
 
 const PREFIX: &str = "t:hot";
 
+/// Asserts that every outcome of `outcomes` matches `pattern` (`context` names the case).
+macro_rules! assert_every {
+    ($outcomes:expr, $pattern:pat, $context:expr) => {
+        for outcome in $outcomes {
+            assert!(matches!(outcome, $pattern), "{}: {outcome:?}", $context);
+        }
+    };
+}
+
 fn hot() -> Inventory {
     Inventory::builder(PREFIX)
         .group_commit(Inventory::DEFAULT_GROUP_BATCH)
@@ -211,12 +220,7 @@ async fn a_group_that_fails_changes_nothing_and_every_member_sees_the_error() {
     let (outcomes, calls) = frozen_group(&mut server, &store, &conn, "mug", &BUYERS).await;
     assert_eq!(calls, 2);
     assert_eq!(outcomes.len(), 12);
-    for outcome in outcomes {
-        assert!(
-            matches!(outcome, Err(Error::CorruptData { .. })),
-            "{outcome:?}"
-        );
-    }
+    assert_every!(outcomes, Err(Error::CorruptData { .. }), "poisoned stock");
     support::same_dumps(&before, &support::snapshot(&mut c).await, "poisoned stock");
 
     // A user who may not run DECRBY: refused before the first write (the record's SET).
@@ -230,23 +234,13 @@ async fn a_group_that_fails_changes_nothing_and_every_member_sees_the_error() {
     let before = support::snapshot(&mut c).await;
     let (outcomes, calls) = frozen_group(&mut server, &store, &denied, "mug", &BUYERS).await;
     assert_eq!(calls, 2);
-    for outcome in outcomes {
-        assert!(
-            matches!(outcome, Err(Error::PermissionDenied { .. })),
-            "{outcome:?}"
-        );
-    }
+    assert_every!(outcomes, Err(Error::PermissionDenied { .. }), "no DECRBY");
     support::same_dumps(&before, &support::snapshot(&mut c).await, "no DECRBY");
     assert_eq!(store.stock(&mut c, "mug").await.unwrap(), 20);
 
     // An unknown SKU: every member NotFound, nothing written.
     let (outcomes, _) = frozen_group(&mut server, &store, &conn, "nope", &BUYERS).await;
-    for outcome in outcomes {
-        assert!(
-            matches!(outcome, Err(Error::NotFound { .. })),
-            "{outcome:?}"
-        );
-    }
+    assert_every!(outcomes, Err(Error::NotFound { .. }), "unknown sku");
     support::same_dumps(&before, &support::snapshot(&mut c).await, "unknown sku");
 
     // A user who may not run SET: the group's first write (a request record's SET, run under
@@ -260,12 +254,11 @@ async fn a_group_that_fails_changes_nothing_and_every_member_sees_the_error() {
         "{:?}",
         outcomes[0]
     );
-    for outcome in &outcomes[1..] {
-        assert!(
-            matches!(outcome, Err(Error::PermissionDenied { .. })),
-            "{outcome:?}"
-        );
-    }
+    assert_every!(
+        &outcomes[1..],
+        Err(Error::PermissionDenied { .. }),
+        "no SET"
+    );
     assert_eq!(store.stock(&mut c, "mug").await.unwrap(), 19);
     let _: () = redis::cmd("SET")
         .arg(&key)
@@ -354,12 +347,7 @@ async fn a_group_without_request_ids_that_fails_changes_nothing() {
         let before = support::snapshot(&mut c).await;
         let (outcomes, calls) = frozen_group(&mut server, &store, &conn, "mug", &ANONYMOUS).await;
         assert_eq!(calls, 2, "{bad}");
-        for outcome in outcomes {
-            assert!(
-                matches!(outcome, Err(Error::CorruptData { .. })),
-                "{bad}: {outcome:?}"
-            );
-        }
+        assert_every!(outcomes, Err(Error::CorruptData { .. }), bad);
         support::same_dumps(&before, &support::snapshot(&mut c).await, bad);
     }
 
@@ -368,12 +356,7 @@ async fn a_group_without_request_ids_that_fails_changes_nothing() {
     let _: u64 = server.cmd(&["HSET", &key, "a", "1"]).await;
     let before = support::snapshot(&mut c).await;
     let (outcomes, _) = frozen_group(&mut server, &store, &conn, "mug", &ANONYMOUS).await;
-    for outcome in outcomes {
-        assert!(
-            matches!(outcome, Err(Error::WrongType { .. })),
-            "{outcome:?}"
-        );
-    }
+    assert_every!(outcomes, Err(Error::WrongType { .. }), "hash");
     support::same_dumps(&before, &support::snapshot(&mut c).await, "hash");
 
     // A user who may not run DECRBY (the fast path's only write) or EXISTS (its only read):
@@ -383,12 +366,11 @@ async fn a_group_without_request_ids_that_fails_changes_nothing() {
     let before = support::snapshot(&mut c).await;
     let denied = support::denied_conn(&server, "decrby").await;
     let (outcomes, _) = frozen_group(&mut server, &store, &denied, "mug", &ANONYMOUS).await;
-    for outcome in outcomes {
-        assert!(
-            matches!(outcome, Err(Error::PermissionDenied { .. })),
-            "{outcome:?}"
-        );
-    }
+    assert_every!(
+        outcomes,
+        Err(Error::PermissionDenied { .. }),
+        "no DECRBY, no ids"
+    );
     support::same_dumps(&before, &support::snapshot(&mut c).await, "no DECRBY");
     let no_exists = support::denied_conn(&server, "exists").await;
     let (outcomes, _) = frozen_group(&mut server, &store, &no_exists, "mug", &ANONYMOUS).await;
@@ -620,12 +602,7 @@ async fn a_gathering_leader_that_gives_up_hands_its_queue_on() {
     // The queue was handed on: the three are served (one call), the dropped one never ran.
     let (first, queued) = tokio::join!(first, join_all(queued));
     assert_eq!(first.unwrap(), Decrement::Decremented { remaining: 9 });
-    for outcome in queued {
-        assert!(
-            matches!(outcome, Ok(Decrement::Decremented { .. })),
-            "{outcome:?}"
-        );
-    }
+    assert_every!(queued, Ok(Decrement::Decremented { .. }), "queued");
     assert_eq!(server.evalsha_calls().await - before, 2);
     assert_eq!(store.stock(&mut c, "mug").await.unwrap(), 6);
     // "second" was never applied: sent now, it is new, not a duplicate.
