@@ -29,11 +29,20 @@ macro_rules! assert_every {
     };
 }
 
+/// Group commit with ONE call of a SKU in flight: batches go strictly in arrival order, so
+/// every buyer queued behind a frozen first call joins one group.
 fn hot() -> Inventory {
-    Inventory::builder(PREFIX)
+    hot_pipelined(1)
+}
+
+/// Group commit as a user gets it who only sets `group_commit`.
+fn hot_default() -> Inventory {
+    let inventory = Inventory::builder(PREFIX)
         .group_commit(Inventory::DEFAULT_GROUP_BATCH)
         .build()
-        .unwrap()
+        .unwrap();
+    assert_eq!(inventory.group_in_flight(), Some(8), "the README's default");
+    inventory
 }
 
 fn plain() -> Inventory {
@@ -475,6 +484,12 @@ async fn five_hundred_buyers_with_two_calls_in_flight_never_oversell_and_every_i
     five_hundred_buyers(hot_pipelined(2)).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_hundred_buyers_with_the_default_calls_in_flight_never_oversell_and_every_id_replays()
+{
+    five_hundred_buyers(hot_default()).await;
+}
+
 /// [`hot`] with up to `calls` grouped calls of one SKU in flight.
 fn hot_pipelined(calls: usize) -> Inventory {
     Inventory::builder(PREFIX)
@@ -526,8 +541,18 @@ async fn five_hundred_buyers(inventory: Inventory) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_two_calls_in_flight_the_second_caller_gathers_the_callers_after_it() {
+    second_caller_gathers(hot_pipelined(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_default_calls_in_flight_the_second_caller_gathers_the_callers_after_it() {
+    second_caller_gathers(hot_default()).await;
+}
+
+/// The first buyer goes alone; with a free slot, the second gathers the eight after it.
+async fn second_caller_gathers(inventory: Inventory) {
     let mut server = RedisServer::spawn().await;
-    let (store, conn) = hot_mug(&server, hot_pipelined(2), 9).await;
+    let (store, conn) = hot_mug(&server, inventory, 9).await;
     let mut c = conn.clone();
     // The first buyer (alone) and nine more: the second takes the free slot while the first
     // is in flight, so it gathers: it yields once, the eight after it queue behind it, and

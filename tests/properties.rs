@@ -452,7 +452,7 @@ mod inventory {
                     prop_assert_eq!(inventory.group_commit(), grouped.then_some(batch));
                     prop_assert_eq!(
                         inventory.group_in_flight(),
-                        grouped.then_some(in_flight.unwrap_or(1))
+                        grouped.then_some(in_flight.unwrap_or(Inventory::DEFAULT_GROUP_IN_FLIGHT))
                     );
                 }
                 Err(e) => {

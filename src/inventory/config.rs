@@ -85,6 +85,10 @@ impl Inventory {
     pub const DEFAULT_GROUP_BATCH: usize = 256;
     /// The most grouped calls of one SKU [`InventoryBuilder::group_in_flight`] allows at once.
     pub const MAX_GROUP_IN_FLIGHT: usize = 16;
+    /// How many grouped calls of one SKU may be in flight at once when
+    /// [`InventoryBuilder::group_in_flight`] is not set: the setting the README recommends for
+    /// hot SKUs (measured in README "Hot SKUs: group commit").
+    pub const DEFAULT_GROUP_IN_FLIGHT: usize = 8;
     /// The longest reservation TTL accepted: 30 days.
     pub const MAX_RESERVATION_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
@@ -164,7 +168,7 @@ impl Inventory {
     /// use redkit::inventory::Inventory;
     /// assert_eq!(Inventory::new("inv")?.group_in_flight(), None);
     /// let hot = Inventory::builder("inv").group_commit(64).build()?;
-    /// assert_eq!(hot.group_in_flight(), Some(1));
+    /// assert_eq!(hot.group_in_flight(), Some(Inventory::DEFAULT_GROUP_IN_FLIGHT));
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn group_in_flight(&self) -> Option<usize> {
@@ -397,8 +401,9 @@ impl InventoryBuilder {
     /// Group commit for hot SKUs (off by default): concurrent [`Store::decrement`] calls of
     /// ONE SKU through this inventory (any clone of it or of its stores) are coalesced. A
     /// caller alone goes straight through (the ordinary call, no timer, no added latency);
-    /// callers arriving while a call of that SKU is in flight queue up, and when it returns
-    /// the first of them sends one script call settling the next `max_batch` (2 ..=
+    /// callers arriving while [`group_in_flight`](Self::group_in_flight) calls of that SKU
+    /// (default [`Inventory::DEFAULT_GROUP_IN_FLIGHT`]) are in flight queue up, and when one
+    /// returns the first of them sends one script call settling the next `max_batch` (2 ..=
     /// [`Inventory::MAX_GROUP_BATCH`]; [`Inventory::DEFAULT_GROUP_BATCH`] is a good start) in
     /// arrival order, each with its own quantity and request id, and hands each its own
     /// outcome: the same outcomes, in the same order, as if each had been sent alone.
@@ -424,22 +429,23 @@ impl InventoryBuilder {
     }
 
     /// With [group commit](Self::group_commit): how many calls of ONE SKU may be in flight
-    /// at once (1 ..= [`Inventory::MAX_GROUP_IN_FLIGHT`]; default 1). With 1, callers queue
-    /// as soon as one call is in flight and each batch is sent when the call before it
-    /// returns: batches run in arrival order, one round trip after another. With `k > 1`, up
-    /// to `k` calls travel at once, so the round trips overlap: on a hot SKU this is what
-    /// lifts throughput past one batch per round trip. A caller that finds no call of its SKU
-    /// in flight goes alone at once; one that finds a free slot while another call is in
-    /// flight gathers: it yields to the runtime once, so the callers woken with it (by a
-    /// batch that just settled) queue behind it, and sends them with it as one batch.
-    /// Each batch still settles its members in arrival order and nobody is oversold
-    /// (every call settles on the stock Redis holds when it runs), but two calls in flight
-    /// may run in either order, as two ungrouped calls would: a caller that arrived later
-    /// can be served before one that arrived earlier if their calls were in flight together.
-    /// The README's recommendation for hot SKUs: `group_in_flight(8)`, whether the
-    /// application shares its cores with Redis or not (measured in README "Hot SKUs: group
-    /// commit": at 8 and 64 buyers it does as well as 2 or 4 in flight or better; at 512
-    /// buyers 0.87x-0.95x of what 1 in flight does there).
+    /// at once (1 ..= [`Inventory::MAX_GROUP_IN_FLIGHT`]; default
+    /// [`Inventory::DEFAULT_GROUP_IN_FLIGHT`], 8, the README's recommendation for hot SKUs
+    /// whether the application shares its cores with Redis or not). With `k > 1`, up to `k`
+    /// calls travel at once, so the round trips overlap: on a hot SKU this is what lifts
+    /// throughput past one batch per round trip. A caller that finds no call of its SKU in
+    /// flight goes alone at once; one that finds a free slot while another call is in flight
+    /// gathers: it yields to the runtime once, so the callers woken with it (by a batch that
+    /// just settled) queue behind it, and sends them with it as one batch. Each batch still
+    /// settles its members in arrival order and nobody is oversold (every call settles on the
+    /// stock Redis holds when it runs), but two calls in flight may run in either order, as
+    /// two ungrouped calls would: a caller that arrived later can be served before one that
+    /// arrived earlier if their calls were in flight together. With 1, callers queue as soon
+    /// as one call is in flight and each batch is sent when the call before it returns:
+    /// batches run strictly in arrival order, one round trip after another, which costs
+    /// throughput (measured in README "Hot SKUs: group commit": with 8 buyers 1 in flight is
+    /// slower than not grouping at all; with 8 in flight it is faster at 8 and 64 buyers, and
+    /// at 512 buyers 0.87x-0.95x of what 1 in flight does there).
     ///
     /// ```
     /// use redkit::inventory::Inventory;
@@ -470,7 +476,7 @@ impl InventoryBuilder {
             ));
         }
         let in_flight = match (self.group_in_flight, self.group_commit) {
-            (None, _) => 1,
+            (None, _) => Inventory::DEFAULT_GROUP_IN_FLIGHT,
             (Some(_), None) => {
                 return Err(Error::invalid(
                     "group_in_flight",
