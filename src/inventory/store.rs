@@ -6,7 +6,7 @@ use redis::aio::ConnectionLike;
 use std::sync::Arc;
 
 use super::config::{check_quantity, Inventory, Mode};
-use super::group::{Groups, Joined, Member, Turn};
+use super::group::{Groups, Joined, Lead, Member, Turn};
 use super::order::OrderLine;
 use super::outcome::{Decrement, Original, Restock};
 use super::reply::{self, Reply};
@@ -237,10 +237,9 @@ impl Store {
         request_id: Option<&str>,
     ) -> Result<Decrement> {
         match &self.inventory.inner().groups {
-            // Boxed: a call without group commit keeps a small future (the grouped one holds
-            // the queue's states; its allocation is one per call of several microseconds).
             Some(groups) => {
-                Box::pin(self.decrement_grouped(groups, conn, sku, quantity, request_id)).await
+                self.decrement_grouped(groups, conn, sku, quantity, request_id)
+                    .await
             }
             None => self.decrement_alone(conn, sku, quantity, request_id).await,
         }
@@ -281,15 +280,28 @@ impl Store {
             None => None,
         };
         let lead = match groups.join(&key, Member::new(quantity, record)) {
-            Joined::Lead(mut lead) => {
-                lead.gather().await;
-                lead
-            }
+            Joined::Lead(lead) => lead,
             Joined::Wait(waiting) => match waiting.wait().await {
                 Turn::Done(outcome) => return outcome,
                 Turn::Lead(lead) => lead,
             },
         };
+        // Boxed: only a batch's leader sends a call, so a waiter's future (most callers of
+        // a hot SKU) stays small and is never copied into an allocation.
+        Box::pin(self.lead_batch(conn, sku, &key, request_id, lead)).await
+    }
+
+    /// Sends `lead`'s batch (after [gathering](Lead::gather) it, if it may) and answers its
+    /// members: alone, the ordinary single-SKU call; else one `inventory_group` call.
+    async fn lead_batch<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        key: &str,
+        request_id: Option<&str>,
+        mut lead: Lead,
+    ) -> Result<Decrement> {
+        lead.gather().await;
         if let [alone] = lead.members() {
             let outcome = self
                 .decrement_alone(conn, sku, alone.quantity, request_id)
@@ -305,7 +317,7 @@ impl Store {
         let inner = self.inventory.inner();
         let replies = self
             .inventory
-            .apply_group(conn, [&key, &reservations, &expiries], lead.members())
+            .apply_group(conn, [key, &reservations, &expiries], lead.members())
             .await;
         match replies {
             Ok(replies) => {
