@@ -549,6 +549,44 @@ async fn with_the_default_calls_in_flight_the_second_caller_gathers_the_callers_
     second_caller_gathers(hot_default()).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_keeps_eight_calls_of_one_sku_in_flight() {
+    let mut server = RedisServer::spawn().await;
+    let (store, conn) = hot_mug(&server, hot_default(), 10).await;
+    let before = server.evalsha_calls().await;
+    server.pause().await;
+    // Ten buyers, each arriving after the one before it has sent its call (the server is
+    // frozen, so none returns): the first eight each find a free slot and go (a gathering
+    // leader finds nobody behind it), the last two queue and go as ONE batch when a call
+    // returns. With one call in flight they would be 2 calls, with two 3.
+    let mut buyers = Vec::new();
+    for _ in 0..10 {
+        let (store, mut c) = (store.clone(), conn.clone());
+        buyers.push(tokio::spawn(async move {
+            store.decrement(&mut c, "mug", 1, None).await
+        }));
+        // Time for it to send its call or queue (a local step; the server is frozen).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    server.resume().await;
+    let mut remaining = Vec::new();
+    for buyer in buyers {
+        match buyer.await.unwrap().unwrap() {
+            Decrement::Decremented { remaining: r } => remaining.push(r),
+            other => panic!("ten buyers of ten units: {other:?}"),
+        }
+    }
+    assert_eq!(
+        server.evalsha_calls().await - before,
+        9,
+        "8 in flight, then one batch of 2"
+    );
+    remaining.sort_unstable();
+    assert_eq!(remaining, (0..10).collect::<Vec<_>>());
+    let mut c = conn.clone();
+    assert_eq!(store.stock(&mut c, "mug").await.unwrap(), 0);
+}
+
 /// The first buyer goes alone; with a free slot, the second gathers the eight after it.
 async fn second_caller_gathers(inventory: Inventory) {
     let mut server = RedisServer::spawn().await;
