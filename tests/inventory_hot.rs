@@ -552,7 +552,15 @@ async fn with_the_default_calls_in_flight_the_second_caller_gathers_the_callers_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_keeps_eight_calls_of_one_sku_in_flight() {
     let mut server = RedisServer::spawn().await;
-    let (store, conn) = hot_mug(&server, hot_default(), 10).await;
+    // The first call waits for the whole test (1 s): longer than redis-rs's default
+    // response timeout.
+    let conn = server.patient_conn().await;
+    redkit::ScriptManager::new()
+        .preload(&mut conn.clone())
+        .await
+        .unwrap();
+    let store = hot_default().store("w1").unwrap();
+    store.set(&mut conn.clone(), "mug", 10).await.unwrap();
     let before = server.evalsha_calls().await;
     server.pause().await;
     // Ten buyers, each arriving after the one before it has sent its call (the server is
