@@ -50,7 +50,11 @@ fn plain() -> Inventory {
 }
 
 async fn preloaded(server: &RedisServer) -> MultiplexedConnection {
-    let mut conn = server.conn().await;
+    preload(server.conn().await).await
+}
+
+/// `conn`, with redkit's scripts loaded on its server.
+async fn preload(mut conn: MultiplexedConnection) -> MultiplexedConnection {
     redkit::ScriptManager::new()
         .preload(&mut conn)
         .await
@@ -64,7 +68,15 @@ async fn hot_mug(
     inventory: Inventory,
     stock: u64,
 ) -> (Store, MultiplexedConnection) {
-    let conn = preloaded(server).await;
+    mug_on(preloaded(server).await, inventory, stock).await
+}
+
+/// [`hot_mug`] over `conn` (already preloaded).
+async fn mug_on(
+    conn: MultiplexedConnection,
+    inventory: Inventory,
+    stock: u64,
+) -> (Store, MultiplexedConnection) {
     let store = inventory.store("w1").unwrap();
     store.set(&mut conn.clone(), "mug", stock).await.unwrap();
     (store, conn)
@@ -554,13 +566,8 @@ async fn the_default_keeps_eight_calls_of_one_sku_in_flight() {
     let mut server = RedisServer::spawn().await;
     // The first call waits for the whole test (1 s): longer than redis-rs's default
     // response timeout.
-    let conn = server.patient_conn().await;
-    redkit::ScriptManager::new()
-        .preload(&mut conn.clone())
-        .await
-        .unwrap();
-    let store = hot_default().store("w1").unwrap();
-    store.set(&mut conn.clone(), "mug", 10).await.unwrap();
+    let patient = preload(server.patient_conn().await).await;
+    let (store, conn) = mug_on(patient, hot_default(), 10).await;
     let before = server.evalsha_calls().await;
     server.pause().await;
     // Ten buyers, each arriving after the one before it has sent its call (the server is
