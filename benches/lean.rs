@@ -178,6 +178,18 @@ fn server_cpu_ns(pid: u32) -> Option<u64> {
     text.split_whitespace().next()?.parse().ok()
 }
 
+/// The server's `total_reads_processed` (INFO stats).
+async fn server_reads(mut conn: MultiplexedConnection) -> Option<u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(&mut conn)
+        .await
+        .ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_reads_processed:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 async fn server_pid(conn: &mut MultiplexedConnection) -> Option<u32> {
     let info: String = redis::cmd("INFO")
         .arg("server")
@@ -208,6 +220,8 @@ struct Measured {
     cpu_ns: Option<u64>,
     /// This process's CPU time over the run (every thread: the runtime and redis-rs).
     client_ns: Option<u64>,
+    /// The server's `total_reads_processed` over the run (its reads of client sockets).
+    reads: Option<u64>,
 }
 
 impl Measured {
@@ -216,6 +230,10 @@ impl Measured {
     }
     fn cpu_us_per_op(&self) -> Option<f64> {
         self.us_per_op(self.cpu_ns)
+    }
+    /// Operations per server read: how many calls reach the server in one batch.
+    fn ops_per_read(&self) -> Option<f64> {
+        self.reads.map(|r| self.ops as f64 / r.max(1) as f64)
     }
     fn client_us_per_op(&self) -> Option<f64> {
         self.us_per_op(self.client_ns)
@@ -262,6 +280,7 @@ where
 {
     let op = Arc::new(op);
     let ops = Arc::new(AtomicU64::new(0));
+    let reads_before = server_reads(conn.clone()).await;
     let cpu_before = pid.and_then(server_cpu_ns);
     let client_before = client_cpu_ns();
     let started = Instant::now();
@@ -284,7 +303,11 @@ where
     let elapsed = started.elapsed().as_secs_f64();
     let cpu_after = pid.and_then(server_cpu_ns);
     let client_after = client_cpu_ns();
+    let reads_after = server_reads(conn).await;
     Measured {
+        reads: reads_before
+            .zip(reads_after)
+            .map(|(b, a)| a.saturating_sub(b)),
         ops: ops.load(Ordering::Relaxed),
         secs: elapsed,
         cpu_ns: cpu_before.zip(cpu_after).map(|(b, a)| a.saturating_sub(b)),
@@ -313,8 +336,12 @@ fn row(name: &str, redkit: &Measured, seed: &Measured) {
         "n/a (no /proc schedstat)",
     );
     let client = versus(redkit.client_us_per_op(), seed.client_us_per_op(), "n/a");
+    let batch = match (redkit.ops_per_read(), seed.ops_per_read()) {
+        (Some(r), Some(s)) => format!("{r:.1} vs {s:.1}"),
+        _ => "n/a".to_owned(),
+    };
     println!(
-        "| {name} | {:.0}k | {:.0}k | {:.2}x | {cpu} | {client} |",
+        "| {name} | {:.0}k | {:.0}k | {:.2}x | {cpu} | {client} | {batch} |",
         redkit.ops_per_sec() / 1000.0,
         seed.ops_per_sec() / 1000.0,
         redkit.ops_per_sec() / seed.ops_per_sec(),
@@ -455,8 +482,8 @@ async fn bench(secs: f64) {
         backends(&server, conn, pid, secs).await;
         return;
     }
-    println!("| operation | redkit ops/s | seed-style ops/s | throughput | server CPU per op | client CPU per op |");
-    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    println!("| operation | redkit ops/s | seed-style ops/s | throughput | server CPU per op | client CPU per op | calls per server read |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
 
     // (a) fixed-window check over 10k IPs.
     let ips = client_ips(0x0a00_0000);
@@ -569,22 +596,9 @@ async fn fixed_case(
         &redkit_aligned,
         &seed,
     );
-    // Before, in the same run: the previous script version through the same manager.
-    let manager = ScriptManager::new();
-    let v4 = Registry::global().require("fixed_window", 4).unwrap();
-    let (l, k, m) = (limiter.clone(), ips.clone(), manager.clone());
-    let before = run(conn.clone(), pid, secs, move |mut c, t, i| {
-        let (l, k, m) = (l.clone(), k.clone(), m.clone());
-        async move {
-            let key = l.redis_key(&k[((t * 7919 + i * 64) as usize) % IPS]);
-            let mut call = Call::new(v4);
-            call.key(&key).arg(LIMIT).arg(WINDOW_MS).arg(1);
-            let (_, _, allowed): (i64, i64, i64) = m.invoke(&mut c, &call).await.unwrap();
-            assert_eq!(allowed, 1);
-        }
-    })
-    .await;
-    row("fixed-window check, 10k IPs (v4, before)", &before, &seed);
+    // Before, in the same run: the previous script version through a script manager.
+    let before = run_op(conn, pid, secs, &ops::window_version_op(&limiter, ips, 6)).await;
+    row("fixed-window check, 10k IPs (v6, before)", &before, &seed);
 }
 
 async fn gcra_case(

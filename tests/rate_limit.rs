@@ -258,6 +258,77 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         assert_eq!(v.as_deref(), stored, "v6 wrote nothing");
         let _: () = server.cmd(&["DEL", key]).await;
     }
+    // v7 converts the window only where it uses it: a bad limit or cost is refused on every
+    // path; a bad window where a window starts or a counter lacks a TTL (nothing written),
+    // while a call in a running window does not read it.
+    let v7 = Registry::global().require("fixed_window", 7).unwrap();
+    let bad_limit_or_cost = [
+        ("0", "1000", "1"),
+        ("x", "1000", "1"),
+        ("-5", "1000", "1"),
+        ("5.5", "1000", "1"),
+        ("9007199254740993", "1000", "1"),
+        ("5", "1000", "0"),
+        ("5", "1000", "-1"),
+        ("5", "1000", "+1"),
+        ("5", "1000", "1.0"),
+        ("5", "1000", "1.5"),
+        ("5", "1000", " 1"),
+        ("5", "1000", "1e0"),
+        ("5", "1000", "0x1"),
+        ("5", "1000", "9007199254740993"),
+    ];
+    let bad_window = [
+        ("5", "0", "1"),
+        ("5", "x", "1"),
+        ("5", "1.5", "1"),
+        ("5", "-1000", "1"),
+        ("5", "9007199254740993", "1"),
+    ];
+    // (stored count, its PX)
+    for (stored, px) in [(None, None), (Some("3"), None), (Some("3"), Some("60000"))] {
+        let key = "rk:rl:raw7:{k:x}";
+        let set = |v: &'static str| match px {
+            Some(px) => vec!["SET", key, v, "PX", px],
+            None => vec!["SET", key, v],
+        };
+        if let Some(v) = stored {
+            let _: () = server.cmd(&set(v)).await;
+        }
+        let label = format!("v7 {stored:?} PX {px:?}");
+        assert_refused(&manager, &mut conn, v7, key, &bad_limit_or_cost, &label).await;
+        if px.is_none() {
+            assert_refused(&manager, &mut conn, v7, key, &bad_window, &label).await;
+        }
+        let v: Option<String> = server.cmd(&["GET", key]).await;
+        assert_eq!(v.as_deref(), stored, "{label}: wrote nothing");
+        let ttl = pttl(&server, key).await;
+        match (stored, px) {
+            (None, _) => assert_eq!(ttl, -2, "{label}: no counter made"),
+            (Some(_), None) => assert_eq!(ttl, -1, "{label}: no TTL given"),
+            (Some(_), Some(_)) => assert!(ttl > 0, "{label}: {ttl}"),
+        }
+        if px.is_some() {
+            // A running window: the window argument is not read, the call counts.
+            for (i, (limit, window, cost)) in bad_window.iter().enumerate() {
+                let mut call = Call::new(v7);
+                call.key(key).arg(*limit).arg(*window).arg(*cost);
+                let reply: redis::Value = manager.invoke(&mut conn, &call).await.unwrap();
+                let (count, ttl, allowed) = window_reply(&reply, 5);
+                let expected = 4 + i as i64;
+                assert_eq!(
+                    (count, allowed),
+                    if expected <= 5 { (expected, 1) } else { (5, 0) },
+                    "{label} {window}"
+                );
+                assert!((1..=60_000).contains(&ttl), "{label} {window}: {ttl}");
+            }
+            let v: String = server.cmd(&["GET", key]).await;
+            assert_eq!(v, "5", "{label}: counted up to the limit, no further");
+        }
+        let _: () = server.cmd(&["DEL", key]).await;
+    }
+
     // ... and reads a limit or window Lua reads as an integer as that integer.
     for (limit, window) in [
         ("05", "1000"),
@@ -752,6 +823,7 @@ async fn v5_packs_the_v4_reply_into_one_integer_when_it_fits() {
     let v4 = Registry::global().require("fixed_window", 4).unwrap();
     let v5 = Registry::global().require("fixed_window", 5).unwrap();
     let v6 = Registry::global().require("fixed_window", 6).unwrap();
+    let v7 = Registry::global().require("fixed_window", 7).unwrap();
     let big = "100000000000000"; // 10^14 ms: 10^14 * 2^32 does not fit 2^53
                                  // (stored, its PX, limit, window, cost, v5 answers one integer)
     let cases = [
@@ -776,7 +848,7 @@ async fn v5_packs_the_v4_reply_into_one_integer_when_it_fits() {
     ];
     for (i, (stored, px, limit, window, cost, packed)) in cases.into_iter().enumerate() {
         let mut replies = Vec::new();
-        for script in [v4, v5, v6] {
+        for script in [v4, v5, v6, v7] {
             let key = format!("pack:{{{i}}}:{}", script.version());
             if let Some(v) = stored {
                 let _: () = match px {
@@ -792,7 +864,7 @@ async fn v5_packs_the_v4_reply_into_one_integer_when_it_fits() {
         let case = format!("case {i}: {stored:?} {px:?} limit {limit} cost {cost}");
         let l: i64 = limit.parse().unwrap();
         let a = window_reply(&replies[0], l);
-        // v5 and v6 answer alike.
+        // v5, v6 and v7 answer alike.
         for reply in &replies[1..] {
             assert_eq!(
                 matches!(reply, redis::Value::Int(_)),

@@ -64,6 +64,29 @@ pub(crate) fn limiter_ops(limiter: &Arc<FixedWindow>, ips: &Arc<Vec<LimitKey>>) 
     (redkit, seed)
 }
 
+/// One version of the default window's script, `fixed_window.v<version>`, called through a
+/// script manager with the limiter's own keys and arguments (the script's share of a check,
+/// for a row of one version against another).
+pub(crate) fn window_version_op(
+    limiter: &Arc<FixedWindow>,
+    ips: &Arc<Vec<LimitKey>>,
+    version: u32,
+) -> Op {
+    let script = Registry::global().require("fixed_window", version).unwrap();
+    let (l, k, m) = (limiter.clone(), ips.clone(), ScriptManager::new());
+    op(move |mut c, t, i| {
+        let (l, k, m) = (l.clone(), k.clone(), m.clone());
+        async move {
+            let key = l.redis_key(&k[((t * 7919 + i * 64) as usize) % IPS]);
+            let mut call = Call::new(script);
+            call.key(&key).arg(LIMIT).arg(WINDOW_MS).arg(1);
+            // Allowed: the packed reply (v5 and later), a non-negative integer.
+            let packed: i64 = m.invoke(&mut c, &call).await.unwrap();
+            assert!(packed >= 0, "{packed}");
+        }
+    })
+}
+
 /// `Store::decrement` of SKU `hot` by 1, with a request id (unique per slice, task and call)
 /// when `with_id`.
 pub(crate) fn decrement_op(store: &Arc<redkit::inventory::Store>, with_id: bool) -> Op {

@@ -13,7 +13,9 @@
 //! noise is faster than a second). Twins pinned to one server CPU (`REDKIT_LEAN_PIN=0/1`) run
 //! both sides in the same instant on the same core: pairs spread about +-3 %.
 
-use super::ops::{decrement_op, limiter_ops, lock_ops, run_op, seed_stock_ops, Op};
+use super::ops::{
+    decrement_op, limiter_ops, lock_ops, run_op, seed_stock_ops, window_version_op, Op,
+};
 use super::*;
 
 /// The ratios of one pair (redkit / seed).
@@ -155,6 +157,13 @@ pub(crate) fn comparisons(ips: &Arc<Vec<LimitKey>>) -> Vec<Comparison> {
             &seed_limiter,
             false,
         ),
+        // Before and after, the same calls: this row's "seed" is the previous version.
+        Comparison {
+            name: "fixed-window script alone: v7 / v6 (before), not the seed",
+            redkit: window_version_op(&default, ips, 7),
+            seed: window_version_op(&default, ips, 6),
+            stocked: false,
+        },
         row(
             "fixed-window check, 10k IPs, aligned_to_clock()",
             limiter_ops(&aligned, ips).0,

@@ -72,6 +72,7 @@ fn child_result(child: std::process::Child) -> Measured {
         secs: field("secs").parse().unwrap(),
         cpu_ns: field("server_ns").parse().ok(),
         client_ns: field("client_ns").parse().ok(),
+        reads: None,
     }
 }
 

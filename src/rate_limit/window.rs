@@ -17,7 +17,7 @@ use crate::script::{script_error, Call, CallOutcome, Registry, Script, ScriptMan
 
 /// A fixed-window rate limiter shared by every instance of a service.
 ///
-/// Each check is one `EVALSHA` of `lua/fixed_window.v6.lua`, which atomically reads the
+/// Each check is one `EVALSHA` of `lua/fixed_window.v7.lua`, which atomically reads the
 /// counter's TTL, adds the cost if it fits under the limit (`INCRBY`, undone when it does
 /// not), gives a new counter (or one found without a TTL) its expiry, and answers the count
 /// and the remaining milliseconds (PTTL).
@@ -64,7 +64,7 @@ pub struct FixedWindow {
     limit: u32,
     window: Duration,
     window_ms: u64,
-    /// `fixed_window.v6` (windows from the first hit) or, aligned to the clock,
+    /// `fixed_window.v7` (windows from the first hit) or, aligned to the clock,
     /// `fixed_window_aligned.v1`.
     script: &'static Script,
     /// `fixed_window_aligned.v1`, resolved up front.
@@ -109,7 +109,7 @@ impl FixedWindow {
         }
         let window_ms =
             u64::try_from(window.as_millis()).map_err(|_| Error::invalid("window", "too long"))?;
-        let script = Registry::global().require("fixed_window", 6)?;
+        let script = Registry::global().require("fixed_window", 7)?;
         Ok(Self {
             base: format!("{}:{name}", Self::KEY_PREFIX),
             name: name.to_owned(),
@@ -499,7 +499,7 @@ impl FixedWindow {
 
     /// The script's reply -> [`Decision`], without trusting its shape: aligned to the clock,
     /// see [`Slot::decode`]; otherwise `{count, pttl_ms, allowed}` (or the same packed into
-    /// one integer, v5 and v6).
+    /// one integer, v5 to v7).
     fn decode(&self, reply: Value, cost: u32, slot: Option<&Slot>) -> Result<Decision> {
         if let Some(slot) = slot {
             return slot.decode(self.script, reply, self.limit, cost);
@@ -536,7 +536,7 @@ impl FixedWindow {
         })
     }
 
-    /// The packed reply of `fixed_window.v5` and `v6`: with `b = limit + 1`,
+    /// The packed reply of `fixed_window.v5` to `v7`: with `b = limit + 1`,
     /// `pttl * b + count` when allowed, `-(pttl * b + count) - 1` when not (`count <= limit`).
     /// `(count, pttl, allowed)`.
     fn unpack(&self, packed: i64) -> Option<(i64, i64, i64)> {
