@@ -30,7 +30,8 @@
 //! - the goal rows paired (`paired`, benches/lean/paired.rs): the limiters, the decrement
 //!   and the default lock beside their seed scripts in alternating 1 s slices
 //!   (`REDKIT_LEAN_SLICE`), 9 pairs (`REDKIT_LEAN_PAIRS`), the median of the per-pair ratios
-//!   and their range. Case `twin` runs the same rows on twin redis-servers AT ONCE, redkit
+//!   and their range; one more row runs the default window's script, v7 against v6 (before),
+//!   with the same calls through a script manager. Case `twin` runs the same rows on twin redis-servers AT ONCE, redkit
 //!   on one and the seed on the other, swapping servers pair by pair; with
 //!   `REDKIT_LEAN_PIN` both servers share the server CPUs, so the host's drift hits both
 //!   sides in the same second: the figure that moves least (per-pair spread about +-3 %
@@ -46,8 +47,9 @@
 //!
 //! Each case runs 64 tasks on one multiplexed connection for a few seconds and reports ops/s,
 //! the ratio to the seed script, and the server's CPU per operation (`INFO server`
-//! `process_id`, `/proc/<pid>/schedstat` first field, delta / ops) and the bench process's
-//! own CPU per operation (every thread's `/proc/self/task/*/schedstat`). Then the
+//! `process_id`, `/proc/<pid>/schedstat` first field, delta / ops), the bench process's
+//! own CPU per operation (every thread's `/proc/self/task/*/schedstat`) and the calls per
+//! server read (`INFO stats` `total_reads_processed`: how many calls reach Redis in one batch). Then the
 //! `redis-benchmark -c 8 -P 16` EVALSHA ceiling of every shipped version of redkit's script
 //! (v2 and later) and of the seed script. Not a timed test: it prints, it does not assert
 //! speed.
