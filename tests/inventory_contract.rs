@@ -1521,12 +1521,12 @@ async fn v8_with_a_request_id_a_refused_record_puts_the_take_back() {
     }
     // A retention the record's SET will not parse, straight through the script: a typed
     // input error, nothing net written.
-    // v8 and v9 (kept for rolling upgrades) and v10 (shipped) alike.
+    // v8 to v10 (kept for rolling upgrades) and v11 (shipped) alike.
     let sku = s.sku_key("c").unwrap();
     let holds = s.reservation_key("c").unwrap();
     let expiry = s.reservation_expiry_key("c").unwrap();
     let record = s.request_key("v8").unwrap();
-    let scripts = [8, 9, 10].map(|v| Registry::global().require("inventory_apply", v).unwrap());
+    let scripts = [8, 9, 10, 11].map(|v| Registry::global().require("inventory_apply", v).unwrap());
     for (script, retention) in scripts
         .into_iter()
         .flat_map(|script| ["1e3", "0x10", " 5", "5.0"].map(|r| (script, r)))

@@ -509,7 +509,7 @@ impl InventoryBuilder {
                 manager: self.manager.unwrap_or_default(),
                 set: registry.require("inventory_set", 2)?,
                 get: registry.require("inventory_get", 4)?,
-                apply: registry.require("inventory_apply", 10)?,
+                apply: registry.require("inventory_apply", 11)?,
                 reserve: registry.require("inventory_reserve", 4)?,
                 migrate: registry.require("inventory_migrate", 1)?,
                 group: registry.require("inventory_group", 5)?,
