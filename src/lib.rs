@@ -5,6 +5,7 @@
 
 pub mod connect;
 mod error;
+mod group_commit;
 pub mod inventory;
 pub mod keys;
 pub mod lock;

@@ -1,300 +1,33 @@
 //! Group commit of hot SKUs: the concurrent decrements of one SKU through one [`Inventory`]
 //! (see [`InventoryBuilder::group_commit`](super::InventoryBuilder::group_commit)) are queued
-//! per SKU key; the first caller leads and goes straight through alone (the ordinary
-//! single-SKU call, no timer); callers arriving while `max_in_flight` calls of that SKU are in
-//! flight wait in the queue. When a call returns, the next (up to `max_batch`) waiters are
-//! handed to the first of them, which sends ONE `inventory_group` call settling all of them in
-//! arrival order and hands each waiter its own outcome. A caller that takes a free slot while
-//! another call is in flight gathers: it yields once, callers arriving meanwhile queue behind
-//! it, and it takes them into its call. A `std::sync::Mutex` guards the queues; it is never
-//! held across an `.await`.
-
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
-
-use tokio::sync::oneshot;
+//! per SKU key and settled by one `inventory_group` call (the queues: [`crate::group_commit`]).
+//!
+//! [`Inventory`]: super::Inventory
 
 use super::outcome::Decrement;
-use crate::error::{Error, Result};
+use crate::group_commit::{self, Grouped};
 
 /// One queued decrement.
 #[derive(Debug)]
-pub(super) struct Member {
+pub(super) struct Take {
     pub(super) quantity: u64,
     /// The request record key and fingerprint, when the caller gave a request id.
     pub(super) record: Option<(String, String)>,
-    /// Where the outcome goes; `None` for the member that leads.
-    tx: Option<oneshot::Sender<Turn>>,
 }
 
-impl Member {
-    pub(super) fn new(quantity: u64, record: Option<(String, String)>) -> Self {
-        Self {
-            quantity,
-            record,
-            tx: None,
-        }
-    }
-}
-
-/// What a waiting caller receives.
+/// Decrements grouped per SKU key.
 #[derive(Debug)]
-pub(super) enum Turn {
-    /// Its outcome, settled by a leader.
-    Done(Result<Decrement>),
-    /// It leads the next batch.
-    Lead(Lead),
+pub(super) enum Decrements {}
+
+impl Grouped for Decrements {
+    type Key = String;
+    type Payload = Take;
+    type Outcome = Decrement;
+    const WHAT: &'static str = "decrement";
 }
 
-/// The per-SKU queues of one inventory. A key present in the map has a call in flight.
-#[derive(Debug)]
-pub(super) struct Groups {
-    max_batch: usize,
-    max_in_flight: usize,
-    queues: Mutex<HashMap<String, Queue>>,
-}
-
-/// One SKU's calls in flight and the callers waiting for a turn. Callers wait while
-/// `in_flight == max_in_flight`, or while a leader gathers its batch.
-#[derive(Debug, Default)]
-struct Queue {
-    in_flight: usize,
-    /// A leader holds a slot and has not taken its batch yet: newcomers queue behind it.
-    gathering: bool,
-    waiting: VecDeque<Member>,
-}
-
-impl Queue {
-    /// Forgets the callers that gave up while queued: their decrement is never sent.
-    fn drop_gone(&mut self) {
-        self.waiting
-            .retain(|m| m.tx.as_ref().is_some_and(|tx| !tx.is_closed()));
-    }
-}
-
-/// What [`Groups::join`] tells a caller.
-pub(super) enum Joined {
-    /// Send the call for these members (the caller is the first).
-    Lead(Lead),
-    /// Wait for the leader.
-    Wait(Waiting),
-}
-
-/// A caller waiting in a queue.
-pub(super) struct Waiting(oneshot::Receiver<Turn>);
-
-impl Waiting {
-    /// Waits for its outcome, or to be made the leader of the next batch.
-    pub(super) async fn wait(self) -> Turn {
-        self.0
-            .await
-            .unwrap_or_else(|_| Turn::Done(Err(interrupted())))
-    }
-}
-
-/// The batch one caller sends. Dropped (the leader's future cancelled, or a handed-over batch
-/// never polled), every member not yet answered gets [`Error::Interrupted`] and the next
-/// batch of the queue is handed on, so no waiter waits forever.
-#[derive(Debug)]
-pub(super) struct Lead {
-    groups: Arc<Groups>,
-    key: String,
-    members: Vec<Member>,
-    armed: bool,
-    /// Leads a batch that is still open: the callers queueing behind it join it when it
-    /// [gathers](Self::gather).
-    gathering: bool,
-}
-
-impl Lead {
-    /// The members, the leader first, in arrival order.
-    pub(super) fn members(&self) -> &[Member] {
-        &self.members
-    }
-
-    /// For a leader that took a free slot while another call of its SKU was in flight:
-    /// yields to the runtime once, so the callers woken with it (by that call's settlement)
-    /// queue behind it, then takes them (up to the batch size, in arrival order, skipping
-    /// those that gave up) as members. Any other leader returns at once.
-    pub(super) async fn gather(&mut self) {
-        if !self.gathering {
-            return;
-        }
-        tokio::task::yield_now().await;
-        self.gathering = false;
-        let mut queues = self.groups.queues();
-        let Some(queue) = queues.get_mut(&self.key) else {
-            return;
-        };
-        queue.gathering = false;
-        queue.drop_gone();
-        let room = self.groups.max_batch.saturating_sub(self.members.len());
-        let take = queue.waiting.len().min(room);
-        self.members.extend(queue.waiting.drain(..take));
-    }
-
-    /// Answers the members with `outcomes` (one per member, in order) and returns the
-    /// leader's own; then hands the queue on (on drop).
-    pub(super) fn settle(mut self, outcomes: Vec<Result<Decrement>>) -> Result<Decrement> {
-        let mut own = Err(Error::unexpected(
-            "inventory_group",
-            "no outcome for the leader",
-        ));
-        for (i, (member, outcome)) in self.members.drain(..).zip(outcomes).enumerate() {
-            match member.tx {
-                Some(tx) => {
-                    let _ = tx.send(Turn::Done(outcome));
-                }
-                None if i == 0 => own = outcome,
-                None => {}
-            }
-        }
-        own
-    }
-
-    /// Answers every member with `error` and returns it for the leader.
-    pub(super) fn fail(self, error: Error) -> Result<Decrement> {
-        let outcomes = self.members.iter().map(|_| Err(error.clone())).collect();
-        self.settle(outcomes)
-    }
-
-    fn disarm(&mut self) -> Vec<Member> {
-        self.armed = false;
-        std::mem::take(&mut self.members)
-    }
-}
-
-impl Drop for Lead {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        for member in self.members.drain(..) {
-            if let Some(tx) = member.tx {
-                let _ = tx.send(Turn::Done(Err(interrupted())));
-            }
-        }
-        self.groups.next(&self.key, self.gathering);
-    }
-}
-
-fn interrupted() -> Error {
-    Error::Interrupted {
-        detail: "the task leading a grouped decrement stopped before its outcome was known; \
-                 it may have run"
-            .to_owned(),
-    }
-}
-
-impl Groups {
-    pub(super) fn new(max_batch: usize, max_in_flight: usize) -> Self {
-        Self {
-            max_batch,
-            max_in_flight,
-            queues: Mutex::new(HashMap::new()),
-        }
-    }
-
-    pub(super) fn max_batch(&self) -> usize {
-        self.max_batch
-    }
-
-    pub(super) fn max_in_flight(&self) -> usize {
-        self.max_in_flight
-    }
-
-    fn queues(&self) -> std::sync::MutexGuard<'_, HashMap<String, Queue>> {
-        // A poisoned lock only means a panic elsewhere; the queues stay consistent.
-        self.queues.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Queues `member` behind the calls of `key` in flight (or behind a leader gathering its
-    /// batch), or makes it a leader when fewer than `max_in_flight` are: alone when none is
-    /// (no added latency), gathering when another is.
-    pub(super) fn join(self: &Arc<Self>, key: &str, mut member: Member) -> Joined {
-        let mut queues = self.queues();
-        let mut gathering = false;
-        match queues.get_mut(key) {
-            Some(queue) if queue.in_flight >= self.max_in_flight || queue.gathering => {
-                let (tx, rx) = oneshot::channel();
-                member.tx = Some(tx);
-                queue.waiting.push_back(member);
-                return Joined::Wait(Waiting(rx));
-            }
-            Some(queue) => {
-                queue.in_flight += 1;
-                // Only an empty queue: everyone it gathers then arrived after it, so the batch
-                // stays in arrival order (a backlog beyond `max_batch` goes as before).
-                gathering = queue.waiting.is_empty();
-                queue.gathering = gathering;
-            }
-            None => {
-                queues.insert(
-                    key.to_owned(),
-                    Queue {
-                        in_flight: 1,
-                        ..Queue::default()
-                    },
-                );
-            }
-        }
-        Joined::Lead(Lead {
-            groups: self.clone(),
-            key: key.to_owned(),
-            members: vec![member],
-            armed: true,
-            gathering,
-        })
-    }
-
-    /// A call of `key` is over (or its leader went away, still `gathering` or not): hands the
-    /// next batch to its first live waiter, or marks the SKU idle when no call is left in
-    /// flight.
-    fn next(self: &Arc<Self>, key: &str, gathering: bool) {
-        let mut queues = self.queues();
-        let Some(queue) = queues.get_mut(key) else {
-            return;
-        };
-        queue.in_flight = queue.in_flight.saturating_sub(1);
-        if gathering {
-            queue.gathering = false;
-        }
-        loop {
-            queue.drop_gone();
-            let waiting = &mut queue.waiting;
-            if waiting.is_empty() {
-                if queue.in_flight == 0 {
-                    queues.remove(key);
-                }
-                return;
-            }
-            let take = waiting.len().min(self.max_batch);
-            let mut members: Vec<Member> = waiting.drain(..take).collect();
-            let Some(tx) = members.first_mut().and_then(|m| m.tx.take()) else {
-                continue;
-            };
-            let lead = Lead {
-                groups: self.clone(),
-                key: key.to_owned(),
-                members,
-                armed: true,
-                gathering: false,
-            };
-            match tx.send(Turn::Lead(lead)) {
-                Ok(()) => {
-                    queue.in_flight += 1;
-                    return;
-                }
-                Err(turn) => {
-                    // The first waiter left just now: put the others back, in order.
-                    if let Turn::Lead(mut lead) = turn {
-                        let members = lead.disarm();
-                        for member in members.into_iter().skip(1).rev() {
-                            queue.waiting.push_front(member);
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
+pub(super) type Groups = group_commit::Groups<Decrements>;
+pub(super) type Member = group_commit::Member<Decrements>;
+pub(super) type Lead = group_commit::Lead<Decrements>;
+pub(super) type Joined = group_commit::Joined<Decrements>;
+pub(super) type Turn = group_commit::Turn<Decrements>;

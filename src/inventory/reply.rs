@@ -312,15 +312,15 @@ mod tests {
 
     #[test]
     fn settles_a_group_as_the_script_did_and_refuses_malformed_answers() {
-        use super::super::group::Member;
+        use super::super::group::{Member, Take};
         let s = script();
         let rec = |key: &str, fp: &str| Some((key.to_owned(), fp.to_owned()));
         let members = [
-            Member::new(3, rec("r1", "f1")),
-            Member::new(2, None),
-            Member::new(3, rec("r1", "f1")),
-            Member::new(9, rec("r2", "f2")),
-            Member::new(1, rec("r3", "f3")),
+            Member::new(Take { quantity: 3, record: rec("r1", "f1") }),
+            Member::new(Take { quantity: 2, record: None }),
+            Member::new(Take { quantity: 3, record: rec("r1", "f1") }),
+            Member::new(Take { quantity: 9, record: rec("r2", "f2") }),
+            Member::new(Take { quantity: 1, record: rec("r3", "f3") }),
         ];
         let answer = |found: Vec<Value>| {
             let mut items = vec![Value::BulkString(b"group".to_vec()), Value::Int(6)];

@@ -6,7 +6,7 @@ use redis::aio::ConnectionLike;
 use std::sync::Arc;
 
 use super::config::{check_quantity, Inventory, Mode};
-use super::group::{Groups, Joined, Lead, Member, Turn};
+use super::group::{Groups, Joined, Lead, Member, Take, Turn};
 use super::order::OrderLine;
 use super::outcome::{Decrement, Original, Restock};
 use super::reply::{self, Reply};
@@ -279,7 +279,7 @@ impl Store {
             }
             None => None,
         };
-        let lead = match groups.join(&key, Member::new(quantity, record)) {
+        let lead = match groups.join(&key, Member::new(Take { quantity, record })) {
             Joined::Lead(lead) => lead,
             Joined::Wait(waiting) => match waiting.wait().await {
                 Turn::Done(outcome) => return outcome,

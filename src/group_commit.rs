@@ -1,0 +1,315 @@
+//! Group commit: concurrent calls that can share one script call are queued per key (an
+//! inventory's SKU, a limiter's queue); the first caller leads and goes straight through
+//! alone (the ordinary single call, no timer); callers arriving while `max_in_flight` calls of
+//! that key are in flight wait in the queue. When a call returns, the next (up to
+//! `max_batch`) waiters are handed to the first of them, which sends ONE call settling all of
+//! them in arrival order and hands each waiter its own outcome. A caller that takes a free
+//! slot while another call is in flight gathers: it yields once, callers arriving meanwhile
+//! queue behind it, and it takes them into its call. A `std::sync::Mutex` guards the queues;
+//! it is never held across an `.await`. Used by
+//! [`InventoryBuilder::group_commit`](crate::inventory::InventoryBuilder::group_commit) and
+//! [`FixedWindow::with_group_commit`](crate::rate_limit::FixedWindow::with_group_commit).
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+
+use crate::error::{Error, Result};
+
+/// What one kind of grouped call queues and answers.
+pub(crate) trait Grouped: Sized + 'static {
+    /// What the queues are keyed by (the calls of one key can share a script call).
+    type Key: Clone + Eq + Hash + Debug;
+    /// One caller's request.
+    type Payload: Debug;
+    /// One caller's outcome.
+    type Outcome: Debug;
+    /// What a call is, for error messages ("decrement").
+    const WHAT: &'static str;
+}
+
+/// One queued call; derefs to its payload.
+#[derive(Debug)]
+pub(crate) struct Member<G: Grouped> {
+    payload: G::Payload,
+    /// Where the outcome goes; `None` for the member that leads.
+    tx: Option<oneshot::Sender<Turn<G>>>,
+}
+
+impl<G: Grouped> Member<G> {
+    pub(crate) fn new(payload: G::Payload) -> Self {
+        Self { payload, tx: None }
+    }
+}
+
+impl<G: Grouped> Deref for Member<G> {
+    type Target = G::Payload;
+    fn deref(&self) -> &G::Payload {
+        &self.payload
+    }
+}
+
+/// What a waiting caller receives.
+#[derive(Debug)]
+pub(crate) enum Turn<G: Grouped> {
+    /// Its outcome, settled by a leader.
+    Done(Result<G::Outcome>),
+    /// It leads the next batch.
+    Lead(Lead<G>),
+}
+
+/// The queues of one inventory or limiter. A key present in the map has a call in flight.
+#[derive(Debug)]
+pub(crate) struct Groups<G: Grouped> {
+    max_batch: usize,
+    max_in_flight: usize,
+    queues: Mutex<HashMap<G::Key, Queue<G>>>,
+}
+
+/// One key's calls in flight and the callers waiting for a turn. Callers wait while
+/// `in_flight == max_in_flight`, or while a leader gathers its batch.
+#[derive(Debug)]
+struct Queue<G: Grouped> {
+    in_flight: usize,
+    /// A leader holds a slot and has not taken its batch yet: newcomers queue behind it.
+    gathering: bool,
+    waiting: VecDeque<Member<G>>,
+}
+
+impl<G: Grouped> Queue<G> {
+    /// Forgets the callers that gave up while queued: their decrement is never sent.
+    fn drop_gone(&mut self) {
+        self.waiting
+            .retain(|m| m.tx.as_ref().is_some_and(|tx| !tx.is_closed()));
+    }
+}
+
+/// What [`Groups::join`] tells a caller.
+pub(crate) enum Joined<G: Grouped> {
+    /// Send the call for these members (the caller is the first).
+    Lead(Lead<G>),
+    /// Wait for the leader.
+    Wait(Waiting<G>),
+}
+
+/// A caller waiting in a queue.
+pub(crate) struct Waiting<G: Grouped>(oneshot::Receiver<Turn<G>>);
+
+impl<G: Grouped> Waiting<G> {
+    /// Waits for its outcome, or to be made the leader of the next batch.
+    pub(crate) async fn wait(self) -> Turn<G> {
+        self.0
+            .await
+            .unwrap_or_else(|_| Turn::Done(Err(interrupted::<G>())))
+    }
+}
+
+/// The batch one caller sends. Dropped (the leader's future cancelled, or a handed-over batch
+/// never polled), every member not yet answered gets [`Error::Interrupted`] and the next
+/// batch of the queue is handed on, so no waiter waits forever.
+#[derive(Debug)]
+pub(crate) struct Lead<G: Grouped> {
+    groups: Arc<Groups<G>>,
+    key: G::Key,
+    members: Vec<Member<G>>,
+    armed: bool,
+    /// Leads a batch that is still open: the callers queueing behind it join it when it
+    /// [gathers](Self::gather).
+    gathering: bool,
+}
+
+impl<G: Grouped> Lead<G> {
+    /// The members, the leader first, in arrival order.
+    pub(crate) fn members(&self) -> &[Member<G>] {
+        &self.members
+    }
+
+    /// For a leader that took a free slot while another call of its key was in flight:
+    /// yields to the runtime once, so the callers woken with it (by that call's settlement)
+    /// queue behind it, then takes them (up to the batch size, in arrival order, skipping
+    /// those that gave up) as members. Any other leader returns at once.
+    pub(crate) async fn gather(&mut self) {
+        if !self.gathering {
+            return;
+        }
+        tokio::task::yield_now().await;
+        self.gathering = false;
+        let mut queues = self.groups.queues();
+        let Some(queue) = queues.get_mut(&self.key) else {
+            return;
+        };
+        queue.gathering = false;
+        queue.drop_gone();
+        let room = self.groups.max_batch.saturating_sub(self.members.len());
+        let take = queue.waiting.len().min(room);
+        self.members.extend(queue.waiting.drain(..take));
+    }
+
+    /// Answers the members with `outcomes` (one per member, in order) and returns the
+    /// leader's own; then hands the queue on (on drop).
+    pub(crate) fn settle(mut self, outcomes: Vec<Result<G::Outcome>>) -> Result<G::Outcome> {
+        let mut own = Err(Error::unexpected(G::WHAT, "no outcome for the leader"));
+        for (i, (member, outcome)) in self.members.drain(..).zip(outcomes).enumerate() {
+            match member.tx {
+                Some(tx) => {
+                    let _ = tx.send(Turn::Done(outcome));
+                }
+                None if i == 0 => own = outcome,
+                None => {}
+            }
+        }
+        own
+    }
+
+    /// Answers every member with `error` and returns it for the leader.
+    pub(crate) fn fail(self, error: Error) -> Result<G::Outcome> {
+        let outcomes = self.members.iter().map(|_| Err(error.clone())).collect();
+        self.settle(outcomes)
+    }
+
+    fn disarm(&mut self) -> Vec<Member<G>> {
+        self.armed = false;
+        std::mem::take(&mut self.members)
+    }
+}
+
+impl<G: Grouped> Drop for Lead<G> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        for member in self.members.drain(..) {
+            if let Some(tx) = member.tx {
+                let _ = tx.send(Turn::Done(Err(interrupted::<G>())));
+            }
+        }
+        self.groups.next(&self.key, self.gathering);
+    }
+}
+
+fn interrupted<G: Grouped>() -> Error {
+    Error::Interrupted {
+        detail: format!(
+            "the task leading a grouped {} stopped before its outcome was known; it may have run",
+            G::WHAT
+        ),
+    }
+}
+
+impl<G: Grouped> Groups<G> {
+    pub(crate) fn new(max_batch: usize, max_in_flight: usize) -> Self {
+        Self {
+            max_batch,
+            max_in_flight,
+            queues: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
+    pub(crate) fn max_in_flight(&self) -> usize {
+        self.max_in_flight
+    }
+
+    fn queues(&self) -> std::sync::MutexGuard<'_, HashMap<G::Key, Queue<G>>> {
+        // A poisoned lock only means a panic elsewhere; the queues stay consistent.
+        self.queues.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `member` behind the calls of `key` in flight (or behind a leader gathering its
+    /// batch), or makes it a leader when fewer than `max_in_flight` are: alone when none is
+    /// (no added latency), gathering when another is.
+    pub(crate) fn join(self: &Arc<Self>, key: &G::Key, mut member: Member<G>) -> Joined<G> {
+        let mut queues = self.queues();
+        let mut gathering = false;
+        match queues.get_mut(key) {
+            Some(queue) if queue.in_flight >= self.max_in_flight || queue.gathering => {
+                let (tx, rx) = oneshot::channel();
+                member.tx = Some(tx);
+                queue.waiting.push_back(member);
+                return Joined::Wait(Waiting(rx));
+            }
+            Some(queue) => {
+                queue.in_flight += 1;
+                // Only an empty queue: everyone it gathers then arrived after it, so the batch
+                // stays in arrival order (a backlog beyond `max_batch` goes as before).
+                gathering = queue.waiting.is_empty();
+                queue.gathering = gathering;
+            }
+            None => {
+                queues.insert(
+                    key.clone(),
+                    Queue {
+                        in_flight: 1,
+                        gathering: false,
+                        waiting: VecDeque::new(),
+                    },
+                );
+            }
+        }
+        Joined::Lead(Lead {
+            groups: self.clone(),
+            key: key.clone(),
+            members: vec![member],
+            armed: true,
+            gathering,
+        })
+    }
+
+    /// A call of `key` is over (or its leader went away, still `gathering` or not): hands the
+    /// next batch to its first live waiter, or marks the key idle when no call is left in
+    /// flight.
+    fn next(self: &Arc<Self>, key: &G::Key, gathering: bool) {
+        let mut queues = self.queues();
+        let Some(queue) = queues.get_mut(key) else {
+            return;
+        };
+        queue.in_flight = queue.in_flight.saturating_sub(1);
+        if gathering {
+            queue.gathering = false;
+        }
+        loop {
+            queue.drop_gone();
+            let waiting = &mut queue.waiting;
+            if waiting.is_empty() {
+                if queue.in_flight == 0 {
+                    queues.remove(key);
+                }
+                return;
+            }
+            let take = waiting.len().min(self.max_batch);
+            let mut members: Vec<Member<G>> = waiting.drain(..take).collect();
+            let Some(tx) = members.first_mut().and_then(|m| m.tx.take()) else {
+                continue;
+            };
+            let lead = Lead {
+                groups: self.clone(),
+                key: key.clone(),
+                members,
+                armed: true,
+                gathering: false,
+            };
+            match tx.send(Turn::Lead(lead)) {
+                Ok(()) => {
+                    queue.in_flight += 1;
+                    return;
+                }
+                Err(turn) => {
+                    // The first waiter left just now: put the others back, in order.
+                    if let Turn::Lead(mut lead) = turn {
+                        let members = lead.disarm();
+                        for member in members.into_iter().skip(1).rev() {
+                            queue.waiting.push_front(member);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
