@@ -9,10 +9,11 @@
 --! Checked before anything is written (else an error for the whole call, nothing written):
 --! the limit, #ARGV = n + 2, every cost.
 --! Reply: an array of n elements, element i = v7's reply for KEYS[i] with cost ARGV[2+i] (the
---! packed integer, or {count, pttl_ms, allowed}), or v7's error for that key as an error
---! element (REDKIT_NOPERM, REDKIT_INPUT for a bad window where a key needs it, REDKIT_DATA,
---! WRONGTYPE): a key answered with an error has nothing written, and the other keys' checks
---! run as usual. Every write after a key's first is one the ACL and memory checks already
+--! packed integer, or {count, pttl_ms, allowed}), or v7's error for that key as a STRING
+--! element holding the error text (REDKIT_NOPERM, REDKIT_INPUT for a bad window where a key
+--! needs it, REDKIT_DATA, WRONGTYPE ...; not an error element, which clients such as
+--! redis-rs turn into an error for the whole reply): a key answered with an error has
+--! nothing written, and the other keys' checks run as usual. Every write after a key's first is one the ACL and memory checks already
 --! allowed (as in v7), so no command fails after a write and the call never stops half-way.
 local MAX = 9007199254740991
 local n = #KEYS
@@ -45,15 +46,16 @@ local function answer(c, t, allowed)
   end
   return -packed - 1
 end
--- The typed error for a refused command's pcall reply (the cost is canonical: checked above).
+-- The error text for a refused command's pcall reply (the cost is canonical: checked above).
+local bad_data = 'REDKIT_DATA window counter is not a non-negative integer'
 local function refused(r, cmd)
   if string.find(r.err, "can't run", 1, true) then
-    return redis.error_reply('REDKIT_NOPERM ' .. cmd .. ' on the window counter')
+    return 'REDKIT_NOPERM ' .. cmd .. ' on the window counter'
   end
   if string.find(r.err, 'not an integer', 1, true) then
-    return redis.error_reply('REDKIT_DATA window counter is not a non-negative integer')
+    return bad_data
   end
-  return r
+  return r.err
 end
 -- The window, read where a key uses it (as v7): nil when it is not valid.
 local window, window_arg
@@ -78,7 +80,7 @@ local function general(key, cost_arg, cost, ttl, count)
   end
   if ttl == -2 then
     if not window_ms() then
-      return redis.error_reply(bad_window)
+      return bad_window
     end
     if cost > limit then
       return answer(0, window, 0)
@@ -91,10 +93,10 @@ local function general(key, cost_arg, cost, ttl, count)
   end
   if not count then
     if not window_ms() then
-      return redis.error_reply(bad_window)
+      return bad_window
     end
     if not redis.acl_check_cmd('PEXPIRE', key, window_arg) then
-      return redis.error_reply('REDKIT_NOPERM PEXPIRE on the window counter')
+      return 'REDKIT_NOPERM PEXPIRE on the window counter'
     end
     count = redis.pcall('INCRBY', key, cost_arg)
   end
@@ -117,7 +119,7 @@ local function general(key, cost_arg, cost, ttl, count)
   end
   redis.call('INCRBY', key, '-' .. cost_arg)
   if count < cost then
-    return redis.error_reply('REDKIT_DATA window counter is not a non-negative integer')
+    return bad_data
   end
   count = count - cost
   if count > MAX then

@@ -316,11 +316,26 @@ mod tests {
         let s = script();
         let rec = |key: &str, fp: &str| Some((key.to_owned(), fp.to_owned()));
         let members = [
-            Member::new(Take { quantity: 3, record: rec("r1", "f1") }),
-            Member::new(Take { quantity: 2, record: None }),
-            Member::new(Take { quantity: 3, record: rec("r1", "f1") }),
-            Member::new(Take { quantity: 9, record: rec("r2", "f2") }),
-            Member::new(Take { quantity: 1, record: rec("r3", "f3") }),
+            Member::new(Take {
+                quantity: 3,
+                record: rec("r1", "f1"),
+            }),
+            Member::new(Take {
+                quantity: 2,
+                record: None,
+            }),
+            Member::new(Take {
+                quantity: 3,
+                record: rec("r1", "f1"),
+            }),
+            Member::new(Take {
+                quantity: 9,
+                record: rec("r2", "f2"),
+            }),
+            Member::new(Take {
+                quantity: 1,
+                record: rec("r3", "f3"),
+            }),
         ];
         let answer = |found: Vec<Value>| {
             let mut items = vec![Value::BulkString(b"group".to_vec()), Value::Int(6)];

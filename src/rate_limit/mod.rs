@@ -34,6 +34,7 @@ mod limiter;
 mod reply;
 mod sliding;
 mod window;
+mod window_group;
 
 pub use decision::{Decision, Quota};
 pub use deny_cache::{DenyCache, DenyCacheStats};

@@ -1,0 +1,174 @@
+//! Group commit of [`FixedWindow`] checks: concurrent checks through one limiter (and its
+//! clones) are settled by ONE `fixed_window_group` call, each on its own counter (the
+//! queues: [`crate::group_commit`]).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use redis::aio::ConnectionLike;
+use redis::cluster_routing::Slot;
+use redis::{ErrorKind, ServerErrorKind, Value};
+
+use super::window::FixedWindow;
+use crate::error::{Error, Result};
+use crate::group_commit::{self, Grouped, Joined, Turn};
+use crate::script::{script_error, Call, Script};
+
+/// One queued check: its counter and cost.
+#[derive(Debug)]
+pub(super) struct Check {
+    key: String,
+    cost: u32,
+}
+
+/// Checks grouped per queue: one queue for the limiter, or one per hash slot once a
+/// group's keys were refused as spanning slots (a Cluster).
+#[derive(Debug)]
+pub(super) enum Checks {}
+
+impl Grouped for Checks {
+    type Key = Option<Slot>;
+    type Payload = Check;
+    /// The check's reply (as `fixed_window.v7` answers it); errors already mapped.
+    type Outcome = Value;
+    const WHAT: &'static str = "rate-limit check";
+}
+
+type Lead = group_commit::Lead<Checks>;
+
+/// The queues of one limiter and its clones.
+#[derive(Debug)]
+pub(super) struct WindowGroups {
+    groups: Arc<group_commit::Groups<Checks>>,
+    /// Set once Redis refused a group for spanning hash slots: from then on each slot has its
+    /// own queue, so a group's keys share one slot.
+    by_slot: AtomicBool,
+}
+
+impl WindowGroups {
+    pub(super) fn new(max_batch: usize, max_in_flight: usize) -> Self {
+        Self {
+            groups: Arc::new(group_commit::Groups::new(max_batch, max_in_flight)),
+            by_slot: AtomicBool::new(false),
+        }
+    }
+
+    pub(super) fn max_batch(&self) -> usize {
+        self.groups.max_batch()
+    }
+
+    pub(super) fn max_in_flight(&self) -> usize {
+        self.groups.max_in_flight()
+    }
+
+    fn queue(&self, redis_key: &str) -> Option<Slot> {
+        self.by_slot
+            .load(Ordering::Relaxed)
+            .then(|| Slot::for_key(redis_key))
+    }
+}
+
+impl FixedWindow {
+    /// Sends the check `call` (of `cost` on `redis_key`, windows from the first hit) through
+    /// group commit: alone when no other check of its queue is in flight, else queued and
+    /// settled with others by one `fixed_window_group` call.
+    pub(super) async fn send_grouped<C: ConnectionLike>(
+        &self,
+        groups: &WindowGroups,
+        conn: &mut C,
+        call: &Call<'static>,
+        redis_key: &str,
+        cost: u32,
+    ) -> Result<Value> {
+        let check = Check {
+            key: redis_key.to_owned(),
+            cost,
+        };
+        let lead = match groups
+            .groups
+            .join(&groups.queue(redis_key), group_commit::Member::new(check))
+        {
+            Joined::Lead(lead) => lead,
+            Joined::Wait(waiting) => match waiting.wait().await {
+                Turn::Done(outcome) => return outcome,
+                Turn::Lead(lead) => lead,
+            },
+        };
+        // Boxed: only a group's leader sends, so a waiter's future stays small.
+        Box::pin(self.lead_group(groups, conn, call, lead)).await
+    }
+
+    /// Sends `lead`'s group and answers its members: alone, the leader's own `call`; else
+    /// one `fixed_window_group` call. A group refused for spanning hash slots ran nothing:
+    /// its members are sent one by one, and later groups are formed per slot.
+    async fn lead_group<C: ConnectionLike>(
+        &self,
+        groups: &WindowGroups,
+        conn: &mut C,
+        call: &Call<'static>,
+        mut lead: Lead,
+    ) -> Result<Value> {
+        lead.gather().await;
+        if let [_alone] = lead.members() {
+            let outcome = self.manager().invoke(conn, call).await;
+            return lead.settle(vec![outcome]);
+        }
+        let script = self.group_script();
+        let members = lead.members();
+        let mut group = Call::with_key_count(script, members.len());
+        for member in members {
+            group.key(&member.key);
+        }
+        group.arg(self.limit()).arg(self.window_ms());
+        for member in members {
+            group.arg(member.cost);
+        }
+        match self.manager().invoke::<Value, _>(conn, &group).await {
+            Ok(Value::Array(items)) if items.len() == members.len() => {
+                let outcomes = items
+                    .into_iter()
+                    .map(|item| element(script, item))
+                    .collect();
+                lead.settle(outcomes)
+            }
+            Ok(_) => lead.fail(Error::unexpected(
+                script.id(),
+                "expected one reply per grouped check",
+            )),
+            Err(e) if is_cross_slot(&e) => {
+                groups.by_slot.store(true, Ordering::Relaxed);
+                let mut outcomes = Vec::with_capacity(members.len());
+                for member in members {
+                    let alone = self.single_call(&member.key, member.cost);
+                    outcomes.push(self.manager().invoke(conn, &alone).await);
+                }
+                lead.settle(outcomes)
+            }
+            Err(e) => lead.fail(e),
+        }
+    }
+}
+
+/// One check's reply in a group's: an error comes as the text of the error (a string).
+fn element(script: &Script, item: Value) -> Result<Value> {
+    let Value::BulkString(text) = item else {
+        return Ok(item);
+    };
+    // The text as the error reply it stands for: `-<text>\r\n` (one line: no CR or LF).
+    if text.contains(&b'\r') || text.contains(&b'\n') {
+        return Err(Error::unexpected(script.id(), "a multi-line error text"));
+    }
+    let mut line = Vec::with_capacity(text.len() + 3);
+    line.push(b'-');
+    line.extend_from_slice(&text);
+    line.extend_from_slice(b"\r\n");
+    match redis::parse_redis_value(&line) {
+        Ok(Value::ServerError(e)) => Err(script_error(script, e.into())),
+        _ => Err(Error::unexpected(script.id(), "an unreadable error text")),
+    }
+}
+
+/// Redis refused the call because its keys span hash slots (nothing ran).
+fn is_cross_slot(e: &Error) -> bool {
+    matches!(e, Error::Redis(r) if r.kind() == ErrorKind::Server(ServerErrorKind::CrossSlot))
+}

@@ -1,0 +1,359 @@
+//! Group commit of fixed-window checks (`FixedWindow::with_group_commit`) against real Redis:
+//! `fixed_window_group.v1` answers and writes per key exactly what `fixed_window.v7` does, a
+//! group answers each check as if sent alone, a bad counter fails only its own check (nothing
+//! written), counts hold under a flood, and a Cluster run (groups spanning slots are refused
+//! by Redis before they run, then formed per slot).
+//!
+//! A group is forced as in tests/inventory_hot.rs: the server is frozen (SIGSTOP) while the
+//! first check is in flight, every check polled meanwhile queues behind it, and
+//! `INFO commandstats` shows the queue settled by ONE more `EVALSHA`.
+
+mod support;
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redis::aio::MultiplexedConnection;
+use redis::Value;
+use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
+use redkit::script::{Call, Registry};
+use redkit::{Error, ScriptManager};
+use support::{RedisCluster, RedisServer};
+
+const WINDOW: Duration = Duration::from_secs(600);
+
+/// Group commit with ONE call in flight: every check queued behind a frozen first call joins
+/// one group, in arrival order.
+fn grouped(name: &str, limit: u32) -> FixedWindow {
+    FixedWindow::new(name, limit, WINDOW)
+        .unwrap()
+        .with_group_commit(FixedWindow::DEFAULT_GROUP_BATCH, 1)
+        .unwrap()
+}
+
+fn key(k: &str) -> LimitKey {
+    LimitKey::text(k).unwrap()
+}
+
+async fn preloaded(server: &RedisServer) -> MultiplexedConnection {
+    let mut conn = server.conn().await;
+    ScriptManager::new().preload(&mut conn).await.unwrap();
+    conn
+}
+
+/// What a decision says, without its reset (which moves by the millisecond).
+fn gist(d: &Decision) -> (&'static str, u32, u32) {
+    let kind = match d {
+        Decision::Allowed(_) => "allowed",
+        Decision::Limited { .. } => "limited",
+        Decision::CostExceedsLimit { .. } => "cost exceeds limit",
+        _ => "other",
+    };
+    (kind, d.quota().limit(), d.quota().remaining())
+}
+
+/// Runs a first check alone and then `checks` while the server is frozen, so all of `checks`
+/// queue behind the first; returns every outcome (the first first) and the `EVALSHA` calls
+/// the server answered for them.
+async fn frozen_group(
+    server: &mut RedisServer,
+    limiter: &FixedWindow,
+    conn: &MultiplexedConnection,
+    checks: &[(&str, u32)],
+) -> (Vec<redkit::Result<Decision>>, u64) {
+    let before = server.evalsha_calls().await;
+    server.pause().await;
+    let calls = std::iter::once(("first", 1))
+        .chain(checks.iter().copied())
+        .map(|(k, cost)| {
+            let mut c = conn.clone();
+            async move { limiter.check_n(&mut c, &key(k), cost).await }
+        });
+    // join_all polls in order: the first call is sent, the others queue in this order.
+    let (outcomes, ()) = tokio::join!(join_all(calls), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        server.resume().await;
+    });
+    let after = server.evalsha_calls().await;
+    (outcomes, after - before)
+}
+
+/// Checks of one limiter with limit 3: counted, limited, a cost above the limit, a second
+/// cost that no longer fits, a new key.
+const CHECKS: [(&str, u32); 9] = [
+    ("a", 1),
+    ("b", 2),
+    ("a", 1),
+    ("a", 1),
+    ("a", 1), // the 4th of a: limited
+    ("c", 5), // above the limit: never fits
+    ("b", 2), // 2 + 2 > 3: limited, not counted
+    ("b", 1), // fits: 3
+    ("d", 3),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_answers_each_check_as_if_sent_alone() {
+    let mut server = RedisServer::spawn().await;
+    let conn = preloaded(&server).await;
+    let limiter = grouped("g", 3);
+    let (outcomes, calls) = frozen_group(&mut server, &limiter, &conn, &CHECKS).await;
+    assert_eq!(
+        calls, 2,
+        "the first alone, then ONE call for the nine queued"
+    );
+
+    // The reference: the same checks one call each, in the same order, on other counters.
+    let alone = FixedWindow::new("s", 3, WINDOW).unwrap();
+    let mut c = conn.clone();
+    let mut expected = Vec::new();
+    for (k, cost) in std::iter::once(("first", 1)).chain(CHECKS) {
+        let d = alone.check_n(&mut c, &key(k), cost).await.unwrap();
+        expected.push(gist(&d));
+    }
+    let got: Vec<_> = outcomes.iter().map(|o| gist(o.as_ref().unwrap())).collect();
+    assert_eq!(got, expected);
+    assert_eq!(got[5], ("limited", 3, 0));
+    assert_eq!(got[6], ("cost exceeds limit", 3, 3));
+    assert_eq!(got[7], ("limited", 3, 1));
+    assert_eq!(got[8], ("allowed", 3, 0));
+    // Every reset is the counter's remaining TTL: within the window.
+    for o in &outcomes {
+        let reset = o.as_ref().unwrap().quota().reset_after();
+        assert!(reset > WINDOW - Duration::from_secs(60) && reset <= WINDOW);
+    }
+    // The counters hold what was counted, with the window's TTL.
+    for (k, count) in [("a", "3"), ("b", "3"), ("d", "3")] {
+        let redis_key = limiter.redis_key(&key(k));
+        let stored: String = server.cmd(&["GET", &redis_key]).await;
+        assert_eq!(stored, count, "{k}");
+        let ttl: i64 = server.cmd(&["PTTL", &redis_key]).await;
+        assert!(ttl > 500_000, "{k}: {ttl}");
+    }
+    let c_key = limiter.redis_key(&key("c"));
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &c_key]).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_counter_fails_only_its_own_check() {
+    let mut server = RedisServer::spawn().await;
+    let conn = preloaded(&server).await;
+    let limiter = grouped("g", 5);
+    let corrupt = limiter.redis_key(&key("corrupt"));
+    let hash = limiter.redis_key(&key("hash"));
+    let _: () = server.cmd(&["SET", &corrupt, "05", "PX", "600000"]).await;
+    let _: () = server.cmd(&["HSET", &hash, "f", "v"]).await;
+    let checks = [
+        ("ok1", 1),
+        ("corrupt", 1),
+        ("hash", 2),
+        ("ok2", 1),
+        ("ok1", 1),
+    ];
+    let (outcomes, calls) = frozen_group(&mut server, &limiter, &conn, &checks).await;
+    assert_eq!(calls, 2);
+    assert!(matches!(outcomes[1], Ok(Decision::Allowed(_))));
+    assert!(
+        matches!(&outcomes[2], Err(Error::CorruptData { .. })),
+        "{:?}",
+        outcomes[2]
+    );
+    assert!(
+        matches!(&outcomes[3], Err(Error::WrongType { .. })),
+        "{:?}",
+        outcomes[3]
+    );
+    assert_eq!(gist(outcomes[4].as_ref().unwrap()), ("allowed", 5, 4));
+    assert_eq!(gist(outcomes[5].as_ref().unwrap()), ("allowed", 5, 3));
+    // Nothing written to the bad counters.
+    assert_eq!(server.cmd::<String>(&["GET", &corrupt]).await, "05");
+    assert_eq!(
+        server.cmd::<Vec<String>>(&["HGETALL", &hash]).await,
+        vec!["f", "v"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_hold_under_a_flood() {
+    let server = RedisServer::spawn().await;
+    let conn = preloaded(&server).await;
+    let limiter = FixedWindow::new("flood", 50, WINDOW)
+        .unwrap()
+        .with_group_commit(
+            FixedWindow::DEFAULT_GROUP_BATCH,
+            FixedWindow::DEFAULT_GROUP_IN_FLIGHT,
+        )
+        .unwrap();
+    let before = server.evalsha_calls().await;
+    let checks = (0..1200u32).map(|i| {
+        let (limiter, mut c) = (limiter.clone(), conn.clone());
+        async move {
+            let k = format!("ip{}", i % 12);
+            let d = limiter.check(&mut c, &key(&k)).await.unwrap();
+            (k, d)
+        }
+    });
+    let results = join_all(checks).await;
+    let calls = server.evalsha_calls().await - before;
+    assert!(calls < 1200, "checks were grouped: {calls} calls");
+    // Per key: exactly 50 allowed, each told a different count 1..=50; 50 limited.
+    for k in 0..12 {
+        let name = format!("ip{k}");
+        let mut counts: Vec<u32> = results
+            .iter()
+            .filter(|(key, d)| *key == name && d.is_allowed())
+            .map(|(_, d)| 50 - d.quota().remaining())
+            .collect();
+        counts.sort_unstable();
+        assert_eq!(counts, (1..=50).collect::<Vec<_>>(), "{name}");
+        let limited = results
+            .iter()
+            .filter(|(key, d)| *key == name && matches!(d, Decision::Limited { .. }))
+            .count();
+        assert_eq!(limited, 50, "{name}");
+        let stored: String = server.cmd(&["GET", &limiter.redis_key(&key(&name))]).await;
+        assert_eq!(stored, "50");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_work_on_a_cluster() {
+    let cluster = RedisCluster::spawn().await;
+    let conn = cluster.conn().await;
+    let limiter = FixedWindow::new("cl", 3, WINDOW)
+        .unwrap()
+        .with_group_commit(FixedWindow::DEFAULT_GROUP_BATCH, 1)
+        .unwrap();
+    // Two rounds: the first meets a group spanning slots (refused, then sent one by one).
+    for round in 0..2 {
+        let checks = (0..200u32).map(|i| {
+            let (limiter, mut c) = (limiter.clone(), conn.clone());
+            async move {
+                let k = format!("r{round}k{}", i % 40);
+                let d = limiter.check(&mut c, &key(&k)).await.unwrap();
+                (k, d.is_allowed())
+            }
+        });
+        let results = join_all(checks).await;
+        for k in 0..40 {
+            let name = format!("r{round}k{k}");
+            let allowed = results.iter().filter(|(n, a)| *n == name && *a).count();
+            assert_eq!(allowed, 3, "{name}");
+        }
+    }
+}
+
+/// `fixed_window_group.v1` against `fixed_window.v7`, key by key, from the same states:
+/// the same reply (count, allowed; the TTL within a second) or the same error, and the same
+/// counter afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_group_script_is_v7_per_key() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let manager = ScriptManager::new();
+    let v7 = Registry::global().require("fixed_window", 7).unwrap();
+    let group = Registry::global().require("fixed_window_group", 1).unwrap();
+    let limit = 3i64;
+    // (name, setup of the key as a redis-cli line with `K` for the key, cost)
+    let states: [(&str, &str, u32); 12] = [
+        ("missing", "", 1),
+        ("missing, cost 3", "", 3),
+        ("missing, cost above the limit", "", 4),
+        ("running", "SET K 1 PX 600000", 1),
+        ("running, cost 2", "SET K 1 PX 600000", 2),
+        ("at the limit", "SET K 3 PX 600000", 1),
+        ("above the limit", "SET K 7 PX 600000", 1),
+        ("no TTL", "SET K 1", 1),
+        ("no TTL, limited", "SET K 3", 1),
+        ("not canonical", "SET K 05 PX 600000", 1),
+        ("negative", "SET K -1 PX 600000", 1),
+        ("a hash", "HSET K f v", 1),
+    ];
+    let setup = |k: String, line: &str| {
+        let args: Vec<String> = line
+            .split_whitespace()
+            .map(|a| if a == "K" { k.clone() } else { a.to_owned() })
+            .collect();
+        args
+    };
+    let mut gcall = Call::with_key_count(group, states.len());
+    for (i, (_, line, _)) in states.iter().enumerate() {
+        let (a, b) = (format!("v7:{i}"), format!("grp:{i}"));
+        for k in [&a, &b] {
+            if !line.is_empty() {
+                let args = setup(k.clone(), line);
+                let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+                let _: Value = server.cmd(&refs).await;
+            }
+        }
+        gcall.key(b);
+    }
+    gcall.arg(limit).arg(600_000);
+    for (_, _, cost) in &states {
+        gcall.arg(*cost);
+    }
+    let Value::Array(grouped) = manager.invoke::<Value, _>(&mut conn, &gcall).await.unwrap() else {
+        panic!("not an array")
+    };
+    assert_eq!(grouped.len(), states.len());
+    for (i, ((name, _, cost), got)) in states.iter().zip(grouped).enumerate() {
+        let mut call = Call::new(v7);
+        call.key(format!("v7:{i}"))
+            .arg(limit)
+            .arg(600_000)
+            .arg(*cost);
+        let alone = manager.invoke::<Value, _>(&mut conn, &call).await;
+        match (alone, got) {
+            (Ok(a), g) => {
+                let (x, y) = (reply_gist(&a, limit), reply_gist(&g, limit));
+                assert_eq!((x.0, x.1), (y.0, y.1), "{name}: {a:?} vs {g:?}");
+                assert!((x.2 - y.2).abs() < 1000, "{name}: {a:?} vs {g:?}");
+            }
+            (Err(e), Value::BulkString(g)) => {
+                let text = String::from_utf8(g).unwrap();
+                let code = text.split(' ').next().unwrap().to_owned();
+                let expected = match e {
+                    Error::CorruptData { .. } => "REDKIT_DATA",
+                    Error::WrongType { .. } => "WRONGTYPE",
+                    other => panic!("{name}: {other:?}"),
+                };
+                assert_eq!(code, expected, "{name}");
+            }
+            (a, g) => panic!("{name}: {a:?} vs {g:?}"),
+        }
+        // The same counter afterwards.
+        for what in ["TYPE", "GET"] {
+            let a = format!("v7:{i}");
+            let b = format!("grp:{i}");
+            if what == "GET" && name == &"a hash" {
+                continue;
+            }
+            let x: Option<String> = server.cmd(&[what, &a]).await;
+            let y: Option<String> = server.cmd(&[what, &b]).await;
+            assert_eq!(x, y, "{name}: {what}");
+        }
+        let ta: i64 = server.cmd(&["PTTL", &format!("v7:{i}")]).await;
+        let tb: i64 = server.cmd(&["PTTL", &format!("grp:{i}")]).await;
+        assert!(
+            (ta - tb).abs() < 1000 && (ta < 0) == (tb < 0),
+            "{name}: {ta} vs {tb}"
+        );
+    }
+}
+
+/// `(count, allowed, ttl in ms)` of a v7-style reply.
+fn reply_gist(v: &Value, limit: i64) -> (i64, i64, i64) {
+    let (count, ttl, allowed) = match v {
+        Value::Int(p) if *p >= 0 => (p % (limit + 1), p / (limit + 1), 1),
+        Value::Int(p) => {
+            let v = -(p + 1);
+            (v % (limit + 1), v / (limit + 1), 0)
+        }
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(c), Value::Int(t), Value::Int(a)] => (*c, *t, *a),
+            _ => panic!("{v:?}"),
+        },
+        _ => panic!("{v:?}"),
+    };
+    (count, allowed, ttl)
+}
