@@ -3,8 +3,8 @@
 //! measure"):
 //!
 //! - fixed-window check over 10k IPs: `FixedWindow::check` (windows from the first hit, and
-//!   `aligned_to_clock()`) vs `INCR; EXPIRE on the first hit; compare` through raw
-//!   `redis::Script`;
+//!   `aligned_to_clock()`, and `with_group_commit(64, 8)`) vs `INCR; EXPIRE on the first hit;
+//!   compare` through raw `redis::Script`;
 //! - single-SKU decrement (64 buyers on one SKU), without and with a request id:
 //!   `Store::decrement` vs `GET; compare; DECRBY`;
 //! - lock acquire + release with default options (no fencing) and with `fencing(true)`, own
@@ -191,6 +191,27 @@ async fn server_reads(mut conn: MultiplexedConnection) -> Option<u64> {
     info.lines()
         .find_map(|l| l.strip_prefix("total_reads_processed:"))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// `REDKIT_LEAN_GROUP_IN_FLIGHT`, or the limiter's default calls in flight with group commit.
+fn group_in_flight() -> usize {
+    std::env::var("REDKIT_LEAN_GROUP_IN_FLIGHT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(FixedWindow::DEFAULT_GROUP_IN_FLIGHT)
+}
+
+/// The `EVALSHA` calls the server has answered (`INFO commandstats`).
+async fn evalsha_calls(mut conn: MultiplexedConnection) -> Option<u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
 }
 
 async fn server_pid(conn: &mut MultiplexedConnection) -> Option<u32> {
@@ -597,6 +618,31 @@ async fn fixed_case(
     row(
         "fixed-window check, 10k IPs, aligned_to_clock()",
         &redkit_aligned,
+        &seed,
+    );
+    // Group commit (README's settings for a flood): concurrent checks settled by one
+    // fixed_window_group call each.
+    let grouped = Arc::new(
+        FixedWindow::new("lean-gc", LIMIT, Duration::from_millis(WINDOW_MS))
+            .unwrap()
+            .with_group_commit(FixedWindow::DEFAULT_GROUP_BATCH, group_in_flight())
+            .unwrap(),
+    );
+    let calls_before = evalsha_calls(conn.clone()).await;
+    let redkit_grouped = checks(conn, pid, secs, &grouped, ips).await;
+    let calls = evalsha_calls(conn.clone())
+        .await
+        .zip(calls_before)
+        .map(|(after, before)| after.saturating_sub(before));
+    let per_call = calls.map_or("n/a".to_owned(), |c| {
+        format!("{:.1}", redkit_grouped.ops as f64 / c.max(1) as f64)
+    });
+    row(
+        &format!(
+            "fixed-window check, 10k IPs, with_group_commit(64, {}) ({per_call} checks per call)",
+            group_in_flight()
+        ),
+        &redkit_grouped,
         &seed,
     );
     // Before, in the same run: the previous script version through a script manager.
