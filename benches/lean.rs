@@ -1653,6 +1653,37 @@ async fn sequential_case(conn: MultiplexedConnection) {
         }),
     ));
 
+    // A lone caller with group commit on goes straight through (one queue entry, no timer).
+    let grouped = Arc::new(
+        FixedWindow::new("seq-gc", LIMIT, Duration::from_millis(WINDOW_MS))
+            .unwrap()
+            .with_group_commit(
+                FixedWindow::DEFAULT_GROUP_BATCH,
+                FixedWindow::DEFAULT_GROUP_IN_FLIGHT,
+            )
+            .unwrap(),
+    );
+    let seed_limiter = Arc::new(redis::Script::new(SEED_LIMITER));
+    cases.push((
+        "fixed-window check, with_group_commit(64, 4)",
+        Box::new(move |mut c, i| {
+            let l = grouped.clone();
+            Box::pin(async move {
+                let key = LimitKey::ip(Ipv4Addr::from(0x0d00_0000 + (i % 10_000) as u32).into());
+                assert!(matches!(
+                    l.check(&mut c, &key).await.unwrap(),
+                    Decision::Allowed { .. }
+                ));
+            })
+        }),
+        Box::new(move |mut c, i| {
+            let s = seed_limiter.clone();
+            Box::pin(async move {
+                seed_check(&s, &mut c, format!("seq:rl2:{}", i % 10_000)).await;
+            })
+        }),
+    ));
+
     let store = Arc::new(Inventory::new("seq:inv").unwrap().store("w").unwrap());
     set_stocks(&mut conn.clone(), &store, "sku", "seq:stock").await;
     let seed_stock = Arc::new(redis::Script::new(SEED_STOCK));
