@@ -108,9 +108,12 @@ impl<G: Grouped> Waiting<G> {
     }
 }
 
-/// The batch one caller sends. Dropped (the leader's future cancelled, or a handed-over batch
-/// never polled), every member not yet answered gets [`Error::Interrupted`] and the next
-/// batch of the queue is handed on, so no waiter waits forever.
+/// The batch one caller sends. Dropped before it was [sent](Self::sending) (a handed-over
+/// batch whose caller was cancelled before it ran), its other members go back to the front
+/// of the queue, in order, and nothing of it was sent; dropped after (the leader's future
+/// cancelled with its call in flight), every member not yet answered gets
+/// [`Error::Interrupted`] (it may have run). Either way the next batch of the queue is handed
+/// on, so no waiter waits forever.
 #[derive(Debug)]
 pub(crate) struct Lead<G: Grouped> {
     groups: Arc<Groups<G>>,
@@ -120,6 +123,8 @@ pub(crate) struct Lead<G: Grouped> {
     /// Leads a batch that is still open: the callers queueing behind it join it when it
     /// [gathers](Self::gather).
     gathering: bool,
+    /// The batch's call may have been sent.
+    sent: bool,
 }
 
 impl<G: Grouped> Lead<G> {
@@ -147,6 +152,13 @@ impl<G: Grouped> Lead<G> {
         let room = self.groups.max_batch.saturating_sub(self.members.len());
         let take = queue.waiting.len().min(room);
         self.members.extend(queue.waiting.drain(..take));
+    }
+
+    /// Marks the batch as about to be sent (call it right before the call, with no `.await`
+    /// between): from here, a cancelled leader leaves its members
+    /// [`Error::Interrupted`] instead of queued.
+    pub(crate) fn sending(&mut self) {
+        self.sent = true;
     }
 
     /// Answers the members with `outcomes` (one per member, in order) and returns the
@@ -181,6 +193,13 @@ impl<G: Grouped> Drop for Lead<G> {
     fn drop(&mut self) {
         if !self.armed {
             return;
+        }
+        if !self.sent {
+            // Nothing was sent: the members still waiting go back to the front of the queue
+            // (the leader itself, whose future is gone, has no sender).
+            let waiting: Vec<Member<G>> =
+                self.members.drain(..).filter(|m| m.tx.is_some()).collect();
+            self.groups.requeue(&self.key, waiting);
         }
         for member in self.members.drain(..) {
             if let Some(tx) = member.tx {
@@ -259,7 +278,28 @@ impl<G: Grouped> Groups<G> {
             members: vec![member],
             armed: true,
             gathering,
+            sent: false,
         })
+    }
+
+    /// Puts `members` (in arrival order) back at the front of `key`'s queue.
+    fn requeue(&self, key: &G::Key, members: Vec<Member<G>>) {
+        if members.is_empty() {
+            return;
+        }
+        let mut queues = self.queues();
+        if let Some(queue) = queues.get_mut(key) {
+            for member in members.into_iter().rev() {
+                queue.waiting.push_front(member);
+            }
+        } else {
+            // Cannot happen (a lead's key has a call in flight); answer rather than strand them.
+            for member in members {
+                if let Some(tx) = member.tx {
+                    let _ = tx.send(Turn::Done(Err(interrupted::<G>())));
+                }
+            }
+        }
     }
 
     /// A call of `key` is over (or its leader went away, still `gathering` or not): hands the
@@ -294,6 +334,7 @@ impl<G: Grouped> Groups<G> {
                 members,
                 armed: true,
                 gathering: false,
+                sent: false,
             };
             match tx.send(Turn::Lead(lead)) {
                 Ok(()) => {

@@ -357,3 +357,49 @@ fn reply_gist(v: &Value, limit: i64) -> (i64, i64, i64) {
     };
     (count, allowed, ttl)
 }
+
+/// A caller handed a group to lead but cancelled before it ran (an HTTP request dropped on
+/// client disconnect while it waited) sent nothing: the other checks of that group go back
+/// to the queue and are served, none of them gets an error, and the cancelled check is not
+/// counted. Deterministic: the waiting checks are futures polled by hand, and the cancelled
+/// one is dropped right after the first check's settlement handed it the group, before it
+/// is polled again.
+#[tokio::test(flavor = "current_thread")]
+async fn a_cancelled_caller_handed_a_group_it_never_sent_passes_it_on() {
+    let mut server = RedisServer::spawn().await;
+    let conn = preloaded(&server).await;
+    let limiter = grouped("g", 10);
+    let before = server.evalsha_calls().await;
+    server.pause().await;
+    let first = tokio::spawn({
+        let (limiter, mut c) = (limiter.clone(), conn.clone());
+        async move { limiter.check(&mut c, &key("first")).await }
+    });
+    // The first check takes the only slot and sends its call (the server is frozen).
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let check = |k: &'static str| {
+        let (limiter, mut c) = (limiter.clone(), conn.clone());
+        Box::pin(async move { limiter.check(&mut c, &key(k)).await })
+    };
+    let (mut cancelled, mut w2, mut w3) = (check("cancelled"), check("w2"), check("w3"));
+    // Each waits in the queue, in this order.
+    for f in [&mut cancelled, &mut w2, &mut w3] {
+        assert!(futures_util::poll!(f).is_pending());
+    }
+    server.resume().await;
+    assert!(first.await.unwrap().unwrap().is_allowed());
+    // The first call's settlement handed the group (cancelled, w2, w3) to `cancelled`.
+    drop(cancelled);
+    let (w2, w3) = tokio::join!(w2, w3);
+    assert_eq!(gist(&w2.unwrap()), ("allowed", 10, 9));
+    assert_eq!(gist(&w3.unwrap()), ("allowed", 10, 9));
+    assert_eq!(
+        server.evalsha_calls().await - before,
+        2,
+        "the first check's call, then ONE for w2 and w3"
+    );
+    let cancelled_key = limiter.redis_key(&key("cancelled"));
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &cancelled_key]).await, 0);
+}

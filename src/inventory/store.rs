@@ -302,6 +302,7 @@ impl Store {
         mut lead: Lead,
     ) -> Result<Decrement> {
         lead.gather().await;
+        lead.sending();
         if let [alone] = lead.members() {
             let outcome = self
                 .decrement_alone(conn, sku, alone.quantity, request_id)

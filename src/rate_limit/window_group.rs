@@ -109,6 +109,7 @@ impl FixedWindow {
         mut lead: Lead,
     ) -> Result<Value> {
         lead.gather().await;
+        lead.sending();
         if let [_alone] = lead.members() {
             let outcome = self.manager().invoke(conn, call).await;
             return lead.settle(vec![outcome]);
