@@ -81,6 +81,27 @@ proptest! {
     }
 
     #[test]
+    fn window_group_commit_limits_are_checked_without_panicking(
+        max_batch in prop_oneof![0usize..300, any::<usize>()],
+        in_flight in prop_oneof![0usize..20, any::<usize>()],
+    ) {
+        let ok = (2..=FixedWindow::MAX_GROUP_BATCH).contains(&max_batch)
+            && (1..=FixedWindow::MAX_GROUP_IN_FLIGHT).contains(&in_flight);
+        let limiter = FixedWindow::new("g", 10, std::time::Duration::from_secs(1)).unwrap();
+        prop_assert_eq!(limiter.group_commit(), None);
+        match limiter.with_group_commit(max_batch, in_flight) {
+            Ok(l) => {
+                prop_assert!(ok);
+                prop_assert_eq!(l.group_commit(), Some((max_batch, in_flight)));
+            }
+            Err(e) => {
+                let invalid = matches!(e, redkit::Error::InvalidInput { .. });
+                prop_assert!(!ok && invalid, "{e}");
+            }
+        }
+    }
+
+    #[test]
     fn coalescing_limits_are_checked_without_panicking(max_batch in any::<usize>(), in_flight in any::<usize>()) {
         use redkit::connect::Coalescing;
         let ok = (1..=Coalescing::<()>::MAX_BATCH).contains(&max_batch)
