@@ -140,6 +140,15 @@ pub(crate) fn comparisons(ips: &Arc<Vec<LimitKey>>) -> Vec<Comparison> {
             .unwrap()
             .aligned_to_clock(),
     );
+    let grouped = Arc::new(
+        FixedWindow::new("pair-gc", LIMIT, window)
+            .unwrap()
+            .with_group_commit(
+                FixedWindow::DEFAULT_GROUP_BATCH,
+                FixedWindow::DEFAULT_GROUP_IN_FLIGHT,
+            )
+            .unwrap(),
+    );
     let store = Arc::new(Inventory::new("lean:inv").unwrap().store("w1").unwrap());
     let seed_limiter = limiter_ops(&default, ips).1;
     let (seed_stock, seed_record) = seed_stock_ops();
@@ -154,6 +163,12 @@ pub(crate) fn comparisons(ips: &Arc<Vec<LimitKey>>) -> Vec<Comparison> {
         row(
             "fixed-window check, 10k IPs",
             limiter_ops(&default, ips).0,
+            &seed_limiter,
+            false,
+        ),
+        row(
+            "fixed-window check, 10k IPs, with_group_commit(64, 4)",
+            limiter_ops(&grouped, ips).0,
             &seed_limiter,
             false,
         ),
