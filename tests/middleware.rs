@@ -449,6 +449,45 @@ async fn policies_from_toml_override_per_route() {
     );
 }
 
+/// `group_commit = true` in the file: concurrent requests of one client are checked in
+/// groups (fewer `EVALSHA` than requests) and exactly the limit passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_policy_from_toml_lets_exactly_the_limit_through() {
+    let server = RedisServer::spawn().await;
+    let config: PolicyConfig = toml::from_str(
+        r#"
+        group_commit = true
+        [default]
+        name = "grouped"
+        limit = 40
+        window_ms = 60000
+        "#,
+    )
+    .unwrap();
+    let layer = RateLimitLayer::new(
+        Policies::from_config(&config).unwrap(),
+        manager(&server).await,
+    );
+    let base = serve(app(layer), true).await;
+    let http = reqwest::Client::new();
+    let before = server.evalsha_calls().await;
+    let statuses = futures_util::future::join_all(
+        (0..200).map(|_| async { get_with(&http, &base, None).await.status() }),
+    )
+    .await;
+    let calls = server.evalsha_calls().await - before;
+    let ok = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    let limited = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS)
+        .count();
+    assert_eq!((ok, limited), (40, 160));
+    assert!(
+        calls < 200,
+        "requests were checked in groups: {calls} calls"
+    );
+}
+
 #[tokio::test]
 async fn each_route_can_use_its_own_algorithm_with_the_right_headers() {
     let server = RedisServer::spawn().await;

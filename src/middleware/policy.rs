@@ -201,6 +201,9 @@ pub struct PolicyConfig {
     /// One [`DenyCache`] of this many entries for every limiter (none when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     deny_cache_capacity: Option<usize>,
+    /// Group commit for every fixed-window limiter (off when absent).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    group_commit: bool,
 }
 
 impl PolicyConfig {
@@ -218,7 +221,33 @@ impl PolicyConfig {
             default,
             routes: Vec::new(),
             deny_cache_capacity: None,
+            group_commit: false,
         }
+    }
+
+    /// Group commit for every fixed-window limiter (TOML / JSON: `group_commit = true` at the
+    /// top level): concurrent checks of one policy are settled by one script call, with
+    /// [`FixedWindow::DEFAULT_GROUP_BATCH`] and [`FixedWindow::DEFAULT_GROUP_IN_FLIGHT`]
+    /// (see [`FixedWindow::with_group_commit`] for what it changes). GCRA and sliding-window
+    /// policies are not grouped.
+    ///
+    /// ```
+    /// use redkit::middleware::{Policies, PolicyConfig};
+    /// use redkit::rate_limit::Limiter;
+    /// let config: PolicyConfig = toml::from_str(r#"
+    ///     group_commit = true
+    ///     [default]
+    ///     name = "api"
+    ///     limit = 100
+    ///     window_ms = 60000
+    /// "#).unwrap();
+    /// let policies = Policies::from_config(&config)?;
+    /// assert!(matches!(policies.for_path("/"), Limiter::Fixed(f) if f.group_commit().is_some()));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn group_commit(mut self, on: bool) -> Self {
+        self.group_commit = on;
+        self
     }
 
     /// Answers clients known to be limited locally until their reset, with one
@@ -361,6 +390,9 @@ impl Policies {
         if let Some(capacity) = config.deny_cache_capacity {
             policies = policies.with_deny_cache(DenyCache::new(capacity)?);
         }
+        if config.group_commit {
+            policies = policies.with_group_commit()?;
+        }
         Ok(policies)
     }
 
@@ -408,6 +440,29 @@ impl Policies {
                 .map(|(path, l)| (path, attach(l)))
                 .collect(),
         }
+    }
+}
+
+impl Policies {
+    /// Every fixed-window limiter with group commit (the README's settings).
+    fn with_group_commit(self) -> Result<Self> {
+        let group = |l: Limiter| -> Result<Limiter> {
+            Ok(match l {
+                Limiter::Fixed(f) => Limiter::Fixed(f.with_group_commit(
+                    FixedWindow::DEFAULT_GROUP_BATCH,
+                    FixedWindow::DEFAULT_GROUP_IN_FLIGHT,
+                )?),
+                other => other,
+            })
+        };
+        Ok(Self {
+            default: group(self.default)?,
+            routes: self
+                .routes
+                .into_iter()
+                .map(|(path, l)| Ok((path, group(l)?)))
+                .collect::<Result<_>>()?,
+        })
     }
 }
 
