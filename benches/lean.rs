@@ -1630,58 +1630,49 @@ async fn sequential_case(conn: MultiplexedConnection) {
     }
     let mut cases: Vec<(&str, Op, Op)> = Vec::new();
 
-    let limiter =
-        Arc::new(FixedWindow::new("seq", LIMIT, Duration::from_millis(WINDOW_MS)).unwrap());
-    let seed_limiter = Arc::new(redis::Script::new(SEED_LIMITER));
-    cases.push((
-        "fixed-window check",
-        Box::new(move |mut c, i| {
+    // One limiter's checks against the seed's, each on its own 10k keys.
+    let limiter_case = |name, limiter: FixedWindow, ips: u32, seed_prefix: &'static str| {
+        let (limiter, seed) = (
+            Arc::new(limiter),
+            Arc::new(redis::Script::new(SEED_LIMITER)),
+        );
+        let redkit: Op = Box::new(move |mut c, i| {
             let l = limiter.clone();
             Box::pin(async move {
-                let key = LimitKey::ip(Ipv4Addr::from(0x0c00_0000 + (i % 10_000) as u32).into());
+                let key = LimitKey::ip(Ipv4Addr::from(ips + (i % 10_000) as u32).into());
                 assert!(matches!(
                     l.check(&mut c, &key).await.unwrap(),
                     Decision::Allowed { .. }
                 ));
             })
-        }),
-        Box::new(move |mut c, i| {
-            let s = seed_limiter.clone();
+        });
+        let seed: Op = Box::new(move |mut c, i| {
+            let s = seed.clone();
             Box::pin(async move {
-                seed_check(&s, &mut c, format!("seq:rl:{}", i % 10_000)).await;
+                seed_check(&s, &mut c, format!("{seed_prefix}:{}", i % 10_000)).await;
             })
-        }),
+        });
+        (name, redkit, seed)
+    };
+    let window = Duration::from_millis(WINDOW_MS);
+    cases.push(limiter_case(
+        "fixed-window check",
+        FixedWindow::new("seq", LIMIT, window).unwrap(),
+        0x0c00_0000,
+        "seq:rl",
     ));
-
     // A lone caller with group commit on goes straight through (one queue entry, no timer).
-    let grouped = Arc::new(
-        FixedWindow::new("seq-gc", LIMIT, Duration::from_millis(WINDOW_MS))
+    cases.push(limiter_case(
+        "fixed-window check, with_group_commit(64, 4)",
+        FixedWindow::new("seq-gc", LIMIT, window)
             .unwrap()
             .with_group_commit(
                 FixedWindow::DEFAULT_GROUP_BATCH,
                 FixedWindow::DEFAULT_GROUP_IN_FLIGHT,
             )
             .unwrap(),
-    );
-    let seed_limiter = Arc::new(redis::Script::new(SEED_LIMITER));
-    cases.push((
-        "fixed-window check, with_group_commit(64, 4)",
-        Box::new(move |mut c, i| {
-            let l = grouped.clone();
-            Box::pin(async move {
-                let key = LimitKey::ip(Ipv4Addr::from(0x0d00_0000 + (i % 10_000) as u32).into());
-                assert!(matches!(
-                    l.check(&mut c, &key).await.unwrap(),
-                    Decision::Allowed { .. }
-                ));
-            })
-        }),
-        Box::new(move |mut c, i| {
-            let s = seed_limiter.clone();
-            Box::pin(async move {
-                seed_check(&s, &mut c, format!("seq:rl2:{}", i % 10_000)).await;
-            })
-        }),
+        0x0d00_0000,
+        "seq:rl2",
     ));
 
     let store = Arc::new(Inventory::new("seq:inv").unwrap().store("w").unwrap());
