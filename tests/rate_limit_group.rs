@@ -403,3 +403,52 @@ async fn a_cancelled_caller_handed_a_group_it_never_sent_passes_it_on() {
     let cancelled_key = limiter.redis_key(&key("cancelled"));
     assert_eq!(server.cmd::<i64>(&["EXISTS", &cancelled_key]).await, 0);
 }
+
+/// The Functions backend (`FCALL` instead of `EVALSHA`): groups form and counts hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_work_with_the_functions_backend() {
+    use redkit::script::Backend;
+    let server = RedisServer::spawn().await;
+    let conn = server.conn().await;
+    let fcalls = || async {
+        let stats: String = server.cmd(&["INFO", "commandstats"]).await;
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_fcall:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let limiter = FixedWindow::new("fn", 20, WINDOW)
+        .unwrap()
+        .with_manager(ScriptManager::new().with_backend(Backend::Functions))
+        .with_group_commit(FixedWindow::DEFAULT_GROUP_BATCH, 1)
+        .unwrap();
+    // The library is loaded by the first call.
+    let mut c = conn.clone();
+    assert!(limiter
+        .check(&mut c, &key("warm"))
+        .await
+        .unwrap()
+        .is_allowed());
+    let before = fcalls().await;
+    let checks = (0..300u32).map(|i| {
+        let (limiter, mut c) = (limiter.clone(), conn.clone());
+        async move {
+            let k = format!("k{}", i % 10);
+            (k.clone(), limiter.check(&mut c, &key(&k)).await.unwrap())
+        }
+    });
+    let results = join_all(checks).await;
+    let calls = fcalls().await - before;
+    assert!(calls > 0 && calls < 300, "grouped FCALLs: {calls}");
+    assert_eq!(server.evalsha_calls().await, 0, "no EVALSHA with Functions");
+    for k in 0..10 {
+        let name = format!("k{k}");
+        let allowed = results
+            .iter()
+            .filter(|(n, d)| *n == name && d.is_allowed())
+            .count();
+        assert_eq!(allowed, 20, "{name}");
+    }
+}
