@@ -452,3 +452,37 @@ async fn groups_work_with_the_functions_backend() {
         assert_eq!(allowed, 20, "{name}");
     }
 }
+
+/// A frozen server (SIGSTOP) past the connection's response timeout: the first check and
+/// the group queued behind it each end with an "unavailable" error in bounded time (none is
+/// told allowed or limited without Redis having answered, none hangs), and the limiter
+/// serves again once the server is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_server_fails_every_check_of_a_group_in_bounded_time() {
+    let mut server = RedisServer::spawn().await;
+    let conn = preloaded(&server).await; // redis-rs's response timeout: 500 ms
+    let limiter = grouped("frozen", 10);
+    server.pause().await;
+    let started = std::time::Instant::now();
+    let outcomes = join_all((0..6).map(|i| {
+        let (limiter, mut c) = (limiter.clone(), conn.clone());
+        async move { limiter.check(&mut c, &key(&format!("c{i}"))).await }
+    }))
+    .await;
+    let took = started.elapsed();
+    server.resume().await;
+    for outcome in &outcomes {
+        assert!(
+            matches!(outcome, Err(e) if e.is_unavailable()),
+            "{outcome:?}"
+        );
+    }
+    // Two calls timed out one after the other: the first, then the group of five.
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let mut c = conn.clone();
+    assert!(limiter
+        .check(&mut c, &key("after"))
+        .await
+        .unwrap()
+        .is_allowed());
+}
