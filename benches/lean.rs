@@ -645,6 +645,22 @@ async fn fixed_case(
         &redkit_grouped,
         &seed,
     );
+    let aligned_grouped = Arc::new(
+        FixedWindow::new("lean-al-gc", LIMIT, Duration::from_millis(WINDOW_MS))
+            .unwrap()
+            .with_group_commit(FixedWindow::DEFAULT_GROUP_BATCH, group_in_flight())
+            .unwrap()
+            .aligned_to_clock(),
+    );
+    let redkit_aligned_grouped = checks(conn, pid, secs, &aligned_grouped, ips).await;
+    row(
+        &format!(
+            "fixed-window check, 10k IPs, aligned_to_clock(), with_group_commit(64, {})",
+            group_in_flight()
+        ),
+        &redkit_aligned_grouped,
+        &seed,
+    );
     // Before, in the same run: the previous script version through a script manager.
     let before = run_op(conn, pid, secs, &ops::window_version_op(&limiter, ips, 6)).await;
     row("fixed-window check, 10k IPs (v6, before)", &before, &seed);

@@ -486,3 +486,126 @@ async fn a_frozen_server_fails_every_check_of_a_group_in_bounded_time() {
         .unwrap()
         .is_allowed());
 }
+
+/// `fixed_window_aligned_group.v1` against `fixed_window_aligned.v1`, key by key, from the
+/// same states: the same reply (one integer) or the same error, and the same counter after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aligned_group_script_is_aligned_v1_per_key() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let manager = ScriptManager::new();
+    let v1 = Registry::global()
+        .require("fixed_window_aligned", 1)
+        .unwrap();
+    let group = Registry::global()
+        .require("fixed_window_aligned_group", 1)
+        .unwrap();
+    let limit = 3i64;
+    // (name, setup with `K` for the key, TTL for a new counter, cost)
+    let states: [(&str, &str, u64, u32); 12] = [
+        ("missing", "", 60_000, 1),
+        ("missing, cost 3", "", 61_000, 3),
+        ("missing, cost above the limit", "", 60_000, 4),
+        ("running", "SET K 1 PX 600000", 60_000, 1),
+        ("running, cost 2", "SET K 1 PX 600000", 60_000, 2),
+        ("at the limit", "SET K 3 PX 600000", 60_000, 1),
+        (
+            "above the limit, cost above it",
+            "SET K 7 PX 600000",
+            60_000,
+            5,
+        ),
+        ("holding 0", "SET K 0", 62_000, 1),
+        ("not canonical", "SET K 05 PX 600000", 60_000, 1),
+        ("not canonical, cost above the limit", "SET K 05", 60_000, 4),
+        ("negative", "SET K -1 PX 600000", 60_000, 1),
+        ("a hash", "HSET K f v", 60_000, 1),
+    ];
+    let mut gcall = Call::with_key_count(group, states.len());
+    for (i, (_, line, _, _)) in states.iter().enumerate() {
+        for k in [format!("v1:{i}"), format!("grp:{i}")] {
+            if !line.is_empty() {
+                let args: Vec<String> = line
+                    .split_whitespace()
+                    .map(|a| if a == "K" { k.clone() } else { a.to_owned() })
+                    .collect();
+                let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+                let _: Value = server.cmd(&refs).await;
+            }
+        }
+        gcall.key(format!("grp:{i}"));
+    }
+    gcall.arg(limit);
+    for (_, _, ttl, _) in &states {
+        gcall.arg(*ttl);
+    }
+    for (_, _, _, cost) in &states {
+        gcall.arg(*cost);
+    }
+    let Value::Array(grouped) = manager.invoke::<Value, _>(&mut conn, &gcall).await.unwrap() else {
+        panic!("not an array")
+    };
+    assert_eq!(grouped.len(), states.len());
+    for (i, ((name, _, ttl, cost), got)) in states.iter().zip(grouped).enumerate() {
+        let mut call = Call::new(v1);
+        call.key(format!("v1:{i}")).arg(limit).arg(*ttl).arg(*cost);
+        match (manager.invoke::<Value, _>(&mut conn, &call).await, got) {
+            (Ok(a), g) => assert_eq!(a, g, "{name}"),
+            (Err(e), Value::BulkString(g)) => {
+                let text = String::from_utf8(g).unwrap();
+                let expected = match e {
+                    Error::CorruptData { .. } => "REDKIT_DATA",
+                    Error::WrongType { .. } => "WRONGTYPE",
+                    other => panic!("{name}: {other:?}"),
+                };
+                assert_eq!(text.split(' ').next(), Some(expected), "{name}");
+            }
+            (a, g) => panic!("{name}: {a:?} vs {g:?}"),
+        }
+        let (a, b) = (format!("v1:{i}"), format!("grp:{i}"));
+        let ta: String = server.cmd(&["TYPE", &a]).await;
+        let tb: String = server.cmd(&["TYPE", &b]).await;
+        assert_eq!(ta, tb, "{name}");
+        if ta == "string" {
+            let va: String = server.cmd(&["GET", &a]).await;
+            let vb: String = server.cmd(&["GET", &b]).await;
+            assert_eq!(va, vb, "{name}");
+        }
+        let pa: i64 = server.cmd(&["PTTL", &a]).await;
+        let pb: i64 = server.cmd(&["PTTL", &b]).await;
+        assert!(
+            (pa - pb).abs() < 1000 && (pa < 0) == (pb < 0),
+            "{name}: {pa} vs {pb}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aligned_windows_group_too() {
+    let mut server = RedisServer::spawn().await;
+    let conn = preloaded(&server).await;
+    // Day-long windows: no window edge passes during the test (but at midnight UTC).
+    const DAY: Duration = Duration::from_secs(86_400);
+    let limiter = FixedWindow::new("al", 3, DAY)
+        .unwrap()
+        .with_group_commit(FixedWindow::DEFAULT_GROUP_BATCH, 1)
+        .unwrap()
+        .aligned_to_clock();
+    let (outcomes, calls) = frozen_group(&mut server, &limiter, &conn, &CHECKS).await;
+    assert_eq!(
+        calls, 2,
+        "the first alone, then ONE call for the nine queued"
+    );
+    let alone = FixedWindow::new("al-s", 3, DAY).unwrap().aligned_to_clock();
+    let mut c = conn.clone();
+    let mut expected = Vec::new();
+    for (k, cost) in std::iter::once(("first", 1)).chain(CHECKS) {
+        expected.push(gist(&alone.check_n(&mut c, &key(k), cost).await.unwrap()));
+    }
+    let got: Vec<_> = outcomes.iter().map(|o| gist(o.as_ref().unwrap())).collect();
+    assert_eq!(got, expected);
+    assert_eq!(got[5], ("limited", 3, 0));
+    // A new counter got its TTL: the window's end plus the grace, at most.
+    let ttl: i64 = server.cmd(&["PTTL", &limiter.redis_key(&key("a"))]).await;
+    assert!(ttl > 0 && ttl <= 86_405_000, "{ttl}");
+}

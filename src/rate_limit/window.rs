@@ -74,8 +74,11 @@ pub struct FixedWindow {
     aligned: bool,
     manager: ScriptManager,
     deny_cache: Option<DenyCache>,
-    /// `fixed_window_group.v1`, resolved up front.
+    /// The script of a group: `fixed_window_group.v1`, or aligned to the clock
+    /// `fixed_window_aligned_group.v1`.
     group_script: &'static Script,
+    /// `fixed_window_aligned_group.v1`, resolved up front.
+    aligned_group_script: &'static Script,
     /// The queues of group commit, when enabled (shared by clones).
     groups: Option<Arc<WindowGroups>>,
 }
@@ -139,6 +142,7 @@ impl FixedWindow {
             manager: ScriptManager::new(),
             deny_cache: None,
             group_script: Registry::global().require("fixed_window_group", 1)?,
+            aligned_group_script: Registry::global().require("fixed_window_aligned_group", 1)?,
             groups: None,
         })
     }
@@ -148,11 +152,13 @@ impl FixedWindow {
     /// through (the ordinary call, no timer, no added latency); checks arriving while
     /// `max_in_flight` calls (1 ..= [`MAX_GROUP_IN_FLIGHT`](Self::MAX_GROUP_IN_FLIGHT)) are
     /// in flight queue up, and when one returns the first of them sends ONE script call
-    /// (`lua/fixed_window_group.v1.lua`) settling the next `max_batch` (2 ..=
+    /// (`lua/fixed_window_group.v1.lua`; aligned to the clock
+    /// `lua/fixed_window_aligned_group.v1.lua`) settling the next `max_batch` (2 ..=
     /// [`MAX_GROUP_BATCH`](Self::MAX_GROUP_BATCH)) in arrival order: each gets the decision
-    /// it would have got alone (the script runs `fixed_window.v7`'s steps per key). Under a
-    /// flood the limiter then keeps up with a hand-written `INCR` + `EXPIRE` script (measured
-    /// in the README, "Against a hand-written script", round 16).
+    /// it would have got alone (the script runs `fixed_window.v7`'s, or
+    /// `fixed_window_aligned.v1`'s, steps per key). Under a flood the limiter then keeps up
+    /// with a hand-written `INCR` + `EXPIRE` script (measured in the README, "Against a
+    /// hand-written script", round 16).
     ///
     /// The group's call uses the connection of the caller that leads it, so every caller of
     /// one limiter must use connections to the same Redis deployment. If the call fails,
@@ -160,9 +166,9 @@ impl FixedWindow {
     /// single check); if the leading caller's future is dropped while the call is in flight,
     /// the others get [`Error::Interrupted`]. On a Cluster the first group whose keys span
     /// hash slots is refused by Redis before it runs (nothing counted); its checks are then
-    /// sent one by one and from then on groups are formed per hash slot. Windows
-    /// [aligned to the clock](Self::aligned_to_clock) (one `INCRBY` per check) and the batch
-    /// calls are never grouped.
+    /// sent one by one and from then on groups are formed per hash slot. The batch calls
+    /// ([`check_batch`](Self::check_batch), [`check_batch_by_slot`](Self::check_batch_by_slot))
+    /// are never grouped.
     ///
     /// Errors: [`Error::InvalidInput`] for a size outside the ranges above.
     ///
@@ -240,6 +246,7 @@ impl FixedWindow {
     pub fn aligned_to_clock(mut self) -> Self {
         self.aligned = true;
         self.script = self.aligned_script;
+        self.group_script = self.aligned_group_script;
         self
     }
 
@@ -407,33 +414,40 @@ impl FixedWindow {
         let slot = self.slot()?;
         let (call, redis_key) = self.call(key, cost, slot.as_ref())?;
         let Some(cache) = self.cache_for(cost) else {
-            let reply = self.send(conn, &call, &redis_key, cost).await?;
+            let reply = self
+                .send(conn, &call, &redis_key, cost, slot.as_ref())
+                .await?;
             return self.decode(reply, cost, slot.as_ref());
         };
         if let Some(decision) = cache.lookup(&redis_key, self.limit, cost) {
             return Ok(decision);
         }
         let sent = Instant::now();
-        let reply = self.send(conn, &call, &redis_key, cost).await?;
+        let reply = self
+            .send(conn, &call, &redis_key, cost, slot.as_ref())
+            .await?;
         let decision = self.decode(reply, cost, slot.as_ref())?;
         remember(cache, &redis_key, sent, &decision);
         Ok(decision)
     }
 
-    /// Sends one check's `call`: grouped when group commit is on and windows start at the
-    /// first hit, else alone.
+    /// Sends one check's `call` (of `cost` on `redis_key`, in `slot` when windows are
+    /// aligned to the clock): grouped when group commit is on, else alone.
     async fn send<C: ConnectionLike>(
         &self,
         conn: &mut C,
         call: &Call<'static>,
         redis_key: &str,
         cost: u32,
+        slot: Option<&Slot>,
     ) -> Result<Value> {
         match &self.groups {
-            Some(groups) if !self.aligned => {
-                self.send_grouped(groups, conn, call, redis_key, cost).await
+            Some(groups) => {
+                let ttl_ms = slot.map_or(self.window_ms, |slot| slot.ttl_ms);
+                self.send_grouped(groups, conn, call, redis_key, cost, ttl_ms)
+                    .await
             }
-            _ => self.manager.invoke(conn, call).await,
+            None => self.manager.invoke(conn, call).await,
         }
     }
 
@@ -580,18 +594,14 @@ impl FixedWindow {
         let redis_key = self.counter_key(key, slot);
         // Aligned windows give a new counter the TTL to the window's end (plus grace).
         let ttl_ms = slot.map_or(self.window_ms, |slot| slot.ttl_ms);
-        let mut call = Call::new(self.script);
-        call.key(&redis_key).arg(self.limit).arg(ttl_ms).arg(cost);
-        Ok((call, redis_key))
+        Ok((self.single_call(&redis_key, cost, ttl_ms), redis_key))
     }
 
-    /// The call checking `cost` units on the counter `redis_key` (windows from the first hit).
-    pub(super) fn single_call(&self, redis_key: &str, cost: u32) -> Call<'static> {
+    /// The call checking `cost` units on the counter `redis_key`, `ttl_ms` the window (or
+    /// aligned to the clock, a new counter's TTL): what [`call`](Self::call) builds.
+    pub(super) fn single_call(&self, redis_key: &str, cost: u32, ttl_ms: u64) -> Call<'static> {
         let mut call = Call::new(self.script);
-        call.key(redis_key)
-            .arg(self.limit)
-            .arg(self.window_ms)
-            .arg(cost);
+        call.key(redis_key).arg(self.limit).arg(ttl_ms).arg(cost);
         call
     }
 

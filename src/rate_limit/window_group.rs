@@ -1,6 +1,7 @@
 //! Group commit of [`FixedWindow`] checks: concurrent checks through one limiter (and its
-//! clones) are settled by ONE `fixed_window_group` call, each on its own counter (the
-//! queues: [`crate::group_commit`]).
+//! clones) are settled by ONE `fixed_window_group` (aligned to the clock:
+//! `fixed_window_aligned_group`) call, each on its own counter (the queues:
+//! [`crate::group_commit`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,11 +15,13 @@ use crate::error::{Error, Result};
 use crate::group_commit::{self, Grouped, Joined, Turn};
 use crate::script::{script_error, Call, Script};
 
-/// One queued check: its counter and cost.
+/// One queued check: its counter, cost and window (aligned to the clock: the TTL of a new
+/// counter, which depends on when the check was made).
 #[derive(Debug)]
 pub(super) struct Check {
     key: String,
     cost: u32,
+    ttl_ms: u64,
 }
 
 /// Checks grouped per queue: one queue for the limiter, or one per hash slot once a
@@ -35,6 +38,7 @@ impl Grouped for Checks {
 }
 
 type Lead = group_commit::Lead<Checks>;
+type Member = group_commit::Member<Checks>;
 
 /// The queues of one limiter and its clones.
 #[derive(Debug)]
@@ -69,9 +73,9 @@ impl WindowGroups {
 }
 
 impl FixedWindow {
-    /// Sends the check `call` (of `cost` on `redis_key`, windows from the first hit) through
-    /// group commit: alone when no other check of its queue is in flight, else queued and
-    /// settled with others by one `fixed_window_group` call.
+    /// Sends the check `call` (of `cost` on `redis_key`, `ttl_ms` its window or new
+    /// counter's TTL) through group commit: alone when no other check of its queue is in
+    /// flight, else queued and settled with others by one group call.
     pub(super) async fn send_grouped<C: ConnectionLike>(
         &self,
         groups: &WindowGroups,
@@ -79,10 +83,12 @@ impl FixedWindow {
         call: &Call<'static>,
         redis_key: &str,
         cost: u32,
+        ttl_ms: u64,
     ) -> Result<Value> {
         let check = Check {
             key: redis_key.to_owned(),
             cost,
+            ttl_ms,
         };
         let lead = match groups
             .groups
@@ -99,7 +105,7 @@ impl FixedWindow {
     }
 
     /// Sends `lead`'s group and answers its members: alone, the leader's own `call`; else
-    /// one `fixed_window_group` call. A group refused for spanning hash slots ran nothing:
+    /// one group call. A group refused for spanning hash slots ran nothing:
     /// its members are sent one by one, and later groups are formed per slot.
     async fn lead_group<C: ConnectionLike>(
         &self,
@@ -116,14 +122,7 @@ impl FixedWindow {
         }
         let script = self.group_script();
         let members = lead.members();
-        let mut group = Call::with_key_count(script, members.len());
-        for member in members {
-            group.key(&member.key);
-        }
-        group.arg(self.limit()).arg(self.window_ms());
-        for member in members {
-            group.arg(member.cost);
-        }
+        let group = self.group_call(script, members);
         match self.manager().invoke::<Value, _>(conn, &group).await {
             Ok(Value::Array(items)) if items.len() == members.len() => {
                 let outcomes = items
@@ -140,13 +139,37 @@ impl FixedWindow {
                 groups.by_slot.store(true, Ordering::Relaxed);
                 let mut outcomes = Vec::with_capacity(members.len());
                 for member in members {
-                    let alone = self.single_call(&member.key, member.cost);
+                    let alone = self.single_call(&member.key, member.cost, member.ttl_ms);
                     outcomes.push(self.manager().invoke(conn, &alone).await);
                 }
                 lead.settle(outcomes)
             }
             Err(e) => lead.fail(e),
         }
+    }
+}
+
+impl FixedWindow {
+    /// The group call of `members`: `fixed_window_group` (limit, window, the costs) or, aligned
+    /// to the clock, `fixed_window_aligned_group` (limit, each new counter's TTL, the costs).
+    fn group_call(&self, script: &'static Script, members: &[Member]) -> Call<'static> {
+        let mut group = Call::with_key_count(script, members.len());
+        for member in members {
+            group.key(&member.key);
+        }
+        group.arg(self.limit());
+        if self.is_aligned_to_clock() {
+            for member in members {
+                group.arg(member.ttl_ms);
+            }
+        } else {
+            // Every member's window is the limiter's.
+            group.arg(self.window_ms());
+        }
+        for member in members {
+            group.arg(member.cost);
+        }
+        group
     }
 }
 
