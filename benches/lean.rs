@@ -181,16 +181,26 @@ fn server_cpu_ns(pid: u32) -> Option<u64> {
     text.split_whitespace().next()?.parse().ok()
 }
 
-/// The server's `total_reads_processed` (INFO stats).
-async fn server_reads(mut conn: MultiplexedConnection) -> Option<u64> {
+/// The number after `prefix` on a line of `INFO <section>` (up to a `,` or the line's end).
+async fn info_number<T: std::str::FromStr>(
+    conn: &mut MultiplexedConnection,
+    section: &str,
+    prefix: &str,
+) -> Option<T> {
     let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query_async(&mut conn)
+        .arg(section)
+        .query_async(conn)
         .await
         .ok()?;
     info.lines()
-        .find_map(|l| l.strip_prefix("total_reads_processed:"))
+        .find_map(|l| l.strip_prefix(prefix))
+        .and_then(|rest| rest.split(',').next())
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// The server's `total_reads_processed` (INFO stats).
+async fn server_reads(mut conn: MultiplexedConnection) -> Option<u64> {
+    info_number(&mut conn, "stats", "total_reads_processed:").await
 }
 
 /// `REDKIT_LEAN_GROUP_IN_FLIGHT`, or the limiter's default calls in flight with group commit.
@@ -203,26 +213,11 @@ fn group_in_flight() -> usize {
 
 /// The `EVALSHA` calls the server has answered (`INFO commandstats`).
 async fn evalsha_calls(mut conn: MultiplexedConnection) -> Option<u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await
-        .ok()?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
+    info_number(&mut conn, "commandstats", "cmdstat_evalsha:calls=").await
 }
 
 async fn server_pid(conn: &mut MultiplexedConnection) -> Option<u32> {
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query_async(conn)
-        .await
-        .ok()?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
-        .and_then(|v| v.trim().parse().ok())
+    info_number(conn, "server", "process_id:").await
 }
 
 /// CPU time (ns) of this bench process: the sum over its threads' schedstat.
