@@ -89,7 +89,7 @@ impl<G: Grouped> Queue<G> {
 }
 
 /// What [`Groups::join`] tells a caller.
-pub(crate) enum Joined<G: Grouped> {
+enum Joined<G: Grouped> {
     /// Send the call for these members (the caller is the first).
     Lead(Lead<G>),
     /// Wait for the leader.
@@ -97,11 +97,11 @@ pub(crate) enum Joined<G: Grouped> {
 }
 
 /// A caller waiting in a queue.
-pub(crate) struct Waiting<G: Grouped>(oneshot::Receiver<Turn<G>>);
+struct Waiting<G: Grouped>(oneshot::Receiver<Turn<G>>);
 
 impl<G: Grouped> Waiting<G> {
     /// Waits for its outcome, or to be made the leader of the next batch.
-    pub(crate) async fn wait(self) -> Turn<G> {
+    async fn wait(self) -> Turn<G> {
         self.0
             .await
             .unwrap_or_else(|_| Turn::Done(Err(interrupted::<G>())))
@@ -241,10 +241,20 @@ impl<G: Grouped> Groups<G> {
         self.queues.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Joins `key`'s queue with `member` and waits for its turn: [`Turn::Lead`] to send a
+    /// batch (at once when fewer than `max_in_flight` calls of `key` are in flight), or
+    /// [`Turn::Done`] with the outcome a leader settled for it.
+    pub(crate) async fn turn(self: &Arc<Self>, key: &G::Key, member: Member<G>) -> Turn<G> {
+        match self.join(key, member) {
+            Joined::Lead(lead) => Turn::Lead(lead),
+            Joined::Wait(waiting) => waiting.wait().await,
+        }
+    }
+
     /// Queues `member` behind the calls of `key` in flight (or behind a leader gathering its
     /// batch), or makes it a leader when fewer than `max_in_flight` are: alone when none is
     /// (no added latency), gathering when another is.
-    pub(crate) fn join(self: &Arc<Self>, key: &G::Key, mut member: Member<G>) -> Joined<G> {
+    fn join(self: &Arc<Self>, key: &G::Key, mut member: Member<G>) -> Joined<G> {
         let mut queues = self.queues();
         let mut gathering = false;
         match queues.get_mut(key) {

@@ -29,5 +29,4 @@ impl Grouped for Decrements {
 pub(super) type Groups = group_commit::Groups<Decrements>;
 pub(super) type Member = group_commit::Member<Decrements>;
 pub(super) type Lead = group_commit::Lead<Decrements>;
-pub(super) type Joined = group_commit::Joined<Decrements>;
 pub(super) type Turn = group_commit::Turn<Decrements>;

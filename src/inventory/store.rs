@@ -6,7 +6,7 @@ use redis::aio::ConnectionLike;
 use std::sync::Arc;
 
 use super::config::{check_quantity, Inventory, Mode};
-use super::group::{Groups, Joined, Lead, Member, Take, Turn};
+use super::group::{Groups, Lead, Member, Take, Turn};
 use super::order::OrderLine;
 use super::outcome::{Decrement, Original, Restock};
 use super::reply::{self, Reply};
@@ -279,12 +279,10 @@ impl Store {
             }
             None => None,
         };
-        let lead = match groups.join(&key, Member::new(Take { quantity, record })) {
-            Joined::Lead(lead) => lead,
-            Joined::Wait(waiting) => match waiting.wait().await {
-                Turn::Done(outcome) => return outcome,
-                Turn::Lead(lead) => lead,
-            },
+        let member = Member::new(Take { quantity, record });
+        let lead = match groups.turn(&key, member).await {
+            Turn::Done(outcome) => return outcome,
+            Turn::Lead(lead) => lead,
         };
         // Boxed: only a batch's leader sends a call, so a waiter's future (most callers of
         // a hot SKU) stays small and is never copied into an allocation.

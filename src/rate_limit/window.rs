@@ -412,42 +412,39 @@ impl FixedWindow {
         cost: u32,
     ) -> Result<Decision> {
         let slot = self.slot()?;
-        let (call, redis_key) = self.call(key, cost, slot.as_ref())?;
+        let (redis_key, ttl_ms) = self.target(key, cost, slot.as_ref())?;
         let Some(cache) = self.cache_for(cost) else {
-            let reply = self
-                .send(conn, &call, &redis_key, cost, slot.as_ref())
-                .await?;
+            let reply = self.send(conn, &redis_key, cost, ttl_ms).await?;
             return self.decode(reply, cost, slot.as_ref());
         };
         if let Some(decision) = cache.lookup(&redis_key, self.limit, cost) {
             return Ok(decision);
         }
         let sent = Instant::now();
-        let reply = self
-            .send(conn, &call, &redis_key, cost, slot.as_ref())
-            .await?;
+        let reply = self.send(conn, &redis_key, cost, ttl_ms).await?;
         let decision = self.decode(reply, cost, slot.as_ref())?;
         remember(cache, &redis_key, sent, &decision);
         Ok(decision)
     }
 
-    /// Sends one check's `call` (of `cost` on `redis_key`, in `slot` when windows are
-    /// aligned to the clock): grouped when group commit is on, else alone.
+    /// Sends one check of `cost` on `redis_key` (`ttl_ms`: see [`target`](Self::target)):
+    /// grouped when group commit is on, else alone.
     async fn send<C: ConnectionLike>(
         &self,
         conn: &mut C,
-        call: &Call<'static>,
         redis_key: &str,
         cost: u32,
-        slot: Option<&Slot>,
+        ttl_ms: u64,
     ) -> Result<Value> {
         match &self.groups {
             Some(groups) => {
-                let ttl_ms = slot.map_or(self.window_ms, |slot| slot.ttl_ms);
-                self.send_grouped(groups, conn, call, redis_key, cost, ttl_ms)
+                self.send_grouped(groups, conn, redis_key, cost, ttl_ms)
                     .await
             }
-            None => self.manager.invoke(conn, call).await,
+            None => {
+                let call = self.single_call(redis_key, cost, ttl_ms);
+                self.manager.invoke(conn, &call).await
+            }
         }
     }
 
@@ -588,13 +585,19 @@ impl FixedWindow {
         cost: u32,
         slot: Option<&Slot>,
     ) -> Result<(Call<'static>, String)> {
+        let (redis_key, ttl_ms) = self.target(key, cost, slot)?;
+        Ok((self.single_call(&redis_key, cost, ttl_ms), redis_key))
+    }
+
+    /// The counter checking `cost` units of `key` (in `slot`, when windows are aligned to the
+    /// clock) and the window's argument: the window, or aligned to the clock the TTL of a new
+    /// counter (to the window's end, plus grace). A zero cost is refused.
+    fn target(&self, key: &LimitKey, cost: u32, slot: Option<&Slot>) -> Result<(String, u64)> {
         if cost == 0 {
             return Err(Error::invalid("cost", "must be at least 1"));
         }
-        let redis_key = self.counter_key(key, slot);
-        // Aligned windows give a new counter the TTL to the window's end (plus grace).
         let ttl_ms = slot.map_or(self.window_ms, |slot| slot.ttl_ms);
-        Ok((self.single_call(&redis_key, cost, ttl_ms), redis_key))
+        Ok((self.counter_key(key, slot), ttl_ms))
     }
 
     /// The call checking `cost` units on the counter `redis_key`, `ttl_ms` the window (or

@@ -12,7 +12,7 @@ use redis::{ErrorKind, ServerErrorKind, Value};
 
 use super::window::FixedWindow;
 use crate::error::{Error, Result};
-use crate::group_commit::{self, Grouped, Joined, Turn};
+use crate::group_commit::{self, Grouped, Turn};
 use crate::script::{script_error, Call, Script};
 
 /// One queued check: its counter, cost and window (aligned to the clock: the TTL of a new
@@ -73,14 +73,13 @@ impl WindowGroups {
 }
 
 impl FixedWindow {
-    /// Sends the check `call` (of `cost` on `redis_key`, `ttl_ms` its window or new
-    /// counter's TTL) through group commit: alone when no other check of its queue is in
-    /// flight, else queued and settled with others by one group call.
+    /// Sends the check of `cost` on `redis_key` (`ttl_ms` its window or new counter's TTL)
+    /// through group commit: alone when no other check of its queue is in flight, else
+    /// queued and settled with others by one group call.
     pub(super) async fn send_grouped<C: ConnectionLike>(
         &self,
         groups: &WindowGroups,
         conn: &mut C,
-        call: &Call<'static>,
         redis_key: &str,
         cost: u32,
         ttl_ms: u64,
@@ -90,34 +89,29 @@ impl FixedWindow {
             cost,
             ttl_ms,
         };
-        let lead = match groups
-            .groups
-            .join(&groups.queue(redis_key), group_commit::Member::new(check))
-        {
-            Joined::Lead(lead) => lead,
-            Joined::Wait(waiting) => match waiting.wait().await {
-                Turn::Done(outcome) => return outcome,
-                Turn::Lead(lead) => lead,
-            },
+        let queue = groups.queue(redis_key);
+        let lead = match groups.groups.turn(&queue, Member::new(check)).await {
+            Turn::Done(outcome) => return outcome,
+            Turn::Lead(lead) => lead,
         };
         // Boxed: only a group's leader sends, so a waiter's future stays small.
-        Box::pin(self.lead_group(groups, conn, call, lead)).await
+        Box::pin(self.lead_group(groups, conn, lead)).await
     }
 
-    /// Sends `lead`'s group and answers its members: alone, the leader's own `call`; else
+    /// Sends `lead`'s group and answers its members: alone, the single check's call; else
     /// one group call. A group refused for spanning hash slots ran nothing:
     /// its members are sent one by one, and later groups are formed per slot.
     async fn lead_group<C: ConnectionLike>(
         &self,
         groups: &WindowGroups,
         conn: &mut C,
-        call: &Call<'static>,
         mut lead: Lead,
     ) -> Result<Value> {
         lead.gather().await;
         lead.sending();
-        if let [_alone] = lead.members() {
-            let outcome = self.manager().invoke(conn, call).await;
+        if let [alone] = lead.members() {
+            let call = self.single_call(&alone.key, alone.cost, alone.ttl_ms);
+            let outcome = self.manager().invoke(conn, &call).await;
             return lead.settle(vec![outcome]);
         }
         let script = self.group_script();
