@@ -76,6 +76,18 @@ async fn manager(server: &RedisServer) -> ConnectionManager {
     ConnectionManager::new(client).await.unwrap()
 }
 
+/// A connection whose calls wait 30 s for a reply (longer than any freeze in these tests:
+/// calls in flight wait for Redis rather than time out).
+async fn patient_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(server.url()).unwrap();
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap()
+}
+
 fn limiter(name: &str, limit: u32, window: Duration) -> FixedWindow {
     FixedWindow::new(name, limit, window).unwrap()
 }
@@ -486,6 +498,115 @@ async fn a_grouped_policy_from_toml_lets_exactly_the_limit_through() {
         calls < 200,
         "requests were checked in groups: {calls} calls"
     );
+}
+
+/// A client that goes away while its request leads a group in flight (its future dropped)
+/// does not cost the other requests of that group their decisions: the grouped check runs
+/// in a task of its own, so the call that settles the group is still read. Redis is frozen
+/// while requests are dropped, so each drop lands with a call in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_request_leading_a_group_leaves_the_others_checked() {
+    use axum::body::Body;
+    use tower::ServiceExt;
+
+    let mut server = RedisServer::spawn().await;
+    let conn = patient_conn(&server).await;
+    let limiter = limiter("dropped", 100, Duration::from_secs(60))
+        .with_group_commit(64, 1)
+        .unwrap();
+    let layer = RateLimitLayer::builder(limiter, conn)
+        .key_extractor(FnKey::new(|_| {
+            LimitKey::text("one").ok().map(ClientId::Key)
+        }))
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let app = app(layer);
+    let send = || {
+        let app = app.clone();
+        tokio::spawn(async move {
+            let req = Request::get("/").body(Body::empty()).unwrap();
+            let res = app.oneshot(req).await.unwrap();
+            let body = axum::body::to_bytes(res.into_body(), 1024).await.unwrap();
+            String::from_utf8(body.to_vec()).unwrap()
+        })
+    };
+    let pause = || tokio::time::sleep(Duration::from_millis(150));
+
+    server.pause().await;
+    // Alone: its call is sent and stays unanswered.
+    let first = send();
+    pause().await;
+    // One call in flight at most: these queue behind it.
+    let queued: Vec<_> = (0..8).map(|_| send()).collect();
+    pause().await;
+    // Its client goes away. Had the check stopped with it, the next 8 would go as one group
+    // led by the first of them...
+    first.abort();
+    pause().await;
+    // ... whose client goes away too, with that group's call in flight.
+    let mut queued = queued.into_iter();
+    queued.next().unwrap().abort();
+    pause().await;
+    server.resume().await;
+
+    let mut answers = Vec::new();
+    for request in queued {
+        answers.push(request.await.unwrap());
+    }
+    // Each has its own count: the 2nd to the 9th of the window but one (the dropped one's;
+    // the order the tasks queued in is the scheduler's).
+    let mut remaining: Vec<u32> = answers
+        .iter()
+        .map(|a| match a.strip_prefix("remaining=") {
+            Some(r) => r.parse().unwrap(),
+            None => panic!("each request of the group has its decision: {answers:?}"),
+        })
+        .collect();
+    remaining.sort();
+    remaining.dedup();
+    assert_eq!(remaining.len(), 7, "{answers:?}");
+    assert!(
+        remaining.iter().all(|r| (91..=98).contains(r)),
+        "{answers:?}"
+    );
+    // The two dropped requests were counted once each, as sent.
+    let count: String = server.cmd(&["GET", "rk:rl:dropped:{k:one}"]).await;
+    assert_eq!(count, "9");
+}
+
+/// A frozen Redis: grouped requests are answered by the fail mode at the layer's timeout
+/// (not at the longer deadline of the checks' own tasks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_requests_to_a_frozen_redis_are_answered_at_the_layer_timeout() {
+    let mut server = RedisServer::spawn().await;
+    let conn = patient_conn(&server).await;
+    let limiter = limiter("frozen", 100, Duration::from_secs(60))
+        .with_group_commit(64, 2)
+        .unwrap();
+    let timeout = Duration::from_secs(1);
+    let layer = RateLimitLayer::builder(limiter, conn)
+        .timeout(timeout)
+        .build()
+        .unwrap();
+    let base = serve(app(layer), true).await;
+    let http = reqwest::Client::new();
+    server.pause().await;
+    let started = Instant::now();
+    let answers = futures_util::future::join_all((0..20).map(|_| async {
+        let r = get_with(&http, &base, None).await;
+        (r.status(), r.text().await.unwrap(), started.elapsed())
+    }))
+    .await;
+    server.resume().await;
+    for (status, body, after) in answers {
+        assert_eq!(
+            (status, body.as_str()),
+            (StatusCode::OK, "unchecked: redis")
+        );
+        // Twice the timeout is how long a grouped check's task may go on.
+        assert!(after >= timeout && after < timeout * 2, "{after:?}");
+    }
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::header::{HeaderValue, RETRY_AFTER};
 use http::{Request, Response, StatusCode};
@@ -15,8 +16,8 @@ use super::key::{ClientId, KeyExtractor, RequestInfo};
 use super::layer::{Counters, FailMode, Shared, UnknownClient};
 use super::outcome::{LimitOutcome, Unchecked};
 use super::respond::{DefaultResponses, Rejection, Respond};
-use crate::error::Error;
-use crate::rate_limit::{Decision, LimitKey};
+use crate::error::{Error, Result};
+use crate::rate_limit::{Decision, LimitKey, Limiter};
 
 /// The rate-limiting service wrapping `S` (see [`RateLimitLayer`](super::RateLimitLayer)).
 ///
@@ -66,6 +67,44 @@ fn refuse<B: Default>(status: StatusCode) -> Response<B> {
     response
 }
 
+/// Checks `key` within `timeout`. A grouped check (a fixed window with
+/// [group commit](crate::rate_limit::FixedWindow::with_group_commit)) runs in a task of its
+/// own: the request's future is dropped when its client goes away, and a check that leads a
+/// group must still read the reply that settles the other requests in it. That task has
+/// twice `timeout`: a group's call is sent before its leader's `timeout` is over, and every
+/// request in it joined before, so no request's answer is cut short by its leader's deadline.
+/// The request itself waits `timeout` at most.
+async fn check<C>(
+    limiter: &Limiter,
+    mut conn: C,
+    key: LimitKey,
+    timeout: Duration,
+) -> Result<Decision>
+where
+    C: ConnectionLike + Send + 'static,
+{
+    let grouped = matches!(limiter, Limiter::Fixed(f) if f.group_commit().is_some());
+    if !grouped {
+        return tokio::time::timeout(timeout, limiter.check(&mut conn, &key))
+            .await
+            .unwrap_or(Err(Error::Timeout(timeout)));
+    }
+    let limiter = limiter.clone();
+    let bound = timeout.saturating_mul(2);
+    let task = tokio::spawn(async move {
+        tokio::time::timeout(bound, limiter.check(&mut conn, &key))
+            .await
+            .unwrap_or(Err(Error::Timeout(bound)))
+    });
+    match tokio::time::timeout(timeout, task).await {
+        Ok(Ok(checked)) => checked,
+        Ok(Err(stopped)) => Err(Error::Interrupted {
+            detail: format!("the task of a grouped rate-limit check stopped: {stopped}"),
+        }),
+        Err(_) => Err(Error::Timeout(timeout)),
+    }
+}
+
 impl<S, C, K, H, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, C, K, H>
 where
     H: Respond<ResBody>,
@@ -113,10 +152,7 @@ where
             };
             let limiter = shared.policies.for_path(req.uri().path());
             let policy = shared.policy_headers.get(limiter.name());
-            let mut conn = shared.conn.clone();
-            let checked = tokio::time::timeout(shared.timeout, limiter.check(&mut conn, &key))
-                .await
-                .unwrap_or(Err(Error::Timeout(shared.timeout)));
+            let checked = check(limiter, shared.conn.clone(), key, shared.timeout).await;
             let decision = match checked {
                 Ok(decision) => decision,
                 Err(error) => {
