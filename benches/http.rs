@@ -98,6 +98,15 @@ fn main() {
                 .unwrap();
             GovernorLayer::new(config)
         };
+        let grouped = |name: &str, limit: u32| {
+            let limiter = fw(name, limit)
+                .with_group_commit(
+                    FixedWindow::DEFAULT_GROUP_BATCH,
+                    FixedWindow::DEFAULT_GROUP_IN_FLIGHT,
+                )
+                .unwrap();
+            RateLimitLayer::new(limiter, conn.clone())
+        };
         let redkit = |name: &str, limit: u32, cache: bool| {
             let builder = RateLimitLayer::builder(fw(name, limit), conn.clone());
             let builder = if cache {
@@ -119,6 +128,11 @@ fn main() {
             ),
             (
                 "under the limit",
+                "redkit fixed window, group commit",
+                base().layer(grouped("ug", big)),
+            ),
+            (
+                "under the limit",
                 "redkit concurrency limit (N = 1000)",
                 base().layer(ConcurrencyLimitLayer::new("cc", 1000, conn.clone()).unwrap()),
             ),
@@ -127,6 +141,11 @@ fn main() {
                 "flood (100/s allowed)",
                 "redkit fixed window",
                 base().layer(redkit("f", 100, false)),
+            ),
+            (
+                "flood (100/s allowed)",
+                "redkit fixed window, group commit",
+                base().layer(grouped("fg", 100)),
             ),
             (
                 "flood (100/s allowed)",
