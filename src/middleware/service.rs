@@ -70,10 +70,10 @@ fn refuse<B: Default>(status: StatusCode) -> Response<B> {
 /// Checks `key` within `timeout`. A grouped check (a fixed window with
 /// [group commit](crate::rate_limit::FixedWindow::with_group_commit)) runs in a task of its
 /// own: the request's future is dropped when its client goes away, and a check that leads a
-/// group must still read the reply that settles the other requests in it. That task has
-/// twice `timeout`: a group's call is sent before its leader's `timeout` is over, and every
-/// request in it joined before, so no request's answer is cut short by its leader's deadline.
-/// The request itself waits `timeout` at most.
+/// group must still read the reply that settles the other requests in it. That task is
+/// given twice `timeout`, so the reply is read for the others even after the leader's own
+/// request gave up (at `timeout`: the request never waits longer), as long as it comes
+/// within twice the leader's `timeout`; a task stays bounded in time.
 async fn check<C>(
     limiter: &Limiter,
     mut conn: C,

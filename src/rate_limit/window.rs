@@ -166,7 +166,7 @@ impl FixedWindow {
     /// single check); if the leading caller's future is dropped while the call is in flight,
     /// the others get [`Error::Interrupted`]: where futures may be dropped (a request whose
     /// client went away), run each check in a task of its own (`tokio::spawn`), as the
-    /// [middleware](crate::middleware::RateLimitLayer) does. On a Cluster the first group whose keys span
+    /// middleware (feature `tower`) does. On a Cluster the first group whose keys span
     /// hash slots is refused by Redis before it runs (nothing counted); its checks are then
     /// sent one by one and from then on groups are formed per hash slot. The batch calls
     /// ([`check_batch`](Self::check_batch), [`check_batch_by_slot`](Self::check_batch_by_slot))
