@@ -412,7 +412,9 @@ impl InventoryBuilder {
     /// one inventory must use connections to the same Redis deployment (as they must anyway).
     /// If the group's call fails, every member gets the error (see [`Store::decrement`] for
     /// what a lost reply means); if the leading caller's future is dropped while the call is
-    /// in flight, the others get [`Error::Interrupted`] (it may have run). Other operations
+    /// in flight, the others get [`Error::Interrupted`] (it may have run): where futures may
+    /// be dropped (an HTTP handler whose client went away), run each decrement in a task of
+    /// its own (`tokio::spawn`) so the call is read for the group. Other operations
     /// (`decrement_acked`, restocks, orders, reservations) are never grouped.
     ///
     /// ```
