@@ -15,7 +15,7 @@ use crate::error::Result;
 /// allow before it elapses, unless the key is reset), in one round trip.
 ///
 /// An enum rather than a trait object: a match per call, no allocation, and
-/// [`Policies`](crate::middleware::Policies) stays one concrete type whatever the mix of
+/// the middleware's `Policies` (feature `tower`) stays one concrete type whatever the mix of
 /// algorithms per route. Build it with `.into()` from any limiter.
 ///
 /// ```no_run
