@@ -62,13 +62,13 @@
 //! `cargo bench --bench lean` (`REDKIT_LEAN_SECS=<n>` per case, default 3;
 //! `REDKIT_LEAN_ROUNDS=<n>` repeats the fixed-window and stock rows, and the backend
 //! comparison (at least 7 rounds there); `REDKIT_LEAN_ONLY=backends` runs only the backend
-//! comparison; `REDKIT_LEAN_WORKERS=<n>` sets the tokio runtime's worker threads, default 2;
+//! comparison; `REDKIT_LEAN_WORKERS=<n>` sets the tokio runtime's worker threads (default:
+//! one per CPU the process may run on, as tokio's own default);
 //! `REDKIT_LEAN_COALESCE_IN_FLIGHT=<k>` the pipelines `Coalescing` keeps out in case `pipe`;
 //! `REDKIT_LEAN_PIN=<client cpus>/<server cpus>`, e.g. `0/1`, pins this process (before its
 //! runtime starts, so every thread and the `redis-benchmark` it runs) and the bench's
 //! redis-server (all its threads) to those CPUs with `taskset`: Redis and the client then no
-//! longer take turns on the same cores; use it with `REDKIT_LEAN_WORKERS` no larger than the
-//! client's CPUs).
+//! longer take turns on the same cores; the workers then default to the client's CPUs).
 //!
 //! The seed limiters build their key from the client's address on every call, as redkit does
 //! (the same `format!` a user's handler runs), so neither side is handed ready-made keys.
@@ -422,12 +422,14 @@ fn main() {
     runtime().block_on(bench(secs));
 }
 
-/// The bench's tokio runtime: `REDKIT_LEAN_WORKERS=<n>` worker threads (default 2, one per
-/// core of the reference machine).
+/// The bench's tokio runtime: `REDKIT_LEAN_WORKERS=<n>` worker threads; by default tokio's
+/// own default, one per CPU the process may run on (after `REDKIT_LEAN_PIN`: one per CPU of
+/// the client's list). More workers than CPUs time-slice one core, which slowed the default
+/// window's row to 0.52x-0.56x the seed where one worker ran it at 0.84x-0.89x (round 17).
 fn runtime() -> tokio::runtime::Runtime {
     let workers: usize = env_num("REDKIT_LEAN_WORKERS")
         .filter(|&n| n >= 1)
-        .unwrap_or(2);
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()
@@ -493,7 +495,8 @@ async fn bench(secs: f64) {
     });
     ScriptManager::new().preload(&mut conn).await.unwrap();
     println!(
-        "lean bench: redis-server pid {pid:?}, {CALLERS} tasks on one multiplexed connection, {secs} s per case{}",
+        "lean bench: redis-server pid {pid:?}, {CALLERS} tasks on one multiplexed connection, {} tokio workers, {secs} s per case{}",
+        tokio::runtime::Handle::current().metrics().num_workers(),
         pinned.unwrap_or_default()
     );
     println!();
