@@ -425,7 +425,7 @@ fn main() {
 /// The bench's tokio runtime: `REDKIT_LEAN_WORKERS=<n>` worker threads; by default tokio's
 /// own default, one per CPU the process may run on (after `REDKIT_LEAN_PIN`: one per CPU of
 /// the client's list). More workers than CPUs time-slice one core, which slowed the default
-/// window's row to 0.52x-0.56x the seed where one worker ran it at 0.84x-0.89x (round 17).
+/// window's row to 0.52x-0.56x the seed where one worker ran it at 0.81x-0.95x (round 17).
 fn runtime() -> tokio::runtime::Runtime {
     let workers: usize = env_num("REDKIT_LEAN_WORKERS")
         .filter(|&n| n >= 1)
