@@ -42,7 +42,7 @@
 //!   `redis-benchmark` ceiling; `Store::decrement` and `FixedWindow::check` with and without
 //!   `Coalescing`.
 //!
-//! `REDKIT_LEAN_CASES=fixed,gcra,sliding,stock,lock,paired,twin,hot,seq,pipe` runs only those cases
+//! `REDKIT_LEAN_CASES=fixed,bodies,gcra,sliding,stock,lock,paired,twin,hot,seq,pipe` runs only those cases
 //! (default: all).
 //!
 //! Each case runs 64 tasks on one multiplexed connection for a few seconds and reports ops/s,
@@ -514,6 +514,10 @@ async fn bench(secs: f64) {
             fixed_case(&conn, pid, secs, &ips).await;
         }
     }
+    if selected("bodies") {
+        fresh(&server).await;
+        bodies_case(&conn, pid, secs, &ips).await;
+    }
     if selected("gcra") {
         fresh(&server).await;
         gcra_case(&conn, pid, secs, &ips).await;
@@ -662,6 +666,31 @@ async fn fixed_case(
     // Before, in the same run: the previous script version through a script manager.
     let before = run_op(conn, pid, secs, &ops::window_version_op(&limiter, ips, 6)).await;
     row("fixed-window check, 10k IPs (v6, before)", &before, &seed);
+}
+
+/// Case `bodies`: Lua bodies through raw `redis::Script` on both sides (no redkit code on
+/// the client) against the seed limiter: `fixed_window.v7`'s body, and the seed with one
+/// `PTTL` added. Their ratios against the seed, with one worker per client CPU and with more
+/// workers than CPUs (`REDKIT_LEAN_WORKERS`), show what a script's server time alone does to
+/// a row (round 17).
+async fn bodies_case(
+    conn: &MultiplexedConnection,
+    pid: Option<u32>,
+    secs: f64,
+    ips: &Arc<Vec<LimitKey>>,
+) {
+    let limiter =
+        Arc::new(FixedWindow::new("lean-body", LIMIT, Duration::from_millis(WINDOW_MS)).unwrap());
+    let (_, seed_op) = limiter_ops(&limiter, ips);
+    let seed = run_op(conn, pid, secs, &seed_op).await;
+    let v7 = run_op(conn, pid, secs, &ops::raw_body_op(&limiter, ips, true)).await;
+    row("fixed_window.v7's body, raw redis::Script", &v7, &seed);
+    let pttl = run_op(conn, pid, secs, &ops::raw_body_op(&limiter, ips, false)).await;
+    row(
+        "the seed with one PTTL added, raw redis::Script",
+        &pttl,
+        &seed,
+    );
 }
 
 async fn gcra_case(

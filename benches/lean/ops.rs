@@ -64,6 +64,46 @@ pub(crate) fn limiter_ops(limiter: &Arc<FixedWindow>, ips: &Arc<Vec<LimitKey>>) 
     (redkit, seed)
 }
 
+/// A Lua body through raw `redis::Script` (no redkit code on the client), called as the
+/// limiter rows call theirs over the 10k IPs: `fixed_window.v7`'s body with the limiter's key
+/// and arguments when `v7`, else the seed limiter with one `PTTL` before it (the seed's
+/// arguments). Case `bodies`: what a script's server time alone does to a row.
+pub(crate) fn raw_body_op(limiter: &Arc<FixedWindow>, ips: &Arc<Vec<LimitKey>>, v7: bool) -> Op {
+    let source = if v7 {
+        Registry::global()
+            .require("fixed_window", 7)
+            .unwrap()
+            .source()
+            .to_owned()
+    } else {
+        format!("redis.call('PTTL', KEYS[1])\n{SEED_LIMITER}")
+    };
+    let (s, l, k) = (
+        Arc::new(redis::Script::new(&source)),
+        limiter.clone(),
+        ips.clone(),
+    );
+    op(move |mut c, t, i| {
+        let (s, l, k) = (s.clone(), l.clone(), k.clone());
+        async move {
+            let ip = &k[((t * 7919 + i * 64) as usize) % IPS];
+            if v7 {
+                let packed: i64 = s
+                    .key(l.redis_key(ip))
+                    .arg(LIMIT)
+                    .arg(WINDOW_MS)
+                    .arg(1)
+                    .invoke_async(&mut c)
+                    .await
+                    .unwrap();
+                assert!(packed >= 0, "{packed}");
+            } else {
+                seed_check(&s, &mut c, format!("seed-pttl:rl:{ip}")).await;
+            }
+        }
+    })
+}
+
 /// One version of the default window's script, `fixed_window.v<version>`, called through a
 /// script manager with the limiter's own keys and arguments (the script's share of a check,
 /// for a row of one version against another).
