@@ -76,6 +76,17 @@ async fn manager(server: &RedisServer) -> ConnectionManager {
     ConnectionManager::new(client).await.unwrap()
 }
 
+/// Serves the app behind a layer of the policies in `toml` (a `PolicyConfig` file), with the
+/// peer's address known; returns the base URL.
+async fn serve_policies(server: &RedisServer, toml: &str) -> String {
+    let config: PolicyConfig = toml::from_str(toml).unwrap();
+    let layer = RateLimitLayer::new(
+        Policies::from_config(&config).unwrap(),
+        manager(server).await,
+    );
+    serve(app(layer), true).await
+}
+
 /// A connection whose calls wait 30 s for a reply (longer than any freeze in these tests:
 /// calls in flight wait for Redis rather than time out).
 async fn patient_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
@@ -419,7 +430,8 @@ async fn redis_outage_fails_open_or_closed_and_limiting_resumes() {
 #[tokio::test]
 async fn policies_from_toml_override_per_route() {
     let server = RedisServer::spawn().await;
-    let config: PolicyConfig = toml::from_str(
+    let base = serve_policies(
+        &server,
         r#"
         [default]
         name = "default"
@@ -433,12 +445,7 @@ async fn policies_from_toml_override_per_route() {
         window_ms = 60000
         "#,
     )
-    .unwrap();
-    let layer = RateLimitLayer::new(
-        Policies::from_config(&config).unwrap(),
-        manager(&server).await,
-    );
-    let base = serve(app(layer), true).await;
+    .await;
     let http = reqwest::Client::new();
     let login = format!("{base}/login");
     let otp = format!("{base}/login/otp");
@@ -466,7 +473,8 @@ async fn policies_from_toml_override_per_route() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grouped_policy_from_toml_lets_exactly_the_limit_through() {
     let server = RedisServer::spawn().await;
-    let config: PolicyConfig = toml::from_str(
+    let base = serve_policies(
+        &server,
         r#"
         group_commit = true
         [default]
@@ -475,12 +483,7 @@ async fn a_grouped_policy_from_toml_lets_exactly_the_limit_through() {
         window_ms = 60000
         "#,
     )
-    .unwrap();
-    let layer = RateLimitLayer::new(
-        Policies::from_config(&config).unwrap(),
-        manager(&server).await,
-    );
-    let base = serve(app(layer), true).await;
+    .await;
     let http = reqwest::Client::new();
     let before = server.evalsha_calls().await;
     let statuses = futures_util::future::join_all(
@@ -612,7 +615,8 @@ async fn grouped_requests_to_a_frozen_redis_are_answered_at_the_layer_timeout() 
 #[tokio::test]
 async fn each_route_can_use_its_own_algorithm_with_the_right_headers() {
     let server = RedisServer::spawn().await;
-    let config: PolicyConfig = toml::from_str(
+    let base = serve_policies(
+        &server,
         r#"
         [default]
         name = "default"
@@ -629,12 +633,7 @@ async fn each_route_can_use_its_own_algorithm_with_the_right_headers() {
         burst = 3
         "#,
     )
-    .unwrap();
-    let layer = RateLimitLayer::new(
-        Policies::from_config(&config).unwrap(),
-        manager(&server).await,
-    );
-    let base = serve(app(layer), true).await;
+    .await;
     let http = reqwest::Client::new();
     let login = format!("{base}/login");
     // GCRA: 1 per 20 s, bursts of 3: q=3 per w=60 s; the bucket refills 20 s per unit.
