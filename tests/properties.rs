@@ -1,9 +1,17 @@
 //! Property tests: public constructors, builders and options never panic, whatever the input,
-//! and what they accept is consistent with what they promise: limiter, keys, replication,
-//! admin, middleware, script calls, locks and inventory. (tests/lock_contract.rs also calls
-//! `acquire` with extreme options against a real server.)
+//! and accept exactly what they document: limiter, keys, replication, admin, middleware,
+//! script calls, locks and inventory. (tests/lock_contract.rs also calls `acquire` with
+//! extreme options against a real server.)
+//!
+//! Every "accepts exactly" property states the documented predicate `ok` and asserts
+//! `result.is_ok() == ok`, checking every getter when accepted. Its inputs come from
+//! boundary-aware generators (`duration_around`, `u64_around`, `usize_around`, `prefix_like`,
+//! `part_like`) that draw the boundaries (min-1, min, min+1, max-1, max, max+1), values inside
+//! and values outside; `coverage::generators_reach_accepted_and_refused_inputs` samples each
+//! property's input strategy and asserts that both accepted and refused inputs make up a
+//! substantial share, so neither branch can silently stop running.
 
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -13,14 +21,167 @@ use redkit::script::{Acked, Replication};
 use redkit::script::{Backend, Library};
 use redkit::{Registry, Script, ScriptManager};
 
+const NS: Duration = Duration::from_nanos(1);
+const MS: Duration = Duration::from_millis(1);
+
+/// Any duration, for setters that accept every value (no documented range).
 fn any_duration() -> impl Strategy<Value = Duration> {
     prop_oneof![
         Just(Duration::ZERO),
         Just(Duration::MAX),
         Just(Duration::from_nanos(1)),
+        (0u64..100_000).prop_map(Duration::from_millis),
         any::<u64>().prop_map(Duration::from_millis),
         (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
     ]
+}
+
+/// Durations around the accepted range `min..=max` (`min > 0`, `max < Duration::MAX`): the
+/// boundaries at nanosecond and millisecond steps, values inside (near each end and spread
+/// over the range), below and above. About half are inside.
+fn duration_around(min: Duration, max: Duration) -> BoxedStrategy<Duration> {
+    assert!(!min.is_zero() && min <= max && max < Duration::MAX);
+    let edges: Vec<Duration> = [
+        Some(Duration::ZERO),
+        min.checked_sub(MS),
+        min.checked_sub(NS),
+        Some(min),
+        Some(min + NS),
+        Some(max - NS),
+        Some(max),
+        max.checked_add(NS),
+        max.checked_add(MS),
+        Some(Duration::MAX),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let span = max - min;
+    let below_ns = u64::try_from(min.as_nanos()).unwrap_or(u64::MAX);
+    prop_oneof![
+        3 => proptest::sample::select(edges),
+        2 => (0u64..=10_000_000_000).prop_map(move |n| (min + Duration::from_nanos(n)).min(max)),
+        1 => (0u64..=10_000_000_000).prop_map(move |n| max.saturating_sub(Duration::from_nanos(n)).max(min)),
+        2 => (0.0f64..=1.0).prop_map(move |f| (min + span.mul_f64(f)).min(max)),
+        1 => (0..below_ns).prop_map(Duration::from_nanos),
+        1 => (1u64..=10_000_000_000).prop_map(move |n| max.saturating_add(Duration::from_nanos(n))),
+        1 => (any::<u64>(), 0u32..1_000_000_000)
+            .prop_map(move |(s, n)| max.saturating_add(Duration::new(s, n)).max(max + NS)),
+    ]
+    .boxed()
+}
+
+/// Integers around the accepted range `min..=max`: boundaries, inside, below and above.
+fn u64_around(min: u64, max: u64) -> BoxedStrategy<u64> {
+    assert!(min <= max && max < u64::MAX);
+    let edges: Vec<u64> = [
+        Some(0),
+        min.checked_sub(1),
+        Some(min),
+        Some(min + 1),
+        max.checked_sub(1),
+        Some(max),
+        Some(max + 1),
+        Some(u64::MAX),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    prop_oneof![
+        3 => proptest::sample::select(edges),
+        2 => min..=max,
+        1 => min..=min.saturating_add(100).min(max),
+        1 => 0..=min,
+        1 => (max + 1)..=u64::MAX,
+    ]
+    .boxed()
+}
+
+/// [`u64_around`] for `usize` settings.
+fn usize_around(min: usize, max: usize) -> BoxedStrategy<usize> {
+    assert!(min <= max && max < usize::MAX);
+    let edges: Vec<usize> = [
+        Some(0),
+        min.checked_sub(1),
+        Some(min),
+        Some(min + 1),
+        max.checked_sub(1),
+        Some(max),
+        Some(max + 1),
+        Some(usize::MAX),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    prop_oneof![
+        3 => proptest::sample::select(edges),
+        3 => min..=max,
+        1 => 0..=min,
+        1 => (max + 1)..=usize::MAX,
+    ]
+    .boxed()
+}
+
+/// `u32` counts that must be at least 1 (limits, rates): mostly valid, some 0.
+fn count_u32() -> impl Strategy<Value = u32> {
+    prop_oneof![
+        1 => Just(0u32),
+        1 => Just(1u32),
+        1 => Just(u32::MAX),
+        3 => 1u32..100,
+        2 => 1u32..=u32::MAX,
+    ]
+}
+
+/// `true` for a name or prefix `keys` accepts: 1..=64 bytes of `[A-Za-z0-9_:.-]` (src/keys.rs).
+fn prefix_ok(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':' | b'.' | b'-'))
+}
+
+/// Names and prefixes: mostly valid (of every length, 64 bytes included), some empty, too
+/// long, with one forbidden character, or arbitrary text.
+fn prefix_like() -> BoxedStrategy<String> {
+    prop_oneof![
+        10 => "[A-Za-z0-9_:.-]{1,64}",
+        1 => "[a-z]{64}",
+        1 => "[a-z]{65}",
+        1 => Just(String::new()),
+        2 => (
+            "[a-z0-9]{0,30}",
+            proptest::sample::select(vec![' ', '{', '}', '/', '*', '\n', '\0', 'é', '%']),
+            "[a-z0-9]{0,30}",
+        )
+            .prop_map(|(a, c, b)| format!("{a}{c}{b}")),
+        1 => ".{0,100}",
+    ]
+    .boxed()
+}
+
+/// `true` for a user-supplied key part (resource, store, SKU, limit key): 1..=256 bytes.
+fn part_ok(s: &str) -> bool {
+    (1..=redkit::keys::MAX_PART_LEN).contains(&s.len())
+}
+
+/// Key parts: mostly valid (with braces and `%` to escape, any text, 255 and 256 bytes),
+/// some empty or too long.
+fn part_like() -> BoxedStrategy<String> {
+    prop_oneof![
+        6 => "[a-z0-9%{}:]{1,40}",
+        1 => ".{1,60}",
+        2 => (255usize..=257).prop_map(|n| "x".repeat(n)),
+        1 => Just(String::new()),
+        1 => (257usize..600).prop_map(|n| "{".repeat(n)),
+    ]
+    .boxed()
+}
+
+/// A part as it appears in a key: `%` -> `%25`, `{` -> `%7B`, `}` -> `%7D` (src/keys.rs).
+fn escaped(s: &str) -> String {
+    s.replace('%', "%25")
+        .replace('{', "%7B")
+        .replace('}', "%7D")
 }
 
 fn any_ip() -> impl Strategy<Value = IpAddr> {
@@ -31,59 +192,283 @@ fn any_ip() -> impl Strategy<Value = IpAddr> {
     ]
 }
 
+fn is_invalid_input<T>(r: &redkit::Result<T>) -> bool {
+    matches!(r, Err(redkit::Error::InvalidInput { .. }))
+}
+
+fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    u64::try_from(since.as_millis()).unwrap()
+}
+
+// ---- Inputs and documented predicates of each "accepts exactly" property ----
+
+fn replicas() -> impl Strategy<Value = u32> {
+    prop_oneof![
+        Just(0u32),
+        Just(1u32),
+        Just(u32::MAX),
+        1u32..8,
+        any::<u32>()
+    ]
+}
+
+fn replication_timeout() -> BoxedStrategy<Duration> {
+    duration_around(MS, Replication::MAX_TIMEOUT)
+}
+
+/// `Replication::new` / `fsynced`: timeout 1 ms ..= MAX_TIMEOUT (and `new`: replicas >= 1).
+fn replication_timeout_ok(timeout: Duration) -> bool {
+    (MS..=Replication::MAX_TIMEOUT).contains(&timeout)
+}
+
+fn fixed_window_input() -> impl Strategy<Value = (String, u32, Duration)> {
+    (
+        prefix_like(),
+        count_u32(),
+        duration_around(FixedWindow::MIN_WINDOW, FixedWindow::MAX_WINDOW),
+    )
+}
+
+fn fixed_window_ok((name, limit, window): &(String, u32, Duration)) -> bool {
+    prefix_ok(name)
+        && *limit >= 1
+        && (FixedWindow::MIN_WINDOW..=FixedWindow::MAX_WINDOW).contains(window)
+}
+
+fn sliding_window_input() -> impl Strategy<Value = (String, u32, Duration)> {
+    (
+        prefix_like(),
+        count_u32(),
+        duration_around(SlidingWindow::MIN_WINDOW, SlidingWindow::MAX_WINDOW),
+    )
+}
+
+fn sliding_window_ok((name, limit, window): &(String, u32, Duration)) -> bool {
+    prefix_ok(name)
+        && *limit >= 1
+        && (SlidingWindow::MIN_WINDOW..=SlidingWindow::MAX_WINDOW).contains(window)
+}
+
+/// GCRA's emission interval in whole microseconds (`period` rounded down to whole us, then
+/// divided by `rate` rounding up), when the period is at least 1 us.
+fn gcra_interval_us(rate: u32, period: Duration) -> Option<u64> {
+    let period_us = u64::try_from(period.as_micros())
+        .ok()
+        .filter(|us| *us >= 1)?;
+    Some(period_us.div_ceil(u64::from(rate.max(1))))
+}
+
+/// `emission interval x burst <= MAX_BUCKET`.
+fn gcra_bucket_ok(interval_us: u64, burst: u32) -> bool {
+    u128::from(interval_us) * u128::from(burst) <= Gcra::MAX_BUCKET.as_micros()
+}
+
+/// `(name, rate, period, burst pick)`: the burst is chosen from the pick by [`gcra_burst`].
+type GcraInput = (String, u32, Duration, (u8, u32));
+
+fn gcra_input() -> impl Strategy<Value = GcraInput> {
+    (
+        prefix_like(),
+        count_u32(),
+        duration_around(Duration::from_micros(1), Gcra::MAX_BUCKET),
+        (any::<u8>(), any::<u32>()),
+    )
+}
+
+fn gcra_new_ok((name, rate, period, _): &GcraInput) -> bool {
+    prefix_ok(name)
+        && *rate >= 1
+        && gcra_interval_us(*rate, *period).is_some_and(|i| gcra_bucket_ok(i, *rate))
+}
+
+/// The burst to try: any, 0, small, or the largest bucket allowed and one more.
+fn gcra_burst((_, rate, period, (pick, raw)): &GcraInput) -> u32 {
+    let largest = gcra_interval_us(*rate, *period)
+        .map(|i| u32::try_from(Gcra::MAX_BUCKET.as_micros() / u128::from(i)).unwrap_or(u32::MAX));
+    match (pick % 5, largest) {
+        (1, _) => 0,
+        (2, Some(b)) => b,
+        (3, Some(b)) => b.saturating_add(1),
+        (4, _) => 1 + raw % 100,
+        _ => *raw,
+    }
+}
+
+fn gcra_burst_ok(input: &GcraInput) -> bool {
+    let burst = gcra_burst(input);
+    burst >= 1 && gcra_interval_us(input.1, input.2).is_some_and(|i| gcra_bucket_ok(i, burst))
+}
+
+/// Lua sources with a header `--! flags:` line, and whether it is valid and read-only.
+const FLAGS: [(&str, bool, bool); 8] = [
+    ("no-writes", true, true),
+    ("readonly", true, true),
+    ("no-writes,readonly", true, true),
+    ("", true, false),
+    (" ", true, false),
+    ("bogus", false, false),
+    ("no-writes bogus", false, false),
+    ("allow-oom", false, false),
+];
+
+/// `(name, version, keys, source, flags)`: `flags` indexes [`FLAGS`] when the source has a
+/// flags header.
+type ScriptInput = (String, u32, usize, String, Option<usize>);
+
+fn script_input() -> impl Strategy<Value = ScriptInput> {
+    (
+        prop_oneof![
+            6 => "[a-z0-9_]{1,20}",
+            1 => Just(String::new()),
+            2 => "[a-z_]{0,5}[A-Z .{:-][a-z_]{0,5}",
+        ],
+        prop_oneof![1 => Just(0u32), 4 => 1u32..=u32::MAX],
+        prop_oneof![0usize..4, any::<usize>()],
+        prop_oneof![Just(None), Just(None), (0..FLAGS.len()).prop_map(Some)],
+        "([^-].{0,200})?",
+    )
+        .prop_map(|(name, version, keys, flags, body)| {
+            let source = match flags {
+                Some(i) => format!("--! keys: 1\n--! flags: {}\n{body}", FLAGS[i].0),
+                None => body,
+            };
+            (name, version, keys, source, flags)
+        })
+}
+
+/// `Script::new`: a non-empty `[a-z0-9_]` name, a version >= 1, known header flags.
+fn script_ok((name, version, _, _, flags): &ScriptInput) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && *version >= 1
+        && flags.is_none_or(|i| FLAGS[i].1)
+}
+
+/// Redis URLs (some with a password, whose text must never be shown) and junk.
+fn url_like() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => (
+            proptest::sample::select(vec!["127.0.0.1", "localhost", "redis.example", "[::1]"]),
+            any::<u16>(),
+            0u8..16,
+            proptest::option::of("pw[a-z]{12}"),
+        )
+            .prop_map(|(host, port, db, pw)| match pw {
+                Some(pw) => format!("redis://user:{pw}@{host}:{port}/{db}"),
+                None => format!("redis://{host}:{port}/{db}"),
+            }),
+        1 => "redis://[a-z]{1,8}:[0-9]{5,7}/",
+        1 => Just("redis://".to_owned()),
+        2 => ".{0,60}",
+    ]
+}
+
+/// What `Admin` takes a seed for: whatever redis-rs parses as connection info.
+fn parses(url: &str) -> bool {
+    redis::IntoConnectionInfo::into_connection_info(url).is_ok()
+}
+
+fn admin_input() -> impl Strategy<Value = (String, Vec<String>, Duration)> {
+    (
+        url_like(),
+        proptest::collection::vec(url_like(), 0..3),
+        any_duration(),
+    )
+}
+
+fn text_key_like() -> impl Strategy<Value = String> {
+    prop_oneof![part_like(), ".{0,400}".boxed()]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
-    fn replication_accepts_exactly_its_documented_range(replicas in any::<u32>(), timeout in any_duration()) {
-        let ok = replicas >= 1
-            && timeout >= Duration::from_millis(1)
-            && timeout <= Replication::MAX_TIMEOUT;
-        match Replication::new(replicas, timeout) {
+    fn replication_accepts_exactly_its_documented_range(
+        replicas in replicas(),
+        timeout in replication_timeout(),
+        (acked, requested) in (0u32..4, 0u32..4),
+    ) {
+        let ok = replicas >= 1 && replication_timeout_ok(timeout);
+        let built = Replication::new(replicas, timeout);
+        prop_assert_eq!(built.is_ok(), ok, "{:?} {:?}: {:?}", replicas, timeout, built);
+        match built {
             Ok(r) => {
-                prop_assert!(ok);
                 prop_assert_eq!(r.replicas(), replicas);
                 prop_assert_eq!(r.timeout(), timeout);
+                prop_assert!(!r.is_fsynced() && !r.local_fsync());
+                let local = r.with_local_fsync();
+                prop_assert!(local.is_fsynced() && local.local_fsync());
+                prop_assert_eq!((local.replicas(), local.timeout()), (replicas, timeout));
             }
-            Err(e) => prop_assert!(!ok, "{e}"),
+            Err(e) => prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}"),
         }
-        let a = Acked::new((), replicas, replicas.saturating_add(1));
-        prop_assert_eq!(a.is_replicated(), replicas == u32::MAX);
+        let a = Acked::new((), acked, requested);
+        prop_assert_eq!(a.is_replicated(), acked >= requested);
     }
 
     #[test]
-    fn fsynced_replication_accepts_exactly_its_documented_range(replicas in any::<u32>(), timeout in any_duration(), local in any::<bool>()) {
-        let ok = timeout >= Duration::from_millis(1) && timeout <= Replication::MAX_TIMEOUT;
-        match Replication::fsynced(replicas, timeout) {
+    fn fsynced_replication_accepts_exactly_its_documented_range(
+        replicas in replicas(),
+        timeout in replication_timeout(),
+        local in any::<bool>(),
+    ) {
+        let ok = replication_timeout_ok(timeout);
+        let built = Replication::fsynced(replicas, timeout);
+        prop_assert_eq!(built.is_ok(), ok, "{:?} {:?}: {:?}", replicas, timeout, built);
+        match built {
             Ok(r) => {
-                prop_assert!(ok);
+                prop_assert!(r.is_fsynced() && !r.local_fsync());
                 let r = if local { r.with_local_fsync() } else { r };
                 prop_assert!(r.is_fsynced());
                 prop_assert_eq!(r.local_fsync(), local);
                 prop_assert_eq!((r.replicas(), r.timeout()), (replicas, timeout));
             }
-            Err(e) => prop_assert!(!ok, "{e}"),
+            Err(e) => prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}"),
         }
     }
 
     #[test]
-    fn fixed_window_constructor_never_panics(name in ".{0,300}", limit in any::<u32>(), window in any_duration()) {
-        if let Ok(l) = FixedWindow::new(&name, limit, window) {
-            prop_assert!(limit >= 1);
-            prop_assert!(l.window() >= FixedWindow::MIN_WINDOW && l.window() <= FixedWindow::MAX_WINDOW);
-            let _ = l.redis_key(&LimitKey::ip(IpAddr::V6(Ipv6Addr::LOCALHOST)));
-            // Aligned to the clock: any window length gives a key and never panics.
-            let aligned = l.aligned_to_clock();
-            prop_assert!(aligned.is_aligned_to_clock());
-            let key = aligned.redis_key(&LimitKey::ip(IpAddr::V6(Ipv6Addr::LOCALHOST)));
-            prop_assert!(key.starts_with("rk:rl:"));
-        }
+    fn fixed_window_accepts_exactly_its_documented_range(input in fixed_window_input()) {
+        let ok = fixed_window_ok(&input);
+        let (name, limit, window) = input;
+        let built = FixedWindow::new(&name, limit, window);
+        prop_assert_eq!(built.is_ok(), ok, "{:?} {} {:?}", name, limit, window);
+        let Ok(l) = built else {
+            prop_assert!(is_invalid_input(&built));
+            return Ok(());
+        };
+        let window_ms = u64::try_from(window.as_millis()).unwrap();
+        prop_assert_eq!(l.name(), name.as_str());
+        prop_assert_eq!(l.limit(), limit);
+        prop_assert_eq!(l.window(), Duration::from_millis(window_ms));
+        prop_assert!(!l.is_aligned_to_clock());
+        prop_assert_eq!(l.group_commit(), None);
+        let key = LimitKey::text("u").unwrap();
+        let base = format!("rk:rl:{name}:{{k:u}}");
+        prop_assert_eq!(l.redis_key(&key), base.clone());
+        // Aligned to the clock: the key ends with the number of the current window.
+        let aligned = l.aligned_to_clock();
+        prop_assert!(aligned.is_aligned_to_clock());
+        let before = now_ms();
+        let key = aligned.redis_key(&key);
+        let after = now_ms();
+        let number: u64 = key
+            .strip_prefix(&format!("{base}:"))
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| TestCaseError::fail(format!("aligned key {key:?}")))?;
+        prop_assert!((before / window_ms..=after / window_ms).contains(&number), "{}", key);
     }
 
     #[test]
     fn window_group_commit_limits_are_checked_without_panicking(
-        max_batch in prop_oneof![0usize..300, any::<usize>()],
-        in_flight in prop_oneof![0usize..20, any::<usize>()],
+        max_batch in usize_around(2, FixedWindow::MAX_GROUP_BATCH),
+        in_flight in usize_around(1, FixedWindow::MAX_GROUP_IN_FLIGHT),
     ) {
         let ok = (2..=FixedWindow::MAX_GROUP_BATCH).contains(&max_batch)
             && (1..=FixedWindow::MAX_GROUP_IN_FLIGHT).contains(&in_flight);
@@ -102,7 +487,10 @@ proptest! {
     }
 
     #[test]
-    fn coalescing_limits_are_checked_without_panicking(max_batch in any::<usize>(), in_flight in any::<usize>()) {
+    fn coalescing_limits_are_checked_without_panicking(
+        max_batch in usize_around(1, redkit::connect::Coalescing::<()>::MAX_BATCH),
+        in_flight in usize_around(1, redkit::connect::Coalescing::<()>::MAX_IN_FLIGHT),
+    ) {
         use redkit::connect::Coalescing;
         let ok = (1..=Coalescing::<()>::MAX_BATCH).contains(&max_batch)
             && (1..=Coalescing::<()>::MAX_IN_FLIGHT).contains(&in_flight);
@@ -119,41 +507,113 @@ proptest! {
     }
 
     #[test]
-    fn gcra_constructors_never_panic(name in ".{0,300}", rate in any::<u32>(), period in any_duration(), burst in any::<u32>()) {
-        if let Ok(l) = Gcra::new(&name, rate, period) {
-            prop_assert!(rate >= 1 && l.burst() == rate);
-            prop_assert!(l.emission_interval() >= Duration::from_micros(1));
-            prop_assert!(l.emission_interval() * l.burst() <= Gcra::MAX_BUCKET);
-            if let Ok(b) = l.with_burst(burst) {
-                prop_assert!(burst >= 1 && b.burst() == burst);
-                prop_assert!(b.emission_interval() * burst <= Gcra::MAX_BUCKET);
+    fn gcra_accepts_exactly_its_documented_range(input in gcra_input()) {
+        let ok = gcra_new_ok(&input);
+        let burst = gcra_burst(&input);
+        let burst_ok = gcra_burst_ok(&input);
+        let (name, rate, period, _) = input;
+        let built = Gcra::new(&name, rate, period);
+        prop_assert_eq!(built.is_ok(), ok, "{:?} {} {:?}", name, rate, period);
+        let Ok(l) = built else {
+            prop_assert!(is_invalid_input(&built));
+            return Ok(());
+        };
+        let interval = gcra_interval_us(rate, period).unwrap();
+        prop_assert_eq!(l.name(), name.as_str());
+        prop_assert_eq!((l.rate(), l.burst()), (rate, rate));
+        prop_assert_eq!(l.period(), Duration::from_micros(u64::try_from(period.as_micros()).unwrap()));
+        prop_assert_eq!(l.emission_interval(), Duration::from_micros(interval));
+        prop_assert_eq!(
+            l.redis_key(&LimitKey::text("u").unwrap()),
+            format!("rk:gcra:{name}:{{k:u}}")
+        );
+        let with = l.with_burst(burst);
+        prop_assert_eq!(with.is_ok(), burst_ok, "burst {} interval {} us", burst, interval);
+        match with {
+            Ok(b) => {
+                prop_assert_eq!((b.rate(), b.burst()), (rate, burst));
+                prop_assert_eq!(b.emission_interval(), Duration::from_micros(interval));
             }
+            Err(e) => prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}"),
         }
     }
 
     #[test]
-    fn sliding_window_constructor_never_panics(name in ".{0,300}", limit in any::<u32>(), window in any_duration()) {
-        if let Ok(l) = SlidingWindow::new(&name, limit, window) {
-            prop_assert!(limit >= 1 && l.limit() == limit);
-            prop_assert!(l.window() >= SlidingWindow::MIN_WINDOW && l.window() <= SlidingWindow::MAX_WINDOW);
-        }
+    fn sliding_window_accepts_exactly_its_documented_range(input in sliding_window_input()) {
+        let ok = sliding_window_ok(&input);
+        let (name, limit, window) = input;
+        let built = SlidingWindow::new(&name, limit, window);
+        prop_assert_eq!(built.is_ok(), ok, "{:?} {} {:?}", name, limit, window);
+        let Ok(l) = built else {
+            prop_assert!(is_invalid_input(&built));
+            return Ok(());
+        };
+        prop_assert_eq!(l.name(), name.as_str());
+        prop_assert_eq!(l.limit(), limit);
+        prop_assert_eq!(l.window(), Duration::from_millis(u64::try_from(window.as_millis()).unwrap()));
+        prop_assert_eq!(
+            l.redis_key(&LimitKey::text("u").unwrap()),
+            format!("rk:sw:{name}:{{k:u}}")
+        );
     }
 
     #[test]
-    fn limit_keys_never_panic_and_never_contain_braces(text in ".{0,400}", ip in any_ip(), prefix in any::<u8>()) {
-        if let Ok(k) = LimitKey::text(&text) {
-            prop_assert!(!text.is_empty() && text.len() <= 256);
-            prop_assert!(!k.as_str().contains(['{', '}']), "braces in {:?}", k.as_str());
+    fn limit_keys_accept_exactly_their_documented_length_and_never_contain_braces(
+        text in text_key_like(),
+        ip in any_ip(),
+        prefix in any::<u8>(),
+    ) {
+        let key = LimitKey::text(&text);
+        prop_assert_eq!(key.is_ok(), part_ok(&text), "{} bytes", text.len());
+        match key {
+            Ok(k) => prop_assert_eq!(k.as_str(), format!("k:{}", escaped(&text))),
+            Err(e) => prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}"),
         }
         let k = LimitKey::ip_grouped(ip, prefix);
+        prop_assert!(k.as_str().starts_with("ip:"), "{:?}", k.as_str());
         prop_assert!(!k.as_str().contains(['{', '}']), "braces in {:?}", k.as_str());
-        let _ = LimitKey::ip(ip);
+        // Prefixes above 128 bits are 128; `ip` is the default /64 grouping.
+        prop_assert_eq!(&k, &LimitKey::ip_grouped(ip, prefix.min(128)));
+        prop_assert_eq!(LimitKey::ip(ip), LimitKey::ip_grouped(ip, redkit::rate_limit::DEFAULT_IPV6_PREFIX));
     }
 
+    /// Accepts exactly a non-empty `[a-z0-9_]` name, a version >= 1 and known header flags;
+    /// reports the SHA1 of the body (as Redis computes it), the key count given (1 for a
+    /// variadic script) and the read-only flag.
     #[test]
-    fn script_constructor_never_panics(name in ".{0,80}", version in any::<u32>(), keys in any::<usize>(), source in ".{0,200}") {
-        let _ = Script::new(&name, version, keys, &source);
-        let _ = Script::new_variadic(&name, version, &source);
+    fn script_constructor_accepts_exactly_valid_scripts_and_reports_their_sha1(
+        input in script_input(),
+    ) {
+        use sha1::Digest as _;
+        let ok = script_ok(&input);
+        let (name, version, keys, source, flags) = input;
+        let read_only = flags.is_some_and(|i| FLAGS[i].2);
+        let sha1: String = sha1::Sha1::digest(source.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let fixed = Script::new(&name, version, keys, &source);
+        let variadic = Script::new_variadic(&name, version, &source);
+        prop_assert_eq!(fixed.is_ok(), ok, "{:?}", fixed.as_ref().err());
+        prop_assert_eq!(variadic.is_ok(), ok, "{:?}", variadic.as_ref().err());
+        match (fixed, variadic) {
+            (Ok(f), Ok(v)) => {
+                for s in [&f, &v] {
+                    prop_assert_eq!(s.name(), name.as_str());
+                    prop_assert_eq!(s.version(), version);
+                    prop_assert_eq!(s.id(), format!("{name}.v{version}"));
+                    prop_assert_eq!(s.sha1(), sha1.as_str());
+                    prop_assert_eq!(s.source(), source.as_str());
+                    prop_assert_eq!(s.is_read_only(), read_only);
+                }
+                prop_assert_eq!((f.key_count(), f.is_variadic()), (keys, false));
+                prop_assert_eq!((v.key_count(), v.is_variadic()), (1, true));
+            }
+            (f, v) => {
+                prop_assert!(is_invalid_input(&f), "{:?}", f.err());
+                prop_assert!(is_invalid_input(&v), "{:?}", v.err());
+            }
+        }
     }
 
     #[test]
@@ -175,14 +635,43 @@ proptest! {
         }
     }
 
+    /// `Admin::single` takes exactly what redis-rs parses as connection info, `cluster`
+    /// exactly a non-empty list of such seeds; `Debug` shows the mode and the timeout set,
+    /// never a password.
     #[test]
-    fn admin_constructors_never_panic(url in ".{0,120}", port in any::<u16>(), timeout in any_duration()) {
-        if let Ok(a) = Admin::single(url.as_str()) {
-            let _ = format!("{:?}", a.with_timeout(timeout));
+    fn admin_constructors_accept_exactly_parseable_seeds(input in admin_input()) {
+        let (url, seeds, timeout) = input;
+        let passwords: Vec<&str> = std::iter::once(&url)
+            .chain(&seeds)
+            .filter_map(|u| u.split_once(":pw").and_then(|(_, rest)| rest.get(..12)))
+            .collect();
+        let single = Admin::single(url.as_str());
+        prop_assert_eq!(single.is_ok(), parses(&url), "{:?}", url);
+        if let Ok(a) = single {
+            let shown = format!("{:?}", a.with_timeout(timeout));
+            prop_assert!(shown.contains("cluster: false"), "{}", shown);
+            prop_assert!(shown.contains(&format!("timeout: {timeout:?}")), "{}", shown);
+            for pw in &passwords {
+                prop_assert!(!shown.contains(pw), "{}", shown);
+            }
         }
-        let _ = Admin::cluster(Vec::<String>::new()).map(|_| ()).unwrap_err();
-        let seeds = [format!("redis://127.0.0.1:{port}/"), url.clone()];
-        let _ = Admin::cluster(seeds).map(|a| a.with_timeout(timeout));
+        let cluster = Admin::cluster(seeds.iter().map(String::as_str));
+        let ok = !seeds.is_empty() && seeds.iter().all(|s| parses(s));
+        prop_assert_eq!(cluster.is_ok(), ok, "{:?}", seeds);
+        match cluster {
+            Ok(a) => {
+                let shown = format!("{:?}", a.with_timeout(timeout));
+                prop_assert!(shown.contains("cluster: true"), "{}", shown);
+                prop_assert!(shown.contains(&format!("timeout: {timeout:?}")), "{}", shown);
+                for pw in &passwords {
+                    prop_assert!(!shown.contains(pw), "{}", shown);
+                }
+            }
+            Err(e) if seeds.is_empty() => {
+                prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}")
+            }
+            Err(_) => {}
+        }
     }
 }
 
@@ -206,6 +695,85 @@ mod middleware {
             req.extensions_mut().insert(peer);
         }
         req
+    }
+
+    /// One fixed-window policy: `(name, limit, window)`.
+    pub(crate) type Spec = (String, u32, Duration);
+    /// A route: `(path, policy)`.
+    pub(crate) type Route = (String, Spec);
+
+    /// Few names, limits and windows, so routes share names (with the same or another
+    /// configuration) and paths (also with a trailing `/`).
+    fn spec() -> impl Strategy<Value = Spec> {
+        (
+            prop_oneof![
+                6 => proptest::sample::select(vec!["a", "b", "d"]).prop_map(str::to_owned),
+                1 => Just("x y".to_owned()),
+            ],
+            prop_oneof![1 => Just(0u32), 6 => Just(5u32), 2 => Just(7u32)],
+            prop_oneof![
+                1 => Just(Duration::ZERO),
+                1 => Just(Duration::from_micros(999)),
+                8 => Just(Duration::from_secs(1)),
+                2 => Just(Duration::from_secs(60)),
+                1 => Just(FixedWindow::MAX_WINDOW),
+                1 => Just(FixedWindow::MAX_WINDOW + MS),
+            ],
+        )
+    }
+
+    /// A policy whose limit and window depend on its name only: reusing it never clashes.
+    fn consistent_spec() -> impl Strategy<Value = Spec> {
+        proptest::sample::select(vec![("a", 5u32, 1u64), ("b", 7, 60), ("d", 5, 2)])
+            .prop_map(|(n, l, s)| (n.to_owned(), l, Duration::from_secs(s)))
+    }
+
+    pub(crate) fn policies_input() -> impl Strategy<Value = (Spec, Vec<Route>)> {
+        let path = prop_oneof![
+            8 => proptest::sample::select(vec!["/", "/a", "/a/", "/a/b", "/b", "/bb"]),
+            1 => proptest::sample::select(vec!["a", ""]),
+        ];
+        let route_spec = prop_oneof![3 => consistent_spec(), 1 => spec()];
+        (
+            prop_oneof![consistent_spec(), spec()],
+            proptest::collection::vec((path.prop_map(str::to_owned), route_spec), 0..4),
+        )
+    }
+
+    fn spec_ok((name, limit, window): &Spec) -> bool {
+        // PolicySpec keeps whole milliseconds.
+        let window = Duration::from_millis(u64::try_from(window.as_millis()).unwrap());
+        fixed_window_ok(&(name.clone(), *limit, window))
+    }
+
+    /// What `Policies::from_config` documents: every policy valid, route paths starting with
+    /// `/` (a trailing `/` is dropped) and given once, a name never reused with another limit
+    /// or window. `Some(routes)` (with normalized paths) when accepted.
+    pub(crate) fn policies_model((default, routes): &(Spec, Vec<Route>)) -> Option<Vec<Route>> {
+        if !spec_ok(default) {
+            return None;
+        }
+        let same =
+            |a: &Spec, b: &Spec| a.0 != b.0 || (a.1 == b.1 && a.2.as_millis() == b.2.as_millis());
+        let mut accepted: Vec<Route> = Vec::new();
+        for (path, spec) in routes {
+            if !spec_ok(spec) || !path.starts_with('/') {
+                return None;
+            }
+            let path = if path.len() > 1 {
+                path.trim_end_matches('/')
+            } else {
+                path
+            };
+            if accepted.iter().any(|(p, _)| p == path)
+                || !same(default, spec)
+                || accepted.iter().any(|(_, s)| !same(s, spec))
+            {
+                return None;
+            }
+            accepted.push((path.to_owned(), spec.clone()));
+        }
+        Some(accepted)
     }
 
     proptest! {
@@ -237,19 +805,43 @@ mod middleware {
             prop_assert_eq!(TrustedProxies::hops(hops).extract(&RequestInfo::new(&bare)), None);
         }
 
+        /// Builds exactly the configurations `Policies::from_config` documents as valid, and
+        /// each route's path (and paths below it) then gets the route's limiter; other paths
+        /// get the default (or the `/` route).
         #[test]
-        fn policies_from_any_config_never_panic(
-            name in ".{0,80}", limit in any::<u32>(), window in any_duration(),
-            routes in proptest::collection::vec((".{0,20}", ".{0,20}", any::<u32>(), any::<u64>()), 0..4),
-        ) {
-            let mut config = PolicyConfig::new(PolicySpec::new(name, limit, window));
-            for (path, n, l, w) in routes {
-                config = config.route(path, PolicySpec::new(n, l, Duration::from_millis(w)));
+        fn policies_accept_exactly_valid_configs_and_route_by_path(input in policies_input()) {
+            let expected = policies_model(&input);
+            let (default, routes) = input;
+            let spec = |(n, l, w): &Spec| PolicySpec::new(n.clone(), *l, *w);
+            let mut config = PolicyConfig::new(spec(&default));
+            for (path, s) in &routes {
+                config = config.route(path.clone(), spec(s));
             }
-            if let Ok(p) = Policies::from_config(&config) {
-                let _ = p.for_path("/");
-                let _ = p.for_path("");
+            let built = Policies::from_config(&config);
+            prop_assert_eq!(built.is_ok(), expected.is_some(), "{:?}", built.as_ref().err());
+            let (Ok(p), Some(accepted)) = (built, expected) else {
+                return Ok(());
+            };
+            let window = |w: &Duration| Duration::from_millis(u64::try_from(w.as_millis()).unwrap());
+            for (path, (name, limit, w)) in &accepted {
+                for probe in [path.clone(), format!("{}/x", path.trim_end_matches('/'))] {
+                    let l = p.for_path(&probe);
+                    prop_assert_eq!(
+                        (l.name(), l.limit(), l.window()),
+                        (name.as_str(), *limit, window(w)),
+                        "{}", probe
+                    );
+                }
             }
+            let fallback = accepted
+                .iter()
+                .find(|(path, _)| path == "/")
+                .map_or(&default, |(_, s)| s);
+            let l = p.for_path("/zz");
+            prop_assert_eq!(
+                (l.name(), l.limit(), l.window()),
+                (fallback.0.as_str(), fallback.1, window(&fallback.2))
+            );
         }
     }
 }
@@ -336,37 +928,98 @@ mod lock {
     use super::*;
     use redkit::lock::{FencingToken, Lock, LockOptions, Redlock};
 
-    fn any_options() -> impl Strategy<Value = LockOptions> {
+    /// Every setting of a `LockOptions`: ttl, retries, retry delay, jitter, max wait, drift,
+    /// token, fencing.
+    pub(crate) type Parts = (
+        Duration,
+        u32,
+        Duration,
+        Duration,
+        Option<Duration>,
+        Option<Duration>,
+        Option<String>,
+        bool,
+    );
+
+    fn default_parts() -> Parts {
         (
-            any_duration(),
-            any::<u32>(),
-            any_duration(),
-            any_duration(),
+            LockOptions::DEFAULT_TTL,
+            LockOptions::DEFAULT_RETRIES,
+            LockOptions::DEFAULT_RETRY_DELAY,
+            LockOptions::DEFAULT_JITTER,
+            None,
+            None,
+            None,
+            false,
+        )
+    }
+
+    /// A duration: the default of the setting or any other.
+    fn or_default(default: Duration) -> impl Strategy<Value = Duration> {
+        prop_oneof![Just(default), any_duration()]
+    }
+
+    pub(crate) fn any_parts() -> impl Strategy<Value = Parts> {
+        (
+            or_default(LockOptions::DEFAULT_TTL),
+            prop_oneof![Just(LockOptions::DEFAULT_RETRIES), any::<u32>()],
+            or_default(LockOptions::DEFAULT_RETRY_DELAY),
+            or_default(LockOptions::DEFAULT_JITTER),
             proptest::option::of(any_duration()),
             proptest::option::of(any_duration()),
             proptest::option::of(".{0,200}"),
             any::<bool>(),
         )
-            .prop_map(
-                |(ttl, retries, delay, jitter, max_wait, drift, token, fencing)| {
-                    let mut o = LockOptions::new()
-                        .ttl(ttl)
-                        .retries(retries)
-                        .retry_delay(delay)
-                        .jitter(jitter)
-                        .fencing(fencing);
-                    if let Some(w) = max_wait {
-                        o = o.max_wait(w);
-                    }
-                    if let Some(d) = drift {
-                        o = o.drift(d);
-                    }
-                    if let Some(t) = token {
-                        o = o.token(t);
-                    }
-                    o
-                },
-            )
+    }
+
+    fn build(parts: &Parts) -> LockOptions {
+        let (ttl, retries, delay, jitter, max_wait, drift, token, fencing) = parts.clone();
+        let mut o = LockOptions::new()
+            .ttl(ttl)
+            .retries(retries)
+            .retry_delay(delay)
+            .jitter(jitter)
+            .fencing(fencing);
+        if let Some(w) = max_wait {
+            o = o.max_wait(w);
+        }
+        if let Some(d) = drift {
+            o = o.drift(d);
+        }
+        if let Some(t) = token {
+            o = o.token(t);
+        }
+        o
+    }
+
+    fn other(d: Duration) -> Duration {
+        d.checked_add(NS).unwrap_or_else(|| d - NS)
+    }
+
+    /// `parts` with setting `i` changed to another value.
+    fn changed(parts: &Parts, i: usize) -> Parts {
+        let mut p = parts.clone();
+        match i {
+            0 => p.0 = other(p.0),
+            1 => p.1 = p.1.wrapping_add(1),
+            2 => p.2 = other(p.2),
+            3 => p.3 = other(p.3),
+            4 => p.4 = p.4.map_or(Some(Duration::ZERO), |w| Some(other(w))),
+            5 => {
+                p.5 = if p.5.is_some() {
+                    None
+                } else {
+                    Some(Duration::ZERO)
+                }
+            }
+            6 => {
+                p.6 =
+                    p.6.take()
+                        .map_or(Some(String::new()), |t| Some(format!("{t}x")))
+            }
+            _ => p.7 = !p.7,
+        }
+        p
     }
 
     proptest! {
@@ -374,15 +1027,20 @@ mod lock {
 
         #[test]
         fn lock_options_setters_never_panic_and_debug_hides_the_token(
-            options in any_options(),
+            parts in any_parts(),
             token in "[a-z]{16,40}",
         ) {
-            let drift = options.drift_allowance();
-            prop_assert!(drift <= Duration::MAX);
+            let options = build(&parts);
+            // The drift allowance: as set, else 1 % of the ttl + DRIFT_FLOOR.
+            let expected = parts
+                .5
+                .unwrap_or_else(|| (parts.0 / 100).saturating_add(LockOptions::DRIFT_FLOOR));
+            prop_assert_eq!(options.drift_allowance(), expected);
             let with = options.clone().token(token.clone());
             let shown = format!("{with:?}");
             prop_assert!(!shown.contains(&token), "{}", shown);
-            let _ = LockOptions::default() == options;
+            prop_assert!(shown.contains("<redacted>"), "{}", shown);
+            prop_assert_eq!(LockOptions::default() == options, parts == default_parts());
             // Fencing is a switch: it changes nothing else (drift, equality of the rest).
             let on = options.clone().fencing(true);
             let off = options.clone().fencing(false);
@@ -391,20 +1049,63 @@ mod lock {
             prop_assert_eq!(on.fencing(false), off);
         }
 
+        /// Two options are equal exactly when every setting is: changing any one of them
+        /// makes them differ.
         #[test]
-        fn lock_constructors_never_panic(prefix in ".{0,100}", resource in ".{0,600}", timeout in any_duration(), f in any::<u64>(), g in any::<u64>()) {
-            if let Ok(lock) = Lock::new().with_prefix(&prefix) {
-                prop_assert_eq!(lock.prefix(), prefix.as_str());
-                if let (Ok(k), Ok(fk)) = (lock.lock_key(&resource), lock.fence_key(&resource)) {
-                    prop_assert!(fk.starts_with(&k));
+        fn lock_options_are_equal_exactly_when_every_setting_is(
+            parts in any_parts(),
+            change in proptest::option::of(0usize..8),
+        ) {
+            let b = change.map_or_else(|| parts.clone(), |i| changed(&parts, i));
+            prop_assert_eq!(build(&parts) == build(&b), change.is_none(), "{:?}", change);
+        }
+
+        /// `with_prefix` accepts exactly a valid prefix; `lock_key` exactly a resource of
+        /// 1..=256 bytes, as `<prefix>:{<escaped resource>}`, and the fence key is in its slot.
+        #[test]
+        fn lock_constructors_accept_exactly_valid_prefixes_and_resources(
+            prefix in prefix_like(),
+            resource in part_like(),
+            f in any::<u64>(),
+            g in any::<u64>(),
+        ) {
+            let lock = Lock::new().with_prefix(&prefix);
+            prop_assert_eq!(lock.is_ok(), prefix_ok(&prefix), "{:?}", prefix);
+            let lock = match lock {
+                Ok(lock) => {
+                    prop_assert_eq!(lock.prefix(), prefix.as_str());
+                    lock
                 }
+                Err(e) => {
+                    prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}");
+                    Lock::new()
+                }
+            };
+            let key = lock.lock_key(&resource);
+            prop_assert_eq!(key.is_ok(), part_ok(&resource), "{} bytes", resource.len());
+            prop_assert_eq!(lock.fence_key(&resource).is_ok(), part_ok(&resource));
+            if let Ok(k) = key {
+                prop_assert_eq!(&k, &format!("{}:{{{}}}", lock.prefix(), escaped(&resource)));
+                let fk = lock.fence_key(&resource).unwrap();
+                prop_assert_eq!(&fk, &format!("{k}:fence"));
+                let slot = |k: &str| redis::cluster_routing::Slot::for_key(k.as_bytes());
+                prop_assert_eq!(slot(&k), slot(&fk));
             }
             let none: Vec<redis::aio::MultiplexedConnection> = Vec::new();
             prop_assert!(Redlock::new(none).is_err());
             prop_assert_eq!(FencingToken::new(f) < FencingToken::new(g), f < g);
             prop_assert_eq!(FencingToken::new(f).to_string(), f.to_string());
-            let _ = timeout;
         }
+    }
+
+    #[test]
+    fn default_options_are_the_documented_defaults() {
+        assert_eq!(LockOptions::default(), LockOptions::new());
+        assert_eq!(build(&default_parts()), LockOptions::default());
+        assert_eq!(
+            LockOptions::default().drift_allowance(),
+            LockOptions::DEFAULT_TTL / 100 + LockOptions::DRIFT_FLOOR
+        );
     }
 }
 
@@ -413,48 +1114,84 @@ mod inventory {
     use super::*;
     use redkit::inventory::Inventory;
 
-    fn any_text() -> impl Strategy<Value = String> {
-        prop_oneof![
-            Just(String::new()),
-            ".{0,40}",
-            "[a-z:{}%]{0,300}",
-            proptest::collection::vec(any::<char>(), 0..600)
-                .prop_map(|c| c.into_iter().collect::<String>()),
-        ]
+    /// `(prefix, retention, store, sku, quantity)`.
+    pub(crate) type Input = (String, Duration, String, String, u64);
+
+    pub(crate) fn input() -> impl Strategy<Value = Input> {
+        (
+            prefix_like(),
+            duration_around(MS, Inventory::MAX_RETENTION),
+            part_like(),
+            part_like(),
+            u64_around(1, Inventory::MAX_QUANTITY),
+        )
+    }
+
+    /// `build` documents a valid prefix and a retention of 1 ms ..= MAX_RETENTION.
+    pub(crate) fn built_ok((prefix, retention, ..): &Input) -> bool {
+        prefix_ok(prefix) && (MS..=Inventory::MAX_RETENTION).contains(retention)
+    }
+
+    /// Every step accepted: the inventory, the store, the SKU and the quantity.
+    pub(crate) fn line_ok(input: &Input) -> bool {
+        let (_, _, store, sku, quantity) = input;
+        built_ok(input)
+            && part_ok(store)
+            && part_ok(sku)
+            && (1..=Inventory::MAX_QUANTITY).contains(quantity)
     }
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
         #[test]
-        fn constructors_never_panic_and_keep_keys_in_one_slot(
-            prefix in any_text(),
-            retention in any_duration(),
-            store in any_text(),
-            sku in any_text(),
-            quantity in any::<u64>(),
+        fn constructors_accept_exactly_their_documented_range_and_keep_keys_in_one_slot(
+            input in input(),
         ) {
+            let ok = built_ok(&input);
+            let line_ok = line_ok(&input);
+            let (prefix, retention, store, sku, quantity) = input;
             let built = Inventory::builder(&prefix).retention(retention).build();
-            if let Ok(inventory) = built {
-                prop_assert!(retention >= Duration::from_millis(1));
-                prop_assert!(retention <= Inventory::MAX_RETENTION);
-                if let Ok(s) = inventory.store(&store) {
-                    if let (Ok(stock), Ok(line)) = (s.sku_key(&sku), s.line(&sku, quantity)) {
-                        prop_assert!((1..=Inventory::MAX_QUANTITY).contains(&quantity));
-                        prop_assert_eq!(line.quantity(), quantity);
-                        // Every key of a store hashes to the store's slot.
-                        let slot = |k: &str| redis::cluster_routing::Slot::for_key(k.as_bytes());
-                        prop_assert_eq!(slot(&stock), slot(&s.request_key("r").unwrap()));
-                        prop_assert_eq!(slot(&stock), slot(&s.reservation_key(&sku).unwrap()));
-                    }
+            prop_assert_eq!(built.is_ok(), ok, "{:?} {:?}", prefix, retention);
+            let inventory = match built {
+                Ok(i) => i,
+                Err(e) => {
+                    prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}");
+                    return Ok(());
                 }
+            };
+            prop_assert_eq!(
+                inventory.retention(),
+                Duration::from_millis(u64::try_from(retention.as_millis()).unwrap())
+            );
+            let s = inventory.store(&store);
+            prop_assert_eq!(s.is_ok(), part_ok(&store), "{} bytes", store.len());
+            let Ok(s) = s else { return Ok(()) };
+            prop_assert_eq!(s.id(), store.as_str());
+            let base = format!("{prefix}:{{{}}}", escaped(&store));
+            let stock = s.sku_key(&sku);
+            prop_assert_eq!(stock.is_ok(), part_ok(&sku), "{} bytes", sku.len());
+            let line = s.line(&sku, quantity);
+            prop_assert_eq!(line.is_ok(), line_ok, "{:?} {}", sku, quantity);
+            if let Ok(line) = line {
+                prop_assert_eq!((line.sku(), line.quantity()), (sku.as_str(), quantity));
+            }
+            if let Ok(stock) = stock {
+                prop_assert_eq!(&stock, &format!("{base}:sku:{}", escaped(&sku)));
+                let reservation = s.reservation_key(&sku).unwrap();
+                prop_assert_eq!(&reservation, &format!("{base}:resv:{}", escaped(&sku)));
+                // Every key of a store hashes to the store's slot.
+                let slot = |k: &str| redis::cluster_routing::Slot::for_key(k.as_bytes());
+                prop_assert_eq!(slot(&stock), slot(&base));
+                prop_assert_eq!(slot(&stock), slot(&s.request_key("r").unwrap()));
+                prop_assert_eq!(slot(&stock), slot(&reservation));
             }
         }
 
         #[test]
         fn group_commit_settings_are_accepted_exactly_in_their_documented_range(
-            batch in prop_oneof![any::<usize>(), 0usize..1100],
-            in_flight in prop::option::of(prop_oneof![any::<usize>(), 0usize..20]),
+            batch in usize_around(2, Inventory::MAX_GROUP_BATCH),
+            in_flight in prop::option::of(usize_around(1, Inventory::MAX_GROUP_IN_FLIGHT)),
             grouped in any::<bool>(),
         ) {
             let mut builder = Inventory::builder("inv");
@@ -487,46 +1224,78 @@ mod inventory {
 
 mod coordination {
     use super::*;
-    use redkit::lock::{FairLock, Owner, ReentrantLock, RwLock, Semaphore};
+    use redkit::lock::{FairLock, LockOptions, Owner, ReentrantLock, RwLock, Semaphore};
     use redkit::versioned::{RetryPolicy, Snapshot, Versioned};
+
+    /// FairLock's waiter lease: 30 ms ..= `LockOptions::MAX_TTL`.
+    pub(crate) const MIN_WAITER_LEASE: Duration = Duration::from_millis(30);
+
+    pub(crate) fn waiter_lease() -> BoxedStrategy<Duration> {
+        duration_around(MIN_WAITER_LEASE, LockOptions::MAX_TTL)
+    }
+
+    pub(crate) fn waiter_lease_ok(lease: Duration) -> bool {
+        (MIN_WAITER_LEASE..=LockOptions::MAX_TTL).contains(&lease)
+    }
+
+    /// Owner tokens: 16..=128 bytes accepted; lengths around both ends, some multi-byte.
+    pub(crate) fn owner_token() -> impl Strategy<Value = String> {
+        prop_oneof![
+            (14usize..=18).prop_map(|n| "t".repeat(n)),
+            (126usize..=130).prop_map(|n| "t".repeat(n)),
+            (0usize..=200).prop_map(|n| "t".repeat(n)),
+            ".{4,50}",
+        ]
+    }
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
+        /// Every coordination type accepts exactly a valid prefix and a resource of
+        /// 1..=256 bytes, keyed `<prefix>:{<escaped resource>}`; FairLock's waiter lease
+        /// exactly 30 ms ..= MAX_TTL; an owner token exactly 16..=128 bytes.
         #[test]
-        fn coordination_constructors_never_panic_and_keys_hold_one_hash_tag(
-            prefix in ".{0,100}",
-            name in ".{0,600}",
-            attempts in any::<u32>(),
+        fn coordination_constructors_accept_exactly_their_documented_range(
+            prefix in prefix_like(),
+            name in part_like(),
+            lease in waiter_lease(),
+            token in owner_token(),
+            attempts in prop_oneof![Just(0u32), any::<u32>()],
             first in any_duration(),
             max in any_duration(),
         ) {
             let keys = [
-                Semaphore::new().with_prefix(&prefix).and_then(|s| s.key(&name)),
-                Versioned::new().with_prefix(&prefix).and_then(|v| v.key(&name)),
-                RwLock::new().with_prefix(&prefix).and_then(|r| r.key(&name)),
-                ReentrantLock::new().with_prefix(&prefix).and_then(|r| r.key(&name)),
-                FairLock::new()
-                    .with_prefix(&prefix)
-                    .and_then(|f| f.with_waiter_lease(first))
-                    .and_then(|f| f.key(&name)),
+                ("semaphore", Semaphore::new().with_prefix(&prefix).and_then(|s| s.key(&name))),
+                ("versioned", Versioned::new().with_prefix(&prefix).and_then(|v| v.key(&name))),
+                ("rw", RwLock::new().with_prefix(&prefix).and_then(|r| r.key(&name))),
+                ("reentrant", ReentrantLock::new().with_prefix(&prefix).and_then(|r| r.key(&name))),
+                ("fair", FairLock::new().with_prefix(&prefix).and_then(|f| f.key(&name))),
             ];
-            prop_assert_eq!(
-                Owner::from_token(&name).is_ok(),
-                (16..=128).contains(&name.len())
-            );
-            let lease_ok = FairLock::new().with_waiter_lease(max).is_ok();
-            prop_assert_eq!(
-                lease_ok,
-                max >= Duration::from_millis(30) && max <= redkit::lock::LockOptions::MAX_TTL
-            );
-            for key in keys.into_iter().flatten() {
-                prop_assert_eq!(key.matches('{').count(), 1, "{}", key);
-                prop_assert_eq!(key.matches('}').count(), 1, "{}", key);
-                prop_assert!(key.ends_with('}'), "{}", key);
+            let ok = prefix_ok(&prefix) && part_ok(&name);
+            let expected = format!("{prefix}:{{{}}}", escaped(&name));
+            for (what, key) in keys {
+                prop_assert_eq!(key.is_ok(), ok, "{}: {:?} {} bytes", what, prefix, name.len());
+                match key {
+                    Ok(key) => {
+                        prop_assert_eq!(&key, &expected, "{}", what);
+                        prop_assert_eq!(key.matches('{').count(), 1, "{}", key);
+                        prop_assert_eq!(key.matches('}').count(), 1, "{}", key);
+                        prop_assert!(key.ends_with('}'), "{}", key);
+                    }
+                    Err(e) => prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{what}: {e:?}"),
+                }
             }
+            let leased = FairLock::new().with_waiter_lease(lease);
+            prop_assert_eq!(leased.is_ok(), waiter_lease_ok(lease), "{:?}", lease);
+            prop_assert!(leased.is_ok() || is_invalid_input(&leased));
+            prop_assert_eq!(
+                Owner::from_token(&token).is_ok(),
+                (16..=128).contains(&token.len()),
+                "{} bytes", token.len()
+            );
             let policy = RetryPolicy::new().attempts(attempts).backoff(first, max);
             prop_assert_eq!(policy.get_attempts(), attempts);
+            prop_assert_eq!(policy, RetryPolicy::new().backoff(first, max).attempts(attempts));
             let s = Snapshot { value: None, version: u64::from(attempts) };
             prop_assert_eq!(s.exists(), attempts > 0);
         }
@@ -539,13 +1308,54 @@ mod shield {
     use super::*;
     use redkit::rate_limit::DenyCache;
 
+    /// `(name, permits, lease, timeout, ipv6 bits, full status)` of a concurrency layer.
+    #[cfg(feature = "tower")]
+    pub(crate) type LayerInput = (String, u32, Duration, Duration, u8, u16);
+
+    #[cfg(feature = "tower")]
+    pub(crate) fn layer_input() -> impl Strategy<Value = LayerInput> {
+        (
+            prop_oneof![4 => "[a-zA-Z0-9:._-]{1,58}", 1 => "[a-zA-Z0-9:._-]{0,70}", 1 => ".{0,70}"],
+            prop_oneof![
+                4 => 1u32..=redkit::lock::Semaphore::MAX_PERMITS,
+                1 => Just(0u32),
+                1 => Just(redkit::lock::Semaphore::MAX_PERMITS + 1),
+                1 => any::<u32>(),
+            ],
+            prop_oneof![4 => (1u64..100_000).prop_map(Duration::from_millis), 1 => any_duration()],
+            prop_oneof![4 => (1u64..100_000).prop_map(Duration::from_millis), 1 => any_duration()],
+            prop_oneof![4 => 1u8..=128, 1 => any::<u8>()],
+            prop_oneof![4 => 400u16..600, 1 => 100u16..1000],
+        )
+    }
+
+    /// What `ConcurrencyLimitLayer`'s builder documents as valid.
+    #[cfg(feature = "tower")]
+    pub(crate) fn layer_ok((name, permits, lease, timeout, bits, status): &LayerInput) -> bool {
+        let status = http::StatusCode::from_u16(*status).unwrap();
+        let lease_ok = !lease.is_zero()
+            && *lease <= redkit::lock::LockOptions::MAX_TTL
+            && lease.subsec_nanos() % 1_000_000 == 0;
+        let name_ok = !name.is_empty()
+            && name.len() <= 58
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_:.-".contains(&b));
+        name_ok
+            && (1..=1_000_000).contains(permits)
+            && lease_ok
+            && !timeout.is_zero()
+            && (1..=128).contains(bits)
+            && (status.is_client_error() || status.is_server_error())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
         #[test]
-        fn deny_cache_accepts_exactly_its_documented_capacity(capacity in prop_oneof![
-            0usize..64, Just(DenyCache::MAX_CAPACITY), Just(DenyCache::MAX_CAPACITY + 1), any::<usize>(),
-        ]) {
+        fn deny_cache_accepts_exactly_its_documented_capacity(
+            capacity in usize_around(1, DenyCache::MAX_CAPACITY),
+        ) {
             let ok = (1..=DenyCache::MAX_CAPACITY).contains(&capacity);
             let cache = DenyCache::new(capacity);
             prop_assert_eq!(cache.is_ok(), ok);
@@ -563,38 +1373,209 @@ mod shield {
         #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
         #[test]
-        fn deny_cache_capacity_option_is_validated(capacity in any::<usize>(), small in 0usize..20) {
+        fn deny_cache_capacity_option_is_validated(capacity in usize_around(1, DenyCache::MAX_CAPACITY)) {
             use redkit::middleware::{Policies, PolicyConfig, PolicySpec};
             let spec = PolicySpec::new("d", 10, Duration::from_secs(1));
-            for c in [capacity, small] {
-                let built = Policies::from_config(&PolicyConfig::new(spec.clone()).deny_cache_capacity(c));
-                prop_assert_eq!(built.is_ok(), (1..=DenyCache::MAX_CAPACITY).contains(&c));
+            let built = Policies::from_config(&PolicyConfig::new(spec).deny_cache_capacity(capacity));
+            let ok = (1..=DenyCache::MAX_CAPACITY).contains(&capacity);
+            prop_assert_eq!(built.is_ok(), ok);
+            if let Ok(p) = built {
+                prop_assert_eq!(p.for_path("/").deny_cache().map(|c| c.capacity()), Some(capacity));
             }
         }
 
         #[test]
-        fn concurrency_layer_builder_never_panics_and_validates(
-            name in prop_oneof!["[a-zA-Z0-9:._-]{0,70}", ".{0,70}"], permits in prop_oneof![0u32..5, any::<u32>()],
-            lease in prop_oneof![(1u64..100_000).prop_map(Duration::from_millis), any_duration()],
-            timeout in any_duration(), bits in any::<u8>(), status in 100u16..1000,
-        ) {
+        fn concurrency_layer_builder_accepts_exactly_valid_settings(input in layer_input()) {
             use redkit::middleware::ConcurrencyLimitLayer;
-            let status = http::StatusCode::from_u16(status).unwrap();
+            let ok = layer_ok(&input);
+            let (name, permits, lease, timeout, bits, status) = input;
             let built = ConcurrencyLimitLayer::builder(&name, permits, ())
                 .lease(lease)
                 .timeout(timeout)
                 .ipv6_prefix(bits)
-                .full_status(status)
+                .full_status(http::StatusCode::from_u16(status).unwrap())
                 .build();
-            let lease_ok = !lease.is_zero()
-                && lease <= redkit::lock::LockOptions::MAX_TTL
-                && lease.subsec_nanos() % 1_000_000 == 0;
-            let name_ok = !name.is_empty() && name.len() <= 58
-                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_:.-".contains(&b));
-            let ok = name_ok && (1..=1_000_000).contains(&permits) && lease_ok
-                && !timeout.is_zero() && (1..=128).contains(&bits)
-                && (status.is_client_error() || status.is_server_error());
             prop_assert_eq!(built.is_ok(), ok, "{:?}", built.err());
         }
+    }
+}
+
+/// The generators reach both branches of every "accepts exactly" property: sampling each
+/// property's own input strategy (deterministic RNG), the documented predicate holds for a
+/// substantial share of the inputs and fails for a substantial share.
+mod coverage {
+    use super::*;
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+
+    const SAMPLES: usize = 1_000;
+    /// The least share of accepted, and of refused, inputs.
+    const MIN_SHARE: f64 = 0.2;
+
+    /// The share of `strategy`'s values for which `pred` holds.
+    fn share<S: Strategy>(strategy: S, pred: impl Fn(&S::Value) -> bool) -> f64 {
+        let mut runner = TestRunner::deterministic();
+        let hits = (0..SAMPLES)
+            .filter(|_| pred(&strategy.new_tree(&mut runner).unwrap().current()))
+            .count();
+        hits as f64 / SAMPLES as f64
+    }
+
+    /// Accepted and refused inputs each make up at least `min` of the draws.
+    #[track_caller]
+    fn assert_mixed<S: Strategy>(
+        what: &str,
+        strategy: S,
+        ok: impl Fn(&S::Value) -> bool,
+        min: f64,
+    ) {
+        let s = share(strategy, ok);
+        eprintln!("{what}: {:.0} % accepted", s * 100.0);
+        assert!(
+            (min..=1.0 - min).contains(&s),
+            "{what}: {:.1} % of the inputs are accepted, wanted {:.0} % to {:.0} %",
+            s * 100.0,
+            min * 100.0,
+            (1.0 - min) * 100.0
+        );
+    }
+
+    #[test]
+    fn generators_reach_accepted_and_refused_inputs() {
+        use redkit::inventory::Inventory;
+        assert_mixed(
+            "Replication::new",
+            (replicas(), replication_timeout()),
+            |(r, t)| *r >= 1 && replication_timeout_ok(*t),
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "Replication::fsynced",
+            replication_timeout(),
+            |t| replication_timeout_ok(*t),
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "FixedWindow::new",
+            fixed_window_input(),
+            fixed_window_ok,
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "SlidingWindow::new",
+            sliding_window_input(),
+            sliding_window_ok,
+            MIN_SHARE,
+        );
+        assert_mixed("Gcra::new", gcra_input(), gcra_new_ok, MIN_SHARE);
+        // Among accepted limiters, bursts accepted and refused.
+        assert_mixed(
+            "Gcra::with_burst",
+            gcra_input().prop_filter("accepted", gcra_new_ok),
+            gcra_burst_ok,
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "FixedWindow::with_group_commit",
+            (
+                usize_around(2, FixedWindow::MAX_GROUP_BATCH),
+                usize_around(1, FixedWindow::MAX_GROUP_IN_FLIGHT),
+            ),
+            |(b, k)| {
+                (2..=FixedWindow::MAX_GROUP_BATCH).contains(b)
+                    && (1..=FixedWindow::MAX_GROUP_IN_FLIGHT).contains(k)
+            },
+            MIN_SHARE,
+        );
+        assert_mixed("LimitKey::text", text_key_like(), |t| part_ok(t), MIN_SHARE);
+        assert_mixed("Script::new", script_input(), script_ok, MIN_SHARE);
+        assert_mixed("Admin::single", url_like(), |u| parses(u), MIN_SHARE);
+        assert_mixed(
+            "Admin::cluster",
+            admin_input(),
+            |(_, seeds, _)| !seeds.is_empty() && seeds.iter().all(|s| parses(s)),
+            MIN_SHARE,
+        );
+        assert_mixed("prefixes", prefix_like(), |p| prefix_ok(p), MIN_SHARE);
+        assert_mixed("key parts", part_like(), |p| part_ok(p), MIN_SHARE);
+        assert_mixed(
+            "Lock keys",
+            (prefix_like(), part_like()),
+            |(p, r)| prefix_ok(p) && part_ok(r),
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "LockOptions equality",
+            proptest::option::of(0usize..8),
+            Option::is_none,
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "LockOptions drift set",
+            lock::any_parts(),
+            |p| p.5.is_some(),
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "Inventory::build",
+            inventory::input(),
+            inventory::built_ok,
+            MIN_SHARE,
+        );
+        assert_mixed("Store::line", inventory::input(), inventory::line_ok, 0.1);
+        assert_mixed(
+            "Inventory group commit",
+            (
+                usize_around(2, Inventory::MAX_GROUP_BATCH),
+                usize_around(1, Inventory::MAX_GROUP_IN_FLIGHT),
+            ),
+            |(b, k)| {
+                (2..=Inventory::MAX_GROUP_BATCH).contains(b)
+                    && (1..=Inventory::MAX_GROUP_IN_FLIGHT).contains(k)
+            },
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "FairLock::with_waiter_lease",
+            coordination::waiter_lease(),
+            |l| coordination::waiter_lease_ok(*l),
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "Owner::from_token",
+            coordination::owner_token(),
+            |t| (16..=128).contains(&t.len()),
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "DenyCache::new",
+            usize_around(1, redkit::rate_limit::DenyCache::MAX_CAPACITY),
+            |c| (1..=redkit::rate_limit::DenyCache::MAX_CAPACITY).contains(c),
+            MIN_SHARE,
+        );
+    }
+
+    #[cfg(feature = "tower")]
+    #[test]
+    fn middleware_generators_reach_accepted_and_refused_inputs() {
+        assert_mixed(
+            "Policies::from_config",
+            middleware::policies_input(),
+            |i| middleware::policies_model(i).is_some(),
+            MIN_SHARE,
+        );
+        // Accepted configurations with routes (so routing is checked).
+        assert_mixed(
+            "Policies::from_config with routes",
+            middleware::policies_input(),
+            |i| middleware::policies_model(i).is_some_and(|r| !r.is_empty()),
+            0.1,
+        );
+        assert_mixed(
+            "ConcurrencyLimitLayer::build",
+            shield::layer_input(),
+            shield::layer_ok,
+            MIN_SHARE,
+        );
     }
 }
