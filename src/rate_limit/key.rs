@@ -201,5 +201,16 @@ mod tests {
         assert!(validate_ipv6_prefix(0).is_err());
         assert!(validate_ipv6_prefix(129).is_err());
         assert_eq!(validate_ipv6_prefix(56).unwrap(), 56);
+        // Both ends of the documented range 1..=128 are accepted.
+        assert_eq!(validate_ipv6_prefix(1).unwrap(), 1);
+        assert_eq!(validate_ipv6_prefix(128).unwrap(), 128);
+    }
+
+    #[test]
+    fn display_is_the_key_text_and_debug_names_the_type() {
+        let key = LimitKey::text("a}b").unwrap();
+        assert_eq!(key.to_string(), "k:a%7Db");
+        assert_eq!(format!("{key:?}"), r#"LimitKey("k:a%7Db")"#);
+        assert_eq!(LimitKey::ip(ip("192.0.2.7")).to_string(), "ip:192.0.2.7");
     }
 }
