@@ -126,32 +126,79 @@ async fn a_dead_server_fails_every_member_within_the_response_timeout() {
     server.resume().await;
 }
 
+/// Polls `fut` once (the first poll of a `Coalescing` call queues its command, under the
+/// lock, before it returns) and hands back the future to finish, with whether it is still
+/// pending.
+async fn poll_once<F: std::future::Future + Unpin>(mut fut: F) -> (F, bool) {
+    let pending = std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(std::pin::Pin::new(&mut fut).poll(cx).is_pending())
+    })
+    .await;
+    (fut, pending)
+}
+
+/// Waits (polling, bounded) until `conn.stats()` satisfies `ok`.
+async fn until_stats<C>(
+    conn: &Coalescing<C>,
+    what: &str,
+    ok: impl Fn(connect::CoalescingStats) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ok(conn.stats()) {
+        assert!(Instant::now() < deadline, "{what}: {:?}", conn.stats());
+        tokio::task::yield_now().await;
+    }
+}
+
 #[tokio::test]
 async fn a_dropped_caller_does_not_hold_up_the_others() {
     let mut server = RedisServer::spawn().await;
-    let conn = Coalescing::with_limits(server.conn().await, 64, 1).unwrap();
+    // A 10 s response timeout: the leader's call is still out (not timed out) when it is
+    // aborted, however slow this machine is.
+    let conn = Coalescing::with_limits(server.patient_conn().await, 64, 1).unwrap();
     server.pause().await;
     // The leader's caller goes away while its command is out.
     let mut c = conn.clone();
     let leader = tokio::spawn(async move {
         let _: redis::RedisResult<String> = redis::cmd("ECHO").arg("x").query_async(&mut c).await;
     });
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // The leader's command has left the queue: its sender (the only one, in_flight = 1) took
+    // it and is waiting for the frozen server.
+    until_stats(&conn, "the leader's command never went out", |s| {
+        s.sends == 1 && s.commands == 1
+    })
+    .await;
+    // The follower's first poll queues its command behind the busy sender (no turn left, so
+    // it cannot send it itself).
     let mut c = conn.clone();
-    let follower = tokio::spawn(async move {
+    let (follower, pending) = poll_once(Box::pin(async move {
         redis::cmd("ECHO")
             .arg("y")
             .query_async::<String>(&mut c)
             .await
-    });
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    }))
+    .await;
+    assert!(pending, "the follower was answered by a frozen server");
+    let before = conn.stats();
+    assert_eq!(
+        (before.sends, before.commands),
+        (1, 1),
+        "the follower's command is queued, not sent"
+    );
     leader.abort();
+    assert!(
+        leader.await.unwrap_err().is_cancelled(),
+        "the leader was cut off mid-call"
+    );
     server.resume().await;
     let r = tokio::time::timeout(Duration::from_secs(5), follower)
         .await
-        .expect("the follower was answered")
-        .unwrap();
+        .expect("the follower was answered");
     assert_eq!(r.unwrap(), "y");
+    // The case was exercised: the follower's command went out in a send of its own, after
+    // the dropped leader's, by the sender the leader had started.
+    let after = conn.stats();
+    assert_eq!((after.sends, after.commands), (2, 2), "{after:?}");
 }
 
 #[tokio::test]

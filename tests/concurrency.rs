@@ -219,6 +219,7 @@ async fn a_crashed_instance_slots_come_back_after_the_lease() {
     let layer_b = ConcurrencyLimitLayer::builder("crash", 2, manager(&server).await)
         .key_extractor(one_client())
         .lease(lease)
+        .timeout(TIMEOUT)
         .build()
         .unwrap();
     let app_b = Router::new()
@@ -233,28 +234,85 @@ async fn a_crashed_instance_slots_come_back_after_the_lease() {
     tokio::task::spawn_blocking(move || instance_a.join().unwrap())
         .await
         .unwrap();
-    let crashed = Instant::now();
+    // When the crashed slots' leases end: the earliest lease end (ZSET score, ms of the
+    // server's TIME) against the server's TIME, read in one round trip and placed on this
+    // clock between the moment the read was sent and the moment it was answered.
+    let key = layer_b
+        .semaphore()
+        .key(&layer_b.resource(&LimitKey::text("c").unwrap()))
+        .unwrap();
+    let mut probe = server.conn().await;
+    let sent = Instant::now();
+    let (ends, (secs, micros)): (Vec<(String, u64)>, (u64, u64)) = redis::pipe()
+        .cmd("ZRANGE")
+        .arg(&key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .cmd("TIME")
+        .query_async(&mut probe)
+        .await
+        .unwrap();
+    let answered = Instant::now();
+    assert_eq!(ends.len(), 2, "{ends:?}");
+    let server_now_ms = secs * 1_000 + micros / 1_000;
+    let earliest_end = ends.iter().map(|(_, end)| *end).min().unwrap();
+    let remaining = Duration::from_millis(earliest_end.saturating_sub(server_now_ms));
+    // A's watchdog renewed every lease/3: at the crash each lease had between 2/3 of the lease
+    // (minus a late renewal on this loaded machine, RENEWAL_SLACK) and the whole lease left.
+    assert!(
+        remaining <= lease && remaining + lease / 3 + RENEWAL_SLACK >= lease,
+        "lease left at the crash {remaining:?} of {lease:?}"
+    );
     assert_eq!(
         status_of(&app_b, "/").await,
         StatusCode::TOO_MANY_REQUESTS,
         "nothing was released by the crashed instance"
     );
-    let deadline = crashed + lease + Duration::from_secs(2);
-    loop {
+    // Not before the lease ends (by the server's clock; ROUNDING: its ms are truncated), and
+    // at most one poll (POLL), the 429 call in progress and the call that gets the slot (each
+    // bounded by the layer's TIMEOUT) and SCHEDULING after it.
+    let earliest = sent + remaining - ROUNDING;
+    let latest = answered + remaining + POLL + TIMEOUT * 2 + SCHEDULING;
+    let back = loop {
         match status_of(&app_b, "/").await {
-            StatusCode::OK => break,
+            StatusCode::OK => break Instant::now(),
             StatusCode::TOO_MANY_REQUESTS => {
-                assert!(Instant::now() < deadline, "slots never came back");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                assert!(
+                    Instant::now() < latest + Duration::from_secs(2),
+                    "slots never came back"
+                );
+                tokio::time::sleep(POLL).await;
             }
             other => panic!("{other}"),
         }
-    }
+    };
+    eprintln!(
+        "lease left at the crash {remaining:?}; came back {:?} after its end (by the server's clock)",
+        back.saturating_duration_since(sent + remaining)
+    );
     assert!(
-        crashed.elapsed() >= Duration::from_millis(100),
-        "came back through the lease"
+        back >= earliest,
+        "came back {:?} before the lease ended",
+        earliest - back
+    );
+    assert!(
+        back <= latest,
+        "came back {:?} after the lease ended (allowed: {:?})",
+        back - (answered + remaining),
+        latest - (answered + remaining)
     );
 }
+
+/// The timeout of instance B's layer (its default, stated).
+const TIMEOUT: Duration = Duration::from_millis(250);
+/// Between two polls of instance B.
+const POLL: Duration = Duration::from_millis(50);
+/// The lease ends are whole ms of the server's clock, and so is its TIME read here.
+const ROUNDING: Duration = Duration::from_millis(2);
+/// A watchdog tick or a poll late by this much on a loaded 2-core machine is tolerated.
+const RENEWAL_SLACK: Duration = Duration::from_millis(200);
+const SCHEDULING: Duration = Duration::from_millis(250);
 
 /// Redis down: fail open lets requests through without a slot, fail closed answers 503 with
 /// `Retry-After: 1`; a 503 can also be chosen for a full pool.

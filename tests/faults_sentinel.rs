@@ -137,6 +137,22 @@ async fn sentinel_failover_and_primary_kill_are_counted() {
     // 2. SIGKILL of the new primary.
     let second = set.primary_port().await.unwrap();
     assert_ne!(second, first);
+    // Where the buyer's purchases went: the buyer asks the sentinels again only after an
+    // error, and SENTINEL FAILOVER gives it none, so it keeps buying on the old primary, which
+    // stays a primary (with no replica) until the sentinels demote it some seconds later.
+    // Counted here, printed below (measured: hundreds).
+    let orphaned = {
+        let old = store()
+            .stock(&mut set.pair.primary.conn().await, "sku")
+            .await;
+        let new = store()
+            .stock(&mut set.pair.replica.conn().await, "sku")
+            .await;
+        match (old, new) {
+            (Ok(old), Ok(new)) => new.abs_diff(old),
+            other => panic!("{other:?}"),
+        }
+    };
     let t1 = Instant::now();
     if set.pair.replica.port() == second {
         set.pair.replica.stop().await;
@@ -172,7 +188,8 @@ async fn sentinel_failover_and_primary_kill_are_counted() {
     eprintln!(
         "sentinel (down-after 1 s): attempted {}, succeeded {}, errored {}, lost {lost}, \
          doubled {doubled}; calls succeed again {after_failover:?} after SENTINEL FAILOVER, \
-         {after_kill:?} after SIGKILL of the primary",
+         {after_kill:?} after SIGKILL of the primary; {orphaned} purchases acknowledged by \
+         the old primary after SENTINEL FAILOVER, before the kill",
         run.attempted,
         run.acked.len(),
         run.errored
@@ -205,6 +222,17 @@ async fn sentinel_failover_and_primary_kill_are_counted() {
     );
 
     assert!(run.errored > 0, "the faults hit the run");
+    // Lost acknowledged purchases (README, failure semantics, "failover with replication lag":
+    // 0 lost in the measured run; nothing guarantees 0 without WAIT). In this sequence the
+    // kill hits the primary the sentinels named, and the old primary, which took the buyer's
+    // purchases after SENTINEL FAILOVER (`orphaned`), is promoted back with all of them. What
+    // the kill can lose is a purchase the killed node acknowledged but had not yet written to
+    // its replica link: Redis writes a command to the link in the same event-loop pass as its
+    // reply, and the one buyer has one call in flight: at most 1.
+    assert!(
+        lost <= 1,
+        "{lost} acknowledged purchases lost (at most the one in flight at the kill)"
+    );
     assert_eq!(doubled, 0, "a request id applied twice");
     assert_eq!(
         applied, ids,

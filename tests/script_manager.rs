@@ -282,14 +282,112 @@ async fn cluster_calls_survive_a_flush_on_one_primary() {
     }
 }
 
+/// `calls=` of `command` in an `INFO commandstats` reply (0 when never called).
+fn command_calls(stats: &str, command: &str) -> u64 {
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// What a server counted: calls of the commands a batch sends, and the read events it
+/// processed (one per `read` of a client's socket: a pipeline written at once is one read,
+/// each separate round trip at least one more).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Counted {
+    multi: u64,
+    exec: u64,
+    evalsha: u64,
+    eval: u64,
+    reads: u64,
+}
+
+impl Counted {
+    async fn of(probe: &mut redis::aio::MultiplexedConnection) -> Self {
+        // One command, so the probe itself costs one read per snapshot.
+        let info: String = redis::cmd("INFO")
+            .arg("everything")
+            .query_async(probe)
+            .await
+            .unwrap();
+        let reads = info
+            .lines()
+            .find_map(|l| l.strip_prefix("total_reads_processed:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("INFO stats has total_reads_processed");
+        Self {
+            multi: command_calls(&info, "multi"),
+            exec: command_calls(&info, "exec"),
+            evalsha: command_calls(&info, "evalsha"),
+            eval: command_calls(&info, "eval"),
+            reads,
+        }
+    }
+
+    fn since(self, before: Self) -> Self {
+        Self {
+            multi: self.multi - before.multi,
+            exec: self.exec - before.exec,
+            evalsha: self.evalsha - before.evalsha,
+            eval: self.eval - before.eval,
+            reads: self.reads - before.reads,
+        }
+    }
+}
+
 #[tokio::test]
 async fn cluster_batch_in_one_slot_uses_one_pipeline() {
+    const CALLS: u64 = 50;
     let cluster = RedisCluster::spawn().await;
     let mut conn = cluster.conn().await;
     let m = ScriptManager::new();
-    let calls: Vec<Call> = (0..50).map(|i| hit(&format!("{{same}}:{i}"))).collect();
+    // Warm: the script is cached and the connection knows the slot's owner, so the batch
+    // below is the steady state (no NOSCRIPT reload, no redirect).
+    assert_eq!(count(&m, &mut conn, "{same}:warm").await, 1);
+    let owner = cluster.primary_index_for("{same}").await;
+    let mut probes = Vec::new();
+    for node in &cluster.nodes {
+        probes.push(node.conn().await);
+    }
+    let mut before = Vec::new();
+    for p in &mut probes {
+        before.push(Counted::of(p).await);
+    }
+    let calls: Vec<Call> = (0..CALLS).map(|i| hit(&format!("{{same}}:{i}"))).collect();
     let results = m.invoke_batch(&mut conn, calls).await.unwrap();
     assert!(results.iter().all(|r| matches!(r, CallOutcome::Ran(Ok(_)))));
+    let mut delta = Vec::new();
+    for (p, b) in probes.iter_mut().zip(before) {
+        delta.push(Counted::of(p).await.since(b));
+    }
+    eprintln!("per node, counted during the batch: {delta:#?}");
+    let on_owner = delta[owner];
+    // One transaction on the slot's primary: MULTI, the 50 EVALSHAs, EXEC.
+    assert_eq!(
+        (
+            on_owner.multi,
+            on_owner.exec,
+            on_owner.evalsha,
+            on_owner.eval
+        ),
+        (1, 1, CALLS, 0),
+        "{on_owner:?}"
+    );
+    // ... sent as one pipeline: the server read it in one go. Allowed besides: the probe's
+    // own INFO (1) and the replica's REPLCONF ACK (one a second; at most 2 in this window).
+    // 52 separate round trips would be at least 52 reads.
+    assert!(
+        on_owner.reads <= 1 + 1 + 2,
+        "{} reads on the owner for one pipeline",
+        on_owner.reads
+    );
+    // No call went anywhere else (the owner's replica applies the transaction's effects,
+    // wrapped in MULTI/EXEC, but runs no script).
+    for (i, d) in delta.iter().enumerate().filter(|(i, _)| *i != owner) {
+        assert_eq!((d.evalsha, d.eval), (0, 0), "node {i}: {d:?}");
+    }
 }
 
 // ---- Batches: per-call outcomes ----

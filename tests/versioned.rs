@@ -94,6 +94,7 @@ where
         let (v, mut conn, name) = (v.clone(), conn.clone(), name.to_owned());
         tasks.push(tokio::spawn(async move {
             let (mut attempts, mut conflicts) = (0u32, 0u32);
+            let mut pauses = Vec::new();
             let mut seen = v.read(&mut conn, &name).await.unwrap();
             loop {
                 attempts += 1;
@@ -105,7 +106,7 @@ where
                 {
                     Cas::Set { version } => {
                         assert_eq!(version, seen.version + 1);
-                        return (attempts, conflicts);
+                        return (attempts, conflicts, pauses);
                     }
                     Cas::Conflict(now) => {
                         assert!(
@@ -116,6 +117,7 @@ where
                         conflicts += 1;
                         seen = now;
                         let pause = rand_pause();
+                        pauses.push(pause);
                         tokio::time::sleep(pause).await;
                     }
                     other => panic!("{other:?}"),
@@ -124,13 +126,27 @@ where
         }));
     }
     let (mut attempts, mut conflicts) = (0, 0);
+    let mut pauses = std::collections::BTreeSet::new();
     for task in tasks {
-        let (a, c) = tokio::time::timeout(Duration::from_secs(90), task)
+        let (a, c, p) = tokio::time::timeout(Duration::from_secs(90), task)
             .await
             .expect("bounded")
             .unwrap();
         attempts += a;
         conflicts += c;
+        pauses.extend(p);
+    }
+    // The back-off is jittered: conflicting tasks do not all wait the same time (which would
+    // line them up for the next collision). Every pause lies in PAUSE_MIN..=PAUSE_MAX.
+    assert!(
+        pauses.iter().all(|p| (PAUSE_MIN..=PAUSE_MAX).contains(p)),
+        "{pauses:?}"
+    );
+    if conflicts >= 2 {
+        assert!(
+            pauses.len() >= 2,
+            "{conflicts} conflicts all backed off by the same pause: {pauses:?}"
+        );
     }
     assert_eq!(
         conflicts + 64,
@@ -147,8 +163,13 @@ where
     );
 }
 
+const PAUSE_MIN: Duration = Duration::from_micros(50);
+const PAUSE_MAX: Duration = Duration::from_micros(750);
+
+/// A random back-off after a conflict, drawn per conflict (per task and per retry) from
+/// PAUSE_MIN..=PAUSE_MAX.
 fn rand_pause() -> Duration {
-    Duration::from_micros(u64::from(std::process::id() % 7) * 100 + 50)
+    rand::random_range(PAUSE_MIN..=PAUSE_MAX)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
