@@ -30,3 +30,43 @@ pub(crate) fn ints<const N: usize>(script: &Script, reply: Value) -> Result<[i64
 pub(crate) fn non_negative(script: &Script, what: &str, v: i64) -> Result<u64> {
     u64::try_from(v).map_err(|_| Error::unexpected(script.id(), format!("negative {what}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Registry;
+
+    fn script() -> &'static Script {
+        Registry::embedded("sliding_window", 1)
+    }
+
+    #[test]
+    fn a_server_error_in_place_of_the_reply_is_the_scripts_own_error() {
+        let wrong_type = redis::parse_redis_value(b"-WRONGTYPE Operation against a key\r\n")
+            .expect("RESP error parses");
+        assert!(matches!(wrong_type, Value::ServerError(_)));
+        assert!(matches!(
+            ints::<2>(script(), wrong_type),
+            Err(Error::WrongType { .. })
+        ));
+    }
+
+    #[test]
+    fn only_exactly_n_integers_decode() {
+        let ok = Value::Array(vec![Value::Int(1), Value::Int(-2)]);
+        assert_eq!(ints::<2>(script(), ok).unwrap(), [1, -2]);
+        for bad in [
+            Value::Array(vec![Value::Int(1)]),
+            Value::Array(vec![Value::Int(1), Value::Int(2), Value::Int(3)]),
+            Value::Array(vec![Value::Int(1), Value::Nil]),
+            Value::Int(1),
+        ] {
+            assert!(matches!(
+                ints::<2>(script(), bad),
+                Err(Error::UnexpectedReply { .. })
+            ));
+        }
+        assert_eq!(non_negative(script(), "x", 0).unwrap(), 0);
+        assert!(non_negative(script(), "x", -1).is_err());
+    }
+}
