@@ -403,6 +403,73 @@ mod tests {
     }
 
     #[test]
+    fn a_status_reply_tag_decodes_like_a_bulk_one() {
+        let s = script();
+        let status = Value::Array(vec![
+            Value::SimpleString("ok".to_owned()),
+            Value::Int(3),
+        ]);
+        assert_eq!(decode(&s, status, 1).unwrap(), Reply::Applied(vec![3]));
+    }
+
+    #[test]
+    fn settles_an_unknown_sku_a_reused_id_and_refuses_other_tags() {
+        use super::super::group::{Member, Take};
+        let s = script();
+        let rec = |key: &str, fp: &str| Some((key.to_owned(), fp.to_owned()));
+        let members = [
+            Member::new(Take {
+                quantity: 1,
+                record: rec("r1", "f1"),
+            }),
+            Member::new(Take {
+                quantity: 1,
+                record: None,
+            }),
+            Member::new(Take {
+                quantity: 1,
+                record: rec("r1", "other"),
+            }),
+        ];
+        // No stock recorded: every member not answered by its record is Unknown; nothing is
+        // written for them, so a later member with the same id is not a duplicate.
+        let unknown = Value::Array(vec![
+            Value::BulkString(b"unknown".to_vec()),
+            Value::Int(0),
+            Value::Int(0),
+        ]);
+        assert_eq!(
+            settle_group(&s, unknown, &members).unwrap(),
+            [Reply::Unknown(0), Reply::Unknown(0), Reply::Unknown(0)]
+        );
+        // The same request id with another fingerprint, within one group: a conflict.
+        let group = Value::Array(vec![
+            Value::BulkString(b"group".to_vec()),
+            Value::Int(5),
+            Value::Int(0),
+            Value::Int(0),
+        ]);
+        assert_eq!(
+            settle_group(&s, group, &members).unwrap(),
+            [
+                Reply::Applied(vec![4]),
+                Reply::Applied(vec![3]),
+                Reply::Conflict
+            ]
+        );
+        let other_tag = Value::Array(vec![
+            Value::BulkString(b"ok".to_vec()),
+            Value::Int(5),
+            Value::Int(0),
+            Value::Int(0),
+        ]);
+        assert!(matches!(
+            settle_group(&s, other_tag, &members),
+            Err(Error::UnexpectedReply { .. })
+        ));
+    }
+
+    #[test]
     fn fingerprints_tell_requests_apart() {
         let a = fingerprint("take", &["x", "y"], &[1, 2]);
         assert_eq!(a, fingerprint("take", &["x", "y"], &[1, 2]));
