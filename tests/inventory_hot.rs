@@ -777,7 +777,16 @@ async fn groups_work_on_a_cluster() {
                 (quantity, Some(id), outcome)
             }
         });
+        let primary = cluster.primary_for(&store.sku_key("mug").unwrap()).await;
+        let before = primary.evalsha_calls().await;
         let results = join_all(calls).await;
+        let evalsha = primary.evalsha_calls().await - before;
+        // All 64 are polled before the first reply: the first goes alone, the others queue
+        // behind it and go grouped (2 calls seen). At most half the buyers: groups did form.
+        assert!(
+            evalsha <= 32,
+            "{w}: {evalsha} EVALSHA on the owning primary for 64 buyers: no group formed"
+        );
         let stock = store.stock(&mut c, "mug").await.unwrap();
         assert_eq!(stock + sold(&results), 100, "{w}");
         replay(&store, &mut c, results).await;
