@@ -264,13 +264,33 @@ impl RedisServer {
 
     /// `EVALSHA` calls the server has answered so far (`INFO commandstats`).
     pub async fn evalsha_calls(&self) -> u64 {
+        self.command_calls("evalsha").await
+    }
+
+    /// Calls of `command` (lower case, e.g. `blpop`) the server has answered so far
+    /// (`INFO commandstats`): a probe that a client has reached a step (e.g. is blocking).
+    pub async fn command_calls(&self, command: &str) -> u64 {
         let stats: String = self.cmd(&["INFO", "commandstats"]).await;
+        let prefix = format!("cmdstat_{command}:calls=");
         stats
             .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
             .and_then(|rest| rest.split(',').next())
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
+    }
+
+    /// Polls until the server has answered `calls` calls of `command` (see
+    /// [`command_calls`](Self::command_calls)), at most 10 s.
+    pub async fn wait_command_calls(&self, command: &str, calls: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.command_calls(command).await < calls {
+            assert!(
+                Instant::now() < deadline,
+                "fewer than {calls} {command} calls after 10 s"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
     }
 
     /// `true` when the server knows `command` (`COMMAND INFO` answers nil for an unknown
