@@ -69,9 +69,11 @@ async fn frozen_group(
             let mut c = conn.clone();
             async move { limiter.check_n(&mut c, &key(k), cost).await }
         });
-    // join_all polls in order: the first call is sent, the others queue in this order.
+    // join_all polls in order: the first call is sent, the others queue in this order (all
+    // in its first poll). Resumed once the first call has reached the frozen server.
+    let unread = server.unread_bytes();
     let (outcomes, ()) = tokio::join!(join_all(calls), async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        server.wait_unread_above(unread).await;
         server.resume().await;
     });
     let after = server.evalsha_calls().await;

@@ -314,6 +314,43 @@ impl RedisServer {
         (next(), next(), next())
     }
 
+    /// Bytes clients have sent to this server that it has not read yet (the receive queues
+    /// of its connections in `/proc/net/tcp`, Linux): while it is frozen ([`pause`](Self::pause)),
+    /// a probe that a call was really sent (the queue grew) rather than held back client-side.
+    pub fn unread_bytes(&self) -> u64 {
+        let tcp = std::fs::read_to_string("/proc/net/tcp").expect("read /proc/net/tcp");
+        let port = format!(":{:04X}", self.port);
+        tcp.lines()
+            .skip(1)
+            .filter_map(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                // local_address, state 01 (established), tx_queue:rx_queue
+                (f.len() > 4 && f[1].ends_with(&port) && f[3] == "01")
+                    .then(|| f[4].split_once(':'))
+                    .flatten()
+                    .and_then(|(_, rx)| u64::from_str_radix(rx, 16).ok())
+            })
+            .sum()
+    }
+
+    /// Polls (1 ms) until [`unread_bytes`](Self::unread_bytes) exceeds `than`, at most 10 s;
+    /// returns the new count.
+    pub async fn wait_unread_above(&self, than: u64) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = self.unread_bytes();
+            if now > than {
+                return now;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nothing more sent to port {} within 10 s",
+                self.port
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     async fn wait_ready(&self, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
