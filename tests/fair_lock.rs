@@ -170,8 +170,9 @@ async fn sixty_four_tasks_under_churn_exclude_with_increasing_fences_and_lose_no
             let mut seen = Vec::with_capacity(cycles);
             for _ in 0..cycles {
                 let guard = acquired(&fair, &mut own, "churn", &ttl(20_000)).await;
+                let at = Instant::now();
                 let n = support::bump(&mut own, "n:{churn}").await;
-                seen.push((n, guard.fencing_token().get()));
+                seen.push((n, guard.fencing_token().get(), at));
                 assert_eq!(
                     fair.release(&mut own, guard).await.unwrap(),
                     Release::Released
@@ -191,14 +192,19 @@ async fn sixty_four_tasks_under_churn_exclude_with_increasing_fences_and_lose_no
     let took = started.elapsed();
     let total = (tasks * cycles) as u64;
     assert_eq!(server.cmd::<u64>(&["GET", "n:{churn}"]).await, total);
-    support::assert_exclusive_and_fenced(seen, total);
+    // The longest wait between one holder and the next (in holding order): a lost wake-up
+    // leaves the lock free until the next waiter's heartbeat (a third of the 30 s waiter
+    // lease, 10 s): bounded by a quarter of that, not by the run's total time on a machine
+    // of unknown load.
+    let mut holds: Vec<Instant> = seen.iter().map(|&(_, _, at)| at).collect();
+    holds.sort();
+    let gap = holds.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+    support::assert_exclusive_and_fenced(seen.into_iter().map(|(n, f, _)| (n, f)).collect(), total);
     let key = fair.key("churn").unwrap();
     assert_eq!(queued(&server, &key).await, 0, "queue empty");
-    println!("{tasks} tasks x {cycles} fair critical sections in {took:?}");
-    assert!(
-        took < Duration::from_secs(8),
-        "a wake-up was lost: {took:?}"
-    );
+    println!("{tasks} tasks x {cycles} fair critical sections in {took:?}, longest gap {gap:?}");
+    let heartbeat = Duration::from_secs(30) / 3;
+    assert!(gap < heartbeat / 4, "a wake-up was lost: a {gap:?} gap");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
