@@ -35,6 +35,33 @@ async fn patient(server: &RedisServer) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
+/// Waits until the server really is busy with another client's script: a probe `GET` on its
+/// own connection is answered `BUSY` (before the script has run `busy-reply-threshold`, the
+/// probe waits for it or is answered normally: then it asks again). Returns the probes sent.
+async fn wait_until_busy(server: &RedisServer) -> u32 {
+    let mut probe = patient(server).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut probes = 0;
+    loop {
+        probes += 1;
+        let r = redis::cmd("GET")
+            .arg("fb:probe")
+            .query_async::<Option<String>>(&mut probe)
+            .await;
+        match r {
+            Err(e) if e.code() == Some("BUSY") => return probes,
+            Err(e) => panic!("probe: {e}"),
+            Ok(_) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "the script never made the server BUSY"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
 fn is_busy(r: &redkit::Result<Decision>) -> bool {
     matches!(r, Err(Error::Redis(e)) if e.code() == Some("BUSY"))
         && !connect::may_have_applied(r.as_ref().unwrap_err())
@@ -62,11 +89,14 @@ async fn busy_server_refuses_calls_until_the_script_is_killed_or_ends() {
             .query_async::<i64>(&mut other)
             .await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until_busy(&server).await;
     let started = Instant::now();
     let r = limiter.check(&mut conn, &client).await;
     assert!(is_busy(&r), "{r:?}");
-    assert!(started.elapsed() <= t.call_bound());
+    // BUSY is a reply, so it came within the response timeout (300 ms); the bound adds the
+    // connect timeout's 300 ms (the connection is already up) as the scheduling slack.
+    let elapsed = started.elapsed();
+    assert!(elapsed <= t.call_bound(), "BUSY after {elapsed:?}");
     let admin = Admin::single(server.url()).unwrap();
     let killed = admin.kill().await.unwrap();
     assert!(killed[0].value == Some(KillOutcome::Killed), "{killed:?}");
@@ -89,7 +119,8 @@ async fn busy_server_refuses_calls_until_the_script_is_killed_or_ends() {
             .query_async::<i64>(&mut other)
             .await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // BUSY means the script runs, so its first command (the SET) has run: it wrote.
+    wait_until_busy(&server).await;
     let killed = admin.kill().await.unwrap();
     assert!(
         killed[0].value == Some(KillOutcome::Unkillable),

@@ -42,6 +42,54 @@ async fn keyspace(conn: &mut MultiplexedConnection) -> Keyspace {
     out
 }
 
+/// From now on the server logs every command with its server time (`SLOWLOG`, emptied).
+async fn log_every_call(conn: &mut MultiplexedConnection) {
+    raw(conn, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]).await;
+    raw(conn, &["CONFIG", "SET", "slowlog-max-len", "100000"]).await;
+    raw(conn, &["SLOWLOG", "RESET"]).await;
+}
+
+/// The server time in µs of every script call (`EVAL`, `EVALSHA`) logged since
+/// [`log_every_call`], sorted.
+async fn script_micros(server: &RedisServer) -> Vec<i64> {
+    // Thousands of entries: a reply that can take longer than redis-rs's default 500 ms
+    // response timeout on a loaded machine.
+    let mut slow_reader = server
+        .client()
+        .get_multiplexed_async_connection_with_config(
+            &redis::AsyncConnectionConfig::new()
+                .set_response_timeout(Some(Duration::from_secs(60))),
+        )
+        .await
+        .unwrap();
+    let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query_async(&mut slow_reader)
+        .await
+        .unwrap();
+    let mut durations = Vec::new();
+    for entry in &entries {
+        let redis::Value::Array(fields) = entry else {
+            panic!("slowlog entry {entry:?}")
+        };
+        let (Some(redis::Value::Int(micros)), Some(redis::Value::Array(args))) =
+            (fields.get(2), fields.get(3))
+        else {
+            panic!("slowlog entry {entry:?}")
+        };
+        let name = match args.first() {
+            Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).to_lowercase(),
+            _ => String::new(),
+        };
+        if name.starts_with("eval") {
+            durations.push(*micros);
+        }
+    }
+    durations.sort_unstable();
+    durations
+}
+
 async fn raw(conn: &mut MultiplexedConnection, args: &[&str]) -> redis::Value {
     let mut cmd = redis::cmd(args[0]);
     for a in &args[1..] {
@@ -678,14 +726,19 @@ async fn reclaim_of_ten_thousand_expired_holds_is_bounded_per_call() {
     // Wait until all 9,999 expired (the Redis clock decides), touching nothing.
     tokio::time::sleep(ttl + Duration::from_millis(300)).await;
 
-    raw(
-        &mut conn,
-        &["CONFIG", "SET", "slowlog-log-slower-than", "0"],
-    )
-    .await;
-    raw(&mut conn, &["CONFIG", "SET", "slowlog-max-len", "100000"]).await;
-    raw(&mut conn, &["SLOWLOG", "RESET"]).await;
-    raw(&mut conn, &["CONFIG", "RESETSTAT"]).await;
+    // The baseline, measured here: the same rounds on a SKU with no holds at all.
+    s.set(&mut conn, "b", 10).await.unwrap();
+    log_every_call(&mut conn).await;
+    for i in 0..20 {
+        let probe = format!("probe-{i}");
+        s.reserve(&mut conn, "b", 1, MINUTE, &probe).await.unwrap();
+        s.release(&mut conn, "b", &probe).await.unwrap();
+        s.stock(&mut conn, "b").await.unwrap();
+    }
+    let base = script_micros(&server).await;
+    let base_median = base[base.len() / 2];
+
+    log_every_call(&mut conn).await;
     // Each call returns at most 16; the stock comes back fully after enough calls.
     let mut stock = 0;
     let mut calls = 0;
@@ -714,59 +767,24 @@ async fn reclaim_of_ten_thousand_expired_holds_is_bounded_per_call() {
         assert!(calls < 2_000, "reclaim does not converge");
     }
     assert_eq!(stock, total - 1);
-    // Thousands of entries: a reply that can take longer than redis-rs's default 500 ms
-    // response timeout on a loaded machine.
-    let mut slow_reader = server
-        .client()
-        .get_multiplexed_async_connection_with_config(
-            &redis::AsyncConnectionConfig::new()
-                .set_response_timeout(Some(Duration::from_secs(60))),
-        )
-        .await
-        .unwrap();
-    let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
-        .arg("GET")
-        .arg(-1)
-        .query_async(&mut slow_reader)
-        .await
-        .unwrap();
-    let mut durations = Vec::new();
-    for entry in &entries {
-        let redis::Value::Array(fields) = entry else {
-            panic!("slowlog entry {entry:?}")
-        };
-        let (Some(redis::Value::Int(micros)), Some(redis::Value::Array(args))) =
-            (fields.get(2), fields.get(3))
-        else {
-            panic!("slowlog entry {entry:?}")
-        };
-        let name = match args.first() {
-            Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).to_lowercase(),
-            _ => String::new(),
-        };
-        if name.starts_with("eval") {
-            durations.push(*micros);
-        }
-    }
+    let durations = script_micros(&server).await;
     let evals = durations.len();
     assert!(
         evals >= calls,
         "{evals} script calls logged for {calls} rounds"
     );
-    durations.sort_unstable();
     let (median, worst) = (durations[evals / 2], durations[evals - 1]);
-    let over = durations.iter().filter(|&&us| us >= 5_000).count();
     eprintln!(
-        "reclaim: {calls} rounds, {evals} script calls, median {median} us, slowest {worst} us, \
-         {over} at 5 ms or more"
+        "reclaim: {calls} rounds, {evals} script calls, median {median} us (no holds: \
+         {base_median} us), slowest {worst} us"
     );
     // The bound on the work is asserted above (units per call). Server time is wall time
-    // inside Redis, so on a shared machine a call descheduled by the OS can exceed 5 ms: allow
-    // such outliers, at most 1%, and require the typical call to be far below.
-    assert!(median < 1_000, "median {median} us");
+    // inside Redis, so a call descheduled by the OS on a shared machine takes longer: only
+    // medians are compared, with the baseline taken in this test (no absolute bound). A
+    // call reclaiming at most 16 holds stays within a few times a call with none.
     assert!(
-        over * 100 <= evals,
-        "{over} of {evals} calls took 5 ms or more"
+        median <= 8 * base_median + 100,
+        "median {median} us, {base_median} us with no holds"
     );
 }
 
@@ -792,12 +810,18 @@ async fn decrement_within_ten_thousand_live_holds_stays_cheap() {
     }
     let _: () = hset.query_async(&mut conn).await.unwrap();
     let _: () = zadd.query_async(&mut conn).await.unwrap();
-    raw(
-        &mut conn,
-        &["CONFIG", "SET", "slowlog-log-slower-than", "5000"],
-    )
-    .await;
-    raw(&mut conn, &["SLOWLOG", "RESET"]).await;
+    // The baseline, measured here: 20 decrements of a SKU with no holds.
+    s.set(&mut conn, "b", 20).await.unwrap();
+    log_every_call(&mut conn).await;
+    for _ in 0..20 {
+        assert!(s
+            .decrement(&mut conn, "b", 1, None)
+            .await
+            .unwrap()
+            .is_applied());
+    }
+    let base = script_micros(&server).await;
+    log_every_call(&mut conn).await;
     for _ in 0..20 {
         assert!(s
             .decrement(&mut conn, "a", 1, None)
@@ -805,13 +829,15 @@ async fn decrement_within_ten_thousand_live_holds_stays_cheap() {
             .unwrap()
             .is_applied());
     }
-    let len: u64 = redis::cmd("SLOWLOG")
-        .arg("LEN")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    // (One outlier allowed: a call descheduled by the OS on a shared machine.)
-    assert!(len <= 1, "{len} of 20 calls took 5 ms or more");
+    let live = script_micros(&server).await;
+    let (base, live) = (base[base.len() / 2], live[live.len() / 2]);
+    eprintln!("decrement: median {live} us within 10,000 live holds, {base} us with none");
+    // Server time is wall time inside Redis (a descheduled call takes longer): medians only,
+    // against the baseline of this test. The same order as with no holds.
+    assert!(
+        live <= 3 * base + 50,
+        "median {live} us within 10,000 live holds, {base} us with none"
+    );
     assert!(matches!(
         s.decrement(&mut conn, "a", 1, None).await.unwrap(),
         Decrement::Insufficient { available: 0 }

@@ -135,6 +135,20 @@ async fn frozen_group(
     sku: &str,
     buyers: &[(u64, Option<&str>)],
 ) -> (Vec<redkit::Result<Decrement>>, u64) {
+    frozen_group_polled(server, store, conn, sku, buyers, 1).await
+}
+
+/// [`frozen_group`], resumed only once the buyers were polled `polls` times (2 when a
+/// gathering leader must send its batch first: it yields once before sending) and the first
+/// call has reached the frozen server.
+async fn frozen_group_polled(
+    server: &mut RedisServer,
+    store: &Store,
+    conn: &MultiplexedConnection,
+    sku: &str,
+    buyers: &[(u64, Option<&str>)],
+    polls: u32,
+) -> (Vec<redkit::Result<Decrement>>, u64) {
     let before = server.evalsha_calls().await;
     server.pause().await;
     let calls = std::iter::once((1, None))
@@ -143,9 +157,26 @@ async fn frozen_group(
             let mut c = conn.clone();
             async move { store.decrement(&mut c, sku, quantity, id).await }
         });
-    // join_all polls in order: the first call is sent, the others queue in this order.
-    let (outcomes, ()) = tokio::join!(join_all(calls), async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    // join_all polls in order: the first call is sent, the others queue in this order (all
+    // in its first poll).
+    let mut all = join_all(calls);
+    let polled = std::cell::Cell::new(0u32);
+    let counted = std::future::poll_fn(|cx| {
+        let r = std::future::Future::poll(std::pin::Pin::new(&mut all), cx);
+        polled.set(polled.get() + 1);
+        r
+    });
+    let unread = server.unread_bytes();
+    let (outcomes, ()) = tokio::join!(counted, async {
+        server.wait_unread_above(unread).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while polled.get() < polls {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not polled {polls} times"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         server.resume().await;
     });
     let after = server.evalsha_calls().await;
@@ -435,7 +466,9 @@ async fn a_cancelled_leader_interrupts_its_group_and_the_queue_moves_on() {
     let mut server = RedisServer::spawn().await;
     let mut frozen = RedisServer::spawn().await;
     let (store, conn) = hot_mug(&server, hot(), 20).await;
-    let stuck = frozen.conn().await;
+    // A 10 s response timeout: the leader's call can only end by the 600 ms cancel (with
+    // redis-rs's default 500 ms it failed by itself when the leader sent early enough).
+    let stuck = frozen.patient_conn().await;
     let mut c = conn.clone();
     server.pause().await;
     frozen.pause().await;
@@ -454,8 +487,11 @@ async fn a_cancelled_leader_interrupts_its_group_and_the_queue_moves_on() {
                 .await
         }
     }));
+    // Resumed once the first call has reached the server (the others queued behind it in
+    // the same poll), well within the leader's 600 ms.
+    let unread = server.unread_bytes();
     let (first, leader, members, ()) = tokio::join!(first, leader, members, async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        server.wait_unread_above(unread).await;
         server.resume().await;
     });
     assert_eq!(first.unwrap(), Decrement::Decremented { remaining: 19 });
@@ -574,19 +610,34 @@ async fn the_default_keeps_eight_calls_of_one_sku_in_flight() {
     // frozen, so none returns): the first eight each find a free slot and go (a gathering
     // leader finds nobody behind it), the last two queue and go as ONE batch when a call
     // returns. With one call in flight they would be 2 calls, with two 3.
+    // The first eight: each is seen sent (the frozen server's unread bytes grow) before the
+    // next one starts.
     let mut buyers = Vec::new();
-    for _ in 0..10 {
+    let mut unread = server.unread_bytes();
+    for _ in 0..8 {
         let (store, mut c) = (store.clone(), conn.clone());
         buyers.push(tokio::spawn(async move {
             store.decrement(&mut c, "mug", 1, None).await
         }));
-        // Time for it to send its call or queue (a local step; the server is frozen).
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        unread = server.wait_unread_above(unread).await;
     }
+    // The last two: polled once, they have joined the queue (pending, nothing sent).
+    let mut queued = Vec::new();
+    for _ in 0..2 {
+        let (store, mut c) = (store.clone(), conn.clone());
+        let mut buyer = Box::pin(async move { store.decrement(&mut c, "mug", 1, None).await });
+        assert!(pending_after_one_poll(&mut buyer).await);
+        queued.push(buyer);
+    }
+    assert_eq!(server.unread_bytes(), unread, "the last two sent nothing");
     server.resume().await;
-    let mut remaining = Vec::new();
+    let mut outcomes = join_all(queued).await;
     for buyer in buyers {
-        match buyer.await.unwrap().unwrap() {
+        outcomes.push(buyer.await.unwrap());
+    }
+    let mut remaining = Vec::new();
+    for outcome in outcomes {
+        match outcome.unwrap() {
             Decrement::Decremented { remaining: r } => remaining.push(r),
             other => panic!("ten buyers of ten units: {other:?}"),
         }
@@ -612,7 +663,8 @@ async fn second_caller_gathers(inventory: Inventory) {
     // it sends all nine in ONE call (before gathering, it went alone and the eight waited
     // for a third call).
     let buyers = [(1, None); 9];
-    let (outcomes, calls) = frozen_group(&mut server, &store, &conn, "mug", &buyers).await;
+    let (outcomes, calls) =
+        frozen_group_polled(&mut server, &store, &conn, "mug", &buyers, 2).await;
     assert_eq!(calls, 2, "the first alone, then one call for the nine");
     let outcomes: Vec<Decrement> = outcomes.into_iter().map(Result::unwrap).collect();
     let mut remaining: Vec<u64> = outcomes
@@ -777,7 +829,16 @@ async fn groups_work_on_a_cluster() {
                 (quantity, Some(id), outcome)
             }
         });
+        let primary = cluster.primary_for(&store.sku_key("mug").unwrap()).await;
+        let before = primary.evalsha_calls().await;
         let results = join_all(calls).await;
+        let evalsha = primary.evalsha_calls().await - before;
+        // All 64 are polled before the first reply: the first goes alone, the others queue
+        // behind it and go grouped (2 calls seen). At most half the buyers: groups did form.
+        assert!(
+            evalsha <= 32,
+            "{w}: {evalsha} EVALSHA on the owning primary for 64 buyers: no group formed"
+        );
         let stock = store.stock(&mut c, "mug").await.unwrap();
         assert_eq!(stock + sold(&results), 100, "{w}");
         replay(&store, &mut c, results).await;

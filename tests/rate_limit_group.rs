@@ -69,9 +69,11 @@ async fn frozen_group(
             let mut c = conn.clone();
             async move { limiter.check_n(&mut c, &key(k), cost).await }
         });
-    // join_all polls in order: the first call is sent, the others queue in this order.
+    // join_all polls in order: the first call is sent, the others queue in this order (all
+    // in its first poll). Resumed once the first call has reached the frozen server.
+    let unread = server.unread_bytes();
     let (outcomes, ()) = tokio::join!(join_all(calls), async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        server.wait_unread_above(unread).await;
         server.resume().await;
     });
     let after = server.evalsha_calls().await;
@@ -216,6 +218,15 @@ async fn counts_hold_under_a_flood() {
     }
 }
 
+/// `EVALSHA` calls answered so far by `nodes`, together.
+async fn evalsha_on(nodes: &[&RedisServer]) -> u64 {
+    let mut calls = 0;
+    for node in nodes {
+        calls += node.evalsha_calls().await;
+    }
+    calls
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_work_on_a_cluster() {
     let cluster = RedisCluster::spawn().await;
@@ -224,6 +235,7 @@ async fn groups_work_on_a_cluster() {
         .unwrap()
         .with_group_commit(FixedWindow::DEFAULT_GROUP_BATCH, 1)
         .unwrap();
+    let primaries = cluster.primaries().await;
     // Two rounds: the first meets a group spanning slots (refused, then sent one by one).
     for round in 0..2 {
         let checks = (0..200u32).map(|i| {
@@ -234,11 +246,22 @@ async fn groups_work_on_a_cluster() {
                 (k, d.is_allowed())
             }
         });
+        let before = evalsha_on(&primaries).await;
         let results = join_all(checks).await;
+        let calls = evalsha_on(&primaries).await - before;
         for k in 0..40 {
             let name = format!("r{round}k{k}");
             let allowed = results.iter().filter(|(n, a)| *n == name && *a).count();
             assert_eq!(allowed, 3, "{name}");
+        }
+        // The second round's groups are formed per slot: five checks per key, all polled
+        // before the first reply, so each key's first goes alone and its other four as ONE
+        // group (2 calls a key, 80 seen). At most half the checks: groups did form.
+        if round == 1 {
+            assert!(
+                calls <= 100,
+                "{calls} EVALSHA for 200 checks on 40 keys: no groups formed"
+            );
         }
     }
 }

@@ -2,7 +2,8 @@
 //! list, while `SCRIPT LOAD`ed ones stay. redkit loads a script after its `NOSCRIPT` -> `EVAL`
 //! fallback, so it cannot be evicted by other clients' `EVAL`s. Run against Valkey 9 (the
 //! harness's server with that eviction; the machines' Redis 7.0 has none), with a control:
-//! a user who may not `SCRIPT LOAD` gets only the `EVAL` copy, which is evicted.
+//! a user who may not `SCRIPT LOAD` gets only the `EVAL` copy, which is evicted. Without a
+//! Valkey server the tests are SKIPPED with a notice (a failure when `CI` is set).
 
 mod support;
 
@@ -34,6 +35,7 @@ async fn cached(server: &RedisServer) -> bool {
 
 #[tokio::test]
 async fn a_script_loaded_after_its_eval_fallback_survives_the_eval_eviction() {
+    require_valkey!();
     let server = RedisServer::spawn_valkey(&[]).await;
     let mut conn = server.conn().await;
     let m = ScriptManager::new();
@@ -58,6 +60,7 @@ async fn a_script_loaded_after_its_eval_fallback_survives_the_eval_eviction() {
 
 #[tokio::test]
 async fn without_script_load_the_eval_copy_is_evicted_control() {
+    require_valkey!();
     let server = RedisServer::spawn_valkey(&[]).await;
     let mut conn = support::denied_conn(&server, "script|load").await;
     let m = ScriptManager::new();

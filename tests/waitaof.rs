@@ -1,8 +1,13 @@
 //! `WAITAOF` on demand (`Replication::fsynced`, `with_local_fsync`) against real Valkey 9
 //! servers (the harness's Redis 7.2+ server: the machines run Redis 7.0, which has no
-//! `WAITAOF`): a primary and a replica, both with `appendonly yes`. The counts reported are
-//! the server's; a shortfall releases a required lock; a server that cannot answer is a typed
-//! error before anything is written; a refused `WAIT` never hides an applied outcome.
+//! `WAITAOF`; without Valkey those tests are SKIPPED with a notice, and fail under `CI`): a
+//! primary and a replica, both with `appendonly yes`. The counts reported are the server's; a
+//! shortfall releases a required lock; a server that cannot answer is a typed error before
+//! anything is written; a refused `WAIT` never hides an applied outcome.
+//!
+//! The tests on the default server (`redis-server`, or `REDKIT_REDIS_SERVER`) probe it for
+//! `WAITAOF` (`COMMAND INFO`) and assert what that server must do: 7.0 refuses before any
+//! write, 7.2+ answers the real (short) acknowledgement.
 
 mod support;
 
@@ -27,6 +32,7 @@ fn fsynced(replicas: u32, ms: u64) -> Replication {
 
 #[tokio::test]
 async fn waitaof_counts_the_replicas_fsync_and_the_primarys_own() {
+    require_valkey!();
     let pair = ReplicatedPair::spawn_valkey_aof().await;
     let mut conn = pair.primary.conn().await;
     let m = ScriptManager::new();
@@ -80,6 +86,7 @@ async fn waitaof_counts_the_replicas_fsync_and_the_primarys_own() {
 
 #[tokio::test]
 async fn inventory_and_a_required_lock_use_waitaof() {
+    require_valkey!();
     let pair = ReplicatedPair::spawn_valkey_aof().await;
     let mut conn = pair.primary.conn().await;
     let store = Inventory::new("t:aof").unwrap().store("s").unwrap();
@@ -138,44 +145,82 @@ async fn inventory_and_a_required_lock_use_waitaof() {
     );
 }
 
+/// `true` when `server` answers `WAITAOF` (Redis 7.2+, Valkey), checked against its version.
+async fn probe_waitaof(server: &RedisServer) -> bool {
+    let waitaof = server.has_command("WAITAOF").await;
+    let version = server.redis_version().await;
+    assert_eq!(
+        waitaof,
+        version >= (7, 2, 0),
+        "COMMAND INFO WAITAOF disagrees with redis_version {version:?}"
+    );
+    waitaof
+}
+
 #[tokio::test]
-async fn waitaof_on_redis_7_0_is_unsupported_before_anything_is_written() {
-    let server = RedisServer::spawn().await; // redis-server 7.0: no WAITAOF
+async fn waitaof_on_the_default_server_is_refused_by_7_0_and_acknowledged_by_7_2() {
+    let server = RedisServer::spawn().await; // redis-server: 7.0 here, maybe 7.2+ elsewhere
+    let waitaof = probe_waitaof(&server).await;
     let mut conn = server.conn().await;
     let store = Inventory::new("t:aof").unwrap().store("s").unwrap();
     store.set(&mut conn, "mug", 5).await.unwrap();
-    let before = snapshot(&mut conn).await;
-    let err = store
-        .decrement_acked(&mut conn, "mug", 1, Some("o-1"), fsynced(1, 100))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
     let lock = Lock::new();
     let options = LockOptions::new().require_replicas(fsynced(1, 100));
-    let err = lock.acquire(&mut conn, "job", &options).await.unwrap_err();
-    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
-    let err = lock
-        .acquire(&mut conn, "job", &options.clone().fencing(false))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
-    assert_eq!(snapshot(&mut conn).await, before, "nothing written");
-    // WAIT still works there.
+    let unfenced = options.clone().fencing(false);
+    let before = snapshot(&mut conn).await;
+    if waitaof {
+        // 7.2+: applied, and the count is the server's: no replica here, 0 of 1.
+        let d = store
+            .decrement_acked(&mut conn, "mug", 1, Some("o-1"), fsynced(1, 100))
+            .await
+            .unwrap();
+        assert_eq!(d.outcome, Decrement::Decremented { remaining: 4 });
+        assert_eq!((d.replicas, d.requested, d.local_fsync), (0, 1, None));
+        assert!(!d.is_replicated());
+        assert_eq!(store.stock(&mut conn, "mug").await.unwrap(), 4);
+        // A required lock is released on the shortfall, fenced or not.
+        for (name, options) in [("job", &options), ("job2", &unfenced)] {
+            match lock.acquire(&mut conn, name, options).await.unwrap() {
+                Acquire::NotReplicated {
+                    replicas: 0,
+                    requested: 1,
+                } => {}
+                other => panic!("{name}: expected NotReplicated, got {other:?}"),
+            }
+            let key = lock.lock_key(name).unwrap();
+            assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0, "released");
+        }
+    } else {
+        // 7.0: a typed error before anything is written.
+        let err = store
+            .decrement_acked(&mut conn, "mug", 1, Some("o-1"), fsynced(1, 100))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+        let err = lock.acquire(&mut conn, "job", &options).await.unwrap_err();
+        assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+        let err = lock.acquire(&mut conn, "job", &unfenced).await.unwrap_err();
+        assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+        assert_eq!(snapshot(&mut conn).await, before, "nothing written");
+    }
+    // WAIT works on both: one unit more.
     let d = store
         .decrement_acked(
             &mut conn,
             "mug",
             1,
-            Some("o-1"),
+            Some("o-2"),
             Replication::new(1, Duration::from_millis(10)).unwrap(),
         )
         .await
         .unwrap();
-    assert_eq!(d.outcome, Decrement::Decremented { remaining: 4 });
+    let left = if waitaof { 3 } else { 4 };
+    assert_eq!(d.outcome, Decrement::Decremented { remaining: left });
 }
 
 #[tokio::test]
 async fn local_fsync_without_appendonly_is_unsupported_and_an_empty_wait_is_invalid() {
+    require_valkey!();
     let server = RedisServer::spawn_valkey(&[]).await; // appendonly no
     let mut conn = server.conn().await;
     let m = ScriptManager::new();
@@ -248,6 +293,7 @@ async fn a_refused_wait_counts_as_zero_and_keeps_the_applied_outcome() {
 
 #[tokio::test]
 async fn on_a_cluster_waitaof_waits_on_the_node_that_ran_the_script() {
+    require_valkey!();
     let cluster = support::RedisCluster::spawn_valkey_aof().await;
     let mut conn = cluster.conn().await;
     let inventory = Inventory::new("t:aofc").unwrap();
@@ -266,16 +312,37 @@ async fn on_a_cluster_waitaof_waits_on_the_node_that_ran_the_script() {
 }
 
 #[tokio::test]
-async fn on_a_redis_7_0_cluster_waitaof_is_unsupported_before_anything_is_written() {
+async fn on_a_default_cluster_waitaof_is_refused_by_7_0_and_acknowledged_by_7_2() {
     let cluster = support::RedisCluster::spawn().await;
+    let waitaof = probe_waitaof(&cluster.nodes[0]).await;
     let mut conn = cluster.conn().await;
     let store = Inventory::new("t:aofc").unwrap().store("a").unwrap();
-    let err = store
+    store.set(&mut conn, "mug", 5).await.unwrap();
+    let primaries = cluster.primaries().await;
+    let mut before = Vec::new();
+    for primary in &primaries {
+        before.push(snapshot(&mut primary.conn().await).await);
+    }
+    assert_eq!(
+        before.iter().map(|s| s.len()).sum::<usize>(),
+        1,
+        "the stock key"
+    );
+    let result = store
         .decrement_acked(&mut conn, "mug", 1, Some("o-1"), fsynced(1, 100))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
-    for primary in cluster.primaries().await {
-        assert_eq!(primary.cmd::<i64>(&["DBSIZE"]).await, 0, "nothing written");
+        .await;
+    if waitaof {
+        // 7.2+: applied on the owner; its replica has no AOF, so no fsync is acknowledged.
+        let d = result.unwrap();
+        assert_eq!(d.outcome, Decrement::Decremented { remaining: 4 });
+        assert_eq!((d.replicas, d.requested, d.local_fsync), (0, 1, None));
+        assert_eq!(store.stock(&mut conn, "mug").await.unwrap(), 4);
+    } else {
+        let err = result.unwrap_err();
+        assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+        for (primary, before) in primaries.iter().zip(&before) {
+            let after = snapshot(&mut primary.conn().await).await;
+            assert_eq!(&after, before, "nothing written on {}", primary.port());
+        }
     }
 }

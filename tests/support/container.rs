@@ -1,9 +1,14 @@
-//! Redis 7 in Docker through testcontainers, used when no redis-server binary is installed.
+//! Redis 7.0.15 in Docker through testcontainers, used when no redis-server binary is installed.
+//! The tag is pinned (not the floating `redis:7`) so the fallback is the same server as
+//! Debian 12's `redis-server` package: tests that depend on the version probe it anyway.
 //! Containers use the host network so ports (and Cluster bus ports) are the same as local.
 
 use testcontainers::core::{ExecCommand, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
+
+/// The pinned image tag: Debian 12's Redis.
+pub(super) const REDIS_TAG: &str = "7.0.15";
 
 pub(super) struct Container {
     inner: ContainerAsync<GenericImage>,
@@ -25,7 +30,7 @@ impl Container {
             "no".into(),
         ];
         cmd.extend(extra.iter().map(|s| s.to_string()));
-        let inner = GenericImage::new("redis", "7")
+        let inner = GenericImage::new("redis", REDIS_TAG)
             .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"))
             .with_network("host")
             .with_cmd(cmd)
@@ -33,7 +38,7 @@ impl Container {
             .await
             .map_err(|e| {
                 format!(
-                    "no redis-server on PATH and Docker could not start redis:7 ({e}). \
+                    "no redis-server on PATH and Docker could not start redis:{REDIS_TAG} ({e}). \
                      Install Redis 7 (Debian/Ubuntu: `apt-get install redis-server`), \
                      or set REDKIT_REDIS_SERVER to its path, or run a Docker engine."
                 )

