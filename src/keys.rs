@@ -100,6 +100,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_prefix_may_be_exactly_the_longest_length() {
+        assert!(validate_prefix("prefix", &"p".repeat(MAX_PREFIX_LEN)).is_ok());
+        assert!(validate_prefix("prefix", &"p".repeat(MAX_PREFIX_LEN + 1)).is_err());
+        assert!(validate_prefix("prefix", "p").is_ok());
+        assert!(validate_prefix("prefix", "").is_err());
+    }
+
+    #[test]
     fn escapes_braces_injectively() {
         assert_eq!(escape_part("k", "a{b}c%").unwrap(), "a%7Bb%7Dc%25");
         assert_eq!(escape_part("k", "plain").unwrap(), "plain");

@@ -514,6 +514,22 @@ mod tests {
     }
 
     #[test]
+    fn a_route_for_the_root_path_stays_the_root() {
+        let p = Policies::new(fw("d", 1)).route("/", fw("root", 2)).unwrap();
+        assert_eq!(p.for_path("/").name(), "root");
+        assert_eq!(p.for_path("/anything").name(), "root");
+    }
+
+    #[test]
+    fn the_default_algorithm_is_left_out_when_written() {
+        let spec = PolicySpec::new("api", 10, Duration::from_secs(1));
+        let json = serde_json::to_value(&spec).unwrap();
+        assert!(json.get("algorithm").is_none(), "{json}");
+        let json = serde_json::to_value(spec.algorithm(Algorithm::Gcra)).unwrap();
+        assert_eq!(json["algorithm"], "gcra");
+    }
+
+    #[test]
     fn rejects_bad_routes() {
         let p = Policies::new(fw("d", 1));
         assert!(p.clone().route("/x", fw("d", 2)).is_err());
