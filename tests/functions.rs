@@ -763,3 +763,31 @@ async fn the_shared_reclaim_function_behaves_like_the_scripts_copy() {
         ]
     );
 }
+
+/// A replicated call with the Functions backend goes through the same recovery as a single
+/// call: "Function not found" -> one `FUNCTION LOAD REPLACE` -> the `FCALL` and its `WAIT`
+/// once more; the call runs once, and the replica acknowledges it.
+#[tokio::test]
+async fn acked_fcall_after_function_flush_reloads_once_and_runs_once() {
+    let pair = support::ReplicatedPair::spawn().await;
+    let mut conn = pair.primary.conn().await;
+    let manager = functions();
+    let one = redkit::script::Replication::new(1, Duration::from_secs(2)).unwrap();
+    let script = Registry::global().require("fixed_window", 1).unwrap();
+    let mut call = Call::new(script);
+    call.key("{fa}:c").arg(1_000_000).arg(600_000).arg(1);
+    for expected in 1..=2 {
+        let _: () = pair.primary.cmd(&["FUNCTION", "FLUSH"]).await;
+        let reloads = manager.stats().function_reloads;
+        let acked = manager
+            .invoke_acked::<(i64, i64, i64), _>(&mut conn, &call, one)
+            .await
+            .unwrap();
+        assert_eq!(acked.outcome.0, expected, "applied once");
+        assert_eq!((acked.replicas, acked.requested), (1, 1));
+        assert_eq!(manager.stats().function_reloads, reloads + 1);
+    }
+    let on_replica: String = pair.replica.cmd(&["GET", "{fa}:c"]).await;
+    assert_eq!(on_replica, "2");
+    assert_eq!(manager.stats().noscript_fallbacks, 0);
+}

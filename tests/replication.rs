@@ -83,3 +83,118 @@ async fn acked_on_a_cluster_waits_on_the_node_that_ran_the_script() {
         assert_eq!(a.replicas, 1, "{key}: its primary's replica acknowledged");
     }
 }
+
+/// `calls=` of `cmdstat_<command>` in `INFO commandstats` (0 before the first call).
+async fn command_calls(server: &support::RedisServer, command: &str) -> u64 {
+    let stats: String = server.cmd(&["INFO", "commandstats"]).await;
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// The replicated path recovers from `NOSCRIPT` like a plain call: `EVAL`, then one
+/// `SCRIPT LOAD`, so the script is not left in Valkey's (Redis 8's) 500-entry `EVAL` eviction
+/// list. Valkey primary + replica; a flood of 600 other `EVAL`s must not evict it.
+#[tokio::test]
+async fn acked_call_after_script_flush_leaves_its_script_loaded() {
+    let primary = support::RedisServer::spawn_valkey(&["--repl-diskless-sync-delay", "0"]).await;
+    let port = primary.port().to_string();
+    let replica = support::RedisServer::spawn_valkey(&[
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+        "--repl-diskless-sync-delay",
+        "0",
+    ])
+    .await;
+    let pair = ReplicatedPair { primary, replica };
+    pair.wait_in_sync(Duration::from_secs(20)).await;
+    let mut conn = pair.primary.conn().await;
+    let m = ScriptManager::new();
+    let one = Replication::new(1, Duration::from_millis(2_000)).unwrap();
+    let call = hit("{f}:c");
+    let sha = call.script().sha1().to_owned();
+    let a = m
+        .invoke_acked::<(i64, i64, i64), _>(&mut conn, &call, one)
+        .await
+        .unwrap();
+    assert_eq!((a.outcome.0, a.replicas), (1, 1));
+
+    let _: () = pair.primary.cmd(&["SCRIPT", "FLUSH"]).await;
+    let before = m.stats();
+    let a = m
+        .invoke_acked::<(i64, i64, i64), _>(&mut conn, &call, one)
+        .await
+        .unwrap();
+    assert_eq!((a.outcome.0, a.replicas), (2, 1));
+    let after = m.stats();
+    assert_eq!(after.noscript_fallbacks - before.noscript_fallbacks, 1);
+    assert_eq!(
+        after.fallback_loads - before.fallback_loads,
+        1,
+        "SCRIPT LOAD after the EVAL"
+    );
+
+    // 600 distinct scripts run with EVAL by someone else: more than the 500 kept.
+    let mut other = pair.primary.conn().await;
+    let mut pipe = redis::pipe();
+    for i in 0..600 {
+        pipe.cmd("EVAL").arg(format!("return {i}")).arg(0).ignore();
+    }
+    let _: () = pipe.query_async(&mut other).await.unwrap();
+    let exists: Vec<i64> = pair.primary.cmd(&["SCRIPT", "EXISTS", &sha]).await;
+    assert_eq!(exists, [1], "SCRIPT LOADed: not evicted by the EVAL flood");
+    let a = m
+        .invoke_acked::<(i64, i64, i64), _>(&mut conn, &call, one)
+        .await
+        .unwrap();
+    assert_eq!(a.outcome.0, 3);
+    assert_eq!(
+        m.stats().noscript_fallbacks,
+        after.noscript_fallbacks,
+        "an EVALSHA hit"
+    );
+}
+
+/// On a cold script cache a replicated call waits for its `WAIT` once: the `WAIT` goes behind
+/// the command that runs the script, never behind an `EVALSHA` answered `NOSCRIPT` (whose
+/// `WAIT` would block its whole timeout for nothing, with the replica's link down).
+#[tokio::test]
+async fn acked_call_on_a_cold_cache_waits_once() {
+    const WAIT: Duration = Duration::from_millis(300);
+    // Slack for the round trips, SCRIPT EXISTS / EVAL / SCRIPT LOAD included, on a loaded
+    // 2-core machine; far below the second WAIT this guards against.
+    const SLACK: Duration = Duration::from_millis(250);
+    let pair = ReplicatedPair::spawn().await;
+    pair.cut_link().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info: String = pair.primary.cmd(&["INFO", "replication"]).await;
+        if info.contains("connected_slaves:0") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replica never left");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut conn = pair.primary.conn().await;
+    let m = ScriptManager::new();
+    let wait = Replication::new(1, WAIT).unwrap();
+    let waits = command_calls(&pair.primary, "wait").await;
+    let started = Instant::now();
+    let a = m
+        .invoke_acked::<(i64, i64, i64), _>(&mut conn, &hit("{w}:c"), wait)
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(a.outcome.0, 1, "applied on the primary");
+    assert_eq!(a.replicas, 0, "the link is down");
+    assert_eq!(m.stats().noscript_fallbacks, 1, "the cache was cold");
+    assert_eq!(command_calls(&pair.primary, "wait").await - waits, 1);
+    println!("cold acked call with a {WAIT:?} WAIT, link down: {took:?}");
+    assert!(took >= WAIT, "{took:?}");
+    assert!(took < WAIT + SLACK, "{took:?}: waited more than once");
+    assert!(took < 2 * WAIT, "{took:?}");
+}

@@ -34,18 +34,16 @@
 //! (request ids). `MultiplexedConnection` and `ConnectionManager` never re-send.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 
-use super::manager::in_span;
 use redis::aio::ConnectionLike;
 use redis::cluster_routing::Slot;
-use redis::{Cmd, ErrorKind, Pipeline, RedisError, ServerErrorKind, Value};
+use redis::{ErrorKind, Pipeline, RedisError, ServerErrorKind, Value};
 
 use super::call::Call;
-use super::functions::{is_function_missing, is_unsupported};
-use super::manager::{fcall_cmd, function_error, is_noscript, script_error, ScriptManager};
+use super::errors::{function_error, is_function_missing, is_unsupported, script_error};
+use super::manager::ScriptManager;
 use super::outcome::CallOutcome;
-use super::registry::Script;
+use super::path::{in_span, Path, Request};
 use crate::error::{Error, Result};
 
 /// What one transaction came back with.
@@ -121,30 +119,20 @@ impl ScriptManager {
         conn: &mut C,
         calls: Vec<Call<'_>>,
     ) -> Result<Vec<CallOutcome<Value>>> {
-        let scripts: Vec<&Script> = calls.iter().map(|c| c.script()).collect();
+        let path = self.path();
         // With the Functions backend, a script of a library goes out as FCALL / FCALL_RO.
-        let cmds: Vec<Cmd> = calls
-            .into_iter()
-            .map(|call| match self.function_for(call.script()) {
-                Some((_, function, read_only)) => fcall_cmd(&call, function, read_only),
-                None => call.into_evalsha(),
-            })
-            .collect();
-        let all: Vec<usize> = (0..cmds.len()).collect();
-        let mut out: Vec<Option<CallOutcome<Value>>> = (0..cmds.len()).map(|_| None).collect();
-        let missing = self.send(conn, &scripts, &cmds, &all, &[], &mut out).await;
+        let requests: Vec<Request<'_>> = calls.iter().map(|c| path.request(c, None)).collect();
+        let all: Vec<usize> = (0..requests.len()).collect();
+        let mut out: Vec<Option<CallOutcome<Value>>> = (0..requests.len()).map(|_| None).collect();
+        let missing = send(conn, path, &requests, &all, &[], &mut out).await;
         if !missing.is_empty() {
-            self.counters()
-                .batch_reruns
-                .fetch_add(missing.len() as u64, Ordering::Relaxed);
+            self.count_batch_reruns(missing.len());
             tracing::debug!(
                 calls = missing.len(),
                 "NOSCRIPT / function missing in batch: reloading and re-running"
             );
-            let to_load = self.loads_for(missing.iter().map(|&i| scripts[i]));
-            let still = self
-                .send(conn, &scripts, &cmds, &missing, &to_load, &mut out)
-                .await;
+            let to_load = path.reloads(missing.iter().map(|&i| &requests[i]));
+            let still = send(conn, path, &requests, &missing, &to_load, &mut out).await;
             for i in still {
                 out[i] = Some(CallOutcome::NotRun(Error::Redis(RedisError::from((
                     ErrorKind::Server(ServerErrorKind::NoScript),
@@ -152,156 +140,7 @@ impl ScriptManager {
                 )))));
             }
         }
-        Ok(out
-            .into_iter()
-            .map(|o| {
-                o.unwrap_or_else(|| {
-                    CallOutcome::MaybeRan(Error::unexpected("batch", "no outcome recorded"))
-                })
-            })
-            .collect())
-    }
-
-    /// The commands that bring back the scripts of calls answered `NOSCRIPT` or "Function not
-    /// found": `FUNCTION LOAD REPLACE` once per library (counted in `function_reloads`), else
-    /// `SCRIPT LOAD` once per script.
-    fn loads_for<'s>(&self, missing: impl Iterator<Item = &'s Script>) -> Vec<Cmd> {
-        let mut libraries: Vec<&str> = Vec::new();
-        let mut scripts: Vec<&str> = Vec::new();
-        let mut cmds = Vec::new();
-        for script in missing {
-            match self.function_for(script) {
-                Some((library, _, _)) if !libraries.contains(&library.name()) => {
-                    libraries.push(library.name());
-                    self.counters()
-                        .function_reloads
-                        .fetch_add(1, Ordering::Relaxed);
-                    cmds.push(library.load_cmd());
-                }
-                Some(_) => {}
-                None if !scripts.contains(&script.sha1()) => {
-                    scripts.push(script.sha1());
-                    let mut load = redis::cmd("SCRIPT");
-                    load.arg("LOAD").arg(script.source());
-                    cmds.push(load);
-                }
-                None => {}
-            }
-        }
-        cmds
-    }
-
-    /// Sends `MULTI; <load>..; <cmds[i] for i in idx>..; EXEC`, records the outcome of each
-    /// sent call in `out`, and returns the indices answered `NOSCRIPT` (or, for `FCALL`,
-    /// "Function not found").
-    async fn send<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        scripts: &[&Script],
-        cmds: &[Cmd],
-        idx: &[usize],
-        load: &[Cmd],
-        out: &mut [Option<CallOutcome<Value>>],
-    ) -> Vec<usize> {
-        let mut pipe = Pipeline::with_capacity(load.len() + idx.len());
-        pipe.atomic();
-        for cmd in load {
-            pipe.add_command(cmd.clone());
-        }
-        for &i in idx {
-            pipe.add_command(cmds[i].clone());
-        }
-        let replies = match transaction(conn, &pipe).await {
-            Sent::Ran(replies) if replies.len() == load.len() + idx.len() => replies,
-            Sent::Ran(replies) => {
-                let detail = format!(
-                    "{} replies for {} commands",
-                    replies.len(),
-                    load.len() + idx.len()
-                );
-                for &i in idx {
-                    out[i] = Some(CallOutcome::MaybeRan(Error::unexpected("batch", &detail)));
-                }
-                return Vec::new();
-            }
-            // Refused because of where the slot lives (a migration in progress: ASK/TRYAGAIN; a
-            // stale slot map: MOVED). Nothing ran; run the calls one by one, so redis-rs follows
-            // each redirect (a single command answered ASK/MOVED did not run: its resend is
-            // safe) and refreshes its slot map for the next batch.
-            Sent::NotRun(e) if is_redirect(&e) => {
-                tracing::debug!(calls = idx.len(), error = %e, "batch redirected: one by one");
-                for &i in idx {
-                    out[i] = Some(self.single(conn, scripts[i], &cmds[i]).await);
-                }
-                return Vec::new();
-            }
-            Sent::NotRun(e) => {
-                for &i in idx {
-                    out[i] = Some(CallOutcome::NotRun(script_error(scripts[i], e.clone())));
-                }
-                return Vec::new();
-            }
-            Sent::MaybeRan(e) => {
-                let text = e.to_string();
-                let mut first = Some(e);
-                for &i in idx {
-                    let err = first
-                        .take()
-                        .unwrap_or_else(|| Error::unexpected("batch", text.clone()));
-                    out[i] = Some(CallOutcome::MaybeRan(err));
-                }
-                return Vec::new();
-            }
-        };
-        let mut missing = Vec::new();
-        for (&i, reply) in idx.iter().zip(replies.into_iter().skip(load.len())) {
-            out[i] = Some(match reply {
-                Value::ServerError(e)
-                    if e.kind() == Some(ServerErrorKind::NoScript)
-                        || is_function_missing(&e.clone().into()) =>
-                {
-                    missing.push(i);
-                    continue;
-                }
-                Value::ServerError(e) => {
-                    CallOutcome::Ran(Err(function_error(scripts[i], e.into())))
-                }
-                v => CallOutcome::Ran(Ok(v)),
-            });
-        }
-        missing
-    }
-
-    /// One call as a single `EVALSHA` (`EVAL` on `NOSCRIPT`) or `FCALL` (the library loaded
-    /// and the call sent once more when the function is missing), as an outcome.
-    async fn single<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        script: &Script,
-        cmd: &Cmd,
-    ) -> CallOutcome<Value> {
-        let first = query(conn, cmd).await;
-        let result = match (first, self.function_for(script)) {
-            (Err(e), Some((library, _, _))) if is_function_missing(&e) => {
-                match self.reload_library(conn, script, library).await {
-                    Ok(()) => query(conn, cmd).await,
-                    Err(_) => Err(e),
-                }
-            }
-            (Err(e), None) if is_noscript(&e) => self.eval_fallback(conn, script, cmd).await,
-            (other, _) => other,
-        };
-        match result {
-            Ok(v) => CallOutcome::Ran(Ok(v)),
-            Err(e) if refused_before_running(&e) => CallOutcome::NotRun(script_error(script, e)),
-            // The function is still missing, or the server has no Functions: it did not run.
-            Err(e) if is_function_missing(&e) || is_unsupported(&e) => {
-                CallOutcome::NotRun(function_error(script, e))
-            }
-            // Any other reply from the server: the script ran and returned this error.
-            Err(e) if e.code().is_some() => CallOutcome::Ran(Err(function_error(script, e))),
-            Err(e) => CallOutcome::MaybeRan(Error::Redis(e)),
-        }
+        Ok(recorded(out))
     }
 
     /// Like [`invoke_batch`](Self::invoke_batch) for calls spread over many Cluster slots:
@@ -353,21 +192,128 @@ impl ScriptManager {
                 }
             }
         }
-        Ok(out
-            .into_iter()
-            .map(|o| {
-                o.unwrap_or_else(|| {
-                    CallOutcome::MaybeRan(Error::unexpected("batch", "no outcome recorded"))
-                })
-            })
-            .collect())
+        Ok(recorded(out))
     }
 }
 
-async fn query<C: ConnectionLike>(conn: &mut C, cmd: &Cmd) -> redis::RedisResult<Value> {
-    conn.req_packed_command(cmd)
-        .await
-        .and_then(Value::extract_error)
+/// The outcomes recorded, in order; a call without one (none is expected) may have run.
+fn recorded(out: Vec<Option<CallOutcome<Value>>>) -> Vec<CallOutcome<Value>> {
+    out.into_iter()
+        .map(|o| {
+            o.unwrap_or_else(|| {
+                CallOutcome::MaybeRan(Error::unexpected("batch", "no outcome recorded"))
+            })
+        })
+        .collect()
+}
+
+/// Sends `MULTI; <load>..; <requests[i] for i in idx>..; EXEC`, records the outcome of each
+/// sent call in `out`, and returns the indices answered `NOSCRIPT` (or, for `FCALL`,
+/// "Function not found").
+async fn send<C: ConnectionLike>(
+    conn: &mut C,
+    path: Path<'_>,
+    requests: &[Request<'_>],
+    idx: &[usize],
+    load: &[redis::Cmd],
+    out: &mut [Option<CallOutcome<Value>>],
+) -> Vec<usize> {
+    let mut pipe = Pipeline::with_capacity(load.len() + idx.len());
+    pipe.atomic();
+    for cmd in load {
+        pipe.add_command(cmd.clone());
+    }
+    for &i in idx {
+        pipe.add_command(requests[i].cmd().clone());
+    }
+    let replies = match transaction(conn, &pipe).await {
+        Sent::Ran(replies) if replies.len() == load.len() + idx.len() => replies,
+        Sent::Ran(replies) => {
+            let detail = format!(
+                "{} replies for {} commands",
+                replies.len(),
+                load.len() + idx.len()
+            );
+            for &i in idx {
+                out[i] = Some(CallOutcome::MaybeRan(Error::unexpected("batch", &detail)));
+            }
+            return Vec::new();
+        }
+        // Refused because of where the slot lives (a migration in progress: ASK/TRYAGAIN; a
+        // stale slot map: MOVED). Nothing ran; run the calls one by one, so redis-rs follows
+        // each redirect (a single command answered ASK/MOVED did not run: its resend is
+        // safe) and refreshes its slot map for the next batch.
+        Sent::NotRun(e) if is_redirect(&e) => {
+            tracing::debug!(calls = idx.len(), error = %e, "batch redirected: one by one");
+            for &i in idx {
+                out[i] = Some(single(conn, path, &requests[i]).await);
+            }
+            return Vec::new();
+        }
+        Sent::NotRun(e) => {
+            for &i in idx {
+                out[i] = Some(CallOutcome::NotRun(script_error(
+                    requests[i].script(),
+                    e.clone(),
+                )));
+            }
+            return Vec::new();
+        }
+        Sent::MaybeRan(e) => {
+            let text = e.to_string();
+            let mut first = Some(e);
+            for &i in idx {
+                let err = first
+                    .take()
+                    .unwrap_or_else(|| Error::unexpected("batch", text.clone()));
+                out[i] = Some(CallOutcome::MaybeRan(err));
+            }
+            return Vec::new();
+        }
+    };
+    let mut missing = Vec::new();
+    for (&i, reply) in idx.iter().zip(replies.into_iter().skip(load.len())) {
+        let req = &requests[i];
+        out[i] = Some(match reply {
+            Value::ServerError(e) => {
+                let e = RedisError::from(e);
+                if req.is_missing(&e) {
+                    missing.push(i);
+                    continue;
+                }
+                CallOutcome::Ran(Err(function_error(req.script(), e)))
+            }
+            v => CallOutcome::Ran(Ok(v)),
+        });
+    }
+    missing
+}
+
+/// One call of a batch as a single command through the call path (its one recovery
+/// included), as an outcome.
+async fn single<C: ConnectionLike>(
+    conn: &mut C,
+    path: Path<'_>,
+    req: &Request<'_>,
+) -> CallOutcome<Value> {
+    let script = req.script();
+    let reply = match path.run(conn, req).await {
+        Ok(answer) => answer.reply,
+        // Without a wait, only a library that could not be loaded after "Function not
+        // found": the call did not run.
+        Err(e) => return CallOutcome::NotRun(e),
+    };
+    match reply {
+        Ok(v) => CallOutcome::Ran(Ok(v)),
+        Err(e) if refused_before_running(&e) => CallOutcome::NotRun(script_error(script, e)),
+        // The function is still missing, or the server has no Functions: it did not run.
+        Err(e) if is_function_missing(&e) || is_unsupported(&e) => {
+            CallOutcome::NotRun(function_error(script, e))
+        }
+        // Any other reply from the server: the script ran and returned this error.
+        Err(e) if e.code().is_some() => CallOutcome::Ran(Err(function_error(script, e))),
+        Err(e) => CallOutcome::MaybeRan(Error::Redis(e)),
+    }
 }
 
 fn is_placement(kind: Option<ServerErrorKind>) -> bool {

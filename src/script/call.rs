@@ -188,11 +188,6 @@ impl<'s> Call<'s> {
         &self.cmd
     }
 
-    /// Consumes the call, returning its `EVALSHA` command.
-    pub(crate) fn into_evalsha(self) -> Cmd {
-        self.cmd
-    }
-
     /// `EVAL <source> <numkeys> keys.. args..` (`EVAL_RO` for a read-only script) built
     /// from an `EVALSHA` command of `script`.
     pub(crate) fn eval_from(script: &Script, evalsha: &Cmd) -> Cmd {

@@ -3,8 +3,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
-use redis::RedisError;
-
 use super::registry::{is_name, Registry, Script};
 use super::shared;
 use crate::error::{Error, Result};
@@ -206,39 +204,5 @@ impl Library {
         let mut cmd = redis::cmd("FUNCTION");
         cmd.arg("LOAD").arg("REPLACE").arg(self.code());
         cmd
-    }
-}
-
-/// `true` when the server does not know the function (its library was never loaded, or was
-/// flushed or deleted).
-pub(crate) fn is_function_missing(err: &RedisError) -> bool {
-    err.code() == Some("ERR")
-        && err
-            .detail()
-            .is_some_and(|d| d.starts_with("Function not found"))
-}
-
-/// `true` when the server has no Functions (Redis < 7.0, or the command is renamed away).
-pub(crate) fn is_unsupported(err: &RedisError) -> bool {
-    err.code() == Some("ERR")
-        && err.detail().is_some_and(|d| {
-            d.starts_with("unknown command") && (d.contains("FCALL") || d.contains("FUNCTION"))
-        })
-}
-
-/// [`Error::Unsupported`] for a server without Functions, else the Redis error.
-pub(crate) fn unsupported_or(err: RedisError) -> Error {
-    if is_unsupported(&err) {
-        unsupported(err)
-    } else {
-        Error::Redis(err)
-    }
-}
-
-/// The error for a server without Functions.
-pub(crate) fn unsupported(err: RedisError) -> Error {
-    Error::Unsupported {
-        feature: "Redis Functions (FCALL, Redis 7.0+)",
-        detail: err.to_string(),
     }
 }

@@ -1,23 +1,21 @@
-//! [`ScriptManager`]: EVALSHA in the steady state, EVAL once on NOSCRIPT, batches, preload.
+//! [`ScriptManager`]: its configuration (backend, libraries), its counters, preload, and the
+//! single and replicated calls, all sent through the one call path ([`super::path`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
-use redis::{FromRedisValue, RedisError, ServerErrorKind, Value};
-use tracing::Instrument;
+use redis::{FromRedisValue, Value};
 
+use super::aof_support;
 use super::call::Call;
-use super::functions::{self, Backend, Library};
+use super::errors::{check_sha, function_error};
+use super::functions::{Backend, Library};
+use super::path::{in_span, load_library, script_load, Path};
 use super::registry::{Registry, Script};
+use super::replication::{Acked, Replication};
+use super::state::State;
 use crate::error::{Error, Result};
-
-/// Error code a script uses (`redis.error_reply("REDKIT_DATA ...")`) for data it refuses.
-pub(crate) const DATA_ERROR_CODE: &str = "REDKIT_DATA";
-/// Error code a script uses for an argument it rejects (second line of defence).
-pub(crate) const INPUT_ERROR_CODE: &str = "REDKIT_INPUT";
-/// Error code a script uses when `redis.acl_check_cmd` denies a command it would run.
-pub(crate) const NOPERM_ERROR_CODE: &str = "REDKIT_NOPERM";
 
 /// Runs scripts: one `EVALSHA` round trip in the steady state, one `EVAL` fallback when the
 /// server answers `NOSCRIPT` (after a restart, a failover or a `SCRIPT FLUSH`).
@@ -42,26 +40,18 @@ pub(crate) const NOPERM_ERROR_CODE: &str = "REDKIT_NOPERM";
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct ScriptManager {
-    stats: Arc<Counters>,
+    state: Arc<State>,
     /// `Some` with the [`Backend::Functions`]: redkit's library, then the user's.
     libraries: Option<Arc<[Library]>>,
-}
-
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) noscript_fallbacks: AtomicU64,
-    pub(crate) batch_reruns: AtomicU64,
-    pub(crate) function_reloads: AtomicU64,
-    pub(crate) fallback_loads: AtomicU64,
-    pub(crate) loading: super::fallback::Loading,
-    pub(crate) aof: super::aof_support::AofSupport,
 }
 
 /// A snapshot of a [`ScriptManager`]'s counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Single calls that were answered `NOSCRIPT` and re-sent as `EVAL`.
+    /// Single calls (replicated ones included) that were answered `NOSCRIPT` and re-sent as
+    /// `EVAL`; and replicated calls sent as `EVAL` at once because `SCRIPT EXISTS` said the
+    /// script is missing (see [`invoke_acked`](ScriptManager::invoke_acked)).
     pub noscript_fallbacks: u64,
     /// Calls of batches that were answered `NOSCRIPT` and re-run after `SCRIPT LOAD`.
     pub batch_reruns: u64,
@@ -131,25 +121,18 @@ impl ScriptManager {
         }
     }
 
-    /// The library and function that run `script`, with the Functions backend.
-    pub(crate) fn function_for(&self, script: &Script) -> Option<(&Library, &str, bool)> {
-        self.libraries.as_deref()?.iter().find_map(|lib| {
-            lib.function_of(script)
-                .map(|(function, read_only)| (lib, function, read_only))
-        })
-    }
-
-    pub(crate) fn counters(&self) -> &Counters {
-        &self.stats
+    /// The call path with this manager's state and libraries.
+    pub(crate) fn path(&self) -> Path<'_> {
+        Path::new(&self.state, self.libraries.as_deref().unwrap_or_default())
     }
 
     /// The counters, for metrics and tests.
     pub fn stats(&self) -> Stats {
         Stats {
-            noscript_fallbacks: self.stats.noscript_fallbacks.load(Ordering::Relaxed),
-            batch_reruns: self.stats.batch_reruns.load(Ordering::Relaxed),
-            function_reloads: self.stats.function_reloads.load(Ordering::Relaxed),
-            fallback_loads: self.stats.fallback_loads.load(Ordering::Relaxed),
+            noscript_fallbacks: self.state.noscript_fallbacks.load(Ordering::Relaxed),
+            batch_reruns: self.state.batch_reruns.load(Ordering::Relaxed),
+            function_reloads: self.state.function_reloads.load(Ordering::Relaxed),
+            fallback_loads: self.state.fallback_loads.load(Ordering::Relaxed),
         }
     }
 
@@ -168,7 +151,7 @@ impl ScriptManager {
             .preload_scripts(conn, Registry::global().scripts())
             .await?;
         for library in self.libraries.as_deref().unwrap_or_default() {
-            self.load_library(conn, library).await?;
+            load_library(conn, library).await?;
         }
         Ok(loaded)
     }
@@ -180,12 +163,9 @@ impl ScriptManager {
         scripts: &[Script],
     ) -> Result<usize> {
         for script in scripts {
-            let sha: String = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(script.source())
-                .query_async(conn)
-                .await?;
+            let sha: String = script_load(script).query_async(conn).await?;
             check_sha(script, &sha)?;
+            self.path().cached(script);
         }
         Ok(scripts.len())
     }
@@ -205,144 +185,107 @@ impl ScriptManager {
             version = script.version()
         );
         let call = async {
-            // The Functions backend and the NOSCRIPT fallback are boxed: the common EVALSHA
-            // call keeps a small future (it is moved on every await of the layers above).
-            if let Some(function) = self.function_for(script) {
-                let value = Box::pin(self.fcall(conn, call, function)).await?;
-                return T::from_redis_value(value)
-                    .map_err(|e| Error::unexpected(script.id(), e.to_string()));
-            }
-            let value = match call.evalsha().query_async::<Value>(conn).await {
-                Ok(value) => value,
-                Err(err) if is_noscript(&err) => {
-                    Box::pin(self.eval_fallback(conn, script, call.evalsha()))
-                        .await
-                        .map_err(|e| script_error(script, e))?
-                }
-                Err(err) => return Err(script_error(script, err)),
-            };
+            let path = self.path();
+            let answer = path.run(conn, &path.request(call, None)).await?;
+            let value = answer.reply.map_err(|e| function_error(script, e))?;
             T::from_redis_value(value).map_err(|e| Error::unexpected(script.id(), e.to_string()))
         };
         in_span(span, call).await
     }
-}
 
-/// Runs `fut` inside `span`; bare when no subscriber wants the span (no span entered and
-/// left on every poll of every call).
-pub(crate) async fn in_span<F: std::future::Future>(span: tracing::Span, fut: F) -> F::Output {
-    if span.is_disabled() {
-        fut.await
-    } else {
-        fut.instrument(span).await
-    }
-}
-
-impl ScriptManager {
-    /// `FCALL` (`FCALL_RO`) of `call`; on "Function not found", `FUNCTION LOAD REPLACE` of the
-    /// library and one more `FCALL`.
-    async fn fcall<C: ConnectionLike>(
+    /// Runs one call like [`invoke`](Self::invoke), or like [`invoke_acked`](Self::invoke_acked)
+    /// when `replication` is given: the outcome, and the acknowledgement (`None` when no wait
+    /// was sent).
+    pub(crate) async fn invoke_waiting<T, C>(
         &self,
         conn: &mut C,
         call: &Call<'_>,
-        (library, function, read_only): (&Library, &str, bool),
-    ) -> Result<Value> {
-        let script = call.script();
-        let cmd = fcall_cmd(call, function, read_only);
-        match cmd.query_async::<Value>(conn).await {
-            Ok(value) => Ok(value),
-            Err(err) if functions::is_function_missing(&err) => {
-                self.reload_library(conn, script, library).await?;
-                cmd.query_async::<Value>(conn)
-                    .await
-                    .map_err(|e| function_error(script, e))
+        replication: Option<Replication>,
+    ) -> Result<(T, Option<Acked<()>>)>
+    where
+        T: FromRedisValue,
+        C: ConnectionLike,
+    {
+        Ok(match replication {
+            None => (self.invoke(conn, call).await?, None),
+            Some(r) => {
+                let (outcome, ack) = self.invoke_acked(conn, call, r).await?.split();
+                (outcome, Some(ack))
             }
-            Err(err) => Err(function_error(script, err)),
-        }
-    }
-
-    /// [`load_library`](Self::load_library) after `script`'s function was not found,
-    /// counted in `function_reloads`.
-    pub(crate) async fn reload_library<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        script: &Script,
-        library: &Library,
-    ) -> Result<()> {
-        self.stats.function_reloads.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(
-            script = script.id(),
-            library = library.name(),
-            "function not found: FUNCTION LOAD"
-        );
-        self.load_library(conn, library).await
-    }
-
-    /// `FUNCTION LOAD REPLACE` of one library (on a Cluster connection: every primary).
-    pub(crate) async fn load_library<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        library: &Library,
-    ) -> Result<()> {
-        library
-            .load_cmd()
-            .query_async::<Value>(conn)
-            .await
-            .map(drop)
-            .map_err(functions::unsupported_or)
-    }
-}
-
-/// `FCALL <function> <numkeys> keys.. args..` (`FCALL_RO` for a read-only script).
-pub(crate) fn fcall_cmd(call: &Call<'_>, function: &str, read_only: bool) -> redis::Cmd {
-    let command = if read_only { "FCALL_RO" } else { "FCALL" };
-    Call::resend_as(call.evalsha(), command, function)
-}
-
-/// [`script_error`], and [`Error::Unsupported`] for a server without Functions.
-pub(crate) fn function_error(script: &Script, err: RedisError) -> Error {
-    if functions::is_unsupported(&err) {
-        functions::unsupported_or(err)
-    } else {
-        script_error(script, err)
-    }
-}
-
-/// `true` when Redis answered `NOSCRIPT`.
-pub(crate) fn is_noscript(err: &RedisError) -> bool {
-    err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript)
-}
-
-fn check_sha(script: &Script, server: &str) -> Result<()> {
-    if server.eq_ignore_ascii_case(script.sha1()) {
-        Ok(())
-    } else {
-        Err(Error::ShaMismatch {
-            script: script.id().to_owned(),
-            local: script.sha1().to_owned(),
-            server: server.to_owned(),
         })
     }
-}
 
-/// Turns a server error from a script into a typed [`Error`].
-pub(crate) fn script_error(script: &Script, err: RedisError) -> Error {
-    let detail = || err.detail().unwrap_or_default().to_owned();
-    match err.code() {
-        Some("WRONGTYPE") => Error::WrongType {
-            script: script.id().to_owned(),
-        },
-        Some(DATA_ERROR_CODE) => Error::CorruptData {
-            script: script.id().to_owned(),
-            detail: detail(),
-        },
-        Some(NOPERM_ERROR_CODE) | Some("NOPERM") => Error::PermissionDenied {
-            script: script.id().to_owned(),
-            detail: detail(),
-        },
-        Some(INPUT_ERROR_CODE) => Error::InvalidInput {
-            what: "argument",
-            reason: format!("{}: {}", script.id(), detail()),
-        },
-        _ => Error::Redis(err),
+    /// Runs one call like [`invoke`](Self::invoke), then `WAIT` for `replication`, both in one
+    /// pipeline (one round trip) on the node that ran the script (on a Cluster connection the
+    /// pipeline is routed by the call's first key). On `NOSCRIPT` the pair is sent once more
+    /// with `EVAL`, and the script is loaded again like after a single call's fallback. A
+    /// script the manager has not seen cached since the last `NOSCRIPT` is asked for with
+    /// `SCRIPT EXISTS` first, so a cold cache costs one wait, not two. A script error is
+    /// returned as the typed error (the script wrote nothing).
+    ///
+    /// `WAIT` counts the replicas that have every write of *this connection* so far, so on a
+    /// shared (multiplexed) connection the count is conservative, never optimistic.
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::script::Replication;
+    /// use redkit::{Call, Registry, ScriptManager};
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let mut conn = client.get_multiplexed_async_connection().await?;
+    /// let script = Registry::global().require("fixed_window", 1)?;
+    /// let mut call = Call::new(script);
+    /// call.key("rk:{demo}:fw").arg(10).arg(60_000).arg(1);
+    /// let acked = ScriptManager::new()
+    ///     .invoke_acked::<redis::Value, _>(&mut conn, &call, Replication::new(1, Duration::from_millis(100))?)
+    ///     .await?;
+    /// if !acked.is_replicated() { /* applied on the primary only: could be lost in a failover */ }
+    /// # Ok(()) }
+    /// ```
+    pub async fn invoke_acked<T, C>(
+        &self,
+        conn: &mut C,
+        call: &Call<'_>,
+        replication: Replication,
+    ) -> Result<Acked<T>>
+    where
+        T: FromRedisValue,
+        C: ConnectionLike,
+    {
+        call.validate()?;
+        self.check_wait(conn, &replication).await?;
+        let script = call.script();
+        let span = tracing::debug_span!(
+            "redkit.invoke",
+            script = script.name(),
+            version = script.version(),
+            wait = replication.replicas()
+        );
+        let call = async {
+            let path = self.path();
+            let answer = path
+                .run(conn, &path.request(call, Some(replication)))
+                .await?;
+            let value = answer.reply.map_err(|e| function_error(script, e))?;
+            let outcome = T::from_redis_value(value)
+                .map_err(|e| Error::unexpected(script.id(), e.to_string()))?;
+            Ok(replication.acked(outcome, &answer.ack.unwrap_or(Value::Nil)))
+        };
+        in_span(span, call).await
+    }
+
+    /// Checks `replication` before a write (see [`aof_support::check_wait`]).
+    pub(crate) async fn check_wait<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        replication: &Replication,
+    ) -> Result<()> {
+        aof_support::check_wait(&self.state.aof, conn, replication).await
+    }
+
+    pub(crate) fn count_batch_reruns(&self, calls: usize) {
+        self.state
+            .batch_reruns
+            .fetch_add(calls as u64, Ordering::Relaxed);
     }
 }

@@ -2,7 +2,9 @@
 //!
 //! - [`registry`]: the files in `lua/`, their SHA1 and declared key counts.
 //! - [`Call`]: one prepared invocation.
-//! - [`ScriptManager`]: EVALSHA, the NOSCRIPT fallback, batches, preload.
+//! - [`ScriptManager`]: single and replicated calls, batches, preload; every call goes out
+//!   through one call path (`EVALSHA` / `FCALL`, `WAIT` behind it or not) with one recovery
+//!   (`NOSCRIPT` -> `EVAL` -> one `SCRIPT LOAD`; missing function -> `FUNCTION LOAD`).
 //! - [`CallOutcome`]: per call of a batch, ran / did not run / may have run.
 //! - [`Replication`] / [`Acked`]: `WAIT` for replicas after a script, in the same round trip.
 //! - [`admin`]: per-node script-cache administration (status, load, verify, flush, kill).
@@ -26,21 +28,23 @@ pub mod admin;
 mod aof_support;
 mod batch;
 mod call;
-mod fallback;
+mod errors;
 pub(crate) mod functions;
 #[cfg(feature = "lockfile")]
 #[cfg_attr(docsrs, doc(cfg(feature = "lockfile")))]
 pub mod lockfile;
 mod manager;
 mod outcome;
+mod path;
 pub mod registry;
 mod replication;
 mod shared;
+mod state;
 
 pub use call::Call;
-pub use functions::{Backend, Library};
 #[allow(unused_imports)]
-pub(crate) use manager::script_error;
+pub(crate) use errors::script_error;
+pub use functions::{Backend, Library};
 pub use manager::{ScriptManager, Stats};
 pub use outcome::CallOutcome;
 pub use registry::{Registry, RegistryProblem, Script, LOCK_FILE};

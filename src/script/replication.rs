@@ -11,17 +11,14 @@
 //! asked was still applied on the primary (it is not rolled back), and a replica that
 //! acknowledged can still lose it if it is not the one promoted. See the README's "Failure
 //! semantics" section for what is measured.
+//!
+//! This file holds the values ([`Replication`], [`Acked`]) and the wait commands; the call
+//! path (`path.rs`) sends them behind the script.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::manager::in_span;
-use redis::aio::ConnectionLike;
-use redis::{FromRedisValue, Pipeline, ServerErrorKind, Value};
+use redis::{Pipeline, Value};
 
-use super::call::Call;
-use super::functions::is_function_missing;
-use super::manager::{fcall_cmd, function_error, ScriptManager};
 use crate::error::{Error, Result};
 
 /// How many replicas must acknowledge a write, and how long to wait for them: `WAIT`, or
@@ -361,118 +358,6 @@ impl<T> Acked<T> {
             requested: self.requested,
             local_fsync: self.local_fsync,
         }
-    }
-}
-
-impl ScriptManager {
-    /// Runs one call like [`invoke`](Self::invoke), or like [`invoke_acked`](Self::invoke_acked)
-    /// when `replication` is given: the outcome, and the acknowledgement (`None` when no wait
-    /// was sent).
-    pub(crate) async fn invoke_waiting<T, C>(
-        &self,
-        conn: &mut C,
-        call: &Call<'_>,
-        replication: Option<Replication>,
-    ) -> Result<(T, Option<Acked<()>>)>
-    where
-        T: FromRedisValue,
-        C: ConnectionLike,
-    {
-        Ok(match replication {
-            None => (self.invoke(conn, call).await?, None),
-            Some(r) => {
-                let (outcome, ack) = self.invoke_acked(conn, call, r).await?.split();
-                (outcome, Some(ack))
-            }
-        })
-    }
-
-    /// Runs one call like [`invoke`](Self::invoke), then `WAIT` for `replication`, both in one
-    /// pipeline (one round trip) on the node that ran the script (on a Cluster connection the
-    /// pipeline is routed by the call's first key). On `NOSCRIPT` the pair is sent once more
-    /// with `EVAL`. A script error is returned as the typed error (the script wrote nothing).
-    ///
-    /// `WAIT` counts the replicas that have every write of *this connection* so far, so on a
-    /// shared (multiplexed) connection the count is conservative, never optimistic.
-    ///
-    /// ```no_run
-    /// # async fn run() -> redkit::Result<()> {
-    /// use std::time::Duration;
-    /// use redkit::script::Replication;
-    /// use redkit::{Call, Registry, ScriptManager};
-    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
-    /// let mut conn = client.get_multiplexed_async_connection().await?;
-    /// let script = Registry::global().require("fixed_window", 1)?;
-    /// let mut call = Call::new(script);
-    /// call.key("rk:{demo}:fw").arg(10).arg(60_000).arg(1);
-    /// let acked = ScriptManager::new()
-    ///     .invoke_acked::<redis::Value, _>(&mut conn, &call, Replication::new(1, Duration::from_millis(100))?)
-    ///     .await?;
-    /// if !acked.is_replicated() { /* applied on the primary only: could be lost in a failover */ }
-    /// # Ok(()) }
-    /// ```
-    pub async fn invoke_acked<T, C>(
-        &self,
-        conn: &mut C,
-        call: &Call<'_>,
-        replication: Replication,
-    ) -> Result<Acked<T>>
-    where
-        T: FromRedisValue,
-        C: ConnectionLike,
-    {
-        call.validate()?;
-        self.check_wait(conn, &replication).await?;
-        let script = call.script();
-        let span = tracing::debug_span!(
-            "redkit.invoke",
-            script = script.name(),
-            version = script.version(),
-            wait = replication.replicas()
-        );
-        let call = async {
-            let send = |first: redis::Cmd| replication.pipeline(first);
-            let function = self.function_for(script);
-            let first = match function {
-                Some((_, name, read_only)) => fcall_cmd(call, name, read_only),
-                None => call.evalsha().clone(),
-            };
-            let mut replies: Vec<Value> = send(first.clone()).query_async(conn).await?;
-            if let Some((library, _, _)) = function {
-                if matches!(replies.first(), Some(Value::ServerError(e)) if is_function_missing(&e.clone().into()))
-                {
-                    self.reload_library(conn, script, library).await?;
-                    replies = send(first).query_async(conn).await?;
-                }
-            } else if matches!(replies.first(), Some(Value::ServerError(e)) if e.kind() == Some(ServerErrorKind::NoScript))
-            {
-                self.count_fallback();
-                tracing::debug!(script = script.id(), "NOSCRIPT: falling back to EVAL");
-                replies = send(Call::eval_from(script, call.evalsha()))
-                    .query_async(conn)
-                    .await?;
-            }
-            let Some((value, acks)) = replication.split_replies(replies) else {
-                return Err(Error::unexpected(
-                    script.id(),
-                    "script + WAIT: missing replies",
-                ));
-            };
-            let value = match value {
-                Value::ServerError(e) => return Err(function_error(script, e.into())),
-                v => v,
-            };
-            let outcome = T::from_redis_value(value)
-                .map_err(|e| Error::unexpected(script.id(), e.to_string()))?;
-            Ok(replication.acked(outcome, &acks))
-        };
-        in_span(span, call).await
-    }
-
-    pub(crate) fn count_fallback(&self) {
-        self.counters()
-            .noscript_fallbacks
-            .fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::{Admin, FlushMode, NodeReport};
 use crate::error::{Error, Result};
-use crate::script::functions::unsupported_or;
+use crate::script::errors::unsupported_or;
 use crate::script::Library;
 
 /// What one node holds of a library.
