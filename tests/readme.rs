@@ -11,7 +11,7 @@
 //! `REDKIT_BLESS=1 cargo test --all-features --test readme` rewrites the mirror (then run the
 //! test again: the binary that blessed still holds the old copy). Bless only a README whose
 //! doctests compile (`cargo test --all-features --doc`); if a blessed mirror does not compile,
-//! empty the `recipes` module between the markers (keep `ALL`, empty) and bless again.
+//! empty the `recipes` module between the markers (keep an empty `ALL`) and bless again.
 
 mod support;
 
@@ -22,6 +22,9 @@ const THIS_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/readme.rs");
 const BEGIN: &str = "// @generated README recipes: begin";
 const END: &str = "// @generated README recipes: end";
 const BLESS: &str = "run REDKIT_BLESS=1 cargo test --all-features --test readme";
+
+/// A recipe's `main`, its error as text (to cross the thread it ran on).
+type Recipe = fn() -> Result<(), String>;
 
 /// A ```` ```rust ```` block of the README: the line its code starts on, and the code.
 struct Block {
@@ -86,7 +89,7 @@ fn mirror(blocks: &[Block]) -> String {
         );
     }
     out.push_str("/// Each recipe's README line and its `main`.\n");
-    out.push_str("pub(super) const ALL: &[(usize, fn() -> Result<(), String>)] = &[\n");
+    out.push_str("pub(super) const ALL: &[(usize, super::Recipe)] = &[\n");
     for (i, block) in blocks.iter().enumerate() {
         out.push_str(&format!(
             "    ({}, recipe_{:02}::run),\n",
@@ -560,7 +563,7 @@ pub(super) fn run() -> Result<(), String> {
 }
 }
 /// Each recipe's README line and its `main`.
-pub(super) const ALL: &[(usize, fn() -> Result<(), String>)] = &[
+pub(super) const ALL: &[(usize, super::Recipe)] = &[
     (111, recipe_01::run),
     (157, recipe_02::run),
     (228, recipe_03::run),
