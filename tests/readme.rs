@@ -206,7 +206,7 @@ fn every_recipe_runs() {
 // @generated README recipes: begin (written by REDKIT_BLESS=1; do not edit)
 #[rustfmt::skip]
 mod recipes {
-/// README.md line 111.
+/// README.md line 112.
 mod recipe_01 {
 use std::time::Duration;
 
@@ -238,7 +238,7 @@ pub(super) fn run() -> Result<(), String> {
     main().map_err(|e| e.to_string())
 }
 }
-/// README.md line 157.
+/// README.md line 158.
 mod recipe_02 {
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -286,7 +286,7 @@ pub(super) fn run() -> Result<(), String> {
     main().map_err(|e| e.to_string())
 }
 }
-/// README.md line 228.
+/// README.md line 229.
 mod recipe_03 {
 use std::time::Duration;
 
@@ -328,7 +328,7 @@ pub(super) fn run() -> Result<(), String> {
     main().map_err(|e| e.to_string())
 }
 }
-/// README.md line 283.
+/// README.md line 278.
 mod recipe_04 {
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -386,7 +386,7 @@ pub(super) fn run() -> Result<(), String> {
     main().map_err(|e| e.to_string())
 }
 }
-/// README.md line 362.
+/// README.md line 357.
 mod recipe_05 {
 use std::time::Duration;
 
@@ -439,7 +439,7 @@ pub(super) fn run() -> Result<(), String> {
     main().map_err(|e| e.to_string())
 }
 }
-/// README.md line 444.
+/// README.md line 439.
 mod recipe_06 {
 use std::time::Duration;
 
@@ -485,7 +485,7 @@ pub(super) fn run() -> Result<(), String> {
     main().map_err(|e| e.to_string())
 }
 }
-/// README.md line 497.
+/// README.md line 492.
 mod recipe_07 {
 use redkit::{Call, Registry, ScriptManager};
 
@@ -515,7 +515,7 @@ pub(super) fn run() -> Result<(), String> {
     main().map_err(|e| e.to_string())
 }
 }
-/// README.md line 546.
+/// README.md line 541.
 mod recipe_08 {
 use std::time::Duration;
 
@@ -564,14 +564,14 @@ pub(super) fn run() -> Result<(), String> {
 }
 /// Each recipe's README line and its `main`.
 pub(super) const ALL: &[(usize, super::Recipe)] = &[
-    (111, recipe_01::run),
-    (157, recipe_02::run),
-    (228, recipe_03::run),
-    (283, recipe_04::run),
-    (362, recipe_05::run),
-    (444, recipe_06::run),
-    (497, recipe_07::run),
-    (546, recipe_08::run),
+    (112, recipe_01::run),
+    (158, recipe_02::run),
+    (229, recipe_03::run),
+    (278, recipe_04::run),
+    (357, recipe_05::run),
+    (439, recipe_06::run),
+    (492, recipe_07::run),
+    (541, recipe_08::run),
 ];
 }
 // @generated README recipes: end
