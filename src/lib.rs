@@ -1,4 +1,14 @@
-#![doc = include_str!("../README.md")]
+// The README is the front page. Its recipes are doctests, one of them an axum server that needs
+// the `tower` feature, so it is the crate doc when that feature is on (docs.rs builds with
+// every feature); without it a short page points there.
+#![cfg_attr(feature = "tower", doc = include_str!("../README.md"))]
+#![cfg_attr(
+    not(feature = "tower"),
+    doc = "Safe, fast Redis Lua scripting from async Rust: rate limiting, atomic inventory, locks \
+           and coordination primitives, a script manager and a Functions backend.\n\n\
+           The front page with its recipes (the README) is part of the docs built with the \
+           `tower` feature, e.g. `cargo doc --all-features`."
+)]
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
