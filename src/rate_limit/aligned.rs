@@ -131,6 +131,9 @@ mod tests {
         assert!(Slot::at(1, 0).is_none());
         let s = Slot::at(u64::MAX / 2, MAX_LUA_INT).unwrap();
         assert!(s.ttl_ms <= MAX_LUA_INT);
+        // A TTL past what a Lua number holds exactly is capped at 2^53 - 1.
+        let s = Slot::at(0, u64::MAX / 2).unwrap();
+        assert_eq!(s.ttl_ms, (1 << 53) - 1);
     }
 
     #[test]
