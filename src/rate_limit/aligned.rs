@@ -131,6 +131,20 @@ mod tests {
         assert!(Slot::at(1, 0).is_none());
         let s = Slot::at(u64::MAX / 2, MAX_LUA_INT).unwrap();
         assert!(s.ttl_ms <= MAX_LUA_INT);
+        // A TTL past what a Lua number holds exactly is capped at 2^53 - 1.
+        let s = Slot::at(0, u64::MAX / 2).unwrap();
+        assert_eq!(s.ttl_ms, (1 << 53) - 1);
+    }
+
+    #[test]
+    fn a_server_error_in_place_of_the_reply_is_the_scripts_own_error() {
+        let slot = Slot::at(1_500, 1_000).unwrap();
+        let wrong_type = redis::parse_redis_value(b"-WRONGTYPE Operation against a key\r\n")
+            .expect("RESP error parses");
+        assert!(matches!(
+            slot.decode(script(), wrong_type, 10, 1),
+            Err(Error::WrongType { .. })
+        ));
     }
 
     #[test]
