@@ -137,6 +137,17 @@ mod tests {
     }
 
     #[test]
+    fn a_server_error_in_place_of_the_reply_is_the_scripts_own_error() {
+        let slot = Slot::at(1_500, 1_000).unwrap();
+        let wrong_type = redis::parse_redis_value(b"-WRONGTYPE Operation against a key\r\n")
+            .expect("RESP error parses");
+        assert!(matches!(
+            slot.decode(script(), wrong_type, 10, 1),
+            Err(Error::WrongType { .. })
+        ));
+    }
+
+    #[test]
     fn decodes_the_integer_reply() {
         let slot = Slot::at(1_500, 1_000).unwrap();
         let d = slot.decode(script(), Value::Int(3), 10, 1).unwrap();

@@ -384,6 +384,22 @@ mod tests {
     }
 
     #[test]
+    fn accessors_return_what_was_set() {
+        use crate::rate_limit::DenyCache;
+        use crate::script::{Backend, ScriptManager};
+        let l = Gcra::new("t", 10, Duration::from_millis(1500)).unwrap();
+        assert!(l.deny_cache().is_none());
+        assert_eq!(l.manager().backend(), Backend::Scripts);
+        let l = l
+            .with_manager(ScriptManager::new().with_backend(Backend::Functions))
+            .with_deny_cache(DenyCache::new(16).unwrap());
+        assert_eq!(l.manager().backend(), Backend::Functions);
+        assert!(l.deny_cache().is_some());
+        assert_eq!(l.period(), Duration::from_millis(1500));
+        assert_eq!(l.rate(), 10);
+    }
+
+    #[test]
     fn decodes_outcomes() {
         let l = Gcra::new("t", 10, Duration::from_secs(1)).unwrap();
         let d = l.decode(reply([1, 9, 0, 100_000, 5]), 1).unwrap();
