@@ -73,6 +73,8 @@
 //! The seed limiters build their key from the client's address on every call, as redkit does
 //! (the same `format!` a user's handler runs), so neither side is handed ready-made keys.
 
+#[path = "../tests/fixtures/mod.rs"]
+mod fixtures;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -390,11 +392,13 @@ fn print_ceiling(name: &str, rps: Option<f64>) {
     }
 }
 
-/// Every shipped version >= 2 of `name` (the ones this work compares).
+/// Every version >= 2 of `name` this work compares: the shipped one(s) and the retired ones
+/// kept in `tests/fixtures/lua/`.
 fn versions(name: &str) -> Vec<&'static redkit::Script> {
     let mut all: Vec<_> = Registry::global()
         .scripts()
         .iter()
+        .chain(fixtures::registry().scripts())
         .filter(|s| s.name() == name && s.version() >= 2)
         .collect();
     all.sort_by_key(|s| s.version());
@@ -1171,7 +1175,7 @@ async fn stock_rows(
     restock(server, conn, store).await;
     let seed = run_op(conn, pid, secs, &seed_op).await;
     row("decrement, 64 buyers on ONE SKU", &redkit, &seed);
-    let apply_v6 = Registry::global().require("inventory_apply", 6).unwrap();
+    let apply_v6 = fixtures::script("inventory_apply", 6);
     let keys = Arc::new([
         store.sku_key("hot").unwrap(),
         store.reservation_key("hot").unwrap(),
@@ -1204,7 +1208,7 @@ async fn stock_rows(
         &redkit,
         &with_record,
     );
-    let apply_v5 = Registry::global().require("inventory_apply", 5).unwrap();
+    let apply_v5 = fixtures::script("inventory_apply", 5);
     let (m, k, st) = (manager.clone(), keys.clone(), store.clone());
     restock(server, conn, store).await;
     let before = run(conn.clone(), pid, secs, move |mut c, t, i| {

@@ -3,6 +3,8 @@
 //!
 //! `cargo bench --bench lock`
 
+#[path = "../tests/fixtures/mod.rs"]
+mod fixtures;
 #[path = "common/seed_lock.rs"]
 mod seed_lock;
 #[path = "../tests/support/mod.rs"]
@@ -66,13 +68,7 @@ fn bench(c: &mut Criterion) {
     });
     let lock = Lock::new();
     let unlock = redis::Script::new(SEED_UNLOCK);
-    let source = |name| {
-        redkit::Registry::global()
-            .require(name, 1)
-            .unwrap()
-            .source()
-            .to_owned()
-    };
+    let source = |name| fixtures::script(name, 1).source().to_owned();
     let same_acquire = redis::Script::new(&source("lock_acquire"));
     let same_release = redis::Script::new(&source("lock_release"));
     let resources: Vec<String> = (0..CONCURRENCY).map(|i| format!("res-{i}")).collect();

@@ -3,6 +3,8 @@
 //!
 //! `cargo bench --bench rate_limit`
 
+#[path = "../tests/fixtures/mod.rs"]
+mod fixtures;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -11,7 +13,6 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::aio::MultiplexedConnection;
 use redkit::rate_limit::{FixedWindow, LimitKey};
-use redkit::Registry;
 use support::RedisServer;
 
 const CALLERS: u64 = 64;
@@ -32,11 +33,16 @@ fn setup(rt: &tokio::runtime::Runtime) -> Setup {
         let server = RedisServer::spawn().await;
         let conn = server.conn().await;
         let limiter = FixedWindow::new("bench", LIMIT, Duration::from_millis(WINDOW_MS)).unwrap();
-        let script = Registry::global().require("fixed_window", 3).unwrap();
+        let script = fixtures::script("fixed_window", 3);
         let raw = redis::Script::new(script.source());
         assert_eq!(raw.get_hash(), script.sha1());
         let mut c = conn.clone();
-        redkit::ScriptManager::new().preload(&mut c).await.unwrap();
+        let manager = redkit::ScriptManager::new();
+        manager.preload(&mut c).await.unwrap();
+        manager
+            .preload_scripts(&mut c, std::slice::from_ref(script))
+            .await
+            .unwrap();
         ceiling(&server, script.sha1());
         Setup {
             _server: server,

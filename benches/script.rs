@@ -5,13 +5,15 @@
 //! `cargo bench --bench script`
 
 mod common;
+#[path = "../tests/fixtures/mod.rs"]
+mod fixtures;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use futures_util::stream::{self, StreamExt};
 use redis::aio::MultiplexedConnection;
-use redkit::{Call, Registry, ScriptManager};
+use redkit::{Call, ScriptManager};
 use std::time::Duration;
 
 const IN_FLIGHT: usize = 64;
@@ -20,9 +22,7 @@ const LIMIT: &str = "1000000000";
 const WINDOW_MS: &str = "600000";
 
 fn redkit_call(key: &str) -> Call<'static> {
-    let script = Registry::global()
-        .require("fixed_window", 1)
-        .expect("embedded");
+    let script = fixtures::sample();
     let mut call = Call::new(script);
     call.key(key).arg(LIMIT).arg(WINDOW_MS).arg(1);
     call
@@ -55,10 +55,14 @@ fn bench(c: &mut Criterion) {
     let server = rt.block_on(support::RedisServer::spawn());
     let conn = rt.block_on(server.conn());
     let manager = ScriptManager::new();
-    let source = Registry::global().require("fixed_window", 1).unwrap();
+    let source = fixtures::sample();
     let raw = redis::Script::new(source.source());
     rt.block_on(async {
         manager.preload(&mut conn.clone()).await.unwrap();
+        manager
+            .preload_scripts(&mut conn.clone(), fixtures::registry().scripts())
+            .await
+            .unwrap();
     });
 
     let ceiling = common::redis_benchmark_ceiling(

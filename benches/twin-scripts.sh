@@ -17,7 +17,7 @@
 #
 # Example (the default fixed-window limiter against the seed `INCR; EXPIRE` script, where
 # seed.lua holds that script):
-#   benches/twin-scripts.sh lua/fixed_window.v6.lua "1 rl:__rand_int__ 1000000000 600000 1" \
+#   benches/twin-scripts.sh tests/fixtures/lua/fixed_window.v6.lua "1 rl:__rand_int__ 1000000000 600000 1" \
 #       seed.lua "1 k:__rand_int__ 1000000000 600"
 set -euo pipefail
 

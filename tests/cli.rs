@@ -1,5 +1,7 @@
 //! The `redkit` binary end to end, spawned as a process against real Redis servers.
 
+#[path = "fixtures/mod.rs"]
+mod fixtures;
 mod support;
 
 use std::process::{Command, Output};
@@ -444,4 +446,126 @@ async fn functions_load_verify_list_delete_flush_on_every_cluster_node() {
         Some(2),
         "--set needed with --scripts-dir"
     );
+}
+
+/// `status` counts the retired redkit scripts a server still caches (SHA1s from the embedded
+/// scripts.lock); `prune` drops them (SCRIPT FLUSH + SCRIPT LOAD of the live set) and refuses
+/// when there is nothing to prune, unless --force.
+#[tokio::test]
+async fn status_counts_retired_scripts_and_prune_drops_them() {
+    let server = RedisServer::spawn().await;
+    let url = server.url();
+    let n = Registry::global().scripts().len();
+    let retired = Registry::global().retired();
+    assert!(retired.len() >= 2);
+    let out = redkit(&["--url", &url, "scripts", "load"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Nothing retired cached: prune refuses and flushes nothing.
+    let out = redkit(&["--url", &url, "scripts", "prune"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("no node") && stderr(&out).contains("--force"),
+        "{}",
+        stderr(&out)
+    );
+    let out = redkit(&["--url", &url, "scripts", "verify"]);
+    assert_eq!(out.status.code(), Some(0), "nothing was flushed");
+
+    // An older build's scripts in the cache (the fixtures are the retired bodies).
+    let old = ["fixed_window.v1", "inventory_apply.v5"];
+    for id in old {
+        let (name, v) = id.split_once(".v").unwrap();
+        let script = fixtures::script(name, v.parse().unwrap());
+        assert!(retired
+            .iter()
+            .any(|r| r.id == id && r.sha1 == script.sha1()));
+        let _: String = server.cmd(&["SCRIPT", "LOAD", script.source()]).await;
+    }
+    let out = redkit(&["--url", &url, "scripts", "status"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("{n}/{n}  holds 2 retired redkit scripts")),
+        "{}",
+        stdout(&out)
+    );
+    let out = redkit(&["--url", &url, "--json", "scripts", "status"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["nodes"][0]["retired"], serde_json::json!(old));
+    // verify is about the live set only.
+    let out = redkit(&["--url", &url, "scripts", "verify"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+
+    let out = redkit(&["--url", &url, "scripts", "prune"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("flushed (2 retired dropped), loaded {n}")),
+        "{}",
+        stdout(&out)
+    );
+    for id in old {
+        let sha1 = &retired.iter().find(|r| r.id == id).unwrap().sha1;
+        let exists: Vec<bool> = server.cmd(&["SCRIPT", "EXISTS", sha1]).await;
+        assert_eq!(exists, vec![false], "{id}");
+    }
+    let out = redkit(&["--url", &url, "scripts", "verify"]);
+    assert_eq!(out.status.code(), Some(0), "the live set is loaded again");
+    let out = redkit(&["--url", &url, "--json", "scripts", "status"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["nodes"][0]["retired"], serde_json::json!([]));
+
+    // --force flushes and reloads anyway.
+    let out = redkit(&["--url", &url, "--json", "scripts", "prune", "--force"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&doc["nodes"][0]["flushed"], &doc["nodes"][0]["loaded"]),
+        (&true.into(), &n.into())
+    );
+}
+
+/// Callers during a prune never fail: a flushed script answers NOSCRIPT, and the manager
+/// runs it with EVAL once.
+#[tokio::test]
+async fn calls_during_a_prune_recover_through_eval() {
+    let server = RedisServer::spawn().await;
+    let url = server.url();
+    let limiter = redkit::rate_limit::FixedWindow::new(
+        "prune",
+        1_000_000,
+        std::time::Duration::from_secs(600),
+    )
+    .unwrap();
+    let manager = redkit::ScriptManager::new();
+    let mut conn = server.conn().await;
+    manager.preload(&mut conn).await.unwrap();
+    let key = redkit::rate_limit::LimitKey::text("k").unwrap();
+    let counter = limiter.redis_key(&key);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let caller = {
+        let (stop, manager, mut conn) = (stop.clone(), manager.clone(), conn.clone());
+        let limiter = limiter.with_manager(manager);
+        tokio::spawn(async move {
+            let mut calls = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                limiter.check(&mut conn, &key).await.expect("never fails");
+                calls += 1;
+            }
+            calls
+        })
+    };
+    for _ in 0..5 {
+        let url = url.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            redkit(&["--url", &url, "scripts", "prune", "--force"])
+        })
+        .await
+        .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let calls = caller.await.unwrap();
+    assert!(calls > 0);
+    let counted: u64 = server.cmd(&["GET", &counter]).await;
+    assert_eq!(counted, calls, "every call counted once");
 }

@@ -1,6 +1,8 @@
 //! The Redis Functions backend against real Redis: FCALL of versioned libraries, the reload
 //! on "Function not found", the typed API unchanged, read-only calls, persistence.
 
+#[path = "fixtures/mod.rs"]
+mod fixtures;
 mod support;
 
 use std::time::Duration;
@@ -589,8 +591,14 @@ async fn a_promoted_replica_answers_the_first_fcall_without_a_reload() {
     assert_eq!(scripts.stats().noscript_fallbacks, 1);
 }
 
+/// The Functions backend with the fixtures' library too, where the sample script `bump` runs
+/// (`fixed_window.v1`, retired from redkit's own library).
+fn functions_with_sample() -> ScriptManager {
+    functions().with_library(Library::new("fixtures", fixtures::registry()).unwrap())
+}
+
 fn bump(key: &str) -> Call<'static> {
-    let script = Registry::global().require("fixed_window", 1).unwrap();
+    let script = fixtures::sample();
     let mut call = Call::new(script);
     call.key(key).arg(1_000_000).arg(600_000).arg(1);
     call
@@ -613,7 +621,7 @@ fn counts(outcomes: Vec<redkit::CallOutcome<Value>>) -> Vec<i64> {
 async fn batches_run_as_fcall_and_reload_a_flushed_library_once_for_the_missing_calls() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let manager = functions();
+    let manager = functions_with_sample();
     let batch = |n: usize| {
         (0..n)
             .map(|i| bump(&format!("{{b}}:{}", i % 4)))
@@ -647,7 +655,7 @@ async fn batches_run_as_fcall_and_reload_a_flushed_library_once_for_the_missing_
 async fn batches_by_slot_run_as_fcall_on_every_primary() {
     let cluster = RedisCluster::spawn().await;
     let conn = cluster.conn().await;
-    let manager = functions();
+    let manager = functions_with_sample();
     let keys: Vec<String> = (0..24).map(|i| format!("{{s{i}}}:n")).collect();
     let run = |round| {
         let calls = keys.iter().map(|k| bump(k)).collect::<Vec<_>>();
@@ -771,9 +779,9 @@ async fn the_shared_reclaim_function_behaves_like_the_scripts_copy() {
 async fn acked_fcall_after_function_flush_reloads_once_and_runs_once() {
     let pair = support::ReplicatedPair::spawn().await;
     let mut conn = pair.primary.conn().await;
-    let manager = functions();
+    let manager = functions_with_sample();
     let one = redkit::script::Replication::new(1, Duration::from_secs(2)).unwrap();
-    let script = Registry::global().require("fixed_window", 1).unwrap();
+    let script = fixtures::sample();
     let mut call = Call::new(script);
     call.key("{fa}:c").arg(1_000_000).arg(600_000).arg(1);
     for expected in 1..=2 {

@@ -2,6 +2,8 @@
 //! multi-SKU orders, idempotent retries, typed errors that leave data untouched, Cluster, and
 //! `SCRIPT FLUSH` in the middle of a run.
 
+#[path = "fixtures/mod.rs"]
+mod fixtures;
 mod support;
 
 use std::collections::HashSet;
@@ -1046,9 +1048,7 @@ async fn reserve_commit_release_and_unknown_ids() {
     assert_eq!(raw_reservations(&server, &s, "a").await.len(), 1);
 
     // The script checks its arguments too: a raw call with a bad TTL writes nothing.
-    let script = redkit::Registry::global()
-        .require("inventory_reserve", 2)
-        .unwrap();
+    let script = fixtures::script("inventory_reserve", 2);
     let err: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
         .arg(script.source())
         .arg(4)

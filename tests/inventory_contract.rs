@@ -3,6 +3,8 @@
 //! (the whole keyspace is compared before and after); reclaim is bounded; a settled
 //! reservation stays settled; `_acked` reports replica acknowledgement.
 
+#[path = "fixtures/mod.rs"]
+mod fixtures;
 mod support;
 
 use std::collections::BTreeMap;
@@ -1119,9 +1121,7 @@ async fn out_of_memory_applies_completely_or_not_at_all() {
 /// Reserves through the v1 script, as a deployment before the upgrade did.
 async fn reserve_v1(conn: &mut MultiplexedConnection, sku: &str, qty: u64, ttl_ms: u64, id: &str) {
     let s = store();
-    let v1 = redkit::Registry::global()
-        .require("inventory_reserve", 1)
-        .unwrap();
+    let v1 = fixtures::script("inventory_reserve", 1);
     let reply: redis::Value = redis::cmd("EVAL")
         .arg(v1.source())
         .arg(3)
@@ -1244,8 +1244,8 @@ async fn the_scripts_parse_integers_exactly_like_redis_within_their_range() {
 /// Probes the strict integer parser of `inventory_apply.v<version>` against Redis's INCRBY.
 async fn parse_like_redis(conn: &mut MultiplexedConnection, version: u32) {
     let source = redkit::Registry::global()
-        .require("inventory_apply", version)
-        .unwrap()
+        .get("inventory_apply", version)
+        .unwrap_or_else(|| fixtures::script("inventory_apply", version))
         .source();
     let from = source.find("local MAX =").unwrap();
     let to = source.find("-- A hold is").unwrap();
@@ -1547,12 +1547,16 @@ async fn v8_with_a_request_id_a_refused_record_puts_the_take_back() {
     }
     // A retention the record's SET will not parse, straight through the script: a typed
     // input error, nothing net written.
-    // v8 to v10 (kept for rolling upgrades) and v11 (shipped) alike.
+    // v8 to v10 (retired, kept in tests/fixtures/lua/) and v11 (shipped) alike.
     let sku = s.sku_key("c").unwrap();
     let holds = s.reservation_key("c").unwrap();
     let expiry = s.reservation_expiry_key("c").unwrap();
     let record = s.request_key("v8").unwrap();
-    let scripts = [8, 9, 10, 11].map(|v| Registry::global().require("inventory_apply", v).unwrap());
+    let scripts = [8, 9, 10, 11].map(|v| {
+        Registry::global()
+            .get("inventory_apply", v)
+            .unwrap_or_else(|| fixtures::script("inventory_apply", v))
+    });
     for (script, retention) in scripts
         .into_iter()
         .flat_map(|script| ["1e3", "0x10", " 5", "5.0"].map(|r| (script, r)))

@@ -1,6 +1,8 @@
 //! The single-node lock against real Redis: mutual exclusion, stale holders, the watchdog,
 //! fenced writes, Cluster, bad input.
 
+#[path = "fixtures/mod.rs"]
+mod fixtures;
 mod support;
 
 use std::time::{Duration, Instant};
@@ -523,7 +525,9 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     // The scripts check again (a caller going around the Rust API).
     let manager = ScriptManager::new();
     for version in [2, 3] {
-        let acquire = Registry::global().require("lock_acquire", version).unwrap();
+        let acquire = Registry::global()
+            .get("lock_acquire", version)
+            .unwrap_or_else(|| fixtures::script("lock_acquire", version));
         for (token, ttl, fence_ttl) in [
             ("0123456789abcdef0123", "0", "1000"),
             ("short", "100", "1000"),

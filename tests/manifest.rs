@@ -2,22 +2,189 @@
 //! script. A shipped script is immutable: change its body and this test fails until the change
 //! is shipped as a new version (`<name>.v<N+1>.lua`) and pinned with
 //! `cargo run --features cli -- scripts lock --scripts-dir lua` (or
-//! `REDKIT_BLESS=1 cargo test --all-features --test manifest`). Both only append pins.
+//! `REDKIT_BLESS=1 cargo test --all-features --test manifest`). Both only append pins, and
+//! mark `retired = true` the pin of a version whose file left `lua/`.
+//!
+//! `lua/` ships only what runs: every file there has a caller in `src/`
+//! (`Registry::global().require("name", N)` or `Registry::embedded("name", N)`), and every
+//! look-up names a file there. A version no caller uses leaves `lua/` (its pin stays, retired);
+//! a test that still needs one runs it from `tests/fixtures/lua/`.
+
+use std::collections::BTreeSet;
+use std::path::Path;
 
 use redkit::script::lockfile;
 use redkit::Registry;
 
+#[path = "fixtures/mod.rs"]
+mod fixtures;
+
 const LOCK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/lua/scripts.lock");
+const LUA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
+const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+
+/// `name.vN` of every `.lua` file in `dir`.
+fn lua_files(dir: &str) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter_map(|n| n.strip_suffix(".lua").map(str::to_owned))
+        .collect()
+}
+
+/// Every `.rs` file under `dir`, recursively.
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The script look-ups of some Rust code, as `name.vN`: `require("name", N)` and
+/// `embedded("name", N)`, on one line or several; comment lines (doc examples included) are
+/// not callers and are skipped.
+fn look_ups(code: &str) -> Vec<String> {
+    let code: String = code
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut out = Vec::new();
+    for call in ["require(", "embedded("] {
+        for (at, _) in code.match_indices(call) {
+            let rest = code[at + call.len()..].trim_start();
+            let Some(rest) = rest.strip_prefix('"') else {
+                continue;
+            };
+            let Some((name, rest)) = rest.split_once('"') else {
+                continue;
+            };
+            let Some(rest) = rest.trim_start().strip_prefix(',') else {
+                continue;
+            };
+            let digits: String = rest
+                .trim_start()
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            if !digits.is_empty() {
+                out.push(format!("{name}.v{digits}"));
+            }
+        }
+    }
+    out
+}
+
+/// `name.vN` -> the files of `src/` that look it up.
+fn callers_in_src() -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut files = Vec::new();
+    rust_files(Path::new(SRC), &mut files);
+    let mut callers = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for file in files {
+        let code = std::fs::read_to_string(&file).unwrap();
+        for id in look_ups(&code) {
+            let shown = file.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap();
+            callers
+                .entry(id)
+                .or_default()
+                .push(shown.display().to_string());
+        }
+    }
+    callers
+}
+
+#[test]
+fn the_scan_finds_look_ups_and_skips_comments() {
+    let code = "let a = Registry::global().require(\"gcra\", 1)?;\n\
+                /// let d = Registry::global().require(\"fixed_window\", 1)?;\n\
+                acquire: Registry::embedded(\"lock_acquire\", 3),\n\
+                set: registry\n    .require(\n        \"inventory_set\",\n        2,\n    )?,\n\
+                map.get(\"not_a_look_up\")";
+    assert_eq!(
+        look_ups(code),
+        ["gcra.v1", "inventory_set.v2", "lock_acquire.v3"]
+    );
+}
+
+#[test]
+fn lua_holds_exactly_the_versions_src_calls() {
+    let files = lua_files(LUA);
+    let callers = callers_in_src();
+    let uncalled: Vec<&String> = files.iter().filter(|f| !callers.contains_key(*f)).collect();
+    assert!(
+        uncalled.is_empty(),
+        "lua/ ships {} files no code in src/ calls: {uncalled:?}. Move a version no caller uses \
+         out of lua/ (to tests/fixtures/lua/ when a test still runs it) and run \
+         `REDKIT_BLESS=1 cargo test --all-features --test manifest` to mark it retired",
+        uncalled.len()
+    );
+    let missing: Vec<String> = callers
+        .iter()
+        .filter(|(id, _)| !files.contains(*id))
+        .map(|(id, at)| format!("{id} (called in {})", at.join(", ")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "src/ looks up versions lua/ does not ship: {missing:?}"
+    );
+}
+
+#[test]
+fn no_retired_version_is_embedded() {
+    let registry = Registry::global();
+    assert!(
+        !registry.retired().is_empty(),
+        "the lock keeps the retired pins"
+    );
+    for retired in registry.retired() {
+        let (name, version) = retired.id.rsplit_once(".v").unwrap();
+        let version: u32 = version.parse().unwrap();
+        assert!(
+            registry.get(name, version).is_none(),
+            "{} is pinned retired but embedded in lua/",
+            retired.id
+        );
+        assert!(
+            !registry.scripts().iter().any(|s| s.sha1() == retired.sha1),
+            "an embedded script has the body of retired {}",
+            retired.id
+        );
+        assert!(!lua_files(LUA).contains(&retired.id), "{}", retired.id);
+    }
+    // Every version ever shipped is pinned: the live ones and the retired ones.
+    let lock = std::fs::read_to_string(LOCK).unwrap();
+    assert_eq!(
+        lock.matches("[[script]]").count(),
+        registry.scripts().len() + registry.retired().len()
+    );
+}
+
+/// The fixtures are the retired versions byte for byte (same SHA1 as their pin).
+#[test]
+fn fixtures_are_retired_versions_unchanged() {
+    let retired = Registry::global().retired();
+    assert!(fixtures::registry().problems().is_empty());
+    assert_eq!(
+        fixtures::registry().scripts().len(),
+        lua_files(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/lua")).len()
+    );
+    for script in fixtures::registry().scripts() {
+        let pin = retired
+            .iter()
+            .find(|r| r.id == script.id())
+            .unwrap_or_else(|| panic!("{} is not a retired version", script.id()));
+        assert_eq!(pin.sha1, script.sha1(), "{} changed", script.id());
+    }
+}
 
 #[test]
 fn every_file_is_a_valid_script() {
     assert_eq!(Registry::global().problems(), &[]);
-    let on_disk: Vec<String> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/lua"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".lua"))
-        .collect();
-    assert_eq!(on_disk.len(), Registry::global().scripts().len());
+    assert_eq!(lua_files(LUA).len(), Registry::global().scripts().len());
 }
 
 #[test]
@@ -69,6 +236,50 @@ fn a_bless_never_rewrites_a_pin() {
     let text = lockfile::bless(&grown, Some(&lock)).unwrap();
     assert!(text.starts_with(&lock), "append-only");
     assert!(text[lock.len()..].contains("name = \"brand_new\""));
+}
+
+#[test]
+fn a_bless_marks_a_removed_version_retired_and_refuses_a_retired_one_back() {
+    let lock = std::fs::read_to_string(LOCK).unwrap();
+    let all = Registry::global().scripts();
+    let (gone, kept) = all.split_first().unwrap();
+    let files = |scripts: &[redkit::Script]| -> Vec<(String, String)> {
+        scripts
+            .iter()
+            .map(|s| (format!("{}.lua", s.id()), s.source().to_owned()))
+            .collect()
+    };
+    let shrunk = Registry::from_files(files(kept));
+    // Not blessed yet: the gone file is a problem.
+    let mut unblessed = files(kept);
+    unblessed.push(("scripts.lock".into(), lock.clone()));
+    let problems = lockfile::check(&Registry::from_files(unblessed));
+    assert!(
+        matches!(&problems[..], [lockfile::LockProblem::FileMissing { script }] if script == gone.id()),
+        "{problems:?}"
+    );
+    // Blessed: the pin stays, marked retired; nothing else changes.
+    let text = lockfile::bless(&shrunk, Some(&lock)).unwrap();
+    assert_eq!(text.len(), lock.len() + "retired = true\n".len());
+    assert_eq!(text.replacen("retired = true\n", "", 1).len(), lock.len());
+    let mut blessed = files(kept);
+    blessed.push(("scripts.lock".into(), text.clone()));
+    let blessed = Registry::from_files(blessed);
+    assert!(lockfile::check(&blessed).is_empty());
+    assert!(blessed
+        .retired()
+        .iter()
+        .any(|r| r.id == gone.id() && r.sha1 == gone.sha1()));
+    // A retired version never ships again.
+    let mut back = files(all);
+    back.push(("scripts.lock".into(), text.clone()));
+    let back = Registry::from_files(back);
+    let problems = lockfile::check(&back);
+    assert!(
+        problems.iter().any(|p| matches!(p, lockfile::LockProblem::RetiredEmbedded { script } if script == gone.id())),
+        "{problems:?}"
+    );
+    assert!(lockfile::bless(&back, Some(&text)).is_err());
 }
 
 /// Redis scripts cannot share code, so the lazy reclaim of expired reservations (with the

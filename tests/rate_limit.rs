@@ -1,5 +1,7 @@
 //! Fixed-window rate limiting against a real Redis (single server and Cluster).
 
+#[path = "fixtures/mod.rs"]
+mod fixtures;
 mod support;
 
 use std::net::IpAddr;
@@ -202,7 +204,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     // The script validates its arguments again (second line of defence).
     let manager = ScriptManager::new();
     for version in [2, 3, 4, 5] {
-        let script = Registry::global().require("fixed_window", version).unwrap();
+        let script = fixtures::script("fixed_window", version);
         let cases = [
             ("0", "1000", "1"),
             ("5", "0", "1"),
@@ -232,7 +234,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     // v6 checks the limit and the window as numbers (as fixed_window_aligned.v1) and the
     // cost's form where Redis would store it: out-of-range numbers and a cost in any other
     // form than canonical decimal are refused, on a new counter and on one that exists.
-    let v6 = Registry::global().require("fixed_window", 6).unwrap();
+    let v6 = fixtures::script("fixed_window", 6);
     for stored in [None, Some("3")] {
         let key = "rk:rl:raw6:{k:x}";
         if let Some(v) = stored {
@@ -757,7 +759,7 @@ async fn v1_left_a_counter_without_ttl_when_pexpire_was_denied() {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let v1 = Registry::global().require("fixed_window", 1).unwrap();
+    let v1 = fixtures::sample();
     let mut call = Call::new(v1);
     call.key("rk:rl:v1:{k:x}").arg(5).arg(60_000).arg(1);
     let r = ScriptManager::new()
@@ -820,9 +822,9 @@ async fn v5_packs_the_v4_reply_into_one_integer_when_it_fits() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let manager = ScriptManager::new();
-    let v4 = Registry::global().require("fixed_window", 4).unwrap();
-    let v5 = Registry::global().require("fixed_window", 5).unwrap();
-    let v6 = Registry::global().require("fixed_window", 6).unwrap();
+    let v4 = fixtures::script("fixed_window", 4);
+    let v5 = fixtures::script("fixed_window", 5);
+    let v6 = fixtures::script("fixed_window", 6);
     let v7 = Registry::global().require("fixed_window", 7).unwrap();
     let big = "100000000000000"; // 10^14 ms: 10^14 * 2^32 does not fit 2^53
                                  // (stored, its PX, limit, window, cost, v5 answers one integer)

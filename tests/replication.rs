@@ -1,16 +1,18 @@
 //! Replication acknowledgement (`WAIT` in the same pipeline as the script) against a real
 //! primary with a replica, and on the Cluster harness.
 
+#[path = "fixtures/mod.rs"]
+mod fixtures;
 mod support;
 
 use std::time::{Duration, Instant};
 
 use redkit::script::Replication;
-use redkit::{Call, Error, Registry, ScriptManager};
+use redkit::{Call, Error, ScriptManager};
 use support::{RedisCluster, ReplicatedPair};
 
 fn hit(key: &str) -> Call<'static> {
-    let script = Registry::global().require("fixed_window", 1).unwrap();
+    let script = fixtures::sample();
     let mut call = Call::new(script);
     call.key(key).arg(1_000_000).arg(600_000).arg(1);
     call

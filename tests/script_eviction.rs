@@ -5,13 +5,15 @@
 //! a user who may not `SCRIPT LOAD` gets only the `EVAL` copy, which is evicted. Without a
 //! Valkey server the tests are SKIPPED with a notice (a failure when `CI` is set).
 
+#[path = "fixtures/mod.rs"]
+mod fixtures;
 mod support;
 
-use redkit::{Call, Registry, ScriptManager};
+use redkit::{Call, ScriptManager};
 use support::RedisServer;
 
 fn hit() -> Call<'static> {
-    let script = Registry::global().require("fixed_window", 1).unwrap();
+    let script = fixtures::sample();
     let mut call = Call::new(script);
     call.key("{e}:c").arg(1_000_000).arg(600_000).arg(1);
     call

@@ -1,6 +1,8 @@
 //! The script manager against real Redis: EVALSHA, the NOSCRIPT fallback, batches, preload,
 //! typed errors, on MultiplexedConnection, ConnectionManager and ClusterConnection.
 
+#[path = "fixtures/mod.rs"]
+mod fixtures;
 mod support;
 
 use redis::aio::ConnectionLike;
@@ -9,7 +11,15 @@ use redkit::{Call, CallOutcome, Error, Registry, Script, ScriptManager};
 use support::{RedisCluster, RedisServer};
 
 fn counter() -> &'static Script {
-    Registry::global().require("fixed_window", 1).unwrap()
+    fixtures::sample()
+}
+
+/// `preload` and the sample script, which is not embedded (a retired version).
+async fn preload_with_sample<C: ConnectionLike>(m: &ScriptManager, conn: &mut C) {
+    m.preload(conn).await.unwrap();
+    m.preload_scripts(conn, std::slice::from_ref(counter()))
+        .await
+        .unwrap();
 }
 
 /// One fixed-window hit with a huge limit: a counter stored by the script.
@@ -102,7 +112,7 @@ async fn steady_state_is_one_evalsha_per_call() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let m = ScriptManager::new();
-    m.preload(&mut conn).await.unwrap();
+    preload_with_sample(&m, &mut conn).await;
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]).await;
     for _ in 0..10 {
         count(&m, &mut conn, "{t}:steady").await;
@@ -176,7 +186,7 @@ async fn partial_noscript_in_batch_reruns_only_the_missing_calls() {
     let mut conn = server.conn().await;
     let m = ScriptManager::new();
     let other = Script::new("other", 1, 1, "return redis.call('INCR', KEYS[1])").unwrap();
-    m.preload(&mut conn).await.unwrap(); // fixed_window loaded, `other` not
+    preload_with_sample(&m, &mut conn).await; // fixed_window loaded, `other` not
     let mut calls = vec![hit("{t}:p")];
     let mut c = Call::new(&other);
     c.key("{t}:o");
@@ -252,7 +262,7 @@ async fn cluster_calls_survive_a_flush_on_one_primary() {
     let cluster = RedisCluster::spawn().await;
     let mut conn = cluster.conn().await;
     let m = ScriptManager::new();
-    m.preload(&mut conn).await.unwrap();
+    preload_with_sample(&m, &mut conn).await;
     let keys: Vec<String> = (0..30).map(|i| format!("{{k{i}}}:c")).collect();
     for k in &keys {
         assert_eq!(count(&m, &mut conn, k).await, 1);

@@ -1,12 +1,14 @@
 //! Observability: one span per call naming the script and version, an event per NOSCRIPT
 //! fallback, and never a key value (keys often hold client IPs or secrets).
 
+#[path = "fixtures/mod.rs"]
+mod fixtures;
 mod support;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use redkit::{Call, Registry, ScriptManager};
+use redkit::{Call, ScriptManager};
 use tracing_subscriber::fmt::format::FmtSpan;
 
 #[derive(Clone, Default)]
@@ -38,7 +40,7 @@ async fn spans_name_the_script_and_never_the_keys() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let manager = ScriptManager::new();
-    let script = Registry::global().require("fixed_window", 1).unwrap();
+    let script = fixtures::sample();
     let secret = "203.0.113.77";
     for _ in 0..2 {
         let mut call = Call::new(script);

@@ -9,6 +9,8 @@
 //! `WAITAOF` (`COMMAND INFO`) and assert what that server must do: 7.0 refuses before any
 //! write, 7.2+ answers the real (short) acknowledgement.
 
+#[path = "fixtures/mod.rs"]
+mod fixtures;
 mod support;
 
 use std::time::Duration;
@@ -16,11 +18,11 @@ use std::time::Duration;
 use redkit::inventory::{Decrement, Inventory};
 use redkit::lock::{Acquire, Lock, LockOptions};
 use redkit::script::Replication;
-use redkit::{Call, Error, Registry, ScriptManager};
+use redkit::{Call, Error, ScriptManager};
 use support::{snapshot, RedisServer, ReplicatedPair};
 
 fn hit(key: &str) -> Call<'static> {
-    let script = Registry::global().require("fixed_window", 1).unwrap();
+    let script = fixtures::sample();
     let mut call = Call::new(script);
     call.key(key).arg(1_000_000).arg(600_000).arg(1);
     call

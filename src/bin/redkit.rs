@@ -13,7 +13,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use redkit::script::admin::{
     Admin, FlushMode, KillOutcome, LibraryState, Node, NodeError, NodeErrorKind, NodeReport,
-    NodeStatus, Role, Verification,
+    NodeStatus, Pruned, Role, Verification,
 };
 use redkit::script::lockfile;
 use redkit::script::Library;
@@ -143,7 +143,8 @@ enum Scripts {
     /// Pin new script versions in <scripts-dir>/scripts.lock (append-only: refuses, exit 4,
     /// when a pinned script changed). Needs --scripts-dir.
     Lock,
-    /// Per node: address, role, server version and which embedded scripts are loaded.
+    /// Per node: address, role, server version, which embedded scripts are loaded and how
+    /// many retired ones (versions this build no longer calls) it still holds.
     Status,
     /// SCRIPT LOAD every embedded script on every node, replicas included (idempotent).
     Load,
@@ -154,6 +155,18 @@ enum Scripts {
         /// Confirm: drop every cached script on every node.
         #[arg(long)]
         yes: bool,
+        /// Use SCRIPT FLUSH SYNC.
+        #[arg(long)]
+        sync: bool,
+    },
+    /// Drop the retired scripts a node still caches: SCRIPT FLUSH, then SCRIPT LOAD of the
+    /// embedded set, on each node that holds one. Refuses (exit 2) when no node holds a
+    /// retired script, unless --force. Calls during the flush recover through NOSCRIPT ->
+    /// EVAL and never fail.
+    Prune {
+        /// Flush and reload every node, even when none holds a retired script.
+        #[arg(long)]
+        force: bool,
         /// Use SCRIPT FLUSH SYNC.
         #[arg(long)]
         sync: bool,
@@ -172,6 +185,7 @@ impl Scripts {
             Self::Load => "load",
             Self::Verify => "verify",
             Self::Flush { .. } => "flush",
+            Self::Prune { .. } => "prune",
             Self::Kill => "kill",
         }
     }
@@ -340,6 +354,25 @@ async fn run(cli: &Cli, command: Scripts) -> Result<u8, Failure> {
                 FlushMode::Async
             };
             flush_outcome(&admin.flush(mode).await.map_err(fail)?)
+        }
+        Scripts::Prune { force, sync } => {
+            let mode = if sync {
+                FlushMode::Sync
+            } else {
+                FlushMode::Async
+            };
+            let reports = admin.prune(mode, force).await.map_err(fail)?;
+            let nothing_held = reports
+                .iter()
+                .all(|r| r.is_ok() && r.value.as_ref().is_some_and(|p| p.retired.is_empty()));
+            if nothing_held && !force {
+                return Err(Failure::usage(format!(
+                    "refusing to prune: no node of {target} holds a retired script (of {} \
+                     retired); nothing was flushed. --force flushes and reloads anyway",
+                    admin.scripts().retired().len()
+                )));
+            }
+            prune_outcome(&reports)
         }
         Scripts::Kill => kill_outcome(&admin.kill().await.map_err(fail)?),
     };
@@ -558,7 +591,7 @@ fn status_outcome(statuses: &[NodeStatus]) -> Outcome {
         rows.push(node_json(
             &s.node,
             s.error.as_ref(),
-            json!({"version": s.version, "scripts": s.scripts}),
+            json!({"version": s.version, "scripts": s.scripts, "retired": s.retired}),
         ));
         match &s.error {
             Some(e) => {
@@ -589,6 +622,12 @@ fn status_outcome(statuses: &[NodeStatus]) -> Outcome {
                 );
                 if !missing.is_empty() {
                     line.push_str(&format!("  missing: {}", missing.join(", ")));
+                }
+                if !s.retired.is_empty() {
+                    line.push_str(&format!(
+                        "  holds {} retired redkit scripts (`redkit scripts prune` removes them)",
+                        s.retired.len()
+                    ));
                 }
                 lines.push(line);
             }
@@ -674,6 +713,38 @@ fn flush_outcome(reports: &[NodeReport<()>]) -> Outcome {
             .map(|r| match &r.error {
                 Some(e) => error_line(&r.node, e),
                 None => format!("{}\t{}\tflushed", r.node.addr, role_name(r.node.role)),
+            })
+            .collect(),
+        errors: errors_of(reports),
+        code_without_errors: 0,
+    }
+}
+
+fn prune_outcome(reports: &[NodeReport<Pruned>]) -> Outcome {
+    Outcome {
+        json: reports
+            .iter()
+            .map(|r| {
+                let fields = r.value.as_ref().map_or(
+                    json!({}),
+                    |p| json!({"retired": p.retired, "flushed": p.flushed, "loaded": p.loaded}),
+                );
+                node_json(&r.node, r.error.as_ref(), fields)
+            })
+            .collect(),
+        lines: reports
+            .iter()
+            .map(|r| {
+                let text = match (&r.value, &r.error) {
+                    (_, Some(e)) => return error_line(&r.node, e),
+                    (Some(p), None) if p.flushed => format!(
+                        "flushed ({} retired dropped), loaded {}",
+                        p.retired.len(),
+                        p.loaded
+                    ),
+                    (_, None) => "no retired script: left alone".to_owned(),
+                };
+                format!("{}\t{}\t{text}", r.node.addr, role_name(r.node.role))
             })
             .collect(),
         errors: errors_of(reports),

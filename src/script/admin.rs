@@ -1,4 +1,4 @@
-//! Script-cache administration on every node: status, load, verify, flush, kill.
+//! Script-cache administration on every node: status, load, verify, flush, prune, kill.
 //!
 //! Each operation connects to every node directly (found with `CLUSTER NODES` on a Cluster),
 //! so the answer is per node, by address, never an aggregate that hides one node's state.
@@ -21,7 +21,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 use serde::Serialize;
 
-use super::registry::{Registry, Script};
+use super::registry::{Registry, RetiredScript, Script};
 use crate::error::{Error, Result};
 
 mod functions;
@@ -218,8 +218,24 @@ pub struct NodeStatus {
     pub version: Option<String>,
     /// Every script of the set and whether it is loaded there (empty when not asked).
     pub scripts: Vec<ScriptPresence>,
+    /// Ids (`name.vN`) of the set's [retired](Registry::retired) scripts the node still has
+    /// cached: versions no caller of this build runs, removed by [`Admin::prune`].
+    pub retired: Vec<String>,
     /// Why the node could not be asked, if it could not.
     pub error: Option<NodeError>,
+}
+
+/// What [`Admin::prune`] did on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Pruned {
+    /// Ids (`name.vN`) of the retired scripts the node had cached before the prune.
+    pub retired: Vec<String>,
+    /// `true` when the node's script cache was flushed and the set loaded again; `false` when
+    /// it held no retired script (and the prune was not forced): left alone.
+    pub flushed: bool,
+    /// How many scripts of the set were loaded after the flush (0 when not flushed).
+    pub loaded: usize,
 }
 
 /// What [`Admin::verify`] found on one primary.
@@ -466,8 +482,9 @@ impl Admin {
             .collect())
     }
 
-    /// Server version, role and the set's scripts each node has cached. A node that
-    /// cannot be asked is reported with its [`NodeError`]; the others are still asked.
+    /// Server version, role, the set's scripts each node has cached and the set's retired
+    /// scripts it still holds. A node that cannot be asked is reported with its
+    /// [`NodeError`]; the others are still asked.
     ///
     /// ```no_run
     /// # async fn run() -> redkit::Result<()> {
@@ -488,14 +505,15 @@ impl Admin {
         Ok(reports
             .into_iter()
             .map(|r| {
-                let (version, scripts) = match r.value {
-                    Some((v, s)) => (Some(v), s),
-                    None => (None, Vec::new()),
+                let (version, scripts, retired) = match r.value {
+                    Some((v, s, retired)) => (Some(v), s, retired),
+                    None => (None, Vec::new(), Vec::new()),
                 };
                 NodeStatus {
                     node: r.node,
                     version,
                     scripts,
+                    retired,
                     error: r.error,
                 }
             })
@@ -506,7 +524,7 @@ impl Admin {
         &self,
         node: &Node,
         scripts: &[Script],
-    ) -> Result<(String, Vec<ScriptPresence>)> {
+    ) -> Result<(String, Vec<ScriptPresence>, Vec<String>)> {
         let mut conn = self.connect_addr(&node.addr).await?;
         let info: String = redis::cmd("INFO")
             .arg("server")
@@ -515,7 +533,14 @@ impl Admin {
         let version = info_field(&info, "redis_version")
             .unwrap_or("unknown")
             .to_owned();
-        let loaded = script_exists(&mut conn, scripts).await?;
+        let retired = self.scripts.retired();
+        let sha1s: Vec<&str> = scripts
+            .iter()
+            .map(Script::sha1)
+            .chain(retired.iter().map(|r| r.sha1.as_str()))
+            .collect();
+        let mut loaded = script_exists(&mut conn, &sha1s).await?;
+        let held = held_retired(retired, &loaded.split_off(scripts.len()));
         let presence = scripts
             .iter()
             .zip(loaded)
@@ -525,7 +550,7 @@ impl Admin {
                 loaded,
             })
             .collect();
-        Ok((version, presence))
+        Ok((version, presence, held))
     }
 
     /// `SCRIPT LOAD` of every script of the set on every node (replicas too, so a promoted
@@ -609,6 +634,70 @@ impl Admin {
         .await
     }
 
+    /// Removes the set's [retired](Registry::retired) scripts from every node's cache. Redis
+    /// cannot drop one cached script, so on each node that holds at least one (every node
+    /// when `force`) this is `SCRIPT FLUSH` followed by `SCRIPT LOAD` of the set; a node that
+    /// holds none is left alone unless `force`. Nodes are pruned concurrently; a failed node
+    /// does not stop the others.
+    ///
+    /// The race, by design: between the flush and the end of the load a caller's `EVALSHA`
+    /// may meet `NOSCRIPT`. A [`ScriptManager`](crate::ScriptManager) answers it with one
+    /// `EVAL` of the full source, which caches the script again, so no call fails because of a
+    /// prune (each script costs one `EVAL`, once). A client that sends `EVALSHA` with no
+    /// `EVAL` fallback would see `NOSCRIPT`, and scripts of other applications cached on the
+    /// node are dropped too (they come back the same way, on their next `EVAL`). An older
+    /// build still running a retired version caches it again on its first call: prune once
+    /// the older builds are gone ([`status`](Self::status) shows what is held).
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// use redkit::script::admin::{Admin, FlushMode};
+    /// for r in Admin::single("redis://127.0.0.1:6379/")?.prune(FlushMode::Async, false).await? {
+    ///     if let Some(p) = &r.value {
+    ///         println!("{}: {} retired scripts dropped", r.node.addr, p.retired.len());
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn prune(&self, mode: FlushMode, force: bool) -> Result<Vec<NodeReport<Pruned>>> {
+        let mode = mode.arg();
+        self.each_node(|admin, node| async move {
+            let result = async {
+                let mut conn = admin.connect_addr(&node.addr).await?;
+                let retired = admin.scripts.retired();
+                let sha1s: Vec<&str> = retired.iter().map(|r| r.sha1.as_str()).collect();
+                let held = if sha1s.is_empty() {
+                    Vec::new()
+                } else {
+                    held_retired(retired, &script_exists(&mut conn, &sha1s).await?)
+                };
+                if held.is_empty() && !force {
+                    return Ok(Pruned {
+                        retired: held,
+                        flushed: false,
+                        loaded: 0,
+                    });
+                }
+                redis::cmd("SCRIPT")
+                    .arg("FLUSH")
+                    .arg(mode)
+                    .query_async::<()>(&mut conn)
+                    .await?;
+                let loaded = super::ScriptManager::new()
+                    .preload_scripts(&mut conn, admin.scripts.scripts())
+                    .await?;
+                Ok(Pruned {
+                    retired: held,
+                    flushed: true,
+                    loaded,
+                })
+            }
+            .await;
+            (node, result)
+        })
+        .await
+    }
+
     /// `SCRIPT KILL` on every node; `NOTBUSY` and `UNKILLABLE` are outcomes, a node that
     /// cannot be asked has an error.
     ///
@@ -671,18 +760,31 @@ impl Admin {
     }
 }
 
-/// `SCRIPT EXISTS` for all `scripts` on one node.
-async fn script_exists(conn: &mut MultiplexedConnection, scripts: &[Script]) -> Result<Vec<bool>> {
+/// `SCRIPT EXISTS` for all `sha1s` on one node (none asked: none answered).
+async fn script_exists(conn: &mut MultiplexedConnection, sha1s: &[&str]) -> Result<Vec<bool>> {
+    if sha1s.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut cmd = redis::cmd("SCRIPT");
     cmd.arg("EXISTS");
-    for s in scripts {
-        cmd.arg(s.sha1());
+    for sha1 in sha1s {
+        cmd.arg(*sha1);
     }
     let flags: Vec<bool> = cmd.query_async(conn).await?;
-    if flags.len() != scripts.len() {
+    if flags.len() != sha1s.len() {
         return Err(Error::unexpected("SCRIPT EXISTS", "wrong number of flags"));
     }
     Ok(flags)
+}
+
+/// The ids of the retired scripts whose `SCRIPT EXISTS` flag is set.
+fn held_retired(retired: &[RetiredScript], flags: &[bool]) -> Vec<String> {
+    retired
+        .iter()
+        .zip(flags)
+        .filter(|(_, &held)| held)
+        .map(|(r, _)| r.id.clone())
+        .collect()
 }
 
 /// What a server named on its own turned out to be.

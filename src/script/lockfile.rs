@@ -7,6 +7,11 @@
 //! must ship as `<name>.v<N+1>.lua`. The command that writes the lock is
 //! `redkit scripts lock --scripts-dir <dir>` (or [`bless`] from your own tooling).
 //!
+//! A version no caller uses any more can leave the folder: its pin stays, marked
+//! `retired = true` (by [`bless`], once the file is gone). A retired version is never embedded
+//! again ([`LockProblem::RetiredEmbedded`]); its SHA1 stays known, so `redkit scripts status`
+//! can count the retired scripts a server still caches and `redkit scripts prune` can drop them.
+//!
 //! ```
 //! use redkit::script::lockfile;
 //! let registry = redkit::Registry::from_files([("hello.v1.lua", "--! keys: 0\nreturn 'hi'")]);
@@ -35,6 +40,9 @@ struct Entry {
     #[serde(default, skip_serializing_if = "is_false")]
     variadic: bool,
     sha1: String,
+    /// `true` once the version is no longer embedded (its file left the folder).
+    #[serde(default, skip_serializing_if = "is_false")]
+    retired: bool,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -49,6 +57,7 @@ impl Entry {
             keys: s.key_count(),
             variadic: s.is_variadic(),
             sha1: s.sha1().to_owned(),
+            retired: false,
         }
     }
 
@@ -112,8 +121,15 @@ pub enum LockProblem {
         /// `name.vN`.
         script: String,
     },
-    /// A pinned script's file is gone (callers still running it would get NOSCRIPT forever).
+    /// A pinned script's file is gone but its pin is not marked `retired = true` (run
+    /// `redkit scripts lock` to mark it, once no caller of this build uses it).
     FileMissing {
+        /// `name.vN`.
+        script: String,
+    },
+    /// A version pinned `retired = true` is in the folder again: a retired version is never
+    /// shipped again (remove the file; a body still needed ships as a new version).
+    RetiredEmbedded {
         /// `name.vN`.
         script: String,
     },
@@ -137,9 +153,16 @@ impl fmt::Display for LockProblem {
             Self::KeysChanged { script } => {
                 write!(f, "{script}: the key count changed after it was pinned")
             }
-            Self::FileMissing { script } => {
-                write!(f, "{script} is pinned in scripts.lock but its file is gone")
-            }
+            Self::FileMissing { script } => write!(
+                f,
+                "{script} is pinned in scripts.lock but its file is gone: run \
+                 `redkit scripts lock --scripts-dir <dir>` to mark it retired"
+            ),
+            Self::RetiredEmbedded { script } => write!(
+                f,
+                "{script} is retired in scripts.lock but its file is in the set again: remove it \
+                 (a retired version never ships again)"
+            ),
         }
     }
 }
@@ -150,8 +173,17 @@ fn parse(text: &str) -> Result<Lock, LockProblem> {
     })
 }
 
-/// Compares the pins with the files; `Ok(new entries)` when only new versions are unpinned.
-fn compare(registry: &Registry, lock: &Lock) -> (Vec<LockProblem>, Vec<Entry>) {
+/// What the pins and the files disagree on.
+struct Comparison {
+    problems: Vec<LockProblem>,
+    /// Versions in the folder with no pin yet.
+    new: Vec<Entry>,
+    /// `name.vN` of pins whose file is gone and that are not marked retired yet.
+    gone: Vec<String>,
+}
+
+/// Compares the pins with the files.
+fn compare(registry: &Registry, lock: &Lock) -> Comparison {
     let mut problems: Vec<LockProblem> = registry
         .problems()
         .iter()
@@ -170,6 +202,9 @@ fn compare(registry: &Registry, lock: &Lock) -> (Vec<LockProblem>, Vec<Entry>) {
         let entry = Entry::of(script);
         match pinned.get(&(script.name(), script.version())) {
             None => new.push(entry),
+            Some(pin) if pin.retired => {
+                problems.push(LockProblem::RetiredEmbedded { script: entry.id() })
+            }
             Some(pin) if pin.sha1 != entry.sha1 => problems.push(LockProblem::BodyChanged {
                 script: entry.id(),
                 pinned: pin.sha1.clone(),
@@ -187,22 +222,28 @@ fn compare(registry: &Registry, lock: &Lock) -> (Vec<LockProblem>, Vec<Entry>) {
                         .saturating_add(1)
                 ),
             }),
-            Some(pin) if **pin != entry => {
+            Some(pin) if (pin.keys, pin.variadic) != (entry.keys, entry.variadic) => {
                 problems.push(LockProblem::KeysChanged { script: entry.id() })
             }
             Some(_) => {}
         }
     }
-    for entry in &lock.script {
-        if registry.get(&entry.name, entry.version).is_none() {
-            problems.push(LockProblem::FileMissing { script: entry.id() });
-        }
+    let gone = lock
+        .script
+        .iter()
+        .filter(|e| !e.retired && registry.get(&e.name, e.version).is_none())
+        .map(Entry::id)
+        .collect();
+    Comparison {
+        problems,
+        new,
+        gone,
     }
-    (problems, new)
 }
 
 /// Everything wrong with a script set and its `scripts.lock` (empty when they agree):
-/// bad files, unpinned versions, pinned bodies or key counts that changed, pinned files gone.
+/// bad files, unpinned versions, pinned bodies or key counts that changed, pinned files gone
+/// without their pin marked `retired = true`, retired versions embedded again.
 ///
 /// Put it in a test of your crate so CI fails before a changed script ships:
 ///
@@ -226,7 +267,15 @@ pub fn check(registry: &Registry) -> Vec<LockProblem> {
         Ok(lock) => lock,
         Err(problem) => return vec![problem],
     };
-    let (mut problems, new) = compare(registry, &lock);
+    let Comparison {
+        mut problems,
+        new,
+        gone,
+    } = compare(registry, &lock);
+    problems.extend(
+        gone.into_iter()
+            .map(|script| LockProblem::FileMissing { script }),
+    );
     problems.extend(
         new.into_iter()
             .map(|e| LockProblem::NotPinned { script: e.id() }),
@@ -249,9 +298,11 @@ pub fn report(problems: &[LockProblem]) -> String {
 }
 
 /// The new text of `scripts.lock`: `existing` (the current text, `None` when there is none)
-/// with pins **appended** for every script version not pinned yet. Refuses (returns the
-/// problems) when a pinned body or key count changed, a pinned file is gone, a file is bad, or
-/// the existing lock does not parse: a bless never rewrites history.
+/// with pins **appended** for every script version not pinned yet, and `retired = true`
+/// added to the pin of every version whose file is gone (nothing else of a pin changes, and a
+/// retired pin is never removed). Refuses (returns the problems) when a pinned body or key
+/// count changed, a retired version is back in the set, a file is bad, or the existing lock
+/// does not parse: a bless never rewrites history.
 ///
 /// ```
 /// use redkit::script::lockfile::{bless, LockProblem};
@@ -260,18 +311,31 @@ pub fn report(problems: &[LockProblem]) -> String {
 /// let edited = redkit::Registry::from_files([("a.v1.lua", "--! keys: 1\nreturn 2")]);
 /// let refused = bless(&edited, Some(&lock)).unwrap_err();
 /// assert!(matches!(&refused[0], LockProblem::BodyChanged { next, .. } if next == "a.v2.lua"));
+///
+/// // a.v1 leaves the folder, a.v2 replaces it: the pin of v1 stays, marked retired.
+/// let v2 = redkit::Registry::from_files([("a.v2.lua", "--! keys: 1\nreturn 2")]);
+/// let lock = bless(&v2, Some(&lock)).unwrap();
+/// assert!(lock.contains("version = 1\nkeys = 1\nsha1 = \"") && lock.contains("retired = true"));
+/// assert!(redkit::script::lockfile::check(&redkit::Registry::from_files([
+///     ("a.v2.lua", "--! keys: 1\nreturn 2"),
+///     ("scripts.lock", lock.as_str()),
+/// ])).is_empty());
 /// ```
 pub fn bless(registry: &Registry, existing: Option<&str>) -> Result<String, Vec<LockProblem>> {
     let lock = match existing {
         Some(text) => parse(text).map_err(|p| vec![p])?,
         None => Lock::default(),
     };
-    let (problems, new) = compare(registry, &lock);
+    let Comparison {
+        problems,
+        new,
+        gone,
+    } = compare(registry, &lock);
     if !problems.is_empty() {
         return Err(problems);
     }
     let mut text = match existing {
-        Some(text) if !text.trim().is_empty() => text.to_owned(),
+        Some(text) if !text.trim().is_empty() => mark_retired(text, &gone),
         _ => HEADER.to_owned(),
     };
     for entry in new {
@@ -289,4 +353,49 @@ pub fn bless(registry: &Registry, existing: Option<&str>) -> Result<String, Vec<
         text.push_str(&block);
     }
     Ok(text)
+}
+
+/// `text` with a `retired = true` line added at the end of the pin of each of `ids`
+/// (`name.vN`); every other byte kept.
+fn mark_retired(text: &str, ids: &[String]) -> String {
+    if ids.is_empty() {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + ids.len() * 16);
+    let mut block: Vec<&str> = Vec::new();
+    let flush = |block: &mut Vec<&str>, out: &mut String| {
+        let field = |key: &str| {
+            block.iter().find_map(|l| {
+                let (k, v) = l.split_once('=')?;
+                (k.trim() == key).then(|| v.trim().trim_matches('"').to_owned())
+            })
+        };
+        let id = match (field("name"), field("version")) {
+            (Some(name), Some(version)) => Some(format!("{name}.v{version}")),
+            _ => None,
+        };
+        let retire = id.is_some_and(|id| ids.contains(&id));
+        // The pin's last field line: the new line goes right after it.
+        let last = block.iter().rposition(|l| l.contains('='));
+        for (i, line) in block.iter().enumerate() {
+            out.push_str(line);
+            if retire && Some(i) == last {
+                out.push_str("retired = true\n");
+            }
+        }
+        block.clear();
+    };
+    // Whole lines only, so a line can be added after the last one.
+    let mut whole = text.to_owned();
+    if !whole.ends_with('\n') {
+        whole.push('\n');
+    }
+    for line in whole.split_inclusive('\n') {
+        if line.trim() == "[[script]]" {
+            flush(&mut block, &mut out);
+        }
+        block.push(line);
+    }
+    flush(&mut block, &mut out);
+    out
 }

@@ -16,7 +16,7 @@
 //! let client = redis::Client::open("redis://127.0.0.1:6379/")?;
 //! let mut conn = client.get_multiplexed_async_connection().await?;
 //! let manager = ScriptManager::new();
-//! let script = Registry::global().require("fixed_window", 1)?;
+//! let script = Registry::global().require("fixed_window", 7)?;
 //! let mut call = Call::new(script);
 //! call.key("rk:rl:demo:{ip:192.0.2.1}").arg(10).arg(60_000).arg(1);
 //! // EVALSHA; after a restart or SCRIPT FLUSH, one EVAL that caches the script again.
@@ -47,5 +47,5 @@ pub(crate) use errors::script_error;
 pub use functions::{Backend, Library};
 pub use manager::{ScriptManager, Stats};
 pub use outcome::CallOutcome;
-pub use registry::{Registry, RegistryProblem, Script, LOCK_FILE};
+pub use registry::{Registry, RegistryProblem, RetiredScript, Script, LOCK_FILE};
 pub use replication::{Acked, Replication};

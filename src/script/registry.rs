@@ -178,7 +178,7 @@ pub struct RegistryProblem {
 ///
 /// ```
 /// let registry = redkit::Registry::global();
-/// let script = registry.get("fixed_window", 1).expect("shipped with redkit");
+/// let script = registry.get("gcra", 1).expect("shipped with redkit");
 /// assert_eq!(script.key_count(), 1);
 /// assert!(registry.problems().is_empty());
 /// ```
@@ -187,6 +187,30 @@ pub struct Registry {
     scripts: Vec<Script>,
     problems: Vec<RegistryProblem>,
     lock: Option<String>,
+    retired: Vec<RetiredScript>,
+}
+
+/// A script version the set shipped once and no longer embeds: its pin in `scripts.lock` is
+/// marked `retired = true`. Older builds still run it (they embed their own copy and recover
+/// through `EVAL`); a server may still hold it cached, which `redkit scripts status` counts and
+/// `redkit scripts prune` clears.
+///
+/// ```
+/// let registry = redkit::Registry::from_files([
+///     ("a.v2.lua", "--! keys: 1\nreturn 2"),
+///     ("scripts.lock", "[[script]]\nname = \"a\"\nversion = 1\nkeys = 1\n\
+///                       sha1 = \"e0e1f9fabfc9d4800c877a703b823ac0578ff8db\"\nretired = true\n"),
+/// ]);
+/// assert_eq!(registry.retired()[0].id, "a.v1");
+/// assert!(registry.get("a", 1).is_none());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetiredScript {
+    /// `name.vN`.
+    pub id: String,
+    /// The SHA1 it was pinned with (lower-case hex), as servers cache it.
+    pub sha1: String,
 }
 
 impl Registry {
@@ -250,10 +274,12 @@ impl Registry {
                 });
             }
         }
+        let retired = lock.as_deref().map(retired_pins).unwrap_or_default();
         Self {
             scripts,
             problems,
             lock,
+            retired,
         }
     }
 
@@ -297,6 +323,20 @@ impl Registry {
     /// All scripts, sorted by name then version.
     pub fn scripts(&self) -> &[Script] {
         &self.scripts
+    }
+
+    /// The versions `scripts.lock` pins as retired (shipped once, no longer embedded), in the
+    /// lock's order; empty without a lock. A malformed lock yields what could be read of it
+    /// (`lockfile::check` reports the rest).
+    ///
+    /// ```
+    /// let registry = redkit::Registry::global();
+    /// for retired in registry.retired() {
+    ///     assert!(!registry.scripts().iter().any(|s| s.sha1() == retired.sha1));
+    /// }
+    /// ```
+    pub fn retired(&self) -> &[RetiredScript] {
+        &self.retired
     }
 
     /// The script `name` at `version`, if shipped.
@@ -364,6 +404,33 @@ macro_rules! embed_scripts {
             });
         &*REGISTRY
     }};
+}
+
+/// The pins marked `retired = true` in the text of a `scripts.lock`: `[[script]]` tables of
+/// `key = value` lines, as `lockfile` writes them (read here without a TOML parser, so the
+/// admin needs no optional feature).
+fn retired_pins(text: &str) -> Vec<RetiredScript> {
+    let mut out = Vec::new();
+    for table in text.split("[[script]]").skip(1) {
+        let field = |key: &str| {
+            table.lines().find_map(|l| {
+                let (k, v) = l.split_once('=')?;
+                (k.trim() == key).then(|| v.trim().trim_matches('"'))
+            })
+        };
+        if field("retired") != Some("true") {
+            continue;
+        }
+        if let (Some(name), Some(version), Some(sha1)) =
+            (field("name"), field("version"), field("sha1"))
+        {
+            out.push(RetiredScript {
+                id: format!("{name}.v{version}"),
+                sha1: sha1.to_ascii_lowercase(),
+            });
+        }
+    }
+    out
 }
 
 /// Parses `name.vN` and the `--! keys: K` header of one file.
