@@ -405,10 +405,7 @@ mod tests {
     #[test]
     fn a_status_reply_tag_decodes_like_a_bulk_one() {
         let s = script();
-        let status = Value::Array(vec![
-            Value::SimpleString("ok".to_owned()),
-            Value::Int(3),
-        ]);
+        let status = Value::Array(vec![Value::SimpleString("ok".to_owned()), Value::Int(3)]);
         assert_eq!(decode(&s, status, 1).unwrap(), Reply::Applied(vec![3]));
     }
 

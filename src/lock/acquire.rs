@@ -10,7 +10,8 @@ use super::grant::Refused;
 use super::guard::LockGuard;
 use super::options::LockOptions;
 use super::outcome::{Acquire, Renew};
-use super::single::{fence_key_of, fence_ttl_ms, Lock};
+use super::schema;
+use super::single::Lock;
 use super::token::{issued, owner_token, FencingToken};
 use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Replication};
@@ -125,7 +126,7 @@ impl Lock {
         replication: Option<Replication>,
     ) -> Result<(Acquire, Option<Acked<()>>)> {
         let ttl_ms = options.validate()?;
-        let mut key = self.lock_key(resource)?;
+        let mut key = self.key(resource)?;
         let mut token = match options.get_token() {
             Some(token) => token.to_owned(),
             None => owner_token(),
@@ -201,13 +202,13 @@ impl Lock {
         ttl_ms: u64,
         replication: Option<Replication>,
     ) -> Result<(Attempt, Option<Acked<()>>)> {
-        let fence_key = fence_key_of(key);
+        let fence_key = schema::fence(key);
         let mut call = Call::new(self.inner.acquire);
         call.key(key)
             .key(&fence_key)
             .arg(token)
             .arg(ttl_ms)
-            .arg(fence_ttl_ms(ttl_ms));
+            .arg(schema::fence_ttl_ms(ttl_ms));
         let started = Instant::now();
         let ((acquired, n), replicas): ((i64, i64), Option<Acked<()>>) = self
             .inner

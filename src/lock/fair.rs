@@ -13,7 +13,7 @@ use super::lock_wait::{block_on, wait_deadline};
 use super::ms;
 use super::options::LockOptions;
 use super::outcome::{renew_status, status, Acquire, Release, Renew};
-use super::single::fence_ttl_ms;
+use super::schema;
 use super::token::owner_token;
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
@@ -73,16 +73,6 @@ pub(super) struct Inner {
     release: &'static Script,
 }
 
-fn leases_key_of(key: &str) -> String {
-    format!("{key}:leases")
-}
-
-fn gone_key_of(key: &str, token: &[u8]) -> Vec<u8> {
-    let mut out = format!("{key}:gone:").into_bytes();
-    out.extend_from_slice(token);
-    out
-}
-
 impl FairLock {
     /// Prefix of every key unless another is chosen.
     pub const DEFAULT_PREFIX: &'static str = "redkit:fair";
@@ -137,7 +127,7 @@ impl FairLock {
     /// fixed suffix: bounded), `manager` when given.
     pub(super) fn gated(mut self, prefix: &str, manager: Option<ScriptManager>) -> Self {
         let inner = Arc::make_mut(&mut self.inner);
-        inner.prefix = format!("{prefix}:gate");
+        inner.prefix = schema::gate_prefix(prefix);
         if let Some(manager) = manager {
             inner.manager = manager;
         }
@@ -168,7 +158,7 @@ impl FairLock {
     /// assert!(redkit::lock::FairLock::new().key("").is_err());
     /// ```
     pub fn key(&self, resource: &str) -> Result<String> {
-        keys::tagged_part(&self.inner.prefix, "resource", resource)
+        schema::base(&self.inner.prefix, resource)
     }
 
     /// Joins the queue of `resource` and waits, up to `wait`, for its turn: answers
@@ -221,12 +211,12 @@ impl FairLock {
         let waiter = self.inner.waiter_lease;
         let mut call = Call::new(script);
         call.key(&key)
-            .key(leases_key_of(&key))
-            .key(format!("{key}:fence"))
+            .key(schema::leases(&key))
+            .key(schema::fence(&key))
             .arg(&token)
             .arg(ttl_ms)
             .arg(ms(waiter))
-            .arg(fence_ttl_ms(ttl_ms));
+            .arg(schema::fence_ttl_ms(ttl_ms));
         loop {
             let started = Instant::now();
             let (reply, replicas): (Vec<Value>, Option<Acked<()>>) = self
@@ -262,7 +252,7 @@ impl FairLock {
                         .saturating_add(Duration::from_millis(1))
                         .min(waiter / 3)
                         .min(remaining);
-                    let gone = gone_key_of(&key, pred);
+                    let gone = schema::gone(&key, pred);
                     block_on(conn, gone.as_slice(), block).await?;
                 }
                 other => {
@@ -279,8 +269,8 @@ impl FairLock {
     async fn leave<C: ConnectionLike>(&self, conn: &mut C, key: &str, token: &str) -> Result<bool> {
         let mut call = Call::new(self.inner.release);
         call.key(key)
-            .key(leases_key_of(key))
-            .key(gone_key_of(key, token.as_bytes()))
+            .key(schema::leases(key))
+            .key(schema::gone(key, token.as_bytes()))
             .arg(token);
         let left: i64 = self.inner.manager.invoke(conn, &call).await?;
         status(self.inner.release, left)
@@ -344,7 +334,7 @@ impl FairLock {
     ) -> Result<Renew> {
         let mut call = Call::new(self.inner.renew);
         call.key(key)
-            .key(leases_key_of(key))
+            .key(schema::leases(key))
             .arg(token)
             .arg(ms(ttl));
         let renewed: i64 = self.inner.manager.invoke(conn, &call).await?;

@@ -6,8 +6,8 @@ use redis::aio::ConnectionLike;
 
 use super::options::LockOptions;
 use super::outcome::Acquire;
-use super::semaphore::wake_key_of;
-use super::single::{waiting_key_of, Lock};
+use super::schema;
+use super::single::Lock;
 use super::token::owner_token;
 use crate::error::{Error, Result};
 
@@ -108,7 +108,7 @@ impl Lock {
     ) -> Result<Acquire> {
         let give_up = wait_deadline(wait)?;
         options.validate()?;
-        let key = self.lock_key(resource)?;
+        let key = self.key(resource)?;
         let mut once = options.clone().retries(0);
         if options.get_token().is_none() {
             once = once.token(owner_token());
@@ -129,7 +129,7 @@ impl Lock {
                     .unwrap_or(u64::MAX)
                     .saturating_add(FLAG_MARGIN_MS)
                     .min(MAX_FLAG_MS);
-                let flag = waiting_key_of(&key);
+                let flag = schema::waiting(&key);
                 let _: redis::Value = redis::pipe()
                     .cmd("SET")
                     .arg(&flag)
@@ -154,7 +154,7 @@ impl Lock {
                     ttl.saturating_add(Duration::from_millis(1))
                 })
                 .min(remaining);
-            block_on(conn, wake_key_of(&key).as_str(), block).await?;
+            block_on(conn, schema::wake(&key).as_str(), block).await?;
         }
     }
 }

@@ -30,6 +30,7 @@ mod permit;
 mod redlock;
 mod reentrant;
 mod rw;
+mod schema;
 mod semaphore;
 mod semaphore_wait;
 mod single;

@@ -12,7 +12,7 @@ use super::guard::LockGuard;
 use super::ms;
 use super::options::LockOptions;
 use super::outcome::{renew_status, Acquire, Release, Renew};
-use super::single::{fence_key_of, fence_ttl_ms};
+use super::schema;
 use super::token::owner_token;
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
@@ -171,7 +171,7 @@ impl ReentrantLock {
     /// assert!(redkit::lock::ReentrantLock::new().key("").is_err());
     /// ```
     pub fn key(&self, resource: &str) -> Result<String> {
-        keys::tagged_part(&self.inner.prefix, "resource", resource)
+        schema::base(&self.inner.prefix, resource)
     }
 
     /// Takes one hold for `owner`, waiting as the options allow: granted when the lock is
@@ -210,10 +210,10 @@ impl ReentrantLock {
         let script = self.inner.acquire;
         let mut call = Call::new(script);
         call.key(&key)
-            .key(fence_key_of(&key))
+            .key(schema::fence(&key))
             .arg(&owner.token)
             .arg(ttl_ms)
-            .arg(fence_ttl_ms(ttl_ms));
+            .arg(schema::fence_ttl_ms(ttl_ms));
         let give_up = options.give_up_from_now();
         let mut attempt = 0;
         loop {
@@ -351,10 +351,10 @@ impl ReentrantLock {
         let ttl_ms = ms(ttl);
         let mut call = Call::new(self.inner.renew);
         call.key(key)
-            .key(fence_key_of(key))
+            .key(schema::fence(key))
             .arg(token)
             .arg(ttl_ms)
-            .arg(fence_ttl_ms(ttl_ms));
+            .arg(schema::fence_ttl_ms(ttl_ms));
         let renewed: i64 = self.inner.manager.invoke(conn, &call).await?;
         renew_status(self.inner.renew, renewed)
     }

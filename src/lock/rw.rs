@@ -10,7 +10,7 @@ use super::guard::LockGuard;
 use super::ms;
 use super::options::LockOptions;
 use super::outcome::{renew_status, status, Acquire, Release, Renew};
-use super::single::fence_ttl_ms;
+use super::schema;
 use super::token::owner_token;
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
@@ -127,7 +127,7 @@ impl RwLock {
     /// assert!(redkit::lock::RwLock::new().key("").is_err());
     /// ```
     pub fn key(&self, resource: &str) -> Result<String> {
-        keys::tagged_part(&self.inner.prefix, "resource", resource)
+        schema::base(&self.inner.prefix, resource)
     }
 
     /// Takes a read hold, waiting as the options allow: granted unless a writer holds the
@@ -197,15 +197,15 @@ impl RwLock {
             .min(LockOptions::MAX_TTL);
         let script = self.inner.acquire;
         let mut call = Call::new(script);
-        call.key(format!("{key}:readers"))
-            .key(format!("{key}:writer"))
-            .key(format!("{key}:intent"))
-            .key(format!("{key}:fence"))
+        call.key(schema::readers(&key))
+            .key(schema::writer(&key))
+            .key(schema::intent(&key))
+            .key(schema::fence(&key))
             .arg(mode)
             .arg(&token)
             .arg(ttl_ms)
             .arg(ms(intent))
-            .arg(fence_ttl_ms(ttl_ms));
+            .arg(schema::fence_ttl_ms(ttl_ms));
         let give_up = options.give_up_from_now();
         let mut attempt = 0;
         loop {
@@ -256,9 +256,9 @@ impl RwLock {
 
     async fn leave<C: ConnectionLike>(&self, conn: &mut C, key: &str, token: &str) -> Result<bool> {
         let mut call = Call::new(self.inner.release);
-        call.key(format!("{key}:readers"))
-            .key(format!("{key}:writer"))
-            .key(format!("{key}:intent"))
+        call.key(schema::readers(&key))
+            .key(schema::writer(&key))
+            .key(schema::intent(&key))
             .arg(token);
         let left: i64 = self.inner.manager.invoke(conn, &call).await?;
         status(self.inner.release, left)
@@ -315,8 +315,8 @@ impl RwLock {
         ttl: Duration,
     ) -> Result<Renew> {
         let mut call = Call::new(self.inner.renew);
-        call.key(format!("{key}:readers"))
-            .key(format!("{key}:writer"))
+        call.key(schema::readers(&key))
+            .key(schema::writer(&key))
             .arg(token)
             .arg(ms(ttl));
         let renewed: i64 = self.inner.manager.invoke(conn, &call).await?;

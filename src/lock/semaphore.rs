@@ -12,19 +12,12 @@ use super::ms;
 use super::options::LockOptions;
 use super::outcome::{renew_status, status, Release, Renew};
 use super::permit::{PermitAcquire, PermitGuard};
+use super::schema;
 use super::token::owner_token;
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::script::{Acked, Call, Registry, Script, ScriptManager};
-
-/// The wake-up list of a semaphore key: a release pushes one entry, a blocked acquire pops.
-pub(super) fn wake_key_of(key: &str) -> String {
-    format!("{key}{WAKE_SUFFIX}")
-}
-
-/// What [`wake_key_of`] appends to a lock or semaphore key.
-pub(super) const WAKE_SUFFIX: &str = ":wake";
 
 /// A counting semaphore on one Redis server or a Redis Cluster: at most `permits` owners hold
 /// a resource at once, each with an owner token and a lease measured by the server's clock.
@@ -143,7 +136,7 @@ impl Semaphore {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn key(&self, resource: &str) -> Result<String> {
-        keys::tagged_part(&self.inner.prefix, "resource", resource)
+        schema::base(&self.inner.prefix, resource)
     }
 
     /// One attempt: takes a permit when fewer than `permits` unexpired holders exist (or this
@@ -315,7 +308,7 @@ impl Semaphore {
         guard.clock.expire();
         let mut call = Call::new(self.inner.release);
         call.key(&guard.key)
-            .key_suffixed(&guard.key, WAKE_SUFFIX)
+            .key_suffixed(&guard.key, schema::WAKE)
             .arg(&guard.token)
             .arg(guard.permits);
         let released: i64 = self.inner.manager.invoke(conn, &call).await?;

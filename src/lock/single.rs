@@ -9,36 +9,11 @@ use redis::aio::ConnectionLike;
 use super::guard::{deadline, LockGuard};
 use super::ms;
 use super::outcome::{renew_status, status, Release, Renew};
-use super::semaphore::WAKE_SUFFIX;
+use super::schema;
 use super::watchdog::{self, LeaseSignal};
 use crate::error::Result;
 use crate::keys;
 use crate::script::{Acked, Call, Registry, Replication, Script, ScriptManager};
-
-/// How much longer than twice the lease a fence key lives after the last acquire or renewal.
-const FENCE_KEY_MARGIN_MS: u64 = 10_000;
-
-/// The fence key's TTL for a lease of `ttl_ms`: `2 × ttl + 10 s` (saturating).
-pub(super) fn fence_ttl_ms(ttl_ms: u64) -> u64 {
-    ttl_ms.saturating_mul(2).saturating_add(FENCE_KEY_MARGIN_MS)
-}
-
-/// The waiter flag of a lock key: set (with a TTL) by a blocked acquire before it tries, so
-/// a release knows to push a wake-up.
-pub(super) fn waiting_key_of(key: &str) -> String {
-    format!("{key}{WAITING_SUFFIX}")
-}
-
-/// What [`waiting_key_of`] appends to a lock key.
-const WAITING_SUFFIX: &str = ":waiting";
-
-/// The fence key of a lock key.
-pub(super) fn fence_key_of(key: &str) -> String {
-    let mut fence = String::with_capacity(key.len() + 6);
-    fence.push_str(key);
-    fence.push_str(":fence");
-    fence
-}
 
 /// A lock on one Redis server or Redis Cluster: one script round trip per operation.
 ///
@@ -94,7 +69,7 @@ impl Lock {
     ///
     /// ```
     /// let lock = redkit::lock::Lock::new();
-    /// assert_eq!(lock.lock_key("a{b}")?, "redkit:lock:{a%7Bb%7D}");
+    /// assert_eq!(lock.key("a{b}")?, "redkit:lock:{a%7Bb%7D}");
     /// assert_eq!(lock.fence_key("a{b}")?, "redkit:lock:{a%7Bb%7D}:fence");
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -150,13 +125,13 @@ impl Lock {
     }
 
     /// The key holding the owner token of `resource`.
-    pub fn lock_key(&self, resource: &str) -> Result<String> {
-        keys::tagged_part(&self.inner.prefix, "resource", resource)
+    pub fn key(&self, resource: &str) -> Result<String> {
+        schema::base(&self.inner.prefix, resource)
     }
 
     /// The key holding the fencing counter of `resource` (same hash slot as the lock key).
     pub fn fence_key(&self, resource: &str) -> Result<String> {
-        Ok(fence_key_of(&self.lock_key(resource)?))
+        Ok(schema::fence(&self.key(resource)?))
     }
 
     /// Compare-and-delete: deletes the key only if it still holds this guard's token.
@@ -185,8 +160,8 @@ impl Lock {
         guard.expire_shared_clock();
         let mut call = Call::new(self.inner.release);
         call.key(&guard.key)
-            .key_suffixed(&guard.key, WAITING_SUFFIX)
-            .key_suffixed(&guard.key, WAKE_SUFFIX)
+            .key_suffixed(&guard.key, schema::WAITING)
+            .key_suffixed(&guard.key, schema::WAKE)
             .arg(&guard.token);
         let released = self.inner.manager.invoke::<i64, _>(conn, &call).await?;
         Ok(if status(self.inner.release, released)? {
@@ -260,10 +235,10 @@ impl Lock {
         let ttl_ms = ms(ttl);
         let mut call = Call::new(self.inner.renew);
         call.key(key)
-            .key(fence_key_of(key))
+            .key(schema::fence(key))
             .arg(token)
             .arg(ttl_ms)
-            .arg(fence_ttl_ms(ttl_ms));
+            .arg(schema::fence_ttl_ms(ttl_ms));
         call
     }
 

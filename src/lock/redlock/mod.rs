@@ -15,6 +15,7 @@ use redis::Value;
 use self::tally::{Answer, Tally};
 use super::guard::deadline;
 use super::options::LockOptions;
+use super::schema;
 use super::token::owner_token;
 use crate::error::{Error, Result};
 use crate::keys;
@@ -117,7 +118,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     /// let redlock = redkit::lock::Redlock::new(nodes)?
     ///     .with_prefix("app:redlock")?
     ///     .with_node_timeout(Duration::from_millis(30));
-    /// assert_eq!(redlock.lock_key("job")?, "app:redlock:{job}");
+    /// assert_eq!(redlock.key("job")?, "app:redlock:{job}");
     /// # Ok(()) }
     /// ```
     pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
@@ -151,8 +152,8 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     }
 
     /// The key of `resource` on every node.
-    pub fn lock_key(&self, resource: &str) -> Result<String> {
-        keys::tagged_part(&self.prefix, "resource", resource)
+    pub fn key(&self, resource: &str) -> Result<String> {
+        schema::base(&self.prefix, resource)
     }
 
     /// Acquires on a quorum, retrying as `options` allow (retries, jittered delay, overall
@@ -190,7 +191,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
                 "must be non-zero and much shorter than the ttl",
             ));
         }
-        let key = self.lock_key(resource)?;
+        let key = self.key(resource)?;
         let give_up = options.give_up_from_now();
         let mut attempt = 0;
         loop {
