@@ -7,9 +7,10 @@ use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Value};
 
 use super::grant::Refused;
+use super::guard::Acquire;
 use super::guard::LockGuard;
 use super::options::LockOptions;
-use super::outcome::{Acquire, Renew};
+use super::outcome::Renew;
 use super::schema;
 use super::single::Lock;
 use super::token::{issued, owner_token, FencingToken};
@@ -154,7 +155,7 @@ impl Lock {
                     let guard = LockGuard::held(k, t, fence, ttl_ms, options, started);
                     let valid = guard.is_valid();
                     let Some(refused) =
-                        Refused::check(&guard.key, valid, started, options, replicas.as_ref())
+                        Refused::check(guard.key(), valid, started, options, replicas.as_ref())
                     else {
                         return Ok((Acquire::Acquired(guard), replicas));
                     };

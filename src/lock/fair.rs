@@ -8,11 +8,13 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::grant::Refused;
+use super::guard::Acquire;
 use super::guard::LockGuard;
+use super::lease::{self, Held, LeaseKind};
 use super::lock_wait::{block_on, wait_deadline};
 use super::ms;
 use super::options::LockOptions;
-use super::outcome::{renew_status, status, Acquire, Release, Renew};
+use super::outcome::{status, Release, Renew};
 use super::schema;
 use super::token::owner_token;
 use super::watchdog::{self, LeaseSignal};
@@ -267,13 +269,21 @@ impl FairLock {
 
     /// Leaves the queue: `true` when `token` held the lock.
     async fn leave<C: ConnectionLike>(&self, conn: &mut C, key: &str, token: &str) -> Result<bool> {
+        let left: i64 = self
+            .inner
+            .manager
+            .invoke(conn, &self.leave_call(key, token))
+            .await?;
+        status(self.inner.release, left)
+    }
+
+    fn leave_call(&self, key: &str, token: &str) -> Call<'_> {
         let mut call = Call::new(self.inner.release);
         call.key(key)
             .key(schema::leases(key))
             .key(schema::gone(key, token.as_bytes()))
             .arg(token);
-        let left: i64 = self.inner.manager.invoke(conn, &call).await?;
-        status(self.inner.release, left)
+        call
     }
 
     /// Gives the lock back (and stops the guard's watchdog), waking the next caller in line.
@@ -294,12 +304,7 @@ impl FairLock {
         mut guard: LockGuard,
     ) -> Result<Release> {
         guard.stop_watchdog();
-        guard.clock.expire();
-        Ok(if self.leave(conn, &guard.key, &guard.token).await? {
-            Release::Released
-        } else {
-            Release::NotOwner
-        })
+        lease::release(self, conn, &guard.held, &()).await
     }
 
     /// Extends the holder's lease to its ttl from now (server time) if it has not ended, and
@@ -318,27 +323,7 @@ impl FairLock {
         conn: &mut C,
         guard: &mut LockGuard,
     ) -> Result<Renew> {
-        let started = Instant::now();
-        let outcome = self
-            .renew_raw(conn, &guard.key, &guard.token, guard.ttl)
-            .await?;
-        Ok(guard.renewed(started, outcome))
-    }
-
-    pub(super) async fn renew_raw<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        key: &str,
-        token: &str,
-        ttl: Duration,
-    ) -> Result<Renew> {
-        let mut call = Call::new(self.inner.renew);
-        call.key(key)
-            .key(schema::leases(key))
-            .arg(token)
-            .arg(ms(ttl));
-        let renewed: i64 = self.inner.manager.invoke(conn, &call).await?;
-        renew_status(self.inner.renew, renewed)
+        lease::renew(self, conn, &guard.held).await
     }
 
     /// Starts a watchdog for `guard` (renewal about every ttl/3 over a clone of `conn`, until
@@ -358,8 +343,28 @@ impl FairLock {
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
-        let lease = guard.lease();
-        watchdog::watch(self.clone(), conn, &mut guard.watchdog, || lease)
+        watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
+    }
+}
+
+impl LeaseKind for FairLock {
+    type Extra = ();
+
+    fn manager(&self) -> &ScriptManager {
+        &self.inner.manager
+    }
+
+    fn renew_call(&self, held: &Held) -> Call<'_> {
+        let mut call = Call::new(self.inner.renew);
+        call.key(&held.key)
+            .key(schema::leases(&held.key))
+            .arg(&held.token)
+            .arg(ms(held.ttl));
+        call
+    }
+
+    fn release_call(&self, held: &Held, (): &()) -> Call<'_> {
+        self.leave_call(&held.key, &held.token)
     }
 }
 

@@ -65,9 +65,9 @@ impl Lock {
         let ttl_ms = ms(guard.ttl());
         let script = self.inner.fence;
         let mut call = Call::new(script);
-        call.key(&guard.key)
-            .key(schema::fence(&guard.key))
-            .arg(&guard.token)
+        call.key(&guard.held.key)
+            .key(schema::fence(&guard.held.key))
+            .arg(&guard.held.token)
             .arg(schema::fence_ttl_ms(ttl_ms));
         let reply: Vec<i64> = self.manager().invoke(conn, &call).await?;
         match reply.as_slice() {

@@ -4,8 +4,8 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
+use super::guard::Acquire;
 use super::options::LockOptions;
-use super::outcome::Acquire;
 use super::schema;
 use super::single::Lock;
 use super::token::owner_token;

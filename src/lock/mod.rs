@@ -23,6 +23,7 @@ mod fair;
 mod fencing;
 mod grant;
 mod guard;
+mod lease;
 mod lock_wait;
 mod options;
 mod outcome;
@@ -46,9 +47,9 @@ pub(crate) fn ms(d: std::time::Duration) -> u64 {
 
 pub use fair::FairLock;
 pub use fencing::MAX_FENCED_KEY_LEN;
-pub use guard::LockGuard;
+pub use guard::{Acquire, LockGuard};
 pub use options::LockOptions;
-pub use outcome::{Acquire, Fence, FencedWrite, LeaseLoss, Release, Renew};
+pub use outcome::{Fence, FencedWrite, LeaseLoss, Release, Renew};
 pub use permit::{PermitAcquire, PermitGuard};
 pub use redlock::{Redlock, RedlockAcquire, RedlockGuard, RedlockRelease};
 pub use reentrant::{Owner, ReentrantLock};

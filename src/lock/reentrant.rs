@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use super::grant::Refused;
-use super::guard::LockGuard;
+use super::guard::{Acquire, LockGuard};
+use super::lease::{self, Held, LeaseKind};
 use super::ms;
 use super::options::LockOptions;
-use super::outcome::{renew_status, Acquire, Release, Renew};
+use super::outcome::{Release, Renew};
 use super::schema;
 use super::token::owner_token;
 use super::watchdog::{self, LeaseSignal};
@@ -236,7 +237,7 @@ impl ReentrantLock {
                     )?;
                     let valid = guard.is_valid();
                     if let Some(refused) =
-                        Refused::check(&guard.key, valid, started, options, replicas.as_ref())
+                        Refused::check(guard.key(), valid, started, options, replicas.as_ref())
                     {
                         self.release(conn, guard).await?;
                         return refused.acquire();
@@ -280,18 +281,7 @@ impl ReentrantLock {
         mut guard: LockGuard,
     ) -> Result<Release> {
         guard.stop_watchdog();
-        guard.clock.expire();
-        let mut call = Call::new(self.inner.release);
-        call.key(&guard.key).arg(&guard.token);
-        let left: i64 = self.inner.manager.invoke(conn, &call).await?;
-        match left {
-            -1 => Ok(Release::NotOwner),
-            n if n >= 0 => Ok(Release::Released),
-            other => Err(Error::unexpected(
-                self.inner.release.id(),
-                format!("holds left {other}"),
-            )),
-        }
+        lease::release(self, conn, &guard.held, &()).await
     }
 
     /// How many holds `owner` has on `resource` now (0: none, or another owner's lock).
@@ -334,29 +324,7 @@ impl ReentrantLock {
         conn: &mut C,
         guard: &mut LockGuard,
     ) -> Result<Renew> {
-        let started = Instant::now();
-        let outcome = self
-            .renew_raw(conn, &guard.key, &guard.token, guard.ttl)
-            .await?;
-        Ok(guard.renewed(started, outcome))
-    }
-
-    pub(super) async fn renew_raw<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        key: &str,
-        token: &str,
-        ttl: Duration,
-    ) -> Result<Renew> {
-        let ttl_ms = ms(ttl);
-        let mut call = Call::new(self.inner.renew);
-        call.key(key)
-            .key(schema::fence(key))
-            .arg(token)
-            .arg(ttl_ms)
-            .arg(schema::fence_ttl_ms(ttl_ms));
-        let renewed: i64 = self.inner.manager.invoke(conn, &call).await?;
-        renew_status(self.inner.renew, renewed)
+        lease::renew(self, conn, &guard.held).await
     }
 
     /// Starts a watchdog for `guard` (renewal of the shared lease about every ttl/3) and
@@ -372,8 +340,44 @@ impl ReentrantLock {
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
-        let lease = guard.lease();
-        watchdog::watch(self.clone(), conn, &mut guard.watchdog, || lease)
+        watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
+    }
+}
+
+impl LeaseKind for ReentrantLock {
+    type Extra = ();
+
+    fn manager(&self) -> &ScriptManager {
+        &self.inner.manager
+    }
+
+    fn renew_call(&self, held: &Held) -> Call<'_> {
+        let ttl_ms = ms(held.ttl);
+        let mut call = Call::new(self.inner.renew);
+        call.key(&held.key)
+            .key(schema::fence(&held.key))
+            .arg(&held.token)
+            .arg(ttl_ms)
+            .arg(schema::fence_ttl_ms(ttl_ms));
+        call
+    }
+
+    fn release_call(&self, held: &Held, (): &()) -> Call<'_> {
+        let mut call = Call::new(self.inner.release);
+        call.key(&held.key).arg(&held.token);
+        call
+    }
+
+    /// The holds left, or -1 when the owner held none.
+    fn released(&self, call: &Call<'_>, left: i64) -> Result<Release> {
+        match left {
+            -1 => Ok(Release::NotOwner),
+            n if n >= 0 => Ok(Release::Released),
+            other => Err(Error::unexpected(
+                call.script().id(),
+                format!("holds left {other}"),
+            )),
+        }
     }
 }
 

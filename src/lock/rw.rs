@@ -6,10 +6,11 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use super::grant::Refused;
-use super::guard::LockGuard;
+use super::guard::{Acquire, LockGuard};
+use super::lease::{self, Held, LeaseKind};
 use super::ms;
 use super::options::LockOptions;
-use super::outcome::{renew_status, status, Acquire, Release, Renew};
+use super::outcome::{status, Release, Renew};
 use super::schema;
 use super::token::owner_token;
 use super::watchdog::{self, LeaseSignal};
@@ -221,7 +222,7 @@ impl RwLock {
                         LockGuard::granted(script, key, token, *fence, ttl_ms, options, started)?;
                     let valid = guard.is_valid();
                     if let Some(refused) =
-                        Refused::check(&guard.key, valid, started, options, replicas.as_ref())
+                        Refused::check(guard.key(), valid, started, options, replicas.as_ref())
                     {
                         self.release(conn, guard).await?;
                         return refused.acquire();
@@ -255,13 +256,21 @@ impl RwLock {
     }
 
     async fn leave<C: ConnectionLike>(&self, conn: &mut C, key: &str, token: &str) -> Result<bool> {
-        let mut call = Call::new(self.inner.release);
-        call.key(schema::readers(&key))
-            .key(schema::writer(&key))
-            .key(schema::intent(&key))
-            .arg(token);
-        let left: i64 = self.inner.manager.invoke(conn, &call).await?;
+        let left: i64 = self
+            .inner
+            .manager
+            .invoke(conn, &self.leave_call(key, token))
+            .await?;
         status(self.inner.release, left)
+    }
+
+    fn leave_call(&self, key: &str, token: &str) -> Call<'_> {
+        let mut call = Call::new(self.inner.release);
+        call.key(schema::readers(key))
+            .key(schema::writer(key))
+            .key(schema::intent(key))
+            .arg(token);
+        call
     }
 
     /// Gives a read or write hold back (and stops its watchdog). [`Release::NotOwner`] when
@@ -278,12 +287,7 @@ impl RwLock {
         mut guard: LockGuard,
     ) -> Result<Release> {
         guard.stop_watchdog();
-        guard.clock.expire();
-        Ok(if self.leave(conn, &guard.key, &guard.token).await? {
-            Release::Released
-        } else {
-            Release::NotOwner
-        })
+        lease::release(self, conn, &guard.held, &()).await
     }
 
     /// Extends a read or write hold to its ttl from now (server time) if it has not ended;
@@ -300,27 +304,7 @@ impl RwLock {
         conn: &mut C,
         guard: &mut LockGuard,
     ) -> Result<Renew> {
-        let started = Instant::now();
-        let outcome = self
-            .renew_raw(conn, &guard.key, &guard.token, guard.ttl)
-            .await?;
-        Ok(guard.renewed(started, outcome))
-    }
-
-    pub(super) async fn renew_raw<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        key: &str,
-        token: &str,
-        ttl: Duration,
-    ) -> Result<Renew> {
-        let mut call = Call::new(self.inner.renew);
-        call.key(schema::readers(&key))
-            .key(schema::writer(&key))
-            .arg(token)
-            .arg(ms(ttl));
-        let renewed: i64 = self.inner.manager.invoke(conn, &call).await?;
-        renew_status(self.inner.renew, renewed)
+        lease::renew(self, conn, &guard.held).await
     }
 
     /// Starts a watchdog for `guard` (renewal about every ttl/3 over a clone of `conn`) and
@@ -336,8 +320,28 @@ impl RwLock {
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
-        let lease = guard.lease();
-        watchdog::watch(self.clone(), conn, &mut guard.watchdog, || lease)
+        watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
+    }
+}
+
+impl LeaseKind for RwLock {
+    type Extra = ();
+
+    fn manager(&self) -> &ScriptManager {
+        &self.inner.manager
+    }
+
+    fn renew_call(&self, held: &Held) -> Call<'_> {
+        let mut call = Call::new(self.inner.renew);
+        call.key(schema::readers(&held.key))
+            .key(schema::writer(&held.key))
+            .arg(&held.token)
+            .arg(ms(held.ttl));
+        call
+    }
+
+    fn release_call(&self, held: &Held, (): &()) -> Call<'_> {
+        self.leave_call(&held.key, &held.token)
     }
 }
 

@@ -5,10 +5,11 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
+use super::guard::Acquire;
 use super::guard::LockGuard;
 use super::lock_wait::{block_on, wait_deadline};
 use super::options::LockOptions;
-use super::outcome::{Acquire, Renew};
+use super::outcome::Renew;
 use super::permit::PermitAcquire;
 use super::schema;
 use super::semaphore::Semaphore;

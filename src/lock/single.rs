@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
-use super::guard::{deadline, LockGuard};
+use super::guard::LockGuard;
+use super::lease::{self, deadline, Held, LeaseKind};
 use super::ms;
 use super::outcome::{renew_status, status, Release, Renew};
 use super::schema;
@@ -157,18 +158,7 @@ impl Lock {
         mut guard: LockGuard,
     ) -> Result<Release> {
         guard.stop_watchdog();
-        guard.expire_shared_clock();
-        let mut call = Call::new(self.inner.release);
-        call.key(&guard.key)
-            .key_suffixed(&guard.key, schema::WAITING)
-            .key_suffixed(&guard.key, schema::WAKE)
-            .arg(&guard.token);
-        let released = self.inner.manager.invoke::<i64, _>(conn, &call).await?;
-        Ok(if status(self.inner.release, released)? {
-            Release::Released
-        } else {
-            Release::NotOwner
-        })
+        lease::release(self, conn, &guard.held, &()).await
     }
 
     /// Compare-and-PEXPIRE: resets the TTL to the guard's lease length only if the key still
@@ -188,11 +178,7 @@ impl Lock {
         conn: &mut C,
         guard: &mut LockGuard,
     ) -> Result<Renew> {
-        let started = Instant::now();
-        let outcome = self
-            .renew_raw(conn, &guard.key, &guard.token, guard.ttl)
-            .await?;
-        Ok(guard.renewed(started, outcome))
+        lease::renew(self, conn, &guard.held).await
     }
 
     /// Like [`renew`](Self::renew), followed by `WAIT` for `replication` in the same round
@@ -213,7 +199,8 @@ impl Lock {
         replication: Replication,
     ) -> Result<Acked<Renew>> {
         let started = Instant::now();
-        let call = self.renew_call(&guard.key, &guard.token, guard.ttl);
+        let held = &guard.held;
+        let call = self.renew_call_of(&held.key, &held.token, held.ttl);
         let (renewed, ack) = self
             .inner
             .manager
@@ -221,16 +208,16 @@ impl Lock {
             .await?
             .split();
         let outcome = if status(self.inner.renew, renewed)? {
-            guard.clock.set(deadline(started, guard.ttl, guard.drift));
+            held.clock.set(deadline(started, held.ttl, held.drift));
             Renew::Renewed
         } else {
-            guard.clock.expire();
+            held.clock.expire();
             Renew::Lost
         };
         Ok(ack.map(|()| outcome))
     }
 
-    fn renew_call<'a>(&'a self, key: &str, token: &str, ttl: Duration) -> Call<'a> {
+    fn renew_call_of<'a>(&'a self, key: &str, token: &str, ttl: Duration) -> Call<'a> {
         // The ttl was validated at acquire: at most 30 days of ms.
         let ttl_ms = ms(ttl);
         let mut call = Call::new(self.inner.renew);
@@ -249,7 +236,7 @@ impl Lock {
         token: &str,
         ttl: Duration,
     ) -> Result<Renew> {
-        let call = self.renew_call(key, token, ttl);
+        let call = self.renew_call_of(key, token, ttl);
         let renewed = self.inner.manager.invoke::<i64, _>(conn, &call).await?;
         renew_status(self.inner.renew, renewed)
     }
@@ -277,12 +264,32 @@ impl Lock {
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
-        let lease = guard.lease();
-        watchdog::watch(self.clone(), conn, &mut guard.watchdog, || lease)
+        watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
     }
 
     pub(super) fn fenced_set_script(&self) -> &'static Script {
         self.inner.fenced_set
+    }
+}
+
+impl LeaseKind for Lock {
+    type Extra = ();
+
+    fn manager(&self) -> &ScriptManager {
+        &self.inner.manager
+    }
+
+    fn renew_call(&self, held: &Held) -> Call<'_> {
+        self.renew_call_of(&held.key, &held.token, held.ttl)
+    }
+
+    fn release_call(&self, held: &Held, (): &()) -> Call<'_> {
+        let mut call = Call::new(self.inner.release);
+        call.key(&held.key)
+            .key_suffixed(&held.key, schema::WAITING)
+            .key_suffixed(&held.key, schema::WAKE)
+            .arg(&held.token);
+        call
     }
 }
 

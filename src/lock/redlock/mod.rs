@@ -13,7 +13,7 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use self::tally::{Answer, Tally};
-use super::guard::deadline;
+use super::lease::deadline;
 use super::options::LockOptions;
 use super::schema;
 use super::token::owner_token;
