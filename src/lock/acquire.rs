@@ -14,6 +14,7 @@ use super::outcome::Renew;
 use super::schema;
 use super::single::Lock;
 use super::token::{issued, owner_token, FencingToken};
+use super::wait::Retry;
 use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Replication};
 
@@ -132,12 +133,11 @@ impl Lock {
             Some(token) => token.to_owned(),
             None => owner_token(),
         };
-        let give_up = options.give_up_from_now();
+        let mut retry = Retry::new(options);
         let wait = replication.or(options.get_replication());
         if let Some(r) = &wait {
             Box::pin(self.inner.manager.check_wait(conn, r)).await?;
         }
-        let mut attempt = 0;
         loop {
             let (granted, replicas) = self
                 .attempt(conn, &key, &token, ttl_ms, options, wait)
@@ -163,16 +163,9 @@ impl Lock {
                     refused.acquire()?
                 }
             };
-            let outcome = (outcome, replicas);
-            if attempt >= options.get_retries() {
-                return Ok(outcome);
+            if !retry.again().await {
+                return Ok((outcome, replicas));
             }
-            let pause = options.pause();
-            if LockOptions::pause_ends_too_late(pause, give_up) {
-                return Ok(outcome);
-            }
-            tokio::time::sleep(pause).await;
-            attempt += 1;
         }
     }
 

@@ -4,11 +4,11 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::guard::LockGuard;
-use super::ms;
 use super::outcome::{Fence, FencedWrite};
 use super::schema;
 use super::single::Lock;
 use super::token::{issued, FencingToken};
+use super::wait::ms;
 use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Replication};
 

@@ -36,14 +36,9 @@ mod semaphore;
 mod semaphore_wait;
 mod single;
 mod token;
+mod wait;
 mod watchdog;
 mod with_lock;
-
-/// A duration in whole milliseconds for a script argument (saturating; leases are validated
-/// to at most 30 days before they get here).
-pub(crate) fn ms(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
 
 pub use fair::FairLock;
 pub use fencing::MAX_FENCED_KEY_LEN;

@@ -10,11 +10,11 @@ use redis::aio::ConnectionLike;
 use super::grant::Refused;
 use super::guard::{Acquire, LockGuard};
 use super::lease::{self, Held, LeaseKind};
-use super::ms;
 use super::options::LockOptions;
 use super::outcome::{Release, Renew};
 use super::schema;
 use super::token::owner_token;
+use super::wait::{ms, Retry};
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
 use crate::keys;
@@ -215,8 +215,7 @@ impl ReentrantLock {
             .arg(&owner.token)
             .arg(ttl_ms)
             .arg(schema::fence_ttl_ms(ttl_ms));
-        let give_up = options.give_up_from_now();
-        let mut attempt = 0;
+        let mut retry = Retry::new(options);
         loop {
             let started = Instant::now();
             let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
@@ -245,16 +244,11 @@ impl ReentrantLock {
                     return Ok(Acquire::Acquired(guard));
                 }
                 [0, pttl] => {
-                    let pause = options.pause();
-                    if attempt >= options.get_retries()
-                        || LockOptions::pause_ends_too_late(pause, give_up)
-                    {
+                    if !retry.again().await {
                         return Ok(Acquire::Busy {
                             holder_ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
                         });
                     }
-                    tokio::time::sleep(pause).await;
-                    attempt += 1;
                 }
                 other => {
                     return Err(Error::unexpected(

@@ -8,11 +8,11 @@ use redis::aio::ConnectionLike;
 use super::grant::Refused;
 use super::guard::{Acquire, LockGuard};
 use super::lease::{self, Held, LeaseKind};
-use super::ms;
 use super::options::LockOptions;
 use super::outcome::{status, Release, Renew};
 use super::schema;
 use super::token::owner_token;
+use super::wait::{ms, Retry};
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
 use crate::keys;
@@ -207,8 +207,7 @@ impl RwLock {
             .arg(ttl_ms)
             .arg(ms(intent))
             .arg(schema::fence_ttl_ms(ttl_ms));
-        let give_up = options.give_up_from_now();
-        let mut attempt = 0;
+        let mut retry = Retry::new(options);
         loop {
             let started = Instant::now();
             let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
@@ -233,17 +232,12 @@ impl RwLock {
                     let busy = Acquire::Busy {
                         holder_ttl: u64::try_from(*wait_ms).ok().map(Duration::from_millis),
                     };
-                    let pause = options.pause();
-                    if attempt >= options.get_retries()
-                        || LockOptions::pause_ends_too_late(pause, give_up)
-                    {
+                    if !retry.again().await {
                         if mode == "write" {
                             self.leave(conn, &key, &token).await?; // withdraw the intent
                         }
                         return Ok(busy);
                     }
-                    tokio::time::sleep(pause).await;
-                    attempt += 1;
                 }
                 other => {
                     return Err(Error::unexpected(

@@ -8,12 +8,12 @@ use redis::aio::ConnectionLike;
 use super::fair::FairLock;
 use super::grant::Refused;
 use super::lease::{self, Held, LeaseKind};
-use super::ms;
 use super::options::LockOptions;
 use super::outcome::{Release, Renew};
 use super::permit::{PermitAcquire, PermitGuard};
 use super::schema;
 use super::token::owner_token;
+use super::wait::{ms, Retry};
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
 use crate::keys;
@@ -196,21 +196,14 @@ impl Semaphore {
             Some(token) => token.to_owned(),
             None => owner_token(),
         };
-        let give_up = options.give_up_from_now();
-        let mut attempt = 0;
+        let mut retry = Retry::new(options);
         loop {
             let outcome = self
                 .attempt(conn, &key, &token, permits, ttl_ms, options)
                 .await?;
-            if outcome.is_acquired() || attempt >= options.get_retries() {
+            if outcome.is_acquired() || !retry.again().await {
                 return Ok(outcome);
             }
-            let pause = options.pause();
-            if LockOptions::pause_ends_too_late(pause, give_up) {
-                return Ok(outcome);
-            }
-            tokio::time::sleep(pause).await;
-            attempt += 1;
         }
     }
 

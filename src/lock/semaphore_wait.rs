@@ -7,13 +7,13 @@ use redis::aio::ConnectionLike;
 
 use super::guard::Acquire;
 use super::guard::LockGuard;
-use super::lock_wait::{block_on, wait_deadline};
 use super::options::LockOptions;
 use super::outcome::Renew;
 use super::permit::PermitAcquire;
 use super::schema;
 use super::semaphore::Semaphore;
 use super::token::owner_token;
+use super::wait::{block_on, wait_deadline};
 use crate::error::Result;
 
 /// The lease of a fair acquire's place at the gate: a caller that dies there delays the ones

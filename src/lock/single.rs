@@ -8,9 +8,9 @@ use redis::aio::ConnectionLike;
 
 use super::guard::LockGuard;
 use super::lease::{self, deadline, Held, LeaseKind};
-use super::ms;
 use super::outcome::{renew_status, status, Release, Renew};
 use super::schema;
+use super::wait::ms;
 use super::watchdog::{self, LeaseSignal};
 use crate::error::Result;
 use crate::keys;

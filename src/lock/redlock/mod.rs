@@ -17,6 +17,7 @@ use super::lease::deadline;
 use super::options::LockOptions;
 use super::schema;
 use super::token::owner_token;
+use super::wait::Retry;
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::script::{script_error, Call, Registry, Script, ScriptManager};
@@ -192,20 +193,12 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
             ));
         }
         let key = self.key(resource)?;
-        let give_up = options.give_up_from_now();
-        let mut attempt = 0;
+        let mut retry = Retry::new(options);
         loop {
             let result = self.attempt(&key, ttl_ms, options).await;
-            if matches!(result, Ok(RedlockAcquire::Acquired(_))) || attempt >= options.get_retries()
-            {
+            if matches!(result, Ok(RedlockAcquire::Acquired(_))) || !retry.again().await {
                 return result;
             }
-            let pause = options.pause();
-            if LockOptions::pause_ends_too_late(pause, give_up) {
-                return result;
-            }
-            tokio::time::sleep(pause).await;
-            attempt += 1;
         }
     }
 
