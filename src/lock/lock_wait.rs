@@ -38,7 +38,7 @@ impl Lock {
     /// timeout, if any, is above 400 ms (each `BLPOP` asks for at most 250 ms, and Redis may answer up to `1000 / hz` ms later; a longer wait
     /// is several in a row).
     ///
-    /// Fails like [`acquire`](Self::acquire), and with [`Error::InvalidInput`] (nothing sent)
+    /// Fails like [`acquire`](Self::acquire), and with [`Error::InvalidInput`](crate::Error::InvalidInput) (nothing sent)
     /// for a `wait` that is zero or beyond what an [`Instant`] can hold.
     ///
     /// ```no_run
