@@ -100,7 +100,7 @@ async fn stale_holder_cannot_release_or_renew_the_new_owners_lock() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let lock = lock();
-    let key = lock.lock_key("report").unwrap();
+    let key = lock.key("report").unwrap();
     let short = LockOptions::new()
         .fencing(true)
         .ttl(Duration::from_millis(500));
@@ -278,7 +278,7 @@ async fn with_lock_reports_completion_and_loss() {
     let options = LockOptions::new()
         .fencing(true)
         .ttl(Duration::from_millis(300));
-    let key = lock.lock_key("batch").unwrap();
+    let key = lock.key("batch").unwrap();
 
     let done = lock
         .with_lock(&conn, "batch", &options, |lease| async move {
@@ -331,7 +331,7 @@ async fn with_lock_reports_completion_and_loss() {
 }
 
 fn lock_key_of(resource: &str) -> String {
-    lock().lock_key(resource).unwrap()
+    lock().key(resource).unwrap()
 }
 
 #[tokio::test]
@@ -409,7 +409,7 @@ async fn works_on_a_cluster_with_lock_and_fence_in_one_slot() {
     let mut conn = cluster.conn().await;
     let lock = lock();
     for resource in ["alpha", "beta", "gamma{x}"] {
-        let key = lock.lock_key(resource).unwrap();
+        let key = lock.key(resource).unwrap();
         let fence = lock.fence_key(resource).unwrap();
         assert_eq!(
             redis::cluster_routing::Slot::for_key(key.as_bytes()),
@@ -590,7 +590,7 @@ async fn corrupt_data_is_refused_without_writing() {
     ));
     assert_eq!(
         server
-            .cmd::<i64>(&["EXISTS", &lock.lock_key("res").unwrap()])
+            .cmd::<i64>(&["EXISTS", &lock.key("res").unwrap()])
             .await,
         0
     );

@@ -116,7 +116,7 @@ async fn a_poisoned_fence_key_is_refused_before_any_write() {
             let resource = "res";
             if held {
                 let _: () = redis::cmd("SET")
-                    .arg(lock.lock_key(resource).unwrap())
+                    .arg(lock.key(resource).unwrap())
                     .arg(TOKEN)
                     .arg("PX")
                     .arg(100_000)
@@ -147,7 +147,7 @@ async fn a_poisoned_lock_key_or_fenced_value_changes_nothing() {
             .query_async(&mut admin)
             .await
             .unwrap();
-        let key = lock.lock_key("res").unwrap();
+        let key = lock.key("res").unwrap();
         poison(&mut admin, &key, bad).await;
         let before = support::snapshot(&mut admin).await;
         let case = format!("lock key = {bad:?}");
@@ -217,7 +217,7 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
     let server = RedisServer::spawn().await;
     let mut admin = server.conn().await;
     let lock = lock();
-    let key = lock.lock_key("res").unwrap();
+    let key = lock.key("res").unwrap();
     let fence = lock.fence_key("res").unwrap();
     // acquire: free, held by this token (retry), held by another (busy); renew; release;
     // fenced_set. Each denied command of each script, in each state.
@@ -367,7 +367,7 @@ async fn a_retry_with_the_same_owner_token_finds_its_own_lock() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let lock = lock();
-    let key = lock.lock_key("job").unwrap();
+    let key = lock.key("job").unwrap();
     let options = LockOptions::new()
         .fencing(true)
         .ttl(Duration::from_secs(30))
@@ -807,7 +807,7 @@ fn any_options_against_a_real_server_never_panic() {
         .unwrap();
     rt.block_on(lock.release(&mut conn, holder)).unwrap();
     assert_eq!(
-        rt.block_on(server.cmd::<i64>(&["EXISTS", &lock.lock_key("free").unwrap()])),
+        rt.block_on(server.cmd::<i64>(&["EXISTS", &lock.key("free").unwrap()])),
         0
     );
 }
@@ -838,7 +838,7 @@ async fn require_replicas_releases_an_acquisition_the_replica_did_not_confirm() 
         } => {}
         other => panic!("{other:?}"),
     }
-    let key = lock.lock_key("acct").unwrap();
+    let key = lock.key("acct").unwrap();
     assert_eq!(
         pair.primary.cmd::<i64>(&["EXISTS", &key]).await,
         0,
@@ -860,7 +860,7 @@ async fn require_replicas_releases_an_acquisition_the_replica_did_not_confirm() 
 async fn a_reply_lost_to_a_client_timeout_is_recovered_by_retrying_with_the_same_token() {
     let mut server = RedisServer::spawn().await;
     let lock = lock();
-    let key = lock.lock_key("inv").unwrap();
+    let key = lock.key("inv").unwrap();
     let config =
         redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_millis(200)));
     let mut timing_out = server
@@ -927,7 +927,7 @@ async fn by_default_acquire_is_one_set_without_fencing_and_keeps_the_contract() 
     let lock = lock();
     // The default options: no fencing.
     let cheap = LockOptions::new().ttl(Duration::from_secs(5));
-    let key = lock.lock_key("r").unwrap();
+    let key = lock.key("r").unwrap();
 
     // A free lock: the lock key only (no fence key), no fencing token, refused by fenced_set.
     let guard = acquired(&lock, &mut conn, "r", &cheap).await;
@@ -1041,7 +1041,7 @@ async fn fence_issues_a_token_only_to_the_holder_in_one_sequence_with_fenced_acq
     let mut conn = server.conn().await;
     let lock = lock();
     let plain = LockOptions::new().ttl(Duration::from_secs(200));
-    let key = lock.lock_key("f").unwrap();
+    let key = lock.key("f").unwrap();
     let fence_key = lock.fence_key("f").unwrap();
 
     // A fenced acquisition first, then an unfenced holder asks for its token: larger.
@@ -1086,7 +1086,7 @@ async fn fence_issues_a_token_only_to_the_holder_in_one_sequence_with_fenced_acq
     // nothing is written; B's token is larger, and A's writes are refused after B's.
     let mut stale = acquired(&lock, &mut conn, "g", &plain).await;
     let _: () = redis::cmd("DEL")
-        .arg(lock.lock_key("g").unwrap())
+        .arg(lock.key("g").unwrap())
         .query_async(&mut conn)
         .await
         .unwrap();

@@ -271,7 +271,7 @@ async fn a_release_without_waiters_writes_no_wake_up_and_one_with_a_waiter_does(
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let lock = Lock::new();
-    let key = lock.lock_key("w").unwrap();
+    let key = lock.key("w").unwrap();
     let guard = acquired(&lock, &mut conn, "w", &ttl(10_000)).await;
     lock.release(&mut conn, guard).await.unwrap();
     let keys: Vec<String> = server.cmd(&["KEYS", "*"]).await;
@@ -319,7 +319,7 @@ async fn the_wake_up_path_of_release_is_all_or_nothing() {
     let server = RedisServer::spawn().await;
     let mut admin = server.conn().await;
     let lock = Lock::new();
-    let key = lock.lock_key("p").unwrap();
+    let key = lock.key("p").unwrap();
     let (flag, wake) = (format!("{key}:waiting"), format!("{key}:wake"));
     // A wake-up key of another type: WRONGTYPE, and the lock is still held.
     let guard = acquired(&lock, &mut admin, "p", &ttl(60_000)).await;

@@ -1060,7 +1060,7 @@ mod lock {
             prop_assert_eq!(build(&parts) == build(&b), change.is_none(), "{:?}", change);
         }
 
-        /// `with_prefix` accepts exactly a valid prefix; `lock_key` exactly a resource of
+        /// `with_prefix` accepts exactly a valid prefix; `key` exactly a resource of
         /// 1..=256 bytes, as `<prefix>:{<escaped resource>}`, and the fence key is in its slot.
         #[test]
         fn lock_constructors_accept_exactly_valid_prefixes_and_resources(
@@ -1081,7 +1081,7 @@ mod lock {
                     Lock::new()
                 }
             };
-            let key = lock.lock_key(&resource);
+            let key = lock.key(&resource);
             prop_assert_eq!(key.is_ok(), part_ok(&resource), "{} bytes", resource.len());
             prop_assert_eq!(lock.fence_key(&resource).is_ok(), part_ok(&resource));
             if let Ok(k) = key {

@@ -112,7 +112,7 @@ async fn fails_with_three_of_five_paused_and_leaves_no_key_on_the_healthy_ones()
         masters.nodes[i].pause().await;
     }
     let options = LockOptions::new().ttl(Duration::from_secs(10));
-    let key = redlock.lock_key("payout").unwrap();
+    let key = redlock.key("payout").unwrap();
     match redlock.acquire("payout", &options).await {
         Err(Error::NoQuorum {
             agreed,

@@ -124,7 +124,7 @@ async fn inventory_and_a_required_lock_use_waitaof() {
         } => {}
         other => panic!("expected NotReplicated, got {other:?}"),
     }
-    let key = lock.lock_key("job").unwrap();
+    let key = lock.key("job").unwrap();
     assert_eq!(
         pair.primary.cmd::<i64>(&["EXISTS", &key]).await,
         0,
@@ -139,7 +139,7 @@ async fn inventory_and_a_required_lock_use_waitaof() {
             requested: 1
         }
     ));
-    let key = lock.lock_key("job2").unwrap();
+    let key = lock.key("job2").unwrap();
     assert_eq!(
         pair.primary.cmd::<i64>(&["EXISTS", &key]).await,
         0,
@@ -189,7 +189,7 @@ async fn waitaof_on_the_default_server_is_refused_by_7_0_and_acknowledged_by_7_2
                 } => {}
                 other => panic!("{name}: expected NotReplicated, got {other:?}"),
             }
-            let key = lock.lock_key(name).unwrap();
+            let key = lock.key(name).unwrap();
             assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0, "released");
         }
     } else {

@@ -7,11 +7,14 @@ use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Value};
 
 use super::grant::Refused;
+use super::guard::Acquire;
 use super::guard::LockGuard;
 use super::options::LockOptions;
-use super::outcome::{Acquire, Renew};
-use super::single::{fence_key_of, fence_ttl_ms, Lock};
+use super::outcome::Renew;
+use super::schema;
+use super::single::Lock;
 use super::token::{issued, owner_token, FencingToken};
+use super::wait::Retry;
 use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Replication};
 
@@ -125,17 +128,16 @@ impl Lock {
         replication: Option<Replication>,
     ) -> Result<(Acquire, Option<Acked<()>>)> {
         let ttl_ms = options.validate()?;
-        let mut key = self.lock_key(resource)?;
+        let mut key = self.key(resource)?;
         let mut token = match options.get_token() {
             Some(token) => token.to_owned(),
             None => owner_token(),
         };
-        let give_up = options.give_up_from_now();
+        let mut retry = Retry::new(options);
         let wait = replication.or(options.get_replication());
         if let Some(r) = &wait {
             Box::pin(self.inner.manager.check_wait(conn, r)).await?;
         }
-        let mut attempt = 0;
         loop {
             let (granted, replicas) = self
                 .attempt(conn, &key, &token, ttl_ms, options, wait)
@@ -153,7 +155,7 @@ impl Lock {
                     let guard = LockGuard::held(k, t, fence, ttl_ms, options, started);
                     let valid = guard.is_valid();
                     let Some(refused) =
-                        Refused::check(&guard.key, valid, started, options, replicas.as_ref())
+                        Refused::check(guard.key(), valid, started, options, replicas.as_ref())
                     else {
                         return Ok((Acquire::Acquired(guard), replicas));
                     };
@@ -161,16 +163,9 @@ impl Lock {
                     refused.acquire()?
                 }
             };
-            let outcome = (outcome, replicas);
-            if attempt >= options.get_retries() {
-                return Ok(outcome);
+            if !retry.again().await {
+                return Ok((outcome, replicas));
             }
-            let pause = options.pause();
-            if LockOptions::pause_ends_too_late(pause, give_up) {
-                return Ok(outcome);
-            }
-            tokio::time::sleep(pause).await;
-            attempt += 1;
         }
     }
 
@@ -201,13 +196,13 @@ impl Lock {
         ttl_ms: u64,
         replication: Option<Replication>,
     ) -> Result<(Attempt, Option<Acked<()>>)> {
-        let fence_key = fence_key_of(key);
+        let fence_key = schema::fence(key);
         let mut call = Call::new(self.inner.acquire);
         call.key(key)
             .key(&fence_key)
             .arg(token)
             .arg(ttl_ms)
-            .arg(fence_ttl_ms(ttl_ms));
+            .arg(schema::fence_ttl_ms(ttl_ms));
         let started = Instant::now();
         let ((acquired, n), replicas): ((i64, i64), Option<Acked<()>>) = self
             .inner

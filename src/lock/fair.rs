@@ -8,13 +8,15 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::grant::Refused;
+use super::guard::Acquire;
 use super::guard::LockGuard;
-use super::lock_wait::{block_on, wait_deadline};
-use super::ms;
+use super::lease::{self, Held, LeaseKind};
 use super::options::LockOptions;
-use super::outcome::{renew_status, status, Acquire, Release, Renew};
-use super::single::fence_ttl_ms;
+use super::outcome::{status, Release, Renew};
+use super::schema;
 use super::token::owner_token;
+use super::wait::ms;
+use super::wait::{block_on, wait_deadline};
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
 use crate::keys;
@@ -73,16 +75,6 @@ pub(super) struct Inner {
     release: &'static Script,
 }
 
-fn leases_key_of(key: &str) -> String {
-    format!("{key}:leases")
-}
-
-fn gone_key_of(key: &str, token: &[u8]) -> Vec<u8> {
-    let mut out = format!("{key}:gone:").into_bytes();
-    out.extend_from_slice(token);
-    out
-}
-
 impl FairLock {
     /// Prefix of every key unless another is chosen.
     pub const DEFAULT_PREFIX: &'static str = "redkit:fair";
@@ -137,7 +129,7 @@ impl FairLock {
     /// fixed suffix: bounded), `manager` when given.
     pub(super) fn gated(mut self, prefix: &str, manager: Option<ScriptManager>) -> Self {
         let inner = Arc::make_mut(&mut self.inner);
-        inner.prefix = format!("{prefix}:gate");
+        inner.prefix = schema::gate_prefix(prefix);
         if let Some(manager) = manager {
             inner.manager = manager;
         }
@@ -168,7 +160,7 @@ impl FairLock {
     /// assert!(redkit::lock::FairLock::new().key("").is_err());
     /// ```
     pub fn key(&self, resource: &str) -> Result<String> {
-        keys::tagged_part(&self.inner.prefix, "resource", resource)
+        schema::base(&self.inner.prefix, resource)
     }
 
     /// Joins the queue of `resource` and waits, up to `wait`, for its turn: answers
@@ -221,12 +213,12 @@ impl FairLock {
         let waiter = self.inner.waiter_lease;
         let mut call = Call::new(script);
         call.key(&key)
-            .key(leases_key_of(&key))
-            .key(format!("{key}:fence"))
+            .key(schema::leases(&key))
+            .key(schema::fence(&key))
             .arg(&token)
             .arg(ttl_ms)
             .arg(ms(waiter))
-            .arg(fence_ttl_ms(ttl_ms));
+            .arg(schema::fence_ttl_ms(ttl_ms));
         loop {
             let started = Instant::now();
             let (reply, replicas): (Vec<Value>, Option<Acked<()>>) = self
@@ -262,7 +254,7 @@ impl FairLock {
                         .saturating_add(Duration::from_millis(1))
                         .min(waiter / 3)
                         .min(remaining);
-                    let gone = gone_key_of(&key, pred);
+                    let gone = schema::gone(&key, pred);
                     block_on(conn, gone.as_slice(), block).await?;
                 }
                 other => {
@@ -277,13 +269,21 @@ impl FairLock {
 
     /// Leaves the queue: `true` when `token` held the lock.
     async fn leave<C: ConnectionLike>(&self, conn: &mut C, key: &str, token: &str) -> Result<bool> {
+        let left: i64 = self
+            .inner
+            .manager
+            .invoke(conn, &self.leave_call(key, token))
+            .await?;
+        status(self.inner.release, left)
+    }
+
+    fn leave_call(&self, key: &str, token: &str) -> Call<'_> {
         let mut call = Call::new(self.inner.release);
         call.key(key)
-            .key(leases_key_of(key))
-            .key(gone_key_of(key, token.as_bytes()))
+            .key(schema::leases(key))
+            .key(schema::gone(key, token.as_bytes()))
             .arg(token);
-        let left: i64 = self.inner.manager.invoke(conn, &call).await?;
-        status(self.inner.release, left)
+        call
     }
 
     /// Gives the lock back (and stops the guard's watchdog), waking the next caller in line.
@@ -304,12 +304,7 @@ impl FairLock {
         mut guard: LockGuard,
     ) -> Result<Release> {
         guard.stop_watchdog();
-        guard.clock.expire();
-        Ok(if self.leave(conn, &guard.key, &guard.token).await? {
-            Release::Released
-        } else {
-            Release::NotOwner
-        })
+        lease::release(self, conn, &guard.held, &()).await
     }
 
     /// Extends the holder's lease to its ttl from now (server time) if it has not ended, and
@@ -328,27 +323,7 @@ impl FairLock {
         conn: &mut C,
         guard: &mut LockGuard,
     ) -> Result<Renew> {
-        let started = Instant::now();
-        let outcome = self
-            .renew_raw(conn, &guard.key, &guard.token, guard.ttl)
-            .await?;
-        Ok(guard.renewed(started, outcome))
-    }
-
-    pub(super) async fn renew_raw<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        key: &str,
-        token: &str,
-        ttl: Duration,
-    ) -> Result<Renew> {
-        let mut call = Call::new(self.inner.renew);
-        call.key(key)
-            .key(leases_key_of(key))
-            .arg(token)
-            .arg(ms(ttl));
-        let renewed: i64 = self.inner.manager.invoke(conn, &call).await?;
-        renew_status(self.inner.renew, renewed)
+        lease::renew(self, conn, &guard.held).await
     }
 
     /// Starts a watchdog for `guard` (renewal about every ttl/3 over a clone of `conn`, until
@@ -368,8 +343,28 @@ impl FairLock {
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
-        let lease = guard.lease();
-        watchdog::watch(self.clone(), conn, &mut guard.watchdog, || lease)
+        watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
+    }
+}
+
+impl LeaseKind for FairLock {
+    type Extra = ();
+
+    fn manager(&self) -> &ScriptManager {
+        &self.inner.manager
+    }
+
+    fn renew_call(&self, held: &Held) -> Call<'_> {
+        let mut call = Call::new(self.inner.renew);
+        call.key(&held.key)
+            .key(schema::leases(&held.key))
+            .arg(&held.token)
+            .arg(ms(held.ttl));
+        call
+    }
+
+    fn release_call(&self, held: &Held, (): &()) -> Call<'_> {
+        self.leave_call(&held.key, &held.token)
     }
 }
 

@@ -4,10 +4,11 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::guard::LockGuard;
-use super::ms;
 use super::outcome::{Fence, FencedWrite};
-use super::single::{fence_key_of, fence_ttl_ms, Lock};
+use super::schema;
+use super::single::Lock;
 use super::token::{issued, FencingToken};
+use super::wait::ms;
 use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Replication};
 
@@ -64,10 +65,10 @@ impl Lock {
         let ttl_ms = ms(guard.ttl());
         let script = self.inner.fence;
         let mut call = Call::new(script);
-        call.key(&guard.key)
-            .key(fence_key_of(&guard.key))
-            .arg(&guard.token)
-            .arg(fence_ttl_ms(ttl_ms));
+        call.key(&guard.held.key)
+            .key(schema::fence(&guard.held.key))
+            .arg(&guard.held.token)
+            .arg(schema::fence_ttl_ms(ttl_ms));
         let reply: Vec<i64> = self.manager().invoke(conn, &call).await?;
         match reply.as_slice() {
             [0] => Ok(Fence::Lost),

@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::guard::Acquire;
 use super::options::LockOptions;
-use super::outcome::Acquire;
 use super::permit::PermitAcquire;
 use crate::error::{Error, Result};
 use crate::script::Acked;

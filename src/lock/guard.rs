@@ -1,57 +1,15 @@
-//! [`LockGuard`]: proof of a held lease, with its local validity deadline.
+//! [`LockGuard`]: proof of a held lease, with its local validity deadline, and [`Acquire`],
+//! the outcome that carries it.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::lease::Held;
 use super::options::LockOptions;
-use super::outcome::Renew;
 use super::token::{issued, FencingToken};
 use super::watchdog::{LeaseSignal, WatchdogHandle};
 use crate::error::Result;
 use crate::script::Script;
-
-/// The local validity deadline of a lease, shared with its watchdog.
-#[derive(Debug)]
-pub(crate) struct Clock {
-    valid_until: Mutex<Instant>,
-}
-
-impl Clock {
-    pub(crate) fn new(valid_until: Instant) -> Arc<Self> {
-        Arc::new(Self {
-            valid_until: Mutex::new(valid_until),
-        })
-    }
-
-    pub(crate) fn valid_until(&self) -> Instant {
-        // A poisoned lock still holds a valid Instant.
-        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn set(&self, valid_until: Instant) {
-        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner()) = valid_until;
-    }
-
-    /// Marks the lease as no longer valid.
-    pub(crate) fn expire(&self) {
-        self.set(Instant::now());
-    }
-
-    pub(crate) fn remaining(&self) -> Duration {
-        self.valid_until().saturating_duration_since(Instant::now())
-    }
-}
-
-/// `start + ttl - drift`: the local end of a lease granted by a request sent at `start`.
-/// Measuring from before the request makes the elapsed acquire time count against it.
-/// Never panics: a deadline beyond what an `Instant` holds is `start` (no validity), which
-/// cannot happen for a validated ttl (at most 30 days).
-pub(crate) fn deadline(start: Instant, ttl: Duration, drift: Duration) -> Instant {
-    start
-        .checked_add(ttl.saturating_sub(drift))
-        .unwrap_or(start)
-}
 
 /// A held lock: key, owner token, fencing token and a local validity deadline.
 ///
@@ -82,19 +40,15 @@ pub(crate) fn deadline(start: Instant, ttl: Duration, drift: Duration) -> Instan
 /// # Ok(()) }
 /// ```
 pub struct LockGuard {
-    pub(crate) key: String,
-    pub(crate) token: String,
+    pub(crate) held: Held,
     pub(crate) fence: FencingToken,
-    pub(crate) ttl: Duration,
-    pub(crate) drift: Duration,
-    pub(crate) clock: Arc<Clock>,
     pub(crate) watchdog: Option<WatchdogHandle>,
 }
 
 impl LockGuard {
     /// The Redis key of the lock (`<prefix>:{<resource>}`).
     pub fn key(&self) -> &str {
-        &self.key
+        &self.held.key
     }
 
     /// The fencing token of this acquisition; `0` (never issued, refused by the fenced
@@ -123,12 +77,12 @@ impl LockGuard {
 
     /// The lease length requested at acquire (and at every renewal).
     pub fn ttl(&self) -> Duration {
-        self.ttl
+        self.held.ttl
     }
 
     /// How much of the lease is left, by the local clock (zero once lost or run out).
     pub fn validity(&self) -> Duration {
-        self.clock.remaining()
+        self.held.remaining()
     }
 
     /// `true` while the local validity has not run out and no watchdog reported a loss.
@@ -166,35 +120,10 @@ impl LockGuard {
         started: Instant,
     ) -> Self {
         let ttl = Duration::from_millis(ttl_ms);
-        let drift = options.drift_allowance();
         Self {
-            key,
-            token,
+            held: Held::new(key, token, ttl, options.drift_allowance(), started),
             fence,
-            ttl,
-            drift,
-            clock: Clock::new(deadline(started, ttl, drift)),
             watchdog: None,
-        }
-    }
-
-    /// Moves the local validity after a renewal sent at `started` answered `outcome`.
-    pub(crate) fn renewed(&self, started: Instant, outcome: Renew) -> Renew {
-        match outcome {
-            Renew::Renewed => self.clock.set(deadline(started, self.ttl, self.drift)),
-            Renew::Lost => self.clock.expire(),
-        }
-        outcome
-    }
-
-    /// What a watchdog for this guard renews.
-    pub(crate) fn lease(&self) -> super::watchdog::Lease {
-        super::watchdog::Lease {
-            key: self.key.clone(),
-            token: self.token.clone(),
-            ttl: self.ttl,
-            drift: self.drift,
-            clock: Arc::clone(&self.clock),
         }
     }
 
@@ -202,25 +131,54 @@ impl LockGuard {
     pub(crate) fn stop_watchdog(&mut self) {
         self.watchdog = None;
     }
-
-    /// Ends the local validity for whoever else holds this guard's clock (a watchdog still
-    /// winding down): nobody else, nothing to do (the guard is being given back).
-    pub(crate) fn expire_shared_clock(&self) {
-        if Arc::strong_count(&self.clock) > 1 {
-            self.clock.expire();
-        }
-    }
 }
 
 impl fmt::Debug for LockGuard {
     /// The owner token is a secret (it allows releasing the lock): never printed.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field("key", &self.key)
+            .field("key", &self.held.key)
             .field("fencing_token", &self.fence)
-            .field("ttl", &self.ttl)
+            .field("ttl", &self.held.ttl)
             .field("validity", &self.validity())
             .field("watchdog", &self.watchdog.is_some())
             .finish_non_exhaustive()
     }
+}
+
+/// Result of an acquire.
+///
+/// ```no_run
+/// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+/// use redkit::lock::{Acquire, LockOptions};
+/// match lock.acquire(&mut conn, "report-42", &LockOptions::new()).await? {
+///     Acquire::Acquired(guard) => { /* work, then */ lock.release(&mut conn, guard).await?; }
+///     Acquire::Busy { holder_ttl } => println!("held by another owner for {holder_ttl:?}"),
+///     _ => {}
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Acquire {
+    /// The lock is ours until the guard's validity runs out (or it is released).
+    Acquired(LockGuard),
+    /// Another owner holds it (after all retries allowed by the options).
+    Busy {
+        /// How long the current holder's lease still runs, as last seen (`None` when its key
+        /// has no TTL).
+        holder_ttl: Option<Duration>,
+    },
+    /// Acquired, but fewer replicas than [`LockOptions::require_replicas`] asked for
+    /// acknowledged it in time: the lock was released again (it could have been lost in a
+    /// failover). Retry, or proceed without the guarantee using
+    /// [`Lock::acquire_acked`](super::Lock::acquire_acked).
+    ///
+    /// [`LockOptions::require_replicas`]: super::LockOptions::require_replicas
+    NotReplicated {
+        /// Replicas that acknowledged.
+        replicas: u32,
+        /// Replicas required.
+        requested: u32,
+    },
 }

@@ -4,65 +4,19 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
+use super::guard::Acquire;
 use super::options::LockOptions;
-use super::outcome::Acquire;
-use super::semaphore::wake_key_of;
-use super::single::{waiting_key_of, Lock};
+use super::schema;
+use super::single::Lock;
 use super::token::owner_token;
-use crate::error::{Error, Result};
+use super::wait::{block_on, wait_deadline};
+use crate::error::Result;
 
 /// Longest life of the waiter flag (the longest lease [`LockOptions`] allows): a longer wait
 /// still works, woken at the holder's lease end when its flag has gone.
 const MAX_FLAG_MS: u64 = 30 * 24 * 3600 * 1000;
 /// How much longer than the wait the waiter flag lives.
 const FLAG_MARGIN_MS: u64 = 1_000;
-
-/// The deadline `wait` from now: [`Error::InvalidInput`] for zero or an unrepresentable one.
-pub(super) fn wait_deadline(wait: Duration) -> Result<Instant> {
-    Instant::now()
-        .checked_add(wait)
-        .filter(|_| !wait.is_zero())
-        .ok_or_else(|| Error::invalid("wait", "must be positive and representable"))
-}
-
-/// Longest single `BLPOP`: well below redis-rs's default 500 ms response timeout, so a
-/// connection with default settings can wait. Redis ends a blocking command's timeout on its
-/// event loop's timer, up to `1000 / hz` ms late (100 ms at the default `hz 10`; measured: 1
-/// `BLPOP k 0.4` in 20 answered after 500 ms), and a loaded machine adds scheduling delay: 250
-/// ms leaves that margin. A longer block is several `BLPOP`s in a row (nothing else is sent
-/// between them).
-const MAX_BLPOP: Duration = Duration::from_millis(250);
-
-/// Blocks on `key` for up to `block` (at least 1 ms, never "forever"), as `BLPOP`s of at most
-/// [`MAX_BLPOP`]; returns as soon as one pops something (only a hint: the caller tries again).
-/// A `BLPOP` whose reply misses the connection's response timeout also ends the block: the
-/// caller's next attempt tells whether the server is there (it fails if not), and a wake-up
-/// popped by the late reply is not lost for this caller, who tries again anyway.
-pub(super) async fn block_on<C: ConnectionLike, K: redis::ToRedisArgs + Copy>(
-    conn: &mut C,
-    key: K,
-    block: Duration,
-) -> Result<()> {
-    let until = Instant::now().checked_add(block);
-    loop {
-        let left = until.map_or(MAX_BLPOP, |u| u.saturating_duration_since(Instant::now()));
-        let step = left.min(MAX_BLPOP);
-        let seconds = format!("{:.3}", step.as_secs_f64().max(0.001));
-        let popped: redis::Value = match redis::cmd("BLPOP")
-            .arg(key)
-            .arg(seconds)
-            .query_async(conn)
-            .await
-        {
-            Ok(popped) => popped,
-            Err(e) if e.is_timeout() => return Ok(()),
-            Err(e) => return Err(e.into()),
-        };
-        if !matches!(popped, redis::Value::Nil) || step >= left {
-            return Ok(());
-        }
-    }
-}
 
 impl Lock {
     /// Acquires, waiting up to `wait` without polling (the database lock's behaviour): after
@@ -84,7 +38,7 @@ impl Lock {
     /// timeout, if any, is above 400 ms (each `BLPOP` asks for at most 250 ms, and Redis may answer up to `1000 / hz` ms later; a longer wait
     /// is several in a row).
     ///
-    /// Fails like [`acquire`](Self::acquire), and with [`Error::InvalidInput`] (nothing sent)
+    /// Fails like [`acquire`](Self::acquire), and with [`Error::InvalidInput`](crate::Error::InvalidInput) (nothing sent)
     /// for a `wait` that is zero or beyond what an [`Instant`] can hold.
     ///
     /// ```no_run
@@ -108,7 +62,7 @@ impl Lock {
     ) -> Result<Acquire> {
         let give_up = wait_deadline(wait)?;
         options.validate()?;
-        let key = self.lock_key(resource)?;
+        let key = self.key(resource)?;
         let mut once = options.clone().retries(0);
         if options.get_token().is_none() {
             once = once.token(owner_token());
@@ -129,7 +83,7 @@ impl Lock {
                     .unwrap_or(u64::MAX)
                     .saturating_add(FLAG_MARGIN_MS)
                     .min(MAX_FLAG_MS);
-                let flag = waiting_key_of(&key);
+                let flag = schema::waiting(&key);
                 let _: redis::Value = redis::pipe()
                     .cmd("SET")
                     .arg(&flag)
@@ -154,7 +108,7 @@ impl Lock {
                     ttl.saturating_add(Duration::from_millis(1))
                 })
                 .min(remaining);
-            block_on(conn, wake_key_of(&key).as_str(), block).await?;
+            block_on(conn, schema::wake(&key).as_str(), block).await?;
         }
     }
 }

@@ -23,6 +23,7 @@ mod fair;
 mod fencing;
 mod grant;
 mod guard;
+mod lease;
 mod lock_wait;
 mod options;
 mod outcome;
@@ -30,24 +31,20 @@ mod permit;
 mod redlock;
 mod reentrant;
 mod rw;
+mod schema;
 mod semaphore;
 mod semaphore_wait;
 mod single;
 mod token;
+mod wait;
 mod watchdog;
 mod with_lock;
 
-/// A duration in whole milliseconds for a script argument (saturating; leases are validated
-/// to at most 30 days before they get here).
-pub(crate) fn ms(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 pub use fair::FairLock;
 pub use fencing::MAX_FENCED_KEY_LEN;
-pub use guard::LockGuard;
+pub use guard::{Acquire, LockGuard};
 pub use options::LockOptions;
-pub use outcome::{Acquire, Fence, FencedWrite, LeaseLoss, Release, Renew};
+pub use outcome::{Fence, FencedWrite, LeaseLoss, Release, Renew};
 pub use permit::{PermitAcquire, PermitGuard};
 pub use redlock::{Redlock, RedlockAcquire, RedlockGuard, RedlockRelease};
 pub use reentrant::{Owner, ReentrantLock};

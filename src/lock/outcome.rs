@@ -1,48 +1,8 @@
 //! Business outcomes of lock operations: values, not errors.
 
-use std::time::Duration;
-
-use super::guard::LockGuard;
 use super::token::FencingToken;
 use crate::error::{Error, Result};
 use crate::script::Script;
-
-/// Result of an acquire.
-///
-/// ```no_run
-/// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-/// use redkit::lock::{Acquire, LockOptions};
-/// match lock.acquire(&mut conn, "report-42", &LockOptions::new()).await? {
-///     Acquire::Acquired(guard) => { /* work, then */ lock.release(&mut conn, guard).await?; }
-///     Acquire::Busy { holder_ttl } => println!("held by another owner for {holder_ttl:?}"),
-///     _ => {}
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Acquire {
-    /// The lock is ours until the guard's validity runs out (or it is released).
-    Acquired(LockGuard),
-    /// Another owner holds it (after all retries allowed by the options).
-    Busy {
-        /// How long the current holder's lease still runs, as last seen (`None` when its key
-        /// has no TTL).
-        holder_ttl: Option<Duration>,
-    },
-    /// Acquired, but fewer replicas than [`LockOptions::require_replicas`] asked for
-    /// acknowledged it in time: the lock was released again (it could have been lost in a
-    /// failover). Retry, or proceed without the guarantee using
-    /// [`Lock::acquire_acked`](super::Lock::acquire_acked).
-    ///
-    /// [`LockOptions::require_replicas`]: super::LockOptions::require_replicas
-    NotReplicated {
-        /// Replicas that acknowledged.
-        replicas: u32,
-        /// Replicas required.
-        requested: u32,
-    },
-}
 
 /// Result of a compare-and-delete release.
 ///
@@ -135,7 +95,7 @@ pub enum LeaseLoss {
 
 /// Reads the 1/0 status a lock script answers (1 = done, 0 = not the owner / refused).
 /// A renewal script's 1/0 answer as a [`Renew`].
-pub(super) fn renew_status(script: &Script, answer: i64) -> Result<Renew> {
+pub(crate) fn renew_status(script: &Script, answer: i64) -> Result<Renew> {
     Ok(if status(script, answer)? {
         Renew::Renewed
     } else {
@@ -143,7 +103,7 @@ pub(super) fn renew_status(script: &Script, answer: i64) -> Result<Renew> {
     })
 }
 
-pub(super) fn status(script: &Script, status: i64) -> Result<bool> {
+pub(crate) fn status(script: &Script, status: i64) -> Result<bool> {
     match status {
         1 => Ok(true),
         0 => Ok(false),

@@ -2,10 +2,9 @@
 //! for one.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
-use super::guard::Clock;
+use super::lease::Held;
 use super::watchdog::{LeaseSignal, WatchdogHandle};
 
 /// Result of a semaphore acquire ([`Semaphore::acquire`](super::Semaphore::acquire)).
@@ -79,13 +78,9 @@ impl PermitAcquire {
 /// # Ok(()) }
 /// ```
 pub struct PermitGuard {
-    pub(crate) key: String,
-    pub(crate) token: String,
+    pub(crate) held: Held,
     pub(crate) permits: u32,
     pub(crate) holders: u32,
-    pub(crate) ttl: Duration,
-    pub(crate) drift: Duration,
-    pub(crate) clock: Arc<Clock>,
     pub(crate) watchdog: Option<WatchdogHandle>,
 }
 
@@ -96,7 +91,7 @@ impl PermitGuard {
     /// # fn run(permit: redkit::lock::PermitGuard) { println!("{}", permit.key()); }
     /// ```
     pub fn key(&self) -> &str {
-        &self.key
+        &self.held.key
     }
 
     /// Holders (this one included) right after this permit was taken.
@@ -114,7 +109,7 @@ impl PermitGuard {
     /// # fn run(permit: redkit::lock::PermitGuard) { println!("{:?}", permit.ttl()); }
     /// ```
     pub fn ttl(&self) -> Duration {
-        self.ttl
+        self.held.ttl
     }
 
     /// How much of the lease is left, by the local clock (zero once lost or run out).
@@ -123,7 +118,7 @@ impl PermitGuard {
     /// # fn run(permit: redkit::lock::PermitGuard) { println!("{:?}", permit.validity()); }
     /// ```
     pub fn validity(&self) -> Duration {
-        self.clock.remaining()
+        self.held.remaining()
     }
 
     /// `true` while the local validity has not run out and no watchdog reported a loss.
@@ -149,10 +144,10 @@ impl fmt::Debug for PermitGuard {
     /// The owner token is a secret (it allows releasing the permit): never printed.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PermitGuard")
-            .field("key", &self.key)
+            .field("key", &self.held.key)
             .field("permits", &self.permits)
             .field("holders", &self.holders)
-            .field("ttl", &self.ttl)
+            .field("ttl", &self.held.ttl)
             .field("validity", &self.validity())
             .field("watchdog", &self.watchdog.is_some())
             .finish_non_exhaustive()

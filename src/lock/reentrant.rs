@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use super::grant::Refused;
-use super::guard::LockGuard;
-use super::ms;
+use super::guard::{Acquire, LockGuard};
+use super::lease::{self, Held, LeaseKind};
 use super::options::LockOptions;
-use super::outcome::{renew_status, Acquire, Release, Renew};
-use super::single::{fence_key_of, fence_ttl_ms};
+use super::outcome::{Release, Renew};
+use super::schema;
 use super::token::owner_token;
+use super::wait::{ms, Retry};
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
 use crate::keys;
@@ -171,7 +172,7 @@ impl ReentrantLock {
     /// assert!(redkit::lock::ReentrantLock::new().key("").is_err());
     /// ```
     pub fn key(&self, resource: &str) -> Result<String> {
-        keys::tagged_part(&self.inner.prefix, "resource", resource)
+        schema::base(&self.inner.prefix, resource)
     }
 
     /// Takes one hold for `owner`, waiting as the options allow: granted when the lock is
@@ -210,12 +211,11 @@ impl ReentrantLock {
         let script = self.inner.acquire;
         let mut call = Call::new(script);
         call.key(&key)
-            .key(fence_key_of(&key))
+            .key(schema::fence(&key))
             .arg(&owner.token)
             .arg(ttl_ms)
-            .arg(fence_ttl_ms(ttl_ms));
-        let give_up = options.give_up_from_now();
-        let mut attempt = 0;
+            .arg(schema::fence_ttl_ms(ttl_ms));
+        let mut retry = Retry::new(options);
         loop {
             let started = Instant::now();
             let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
@@ -236,7 +236,7 @@ impl ReentrantLock {
                     )?;
                     let valid = guard.is_valid();
                     if let Some(refused) =
-                        Refused::check(&guard.key, valid, started, options, replicas.as_ref())
+                        Refused::check(guard.key(), valid, started, options, replicas.as_ref())
                     {
                         self.release(conn, guard).await?;
                         return refused.acquire();
@@ -244,16 +244,11 @@ impl ReentrantLock {
                     return Ok(Acquire::Acquired(guard));
                 }
                 [0, pttl] => {
-                    let pause = options.pause();
-                    if attempt >= options.get_retries()
-                        || LockOptions::pause_ends_too_late(pause, give_up)
-                    {
+                    if !retry.again().await {
                         return Ok(Acquire::Busy {
                             holder_ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
                         });
                     }
-                    tokio::time::sleep(pause).await;
-                    attempt += 1;
                 }
                 other => {
                     return Err(Error::unexpected(
@@ -280,18 +275,7 @@ impl ReentrantLock {
         mut guard: LockGuard,
     ) -> Result<Release> {
         guard.stop_watchdog();
-        guard.clock.expire();
-        let mut call = Call::new(self.inner.release);
-        call.key(&guard.key).arg(&guard.token);
-        let left: i64 = self.inner.manager.invoke(conn, &call).await?;
-        match left {
-            -1 => Ok(Release::NotOwner),
-            n if n >= 0 => Ok(Release::Released),
-            other => Err(Error::unexpected(
-                self.inner.release.id(),
-                format!("holds left {other}"),
-            )),
-        }
+        lease::release(self, conn, &guard.held, &()).await
     }
 
     /// How many holds `owner` has on `resource` now (0: none, or another owner's lock).
@@ -334,29 +318,7 @@ impl ReentrantLock {
         conn: &mut C,
         guard: &mut LockGuard,
     ) -> Result<Renew> {
-        let started = Instant::now();
-        let outcome = self
-            .renew_raw(conn, &guard.key, &guard.token, guard.ttl)
-            .await?;
-        Ok(guard.renewed(started, outcome))
-    }
-
-    pub(super) async fn renew_raw<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        key: &str,
-        token: &str,
-        ttl: Duration,
-    ) -> Result<Renew> {
-        let ttl_ms = ms(ttl);
-        let mut call = Call::new(self.inner.renew);
-        call.key(key)
-            .key(fence_key_of(key))
-            .arg(token)
-            .arg(ttl_ms)
-            .arg(fence_ttl_ms(ttl_ms));
-        let renewed: i64 = self.inner.manager.invoke(conn, &call).await?;
-        renew_status(self.inner.renew, renewed)
+        lease::renew(self, conn, &guard.held).await
     }
 
     /// Starts a watchdog for `guard` (renewal of the shared lease about every ttl/3) and
@@ -372,8 +334,44 @@ impl ReentrantLock {
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
-        let lease = guard.lease();
-        watchdog::watch(self.clone(), conn, &mut guard.watchdog, || lease)
+        watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
+    }
+}
+
+impl LeaseKind for ReentrantLock {
+    type Extra = ();
+
+    fn manager(&self) -> &ScriptManager {
+        &self.inner.manager
+    }
+
+    fn renew_call(&self, held: &Held) -> Call<'_> {
+        let ttl_ms = ms(held.ttl);
+        let mut call = Call::new(self.inner.renew);
+        call.key(&held.key)
+            .key(schema::fence(&held.key))
+            .arg(&held.token)
+            .arg(ttl_ms)
+            .arg(schema::fence_ttl_ms(ttl_ms));
+        call
+    }
+
+    fn release_call(&self, held: &Held, (): &()) -> Call<'_> {
+        let mut call = Call::new(self.inner.release);
+        call.key(&held.key).arg(&held.token);
+        call
+    }
+
+    /// The holds left, or -1 when the owner held none.
+    fn released(&self, call: &Call<'_>, left: i64) -> Result<Release> {
+        match left {
+            -1 => Ok(Release::NotOwner),
+            n if n >= 0 => Ok(Release::Released),
+            other => Err(Error::unexpected(
+                call.script().id(),
+                format!("holds left {other}"),
+            )),
+        }
     }
 }
 

@@ -6,12 +6,13 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use super::grant::Refused;
-use super::guard::LockGuard;
-use super::ms;
+use super::guard::{Acquire, LockGuard};
+use super::lease::{self, Held, LeaseKind};
 use super::options::LockOptions;
-use super::outcome::{renew_status, status, Acquire, Release, Renew};
-use super::single::fence_ttl_ms;
+use super::outcome::{status, Release, Renew};
+use super::schema;
 use super::token::owner_token;
+use super::wait::{ms, Retry};
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
 use crate::keys;
@@ -127,7 +128,7 @@ impl RwLock {
     /// assert!(redkit::lock::RwLock::new().key("").is_err());
     /// ```
     pub fn key(&self, resource: &str) -> Result<String> {
-        keys::tagged_part(&self.inner.prefix, "resource", resource)
+        schema::base(&self.inner.prefix, resource)
     }
 
     /// Takes a read hold, waiting as the options allow: granted unless a writer holds the
@@ -197,17 +198,16 @@ impl RwLock {
             .min(LockOptions::MAX_TTL);
         let script = self.inner.acquire;
         let mut call = Call::new(script);
-        call.key(format!("{key}:readers"))
-            .key(format!("{key}:writer"))
-            .key(format!("{key}:intent"))
-            .key(format!("{key}:fence"))
+        call.key(schema::readers(&key))
+            .key(schema::writer(&key))
+            .key(schema::intent(&key))
+            .key(schema::fence(&key))
             .arg(mode)
             .arg(&token)
             .arg(ttl_ms)
             .arg(ms(intent))
-            .arg(fence_ttl_ms(ttl_ms));
-        let give_up = options.give_up_from_now();
-        let mut attempt = 0;
+            .arg(schema::fence_ttl_ms(ttl_ms));
+        let mut retry = Retry::new(options);
         loop {
             let started = Instant::now();
             let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
@@ -221,7 +221,7 @@ impl RwLock {
                         LockGuard::granted(script, key, token, *fence, ttl_ms, options, started)?;
                     let valid = guard.is_valid();
                     if let Some(refused) =
-                        Refused::check(&guard.key, valid, started, options, replicas.as_ref())
+                        Refused::check(guard.key(), valid, started, options, replicas.as_ref())
                     {
                         self.release(conn, guard).await?;
                         return refused.acquire();
@@ -232,17 +232,12 @@ impl RwLock {
                     let busy = Acquire::Busy {
                         holder_ttl: u64::try_from(*wait_ms).ok().map(Duration::from_millis),
                     };
-                    let pause = options.pause();
-                    if attempt >= options.get_retries()
-                        || LockOptions::pause_ends_too_late(pause, give_up)
-                    {
+                    if !retry.again().await {
                         if mode == "write" {
                             self.leave(conn, &key, &token).await?; // withdraw the intent
                         }
                         return Ok(busy);
                     }
-                    tokio::time::sleep(pause).await;
-                    attempt += 1;
                 }
                 other => {
                     return Err(Error::unexpected(
@@ -255,13 +250,21 @@ impl RwLock {
     }
 
     async fn leave<C: ConnectionLike>(&self, conn: &mut C, key: &str, token: &str) -> Result<bool> {
-        let mut call = Call::new(self.inner.release);
-        call.key(format!("{key}:readers"))
-            .key(format!("{key}:writer"))
-            .key(format!("{key}:intent"))
-            .arg(token);
-        let left: i64 = self.inner.manager.invoke(conn, &call).await?;
+        let left: i64 = self
+            .inner
+            .manager
+            .invoke(conn, &self.leave_call(key, token))
+            .await?;
         status(self.inner.release, left)
+    }
+
+    fn leave_call(&self, key: &str, token: &str) -> Call<'_> {
+        let mut call = Call::new(self.inner.release);
+        call.key(schema::readers(key))
+            .key(schema::writer(key))
+            .key(schema::intent(key))
+            .arg(token);
+        call
     }
 
     /// Gives a read or write hold back (and stops its watchdog). [`Release::NotOwner`] when
@@ -278,12 +281,7 @@ impl RwLock {
         mut guard: LockGuard,
     ) -> Result<Release> {
         guard.stop_watchdog();
-        guard.clock.expire();
-        Ok(if self.leave(conn, &guard.key, &guard.token).await? {
-            Release::Released
-        } else {
-            Release::NotOwner
-        })
+        lease::release(self, conn, &guard.held, &()).await
     }
 
     /// Extends a read or write hold to its ttl from now (server time) if it has not ended;
@@ -300,27 +298,7 @@ impl RwLock {
         conn: &mut C,
         guard: &mut LockGuard,
     ) -> Result<Renew> {
-        let started = Instant::now();
-        let outcome = self
-            .renew_raw(conn, &guard.key, &guard.token, guard.ttl)
-            .await?;
-        Ok(guard.renewed(started, outcome))
-    }
-
-    pub(super) async fn renew_raw<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        key: &str,
-        token: &str,
-        ttl: Duration,
-    ) -> Result<Renew> {
-        let mut call = Call::new(self.inner.renew);
-        call.key(format!("{key}:readers"))
-            .key(format!("{key}:writer"))
-            .arg(token)
-            .arg(ms(ttl));
-        let renewed: i64 = self.inner.manager.invoke(conn, &call).await?;
-        renew_status(self.inner.renew, renewed)
+        lease::renew(self, conn, &guard.held).await
     }
 
     /// Starts a watchdog for `guard` (renewal about every ttl/3 over a clone of `conn`) and
@@ -336,8 +314,28 @@ impl RwLock {
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
-        let lease = guard.lease();
-        watchdog::watch(self.clone(), conn, &mut guard.watchdog, || lease)
+        watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
+    }
+}
+
+impl LeaseKind for RwLock {
+    type Extra = ();
+
+    fn manager(&self) -> &ScriptManager {
+        &self.inner.manager
+    }
+
+    fn renew_call(&self, held: &Held) -> Call<'_> {
+        let mut call = Call::new(self.inner.renew);
+        call.key(schema::readers(&held.key))
+            .key(schema::writer(&held.key))
+            .arg(&held.token)
+            .arg(ms(held.ttl));
+        call
+    }
+
+    fn release_call(&self, held: &Held, (): &()) -> Call<'_> {
+        self.leave_call(&held.key, &held.token)
     }
 }
 

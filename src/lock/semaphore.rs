@@ -7,24 +7,17 @@ use redis::aio::ConnectionLike;
 
 use super::fair::FairLock;
 use super::grant::Refused;
-use super::guard::{deadline, Clock};
-use super::ms;
+use super::lease::{self, Held, LeaseKind};
 use super::options::LockOptions;
-use super::outcome::{renew_status, status, Release, Renew};
+use super::outcome::{Release, Renew};
 use super::permit::{PermitAcquire, PermitGuard};
+use super::schema;
 use super::token::owner_token;
+use super::wait::{ms, Retry};
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::script::{Acked, Call, Registry, Script, ScriptManager};
-
-/// The wake-up list of a semaphore key: a release pushes one entry, a blocked acquire pops.
-pub(super) fn wake_key_of(key: &str) -> String {
-    format!("{key}{WAKE_SUFFIX}")
-}
-
-/// What [`wake_key_of`] appends to a lock or semaphore key.
-pub(super) const WAKE_SUFFIX: &str = ":wake";
 
 /// A counting semaphore on one Redis server or a Redis Cluster: at most `permits` owners hold
 /// a resource at once, each with an owner token and a lease measured by the server's clock.
@@ -143,7 +136,7 @@ impl Semaphore {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn key(&self, resource: &str) -> Result<String> {
-        keys::tagged_part(&self.inner.prefix, "resource", resource)
+        schema::base(&self.inner.prefix, resource)
     }
 
     /// One attempt: takes a permit when fewer than `permits` unexpired holders exist (or this
@@ -203,21 +196,14 @@ impl Semaphore {
             Some(token) => token.to_owned(),
             None => owner_token(),
         };
-        let give_up = options.give_up_from_now();
-        let mut attempt = 0;
+        let mut retry = Retry::new(options);
         loop {
             let outcome = self
                 .attempt(conn, &key, &token, permits, ttl_ms, options)
                 .await?;
-            if outcome.is_acquired() || attempt >= options.get_retries() {
+            if outcome.is_acquired() || !retry.again().await {
                 return Ok(outcome);
             }
-            let pause = options.pause();
-            if LockOptions::pause_ends_too_late(pause, give_up) {
-                return Ok(outcome);
-            }
-            tokio::time::sleep(pause).await;
-            attempt += 1;
         }
     }
 
@@ -264,14 +250,11 @@ impl Semaphore {
             [1, holders] => {
                 let ttl = Duration::from_millis(ttl_ms);
                 let drift = options.drift_allowance();
+                let held = Held::new(key.to_owned(), token.to_owned(), ttl, drift, started);
                 let guard = PermitGuard {
-                    key: key.to_owned(),
-                    token: token.to_owned(),
+                    held,
                     permits,
                     holders: count(*holders)?,
-                    ttl,
-                    drift,
-                    clock: Clock::new(deadline(started, ttl, drift)),
                     watchdog: None,
                 };
                 let valid = guard.is_valid();
@@ -312,18 +295,7 @@ impl Semaphore {
         mut guard: PermitGuard,
     ) -> Result<Release> {
         guard.watchdog = None;
-        guard.clock.expire();
-        let mut call = Call::new(self.inner.release);
-        call.key(&guard.key)
-            .key_suffixed(&guard.key, WAKE_SUFFIX)
-            .arg(&guard.token)
-            .arg(guard.permits);
-        let released: i64 = self.inner.manager.invoke(conn, &call).await?;
-        Ok(if status(self.inner.release, released)? {
-            Release::Released
-        } else {
-            Release::NotOwner
-        })
+        lease::release(self, conn, &guard.held, &guard.permits).await
     }
 
     /// Extends the permit's lease to its ttl from now (server time) if it has not ended, and
@@ -343,30 +315,7 @@ impl Semaphore {
         conn: &mut C,
         guard: &mut PermitGuard,
     ) -> Result<Renew> {
-        let started = Instant::now();
-        let outcome = self
-            .renew_raw(conn, &guard.key, &guard.token, guard.ttl)
-            .await?;
-        match outcome {
-            Renew::Renewed => guard.clock.set(deadline(started, guard.ttl, guard.drift)),
-            Renew::Lost => guard.clock.expire(),
-        }
-        Ok(outcome)
-    }
-
-    pub(super) async fn renew_raw<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        key: &str,
-        token: &str,
-        ttl: Duration,
-    ) -> Result<Renew> {
-        // The ttl was validated at acquire: at most 30 days of ms.
-        let ttl_ms = ms(ttl);
-        let mut call = Call::new(self.inner.renew);
-        call.key(key).arg(token).arg(ttl_ms);
-        let renewed: i64 = self.inner.manager.invoke(conn, &call).await?;
-        renew_status(self.inner.renew, renewed)
+        lease::renew(self, conn, &guard.held).await
     }
 
     /// Starts a watchdog for `permit`: a background task on the current tokio runtime that
@@ -390,14 +339,32 @@ impl Semaphore {
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
-        let lease = || watchdog::Lease {
-            key: permit.key.clone(),
-            token: permit.token.clone(),
-            ttl: permit.ttl,
-            drift: permit.drift,
-            clock: Arc::clone(&permit.clock),
-        };
-        watchdog::watch(self.clone(), conn, &mut permit.watchdog, lease)
+        watchdog::watch(self, conn, &mut permit.watchdog, &permit.held)
+    }
+}
+
+impl LeaseKind for Semaphore {
+    /// The permit count the guard was acquired with.
+    type Extra = u32;
+
+    fn manager(&self) -> &ScriptManager {
+        &self.inner.manager
+    }
+
+    fn renew_call(&self, held: &Held) -> Call<'_> {
+        // The ttl was validated at acquire: at most 30 days of ms.
+        let mut call = Call::new(self.inner.renew);
+        call.key(&held.key).arg(&held.token).arg(ms(held.ttl));
+        call
+    }
+
+    fn release_call(&self, held: &Held, permits: &u32) -> Call<'_> {
+        let mut call = Call::new(self.inner.release);
+        call.key(&held.key)
+            .key_suffixed(&held.key, schema::WAKE)
+            .arg(&held.token)
+            .arg(permits);
+        call
     }
 }
 

@@ -5,13 +5,15 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
+use super::guard::Acquire;
 use super::guard::LockGuard;
-use super::lock_wait::{block_on, wait_deadline};
 use super::options::LockOptions;
-use super::outcome::{Acquire, Renew};
+use super::outcome::Renew;
 use super::permit::PermitAcquire;
-use super::semaphore::{wake_key_of, Semaphore};
+use super::schema;
+use super::semaphore::Semaphore;
 use super::token::owner_token;
+use super::wait::{block_on, wait_deadline};
 use crate::error::Result;
 
 /// The lease of a fair acquire's place at the gate: a caller that dies there delays the ones
@@ -142,7 +144,7 @@ impl Semaphore {
         if options.get_token().is_none() {
             once = once.token(owner_token());
         }
-        let wake = wake_key_of(&self.key(resource)?);
+        let wake = schema::wake(&self.key(resource)?);
         loop {
             let outcome = self.acquire(conn, resource, permits, &once).await?;
             let PermitAcquire::Full { retry_after, .. } = &outcome else {

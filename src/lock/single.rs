@@ -6,39 +6,15 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
-use super::guard::{deadline, LockGuard};
-use super::ms;
+use super::guard::LockGuard;
+use super::lease::{self, deadline, Held, LeaseKind};
 use super::outcome::{renew_status, status, Release, Renew};
-use super::semaphore::WAKE_SUFFIX;
+use super::schema;
+use super::wait::ms;
 use super::watchdog::{self, LeaseSignal};
 use crate::error::Result;
 use crate::keys;
 use crate::script::{Acked, Call, Registry, Replication, Script, ScriptManager};
-
-/// How much longer than twice the lease a fence key lives after the last acquire or renewal.
-const FENCE_KEY_MARGIN_MS: u64 = 10_000;
-
-/// The fence key's TTL for a lease of `ttl_ms`: `2 × ttl + 10 s` (saturating).
-pub(super) fn fence_ttl_ms(ttl_ms: u64) -> u64 {
-    ttl_ms.saturating_mul(2).saturating_add(FENCE_KEY_MARGIN_MS)
-}
-
-/// The waiter flag of a lock key: set (with a TTL) by a blocked acquire before it tries, so
-/// a release knows to push a wake-up.
-pub(super) fn waiting_key_of(key: &str) -> String {
-    format!("{key}{WAITING_SUFFIX}")
-}
-
-/// What [`waiting_key_of`] appends to a lock key.
-const WAITING_SUFFIX: &str = ":waiting";
-
-/// The fence key of a lock key.
-pub(super) fn fence_key_of(key: &str) -> String {
-    let mut fence = String::with_capacity(key.len() + 6);
-    fence.push_str(key);
-    fence.push_str(":fence");
-    fence
-}
 
 /// A lock on one Redis server or Redis Cluster: one script round trip per operation.
 ///
@@ -94,7 +70,7 @@ impl Lock {
     ///
     /// ```
     /// let lock = redkit::lock::Lock::new();
-    /// assert_eq!(lock.lock_key("a{b}")?, "redkit:lock:{a%7Bb%7D}");
+    /// assert_eq!(lock.key("a{b}")?, "redkit:lock:{a%7Bb%7D}");
     /// assert_eq!(lock.fence_key("a{b}")?, "redkit:lock:{a%7Bb%7D}:fence");
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -150,13 +126,13 @@ impl Lock {
     }
 
     /// The key holding the owner token of `resource`.
-    pub fn lock_key(&self, resource: &str) -> Result<String> {
-        keys::tagged_part(&self.inner.prefix, "resource", resource)
+    pub fn key(&self, resource: &str) -> Result<String> {
+        schema::base(&self.inner.prefix, resource)
     }
 
     /// The key holding the fencing counter of `resource` (same hash slot as the lock key).
     pub fn fence_key(&self, resource: &str) -> Result<String> {
-        Ok(fence_key_of(&self.lock_key(resource)?))
+        Ok(schema::fence(&self.key(resource)?))
     }
 
     /// Compare-and-delete: deletes the key only if it still holds this guard's token.
@@ -182,18 +158,7 @@ impl Lock {
         mut guard: LockGuard,
     ) -> Result<Release> {
         guard.stop_watchdog();
-        guard.expire_shared_clock();
-        let mut call = Call::new(self.inner.release);
-        call.key(&guard.key)
-            .key_suffixed(&guard.key, WAITING_SUFFIX)
-            .key_suffixed(&guard.key, WAKE_SUFFIX)
-            .arg(&guard.token);
-        let released = self.inner.manager.invoke::<i64, _>(conn, &call).await?;
-        Ok(if status(self.inner.release, released)? {
-            Release::Released
-        } else {
-            Release::NotOwner
-        })
+        lease::release(self, conn, &guard.held, &()).await
     }
 
     /// Compare-and-PEXPIRE: resets the TTL to the guard's lease length only if the key still
@@ -213,11 +178,7 @@ impl Lock {
         conn: &mut C,
         guard: &mut LockGuard,
     ) -> Result<Renew> {
-        let started = Instant::now();
-        let outcome = self
-            .renew_raw(conn, &guard.key, &guard.token, guard.ttl)
-            .await?;
-        Ok(guard.renewed(started, outcome))
+        lease::renew(self, conn, &guard.held).await
     }
 
     /// Like [`renew`](Self::renew), followed by `WAIT` for `replication` in the same round
@@ -238,7 +199,8 @@ impl Lock {
         replication: Replication,
     ) -> Result<Acked<Renew>> {
         let started = Instant::now();
-        let call = self.renew_call(&guard.key, &guard.token, guard.ttl);
+        let held = &guard.held;
+        let call = self.renew_call_of(&held.key, &held.token, held.ttl);
         let (renewed, ack) = self
             .inner
             .manager
@@ -246,24 +208,24 @@ impl Lock {
             .await?
             .split();
         let outcome = if status(self.inner.renew, renewed)? {
-            guard.clock.set(deadline(started, guard.ttl, guard.drift));
+            held.clock.set(deadline(started, held.ttl, held.drift));
             Renew::Renewed
         } else {
-            guard.clock.expire();
+            held.clock.expire();
             Renew::Lost
         };
         Ok(ack.map(|()| outcome))
     }
 
-    fn renew_call<'a>(&'a self, key: &str, token: &str, ttl: Duration) -> Call<'a> {
+    fn renew_call_of<'a>(&'a self, key: &str, token: &str, ttl: Duration) -> Call<'a> {
         // The ttl was validated at acquire: at most 30 days of ms.
         let ttl_ms = ms(ttl);
         let mut call = Call::new(self.inner.renew);
         call.key(key)
-            .key(fence_key_of(key))
+            .key(schema::fence(key))
             .arg(token)
             .arg(ttl_ms)
-            .arg(fence_ttl_ms(ttl_ms));
+            .arg(schema::fence_ttl_ms(ttl_ms));
         call
     }
 
@@ -274,7 +236,7 @@ impl Lock {
         token: &str,
         ttl: Duration,
     ) -> Result<Renew> {
-        let call = self.renew_call(key, token, ttl);
+        let call = self.renew_call_of(key, token, ttl);
         let renewed = self.inner.manager.invoke::<i64, _>(conn, &call).await?;
         renew_status(self.inner.renew, renewed)
     }
@@ -302,12 +264,32 @@ impl Lock {
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
-        let lease = guard.lease();
-        watchdog::watch(self.clone(), conn, &mut guard.watchdog, || lease)
+        watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
     }
 
     pub(super) fn fenced_set_script(&self) -> &'static Script {
         self.inner.fenced_set
+    }
+}
+
+impl LeaseKind for Lock {
+    type Extra = ();
+
+    fn manager(&self) -> &ScriptManager {
+        &self.inner.manager
+    }
+
+    fn renew_call(&self, held: &Held) -> Call<'_> {
+        self.renew_call_of(&held.key, &held.token, held.ttl)
+    }
+
+    fn release_call(&self, held: &Held, (): &()) -> Call<'_> {
+        let mut call = Call::new(self.inner.release);
+        call.key(&held.key)
+            .key_suffixed(&held.key, schema::WAITING)
+            .key_suffixed(&held.key, schema::WAKE)
+            .arg(&held.token);
+        call
     }
 }
 

@@ -9,88 +9,27 @@ use redis::aio::ConnectionLike;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::fair::FairLock;
-use super::guard::{deadline, Clock};
+use super::lease::{deadline, renew_once, Held, LeaseKind};
 use super::outcome::{LeaseLoss, Renew};
-use super::reentrant::ReentrantLock;
-use super::rw::RwLock;
-use super::semaphore::Semaphore;
-use super::single::Lock;
 use crate::error::{Error, Result};
 
-/// What a watchdog renews: a lock's key or a semaphore permit.
-#[derive(Debug, Clone)]
-pub(crate) enum Renewer {
-    Lock(Lock),
-    Semaphore(Semaphore),
-    Fair(FairLock),
-    Rw(RwLock),
-    Reentrant(ReentrantLock),
-}
-
-impl From<ReentrantLock> for Renewer {
-    fn from(lock: ReentrantLock) -> Self {
-        Self::Reentrant(lock)
-    }
-}
-
-impl From<RwLock> for Renewer {
-    fn from(rw: RwLock) -> Self {
-        Self::Rw(rw)
-    }
-}
-
-impl From<FairLock> for Renewer {
-    fn from(fair: FairLock) -> Self {
-        Self::Fair(fair)
-    }
-}
-
-impl From<Lock> for Renewer {
-    fn from(lock: Lock) -> Self {
-        Self::Lock(lock)
-    }
-}
-
-impl From<Semaphore> for Renewer {
-    fn from(semaphore: Semaphore) -> Self {
-        Self::Semaphore(semaphore)
-    }
-}
-
-impl Renewer {
-    async fn renew<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        key: &str,
-        token: &str,
-        ttl: Duration,
-    ) -> Result<Renew> {
-        match self {
-            Self::Lock(lock) => lock.renew_raw(conn, key, token, ttl).await,
-            Self::Semaphore(semaphore) => semaphore.renew_raw(conn, key, token, ttl).await,
-            Self::Fair(fair) => fair.renew_raw(conn, key, token, ttl).await,
-            Self::Rw(rw) => rw.renew_raw(conn, key, token, ttl).await,
-            Self::Reentrant(lock) => lock.renew_raw(conn, key, token, ttl).await,
-        }
-    }
-}
-
-/// The running watchdog's signal from `slot`, or a new watchdog for `lease()` stored there:
-/// what every `watch` does. [`Error::InvalidInput`] outside a tokio runtime.
-pub(crate) fn watch<C>(
-    renewer: impl Into<Renewer>,
+/// The running watchdog's signal from `slot`, or a new watchdog renewing `held` through
+/// `kind` stored there: what every `watch` does. [`Error::InvalidInput`] outside a tokio
+/// runtime.
+pub(crate) fn watch<K, C>(
+    kind: &K,
     conn: &C,
     slot: &mut Option<WatchdogHandle>,
-    lease: impl FnOnce() -> Lease,
+    held: &Held,
 ) -> Result<LeaseSignal>
 where
+    K: LeaseKind,
     C: ConnectionLike + Clone + Send + 'static,
 {
     if let Some(running) = slot {
         return Ok(running.signal.clone());
     }
-    let handle = spawn(renewer, conn.clone(), lease())
+    let handle = spawn(kind.clone(), conn.clone(), held.clone())
         .ok_or_else(|| Error::invalid("runtime", "the watchdog needs a tokio runtime"))?;
     let signal = handle.signal.clone();
     *slot = Some(handle);
@@ -171,30 +110,16 @@ impl Drop for WatchdogHandle {
     }
 }
 
-/// Everything the task needs, owned.
-pub(crate) struct Lease {
-    pub(crate) key: String,
-    pub(crate) token: String,
-    pub(crate) ttl: Duration,
-    pub(crate) drift: Duration,
-    pub(crate) clock: Arc<Clock>,
-}
-
 /// Spawns the watchdog on the current tokio runtime (`None` outside a runtime).
-pub(crate) fn spawn<C>(renewer: impl Into<Renewer>, conn: C, lease: Lease) -> Option<WatchdogHandle>
+fn spawn<K, C>(kind: K, conn: C, lease: Held) -> Option<WatchdogHandle>
 where
+    K: LeaseKind,
     C: ConnectionLike + Send + 'static,
 {
     let runtime = tokio::runtime::Handle::try_current().ok()?;
     let signal = LeaseSignal::new();
     let stop = CancellationToken::new();
-    let task = runtime.spawn(run(
-        renewer.into(),
-        conn,
-        lease,
-        signal.clone(),
-        stop.clone(),
-    ));
+    let task = runtime.spawn(run(kind, conn, lease, signal.clone(), stop.clone()));
     Some(WatchdogHandle { signal, stop, task })
 }
 
@@ -207,10 +132,10 @@ async fn unless_stopped<F: Future>(stop: &CancellationToken, fut: F) -> Option<F
     }
 }
 
-async fn run<C: ConnectionLike>(
-    lock: Renewer,
+async fn run<K: LeaseKind, C: ConnectionLike>(
+    kind: K,
     mut conn: C,
-    lease: Lease,
+    lease: Held,
     signal: LeaseSignal,
     stop: CancellationToken,
 ) {
@@ -239,10 +164,7 @@ async fn run<C: ConnectionLike>(
             return;
         }
         let started = Instant::now();
-        let attempt = tokio::time::timeout(
-            remaining,
-            lock.renew(&mut conn, &lease.key, &lease.token, lease.ttl),
-        );
+        let attempt = tokio::time::timeout(remaining, renew_once(&kind, &mut conn, &lease));
         let Some(result) = unless_stopped(&stop, attempt).await else {
             return;
         };

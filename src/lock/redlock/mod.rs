@@ -13,9 +13,11 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use self::tally::{Answer, Tally};
-use super::guard::deadline;
+use super::lease::deadline;
 use super::options::LockOptions;
+use super::schema;
 use super::token::owner_token;
+use super::wait::Retry;
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::script::{script_error, Call, Registry, Script, ScriptManager};
@@ -117,7 +119,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     /// let redlock = redkit::lock::Redlock::new(nodes)?
     ///     .with_prefix("app:redlock")?
     ///     .with_node_timeout(Duration::from_millis(30));
-    /// assert_eq!(redlock.lock_key("job")?, "app:redlock:{job}");
+    /// assert_eq!(redlock.key("job")?, "app:redlock:{job}");
     /// # Ok(()) }
     /// ```
     pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
@@ -151,8 +153,8 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     }
 
     /// The key of `resource` on every node.
-    pub fn lock_key(&self, resource: &str) -> Result<String> {
-        keys::tagged_part(&self.prefix, "resource", resource)
+    pub fn key(&self, resource: &str) -> Result<String> {
+        schema::base(&self.prefix, resource)
     }
 
     /// Acquires on a quorum, retrying as `options` allow (retries, jittered delay, overall
@@ -190,21 +192,13 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
                 "must be non-zero and much shorter than the ttl",
             ));
         }
-        let key = self.lock_key(resource)?;
-        let give_up = options.give_up_from_now();
-        let mut attempt = 0;
+        let key = self.key(resource)?;
+        let mut retry = Retry::new(options);
         loop {
             let result = self.attempt(&key, ttl_ms, options).await;
-            if matches!(result, Ok(RedlockAcquire::Acquired(_))) || attempt >= options.get_retries()
-            {
+            if matches!(result, Ok(RedlockAcquire::Acquired(_))) || !retry.again().await {
                 return result;
             }
-            let pause = options.pause();
-            if LockOptions::pause_ends_too_late(pause, give_up) {
-                return result;
-            }
-            tokio::time::sleep(pause).await;
-            attempt += 1;
         }
     }
 

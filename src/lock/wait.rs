@@ -1,0 +1,101 @@
+//! The acquire loop every lock kind shares: bounded retries with jittered pauses and an
+//! overall deadline ([`Retry`], from [`LockOptions`]), and waiting for a notification
+//! without polling ([`block_on`], bounded by [`wait_deadline`]). A leaf: it imports only
+//! the options.
+
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+
+use super::options::LockOptions;
+use crate::error::{Error, Result};
+
+/// A duration in whole milliseconds for a script argument (saturating; leases are validated
+/// to at most 30 days before they get here).
+pub(crate) fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The retry policy of one acquire: up to [`LockOptions::retries`] more attempts, each
+/// after [`LockOptions::retry_delay`] plus random jitter, none started after
+/// [`LockOptions::max_wait`]. Every kind's acquire loop is
+/// `loop { attempt; if held elsewhere && !retry.again().await { answer busy } }`.
+pub(crate) struct Retry<'a> {
+    options: &'a LockOptions,
+    give_up: Option<Instant>,
+    attempt: u32,
+}
+
+impl<'a> Retry<'a> {
+    /// Starts the clock of `options`' overall deadline (read only when `max_wait` is set).
+    pub(crate) fn new(options: &'a LockOptions) -> Self {
+        Self {
+            options,
+            give_up: options.give_up_from_now(),
+            attempt: 0,
+        }
+    }
+
+    /// After an attempt that did not acquire: pauses and answers `true` when another
+    /// attempt is allowed, `false` (at once) when the retries are used up or the pause would
+    /// end after the deadline.
+    pub(crate) async fn again(&mut self) -> bool {
+        if self.attempt >= self.options.get_retries() {
+            return false;
+        }
+        let pause = self.options.pause();
+        if LockOptions::pause_ends_too_late(pause, self.give_up) {
+            return false;
+        }
+        tokio::time::sleep(pause).await;
+        self.attempt += 1;
+        true
+    }
+}
+
+/// The deadline `wait` from now: [`Error::InvalidInput`] for zero or an unrepresentable one.
+pub(super) fn wait_deadline(wait: Duration) -> Result<Instant> {
+    Instant::now()
+        .checked_add(wait)
+        .filter(|_| !wait.is_zero())
+        .ok_or_else(|| Error::invalid("wait", "must be positive and representable"))
+}
+
+/// Longest single `BLPOP`: well below redis-rs's default 500 ms response timeout, so a
+/// connection with default settings can wait. Redis ends a blocking command's timeout on its
+/// event loop's timer, up to `1000 / hz` ms late (100 ms at the default `hz 10`; measured: 1
+/// `BLPOP k 0.4` in 20 answered after 500 ms), and a loaded machine adds scheduling delay: 250
+/// ms leaves that margin. A longer block is several `BLPOP`s in a row (nothing else is sent
+/// between them).
+const MAX_BLPOP: Duration = Duration::from_millis(250);
+
+/// Blocks on `key` for up to `block` (at least 1 ms, never "forever"), as `BLPOP`s of at most
+/// [`MAX_BLPOP`]; returns as soon as one pops something (only a hint: the caller tries again).
+/// A `BLPOP` whose reply misses the connection's response timeout also ends the block: the
+/// caller's next attempt tells whether the server is there (it fails if not), and a wake-up
+/// popped by the late reply is not lost for this caller, who tries again anyway.
+pub(super) async fn block_on<C: ConnectionLike, K: redis::ToRedisArgs + Copy>(
+    conn: &mut C,
+    key: K,
+    block: Duration,
+) -> Result<()> {
+    let until = Instant::now().checked_add(block);
+    loop {
+        let left = until.map_or(MAX_BLPOP, |u| u.saturating_duration_since(Instant::now()));
+        let step = left.min(MAX_BLPOP);
+        let seconds = format!("{:.3}", step.as_secs_f64().max(0.001));
+        let popped: redis::Value = match redis::cmd("BLPOP")
+            .arg(key)
+            .arg(seconds)
+            .query_async(conn)
+            .await
+        {
+            Ok(popped) => popped,
+            Err(e) if e.is_timeout() => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        if !matches!(popped, redis::Value::Nil) || step >= left {
+            return Ok(());
+        }
+    }
+}
