@@ -78,9 +78,10 @@ fn mirror(blocks: &[Block]) -> String {
     out.push_str(" (written by REDKIT_BLESS=1; do not edit)\n");
     out.push_str("#[rustfmt::skip]\nmod recipes {\n");
     for (i, block) in blocks.iter().enumerate() {
+        // No README line numbers here: prose edits above a block need no bless.
         out.push_str(&format!(
-            "/// README.md line {}.\nmod recipe_{:02} {{\n",
-            block.line,
+            "/// README.md's rust block {}.\nmod recipe_{:02} {{\n",
+            i + 1,
             i + 1
         ));
         out.push_str(&block.code);
@@ -88,14 +89,10 @@ fn mirror(blocks: &[Block]) -> String {
             "pub(super) fn run() -> Result<(), String> {\n    main().map_err(|e| e.to_string())\n}\n}\n",
         );
     }
-    out.push_str("/// Each recipe's README line and its `main`.\n");
-    out.push_str("pub(super) const ALL: &[(usize, super::Recipe)] = &[\n");
-    for (i, block) in blocks.iter().enumerate() {
-        out.push_str(&format!(
-            "    ({}, recipe_{:02}::run),\n",
-            block.line,
-            i + 1
-        ));
+    out.push_str("/// Each recipe's `main`, in README order.\n");
+    out.push_str("pub(super) const ALL: &[super::Recipe] = &[\n");
+    for i in 0..blocks.len() {
+        out.push_str(&format!("    recipe_{:02}::run,\n", i + 1));
     }
     out.push_str("];\n}\n");
     out.push_str(END);
@@ -176,8 +173,11 @@ fn readme_and_mirror_agree() {
 #[test]
 fn every_recipe_runs() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
+    let readme = std::fs::read_to_string(README).unwrap();
+    let lines: Vec<usize> = rust_blocks(&readme).iter().map(|b| b.line).collect();
+    assert_eq!(lines.len(), recipes::ALL.len(), "{BLESS}");
     let mut failures = Vec::new();
-    for &(line, run) in recipes::ALL {
+    for (&line, &run) in lines.iter().zip(recipes::ALL) {
         let server = runtime.block_on(support::RedisServer::spawn());
         std::env::set_var("REDIS_URL", server.url());
         // Each recipe builds its own runtime (`#[tokio::main]`): a thread outside this one.
@@ -206,7 +206,7 @@ fn every_recipe_runs() {
 // @generated README recipes: begin (written by REDKIT_BLESS=1; do not edit)
 #[rustfmt::skip]
 mod recipes {
-/// README.md line 112.
+/// README.md's rust block 1.
 mod recipe_01 {
 use std::time::Duration;
 
@@ -238,7 +238,7 @@ pub(super) fn run() -> Result<(), String> {
     main().map_err(|e| e.to_string())
 }
 }
-/// README.md line 158.
+/// README.md's rust block 2.
 mod recipe_02 {
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -286,7 +286,7 @@ pub(super) fn run() -> Result<(), String> {
     main().map_err(|e| e.to_string())
 }
 }
-/// README.md line 229.
+/// README.md's rust block 3.
 mod recipe_03 {
 use std::time::Duration;
 
@@ -328,7 +328,7 @@ pub(super) fn run() -> Result<(), String> {
     main().map_err(|e| e.to_string())
 }
 }
-/// README.md line 278.
+/// README.md's rust block 4.
 mod recipe_04 {
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -386,7 +386,7 @@ pub(super) fn run() -> Result<(), String> {
     main().map_err(|e| e.to_string())
 }
 }
-/// README.md line 357.
+/// README.md's rust block 5.
 mod recipe_05 {
 use std::time::Duration;
 
@@ -439,7 +439,7 @@ pub(super) fn run() -> Result<(), String> {
     main().map_err(|e| e.to_string())
 }
 }
-/// README.md line 439.
+/// README.md's rust block 6.
 mod recipe_06 {
 use std::time::Duration;
 
@@ -485,7 +485,7 @@ pub(super) fn run() -> Result<(), String> {
     main().map_err(|e| e.to_string())
 }
 }
-/// README.md line 492.
+/// README.md's rust block 7.
 mod recipe_07 {
 use redkit::{Call, Registry, ScriptManager};
 
@@ -515,7 +515,7 @@ pub(super) fn run() -> Result<(), String> {
     main().map_err(|e| e.to_string())
 }
 }
-/// README.md line 541.
+/// README.md's rust block 8.
 mod recipe_08 {
 use std::time::Duration;
 
@@ -562,16 +562,16 @@ pub(super) fn run() -> Result<(), String> {
     main().map_err(|e| e.to_string())
 }
 }
-/// Each recipe's README line and its `main`.
-pub(super) const ALL: &[(usize, super::Recipe)] = &[
-    (112, recipe_01::run),
-    (158, recipe_02::run),
-    (229, recipe_03::run),
-    (278, recipe_04::run),
-    (357, recipe_05::run),
-    (439, recipe_06::run),
-    (492, recipe_07::run),
-    (541, recipe_08::run),
+/// Each recipe's `main`, in README order.
+pub(super) const ALL: &[super::Recipe] = &[
+    recipe_01::run,
+    recipe_02::run,
+    recipe_03::run,
+    recipe_04::run,
+    recipe_05::run,
+    recipe_06::run,
+    recipe_07::run,
+    recipe_08::run,
 ];
 }
 // @generated README recipes: end
