@@ -518,6 +518,8 @@ mod tests {
         let p = Policies::new(fw("d", 1)).route("/", fw("root", 2)).unwrap();
         assert_eq!(p.for_path("/").name(), "root");
         assert_eq!(p.for_path("/anything").name(), "root");
+        // The root route is every path, even one that does not start with '/'.
+        assert_eq!(p.for_path("no-slash").name(), "root");
     }
 
     #[test]

@@ -400,6 +400,27 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_cost_of_exactly_the_burst_is_limited_not_impossible() {
+        let l = Gcra::new("t", 10, Duration::from_secs(1)).unwrap();
+        let d = l.decode(reply([0, 0, 100_000, 100_000, 5]), 10).unwrap();
+        assert!(matches!(d, Decision::Limited { .. }), "{d:?}");
+        let d = l.decode(reply([0, 0, 0, 100_000, 5]), 11).unwrap();
+        assert!(
+            matches!(d, Decision::CostExceedsLimit { cost: 11, .. }),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn debug_shows_the_settings() {
+        let l = Gcra::new("api", 10, Duration::from_secs(1)).unwrap();
+        let debug = format!("{l:?}");
+        for part in ["Gcra", "\"api\"", "rate: 10", "burst: 10", "gcra.v1"] {
+            assert!(debug.contains(part), "{part} in {debug}");
+        }
+    }
+
+    #[test]
     fn decodes_outcomes() {
         let l = Gcra::new("t", 10, Duration::from_secs(1)).unwrap();
         let d = l.decode(reply([1, 9, 0, 100_000, 5]), 1).unwrap();

@@ -277,6 +277,16 @@ mod tests {
     }
 
     #[test]
+    fn accessors_return_what_was_set() {
+        use crate::script::{Backend, ScriptManager};
+        let l = SlidingWindow::new("t", 5, Duration::from_secs(2)).unwrap();
+        assert_eq!(l.manager().backend(), Backend::Scripts);
+        let l = l.with_manager(ScriptManager::new().with_backend(Backend::Functions));
+        assert_eq!(l.manager().backend(), Backend::Functions);
+        assert_eq!((l.limit(), l.window()), (5, Duration::from_secs(2)));
+    }
+
+    #[test]
     fn decodes_outcomes_and_rejects_bad_replies() {
         let l = SlidingWindow::new("t", 10, Duration::from_secs(1)).unwrap();
         let d = l.decode(reply([1, 4, 0, 1500]), 1).unwrap();
