@@ -449,3 +449,37 @@ async fn gcra_cached_refusal_ends_at_its_retry_after() {
     assert!(l.reset(&mut conn, &client).await.unwrap());
     assert!(l.check(&mut conn, &client).await.unwrap().is_allowed());
 }
+
+/// GCRA: a refusal of cost `c` is cached for every cost of at least `c` (answered locally),
+/// and only for those: a smaller cost may fit and goes to Redis.
+#[tokio::test]
+async fn gcra_cached_refusal_covers_exactly_the_costs_that_cannot_fit() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let cache = DenyCache::new(100).unwrap();
+    let l = Gcra::new("gcra-cost", 10, Duration::from_secs(60))
+        .unwrap()
+        .with_deny_cache(cache.clone());
+    let client = key("c");
+    // 9 of the 10 units: 1 left, refilled one per 6 s.
+    assert!(l.check_n(&mut conn, &client, 9).await.unwrap().is_allowed());
+    let d = l.check_n(&mut conn, &client, 3).await.unwrap();
+    assert!(matches!(d, Decision::Limited { .. }), "{d:?}");
+    let calls = server.evalsha_calls().await;
+    let hits = cache.stats().hits;
+    // The same cost, and a larger one: refused locally.
+    for cost in [3, 4] {
+        let d = l.check_n(&mut conn, &client, cost).await.unwrap();
+        assert!(matches!(d, Decision::Limited { .. }), "{d:?}");
+    }
+    assert_eq!(cache.stats().hits, hits + 2, "costs >= 3 answered locally");
+    assert_eq!(
+        server.evalsha_calls().await,
+        calls,
+        "no script call for them"
+    );
+    // A smaller cost goes to Redis, which allows it (1 unit left).
+    assert!(l.check_n(&mut conn, &client, 1).await.unwrap().is_allowed());
+    assert_eq!(cache.stats().hits, hits + 2);
+    assert_eq!(server.evalsha_calls().await, calls + 1);
+}

@@ -724,6 +724,28 @@ mod tests {
     }
 
     #[test]
+    fn decodes_the_edges() {
+        let l = limiter();
+        // No TTL left (PTTL 0 or below): the reset is a full window.
+        for pttl in [0, -1] {
+            let d = l.decode(reply(3, pttl, 1), 1, None).unwrap();
+            assert_eq!(d.quota().reset_after(), l.window(), "pttl {pttl}");
+        }
+        let d = l.decode(reply(3, 1, 1), 1, None).unwrap();
+        assert_eq!(d.quota().reset_after(), Duration::from_millis(1));
+        // A refused cost of exactly the limit may pass later: Limited, not CostExceedsLimit.
+        let d = l.decode(reply(1, 400, 0), l.limit(), None).unwrap();
+        assert!(matches!(d, Decision::Limited { .. }), "{d:?}");
+        // A RESP error in place of the reply is the script's own error.
+        let wrong_type = redis::parse_redis_value(b"-WRONGTYPE Operation against a key\r\n")
+            .expect("RESP error parses");
+        assert!(matches!(
+            l.decode(wrong_type, 1, None),
+            Err(Error::WrongType { .. })
+        ));
+    }
+
+    #[test]
     fn decodes_outcomes() {
         let l = limiter();
         let d = l.decode(reply(3, 500, 1), 1, None).unwrap();

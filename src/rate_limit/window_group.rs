@@ -190,3 +190,48 @@ fn element(script: &Script, item: Value) -> Result<Value> {
 fn is_cross_slot(e: &Error) -> bool {
     matches!(e, Error::Redis(r) if r.kind() == ErrorKind::Server(ServerErrorKind::CrossSlot))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Registry;
+
+    fn script() -> &'static Script {
+        Registry::global()
+            .require("fixed_window_group", 1)
+            .expect("embedded")
+    }
+
+    #[test]
+    fn an_element_is_a_value_or_a_one_line_error_text() {
+        assert_eq!(element(script(), Value::Int(3)).unwrap(), Value::Int(3));
+        assert!(matches!(
+            element(script(), Value::BulkString(b"WRONGTYPE no".to_vec())),
+            Err(Error::WrongType { .. })
+        ));
+        for text in [&b"ERR a\nb"[..], b"ERR a\rb", b"ERR a\r\nb"] {
+            assert!(
+                matches!(
+                    element(script(), Value::BulkString(text.to_vec())),
+                    Err(Error::UnexpectedReply { .. })
+                ),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_crossslot_is_cross_slot() {
+        assert!(!is_cross_slot(&Error::invalid("x", "y")));
+        let wrong_type = redis::parse_redis_value(b"-WRONGTYPE no\r\n").unwrap();
+        let Value::ServerError(e) = wrong_type else {
+            unreachable!()
+        };
+        assert!(!is_cross_slot(&Error::Redis(e.into())));
+        let Value::ServerError(e) = redis::parse_redis_value(b"-CROSSSLOT Keys\r\n").unwrap()
+        else {
+            unreachable!()
+        };
+        assert!(is_cross_slot(&Error::Redis(e.into())));
+    }
+}
