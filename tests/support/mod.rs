@@ -3,8 +3,9 @@
 //! own data directory, so tests are isolated and parallel-safe; servers die with their handle.
 //!
 //! Back-ends: a local `redis-server` binary when one is on PATH (or `REDKIT_REDIS_SERVER`),
-//! else Redis 7.0.15 in Docker through testcontainers; with neither, a message says what to
-//! install. Valkey (the newer server) is optional: see `require_valkey!`.
+//! else (with the `docker-tests` feature) Redis 7.0.15 in Docker through testcontainers; with
+//! neither, a message says what to install. Valkey (the newer server) is optional: see
+//! `require_valkey!`.
 #![allow(dead_code, unreachable_pub)]
 
 mod container;
