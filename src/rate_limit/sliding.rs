@@ -277,6 +277,21 @@ mod tests {
     }
 
     #[test]
+    fn debug_shows_the_settings() {
+        let l = SlidingWindow::new("api", 5, Duration::from_secs(2)).unwrap();
+        let debug = format!("{l:?}");
+        for part in [
+            "SlidingWindow",
+            "\"api\"",
+            "limit: 5",
+            "2s",
+            "sliding_window.v1",
+        ] {
+            assert!(debug.contains(part), "{part} in {debug}");
+        }
+    }
+
+    #[test]
     fn accessors_return_what_was_set() {
         use crate::script::{Backend, ScriptManager};
         let l = SlidingWindow::new("t", 5, Duration::from_secs(2)).unwrap();
