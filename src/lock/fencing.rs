@@ -217,3 +217,16 @@ impl Lock {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fenced_key_is_1_to_max_bytes() {
+        assert!(check_key("").is_err());
+        assert!(check_key("k").is_ok());
+        assert!(check_key(&"k".repeat(MAX_FENCED_KEY_LEN)).is_ok());
+        assert!(check_key(&"k".repeat(MAX_FENCED_KEY_LEN + 1)).is_err());
+    }
+}

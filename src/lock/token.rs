@@ -78,6 +78,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_issued_token_is_positive() {
+        let script = crate::Registry::global()
+            .require("lock_fence", 1)
+            .expect("embedded");
+        assert_eq!(issued(script, 1).unwrap().get(), 1);
+        for bad in [0, -1, i64::MIN] {
+            assert!(
+                matches!(issued(script, bad), Err(Error::UnexpectedReply { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn stored_tokens_follow_redis_integer_rules() {
         assert_eq!(
             parse_positive("1795435488341871"),
