@@ -632,3 +632,54 @@ async fn aligned_windows_group_too() {
     let ttl: i64 = server.cmd(&["PTTL", &limiter.redis_key(&key("a"))]).await;
     assert!(ttl > 0 && ttl <= 86_405_000, "{ttl}");
 }
+
+/// `rejected_calls` of `command` so far (`INFO commandstats`): calls the server refused before
+/// running them (here: an ACL denial).
+async fn rejected_calls(server: &RedisServer, command: &str) -> u64 {
+    let stats: String = server.cmd(&["INFO", "commandstats"]).await;
+    let prefix = format!("cmdstat_{command}:");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|fields| {
+            fields
+                .split(',')
+                .find_map(|f| f.strip_prefix("rejected_calls="))
+        })
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A group refused whole for another reason than spanning hash slots fails each of its
+/// checks with that error and is NOT re-sent check by check (only a `CROSSSLOT` refusal is,
+/// since nothing ran): a user denied `EVALSHA` sends the first check and the queued group as
+/// two rejected calls, not one per check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_refused_whole_is_not_resent_check_by_check() {
+    let mut server = RedisServer::spawn().await;
+    let _ = preloaded(&server).await;
+    let conn = support::denied_conn(&server, "evalsha").await;
+    let limiter = grouped("g", 3);
+    let before = rejected_calls(&server, "evalsha").await;
+    let (outcomes, answered) = frozen_group(&mut server, &limiter, &conn, &CHECKS).await;
+    let rejected = rejected_calls(&server, "evalsha").await - before;
+    assert_eq!(answered, 0, "no EVALSHA ran");
+    assert_eq!(outcomes.len(), CHECKS.len() + 1);
+    for outcome in &outcomes {
+        match outcome {
+            Err(Error::PermissionDenied { detail, .. }) => {
+                assert!(detail.contains("evalsha"), "{detail}")
+            }
+            other => panic!("every check fails with the refusal: {other:?}"),
+        }
+    }
+    assert_eq!(
+        rejected, 2,
+        "the first check alone, then ONE call for the nine queued (not one per check)"
+    );
+    // Nothing counted.
+    for (k, _) in CHECKS {
+        let redis_key = limiter.redis_key(&key(k));
+        assert_eq!(server.cmd::<i64>(&["EXISTS", &redis_key]).await, 0, "{k}");
+    }
+}
