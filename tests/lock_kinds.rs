@@ -1,0 +1,210 @@
+//! What every lock kind promises alike, against real Redis: its keys live under the prefix
+//! it was given (and nothing under the default one), and every script call of a hold
+//! (acquire, renew, release) runs on the `ScriptManager` it was given, so that manager's
+//! `Stats` count each call's `NOSCRIPT` recovery after a `SCRIPT FLUSH`.
+
+mod support;
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redkit::lock::{
+    Acquire, FairLock, Lock, LockOptions, Owner, PermitAcquire, ReentrantLock, Release, Renew,
+    RwLock, Semaphore,
+};
+use redkit::ScriptManager;
+use support::RedisServer;
+
+fn options() -> LockOptions {
+    LockOptions::new().ttl(Duration::from_secs(30))
+}
+
+/// Every key on the server.
+async fn keys(server: &RedisServer) -> Vec<String> {
+    let mut keys: Vec<String> = server.cmd(&["KEYS", "*"]).await;
+    keys.sort();
+    keys
+}
+
+/// Empties the script cache: the next call of every script is answered `NOSCRIPT`.
+async fn flush(server: &RedisServer) {
+    let _: () = server.cmd(&["SCRIPT", "FLUSH"]).await;
+}
+
+/// The keys a hold left are all under `prefix`, and at least one is.
+async fn assert_under(server: &RedisServer, prefix: &str, kind: &str) {
+    let keys = keys(server).await;
+    assert!(!keys.is_empty(), "{kind}: the hold wrote no key");
+    for key in &keys {
+        assert!(
+            key.starts_with(&format!("{prefix}:")),
+            "{kind}: {key} is not under {prefix}"
+        );
+    }
+}
+
+/// One `NOSCRIPT` recovery per call: acquire, renew and release each after a `SCRIPT FLUSH`.
+fn assert_counted(manager: &ScriptManager, kind: &str) {
+    assert_eq!(
+        manager.stats().noscript_fallbacks,
+        3,
+        "{kind}: acquire, renew and release each recovered on the shared manager"
+    );
+}
+
+async fn conn_and_manager(server: &RedisServer) -> (MultiplexedConnection, ScriptManager) {
+    flush(server).await;
+    (server.conn().await, ScriptManager::new())
+}
+
+#[tokio::test]
+async fn a_lock_keeps_to_its_prefix_and_its_manager() {
+    let server = RedisServer::spawn().await;
+    let (mut conn, manager) = conn_and_manager(&server).await;
+    let lock = Lock::new()
+        .with_prefix("t:lock")
+        .unwrap()
+        .with_manager(manager.clone());
+    assert_eq!(lock.prefix(), "t:lock");
+    assert!(lock.key("r").unwrap().starts_with("t:lock:"));
+    let options = options().fencing(true);
+    let Acquire::Acquired(mut guard) = lock.acquire(&mut conn, "r", &options).await.unwrap() else {
+        panic!("a free lock")
+    };
+    assert_under(&server, "t:lock", "Lock").await;
+    flush(&server).await;
+    assert_eq!(
+        lock.renew(&mut conn, &mut guard).await.unwrap(),
+        Renew::Renewed
+    );
+    flush(&server).await;
+    assert_eq!(
+        lock.release(&mut conn, guard).await.unwrap(),
+        Release::Released
+    );
+    assert_counted(&manager, "Lock");
+    assert_eq!(lock.manager().stats(), manager.stats());
+}
+
+#[tokio::test]
+async fn a_fair_lock_keeps_to_its_prefix_and_its_manager() {
+    let server = RedisServer::spawn().await;
+    let (mut conn, manager) = conn_and_manager(&server).await;
+    let lock = FairLock::new()
+        .with_prefix("t:fair")
+        .unwrap()
+        .with_manager(manager.clone());
+    assert!(lock.key("r").unwrap().starts_with("t:fair:"));
+    let acquired = lock
+        .acquire_blocking(&mut conn, "r", &options(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let Acquire::Acquired(mut guard) = acquired else {
+        panic!("a free lock")
+    };
+    assert_under(&server, "t:fair", "FairLock").await;
+    flush(&server).await;
+    assert_eq!(
+        lock.renew(&mut conn, &mut guard).await.unwrap(),
+        Renew::Renewed
+    );
+    flush(&server).await;
+    assert_eq!(
+        lock.release(&mut conn, guard).await.unwrap(),
+        Release::Released
+    );
+    assert_counted(&manager, "FairLock");
+}
+
+#[tokio::test]
+async fn a_rw_lock_keeps_to_its_prefix_and_its_manager() {
+    let server = RedisServer::spawn().await;
+    let (mut conn, manager) = conn_and_manager(&server).await;
+    let lock = RwLock::new()
+        .with_prefix("t:rw")
+        .unwrap()
+        .with_manager(manager.clone());
+    assert!(lock.key("r").unwrap().starts_with("t:rw:"));
+    let Acquire::Acquired(mut guard) = lock.read(&mut conn, "r", &options()).await.unwrap() else {
+        panic!("a free lock")
+    };
+    assert_under(&server, "t:rw", "RwLock").await;
+    flush(&server).await;
+    assert_eq!(
+        lock.renew(&mut conn, &mut guard).await.unwrap(),
+        Renew::Renewed
+    );
+    flush(&server).await;
+    assert_eq!(
+        lock.release(&mut conn, guard).await.unwrap(),
+        Release::Released
+    );
+    assert_counted(&manager, "RwLock");
+}
+
+#[tokio::test]
+async fn a_reentrant_lock_keeps_to_its_prefix_and_its_manager() {
+    let server = RedisServer::spawn().await;
+    let (mut conn, manager) = conn_and_manager(&server).await;
+    let lock = ReentrantLock::new()
+        .with_prefix("t:re")
+        .unwrap()
+        .with_manager(manager.clone());
+    assert!(lock.key("r").unwrap().starts_with("t:re:"));
+    let owner = Owner::new();
+    let acquired = lock
+        .acquire(&mut conn, "r", &owner, &options())
+        .await
+        .unwrap();
+    let Acquire::Acquired(mut guard) = acquired else {
+        panic!("a free lock")
+    };
+    assert_under(&server, "t:re", "ReentrantLock").await;
+    flush(&server).await;
+    assert_eq!(
+        lock.renew(&mut conn, &mut guard).await.unwrap(),
+        Renew::Renewed
+    );
+    flush(&server).await;
+    assert_eq!(
+        lock.release(&mut conn, guard).await.unwrap(),
+        Release::Released
+    );
+    assert_counted(&manager, "ReentrantLock");
+}
+
+#[tokio::test]
+async fn a_semaphore_keeps_to_its_prefix_and_its_manager() {
+    let server = RedisServer::spawn().await;
+    let (mut conn, manager) = conn_and_manager(&server).await;
+    let sem = Semaphore::new()
+        .with_prefix("t:sem")
+        .unwrap()
+        .with_manager(manager.clone());
+    assert!(sem.key("r").unwrap().starts_with("t:sem:"));
+    let acquired = sem
+        .try_acquire(&mut conn, "r", 2, &options())
+        .await
+        .unwrap();
+    let PermitAcquire::Acquired(mut permit) = acquired else {
+        panic!("a free permit")
+    };
+    assert_under(&server, "t:sem", "Semaphore").await;
+    flush(&server).await;
+    assert_eq!(
+        sem.renew(&mut conn, &mut permit).await.unwrap(),
+        Renew::Renewed
+    );
+    flush(&server).await;
+    assert_eq!(
+        sem.release(&mut conn, permit).await.unwrap(),
+        Release::Released
+    );
+    assert_counted(&manager, "Semaphore");
+}
+
+#[test]
+fn an_owner_never_shows_its_token() {
+    let owner = Owner::from_token("a-secret-owner-token-42").unwrap();
+    assert_eq!(format!("{owner:?}"), "Owner { .. }");
+}
