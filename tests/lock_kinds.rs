@@ -183,12 +183,18 @@ async fn a_semaphore_keeps_to_its_prefix_and_its_manager() {
         .with_manager(manager.clone());
     assert!(sem.key("r").unwrap().starts_with("t:sem:"));
     let acquired = sem
-        .try_acquire(&mut conn, "r", 2, &options())
+        .try_acquire(&mut conn, "r", Semaphore::MAX_PERMITS, &options())
         .await
         .unwrap();
     let PermitAcquire::Acquired(mut permit) = acquired else {
-        panic!("a free permit")
+        panic!("the largest capacity is taken (one more is refused: tests/semaphore.rs)")
     };
+    assert_eq!(permit.ttl(), Duration::from_secs(30));
+    let shown = format!("{permit:?}");
+    assert!(
+        shown.starts_with("PermitGuard {") && shown.contains(&sem.key("r").unwrap()),
+        "{shown}"
+    );
     assert_under(&server, "t:sem", "Semaphore").await;
     flush(&server).await;
     assert_eq!(
