@@ -7,8 +7,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use redkit::script::Backend;
 use redkit::script::Replication;
-use redkit::{Call, Error, ScriptManager};
+use redkit::{Call, Error, Registry, ScriptManager};
 use support::{RedisCluster, ReplicatedPair};
 
 fn hit(key: &str) -> Call<'static> {
@@ -170,17 +171,7 @@ async fn acked_call_on_a_cold_cache_waits_once() {
     // Slack for the round trips, SCRIPT EXISTS / EVAL / SCRIPT LOAD included, on a loaded
     // 2-core machine; far below the second WAIT this guards against.
     const SLACK: Duration = Duration::from_millis(250);
-    let pair = ReplicatedPair::spawn().await;
-    pair.cut_link().await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let info: String = pair.primary.cmd(&["INFO", "replication"]).await;
-        if info.contains("connected_slaves:0") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the replica never left");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let pair = without_replica().await;
     let mut conn = pair.primary.conn().await;
     let m = ScriptManager::new();
     let wait = Replication::new(1, WAIT).unwrap();
@@ -199,4 +190,64 @@ async fn acked_call_on_a_cold_cache_waits_once() {
     assert!(took >= WAIT, "{took:?}");
     assert!(took < WAIT + SLACK, "{took:?}: waited more than once");
     assert!(took < 2 * WAIT, "{took:?}");
+}
+
+/// A primary whose replica's link is cut (`connected_slaves:0`): a `WAIT` for one replica
+/// blocks its whole timeout.
+async fn without_replica() -> ReplicatedPair {
+    let pair = ReplicatedPair::spawn().await;
+    pair.cut_link().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info: String = pair.primary.cmd(&["INFO", "replication"]).await;
+        if info.contains("connected_slaves:0") {
+            return pair;
+        }
+        assert!(Instant::now() < deadline, "the replica never left");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The same with the Functions backend on a server without redkit's library: the library is
+/// loaded first (its function was not listed), so the `WAIT` goes behind the `FCALL` that
+/// runs, never behind one answered "Function not found".
+#[tokio::test]
+async fn acked_function_call_without_its_library_waits_once() {
+    const WAIT: Duration = Duration::from_millis(300);
+    // As above: the round trips (FUNCTION LIST, FUNCTION LOAD, FCALL), far below a second WAIT.
+    const SLACK: Duration = Duration::from_millis(250);
+    let pair = without_replica().await;
+    let mut conn = pair.primary.conn().await;
+    let m = ScriptManager::new().with_backend(Backend::Functions);
+    let script = Registry::global().require("fixed_window", 7).unwrap();
+    let mut call = Call::new(script);
+    call.key("{f}:c").arg(100).arg(600_000).arg(1);
+    let wait = Replication::new(1, WAIT).unwrap();
+    let waits = command_calls(&pair.primary, "wait").await;
+    let started = Instant::now();
+    let a = m
+        .invoke_acked::<i64, _>(&mut conn, &call, wait)
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(a.outcome % 101, 1, "counted once on the primary");
+    assert_eq!(a.replicas, 0, "the link is down");
+    assert_eq!(m.stats().function_reloads, 1, "the library was missing");
+    assert_eq!(
+        command_calls(&pair.primary, "fcall").await,
+        1,
+        "one FCALL ran"
+    );
+    assert_eq!(command_calls(&pair.primary, "wait").await - waits, 1);
+    assert!(took >= WAIT, "{took:?}");
+    assert!(took < WAIT + SLACK, "{took:?}: waited more than once");
+
+    // Known loaded now: the next call asks nothing first.
+    let lists = command_calls(&pair.primary, "function|list").await;
+    assert_eq!(lists, 1, "the first call asked once");
+    m.invoke_acked::<i64, _>(&mut conn, &call, wait)
+        .await
+        .unwrap();
+    assert_eq!(command_calls(&pair.primary, "function|list").await, lists);
+    assert_eq!(m.stats().function_reloads, 1);
 }

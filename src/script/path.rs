@@ -34,13 +34,16 @@
 //!
 //! # A replicated call on a cold cache
 //!
-//! A `WAIT` behind an `EVALSHA` answered `NOSCRIPT` waits for nothing the call wrote, and with
-//! a replica missing it blocks its whole timeout before the `EVAL` and its own `WAIT` even
-//! start. So a replicated call of a script the manager has not seen cached since the last
-//! `NOSCRIPT` ([`Cached`](super::state::Cached)) first asks `SCRIPT EXISTS`: a missing script
-//! goes straight to the recovery (`EVAL` + wait, then `SCRIPT LOAD`), one wait in all. A
-//! server flushed after the manager saw the script still answers `NOSCRIPT` with the wait
-//! behind it; the recovery then waits a second time (bounded by twice the timeout), once.
+//! A `WAIT` behind an `EVALSHA` answered `NOSCRIPT` (or an `FCALL` answered "Function not
+//! found") waits for nothing the call wrote, and with a replica missing it blocks its whole
+//! timeout before the recovery and its own `WAIT` even start. So a replicated call of a script
+//! the manager has not seen run since the last recovery ([`Cached`](super::state::Cached))
+//! first asks whether the server holds it (`SCRIPT EXISTS`; with the Functions backend,
+//! `FUNCTION LIST LIBRARYNAME`): a missing one goes straight to the recovery (`EVAL` + wait,
+//! then `SCRIPT LOAD`; or `FUNCTION LOAD REPLACE`, then the call + wait), one wait in all. A
+//! server flushed after the manager saw the script still answers `NOSCRIPT` (or "Function not
+//! found") with the wait behind it; the recovery then waits a second time (bounded by twice
+//! the timeout), once.
 
 use std::borrow::Cow;
 
@@ -181,11 +184,11 @@ impl<'m> Path<'m> {
         conn: &mut C,
         req: &Request<'_>,
     ) -> Result<Answer> {
-        let watch = req.wait.is_some() && matches!(req.route, Route::Script);
+        let watch = req.wait.is_some();
         // Boxed, like the recovery: the common call keeps a small future.
         if watch
             && !self.state.cached.contains(req.script.sha1())
-            && Box::pin(script_exists(conn, req.script)).await == Some(false)
+            && Box::pin(present(conn, req)).await == Some(false)
         {
             return Box::pin(self.recover(conn, req)).await;
         }
@@ -205,8 +208,13 @@ impl<'m> Path<'m> {
         let Route::Function { library, .. } = req.route else {
             return self.eval_and_load(conn, req).await;
         };
+        self.state.cached.forget_all();
         self.reload_library(conn, req.script, library).await?;
-        send(conn, req).await
+        let answer = send(conn, req).await?;
+        if answer.reply.is_ok() {
+            self.state.cached.insert(req.script.sha1());
+        }
+        Ok(answer)
     }
 
     /// `NOSCRIPT`: the request as `EVAL`, wait included; then `SCRIPT LOAD` unless another
@@ -329,17 +337,43 @@ async fn query<C: ConnectionLike>(conn: &mut C, cmd: &Cmd) -> RedisResult<Value>
         .and_then(Value::extract_error)
 }
 
-/// `SCRIPT EXISTS <sha>`: `Some(cached)`, or `None` when the server did not say (an ACL user
-/// without `+script|exists`, a lost connection): the call then goes out as usual.
-async fn script_exists<C: ConnectionLike>(conn: &mut C, script: &Script) -> Option<bool> {
-    let mut cmd = redis::cmd("SCRIPT");
-    cmd.arg("EXISTS").arg(script.sha1());
-    match cmd.query_async::<Vec<bool>>(conn).await {
-        Ok(exists) => exists.first().copied(),
-        Err(e) => {
-            tracing::debug!(script = script.id(), error = %e, "SCRIPT EXISTS not answered");
-            None
+/// Whether the server holds `req`'s script (`SCRIPT EXISTS <sha>`) or function (`FUNCTION
+/// LIST LIBRARYNAME <library>` names it): `Some(held)`, or `None` when the server did not say
+/// (an ACL user without `+script|exists` / `+function|list`, a lost connection): the call then
+/// goes out as usual.
+async fn present<C: ConnectionLike>(conn: &mut C, req: &Request<'_>) -> Option<bool> {
+    let script = req.script;
+    let reply = match req.route {
+        Route::Script => {
+            let mut cmd = redis::cmd("SCRIPT");
+            cmd.arg("EXISTS").arg(script.sha1());
+            cmd.query_async::<Vec<bool>>(conn)
+                .await
+                .map(|exists| exists.first().copied())
         }
+        Route::Function { library, name, .. } => {
+            let mut cmd = redis::cmd("FUNCTION");
+            cmd.arg("LIST").arg("LIBRARYNAME").arg(library.name());
+            cmd.query_async::<Value>(conn)
+                .await
+                .map(|listing| Some(names(&listing, name)))
+        }
+    };
+    reply.unwrap_or_else(|e| {
+        tracing::debug!(script = script.id(), error = %e, "presence not answered");
+        None
+    })
+}
+
+/// `true` when `name` is one of the strings of `listing` (a `FUNCTION LIST` reply, RESP2 or
+/// RESP3): a function of that name is loaded.
+fn names(listing: &Value, name: &str) -> bool {
+    match listing {
+        Value::BulkString(bytes) => bytes.as_slice() == name.as_bytes(),
+        Value::SimpleString(text) => text == name,
+        Value::Array(items) | Value::Set(items) => items.iter().any(|v| names(v, name)),
+        Value::Map(pairs) => pairs.iter().any(|(k, v)| names(k, name) || names(v, name)),
+        _ => false,
     }
 }
 

@@ -58,11 +58,12 @@ impl Loading {
     }
 }
 
-/// SHA1s of the scripts this manager saw the server run or load since the last `NOSCRIPT` it
-/// was answered (any script, any call). Only a replicated call reads it: a script not in it is
-/// asked for with `SCRIPT EXISTS` before the call, so its `WAIT` never goes out behind an
-/// `EVALSHA` answered `NOSCRIPT` (that `WAIT` would block for nothing, and a second one follow
-/// the `EVAL`). A belief, not a guarantee: a server flushed since still answers `NOSCRIPT`, and
+/// SHA1s of the scripts this manager saw the server run or load (as scripts, or as functions
+/// with the Functions backend) since the last `NOSCRIPT` or "Function not found" it was
+/// answered (any script, any call). Only a replicated call reads it: a script not in it is
+/// asked for (`SCRIPT EXISTS`, `FUNCTION LIST`) before the call, so its `WAIT` never goes out
+/// behind a call answered "missing" (that `WAIT` would block for nothing, and a second one
+/// follow the recovery). A belief, not a guarantee: a server flushed since still answers `NOSCRIPT`, and
 /// the recovery handles it as before.
 #[derive(Debug, Default)]
 pub(crate) struct Cached(RwLock<HashSet<String>>);
