@@ -57,11 +57,11 @@ struct Cli {
     /// Treat the URL(s) as seeds of a Redis Cluster and act on every node.
     #[arg(long, global = true)]
     cluster: bool,
-    /// One JSON document on stdout (errors too): {"command", "ok", "exit_code", "nodes" |
-    /// "scripts", "error"}.
+    /// One JSON document on stdout, errors (usage errors too) included: {"command", "ok",
+    /// "exit_code", "error": null | {"kind", "message"}, "nodes" | "scripts"}.
     #[arg(long, global = true)]
     json: bool,
-    /// Print nothing on stdout; the exit code and stderr tell the outcome.
+    /// Print nothing on stdout, even with --json; the exit code and stderr tell the outcome.
     #[arg(short, long, global = true)]
     quiet: bool,
     /// Per-node connect and response timeout, in milliseconds.
