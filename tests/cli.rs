@@ -951,3 +951,22 @@ async fn verify_checks_the_live_scripts_and_names_a_missing_one() {
         stdout(&out)
     );
 }
+
+/// Another write failure on stdout (a full disk: /dev/full) is said on stderr and exits 1
+/// (`io`), without a panic.
+#[test]
+fn a_full_stdout_is_an_io_error_not_a_panic() {
+    for args in [&["scripts", "list"][..], &["--json", "scripts", "list"]] {
+        let full = std::fs::File::create("/dev/full").expect("/dev/full");
+        let out = redkit_command(args)
+            .stdout(full)
+            .output()
+            .expect("run redkit");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert_eq!(
+            stderr(&out).trim_end(),
+            "redkit: cannot write to stdout: No space left on device (os error 28)",
+            "{args:?}"
+        );
+    }
+}

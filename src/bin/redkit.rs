@@ -232,10 +232,13 @@ fn fail(mode: Mode, command: Option<&str>, f: &Failure) -> u8 {
     let printed = match mode {
         Mode::Json => print_json(&document(command, Some(f), json!({}))),
         Mode::Text | Mode::Quiet => Ok(()),
+    };
+    if printed.is_err_and(|e| e.is_broken_pipe()) {
+        return EXIT_BROKEN_PIPE;
     }
-    .and_then(|()| diag(&f.message));
-    match printed {
-        Err(e) if e.is_broken_pipe() => e.code,
+    // Said on stderr even when stdout failed otherwise (e.g. a full disk).
+    match diag(&f.message) {
+        Err(e) if e.is_broken_pipe() => EXIT_BROKEN_PIPE,
         _ => f.code,
     }
 }

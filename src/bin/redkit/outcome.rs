@@ -22,10 +22,10 @@ const SHOWN: usize = 3;
 
 /// `a, b, c` or, for a long list, `a, b, c and 30 more (--json lists all)`.
 fn short_list(names: &[&str]) -> String {
-    match names.get(SHOWN..) {
-        Some(rest) if !rest.is_empty() => format!(
+    match names.split_at_checked(SHOWN) {
+        Some((shown, rest)) if !rest.is_empty() => format!(
             "{} and {} more (--json lists all)",
-            names[..SHOWN].join(", "),
+            shown.join(", "),
             rest.len()
         ),
         _ => names.join(", "),
