@@ -377,6 +377,7 @@ async fn kill_reports_unkillable_and_never_shuts_the_server_down() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(doc["nodes"][0]["outcome"], "unkillable", "{doc}");
     assert_eq!((&doc["ok"], &doc["exit_code"]), (&false.into(), &1.into()));
+    assert_eq!(doc["error"]["kind"], "unkillable", "{doc}");
     // Never escalated: the server process is still there (busy, answering BUSY).
     let mut conn = server.conn().await;
     let err = redis::cmd("PING")
@@ -568,4 +569,404 @@ async fn calls_during_a_prune_recover_through_eval() {
     assert!(calls > 0);
     let counted: u64 = server.cmd(&["GET", &counter]).await;
     assert_eq!(counted, calls, "every call counted once");
+}
+
+/// Which output stream of a child is a closed pipe.
+#[derive(Clone, Copy, Debug)]
+enum Closed {
+    Stdout,
+    Stderr,
+}
+
+/// Runs `command` with its stdout (or stderr) a pipe whose read end is closed before it
+/// starts: its first write there fails with EPIPE, every time (no race with a reader).
+fn run_with_closed(mut command: Command, closed: Closed) -> Output {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    match closed {
+        Closed::Stdout => command.stdout(writer),
+        Closed::Stderr => command.stderr(writer),
+    };
+    command.output().expect("run")
+}
+
+fn redkit_command(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_redkit"));
+    command.args(args).env_remove("REDIS_URL");
+    command
+}
+
+/// The status of a process that stopped quietly on a closed pipe (exit 141, as a shell shows
+/// a process killed by SIGPIPE), with nothing on the other stream: no panic, no backtrace.
+fn assert_quiet_broken_pipe(out: &Output, what: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(141),
+        "{what}: {}{}",
+        stdout(out),
+        stderr(out)
+    );
+    assert_eq!(stderr(out), "", "{what}");
+    assert_eq!(stdout(out), "", "{what}");
+}
+
+/// `redkit ... | head -1`: every command, data, help, usage error or failure, ends with exit
+/// 141 and no panic text when stdout or stderr is closed.
+#[tokio::test]
+async fn a_closed_pipe_ends_redkit_quietly_with_141() {
+    let server = RedisServer::spawn().await;
+    let url = server.url();
+    let dead = format!("redis://127.0.0.1:{}/", support::free_port());
+    for args in [
+        &["scripts", "list"][..],
+        &["--json", "scripts", "list"],
+        &["--help"],
+        &["--json", "scripts", "bogus"],
+        &["--url", &url, "scripts", "status"],
+        &["--url", &url, "--json", "scripts", "status"],
+        &["--url", &url, "scripts", "verify"],
+        &[
+            "--url",
+            &dead,
+            "--json",
+            "--timeout-ms",
+            "500",
+            "scripts",
+            "status",
+        ],
+    ] {
+        let out = run_with_closed(redkit_command(args), Closed::Stdout);
+        assert_quiet_broken_pipe(&out, &format!("stdout closed: {args:?}"));
+    }
+    // What goes to stderr: a usage error, an unreachable server, a verify failure.
+    for args in [
+        &["scripts", "bogus"][..],
+        &["--url", &dead, "--timeout-ms", "500", "scripts", "status"],
+        &["--url", &url, "-q", "scripts", "verify"],
+    ] {
+        let out = run_with_closed(redkit_command(args), Closed::Stderr);
+        assert_quiet_broken_pipe(&out, &format!("stderr closed: {args:?}"));
+    }
+}
+
+/// `redkit-demo | head -1` ends quietly too (after stopping its own server, if any).
+#[cfg(feature = "demo")]
+#[tokio::test]
+async fn a_closed_pipe_ends_the_demo_quietly_with_141() {
+    let server = RedisServer::spawn().await;
+    let demo = || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_redkit-demo"));
+        command.env("REDIS_URL", server.url());
+        command
+    };
+    // It runs to the end against this server when someone reads...
+    let out = demo().output().expect("run the demo");
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let first = format!("using Redis at 127.0.0.1:{}", server.port());
+    assert!(stdout(&out).starts_with(&first), "{}", stdout(&out));
+    // ...and stops at its first line when nobody does.
+    let out = run_with_closed(demo(), Closed::Stdout);
+    assert_quiet_broken_pipe(&out, "demo, stdout closed");
+    // An error it reports on a closed stderr (REDIS_URL names no server).
+    let mut unreachable = demo();
+    unreachable.env(
+        "REDIS_URL",
+        format!("redis://127.0.0.1:{}/", support::free_port()),
+    );
+    let out = unreachable.output().expect("run the demo");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no Redis answered"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run_with_closed(unreachable, Closed::Stderr);
+    assert_quiet_broken_pipe(&out, "demo, stderr closed");
+}
+
+/// `-q` prints nothing on stdout, even with `--json`, in either order; the exit code and
+/// stderr still tell.
+#[test]
+fn quiet_wins_over_json_in_either_order() {
+    let dead = format!("redis://127.0.0.1:{}/", support::free_port());
+    for flags in [["-q", "--json"], ["--json", "-q"], ["--quiet", "--json"]] {
+        let with = |args: &[&str]| -> Output {
+            let mut all = flags.to_vec();
+            all.extend_from_slice(args);
+            redkit(&all)
+        };
+        // Success, an unreachable server, a usage error: the code and stderr tell.
+        for (args, code, says) in [
+            (&["scripts", "list"][..], 0, ""),
+            (
+                &["--url", &dead, "--timeout-ms", "500", "scripts", "status"],
+                3,
+                "redkit:",
+            ),
+            (&["scripts", "bogus"], 2, "bogus"),
+        ] {
+            let out = with(args);
+            assert_eq!(
+                out.status.code(),
+                Some(code),
+                "{flags:?} {args:?}: {}",
+                stderr(&out)
+            );
+            assert_eq!(stdout(&out), "", "{flags:?} {args:?}");
+            assert!(stderr(&out).contains(says), "{flags:?}: {}", stderr(&out));
+        }
+    }
+    // Without -q, the same commands print their JSON document.
+    let out = redkit(&["--json", "scripts", "list"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(doc["ok"], true);
+}
+
+/// Parses stdout as the one JSON document of a command and checks its error part.
+fn json_error(out: &Output, kind: &str, code: i32) -> serde_json::Value {
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("one JSON document on stdout ({e}): {}", stdout(out)));
+    assert_eq!(out.status.code(), Some(code), "{doc}");
+    assert_eq!(doc["ok"], false, "{doc}");
+    assert_eq!(doc["exit_code"], code, "{doc}");
+    assert_eq!(doc["error"]["kind"], kind, "{doc}");
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{doc}"
+    );
+    doc
+}
+
+/// Under `--json` every error is one JSON document on stdout with a stable `error.kind`:
+/// usage errors found by the argument parser included.
+#[tokio::test]
+async fn every_error_under_json_is_one_document_with_a_kind() {
+    for args in [
+        &["--json", "scripts", "bogus"][..],
+        &["scripts", "bogus", "--json"],
+        &["--json", "scripts"],
+        &["--json"],
+        &["--json", "--timeout-ms", "soon", "scripts", "list"],
+        &[
+            "--json",
+            "scripts",
+            "flush",
+            "--url",
+            "redis://127.0.0.1:1/",
+        ],
+    ] {
+        let doc = json_error(&redkit(args), "usage", 2);
+        assert!(
+            args.contains(&"flush") || doc["command"].is_null(),
+            "{args:?}: {doc}"
+        );
+    }
+    let doc = json_error(&redkit(&["--json", "scripts", "bogus"]), "usage", 2);
+    assert!(
+        doc["error"]["message"].as_str().unwrap().contains("bogus"),
+        "{doc}"
+    );
+
+    let dead = format!("redis://127.0.0.1:{}/", support::free_port());
+    let out = redkit(&[
+        "--json",
+        "--url",
+        &dead,
+        "--timeout-ms",
+        "500",
+        "scripts",
+        "status",
+    ]);
+    let doc = json_error(&out, "unreachable", 3);
+    assert_eq!(doc["command"], "status");
+
+    let server = RedisServer::spawn().await;
+    let _: () = server.cmd(&["CONFIG", "SET", "requirepass", "pw"]).await;
+    let out = redkit(&["--json", "--url", &server.url(), "scripts", "verify"]);
+    json_error(&out, "auth", 5);
+
+    // A command that ran: a failed verification is an error of its own kind; success has
+    // `error: null`.
+    let good = format!("redis://:pw@127.0.0.1:{}/", server.port());
+    let doc = json_error(
+        &redkit(&["--json", "--url", &good, "scripts", "verify"]),
+        "verify_failed",
+        4,
+    );
+    assert_eq!(doc["nodes"][0]["ok"], true, "the node answered: {doc}");
+    let out = redkit(&["--json", "--url", &good, "scripts", "load"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        (&doc["ok"], &doc["exit_code"], &doc["error"]),
+        (&true.into(), &0.into(), &serde_json::Value::Null),
+        "{doc}"
+    );
+}
+
+/// A TCP listener that answers every connection like an HTTP server refusing a request.
+fn http_listener() -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut peer in listener.incoming().flatten() {
+            // Read the client's first command, answer, then drain until it hangs up (closing
+            // with unread data would reset the connection instead).
+            let mut buf = [0u8; 4096];
+            let _ = peer.read(&mut buf);
+            let _ = peer.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+            let _ = peer.shutdown(std::net::Shutdown::Write);
+            let _ = peer.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+            while peer.read(&mut buf).is_ok_and(|n| n > 0) {}
+        }
+    });
+    port
+}
+
+/// A peer that does not speak RESP is "not a Redis server", with its own exit code (6) and
+/// `error.kind` (`not_redis`), not an unreachable server.
+#[test]
+fn a_non_redis_peer_is_not_a_redis_server() {
+    let port = http_listener();
+    let url = format!("redis://127.0.0.1:{port}/");
+    let out = redkit(&["--url", &url, "scripts", "status"]);
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("not a Redis server"), "{err}");
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+    assert!(!err.contains("Parse error"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+
+    let out = redkit(&["--json", "--url", &url, "scripts", "verify"]);
+    let doc = json_error(&out, "not_redis", 6);
+    assert_eq!(doc["command"], "verify");
+}
+
+/// `scripts status` of a node missing every script prints one short line per node: a count
+/// and the first names; `--json` keeps every name.
+#[tokio::test]
+async fn status_counts_missing_scripts_on_one_short_line() {
+    let server = RedisServer::spawn().await;
+    let url = server.url();
+    let ids: Vec<String> = Registry::global()
+        .scripts()
+        .iter()
+        .map(|s| s.id().to_owned())
+        .collect();
+    let n = ids.len();
+    assert!(n > 3, "the test needs more scripts than a line shows");
+    let out = redkit(&["--url", &url, "scripts", "status"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(
+        text.lines().count(),
+        2,
+        "a header and one line per node: {text}"
+    );
+    let line = text.lines().nth(1).unwrap();
+    assert!(line.contains(&format!("0/{n}  missing {n}: ")), "{line}");
+    assert!(
+        line.contains(&format!(
+            "{}, {}, {} and {} more",
+            ids[0],
+            ids[1],
+            ids[2],
+            n - 3
+        )),
+        "{line}"
+    );
+    assert!(!line.contains(&ids[3]), "{line}");
+    assert!(line.len() < 200, "{} chars: {line}", line.len());
+
+    let out = redkit(&["--url", &url, "--json", "scripts", "status"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let scripts = doc["nodes"][0]["scripts"].as_array().unwrap();
+    let missing: Vec<&str> = scripts
+        .iter()
+        .filter(|s| s["loaded"] == false)
+        .map(|s| s["script"].as_str().unwrap())
+        .collect();
+    assert_eq!(missing, ids, "--json lists every missing script");
+}
+
+/// `scripts verify` checks the scripts this build calls (the live set), not the retired pins
+/// of scripts.lock: a server holding every live script passes, one lacking a live script
+/// fails naming it (and `status` names it in full).
+#[tokio::test]
+async fn verify_checks_the_live_scripts_and_names_a_missing_one() {
+    let server = RedisServer::spawn().await;
+    let url = server.url();
+    let live = Registry::global().scripts();
+    let retired: Vec<&str> = Registry::global()
+        .retired()
+        .iter()
+        .map(|r| r.id.as_str())
+        .collect();
+    assert!(!retired.is_empty());
+
+    // An empty cache: exactly the live set is missing, no retired version.
+    let out = redkit(&["--url", &url, "--json", "scripts", "verify"]);
+    let doc = json_error(&out, "verify_failed", 4);
+    let missing: Vec<String> = serde_json::from_value(doc["nodes"][0]["missing"].clone()).unwrap();
+    let ids: Vec<String> = live.iter().map(|s| s.id().to_owned()).collect();
+    assert_eq!(missing, ids, "{doc}");
+    assert!(missing.iter().all(|m| !retired.contains(&m.as_str())));
+
+    // Every live script but one (SCRIPT LOAD of the very bodies the library sends).
+    let (left_out, loaded) = live.split_last().unwrap();
+    for script in loaded {
+        let sha1: String = server.cmd(&["SCRIPT", "LOAD", script.source()]).await;
+        assert_eq!(sha1, script.sha1());
+    }
+    let out = redkit(&["--url", &url, "scripts", "verify"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
+    let addr = format!("127.0.0.1:{}", server.port());
+    assert_eq!(
+        stdout(&out).lines().collect::<Vec<_>>(),
+        [format!("missing\t{addr}\t{}", left_out.id())],
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stderr(&out).contains("1 scripts missing"),
+        "{}",
+        stderr(&out)
+    );
+    let out = redkit(&["--url", &url, "scripts", "status"]);
+    let n = live.len();
+    assert!(
+        stdout(&out).contains(&format!("{}/{n}  missing 1: {}", n - 1, left_out.id())),
+        "{}",
+        stdout(&out)
+    );
+
+    let _: String = server.cmd(&["SCRIPT", "LOAD", left_out.source()]).await;
+    let out = redkit(&["--url", &url, "scripts", "verify"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!("ok: all {n} scripts loaded on 1 primaries")),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// Another write failure on stdout (a full disk: /dev/full) is said on stderr and exits 1
+/// (`io`), without a panic.
+#[test]
+fn a_full_stdout_is_an_io_error_not_a_panic() {
+    for args in [&["scripts", "list"][..], &["--json", "scripts", "list"]] {
+        let full = std::fs::File::create("/dev/full").expect("/dev/full");
+        let out = redkit_command(args)
+            .stdout(full)
+            .output()
+            .expect("run redkit");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert_eq!(
+            stderr(&out).trim_end(),
+            "redkit: cannot write to stdout: No space left on device (os error 28)",
+            "{args:?}"
+        );
+    }
 }

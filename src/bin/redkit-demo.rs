@@ -8,8 +8,12 @@
 //! replaced); else `redis://127.0.0.1:6379/`, and when nothing answers there it starts a private
 //! `redis-server` on a free port for itself, and stops it at the end. It prints which server it
 //! used. It only touches keys under `redkit:demo` (and deletes them), and never flushes anything.
+//!
+//! Exits 0 when done, 1 on an error (said on stderr), and 141 without a word when stdout or
+//! stderr is a closed pipe (`redkit-demo | head -1`), after stopping its private server.
 
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
+use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::Duration;
 
 use redkit::inventory::Inventory;
@@ -75,8 +79,57 @@ fn address(client: &redis::Client) -> String {
     redkit::script::admin::describe_addr(client.get_connection_info().addr())
 }
 
+/// Exit status when stdout or stderr is a closed pipe (128 + SIGPIPE, as a shell shows a
+/// process killed by SIGPIPE); the same as `redkit`'s.
+const EXIT_BROKEN_PIPE: u8 = 141;
+
+/// Stdout or stderr is a closed pipe: the demo stops without a word.
+#[derive(Debug)]
+struct Closed;
+
+impl std::fmt::Display for Closed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the output is a closed pipe")
+    }
+}
+
+impl std::error::Error for Closed {}
+
+/// One line on `stream`; a closed pipe is [`Closed`], any other failure an I/O error.
+fn write_line(
+    mut stream: impl Write,
+    line: std::fmt::Arguments<'_>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    stream
+        .write_all(format!("{line}\n").as_bytes())
+        .and_then(|()| stream.flush())
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::BrokenPipe => Closed.into(),
+            _ => format!("cannot write the demo's output: {e}").into(),
+        })
+}
+
+/// `println!` that returns an error instead of panicking when stdout is closed.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        write_line(std::io::stdout().lock(), format_args!($($arg)*))?
+    };
+}
+
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is::<Closed>() => ExitCode::from(EXIT_BROKEN_PIPE),
+        Err(e) => match write_line(std::io::stderr().lock(), format_args!("redkit-demo: {e}")) {
+            Err(closed) if closed.is::<Closed>() => ExitCode::from(EXIT_BROKEN_PIPE),
+            _ => ExitCode::FAILURE,
+        },
+    }
+}
+
+/// The demo; the private server, if any, is stopped when it returns.
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let (_private, mut conn) = match std::env::var("REDIS_URL") {
         Ok(url) => {
             let client = redis::Client::open(url.as_str())
@@ -84,24 +137,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let conn = connect(&client)
                 .await
                 .ok_or_else(|| format!("REDIS_URL: no Redis answered at {}", address(&client)))?;
-            println!("using Redis at {} (REDIS_URL)", address(&client));
+            say!("using Redis at {} (REDIS_URL)", address(&client));
             (None, conn)
         }
         Err(_) => {
             let local = redis::Client::open("redis://127.0.0.1:6379/")?;
             match connect(&local).await {
                 Some(conn) => {
-                    println!("using Redis at {} (REDIS_URL is not set)", address(&local));
+                    say!("using Redis at {} (REDIS_URL is not set)", address(&local));
                     (None, conn)
                 }
                 None => {
-                    println!(
-                        "no Redis answered at 127.0.0.1:6379: starting a private redis-server"
-                    );
+                    say!("no Redis answered at 127.0.0.1:6379: starting a private redis-server");
                     let (server, url) = start_private_server().await?;
                     let client = redis::Client::open(url.as_str())?;
                     let conn = connect(&client).await.ok_or("private server unreachable")?;
-                    println!("using the private redis-server at {}", address(&client));
+                    say!("using the private redis-server at {}", address(&client));
                     (Some(server), conn)
                 }
             }
@@ -110,7 +161,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The embedded scripts: only the versions this build calls (`redkit scripts status` lists
     // them; older versions are retired, their SHA1s kept in lua/scripts.lock).
-    println!(
+    say!(
         "\nembedded scripts: {} (the versions this build calls; SHA1s computed once)",
         Registry::global().scripts().len()
     );
@@ -127,7 +178,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // fixed_window.v7 packs an allowed hit into one integer: pttl_ms * (limit + 1) + count.
     let packed: i64 = manager.invoke(&mut conn, &call).await?;
     let (count, pttl) = (packed % 11, packed / 11);
-    println!("\nraw script call: count {count}, window resets in {pttl} ms");
+    say!("\nraw script call: count {count}, window resets in {pttl} ms");
     let _: () = redis::cmd("DEL")
         .arg(&raw_key)
         .query_async(&mut conn)
@@ -137,14 +188,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let limiter =
         FixedWindow::new("demo", 3, Duration::from_secs(10))?.with_manager(manager.clone());
     let client_ip = LimitKey::ip(format!("192.0.2.{}", run % 250 + 1).parse()?);
-    println!("\nrate limit, 3 per 10 s for one client IP:");
+    say!("\nrate limit, 3 per 10 s for one client IP:");
     for i in 1..=5 {
         match limiter.check(&mut conn, &client_ip).await? {
-            Decision::Allowed(q) => println!("  request {i}: allowed, {} left", q.remaining()),
+            Decision::Allowed(q) => say!("  request {i}: allowed, {} left", q.remaining()),
             Decision::Limited { retry_after, .. } => {
-                println!("  request {i}: limited, retry after {retry_after:?}")
+                say!("  request {i}: limited, retry after {retry_after:?}")
             }
-            other => println!("  request {i}: {other:?}"),
+            other => say!("  request {i}: {other:?}"),
         }
     }
     limiter.reset(&mut conn, &client_ip).await?;
@@ -155,12 +206,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     let store = inventory.store(&format!("store-{run}"))?;
     store.set(&mut conn, "mug", 2).await?;
-    println!("\ninventory, 2 mugs in stock:");
+    say!("\ninventory, 2 mugs in stock:");
     for (order, qty) in [("order-1", 1), ("order-1", 1), ("order-2", 5)] {
         let outcome = store.decrement(&mut conn, "mug", qty, Some(order)).await?;
-        println!("  {order} takes {qty}: {outcome:?}");
+        say!("  {order} takes {qty}: {outcome:?}");
     }
-    println!("  stock now {}", store.stock(&mut conn, "mug").await?);
+    say!("  stock now {}", store.stock(&mut conn, "mug").await?);
     let _: () = redis::cmd("DEL")
         .arg(store.sku_key("mug")?)
         .arg(store.request_key("order-1")?)
@@ -172,11 +223,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let lock = Lock::new().with_manager(manager.clone());
     let resource = format!("demo-report-{run}");
     let options = LockOptions::new().fencing(true).ttl(Duration::from_secs(5));
-    println!("\nlock on {resource}:");
+    say!("\nlock on {resource}:");
     if let Acquire::Acquired(guard) = lock.try_acquire(&mut conn, &resource, &options).await? {
-        println!("  acquired, fencing token {}", guard.fencing_token());
+        say!("  acquired, fencing token {}", guard.fencing_token());
         let second = lock.try_acquire(&mut conn, &resource, &options).await?;
-        println!(
+        say!(
             "  a second caller gets: {}",
             if matches!(second, Acquire::Busy { .. }) {
                 "busy"
@@ -184,14 +235,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "?"
             }
         );
-        println!("  release: {:?}", lock.release(&mut conn, guard).await?);
+        say!("  release: {:?}", lock.release(&mut conn, guard).await?);
     }
     let _: () = redis::cmd("DEL")
         .arg(lock.fence_key(&resource)?)
         .query_async(&mut conn)
         .await?;
 
-    println!(
+    say!(
         "\nNOSCRIPT fallbacks: {} (one per script the server had not cached yet)",
         manager.stats().noscript_fallbacks
     );

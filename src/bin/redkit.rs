@@ -2,19 +2,18 @@
 //!
 //! Data goes to stdout (a table, or one JSON document with `--json`); diagnostics go to
 //! stderr. Every node is reported, failed or not: an operation goes on past a failed node.
-//! Exit codes: 0 success, 1 a node answered an error (or is BUSY, or a script is UNKILLABLE),
-//! 2 usage error, 3 a node unreachable, 4 verification failed (a primary lacks a script),
-//! 5 authentication or ACL refused. When nodes fail in several ways, the first of 5, 3, 1
-//! applies.
+//! Exit codes (see `exit`): 0 success, 1 a node answered an error (or is BUSY, or a script is
+//! UNKILLABLE), 2 usage error, 3 a node unreachable, 4 verification failed, 5 authentication
+//! or ACL refused, 6 not a Redis server, 141 stdout or stderr is a closed pipe. When nodes
+//! fail in several ways, the first of 5, 6, 3, 1 applies. Under `--json` every outcome,
+//! usage errors included, is one JSON document with `error.kind`; `-q` prints nothing on
+//! stdout, even with `--json`.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use redkit::script::admin::{
-    Admin, FlushMode, KillOutcome, LibraryState, Node, NodeError, NodeErrorKind, NodeReport,
-    NodeStatus, Pruned, Role, Verification,
-};
+use redkit::script::admin::{Admin, FlushMode, LibraryState};
 use redkit::script::lockfile;
 use redkit::script::Library;
 use redkit::script::LOCK_FILE;
@@ -22,16 +21,19 @@ use redkit::Registry;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-/// Exit code: a node answered with an error (or is BUSY; or a script is UNKILLABLE).
-const EXIT_REDIS_ERROR: u8 = 1;
-/// Exit code: bad command line (clap uses the same).
-const EXIT_USAGE: u8 = 2;
-/// Exit code: Redis could not be reached.
-const EXIT_UNREACHABLE: u8 = 3;
-/// Exit code: `scripts verify` found missing scripts.
-const EXIT_VERIFY_FAILED: u8 = 4;
-/// Exit code: authentication (no or wrong password) or ACL refused.
-const EXIT_AUTH: u8 = 5;
+#[path = "redkit/exit.rs"]
+mod exit;
+#[path = "redkit/outcome.rs"]
+mod outcome;
+#[path = "redkit/output.rs"]
+mod output;
+
+use exit::{Failure, EXIT_BROKEN_PIPE, EXIT_USAGE};
+use outcome::{
+    flush_outcome, kill_outcome, load_outcome, prune_outcome, simple_outcome, status_outcome,
+    verify_outcome, Outcome,
+};
+use output::{diag, document, out, print_json, Mode};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -42,7 +44,8 @@ const EXIT_AUTH: u8 = 5;
 #[command(
     after_help = "Exit codes: 0 ok, 1 a node answered an error (or BUSY / UNKILLABLE), \
                         2 usage error, 3 a node unreachable, 4 verification failed, \
-                        5 authentication or ACL refused.\n\
+                        5 authentication or ACL refused, 6 not a Redis server, \
+                        141 stdout or stderr closed.\n\
                         A URL naming one Cluster node acts on the whole Cluster."
 )]
 struct Cli {
@@ -54,11 +57,11 @@ struct Cli {
     /// Treat the URL(s) as seeds of a Redis Cluster and act on every node.
     #[arg(long, global = true)]
     cluster: bool,
-    /// One JSON document on stdout (errors too): {"command", "ok", "exit_code", "nodes" |
-    /// "scripts", "error"}.
+    /// One JSON document on stdout, errors (usage errors too) included: {"command", "ok",
+    /// "exit_code", "error": null | {"kind", "message"}, "nodes" | "scripts"}.
     #[arg(long, global = true)]
     json: bool,
-    /// Print nothing on stdout; the exit code and stderr tell the outcome.
+    /// Print nothing on stdout, even with --json; the exit code and stderr tell the outcome.
     #[arg(short, long, global = true)]
     quiet: bool,
     /// Per-node connect and response timeout, in milliseconds.
@@ -191,131 +194,115 @@ impl Scripts {
     }
 }
 
-/// A failure of the whole command, with its exit code and a one-line message (no password).
-struct Failure {
-    code: u8,
-    kind: &'static str,
-    message: String,
-}
-
-impl Failure {
-    fn usage(message: impl Into<String>) -> Self {
-        Self {
-            code: EXIT_USAGE,
-            kind: "usage",
-            message: message.into(),
-        }
+impl Cli {
+    fn mode(&self) -> Mode {
+        Mode::new(self.json, self.quiet)
     }
-
-    fn from_error(context: &str, e: &redkit::Error) -> Self {
-        let node = NodeErrorKind::of(e);
-        let message = format!("{context}: {e}{}", hint(node));
-        Self {
-            code: exit_code(node),
-            kind: kind_name(node),
-            message: message.lines().next().unwrap_or_default().to_owned(),
-        }
-    }
-}
-
-fn exit_code(kind: NodeErrorKind) -> u8 {
-    match kind {
-        NodeErrorKind::Auth => EXIT_AUTH,
-        NodeErrorKind::Unreachable => EXIT_UNREACHABLE,
-        _ => EXIT_REDIS_ERROR,
-    }
-}
-
-fn kind_name(kind: NodeErrorKind) -> &'static str {
-    match kind {
-        NodeErrorKind::Auth => "auth",
-        NodeErrorKind::Unreachable => "unreachable",
-        NodeErrorKind::Busy => "busy",
-        _ => "redis",
-    }
-}
-
-fn hint(kind: NodeErrorKind) -> &'static str {
-    match kind {
-        NodeErrorKind::Auth => {
-            " (hint: give the user and password in the URL, redis://user:password@host:port/, \
-             and check the user's ACL)"
-        }
-        NodeErrorKind::Busy => {
-            " (hint: a script is running; `redkit scripts kill` stops a read-only one)"
-        }
-        _ => "",
-    }
-}
-
-/// The exit code for a set of per-node errors: auth first, then unreachable, then the rest.
-fn worst<'a>(errors: impl IntoIterator<Item = &'a NodeError>) -> Option<u8> {
-    errors
-        .into_iter()
-        .map(|e| exit_code(e.kind))
-        .min_by_key(|code| match *code {
-            EXIT_AUTH => 0,
-            EXIT_UNREACHABLE => 1,
-            _ => 2,
-        })
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return ExitCode::from(parse_failed(&e)),
+    };
+    let mode = cli.mode();
     let command = cli.command.clone();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    let result = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("redkit: cannot start runtime: {e}");
-            return ExitCode::from(EXIT_REDIS_ERROR);
-        }
+        Ok(runtime) => match &command {
+            Command::Scripts(c) => runtime.block_on(run(&cli, *c)),
+            Command::Functions(f) => runtime.block_on(run_functions(&cli, f)),
+        },
+        Err(e) => Err(Failure::io(format!("cannot start runtime: {e}"))),
     };
-    let result = match &command {
-        Command::Scripts(c) => runtime.block_on(run(&cli, *c)),
-        Command::Functions(f) => runtime.block_on(run_functions(&cli, f)),
+    ExitCode::from(match result {
+        Ok(code) => code,
+        Err(f) => fail(mode, Some(command.name()), &f),
+    })
+}
+
+/// Reports a failure of the whole command (one JSON document under `--json`, one line on
+/// stderr) and returns its exit code; a closed stdout or stderr ends quietly.
+fn fail(mode: Mode, command: Option<&str>, f: &Failure) -> u8 {
+    if f.is_broken_pipe() {
+        return f.code;
+    }
+    let printed = match mode {
+        Mode::Json => print_json(&document(command, Some(f), json!({}))),
+        Mode::Text | Mode::Quiet => Ok(()),
     };
-    match result {
-        Ok(code) => ExitCode::from(code),
-        Err(f) => {
-            if cli.json {
-                print_json(&json!({
-                    "command": command.name(),
-                    "ok": false,
-                    "exit_code": f.code,
-                    "error": {"kind": f.kind, "message": f.message},
-                }));
-            }
-            eprintln!("redkit: {}", f.message);
-            ExitCode::from(f.code)
-        }
+    if printed.is_err_and(|e| e.is_broken_pipe()) {
+        return EXIT_BROKEN_PIPE;
+    }
+    // Said on stderr even when stdout failed otherwise (e.g. a full disk).
+    match diag(&f.message) {
+        Err(e) if e.is_broken_pipe() => EXIT_BROKEN_PIPE,
+        _ => f.code,
     }
 }
 
-/// What one command produced: JSON rows, human lines, and per-node errors.
-struct Outcome {
-    json: Value,
-    lines: Vec<String>,
-    errors: Vec<(String, NodeError)>,
-    /// Exit code when no node failed (e.g. 4 for missing scripts).
-    code_without_errors: u8,
+/// The command line could not be parsed, or asked for help or the version: clap prints its
+/// text (help and version on stdout, an error on stderr); under `--json` an error is a JSON
+/// document on stdout too.
+fn parse_failed(e: &clap::Error) -> u8 {
+    if e.use_stderr() && written_mode(std::env::args_os()) == Mode::Json {
+        let rendered = e.render().to_string();
+        let message = match e.kind() {
+            // clap prints the help of the command that lacks its subcommand.
+            clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                "a subcommand is required (--help lists them)"
+            }
+            _ => rendered.lines().next().unwrap_or_default(),
+        };
+        let failure = Failure::usage(message.strip_prefix("error: ").unwrap_or(message));
+        let printed = print_json(&document(None, Some(&failure), json!({})));
+        if printed.is_err_and(|f| f.is_broken_pipe()) {
+            return EXIT_BROKEN_PIPE;
+        }
+    }
+    match e.print() {
+        Err(io) if io.kind() == std::io::ErrorKind::BrokenPipe => EXIT_BROKEN_PIPE,
+        _ => u8::try_from(e.exit_code()).unwrap_or(EXIT_USAGE),
+    }
+}
+
+/// The mode `--json` and `-q` ask for on a command line clap could not parse (they are global:
+/// anywhere before `--`).
+fn written_mode(args: impl Iterator<Item = std::ffi::OsString>) -> Mode {
+    let (mut json, mut quiet) = (false, false);
+    for arg in args.skip(1) {
+        match arg.to_str() {
+            Some("--") => break,
+            Some("--json") => json = true,
+            Some("--quiet") => quiet = true,
+            // A cluster of short flags: -q, -qh, ...
+            Some(a) if !a.starts_with("--") && a.starts_with('-') && a.contains('q') => {
+                quiet = true;
+            }
+            _ => {}
+        }
+    }
+    Mode::new(json, quiet)
 }
 
 async fn run(cli: &Cli, command: Scripts) -> Result<u8, Failure> {
     let registry = registry(cli)?;
     match command {
         Scripts::List => {
-            if cli.json {
-                print_json(&json!({"command": "list", "ok": true, "exit_code": 0,
-                    "scripts": list_rows(&registry)}));
-            } else if !cli.quiet {
-                print_list(&registry);
+            match cli.mode() {
+                Mode::Json => print_json(&document(
+                    Some("list"),
+                    None,
+                    json!({"scripts": list_rows(&registry)}),
+                ))?,
+                Mode::Text => print_list(&registry)?,
+                Mode::Quiet => {}
             }
             return Ok(0);
         }
-        Scripts::Check => return Ok(check(cli, &registry)),
+        Scripts::Check => return check(cli, &registry),
         Scripts::Lock => return lock(cli, &registry),
         _ => {}
     }
@@ -376,49 +363,38 @@ async fn run(cli: &Cli, command: Scripts) -> Result<u8, Failure> {
         }
         Scripts::Kill => kill_outcome(&admin.kill().await.map_err(fail)?),
     };
-    Ok(report(cli, command.name(), &target, outcome))
+    report(cli, command.name(), &target, outcome)
 }
 
-/// Prints an outcome (JSON document or lines, and a stderr summary of failed nodes) and
-/// returns the exit code.
-fn report(cli: &Cli, command: &str, target: &str, outcome: Outcome) -> u8 {
+/// Prints an outcome (JSON document or lines, and on stderr what failed) and returns the
+/// exit code: the worst node failure's, else the verdict's, else 0.
+fn report(cli: &Cli, command: &str, target: &str, outcome: Outcome) -> Result<u8, Failure> {
     let nodes = outcome.json.as_array().map_or(0, Vec::len);
-    if !cli.cluster && nodes > 1 && !cli.quiet && !cli.json {
-        eprintln!("redkit: {target} is a Cluster node: acting on all {nodes} nodes of its Cluster");
+    let mode = cli.mode();
+    if !cli.cluster && nodes > 1 && mode == Mode::Text {
+        diag(&format!(
+            "{target} is a Cluster node: acting on all {nodes} nodes of its Cluster"
+        ))?;
     }
-    let code = worst(outcome.errors.iter().map(|(_, e)| e)).unwrap_or(outcome.code_without_errors);
-    if cli.json {
-        print_json(&json!({
-            "command": command,
-            "ok": code == 0,
-            "exit_code": code,
-            "nodes": outcome.json,
-        }));
-    } else if !cli.quiet {
-        for line in &outcome.lines {
-            println!("{line}");
+    let node_failure = Failure::of_nodes(command, nodes, &outcome.errors);
+    let failure = node_failure.as_ref().or(outcome.verdict.as_ref());
+    match mode {
+        Mode::Json => print_json(&document(
+            Some(command),
+            failure,
+            json!({"nodes": outcome.json}),
+        ))?,
+        Mode::Text => {
+            for line in &outcome.lines {
+                out(line)?;
+            }
         }
+        Mode::Quiet => {}
     }
-    if !outcome.errors.is_empty() {
-        let failed: Vec<String> = outcome
-            .errors
-            .iter()
-            .map(|(addr, e)| {
-                format!(
-                    "{addr} ({}: {}{})",
-                    kind_name(e.kind),
-                    e.message,
-                    hint(e.kind)
-                )
-            })
-            .collect();
-        eprintln!(
-            "redkit: {command} failed on {} of {nodes} nodes: {}",
-            failed.len(),
-            failed.join("; ")
-        );
+    for f in node_failure.iter().chain(&outcome.verdict) {
+        diag(&f.message)?;
     }
-    code
+    Ok(failure.map_or(0, |f| f.code))
 }
 
 /// `redkit functions ...`: the set's Functions library on every node.
@@ -481,11 +457,10 @@ async fn run_functions(cli: &Cli, command: &Functions) -> Result<u8, Failure> {
                 .iter()
                 .any(|r| r.is_ok() && r.value != Some(LibraryState::Loaded))
             {
-                eprintln!(
-                    "redkit: verification failed: {} is not loaded on every node",
+                outcome.verdict = Some(Failure::verify_failed(format!(
+                    "verification failed: {} is not loaded on every node",
                     library.name()
-                );
-                outcome.code_without_errors = EXIT_VERIFY_FAILED;
+                )));
             }
             outcome
         }
@@ -511,274 +486,7 @@ async fn run_functions(cli: &Cli, command: &Functions) -> Result<u8, Failure> {
             })
         }
     };
-    Ok(report(cli, command.name(), &target, outcome))
-}
-
-/// One line and one JSON object per node report, from what `describe` makes of its value.
-fn simple_outcome<T>(
-    reports: &[NodeReport<T>],
-    describe: impl Fn(Option<&T>) -> (String, Value),
-) -> Outcome {
-    let mut json = Vec::new();
-    let mut lines = Vec::new();
-    for r in reports {
-        let (text, fields) = describe(r.value.as_ref());
-        match &r.error {
-            Some(e) => {
-                json.push(node_json(&r.node, Some(e), json!({})));
-                lines.push(error_line(&r.node, e));
-            }
-            None => {
-                json.push(node_json(&r.node, None, fields));
-                lines.push(format!(
-                    "{}\t{}\t{text}",
-                    r.node.addr,
-                    role_name(r.node.role)
-                ));
-            }
-        }
-    }
-    Outcome {
-        json: Value::Array(json),
-        lines,
-        errors: errors_of(reports),
-        code_without_errors: 0,
-    }
-}
-
-/// The JSON object of one node: `addr`, `role`, `ok`, `error` and the command's fields.
-fn node_json(node: &Node, error: Option<&NodeError>, fields: Value) -> Value {
-    let mut row = json!({
-        "addr": node.addr,
-        "role": role_name(node.role),
-        "ok": error.is_none(),
-        "error": error.map(|e| json!({"kind": kind_name(e.kind), "message": e.message})),
-    });
-    if let (Some(row), Value::Object(fields)) = (row.as_object_mut(), fields) {
-        row.extend(fields);
-    }
-    row
-}
-
-fn errors_of<'a, T: 'a>(
-    reports: impl IntoIterator<Item = &'a NodeReport<T>>,
-) -> Vec<(String, NodeError)> {
-    reports
-        .into_iter()
-        .filter_map(|r| Some((r.node.addr.clone(), r.error.clone()?)))
-        .collect()
-}
-
-fn error_line(node: &Node, e: &NodeError) -> String {
-    format!(
-        "{}\t{}\tFAILED ({}): {}",
-        node.addr,
-        role_name(node.role),
-        kind_name(e.kind),
-        e.message
-    )
-}
-
-fn status_outcome(statuses: &[NodeStatus]) -> Outcome {
-    let mut lines = vec![format!(
-        "{:<22} {:<8} {:<9} LOADED",
-        "NODE", "ROLE", "VERSION"
-    )];
-    let mut rows = Vec::new();
-    let mut errors = Vec::new();
-    for s in statuses {
-        let role = role_name(s.node.role);
-        rows.push(node_json(
-            &s.node,
-            s.error.as_ref(),
-            json!({"version": s.version, "scripts": s.scripts, "retired": s.retired}),
-        ));
-        match &s.error {
-            Some(e) => {
-                errors.push((s.node.addr.clone(), e.clone()));
-                lines.push(format!(
-                    "{:<22} {:<8} {:<9} FAILED ({}): {}",
-                    s.node.addr,
-                    role,
-                    "-",
-                    kind_name(e.kind),
-                    e.message
-                ));
-            }
-            None => {
-                let loaded = s.scripts.iter().filter(|p| p.loaded).count();
-                let missing: Vec<&str> = s
-                    .scripts
-                    .iter()
-                    .filter(|p| !p.loaded)
-                    .map(|p| p.script.as_str())
-                    .collect();
-                let mut line = format!(
-                    "{:<22} {:<8} {:<9} {loaded}/{}",
-                    s.node.addr,
-                    role,
-                    s.version.as_deref().unwrap_or("?"),
-                    s.scripts.len()
-                );
-                if !missing.is_empty() {
-                    line.push_str(&format!("  missing: {}", missing.join(", ")));
-                }
-                if !s.retired.is_empty() {
-                    line.push_str(&format!(
-                        "  holds {} retired redkit scripts (`redkit scripts prune` removes them)",
-                        s.retired.len()
-                    ));
-                }
-                lines.push(line);
-            }
-        }
-    }
-    Outcome {
-        json: Value::Array(rows),
-        lines,
-        errors,
-        code_without_errors: 0,
-    }
-}
-
-fn load_outcome(reports: &[NodeReport<usize>]) -> Outcome {
-    Outcome {
-        json: reports
-            .iter()
-            .map(|r| node_json(&r.node, r.error.as_ref(), json!({"loaded": r.value})))
-            .collect(),
-        lines: reports
-            .iter()
-            .map(|r| match (&r.value, &r.error) {
-                (_, Some(e)) => error_line(&r.node, e),
-                (n, None) => format!(
-                    "{}\t{}\tloaded {}",
-                    r.node.addr,
-                    role_name(r.node.role),
-                    n.unwrap_or(0)
-                ),
-            })
-            .collect(),
-        errors: errors_of(reports),
-        code_without_errors: 0,
-    }
-}
-
-fn verify_outcome(report: &Verification, scripts: usize) -> Outcome {
-    let mut lines = Vec::new();
-    let mut errors = Vec::new();
-    for p in &report.primaries {
-        if let Some(e) = &p.error {
-            errors.push((p.node.addr.clone(), e.clone()));
-            lines.push(error_line(&p.node, e));
-        }
-        for script in &p.missing {
-            lines.push(format!("missing\t{}\t{script}", p.node.addr));
-        }
-    }
-    if report.is_ok() {
-        lines.push(format!(
-            "ok: all {scripts} scripts loaded on {} primaries",
-            report.primaries.len()
-        ));
-    }
-    let missing: usize = report.primaries.iter().map(|p| p.missing.len()).sum();
-    if missing > 0 {
-        eprintln!("redkit: verification failed: {missing} scripts missing");
-    }
-    Outcome {
-        json: report
-            .primaries
-            .iter()
-            .map(|p| node_json(&p.node, p.error.as_ref(), json!({"missing": p.missing})))
-            .collect(),
-        lines,
-        errors,
-        code_without_errors: if report.is_ok() {
-            0
-        } else {
-            EXIT_VERIFY_FAILED
-        },
-    }
-}
-
-fn flush_outcome(reports: &[NodeReport<()>]) -> Outcome {
-    Outcome {
-        json: reports
-            .iter()
-            .map(|r| node_json(&r.node, r.error.as_ref(), json!({})))
-            .collect(),
-        lines: reports
-            .iter()
-            .map(|r| match &r.error {
-                Some(e) => error_line(&r.node, e),
-                None => format!("{}\t{}\tflushed", r.node.addr, role_name(r.node.role)),
-            })
-            .collect(),
-        errors: errors_of(reports),
-        code_without_errors: 0,
-    }
-}
-
-fn prune_outcome(reports: &[NodeReport<Pruned>]) -> Outcome {
-    Outcome {
-        json: reports
-            .iter()
-            .map(|r| {
-                let fields = r.value.as_ref().map_or(
-                    json!({}),
-                    |p| json!({"retired": p.retired, "flushed": p.flushed, "loaded": p.loaded}),
-                );
-                node_json(&r.node, r.error.as_ref(), fields)
-            })
-            .collect(),
-        lines: reports
-            .iter()
-            .map(|r| {
-                let text = match (&r.value, &r.error) {
-                    (_, Some(e)) => return error_line(&r.node, e),
-                    (Some(p), None) if p.flushed => format!(
-                        "flushed ({} retired dropped), loaded {}",
-                        p.retired.len(),
-                        p.loaded
-                    ),
-                    (_, None) => "no retired script: left alone".to_owned(),
-                };
-                format!("{}\t{}\t{text}", r.node.addr, role_name(r.node.role))
-            })
-            .collect(),
-        errors: errors_of(reports),
-        code_without_errors: 0,
-    }
-}
-
-fn kill_outcome(reports: &[NodeReport<KillOutcome>]) -> Outcome {
-    let stuck = reports
-        .iter()
-        .any(|r| r.value == Some(KillOutcome::Unkillable));
-    Outcome {
-        json: reports
-            .iter()
-            .map(|r| node_json(&r.node, r.error.as_ref(), json!({"outcome": r.value})))
-            .collect(),
-        lines: reports
-            .iter()
-            .map(|r| {
-                let text = match (&r.value, &r.error) {
-                    (_, Some(e)) => return error_line(&r.node, e),
-                    (Some(KillOutcome::Killed), _) => "killed".to_owned(),
-                    (Some(KillOutcome::NotBusy), _) => "not busy (no script running)".to_owned(),
-                    (Some(KillOutcome::Unkillable), _) => {
-                        "UNKILLABLE: the script has written; not escalating to SHUTDOWN".to_owned()
-                    }
-                    (other, None) => format!("{other:?}"),
-                };
-                format!("{}\t{}\t{text}", r.node.addr, role_name(r.node.role))
-            })
-            .collect(),
-        errors: errors_of(reports),
-        code_without_errors: if stuck { EXIT_REDIS_ERROR } else { 0 },
-    }
+    report(cli, command.name(), &target, outcome)
 }
 
 fn urls(cli: &Cli) -> Vec<String> {
@@ -859,21 +567,6 @@ fn redact(message: &str, urls: &[String]) -> String {
         .fold(message.to_owned(), |m, u| m.replace(u.as_str(), "<url>"))
 }
 
-fn role_name(role: Role) -> &'static str {
-    match role {
-        Role::Primary => "primary",
-        Role::Replica => "replica",
-        _ => "other",
-    }
-}
-
-fn print_json<T: Serialize + ?Sized>(value: &T) {
-    match serde_json::to_string_pretty(value) {
-        Ok(s) => println!("{s}"),
-        Err(e) => eprintln!("redkit: cannot encode JSON: {e}"),
-    }
-}
-
 #[derive(Serialize)]
 struct ListRow<'a> {
     name: &'a str,
@@ -899,16 +592,23 @@ fn list_rows(registry: &Registry) -> Vec<ListRow<'_>> {
         .collect()
 }
 
-fn print_list(registry: &Registry) {
-    println!("{:<24} {:>7} {:>4}  SHA1", "NAME", "VERSION", "KEYS");
+fn print_list(registry: &Registry) -> Result<(), Failure> {
+    out(&format!(
+        "{:<24} {:>7} {:>4}  SHA1",
+        "NAME", "VERSION", "KEYS"
+    ))?;
     for r in list_rows(registry) {
         let keys = if r.variadic {
             format!("{}+", r.keys)
         } else {
             r.keys.to_string()
         };
-        println!("{:<24} {:>7} {:>4}  {}", r.name, r.version, keys, r.sha1);
+        out(&format!(
+            "{:<24} {:>7} {:>4}  {}",
+            r.name, r.version, keys, r.sha1
+        ))?;
     }
+    Ok(())
 }
 
 /// The script set: `--scripts-dir`, or redkit's embedded scripts.
@@ -920,33 +620,51 @@ fn registry(cli: &Cli) -> Result<Registry, Failure> {
 }
 
 /// `scripts check`: the set against its lock.
-fn check(cli: &Cli, registry: &Registry) -> u8 {
+fn check(cli: &Cli, registry: &Registry) -> Result<u8, Failure> {
     let problems = lockfile::check(registry);
-    let code = if problems.is_empty() {
-        0
-    } else {
-        EXIT_VERIFY_FAILED
-    };
-    if cli.json {
-        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        print_json(
-            &json!({"command": "check", "ok": code == 0, "exit_code": code,
-            "scripts": registry.scripts().len(), "problems": list}),
-        );
-    } else if problems.is_empty() {
-        if !cli.quiet {
-            println!(
-                "ok: {} scripts, all pinned and unchanged",
-                registry.scripts().len()
-            );
-        }
-    } else {
-        eprintln!(
-            "redkit: {}",
-            lockfile::report(&problems).replace('\n', "\nredkit: ")
+    let scripts = registry.scripts().len();
+    if !problems.is_empty() {
+        let fields = json!({"scripts": scripts});
+        return lock_problems(
+            cli,
+            "check",
+            "the set differs from its lock",
+            &problems,
+            fields,
         );
     }
-    code
+    match cli.mode() {
+        Mode::Json => print_json(&document(
+            Some("check"),
+            None,
+            json!({"scripts": scripts, "problems": []}),
+        ))?,
+        Mode::Text => out(&format!("ok: {scripts} scripts, all pinned and unchanged"))?,
+        Mode::Quiet => {}
+    }
+    Ok(0)
+}
+
+/// Reports what is wrong between the set and its lock (exit 4): under `--json` a document
+/// with `problems` (and `fields`); on stderr `message`, then one line per problem.
+fn lock_problems(
+    cli: &Cli,
+    command: &str,
+    message: &str,
+    problems: &[lockfile::LockProblem],
+    mut fields: Value,
+) -> Result<u8, Failure> {
+    let failure = Failure::verify_failed(format!("{message} ({} problems)", problems.len()));
+    let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    if cli.mode() == Mode::Json {
+        fields["problems"] = json!(list);
+        print_json(&document(Some(command), Some(&failure), fields))?;
+    }
+    diag(&failure.message)?;
+    for problem in &list {
+        diag(problem)?;
+    }
+    Ok(failure.code)
 }
 
 /// `scripts lock`: append pins for new versions to `<dir>/scripts.lock`.
@@ -961,33 +679,20 @@ fn lock(cli: &Cli, registry: &Registry) -> Result<u8, Failure> {
     let text = match lockfile::bless(registry, before.as_deref()) {
         Ok(text) => text,
         Err(problems) => {
-            if cli.json {
-                let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
-                print_json(
-                    &json!({"command": "lock", "ok": false, "exit_code": EXIT_VERIFY_FAILED, "problems": list}),
-                );
-            }
-            eprintln!(
-                "redkit: refusing to rewrite pins: {}",
-                lockfile::report(&problems).replace('\n', "; ")
-            );
-            return Ok(EXIT_VERIFY_FAILED);
+            let message = "refusing to rewrite pins";
+            return lock_problems(cli, "lock", message, &problems, json!({}));
         }
     };
     let added = before
         .as_deref()
         .map_or(text.len(), |b| text.len().saturating_sub(b.len()));
     if before.as_deref() != Some(text.as_str()) {
-        std::fs::write(&path, &text).map_err(|e| Failure {
-            code: EXIT_REDIS_ERROR,
-            kind: "io",
-            message: format!("cannot write {}: {e}", path.display()),
-        })?;
+        std::fs::write(&path, &text)
+            .map_err(|e| Failure::io(format!("cannot write {}: {e}", path.display())))?;
     }
-    if cli.json {
-        print_json(&json!({"command": "lock", "ok": true, "exit_code": 0, "changed": added > 0}));
-    } else if !cli.quiet {
-        println!(
+    match cli.mode() {
+        Mode::Json => print_json(&document(Some("lock"), None, json!({"changed": added > 0})))?,
+        Mode::Text => out(&format!(
             "{}: {}",
             path.display(),
             if added > 0 {
@@ -995,7 +700,8 @@ fn lock(cli: &Cli, registry: &Registry) -> Result<u8, Failure> {
             } else {
                 "already up to date"
             }
-        );
+        ))?,
+        Mode::Quiet => {}
     }
     Ok(0)
 }

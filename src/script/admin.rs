@@ -98,6 +98,8 @@ pub enum NodeErrorKind {
     Auth,
     /// The node is running a long script (`BUSY`): it answers only `SCRIPT KILL`.
     Busy,
+    /// Something answered, but not in the Redis protocol (e.g. an HTTP server on that port).
+    NotRedis,
     /// Any other error the node answered with.
     Redis,
 }
@@ -131,6 +133,10 @@ impl NodeErrorKind {
             Self::Auth
         } else if matches!(e, Error::Redis(r) if r.code() == Some("BUSY")) {
             Self::Busy
+        } else if matches!(e, Error::Redis(r) if r.kind() == redis::ErrorKind::Parse) {
+            // Checked before unavailability, which counts a reply that cannot be parsed as a
+            // broken connection.
+            Self::NotRedis
         } else if e.is_unavailable() {
             Self::Unreachable
         } else {
@@ -142,7 +148,13 @@ impl NodeErrorKind {
 impl NodeError {
     fn from_error(e: &Error) -> Self {
         let kind = NodeErrorKind::of(e);
-        let message = e.to_string();
+        let message = match kind {
+            // What the peer sent is no clue (e.g. `Parse error at 1`): say what it is not.
+            NodeErrorKind::NotRedis => {
+                "not a Redis server (its reply is not the Redis protocol)".to_owned()
+            }
+            _ => e.to_string(),
+        };
         Self {
             kind,
             message: message.lines().next().unwrap_or_default().to_owned(),

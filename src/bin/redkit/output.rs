@@ -1,0 +1,69 @@
+//! Writing to stdout and stderr. A closed pipe ends the command quietly (exit 141); `-q`
+//! prints nothing on stdout, even with `--json`.
+
+use std::io::{self, Write};
+
+use serde_json::{json, Value};
+
+use crate::exit::Failure;
+
+/// What goes to stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Lines for people.
+    Text,
+    /// One JSON document.
+    Json,
+    /// Nothing (`-q`, which wins over `--json`).
+    Quiet,
+}
+
+impl Mode {
+    pub(crate) fn new(json: bool, quiet: bool) -> Self {
+        match (json, quiet) {
+            (_, true) => Self::Quiet,
+            (true, false) => Self::Json,
+            (false, false) => Self::Text,
+        }
+    }
+}
+
+fn write_line(mut stream: impl Write, name: &str, text: &str) -> Result<(), Failure> {
+    // One write per line: stderr is unbuffered.
+    stream
+        .write_all(format!("{text}\n").as_bytes())
+        .and_then(|()| stream.flush())
+        .map_err(|e| Failure::write(name, &e))
+}
+
+/// One line of data on stdout (the caller decides by [`Mode`] whether to print).
+pub(crate) fn out(text: &str) -> Result<(), Failure> {
+    write_line(io::stdout().lock(), "stdout", text)
+}
+
+/// One diagnostic line on stderr, after `redkit: `.
+pub(crate) fn diag(text: &str) -> Result<(), Failure> {
+    write_line(io::stderr().lock(), "stderr", &format!("redkit: {text}"))
+}
+
+/// The JSON document of a command: `command` (`null` when the command line could not be
+/// parsed), `ok`, `exit_code`, `error` (`null` or `{kind, message}`) and the command's fields.
+pub(crate) fn document(command: Option<&str>, error: Option<&Failure>, fields: Value) -> Value {
+    let mut doc = json!({
+        "command": command,
+        "ok": error.is_none(),
+        "exit_code": error.map_or(0, |f| f.code),
+        "error": error.map(|f| json!({"kind": f.kind, "message": f.message})),
+    });
+    if let (Some(doc), Value::Object(fields)) = (doc.as_object_mut(), fields) {
+        doc.extend(fields);
+    }
+    doc
+}
+
+/// Prints a JSON document on stdout.
+pub(crate) fn print_json(value: &Value) -> Result<(), Failure> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| Failure::io(format!("cannot encode JSON: {e}")))?;
+    out(&text)
+}
