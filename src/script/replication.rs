@@ -66,6 +66,11 @@ impl Replication {
     /// Wait for `replicas` (>= 1) replicas, at most `timeout` (1 ms ..= [`Self::MAX_TIMEOUT`],
     /// rounded down to whole milliseconds).
     ///
+    /// The script and its wait are one round trip, so the connection's response timeout
+    /// (redis-rs's default: 500 ms) must be longer than `timeout` plus a round trip: with a
+    /// shorter one, a replica slow to acknowledge turns into a timeout error for a call that
+    /// ran. Set it with `redis::AsyncConnectionConfig::set_response_timeout`.
+    ///
     /// ```
     /// # use std::time::Duration;
     /// let r = redkit::script::Replication::new(2, Duration::from_secs(1))?;
