@@ -515,8 +515,7 @@ async fn a_dropped_request_leading_a_group_leaves_the_others_checked() {
     let mut server = RedisServer::spawn().await;
     let conn = patient_conn(&server).await;
     let limiter = limiter("dropped", 100, Duration::from_secs(60))
-        .with_group_commit(64, 1)
-        .unwrap();
+        .with_group_commit(redkit::GroupCommit::new(64, 1).unwrap());
     let layer = RateLimitLayer::builder(limiter, conn)
         .key_extractor(FnKey::new(|_| {
             LimitKey::text("one").ok().map(ClientId::Key)
@@ -585,8 +584,7 @@ async fn grouped_requests_to_a_frozen_redis_are_answered_at_the_layer_timeout() 
     let mut server = RedisServer::spawn().await;
     let conn = patient_conn(&server).await;
     let limiter = limiter("frozen", 100, Duration::from_secs(60))
-        .with_group_commit(64, 2)
-        .unwrap();
+        .with_group_commit(redkit::GroupCommit::new(64, 2).unwrap());
     let timeout = Duration::from_secs(1);
     let layer = RateLimitLayer::builder(limiter, conn)
         .timeout(timeout)
