@@ -1435,3 +1435,51 @@ async fn a_store_places_an_order_of_its_own_lines() {
     );
     assert_eq!(s.stock(&mut conn, "mug").await.unwrap(), 1);
 }
+
+/// The key prefix follows the lock rule: `DEFAULT_PREFIX` when none is set, a builder setter,
+/// a `prefix()` getter; the stock of a SKU is written at `Store::key`.
+#[tokio::test]
+async fn the_prefix_has_a_default_a_builder_setter_and_a_getter() {
+    let defaulted = Inventory::builder().build().unwrap();
+    assert_eq!(Inventory::DEFAULT_PREFIX, "redkit:inv");
+    assert_eq!(defaulted.prefix(), Inventory::DEFAULT_PREFIX);
+    let set = Inventory::builder().prefix("t:pfx").build().unwrap();
+    assert_eq!(set.prefix(), "t:pfx");
+    assert_eq!(Inventory::new("t:pfx").unwrap().prefix(), "t:pfx");
+    // The last setter wins; a bad prefix is refused when built, before any round trip.
+    let last = Inventory::builder().prefix("a").prefix("t:last").build();
+    assert_eq!(last.unwrap().prefix(), "t:last");
+    for bad in ["", "a b", "a{b}"] {
+        let built = Inventory::builder().prefix(bad).build();
+        assert!(matches!(built, Err(Error::InvalidInput { .. })), "{bad:?}");
+    }
+
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let (a, b) = (defaulted.store("s").unwrap(), set.store("s").unwrap());
+    assert_eq!(a.key("mug").unwrap(), "redkit:inv:{s}:sku:mug");
+    assert_eq!(b.key("mug").unwrap(), "t:pfx:{s}:sku:mug");
+    a.set(&mut conn, "mug", 3).await.unwrap();
+    b.set(&mut conn, "mug", 7).await.unwrap();
+    assert_eq!(
+        raw_get(&server, "redkit:inv:{s}:sku:mug").await.as_deref(),
+        Some("3")
+    );
+    assert_eq!(
+        raw_get(&server, "t:pfx:{s}:sku:mug").await.as_deref(),
+        Some("7")
+    );
+    // An order is placed under the prefix of its lines' inventory only.
+    let lines = [b.line("mug", 1).unwrap()];
+    assert!(matches!(
+        defaulted.place_order(&mut conn, &lines, None).await,
+        Err(Error::InvalidInput { .. })
+    ));
+    let mixed = [a.line("mug", 1).unwrap(), b.line("mug", 1).unwrap()];
+    assert!(matches!(
+        defaulted.place_order(&mut conn, &mixed, None).await,
+        Err(Error::CrossSlot { .. })
+    ));
+    assert_eq!(a.stock(&mut conn, "mug").await.unwrap(), 3);
+    assert_eq!(b.stock(&mut conn, "mug").await.unwrap(), 7);
+}
