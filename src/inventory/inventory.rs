@@ -241,6 +241,14 @@ pub struct InventoryBuilder {
 impl InventoryBuilder {
     /// The prefix of every key (1..=64 bytes of `[A-Za-z0-9_:.-]`, checked by
     /// [`build`](Self::build)); default [`Inventory::DEFAULT_PREFIX`].
+    ///
+    /// ```
+    /// use redkit::inventory::Inventory;
+    /// let inventory = Inventory::builder().prefix("shop:inv").build()?;
+    /// assert_eq!(inventory.store("berlin")?.key("mug")?, "shop:inv:{berlin}:sku:mug");
+    /// assert!(Inventory::builder().prefix("shop inv").build().is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn prefix(mut self, prefix: &str) -> Self {
         prefix.clone_into(&mut self.prefix);
         self
@@ -248,6 +256,12 @@ impl InventoryBuilder {
 
     /// How long request ids are remembered (1 ms ..= [`Inventory::MAX_RETENTION`]); default
     /// [`Inventory::DEFAULT_RETENTION`]. A retry later than this is treated as a new request.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::inventory::Inventory;
+    /// assert!(Inventory::builder().retention(Duration::ZERO).build().is_err());
+    /// ```
     pub fn retention(mut self, retention: Duration) -> Self {
         self.retention = retention;
         self

@@ -41,8 +41,15 @@ impl Store {
         &self.id
     }
 
-    /// The key holding the stock of `sku` (a plain integer string): `<prefix>:{<store>}:sku:<sku>`.
-    /// Fails when `sku` is empty or too long.
+    /// The key holding the stock of `sku` (a plain integer string):
+    /// `<prefix>:{<store>}:sku:<sku>`. Fails when `sku` is empty or too long.
+    ///
+    /// ```
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// assert_eq!(store.key("sku-1")?, "inv:{s1}:sku:sku-1");
+    /// assert!(store.key("").is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn key(&self, sku: &str) -> Result<String> {
         Ok(self.key_of("sku", &keys::escape_part("sku", sku)?))
     }
