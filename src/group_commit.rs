@@ -32,10 +32,10 @@ use crate::error::{Error, Result};
 /// [`DEFAULT_MAX_BATCH`](Self::DEFAULT_MAX_BATCH) (256) calls, up to
 /// [`DEFAULT_MAX_IN_FLIGHT`](Self::DEFAULT_MAX_IN_FLIGHT) (8) calls in flight. With `k > 1`
 /// calls in flight the round trips overlap, which is what lifts a hot key past one batch per
-/// round trip (measured for hot SKUs in the README, "Hot SKUs: group commit"; for a flood of
-/// limiter checks 2, 4 and 8 in flight measured within noise of each other). A batch only
-/// fills up to the callers that are waiting, so the batch bound matters only under a backlog
-/// of hundreds of callers of one key; 256 keeps one script call short.
+/// round trip (measured for hot SKUs in `docs/benchmarks.md`, "Hot SKUs: group commit"; for
+/// a flood of limiter checks 2, 4 and 8 in flight measured within noise of each other). A
+/// batch only fills up to the callers that are waiting, so the batch bound matters only under
+/// a backlog of hundreds of callers of one key; 256 keeps one script call short.
 ///
 /// With 1 call in flight, batches run strictly in arrival order, one round trip after
 /// another (slower); with more, two calls in flight may run in either order, as two ungrouped

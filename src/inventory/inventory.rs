@@ -293,9 +293,9 @@ impl InventoryBuilder {
     /// settles on the stock Redis holds when it runs), but two calls in flight may run in
     /// either order, as two ungrouped calls would. With 1 in flight, batches run strictly in
     /// arrival order, one round trip after another, which costs throughput (measured in
-    /// README "Hot SKUs: group commit": with 8 buyers 1 in flight is slower than not grouping
-    /// at all; with 8 in flight it is faster at 8 and 64 buyers, and at 512 buyers
-    /// 0.87x-0.95x of what 1 in flight does there).
+    /// `docs/benchmarks.md`, "Hot SKUs: group commit": with 8 buyers 1 in flight is slower
+    /// than not grouping at all; with 8 in flight it is faster at 8 and 64 buyers, and at 512
+    /// buyers 0.87x-0.95x of what 1 in flight does there).
     ///
     /// The group's call uses the connection of the caller that leads it, so every caller of
     /// one inventory must use connections to the same Redis deployment (as they must anyway).
