@@ -21,6 +21,7 @@ use axum::{routing::get, Router};
 use redis::aio::ConnectionManager;
 use redkit::middleware::{ConcurrencyLimitLayer, RateLimitLayer};
 use redkit::rate_limit::FixedWindow;
+use redkit::GroupCommit;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 
@@ -100,11 +101,7 @@ fn main() {
         };
         let grouped = |name: &str, limit: u32| {
             let limiter = fw(name, limit)
-                .with_group_commit(
-                    FixedWindow::DEFAULT_GROUP_BATCH,
-                    FixedWindow::DEFAULT_GROUP_IN_FLIGHT,
-                )
-                .unwrap();
+                .with_group_commit(GroupCommit::new(64, 4).unwrap());
             RateLimitLayer::new(limiter, conn.clone())
         };
         let redkit = |name: &str, limit: u32, cache: bool| {

@@ -59,7 +59,7 @@ fn fixture(rt: &tokio::runtime::Runtime) -> Fixture {
         }
         inventory.manager().preload(&mut conn).await.unwrap();
         let lines = SKUS.iter().map(|s| store.line(s, 1).unwrap()).collect();
-        let keys = SKUS.iter().map(|s| store.sku_key(s).unwrap()).collect();
+        let keys = SKUS.iter().map(|s| store.key(s).unwrap()).collect();
         Fixture {
             _server: server,
             conn,

@@ -16,9 +16,9 @@
 //!
 //! - hot SKU (`hot`): 1, 8, 64 and 512 buyers of ONE SKU (`REDKIT_LEAN_BUYERS=64,512` for
 //!   some): `Store::decrement` without group commit, with group commit
-//!   (`InventoryBuilder::group_commit(DEFAULT_GROUP_BATCH)`) one call in flight per SKU, and
-//!   with `group_in_flight(k)` (k = `REDKIT_LEAN_IN_FLIGHT`, default 8, the README's
-//!   recommendation) without and with a request id, beside the seed script.
+//!   (`InventoryBuilder::with_group_commit(GroupCommit::new(256, 1))`) one call in flight per
+//!   SKU, and with k in flight (k = `REDKIT_LEAN_IN_FLIGHT`, default 8, the default of
+//!   `GroupCommit`) without and with a request id, beside the seed script.
 //!
 //! - sequential latency (`seq`): ONE caller, each call awaited before the next, redkit beside
 //!   the seed script through raw redis-rs: p50 and p99 per call, blocks of 250 calls
@@ -105,7 +105,7 @@ use redkit::lock::{
 };
 use redkit::rate_limit::{Decision, FixedWindow, Gcra, LimitKey, SlidingWindow};
 use redkit::script::{Backend, Library};
-use redkit::{Call, Registry, ScriptManager};
+use redkit::{Call, GroupCommit, Registry, ScriptManager};
 
 const CALLERS: u64 = 64;
 const IPS: usize = 10_000;
@@ -205,12 +205,12 @@ async fn server_reads(mut conn: MultiplexedConnection) -> Option<u64> {
     info_number(&mut conn, "stats", "total_reads_processed:").await
 }
 
-/// `REDKIT_LEAN_GROUP_IN_FLIGHT`, or the limiter's default calls in flight with group commit.
+/// `REDKIT_LEAN_GROUP_IN_FLIGHT`, or 4: the calls in flight of the recorded rounds.
 fn group_in_flight() -> usize {
     std::env::var("REDKIT_LEAN_GROUP_IN_FLIGHT")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(FixedWindow::DEFAULT_GROUP_IN_FLIGHT)
+        .unwrap_or(4)
 }
 
 /// The `EVALSHA` calls the server has answered (`INFO commandstats`).
@@ -631,8 +631,7 @@ async fn fixed_case(
     let grouped = Arc::new(
         FixedWindow::new("lean-gc", LIMIT, Duration::from_millis(WINDOW_MS))
             .unwrap()
-            .with_group_commit(FixedWindow::DEFAULT_GROUP_BATCH, group_in_flight())
-            .unwrap(),
+            .with_group_commit(GroupCommit::new(64, group_in_flight()).unwrap()),
     );
     let calls_before = evalsha_calls(conn.clone()).await;
     let redkit_grouped = checks(conn, pid, secs, &grouped, ips).await;
@@ -654,8 +653,7 @@ async fn fixed_case(
     let aligned_grouped = Arc::new(
         FixedWindow::new("lean-al-gc", LIMIT, Duration::from_millis(WINDOW_MS))
             .unwrap()
-            .with_group_commit(FixedWindow::DEFAULT_GROUP_BATCH, group_in_flight())
-            .unwrap()
+            .with_group_commit(GroupCommit::new(64, group_in_flight()).unwrap())
             .aligned_to_clock(),
     );
     let redkit_aligned_grouped = checks(conn, pid, secs, &aligned_grouped, ips).await;
@@ -1177,7 +1175,7 @@ async fn stock_rows(
     row("decrement, 64 buyers on ONE SKU", &redkit, &seed);
     let apply_v6 = fixtures::script("inventory_apply", 6);
     let keys = Arc::new([
-        store.sku_key("hot").unwrap(),
+        store.key("hot").unwrap(),
         store.reservation_key("hot").unwrap(),
         store.reservation_expiry_key("hot").unwrap(),
     ]);
@@ -1236,7 +1234,7 @@ async fn stock_ceilings(
     println!("| redis-benchmark -c 8 -P 16 (EVALSHA) | calls/s |");
     println!("| --- | ---: |");
     let port = server.port();
-    let sku = store.sku_key("hot").unwrap();
+    let sku = store.key("hot").unwrap();
     let res = store.reservation_key("hot").unwrap();
     let exp = store.reservation_expiry_key("hot").unwrap();
     for s in versions("inventory_apply") {
@@ -1563,9 +1561,9 @@ async fn hot_case(
     let in_flight: usize = env_num("REDKIT_LEAN_IN_FLIGHT").unwrap_or(8);
     let plain = Inventory::new("lean:hot").unwrap().store("w1").unwrap();
     let grouped = |k: usize| {
-        Inventory::builder("lean:hot")
-            .group_commit(Inventory::DEFAULT_GROUP_BATCH)
-            .group_in_flight(k)
+        Inventory::builder()
+            .prefix("lean:hot")
+            .with_group_commit(GroupCommit::new(GroupCommit::DEFAULT_MAX_BATCH, k).unwrap())
             .build()
             .unwrap()
             .store("w1")
@@ -1713,11 +1711,7 @@ async fn sequential_case(conn: MultiplexedConnection) {
         "fixed-window check, with_group_commit(64, 4)",
         FixedWindow::new("seq-gc", LIMIT, window)
             .unwrap()
-            .with_group_commit(
-                FixedWindow::DEFAULT_GROUP_BATCH,
-                FixedWindow::DEFAULT_GROUP_IN_FLIGHT,
-            )
-            .unwrap(),
+            .with_group_commit(GroupCommit::new(64, 4).unwrap()),
         0x0d00_0000,
         "seq:rl2",
     ));
@@ -1780,7 +1774,7 @@ async fn sequential_case(conn: MultiplexedConnection) {
         .expect("inventory_apply is embedded");
     let raw = Arc::new(redis::Script::new(script.source()));
     let keys = Arc::new([
-        store.sku_key("sku").unwrap(),
+        store.key("sku").unwrap(),
         store.reservation_key("sku").unwrap(),
         store.reservation_expiry_key("sku").unwrap(),
     ]);

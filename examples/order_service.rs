@@ -81,7 +81,8 @@ async fn main() -> redkit::Result<()> {
     let client = redis::Client::open(url)?;
     let mut conn = client.get_multiplexed_async_connection().await?;
 
-    let inventory = Inventory::builder("demo:inv")
+    let inventory = Inventory::builder()
+        .prefix("demo:inv")
         .retention(Duration::from_secs(3600))
         .build()?;
     let berlin = inventory.store("berlin")?;

@@ -145,7 +145,7 @@ pub enum Error {
     },
 
     /// The task that was sending a call on this caller's behalf stopped before the outcome
-    /// was known: a [grouped decrement](crate::inventory::InventoryBuilder::group_commit)
+    /// was known: a [grouped decrement](crate::inventory::InventoryBuilder::with_group_commit)
     /// whose leader's future was dropped (cancelled, timed out) while its script call was in
     /// flight. The call may have run: retry with the same request id to learn the outcome.
     #[error("interrupted: {detail}")]

@@ -6,9 +6,9 @@
 //! them in arrival order and hands each waiter its own outcome. A caller that takes a free
 //! slot while another call is in flight gathers: it yields once, callers arriving meanwhile
 //! queue behind it, and it takes them into its call. A `std::sync::Mutex` guards the queues;
-//! it is never held across an `.await`. Used by
-//! [`InventoryBuilder::group_commit`](crate::inventory::InventoryBuilder::group_commit) and
-//! [`FixedWindow::with_group_commit`](crate::rate_limit::FixedWindow::with_group_commit).
+//! it is never held across an `.await`. Switched on with one [`GroupCommit`] value:
+//! [`InventoryBuilder::with_group_commit`](crate::inventory::InventoryBuilder::with_group_commit)
+//! and [`FixedWindow::with_group_commit`](crate::rate_limit::FixedWindow::with_group_commit).
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Debug;
@@ -19,6 +19,115 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
+
+/// The settings of group commit, validated once: at most `max_batch` calls settled by one
+/// script call, and at most `max_in_flight` such calls of one key (an inventory's SKU, a
+/// limiter) travelling at once. The one switch of both components that group:
+/// [`InventoryBuilder::with_group_commit`](crate::inventory::InventoryBuilder::with_group_commit)
+/// (concurrent decrements of one SKU) and
+/// [`FixedWindow::with_group_commit`](crate::rate_limit::FixedWindow::with_group_commit)
+/// (concurrent checks of one limiter); each reads it back with `group_commit()`.
+///
+/// [`GroupCommit::default()`] is the setting recommended for both: batches of up to
+/// [`DEFAULT_MAX_BATCH`](Self::DEFAULT_MAX_BATCH) (256) calls, up to
+/// [`DEFAULT_MAX_IN_FLIGHT`](Self::DEFAULT_MAX_IN_FLIGHT) (8) calls in flight. With `k > 1`
+/// calls in flight the round trips overlap, which is what lifts a hot key past one batch per
+/// round trip (measured for hot SKUs in `docs/benchmarks.md`, "Hot SKUs: group commit"; for
+/// a flood of limiter checks 2, 4 and 8 in flight measured within noise of each other). A
+/// batch only fills up to the callers that are waiting, so the batch bound matters only under
+/// a backlog of hundreds of callers of one key; 256 keeps one script call short.
+///
+/// With 1 call in flight, batches run strictly in arrival order, one round trip after
+/// another (slower); with more, two calls in flight may run in either order, as two ungrouped
+/// calls would. Nobody is oversold and no limit is exceeded either way.
+///
+/// ```
+/// use redkit::GroupCommit;
+/// let group = GroupCommit::default();
+/// assert_eq!((group.max_batch(), group.max_in_flight()), (256, 8));
+/// let strict = GroupCommit::new(64, 1)?; // batches strictly in arrival order
+/// assert_eq!(strict.max_in_flight(), 1);
+/// assert!(GroupCommit::new(1, 8).is_err()); // a batch of one groups nothing
+/// assert!(GroupCommit::new(64, 0).is_err());
+/// assert!(GroupCommit::new(GroupCommit::MAX_BATCH + 1, 8).is_err());
+/// assert!(GroupCommit::new(64, GroupCommit::MAX_IN_FLIGHT + 1).is_err());
+/// # Ok::<(), redkit::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GroupCommit {
+    max_batch: usize,
+    max_in_flight: usize,
+}
+
+impl GroupCommit {
+    /// The largest batch accepted: 1024 calls in one script call.
+    pub const MAX_BATCH: usize = 1024;
+    /// The most calls of one key in flight accepted: 16.
+    pub const MAX_IN_FLIGHT: usize = 16;
+    /// The batch bound of [`GroupCommit::default()`]: 256.
+    pub const DEFAULT_MAX_BATCH: usize = 256;
+    /// The calls in flight of [`GroupCommit::default()`]: 8.
+    pub const DEFAULT_MAX_IN_FLIGHT: usize = 8;
+
+    /// Group commit with batches of at most `max_batch` calls (2 ..=
+    /// [`MAX_BATCH`](Self::MAX_BATCH)) and at most `max_in_flight` calls of one key in flight
+    /// (1 ..= [`MAX_IN_FLIGHT`](Self::MAX_IN_FLIGHT)).
+    ///
+    /// Errors: [`Error::InvalidInput`] for a value outside its range.
+    ///
+    /// ```
+    /// let group = redkit::GroupCommit::new(64, 4)?;
+    /// assert_eq!((group.max_batch(), group.max_in_flight()), (64, 4));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn new(max_batch: usize, max_in_flight: usize) -> Result<Self> {
+        if !(2..=Self::MAX_BATCH).contains(&max_batch) {
+            return Err(Error::invalid(
+                "max_batch",
+                format!("must be 2..={}", Self::MAX_BATCH),
+            ));
+        }
+        if !(1..=Self::MAX_IN_FLIGHT).contains(&max_in_flight) {
+            return Err(Error::invalid(
+                "max_in_flight",
+                format!("must be 1..={}", Self::MAX_IN_FLIGHT),
+            ));
+        }
+        Ok(Self {
+            max_batch,
+            max_in_flight,
+        })
+    }
+
+    /// The most calls one script call settles.
+    ///
+    /// ```
+    /// assert_eq!(redkit::GroupCommit::default().max_batch(), 256);
+    /// ```
+    pub fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
+    /// The most calls of one key in flight at once.
+    ///
+    /// ```
+    /// assert_eq!(redkit::GroupCommit::default().max_in_flight(), 8);
+    /// ```
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight
+    }
+}
+
+impl Default for GroupCommit {
+    /// [`DEFAULT_MAX_BATCH`](Self::DEFAULT_MAX_BATCH) and
+    /// [`DEFAULT_MAX_IN_FLIGHT`](Self::DEFAULT_MAX_IN_FLIGHT).
+    fn default() -> Self {
+        Self {
+            max_batch: Self::DEFAULT_MAX_BATCH,
+            max_in_flight: Self::DEFAULT_MAX_IN_FLIGHT,
+        }
+    }
+}
 
 /// What one kind of grouped call queues and answers.
 pub(crate) trait Grouped: Sized + 'static {
@@ -65,8 +174,7 @@ pub(crate) enum Turn<G: Grouped> {
 /// The queues of one inventory or limiter. A key present in the map has a call in flight.
 #[derive(Debug)]
 pub(crate) struct Groups<G: Grouped> {
-    max_batch: usize,
-    max_in_flight: usize,
+    settings: GroupCommit,
     queues: Mutex<HashMap<G::Key, Queue<G>>>,
 }
 
@@ -149,7 +257,11 @@ impl<G: Grouped> Lead<G> {
         };
         queue.gathering = false;
         queue.drop_gone();
-        let room = self.groups.max_batch.saturating_sub(self.members.len());
+        let room = self
+            .groups
+            .settings
+            .max_batch
+            .saturating_sub(self.members.len());
         let take = queue.waiting.len().min(room);
         self.members.extend(queue.waiting.drain(..take));
     }
@@ -220,20 +332,16 @@ fn interrupted<G: Grouped>() -> Error {
 }
 
 impl<G: Grouped> Groups<G> {
-    pub(crate) fn new(max_batch: usize, max_in_flight: usize) -> Self {
+    pub(crate) fn new(settings: GroupCommit) -> Self {
         Self {
-            max_batch,
-            max_in_flight,
+            settings,
             queues: Mutex::new(HashMap::new()),
         }
     }
 
-    pub(crate) fn max_batch(&self) -> usize {
-        self.max_batch
-    }
-
-    pub(crate) fn max_in_flight(&self) -> usize {
-        self.max_in_flight
+    /// The settings the queues were made with.
+    pub(crate) fn settings(&self) -> GroupCommit {
+        self.settings
     }
 
     fn queues(&self) -> std::sync::MutexGuard<'_, HashMap<G::Key, Queue<G>>> {
@@ -258,7 +366,7 @@ impl<G: Grouped> Groups<G> {
         let mut queues = self.queues();
         let mut gathering = false;
         match queues.get_mut(key) {
-            Some(queue) if queue.in_flight >= self.max_in_flight || queue.gathering => {
+            Some(queue) if queue.in_flight >= self.settings.max_in_flight || queue.gathering => {
                 let (tx, rx) = oneshot::channel();
                 member.tx = Some(tx);
                 queue.waiting.push_back(member);
@@ -333,7 +441,7 @@ impl<G: Grouped> Groups<G> {
                 }
                 return;
             }
-            let take = waiting.len().min(self.max_batch);
+            let take = waiting.len().min(self.settings.max_batch);
             let mut members: Vec<Member<G>> = waiting.drain(..take).collect();
             let Some(tx) = members.first_mut().and_then(|m| m.tx.take()) else {
                 continue;

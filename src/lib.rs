@@ -27,6 +27,7 @@ pub mod script;
 pub mod versioned;
 
 pub use error::{Error, Result};
+pub use group_commit::GroupCommit;
 pub use script::{Call, CallOutcome, Registry, Script, ScriptManager, Stats};
 
 /// The redis-rs version redkit is built on, re-exported so versions always match.

@@ -117,7 +117,8 @@ async fn typed_api_is_unchanged_on_functions() {
         Release::Released
     );
 
-    let inventory = Inventory::builder("fn:inv")
+    let inventory = Inventory::builder()
+        .prefix("fn:inv")
         .with_manager(manager.clone())
         .build()
         .unwrap();
@@ -685,7 +686,8 @@ async fn reservation_story(
 ) -> (Vec<String>, std::collections::BTreeMap<Vec<u8>, Vec<u8>>) {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let store = Inventory::builder("t:fnres")
+    let store = Inventory::builder()
+        .prefix("t:fnres")
         .with_manager(manager)
         .build()
         .unwrap()

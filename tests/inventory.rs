@@ -15,7 +15,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::aio::MultiplexedConnection;
 use redkit::inventory::{
-    Commit, Decrement, Inventory, Order, Release, Reserve, Restock, Shortage, Store,
+    Cancel, Commit, Decrement, Inventory, Order, Reserve, Restock, Shortage, Store,
 };
 use redkit::Error;
 use support::{RedisCluster, RedisServer};
@@ -118,7 +118,7 @@ async fn single_sku_operations_and_outcomes() {
         Restock::Restocked { stock: 5 }
     );
     assert_eq!(
-        raw_get(&server, &s.sku_key("a").unwrap()).await.as_deref(),
+        raw_get(&server, &s.key("a").unwrap()).await.as_deref(),
         Some("5")
     );
 
@@ -140,7 +140,7 @@ async fn single_sku_operations_and_outcomes() {
     let exists: u64 = server
         .cmd(&[
             "EXISTS",
-            &s.sku_key("nope").unwrap(),
+            &s.key("nope").unwrap(),
             &s.request_key("r1").unwrap(),
             &s.request_key("r2").unwrap(),
         ])
@@ -255,7 +255,7 @@ async fn thousand_buyers_on_four_connections_sell_exactly_the_stock() {
     s.set(&mut conns[0], "hot", 100).await.unwrap();
 
     let stop = Arc::new(AtomicBool::new(false));
-    let reader = spawn_reader(&server, vec![s.sku_key("hot").unwrap()], stop.clone()).await;
+    let reader = spawn_reader(&server, vec![s.key("hot").unwrap()], stop.clone()).await;
 
     let mut buyers = Vec::new();
     for i in 0..1000 {
@@ -303,7 +303,7 @@ async fn concurrent_overlapping_orders_conserve_every_sku() {
         s.set(&mut conns[0], sku, INITIAL).await.unwrap();
     }
     let stop = Arc::new(AtomicBool::new(false));
-    let keys = SKUS.iter().map(|k| s.sku_key(k).unwrap()).collect();
+    let keys = SKUS.iter().map(|k| s.key(k).unwrap()).collect();
     let reader = spawn_reader(&server, keys, stop.clone()).await;
 
     let mut rng = StdRng::seed_from_u64(7);
@@ -532,7 +532,7 @@ async fn one_request_id_deducts_once_sequentially_and_concurrently() {
     assert!(ttl > retention - 60_000 && ttl <= retention, "{ttl}");
     assert_eq!(
         redis::cluster_routing::Slot::for_key(record.as_bytes()),
-        redis::cluster_routing::Slot::for_key(s.sku_key("a").unwrap().as_bytes())
+        redis::cluster_routing::Slot::for_key(s.key("a").unwrap().as_bytes())
     );
 }
 
@@ -540,7 +540,8 @@ async fn one_request_id_deducts_once_sequentially_and_concurrently() {
 async fn a_retry_after_the_retention_is_a_new_request() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let s = Inventory::builder("t:inv")
+    let s = Inventory::builder()
+        .prefix("t:inv")
         .retention(Duration::from_millis(100))
         .build()
         .unwrap()
@@ -561,11 +562,13 @@ async fn a_retry_after_the_retention_is_a_new_request() {
         s.decrement(&mut conn, "a", 1, Some("r")).await.unwrap(),
         Decrement::Decremented { remaining: 8 }
     );
-    assert!(Inventory::builder("t")
+    assert!(Inventory::builder()
+        .prefix("t")
         .retention(Duration::ZERO)
         .build()
         .is_err());
-    assert!(Inventory::builder("t")
+    assert!(Inventory::builder()
+        .prefix("t")
         .retention(Inventory::MAX_RETENTION + Duration::from_secs(1))
         .build()
         .is_err());
@@ -578,7 +581,7 @@ async fn corrupt_or_wrong_type_stock_is_a_typed_error_and_left_untouched() {
     let inventory = Inventory::new("t:inv").unwrap();
     let s = inventory.store("bad").unwrap();
     s.set(&mut conn, "good", 5).await.unwrap();
-    let key = s.sku_key("x").unwrap();
+    let key = s.key("x").unwrap();
     for corrupt in ["12abc", "-5", "1.5", "", " 3", "123456789012345"] {
         let _: () = server.cmd(&["SET", &key, corrupt]).await;
         let results = [
@@ -610,7 +613,7 @@ async fn corrupt_or_wrong_type_stock_is_a_typed_error_and_left_untouched() {
     assert_eq!(s.stock(&mut conn, "x").await.unwrap(), 4);
 
     // A key of another type: WrongType from every operation, the list untouched.
-    let list = s.sku_key("list").unwrap();
+    let list = s.key("list").unwrap();
     let _: () = server.cmd(&["RPUSH", &list, "1"]).await;
     let results = [
         s.stock(&mut conn, "list").await.map(|_| ()),
@@ -645,7 +648,7 @@ async fn works_on_a_cluster_and_refuses_cross_slot_orders() {
         .collect();
     let mut nodes = HashSet::new();
     for s in &stores {
-        nodes.insert(cluster.primary_for(&s.sku_key("a").unwrap()).await.port());
+        nodes.insert(cluster.primary_for(&s.key("a").unwrap()).await.port());
     }
     assert!(nodes.len() > 1, "stores should land on several primaries");
 
@@ -860,7 +863,7 @@ async fn raw_reservations(server: &RedisServer, s: &Store, sku: &str) -> Vec<(St
 }
 
 #[tokio::test]
-async fn reserve_commit_release_and_unknown_ids() {
+async fn reserve_commit_cancel_and_unknown_ids() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let s = store("resv");
@@ -920,18 +923,18 @@ async fn reserve_commit_release_and_unknown_ids() {
         ])
         .await;
     assert_eq!(exists, 0, "an empty reservation hash is deleted");
-    // A retried commit, or a release after the commit: told what happened, nothing changes.
+    // A retried commit, or a cancel after the commit: told what happened, nothing changes.
     assert_eq!(
         s.commit(&mut conn, "a", "cart-1").await.unwrap(),
         Commit::AlreadyCommitted { quantity: 3 }
     );
     assert_eq!(
-        s.release(&mut conn, "a", "cart-1").await.unwrap(),
-        Release::AlreadyCommitted { quantity: 3 }
+        s.cancel(&mut conn, "a", "cart-1").await.unwrap(),
+        Cancel::AlreadyCommitted { quantity: 3 }
     );
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 7);
 
-    // Release returns the units.
+    // Cancel returns the units.
     s.reserve(&mut conn, "a", 5, MINUTE, "cart-3")
         .await
         .unwrap();
@@ -940,28 +943,28 @@ async fn reserve_commit_release_and_unknown_ids() {
         .unwrap();
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 1);
     assert_eq!(
-        s.release(&mut conn, "a", "cart-3").await.unwrap(),
-        Release::Released {
+        s.cancel(&mut conn, "a", "cart-3").await.unwrap(),
+        Cancel::Cancelled {
             quantity: 5,
             stock: 6
         }
     );
     assert_eq!(
-        raw_get(&server, &s.sku_key("a").unwrap()).await.as_deref(),
+        raw_get(&server, &s.key("a").unwrap()).await.as_deref(),
         Some("6")
     );
     assert_eq!(
         raw_reservations(&server, &s, "a").await,
         vec![("cart-4".to_owned(), 1)]
     );
-    // A retried release, or a commit after the release: nothing returned twice.
+    // A retried cancel, or a commit after the cancel: nothing returned twice.
     assert_eq!(
-        s.release(&mut conn, "a", "cart-3").await.unwrap(),
-        Release::AlreadyReleased { quantity: 5 }
+        s.cancel(&mut conn, "a", "cart-3").await.unwrap(),
+        Cancel::AlreadyCancelled { quantity: 5 }
     );
     assert_eq!(
         s.commit(&mut conn, "a", "cart-3").await.unwrap(),
-        Commit::AlreadyReleased { quantity: 5 }
+        Commit::AlreadyCancelled { quantity: 5 }
     );
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 6);
     // Unknown ids change nothing.
@@ -970,16 +973,16 @@ async fn reserve_commit_release_and_unknown_ids() {
         Commit::Unknown
     );
     assert_eq!(
-        s.release(&mut conn, "a", "never").await.unwrap(),
-        Release::Unknown
+        s.cancel(&mut conn, "a", "never").await.unwrap(),
+        Cancel::Unknown
     );
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 6);
     assert_eq!(raw_reservations(&server, &s, "a").await.len(), 1);
     // Ids are escaped: braces never leak a second hash tag.
     s.reserve(&mut conn, "a", 1, MINUTE, "x{y}").await.unwrap();
     assert_eq!(
-        s.release(&mut conn, "a", "x{y}").await.unwrap(),
-        Release::Released {
+        s.cancel(&mut conn, "a", "x{y}").await.unwrap(),
+        Cancel::Cancelled {
             quantity: 1,
             stock: 6
         }
@@ -991,7 +994,7 @@ async fn reserve_commit_release_and_unknown_ids() {
             .await
             .map(|_| ()),
         s.commit(&mut conn, "nope", "c").await.map(|_| ()),
-        s.release(&mut conn, "nope", "c").await.map(|_| ()),
+        s.cancel(&mut conn, "nope", "c").await.map(|_| ()),
     ] {
         assert!(
             matches!(&result, Err(Error::NotFound { what: "sku", .. })),
@@ -1001,7 +1004,7 @@ async fn reserve_commit_release_and_unknown_ids() {
     let exists: u64 = server
         .cmd(&[
             "EXISTS",
-            &s.sku_key("nope").unwrap(),
+            &s.key("nope").unwrap(),
             &s.reservation_key("nope").unwrap(),
         ])
         .await;
@@ -1036,7 +1039,7 @@ async fn reserve_commit_release_and_unknown_ids() {
     }
     for result in [
         s.commit(&mut conn, "a", "").await.map(|_| ()),
-        s.release(&mut conn, "a", &long).await.map(|_| ()),
+        s.cancel(&mut conn, "a", &long).await.map(|_| ()),
     ] {
         assert!(
             matches!(result, Err(Error::InvalidInput { .. })),
@@ -1052,7 +1055,7 @@ async fn reserve_commit_release_and_unknown_ids() {
     let err: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
         .arg(script.source())
         .arg(4)
-        .arg(s.sku_key("a").unwrap())
+        .arg(s.key("a").unwrap())
         .arg(s.reservation_key("a").unwrap())
         .arg("t:inv:{resv}:raw-settlement")
         .arg(s.reservation_expiry_key("a").unwrap())
@@ -1074,7 +1077,7 @@ async fn reserve_commit_release_and_unknown_ids() {
     let err = s.decrement(&mut conn, "a", 1, None).await;
     assert!(matches!(err, Err(Error::CorruptData { .. })), "{err:?}");
     assert_eq!(
-        raw_get(&server, &s.sku_key("a").unwrap()).await.as_deref(),
+        raw_get(&server, &s.key("a").unwrap()).await.as_deref(),
         Some("6")
     );
 }
@@ -1109,8 +1112,8 @@ async fn a_full_sku_refuses_more_reservations() {
         Reserve::Full { limit }
     );
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 20_000);
-    // One released: room for one again.
-    assert!(s.release(&mut conn, "a", "r0").await.unwrap().is_released());
+    // One cancelled: room for one again.
+    assert!(s.cancel(&mut conn, "a", "r0").await.unwrap().is_cancelled());
     assert!(s
         .reserve(&mut conn, "a", 1, MINUTE, "one-more")
         .await
@@ -1133,7 +1136,7 @@ async fn an_expired_reservation_returns_to_stock_lazily_and_only_once() {
     tokio::time::sleep(margin).await;
     // Nothing ran in between: the raw stock still lacks the expired units.
     assert_eq!(
-        raw_get(&server, &s.sku_key("a").unwrap()).await.as_deref(),
+        raw_get(&server, &s.key("a").unwrap()).await.as_deref(),
         Some("3")
     );
     assert_eq!(
@@ -1157,8 +1160,8 @@ async fn an_expired_reservation_returns_to_stock_lazily_and_only_once() {
         Commit::Unknown
     );
     assert_eq!(
-        s.release(&mut conn, "a", "gone").await.unwrap(),
-        Release::Unknown
+        s.cancel(&mut conn, "a", "gone").await.unwrap(),
+        Cancel::Unknown
     );
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 0);
     assert!(s
@@ -1228,7 +1231,7 @@ async fn reservers_and_buyers_at_once_never_oversell() {
     let s = store("race");
     s.set(&mut conn, "hot", 100).await.unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let reader = spawn_reader(&server, vec![s.sku_key("hot").unwrap()], stop.clone()).await;
+    let reader = spawn_reader(&server, vec![s.key("hot").unwrap()], stop.clone()).await;
 
     let committed = Arc::new(AtomicU64::new(0));
     let sold = Arc::new(AtomicU64::new(0));
@@ -1276,7 +1279,7 @@ async fn reservers_and_buyers_at_once_never_oversell() {
                         }
                     }
                     1 => {
-                        let _ = s.release(&mut c, "hot", &id).await.unwrap();
+                        let _ = s.cancel(&mut c, "hot", &id).await.unwrap();
                     }
                     _ => {} // abandoned: held until it expires
                 }
@@ -1293,7 +1296,7 @@ async fn reservers_and_buyers_at_once_never_oversell() {
     let sold = sold.load(Ordering::Relaxed);
     let held = |r: Vec<(String, u64)>| r.iter().map(|(_, q)| q).sum::<u64>();
     // Raw state (no reclaim): stock + every hold (live or expired) + committed + sold.
-    let raw_stock: u64 = raw_get(&server, &s.sku_key("hot").unwrap())
+    let raw_stock: u64 = raw_get(&server, &s.key("hot").unwrap())
         .await
         .unwrap()
         .parse()
@@ -1310,10 +1313,10 @@ async fn reservers_and_buyers_at_once_never_oversell() {
     // Releasing every live hold restores the rest.
     for (id, _) in raw_reservations(&server, &s, "hot").await {
         assert!(s
-            .release(&mut conn, "hot", &id)
+            .cancel(&mut conn, "hot", &id)
             .await
             .unwrap()
-            .is_released());
+            .is_cancelled());
     }
     assert_eq!(
         s.stock(&mut conn, "hot").await.unwrap(),
@@ -1331,7 +1334,7 @@ async fn reservations_work_on_a_cluster() {
         .collect();
     let mut nodes = HashSet::new();
     for s in &stores {
-        let node = cluster.primary_for(&s.sku_key("a").unwrap()).await.port();
+        let node = cluster.primary_for(&s.key("a").unwrap()).await.port();
         assert_eq!(
             cluster
                 .primary_for(&s.reservation_key("a").unwrap())
@@ -1367,8 +1370,8 @@ async fn reservations_work_on_a_cluster() {
             Commit::Committed { quantity: 2 }
         );
         assert_eq!(
-            s.release(&mut conn, "a", "back").await.unwrap(),
-            Release::Released {
+            s.cancel(&mut conn, "a", "back").await.unwrap(),
+            Cancel::Cancelled {
                 quantity: 3,
                 stock: 8
             }
@@ -1431,4 +1434,52 @@ async fn a_store_places_an_order_of_its_own_lines() {
         "{empty:?}"
     );
     assert_eq!(s.stock(&mut conn, "mug").await.unwrap(), 1);
+}
+
+/// The key prefix follows the lock rule: `DEFAULT_PREFIX` when none is set, a builder setter,
+/// a `prefix()` getter; the stock of a SKU is written at `Store::key`.
+#[tokio::test]
+async fn the_prefix_has_a_default_a_builder_setter_and_a_getter() {
+    let defaulted = Inventory::builder().build().unwrap();
+    assert_eq!(Inventory::DEFAULT_PREFIX, "redkit:inv");
+    assert_eq!(defaulted.prefix(), Inventory::DEFAULT_PREFIX);
+    let set = Inventory::builder().prefix("t:pfx").build().unwrap();
+    assert_eq!(set.prefix(), "t:pfx");
+    assert_eq!(Inventory::new("t:pfx").unwrap().prefix(), "t:pfx");
+    // The last setter wins; a bad prefix is refused when built, before any round trip.
+    let last = Inventory::builder().prefix("a").prefix("t:last").build();
+    assert_eq!(last.unwrap().prefix(), "t:last");
+    for bad in ["", "a b", "a{b}"] {
+        let built = Inventory::builder().prefix(bad).build();
+        assert!(matches!(built, Err(Error::InvalidInput { .. })), "{bad:?}");
+    }
+
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let (a, b) = (defaulted.store("s").unwrap(), set.store("s").unwrap());
+    assert_eq!(a.key("mug").unwrap(), "redkit:inv:{s}:sku:mug");
+    assert_eq!(b.key("mug").unwrap(), "t:pfx:{s}:sku:mug");
+    a.set(&mut conn, "mug", 3).await.unwrap();
+    b.set(&mut conn, "mug", 7).await.unwrap();
+    assert_eq!(
+        raw_get(&server, "redkit:inv:{s}:sku:mug").await.as_deref(),
+        Some("3")
+    );
+    assert_eq!(
+        raw_get(&server, "t:pfx:{s}:sku:mug").await.as_deref(),
+        Some("7")
+    );
+    // An order is placed under the prefix of its lines' inventory only.
+    let lines = [b.line("mug", 1).unwrap()];
+    assert!(matches!(
+        defaulted.place_order(&mut conn, &lines, None).await,
+        Err(Error::InvalidInput { .. })
+    ));
+    let mixed = [a.line("mug", 1).unwrap(), b.line("mug", 1).unwrap()];
+    assert!(matches!(
+        defaulted.place_order(&mut conn, &mixed, None).await,
+        Err(Error::CrossSlot { .. })
+    ));
+    assert_eq!(a.stock(&mut conn, "mug").await.unwrap(), 3);
+    assert_eq!(b.stock(&mut conn, "mug").await.unwrap(), 7);
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redkit::inventory::{Commit, Decrement, Inventory, Order, Release, Reserve, Restock, Store};
+use redkit::inventory::{Cancel, Commit, Decrement, Inventory, Order, Reserve, Restock, Store};
 use redkit::script::Replication;
 use redkit::{Call, Error, Registry, ScriptManager};
 use support::{RedisServer, ReplicatedPair};
@@ -102,7 +102,7 @@ async fn raw(conn: &mut MultiplexedConnection, args: &[&str]) -> redis::Value {
 
 async fn raw_stock(conn: &mut MultiplexedConnection, sku: &str) -> Option<String> {
     redis::cmd("GET")
-        .arg(store().sku_key(sku).unwrap())
+        .arg(store().key(sku).unwrap())
         .query_async(conn)
         .await
         .unwrap()
@@ -154,7 +154,7 @@ enum Op {
     ReserveLive,
     ReserveDone,
     CommitLive,
-    ReleaseLive,
+    CancelLive,
     CommitDone,
 }
 
@@ -168,7 +168,7 @@ const OPS: [Op; 11] = [
     Op::ReserveLive,
     Op::ReserveDone,
     Op::CommitLive,
-    Op::ReleaseLive,
+    Op::CancelLive,
     Op::CommitDone,
 ];
 
@@ -192,7 +192,7 @@ async fn run(op: Op, conn: &mut MultiplexedConnection) -> Result<String, Error> 
         Op::ReserveLive => reserve_text(s.reserve(conn, "a", 2, MINUTE, "live").await?),
         Op::ReserveDone => reserve_text(s.reserve(conn, "a", 3, MINUTE, "done").await?),
         Op::CommitLive => format!("{:?}", s.commit(conn, "a", "live").await?),
-        Op::ReleaseLive => format!("{:?}", s.release(conn, "a", "live").await?),
+        Op::CancelLive => format!("{:?}", s.cancel(conn, "a", "live").await?),
         Op::CommitDone => format!("{:?}", s.commit(conn, "a", "done").await?),
     })
 }
@@ -286,7 +286,7 @@ async fn every_poisoned_key_with_every_bad_value_changes_nothing() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let s = store();
-    let stock_a = s.sku_key("a").unwrap();
+    let stock_a = s.key("a").unwrap();
     let holds = s.reservation_key("a").unwrap();
     let expiries = s.reservation_expiry_key("a").unwrap();
     let done = settlement_key("a", "done");
@@ -349,7 +349,7 @@ async fn every_poisoned_key_with_every_bad_value_changes_nothing() {
             holds.clone(),
             Poison::Field("live", value),
             Expect::Corrupt,
-            vec![Op::ReserveLive, Op::CommitLive, Op::ReleaseLive],
+            vec![Op::ReserveLive, Op::CommitLive, Op::CancelLive],
         ));
     }
     // Settlement records.
@@ -377,7 +377,7 @@ async fn every_poisoned_key_with_every_bad_value_changes_nothing() {
         live_done.clone(),
         Poison::Hash,
         Expect::WrongType,
-        vec![Op::ReserveLive, Op::CommitLive, Op::ReleaseLive],
+        vec![Op::ReserveLive, Op::CommitLive, Op::CancelLive],
     ));
     // Wrong types of the other keys.
     for (what, key) in [("hold hash", &holds), ("expiry zset", &expiries)] {
@@ -434,7 +434,7 @@ async fn a_restock_beyond_the_maximum_changes_nothing() {
     let s = store();
     // 99999999999990 stored + 1 expired = 99999999999991; + 9 would exceed the maximum.
     let _: () = redis::cmd("SET")
-        .arg(s.sku_key("a").unwrap())
+        .arg(s.key("a").unwrap())
         .arg("99999999999990")
         .query_async(&mut conn)
         .await
@@ -466,7 +466,7 @@ fn writes_of(op: Op) -> &'static [&'static str] {
         Op::Decrement | Op::Order => &["hdel", "zrem", "incrby", "decrby", "set"],
         Op::Restock => &["hdel", "zrem", "incrby", "set"],
         Op::ReserveNew => &["hdel", "zrem", "incrby", "decrby", "hset", "zadd"],
-        Op::CommitLive | Op::ReleaseLive => &["hdel", "zrem", "incrby", "set"],
+        Op::CommitLive | Op::CancelLive => &["hdel", "zrem", "incrby", "set"],
     }
 }
 
@@ -642,29 +642,30 @@ async fn a_settled_reservation_stays_settled_under_redelivery() {
     );
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 6, "deducted once");
 
-    // Released: a redelivered reserve holds nothing, a redelivered release returns nothing.
+    // Cancelled: a redelivered reserve holds nothing, a redelivered cancel returns nothing.
     s.reserve(&mut conn, "a", 2, MINUTE, "cart-2")
         .await
         .unwrap();
     assert!(s
-        .release(&mut conn, "a", "cart-2")
+        .cancel(&mut conn, "a", "cart-2")
         .await
         .unwrap()
-        .is_released());
+        .is_cancelled());
     assert_eq!(
         s.reserve(&mut conn, "a", 2, MINUTE, "cart-2")
             .await
             .unwrap(),
-        Reserve::AlreadyReleased { quantity: 2 }
+        Reserve::AlreadyCancelled { quantity: 2 }
     );
     assert_eq!(
-        s.release(&mut conn, "a", "cart-2").await.unwrap(),
-        Release::AlreadyReleased { quantity: 2 }
+        s.cancel(&mut conn, "a", "cart-2").await.unwrap(),
+        Cancel::AlreadyCancelled { quantity: 2 }
     );
     assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 6);
 
     // After the retention the id is free again.
-    let short = Inventory::builder("t:short")
+    let short = Inventory::builder()
+        .prefix("t:short")
         .retention(Duration::from_millis(50))
         .build()
         .unwrap()
@@ -734,7 +735,7 @@ async fn reclaim_of_ten_thousand_expired_holds_is_bounded_per_call() {
     for i in 0..20 {
         let probe = format!("probe-{i}");
         s.reserve(&mut conn, "b", 1, MINUTE, &probe).await.unwrap();
-        s.release(&mut conn, "b", &probe).await.unwrap();
+        s.cancel(&mut conn, "b", &probe).await.unwrap();
         s.stock(&mut conn, "b").await.unwrap();
     }
     let base = script_micros(&server).await;
@@ -751,10 +752,10 @@ async fn reclaim_of_ten_thousand_expired_holds_is_bounded_per_call() {
             let probe = format!("probe-{calls}");
             let r = s.reserve(&mut conn, "a", 1, MINUTE, &probe).await.unwrap();
             assert!(s
-                .release(&mut conn, "a", &probe)
+                .cancel(&mut conn, "a", &probe)
                 .await
                 .unwrap()
-                .is_released());
+                .is_cancelled());
             assert!(matches!(r, Reserve::Reserved { .. }), "{r:?}");
             s.stock(&mut conn, "a").await.unwrap()
         };
@@ -896,13 +897,10 @@ async fn acked_operations_report_replica_acknowledgement() {
     s.reserve(&mut conn, "a", 1, MINUTE, "cart-2")
         .await
         .unwrap();
-    let l = s
-        .release_acked(&mut conn, "a", "cart-2", one)
-        .await
-        .unwrap();
-    assert!(l.outcome.is_released() && l.is_replicated());
+    let l = s.cancel_acked(&mut conn, "a", "cart-2", one).await.unwrap();
+    assert!(l.outcome.is_cancelled() && l.is_replicated());
     // The replica has every write.
-    let on_replica: Option<String> = pair.replica.cmd(&["GET", &s.sku_key("a").unwrap()]).await;
+    let on_replica: Option<String> = pair.replica.cmd(&["GET", &s.key("a").unwrap()]).await;
     assert_eq!(on_replica.as_deref(), Some("7"));
 
     // A frozen replica: applied on the primary, acknowledged by none, within the timeout.
@@ -1125,7 +1123,7 @@ async fn reserve_v1(conn: &mut MultiplexedConnection, sku: &str, qty: u64, ttl_m
     let reply: redis::Value = redis::cmd("EVAL")
         .arg(v1.source())
         .arg(3)
-        .arg(s.sku_key(sku).unwrap())
+        .arg(s.key(sku).unwrap())
         .arg(s.reservation_key(sku).unwrap())
         .arg(settlement_key(sku, id))
         .arg("reserve")
@@ -1244,8 +1242,8 @@ async fn the_scripts_parse_integers_exactly_like_redis_within_their_range() {
 /// Probes the strict integer parser of `inventory_apply.v<version>` against Redis's INCRBY.
 async fn parse_like_redis(conn: &mut MultiplexedConnection, version: u32) {
     let source = redkit::Registry::global()
-        .get("inventory_apply", version)
-        .unwrap_or_else(|| fixtures::script("inventory_apply", version))
+        .require("inventory_apply", version)
+        .unwrap_or_else(|_| fixtures::script("inventory_apply", version))
         .source();
     let from = source.find("local MAX =").unwrap();
     let to = source.find("-- A hold is").unwrap();
@@ -1323,7 +1321,7 @@ async fn a_sku_without_holds_keeps_the_contract_on_the_short_path() {
     let server = RedisServer::spawn().await;
     let mut admin = server.conn().await;
     let s = store();
-    let sku = s.sku_key("c").unwrap();
+    let sku = s.key("c").unwrap();
     let fresh = |admin: &mut MultiplexedConnection| {
         let mut admin = admin.clone();
         async move {
@@ -1548,14 +1546,14 @@ async fn v8_with_a_request_id_a_refused_record_puts_the_take_back() {
     // A retention the record's SET will not parse, straight through the script: a typed
     // input error, nothing net written.
     // v8 to v10 (retired, kept in tests/fixtures/lua/) and v11 (shipped) alike.
-    let sku = s.sku_key("c").unwrap();
+    let sku = s.key("c").unwrap();
     let holds = s.reservation_key("c").unwrap();
     let expiry = s.reservation_expiry_key("c").unwrap();
     let record = s.request_key("v8").unwrap();
     let scripts = [8, 9, 10, 11].map(|v| {
         Registry::global()
-            .get("inventory_apply", v)
-            .unwrap_or_else(|| fixtures::script("inventory_apply", v))
+            .require("inventory_apply", v)
+            .unwrap_or_else(|_| fixtures::script("inventory_apply", v))
     });
     for (script, retention) in scripts
         .into_iter()

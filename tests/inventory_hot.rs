@@ -1,4 +1,4 @@
-//! Group commit of hot SKUs (`InventoryBuilder::group_commit`) against real Redis: the same
+//! Group commit of hot SKUs (`InventoryBuilder::with_group_commit`) against real Redis: the same
 //! per-buyer outcomes as one call each (compared with a sequential run of the ungrouped
 //! store), no oversell under 512 concurrent buyers, request ids honoured across the grouped
 //! and the single script, a failing group changes nothing and every member sees the error, a
@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
 use redkit::inventory::{Decrement, Inventory, Store};
-use redkit::Error;
+use redkit::{Error, GroupCommit};
 use support::{RedisCluster, RedisServer};
 
 const PREFIX: &str = "t:hot";
@@ -35,13 +35,16 @@ fn hot() -> Inventory {
     hot_pipelined(1)
 }
 
-/// Group commit as a user gets it who only sets `group_commit`.
+/// Group commit as a user gets it who switches it on with the default settings.
 fn hot_default() -> Inventory {
-    let inventory = Inventory::builder(PREFIX)
-        .group_commit(Inventory::DEFAULT_GROUP_BATCH)
+    let inventory = Inventory::builder()
+        .prefix(PREFIX)
+        .with_group_commit(GroupCommit::default())
         .build()
         .unwrap();
-    assert_eq!(inventory.group_in_flight(), Some(8), "the README's default");
+    let settings = inventory.group_commit().unwrap();
+    assert_eq!(settings.max_in_flight(), 8, "the README's default");
+    assert_eq!(settings.max_batch(), 256);
     inventory
 }
 
@@ -256,7 +259,7 @@ async fn a_group_that_fails_changes_nothing_and_every_member_sees_the_error() {
     let mut server = RedisServer::spawn().await;
     let (store, conn) = hot_mug(&server, hot(), 20).await;
     let mut c = conn.clone();
-    let key = store.sku_key("mug").unwrap();
+    let key = store.key("mug").unwrap();
     // A recorded request, so the snapshot holds a record too.
     store
         .decrement(&mut c, "mug", 1, Some("old"))
@@ -384,7 +387,7 @@ async fn a_group_without_request_ids_that_fails_changes_nothing() {
     let mut server = RedisServer::spawn().await;
     let (store, conn) = hot_mug(&server, hot(), 20).await;
     let mut c = conn.clone();
-    let key = store.sku_key("mug").unwrap();
+    let key = store.key("mug").unwrap();
     // Stored stocks the script refuses: forms DECRBY will not parse, and integers it parses
     // but outside 0..=99999999999999 (taken, then put back, then refused on the strict path).
     for bad in [
@@ -540,9 +543,9 @@ async fn five_hundred_buyers_with_the_default_calls_in_flight_never_oversell_and
 
 /// [`hot`] with up to `calls` grouped calls of one SKU in flight.
 fn hot_pipelined(calls: usize) -> Inventory {
-    Inventory::builder(PREFIX)
-        .group_commit(Inventory::DEFAULT_GROUP_BATCH)
-        .group_in_flight(calls)
+    Inventory::builder()
+        .prefix(PREFIX)
+        .with_group_commit(GroupCommit::new(GroupCommit::DEFAULT_MAX_BATCH, calls).unwrap())
         .build()
         .unwrap()
 }
@@ -750,26 +753,30 @@ async fn a_gathering_leader_that_gives_up_hands_its_queue_on() {
 }
 
 #[test]
-fn group_in_flight_is_checked_when_the_inventory_is_built() {
-    let build = |k| {
-        Inventory::builder(PREFIX)
-            .group_commit(8)
-            .group_in_flight(k)
-            .build()
-    };
-    assert!(matches!(build(0), Err(Error::InvalidInput { .. })));
+fn group_commit_settings_are_checked_once_and_read_back_as_set() {
+    // The bounds live in GroupCommit: a value out of range is refused there, before any
+    // inventory exists.
+    let build = |batch, k| GroupCommit::new(batch, k);
+    assert!(matches!(build(8, 0), Err(Error::InvalidInput { .. })));
     assert!(matches!(
-        build(Inventory::MAX_GROUP_IN_FLIGHT + 1),
+        build(8, GroupCommit::MAX_IN_FLIGHT + 1),
         Err(Error::InvalidInput { .. })
     ));
-    assert_eq!(
-        build(Inventory::MAX_GROUP_IN_FLIGHT)
-            .unwrap()
-            .group_in_flight(),
-        Some(Inventory::MAX_GROUP_IN_FLIGHT)
-    );
-    let without_group = Inventory::builder(PREFIX).group_in_flight(2).build();
-    assert!(matches!(without_group, Err(Error::InvalidInput { .. })));
+    assert!(matches!(build(1, 8), Err(Error::InvalidInput { .. })));
+    assert!(matches!(
+        build(GroupCommit::MAX_BATCH + 1, 8),
+        Err(Error::InvalidInput { .. })
+    ));
+    let edge = build(GroupCommit::MAX_BATCH, GroupCommit::MAX_IN_FLIGHT).unwrap();
+    let inventory = Inventory::builder()
+        .prefix(PREFIX)
+        .with_group_commit(edge)
+        .build()
+        .unwrap();
+    assert_eq!(inventory.group_commit(), Some(edge));
+    // Clones and stores share the queues and the settings; without the switch, none.
+    assert_eq!(inventory.clone().group_commit(), Some(edge));
+    assert_eq!(plain().group_commit(), None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -829,7 +836,7 @@ async fn groups_work_on_a_cluster() {
                 (quantity, Some(id), outcome)
             }
         });
-        let primary = cluster.primary_for(&store.sku_key("mug").unwrap()).await;
+        let primary = cluster.primary_for(&store.key("mug").unwrap()).await;
         let before = primary.evalsha_calls().await;
         let results = join_all(calls).await;
         let evalsha = primary.evalsha_calls().await - before;

@@ -526,8 +526,8 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     let manager = ScriptManager::new();
     for version in [2, 3] {
         let acquire = Registry::global()
-            .get("lock_acquire", version)
-            .unwrap_or_else(|| fixtures::script("lock_acquire", version));
+            .require("lock_acquire", version)
+            .unwrap_or_else(|_| fixtures::script("lock_acquire", version));
         for (token, ttl, fence_ttl) in [
             ("0123456789abcdef0123", "0", "1000"),
             ("short", "100", "1000"),

@@ -6,8 +6,8 @@
 //! mark `retired = true` the pin of a version whose file left `lua/`.
 //!
 //! `lua/` ships only what runs: every file there has a caller in `src/`
-//! (`Registry::global().require("name", N)` or `Registry::embedded("name", N)`), and every
-//! look-up names a file there. A version no caller uses leaves `lua/` (its pin stays, retired);
+//! (`Registry::embedded("name", N)`, the crate's one internal look-up, or the public
+//! `require`), and every look-up names a file there. A version no caller uses leaves `lua/` (its pin stays, retired);
 //! a test that still needs one runs it from `tests/fixtures/lua/`.
 
 use std::collections::BTreeSet;
@@ -144,7 +144,7 @@ fn no_retired_version_is_embedded() {
         let (name, version) = retired.id.rsplit_once(".v").unwrap();
         let version: u32 = version.parse().unwrap();
         assert!(
-            registry.get(name, version).is_none(),
+            registry.require(name, version).is_err(),
             "{} is pinned retired but embedded in lua/",
             retired.id
         );

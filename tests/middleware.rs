@@ -515,8 +515,7 @@ async fn a_dropped_request_leading_a_group_leaves_the_others_checked() {
     let mut server = RedisServer::spawn().await;
     let conn = patient_conn(&server).await;
     let limiter = limiter("dropped", 100, Duration::from_secs(60))
-        .with_group_commit(64, 1)
-        .unwrap();
+        .with_group_commit(redkit::GroupCommit::new(64, 1).unwrap());
     let layer = RateLimitLayer::builder(limiter, conn)
         .key_extractor(FnKey::new(|_| {
             LimitKey::text("one").ok().map(ClientId::Key)
@@ -585,8 +584,7 @@ async fn grouped_requests_to_a_frozen_redis_are_answered_at_the_layer_timeout() 
     let mut server = RedisServer::spawn().await;
     let conn = patient_conn(&server).await;
     let limiter = limiter("frozen", 100, Duration::from_secs(60))
-        .with_group_commit(64, 2)
-        .unwrap();
+        .with_group_commit(redkit::GroupCommit::new(64, 2).unwrap());
     let timeout = Duration::from_secs(1);
     let layer = RateLimitLayer::builder(limiter, conn)
         .timeout(timeout)
@@ -852,4 +850,51 @@ async fn a_hook_shapes_the_429_and_503_responses() {
     assert_eq!(header(&r, "retry-after"), Some("1"));
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["title"], "Service Unavailable");
+}
+
+/// `group_commit` in a policy file: `true` is `GroupCommit::default()`, a table gives both
+/// settings (checked by `GroupCommit::new` while parsing), and the config round-trips.
+#[test]
+fn group_commit_in_a_policy_file_is_one_groupcommit_value() {
+    use redkit::middleware::{PolicyConfig, PolicySpec};
+    use redkit::rate_limit::Limiter;
+    use redkit::GroupCommit;
+    let parse = |setting: &str| {
+        toml::from_str::<PolicyConfig>(&format!(
+            "group_commit = {setting}\n[default]\nname = \"api\"\nlimit = 10\nwindow_ms = 1000\n"
+        ))
+    };
+    let grouped = |config: &PolicyConfig| match Policies::from_config(config).unwrap().for_path("/")
+    {
+        Limiter::Fixed(f) => f.group_commit(),
+        other => panic!("{other:?}"),
+    };
+    let on = parse("true").unwrap();
+    assert_eq!(grouped(&on), Some(GroupCommit::default()));
+    assert_eq!(grouped(&parse("false").unwrap()), None);
+    let table = parse("{ max_batch = 64, max_in_flight = 4 }").unwrap();
+    let settings = GroupCommit::new(64, 4).unwrap();
+    assert_eq!(grouped(&table), Some(settings));
+    let spec = PolicySpec::new("api", 10, Duration::from_secs(1));
+    assert_eq!(
+        table,
+        PolicyConfig::new(spec.clone()).with_group_commit(settings)
+    );
+    assert_eq!(
+        on,
+        PolicyConfig::new(spec).with_group_commit(GroupCommit::default())
+    );
+    for bad in [
+        "{ max_batch = 1, max_in_flight = 4 }",
+        "{ max_batch = 64, max_in_flight = 0 }",
+        "{ max_batch = 64, max_in_flight = 17 }",
+        "{ max_batch = 64 }",
+        "8",
+    ] {
+        assert!(parse(bad).is_err(), "{bad}");
+    }
+    for config in [on, table] {
+        let json = serde_json::to_string(&config).unwrap();
+        assert_eq!(serde_json::from_str::<PolicyConfig>(&json).unwrap(), config);
+    }
 }

@@ -19,7 +19,7 @@ use redkit::rate_limit::{FixedWindow, Gcra, LimitKey, SlidingWindow};
 use redkit::script::admin::Admin;
 use redkit::script::{Acked, Replication};
 use redkit::script::{Backend, Library};
-use redkit::{Registry, Script, ScriptManager};
+use redkit::{GroupCommit, Registry, Script, ScriptManager};
 
 const NS: Duration = Duration::from_nanos(1);
 const MS: Duration = Duration::from_millis(1);
@@ -95,6 +95,12 @@ fn u64_around(min: u64, max: u64) -> BoxedStrategy<u64> {
         1 => (max + 1)..=u64::MAX,
     ]
     .boxed()
+}
+
+/// The documented ranges of [`GroupCommit::new`]: a batch of 2 or more, 1 or more in flight.
+fn group_commit_ok(&(max_batch, in_flight): &(usize, usize)) -> bool {
+    (2..=GroupCommit::MAX_BATCH).contains(&max_batch)
+        && (1..=GroupCommit::MAX_IN_FLIGHT).contains(&in_flight)
 }
 
 /// [`u64_around`] for `usize` settings.
@@ -465,19 +471,31 @@ proptest! {
         prop_assert!((before / window_ms..=after / window_ms).contains(&number), "{}", key);
     }
 
+    /// The one value that switches group commit on: accepted exactly in its documented
+    /// ranges, and read back unchanged from both components that group.
     #[test]
-    fn window_group_commit_limits_are_checked_without_panicking(
-        max_batch in usize_around(2, FixedWindow::MAX_GROUP_BATCH),
-        in_flight in usize_around(1, FixedWindow::MAX_GROUP_IN_FLIGHT),
+    fn group_commit_settings_are_accepted_exactly_in_their_documented_range(
+        max_batch in usize_around(2, GroupCommit::MAX_BATCH),
+        in_flight in usize_around(1, GroupCommit::MAX_IN_FLIGHT),
     ) {
-        let ok = (2..=FixedWindow::MAX_GROUP_BATCH).contains(&max_batch)
-            && (1..=FixedWindow::MAX_GROUP_IN_FLIGHT).contains(&in_flight);
+        let ok = group_commit_ok(&(max_batch, in_flight));
         let limiter = FixedWindow::new("g", 10, std::time::Duration::from_secs(1)).unwrap();
         prop_assert_eq!(limiter.group_commit(), None);
-        match limiter.with_group_commit(max_batch, in_flight) {
-            Ok(l) => {
+        match GroupCommit::new(max_batch, in_flight) {
+            Ok(settings) => {
                 prop_assert!(ok);
-                prop_assert_eq!(l.group_commit(), Some((max_batch, in_flight)));
+                prop_assert_eq!(
+                    (settings.max_batch(), settings.max_in_flight()),
+                    (max_batch, in_flight)
+                );
+                let l = limiter.with_group_commit(settings);
+                prop_assert_eq!(l.group_commit(), Some(settings));
+                let inventory = redkit::inventory::Inventory::builder()
+                    .prefix("inv")
+                    .with_group_commit(settings)
+                    .build()
+                    .unwrap();
+                prop_assert_eq!(inventory.group_commit(), Some(settings));
             }
             Err(e) => {
                 let invalid = matches!(e, redkit::Error::InvalidInput { .. });
@@ -584,14 +602,11 @@ proptest! {
     fn script_constructor_accepts_exactly_valid_scripts_and_reports_their_sha1(
         input in script_input(),
     ) {
-        use sha1::Digest as _;
         let ok = script_ok(&input);
         let (name, version, keys, source, flags) = input;
         let read_only = flags.is_some_and(|i| FLAGS[i].2);
-        let sha1: String = sha1::Sha1::digest(source.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        // redis-rs's own hash of the source, as it sends EVALSHA.
+        let sha1 = redis::Script::new(&source).get_hash().to_owned();
         let fixed = Script::new(&name, version, keys, &source);
         let variadic = Script::new_variadic(&name, version, &source);
         prop_assert_eq!(fixed.is_ok(), ok, "{:?}", fixed.as_ref().err());
@@ -1151,7 +1166,7 @@ mod inventory {
             let ok = built_ok(&input);
             let line_ok = line_ok(&input);
             let (prefix, retention, store, sku, quantity) = input;
-            let built = Inventory::builder(&prefix).retention(retention).build();
+            let built = Inventory::builder().prefix(&prefix).retention(retention).build();
             prop_assert_eq!(built.is_ok(), ok, "{:?} {:?}", prefix, retention);
             let inventory = match built {
                 Ok(i) => i,
@@ -1169,7 +1184,7 @@ mod inventory {
             let Ok(s) = s else { return Ok(()) };
             prop_assert_eq!(s.id(), store.as_str());
             let base = format!("{prefix}:{{{}}}", escaped(&store));
-            let stock = s.sku_key(&sku);
+            let stock = s.key(&sku);
             prop_assert_eq!(stock.is_ok(), part_ok(&sku), "{} bytes", sku.len());
             let line = s.line(&sku, quantity);
             prop_assert_eq!(line.is_ok(), line_ok, "{:?} {}", sku, quantity);
@@ -1185,38 +1200,6 @@ mod inventory {
                 prop_assert_eq!(slot(&stock), slot(&base));
                 prop_assert_eq!(slot(&stock), slot(&s.request_key("r").unwrap()));
                 prop_assert_eq!(slot(&stock), slot(&reservation));
-            }
-        }
-
-        #[test]
-        fn group_commit_settings_are_accepted_exactly_in_their_documented_range(
-            batch in usize_around(2, Inventory::MAX_GROUP_BATCH),
-            in_flight in prop::option::of(usize_around(1, Inventory::MAX_GROUP_IN_FLIGHT)),
-            grouped in any::<bool>(),
-        ) {
-            let mut builder = Inventory::builder("inv");
-            if grouped {
-                builder = builder.group_commit(batch);
-            }
-            if let Some(k) = in_flight {
-                builder = builder.group_in_flight(k);
-            }
-            let ok_batch = !grouped || (2..=Inventory::MAX_GROUP_BATCH).contains(&batch);
-            let ok_in_flight = in_flight
-                .is_none_or(|k| grouped && (1..=Inventory::MAX_GROUP_IN_FLIGHT).contains(&k));
-            match builder.build() {
-                Ok(inventory) => {
-                    prop_assert!(ok_batch && ok_in_flight);
-                    prop_assert_eq!(inventory.group_commit(), grouped.then_some(batch));
-                    prop_assert_eq!(
-                        inventory.group_in_flight(),
-                        grouped.then_some(in_flight.unwrap_or(Inventory::DEFAULT_GROUP_IN_FLIGHT))
-                    );
-                }
-                Err(e) => {
-                    prop_assert!(!(ok_batch && ok_in_flight));
-                    prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}");
-                }
             }
         }
     }
@@ -1442,7 +1425,6 @@ mod coverage {
 
     #[test]
     fn generators_reach_accepted_and_refused_inputs() {
-        use redkit::inventory::Inventory;
         assert_mixed(
             "Replication::new",
             (replicas(), replication_timeout()),
@@ -1476,15 +1458,12 @@ mod coverage {
             MIN_SHARE,
         );
         assert_mixed(
-            "FixedWindow::with_group_commit",
+            "GroupCommit::new",
             (
-                usize_around(2, FixedWindow::MAX_GROUP_BATCH),
-                usize_around(1, FixedWindow::MAX_GROUP_IN_FLIGHT),
+                usize_around(2, GroupCommit::MAX_BATCH),
+                usize_around(1, GroupCommit::MAX_IN_FLIGHT),
             ),
-            |(b, k)| {
-                (2..=FixedWindow::MAX_GROUP_BATCH).contains(b)
-                    && (1..=FixedWindow::MAX_GROUP_IN_FLIGHT).contains(k)
-            },
+            group_commit_ok,
             MIN_SHARE,
         );
         assert_mixed("LimitKey::text", text_key_like(), |t| part_ok(t), MIN_SHARE);
@@ -1523,18 +1502,6 @@ mod coverage {
             MIN_SHARE,
         );
         assert_mixed("Store::line", inventory::input(), inventory::line_ok, 0.1);
-        assert_mixed(
-            "Inventory group commit",
-            (
-                usize_around(2, Inventory::MAX_GROUP_BATCH),
-                usize_around(1, Inventory::MAX_GROUP_IN_FLIGHT),
-            ),
-            |(b, k)| {
-                (2..=Inventory::MAX_GROUP_BATCH).contains(b)
-                    && (1..=Inventory::MAX_GROUP_IN_FLIGHT).contains(k)
-            },
-            MIN_SHARE,
-        );
         assert_mixed(
             "FairLock::with_waiter_lease",
             coordination::waiter_lease(),

@@ -17,7 +17,7 @@ use redis::aio::MultiplexedConnection;
 use redis::Value;
 use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
 use redkit::script::{Call, Registry};
-use redkit::{Error, ScriptManager};
+use redkit::{Error, GroupCommit, ScriptManager};
 use support::{RedisCluster, RedisServer};
 
 const WINDOW: Duration = Duration::from_secs(600);
@@ -27,8 +27,7 @@ const WINDOW: Duration = Duration::from_secs(600);
 fn grouped(name: &str, limit: u32) -> FixedWindow {
     FixedWindow::new(name, limit, WINDOW)
         .unwrap()
-        .with_group_commit(FixedWindow::DEFAULT_GROUP_BATCH, 1)
-        .unwrap()
+        .with_group_commit(GroupCommit::new(64, 1).unwrap())
 }
 
 fn key(k: &str) -> LimitKey {
@@ -181,11 +180,7 @@ async fn counts_hold_under_a_flood() {
     let conn = preloaded(&server).await;
     let limiter = FixedWindow::new("flood", 50, WINDOW)
         .unwrap()
-        .with_group_commit(
-            FixedWindow::DEFAULT_GROUP_BATCH,
-            FixedWindow::DEFAULT_GROUP_IN_FLIGHT,
-        )
-        .unwrap();
+        .with_group_commit(GroupCommit::new(64, 4).unwrap());
     let before = server.evalsha_calls().await;
     let checks = (0..1200u32).map(|i| {
         let (limiter, mut c) = (limiter.clone(), conn.clone());
@@ -233,8 +228,7 @@ async fn groups_work_on_a_cluster() {
     let conn = cluster.conn().await;
     let limiter = FixedWindow::new("cl", 3, WINDOW)
         .unwrap()
-        .with_group_commit(FixedWindow::DEFAULT_GROUP_BATCH, 1)
-        .unwrap();
+        .with_group_commit(GroupCommit::new(64, 1).unwrap());
     let primaries = cluster.primaries().await;
     // Two rounds: the first meets a group spanning slots (refused, then sent one by one).
     for round in 0..2 {
@@ -445,8 +439,7 @@ async fn groups_work_with_the_functions_backend() {
     let limiter = FixedWindow::new("fn", 20, WINDOW)
         .unwrap()
         .with_manager(ScriptManager::new().with_backend(Backend::Functions))
-        .with_group_commit(FixedWindow::DEFAULT_GROUP_BATCH, 1)
-        .unwrap();
+        .with_group_commit(GroupCommit::new(64, 1).unwrap());
     // The library is loaded by the first call.
     let mut c = conn.clone();
     assert!(limiter
@@ -611,8 +604,7 @@ async fn aligned_windows_group_too() {
     const DAY: Duration = Duration::from_secs(86_400);
     let limiter = FixedWindow::new("al", 3, DAY)
         .unwrap()
-        .with_group_commit(FixedWindow::DEFAULT_GROUP_BATCH, 1)
-        .unwrap()
+        .with_group_commit(GroupCommit::new(64, 1).unwrap())
         .aligned_to_clock();
     let (outcomes, calls) = frozen_group(&mut server, &limiter, &conn, &CHECKS).await;
     assert_eq!(

@@ -341,7 +341,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = redkit::redis::Client::open(url)?;
     let mut conn = connect::multiplexed(&client, Timeouts::default()).await?;
 
-    let inventory = Inventory::builder("shop:inv")
+    let inventory = Inventory::builder()
+        .prefix("shop:inv")
         .retention(Duration::from_secs(24 * 3600)) // how long a request id is remembered
         .build()?;
     let berlin = inventory.store("berlin")?; // the store id is the hash tag of its keys

@@ -113,8 +113,8 @@ pub(crate) fn window_version_op(
     version: u32,
 ) -> Op {
     let script = Registry::global()
-        .get("fixed_window", version)
-        .unwrap_or_else(|| crate::fixtures::script("fixed_window", version));
+        .require("fixed_window", version)
+        .unwrap_or_else(|_| crate::fixtures::script("fixed_window", version));
     let (l, k, m) = (limiter.clone(), ips.clone(), ScriptManager::new());
     op(move |mut c, t, i| {
         let (l, k, m) = (l.clone(), k.clone(), m.clone());

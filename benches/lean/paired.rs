@@ -143,11 +143,7 @@ pub(crate) fn comparisons(ips: &Arc<Vec<LimitKey>>) -> Vec<Comparison> {
     let grouped = Arc::new(
         FixedWindow::new("pair-gc", LIMIT, window)
             .unwrap()
-            .with_group_commit(
-                FixedWindow::DEFAULT_GROUP_BATCH,
-                FixedWindow::DEFAULT_GROUP_IN_FLIGHT,
-            )
-            .unwrap(),
+            .with_group_commit(GroupCommit::new(64, 4).unwrap()),
     );
     let store = Arc::new(Inventory::new("lean:inv").unwrap().store("w1").unwrap());
     let seed_limiter = limiter_ops(&default, ips).1;

@@ -201,7 +201,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     limiter.reset(&mut conn, &client_ip).await?;
 
     // 3. Inventory: no oversell, and a retried order id never deducts twice.
-    let inventory = Inventory::builder("redkit:demo:inv")
+    let inventory = Inventory::builder()
+        .prefix("redkit:demo:inv")
         .with_manager(manager.clone())
         .build()?;
     let store = inventory.store(&format!("store-{run}"))?;
@@ -213,7 +214,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     say!("  stock now {}", store.stock(&mut conn, "mug").await?);
     let _: () = redis::cmd("DEL")
-        .arg(store.sku_key("mug")?)
+        .arg(store.key("mug")?)
         .arg(store.request_key("order-1")?)
         .arg(store.request_key("order-2")?)
         .query_async(&mut conn)

@@ -1,5 +1,5 @@
-//! Group commit of hot SKUs: the concurrent decrements of one SKU through one [`Inventory`]
-//! (see [`InventoryBuilder::group_commit`](super::InventoryBuilder::group_commit)) are queued
+//! Group commit of hot SKUs: the concurrent decrements of one SKU through one [`Inventory`] (see
+//! [`InventoryBuilder::with_group_commit`](super::InventoryBuilder::with_group_commit)) are queued
 //! per SKU key and settled by one `inventory_group` call (the queues: [`crate::group_commit`]).
 //!
 //! [`Inventory`]: super::Inventory

@@ -1,18 +1,20 @@
 //! Atomic inventory: stock counters that many service instances decrement concurrently
 //! without overselling or deducting twice.
 //!
-//! - [`Inventory`] (built with [`Inventory::builder`]): the key prefix, the retention of
-//!   idempotency records and the scripts; cheap to clone.
+//! - [`Inventory`] (built with [`Inventory::builder`]): the key prefix (default
+//!   [`Inventory::DEFAULT_PREFIX`]), the retention of idempotency records and the scripts;
+//!   cheap to clone.
 //! - [`Store`]: one namespace (a shop, a warehouse) whose id becomes the hash tag of every key,
 //!   so all SKUs of one store live in one Cluster slot and a multi-SKU order is one script call.
 //! - Outcomes are values: [`Decrement`], [`Restock`], [`Order`] (with [`Shortage`]s).
-//! - Reservations ([`Store::reserve`], [`Store::commit`], [`Store::release`]; outcomes
-//!   [`Reserve`], [`Commit`], [`Release`]): units held for a TTL, deducted from
+//! - Reservations ([`Store::reserve`], [`Store::commit`], [`Store::cancel`]; outcomes
+//!   [`Reserve`], [`Commit`], [`Cancel`]): units held for a TTL, deducted from
 //!   stock at once; an expired reservation goes back to stock lazily, inside the next script
 //!   that touches the SKU, with no sweeper process.
 //!
-//! - Hot SKUs: [`InventoryBuilder::group_commit`] coalesces concurrent [`Store::decrement`]
-//!   calls of one SKU into one script call per round trip (same outcomes per caller).
+//! - Hot SKUs: [`InventoryBuilder::with_group_commit`] coalesces concurrent
+//!   [`Store::decrement`] calls of one SKU into one script call per round trip (same outcomes
+//!   per caller).
 //!
 //! Every operation is one script call (one round trip in the steady state). Stock never goes
 //! below zero: a decrement the stock does not cover changes nothing and reports what is
@@ -30,7 +32,8 @@
 //! retention), `<prefix>:{<store>}:resv:<sku>` (the SKU's live reservations, a hash),
 //! `<prefix>:{<store>}:resv-exp:<sku>` (their expiries, a ZSET) and
 //! `<prefix>:{<store>}:resv-done:<len>:<sku>:<reservation id>` (how a reservation was settled,
-//! expiring after the retention, so a retried commit or release is answered truthfully). Store, SKU and request ids are escaped (no `{`/`}` injection) and bounded to
+//! expiring after the retention, so a retried commit or cancel is answered truthfully).
+//! Store, SKU and request ids are escaped (no `{`/`}` injection) and bounded to
 //! [`MAX_PART_LEN`](crate::keys::MAX_PART_LEN) bytes.
 //!
 //! ```no_run
@@ -50,16 +53,19 @@
 //! # Ok(()) }
 //! ```
 
-mod config;
+mod engine;
 mod group;
+// Named for the type it holds (re-exported as `inventory::Inventory`).
+#[allow(clippy::module_inception)]
+mod inventory;
 mod order;
 mod outcome;
 mod reply;
 mod reservation;
 mod store;
 
-pub use config::{Inventory, InventoryBuilder};
+pub use inventory::{Inventory, InventoryBuilder};
 pub use order::OrderLine;
 pub use outcome::{Decrement, Order, Original, Restock, Shortage};
-pub use reservation::{Commit, Release, Reserve};
+pub use reservation::{Cancel, Commit, Reserve};
 pub use store::Store;

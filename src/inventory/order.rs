@@ -2,7 +2,7 @@
 
 use redis::aio::ConnectionLike;
 
-use super::config::{Inventory, Mode};
+use super::engine::{self, check_quantity, Engine, Mode};
 use super::outcome::{Order, Original, Shortage};
 use super::reply::Reply;
 use super::store::{unknown_sku, Store};
@@ -52,9 +52,63 @@ impl OrderLine {
     }
 }
 
+impl Store {
+    /// An order line of this store for [`Inventory::place_order`](super::Inventory::place_order).
+    /// Checks the SKU and the quantity
+    /// (1..=[`Inventory::MAX_QUANTITY`](super::Inventory::MAX_QUANTITY)) now.
+    ///
+    /// ```
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// let line = store.line("sku-1", 2)?;
+    /// assert_eq!((line.sku(), line.quantity()), ("sku-1", 2));
+    /// assert!(store.line("sku-1", 0).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn line(&self, sku: &str, quantity: u64) -> Result<OrderLine> {
+        check_quantity(quantity)?;
+        Ok(OrderLine::new(
+            self.clone(),
+            sku.to_owned(),
+            self.key(sku)?,
+            quantity,
+        ))
+    }
+
+    /// Places an all-or-nothing order of `(sku, quantity)` lines in this store: one script call,
+    /// like [`Inventory::place_order`](super::Inventory::place_order), but built from one store so
+    /// its lines cannot mix stores (no `CrossSlot` at run time). Every line is validated before
+    /// anything is sent; an empty order is refused.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::inventory::{Inventory, Order};
+    /// let berlin = Inventory::new("shop:inv")?.store("berlin")?;
+    /// match berlin.place_order(&mut conn, [("mug", 1), ("tee", 2)], Some("order-1001")).await? {
+    ///     Order::Placed { remaining } => println!("placed, left: {remaining:?}"),
+    ///     Order::Insufficient { short } => println!("short: {short:?}"),
+    ///     other => println!("{other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn place_order<'a, C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        lines: impl IntoIterator<Item = (&'a str, u64)>,
+        request_id: Option<&str>,
+    ) -> Result<Order> {
+        let lines = lines
+            .into_iter()
+            .map(|(sku, quantity)| self.line(sku, quantity))
+            .collect::<Result<Vec<_>>>()?;
+        place(self.engine(), conn, &lines, request_id, None)
+            .await
+            .map(|a| a.outcome)
+    }
+}
+
 /// Checks the lines (one store, 1..=MAX_ORDER_LINES, no SKU twice) and places the order.
 pub(super) async fn place<C: ConnectionLike>(
-    inventory: &Inventory,
+    engine: &Engine,
     conn: &mut C,
     lines: &[OrderLine],
     request_id: Option<&str>,
@@ -63,10 +117,10 @@ pub(super) async fn place<C: ConnectionLike>(
     let Some(first) = lines.first() else {
         return Err(Error::invalid("order", "must have at least one line"));
     };
-    if lines.len() > Inventory::MAX_ORDER_LINES {
+    if lines.len() > engine::MAX_ORDER_LINES {
         return Err(Error::invalid(
             "order",
-            format!("must have at most {} lines", Inventory::MAX_ORDER_LINES),
+            format!("must have at most {} lines", engine::MAX_ORDER_LINES),
         ));
     }
     let store = first.store();
@@ -79,7 +133,8 @@ pub(super) async fn place<C: ConnectionLike>(
             ),
         });
     }
-    if !same_inventory(inventory, store) {
+    if engine.prefix != store.engine().prefix {
+        // Lines built from a store of another inventory would use another prefix and scripts.
         return Err(Error::invalid(
             "order",
             "its lines belong to a store of another inventory (prefix)",
@@ -104,7 +159,7 @@ pub(super) async fn place<C: ConnectionLike>(
         .map(|l| store.reservation_expiry_key(&l.sku))
         .collect::<Result<Vec<_>>>()?;
     let record = request_id.map(|id| store.request_key(id)).transpose()?;
-    let acked = inventory
+    let acked = engine
         .apply(
             conn,
             Mode::Take,
@@ -117,13 +172,8 @@ pub(super) async fn place<C: ConnectionLike>(
         )
         .await?;
     let (reply, ack) = acked.split();
-    let order = order_outcome(inventory.inner().apply, lines, reply)?;
+    let order = order_outcome(engine.apply, lines, reply)?;
     Ok(ack.map(|()| order))
-}
-
-/// Lines built from a store of another inventory would use another prefix and scripts.
-fn same_inventory(inventory: &Inventory, store: &Store) -> bool {
-    inventory.inner().prefix == store.inventory().inner().prefix
 }
 
 fn order_outcome(script: &Script, lines: &[OrderLine], reply: Reply) -> Result<Order> {

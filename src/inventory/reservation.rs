@@ -1,14 +1,14 @@
 //! Reservations: [`Store::reserve`] deducts units now and holds them for a TTL;
-//! [`Store::commit`] keeps them sold, [`Store::release`] returns them. A reservation that
+//! [`Store::commit`] keeps them sold, [`Store::cancel`] returns them. A reservation that
 //! expires is returned to stock lazily by the next script that touches the SKU (stock read,
-//! decrement, restock, order, reserve, commit, release): no sweeper process is needed.
+//! decrement, restock, order, reserve, commit, cancel): no sweeper process is needed.
 
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::Value;
 
-use super::config::{check_quantity, Inventory};
+use super::engine::{self, check_quantity};
 use super::store::{unknown_sku, Store};
 use crate::error::{Error, Result};
 use crate::keys;
@@ -45,23 +45,24 @@ pub enum Reserve {
         /// Time left until it expires.
         expires_in: Duration,
     },
-    /// The SKU already holds [`Inventory::MAX_RESERVATIONS_PER_SKU`] live reservations;
-    /// nothing changed.
+    /// The SKU already holds
+    /// [`Inventory::MAX_RESERVATIONS_PER_SKU`](super::Inventory::MAX_RESERVATIONS_PER_SKU) live
+    /// reservations; nothing changed.
     Full {
         /// The limit.
         limit: u64,
     },
     /// No live hold, but a reservation with this id was committed within the
-    /// [retention](Inventory::retention) (e.g. a redelivered reserve after its commit): its
+    /// [retention](super::Inventory::retention) (e.g. a redelivered reserve after its commit): its
     /// units stay sold, nothing changed and no new hold was made, so a redelivered commit
     /// cannot sell twice.
     AlreadyCommitted {
         /// Units the reservation held.
         quantity: u64,
     },
-    /// No live hold, but a reservation with this id was released within the retention;
+    /// No live hold, but a reservation with this id was cancelled within the retention;
     /// nothing changed and no new hold was made.
-    AlreadyReleased {
+    AlreadyCancelled {
         /// Units the reservation held.
         quantity: u64,
     },
@@ -96,14 +97,14 @@ pub enum Commit {
         quantity: u64,
     },
     /// No live reservation, but this id was committed within the
-    /// [retention](Inventory::retention) (e.g. a retried commit); nothing changed.
+    /// [retention](super::Inventory::retention) (e.g. a retried commit); nothing changed.
     AlreadyCommitted {
         /// Units the reservation held.
         quantity: u64,
     },
-    /// No live reservation, but this id was released within the retention; its units are
+    /// No live reservation, but this id was cancelled within the retention; its units are
     /// back in stock and nothing changed now.
-    AlreadyReleased {
+    AlreadyCancelled {
         /// Units the reservation held.
         quantity: u64,
     },
@@ -120,28 +121,41 @@ impl Commit {
     }
 }
 
-/// The outcome of [`Store::release`].
+/// The outcome of [`Store::cancel`] (named after the operation, and apart from
+/// [`lock::Release`](crate::lock::Release), so both modules glob-import together):
 ///
 /// ```
-/// use redkit::inventory::Release;
-/// let released = Release::Released { quantity: 2, stock: 10 };
-/// assert!(released.is_released());
-/// assert!(Release::AlreadyReleased { quantity: 2 }.is_released());
-/// assert!(!Release::Unknown.is_released());
+/// use redkit::inventory::*;
+/// use redkit::lock::*;
+/// // Every name of both modules is usable: no two public names clash.
+/// let _: fn(&Store) -> &str = Store::id;
+/// assert!(Cancel::Cancelled { quantity: 1, stock: 0 }.is_cancelled());
+/// assert!(Commit::Committed { quantity: 1 }.is_committed());
+/// assert!(Reserve::Insufficient { available: 0 } != Reserve::Full { limit: 1 });
+/// assert_ne!(Release::Released, Release::NotOwner); // redkit::lock::Release
+/// ```
+///
+///
+/// ```
+/// use redkit::inventory::Cancel;
+/// let cancelled = Cancel::Cancelled { quantity: 2, stock: 10 };
+/// assert!(cancelled.is_cancelled());
+/// assert!(Cancel::AlreadyCancelled { quantity: 2 }.is_cancelled());
+/// assert!(!Cancel::Unknown.is_cancelled());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Release {
+pub enum Cancel {
     /// The reservation was live: its units are back in stock and it is gone.
-    Released {
+    Cancelled {
         /// Units returned.
         quantity: u64,
         /// Stock afterwards.
         stock: u64,
     },
-    /// No live reservation, but this id was released within the
-    /// [retention](Inventory::retention) (e.g. a retried release); nothing changed.
-    AlreadyReleased {
+    /// No live reservation, but this id was cancelled within the
+    /// [retention](super::Inventory::retention) (e.g. a retried cancel); nothing changed.
+    AlreadyCancelled {
         /// Units the reservation held.
         quantity: u64,
     },
@@ -156,29 +170,30 @@ pub enum Release {
     Unknown,
 }
 
-impl Release {
-    /// `true` when the units went back to stock: [`Release::Released`] now or
-    /// [`Release::AlreadyReleased`] by an earlier call.
-    pub fn is_released(&self) -> bool {
-        matches!(self, Self::Released { .. } | Self::AlreadyReleased { .. })
+impl Cancel {
+    /// `true` when the units went back to stock: [`Cancel::Cancelled`] now or
+    /// [`Cancel::AlreadyCancelled`] by an earlier call.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, Self::Cancelled { .. } | Self::AlreadyCancelled { .. })
     }
 }
 
 impl Store {
     /// Reserves `quantity` units of `sku` for `ttl` under `reservation_id` (e.g. a checkout
     /// id): the units leave the stock now (so nothing is oversold) and come back if the
-    /// reservation is [released](Self::release) or expires without a
+    /// reservation is [cancelled](Self::cancel) or expires without a
     /// [commit](Self::commit). Expiry uses the Redis clock and is applied lazily by the next
     /// call touching the SKU.
     ///
-    /// Errors (nothing changed): quantity 0 or above [`Inventory::MAX_QUANTITY`], `ttl`
-    /// below 1 ms or above [`Inventory::MAX_RESERVATION_TTL`], an empty or too long id
-    /// (all before any round trip), [`Error::NotFound`] for a SKU never set,
+    /// Errors (nothing changed): quantity 0 or above
+    /// [`Inventory::MAX_QUANTITY`](super::Inventory::MAX_QUANTITY), `ttl` below 1 ms or above
+    /// [`Inventory::MAX_RESERVATION_TTL`](super::Inventory::MAX_RESERVATION_TTL), an empty or too
+    /// long id (all before any round trip), [`Error::NotFound`] for a SKU never set,
     /// [`Error::CorruptData`], [`Error::WrongType`], [`Error::PermissionDenied`].
     ///
-    /// Settled stays settled: within the [retention](Inventory::retention) after a commit or
-    /// release, a reserve with the same id answers [`Reserve::AlreadyCommitted`] /
-    /// [`Reserve::AlreadyReleased`] and holds nothing, so a redelivered reserve + commit
+    /// Settled stays settled: within the [retention](super::Inventory::retention) after a commit or
+    /// cancel, a reserve with the same id answers [`Reserve::AlreadyCommitted`] /
+    /// [`Reserve::AlreadyCancelled`] and holds nothing, so a redelivered reserve + commit
     /// never sells twice. An id whose hold expired unsettled may be reserved again. Use a
     /// fresh id per checkout.
     ///
@@ -248,12 +263,12 @@ impl Store {
         replication: Option<Replication>,
     ) -> Result<Acked<Reserve>> {
         check_quantity(quantity)?;
-        if ttl < Duration::from_millis(1) || ttl > Inventory::MAX_RESERVATION_TTL {
+        if ttl < Duration::from_millis(1) || ttl > engine::MAX_RESERVATION_TTL {
             return Err(Error::invalid(
                 "ttl",
                 format!(
                     "must be 1 ms ..= {} days",
-                    Inventory::MAX_RESERVATION_TTL.as_secs() / 86_400
+                    engine::MAX_RESERVATION_TTL.as_secs() / 86_400
                 ),
             ));
         }
@@ -261,7 +276,7 @@ impl Store {
         let mut call = self.reservation_call(sku, "reserve", reservation_id)?;
         call.arg(quantity)
             .arg(ttl_ms)
-            .arg(Inventory::MAX_RESERVATIONS_PER_SKU);
+            .arg(engine::MAX_RESERVATIONS_PER_SKU);
         let (script, tag, numbers, acked) = self.run(conn, &call, replication).await?;
         let ms = Duration::from_millis;
         let outcome = match (tag.as_str(), numbers.as_slice()) {
@@ -280,7 +295,7 @@ impl Store {
             ("committed", [quantity]) => Ok(Reserve::AlreadyCommitted {
                 quantity: *quantity,
             }),
-            ("released", [quantity]) => Ok(Reserve::AlreadyReleased {
+            ("released", [quantity]) => Ok(Reserve::AlreadyCancelled {
                 quantity: *quantity,
             }),
             ("unknown", []) => Err(unknown_sku(sku)),
@@ -289,12 +304,12 @@ impl Store {
         Ok(acked.map(|()| outcome))
     }
 
-    /// Commits the live reservation `reservation_id` of `sku`: its units stay deducted and
-    /// the reservation is dropped. Safe to retry: within the [retention](Inventory::retention)
-    /// a repeat answers [`Commit::AlreadyCommitted`] (or [`Commit::AlreadyReleased`]) and
-    /// changes nothing. [`Commit::Unknown`] (nothing changed) when there is no such
-    /// reservation, e.g. because it expired and its units went back to stock.
-    /// Errors as for [`reserve`](Self::reserve).
+    /// Commits the live reservation `reservation_id` of `sku`: its units stay deducted and the
+    /// reservation is dropped. Safe to retry: within the [retention](super::Inventory::retention) a
+    /// repeat answers [`Commit::AlreadyCommitted`] (or [`Commit::AlreadyCancelled`]) and changes
+    /// nothing. [`Commit::Unknown`] (nothing changed) when there is no such reservation, e.g.
+    /// because it expired and its units went back to stock. Errors as for
+    /// [`reserve`](Self::reserve).
     ///
     /// ```no_run
     /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -349,7 +364,7 @@ impl Store {
         replication: Option<Replication>,
     ) -> Result<Acked<Commit>> {
         let mut call = self.reservation_call(sku, "commit", reservation_id)?;
-        call.arg(self.inventory().inner().retention_ms);
+        call.arg(self.engine().retention_ms);
         let (script, tag, numbers, acked) = self.run(conn, &call, replication).await?;
         let outcome = match (tag.as_str(), numbers.as_slice()) {
             ("ok", [quantity]) => Ok(Commit::Committed {
@@ -358,7 +373,7 @@ impl Store {
             ("committed", [quantity]) => Ok(Commit::AlreadyCommitted {
                 quantity: *quantity,
             }),
-            ("released", [quantity]) => Ok(Commit::AlreadyReleased {
+            ("released", [quantity]) => Ok(Commit::AlreadyCancelled {
                 quantity: *quantity,
             }),
             ("none", []) => Ok(Commit::Unknown),
@@ -368,31 +383,31 @@ impl Store {
         Ok(acked.map(|()| outcome))
     }
 
-    /// Releases the live reservation `reservation_id` of `sku`: its units go back to stock.
+    /// Cancels the live reservation `reservation_id` of `sku`: its units go back to stock.
     /// Safe to retry like [`commit`](Self::commit): a repeat within the retention answers
-    /// [`Release::AlreadyReleased`] (or `AlreadyCommitted`) and changes nothing.
-    /// [`Release::Unknown`] (nothing changed) when there is no such reservation.
+    /// [`Cancel::AlreadyCancelled`] (or `AlreadyCommitted`) and changes nothing.
+    /// [`Cancel::Unknown`] (nothing changed) when there is no such reservation.
     /// Errors as for [`reserve`](Self::reserve).
     ///
     /// ```no_run
     /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
     /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
-    /// let outcome = store.release(&mut conn, "sku-1", "cart-7").await?;
+    /// let outcome = store.cancel(&mut conn, "sku-1", "cart-7").await?;
     /// println!("{outcome:?}");
     /// # Ok(()) }
     /// ```
-    pub async fn release<C: ConnectionLike>(
+    pub async fn cancel<C: ConnectionLike>(
         &self,
         conn: &mut C,
         sku: &str,
         reservation_id: &str,
-    ) -> Result<Release> {
-        self.release_with(conn, sku, reservation_id, None)
+    ) -> Result<Cancel> {
+        self.cancel_with(conn, sku, reservation_id, None)
             .await
             .map(|a| a.outcome)
     }
 
-    /// [`release`](Self::release), then `WAIT` for `replication` in the same round trip: the
+    /// [`cancel`](Self::cancel), then `WAIT` for `replication` in the same round trip: the
     /// outcome with how many replicas acknowledged it.
     ///
     /// ```no_run
@@ -401,43 +416,43 @@ impl Store {
     /// use redkit::script::Replication;
     /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
     /// let wait = Replication::new(1, Duration::from_millis(200))?;
-    /// let acked = store.release_acked(&mut conn, "sku-1", "cart-7", wait).await?;
+    /// let acked = store.cancel_acked(&mut conn, "sku-1", "cart-7", wait).await?;
     /// println!("{:?}, replicated: {}", acked.outcome, acked.is_replicated());
     /// # Ok(()) }
     /// ```
-    pub async fn release_acked<C: ConnectionLike>(
+    pub async fn cancel_acked<C: ConnectionLike>(
         &self,
         conn: &mut C,
         sku: &str,
         reservation_id: &str,
         replication: Replication,
-    ) -> Result<Acked<Release>> {
-        self.release_with(conn, sku, reservation_id, Some(replication))
+    ) -> Result<Acked<Cancel>> {
+        self.cancel_with(conn, sku, reservation_id, Some(replication))
             .await
     }
 
-    async fn release_with<C: ConnectionLike>(
+    async fn cancel_with<C: ConnectionLike>(
         &self,
         conn: &mut C,
         sku: &str,
         reservation_id: &str,
         replication: Option<Replication>,
-    ) -> Result<Acked<Release>> {
+    ) -> Result<Acked<Cancel>> {
         let mut call = self.reservation_call(sku, "release", reservation_id)?;
-        call.arg(self.inventory().inner().retention_ms);
+        call.arg(self.engine().retention_ms);
         let (script, tag, numbers, acked) = self.run(conn, &call, replication).await?;
         let outcome = match (tag.as_str(), numbers.as_slice()) {
-            ("ok", [quantity, stock]) => Ok(Release::Released {
+            ("ok", [quantity, stock]) => Ok(Cancel::Cancelled {
                 quantity: *quantity,
                 stock: *stock,
             }),
-            ("released", [quantity]) => Ok(Release::AlreadyReleased {
+            ("released", [quantity]) => Ok(Cancel::AlreadyCancelled {
                 quantity: *quantity,
             }),
-            ("committed", [quantity]) => Ok(Release::AlreadyCommitted {
+            ("committed", [quantity]) => Ok(Cancel::AlreadyCommitted {
                 quantity: *quantity,
             }),
-            ("none", []) => Ok(Release::Unknown),
+            ("none", []) => Ok(Cancel::Unknown),
             ("unknown", []) => Err(unknown_sku(sku)),
             _ => Err(malformed(script, &tag, &numbers)),
         }?;
@@ -447,7 +462,7 @@ impl Store {
     /// Moves the reservations of `sku` made by redkit's v1 inventory scripts into the
     /// current layout (each hold's id also in the expiry ZSET,
     /// [`reservation_expiry_key`](Self::reservation_expiry_key)), so that they return to stock
-    /// when they expire. Without it, a v1 hold can still be committed or released but never
+    /// when they expire. Without it, a v1 hold can still be committed or cancelled but never
     /// expires. Idempotent and safe alongside live traffic; each script call handles a bounded
     /// batch (`HSCAN .. COUNT 100`), so no call blocks the server. Returns the holds moved
     /// (0 when there is nothing from v1). Errors: [`Error::CorruptData`] for a malformed hold,
@@ -465,7 +480,7 @@ impl Store {
         conn: &mut C,
         sku: &str,
     ) -> Result<u64> {
-        let script = self.inventory().inner().migrate;
+        let script = self.engine().migrate;
         let (hash, zset) = (
             self.reservation_key(sku)?,
             self.reservation_expiry_key(sku)?,
@@ -475,7 +490,7 @@ impl Store {
         loop {
             let mut call = Call::new(script);
             call.key(&hash).key(&zset).arg(&cursor).arg(100);
-            let value: Value = self.inventory().manager().invoke(conn, &call).await?;
+            let value: Value = self.engine().manager.invoke(conn, &call).await?;
             let bad = || Error::unexpected(script.id(), format!("malformed reply {value:?}"));
             let (next, batch) = match &value {
                 Value::Array(items) => match items.as_slice() {
@@ -505,7 +520,7 @@ impl Store {
             sku_part.len()
         );
         let [key, reservations, expiries] = self.sku_keys_of_part(&sku_part);
-        let mut call = Call::new(self.inventory().inner().reserve);
+        let mut call = Call::new(self.engine().reserve);
         call.key(key)
             .key(reservations)
             .key(settlement)
@@ -523,8 +538,8 @@ impl Store {
         call: &Call<'static>,
         replication: Option<Replication>,
     ) -> Result<(&'static Script, String, Vec<u64>, Acked<()>)> {
-        let script = self.inventory().inner().reserve;
-        let (value, ack): (Value, _) = self.inventory().run(conn, call, replication).await?.split();
+        let script = self.engine().reserve;
+        let (value, ack): (Value, _) = self.engine().run(conn, call, replication).await?.split();
         let bad = || Error::unexpected(script.id(), format!("malformed reply {value:?}"));
         let Value::Array(items) = &value else {
             return Err(bad());

@@ -5,49 +5,52 @@ use redis::aio::ConnectionLike;
 
 use std::sync::Arc;
 
-use super::config::{check_quantity, Inventory, Mode};
+use super::engine::{self, check_quantity, Engine, Mode};
 use super::group::{Groups, Lead, Member, Take, Turn};
-use super::order::OrderLine;
 use super::outcome::{Decrement, Original, Restock};
 use super::reply::{self, Reply};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::script::{Acked, Call, Replication, Script};
 
-/// One store of an [`Inventory`] (get it with [`Inventory::store`]). All its keys share the
-/// hash tag `{<store id>}`, so they live in one Cluster slot. Cheap to clone.
+/// One store of an [`Inventory`](super::Inventory) (get it with
+/// [`Inventory::store`](super::Inventory::store)). All its keys share the hash tag `{<store id>}`,
+/// so they live in one Cluster slot. Cheap to clone.
 ///
 /// ```
 /// let inventory = redkit::inventory::Inventory::new("shop:inv")?;
 /// let store = inventory.store("w{1}")?; // braces are escaped, never a second hash tag
-/// assert_eq!(store.sku_key("a")?, "shop:inv:{w%7B1%7D}:sku:a");
+/// assert_eq!(store.key("a")?, "shop:inv:{w%7B1%7D}:sku:a");
 /// assert_eq!(store.request_key("order-9")?, "shop:inv:{w%7B1%7D}:req:order-9");
 /// # Ok::<(), redkit::Error>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct Store {
-    inventory: Inventory,
+    engine: Arc<Engine>,
     id: String,
     base: String,
 }
 
 impl Store {
-    pub(super) fn new(inventory: Inventory, id: String, base: String) -> Self {
-        Self {
-            inventory,
-            id,
-            base,
-        }
+    pub(super) fn new(engine: Arc<Engine>, id: String, base: String) -> Self {
+        Self { engine, id, base }
     }
 
-    /// The store id, as given to [`Inventory::store`].
+    /// The store id, as given to [`Inventory::store`](super::Inventory::store).
     pub fn id(&self) -> &str {
         &self.id
     }
 
-    /// The key holding the stock of `sku` (a plain integer string): `<prefix>:{<store>}:sku:<sku>`.
-    /// Fails when `sku` is empty or too long.
-    pub fn sku_key(&self, sku: &str) -> Result<String> {
+    /// The key holding the stock of `sku` (a plain integer string):
+    /// `<prefix>:{<store>}:sku:<sku>`. Fails when `sku` is empty or too long.
+    ///
+    /// ```
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// assert_eq!(store.key("sku-1")?, "inv:{s1}:sku:sku-1");
+    /// assert!(store.key("").is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn key(&self, sku: &str) -> Result<String> {
         Ok(self.key_of("sku", &keys::escape_part("sku", sku)?))
     }
 
@@ -84,14 +87,14 @@ impl Store {
     }
 
     /// The stock key, reservation hash and reservation expiry ZSET of `sku` (as
-    /// [`sku_key`](Self::sku_key), [`reservation_key`](Self::reservation_key) and
+    /// [`key`](Self::key), [`reservation_key`](Self::reservation_key) and
     /// [`reservation_expiry_key`](Self::reservation_expiry_key)), the SKU checked and escaped
     /// once: every call on one SKU sends all three.
     pub(super) fn sku_keys(&self, sku: &str) -> Result<[String; 3]> {
         Ok(self.sku_keys_of_part(&keys::escape_part("sku", sku)?))
     }
 
-    /// [`sku_keys`](Self::sku_keys) of a SKU already escaped (`keys::escape_part`).
+    /// [`sku_keys`](Self::keys) of a SKU already escaped (`keys::escape_part`).
     pub(super) fn sku_keys_of_part(&self, part: &str) -> [String; 3] {
         [
             self.key_of("sku", part),
@@ -111,62 +114,13 @@ impl Store {
         key
     }
 
-    /// An order line of this store for [`Inventory::place_order`]. Checks the SKU and the
-    /// quantity (1..=[`Inventory::MAX_QUANTITY`]) now.
-    ///
-    /// ```
-    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
-    /// let line = store.line("sku-1", 2)?;
-    /// assert_eq!((line.sku(), line.quantity()), ("sku-1", 2));
-    /// assert!(store.line("sku-1", 0).is_err());
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn line(&self, sku: &str, quantity: u64) -> Result<OrderLine> {
-        check_quantity(quantity)?;
-        Ok(OrderLine::new(
-            self.clone(),
-            sku.to_owned(),
-            self.sku_key(sku)?,
-            quantity,
-        ))
-    }
-
-    /// Places an all-or-nothing order of `(sku, quantity)` lines in this store: one script
-    /// call, like [`Inventory::place_order`], but built from one store so its lines cannot
-    /// mix stores (no `CrossSlot` at run time). Every line is validated before anything is
-    /// sent; an empty order is refused.
-    ///
-    /// ```no_run
-    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use redkit::inventory::{Inventory, Order};
-    /// let berlin = Inventory::new("shop:inv")?.store("berlin")?;
-    /// match berlin.place_order(&mut conn, [("mug", 1), ("tee", 2)], Some("order-1001")).await? {
-    ///     Order::Placed { remaining } => println!("placed, left: {remaining:?}"),
-    ///     Order::Insufficient { short } => println!("short: {short:?}"),
-    ///     other => println!("{other:?}"),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn place_order<'a, C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        lines: impl IntoIterator<Item = (&'a str, u64)>,
-        request_id: Option<&str>,
-    ) -> Result<super::Order> {
-        let lines = lines
-            .into_iter()
-            .map(|(sku, quantity)| self.line(sku, quantity))
-            .collect::<Result<Vec<_>>>()?;
-        self.inventory.place_order(conn, &lines, request_id).await
-    }
-
     /// Sets (initialises or overwrites) the stock of `sku` to `stock`
-    /// (0..=[`Inventory::MAX_QUANTITY`]). Overwriting a value that is not an integer is how
-    /// corrupt stock is repaired; a key of another Redis type is refused
+    /// (0..=[`Inventory::MAX_QUANTITY`](super::Inventory::MAX_QUANTITY)). Overwriting a value that
+    /// is not an integer is how corrupt stock is repaired; a key of another Redis type is refused
     /// ([`Error::WrongType`]) and left untouched.
     ///
     /// The stock set is the units available now; live [reservations](Self::reserve) are not
-    /// touched and their units still come back on release or expiry.
+    /// touched and their units still come back on cancel or expiry.
     ///
     /// ```no_run
     /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -175,15 +129,15 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub async fn set<C: ConnectionLike>(&self, conn: &mut C, sku: &str, stock: u64) -> Result<()> {
-        if stock > Inventory::MAX_QUANTITY {
+        if stock > engine::MAX_QUANTITY {
             return Err(Error::invalid(
                 "stock",
-                format!("must be 0..={}", Inventory::MAX_QUANTITY),
+                format!("must be 0..={}", engine::MAX_QUANTITY),
             ));
         }
-        let mut call = Call::new(self.inventory.inner().set);
-        call.key(self.sku_key(sku)?).arg(stock);
-        let _: u64 = self.inventory.manager().invoke(conn, &call).await?;
+        let mut call = Call::new(self.engine.set);
+        call.key(self.key(sku)?).arg(stock);
+        let _: u64 = self.engine.manager.invoke(conn, &call).await?;
         Ok(())
     }
 
@@ -200,23 +154,23 @@ impl Store {
     /// ```
     pub async fn stock<C: ConnectionLike>(&self, conn: &mut C, sku: &str) -> Result<u64> {
         let [key, reservations, expiries] = self.sku_keys(sku)?;
-        let mut call = Call::new(self.inventory.inner().get);
+        let mut call = Call::new(self.engine.get);
         call.key(key).key(reservations).key(expiries);
-        let stock: Option<u64> = self.inventory.manager().invoke(conn, &call).await?;
+        let stock: Option<u64> = self.engine.manager.invoke(conn, &call).await?;
         stock.ok_or_else(|| unknown_sku(sku))
     }
 
     /// Decrements the stock of `sku` by `quantity` if the stock covers it; otherwise changes
     /// nothing and returns [`Decrement::Insufficient`]. Stock never goes below zero.
     ///
-    /// With a `request_id` (e.g. the order id), the same request repeated within the
-    /// retention returns [`Decrement::Duplicate`] with the first outcome and changes nothing;
-    /// the id reused for a different request (other SKU, quantity or operation) is
-    /// [`Decrement::IdReused`] and changes nothing. Errors: quantity 0 or above
-    /// [`Inventory::MAX_QUANTITY`] (before any round trip), [`Error::NotFound`],
-    /// [`Error::CorruptData`] (a stored number that is not a strict integer, e.g. `"05"`),
-    /// [`Error::WrongType`], [`Error::PermissionDenied`] (the Redis user may not run a command
-    /// the script needs); none of them changes or records anything.
+    /// With a `request_id` (e.g. the order id), the same request repeated within the retention
+    /// returns [`Decrement::Duplicate`] with the first outcome and changes nothing; the id reused
+    /// for a different request (other SKU, quantity or operation) is [`Decrement::IdReused`] and
+    /// changes nothing. Errors: quantity 0 or above
+    /// [`Inventory::MAX_QUANTITY`](super::Inventory::MAX_QUANTITY) (before any round trip),
+    /// [`Error::NotFound`], [`Error::CorruptData`] (a stored number that is not a strict integer,
+    /// e.g. `"05"`), [`Error::WrongType`], [`Error::PermissionDenied`] (the Redis user may not run
+    /// a command the script needs); none of them changes or records anything.
     ///
     /// A call whose reply was lost (timeout, dropped connection) may have been applied: retry
     /// only with the same `request_id`, or the retry can deduct twice.
@@ -236,7 +190,7 @@ impl Store {
         quantity: u64,
         request_id: Option<&str>,
     ) -> Result<Decrement> {
-        match &self.inventory.inner().groups {
+        match &self.engine.groups {
             Some(groups) => {
                 self.decrement_grouped(groups, conn, sku, quantity, request_id)
                     .await
@@ -255,12 +209,12 @@ impl Store {
         let acked = self
             .apply_one(conn, Mode::Take, sku, quantity, request_id, None)
             .await?;
-        decrement_outcome(self.inventory.inner().apply, sku, acked.outcome)
+        decrement_outcome(self.engine.apply, sku, acked.outcome)
     }
 
     /// [`decrement`](Self::decrement) with group commit (see
-    /// [`InventoryBuilder::group_commit`](super::InventoryBuilder::group_commit)): input is
-    /// checked before queueing; a lone caller goes straight through.
+    /// [`InventoryBuilder::with_group_commit`](super::InventoryBuilder::with_group_commit)): input
+    /// is checked before queueing; a lone caller goes straight through.
     async fn decrement_grouped<C: ConnectionLike>(
         &self,
         groups: &Arc<Groups>,
@@ -270,7 +224,7 @@ impl Store {
         request_id: Option<&str>,
     ) -> Result<Decrement> {
         check_quantity(quantity)?;
-        let key = self.sku_key(sku)?;
+        let key = self.key(sku)?;
         // The SKU and id are checked now, so bad input fails before queueing (never a group).
         let record = match request_id {
             Some(id) => {
@@ -307,22 +261,21 @@ impl Store {
                 .await;
             return lead.settle(vec![outcome]);
         }
-        // Built by the leader only (the SKU passed `sku_key`, so these do not fail).
+        // Built by the leader only (the SKU passed `key`, so these do not fail).
         let (reservations, expiries) =
             match (self.reservation_key(sku), self.reservation_expiry_key(sku)) {
                 (Ok(r), Ok(e)) => (r, e),
                 (Err(e), _) | (_, Err(e)) => return lead.fail(e),
             };
-        let inner = self.inventory.inner();
         let replies = self
-            .inventory
+            .engine
             .apply_group(conn, [key, &reservations, &expiries], lead.members())
             .await;
         match replies {
             Ok(replies) => {
                 let outcomes = replies
                     .into_iter()
-                    .map(|r| decrement_outcome(inner.group, sku, r))
+                    .map(|r| decrement_outcome(self.engine.group, sku, r))
                     .collect();
                 lead.settle(outcomes)
             }
@@ -364,14 +317,15 @@ impl Store {
             )
             .await?;
         let (reply, ack) = acked.split();
-        let outcome = decrement_outcome(self.inventory.inner().apply, sku, reply)?;
+        let outcome = decrement_outcome(self.engine.apply, sku, reply)?;
         Ok(ack.map(|()| outcome))
     }
 
-    /// Adds `quantity` to the stock of `sku` (which must have been [`set`](Self::set) first:
-    /// an unknown SKU is [`Error::NotFound`], so a typo never creates stock). Idempotent by
+    /// Adds `quantity` to the stock of `sku` (which must have been [`set`](Self::set) first: an
+    /// unknown SKU is [`Error::NotFound`], so a typo never creates stock). Idempotent by
     /// `request_id` like [`decrement`](Self::decrement). A stock that would exceed
-    /// [`Inventory::MAX_QUANTITY`] is refused ([`Error::InvalidInput`]) and nothing changes.
+    /// [`Inventory::MAX_QUANTITY`](super::Inventory::MAX_QUANTITY) is refused
+    /// ([`Error::InvalidInput`]) and nothing changes.
     ///
     /// ```no_run
     /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -389,7 +343,7 @@ impl Store {
         let acked = self
             .apply_one(conn, Mode::Put, sku, quantity, request_id, None)
             .await?;
-        restock_outcome(self.inventory.inner().apply, sku, acked.outcome)
+        restock_outcome(self.engine.apply, sku, acked.outcome)
     }
 
     /// [`restock`](Self::restock), then `WAIT` for `replication` in the same round trip (see
@@ -424,12 +378,12 @@ impl Store {
             )
             .await?;
         let (reply, ack) = acked.split();
-        let outcome = restock_outcome(self.inventory.inner().apply, sku, reply)?;
+        let outcome = restock_outcome(self.engine.apply, sku, reply)?;
         Ok(ack.map(|()| outcome))
     }
 
-    pub(super) fn inventory(&self) -> &Inventory {
-        &self.inventory
+    pub(super) fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     pub(super) fn base(&self) -> &str {
@@ -448,7 +402,7 @@ impl Store {
         check_quantity(quantity)?;
         let [key, reservations, expiries] = self.sku_keys(sku)?;
         let record = request_id.map(|id| self.request_key(id)).transpose()?;
-        self.inventory
+        self.engine
             .apply(
                 conn,
                 mode,

@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::group_commit::GroupCommit;
 use crate::rate_limit::{DenyCache, FixedWindow, Gcra, Limiter, SlidingWindow};
 
 /// The algorithm of a [`PolicySpec`] (`algorithm = "fixed_window" | "gcra" |
@@ -201,9 +202,61 @@ pub struct PolicyConfig {
     /// One [`DenyCache`] of this many entries for every limiter (none when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     deny_cache_capacity: Option<usize>,
-    /// Group commit for every fixed-window limiter (off when absent).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    group_commit: bool,
+    /// Group commit for every fixed-window limiter (off when absent): `true` for
+    /// [`GroupCommit::default()`], or a table `{ max_batch, max_in_flight }`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "group_commit_setting"
+    )]
+    group_commit: Option<GroupCommit>,
+}
+
+/// `group_commit` of a [`PolicyConfig`] file: `true` / `false`, or the two settings (checked
+/// by [`GroupCommit::new`] while parsing).
+mod group_commit_setting {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::GroupCommit;
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Setting {
+        On(bool),
+        Settings {
+            max_batch: usize,
+            max_in_flight: usize,
+        },
+    }
+
+    pub(super) fn serialize<S: Serializer>(
+        value: &Option<GroupCommit>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            None => Setting::On(false),
+            Some(g) if *g == GroupCommit::default() => Setting::On(true),
+            Some(g) => Setting::Settings {
+                max_batch: g.max_batch(),
+                max_in_flight: g.max_in_flight(),
+            },
+        }
+        .serialize(serializer)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<GroupCommit>, D::Error> {
+        match Setting::deserialize(deserializer)? {
+            Setting::On(on) => Ok(on.then(GroupCommit::default)),
+            Setting::Settings {
+                max_batch,
+                max_in_flight,
+            } => GroupCommit::new(max_batch, max_in_flight)
+                .map(Some)
+                .map_err(serde::de::Error::custom),
+        }
+    }
 }
 
 impl PolicyConfig {
@@ -221,19 +274,21 @@ impl PolicyConfig {
             default,
             routes: Vec::new(),
             deny_cache_capacity: None,
-            group_commit: false,
+            group_commit: None,
         }
     }
 
-    /// Group commit for every fixed-window limiter (TOML / JSON: `group_commit = true` at the
-    /// top level): concurrent checks of one policy are settled by one script call, with
-    /// [`FixedWindow::DEFAULT_GROUP_BATCH`] and [`FixedWindow::DEFAULT_GROUP_IN_FLIGHT`]
-    /// (see [`FixedWindow::with_group_commit`] for what it changes). GCRA and sliding-window
-    /// policies are not grouped.
+    /// Group commit for every fixed-window limiter with `settings` (TOML / JSON at the top
+    /// level: `group_commit = true` for [`GroupCommit::default()`], or
+    /// `group_commit = { max_batch = 64, max_in_flight = 4 }`): concurrent checks of one
+    /// policy are settled by one script call (see [`FixedWindow::with_group_commit`] for what
+    /// it changes). GCRA and sliding-window policies are not grouped.
     ///
     /// ```
-    /// use redkit::middleware::{Policies, PolicyConfig};
+    /// use std::time::Duration;
+    /// use redkit::middleware::{Policies, PolicyConfig, PolicySpec};
     /// use redkit::rate_limit::Limiter;
+    /// use redkit::GroupCommit;
     /// let config: PolicyConfig = toml::from_str(r#"
     ///     group_commit = true
     ///     [default]
@@ -242,11 +297,15 @@ impl PolicyConfig {
     ///     window_ms = 60000
     /// "#).unwrap();
     /// let policies = Policies::from_config(&config)?;
-    /// assert!(matches!(policies.for_path("/"), Limiter::Fixed(f) if f.group_commit().is_some()));
+    /// assert!(matches!(policies.for_path("/"),
+    ///     Limiter::Fixed(f) if f.group_commit() == Some(GroupCommit::default())));
+    /// let built = PolicyConfig::new(PolicySpec::new("api", 100, Duration::from_secs(60)))
+    ///     .with_group_commit(GroupCommit::default());
+    /// assert_eq!(built, config);
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn group_commit(mut self, on: bool) -> Self {
-        self.group_commit = on;
+    pub fn with_group_commit(mut self, settings: GroupCommit) -> Self {
+        self.group_commit = Some(settings);
         self
     }
 
@@ -390,8 +449,8 @@ impl Policies {
         if let Some(capacity) = config.deny_cache_capacity {
             policies = policies.with_deny_cache(DenyCache::new(capacity)?);
         }
-        if config.group_commit {
-            policies = policies.with_group_commit()?;
+        if let Some(settings) = config.group_commit {
+            policies = policies.with_group_commit(settings);
         }
         Ok(policies)
     }
@@ -444,25 +503,20 @@ impl Policies {
 }
 
 impl Policies {
-    /// Every fixed-window limiter with group commit (the README's settings).
-    fn with_group_commit(self) -> Result<Self> {
-        let group = |l: Limiter| -> Result<Limiter> {
-            Ok(match l {
-                Limiter::Fixed(f) => Limiter::Fixed(f.with_group_commit(
-                    FixedWindow::DEFAULT_GROUP_BATCH,
-                    FixedWindow::DEFAULT_GROUP_IN_FLIGHT,
-                )?),
-                other => other,
-            })
+    /// Every fixed-window limiter with group commit.
+    fn with_group_commit(self, settings: GroupCommit) -> Self {
+        let group = |l: Limiter| match l {
+            Limiter::Fixed(f) => Limiter::Fixed(f.with_group_commit(settings)),
+            other => other,
         };
-        Ok(Self {
-            default: group(self.default)?,
+        Self {
+            default: group(self.default),
             routes: self
                 .routes
                 .into_iter()
-                .map(|(path, l)| Ok((path, group(l)?)))
-                .collect::<Result<_>>()?,
-        })
+                .map(|(path, l)| (path, group(l)))
+                .collect(),
+        }
     }
 }
 

@@ -108,9 +108,7 @@ mod tests {
     use crate::script::Registry;
 
     fn script() -> &'static Script {
-        Registry::global()
-            .require("fixed_window_aligned", 1)
-            .unwrap()
+        Registry::embedded("fixed_window_aligned", 1)
     }
 
     #[test]

@@ -96,7 +96,7 @@ impl Gcra {
             .filter(|us| *us >= 1)
             .ok_or_else(|| Error::invalid("period", "must be between 1 us and MAX_BUCKET"))?;
         let interval_us = period_us.div_ceil(u64::from(rate));
-        let script = Registry::global().require("gcra", 1)?;
+        let script = Registry::embedded("gcra", 1);
         Self {
             base: format!("{}:{name}", Self::KEY_PREFIX),
             name: name.to_owned(),

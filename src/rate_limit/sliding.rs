@@ -103,7 +103,7 @@ impl SlidingWindow {
             limit,
             window: Duration::from_millis(window_ms),
             window_ms,
-            script: Registry::global().require("sliding_window", 1)?,
+            script: Registry::embedded("sliding_window", 1),
             manager: ScriptManager::new(),
         })
     }

@@ -14,6 +14,7 @@ use super::deny_cache::DenyCache;
 use super::key::LimitKey;
 use super::window_group::WindowGroups;
 use crate::error::{Error, Result};
+use crate::group_commit::GroupCommit;
 use crate::keys::{tagged, validate_prefix};
 use crate::script::{script_error, Call, CallOutcome, Registry, Script, ScriptManager};
 
@@ -90,18 +91,6 @@ impl FixedWindow {
     pub const MIN_WINDOW: Duration = Duration::from_millis(1);
     /// The longest window: 2^53 - 1 ms (what a Lua number holds exactly).
     pub const MAX_WINDOW: Duration = Duration::from_millis((1 << 53) - 1);
-    /// The largest group [`with_group_commit`](Self::with_group_commit) accepts.
-    pub const MAX_GROUP_BATCH: usize = 256;
-    /// The group size the README recommends for a flood of checks.
-    pub const DEFAULT_GROUP_BATCH: usize = 64;
-    /// The most grouped calls [`with_group_commit`](Self::with_group_commit) allows in
-    /// flight at once.
-    pub const MAX_GROUP_IN_FLIGHT: usize = 16;
-    /// The calls in flight the README recommends with group commit: 4 (2, 4 and 8 measured
-    /// within noise of each other under a flood, README "Against a hand-written script";
-    /// fewer calls in flight make larger groups, more make a lone burst wait less).
-    pub const DEFAULT_GROUP_IN_FLIGHT: usize = 4;
-
     /// A limiter named `name` (1..=64 bytes of `[A-Za-z0-9_:.-]`) allowing `limit` units per
     /// `window` (at least 1 ms; sub-millisecond parts are dropped).
     ///
@@ -129,7 +118,7 @@ impl FixedWindow {
         }
         let window_ms =
             u64::try_from(window.as_millis()).map_err(|_| Error::invalid("window", "too long"))?;
-        let script = Registry::global().require("fixed_window", 7)?;
+        let script = Registry::embedded("fixed_window", 7);
         Ok(Self {
             base: format!("{}:{name}", Self::KEY_PREFIX),
             name: name.to_owned(),
@@ -137,28 +126,27 @@ impl FixedWindow {
             window: Duration::from_millis(window_ms),
             window_ms,
             script,
-            aligned_script: Registry::global().require("fixed_window_aligned", 1)?,
+            aligned_script: Registry::embedded("fixed_window_aligned", 1),
             aligned: false,
             manager: ScriptManager::new(),
             deny_cache: None,
-            group_script: Registry::global().require("fixed_window_group", 1)?,
-            aligned_group_script: Registry::global().require("fixed_window_aligned_group", 1)?,
+            group_script: Registry::embedded("fixed_window_group", 1),
+            aligned_group_script: Registry::embedded("fixed_window_aligned_group", 1),
             groups: None,
         })
     }
 
-    /// Group commit (off by default): concurrent checks through this limiter (or any clone
-    /// of it) are coalesced, each still on its own counter. A check alone goes straight
-    /// through (the ordinary call, no timer, no added latency); checks arriving while
-    /// `max_in_flight` calls (1 ..= [`MAX_GROUP_IN_FLIGHT`](Self::MAX_GROUP_IN_FLIGHT)) are
-    /// in flight queue up, and when one returns the first of them sends ONE script call
-    /// (`lua/fixed_window_group.v1.lua`; aligned to the clock
-    /// `lua/fixed_window_aligned_group.v1.lua`) settling the next `max_batch` (2 ..=
-    /// [`MAX_GROUP_BATCH`](Self::MAX_GROUP_BATCH)) in arrival order: each gets the decision
-    /// it would have got alone (the script runs `fixed_window.v7`'s, or
-    /// `fixed_window_aligned.v1`'s, steps per key). Under a flood the limiter then keeps up
-    /// with a hand-written `INCR` + `EXPIRE` script (measured in the README, "Against a
-    /// hand-written script", round 16).
+    /// Group commit (off by default) with `settings` ([`GroupCommit::default()`] is the
+    /// recommended one): concurrent checks through this limiter (or any clone of it) are
+    /// coalesced, each still on its own counter. A check alone goes straight through (the
+    /// ordinary call, no timer, no added latency); checks arriving while
+    /// [`max_in_flight`](GroupCommit::max_in_flight) calls are in flight queue up, and when one
+    /// returns the first of them sends ONE script call (`lua/fixed_window_group.v1.lua`;
+    /// aligned to the clock `lua/fixed_window_aligned_group.v1.lua`) settling the next
+    /// [`max_batch`](GroupCommit::max_batch) in arrival order: each gets the decision it would
+    /// have got alone (the script runs `fixed_window.v7`'s, or `fixed_window_aligned.v1`'s,
+    /// steps per key). Under a flood the limiter then keeps up with a hand-written `INCR` +
+    /// `EXPIRE` script (measured in the README, "Against a hand-written script", round 16).
     ///
     /// The group's call uses the connection of the caller that leads it, so every caller of
     /// one limiter must use connections to the same Redis deployment. If the call fails,
@@ -172,36 +160,21 @@ impl FixedWindow {
     /// ([`check_batch`](Self::check_batch), [`check_batch_by_slot`](Self::check_batch_by_slot))
     /// are never grouped.
     ///
-    /// Errors: [`Error::InvalidInput`] for a size outside the ranges above.
-    ///
     /// ```
     /// use std::time::Duration;
-    /// use redkit::rate_limit::FixedWindow;
+    /// use redkit::{rate_limit::FixedWindow, GroupCommit};
     /// let limiter = FixedWindow::new("api", 100, Duration::from_secs(60))?
-    ///     .with_group_commit(FixedWindow::DEFAULT_GROUP_BATCH, FixedWindow::DEFAULT_GROUP_IN_FLIGHT)?;
-    /// assert_eq!(limiter.group_commit(), Some((64, 4)));
-    /// assert!(FixedWindow::new("api", 100, Duration::from_secs(60))?.with_group_commit(1, 8).is_err());
+    ///     .with_group_commit(GroupCommit::default());
+    /// assert_eq!(limiter.group_commit(), Some(GroupCommit::default()));
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn with_group_commit(mut self, max_batch: usize, max_in_flight: usize) -> Result<Self> {
-        if !(2..=Self::MAX_GROUP_BATCH).contains(&max_batch) {
-            return Err(Error::invalid(
-                "group_commit",
-                format!("max batch must be 2..={}", Self::MAX_GROUP_BATCH),
-            ));
-        }
-        if !(1..=Self::MAX_GROUP_IN_FLIGHT).contains(&max_in_flight) {
-            return Err(Error::invalid(
-                "group_in_flight",
-                format!("must be 1..={}", Self::MAX_GROUP_IN_FLIGHT),
-            ));
-        }
-        self.groups = Some(Arc::new(WindowGroups::new(max_batch, max_in_flight)));
-        Ok(self)
+    pub fn with_group_commit(mut self, settings: GroupCommit) -> Self {
+        self.groups = Some(Arc::new(WindowGroups::new(settings)));
+        self
     }
 
-    /// `(max_batch, max_in_flight)` of [group commit](Self::with_group_commit), or `None`
-    /// when checks are not grouped (the default).
+    /// The settings of [group commit](Self::with_group_commit), or `None` when checks are not
+    /// grouped (the default).
     ///
     /// ```
     /// # use std::time::Duration;
@@ -209,10 +182,8 @@ impl FixedWindow {
     /// assert_eq!(l.group_commit(), None);
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn group_commit(&self) -> Option<(usize, usize)> {
-        self.groups
-            .as_ref()
-            .map(|g| (g.max_batch(), g.max_in_flight()))
+    pub fn group_commit(&self) -> Option<GroupCommit> {
+        self.groups.as_ref().map(|g| g.settings())
     }
 
     pub(super) fn group_script(&self) -> &'static Script {

@@ -12,7 +12,7 @@ use redis::{ErrorKind, ServerErrorKind, Value};
 
 use super::window::FixedWindow;
 use crate::error::{Error, Result};
-use crate::group_commit::{self, Grouped, Turn};
+use crate::group_commit::{self, GroupCommit, Grouped, Turn};
 use crate::script::{script_error, Call, Script};
 
 /// One queued check: its counter, cost and window (aligned to the clock: the TTL of a new
@@ -50,19 +50,15 @@ pub(super) struct WindowGroups {
 }
 
 impl WindowGroups {
-    pub(super) fn new(max_batch: usize, max_in_flight: usize) -> Self {
+    pub(super) fn new(settings: GroupCommit) -> Self {
         Self {
-            groups: Arc::new(group_commit::Groups::new(max_batch, max_in_flight)),
+            groups: Arc::new(group_commit::Groups::new(settings)),
             by_slot: AtomicBool::new(false),
         }
     }
 
-    pub(super) fn max_batch(&self) -> usize {
-        self.groups.max_batch()
-    }
-
-    pub(super) fn max_in_flight(&self) -> usize {
-        self.groups.max_in_flight()
+    pub(super) fn settings(&self) -> GroupCommit {
+        self.groups.settings()
     }
 
     fn queue(&self, redis_key: &str) -> Option<Slot> {
@@ -197,9 +193,7 @@ mod tests {
     use crate::Registry;
 
     fn script() -> &'static Script {
-        Registry::global()
-            .require("fixed_window_group", 1)
-            .expect("embedded")
+        Registry::embedded("fixed_window_group", 1)
     }
 
     #[test]

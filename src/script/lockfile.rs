@@ -231,7 +231,7 @@ fn compare(registry: &Registry, lock: &Lock) -> Comparison {
     let gone = lock
         .script
         .iter()
-        .filter(|e| !e.retired && registry.get(&e.name, e.version).is_none())
+        .filter(|e| !e.retired && registry.require(&e.name, e.version).is_err())
         .map(Entry::id)
         .collect();
     Comparison {

@@ -178,9 +178,10 @@ pub struct RegistryProblem {
 ///
 /// ```
 /// let registry = redkit::Registry::global();
-/// let script = registry.get("gcra", 1).expect("shipped with redkit");
+/// let script = registry.require("gcra", 1)?;
 /// assert_eq!(script.key_count(), 1);
 /// assert!(registry.problems().is_empty());
+/// # Ok::<(), redkit::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct Registry {
@@ -202,7 +203,7 @@ pub struct Registry {
 ///                       sha1 = \"e0e1f9fabfc9d4800c877a703b823ac0578ff8db\"\nretired = true\n"),
 /// ]);
 /// assert_eq!(registry.retired()[0].id, "a.v1");
-/// assert!(registry.get("a", 1).is_none());
+/// assert!(registry.require("a", 1).is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -219,12 +220,13 @@ impl Registry {
         &REGISTRY
     }
 
-    /// One of redkit's own embedded scripts, for the types that call it. Embedded at compile
-    /// time from `lua/`; `tests/manifest.rs` and each type's tests keep every one present, so
-    /// a missing one is a build defect, not an input.
+    /// One of redkit's own embedded scripts, for the types that call it when they are built
+    /// (the one lookup inside the crate; users call [`require`](Self::require)). Embedded at
+    /// compile time from `lua/`; `tests/manifest.rs` checks that every script named by a call
+    /// of it in `src/` is embedded, so a missing one is a build defect, never an input.
     pub(crate) fn embedded(name: &str, version: u32) -> &'static Script {
         Self::global()
-            .get(name, version)
+            .find(name, version)
             .unwrap_or_else(|| panic!("{name}.v{version} is embedded in lua/"))
     }
 
@@ -339,16 +341,19 @@ impl Registry {
         &self.retired
     }
 
-    /// The script `name` at `version`, if shipped.
-    pub fn get(&self, name: &str, version: u32) -> Option<&Script> {
-        self.scripts
-            .iter()
-            .find(|s| s.version == version && s.name == name)
-    }
-
-    /// Like [`get`](Self::get), with a typed error naming the missing script.
+    /// The script `name` at `version`: the one way to look a script up.
+    ///
+    /// Errors: [`Error::InvalidInput`] naming the script when the set does not hold it.
+    ///
+    /// ```
+    /// let registry = redkit::Registry::global();
+    /// assert_eq!(registry.require("fixed_window", 7)?.id(), "fixed_window.v7");
+    /// let missing = registry.require("fixed_window", 999).unwrap_err();
+    /// assert!(missing.to_string().contains("fixed_window.v999"));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn require(&self, name: &str, version: u32) -> Result<&Script> {
-        self.get(name, version).ok_or_else(|| {
+        self.find(name, version).ok_or_else(|| {
             Error::invalid(
                 "script",
                 format!("{name}.v{version} is not embedded in lua/"),
@@ -360,6 +365,12 @@ impl Registry {
     /// Empty for every released build; a test keeps it so.
     pub fn problems(&self) -> &[RegistryProblem] {
         &self.problems
+    }
+
+    fn find(&self, name: &str, version: u32) -> Option<&Script> {
+        self.scripts
+            .iter()
+            .find(|s| s.version == version && s.name == name)
     }
 
     fn build() -> Self {

@@ -100,12 +100,11 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
                 format!("need an odd number of nodes, got {}", nodes.len()),
             ));
         }
-        let registry = Registry::global();
         Ok(Self {
             nodes,
             manager: ScriptManager::new(),
-            release: registry.require("lock_release", 3)?,
-            renew: registry.require("lock_renew", 1)?,
+            release: Registry::embedded("lock_release", 3),
+            renew: Registry::embedded("lock_renew", 1),
             prefix: Self::DEFAULT_PREFIX.to_owned(),
             node_timeout: Self::DEFAULT_NODE_TIMEOUT,
         })
