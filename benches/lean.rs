@@ -100,8 +100,7 @@ use redis::aio::MultiplexedConnection;
 use redkit::connect::Coalescing;
 use redkit::inventory::{Decrement, Inventory};
 use redkit::lock::{
-    Acquire, FairLock, Lock, LockGuard, LockOptions, Owner, PermitAcquire, ReentrantLock, Release,
-    RwLock, Semaphore,
+    Acquire, FairLock, Lock, LockOptions, Mode, Owner, ReentrantLock, Release, RwLock, Semaphore,
 };
 use redkit::rate_limit::{Decision, FixedWindow, Gcra, LimitKey, SlidingWindow};
 use redkit::script::{Backend, Library};
@@ -1420,7 +1419,7 @@ async fn coordination_rows(
     fn released(r: redkit::Result<Release>) {
         assert_eq!(r.unwrap(), Release::Released);
     }
-    fn held(a: Acquire) -> LockGuard {
+    fn held<G: std::fmt::Debug>(a: Acquire<G>) -> G {
         match a {
             Acquire::Acquired(g) => g,
             other => panic!("{other:?}"),
@@ -1434,7 +1433,7 @@ async fn coordination_rows(
         async move {
             let resource = format!("sem-{t}");
             match s.acquire(&mut c, &resource, 1, &oo).await.unwrap() {
-                PermitAcquire::Acquired(p) => released(s.release(&mut c, p).await),
+                Acquire::Acquired(p) => released(s.release(&mut c, p).await),
                 other => panic!("{other:?}"),
             }
         }
@@ -1448,12 +1447,8 @@ async fn coordination_rows(
         let (f, oo) = (f.clone(), oo.clone());
         async move {
             let resource = format!("fair-{t}");
-            let wait = Duration::from_secs(1);
-            let g = held(
-                f.acquire_blocking(&mut c, &resource, &oo, wait)
-                    .await
-                    .unwrap(),
-            );
+            let wait = oo.as_ref().clone().max_wait(Duration::from_secs(1));
+            let g = held(f.acquire(&mut c, &resource, &wait).await.unwrap());
             released(f.release(&mut c, g).await);
         }
     })
@@ -1466,7 +1461,11 @@ async fn coordination_rows(
         let (l, oo) = (l.clone(), oo.clone());
         async move {
             let resource = format!("rw-{t}");
-            let g = held(l.write(&mut c, &resource, &oo).await.unwrap());
+            let g = held(
+                l.acquire(&mut c, &resource, Mode::Write, &oo)
+                    .await
+                    .unwrap(),
+            );
             released(l.release(&mut c, g).await);
         }
     })
@@ -1477,7 +1476,7 @@ async fn coordination_rows(
         let (l, oo) = (l.clone(), oo.clone());
         async move {
             let resource = format!("rw-{t}");
-            let g = held(l.read(&mut c, &resource, &oo).await.unwrap());
+            let g = held(l.acquire(&mut c, &resource, Mode::Read, &oo).await.unwrap());
             released(l.release(&mut c, g).await);
         }
     })
@@ -1511,19 +1510,24 @@ async fn fair_handover(conn: &MultiplexedConnection, mut own: MultiplexedConnect
         let resource = format!("handover-{i}");
         let mut holder = conn.clone();
         let guard = match fair
-            .acquire_blocking(&mut holder, &resource, &options, Duration::from_secs(1))
+            .acquire(
+                &mut holder,
+                &resource,
+                &options.clone().max_wait(Duration::from_secs(1)),
+            )
             .await
             .unwrap()
         {
             Acquire::Acquired(g) => g,
             other => panic!("{other:?}"),
         };
-        let (f, o, r) = (fair.clone(), options.clone(), resource.clone());
+        let (f, o, r) = (
+            fair.clone(),
+            options.clone().max_wait(Duration::from_secs(5)),
+            resource.clone(),
+        );
         let waiter = tokio::spawn(async move {
-            let a = f
-                .acquire_blocking(&mut own, &r, &o, Duration::from_secs(5))
-                .await
-                .unwrap();
+            let a = f.acquire(&mut own, &r, &o).await.unwrap();
             let at = Instant::now();
             (a, at, own)
         });

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redkit::lock::{
-    Acquire, Fence, FencedWrite, FencingToken, Lock, LockGuard, LockOptions, Renew,
+    Acquire, Fence, FencedWrite, FencingToken, Held, Lock, LockGuard, LockOptions, Renew,
 };
 use redkit::script::Replication;
 use redkit::Error;
@@ -35,7 +35,7 @@ async fn acquired<C: ConnectionLike>(
     conn: &mut C,
     resource: &str,
     options: &LockOptions,
-) -> LockGuard {
+) -> LockGuard<Lock> {
     match lock.acquire(conn, resource, options).await.unwrap() {
         Acquire::Acquired(guard) => guard,
         other => panic!("expected the lock, got {other:?}"),
@@ -953,7 +953,9 @@ async fn by_default_acquire_is_one_set_without_fencing_and_keeps_the_contract() 
     // Another owner: Busy with the holder's TTL, nothing changed.
     let before = shape(&mut conn).await;
     match lock.acquire(&mut conn, "r", &cheap).await.unwrap() {
-        Acquire::Busy { holder_ttl } => {
+        Acquire::Busy(Held {
+            ttl: holder_ttl, ..
+        }) => {
             let ttl = holder_ttl.expect("the holder has a TTL");
             assert!(
                 ttl > Duration::ZERO && ttl <= Duration::from_secs(5),

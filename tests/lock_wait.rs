@@ -26,7 +26,7 @@ async fn acquired<C: ConnectionLike>(
     conn: &mut C,
     resource: &str,
     options: &LockOptions,
-) -> LockGuard {
+) -> LockGuard<Lock> {
     match lock.acquire(conn, resource, options).await.unwrap() {
         Acquire::Acquired(guard) => guard,
         other => panic!("expected the lock, got {other:?}"),
@@ -38,7 +38,7 @@ async fn blocked_acquire(
     resource: &str,
     lease_ms: u64,
     wait: Duration,
-) -> tokio::task::JoinHandle<(redkit::Result<Acquire>, Instant)> {
+) -> tokio::task::JoinHandle<(redkit::Result<Acquire<LockGuard<Lock>>>, Instant)> {
     let lock = Lock::new();
     let mut own = server.conn().await;
     let resource = resource.to_owned();

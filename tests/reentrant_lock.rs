@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redkit::lock::{Acquire, LockGuard, LockOptions, Owner, ReentrantLock, Release, Renew};
+use redkit::lock::{Acquire, Held, LockGuard, LockOptions, Owner, ReentrantLock, Release, Renew};
 use redkit::Error;
 use support::{RedisCluster, RedisServer};
 
@@ -24,7 +24,7 @@ async fn held<C: ConnectionLike>(
     resource: &str,
     owner: &Owner,
     options: &LockOptions,
-) -> LockGuard {
+) -> LockGuard<ReentrantLock> {
     match lock.acquire(conn, resource, owner, options).await.unwrap() {
         Acquire::Acquired(guard) => guard,
         other => panic!("expected the lock, got {other:?}"),
@@ -51,9 +51,13 @@ async fn nested_holds_are_counted_and_another_owner_waits_until_zero() {
             lock.acquire(&mut conn, "r", &other, &ttl(10_000))
                 .await
                 .unwrap(),
-            Acquire::Busy {
-                holder_ttl: Some(_)
-            }
+            Acquire::Busy(Held { ttl: Some(_), .. })
+        ));
+        assert!(matches!(
+            lock.try_acquire(&mut conn, "r", &other, &ttl(10_000).retries(100))
+                .await
+                .unwrap(),
+            Acquire::Busy(Held { ttl: Some(_), .. })
         ));
         assert_eq!(
             lock.release(&mut conn, guard).await.unwrap(),

@@ -7,10 +7,9 @@ use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Value};
 
 use super::grant::Refused;
-use super::guard::Acquire;
 use super::guard::LockGuard;
 use super::options::LockOptions;
-use super::outcome::Renew;
+use super::outcome::{Acquire, Held, Renew};
 use super::schema;
 use super::single::Lock;
 use super::token::{issued, owner_token, FencingToken};
@@ -39,7 +38,7 @@ impl Lock {
         conn: &mut C,
         resource: &str,
         options: &LockOptions,
-    ) -> Result<Acquire> {
+    ) -> Result<Acquire<LockGuard<Lock>>> {
         let options = &options.clone().retries(0);
         Ok(self.acquire_inner(conn, resource, options, None).await?.0)
     }
@@ -79,7 +78,7 @@ impl Lock {
         conn: &mut C,
         resource: &str,
         options: &LockOptions,
-    ) -> Result<Acquire> {
+    ) -> Result<Acquire<LockGuard<Lock>>> {
         Ok(self.acquire_inner(conn, resource, options, None).await?.0)
     }
 
@@ -111,7 +110,7 @@ impl Lock {
         resource: &str,
         options: &LockOptions,
         replication: Replication,
-    ) -> Result<Acked<Acquire>> {
+    ) -> Result<Acked<Acquire<LockGuard<Lock>>>> {
         let (outcome, replicas) = self
             .acquire_inner(conn, resource, options, Some(replication))
             .await?;
@@ -126,7 +125,7 @@ impl Lock {
         resource: &str,
         options: &LockOptions,
         replication: Option<Replication>,
-    ) -> Result<(Acquire, Option<Acked<()>>)> {
+    ) -> Result<(Acquire<LockGuard<Lock>>, Option<Acked<()>>)> {
         let ttl_ms = options.validate()?;
         let mut key = self.key(resource)?;
         let mut token = match options.get_token() {
@@ -143,7 +142,7 @@ impl Lock {
                 .attempt(conn, &key, &token, ttl_ms, options, wait)
                 .await?;
             let outcome = match granted {
-                Attempt::Busy { holder_ttl } => Acquire::Busy { holder_ttl },
+                Attempt::Busy { holder_ttl } => Acquire::Busy(Held::until(holder_ttl)),
                 Attempt::Granted { fence, started } => {
                     // The guard takes the key and token, unless a refused hold may be retried.
                     let retry = options.replication_shortfall(replicas.as_ref()).is_some();

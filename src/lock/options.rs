@@ -195,8 +195,7 @@ impl LockOptions {
     /// [`ReentrantLock`](super::ReentrantLock) or [`Semaphore`](super::Semaphore): every attempt is
     /// followed by `WAIT` in the same round trip, and an acquisition that fewer replicas than
     /// requested acknowledged in time is released again and answered with
-    /// [`Acquire::NotReplicated`](super::Acquire::NotReplicated) (a semaphore:
-    /// [`PermitAcquire::NotReplicated`](super::PermitAcquire::NotReplicated)), as it could be
+    /// [`Acquire::NotReplicated`](super::Acquire::NotReplicated), as it could be
     /// lost in a failover and another owner could then acquire. `Lock` tries again while
     /// its retries allow; the others answer at once (a fair lock's turn is given to the
     /// next in line). Ignored by [`Redlock`](super::Redlock).
@@ -246,6 +245,11 @@ impl LockOptions {
     /// Whether acquisitions issue fencing tokens.
     pub(crate) fn get_fencing(&self) -> bool {
         self.fencing
+    }
+
+    /// The overall deadline for waiting, if one was set.
+    pub(crate) fn get_max_wait(&self) -> Option<Duration> {
+        self.max_wait
     }
 
     /// The lease length.

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use super::grant::Refused;
-use super::guard::{Acquire, LockGuard};
-use super::lease::{self, Held, LeaseKind};
+use super::guard::LockGuard;
+use super::lease::{self, HeldLease, LeaseKind};
 use super::options::LockOptions;
-use super::outcome::{Release, Renew};
+use super::outcome::{Acquire, Held, Release, Renew};
 use super::schema;
 use super::token::owner_token;
 use super::wait::{ms, Retry};
@@ -166,6 +166,25 @@ impl ReentrantLock {
         self
     }
 
+    /// The key prefix.
+    ///
+    /// ```
+    /// assert_eq!(redkit::lock::ReentrantLock::new().prefix(), redkit::lock::ReentrantLock::DEFAULT_PREFIX);
+    /// ```
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The script manager used for every call.
+    ///
+    /// ```
+    /// let l = redkit::lock::ReentrantLock::new().with_manager(redkit::ScriptManager::new());
+    /// # let _ = l.manager();
+    /// ```
+    pub fn manager(&self) -> &ScriptManager {
+        &self.inner.manager
+    }
+
     /// The holds key of `resource` (escaped, bounded: see [`keys`](crate::keys)).
     ///
     /// ```
@@ -173,6 +192,28 @@ impl ReentrantLock {
     /// ```
     pub fn key(&self, resource: &str) -> Result<String> {
         schema::base(&self.inner.prefix, resource)
+    }
+
+    /// One attempt at one hold for `owner`: granted when the lock is free or already
+    /// `owner`'s, else [`Acquire::Busy`]. Same as [`acquire`](Self::acquire) with no retries.
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, me: redkit::lock::Owner) -> redkit::Result<()> {
+    /// use redkit::lock::{Acquire, LockOptions};
+    /// if let Acquire::Acquired(hold) = lock.try_acquire(&mut conn, "cart-1", &me, &LockOptions::new()).await? {
+    ///     lock.release(&mut conn, hold).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        owner: &Owner,
+        options: &LockOptions,
+    ) -> Result<Acquire<LockGuard<ReentrantLock>>> {
+        self.acquire(conn, resource, owner, &options.clone().retries(0))
+            .await
     }
 
     /// Takes one hold for `owner`, waiting as the options allow: granted when the lock is
@@ -199,7 +240,7 @@ impl ReentrantLock {
         resource: &str,
         owner: &Owner,
         options: &LockOptions,
-    ) -> Result<Acquire> {
+    ) -> Result<Acquire<LockGuard<ReentrantLock>>> {
         let ttl_ms = options.validate()?;
         if options.get_token().is_some() {
             return Err(Error::invalid(
@@ -245,9 +286,9 @@ impl ReentrantLock {
                 }
                 [0, pttl] => {
                     if !retry.again().await {
-                        return Ok(Acquire::Busy {
-                            holder_ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
-                        });
+                        return Ok(Acquire::Busy(Held::until(
+                            u64::try_from(*pttl).ok().map(Duration::from_millis),
+                        )));
                     }
                 }
                 other => {
@@ -265,14 +306,14 @@ impl ReentrantLock {
     /// lease had ended.
     ///
     /// ```no_run
-    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, hold: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, hold: redkit::lock::LockGuard<redkit::lock::ReentrantLock>) -> redkit::Result<()> {
     /// lock.release(&mut conn, hold).await?;
     /// # Ok(()) }
     /// ```
     pub async fn release<C: ConnectionLike>(
         &self,
         conn: &mut C,
-        mut guard: LockGuard,
+        mut guard: LockGuard<ReentrantLock>,
     ) -> Result<Release> {
         guard.stop_watchdog();
         lease::release(self, conn, &guard.held, &()).await
@@ -309,14 +350,14 @@ impl ReentrantLock {
     /// still holds the lock; [`Renew::Lost`] otherwise.
     ///
     /// ```no_run
-    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, mut hold: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, mut hold: redkit::lock::LockGuard<redkit::lock::ReentrantLock>) -> redkit::Result<()> {
     /// lock.renew(&mut conn, &mut hold).await?;
     /// # Ok(()) }
     /// ```
     pub async fn renew<C: ConnectionLike>(
         &self,
         conn: &mut C,
-        guard: &mut LockGuard,
+        guard: &mut LockGuard<ReentrantLock>,
     ) -> Result<Renew> {
         lease::renew(self, conn, &guard.held).await
     }
@@ -326,11 +367,11 @@ impl ReentrantLock {
     /// outside a tokio runtime.
     ///
     /// ```no_run
-    /// # async fn run(lock: redkit::lock::ReentrantLock, conn: redis::aio::MultiplexedConnection, mut hold: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// # async fn run(lock: redkit::lock::ReentrantLock, conn: redis::aio::MultiplexedConnection, mut hold: redkit::lock::LockGuard<redkit::lock::ReentrantLock>) -> redkit::Result<()> {
     /// let lost = lock.watch(&conn, &mut hold)?;
     /// # let _ = lost; Ok(()) }
     /// ```
-    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard) -> Result<LeaseSignal>
+    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard<ReentrantLock>) -> Result<LeaseSignal>
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
@@ -345,7 +386,7 @@ impl LeaseKind for ReentrantLock {
         &self.inner.manager
     }
 
-    fn renew_call(&self, held: &Held) -> Call<'_> {
+    fn renew_call(&self, held: &HeldLease) -> Call<'_> {
         let ttl_ms = ms(held.ttl);
         let mut call = Call::new(self.inner.renew);
         call.key(&held.key)
@@ -356,7 +397,7 @@ impl LeaseKind for ReentrantLock {
         call
     }
 
-    fn release_call(&self, held: &Held, (): &()) -> Call<'_> {
+    fn release_call(&self, held: &HeldLease, (): &()) -> Call<'_> {
         let mut call = Call::new(self.inner.release);
         call.key(&held.key).arg(&held.token);
         call

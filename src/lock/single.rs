@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use super::guard::LockGuard;
-use super::lease::{self, deadline, Held, LeaseKind};
+use super::lease::{self, deadline, HeldLease, LeaseKind};
 use super::outcome::{renew_status, status, Release, Renew};
 use super::schema;
 use super::wait::ms;
@@ -145,7 +145,7 @@ impl Lock {
     /// On an error the lease ends by its TTL.
     ///
     /// ```no_run
-    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
     /// use redkit::lock::Release;
     /// if lock.release(&mut conn, guard).await? == Release::NotOwner {
     ///     eprintln!("the lease had expired: the work may have overlapped with another owner");
@@ -155,7 +155,7 @@ impl Lock {
     pub async fn release<C: ConnectionLike>(
         &self,
         conn: &mut C,
-        mut guard: LockGuard,
+        mut guard: LockGuard<Lock>,
     ) -> Result<Release> {
         guard.stop_watchdog();
         lease::release(self, conn, &guard.held, &()).await
@@ -166,7 +166,7 @@ impl Lock {
     /// guard is then no longer valid).
     ///
     /// ```no_run
-    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
     /// use redkit::lock::Renew;
     /// if lock.renew(&mut conn, &mut guard).await? == Renew::Lost {
     ///     return Ok(()); // stop working: someone else may hold the lock now
@@ -176,7 +176,7 @@ impl Lock {
     pub async fn renew<C: ConnectionLike>(
         &self,
         conn: &mut C,
-        guard: &mut LockGuard,
+        guard: &mut LockGuard<Lock>,
     ) -> Result<Renew> {
         lease::renew(self, conn, &guard.held).await
     }
@@ -185,7 +185,7 @@ impl Lock {
     /// trip: the answer says how many replicas have the new TTL.
     ///
     /// ```no_run
-    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
     /// use std::time::Duration;
     /// use redkit::script::Replication;
     /// let acked = lock.renew_acked(&mut conn, &mut guard, Replication::new(1, Duration::from_millis(50))?).await?;
@@ -195,7 +195,7 @@ impl Lock {
     pub async fn renew_acked<C: ConnectionLike>(
         &self,
         conn: &mut C,
-        guard: &mut LockGuard,
+        guard: &mut LockGuard<Lock>,
         replication: Replication,
     ) -> Result<Acked<Renew>> {
         let started = Instant::now();
@@ -250,7 +250,7 @@ impl Lock {
     /// Fails with [`Error::InvalidInput`](crate::Error::InvalidInput) outside a tokio runtime.
     ///
     /// ```no_run
-    /// # async fn run(lock: redkit::lock::Lock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// # async fn run(lock: redkit::lock::Lock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
     /// let lost = lock.watch(&conn, &mut guard)?;
     /// tokio::select! {
     ///     loss = lost.lost() => eprintln!("lease lost: {loss:?}"),
@@ -260,7 +260,7 @@ impl Lock {
     /// lock.release(&mut conn, guard).await?; // stops the watchdog
     /// # Ok(()) }
     /// ```
-    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard) -> Result<LeaseSignal>
+    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard<Lock>) -> Result<LeaseSignal>
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
@@ -279,11 +279,11 @@ impl LeaseKind for Lock {
         &self.inner.manager
     }
 
-    fn renew_call(&self, held: &Held) -> Call<'_> {
+    fn renew_call(&self, held: &HeldLease) -> Call<'_> {
         self.renew_call_of(&held.key, &held.token, held.ttl)
     }
 
-    fn release_call(&self, held: &Held, (): &()) -> Call<'_> {
+    fn release_call(&self, held: &HeldLease, (): &()) -> Call<'_> {
         let mut call = Call::new(self.inner.release);
         call.key(&held.key)
             .key_suffixed(&held.key, schema::WAITING)

@@ -4,9 +4,8 @@ use std::future::Future;
 
 use redis::aio::ConnectionLike;
 
-use super::guard::Acquire;
 use super::options::LockOptions;
-use super::outcome::{LeaseLoss, Release};
+use super::outcome::{Acquire, LeaseLoss, Release};
 use super::single::Lock;
 use super::token::FencingToken;
 use super::watchdog::LeaseSignal;
