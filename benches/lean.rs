@@ -343,7 +343,7 @@ async fn lock_cycle(
     pid: Option<u32>,
     secs: f64,
     lock: &Arc<Lock>,
-    options: &Arc<LockOptions>,
+    options: &Arc<LockOptions<Lock>>,
     prefix: &'static str,
 ) -> Measured {
     run_op(conn, pid, secs, &lock_op(lock, options, prefix)).await
@@ -1080,7 +1080,7 @@ async fn other_cases(
     let options = Arc::new(LockOptions::new());
     let redkit = lock_cycle(&conn, pid, secs, &lock, &options, "res").await;
     // The seed lock uses the same lease as LockOptions' default.
-    let ttl_ms = LockOptions::DEFAULT_TTL.as_millis() as u64;
+    let ttl_ms = LockOptions::<Lock>::DEFAULT_TTL.as_millis() as u64;
     let seed = run_op(&conn, pid, secs, &seed_lock_op("seed:lock")).await;
     row(
         "lock acquire + release, default options (no fencing)",
@@ -1425,9 +1425,8 @@ async fn coordination_rows(
             other => panic!("{other:?}"),
         }
     }
-    let o = Arc::new(LockOptions::new());
     let sem = Arc::new(Semaphore::new());
-    let (s, oo) = (sem.clone(), o.clone());
+    let (s, oo) = (sem.clone(), Arc::new(LockOptions::new()));
     let m = run(conn.clone(), pid, secs, move |mut c, t, _| {
         let (s, oo) = (s.clone(), oo.clone());
         async move {
@@ -1442,7 +1441,7 @@ async fn coordination_rows(
     row("semaphore (1 permit) acquire + release", &m, seed);
 
     let fair = Arc::new(FairLock::new());
-    let (f, oo) = (fair.clone(), o.clone());
+    let (f, oo) = (fair.clone(), Arc::new(LockOptions::new()));
     let m = run(conn.clone(), pid, secs, move |mut c, t, _| {
         let (f, oo) = (f.clone(), oo.clone());
         async move {
@@ -1456,7 +1455,7 @@ async fn coordination_rows(
     row("fair lock acquire + release", &m, seed);
 
     let rw = Arc::new(RwLock::new());
-    let (l, oo) = (rw.clone(), o.clone());
+    let (l, oo) = (rw.clone(), Arc::new(LockOptions::new()));
     let m = run(conn.clone(), pid, secs, move |mut c, t, _| {
         let (l, oo) = (l.clone(), oo.clone());
         async move {
@@ -1471,7 +1470,7 @@ async fn coordination_rows(
     })
     .await;
     row("read-write lock, write + release", &m, seed);
-    let (l, oo) = (rw.clone(), o.clone());
+    let (l, oo) = (rw.clone(), Arc::new(LockOptions::new()));
     let m = run(conn.clone(), pid, secs, move |mut c, t, _| {
         let (l, oo) = (l.clone(), oo.clone());
         async move {
@@ -1484,7 +1483,7 @@ async fn coordination_rows(
     row("read-write lock, read + release", &m, seed);
 
     let re = Arc::new(ReentrantLock::new());
-    let (l, oo) = (re.clone(), o.clone());
+    let (l, oo) = (re.clone(), Arc::new(LockOptions::new()));
     let m = run(conn.clone(), pid, secs, move |mut c, t, _| {
         let (l, oo) = (l.clone(), oo.clone());
         async move {
@@ -1815,7 +1814,7 @@ async fn sequential_case(conn: MultiplexedConnection) {
 
     let lock = Arc::new(Lock::new());
     let unlock = Arc::new(redis::Script::new(SEED_UNLOCK));
-    let ttl_ms = LockOptions::DEFAULT_TTL.as_millis() as u64;
+    let ttl_ms = LockOptions::<Lock>::DEFAULT_TTL.as_millis() as u64;
     for (name, options) in [
         (
             "lock acquire + release, default options (no fencing)",

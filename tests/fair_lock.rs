@@ -17,7 +17,7 @@ use support::{RedisCluster, RedisServer};
 
 const TOKEN: &str = "owner-token-0123456789";
 
-fn ttl(ms: u64) -> LockOptions {
+fn ttl(ms: u64) -> LockOptions<FairLock> {
     LockOptions::new().ttl(Duration::from_millis(ms))
 }
 
@@ -31,7 +31,7 @@ async fn acquired<C: ConnectionLike>(
     fair: &FairLock,
     conn: &mut C,
     resource: &str,
-    options: &LockOptions,
+    options: &LockOptions<FairLock>,
 ) -> LockGuard<FairLock> {
     match fair
         .acquire(
@@ -359,7 +359,7 @@ async fn bad_input_is_refused_before_anything_is_sent() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let fair = fair();
-    let cases: [(&str, LockOptions, Duration, &str); 2] = [
+    let cases: [(&str, LockOptions<FairLock>, Duration, &str); 2] = [
         ("", ttl(1_000), Duration::from_secs(1), "resource"),
         (
             "r",

@@ -351,7 +351,7 @@ async fn a_user_with_only_the_semaphore_and_versioned_acl_runs_both() {
     let mut waiter = as_user(&server, "coord").await;
 
     let sem = redkit::lock::Semaphore::new();
-    let options = LockOptions::new().fencing(true).ttl(Duration::from_secs(5));
+    let options = LockOptions::new().ttl(Duration::from_secs(5));
     let redkit::lock::Acquire::Acquired(mut permit) = sem
         .try_acquire(&mut conn, "job", 1, &options)
         .await

@@ -23,7 +23,7 @@ async fn acquired<C: ConnectionLike>(
     lock: &Lock,
     conn: &mut C,
     resource: &str,
-    options: &LockOptions,
+    options: &LockOptions<Lock>,
 ) -> LockGuard<Lock> {
     match lock.acquire(conn, resource, options).await.unwrap() {
         Acquire::Acquired(guard) => guard,
@@ -465,7 +465,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     let mut conn = server.conn().await;
     let lock = lock();
     let ok = LockOptions::new().fencing(true);
-    let cases: Vec<(&str, LockOptions, &str)> = vec![
+    let cases: Vec<(&str, LockOptions<Lock>, &str)> = vec![
         (
             "zero ttl",
             LockOptions::new().fencing(true).ttl(Duration::ZERO),
@@ -641,7 +641,7 @@ fn futures_are_send(lock: Lock, conn: redis::aio::MultiplexedConnection, guard: 
     let mut c2 = conn.clone();
     send(lock.release(&mut c2, guard));
     let redlock = redkit::lock::Redlock::new(vec![conn]).unwrap();
-    send(redlock.acquire("r", &options));
+    send(redlock.acquire("r", &LockOptions::new()));
 }
 
 #[tokio::test]

@@ -37,7 +37,7 @@ async fn redlock(masters: &RedisMasters) -> Redlock<MultiplexedConnection> {
 async fn held(
     redlock: &Redlock<MultiplexedConnection>,
     resource: &str,
-    options: &LockOptions,
+    options: &LockOptions<Redlock<MultiplexedConnection>>,
 ) -> RedlockGuard {
     match redlock.acquire(resource, options).await.unwrap() {
         Acquire::Acquired(guard) => guard,

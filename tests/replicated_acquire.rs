@@ -9,10 +9,13 @@ mod support;
 
 use std::time::Duration;
 
-use redkit::lock::{Acquire, FairLock, LockOptions, Mode, Owner, ReentrantLock, RwLock};
+use redkit::lock::{
+    Acquire, FairLock, LockOptions, Mode, Owner, ReentrantLock, Replicated, RwLock,
+};
 use support::ReplicatedPair;
 
-fn required(wait_ms: u64) -> LockOptions {
+/// Options of any kind that can wait for replicas.
+fn required<K: Replicated>(wait_ms: u64) -> LockOptions<K> {
     let one = redkit::script::Replication::new(1, Duration::from_millis(wait_ms)).unwrap();
     LockOptions::new()
         .ttl(Duration::from_secs(10))

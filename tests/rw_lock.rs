@@ -18,7 +18,7 @@ use support::{RedisCluster, RedisServer};
 
 const TOKEN: &str = "owner-token-0123456789";
 
-fn wait(ttl_ms: u64) -> LockOptions {
+fn wait(ttl_ms: u64) -> LockOptions<RwLock> {
     LockOptions::new()
         .ttl(Duration::from_millis(ttl_ms))
         .retries(100_000)
@@ -32,7 +32,7 @@ async fn held<C: ConnectionLike>(
     conn: &mut C,
     resource: &str,
     write: bool,
-    options: &LockOptions,
+    options: &LockOptions<RwLock>,
 ) -> LockGuard<RwLock> {
     let outcome = if write {
         rw.acquire(conn, resource, Mode::Write, options).await
@@ -325,7 +325,7 @@ async fn bad_input_is_refused_before_anything_is_sent() {
     let mut conn = server.conn().await;
     let rw = RwLock::new();
     let long = "r".repeat(10_000);
-    let cases: [(&str, LockOptions, &str); 3] = [
+    let cases: [(&str, LockOptions<RwLock>, &str); 3] = [
         ("", LockOptions::new(), "resource"),
         (&long, LockOptions::new(), "resource"),
         ("r", LockOptions::new().ttl(Duration::ZERO), "ttl"),

@@ -23,7 +23,7 @@ fn sem() -> Semaphore {
     Semaphore::new()
 }
 
-fn ttl(ms: u64) -> LockOptions {
+fn ttl(ms: u64) -> LockOptions<Semaphore> {
     LockOptions::new().ttl(Duration::from_millis(ms))
 }
 
@@ -32,7 +32,7 @@ async fn acquired<C: ConnectionLike>(
     conn: &mut C,
     resource: &str,
     permits: u32,
-    options: &LockOptions,
+    options: &LockOptions<Semaphore>,
 ) -> PermitGuard {
     match sem.acquire(conn, resource, permits, options).await.unwrap() {
         Acquire::Acquired(guard) => guard,
@@ -349,7 +349,7 @@ async fn bad_input_is_refused_before_anything_is_sent() {
     server.stop().await; // anything sent now would fail with an I/O error
     let sem = sem();
     let ok = ttl(1_000);
-    let cases: Vec<(&str, String, u32, LockOptions)> = vec![
+    let cases: Vec<(&str, String, u32, LockOptions<Semaphore>)> = vec![
         ("permits 0", "r".into(), 0, ok.clone()),
         (
             "too many permits",

@@ -37,7 +37,7 @@ impl Lock {
         &self,
         conn: &mut C,
         resource: &str,
-        options: &LockOptions,
+        options: &LockOptions<Lock>,
     ) -> Result<Acquire<LockGuard<Lock>>> {
         let options = &options.clone().retries(0);
         Ok(self.acquire_inner(conn, resource, options, None).await?.0)
@@ -77,7 +77,7 @@ impl Lock {
         &self,
         conn: &mut C,
         resource: &str,
-        options: &LockOptions,
+        options: &LockOptions<Lock>,
     ) -> Result<Acquire<LockGuard<Lock>>> {
         Ok(self.acquire_inner(conn, resource, options, None).await?.0)
     }
@@ -108,7 +108,7 @@ impl Lock {
         &self,
         conn: &mut C,
         resource: &str,
-        options: &LockOptions,
+        options: &LockOptions<Lock>,
         replication: Replication,
     ) -> Result<Acked<Acquire<LockGuard<Lock>>>> {
         let (outcome, replicas) = self
@@ -123,7 +123,7 @@ impl Lock {
         &self,
         conn: &mut C,
         resource: &str,
-        options: &LockOptions,
+        options: &LockOptions<Lock>,
         replication: Option<Replication>,
     ) -> Result<(Acquire<LockGuard<Lock>>, Option<Acked<()>>)> {
         let ttl_ms = options.validate()?;
@@ -132,7 +132,7 @@ impl Lock {
             Some(token) => token.to_owned(),
             None => owner_token(),
         };
-        let mut retry = Retry::new(options);
+        let mut retry = Retry::new(options.settings());
         let wait = replication.or(options.get_replication());
         if let Some(r) = &wait {
             Box::pin(self.inner.manager.check_wait(conn, r)).await?;
@@ -145,17 +145,24 @@ impl Lock {
                 Attempt::Busy { holder_ttl } => Acquire::Busy(Held::until(holder_ttl)),
                 Attempt::Granted { fence, started } => {
                     // The guard takes the key and token, unless a refused hold may be retried.
-                    let retry = options.replication_shortfall(replicas.as_ref()).is_some();
+                    let retry = options
+                        .settings()
+                        .replication_shortfall(replicas.as_ref())
+                        .is_some();
                     let (k, t) = if retry {
                         (key.clone(), token.clone())
                     } else {
                         (std::mem::take(&mut key), std::mem::take(&mut token))
                     };
-                    let guard = LockGuard::held(k, t, fence, ttl_ms, options, started);
+                    let guard = LockGuard::held(k, t, fence, ttl_ms, options.settings(), started);
                     let valid = guard.is_valid();
-                    let Some(refused) =
-                        Refused::check(guard.key(), valid, started, options, replicas.as_ref())
-                    else {
+                    let Some(refused) = Refused::check(
+                        guard.key(),
+                        valid,
+                        started,
+                        options.settings(),
+                        replicas.as_ref(),
+                    ) else {
                         return Ok((Acquire::Acquired(guard), replicas));
                     };
                     Box::pin(self.release(conn, guard)).await?;
@@ -174,7 +181,7 @@ impl Lock {
         key: &str,
         token: &str,
         ttl_ms: u64,
-        options: &LockOptions,
+        options: &LockOptions<Lock>,
         replication: Option<Replication>,
     ) -> Result<(Attempt, Option<Acked<()>>)> {
         if !options.get_fencing() {

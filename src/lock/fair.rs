@@ -10,7 +10,7 @@ use redis::Value;
 use super::grant::Refused;
 use super::guard::LockGuard;
 use super::lease::{self, HeldLease, LeaseKind};
-use super::options::LockOptions;
+use super::options::{LockOptions, OwnerToken, Replicated, Settings};
 use super::outcome::{status, Acquire, Held, Release, Renew};
 use super::schema;
 use super::token::owner_token;
@@ -138,7 +138,7 @@ impl FairLock {
     }
 
     /// How long a waiter that stopped renewing (crashed, cut off) keeps its place: whole
-    /// milliseconds, 30 ms to [`LockOptions::MAX_TTL`]. A blocked acquire renews it about
+    /// milliseconds, 30 ms to [`Settings::MAX_TTL`]. A blocked acquire renews it about
     /// every third of it, so shorter means faster skipping of dead waiters and more calls.
     ///
     /// ```
@@ -148,7 +148,7 @@ impl FairLock {
     /// assert!(FairLock::new().with_waiter_lease(Duration::from_millis(5)).is_err());
     /// ```
     pub fn with_waiter_lease(mut self, lease: Duration) -> Result<Self> {
-        if lease < Duration::from_millis(30) || lease > LockOptions::MAX_TTL {
+        if lease < Duration::from_millis(30) || lease > Settings::MAX_TTL {
             return Err(Error::invalid("waiter_lease", "must be 30 ms to 30 days"));
         }
         Arc::make_mut(&mut self.inner).waiter_lease = lease;
@@ -201,7 +201,7 @@ impl FairLock {
         &self,
         conn: &mut C,
         resource: &str,
-        options: &LockOptions,
+        options: &LockOptions<FairLock>,
     ) -> Result<Acquire<LockGuard<FairLock>>> {
         self.wait_turn(conn, resource, options, Some(Instant::now()))
             .await
@@ -245,7 +245,7 @@ impl FairLock {
         &self,
         conn: &mut C,
         resource: &str,
-        options: &LockOptions,
+        options: &LockOptions<FairLock>,
     ) -> Result<Acquire<LockGuard<FairLock>>> {
         // No max_wait: give up after the first attempt; one beyond an Instant: never.
         let give_up = match options.get_max_wait() {
@@ -260,10 +260,11 @@ impl FairLock {
         &self,
         conn: &mut C,
         resource: &str,
-        options: &LockOptions,
+        options: &LockOptions<FairLock>,
         give_up: Option<Instant>,
     ) -> Result<Acquire<LockGuard<FairLock>>> {
         let ttl_ms = options.validate()?;
+        let settings = options.settings();
         let key = self.key(resource)?;
         let token = match options.get_token() {
             Some(token) => token.to_owned(),
@@ -293,10 +294,10 @@ impl FairLock {
             match reply.as_slice() {
                 [status, fence] if int(status)? == 1 => {
                     let guard = LockGuard::granted(
-                        script, key.clone(), token.clone(), int(fence)?, ttl_ms, options, started,
+                        script, key.clone(), token.clone(), int(fence)?, ttl_ms, settings, started,
                     )?;
                     let valid = guard.is_valid();
-                    if let Some(refused) = Refused::check(&key, valid, started, options, replicas.as_ref())
+                    if let Some(refused) = Refused::check(&key, valid, started, settings, replicas.as_ref())
                     {
                         self.release(conn, guard).await?;
                         return refused.acquire();
@@ -428,6 +429,10 @@ impl LeaseKind for FairLock {
         self.leave_call(&held.key, &held.token)
     }
 }
+
+impl super::options::sealed::Sealed for FairLock {}
+impl OwnerToken for FairLock {}
+impl Replicated for FairLock {}
 
 impl Default for FairLock {
     /// [`FairLock::new`].

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::options::LockOptions;
+use super::options::Settings;
 use super::outcome::Acquire;
 use crate::error::{Error, Result};
 use crate::script::Acked;
@@ -25,7 +25,7 @@ impl Refused {
         key: &str,
         valid: bool,
         started: Instant,
-        options: &LockOptions,
+        options: &Settings,
         replicas: Option<&Acked<()>>,
     ) -> Option<Self> {
         if !valid {

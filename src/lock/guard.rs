@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
 use super::lease::HeldLease;
-use super::options::LockOptions;
+use super::options::Settings;
 use super::token::{issued, FencingToken};
 use super::watchdog::{LeaseSignal, WatchdogHandle};
 use crate::error::Result;
@@ -129,7 +129,7 @@ impl<K> LockGuard<K> {
         token: String,
         fence: i64,
         ttl_ms: u64,
-        options: &LockOptions,
+        options: &Settings,
         started: Instant,
     ) -> Result<Self> {
         let fence = issued(script, fence)?;
@@ -142,7 +142,7 @@ impl<K> LockGuard<K> {
         token: String,
         fence: FencingToken,
         ttl_ms: u64,
-        options: &LockOptions,
+        options: &Settings,
         started: Instant,
     ) -> Self {
         let ttl = Duration::from_millis(ttl_ms);

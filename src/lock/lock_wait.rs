@@ -58,7 +58,7 @@ impl Lock {
         &self,
         conn: &mut C,
         resource: &str,
-        options: &LockOptions,
+        options: &LockOptions<Lock>,
         wait: Duration,
     ) -> Result<Acquire<LockGuard<Lock>>> {
         let give_up = wait_deadline(wait)?;

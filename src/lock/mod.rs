@@ -49,7 +49,7 @@ mod with_lock;
 pub use fair::FairLock;
 pub use fencing::MAX_FENCED_KEY_LEN;
 pub use guard::LockGuard;
-pub use options::LockOptions;
+pub use options::{LockOptions, OwnerToken, Polling, Replicated};
 pub use outcome::{Acquire, Fence, FencedWrite, Held, LeaseLoss, Release, Renew};
 pub use permit::PermitGuard;
 pub use redlock::{Redlock, RedlockGuard};

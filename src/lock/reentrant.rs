@@ -10,7 +10,7 @@ use redis::aio::ConnectionLike;
 use super::grant::Refused;
 use super::guard::LockGuard;
 use super::lease::{self, HeldLease, LeaseKind};
-use super::options::LockOptions;
+use super::options::{LockOptions, Polling, Replicated};
 use super::outcome::{Acquire, Held, Release, Renew};
 use super::schema;
 use super::token::owner_token;
@@ -83,8 +83,8 @@ impl fmt::Debug for Owner {
 /// nested holds get the fencing token of the first one.
 ///
 /// Waiting follows [`LockOptions`] as [`Lock::acquire`](super::Lock::acquire); the owner
-/// token comes from the [`Owner`] ([`LockOptions::token`] is refused with
-/// [`Error::InvalidInput`]). With [`LockOptions::require_replicas`] every attempt is followed
+/// token comes from the [`Owner`] (`LockOptions<ReentrantLock>` has no `token` setter, see
+/// the last example). With [`LockOptions::require_replicas`] every attempt is followed
 /// by `WAIT` in the same round trip, and a hold fewer replicas confirmed is given back (the
 /// count returns to what it was) and answered [`Acquire::NotReplicated`].
 ///
@@ -104,6 +104,13 @@ impl fmt::Debug for Owner {
 ///     lock.release(&mut conn, outer).await?; // free now
 /// }
 /// # Ok(()) }
+/// ```
+///
+/// A caller-supplied token does not compile (the [`Owner`] is the token):
+///
+/// ```compile_fail,E0277
+/// use redkit::lock::{LockOptions, ReentrantLock};
+/// let options: LockOptions<ReentrantLock> = LockOptions::new().token("job-7f3a9c2e-retry-safe");
 /// ```
 #[derive(Debug, Clone)]
 pub struct ReentrantLock {
@@ -210,7 +217,7 @@ impl ReentrantLock {
         conn: &mut C,
         resource: &str,
         owner: &Owner,
-        options: &LockOptions,
+        options: &LockOptions<ReentrantLock>,
     ) -> Result<Acquire<LockGuard<ReentrantLock>>> {
         self.acquire(conn, resource, owner, &options.clone().retries(0))
             .await
@@ -220,8 +227,7 @@ impl ReentrantLock {
     /// free or already `owner`'s (one more hold; the lease renewed). [`Acquire::Busy`] when
     /// another owner holds it after the last attempt.
     ///
-    /// Fails with [`Error::InvalidInput`] (nothing sent) for a bad resource or options or
-    /// [`LockOptions::token`]; with [`Error::WrongType`] /
+    /// Fails with [`Error::InvalidInput`] (nothing sent) for a bad resource or options; with [`Error::WrongType`] /
     /// [`Error::CorruptData`] for keys holding something else and
     /// [`Error::PermissionDenied`] for an ACL refusal (nothing written in these cases); with
     /// [`Error::Timeout`] when the acquire took the whole lease (the hold is given back).
@@ -239,15 +245,10 @@ impl ReentrantLock {
         conn: &mut C,
         resource: &str,
         owner: &Owner,
-        options: &LockOptions,
+        options: &LockOptions<ReentrantLock>,
     ) -> Result<Acquire<LockGuard<ReentrantLock>>> {
         let ttl_ms = options.validate()?;
-        if options.get_token().is_some() {
-            return Err(Error::invalid(
-                "options",
-                "ReentrantLock takes its token from the Owner",
-            ));
-        }
+        let settings = options.settings();
         let key = self.key(resource)?;
         let script = self.inner.acquire;
         let mut call = Call::new(script);
@@ -256,7 +257,7 @@ impl ReentrantLock {
             .arg(&owner.token)
             .arg(ttl_ms)
             .arg(schema::fence_ttl_ms(ttl_ms));
-        let mut retry = Retry::new(options);
+        let mut retry = Retry::new(settings);
         loop {
             let started = Instant::now();
             let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
@@ -272,12 +273,12 @@ impl ReentrantLock {
                         owner.token.clone(),
                         *fence,
                         ttl_ms,
-                        options,
+                        settings,
                         started,
                     )?;
                     let valid = guard.is_valid();
                     if let Some(refused) =
-                        Refused::check(guard.key(), valid, started, options, replicas.as_ref())
+                        Refused::check(guard.key(), valid, started, settings, replicas.as_ref())
                     {
                         self.release(conn, guard).await?;
                         return refused.acquire();
@@ -415,6 +416,10 @@ impl LeaseKind for ReentrantLock {
         }
     }
 }
+
+impl super::options::sealed::Sealed for ReentrantLock {}
+impl Polling for ReentrantLock {}
+impl Replicated for ReentrantLock {}
 
 impl Default for ReentrantLock {
     /// [`ReentrantLock::new`].

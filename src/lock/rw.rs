@@ -8,7 +8,7 @@ use redis::aio::ConnectionLike;
 use super::grant::Refused;
 use super::guard::LockGuard;
 use super::lease::{self, HeldLease, LeaseKind};
-use super::options::LockOptions;
+use super::options::{LockOptions, OwnerToken, Polling, Replicated, Settings};
 use super::outcome::{status, Acquire, Held, Release, Renew};
 use super::schema;
 use super::token::owner_token;
@@ -195,7 +195,7 @@ impl RwLock {
         conn: &mut C,
         resource: &str,
         mode: Mode,
-        options: &LockOptions,
+        options: &LockOptions<RwLock>,
     ) -> Result<Acquire<LockGuard<RwLock>>> {
         self.acquire(conn, resource, mode, &options.clone().retries(0))
             .await
@@ -225,19 +225,21 @@ impl RwLock {
         conn: &mut C,
         resource: &str,
         mode: Mode,
-        options: &LockOptions,
+        options: &LockOptions<RwLock>,
     ) -> Result<Acquire<LockGuard<RwLock>>> {
         let ttl_ms = options.validate()?;
+        let settings = options.settings();
         let key = self.key(resource)?;
         let token = match options.get_token() {
             Some(token) => token.to_owned(),
             None => owner_token(),
         };
         let intent = options
+            .settings()
             .longest_pause()
             .saturating_mul(2)
             .saturating_add(INTENT_MARGIN)
-            .min(LockOptions::MAX_TTL);
+            .min(Settings::MAX_TTL);
         let script = self.inner.acquire;
         let mut call = Call::new(script);
         call.key(schema::readers(&key))
@@ -249,7 +251,7 @@ impl RwLock {
             .arg(ttl_ms)
             .arg(ms(intent))
             .arg(schema::fence_ttl_ms(ttl_ms));
-        let mut retry = Retry::new(options);
+        let mut retry = Retry::new(settings);
         loop {
             let started = Instant::now();
             let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
@@ -260,10 +262,10 @@ impl RwLock {
             match reply.as_slice() {
                 [1, fence] => {
                     let guard =
-                        LockGuard::granted(script, key, token, *fence, ttl_ms, options, started)?;
+                        LockGuard::granted(script, key, token, *fence, ttl_ms, settings, started)?;
                     let valid = guard.is_valid();
                     if let Some(refused) =
-                        Refused::check(guard.key(), valid, started, options, replicas.as_ref())
+                        Refused::check(guard.key(), valid, started, settings, replicas.as_ref())
                     {
                         self.release(conn, guard).await?;
                         return refused.acquire();
@@ -380,6 +382,11 @@ impl LeaseKind for RwLock {
         self.leave_call(&held.key, &held.token)
     }
 }
+
+impl super::options::sealed::Sealed for RwLock {}
+impl Polling for RwLock {}
+impl OwnerToken for RwLock {}
+impl Replicated for RwLock {}
 
 impl Default for RwLock {
     /// [`RwLock::new`].

@@ -8,7 +8,7 @@ use redis::aio::ConnectionLike;
 use super::fair::FairLock;
 use super::grant::Refused;
 use super::lease::{self, HeldLease, LeaseKind};
-use super::options::LockOptions;
+use super::options::{LockOptions, OwnerToken, Polling, Replicated};
 use super::outcome::{Acquire, Held, Release, Renew};
 use super::permit::PermitGuard;
 use super::schema;
@@ -174,7 +174,7 @@ impl Semaphore {
         conn: &mut C,
         resource: &str,
         permits: u32,
-        options: &LockOptions,
+        options: &LockOptions<Semaphore>,
     ) -> Result<Acquire<PermitGuard>> {
         self.acquire(conn, resource, permits, &options.clone().retries(0))
             .await
@@ -208,14 +208,14 @@ impl Semaphore {
         conn: &mut C,
         resource: &str,
         permits: u32,
-        options: &LockOptions,
+        options: &LockOptions<Semaphore>,
     ) -> Result<Acquire<PermitGuard>> {
         let (key, ttl_ms) = self.checked(resource, permits, options)?;
         let token = match options.get_token() {
             Some(token) => token.to_owned(),
             None => owner_token(),
         };
-        let mut retry = Retry::new(options);
+        let mut retry = Retry::new(options.settings());
         loop {
             let outcome = self
                 .attempt(conn, &key, &token, permits, ttl_ms, options)
@@ -231,7 +231,7 @@ impl Semaphore {
         &self,
         resource: &str,
         permits: u32,
-        options: &LockOptions,
+        options: &LockOptions<Semaphore>,
     ) -> Result<(String, u64)> {
         let ttl_ms = options.validate()?;
         if permits == 0 || permits > Self::MAX_PERMITS {
@@ -250,7 +250,7 @@ impl Semaphore {
         token: &str,
         permits: u32,
         ttl_ms: u64,
-        options: &LockOptions,
+        options: &LockOptions<Semaphore>,
     ) -> Result<Acquire<PermitGuard>> {
         let script = self.inner.acquire;
         let mut call = Call::new(script);
@@ -278,7 +278,7 @@ impl Semaphore {
                 };
                 let valid = guard.is_valid();
                 if let Some(refused) =
-                    Refused::check(key, valid, started, options, replicas.as_ref())
+                    Refused::check(key, valid, started, options.settings(), replicas.as_ref())
                 {
                     self.release(conn, guard).await?;
                     return refused.acquire();
@@ -388,6 +388,11 @@ impl LeaseKind for Semaphore {
         call
     }
 }
+
+impl super::options::sealed::Sealed for Semaphore {}
+impl Polling for Semaphore {}
+impl OwnerToken for Semaphore {}
+impl Replicated for Semaphore {}
 
 impl Default for Semaphore {
     /// [`Semaphore::new`].

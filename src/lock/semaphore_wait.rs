@@ -57,7 +57,7 @@ impl Semaphore {
         conn: &mut C,
         resource: &str,
         permits: u32,
-        options: &LockOptions,
+        options: &LockOptions<Semaphore>,
         wait: Duration,
     ) -> Result<Acquire<PermitGuard>> {
         let give_up = wait_deadline(wait)?;
@@ -100,7 +100,7 @@ impl Semaphore {
         conn: &mut C,
         resource: &str,
         permits: u32,
-        options: &LockOptions,
+        options: &LockOptions<Semaphore>,
         wait: Duration,
     ) -> Result<Acquire<PermitGuard>> {
         let give_up = wait_deadline(wait)?;
@@ -131,7 +131,7 @@ impl Semaphore {
         conn: &mut C,
         resource: &str,
         permits: u32,
-        options: &LockOptions,
+        options: &LockOptions<Semaphore>,
         give_up: Instant,
         mut gate: Option<&mut LockGuard<FairLock>>,
     ) -> Result<Acquire<PermitGuard>> {

@@ -128,7 +128,7 @@ impl Lock {
         &self,
         conn: &C,
         resource: &str,
-        options: &LockOptions,
+        options: &LockOptions<Lock>,
         work: F,
     ) -> Result<WithLock<T>>
     where

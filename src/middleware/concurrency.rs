@@ -63,7 +63,7 @@ struct Shared<C, K> {
     name: String,
     semaphore: Semaphore,
     permits: u32,
-    options: LockOptions,
+    options: LockOptions<Semaphore>,
     conn: C,
     extractor: K,
     fail_mode: FailMode,

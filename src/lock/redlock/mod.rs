@@ -14,7 +14,7 @@ use redis::Value;
 
 use self::tally::{Answer, Tally};
 use super::lease::deadline;
-use super::options::LockOptions;
+use super::options::{LockOptions, Polling};
 use super::outcome::{Acquire, Held, Release, Renew};
 use super::schema;
 use super::token::owner_token;
@@ -79,6 +79,9 @@ impl<C> fmt::Debug for Redlock<C> {
             .finish_non_exhaustive()
     }
 }
+
+impl<C> super::options::sealed::Sealed for Redlock<C> {}
+impl<C> Polling for Redlock<C> {}
 
 impl<C: ConnectionLike + Clone> Redlock<C> {
     /// Default bound on each node's answer.
@@ -199,7 +202,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     pub async fn try_acquire(
         &self,
         resource: &str,
-        options: &LockOptions,
+        options: &LockOptions<Redlock<C>>,
     ) -> Result<Acquire<RedlockGuard>> {
         self.acquire(resource, &options.clone().retries(0)).await
     }
@@ -228,15 +231,9 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     pub async fn acquire(
         &self,
         resource: &str,
-        options: &LockOptions,
+        options: &LockOptions<Redlock<C>>,
     ) -> Result<Acquire<RedlockGuard>> {
         let ttl_ms = options.validate()?;
-        if options.get_token().is_some() {
-            return Err(Error::invalid(
-                "token",
-                "Redlock generates its own owner tokens (LockOptions::token is for Lock)",
-            ));
-        }
         if self.node_timeout.is_zero() || self.node_timeout >= options.lease() {
             return Err(Error::invalid(
                 "node timeout",
@@ -244,7 +241,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
             ));
         }
         let key = self.key(resource)?;
-        let mut retry = Retry::new(options);
+        let mut retry = Retry::new(options.settings());
         loop {
             let result = self.attempt(&key, ttl_ms, options).await;
             if matches!(result, Ok(Acquire::Acquired(_))) || !retry.again().await {
@@ -257,7 +254,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         &self,
         key: &str,
         ttl_ms: u64,
-        options: &LockOptions,
+        options: &LockOptions<Redlock<C>>,
     ) -> Result<Acquire<RedlockGuard>> {
         let token = owner_token();
         let started = Instant::now();
