@@ -64,7 +64,7 @@ const SEMAPHORE: &[&str] = &[
     "ltrim",
     "blpop",
 ];
-/// Commands the fair lock scripts call (plus `blpop`, sent by `acquire_blocking`).
+/// Commands the fair lock scripts call (plus `blpop`, sent by a waiting `FairLock::acquire`).
 const FAIR: &[&str] = &[
     "type",
     "get",
