@@ -100,8 +100,7 @@ use redis::aio::MultiplexedConnection;
 use redkit::connect::Coalescing;
 use redkit::inventory::{Decrement, Inventory};
 use redkit::lock::{
-    Acquire, FairLock, Lock, LockGuard, LockOptions, Owner, PermitAcquire, ReentrantLock, Release,
-    RwLock, Semaphore,
+    Acquire, FairLock, Lock, LockOptions, Mode, Owner, ReentrantLock, Release, RwLock, Semaphore,
 };
 use redkit::rate_limit::{Decision, FixedWindow, Gcra, LimitKey, SlidingWindow};
 use redkit::script::{Backend, Library};
@@ -344,7 +343,7 @@ async fn lock_cycle(
     pid: Option<u32>,
     secs: f64,
     lock: &Arc<Lock>,
-    options: &Arc<LockOptions>,
+    options: &Arc<LockOptions<Lock>>,
     prefix: &'static str,
 ) -> Measured {
     run_op(conn, pid, secs, &lock_op(lock, options, prefix)).await
@@ -1079,7 +1078,7 @@ async fn other_cases(
     let options = Arc::new(LockOptions::new());
     let redkit = lock_cycle(&conn, pid, secs, &lock, &options, "res").await;
     // The seed lock uses the same lease as LockOptions' default.
-    let ttl_ms = LockOptions::DEFAULT_TTL.as_millis() as u64;
+    let ttl_ms = LockOptions::<Lock>::DEFAULT_TTL.as_millis() as u64;
     let seed = run_op(&conn, pid, secs, &seed_lock_op("seed:lock")).await;
     row(
         "lock acquire + release, default options (no fencing)",
@@ -1418,21 +1417,20 @@ async fn coordination_rows(
     fn released(r: redkit::Result<Release>) {
         assert_eq!(r.unwrap(), Release::Released);
     }
-    fn held(a: Acquire) -> LockGuard {
+    fn held<G: std::fmt::Debug>(a: Acquire<G>) -> G {
         match a {
             Acquire::Acquired(g) => g,
             other => panic!("{other:?}"),
         }
     }
-    let o = Arc::new(LockOptions::new());
     let sem = Arc::new(Semaphore::new());
-    let (s, oo) = (sem.clone(), o.clone());
+    let (s, oo) = (sem.clone(), Arc::new(LockOptions::new()));
     let m = run(conn.clone(), pid, secs, move |mut c, t, _| {
         let (s, oo) = (s.clone(), oo.clone());
         async move {
             let resource = format!("sem-{t}");
             match s.acquire(&mut c, &resource, 1, &oo).await.unwrap() {
-                PermitAcquire::Acquired(p) => released(s.release(&mut c, p).await),
+                Acquire::Acquired(p) => released(s.release(&mut c, p).await),
                 other => panic!("{other:?}"),
             }
         }
@@ -1441,17 +1439,13 @@ async fn coordination_rows(
     row("semaphore (1 permit) acquire + release", &m, seed);
 
     let fair = Arc::new(FairLock::new());
-    let (f, oo) = (fair.clone(), o.clone());
+    let (f, oo) = (fair.clone(), Arc::new(LockOptions::new()));
     let m = run(conn.clone(), pid, secs, move |mut c, t, _| {
         let (f, oo) = (f.clone(), oo.clone());
         async move {
             let resource = format!("fair-{t}");
-            let wait = Duration::from_secs(1);
-            let g = held(
-                f.acquire_blocking(&mut c, &resource, &oo, wait)
-                    .await
-                    .unwrap(),
-            );
+            let wait = oo.as_ref().clone().max_wait(Duration::from_secs(1));
+            let g = held(f.acquire(&mut c, &resource, &wait).await.unwrap());
             released(f.release(&mut c, g).await);
         }
     })
@@ -1459,23 +1453,27 @@ async fn coordination_rows(
     row("fair lock acquire + release", &m, seed);
 
     let rw = Arc::new(RwLock::new());
-    let (l, oo) = (rw.clone(), o.clone());
+    let (l, oo) = (rw.clone(), Arc::new(LockOptions::new()));
     let m = run(conn.clone(), pid, secs, move |mut c, t, _| {
         let (l, oo) = (l.clone(), oo.clone());
         async move {
             let resource = format!("rw-{t}");
-            let g = held(l.write(&mut c, &resource, &oo).await.unwrap());
+            let g = held(
+                l.acquire(&mut c, &resource, Mode::Write, &oo)
+                    .await
+                    .unwrap(),
+            );
             released(l.release(&mut c, g).await);
         }
     })
     .await;
     row("read-write lock, write + release", &m, seed);
-    let (l, oo) = (rw.clone(), o.clone());
+    let (l, oo) = (rw.clone(), Arc::new(LockOptions::new()));
     let m = run(conn.clone(), pid, secs, move |mut c, t, _| {
         let (l, oo) = (l.clone(), oo.clone());
         async move {
             let resource = format!("rw-{t}");
-            let g = held(l.read(&mut c, &resource, &oo).await.unwrap());
+            let g = held(l.acquire(&mut c, &resource, Mode::Read, &oo).await.unwrap());
             released(l.release(&mut c, g).await);
         }
     })
@@ -1483,7 +1481,7 @@ async fn coordination_rows(
     row("read-write lock, read + release", &m, seed);
 
     let re = Arc::new(ReentrantLock::new());
-    let (l, oo) = (re.clone(), o.clone());
+    let (l, oo) = (re.clone(), Arc::new(LockOptions::new()));
     let m = run(conn.clone(), pid, secs, move |mut c, t, _| {
         let (l, oo) = (l.clone(), oo.clone());
         async move {
@@ -1509,19 +1507,24 @@ async fn fair_handover(conn: &MultiplexedConnection, mut own: MultiplexedConnect
         let resource = format!("handover-{i}");
         let mut holder = conn.clone();
         let guard = match fair
-            .acquire_blocking(&mut holder, &resource, &options, Duration::from_secs(1))
+            .acquire(
+                &mut holder,
+                &resource,
+                &options.clone().max_wait(Duration::from_secs(1)),
+            )
             .await
             .unwrap()
         {
             Acquire::Acquired(g) => g,
             other => panic!("{other:?}"),
         };
-        let (f, o, r) = (fair.clone(), options.clone(), resource.clone());
+        let (f, o, r) = (
+            fair.clone(),
+            options.clone().max_wait(Duration::from_secs(5)),
+            resource.clone(),
+        );
         let waiter = tokio::spawn(async move {
-            let a = f
-                .acquire_blocking(&mut own, &r, &o, Duration::from_secs(5))
-                .await
-                .unwrap();
+            let a = f.acquire(&mut own, &r, &o).await.unwrap();
             let at = Instant::now();
             (a, at, own)
         });
@@ -1805,7 +1808,7 @@ async fn sequential_case(conn: MultiplexedConnection) {
 
     let lock = Arc::new(Lock::new());
     let unlock = Arc::new(redis::Script::new(SEED_UNLOCK));
-    let ttl_ms = LockOptions::DEFAULT_TTL.as_millis() as u64;
+    let ttl_ms = LockOptions::<Lock>::DEFAULT_TTL.as_millis() as u64;
     for (name, options) in [
         (
             "lock acquire + release, default options (no fencing)",

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use redkit::lock::{Acquire, FencedWrite, LeaseLoss, Lock, LockOptions, Release};
+use redkit::lock::{Acquire, FencedWrite, Held, LeaseLoss, Lock, LockOptions, Release};
 
 const RESOURCE: &str = "nightly-export";
 const PROGRESS_KEY: &str = "export:{nightly}:progress";
@@ -57,7 +57,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .max_wait(Duration::from_secs(30));
     let mut guard = match lock.acquire(&mut conn, RESOURCE, &options).await? {
         Acquire::Acquired(guard) => guard,
-        Acquire::Busy { holder_ttl } => {
+        Acquire::Busy(Held {
+            ttl: holder_ttl, ..
+        }) => {
             println!("another worker holds {RESOURCE} (for {holder_ttl:?}); exiting");
             return Ok(());
         }

@@ -11,13 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redkit::lock::{Acquire, FairLock, LockGuard, LockOptions, Release, Renew};
+use redkit::lock::{Acquire, FairLock, Held, LockGuard, LockOptions, Release, Renew};
 use redkit::Error;
 use support::{RedisCluster, RedisServer};
 
 const TOKEN: &str = "owner-token-0123456789";
 
-fn ttl(ms: u64) -> LockOptions {
+fn ttl(ms: u64) -> LockOptions<FairLock> {
     LockOptions::new().ttl(Duration::from_millis(ms))
 }
 
@@ -31,10 +31,14 @@ async fn acquired<C: ConnectionLike>(
     fair: &FairLock,
     conn: &mut C,
     resource: &str,
-    options: &LockOptions,
-) -> LockGuard {
+    options: &LockOptions<FairLock>,
+) -> LockGuard<FairLock> {
     match fair
-        .acquire_blocking(conn, resource, options, Duration::from_secs(30))
+        .acquire(
+            conn,
+            resource,
+            &options.clone().max_wait(Duration::from_secs(30)),
+        )
         .await
         .unwrap()
     {
@@ -298,12 +302,16 @@ async fn the_deadline_is_honoured_and_the_waiter_leaves_the_queue() {
     let mut own = server.conn().await;
     let started = Instant::now();
     let outcome = fair
-        .acquire_blocking(&mut own, "d", &ttl(10_000), Duration::from_millis(300))
+        .acquire(
+            &mut own,
+            "d",
+            &ttl(10_000).max_wait(Duration::from_millis(300)),
+        )
         .await
         .unwrap();
     let waited = started.elapsed();
     assert!(
-        matches!(outcome, Acquire::Busy { holder_ttl: None }),
+        matches!(outcome, Acquire::Busy(Held { ttl: None, .. })),
         "{outcome:?}"
     );
     assert!(
@@ -311,6 +319,18 @@ async fn the_deadline_is_honoured_and_the_waiter_leaves_the_queue() {
         "{waited:?}"
     );
     assert_eq!(queued(&server, &key).await, 1, "the waiter left");
+    // try_acquire (and acquire without max_wait): one attempt, the queue left at once.
+    for once in [
+        fair.try_acquire(&mut own, "d", &ttl(10_000).max_wait(Duration::from_secs(5)))
+            .await,
+        fair.acquire(&mut own, "d", &ttl(10_000)).await,
+    ] {
+        assert!(
+            matches!(once.unwrap(), Acquire::Busy(Held { ttl: None, .. })),
+            "behind the holder"
+        );
+        assert_eq!(queued(&server, &key).await, 1, "the caller left");
+    }
     // Renew and watchdog: the holder keeps it past several leases; once released, Lost.
     assert_eq!(
         fair.renew(&mut conn, &mut holder).await.unwrap(),
@@ -324,7 +344,7 @@ async fn the_deadline_is_honoured_and_the_waiter_leaves_the_queue() {
     let stale = LockOptions::new().ttl(Duration::from_secs(5));
     let mut other = server.conn().await;
     let busy = fair
-        .acquire_blocking(&mut other, "d", &stale, Duration::from_millis(100))
+        .acquire(&mut other, "d", &stale.max_wait(Duration::from_millis(100)))
         .await
         .unwrap();
     assert!(matches!(busy, Acquire::Busy { .. }));
@@ -339,9 +359,7 @@ async fn bad_input_is_refused_before_anything_is_sent() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let fair = fair();
-    let cases: [(&str, LockOptions, Duration, &str); 4] = [
-        ("r", ttl(1_000), Duration::ZERO, "wait"),
-        ("r", ttl(1_000), Duration::MAX, "wait"),
+    let cases: [(&str, LockOptions<FairLock>, Duration, &str); 2] = [
         ("", ttl(1_000), Duration::from_secs(1), "resource"),
         (
             "r",
@@ -352,7 +370,7 @@ async fn bad_input_is_refused_before_anything_is_sent() {
     ];
     for (resource, options, wait, what) in cases {
         match fair
-            .acquire_blocking(&mut conn, resource, &options, wait)
+            .acquire(&mut conn, resource, &options.max_wait(wait))
             .await
         {
             Err(Error::InvalidInput { what: w, .. }) => assert_eq!(w, what),
@@ -518,7 +536,9 @@ async fn poisoned_keys_and_acl_denials_change_nothing() {
         };
         run(&mut poison, &mut admin).await;
         let before = support::snapshot(&mut admin).await;
-        let outcome = fair.acquire_blocking(&mut admin, "p", &once, short).await;
+        let outcome = fair
+            .acquire(&mut admin, "p", &once.clone().max_wait(short))
+            .await;
         let case = format!("{target} = {bad}");
         match (bad, outcome) {
             ("<string>" | "<hash>", Err(Error::WrongType { script })) => {
@@ -569,7 +589,7 @@ async fn poisoned_keys_and_acl_denials_change_nothing() {
         let case = format!("-{denied}, acquire");
         let uses = acquire_uses.contains(denied);
         let outcome = fair
-            .acquire_blocking(&mut conn, "p", &once, short)
+            .acquire(&mut conn, "p", &once.clone().max_wait(short))
             .await
             .map(|_| ());
         if !uses {

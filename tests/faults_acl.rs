@@ -64,7 +64,7 @@ const SEMAPHORE: &[&str] = &[
     "ltrim",
     "blpop",
 ];
-/// Commands the fair lock scripts call (plus `blpop`, sent by `acquire_blocking`).
+/// Commands the fair lock scripts call (plus `blpop`, sent by a waiting `FairLock::acquire`).
 const FAIR: &[&str] = &[
     "type",
     "get",
@@ -351,8 +351,8 @@ async fn a_user_with_only_the_semaphore_and_versioned_acl_runs_both() {
     let mut waiter = as_user(&server, "coord").await;
 
     let sem = redkit::lock::Semaphore::new();
-    let options = LockOptions::new().fencing(true).ttl(Duration::from_secs(5));
-    let redkit::lock::PermitAcquire::Acquired(mut permit) = sem
+    let options = LockOptions::new().ttl(Duration::from_secs(5));
+    let redkit::lock::Acquire::Acquired(mut permit) = sem
         .try_acquire(&mut conn, "job", 1, &options)
         .await
         .unwrap()

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 use redkit::lock::{
-    Acquire, FencedWrite, FencingToken, LeaseLoss, Lock, LockGuard, LockOptions, Release, Renew,
-    WithLock,
+    Acquire, FencedWrite, FencingToken, Held, LeaseLoss, Lock, LockGuard, LockOptions, Release,
+    Renew, WithLock,
 };
 use redkit::{Call, Error, Registry, ScriptManager};
 use support::{RedisCluster, RedisServer};
@@ -23,8 +23,8 @@ async fn acquired<C: ConnectionLike>(
     lock: &Lock,
     conn: &mut C,
     resource: &str,
-    options: &LockOptions,
-) -> LockGuard {
+    options: &LockOptions<Lock>,
+) -> LockGuard<Lock> {
     match lock.acquire(conn, resource, options).await.unwrap() {
         Acquire::Acquired(guard) => guard,
         other => panic!("expected the lock, got {other:?}"),
@@ -107,9 +107,7 @@ async fn stale_holder_cannot_release_or_renew_the_new_owners_lock() {
     let mut stale = acquired(&lock, &mut conn, "report", &short).await;
     assert!(matches!(
         lock.try_acquire(&mut conn, "report", &short).await.unwrap(),
-        Acquire::Busy {
-            holder_ttl: Some(_)
-        }
+        Acquire::Busy(Held { ttl: Some(_), .. })
     ));
     wait_gone(&server, &key).await;
     assert!(!stale.is_valid(), "local validity ran out before the key");
@@ -467,7 +465,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     let mut conn = server.conn().await;
     let lock = lock();
     let ok = LockOptions::new().fencing(true);
-    let cases: Vec<(&str, LockOptions, &str)> = vec![
+    let cases: Vec<(&str, LockOptions<Lock>, &str)> = vec![
         (
             "zero ttl",
             LockOptions::new().fencing(true).ttl(Duration::ZERO),
@@ -634,7 +632,7 @@ async fn corrupt_data_is_refused_without_writing() {
 
 /// The futures users spawn are `Send` (checked at compile time).
 #[allow(dead_code)]
-fn futures_are_send(lock: Lock, conn: redis::aio::MultiplexedConnection, guard: LockGuard) {
+fn futures_are_send(lock: Lock, conn: redis::aio::MultiplexedConnection, guard: LockGuard<Lock>) {
     fn send<T: Send>(_: T) {}
     let options = LockOptions::new().fencing(true);
     let mut c = conn.clone();
@@ -643,7 +641,7 @@ fn futures_are_send(lock: Lock, conn: redis::aio::MultiplexedConnection, guard: 
     let mut c2 = conn.clone();
     send(lock.release(&mut c2, guard));
     let redlock = redkit::lock::Redlock::new(vec![conn]).unwrap();
-    send(redlock.acquire("r", &options));
+    send(redlock.acquire("r", &LockOptions::new()));
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redkit::lock::{
-    Acquire, Fence, FencedWrite, FencingToken, Lock, LockGuard, LockOptions, Renew,
+    Acquire, Fence, FencedWrite, FencingToken, Held, Lock, LockGuard, LockOptions, Renew,
 };
 use redkit::script::Replication;
 use redkit::Error;
@@ -23,7 +23,7 @@ fn lock() -> Lock {
     Lock::new()
 }
 
-fn with_token(token: &str) -> LockOptions {
+fn with_token(token: &str) -> LockOptions<Lock> {
     LockOptions::new()
         .fencing(true)
         .ttl(Duration::from_secs(200))
@@ -34,8 +34,8 @@ async fn acquired<C: ConnectionLike>(
     lock: &Lock,
     conn: &mut C,
     resource: &str,
-    options: &LockOptions,
-) -> LockGuard {
+    options: &LockOptions<Lock>,
+) -> LockGuard<Lock> {
     match lock.acquire(conn, resource, options).await.unwrap() {
         Acquire::Acquired(guard) => guard,
         other => panic!("expected the lock, got {other:?}"),
@@ -639,7 +639,9 @@ async fn extreme_options_never_panic_against_a_real_server() {
         ));
     }
     // The longest lease is accepted; its fence key TTL is 2 × 30 days + 10 s.
-    let longest = LockOptions::new().fencing(true).ttl(LockOptions::MAX_TTL);
+    let longest = LockOptions::new()
+        .fencing(true)
+        .ttl(LockOptions::<Lock>::MAX_TTL);
     let g = acquired(&lock, &mut conn, "long", &longest).await;
     let fence_ttl: i64 = server
         .cmd(&["PTTL", &lock.fence_key("long").unwrap()])
@@ -694,10 +696,10 @@ async fn acked_acquire_and_fenced_write_on_a_cluster() {
 }
 
 fn valid(options_ttl: Duration, drift: Option<Duration>) -> bool {
-    let allowance =
-        drift.unwrap_or_else(|| (options_ttl / 100).saturating_add(LockOptions::DRIFT_FLOOR));
+    let allowance = drift
+        .unwrap_or_else(|| (options_ttl / 100).saturating_add(LockOptions::<Lock>::DRIFT_FLOOR));
     !options_ttl.is_zero()
-        && options_ttl <= LockOptions::MAX_TTL
+        && options_ttl <= LockOptions::<Lock>::MAX_TTL
         && options_ttl.subsec_nanos().is_multiple_of(1_000_000)
         && allowance < options_ttl
 }
@@ -708,7 +710,7 @@ fn extreme_duration() -> impl proptest::strategy::Strategy<Value = Duration> {
         Just(Duration::ZERO),
         Just(Duration::MAX),
         Just(Duration::from_nanos(1)),
-        Just(LockOptions::MAX_TTL),
+        Just(LockOptions::<Lock>::MAX_TTL),
         (1u64..5_000).prop_map(Duration::from_millis),
         any::<u64>().prop_map(Duration::from_millis),
         (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
@@ -953,7 +955,9 @@ async fn by_default_acquire_is_one_set_without_fencing_and_keeps_the_contract() 
     // Another owner: Busy with the holder's TTL, nothing changed.
     let before = shape(&mut conn).await;
     match lock.acquire(&mut conn, "r", &cheap).await.unwrap() {
-        Acquire::Busy { holder_ttl } => {
+        Acquire::Busy(Held {
+            ttl: holder_ttl, ..
+        }) => {
             let ttl = holder_ttl.expect("the holder has a TTL");
             assert!(
                 ttl > Duration::ZERO && ttl <= Duration::from_secs(5),

@@ -1,7 +1,8 @@
 //! What every lock kind promises alike, against real Redis: its keys live under the prefix
 //! it was given (and nothing under the default one), and every script call of a hold
 //! (acquire, renew, release) runs on the `ScriptManager` it was given, so that manager's
-//! `Stats` count each call's `NOSCRIPT` recovery after a `SCRIPT FLUSH`.
+//! `Stats` count each call's `NOSCRIPT` recovery after a `SCRIPT FLUSH` (Redlock: its renewal;
+//! it acquires with a plain `SET` and releases with `EVAL`, which needs no cache).
 
 mod support;
 
@@ -9,13 +10,13 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redkit::lock::{
-    Acquire, FairLock, Lock, LockOptions, Owner, PermitAcquire, ReentrantLock, Release, Renew,
+    Acquire, FairLock, Lock, LockOptions, Mode, Owner, Redlock, ReentrantLock, Release, Renew,
     RwLock, Semaphore,
 };
 use redkit::ScriptManager;
-use support::RedisServer;
+use support::{RedisMasters, RedisServer};
 
-fn options() -> LockOptions {
+fn options<K>() -> LockOptions<K> {
     LockOptions::new().ttl(Duration::from_secs(30))
 }
 
@@ -96,7 +97,7 @@ async fn a_fair_lock_keeps_to_its_prefix_and_its_manager() {
         .with_manager(manager.clone());
     assert!(lock.key("r").unwrap().starts_with("t:fair:"));
     let acquired = lock
-        .acquire_blocking(&mut conn, "r", &options(), Duration::from_secs(5))
+        .acquire(&mut conn, "r", &options().max_wait(Duration::from_secs(5)))
         .await
         .unwrap();
     let Acquire::Acquired(mut guard) = acquired else {
@@ -125,7 +126,11 @@ async fn a_rw_lock_keeps_to_its_prefix_and_its_manager() {
         .unwrap()
         .with_manager(manager.clone());
     assert!(lock.key("r").unwrap().starts_with("t:rw:"));
-    let Acquire::Acquired(mut guard) = lock.read(&mut conn, "r", &options()).await.unwrap() else {
+    let Acquire::Acquired(mut guard) = lock
+        .acquire(&mut conn, "r", Mode::Read, &options())
+        .await
+        .unwrap()
+    else {
         panic!("a free lock")
     };
     assert_under(&server, "t:rw", "RwLock").await;
@@ -186,7 +191,7 @@ async fn a_semaphore_keeps_to_its_prefix_and_its_manager() {
         .try_acquire(&mut conn, "r", Semaphore::MAX_PERMITS, &options())
         .await
         .unwrap();
-    let PermitAcquire::Acquired(mut permit) = acquired else {
+    let Acquire::Acquired(mut permit) = acquired else {
         panic!("the largest capacity is taken (one more is refused: tests/semaphore.rs)")
     };
     assert_eq!(permit.ttl(), Duration::from_secs(30));
@@ -207,6 +212,49 @@ async fn a_semaphore_keeps_to_its_prefix_and_its_manager() {
         Release::Released
     );
     assert_counted(&manager, "Semaphore");
+}
+
+#[tokio::test]
+async fn a_redlock_keeps_to_its_prefix_and_its_manager() {
+    let masters = RedisMasters::spawn(3).await;
+    let mut conns = Vec::new();
+    for node in &masters.nodes {
+        flush(node).await;
+        conns.push(node.conn().await);
+    }
+    let manager = ScriptManager::new();
+    let redlock = Redlock::new(conns)
+        .unwrap()
+        .with_prefix("t:red")
+        .unwrap()
+        .with_manager(manager.clone());
+    assert!(redlock.key("r").unwrap().starts_with("t:red:"));
+    let Acquire::Acquired(mut guard) = redlock.acquire("r", &options()).await.unwrap() else {
+        panic!("a free lock")
+    };
+    for node in &masters.nodes {
+        assert_under(node, "t:red", "Redlock").await;
+    }
+    assert_eq!(manager.stats().noscript_fallbacks, 0, "acquired with SET");
+    for node in &masters.nodes {
+        flush(node).await;
+    }
+    assert_eq!(redlock.renew(&mut guard).await.unwrap(), Renew::Renewed);
+    assert_eq!(
+        manager.stats().noscript_fallbacks,
+        3,
+        "renew recovered on each node, on the shared manager"
+    );
+    assert_eq!(redlock.manager().stats(), manager.stats());
+    for node in &masters.nodes {
+        flush(node).await;
+    }
+    // Sent as EVAL (a queued release must not depend on a node's cache): no recovery.
+    assert_eq!(redlock.release(guard).await.unwrap(), Release::Released);
+    assert_eq!(manager.stats().noscript_fallbacks, 3);
+    for node in &masters.nodes {
+        assert!(keys(node).await.is_empty(), "released on every node");
+    }
 }
 
 #[test]

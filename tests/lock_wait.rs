@@ -15,7 +15,7 @@ use redkit::lock::{Acquire, Lock, LockGuard, LockOptions, Release};
 use redkit::Error;
 use support::{RedisCluster, RedisServer};
 
-fn ttl(ms: u64) -> LockOptions {
+fn ttl(ms: u64) -> LockOptions<Lock> {
     LockOptions::new()
         .fencing(true)
         .ttl(Duration::from_millis(ms))
@@ -25,8 +25,8 @@ async fn acquired<C: ConnectionLike>(
     lock: &Lock,
     conn: &mut C,
     resource: &str,
-    options: &LockOptions,
-) -> LockGuard {
+    options: &LockOptions<Lock>,
+) -> LockGuard<Lock> {
     match lock.acquire(conn, resource, options).await.unwrap() {
         Acquire::Acquired(guard) => guard,
         other => panic!("expected the lock, got {other:?}"),
@@ -38,7 +38,7 @@ async fn blocked_acquire(
     resource: &str,
     lease_ms: u64,
     wait: Duration,
-) -> tokio::task::JoinHandle<(redkit::Result<Acquire>, Instant)> {
+) -> tokio::task::JoinHandle<(redkit::Result<Acquire<LockGuard<Lock>>>, Instant)> {
     let lock = Lock::new();
     let mut own = server.conn().await;
     let resource = resource.to_owned();
@@ -128,7 +128,7 @@ async fn bad_input_is_refused_before_anything_is_sent() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let lock = Lock::new();
-    let cases: [(&str, LockOptions, Duration, &str); 4] = [
+    let cases: [(&str, LockOptions<Lock>, Duration, &str); 4] = [
         ("r", ttl(1_000), Duration::ZERO, "wait"),
         ("r", ttl(1_000), Duration::MAX, "wait"),
         ("", ttl(1_000), Duration::from_secs(1), "resource"),

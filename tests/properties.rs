@@ -958,10 +958,10 @@ mod lock {
 
     fn default_parts() -> Parts {
         (
-            LockOptions::DEFAULT_TTL,
-            LockOptions::DEFAULT_RETRIES,
-            LockOptions::DEFAULT_RETRY_DELAY,
-            LockOptions::DEFAULT_JITTER,
+            LockOptions::<Lock>::DEFAULT_TTL,
+            LockOptions::<Lock>::DEFAULT_RETRIES,
+            LockOptions::<Lock>::DEFAULT_RETRY_DELAY,
+            LockOptions::<Lock>::DEFAULT_JITTER,
             None,
             None,
             None,
@@ -976,10 +976,10 @@ mod lock {
 
     pub(crate) fn any_parts() -> impl Strategy<Value = Parts> {
         (
-            or_default(LockOptions::DEFAULT_TTL),
-            prop_oneof![Just(LockOptions::DEFAULT_RETRIES), any::<u32>()],
-            or_default(LockOptions::DEFAULT_RETRY_DELAY),
-            or_default(LockOptions::DEFAULT_JITTER),
+            or_default(LockOptions::<Lock>::DEFAULT_TTL),
+            prop_oneof![Just(LockOptions::<Lock>::DEFAULT_RETRIES), any::<u32>()],
+            or_default(LockOptions::<Lock>::DEFAULT_RETRY_DELAY),
+            or_default(LockOptions::<Lock>::DEFAULT_JITTER),
             proptest::option::of(any_duration()),
             proptest::option::of(any_duration()),
             proptest::option::of(".{0,200}"),
@@ -987,7 +987,7 @@ mod lock {
         )
     }
 
-    fn build(parts: &Parts) -> LockOptions {
+    fn build(parts: &Parts) -> LockOptions<Lock> {
         let (ttl, retries, delay, jitter, max_wait, drift, token, fencing) = parts.clone();
         let mut o = LockOptions::new()
             .ttl(ttl)
@@ -1049,7 +1049,7 @@ mod lock {
             // The drift allowance: as set, else 1 % of the ttl + DRIFT_FLOOR.
             let expected = parts
                 .5
-                .unwrap_or_else(|| (parts.0 / 100).saturating_add(LockOptions::DRIFT_FLOOR));
+                .unwrap_or_else(|| (parts.0 / 100).saturating_add(LockOptions::<Lock>::DRIFT_FLOOR));
             prop_assert_eq!(options.drift_allowance(), expected);
             let with = options.clone().token(token.clone());
             let shown = format!("{with:?}");
@@ -1115,11 +1115,11 @@ mod lock {
 
     #[test]
     fn default_options_are_the_documented_defaults() {
-        assert_eq!(LockOptions::default(), LockOptions::new());
+        assert_eq!(LockOptions::<Lock>::default(), LockOptions::new());
         assert_eq!(build(&default_parts()), LockOptions::default());
         assert_eq!(
-            LockOptions::default().drift_allowance(),
-            LockOptions::DEFAULT_TTL / 100 + LockOptions::DRIFT_FLOOR
+            LockOptions::<Lock>::default().drift_allowance(),
+            LockOptions::<Lock>::DEFAULT_TTL / 100 + LockOptions::<Lock>::DRIFT_FLOOR
         );
     }
 }
@@ -1210,15 +1210,15 @@ mod coordination {
     use redkit::lock::{FairLock, LockOptions, Owner, ReentrantLock, RwLock, Semaphore};
     use redkit::versioned::{RetryPolicy, Snapshot, Versioned};
 
-    /// FairLock's waiter lease: 30 ms ..= `LockOptions::MAX_TTL`.
+    /// FairLock's waiter lease: 30 ms ..= `LockOptions::<Lock>::MAX_TTL`.
     pub(crate) const MIN_WAITER_LEASE: Duration = Duration::from_millis(30);
 
     pub(crate) fn waiter_lease() -> BoxedStrategy<Duration> {
-        duration_around(MIN_WAITER_LEASE, LockOptions::MAX_TTL)
+        duration_around(MIN_WAITER_LEASE, LockOptions::<redkit::lock::Lock>::MAX_TTL)
     }
 
     pub(crate) fn waiter_lease_ok(lease: Duration) -> bool {
-        (MIN_WAITER_LEASE..=LockOptions::MAX_TTL).contains(&lease)
+        (MIN_WAITER_LEASE..=LockOptions::<redkit::lock::Lock>::MAX_TTL).contains(&lease)
     }
 
     /// Owner tokens: 16..=128 bytes accepted; lengths around both ends, some multi-byte.
@@ -1317,7 +1317,7 @@ mod shield {
     pub(crate) fn layer_ok((name, permits, lease, timeout, bits, status): &LayerInput) -> bool {
         let status = http::StatusCode::from_u16(*status).unwrap();
         let lease_ok = !lease.is_zero()
-            && *lease <= redkit::lock::LockOptions::MAX_TTL
+            && *lease <= redkit::lock::LockOptions::<redkit::lock::Lock>::MAX_TTL
             && lease.subsec_nanos() % 1_000_000 == 0;
         let name_ok = !name.is_empty()
             && name.len() <= 58

@@ -444,7 +444,7 @@ pub(super) fn run() -> Result<(), String> {
 mod recipe_06 {
 use std::time::Duration;
 
-use redkit::lock::{LockOptions, PermitAcquire, Semaphore};
+use redkit::lock::{Acquire, Held, LockOptions, Semaphore};
 use redkit::versioned::{Cas, Versioned};
 
 #[tokio::main]
@@ -461,12 +461,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut permits = Vec::new();
     for _ in 0..2 {
         match semaphore.acquire(&mut conn, "video-encode", 2, &lease).await? {
-            PermitAcquire::Acquired(permit) => permits.push(permit),
+            Acquire::Acquired(permit) => permits.push(permit),
             other => panic!("expected a permit, got {other:?}"),
         }
     }
     let third = semaphore.acquire(&mut conn, "video-encode", 2, &lease).await?;
-    assert!(matches!(third, PermitAcquire::Full { holders: 2, .. }));
+    assert!(matches!(third, Acquire::Busy(Held { holders: Some(2), .. })));
     for permit in permits {
         semaphore.release(&mut conn, permit).await?;
     }

@@ -5,7 +5,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redkit::lock::{LockOptions, Redlock, RedlockAcquire, RedlockGuard};
+use redkit::lock::{Acquire, Held, LockOptions, Redlock, RedlockGuard, Release, Renew};
 use redkit::Error;
 use support::RedisMasters;
 
@@ -37,10 +37,10 @@ async fn redlock(masters: &RedisMasters) -> Redlock<MultiplexedConnection> {
 async fn held(
     redlock: &Redlock<MultiplexedConnection>,
     resource: &str,
-    options: &LockOptions,
+    options: &LockOptions<Redlock<MultiplexedConnection>>,
 ) -> RedlockGuard {
     match redlock.acquire(resource, options).await.unwrap() {
-        RedlockAcquire::Acquired(guard) => guard,
+        Acquire::Acquired(guard) => guard,
         other => panic!("expected the lock, got {other:?}"),
     }
 }
@@ -78,30 +78,37 @@ async fn succeeds_with_two_of_five_masters_paused_and_validity_counts_elapsed_ti
     );
     assert_eq!(exists(&masters, &[0, 2, 4], guard.key()).await, [1, 1, 1]);
 
-    // Extend with the same quorum.
+    // Renew with the same quorum.
     let mut guard = guard;
-    redlock.extend(&mut guard).await.unwrap();
+    assert_eq!(redlock.renew(&mut guard).await.unwrap(), Renew::Renewed);
     assert!(guard.is_valid());
 
     // A second contender finds it held on 3 nodes: no quorum possible even if the 2 frozen
     // nodes had agreed, so the answer is the Busy outcome, not an error.
     match redlock.acquire("payout", &options).await {
-        Ok(RedlockAcquire::Busy {
-            held_elsewhere: 3,
-            total: 5,
-        }) => {}
+        Ok(Acquire::Busy(Held {
+            held_on: Some(3),
+            nodes: Some(5),
+            ttl: None,
+            ..
+        })) => {}
         other => panic!("{other:?}"),
     }
 
     let key = guard.key().to_owned();
-    let report = redlock.release(guard).await;
-    assert_eq!(report.released, 3);
-    let failed: Vec<usize> = report.failed.iter().map(|(i, _)| *i).collect();
-    assert_eq!(failed, [1, 3]);
+    // Released on the quorum of 3 (nodes 1 and 3 are frozen: their keys end by TTL, or by
+    // the queued release once they wake).
+    assert_eq!(redlock.release(guard).await.unwrap(), Release::Released);
     assert_eq!(exists(&masters, &[0, 2, 4], &key).await, [0, 0, 0]);
 
     masters.nodes[1].resume().await;
     masters.nodes[3].resume().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        exists(&masters, &[1, 3], &key).await,
+        [0, 0],
+        "queued release ran"
+    );
 }
 
 #[tokio::test]
@@ -141,34 +148,32 @@ async fn fails_with_three_of_five_paused_and_leaves_no_key_on_the_healthy_ones()
     assert_eq!(exists(&masters, &[0, 1, 2, 3, 4], &key).await, [0; 5]);
     // And the lock is free again.
     let guard = held(&redlock, "payout", &options).await;
-    assert_eq!(redlock.release(guard).await.released, 5);
+    assert_eq!(redlock.release(guard).await.unwrap(), Release::Released);
+    assert_eq!(exists(&masters, &[0, 1, 2, 3, 4], &key).await, [0; 5]);
 }
 
 #[tokio::test]
-async fn extend_needs_a_quorum() {
+async fn renew_needs_a_quorum_and_a_lost_lease_is_an_outcome() {
     let masters = RedisMasters::spawn(3).await;
     let redlock = redlock(&masters).await;
     let options = LockOptions::new().ttl(Duration::from_secs(5));
     let mut guard = held(&redlock, "job", &options).await;
     let key = guard.key().to_owned();
-    redlock.extend(&mut guard).await.unwrap();
-    // Two of three nodes lose the key: an extend can no longer reach a quorum.
+    assert_eq!(redlock.renew(&mut guard).await.unwrap(), Renew::Renewed);
+    // Two of three nodes lose the key: a renewal can no longer reach a quorum.
     for i in [0, 2] {
         let _: i64 = masters.nodes[i].cmd(&["DEL", &key]).await;
     }
-    match redlock.extend(&mut guard).await {
-        Err(Error::NoQuorum {
-            agreed: 1,
-            needed: 2,
-            total: 3,
-            failed,
-        }) => assert_eq!(failed.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [0, 2]),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(redlock.renew(&mut guard).await.unwrap(), Renew::Lost);
     assert!(!guard.is_valid());
-    let report = redlock.release(guard).await;
-    assert_eq!((report.released, report.not_owner), (1, 2));
-    assert!(report.failed.is_empty());
+    // The key is left on node 1 only: not the owner on a majority.
+    assert_eq!(exists(&masters, &[0, 1, 2], &key).await, [0, 1, 0]);
+    assert_eq!(redlock.release(guard).await.unwrap(), Release::NotOwner);
+    assert_eq!(
+        exists(&masters, &[0, 1, 2], &key).await,
+        [0, 0, 0],
+        "deleted on node 1"
+    );
 }
 
 #[tokio::test]
@@ -211,14 +216,29 @@ async fn busy_is_an_outcome_and_no_quorum_stays_an_error_when_unreachable_nodes_
     let options = LockOptions::new().ttl(Duration::from_secs(5)).retries(2);
     let guard = held(&redlock, "job", &options).await;
     match redlock.acquire("job", &options).await {
-        Ok(RedlockAcquire::Busy {
-            held_elsewhere: 3,
-            total: 3,
-        }) => {}
+        Ok(Acquire::Busy(Held {
+            held_on: Some(3),
+            nodes: Some(3),
+            ..
+        })) => {}
         other => panic!("{other:?}"),
     }
+    // try_acquire: the same answer after one attempt (the options' retries not used).
+    let slow = options
+        .clone()
+        .retries(1_000)
+        .retry_delay(Duration::from_secs(1));
+    let started = Instant::now();
+    assert!(matches!(
+        redlock.try_acquire("job", &slow).await,
+        Ok(Acquire::Busy(Held {
+            held_on: Some(3),
+            ..
+        }))
+    ));
+    assert!(started.elapsed() < Duration::from_millis(900), "no retry");
     let key = guard.key().to_owned();
-    redlock.release(guard).await;
+    assert_eq!(redlock.release(guard).await.unwrap(), Release::Released);
     // Another owner on node 0, node 1 frozen, node 2 agrees: 1 yes, 1 held, 1 unknown. The
     // frozen node could have decided either way: an error, not Busy.
     let _: () = masters.nodes[0]
@@ -240,7 +260,7 @@ async fn busy_is_an_outcome_and_no_quorum_stays_an_error_when_unreachable_nodes_
 
 /// Kleppmann's scenario: A holds on masters 0, 1, 2 (3 and 4 are down), master 2 crashes and
 /// restarts, then B asks all five. What B gets depends only on whether master 2 kept A's key.
-async fn second_contender_after_a_restart(persistence: &[&str]) -> RedlockAcquire {
+async fn second_contender_after_a_restart(persistence: &[&str]) -> Acquire<RedlockGuard> {
     let mut nodes = Vec::new();
     for _ in 0..5 {
         nodes.push(support::RedisServer::spawn_with(persistence).await);
@@ -275,7 +295,7 @@ async fn second_contender_after_a_restart(persistence: &[&str]) -> RedlockAcquir
 #[tokio::test]
 async fn a_master_restarted_without_persistence_lets_a_second_holder_in() {
     match second_contender_after_a_restart(&[]).await {
-        RedlockAcquire::Acquired(guard_b) => assert!(guard_b.is_valid()),
+        Acquire::Acquired(guard_b) => assert!(guard_b.is_valid()),
         other => panic!("expected the documented double grant, got {other:?}"),
     }
 }
@@ -286,10 +306,11 @@ async fn a_master_restarted_without_persistence_lets_a_second_holder_in() {
 async fn a_master_restarted_with_fsync_always_keeps_its_vote() {
     let aof = ["--appendonly", "yes", "--appendfsync", "always"];
     match second_contender_after_a_restart(&aof).await {
-        RedlockAcquire::Busy {
-            held_elsewhere: 3,
-            total: 5,
-        } => {}
+        Acquire::Busy(Held {
+            held_on: Some(3),
+            nodes: Some(5),
+            ..
+        }) => {}
         other => panic!("expected Busy (held on 3 of 5), got {other:?}"),
     }
 }

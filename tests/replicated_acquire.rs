@@ -9,24 +9,27 @@ mod support;
 
 use std::time::Duration;
 
-use redkit::lock::{Acquire, FairLock, LockGuard, LockOptions, Owner, ReentrantLock, RwLock};
+use redkit::lock::{
+    Acquire, FairLock, LockOptions, Mode, Owner, ReentrantLock, Replicated, RwLock,
+};
 use support::ReplicatedPair;
 
-fn required(wait_ms: u64) -> LockOptions {
+/// Options of any kind that can wait for replicas.
+fn required<K: Replicated>(wait_ms: u64) -> LockOptions<K> {
     let one = redkit::script::Replication::new(1, Duration::from_millis(wait_ms)).unwrap();
     LockOptions::new()
         .ttl(Duration::from_secs(10))
         .require_replicas(one)
 }
 
-fn granted(outcome: redkit::Result<Acquire>) -> LockGuard {
+fn granted<G: std::fmt::Debug>(outcome: redkit::Result<Acquire<G>>) -> G {
     match outcome.unwrap() {
         Acquire::Acquired(guard) => guard,
         other => panic!("expected the lock, got {other:?}"),
     }
 }
 
-fn not_replicated(outcome: redkit::Result<Acquire>) {
+fn not_replicated<G: std::fmt::Debug>(outcome: redkit::Result<Acquire<G>>) {
     match outcome.unwrap() {
         Acquire::NotReplicated {
             replicas: 0,
@@ -43,7 +46,7 @@ async fn fair_lock_gives_an_unconfirmed_turn_to_the_next_in_line() {
     let fair = FairLock::new();
     let wait = Duration::from_secs(5);
     let guard = granted(
-        fair.acquire_blocking(&mut conn, "payouts", &required(1_000), wait)
+        fair.acquire(&mut conn, "payouts", &required(1_000).max_wait(wait))
             .await,
     );
     let on_replica: i64 = pair.replica.cmd(&["ZCARD", guard.key()]).await;
@@ -53,14 +56,15 @@ async fn fair_lock_gives_an_unconfirmed_turn_to_the_next_in_line() {
     pair.cut_link().await;
     // A caller without the requirement queues behind the one that requires it.
     let mut other = pair.primary.conn().await;
-    let unreplicated = LockOptions::new().ttl(Duration::from_secs(10));
-    let short = required(150);
-    let first = fair.acquire_blocking(&mut conn, "payouts", &short, wait);
+    let unreplicated = LockOptions::new()
+        .ttl(Duration::from_secs(10))
+        .max_wait(wait);
+    let short = required(150).max_wait(wait);
+    let first = fair.acquire(&mut conn, "payouts", &short);
     let second = async {
         // Arrives after the first has joined the queue.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        fair.acquire_blocking(&mut other, "payouts", &unreplicated, wait)
-            .await
+        fair.acquire(&mut other, "payouts", &unreplicated).await
     };
     let (first, second) = tokio::join!(first, second);
     not_replicated(first);
@@ -78,24 +82,39 @@ async fn rw_lock_gives_back_unconfirmed_read_and_write_holds() {
     let rw = RwLock::new();
     let key = rw.key("catalog").unwrap();
     let (readers, writer) = (format!("{key}:readers"), format!("{key}:writer"));
-    let guard = granted(rw.write(&mut conn, "catalog", &required(1_000)).await);
+    let guard = granted(
+        rw.acquire(&mut conn, "catalog", Mode::Write, &required(1_000))
+            .await,
+    );
     let on_replica: i64 = pair.replica.cmd(&["EXISTS", &writer]).await;
     assert_eq!(on_replica, 1, "the replica has the writer");
     rw.release(&mut conn, guard).await.unwrap();
-    let guard = granted(rw.read(&mut conn, "catalog", &required(1_000)).await);
+    let guard = granted(
+        rw.acquire(&mut conn, "catalog", Mode::Read, &required(1_000))
+            .await,
+    );
     let on_replica: i64 = pair.replica.cmd(&["ZCARD", &readers]).await;
     assert_eq!(on_replica, 1, "the replica has the reader");
     rw.release(&mut conn, guard).await.unwrap();
 
     pair.cut_link().await;
-    not_replicated(rw.write(&mut conn, "catalog", &required(150)).await);
-    not_replicated(rw.read(&mut conn, "catalog", &required(150)).await);
+    not_replicated(
+        rw.acquire(&mut conn, "catalog", Mode::Write, &required(150))
+            .await,
+    );
+    not_replicated(
+        rw.acquire(&mut conn, "catalog", Mode::Read, &required(150))
+            .await,
+    );
     for k in [&readers, &writer, &format!("{key}:intent")] {
         let left: i64 = pair.primary.cmd(&["EXISTS", k]).await;
         assert_eq!(left, 0, "{k}: given back");
     }
     // Given back at once: a writer without the requirement gets in on its first attempt.
-    let guard = granted(rw.write(&mut conn, "catalog", &LockOptions::new()).await);
+    let guard = granted(
+        rw.acquire(&mut conn, "catalog", Mode::Write, &LockOptions::new())
+            .await,
+    );
     rw.release(&mut conn, guard).await.unwrap();
 }
 

@@ -12,13 +12,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redkit::lock::{Acquire, LockGuard, LockOptions, Release, Renew, RwLock};
+use redkit::lock::{Acquire, LockGuard, LockOptions, Mode, Release, Renew, RwLock};
 use redkit::Error;
 use support::{RedisCluster, RedisServer};
 
 const TOKEN: &str = "owner-token-0123456789";
 
-fn wait(ttl_ms: u64) -> LockOptions {
+fn wait(ttl_ms: u64) -> LockOptions<RwLock> {
     LockOptions::new()
         .ttl(Duration::from_millis(ttl_ms))
         .retries(100_000)
@@ -32,12 +32,12 @@ async fn held<C: ConnectionLike>(
     conn: &mut C,
     resource: &str,
     write: bool,
-    options: &LockOptions,
-) -> LockGuard {
+    options: &LockOptions<RwLock>,
+) -> LockGuard<RwLock> {
     let outcome = if write {
-        rw.write(conn, resource, options).await
+        rw.acquire(conn, resource, Mode::Write, options).await
     } else {
-        rw.read(conn, resource, options).await
+        rw.acquire(conn, resource, Mode::Read, options).await
     };
     match outcome.unwrap() {
         Acquire::Acquired(guard) => guard,
@@ -263,7 +263,9 @@ async fn a_crashed_reader_ends_with_its_lease_and_a_writer_giving_up_lets_reader
     // A reader waits while the writer holds; once released, it gets in.
     let quick = LockOptions::new().ttl(Duration::from_secs(5));
     assert!(matches!(
-        rw.read(&mut conn, "c", &quick).await.unwrap(),
+        rw.acquire(&mut conn, "c", Mode::Read, &quick)
+            .await
+            .unwrap(),
         Acquire::Busy { .. }
     ));
     rw.release(&mut conn, writer).await.unwrap();
@@ -275,7 +277,9 @@ async fn a_crashed_reader_ends_with_its_lease_and_a_writer_giving_up_lets_reader
     // A writer that gives up (its intent kept new readers out meanwhile) withdraws the intent.
     let patient = LockOptions::new().ttl(Duration::from_secs(5)).retries(3);
     assert!(matches!(
-        rw.write(&mut conn, "c", &patient).await.unwrap(),
+        rw.acquire(&mut conn, "c", Mode::Write, &patient)
+            .await
+            .unwrap(),
         Acquire::Busy { .. }
     ));
     let intent: i64 = server
@@ -284,6 +288,31 @@ async fn a_crashed_reader_ends_with_its_lease_and_a_writer_giving_up_lets_reader
     assert_eq!(intent, 0, "intent withdrawn");
     let second = held(&rw, &mut conn, "c", false, &quick).await;
     rw.release(&mut conn, second).await.unwrap();
+    // try_acquire: one attempt, the write intent withdrawn at once, readers still get in.
+    let started = Instant::now();
+    assert!(matches!(
+        rw.try_acquire(&mut conn, "c", Mode::Write, &patient)
+            .await
+            .unwrap(),
+        Acquire::Busy { .. }
+    ));
+    assert!(
+        started.elapsed() < Duration::from_millis(50),
+        "no retry pause"
+    );
+    let intent: i64 = server
+        .cmd(&["EXISTS", &format!("{}:intent", rw.key("c").unwrap())])
+        .await;
+    assert_eq!(intent, 0, "try_acquire withdrew its intent");
+    let third = match rw
+        .try_acquire(&mut conn, "c", Mode::Read, &quick)
+        .await
+        .unwrap()
+    {
+        Acquire::Acquired(guard) => guard,
+        other => panic!("{other:?}"),
+    };
+    rw.release(&mut conn, third).await.unwrap();
     assert_eq!(
         rw.release(&mut conn, reader).await.unwrap(),
         Release::Released
@@ -296,15 +325,15 @@ async fn bad_input_is_refused_before_anything_is_sent() {
     let mut conn = server.conn().await;
     let rw = RwLock::new();
     let long = "r".repeat(10_000);
-    let cases: [(&str, LockOptions, &str); 3] = [
+    let cases: [(&str, LockOptions<RwLock>, &str); 3] = [
         ("", LockOptions::new(), "resource"),
         (&long, LockOptions::new(), "resource"),
         ("r", LockOptions::new().ttl(Duration::ZERO), "ttl"),
     ];
     for (resource, options, what) in cases {
         for outcome in [
-            rw.read(&mut conn, resource, &options).await,
-            rw.write(&mut conn, resource, &options).await,
+            rw.acquire(&mut conn, resource, Mode::Read, &options).await,
+            rw.acquire(&mut conn, resource, Mode::Write, &options).await,
         ] {
             match outcome {
                 Err(Error::InvalidInput { what: w, .. }) => assert_eq!(w, what),
@@ -387,8 +416,8 @@ async fn poisoned_keys_and_acl_denials_change_nothing() {
         let before = support::snapshot(&mut admin).await;
         let case = format!("{suffix} = {bad}");
         for outcome in [
-            rw.read(&mut admin, "p", &once).await,
-            rw.write(&mut admin, "p", &once).await,
+            rw.acquire(&mut admin, "p", Mode::Read, &once).await,
+            rw.acquire(&mut admin, "p", Mode::Write, &once).await,
         ] {
             match (bad, outcome) {
                 ("<string>" | "<hash>", Err(Error::WrongType { script })) => {
@@ -433,9 +462,9 @@ async fn poisoned_keys_and_acl_denials_change_nothing() {
             let before = support::snapshot(&mut admin).await;
             let case = format!("-{denied}, acquire (write: {write})");
             let outcome = if write {
-                rw.write(&mut conn, "p", &once).await
+                rw.acquire(&mut conn, "p", Mode::Write, &once).await
             } else {
-                rw.read(&mut conn, "p", &once).await
+                rw.acquire(&mut conn, "p", Mode::Read, &once).await
             };
             let uses = acquire_uses.contains(denied);
             if !uses && write {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redkit::lock::{LeaseLoss, LockOptions, PermitAcquire, PermitGuard, Release, Renew, Semaphore};
+use redkit::lock::{Acquire, Held, LeaseLoss, LockOptions, PermitGuard, Release, Renew, Semaphore};
 use redkit::script::Replication;
 use redkit::Error;
 use support::{RedisCluster, RedisServer, ReplicatedPair};
@@ -23,7 +23,7 @@ fn sem() -> Semaphore {
     Semaphore::new()
 }
 
-fn ttl(ms: u64) -> LockOptions {
+fn ttl(ms: u64) -> LockOptions<Semaphore> {
     LockOptions::new().ttl(Duration::from_millis(ms))
 }
 
@@ -32,10 +32,10 @@ async fn acquired<C: ConnectionLike>(
     conn: &mut C,
     resource: &str,
     permits: u32,
-    options: &LockOptions,
+    options: &LockOptions<Semaphore>,
 ) -> PermitGuard {
     match sem.acquire(conn, resource, permits, options).await.unwrap() {
-        PermitAcquire::Acquired(guard) => guard,
+        Acquire::Acquired(guard) => guard,
         other => panic!("expected a permit, got {other:?}"),
     }
 }
@@ -156,13 +156,13 @@ async fn poll_until_acquired(
             .await
             .unwrap()
         {
-            PermitAcquire::Acquired(_) => {
+            Acquire::Acquired(_) => {
                 return CameBack {
                     last_full_sent,
                     acquired: Instant::now(),
                 }
             }
-            PermitAcquire::Full { holders, .. } => assert_eq!(holders, permits),
+            Acquire::Busy(Held { holders, .. }) => assert_eq!(holders, Some(permits)),
             other => panic!("{other:?}"),
         }
         last_full_sent = Some(sent);
@@ -198,11 +198,12 @@ async fn a_dropped_permit_comes_back_after_its_lease_not_later() {
         .await
         .unwrap()
     {
-        PermitAcquire::Full {
+        Acquire::Busy(Held {
             holders,
-            retry_after,
-        } => {
-            assert_eq!(holders, 1);
+            ttl: Some(retry_after),
+            ..
+        }) => {
+            assert_eq!(holders, Some(1));
             assert!(
                 retry_after <= lease && retry_after >= lease / 2,
                 "{retry_after:?}"
@@ -317,7 +318,9 @@ async fn the_same_owner_token_finds_its_own_permit() {
         .await
         .unwrap()
     {
-        PermitAcquire::Full { holders: 1, .. } => {}
+        Acquire::Busy(Held {
+            holders: Some(1), ..
+        }) => {}
         other => panic!("{other:?}"),
     }
     let members: Vec<String> = redis::cmd("ZRANGE")
@@ -346,7 +349,7 @@ async fn bad_input_is_refused_before_anything_is_sent() {
     server.stop().await; // anything sent now would fail with an I/O error
     let sem = sem();
     let ok = ttl(1_000);
-    let cases: Vec<(&str, String, u32, LockOptions)> = vec![
+    let cases: Vec<(&str, String, u32, LockOptions<Semaphore>)> = vec![
         ("permits 0", "r".into(), 0, ok.clone()),
         (
             "too many permits",
@@ -601,7 +604,7 @@ async fn blocked_acquire(
     resource: &str,
     permits: u32,
     wait: Duration,
-) -> tokio::task::JoinHandle<(redkit::Result<PermitAcquire>, Instant)> {
+) -> tokio::task::JoinHandle<(redkit::Result<Acquire<PermitGuard>>, Instant)> {
     let sem = sem();
     let mut own = server.conn().await;
     let resource = resource.to_owned();
@@ -631,7 +634,7 @@ async fn a_blocked_acquire_wakes_on_release_not_at_the_lease_end() {
             Release::Released
         );
         let (outcome, woke) = waiter.await.unwrap();
-        let PermitAcquire::Acquired(next) = outcome.unwrap() else {
+        let Acquire::Acquired(next) = outcome.unwrap() else {
             panic!("not acquired")
         };
         latencies.push(woke - released);
@@ -684,7 +687,10 @@ async fn a_blocked_acquire_takes_a_crashed_holders_permit_at_its_lease_end_and_h
         .unwrap();
     assert!(matches!(
         outcome.unwrap(),
-        PermitAcquire::Full { holders: 1, .. }
+        Acquire::Busy(Held {
+            holders: Some(1),
+            ..
+        })
     ));
     let waited = gave_up - started;
     assert!(
@@ -721,7 +727,7 @@ async fn sixty_four_blocked_acquirers_under_churn_all_get_a_permit_and_never_exc
                 )
                 .await
                 .unwrap();
-            let PermitAcquire::Acquired(permit) = outcome else {
+            let Acquire::Acquired(permit) = outcome else {
                 panic!("{outcome:?}")
             };
             let now: i64 = redis::cmd("INCR")
@@ -778,7 +784,7 @@ async fn a_blocked_acquire_on_a_cluster_wakes_on_release() {
                 )
                 .await
                 .unwrap();
-            let PermitAcquire::Acquired(permit) = outcome else {
+            let Acquire::Acquired(permit) = outcome else {
                 panic!("{outcome:?}")
             };
             let at = Instant::now();
@@ -827,7 +833,7 @@ async fn require_replicas_gives_back_a_permit_the_replica_did_not_confirm() {
         .await
         .unwrap()
     {
-        PermitAcquire::NotReplicated {
+        Acquire::NotReplicated {
             replicas: 0,
             requested: 1,
         } => {}
@@ -873,7 +879,7 @@ async fn fair_acquirers_get_permits_in_arrival_order_and_never_exceed_them() {
                 )
                 .await
                 .unwrap();
-            let PermitAcquire::Acquired(permit) = outcome else {
+            let Acquire::Acquired(permit) = outcome else {
                 panic!("{i}: {outcome:?}")
             };
             order.lock().unwrap().push(i);
@@ -949,7 +955,7 @@ async fn a_fair_acquirer_killed_at_the_head_of_the_gate_is_skipped_after_its_pla
         .await
         .expect("bounded")
         .unwrap();
-    let PermitAcquire::Acquired(permit) = outcome else {
+    let Acquire::Acquired(permit) = outcome else {
         panic!("{outcome:?}")
     };
     // A's place lease is 2 s (renewed at most every 2/3 s): B goes ahead after it, not later.

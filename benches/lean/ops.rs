@@ -170,7 +170,11 @@ pub(crate) fn seed_stock_ops() -> (Op, Op) {
 }
 
 /// Acquire + release of `<prefix>-<task>` with `options`, each task its own key.
-pub(crate) fn lock_op(lock: &Arc<Lock>, options: &Arc<LockOptions>, prefix: &'static str) -> Op {
+pub(crate) fn lock_op(
+    lock: &Arc<Lock>,
+    options: &Arc<LockOptions<Lock>>,
+    prefix: &'static str,
+) -> Op {
     let (lk, o) = (lock.clone(), options.clone());
     op(move |mut c, t, _| {
         let (lk, o) = (lk.clone(), o.clone());
@@ -191,7 +195,7 @@ pub(crate) fn lock_op(lock: &Arc<Lock>, options: &Arc<LockOptions>, prefix: &'st
 /// [`LockOptions`], then the compare-and-delete script.
 pub(crate) fn seed_lock_op(prefix: &'static str) -> Op {
     let u = Arc::new(redis::Script::new(SEED_UNLOCK));
-    let ttl_ms = LockOptions::DEFAULT_TTL.as_millis() as u64;
+    let ttl_ms = LockOptions::<Lock>::DEFAULT_TTL.as_millis() as u64;
     op(move |mut c, t, _| {
         let u = u.clone();
         async move { seed_lock_cycle(&u, &mut c, &format!("{prefix}:{t}"), ttl_ms).await }

@@ -7,10 +7,9 @@ use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Value};
 
 use super::grant::Refused;
-use super::guard::Acquire;
 use super::guard::LockGuard;
 use super::options::LockOptions;
-use super::outcome::Renew;
+use super::outcome::{Acquire, Held, Renew};
 use super::schema;
 use super::single::Lock;
 use super::token::{issued, owner_token, FencingToken};
@@ -38,8 +37,8 @@ impl Lock {
         &self,
         conn: &mut C,
         resource: &str,
-        options: &LockOptions,
-    ) -> Result<Acquire> {
+        options: &LockOptions<Lock>,
+    ) -> Result<Acquire<LockGuard<Lock>>> {
         let options = &options.clone().retries(0);
         Ok(self.acquire_inner(conn, resource, options, None).await?.0)
     }
@@ -78,8 +77,8 @@ impl Lock {
         &self,
         conn: &mut C,
         resource: &str,
-        options: &LockOptions,
-    ) -> Result<Acquire> {
+        options: &LockOptions<Lock>,
+    ) -> Result<Acquire<LockGuard<Lock>>> {
         Ok(self.acquire_inner(conn, resource, options, None).await?.0)
     }
 
@@ -109,9 +108,9 @@ impl Lock {
         &self,
         conn: &mut C,
         resource: &str,
-        options: &LockOptions,
+        options: &LockOptions<Lock>,
         replication: Replication,
-    ) -> Result<Acked<Acquire>> {
+    ) -> Result<Acked<Acquire<LockGuard<Lock>>>> {
         let (outcome, replicas) = self
             .acquire_inner(conn, resource, options, Some(replication))
             .await?;
@@ -124,16 +123,16 @@ impl Lock {
         &self,
         conn: &mut C,
         resource: &str,
-        options: &LockOptions,
+        options: &LockOptions<Lock>,
         replication: Option<Replication>,
-    ) -> Result<(Acquire, Option<Acked<()>>)> {
+    ) -> Result<(Acquire<LockGuard<Lock>>, Option<Acked<()>>)> {
         let ttl_ms = options.validate()?;
         let mut key = self.key(resource)?;
         let mut token = match options.get_token() {
             Some(token) => token.to_owned(),
             None => owner_token(),
         };
-        let mut retry = Retry::new(options);
+        let mut retry = Retry::new(options.settings());
         let wait = replication.or(options.get_replication());
         if let Some(r) = &wait {
             Box::pin(self.inner.manager.check_wait(conn, r)).await?;
@@ -143,20 +142,27 @@ impl Lock {
                 .attempt(conn, &key, &token, ttl_ms, options, wait)
                 .await?;
             let outcome = match granted {
-                Attempt::Busy { holder_ttl } => Acquire::Busy { holder_ttl },
+                Attempt::Busy { holder_ttl } => Acquire::Busy(Held::until(holder_ttl)),
                 Attempt::Granted { fence, started } => {
                     // The guard takes the key and token, unless a refused hold may be retried.
-                    let retry = options.replication_shortfall(replicas.as_ref()).is_some();
+                    let retry = options
+                        .settings()
+                        .replication_shortfall(replicas.as_ref())
+                        .is_some();
                     let (k, t) = if retry {
                         (key.clone(), token.clone())
                     } else {
                         (std::mem::take(&mut key), std::mem::take(&mut token))
                     };
-                    let guard = LockGuard::held(k, t, fence, ttl_ms, options, started);
+                    let guard = LockGuard::held(k, t, fence, ttl_ms, options.settings(), started);
                     let valid = guard.is_valid();
-                    let Some(refused) =
-                        Refused::check(guard.key(), valid, started, options, replicas.as_ref())
-                    else {
+                    let Some(refused) = Refused::check(
+                        guard.key(),
+                        valid,
+                        started,
+                        options.settings(),
+                        replicas.as_ref(),
+                    ) else {
                         return Ok((Acquire::Acquired(guard), replicas));
                     };
                     Box::pin(self.release(conn, guard)).await?;
@@ -175,7 +181,7 @@ impl Lock {
         key: &str,
         token: &str,
         ttl_ms: u64,
-        options: &LockOptions,
+        options: &LockOptions<Lock>,
         replication: Option<Replication>,
     ) -> Result<(Attempt, Option<Acked<()>>)> {
         if !options.get_fencing() {

@@ -8,15 +8,14 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::grant::Refused;
-use super::guard::Acquire;
 use super::guard::LockGuard;
-use super::lease::{self, Held, LeaseKind};
-use super::options::LockOptions;
-use super::outcome::{status, Release, Renew};
+use super::lease::{self, HeldLease, LeaseKind};
+use super::options::{LockOptions, OwnerToken, Replicated, Settings};
+use super::outcome::{status, Acquire, Held, Release, Renew};
 use super::schema;
 use super::token::owner_token;
+use super::wait::block_on;
 use super::wait::ms;
-use super::wait::{block_on, wait_deadline};
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
 use crate::keys;
@@ -39,7 +38,8 @@ use crate::script::{Acked, Call, Registry, Script, ScriptManager};
 /// The arrival number is `max(last + 1, server TIME in µs)`: holders follow arrival order,
 /// so it is also the holder's [`FencingToken`](super::FencingToken), strictly increasing from holder to holder.
 ///
-/// Guards are [`LockGuard`]s: release them with [`FairLock::release`] (not `Lock::release`).
+/// Guards are [`LockGuard<FairLock>`](LockGuard)s: only [`FairLock::release`],
+/// [`renew`](FairLock::renew) and [`watch`](FairLock::watch) take them.
 /// With [`LockOptions::require_replicas`], every attempt is followed by `WAIT` in the same
 /// round trip; a turn that fewer replicas confirmed is given to the next in line and
 /// answered [`Acquire::NotReplicated`] (keep the `WAIT` timeout below the waiter lease: a
@@ -54,7 +54,8 @@ use crate::script::{Acked, Call, Registry, Script, ScriptManager};
 /// let mut own = client.get_multiplexed_async_connection().await?;
 /// let fair = FairLock::new();
 /// let options = LockOptions::new().ttl(Duration::from_secs(10));
-/// if let Acquire::Acquired(guard) = fair.acquire_blocking(&mut own, "payouts", &options, Duration::from_secs(30)).await? {
+/// let options = options.max_wait(Duration::from_secs(30));
+/// if let Acquire::Acquired(guard) = fair.acquire(&mut own, "payouts", &options).await? {
 ///     // ... work, passing guard.fencing_token() to the storage ...
 ///     fair.release(&mut own, guard).await?;
 /// }
@@ -137,7 +138,7 @@ impl FairLock {
     }
 
     /// How long a waiter that stopped renewing (crashed, cut off) keeps its place: whole
-    /// milliseconds, 30 ms to [`LockOptions::MAX_TTL`]. A blocked acquire renews it about
+    /// milliseconds, 30 ms to [`Settings::MAX_TTL`]. A blocked acquire renews it about
     /// every third of it, so shorter means faster skipping of dead waiters and more calls.
     ///
     /// ```
@@ -147,11 +148,31 @@ impl FairLock {
     /// assert!(FairLock::new().with_waiter_lease(Duration::from_millis(5)).is_err());
     /// ```
     pub fn with_waiter_lease(mut self, lease: Duration) -> Result<Self> {
-        if lease < Duration::from_millis(30) || lease > LockOptions::MAX_TTL {
+        if lease < Duration::from_millis(30) || lease > Settings::MAX_TTL {
             return Err(Error::invalid("waiter_lease", "must be 30 ms to 30 days"));
         }
         Arc::make_mut(&mut self.inner).waiter_lease = lease;
         Ok(self)
+    }
+
+    /// The key prefix.
+    ///
+    /// ```
+    /// assert_eq!(redkit::lock::FairLock::new().prefix(), redkit::lock::FairLock::DEFAULT_PREFIX);
+    /// ```
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The script manager used for every call.
+    ///
+    /// ```
+    /// let shared = redkit::ScriptManager::new();
+    /// let fair = redkit::lock::FairLock::new().with_manager(shared.clone());
+    /// # let _ = fair.manager();
+    /// ```
+    pub fn manager(&self) -> &ScriptManager {
+        &self.inner.manager
     }
 
     /// The queue key of `resource` (escaped, bounded: see [`keys`](crate::keys)).
@@ -163,12 +184,37 @@ impl FairLock {
         schema::base(&self.inner.prefix, resource)
     }
 
-    /// Joins the queue of `resource` and waits, up to `wait`, for its turn: answers
+    /// One attempt: joins the queue of `resource` and answers [`Acquire::Acquired`] when no
+    /// caller that arrived earlier is left in it; otherwise leaves the queue again (waking the
+    /// one behind) and answers [`Acquire::Busy`] (`ttl: None`). Same as
+    /// [`acquire`](Self::acquire) without [`LockOptions::max_wait`].
+    ///
+    /// ```no_run
+    /// # async fn run(fair: redkit::lock::FairLock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::lock::{Acquire, LockOptions};
+    /// if let Acquire::Acquired(guard) = fair.try_acquire(&mut conn, "ledger", &LockOptions::new()).await? {
+    ///     fair.release(&mut conn, guard).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        options: &LockOptions<FairLock>,
+    ) -> Result<Acquire<LockGuard<FairLock>>> {
+        self.wait_turn(conn, resource, options, Some(Instant::now()))
+            .await
+    }
+
+    /// Joins the queue of `resource` and waits, up to [`LockOptions::max_wait`] (none set:
+    /// one attempt, as [`try_acquire`](Self::try_acquire)), for its turn: answers
     /// [`Acquire::Acquired`] once every caller that arrived earlier has released, given up or
     /// been skipped (its lease ended). While waiting, the caller blocks (`BLPOP`) on its
     /// predecessor's "gone" list, woken when the predecessor leaves, when its lease ends, or
-    /// after a third of the waiter lease to renew its own place. After `wait` it leaves the
-    /// queue (waking the one behind) and answers [`Acquire::Busy`] (`holder_ttl: None`).
+    /// after a third of the waiter lease to renew its own place. After `max_wait` it leaves
+    /// the queue (waking the one behind) and answers [`Acquire::Busy`] (`ttl: None`). The
+    /// options' `retries`, `retry_delay` and `jitter` are not used (no polling).
     /// Every call uses one owner token ([`LockOptions::token`], else a fresh random one):
     /// a call repeated with the same token keeps its place.
     ///
@@ -176,8 +222,7 @@ impl FairLock {
     /// any, is above 400 ms (each `BLPOP` asks for at most 250 ms, and Redis may answer up to `1000 / hz` ms later).
     ///
     /// Fails with [`Error::InvalidInput`] before anything is sent for an empty or too long
-    /// resource, invalid options, or a `wait` that is zero or beyond what
-    /// an [`Instant`] holds; with [`Error::WrongType`] / [`Error::CorruptData`] for keys
+    /// resource or invalid options; with [`Error::WrongType`] / [`Error::CorruptData`] for keys
     /// holding something else, and [`Error::PermissionDenied`] for an ACL refusal (nothing
     /// written in these cases); with [`Error::Timeout`] when the turn came but the acquire
     /// took the whole lease (the lock is then released again). With
@@ -189,21 +234,37 @@ impl FairLock {
     /// use std::time::Duration;
     /// use redkit::lock::{Acquire, LockOptions};
     /// let mut own = client.get_multiplexed_async_connection().await?;
-    /// match fair.acquire_blocking(&mut own, "ledger", &LockOptions::new(), Duration::from_secs(5)).await? {
+    /// let wait = LockOptions::new().max_wait(Duration::from_secs(5));
+    /// match fair.acquire(&mut own, "ledger", &wait).await? {
     ///     Acquire::Acquired(guard) => { fair.release(&mut own, guard).await?; }
     ///     _ => println!("not our turn within 5 s: left the queue"),
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn acquire_blocking<C: ConnectionLike>(
+    pub async fn acquire<C: ConnectionLike>(
         &self,
         conn: &mut C,
         resource: &str,
-        options: &LockOptions,
-        wait: Duration,
-    ) -> Result<Acquire> {
-        let give_up = wait_deadline(wait)?;
+        options: &LockOptions<FairLock>,
+    ) -> Result<Acquire<LockGuard<FairLock>>> {
+        // No max_wait: give up after the first attempt; one beyond an Instant: never.
+        let give_up = match options.get_max_wait() {
+            None => Some(Instant::now()),
+            Some(wait) => Instant::now().checked_add(wait),
+        };
+        self.wait_turn(conn, resource, options, give_up).await
+    }
+
+    /// Joins the queue and waits for the turn until `give_up` (`None`: no deadline).
+    async fn wait_turn<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        options: &LockOptions<FairLock>,
+        give_up: Option<Instant>,
+    ) -> Result<Acquire<LockGuard<FairLock>>> {
         let ttl_ms = options.validate()?;
+        let settings = options.settings();
         let key = self.key(resource)?;
         let token = match options.get_token() {
             Some(token) => token.to_owned(),
@@ -233,10 +294,10 @@ impl FairLock {
             match reply.as_slice() {
                 [status, fence] if int(status)? == 1 => {
                     let guard = LockGuard::granted(
-                        script, key.clone(), token.clone(), int(fence)?, ttl_ms, options, started,
+                        script, key.clone(), token.clone(), int(fence)?, ttl_ms, settings, started,
                     )?;
                     let valid = guard.is_valid();
-                    if let Some(refused) = Refused::check(&key, valid, started, options, replicas.as_ref())
+                    if let Some(refused) = Refused::check(&key, valid, started, settings, replicas.as_ref())
                     {
                         self.release(conn, guard).await?;
                         return refused.acquire();
@@ -244,10 +305,11 @@ impl FairLock {
                     return Ok(Acquire::Acquired(guard));
                 }
                 [status, _, _, Value::BulkString(pred), left] if int(status)? == 0 => {
-                    let remaining = give_up.saturating_duration_since(Instant::now());
+                    let remaining =
+                        give_up.map_or(Duration::MAX, |g| g.saturating_duration_since(Instant::now()));
                     if remaining.is_zero() {
                         self.leave(conn, &key, &token).await?;
-                        return Ok(Acquire::Busy { holder_ttl: None });
+                        return Ok(Acquire::Busy(Held::until(None)));
                     }
                     let left = Duration::from_millis(u64::try_from(int(left)?).unwrap_or(0));
                     let block = left
@@ -291,7 +353,7 @@ impl FairLock {
     /// to the next caller meanwhile).
     ///
     /// ```no_run
-    /// # async fn run(fair: redkit::lock::FairLock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// # async fn run(fair: redkit::lock::FairLock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::FairLock>) -> redkit::Result<()> {
     /// use redkit::lock::Release;
     /// if fair.release(&mut conn, guard).await? == Release::NotOwner {
     ///     eprintln!("the lease had ended: the next caller may have overlapped");
@@ -301,7 +363,7 @@ impl FairLock {
     pub async fn release<C: ConnectionLike>(
         &self,
         conn: &mut C,
-        mut guard: LockGuard,
+        mut guard: LockGuard<FairLock>,
     ) -> Result<Release> {
         guard.stop_watchdog();
         lease::release(self, conn, &guard.held, &()).await
@@ -311,7 +373,7 @@ impl FairLock {
     /// moves the local validity forward; [`Renew::Lost`] otherwise.
     ///
     /// ```no_run
-    /// # async fn run(fair: redkit::lock::FairLock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// # async fn run(fair: redkit::lock::FairLock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::FairLock>) -> redkit::Result<()> {
     /// use redkit::lock::Renew;
     /// if fair.renew(&mut conn, &mut guard).await? == Renew::Lost {
     ///     return Ok(()); // stop: the next caller may hold it now
@@ -321,7 +383,7 @@ impl FairLock {
     pub async fn renew<C: ConnectionLike>(
         &self,
         conn: &mut C,
-        guard: &mut LockGuard,
+        guard: &mut LockGuard<FairLock>,
     ) -> Result<Renew> {
         lease::renew(self, conn, &guard.held).await
     }
@@ -331,7 +393,7 @@ impl FairLock {
     /// [`Error::InvalidInput`] outside a tokio runtime.
     ///
     /// ```no_run
-    /// # async fn run(fair: redkit::lock::FairLock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// # async fn run(fair: redkit::lock::FairLock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::FairLock>) -> redkit::Result<()> {
     /// let lost = fair.watch(&conn, &mut guard)?;
     /// tokio::select! {
     ///     loss = lost.lost() => eprintln!("lost: {loss:?}"),
@@ -339,7 +401,7 @@ impl FairLock {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard) -> Result<LeaseSignal>
+    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard<FairLock>) -> Result<LeaseSignal>
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
@@ -354,7 +416,7 @@ impl LeaseKind for FairLock {
         &self.inner.manager
     }
 
-    fn renew_call(&self, held: &Held) -> Call<'_> {
+    fn renew_call(&self, held: &HeldLease) -> Call<'_> {
         let mut call = Call::new(self.inner.renew);
         call.key(&held.key)
             .key(schema::leases(&held.key))
@@ -363,10 +425,14 @@ impl LeaseKind for FairLock {
         call
     }
 
-    fn release_call(&self, held: &Held, (): &()) -> Call<'_> {
+    fn release_call(&self, held: &HeldLease, (): &()) -> Call<'_> {
         self.leave_call(&held.key, &held.token)
     }
 }
+
+impl super::options::sealed::Sealed for FairLock {}
+impl OwnerToken for FairLock {}
+impl Replicated for FairLock {}
 
 impl Default for FairLock {
     /// [`FairLock::new`].

@@ -57,7 +57,7 @@ impl Lock {
     pub async fn fence<C: ConnectionLike>(
         &self,
         conn: &mut C,
-        guard: &mut LockGuard,
+        guard: &mut LockGuard<Lock>,
     ) -> Result<Fence> {
         if guard.is_fenced() {
             return Ok(Fence::Issued(guard.fencing_token()));
@@ -92,7 +92,7 @@ impl Lock {
     /// [`FencedWrite::Stale`] and changes nothing.
     ///
     /// ```no_run
-    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
     /// use redkit::lock::FencedWrite;
     /// match lock.fenced_set(&mut conn, "report:{q3}", guard.fencing_token(), "v2").await? {
     ///     FencedWrite::Written => {}
@@ -117,7 +117,7 @@ impl Lock {
     /// round trip: the answer says how many replicas have the write.
     ///
     /// ```no_run
-    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
     /// use std::time::Duration;
     /// use redkit::script::Replication;
     /// let acked = lock

@@ -4,9 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::guard::Acquire;
-use super::options::LockOptions;
-use super::permit::PermitAcquire;
+use super::options::Settings;
+use super::outcome::Acquire;
 use crate::error::{Error, Result};
 use crate::script::Acked;
 
@@ -26,7 +25,7 @@ impl Refused {
         key: &str,
         valid: bool,
         started: Instant,
-        options: &LockOptions,
+        options: &Settings,
         replicas: Option<&Acked<()>>,
     ) -> Option<Self> {
         if !valid {
@@ -47,28 +46,14 @@ impl Refused {
         })
     }
 
-    /// The answer of a lock acquire whose hold was given back for this reason.
-    pub(super) fn acquire(self) -> Result<Acquire> {
+    /// The answer of an acquire whose hold was given back for this reason.
+    pub(super) fn acquire<G>(self) -> Result<Acquire<G>> {
         match self {
             Self::Timeout(elapsed) => Err(Error::Timeout(elapsed)),
             Self::NotReplicated {
                 replicas,
                 requested,
             } => Ok(Acquire::NotReplicated {
-                replicas,
-                requested,
-            }),
-        }
-    }
-
-    /// The answer of a permit acquire whose permit was given back for this reason.
-    pub(super) fn permit(self) -> Result<PermitAcquire> {
-        match self {
-            Self::Timeout(elapsed) => Err(Error::Timeout(elapsed)),
-            Self::NotReplicated {
-                replicas,
-                requested,
-            } => Ok(PermitAcquire::NotReplicated {
                 replicas,
                 requested,
             }),

@@ -1,21 +1,24 @@
-//! [`LockGuard`]: proof of a held lease, with its local validity deadline, and [`Acquire`],
-//! the outcome that carries it.
+//! [`LockGuard`]: proof of a held lease, with its local validity deadline, typed by the lock
+//! kind that granted it.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
-use super::lease::Held;
-use super::options::LockOptions;
+use super::lease::HeldLease;
+use super::options::Settings;
 use super::token::{issued, FencingToken};
 use super::watchdog::{LeaseSignal, WatchdogHandle};
 use crate::error::Result;
 use crate::script::Script;
 
-/// A held lock: key, owner token, fencing token and a local validity deadline.
+/// A held lock: key, owner token, fencing token and a local validity deadline. `K` is the
+/// kind that granted it ([`Lock`](super::Lock), [`FairLock`](super::FairLock),
+/// [`RwLock`](super::RwLock), [`ReentrantLock`](super::ReentrantLock)): only that kind's
+/// `release`, `renew` and `watch` take it.
 ///
-/// Give it back with [`Lock::release`](super::Lock::release) (compare-and-delete). Renew it
-/// with [`Lock::renew`](super::Lock::renew), or let a watchdog do it
-/// ([`Lock::watch`](super::Lock::watch)).
+/// Give it back with the kind's `release` (e.g. [`Lock::release`](super::Lock::release),
+/// compare-and-delete). Renew it with the kind's `renew`, or let a watchdog do it (`watch`).
 ///
 /// The validity is measured locally with [`Instant`]: `ttl − (time the acquire took) − drift`,
 /// moved forward by every successful renewal. While [`is_valid`](Self::is_valid) is `true`
@@ -39,13 +42,36 @@ use crate::script::Script;
 /// }
 /// # Ok(()) }
 /// ```
-pub struct LockGuard {
-    pub(crate) held: Held,
+///
+/// A guard of one kind cannot be released, renewed or watched through another:
+///
+/// ```compile_fail,E0308
+/// # async fn run(fair: redkit::lock::FairLock, lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+/// use redkit::lock::{Acquire, LockOptions};
+/// if let Acquire::Acquired(guard) = fair.acquire(&mut conn, "job-7", &LockOptions::new()).await? {
+///     lock.release(&mut conn, guard).await?; // a LockGuard<FairLock> is not a LockGuard<Lock>
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// The same code with the kind that granted it compiles:
+///
+/// ```no_run
+/// # async fn run(fair: redkit::lock::FairLock, lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+/// use redkit::lock::{Acquire, LockOptions};
+/// if let Acquire::Acquired(guard) = fair.acquire(&mut conn, "job-7", &LockOptions::new()).await? {
+///     fair.release(&mut conn, guard).await?;
+/// }
+/// # Ok(()) }
+/// ```
+pub struct LockGuard<K> {
+    pub(crate) held: HeldLease,
     pub(crate) fence: FencingToken,
     pub(crate) watchdog: Option<WatchdogHandle>,
+    kind: PhantomData<fn() -> K>,
 }
 
-impl LockGuard {
+impl<K> LockGuard<K> {
     /// The Redis key of the lock (`<prefix>:{<resource>}`).
     pub fn key(&self) -> &str {
         &self.held.key
@@ -103,7 +129,7 @@ impl LockGuard {
         token: String,
         fence: i64,
         ttl_ms: u64,
-        options: &LockOptions,
+        options: &Settings,
         started: Instant,
     ) -> Result<Self> {
         let fence = issued(script, fence)?;
@@ -116,14 +142,15 @@ impl LockGuard {
         token: String,
         fence: FencingToken,
         ttl_ms: u64,
-        options: &LockOptions,
+        options: &Settings,
         started: Instant,
     ) -> Self {
         let ttl = Duration::from_millis(ttl_ms);
         Self {
-            held: Held::new(key, token, ttl, options.drift_allowance(), started),
+            held: HeldLease::new(key, token, ttl, options.drift_allowance(), started),
             fence,
             watchdog: None,
+            kind: PhantomData,
         }
     }
 
@@ -133,7 +160,7 @@ impl LockGuard {
     }
 }
 
-impl fmt::Debug for LockGuard {
+impl<K> fmt::Debug for LockGuard<K> {
     /// The owner token is a secret (it allows releasing the lock): never printed.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
@@ -144,41 +171,4 @@ impl fmt::Debug for LockGuard {
             .field("watchdog", &self.watchdog.is_some())
             .finish_non_exhaustive()
     }
-}
-
-/// Result of an acquire.
-///
-/// ```no_run
-/// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-/// use redkit::lock::{Acquire, LockOptions};
-/// match lock.acquire(&mut conn, "report-42", &LockOptions::new()).await? {
-///     Acquire::Acquired(guard) => { /* work, then */ lock.release(&mut conn, guard).await?; }
-///     Acquire::Busy { holder_ttl } => println!("held by another owner for {holder_ttl:?}"),
-///     _ => {}
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Acquire {
-    /// The lock is ours until the guard's validity runs out (or it is released).
-    Acquired(LockGuard),
-    /// Another owner holds it (after all retries allowed by the options).
-    Busy {
-        /// How long the current holder's lease still runs, as last seen (`None` when its key
-        /// has no TTL).
-        holder_ttl: Option<Duration>,
-    },
-    /// Acquired, but fewer replicas than [`LockOptions::require_replicas`] asked for
-    /// acknowledged it in time: the lock was released again (it could have been lost in a
-    /// failover). Retry, or proceed without the guarantee using
-    /// [`Lock::acquire_acked`](super::Lock::acquire_acked).
-    ///
-    /// [`LockOptions::require_replicas`]: super::LockOptions::require_replicas
-    NotReplicated {
-        /// Replicas that acknowledged.
-        replicas: u32,
-        /// Replicas required.
-        requested: u32,
-    },
 }

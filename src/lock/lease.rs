@@ -59,7 +59,7 @@ pub(crate) fn deadline(start: Instant, ttl: Duration, drift: Duration) -> Instan
 /// A held lease: what every guard holds and what a watchdog renews (a clone shares the
 /// clock).
 #[derive(Debug, Clone)]
-pub(crate) struct Held {
+pub(crate) struct HeldLease {
     pub(crate) key: String,
     pub(crate) token: String,
     pub(crate) ttl: Duration,
@@ -67,7 +67,7 @@ pub(crate) struct Held {
     pub(crate) clock: Arc<Clock>,
 }
 
-impl Held {
+impl HeldLease {
     /// The lease of a hold granted to a request sent at `started`.
     pub(crate) fn new(
         key: String,
@@ -112,10 +112,10 @@ pub(crate) trait LeaseKind: Clone + Send + Sync + 'static {
     fn manager(&self) -> &ScriptManager;
 
     /// The compare-and-extend call that resets `held`'s lease to its ttl (answers 1 / 0).
-    fn renew_call(&self, held: &Held) -> Call<'_>;
+    fn renew_call(&self, held: &HeldLease) -> Call<'_>;
 
     /// The compare-and-delete call that gives `held` back.
-    fn release_call(&self, held: &Held, extra: &Self::Extra) -> Call<'_>;
+    fn release_call(&self, held: &HeldLease, extra: &Self::Extra) -> Call<'_>;
 
     /// Decodes the release call's answer (default: 1 released, 0 not the owner).
     fn released(&self, call: &Call<'_>, answer: i64) -> Result<Release> {
@@ -131,7 +131,7 @@ pub(crate) trait LeaseKind: Clone + Send + Sync + 'static {
 pub(crate) async fn renew_once<K: LeaseKind, C: ConnectionLike>(
     kind: &K,
     conn: &mut C,
-    held: &Held,
+    held: &HeldLease,
 ) -> Result<Renew> {
     let call = kind.renew_call(held);
     let answer: i64 = kind.manager().invoke(conn, &call).await?;
@@ -142,7 +142,7 @@ pub(crate) async fn renew_once<K: LeaseKind, C: ConnectionLike>(
 pub(crate) async fn renew<K: LeaseKind, C: ConnectionLike>(
     kind: &K,
     conn: &mut C,
-    held: &Held,
+    held: &HeldLease,
 ) -> Result<Renew> {
     let started = Instant::now();
     let outcome = renew_once(kind, conn, held).await?;
@@ -153,7 +153,7 @@ pub(crate) async fn renew<K: LeaseKind, C: ConnectionLike>(
 pub(crate) async fn release<K: LeaseKind, C: ConnectionLike>(
     kind: &K,
     conn: &mut C,
-    held: &Held,
+    held: &HeldLease,
     extra: &K::Extra,
 ) -> Result<Release> {
     if Arc::strong_count(&held.clock) > 1 {

@@ -4,8 +4,9 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
-use super::guard::Acquire;
+use super::guard::LockGuard;
 use super::options::LockOptions;
+use super::outcome::Acquire;
 use super::schema;
 use super::single::Lock;
 use super::token::owner_token;
@@ -57,9 +58,9 @@ impl Lock {
         &self,
         conn: &mut C,
         resource: &str,
-        options: &LockOptions,
+        options: &LockOptions<Lock>,
         wait: Duration,
-    ) -> Result<Acquire> {
+    ) -> Result<Acquire<LockGuard<Lock>>> {
         let give_up = wait_deadline(wait)?;
         options.validate()?;
         let key = self.key(resource)?;
@@ -70,7 +71,7 @@ impl Lock {
         let mut registered = false;
         loop {
             let outcome = self.acquire(conn, resource, &once).await?;
-            let Acquire::Busy { holder_ttl } = &outcome else {
+            let Acquire::Busy(held) = &outcome else {
                 return Ok(outcome);
             };
             let remaining = give_up.saturating_duration_since(Instant::now());
@@ -103,7 +104,8 @@ impl Lock {
                 continue;
             }
             // Wake on a release, or when the holder's lease ends (+1 ms: it must have ended).
-            let block = holder_ttl
+            let block = held
+                .ttl
                 .map_or(remaining, |ttl| {
                     ttl.saturating_add(Duration::from_millis(1))
                 })

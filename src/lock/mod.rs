@@ -2,8 +2,8 @@
 //! tokens and fenced writes, and Redlock over independent masters.
 //!
 //! - [`Lock`]: the single-node lock (one server or a Redis Cluster). [`Lock::acquire`]
-//!   returns a [`LockGuard`] with a [`FencingToken`]; [`Lock::release`] and [`Lock::renew`]
-//!   only act while the key still holds the guard's owner token.
+//!   returns a [`LockGuard<Lock>`](LockGuard) with a [`FencingToken`]; [`Lock::release`] and
+//!   [`Lock::renew`] only act while the key still holds the guard's owner token.
 //! - [`Lock::watch`]: a watchdog renewing the lease about every ttl/3, with a
 //!   [`LeaseSignal`] fired when the lease is lost; [`Lock::with_lock`] wraps it all.
 //! - [`Lock::fenced_set`]: a write that storage refuses when a newer fencing token wrote first.
@@ -15,8 +15,14 @@
 //! - [`Semaphore`]: N leased permits per resource; a crashed holder's permit comes back when
 //!   its lease ends.
 //!
-//! Outcomes are values ([`Acquire`], [`Release`], [`Renew`], [`FencedWrite`], [`WithLock`]);
-//! errors are for bad input and for not being able to find out.
+//! Every kind has the same verbs: `try_acquire` (one attempt), `acquire` (waiting as the
+//! options allow), `release`, `renew` and `watch` (Redlock: no watchdog), and the same
+//! accessors (`key`, `prefix`, `manager`, `with_prefix`, `with_manager`). A guard is typed
+//! by the kind that granted it, so it cannot be given to another kind.
+//!
+//! Outcomes are values, the same for every kind ([`Acquire`] with [`Held`] details,
+//! [`Release`], [`Renew`]; and [`FencedWrite`], [`WithLock`]); errors are for bad input and
+//! for not being able to find out.
 
 mod acquire;
 mod fair;
@@ -42,13 +48,13 @@ mod with_lock;
 
 pub use fair::FairLock;
 pub use fencing::MAX_FENCED_KEY_LEN;
-pub use guard::{Acquire, LockGuard};
-pub use options::LockOptions;
-pub use outcome::{Fence, FencedWrite, LeaseLoss, Release, Renew};
-pub use permit::{PermitAcquire, PermitGuard};
-pub use redlock::{Redlock, RedlockAcquire, RedlockGuard, RedlockRelease};
+pub use guard::LockGuard;
+pub use options::{LockOptions, OwnerToken, Polling, Replicated};
+pub use outcome::{Acquire, Fence, FencedWrite, Held, LeaseLoss, Release, Renew};
+pub use permit::PermitGuard;
+pub use redlock::{Redlock, RedlockGuard};
 pub use reentrant::{Owner, ReentrantLock};
-pub use rw::RwLock;
+pub use rw::{Mode, RwLock};
 pub use semaphore::Semaphore;
 pub use single::Lock;
 pub use token::FencingToken;

@@ -1,8 +1,128 @@
-//! Business outcomes of lock operations: values, not errors.
+//! Business outcomes of lock operations: values, not errors. Every kind answers an acquire
+//! with the same [`Acquire`] (its guard type as parameter), a release with [`Release`] and a
+//! renewal with [`Renew`].
+
+use std::time::Duration;
 
 use super::token::FencingToken;
 use crate::error::{Error, Result};
 use crate::script::Script;
+
+/// Result of an acquire, the same for every kind: `G` is the kind's guard
+/// ([`LockGuard<Lock>`](super::LockGuard), [`LockGuard<FairLock>`](super::LockGuard),
+/// [`PermitGuard`](super::PermitGuard), [`RedlockGuard`](super::RedlockGuard), ...).
+///
+/// ```no_run
+/// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+/// use redkit::lock::{Acquire, LockOptions};
+/// match lock.acquire(&mut conn, "report-42", &LockOptions::new()).await? {
+///     Acquire::Acquired(guard) => { /* work, then */ lock.release(&mut conn, guard).await?; }
+///     Acquire::Busy(held) => println!("held by another owner for {:?}", held.ttl),
+///     _ => {}
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Acquire<G> {
+    /// Ours until the guard's validity runs out (or it is released).
+    Acquired(G),
+    /// Held elsewhere (after all the waiting the options allow): what was seen of the
+    /// holders.
+    Busy(Held),
+    /// Acquired, but fewer replicas than `require_replicas` asked for acknowledged it in
+    /// time: it was given back at once (it could have been lost in a failover).
+    NotReplicated {
+        /// Replicas that acknowledged.
+        replicas: u32,
+        /// Replicas required.
+        requested: u32,
+    },
+}
+
+impl<G> Acquire<G> {
+    /// `true` for [`Acquire::Acquired`].
+    ///
+    /// ```
+    /// use redkit::lock::{Acquire, PermitGuard};
+    /// let refused: Acquire<PermitGuard> = Acquire::NotReplicated { replicas: 0, requested: 1 };
+    /// assert!(!refused.is_acquired());
+    /// ```
+    pub fn is_acquired(&self) -> bool {
+        matches!(self, Self::Acquired(_))
+    }
+
+    /// The guard, if acquired.
+    ///
+    /// ```
+    /// use redkit::lock::{Acquire, PermitGuard};
+    /// let refused: Acquire<PermitGuard> = Acquire::NotReplicated { replicas: 0, requested: 1 };
+    /// assert!(refused.acquired().is_none());
+    /// ```
+    pub fn acquired(self) -> Option<G> {
+        match self {
+            Self::Acquired(guard) => Some(guard),
+            _ => None,
+        }
+    }
+}
+
+/// What an acquire saw of the holders when it answered [`Acquire::Busy`]; a field a kind
+/// cannot know is `None`.
+///
+/// ```no_run
+/// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+/// use redkit::lock::{Acquire, LockOptions};
+/// if let Acquire::Busy(held) = sem.try_acquire(&mut conn, "export", 3, &LockOptions::new()).await? {
+///     println!("{:?} holders; the first lease ends in {:?}", held.holders, held.ttl);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Held {
+    /// How long until a hold ends, as last seen (by the server's clock): the holder's lease
+    /// (a [`Lock`](super::Lock), [`ReentrantLock`](super::ReentrantLock)), the blocking
+    /// writer's lease or intent (an [`RwLock`](super::RwLock)), the earliest lease of the
+    /// holders (a [`Semaphore`](super::Semaphore)). `None` when unknown (a
+    /// [`FairLock`](super::FairLock) waiter behind others, a Redlock, a key without TTL).
+    pub ttl: Option<Duration>,
+    /// Unexpired holders (a [`Semaphore`](super::Semaphore)).
+    pub holders: Option<u32>,
+    /// Nodes that answered "held by another owner" in the last attempt (a
+    /// [`Redlock`](super::Redlock)).
+    pub held_on: Option<usize>,
+    /// All nodes (a [`Redlock`](super::Redlock)).
+    pub nodes: Option<usize>,
+}
+
+impl Held {
+    /// Held by one owner whose lease ends in `ttl` (`None`: unknown or no TTL).
+    pub(crate) fn until(ttl: Option<Duration>) -> Self {
+        Self {
+            ttl,
+            ..Self::default()
+        }
+    }
+
+    /// Held by `holders` holders, the earliest lease ending in `ttl`.
+    pub(crate) fn by(holders: u32, ttl: Option<Duration>) -> Self {
+        Self {
+            ttl,
+            holders: Some(holders),
+            ..Self::default()
+        }
+    }
+
+    /// Held by another owner on `held_on` of `nodes` nodes.
+    pub(crate) fn on_nodes(held_on: usize, nodes: usize) -> Self {
+        Self {
+            held_on: Some(held_on),
+            nodes: Some(nodes),
+            ..Self::default()
+        }
+    }
+}
 
 /// Result of a compare-and-delete release.
 ///

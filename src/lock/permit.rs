@@ -1,62 +1,10 @@
-//! [`PermitGuard`] and [`PermitAcquire`]: a held semaphore permit, and the outcome of asking
-//! for one.
+//! [`PermitGuard`]: a held semaphore permit.
 
 use std::fmt;
 use std::time::Duration;
 
-use super::lease::Held;
+use super::lease::HeldLease;
 use super::watchdog::{LeaseSignal, WatchdogHandle};
-
-/// Result of a semaphore acquire ([`Semaphore::acquire`](super::Semaphore::acquire)).
-///
-/// ```no_run
-/// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-/// use redkit::lock::{LockOptions, PermitAcquire};
-/// match sem.acquire(&mut conn, "pdf-render", 4, &LockOptions::new()).await? {
-///     PermitAcquire::Acquired(permit) => { /* work, then */ sem.release(&mut conn, permit).await?; }
-///     PermitAcquire::Full { holders, retry_after } => {
-///         println!("{holders} holders; the first lease ends in {retry_after:?}");
-///     }
-///     _ => {}
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum PermitAcquire {
-    /// One permit is ours until the guard's validity runs out (or it is released).
-    Acquired(PermitGuard),
-    /// Every permit is held by another owner (after all retries the options allow).
-    Full {
-        /// Unexpired holders, as last seen.
-        holders: u32,
-        /// Until the earliest of their leases ends, as last seen (by the server's clock).
-        retry_after: Duration,
-    },
-    /// Acquired, but fewer replicas than [`LockOptions::require_replicas`] asked for
-    /// acknowledged it in time: the permit was given back (a failover could have lost it).
-    ///
-    /// [`LockOptions::require_replicas`]: super::LockOptions::require_replicas
-    NotReplicated {
-        /// Replicas that acknowledged.
-        replicas: u32,
-        /// Replicas required.
-        requested: u32,
-    },
-}
-
-impl PermitAcquire {
-    /// `true` for [`PermitAcquire::Acquired`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let full = redkit::lock::PermitAcquire::Full { holders: 3, retry_after: Duration::ZERO };
-    /// assert!(!full.is_acquired());
-    /// ```
-    pub fn is_acquired(&self) -> bool {
-        matches!(self, Self::Acquired(_))
-    }
-}
 
 /// A held semaphore permit: the semaphore key, the owner token and a local validity deadline.
 ///
@@ -70,15 +18,15 @@ impl PermitAcquire {
 ///
 /// ```no_run
 /// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-/// use redkit::lock::{LockOptions, PermitAcquire};
-/// if let PermitAcquire::Acquired(permit) = sem.acquire(&mut conn, "jobs", 8, &LockOptions::new()).await? {
+/// use redkit::lock::{Acquire, LockOptions};
+/// if let Acquire::Acquired(permit) = sem.acquire(&mut conn, "jobs", 8, &LockOptions::new()).await? {
 ///     println!("{} of 8 permits held, valid for {:?}", permit.holders(), permit.validity());
 ///     sem.release(&mut conn, permit).await?;
 /// }
 /// # Ok(()) }
 /// ```
 pub struct PermitGuard {
-    pub(crate) held: Held,
+    pub(crate) held: HeldLease,
     pub(crate) permits: u32,
     pub(crate) holders: u32,
     pub(crate) watchdog: Option<WatchdogHandle>,

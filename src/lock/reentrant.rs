@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use super::grant::Refused;
-use super::guard::{Acquire, LockGuard};
-use super::lease::{self, Held, LeaseKind};
-use super::options::LockOptions;
-use super::outcome::{Release, Renew};
+use super::guard::LockGuard;
+use super::lease::{self, HeldLease, LeaseKind};
+use super::options::{LockOptions, Polling, Replicated};
+use super::outcome::{Acquire, Held, Release, Renew};
 use super::schema;
 use super::token::owner_token;
 use super::wait::{ms, Retry};
@@ -83,8 +83,8 @@ impl fmt::Debug for Owner {
 /// nested holds get the fencing token of the first one.
 ///
 /// Waiting follows [`LockOptions`] as [`Lock::acquire`](super::Lock::acquire); the owner
-/// token comes from the [`Owner`] ([`LockOptions::token`] is refused with
-/// [`Error::InvalidInput`]). With [`LockOptions::require_replicas`] every attempt is followed
+/// token comes from the [`Owner`] (`LockOptions<ReentrantLock>` has no `token` setter, see
+/// the last example). With [`LockOptions::require_replicas`] every attempt is followed
 /// by `WAIT` in the same round trip, and a hold fewer replicas confirmed is given back (the
 /// count returns to what it was) and answered [`Acquire::NotReplicated`].
 ///
@@ -104,6 +104,13 @@ impl fmt::Debug for Owner {
 ///     lock.release(&mut conn, outer).await?; // free now
 /// }
 /// # Ok(()) }
+/// ```
+///
+/// A caller-supplied token does not compile (the [`Owner`] is the token):
+///
+/// ```compile_fail,E0277
+/// use redkit::lock::{LockOptions, ReentrantLock};
+/// let options: LockOptions<ReentrantLock> = LockOptions::new().token("job-7f3a9c2e-retry-safe");
 /// ```
 #[derive(Debug, Clone)]
 pub struct ReentrantLock {
@@ -166,6 +173,25 @@ impl ReentrantLock {
         self
     }
 
+    /// The key prefix.
+    ///
+    /// ```
+    /// assert_eq!(redkit::lock::ReentrantLock::new().prefix(), redkit::lock::ReentrantLock::DEFAULT_PREFIX);
+    /// ```
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The script manager used for every call.
+    ///
+    /// ```
+    /// let l = redkit::lock::ReentrantLock::new().with_manager(redkit::ScriptManager::new());
+    /// # let _ = l.manager();
+    /// ```
+    pub fn manager(&self) -> &ScriptManager {
+        &self.inner.manager
+    }
+
     /// The holds key of `resource` (escaped, bounded: see [`keys`](crate::keys)).
     ///
     /// ```
@@ -175,12 +201,33 @@ impl ReentrantLock {
         schema::base(&self.inner.prefix, resource)
     }
 
+    /// One attempt at one hold for `owner`: granted when the lock is free or already
+    /// `owner`'s, else [`Acquire::Busy`]. Same as [`acquire`](Self::acquire) with no retries.
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, me: redkit::lock::Owner) -> redkit::Result<()> {
+    /// use redkit::lock::{Acquire, LockOptions};
+    /// if let Acquire::Acquired(hold) = lock.try_acquire(&mut conn, "cart-1", &me, &LockOptions::new()).await? {
+    ///     lock.release(&mut conn, hold).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        owner: &Owner,
+        options: &LockOptions<ReentrantLock>,
+    ) -> Result<Acquire<LockGuard<ReentrantLock>>> {
+        self.acquire(conn, resource, owner, &options.clone().retries(0))
+            .await
+    }
+
     /// Takes one hold for `owner`, waiting as the options allow: granted when the lock is
     /// free or already `owner`'s (one more hold; the lease renewed). [`Acquire::Busy`] when
     /// another owner holds it after the last attempt.
     ///
-    /// Fails with [`Error::InvalidInput`] (nothing sent) for a bad resource or options or
-    /// [`LockOptions::token`]; with [`Error::WrongType`] /
+    /// Fails with [`Error::InvalidInput`] (nothing sent) for a bad resource or options; with [`Error::WrongType`] /
     /// [`Error::CorruptData`] for keys holding something else and
     /// [`Error::PermissionDenied`] for an ACL refusal (nothing written in these cases); with
     /// [`Error::Timeout`] when the acquire took the whole lease (the hold is given back).
@@ -198,15 +245,10 @@ impl ReentrantLock {
         conn: &mut C,
         resource: &str,
         owner: &Owner,
-        options: &LockOptions,
-    ) -> Result<Acquire> {
+        options: &LockOptions<ReentrantLock>,
+    ) -> Result<Acquire<LockGuard<ReentrantLock>>> {
         let ttl_ms = options.validate()?;
-        if options.get_token().is_some() {
-            return Err(Error::invalid(
-                "options",
-                "ReentrantLock takes its token from the Owner",
-            ));
-        }
+        let settings = options.settings();
         let key = self.key(resource)?;
         let script = self.inner.acquire;
         let mut call = Call::new(script);
@@ -215,7 +257,7 @@ impl ReentrantLock {
             .arg(&owner.token)
             .arg(ttl_ms)
             .arg(schema::fence_ttl_ms(ttl_ms));
-        let mut retry = Retry::new(options);
+        let mut retry = Retry::new(settings);
         loop {
             let started = Instant::now();
             let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
@@ -231,12 +273,12 @@ impl ReentrantLock {
                         owner.token.clone(),
                         *fence,
                         ttl_ms,
-                        options,
+                        settings,
                         started,
                     )?;
                     let valid = guard.is_valid();
                     if let Some(refused) =
-                        Refused::check(guard.key(), valid, started, options, replicas.as_ref())
+                        Refused::check(guard.key(), valid, started, settings, replicas.as_ref())
                     {
                         self.release(conn, guard).await?;
                         return refused.acquire();
@@ -245,9 +287,9 @@ impl ReentrantLock {
                 }
                 [0, pttl] => {
                     if !retry.again().await {
-                        return Ok(Acquire::Busy {
-                            holder_ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
-                        });
+                        return Ok(Acquire::Busy(Held::until(
+                            u64::try_from(*pttl).ok().map(Duration::from_millis),
+                        )));
                     }
                 }
                 other => {
@@ -265,14 +307,14 @@ impl ReentrantLock {
     /// lease had ended.
     ///
     /// ```no_run
-    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, hold: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, hold: redkit::lock::LockGuard<redkit::lock::ReentrantLock>) -> redkit::Result<()> {
     /// lock.release(&mut conn, hold).await?;
     /// # Ok(()) }
     /// ```
     pub async fn release<C: ConnectionLike>(
         &self,
         conn: &mut C,
-        mut guard: LockGuard,
+        mut guard: LockGuard<ReentrantLock>,
     ) -> Result<Release> {
         guard.stop_watchdog();
         lease::release(self, conn, &guard.held, &()).await
@@ -309,14 +351,14 @@ impl ReentrantLock {
     /// still holds the lock; [`Renew::Lost`] otherwise.
     ///
     /// ```no_run
-    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, mut hold: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, mut hold: redkit::lock::LockGuard<redkit::lock::ReentrantLock>) -> redkit::Result<()> {
     /// lock.renew(&mut conn, &mut hold).await?;
     /// # Ok(()) }
     /// ```
     pub async fn renew<C: ConnectionLike>(
         &self,
         conn: &mut C,
-        guard: &mut LockGuard,
+        guard: &mut LockGuard<ReentrantLock>,
     ) -> Result<Renew> {
         lease::renew(self, conn, &guard.held).await
     }
@@ -326,11 +368,11 @@ impl ReentrantLock {
     /// outside a tokio runtime.
     ///
     /// ```no_run
-    /// # async fn run(lock: redkit::lock::ReentrantLock, conn: redis::aio::MultiplexedConnection, mut hold: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// # async fn run(lock: redkit::lock::ReentrantLock, conn: redis::aio::MultiplexedConnection, mut hold: redkit::lock::LockGuard<redkit::lock::ReentrantLock>) -> redkit::Result<()> {
     /// let lost = lock.watch(&conn, &mut hold)?;
     /// # let _ = lost; Ok(()) }
     /// ```
-    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard) -> Result<LeaseSignal>
+    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard<ReentrantLock>) -> Result<LeaseSignal>
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
@@ -345,7 +387,7 @@ impl LeaseKind for ReentrantLock {
         &self.inner.manager
     }
 
-    fn renew_call(&self, held: &Held) -> Call<'_> {
+    fn renew_call(&self, held: &HeldLease) -> Call<'_> {
         let ttl_ms = ms(held.ttl);
         let mut call = Call::new(self.inner.renew);
         call.key(&held.key)
@@ -356,7 +398,7 @@ impl LeaseKind for ReentrantLock {
         call
     }
 
-    fn release_call(&self, held: &Held, (): &()) -> Call<'_> {
+    fn release_call(&self, held: &HeldLease, (): &()) -> Call<'_> {
         let mut call = Call::new(self.inner.release);
         call.key(&held.key).arg(&held.token);
         call
@@ -374,6 +416,10 @@ impl LeaseKind for ReentrantLock {
         }
     }
 }
+
+impl super::options::sealed::Sealed for ReentrantLock {}
+impl Polling for ReentrantLock {}
+impl Replicated for ReentrantLock {}
 
 impl Default for ReentrantLock {
     /// [`ReentrantLock::new`].

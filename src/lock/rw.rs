@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use super::grant::Refused;
-use super::guard::{Acquire, LockGuard};
-use super::lease::{self, Held, LeaseKind};
-use super::options::LockOptions;
-use super::outcome::{status, Release, Renew};
+use super::guard::LockGuard;
+use super::lease::{self, HeldLease, LeaseKind};
+use super::options::{LockOptions, OwnerToken, Polling, Replicated, Settings};
+use super::outcome::{status, Acquire, Held, Release, Renew};
 use super::schema;
 use super::token::owner_token;
 use super::wait::{ms, Retry};
@@ -17,6 +17,31 @@ use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::script::{Acked, Call, Registry, Script, ScriptManager};
+
+/// Which hold an [`RwLock`] acquire asks for.
+///
+/// ```
+/// use redkit::lock::Mode;
+/// assert_ne!(Mode::Read, Mode::Write);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Mode {
+    /// A read hold: shared with other readers.
+    Read,
+    /// The write hold: alone.
+    Write,
+}
+
+impl Mode {
+    /// The mode as the script reads it.
+    fn arg(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Write => "write",
+        }
+    }
+}
 
 /// How long a waiting writer's intent outlives its longest pause between two attempts.
 const INTENT_MARGIN: Duration = Duration::from_millis(500);
@@ -35,27 +60,29 @@ const INTENT_MARGIN: Duration = Duration::from_millis(500);
 /// once. `…:fence` holds the last fencing token, `max(last + 1, server TIME in µs)`, issued
 /// to every hold (read or write).
 ///
-/// Waiting follows [`LockOptions`] (`retries`, `retry_delay`, `jitter`, `max_wait`) as in
-/// [`Lock::acquire`](super::Lock::acquire). A reader does not upgrade to writer (its own read
+/// [`try_acquire`](RwLock::try_acquire) makes one attempt; [`acquire`](RwLock::acquire) waits
+/// as [`LockOptions`] allow (`retries`, `retry_delay`, `jitter`, `max_wait`), as
+/// [`Lock::acquire`](super::Lock::acquire) does. The [`Mode`] says read or write. A reader
+/// does not upgrade to writer (its own read
 /// hold would block it until the read lease ends). With [`LockOptions::require_replicas`]
 /// every attempt is followed by `WAIT` in the same round trip, and a hold fewer replicas
 /// confirmed is given back and answered [`Acquire::NotReplicated`]. Guards are
-/// [`LockGuard`]s released with [`RwLock::release`].
+/// [`LockGuard<RwLock>`](LockGuard)s, released with [`RwLock::release`].
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
 /// use std::time::Duration;
-/// use redkit::lock::{Acquire, LockOptions, RwLock};
+/// use redkit::lock::{Acquire, LockOptions, Mode, RwLock};
 ///
 /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
 /// let mut conn = client.get_multiplexed_async_connection().await?;
 /// let rw = RwLock::new();
 /// let wait = LockOptions::new().ttl(Duration::from_secs(10)).retries(200);
-/// if let Acquire::Acquired(guard) = rw.read(&mut conn, "catalog", &wait).await? {
+/// if let Acquire::Acquired(guard) = rw.acquire(&mut conn, "catalog", Mode::Read, &wait).await? {
 ///     // ... read, alongside other readers ...
 ///     rw.release(&mut conn, guard).await?;
 /// }
-/// if let Acquire::Acquired(guard) = rw.write(&mut conn, "catalog", &wait).await? {
+/// if let Acquire::Acquired(guard) = rw.acquire(&mut conn, "catalog", Mode::Write, &wait).await? {
 ///     // ... write, alone ...
 ///     rw.release(&mut conn, guard).await?;
 /// }
@@ -122,6 +149,25 @@ impl RwLock {
         self
     }
 
+    /// The key prefix.
+    ///
+    /// ```
+    /// assert_eq!(redkit::lock::RwLock::new().prefix(), redkit::lock::RwLock::DEFAULT_PREFIX);
+    /// ```
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The script manager used for every call.
+    ///
+    /// ```
+    /// let rw = redkit::lock::RwLock::new().with_manager(redkit::ScriptManager::new());
+    /// # let _ = rw.manager();
+    /// ```
+    pub fn manager(&self) -> &ScriptManager {
+        &self.inner.manager
+    }
+
     /// The base key of `resource` (the others add `:readers`, `:writer`, `:intent`, `:fence`).
     ///
     /// ```
@@ -131,9 +177,36 @@ impl RwLock {
         schema::base(&self.inner.prefix, resource)
     }
 
-    /// Takes a read hold, waiting as the options allow: granted unless a writer holds the
-    /// lock or waits for it. [`Acquire::Busy`] (`holder_ttl`: until the blocking writer's
-    /// lease or intent ends, as last seen) after the last attempt.
+    /// One attempt at a hold of `mode`: [`Mode::Read`] is granted unless a writer holds the
+    /// lock or waits for it; [`Mode::Write`] when no writer holds it, no earlier writer waits
+    /// and no reader is left. Same as [`acquire`](Self::acquire) with no retries (a writer's
+    /// intent is withdrawn at once).
+    ///
+    /// ```no_run
+    /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::lock::{Acquire, LockOptions, Mode};
+    /// if let Acquire::Acquired(guard) = rw.try_acquire(&mut conn, "prices", Mode::Read, &LockOptions::new()).await? {
+    ///     rw.release(&mut conn, guard).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        mode: Mode,
+        options: &LockOptions<RwLock>,
+    ) -> Result<Acquire<LockGuard<RwLock>>> {
+        self.acquire(conn, resource, mode, &options.clone().retries(0))
+            .await
+    }
+
+    /// Takes a hold of `mode`, waiting as the options allow. A read hold is granted unless a
+    /// writer holds the lock or waits for it. The write hold is granted when no writer holds
+    /// it, no earlier writer waits and no reader is left; while readers are left, each
+    /// attempt sets this writer's intent, which keeps new readers out (withdrawn when the
+    /// writer gives up). [`Acquire::Busy`] after the last attempt (`ttl`: until the blocking
+    /// writer's lease or intent ends, as last seen, for a reader).
     ///
     /// Fails with [`Error::InvalidInput`] (nothing sent) for a bad resource or options, with [`Error::WrongType`] / [`Error::CorruptData`] for keys that
     /// hold something else and [`Error::PermissionDenied`] for an ACL refusal (nothing written
@@ -141,73 +214,44 @@ impl RwLock {
     ///
     /// ```no_run
     /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use redkit::lock::{Acquire, LockOptions};
-    /// if let Acquire::Acquired(guard) = rw.read(&mut conn, "prices", &LockOptions::new().retries(50)).await? {
+    /// use redkit::lock::{Acquire, LockOptions, Mode};
+    /// if let Acquire::Acquired(guard) = rw.acquire(&mut conn, "prices", Mode::Write, &LockOptions::new().retries(50)).await? {
     ///     rw.release(&mut conn, guard).await?;
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn read<C: ConnectionLike>(
+    pub async fn acquire<C: ConnectionLike>(
         &self,
         conn: &mut C,
         resource: &str,
-        options: &LockOptions,
-    ) -> Result<Acquire> {
-        self.acquire(conn, resource, options, "read").await
-    }
-
-    /// Takes the write hold, waiting as the options allow: granted when no writer holds it,
-    /// no earlier writer waits and no reader is left. While readers are left, each attempt
-    /// sets this writer's intent, which keeps new readers out. [`Acquire::Busy`] after the
-    /// last attempt (the intent is then withdrawn). Fails like [`read`](Self::read).
-    ///
-    /// ```no_run
-    /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use redkit::lock::{Acquire, LockOptions};
-    /// if let Acquire::Acquired(guard) = rw.write(&mut conn, "prices", &LockOptions::new().retries(50)).await? {
-    ///     rw.release(&mut conn, guard).await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn write<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        resource: &str,
-        options: &LockOptions,
-    ) -> Result<Acquire> {
-        self.acquire(conn, resource, options, "write").await
-    }
-
-    async fn acquire<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        resource: &str,
-        options: &LockOptions,
-        mode: &str,
-    ) -> Result<Acquire> {
+        mode: Mode,
+        options: &LockOptions<RwLock>,
+    ) -> Result<Acquire<LockGuard<RwLock>>> {
         let ttl_ms = options.validate()?;
+        let settings = options.settings();
         let key = self.key(resource)?;
         let token = match options.get_token() {
             Some(token) => token.to_owned(),
             None => owner_token(),
         };
         let intent = options
+            .settings()
             .longest_pause()
             .saturating_mul(2)
             .saturating_add(INTENT_MARGIN)
-            .min(LockOptions::MAX_TTL);
+            .min(Settings::MAX_TTL);
         let script = self.inner.acquire;
         let mut call = Call::new(script);
         call.key(schema::readers(&key))
             .key(schema::writer(&key))
             .key(schema::intent(&key))
             .key(schema::fence(&key))
-            .arg(mode)
+            .arg(mode.arg())
             .arg(&token)
             .arg(ttl_ms)
             .arg(ms(intent))
             .arg(schema::fence_ttl_ms(ttl_ms));
-        let mut retry = Retry::new(options);
+        let mut retry = Retry::new(settings);
         loop {
             let started = Instant::now();
             let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
@@ -218,10 +262,10 @@ impl RwLock {
             match reply.as_slice() {
                 [1, fence] => {
                     let guard =
-                        LockGuard::granted(script, key, token, *fence, ttl_ms, options, started)?;
+                        LockGuard::granted(script, key, token, *fence, ttl_ms, settings, started)?;
                     let valid = guard.is_valid();
                     if let Some(refused) =
-                        Refused::check(guard.key(), valid, started, options, replicas.as_ref())
+                        Refused::check(guard.key(), valid, started, settings, replicas.as_ref())
                     {
                         self.release(conn, guard).await?;
                         return refused.acquire();
@@ -229,11 +273,11 @@ impl RwLock {
                     return Ok(Acquire::Acquired(guard));
                 }
                 [0, wait_ms] => {
-                    let busy = Acquire::Busy {
-                        holder_ttl: u64::try_from(*wait_ms).ok().map(Duration::from_millis),
-                    };
+                    let busy = Acquire::Busy(Held::until(
+                        u64::try_from(*wait_ms).ok().map(Duration::from_millis),
+                    ));
                     if !retry.again().await {
-                        if mode == "write" {
+                        if mode == Mode::Write {
                             self.leave(conn, &key, &token).await?; // withdraw the intent
                         }
                         return Ok(busy);
@@ -271,14 +315,14 @@ impl RwLock {
     /// the lease had already ended.
     ///
     /// ```no_run
-    /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::RwLock>) -> redkit::Result<()> {
     /// rw.release(&mut conn, guard).await?;
     /// # Ok(()) }
     /// ```
     pub async fn release<C: ConnectionLike>(
         &self,
         conn: &mut C,
-        mut guard: LockGuard,
+        mut guard: LockGuard<RwLock>,
     ) -> Result<Release> {
         guard.stop_watchdog();
         lease::release(self, conn, &guard.held, &()).await
@@ -288,7 +332,7 @@ impl RwLock {
     /// [`Renew::Lost`] otherwise.
     ///
     /// ```no_run
-    /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::RwLock>) -> redkit::Result<()> {
     /// use redkit::lock::Renew;
     /// if rw.renew(&mut conn, &mut guard).await? == Renew::Lost { return Ok(()); }
     /// # Ok(()) }
@@ -296,7 +340,7 @@ impl RwLock {
     pub async fn renew<C: ConnectionLike>(
         &self,
         conn: &mut C,
-        guard: &mut LockGuard,
+        guard: &mut LockGuard<RwLock>,
     ) -> Result<Renew> {
         lease::renew(self, conn, &guard.held).await
     }
@@ -306,11 +350,11 @@ impl RwLock {
     /// outside a tokio runtime.
     ///
     /// ```no_run
-    /// # async fn run(rw: redkit::lock::RwLock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard) -> redkit::Result<()> {
+    /// # async fn run(rw: redkit::lock::RwLock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::RwLock>) -> redkit::Result<()> {
     /// let lost = rw.watch(&conn, &mut guard)?;
     /// # let _ = lost; Ok(()) }
     /// ```
-    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard) -> Result<LeaseSignal>
+    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard<RwLock>) -> Result<LeaseSignal>
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
@@ -325,7 +369,7 @@ impl LeaseKind for RwLock {
         &self.inner.manager
     }
 
-    fn renew_call(&self, held: &Held) -> Call<'_> {
+    fn renew_call(&self, held: &HeldLease) -> Call<'_> {
         let mut call = Call::new(self.inner.renew);
         call.key(schema::readers(&held.key))
             .key(schema::writer(&held.key))
@@ -334,10 +378,15 @@ impl LeaseKind for RwLock {
         call
     }
 
-    fn release_call(&self, held: &Held, (): &()) -> Call<'_> {
+    fn release_call(&self, held: &HeldLease, (): &()) -> Call<'_> {
         self.leave_call(&held.key, &held.token)
     }
 }
+
+impl super::options::sealed::Sealed for RwLock {}
+impl Polling for RwLock {}
+impl OwnerToken for RwLock {}
+impl Replicated for RwLock {}
 
 impl Default for RwLock {
     /// [`RwLock::new`].

@@ -7,10 +7,10 @@ use redis::aio::ConnectionLike;
 
 use super::fair::FairLock;
 use super::grant::Refused;
-use super::lease::{self, Held, LeaseKind};
-use super::options::LockOptions;
-use super::outcome::{Release, Renew};
-use super::permit::{PermitAcquire, PermitGuard};
+use super::lease::{self, HeldLease, LeaseKind};
+use super::options::{LockOptions, OwnerToken, Polling, Replicated};
+use super::outcome::{Acquire, Held, Release, Renew};
+use super::permit::PermitGuard;
 use super::schema;
 use super::token::owner_token;
 use super::wait::{ms, Retry};
@@ -33,14 +33,14 @@ use crate::script::{Acked, Call, Registry, Script, ScriptManager};
 /// `max_wait`), the drift allowance, an optional caller-supplied owner `token` (an acquire
 /// retried with the same token finds its own permit) and `require_replicas` (each attempt is
 /// followed by `WAIT` in the same round trip; a permit fewer replicas confirmed is given back
-/// and answered [`PermitAcquire::NotReplicated`]).
+/// and answered [`Acquire::NotReplicated`]).
 ///
 /// Cheap to clone (an `Arc`). Generic over any [`ConnectionLike`].
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
 /// use std::time::Duration;
-/// use redkit::lock::{LockOptions, PermitAcquire, Semaphore};
+/// use redkit::lock::{Acquire, LockOptions, Semaphore};
 /// use redkit::ScriptManager;
 ///
 /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
@@ -48,7 +48,7 @@ use crate::script::{Acked, Call, Registry, Script, ScriptManager};
 /// let sem = Semaphore::new();
 /// let wait = LockOptions::new().ttl(Duration::from_secs(10)).retries(100);
 /// // at most 3 exports at once, across every process
-/// if let PermitAcquire::Acquired(permit) = sem.acquire(&mut conn, "export", 3, &wait).await? {
+/// if let Acquire::Acquired(permit) = sem.acquire(&mut conn, "export", 3, &wait).await? {
 ///     // ... work ...
 ///     sem.release(&mut conn, permit).await?;
 /// }
@@ -128,6 +128,25 @@ impl Semaphore {
         self
     }
 
+    /// The key prefix.
+    ///
+    /// ```
+    /// assert_eq!(redkit::lock::Semaphore::new().prefix(), redkit::lock::Semaphore::DEFAULT_PREFIX);
+    /// ```
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The script manager used for every call.
+    ///
+    /// ```
+    /// let sem = redkit::lock::Semaphore::new().with_manager(redkit::ScriptManager::new());
+    /// # let _ = sem.manager();
+    /// ```
+    pub fn manager(&self) -> &ScriptManager {
+        &self.inner.manager
+    }
+
     /// The key holding `resource`'s holders (escaped, bounded: see [`keys`](crate::keys)).
     ///
     /// ```
@@ -141,7 +160,7 @@ impl Semaphore {
 
     /// One attempt: takes a permit when fewer than `permits` unexpired holders exist (or this
     /// attempt's owner token already holds one: its lease is refreshed), else
-    /// [`PermitAcquire::Full`]. Same as [`acquire`](Self::acquire) with no retries.
+    /// [`Acquire::Busy`]. Same as [`acquire`](Self::acquire) with no retries.
     ///
     /// ```no_run
     /// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -155,8 +174,8 @@ impl Semaphore {
         conn: &mut C,
         resource: &str,
         permits: u32,
-        options: &LockOptions,
-    ) -> Result<PermitAcquire> {
+        options: &LockOptions<Semaphore>,
+    ) -> Result<Acquire<PermitGuard>> {
         self.acquire(conn, resource, permits, &options.clone().retries(0))
             .await
     }
@@ -177,9 +196,9 @@ impl Semaphore {
     /// ```no_run
     /// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
     /// use std::time::Duration;
-    /// use redkit::lock::{LockOptions, PermitAcquire};
+    /// use redkit::lock::{Acquire, LockOptions};
     /// let wait = LockOptions::new().retries(1000).max_wait(Duration::from_secs(5));
-    /// if let PermitAcquire::Acquired(permit) = sem.acquire(&mut conn, "gpu", 2, &wait).await? {
+    /// if let Acquire::Acquired(permit) = sem.acquire(&mut conn, "gpu", 2, &wait).await? {
     ///     sem.release(&mut conn, permit).await?;
     /// }
     /// # Ok(()) }
@@ -189,14 +208,14 @@ impl Semaphore {
         conn: &mut C,
         resource: &str,
         permits: u32,
-        options: &LockOptions,
-    ) -> Result<PermitAcquire> {
+        options: &LockOptions<Semaphore>,
+    ) -> Result<Acquire<PermitGuard>> {
         let (key, ttl_ms) = self.checked(resource, permits, options)?;
         let token = match options.get_token() {
             Some(token) => token.to_owned(),
             None => owner_token(),
         };
-        let mut retry = Retry::new(options);
+        let mut retry = Retry::new(options.settings());
         loop {
             let outcome = self
                 .attempt(conn, &key, &token, permits, ttl_ms, options)
@@ -212,7 +231,7 @@ impl Semaphore {
         &self,
         resource: &str,
         permits: u32,
-        options: &LockOptions,
+        options: &LockOptions<Semaphore>,
     ) -> Result<(String, u64)> {
         let ttl_ms = options.validate()?;
         if permits == 0 || permits > Self::MAX_PERMITS {
@@ -231,8 +250,8 @@ impl Semaphore {
         token: &str,
         permits: u32,
         ttl_ms: u64,
-        options: &LockOptions,
-    ) -> Result<PermitAcquire> {
+        options: &LockOptions<Semaphore>,
+    ) -> Result<Acquire<PermitGuard>> {
         let script = self.inner.acquire;
         let mut call = Call::new(script);
         call.key(key).arg(token).arg(permits).arg(ttl_ms);
@@ -250,7 +269,7 @@ impl Semaphore {
             [1, holders] => {
                 let ttl = Duration::from_millis(ttl_ms);
                 let drift = options.drift_allowance();
-                let held = Held::new(key.to_owned(), token.to_owned(), ttl, drift, started);
+                let held = HeldLease::new(key.to_owned(), token.to_owned(), ttl, drift, started);
                 let guard = PermitGuard {
                     held,
                     permits,
@@ -259,17 +278,19 @@ impl Semaphore {
                 };
                 let valid = guard.is_valid();
                 if let Some(refused) =
-                    Refused::check(key, valid, started, options, replicas.as_ref())
+                    Refused::check(key, valid, started, options.settings(), replicas.as_ref())
                 {
                     self.release(conn, guard).await?;
-                    return refused.permit();
+                    return refused.acquire();
                 }
-                Ok(PermitAcquire::Acquired(guard))
+                Ok(Acquire::Acquired(guard))
             }
-            [0, holders, retry_after] => Ok(PermitAcquire::Full {
-                holders: count(*holders)?,
-                retry_after: Duration::from_millis(u64::try_from(*retry_after).unwrap_or(0)),
-            }),
+            [0, holders, retry_after] => Ok(Acquire::Busy(Held::by(
+                count(*holders)?,
+                Some(Duration::from_millis(
+                    u64::try_from(*retry_after).unwrap_or(0),
+                )),
+            ))),
             other => Err(Error::unexpected(
                 script.id(),
                 format!("reply {other:?} is neither [1, holders] nor [0, holders, ms]"),
@@ -351,14 +372,14 @@ impl LeaseKind for Semaphore {
         &self.inner.manager
     }
 
-    fn renew_call(&self, held: &Held) -> Call<'_> {
+    fn renew_call(&self, held: &HeldLease) -> Call<'_> {
         // The ttl was validated at acquire: at most 30 days of ms.
         let mut call = Call::new(self.inner.renew);
         call.key(&held.key).arg(&held.token).arg(ms(held.ttl));
         call
     }
 
-    fn release_call(&self, held: &Held, permits: &u32) -> Call<'_> {
+    fn release_call(&self, held: &HeldLease, permits: &u32) -> Call<'_> {
         let mut call = Call::new(self.inner.release);
         call.key(&held.key)
             .key_suffixed(&held.key, schema::WAKE)
@@ -367,6 +388,11 @@ impl LeaseKind for Semaphore {
         call
     }
 }
+
+impl super::options::sealed::Sealed for Semaphore {}
+impl Polling for Semaphore {}
+impl OwnerToken for Semaphore {}
+impl Replicated for Semaphore {}
 
 impl Default for Semaphore {
     /// [`Semaphore::new`].

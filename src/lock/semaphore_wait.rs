@@ -5,11 +5,11 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
-use super::guard::Acquire;
+use super::fair::FairLock;
 use super::guard::LockGuard;
 use super::options::LockOptions;
-use super::outcome::Renew;
-use super::permit::PermitAcquire;
+use super::outcome::{Acquire, Held, Renew};
+use super::permit::PermitGuard;
 use super::schema;
 use super::semaphore::Semaphore;
 use super::token::owner_token;
@@ -24,7 +24,7 @@ impl Semaphore {
     /// Acquires a permit, waiting up to `wait` without polling: after an attempt finds every
     /// permit held, the caller blocks on the resource's wake-up list (`BLPOP`) until a release
     /// pushes to it or the earliest lease ends (a crashed holder's permit), then tries again.
-    /// Answers [`PermitAcquire::Full`] when `wait` has passed. Every attempt uses one owner
+    /// Answers [`Acquire::Busy`] when `wait` has passed. Every attempt uses one owner
     /// token ([`LockOptions::token`], else a fresh random one); the options' own retries and
     /// `max_wait` are not used.
     ///
@@ -42,12 +42,12 @@ impl Semaphore {
     /// ```no_run
     /// # async fn run(sem: redkit::lock::Semaphore, client: redis::Client) -> redkit::Result<()> {
     /// use std::time::Duration;
-    /// use redkit::lock::{LockOptions, PermitAcquire};
+    /// use redkit::lock::{Acquire, LockOptions};
     /// let mut own = client.get_multiplexed_async_connection().await?;
     /// let outcome = sem
     ///     .acquire_blocking(&mut own, "gpu", 2, &LockOptions::new(), Duration::from_secs(30))
     ///     .await?;
-    /// if let PermitAcquire::Acquired(permit) = outcome {
+    /// if let Acquire::Acquired(permit) = outcome {
     ///     sem.release(&mut own, permit).await?;
     /// }
     /// # Ok(()) }
@@ -57,9 +57,9 @@ impl Semaphore {
         conn: &mut C,
         resource: &str,
         permits: u32,
-        options: &LockOptions,
+        options: &LockOptions<Semaphore>,
         wait: Duration,
-    ) -> Result<PermitAcquire> {
+    ) -> Result<Acquire<PermitGuard>> {
         let give_up = wait_deadline(wait)?;
         self.wait_for_permit(conn, resource, permits, options, give_up, None)
             .await
@@ -72,7 +72,7 @@ impl Semaphore {
     /// lease); at the head of the gate it waits for a permit as
     /// [`acquire_blocking`](Self::acquire_blocking) does, renewing its place, then leaves the
     /// gate (waking the next in line). Both waits share `wait`; after it the caller leaves the
-    /// queue and gets [`PermitAcquire::Full`] (`holders`: `permits`, `retry_after`: zero when
+    /// queue and gets [`Acquire::Busy`] (`holders`: `permits`, `ttl`: `None` when
     /// it was still behind earlier arrivals).
     ///
     /// Cost: without contention three round trips (gate join, permit, gate leave) instead of
@@ -85,12 +85,12 @@ impl Semaphore {
     /// ```no_run
     /// # async fn run(sem: redkit::lock::Semaphore, client: redis::Client) -> redkit::Result<()> {
     /// use std::time::Duration;
-    /// use redkit::lock::{LockOptions, PermitAcquire};
+    /// use redkit::lock::{Acquire, LockOptions};
     /// let mut own = client.get_multiplexed_async_connection().await?;
     /// let lease = LockOptions::new().ttl(Duration::from_secs(60));
     /// // 8 report builds at once, started in the order they were asked for
     /// match sem.acquire_fair(&mut own, "reports", 8, &lease, Duration::from_secs(300)).await? {
-    ///     PermitAcquire::Acquired(permit) => { sem.release(&mut own, permit).await?; }
+    ///     Acquire::Acquired(permit) => { sem.release(&mut own, permit).await?; }
     ///     _ => eprintln!("still queued after 5 minutes: gave up our place"),
     /// }
     /// # Ok(()) }
@@ -100,24 +100,19 @@ impl Semaphore {
         conn: &mut C,
         resource: &str,
         permits: u32,
-        options: &LockOptions,
+        options: &LockOptions<Semaphore>,
         wait: Duration,
-    ) -> Result<PermitAcquire> {
+    ) -> Result<Acquire<PermitGuard>> {
         let give_up = wait_deadline(wait)?;
         self.checked(resource, permits, options)?;
         let gate = &self.inner.gate;
-        let mut place = LockOptions::new().ttl(GATE_LEASE);
+        let mut place = LockOptions::new().ttl(GATE_LEASE).max_wait(wait);
         if let Some(token) = options.get_token() {
             place = place.token(token);
         }
-        let mut turn = match gate.acquire_blocking(conn, resource, &place, wait).await? {
+        let mut turn = match gate.acquire(conn, resource, &place).await? {
             Acquire::Acquired(turn) => turn,
-            _ => {
-                return Ok(PermitAcquire::Full {
-                    holders: permits,
-                    retry_after: Duration::ZERO,
-                })
-            }
+            _ => return Ok(Acquire::Busy(Held::by(permits, None))),
         };
         let outcome = self
             .wait_for_permit(conn, resource, permits, options, give_up, Some(&mut turn))
@@ -136,10 +131,10 @@ impl Semaphore {
         conn: &mut C,
         resource: &str,
         permits: u32,
-        options: &LockOptions,
+        options: &LockOptions<Semaphore>,
         give_up: Instant,
-        mut gate: Option<&mut LockGuard>,
-    ) -> Result<PermitAcquire> {
+        mut gate: Option<&mut LockGuard<FairLock>>,
+    ) -> Result<Acquire<PermitGuard>> {
         let mut once = options.clone().retries(0);
         if options.get_token().is_none() {
             once = once.token(owner_token());
@@ -147,7 +142,11 @@ impl Semaphore {
         let wake = schema::wake(&self.key(resource)?);
         loop {
             let outcome = self.acquire(conn, resource, permits, &once).await?;
-            let PermitAcquire::Full { retry_after, .. } = &outcome else {
+            let Acquire::Busy(Held {
+                ttl: Some(retry_after),
+                ..
+            }) = &outcome
+            else {
                 return Ok(outcome);
             };
             let remaining = give_up.saturating_duration_since(Instant::now());

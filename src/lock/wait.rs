@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
-use super::options::LockOptions;
+use super::options::Settings;
 use crate::error::{Error, Result};
 
 /// A duration in whole milliseconds for a script argument (saturating; leases are validated
@@ -21,14 +21,14 @@ pub(crate) fn ms(d: Duration) -> u64 {
 /// [`LockOptions::max_wait`]. Every kind's acquire loop is
 /// `loop { attempt; if held elsewhere && !retry.again().await { answer busy } }`.
 pub(crate) struct Retry<'a> {
-    options: &'a LockOptions,
+    options: &'a Settings,
     give_up: Option<Instant>,
     attempt: u32,
 }
 
 impl<'a> Retry<'a> {
     /// Starts the clock of `options`' overall deadline (read only when `max_wait` is set).
-    pub(crate) fn new(options: &'a LockOptions) -> Self {
+    pub(crate) fn new(options: &'a Settings) -> Self {
         Self {
             options,
             give_up: options.give_up_from_now(),
@@ -44,7 +44,7 @@ impl<'a> Retry<'a> {
             return false;
         }
         let pause = self.options.pause();
-        if LockOptions::pause_ends_too_late(pause, self.give_up) {
+        if Settings::pause_ends_too_late(pause, self.give_up) {
             return false;
         }
         tokio::time::sleep(pause).await;

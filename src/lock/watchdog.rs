@@ -9,7 +9,7 @@ use redis::aio::ConnectionLike;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::lease::{deadline, renew_once, Held, LeaseKind};
+use super::lease::{deadline, renew_once, HeldLease, LeaseKind};
 use super::outcome::{LeaseLoss, Renew};
 use crate::error::{Error, Result};
 
@@ -20,7 +20,7 @@ pub(crate) fn watch<K, C>(
     kind: &K,
     conn: &C,
     slot: &mut Option<WatchdogHandle>,
-    held: &Held,
+    held: &HeldLease,
 ) -> Result<LeaseSignal>
 where
     K: LeaseKind,
@@ -111,7 +111,7 @@ impl Drop for WatchdogHandle {
 }
 
 /// Spawns the watchdog on the current tokio runtime (`None` outside a runtime).
-fn spawn<K, C>(kind: K, conn: C, lease: Held) -> Option<WatchdogHandle>
+fn spawn<K, C>(kind: K, conn: C, lease: HeldLease) -> Option<WatchdogHandle>
 where
     K: LeaseKind,
     C: ConnectionLike + Send + 'static,
@@ -135,7 +135,7 @@ async fn unless_stopped<F: Future>(stop: &CancellationToken, fut: F) -> Option<F
 async fn run<K: LeaseKind, C: ConnectionLike>(
     kind: K,
     mut conn: C,
-    lease: Held,
+    lease: HeldLease,
     signal: LeaseSignal,
     stop: CancellationToken,
 ) {

@@ -4,9 +4,8 @@ use std::future::Future;
 
 use redis::aio::ConnectionLike;
 
-use super::guard::Acquire;
 use super::options::LockOptions;
-use super::outcome::{LeaseLoss, Release};
+use super::outcome::{Acquire, LeaseLoss, Release};
 use super::single::Lock;
 use super::token::FencingToken;
 use super::watchdog::LeaseSignal;
@@ -129,7 +128,7 @@ impl Lock {
         &self,
         conn: &C,
         resource: &str,
-        options: &LockOptions,
+        options: &LockOptions<Lock>,
         work: F,
     ) -> Result<WithLock<T>>
     where

@@ -18,7 +18,7 @@ use super::key::{ClientId, KeyExtractor, PeerIp, RequestInfo};
 use super::layer::{Counters, FailMode, UnknownClient};
 use crate::error::{Error, Result};
 use crate::keys::{validate_prefix, MAX_PART_LEN};
-use crate::lock::{LockOptions, PermitAcquire, PermitGuard, Semaphore};
+use crate::lock::{Acquire, LockOptions, PermitGuard, Semaphore};
 use crate::rate_limit::{validate_ipv6_prefix, LimitKey, DEFAULT_IPV6_PREFIX};
 
 /// Counters of a [`ConcurrencyLimitLayer`] (shared by all its clones).
@@ -63,7 +63,7 @@ struct Shared<C, K> {
     name: String,
     semaphore: Semaphore,
     permits: u32,
-    options: LockOptions,
+    options: LockOptions<Semaphore>,
     conn: C,
     extractor: K,
     fail_mode: FailMode,
@@ -613,7 +613,7 @@ where
                 .await
                 .unwrap_or(Err(Error::Timeout(shared.timeout)));
             match acquired {
-                Ok(PermitAcquire::Acquired(mut permit)) => {
+                Ok(Acquire::Acquired(mut permit)) => {
                     if let Err(error) = shared.semaphore.watch(&shared.conn, &mut permit) {
                         tracing::warn!(%error, "concurrency limit: no watchdog for the slot");
                     }
@@ -635,8 +635,9 @@ where
                     slot.release().await;
                     Ok(response)
                 }
-                Ok(PermitAcquire::Full { retry_after, .. }) => {
+                Ok(Acquire::Busy(held)) => {
                     Counters::bump(&stats.rejected);
+                    let retry_after = held.ttl.unwrap_or_default();
                     Ok(refuse(shared.full_status, retry_after_secs(retry_after)))
                 }
                 // Only with `require_replicas` in the options: the permit was given back.

@@ -3,7 +3,7 @@
 mod guard;
 mod tally;
 
-pub use guard::{RedlockAcquire, RedlockGuard, RedlockRelease};
+pub use guard::RedlockGuard;
 
 use std::fmt;
 use std::future::Future;
@@ -14,10 +14,11 @@ use redis::Value;
 
 use self::tally::{Answer, Tally};
 use super::lease::deadline;
-use super::options::LockOptions;
+use super::options::{LockOptions, Polling};
+use super::outcome::{Acquire, Held, Release, Renew};
 use super::schema;
 use super::token::owner_token;
-use super::wait::Retry;
+use super::wait::{ms, Retry};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::script::{script_error, Call, Registry, Script, ScriptManager};
@@ -30,11 +31,15 @@ use crate::script::{script_error, Call, Registry, Script, ScriptManager};
 ///   `ttl − elapsed − drift` (drift: 1 % of the ttl + 2 ms unless
 ///   [`LockOptions::drift`] says otherwise), measured with [`Instant`] from before the first
 ///   request. Otherwise the key is released on all nodes, and the answer is
-///   [`RedlockAcquire::Busy`] when enough nodes said "held by another owner" that no quorum
+///   [`Acquire::Busy`] when enough nodes said "held by another owner" that no quorum
 ///   was possible, else [`Error::NoQuorum`] saying how many agreed and why each other node
 ///   failed.
-/// - **extend**: compare-and-PEXPIRE on every node; succeeds only with a quorum.
+/// - **renew**: compare-and-PEXPIRE on every node; [`Renew::Renewed`] only with a quorum.
 /// - **release**: compare-and-delete on every node.
+///
+/// The verbs and outcomes are those of every other kind: [`try_acquire`](Self::try_acquire)
+/// and [`acquire`](Self::acquire) answer [`Acquire`], [`renew`](Self::renew) [`Renew`],
+/// [`release`](Self::release) [`Release`].
 ///
 /// Redlock gives no fencing tokens: counters on independent nodes cannot be made strictly
 /// increasing without consensus. Use [`Lock`](crate::lock::Lock) on one server (or Cluster) when the
@@ -50,10 +55,9 @@ use crate::script::{script_error, Call, Registry, Script, ScriptManager};
 /// }
 /// let redlock = Redlock::new(nodes)?.with_node_timeout(Duration::from_millis(50));
 /// let options = LockOptions::new().ttl(Duration::from_secs(10));
-/// if let redkit::lock::RedlockAcquire::Acquired(guard) = redlock.acquire("payout-9", &options).await? {
+/// if let redkit::lock::Acquire::Acquired(guard) = redlock.acquire("payout-9", &options).await? {
 ///     println!("held for {:?}", guard.validity());
-///     let report = redlock.release(guard).await;
-///     println!("released on {} nodes", report.released);
+///     redlock.release(guard).await?;
 /// }
 /// # Ok(()) }
 /// ```
@@ -75,6 +79,9 @@ impl<C> fmt::Debug for Redlock<C> {
             .finish_non_exhaustive()
     }
 }
+
+impl<C> super::options::sealed::Sealed for Redlock<C> {}
+impl<C> Polling for Redlock<C> {}
 
 impl<C: ConnectionLike + Clone> Redlock<C> {
     /// Default bound on each node's answer.
@@ -104,7 +111,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
             nodes,
             manager: ScriptManager::new(),
             release: Registry::embedded("lock_release", 3),
-            renew: Registry::embedded("lock_renew", 1),
+            renew: Registry::embedded("lock_renew", 2),
             prefix: Self::DEFAULT_PREFIX.to_owned(),
             node_timeout: Self::DEFAULT_NODE_TIMEOUT,
         })
@@ -151,13 +158,56 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         self.nodes.len() / 2 + 1
     }
 
+    /// The key prefix.
+    ///
+    /// ```
+    /// # fn demo(nodes: Vec<redis::aio::MultiplexedConnection>) -> redkit::Result<()> {
+    /// let redlock = redkit::lock::Redlock::new(nodes)?;
+    /// assert_eq!(redlock.prefix(), "redkit:redlock");
+    /// # Ok(()) }
+    /// ```
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The script manager used for every call.
+    ///
+    /// ```
+    /// # fn demo(nodes: Vec<redis::aio::MultiplexedConnection>) -> redkit::Result<()> {
+    /// let redlock = redkit::lock::Redlock::new(nodes)?;
+    /// # let _ = redlock.manager(); Ok(()) }
+    /// ```
+    pub fn manager(&self) -> &ScriptManager {
+        &self.manager
+    }
+
     /// The key of `resource` on every node.
     pub fn key(&self, resource: &str) -> Result<String> {
         schema::base(&self.prefix, resource)
     }
 
+    /// One attempt on every node: [`Acquire::Acquired`] with a quorum and validity left;
+    /// fails or answers as [`acquire`](Self::acquire) does otherwise. Same as `acquire` with no
+    /// retries.
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redkit::lock::Redlock<redis::aio::MultiplexedConnection>) -> redkit::Result<()> {
+    /// use redkit::lock::{Acquire, LockOptions};
+    /// if let Acquire::Acquired(guard) = redlock.try_acquire("payout-9", &LockOptions::new()).await? {
+    ///     redlock.release(guard).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(
+        &self,
+        resource: &str,
+        options: &LockOptions<Redlock<C>>,
+    ) -> Result<Acquire<RedlockGuard>> {
+        self.acquire(resource, &options.clone().retries(0)).await
+    }
+
     /// Acquires on a quorum, retrying as `options` allow (retries, jittered delay, overall
-    /// deadline). [`RedlockAcquire::Busy`] when the last attempt found the lock held by
+    /// deadline). [`Acquire::Busy`] (`held_on` of `nodes`) when the last attempt found the lock held by
     /// another owner on so many nodes that no quorum was possible; fails with
     /// [`Error::NoQuorum`] (how many agreed, which failed and why) when unreachable nodes
     /// prevented the quorum, with [`Error::Timeout`] when it was reached but no validity was
@@ -166,9 +216,9 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     ///
     /// ```no_run
     /// # async fn run(redlock: redkit::lock::Redlock<redis::aio::MultiplexedConnection>) -> redkit::Result<()> {
-    /// use redkit::{lock::{LockOptions, RedlockAcquire}, Error};
+    /// use redkit::{lock::{Acquire, LockOptions}, Error};
     /// match redlock.acquire("payout-9", &LockOptions::new().retries(3)).await {
-    ///     Ok(RedlockAcquire::Acquired(guard)) => { redlock.release(guard).await; }
+    ///     Ok(Acquire::Acquired(guard)) => { redlock.release(guard).await?; }
     ///     Ok(_busy) => println!("another owner holds it"),
     ///     Err(Error::NoQuorum { agreed, needed, failed, .. }) => {
     ///         eprintln!("{agreed}/{needed} nodes agreed; failed: {failed:?}");
@@ -177,14 +227,12 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<RedlockAcquire> {
+    pub async fn acquire(
+        &self,
+        resource: &str,
+        options: &LockOptions<Redlock<C>>,
+    ) -> Result<Acquire<RedlockGuard>> {
         let ttl_ms = options.validate()?;
-        if options.get_token().is_some() {
-            return Err(Error::invalid(
-                "token",
-                "Redlock generates its own owner tokens (LockOptions::token is for Lock)",
-            ));
-        }
         if self.node_timeout.is_zero() || self.node_timeout >= options.lease() {
             return Err(Error::invalid(
                 "node timeout",
@@ -192,10 +240,10 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
             ));
         }
         let key = self.key(resource)?;
-        let mut retry = Retry::new(options);
+        let mut retry = Retry::new(options.settings());
         loop {
             let result = self.attempt(&key, ttl_ms, options).await;
-            if matches!(result, Ok(RedlockAcquire::Acquired(_))) || !retry.again().await {
+            if matches!(result, Ok(Acquire::Acquired(_))) || !retry.again().await {
                 return result;
             }
         }
@@ -205,8 +253,8 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         &self,
         key: &str,
         ttl_ms: u64,
-        options: &LockOptions,
-    ) -> Result<RedlockAcquire> {
+        options: &LockOptions<Redlock<C>>,
+    ) -> Result<Acquire<RedlockGuard>> {
         let token = owner_token();
         let started = Instant::now();
         let answers = self
@@ -234,44 +282,53 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         };
         let tally = Tally::of(answers);
         if tally.agreed >= self.quorum() && guard.is_valid() {
-            return Ok(RedlockAcquire::Acquired(guard));
+            return Ok(Acquire::Acquired(guard));
         }
         let elapsed = started.elapsed();
-        let report = self.release(guard).await;
-        if !report.failed.is_empty() {
-            tracing::debug!(failed = ?report.failed, "cleanup after a failed Redlock acquire");
+        let cleanup = self.release_on_all(guard).await;
+        if cleanup.agreed + cleanup.refused < self.nodes.len() {
+            tracing::debug!(failed = ?cleanup.failed, "cleanup after a failed Redlock acquire");
         }
         if tally.agreed >= self.quorum() {
             return Err(Error::Timeout(elapsed));
         }
         // Even if every node that failed had agreed, the refusals leave no quorum.
         if tally.refused > self.nodes.len() - self.quorum() {
-            return Ok(RedlockAcquire::Busy {
-                held_elsewhere: tally.refused,
-                total: self.nodes.len(),
-            });
+            return Ok(Acquire::Busy(Held::on_nodes(
+                tally.refused,
+                self.nodes.len(),
+            )));
         }
         Err(self.no_quorum(tally))
     }
 
-    /// Compare-and-PEXPIRE on every node, resetting the TTL to the guard's ttl. Succeeds only
-    /// with a quorum and validity left (then the guard's validity is `ttl − elapsed − drift`
-    /// again); otherwise [`Error::NoQuorum`] (or [`Error::Timeout`]) and the guard is no
+    /// Compare-and-PEXPIRE on every node, resetting the TTL to the guard's ttl (the same
+    /// renewal script as [`Lock::renew`](super::Lock::renew)). [`Renew::Renewed`] with a
+    /// quorum and validity left (the guard's validity is `ttl − elapsed − drift` again);
+    /// [`Renew::Lost`] when so many nodes answered "not the owner" that no quorum was
+    /// possible. Otherwise (unreachable nodes decided) [`Error::NoQuorum`], or
+    /// [`Error::Timeout`] when the quorum came too late. Except on `Renewed`, the guard is no
     /// longer valid.
     ///
     /// ```no_run
     /// # async fn run(redlock: redkit::lock::Redlock<redis::aio::MultiplexedConnection>, mut guard: redkit::lock::RedlockGuard) -> redkit::Result<()> {
-    /// redlock.extend(&mut guard).await?;
+    /// use redkit::lock::Renew;
+    /// if redlock.renew(&mut guard).await? == Renew::Lost {
+    ///     return Ok(()); // stop: another owner may hold the lock now
+    /// }
     /// # Ok(()) }
     /// ```
-    pub async fn extend(&self, guard: &mut RedlockGuard) -> Result<()> {
+    pub async fn renew(&self, guard: &mut RedlockGuard) -> Result<Renew> {
         let started = Instant::now();
+        let ttl_ms = ms(guard.ttl);
         let answers = self
             .on_all_nodes(|mut conn| {
                 let mut call = Call::new(self.renew);
                 call.key(&guard.key)
+                    .key(schema::fence(&guard.key))
                     .arg(&guard.token)
-                    .arg(u64::try_from(guard.ttl.as_millis()).unwrap_or(u64::MAX));
+                    .arg(ttl_ms)
+                    .arg(schema::fence_ttl_ms(ttl_ms));
                 async move { Answer::of_status(self.manager.invoke::<i64, _>(&mut conn, &call).await) }
             })
             .await;
@@ -279,18 +336,24 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         let valid_until = deadline(started, guard.ttl, guard.drift);
         if tally.agreed >= self.quorum() && valid_until > Instant::now() {
             guard.valid_until = valid_until;
-            return Ok(());
+            return Ok(Renew::Renewed);
         }
         guard.valid_until = Instant::now();
         if tally.agreed >= self.quorum() {
             return Err(Error::Timeout(started.elapsed()));
         }
+        if tally.refused > self.nodes.len() - self.quorum() {
+            return Ok(Renew::Lost);
+        }
         Err(self.no_quorum(tally))
     }
 
     /// Compare-and-delete on every node (a node where another owner holds the key is left
-    /// untouched). Per-node failures are reported, not returned as an error: those keys end
-    /// by their TTL.
+    /// untouched). [`Release::Released`] when the key was deleted on a quorum,
+    /// [`Release::NotOwner`] when so many nodes did not hold it (expired, or another owner's)
+    /// that no quorum was possible; otherwise (unreachable nodes decided)
+    /// [`Error::NoQuorum`] naming each node that failed and why. Keys a release could not
+    /// reach end by their TTL.
     ///
     /// The release is sent as `EVAL` with the script source, not `EVALSHA`: a node that did
     /// not answer in time (frozen, overloaded) runs our queued `SET` later and then this
@@ -298,12 +361,29 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     /// answered to nobody would leave the key behind until its TTL.
     ///
     /// ```no_run
-    /// # async fn run(redlock: redkit::lock::Redlock<redis::aio::MultiplexedConnection>, guard: redkit::lock::RedlockGuard) {
-    /// let report = redlock.release(guard).await;
-    /// println!("released on {}, not owner on {}", report.released, report.not_owner);
-    /// # }
+    /// # async fn run(redlock: redkit::lock::Redlock<redis::aio::MultiplexedConnection>, guard: redkit::lock::RedlockGuard) -> redkit::Result<()> {
+    /// use redkit::lock::Release;
+    /// if redlock.release(guard).await? == Release::NotOwner {
+    ///     eprintln!("the lease had ended: the work may have overlapped with another owner");
+    /// }
+    /// # Ok(()) }
     /// ```
-    pub async fn release(&self, guard: RedlockGuard) -> RedlockRelease {
+    pub async fn release(&self, guard: RedlockGuard) -> Result<Release> {
+        let tally = self.release_on_all(guard).await;
+        if tally.agreed >= self.quorum() {
+            if !tally.failed.is_empty() {
+                tracing::debug!(failed = ?tally.failed, "Redlock release: some nodes did not release");
+            }
+            return Ok(Release::Released);
+        }
+        if tally.refused > self.nodes.len() - self.quorum() {
+            return Ok(Release::NotOwner);
+        }
+        Err(self.no_quorum(tally))
+    }
+
+    /// Compare-and-delete on every node, answers counted.
+    async fn release_on_all(&self, guard: RedlockGuard) -> Tally {
         let answers = self
             .on_all_nodes(|mut conn| {
                 let mut call = Call::new(self.release);
@@ -318,16 +398,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
                 }
             })
             .await;
-        let tally = Tally::of(answers);
-        RedlockRelease {
-            released: tally.agreed,
-            not_owner: tally.refused,
-            failed: tally
-                .failed
-                .into_iter()
-                .filter(|(_, why)| why != "not owner")
-                .collect(),
-        }
+        Tally::of(answers)
     }
 
     /// Runs `op` on every node concurrently, each bounded by the node timeout.
