@@ -7,6 +7,10 @@
 
 mod support;
 
+// Connections to the primary are `patient_conn`s (10 s response timeout): a call and its
+// `WAIT` are one round trip, which must not time out on redis-rs's 500 ms default while a
+// loaded machine's replica takes long to acknowledge (see `Replication::new`).
+
 use std::time::Duration;
 
 use redkit::lock::{
@@ -42,7 +46,7 @@ fn not_replicated<G: std::fmt::Debug>(outcome: redkit::Result<Acquire<G>>) {
 #[tokio::test]
 async fn fair_lock_gives_an_unconfirmed_turn_to_the_next_in_line() {
     let pair = ReplicatedPair::spawn().await;
-    let mut conn = pair.primary.conn().await;
+    let mut conn = pair.primary.patient_conn().await;
     let fair = FairLock::new();
     let wait = Duration::from_secs(5);
     let guard = granted(
@@ -55,7 +59,7 @@ async fn fair_lock_gives_an_unconfirmed_turn_to_the_next_in_line() {
 
     pair.cut_link().await;
     // A caller without the requirement queues behind the one that requires it.
-    let mut other = pair.primary.conn().await;
+    let mut other = pair.primary.patient_conn().await;
     let unreplicated = LockOptions::new()
         .ttl(Duration::from_secs(10))
         .max_wait(wait);
@@ -78,7 +82,7 @@ async fn fair_lock_gives_an_unconfirmed_turn_to_the_next_in_line() {
 #[tokio::test]
 async fn rw_lock_gives_back_unconfirmed_read_and_write_holds() {
     let pair = ReplicatedPair::spawn().await;
-    let mut conn = pair.primary.conn().await;
+    let mut conn = pair.primary.patient_conn().await;
     let rw = RwLock::new();
     let key = rw.key("catalog").unwrap();
     let (readers, writer) = (format!("{key}:readers"), format!("{key}:writer"));
@@ -121,7 +125,7 @@ async fn rw_lock_gives_back_unconfirmed_read_and_write_holds() {
 #[tokio::test]
 async fn reentrant_lock_gives_back_an_unconfirmed_hold_and_keeps_the_count() {
     let pair = ReplicatedPair::spawn().await;
-    let mut conn = pair.primary.conn().await;
+    let mut conn = pair.primary.patient_conn().await;
     let lock = ReentrantLock::new();
     let me = Owner::new();
     let outer = granted(

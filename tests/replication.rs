@@ -5,6 +5,10 @@
 mod fixtures;
 mod support;
 
+// Connections to the primary are `patient_conn`s (10 s response timeout): a call and its
+// `WAIT` are one round trip, which must not time out on redis-rs's 500 ms default while a
+// loaded machine's replica takes long to acknowledge (see `Replication::new`).
+
 use std::time::{Duration, Instant};
 
 use redkit::script::Backend;
@@ -22,7 +26,7 @@ fn hit(key: &str) -> Call<'static> {
 #[tokio::test]
 async fn acked_counts_the_replica_and_reports_zero_when_it_is_frozen() {
     let mut pair = ReplicatedPair::spawn().await;
-    let mut conn = pair.primary.conn().await;
+    let mut conn = pair.primary.patient_conn().await;
     let m = ScriptManager::new();
     let one = Replication::new(1, Duration::from_millis(2_000)).unwrap();
 
@@ -58,7 +62,7 @@ async fn acked_counts_the_replica_and_reports_zero_when_it_is_frozen() {
 #[tokio::test]
 async fn acked_script_error_is_typed_and_writes_nothing() {
     let pair = ReplicatedPair::spawn().await;
-    let mut conn = pair.primary.conn().await;
+    let mut conn = pair.primary.patient_conn().await;
     let _: () = pair.primary.cmd(&["SET", "{r}:bad", "x"]).await;
     let one = Replication::new(1, Duration::from_millis(500)).unwrap();
     let err = ScriptManager::new()
@@ -115,7 +119,7 @@ async fn acked_call_after_script_flush_leaves_its_script_loaded() {
     .await;
     let pair = ReplicatedPair { primary, replica };
     pair.wait_in_sync(Duration::from_secs(20)).await;
-    let mut conn = pair.primary.conn().await;
+    let mut conn = pair.primary.patient_conn().await;
     let m = ScriptManager::new();
     let one = Replication::new(1, Duration::from_millis(2_000)).unwrap();
     let call = hit("{f}:c");
@@ -142,7 +146,7 @@ async fn acked_call_after_script_flush_leaves_its_script_loaded() {
     );
 
     // 600 distinct scripts run with EVAL by someone else: more than the 500 kept.
-    let mut other = pair.primary.conn().await;
+    let mut other = pair.primary.patient_conn().await;
     let mut pipe = redis::pipe();
     for i in 0..600 {
         pipe.cmd("EVAL").arg(format!("return {i}")).arg(0).ignore();
@@ -172,7 +176,7 @@ async fn acked_call_on_a_cold_cache_waits_once() {
     // 2-core machine; far below the second WAIT this guards against.
     const SLACK: Duration = Duration::from_millis(250);
     let pair = without_replica().await;
-    let mut conn = pair.primary.conn().await;
+    let mut conn = pair.primary.patient_conn().await;
     let m = ScriptManager::new();
     let wait = Replication::new(1, WAIT).unwrap();
     let waits = command_calls(&pair.primary, "wait").await;
@@ -217,7 +221,7 @@ async fn acked_function_call_without_its_library_waits_once() {
     // As above: the round trips (FUNCTION LIST, FUNCTION LOAD, FCALL), far below a second WAIT.
     const SLACK: Duration = Duration::from_millis(250);
     let pair = without_replica().await;
-    let mut conn = pair.primary.conn().await;
+    let mut conn = pair.primary.patient_conn().await;
     let m = ScriptManager::new().with_backend(Backend::Functions);
     let script = Registry::global().require("fixed_window", 7).unwrap();
     let mut call = Call::new(script);
