@@ -212,6 +212,23 @@ async fn a_semaphore_keeps_to_its_prefix_and_its_manager() {
         Release::Released
     );
     assert_counted(&manager, "Semaphore");
+
+    // The fair path: its gate (a fair lock) keeps to the prefix and the manager too.
+    flush(&server).await;
+    let acquired = sem
+        .acquire_fair(&mut conn, "q", 1, &options(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let Acquire::Acquired(permit) = acquired else {
+        panic!("a free permit, through the gate")
+    };
+    assert_under(&server, "t:sem", "Semaphore (fair)").await;
+    assert_eq!(
+        manager.stats().noscript_fallbacks,
+        3 + 3,
+        "the gate's acquire, the permit's acquire and the gate's release recovered on it"
+    );
+    sem.release(&mut conn, permit).await.unwrap();
 }
 
 #[tokio::test]
