@@ -12,9 +12,11 @@ use super::aligned::Slot;
 use super::decision::{Decision, Quota};
 use super::deny_cache::DenyCache;
 use super::key::LimitKey;
+use super::key_space::{delete, KeySpace};
+use super::rate::Rate;
+use super::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
 use super::window_group::WindowGroups;
 use crate::error::{Error, Result};
-use crate::keys::{tagged, validate_prefix};
 use crate::script::{script_error, Call, CallOutcome, Registry, Script, ScriptManager};
 
 /// A fixed-window rate limiter shared by every instance of a service.
@@ -41,18 +43,19 @@ use crate::script::{script_error, Call, CallOutcome, Registry, Script, ScriptMan
 /// service's instances to agree (NTP): a clock that is off by `d` moves that instance's
 /// window edges by `d`.
 ///
-/// **Keys.** `rk:rl:<name>:{<canonical key>}`: limiters with different names never share a
+/// **Keys.** `<prefix>:<name>:{<canonical key>}` (prefix [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX)
+/// unless [`with_prefix`](Self::with_prefix) chooses another): limiters with different names never share a
 /// counter, and the client part is the hash tag, so every call is a single-slot call on a
 /// Cluster. Cheap to clone.
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
 /// use std::time::Duration;
-/// use redkit::rate_limit::{FixedWindow, LimitKey};
+/// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
 ///
 /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
 /// let mut conn = client.get_multiplexed_async_connection().await?;
-/// let limiter = FixedWindow::new("api", 100, Duration::from_secs(60))?;
+/// let limiter = FixedWindow::new("api", Rate::per_minute(100)?)?;
 /// let decision = limiter.check(&mut conn, &LimitKey::ip([192, 0, 2, 1].into())).await?;
 /// if !decision.is_allowed() {
 ///     println!("retry after {:?}", decision.retry_after());
@@ -61,10 +64,10 @@ use crate::script::{script_error, Call, CallOutcome, Registry, Script, ScriptMan
 /// ```
 #[derive(Clone)]
 pub struct FixedWindow {
-    name: String,
-    base: String,
+    keys: KeySpace,
+    /// The rate, its period in whole milliseconds.
+    rate: Rate,
     limit: u32,
-    window: Duration,
     window_ms: u64,
     /// `fixed_window.v7` (windows from the first hit) or, aligned to the clock,
     /// `fixed_window_aligned.v1`.
@@ -84,8 +87,8 @@ pub struct FixedWindow {
 }
 
 impl FixedWindow {
-    /// Prefix of every rate-limit key.
-    pub const KEY_PREFIX: &'static str = "rk:rl";
+    /// Prefix of every key unless [`with_prefix`](Self::with_prefix) chooses another.
+    pub const DEFAULT_PREFIX: &'static str = "redkit:rl";
     /// The shortest window: 1 ms (windows are counted in whole milliseconds).
     pub const MIN_WINDOW: Duration = Duration::from_millis(1);
     /// The longest window: 2^53 - 1 ms (what a Lua number holds exactly).
@@ -102,39 +105,38 @@ impl FixedWindow {
     /// fewer calls in flight make larger groups, more make a lone burst wait less).
     pub const DEFAULT_GROUP_IN_FLIGHT: usize = 4;
 
-    /// A limiter named `name` (1..=64 bytes of `[A-Za-z0-9_:.-]`) allowing `limit` units per
-    /// `window` (at least 1 ms; sub-millisecond parts are dropped).
+    /// A limiter named `name` (1..=64 bytes of `[A-Za-z0-9_:.-]`) allowing
+    /// [`rate.limit()`](Rate::limit) units per window of [`rate.period()`](Rate::period) (at
+    /// least 1 ms; sub-millisecond parts are dropped), with keys under
+    /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX).
     ///
-    /// Errors: [`Error::InvalidInput`] for a zero limit, a window outside
-    /// [`MIN_WINDOW`](Self::MIN_WINDOW)..=[`MAX_WINDOW`](Self::MAX_WINDOW) or a bad name.
+    /// Errors: [`Error::InvalidInput`] for a window outside
+    /// [`MIN_WINDOW`](Self::MIN_WINDOW)..=[`MAX_WINDOW`](Self::MAX_WINDOW), a rate with a
+    /// burst (only [`Gcra`](super::Gcra) has one) or a bad name.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redkit::rate_limit::FixedWindow;
-    /// assert!(FixedWindow::new("login", 5, Duration::from_secs(60)).is_ok());
-    /// assert!(FixedWindow::new("login", 0, Duration::from_secs(60)).is_err());
-    /// assert!(FixedWindow::new("login", 5, Duration::ZERO).is_err());
-    /// assert!(FixedWindow::new("a{b}", 5, Duration::from_secs(1)).is_err());
+    /// use redkit::rate_limit::{FixedWindow, Rate};
+    /// assert!(FixedWindow::new("login", Rate::per_minute(5)?).is_ok());
+    /// assert!(FixedWindow::new("login", Rate::new(5, Duration::from_micros(10))?).is_err());
+    /// assert!(FixedWindow::new("login", Rate::per_minute(5)?.with_burst(10)?).is_err());
+    /// assert!(FixedWindow::new("a{b}", Rate::per_second(5)?).is_err());
+    /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn new(name: &str, limit: u32, window: Duration) -> Result<Self> {
-        validate_prefix("name", name)?;
-        if limit == 0 {
-            return Err(Error::invalid("limit", "must be at least 1"));
-        }
-        if window < Self::MIN_WINDOW || window > Self::MAX_WINDOW {
-            return Err(Error::invalid(
-                "window",
-                "must be between 1 ms and 2^53 - 1 ms",
-            ));
-        }
-        let window_ms =
-            u64::try_from(window.as_millis()).map_err(|_| Error::invalid("window", "too long"))?;
+    pub fn new(name: &str, rate: Rate) -> Result<Self> {
+        let keys = KeySpace::new(Self::DEFAULT_PREFIX, name)?;
+        let rate = rate.without_burst("fixed window")?;
+        let window_ms = rate.period_in(
+            Duration::from_millis(1),
+            Self::MAX_WINDOW,
+            "window",
+            "must be between 1 ms and 2^53 - 1 ms",
+        )?;
         let script = Registry::global().require("fixed_window", 7)?;
         Ok(Self {
-            base: format!("{}:{name}", Self::KEY_PREFIX),
-            name: name.to_owned(),
-            limit,
-            window: Duration::from_millis(window_ms),
+            keys,
+            rate: rate.with_period(Duration::from_millis(window_ms)),
+            limit: rate.limit(),
             window_ms,
             script,
             aligned_script: Registry::global().require("fixed_window_aligned", 1)?,
@@ -145,6 +147,47 @@ impl FixedWindow {
             aligned_group_script: Registry::global().require("fixed_window_aligned_group", 1)?,
             groups: None,
         })
+    }
+
+    /// Puts the keys under `prefix` (1..=64 bytes of `[A-Za-z0-9_:.-]`) instead of
+    /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX): `<prefix>:<name>:{<client>}`.
+    /// `with_prefix("rk:rl")` keeps the keys used before 0.2.
+    ///
+    /// ```
+    /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
+    /// let l = FixedWindow::new("api", Rate::per_second(10)?)?.with_prefix("app:rl")?;
+    /// assert_eq!(l.prefix(), "app:rl");
+    /// assert_eq!(l.redis_key(&LimitKey::text("u")?), "app:rl:api:{k:u}");
+    /// assert!(FixedWindow::new("api", Rate::per_second(10)?)?.with_prefix("bad prefix").is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
+        self.keys = self.keys.with_prefix(prefix)?;
+        Ok(self)
+    }
+
+    /// The key prefix.
+    ///
+    /// ```
+    /// use redkit::rate_limit::{FixedWindow, Rate};
+    /// let l = FixedWindow::new("api", Rate::per_second(10)?)?;
+    /// assert_eq!(l.prefix(), FixedWindow::DEFAULT_PREFIX);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn prefix(&self) -> &str {
+        self.keys.prefix()
+    }
+
+    /// The rate: [`limit`](Self::limit) per [`window`](Self::window).
+    ///
+    /// ```
+    /// use redkit::rate_limit::{FixedWindow, Rate};
+    /// let l = FixedWindow::new("api", Rate::per_second(10)?)?;
+    /// assert_eq!(*l.rate(), Rate::per_second(10)?);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn rate(&self) -> &Rate {
+        &self.rate
     }
 
     /// Group commit (off by default): concurrent checks through this limiter (or any clone
@@ -176,11 +219,11 @@ impl FixedWindow {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redkit::rate_limit::FixedWindow;
-    /// let limiter = FixedWindow::new("api", 100, Duration::from_secs(60))?
+    /// use redkit::rate_limit::{FixedWindow, Rate};
+    /// let limiter = FixedWindow::new("api", Rate::per_minute(100)?)?
     ///     .with_group_commit(FixedWindow::DEFAULT_GROUP_BATCH, FixedWindow::DEFAULT_GROUP_IN_FLIGHT)?;
     /// assert_eq!(limiter.group_commit(), Some((64, 4)));
-    /// assert!(FixedWindow::new("api", 100, Duration::from_secs(60))?.with_group_commit(1, 8).is_err());
+    /// assert!(FixedWindow::new("api", Rate::per_minute(100)?)?.with_group_commit(1, 8).is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn with_group_commit(mut self, max_batch: usize, max_in_flight: usize) -> Result<Self> {
@@ -204,8 +247,9 @@ impl FixedWindow {
     /// when checks are not grouped (the default).
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// let l = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_secs(1))?;
+    /// let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
     /// assert_eq!(l.group_commit(), None);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -225,7 +269,7 @@ impl FixedWindow {
 
     /// Aligns windows to the clock: each window starts at a multiple of
     /// [`window`](Self::window) since the Unix epoch (the calling process's clock) and has its
-    /// own counter key, `rk:rl:<name>:{<client>}:<window number>`. A check is then one
+    /// own counter key, `<prefix>:<name>:{<client>}:<window number>`. A check is then one
     /// `INCRBY` on the server (plus `PEXPIRE` on a window's first hit): the cheapest design,
     /// and every client's windows end together (like `X-RateLimit-Reset` of most public
     /// APIs). The reset comes from the caller's clock, so run NTP on your instances: an
@@ -238,11 +282,11 @@ impl FixedWindow {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// use redkit::rate_limit::{FixedWindow, LimitKey};
-    /// let l = FixedWindow::new("api", 100, Duration::from_secs(60))?.aligned_to_clock();
+    /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
+    /// let l = FixedWindow::new("api", Rate::per_minute(100)?)?.aligned_to_clock();
     /// assert!(l.is_aligned_to_clock());
     /// // The key names the current minute since the epoch.
-    /// assert!(l.redis_key(&LimitKey::text("u")?).starts_with("rk:rl:api:{k:u}:"));
+    /// assert!(l.redis_key(&LimitKey::text("u")?).starts_with("redkit:rl:api:{k:u}:"));
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn aligned_to_clock(mut self) -> Self {
@@ -255,8 +299,9 @@ impl FixedWindow {
     /// Whether windows are aligned to the clock ([`aligned_to_clock`](Self::aligned_to_clock)).
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// let l = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_secs(1))?;
+    /// let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
     /// assert!(!l.is_aligned_to_clock());
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -272,9 +317,9 @@ impl FixedWindow {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// use redkit::rate_limit::{DenyCache, FixedWindow};
+    /// use redkit::rate_limit::{DenyCache, FixedWindow, Rate};
     /// let cache = DenyCache::new(100_000)?;
-    /// let limiter = FixedWindow::new("api", 100, Duration::from_secs(60))?.with_deny_cache(cache.clone());
+    /// let limiter = FixedWindow::new("api", Rate::per_minute(100)?)?.with_deny_cache(cache.clone());
     /// assert_eq!(cache.stats().hits, 0);
     /// # let _ = limiter; Ok::<(), redkit::Error>(())
     /// ```
@@ -286,8 +331,9 @@ impl FixedWindow {
     /// The deny cache, when one is attached.
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// let l = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_secs(1))?;
+    /// let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
     /// assert!(l.deny_cache().is_none());
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -298,10 +344,11 @@ impl FixedWindow {
     /// Uses `manager` (e.g. one shared by the whole application, for its stats).
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
     /// use redkit::{rate_limit::FixedWindow, ScriptManager};
     /// let shared = ScriptManager::new();
-    /// let limiter = FixedWindow::new("api", 10, Duration::from_secs(1))?.with_manager(shared.clone());
+    /// let limiter = FixedWindow::new("api", Rate::per_second(10)?)?.with_manager(shared.clone());
     /// assert_eq!(limiter.manager().stats().noscript_fallbacks, 0);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -313,8 +360,9 @@ impl FixedWindow {
     /// The script manager running the checks (for its [`Stats`](crate::Stats)).
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// let limiter = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_secs(1))?;
+    /// let limiter = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
     /// let _stats = limiter.manager().stats();
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -325,20 +373,22 @@ impl FixedWindow {
     /// The limiter's name.
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// # let l = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_secs(1))?;
+    /// # let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
     /// assert_eq!(l.name(), "api");
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn name(&self) -> &str {
-        &self.name
+        self.keys.name()
     }
 
     /// Units allowed per window.
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// # let l = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_secs(1))?;
+    /// # let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
     /// assert_eq!(l.limit(), 10);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -349,22 +399,23 @@ impl FixedWindow {
     /// The window length (whole milliseconds).
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// # let l = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_micros(1500))?;
+    /// # let l = redkit::rate_limit::FixedWindow::new("api", Rate::new(10, Duration::from_micros(1500))?)?;
     /// assert_eq!(l.window(), Duration::from_millis(1));
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn window(&self) -> Duration {
-        self.window
+        self.rate.period()
     }
 
     /// The Redis key holding `key`'s counter (for inspection and operations).
     ///
     /// ```
     /// # use std::time::Duration;
-    /// use redkit::rate_limit::{FixedWindow, LimitKey};
-    /// let l = FixedWindow::new("api", 10, Duration::from_secs(1))?;
-    /// assert_eq!(l.redis_key(&LimitKey::ip([10, 0, 0, 1].into())), "rk:rl:api:{ip:10.0.0.1}");
+    /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
+    /// let l = FixedWindow::new("api", Rate::per_second(10)?)?;
+    /// assert_eq!(l.redis_key(&LimitKey::ip([10, 0, 0, 1].into())), "redkit:rl:api:{ip:10.0.0.1}");
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn redis_key(&self, key: &LimitKey) -> String {
@@ -576,7 +627,7 @@ impl FixedWindow {
     /// # Ok(()) }
     /// ```
     pub async fn reset<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<bool> {
-        super::delete(conn, self.redis_key(key), self.deny_cache.as_ref()).await
+        delete(conn, self.redis_key(key), self.deny_cache.as_ref()).await
     }
 
     /// The call checking `cost` units of `key` (in `slot`, when windows are aligned to the
@@ -610,9 +661,9 @@ impl FixedWindow {
         call
     }
 
-    /// `key`'s counter: `rk:rl:<name>:{<client>}`, with `:<window number>` in `slot`.
+    /// `key`'s counter: `<prefix>:<name>:{<client>}`, with `:<window number>` in `slot`.
     fn counter_key(&self, key: &LimitKey, slot: Option<&Slot>) -> String {
-        let tagged = tagged(&self.base, key.as_str());
+        let tagged = self.keys.key(key);
         match slot {
             Some(slot) => slot.key(tagged),
             None => tagged,
@@ -655,7 +706,7 @@ impl FixedWindow {
         let reset_after = match u64::try_from(pttl) {
             Ok(ms) if ms > 0 => Duration::from_millis(ms),
             // Expired between commands (cannot happen inside a script) or no TTL: a full window.
-            _ => self.window,
+            _ => self.window(),
         };
         let quota = Quota::new(self.limit, count, reset_after);
         Ok(match allowed {
@@ -686,14 +737,33 @@ impl FixedWindow {
 impl fmt::Debug for FixedWindow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FixedWindow")
-            .field("name", &self.name)
+            .field("name", &self.name())
+            .field("prefix", &self.prefix())
             .field("limit", &self.limit)
-            .field("window", &self.window)
+            .field("window", &self.window())
             .field("aligned_to_clock", &self.aligned)
             .field("script", &self.script.id())
             .field("deny_cache", &self.deny_cache)
             .field("group_commit", &self.group_commit())
             .finish()
+    }
+}
+
+impl RateLimiter for FixedWindow {
+    delegate_rate_limiter!(FixedWindow);
+
+    fn deny_cache(&self) -> Option<&DenyCache> {
+        FixedWindow::deny_cache(self)
+    }
+}
+
+impl Hooks for FixedWindow {
+    fn attach_deny_cache(self, cache: DenyCache) -> Self {
+        self.with_deny_cache(cache)
+    }
+
+    fn is_grouped(&self) -> bool {
+        self.groups.is_some()
     }
 }
 
@@ -716,7 +786,7 @@ mod tests {
     use super::*;
 
     fn limiter() -> FixedWindow {
-        FixedWindow::new("t", 10, Duration::from_secs(1)).unwrap()
+        FixedWindow::new("t", Rate::per_second(10).unwrap()).unwrap()
     }
 
     fn reply(c: i64, p: i64, a: i64) -> Value {
@@ -793,20 +863,30 @@ mod tests {
             l.call(&LimitKey::ip([1, 2, 3, 4].into()), 0, None),
             Err(Error::InvalidInput { what: "cost", .. })
         ));
-        assert!(FixedWindow::new("t", 1, Duration::from_micros(999)).is_err());
-        assert!(FixedWindow::new("t", 1, FixedWindow::MAX_WINDOW).is_ok());
+        assert!(Rate::new(1, Duration::from_micros(999))
+            .and_then(|r| FixedWindow::new("t", r))
+            .is_err());
+        assert!(Rate::new(1, FixedWindow::MAX_WINDOW)
+            .and_then(|r| FixedWindow::new("t", r))
+            .is_ok());
         assert!(
-            FixedWindow::new("t", 1, FixedWindow::MAX_WINDOW + Duration::from_millis(1)).is_err()
+            Rate::new(1, FixedWindow::MAX_WINDOW + Duration::from_millis(1))
+                .and_then(|r| FixedWindow::new("t", r))
+                .is_err()
         );
-        assert!(FixedWindow::new("", 1, Duration::from_secs(1)).is_err());
+        assert!(Rate::per_second(1)
+            .and_then(|r| FixedWindow::new("", r))
+            .is_err());
     }
 
     #[test]
     fn names_never_share_counters() {
         let k = LimitKey::text("x").unwrap();
-        let a = FixedWindow::new("a", 1, Duration::from_secs(1)).unwrap();
-        let ab = FixedWindow::new("a:b", 1, Duration::from_secs(1)).unwrap();
+        let a = FixedWindow::new("a", Rate::per_second(1).unwrap()).unwrap();
+        let ab = FixedWindow::new("a:b", Rate::per_second(1).unwrap()).unwrap();
         assert_ne!(a.redis_key(&k), ab.redis_key(&k));
-        assert_eq!(a.redis_key(&k), "rk:rl:a:{k:x}");
+        assert_eq!(a.redis_key(&k), "redkit:rl:a:{k:x}");
+        let old = a.with_prefix("rk:rl").unwrap();
+        assert_eq!(old.redis_key(&k), "rk:rl:a:{k:x}");
     }
 }
