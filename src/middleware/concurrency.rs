@@ -219,9 +219,9 @@ struct Shared<C, K, H> {
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// use std::{net::SocketAddr, time::Duration};
+/// use std::net::SocketAddr;
 /// use axum::{routing::get, Router};
-/// use redkit::middleware::ConcurrencyLimitLayer;
+/// use redkit::middleware::{ConcurrencyLimitLayer, ConcurrencyPolicy};
 ///
 /// let client = redis::Client::open("redis://127.0.0.1:6379/?protocol=resp3")?;
 /// let conn = redis::aio::ConnectionManager::new(client).await?;

@@ -169,12 +169,11 @@ impl PolicyConfig {
     /// A configuration with only a default policy.
     ///
     /// ```
-    /// # use redkit::rate_limit::Rate;
     /// use redkit::middleware::{PolicyConfig, PolicySpec};
-    /// use std::time::Duration;
+    /// use redkit::rate_limit::Rate;
     /// let config = PolicyConfig::new(PolicySpec::new("default", Rate::per_minute(100)?))
     ///     .route("/login", PolicySpec::new("login", Rate::per_minute(5)?));
-    /// # let _ = config;
+    /// # let _ = config; Ok::<(), redkit::Error>(())
     /// ```
     pub fn new(default: PolicySpec) -> Self {
         Self {
@@ -261,10 +260,9 @@ impl PolicyConfig {
     /// ```
     /// # use redkit::rate_limit::Rate;
     /// # use redkit::middleware::{PolicyConfig, PolicySpec};
-    /// # use std::time::Duration;
     /// let config = PolicyConfig::new(PolicySpec::new("d", Rate::per_second(100)?))
     ///     .route("/upload", PolicySpec::new("upload", Rate::per_second(2)?));
-    /// # let _ = config;
+    /// # let _ = config; Ok::<(), redkit::Error>(())
     /// ```
     pub fn route(mut self, path: impl Into<String>, policy: PolicySpec) -> Self {
         self.routes.push(RouteSpec {
