@@ -458,7 +458,7 @@ impl From<Limiter> for Policies {
     }
 }
 
-impl<L: RateLimiter> From<L> for Policies {
+impl<L: RateLimiter + Into<Limiter>> From<L> for Policies {
     fn from(limiter: L) -> Self {
         Self::new(limiter)
     }

@@ -7,10 +7,12 @@ use serde::{Deserialize, Serialize};
 
 use super::decision::Decision;
 use super::deny_cache::DenyCache;
+use super::gcra::Gcra;
 use super::key::LimitKey;
 use super::rate::Rate;
 use super::rate_limiter::{sealed::Hooks, RateLimiter};
-use super::{FixedWindow, Gcra, SlidingWindow};
+use super::sliding::SlidingWindow;
+use super::window::FixedWindow;
 use crate::error::Result;
 
 /// Declares [`Limiter`] (one variant per algorithm), [`Algorithm`] (its name in

@@ -15,7 +15,7 @@ use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
-use super::window_group::WindowGroups;
+use super::window_group::{GroupSender, WindowGroups};
 use crate::error::{Error, Result};
 use crate::script::{script_error, Call, CallOutcome, Registry, Script, ScriptManager};
 
@@ -259,14 +259,6 @@ impl FixedWindow {
             .map(|g| (g.max_batch(), g.max_in_flight()))
     }
 
-    pub(super) fn group_script(&self) -> &'static Script {
-        self.group_script
-    }
-
-    pub(super) fn window_ms(&self) -> u64 {
-        self.window_ms
-    }
-
     /// Aligns windows to the clock: each window starts at a multiple of
     /// [`window`](Self::window) since the Unix epoch (the calling process's clock) and has its
     /// own counter key, `<prefix>:<name>:{<client>}:<window number>`. A check is then one
@@ -490,10 +482,7 @@ impl FixedWindow {
         ttl_ms: u64,
     ) -> Result<Value> {
         match &self.groups {
-            Some(groups) => {
-                self.send_grouped(groups, conn, redis_key, cost, ttl_ms)
-                    .await
-            }
+            Some(groups) => groups.send(self, conn, redis_key, cost, ttl_ms).await,
             None => {
                 let call = self.single_call(redis_key, cost, ttl_ms);
                 self.manager.invoke(conn, &call).await
@@ -655,7 +644,7 @@ impl FixedWindow {
 
     /// The call checking `cost` units on the counter `redis_key`, `ttl_ms` the window (or
     /// aligned to the clock, a new counter's TTL): what [`call`](Self::call) builds.
-    pub(super) fn single_call(&self, redis_key: &str, cost: u32, ttl_ms: u64) -> Call<'static> {
+    fn single_call(&self, redis_key: &str, cost: u32, ttl_ms: u64) -> Call<'static> {
         let mut call = Call::new(self.script);
         call.key(redis_key).arg(self.limit).arg(ttl_ms).arg(cost);
         call
@@ -746,6 +735,32 @@ impl fmt::Debug for FixedWindow {
             .field("deny_cache", &self.deny_cache)
             .field("group_commit", &self.group_commit())
             .finish()
+    }
+}
+
+impl GroupSender for FixedWindow {
+    fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    fn window_ms(&self) -> u64 {
+        self.window_ms
+    }
+
+    fn is_aligned_to_clock(&self) -> bool {
+        self.aligned
+    }
+
+    fn group_script(&self) -> &'static Script {
+        self.group_script
+    }
+
+    fn manager(&self) -> &ScriptManager {
+        &self.manager
+    }
+
+    fn single_call(&self, redis_key: &str, cost: u32, ttl_ms: u64) -> Call<'static> {
+        FixedWindow::single_call(self, redis_key, cost, ttl_ms)
     }
 }
 
