@@ -15,7 +15,7 @@ use tower::{Layer, Service};
 use super::future::ResponseFuture;
 use super::headers::retry_after_secs;
 use super::key::{ClientId, KeyExtractor, PeerIp, RequestInfo};
-use super::layer::{Counters, FailMode, UnknownClient};
+use super::rate_limit_layer::{Counters, FailMode, UnknownClient};
 use super::respond::{DefaultResponses, Rejection, Respond, RespondWith};
 use crate::error::{Error, Result};
 use crate::keys::{validate_prefix, MAX_PART_LEN};

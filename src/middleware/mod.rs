@@ -33,11 +33,11 @@ mod concurrency;
 mod future;
 mod headers;
 mod key;
-mod layer;
 mod outcome;
 mod policy;
+mod rate_limit_layer;
+mod rate_limit_service;
 mod respond;
-mod service;
 
 pub use concurrency::{
     ConcurrencyLimit, ConcurrencyLimitBuilder, ConcurrencyLimitLayer, ConcurrencyPolicy,
@@ -48,8 +48,10 @@ pub use headers::{RATELIMIT, RATELIMIT_POLICY};
 pub use key::{
     ClientId, FnKey, ForwardedHeader, KeyExtractor, PeerIp, RequestInfo, TrustedProxies,
 };
-pub use layer::{FailMode, MiddlewareStats, RateLimitBuilder, RateLimitLayer, UnknownClient};
 pub use outcome::{LimitOutcome, Unchecked};
 pub use policy::{Policies, PolicyConfig, PolicySpec};
+pub use rate_limit_layer::{
+    FailMode, MiddlewareStats, RateLimitBuilder, RateLimitLayer, UnknownClient,
+};
+pub use rate_limit_service::RateLimit;
 pub use respond::{DefaultResponses, Rejection, Respond, RespondWith};
-pub use service::RateLimit;

@@ -1,4 +1,4 @@
-//! [`RateLimitLayer`] and its builder.
+//! [`RateLimitLayer`], its builder, and the settings and counters its services share.
 
 use std::collections::HashMap;
 use std::fmt;
