@@ -20,7 +20,7 @@ use std::time::Duration;
 use axum::{routing::get, Router};
 use redis::aio::ConnectionManager;
 use redkit::middleware::{ConcurrencyLimitLayer, RateLimitLayer};
-use redkit::rate_limit::FixedWindow;
+use redkit::rate_limit::{FixedWindow, Rate};
 use redkit::GroupCommit;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
@@ -90,7 +90,7 @@ fn main() {
         let client = redis::Client::open(format!("{}?protocol=resp3", server.url())).unwrap();
         let conn = ConnectionManager::new(client).await.unwrap();
         let window = Duration::from_secs(1);
-        let fw = |name: &str, limit: u32| FixedWindow::new(name, limit, window).unwrap();
+        let fw = |name: &str, limit: u32| FixedWindow::new(name, Rate::new(limit, window).unwrap()).unwrap();
         let governor = |per_ms: u64, burst: u32| {
             let config = GovernorConfigBuilder::default()
                 .per_millisecond(per_ms)
@@ -131,7 +131,10 @@ fn main() {
             (
                 "under the limit",
                 "redkit concurrency limit (N = 1000)",
-                base().layer(ConcurrencyLimitLayer::new("cc", 1000, conn.clone()).unwrap()),
+                base().layer(ConcurrencyLimitLayer::new(
+                    redkit::middleware::ConcurrencyPolicy::new("cc", 1000).unwrap(),
+                    conn.clone(),
+                )),
             ),
             ("flood (100/s allowed)", "tower_governor", base().layer(governor(10, 100))),
             (

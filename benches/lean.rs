@@ -102,7 +102,7 @@ use redkit::inventory::{Decrement, Inventory};
 use redkit::lock::{
     Acquire, FairLock, Lock, LockOptions, Mode, Owner, ReentrantLock, Release, RwLock, Semaphore,
 };
-use redkit::rate_limit::{Decision, FixedWindow, Gcra, LimitKey, SlidingWindow};
+use redkit::rate_limit::{Decision, FixedWindow, Gcra, LimitKey, Rate, SlidingWindow};
 use redkit::script::{Backend, Library};
 use redkit::{Call, GroupCommit, Registry, ScriptManager};
 
@@ -606,8 +606,13 @@ async fn fixed_case(
     secs: f64,
     ips: &Arc<Vec<LimitKey>>,
 ) {
-    let limiter =
-        Arc::new(FixedWindow::new("lean", LIMIT, Duration::from_millis(WINDOW_MS)).unwrap());
+    let limiter = Arc::new(
+        FixedWindow::new(
+            "lean",
+            Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
+        )
+        .unwrap(),
+    );
     let (redkit_op, seed_op) = limiter_ops(&limiter, ips);
     let redkit = run_op(conn, pid, secs, &redkit_op).await;
     // The seed builds its key from the client's address per call, as redkit builds its own.
@@ -615,9 +620,12 @@ async fn fixed_case(
     row("fixed-window check, 10k IPs", &redkit, &seed);
     // Windows aligned to the clock: one INCRBY on the common path (fixed_window_aligned.v1).
     let aligned = Arc::new(
-        FixedWindow::new("lean-al", LIMIT, Duration::from_millis(WINDOW_MS))
-            .unwrap()
-            .aligned_to_clock(),
+        FixedWindow::new(
+            "lean-al",
+            Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
+        )
+        .unwrap()
+        .aligned_to_clock(),
     );
     let redkit_aligned = checks(conn, pid, secs, &aligned, ips).await;
     row(
@@ -628,9 +636,12 @@ async fn fixed_case(
     // Group commit (README's settings for a flood): concurrent checks settled by one
     // fixed_window_group call each.
     let grouped = Arc::new(
-        FixedWindow::new("lean-gc", LIMIT, Duration::from_millis(WINDOW_MS))
-            .unwrap()
-            .with_group_commit(GroupCommit::new(64, group_in_flight()).unwrap()),
+        FixedWindow::new(
+            "lean-gc",
+            Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
+        )
+        .unwrap()
+        .with_group_commit(GroupCommit::new(64, group_in_flight()).unwrap()),
     );
     let calls_before = evalsha_calls(conn.clone()).await;
     let redkit_grouped = checks(conn, pid, secs, &grouped, ips).await;
@@ -650,10 +661,13 @@ async fn fixed_case(
         &seed,
     );
     let aligned_grouped = Arc::new(
-        FixedWindow::new("lean-al-gc", LIMIT, Duration::from_millis(WINDOW_MS))
-            .unwrap()
-            .with_group_commit(GroupCommit::new(64, group_in_flight()).unwrap())
-            .aligned_to_clock(),
+        FixedWindow::new(
+            "lean-al-gc",
+            Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
+        )
+        .unwrap()
+        .with_group_commit(GroupCommit::new(64, group_in_flight()).unwrap())
+        .aligned_to_clock(),
     );
     let redkit_aligned_grouped = checks(conn, pid, secs, &aligned_grouped, ips).await;
     row(
@@ -680,8 +694,13 @@ async fn bodies_case(
     secs: f64,
     ips: &Arc<Vec<LimitKey>>,
 ) {
-    let limiter =
-        Arc::new(FixedWindow::new("lean-body", LIMIT, Duration::from_millis(WINDOW_MS)).unwrap());
+    let limiter = Arc::new(
+        FixedWindow::new(
+            "lean-body",
+            Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
+        )
+        .unwrap(),
+    );
     let (_, seed_op) = limiter_ops(&limiter, ips);
     let seed = run_op(conn, pid, secs, &seed_op).await;
     let v7 = run_op(conn, pid, secs, &ops::raw_body_op(&limiter, ips, true)).await;
@@ -701,7 +720,7 @@ async fn gcra_case(
     ips: &Arc<Vec<LimitKey>>,
 ) {
     let period = Duration::from_millis(WINDOW_MS);
-    let limiter = Arc::new(Gcra::new("lean", LIMIT, period).unwrap());
+    let limiter = Arc::new(Gcra::new("lean", Rate::new(LIMIT, period).unwrap()).unwrap());
     let seed_script = Arc::new(redis::Script::new(SEED_GCRA));
     let (l, k) = (limiter.clone(), ips.clone());
     let redkit = run(conn.clone(), pid, secs, move |mut c, t, i| {
@@ -741,7 +760,7 @@ async fn sliding_case(
     ips: &Arc<Vec<LimitKey>>,
 ) {
     let window = Duration::from_millis(WINDOW_MS);
-    let limiter = Arc::new(SlidingWindow::new("lean", LIMIT, window).unwrap());
+    let limiter = Arc::new(SlidingWindow::new("lean", Rate::new(LIMIT, window).unwrap()).unwrap());
     let seed_script = Arc::new(redis::Script::new(SEED_SLIDING));
     let (l, k) = (limiter.clone(), ips.clone());
     let redkit = run(conn.clone(), pid, secs, move |mut c, t, i| {
@@ -837,8 +856,13 @@ async fn pipeline_case(
     // redkit's own decrement and limiter, plain and coalesced.
     let store = Arc::new(Inventory::new("pipe:inv").unwrap().store("w").unwrap());
     store.set(&mut conn, "hot", STOCK).await.unwrap();
-    let limiter =
-        Arc::new(FixedWindow::new("pipe", LIMIT, Duration::from_millis(WINDOW_MS)).unwrap());
+    let limiter = Arc::new(
+        FixedWindow::new(
+            "pipe",
+            Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
+        )
+        .unwrap(),
+    );
     let ips = client_ips(0x0b00_0000);
     for through in [None, Some(coalescing.clone())] {
         let label = if through.is_some() {
@@ -932,7 +956,11 @@ async fn limiter_ceilings(server: &support::RedisServer, conn: &mut MultiplexedC
     println!("| --- | ---: |");
     let port = server.port();
     let (limit, window) = (LIMIT.to_string(), WINDOW_MS.to_string());
-    let gcra = Gcra::new("c", LIMIT, Duration::from_millis(WINDOW_MS)).unwrap();
+    let gcra = Gcra::new(
+        "c",
+        Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
+    )
+    .unwrap();
     let interval = gcra.emission_interval().as_micros().to_string();
     let mut cases: Vec<(String, Vec<&str>)> = versions("fixed_window")
         .into_iter()
@@ -1266,9 +1294,12 @@ async fn backends(
             .enumerate()
         {
             let limiter = Arc::new(
-                FixedWindow::new("backend", LIMIT, Duration::from_millis(WINDOW_MS))
-                    .unwrap()
-                    .with_manager(manager),
+                FixedWindow::new(
+                    "backend",
+                    Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
+                )
+                .unwrap()
+                .with_manager(manager),
             );
             runs[b].push(checks(&conn, pid, secs, &limiter, &ips).await);
         }
@@ -1705,14 +1736,14 @@ async fn sequential_case(conn: MultiplexedConnection) {
     let window = Duration::from_millis(WINDOW_MS);
     cases.push(limiter_case(
         "fixed-window check",
-        FixedWindow::new("seq", LIMIT, window).unwrap(),
+        FixedWindow::new("seq", Rate::new(LIMIT, window).unwrap()).unwrap(),
         0x0c00_0000,
         "seq:rl",
     ));
     // A lone caller with group commit on goes straight through (one queue entry, no timer).
     cases.push(limiter_case(
         "fixed-window check, with_group_commit(64, 4)",
-        FixedWindow::new("seq-gc", LIMIT, window)
+        FixedWindow::new("seq-gc", Rate::new(LIMIT, window).unwrap())
             .unwrap()
             .with_group_commit(GroupCommit::new(64, 4).unwrap()),
         0x0d00_0000,

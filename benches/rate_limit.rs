@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::aio::MultiplexedConnection;
-use redkit::rate_limit::{FixedWindow, LimitKey};
+use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
 use support::RedisServer;
 
 const CALLERS: u64 = 64;
@@ -32,7 +32,11 @@ fn setup(rt: &tokio::runtime::Runtime) -> Setup {
     rt.block_on(async {
         let server = RedisServer::spawn().await;
         let conn = server.conn().await;
-        let limiter = FixedWindow::new("bench", LIMIT, Duration::from_millis(WINDOW_MS)).unwrap();
+        let limiter = FixedWindow::new(
+            "bench",
+            Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
+        )
+        .unwrap();
         let script = fixtures::script("fixed_window", 3);
         let raw = redis::Script::new(script.source());
         assert_eq!(raw.get_hash(), script.sha1());

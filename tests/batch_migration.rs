@@ -14,7 +14,7 @@ use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
 use redis::Value;
 use redkit::connect::{Cluster, Timeouts};
-use redkit::rate_limit::{FixedWindow, LimitKey};
+use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
 use redkit::{Call, CallOutcome, Script, ScriptManager};
 use support::RedisCluster;
 
@@ -247,7 +247,11 @@ where
 {
     // The limiter's check_batch_by_slot: 32 keys per batch, a huge limit so every check
     //    that ran counts one unit.
-    let limiter = FixedWindow::new("mig", 1_000_000, Duration::from_secs(600)).unwrap();
+    let limiter = FixedWindow::new(
+        "mig",
+        Rate::new(1_000_000, Duration::from_secs(600)).unwrap(),
+    )
+    .unwrap();
     let lkeys: Vec<LimitKey> = (0..128)
         .map(|i| LimitKey::text(&format!("c{i}")).unwrap())
         .collect();
@@ -342,7 +346,11 @@ async fn single_checks_during_migration<C>(cluster: &RedisCluster, conn: C) -> T
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    let limiter = FixedWindow::new("mig", 1_000_000, Duration::from_secs(600)).unwrap();
+    let limiter = FixedWindow::new(
+        "mig",
+        Rate::new(1_000_000, Duration::from_secs(600)).unwrap(),
+    )
+    .unwrap();
     let lkeys: Vec<LimitKey> = (0..128)
         .map(|i| LimitKey::text(&format!("c{i}")).unwrap())
         .collect();

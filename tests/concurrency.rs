@@ -13,7 +13,7 @@ use axum::routing::get;
 use axum::Router;
 use http::{Request, StatusCode};
 use redis::aio::ConnectionManager;
-use redkit::middleware::{ClientId, ConcurrencyLimitLayer, FailMode, FnKey};
+use redkit::middleware::{ClientId, ConcurrencyLimitLayer, ConcurrencyPolicy, FailMode, FnKey};
 use redkit::rate_limit::LimitKey;
 use support::RedisServer;
 use tower::ServiceExt;
@@ -53,7 +53,10 @@ async fn holders(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn n_plus_k_concurrent_slow_requests_run_exactly_n_at_once() {
     let server = RedisServer::spawn().await;
-    let layer = ConcurrencyLimitLayer::new("slow", 3, manager(&server).await).unwrap();
+    let layer = ConcurrencyLimitLayer::new(
+        ConcurrencyPolicy::new("slow", 3).unwrap(),
+        manager(&server).await,
+    );
     let running = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let (r, m) = (Arc::clone(&running), Arc::clone(&most));
@@ -120,10 +123,13 @@ async fn n_plus_k_concurrent_slow_requests_run_exactly_n_at_once() {
 #[tokio::test]
 async fn a_cancelled_request_frees_its_slot() {
     let server = RedisServer::spawn().await;
-    let layer = ConcurrencyLimitLayer::builder("cancel", 1, manager(&server).await)
-        .key_extractor(one_client())
-        .build()
-        .unwrap();
+    let layer = ConcurrencyLimitLayer::builder(
+        ConcurrencyPolicy::new("cancel", 1).unwrap(),
+        manager(&server).await,
+    )
+    .key_extractor(one_client())
+    .build()
+    .unwrap();
     let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
     let app = Router::new()
         .route(
@@ -184,11 +190,12 @@ async fn a_crashed_instance_slots_come_back_after_the_lease() {
         runtime.block_on(async move {
             let client = redis::Client::open(format!("{url}?protocol=resp3")).unwrap();
             let conn = ConnectionManager::new(client).await.unwrap();
-            let layer = ConcurrencyLimitLayer::builder("crash", 2, conn)
-                .key_extractor(one_client())
-                .lease(lease)
-                .build()
-                .unwrap();
+            let layer =
+                ConcurrencyLimitLayer::builder(ConcurrencyPolicy::new("crash", 2).unwrap(), conn)
+                    .key_extractor(one_client())
+                    .lease(lease)
+                    .build()
+                    .unwrap();
             let app = Router::new()
                 .route(
                     "/",
@@ -216,12 +223,15 @@ async fn a_crashed_instance_slots_come_back_after_the_lease() {
         entered_rx.recv_timeout(Duration::from_secs(10)).unwrap();
     }
 
-    let layer_b = ConcurrencyLimitLayer::builder("crash", 2, manager(&server).await)
-        .key_extractor(one_client())
-        .lease(lease)
-        .timeout(TIMEOUT)
-        .build()
-        .unwrap();
+    let layer_b = ConcurrencyLimitLayer::builder(
+        ConcurrencyPolicy::new("crash", 2).unwrap(),
+        manager(&server).await,
+    )
+    .key_extractor(one_client())
+    .lease(lease)
+    .timeout(TIMEOUT)
+    .build()
+    .unwrap();
     let app_b = Router::new()
         .route("/", get(|| async { "b" }))
         .layer(layer_b.clone());
@@ -321,7 +331,7 @@ async fn fail_modes_when_redis_is_down() {
     let mut server = RedisServer::spawn().await;
     let conn = manager(&server).await;
     let build = |mode: FailMode| {
-        ConcurrencyLimitLayer::builder("down", 1, conn.clone())
+        ConcurrencyLimitLayer::builder(ConcurrencyPolicy::new("down", 1).unwrap(), conn.clone())
             .key_extractor(one_client())
             .fail_mode(mode)
             .timeout(Duration::from_millis(200))
@@ -336,10 +346,12 @@ async fn fail_modes_when_redis_is_down() {
             .layer(layer.clone())
     };
     assert_eq!(status_of(&app(&open), "/").await, StatusCode::OK);
-    assert!(ConcurrencyLimitLayer::builder("x", 1, conn.clone())
-        .full_status(StatusCode::OK)
-        .build()
-        .is_err());
+    assert!(
+        ConcurrencyLimitLayer::builder(ConcurrencyPolicy::new("x", 1).unwrap(), conn.clone())
+            .full_status(StatusCode::OK)
+            .build()
+            .is_err()
+    );
     server.stop().await;
     assert_eq!(status_of(&app(&open), "/").await, StatusCode::OK);
     let req = Request::get("/").body(Body::empty()).unwrap();
@@ -348,4 +360,189 @@ async fn fail_modes_when_redis_is_down() {
     assert_eq!(res.headers()["retry-after"], "1");
     assert_eq!(open.stats().failed_open, 1);
     assert_eq!(closed.stats().failed_closed, 1);
+}
+
+/// The policy's prefix is where the slots live on the server: the default `redkit:cc`, or the
+/// one chosen with `with_prefix` (and nothing under the default then).
+#[tokio::test]
+async fn slots_live_under_the_policy_prefix() {
+    let server = RedisServer::spawn().await;
+    let conn = manager(&server).await;
+    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel::<()>();
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let entered = Arc::new(std::sync::Mutex::new(Some(entered_tx)));
+    let go = Arc::new(tokio::sync::Mutex::new(Some(go_rx)));
+    let policy = ConcurrencyPolicy::new("pfx", 1)
+        .unwrap()
+        .with_prefix("app:cc")
+        .unwrap();
+    assert_eq!(policy.key("k:c").unwrap(), "app:cc:pfx:{k:c}");
+    let layer = ConcurrencyLimitLayer::builder(policy, conn)
+        .key_extractor(one_client())
+        .build()
+        .unwrap();
+    assert_eq!(layer.policy().prefix(), "app:cc");
+    let app = Router::new()
+        .route(
+            "/",
+            get(move || {
+                let (entered, go) = (Arc::clone(&entered), Arc::clone(&go));
+                async move {
+                    if let Some(tx) = entered.lock().unwrap().take() {
+                        let _ = tx.send(());
+                    }
+                    if let Some(rx) = go.lock().await.take() {
+                        let _ = rx.await;
+                    }
+                    "ok"
+                }
+            }),
+        )
+        .layer(layer.clone());
+    let held = tokio::spawn({
+        let app = app.clone();
+        async move { status_of(&app, "/").await }
+    });
+    entered_rx.await.unwrap();
+    // While the request runs, its slot is a holder of the prefixed key, and only there.
+    let holders_prefixed: i64 = server.cmd(&["ZCARD", "app:cc:pfx:{k:c}"]).await;
+    assert_eq!(holders_prefixed, 1);
+    let under_default: Vec<String> = server.cmd(&["KEYS", "redkit:cc:*"]).await;
+    assert!(under_default.is_empty(), "{under_default:?}");
+    assert_eq!(holders(&server, &layer).await, 1);
+    go_tx.send(()).unwrap();
+    assert_eq!(held.await.unwrap(), StatusCode::OK);
+    assert_eq!(holders(&server, &layer).await, 0);
+
+    // The default prefix.
+    let default = ConcurrencyPolicy::new("pfx", 1).unwrap();
+    assert_eq!(default.prefix(), "redkit:cc");
+    assert_eq!(default.key("k:c").unwrap(), "redkit:cc:pfx:{k:c}");
+    assert!(default.clone().with_prefix("bad prefix").is_err());
+    // Name and prefix share the 64 bytes of a key prefix.
+    assert!(default.clone().with_prefix(&"p".repeat(60)).is_ok());
+    assert!(default.with_prefix(&"p".repeat(61)).is_err());
+}
+
+/// Every response the concurrency layer writes itself goes through `respond_with`, as for
+/// the rate-limit layer: full (with the policy's name and the retry-after), Redis down under
+/// fail-closed, and an unknown client under `UnknownClient::Reject`.
+#[tokio::test]
+async fn customised_refusals_of_the_concurrency_layer() {
+    use redkit::middleware::{Rejection, UnknownClient};
+    let mut server = RedisServer::spawn().await;
+    let conn = manager(&server).await;
+    let respond = |r: &Rejection<'_>, mut res: http::Response<Body>| {
+        let text = match r {
+            Rejection::Full {
+                limiter,
+                retry_after,
+            } => format!("full:{limiter}:{}", !retry_after.is_zero()),
+            Rejection::RedisUnavailable => "down".to_owned(),
+            Rejection::UnknownClient => "who".to_owned(),
+            _ => "other".to_owned(),
+        };
+        res.headers_mut()
+            .insert("x-refused", http::HeaderValue::from_static("yes"));
+        *res.body_mut() = Body::from(text);
+        res
+    };
+    async fn answer(app: &Router) -> (StatusCode, Option<String>, String) {
+        let req = Request::get("/").body(Body::empty()).unwrap();
+        let res = app.clone().oneshot(req).await.unwrap();
+        let status = res.status();
+        let retry = res
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned());
+        assert!(
+            status == StatusCode::OK || res.headers()["x-refused"] == "yes",
+            "{status}"
+        );
+        let body = axum::body::to_bytes(res.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        (status, retry, String::from_utf8(body.to_vec()).unwrap())
+    }
+    // Full: the one slot is held by a request that waits.
+    let policy = ConcurrencyPolicy::new("busy", 1).unwrap();
+    let layer = ConcurrencyLimitLayer::builder(policy, conn.clone())
+        .key_extractor(one_client())
+        .fail_mode(FailMode::Closed)
+        .respond_with(respond)
+        .build()
+        .unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let rx = Arc::new(tokio::sync::Mutex::new(Some(rx)));
+    let (in_tx, in_rx) = tokio::sync::oneshot::channel::<()>();
+    let in_tx = Arc::new(std::sync::Mutex::new(Some(in_tx)));
+    let app = Router::new()
+        .route(
+            "/",
+            get(move || {
+                let (rx, in_tx) = (Arc::clone(&rx), Arc::clone(&in_tx));
+                async move {
+                    if let Some(t) = in_tx.lock().unwrap().take() {
+                        let _ = t.send(());
+                    }
+                    if let Some(rx) = rx.lock().await.take() {
+                        let _ = rx.await;
+                    }
+                    "ok"
+                }
+            }),
+        )
+        .layer(layer.clone());
+    let first = tokio::spawn({
+        let app = app.clone();
+        async move { answer(&app).await }
+    });
+    in_rx.await.unwrap();
+    let (status, retry, body) = answer(&app).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(retry.is_some(), "the hook keeps the layer's Retry-After");
+    assert_eq!(body, "full:busy:true");
+    tx.send(()).unwrap();
+    assert_eq!(first.await.unwrap().0, StatusCode::OK);
+
+    // An unknown client, refused.
+    let unknown =
+        ConcurrencyLimitLayer::builder(ConcurrencyPolicy::new("anon", 1).unwrap(), conn.clone())
+            .unknown_client(UnknownClient::Reject)
+            .respond_with(respond)
+            .build()
+            .unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(unknown);
+    let (status, _, body) = answer(&app).await;
+    assert_eq!((status, body.as_str()), (StatusCode::BAD_REQUEST, "who"));
+
+    // Redis down, fail-closed.
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    server.stop().await;
+    let (status, retry, body) = answer(&app).await;
+    assert_eq!(
+        (status, retry.as_deref(), body.as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("1"), "down")
+    );
+}
+
+/// The service exposes the service it wraps (tower's `get_ref` / `get_mut` / `into_inner`).
+#[tokio::test]
+async fn the_service_gives_access_to_the_inner_one() {
+    use tower::Layer;
+    #[derive(Debug, Clone, PartialEq)]
+    struct Inner(u32);
+    let server = RedisServer::spawn().await;
+    let layer = ConcurrencyLimitLayer::new(
+        ConcurrencyPolicy::new("inner", 1).unwrap(),
+        manager(&server).await,
+    );
+    let mut service = layer.layer(Inner(7));
+    assert_eq!(service.get_ref(), &Inner(7));
+    service.get_mut().0 = 8;
+    assert_eq!(service.into_inner(), Inner(8));
 }

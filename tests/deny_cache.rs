@@ -5,7 +5,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use redkit::rate_limit::{Decision, DenyCache, FixedWindow, Gcra, LimitKey};
+use redkit::rate_limit::{Decision, DenyCache, FixedWindow, Gcra, LimitKey, Rate};
 use redkit::CallOutcome;
 use support::RedisServer;
 
@@ -15,7 +15,7 @@ fn key(s: &str) -> LimitKey {
 
 fn cached(name: &str, limit: u32, window: Duration, capacity: usize) -> (FixedWindow, DenyCache) {
     let cache = DenyCache::new(capacity).unwrap();
-    let limiter = FixedWindow::new(name, limit, window)
+    let limiter = FixedWindow::new(name, Rate::new(limit, window).unwrap())
         .unwrap()
         .with_deny_cache(cache.clone());
     (limiter, cache)
@@ -102,7 +102,7 @@ async fn decisions_with_the_cache_equal_those_without() {
     let mut conn = server.conn().await;
     let window = Duration::from_millis(700);
     let (with, cache) = cached("same", 10, window, 100);
-    let without = FixedWindow::new("same", 10, window).unwrap();
+    let without = FixedWindow::new("same", Rate::new(10, window).unwrap()).unwrap();
     let (a, b) = (key("with"), key("without"));
     let mut seed: u32 = 0x2545_f491;
     let mut next = || {
@@ -288,17 +288,18 @@ async fn the_middleware_skips_redis_for_a_known_limited_client() {
     let server = RedisServer::spawn().await;
     let client = redis::Client::open(format!("{}?protocol=resp3", server.url())).unwrap();
     let conn = redis::aio::ConnectionManager::new(client).await.unwrap();
-    let limiter = FixedWindow::new("mw", 3, Duration::from_secs(60)).unwrap();
+    let limiter = FixedWindow::new("mw", Rate::per_minute(3).unwrap()).unwrap();
     let layer = RateLimitLayer::builder(limiter, conn)
         .deny_cache_capacity(100)
         .build()
         .unwrap();
-    assert!(
-        RateLimitLayer::builder(FixedWindow::new("x", 1, Duration::from_secs(1)).unwrap(), 0)
-            .deny_cache_capacity(0)
-            .build()
-            .is_err()
-    );
+    assert!(RateLimitLayer::builder(
+        FixedWindow::new("x", Rate::per_second(1).unwrap()).unwrap(),
+        0
+    )
+    .deny_cache_capacity(0)
+    .build()
+    .is_err());
     let app = axum::Router::new()
         .route("/", axum::routing::get(|| async { "ok" }))
         .layer(layer.clone());
@@ -353,15 +354,17 @@ async fn gcra_refusals_from_the_cache_are_refusals_redis_gives() {
     let mut conn = server.conn().await;
     let cache = DenyCache::new(100).unwrap();
     let period = Duration::from_millis(200);
-    let with = Gcra::new("gcra-dc", 10, period)
-        .unwrap()
-        .with_burst(5)
-        .unwrap()
-        .with_deny_cache(cache.clone());
-    let without = Gcra::new("gcra-dc", 10, period)
-        .unwrap()
-        .with_burst(5)
-        .unwrap();
+    let with = Gcra::new(
+        "gcra-dc",
+        Rate::new(10, period).unwrap().with_burst(5).unwrap(),
+    )
+    .unwrap()
+    .with_deny_cache(cache.clone());
+    let without = Gcra::new(
+        "gcra-dc",
+        Rate::new(10, period).unwrap().with_burst(5).unwrap(),
+    )
+    .unwrap();
     let client = key("flooder");
     let mut seed: u32 = 0x9e37_79b9;
     let mut next = || {
@@ -424,9 +427,12 @@ async fn gcra_cached_refusal_ends_at_its_retry_after() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let cache = DenyCache::new(100).unwrap();
-    let l = Gcra::new("gcra-end", 5, Duration::from_millis(500))
-        .unwrap()
-        .with_deny_cache(cache.clone());
+    let l = Gcra::new(
+        "gcra-end",
+        Rate::new(5, Duration::from_millis(500)).unwrap(),
+    )
+    .unwrap()
+    .with_deny_cache(cache.clone());
     let client = key("c");
     let mut refusal = None;
     for _ in 0..10 {
@@ -461,7 +467,7 @@ async fn gcra_cached_refusal_covers_exactly_the_costs_that_cannot_fit() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let cache = DenyCache::new(100).unwrap();
-    let l = Gcra::new("gcra-cost", 10, Duration::from_secs(60))
+    let l = Gcra::new("gcra-cost", Rate::per_minute(10).unwrap())
         .unwrap()
         .with_deny_cache(cache.clone());
     let client = key("c");

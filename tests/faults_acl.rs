@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redkit::inventory::{Decrement, Inventory};
 use redkit::lock::{Acquire, FencedWrite, Lock, LockOptions, Release, Renew};
-use redkit::rate_limit::{Decision, FixedWindow, Gcra, LimitKey};
+use redkit::rate_limit::{Decision, FixedWindow, Gcra, LimitKey, Rate};
 use redkit::{Registry, ScriptManager};
 use support::RedisServer;
 
@@ -214,9 +214,9 @@ fn setuser(name: &str, extra: &[&str]) -> Vec<String> {
     args.extend(cmds.iter().map(|c| format!("+{c}")));
     args.extend(
         [
-            "~rk:rl:*",
-            "~rk:gcra:*",
-            "~rk:sw:*",
+            "~redkit:rl:*",
+            "~redkit:gcra:*",
+            "~redkit:sw:*",
             "~shop:*",
             "~redkit:lock:*",
             "~redkit:sem:*",
@@ -260,13 +260,13 @@ async fn a_user_with_exactly_the_minimal_acl_runs_limiter_inventory_and_lock() {
     assert_eq!(r.unwrap_err().code(), Some("NOPERM"));
 
     // Nothing preloaded: every first call goes EVALSHA -> NOSCRIPT -> EVAL.
-    let limiter = FixedWindow::new("api", 10, Duration::from_secs(60)).unwrap();
+    let limiter = FixedWindow::new("api", Rate::per_minute(10).unwrap()).unwrap();
     let d = limiter
         .check(&mut conn, &LimitKey::text("c").unwrap())
         .await
         .unwrap();
     assert!(matches!(d, Decision::Allowed(_)), "{d:?}");
-    let gcra = Gcra::new("api", 10, Duration::from_secs(60)).unwrap();
+    let gcra = Gcra::new("api", Rate::per_minute(10).unwrap()).unwrap();
     let d = gcra
         .check(&mut conn, &LimitKey::text("c").unwrap())
         .await
@@ -315,7 +315,7 @@ async fn one_permission_less_is_refused_and_writes_nothing() {
     // A first hit opens the window with one SET PX (fixed_window.v2).
     setuser_on(&server, setuser("app", &["-set"])).await;
     let mut conn = as_user(&server, "app").await;
-    let limiter = FixedWindow::new("api", 10, Duration::from_secs(60)).unwrap();
+    let limiter = FixedWindow::new("api", Rate::per_minute(10).unwrap()).unwrap();
     let r = limiter
         .check(&mut conn, &LimitKey::text("c").unwrap())
         .await;

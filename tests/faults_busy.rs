@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redkit::connect::{self, Timeouts};
-use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
+use redkit::rate_limit::{Decision, FixedWindow, LimitKey, Rate};
 use redkit::script::admin::{Admin, KillOutcome};
 use redkit::Error;
 use support::RedisServer;
@@ -72,7 +72,8 @@ async fn busy_server_refuses_calls_until_the_script_is_killed_or_ends() {
     let server = RedisServer::spawn_with(&["--busy-reply-threshold", "100"]).await;
     let t = Timeouts::new(Duration::from_millis(300), Duration::from_millis(300)).unwrap();
     let mut conn = connect::manager(server.client(), t).await.unwrap();
-    let limiter = FixedWindow::new("fb", 1_000, Duration::from_secs(600)).unwrap();
+    let limiter =
+        FixedWindow::new("fb", Rate::new(1_000, Duration::from_secs(600)).unwrap()).unwrap();
     let client = LimitKey::text("c").unwrap();
     let hits = |d: Decision| match d {
         Decision::Allowed(q) => 1_000 - q.remaining(),

@@ -13,7 +13,7 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use redkit::connect::{self, Timeouts};
 use redkit::middleware::{FailMode, LimitOutcome, RateLimitLayer, Unchecked};
-use redkit::rate_limit::FixedWindow;
+use redkit::rate_limit::{FixedWindow, Rate};
 use redkit::script::admin::{Admin, KillOutcome};
 use reqwest::StatusCode;
 use support::RedisServer;
@@ -27,7 +27,8 @@ async fn handler(Extension(outcome): Extension<LimitOutcome>) -> String {
 }
 
 async fn serve(mode: FailMode, conn: redis::aio::ConnectionManager) -> String {
-    let limiter = FixedWindow::new("fbl", 1_000, Duration::from_secs(600)).unwrap();
+    let limiter =
+        FixedWindow::new("fbl", Rate::new(1_000, Duration::from_secs(600)).unwrap()).unwrap();
     let layer = RateLimitLayer::builder(limiter, conn)
         .fail_mode(mode)
         .timeout(Duration::from_millis(250))

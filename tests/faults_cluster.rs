@@ -12,7 +12,7 @@ use redis::cluster::ClusterClientBuilder;
 use redkit::connect::{self, Timeouts};
 use redkit::inventory::{Decrement, Inventory, Store};
 use redkit::lock::{Acquire, Lock, LockOptions};
-use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
+use redkit::rate_limit::{Decision, FixedWindow, LimitKey, Rate};
 use support::RedisCluster;
 
 fn store() -> Store {
@@ -314,7 +314,11 @@ async fn redirects_are_followed_and_each_call_applied_once() {
     let cluster = RedisCluster::spawn().await;
     let t = Timeouts::new(Duration::from_millis(500), Duration::from_millis(500)).unwrap();
     let mut conn = connect::cluster(cluster.urls(), t).await.unwrap();
-    let limiter = FixedWindow::new("fx", 1_000_000, Duration::from_secs(600)).unwrap();
+    let limiter = FixedWindow::new(
+        "fx",
+        Rate::new(1_000_000, Duration::from_secs(600)).unwrap(),
+    )
+    .unwrap();
     let client = LimitKey::text("m").unwrap();
     let key = limiter.redis_key(&client);
     let hits = |d: Decision| match d {
@@ -487,7 +491,11 @@ async fn cluster_failover_and_primary_kill_with_buyers_limiter_and_locks() {
     {
         let (mut conn, seen, stop) = (conn.clone(), seen.clone(), stop.clone());
         workers.push(tokio::spawn(async move {
-            let limiter = FixedWindow::new("fw", 1_000_000_000, Duration::from_secs(600)).unwrap();
+            let limiter = FixedWindow::new(
+                "fw",
+                Rate::new(1_000_000_000, Duration::from_secs(600)).unwrap(),
+            )
+            .unwrap();
             let client = LimitKey::text("w").unwrap();
             while !stop.load(Ordering::Relaxed) {
                 let r = limiter.check(&mut conn, &client).await;
@@ -593,7 +601,7 @@ async fn cluster_failover_and_primary_kill_with_buyers_limiter_and_locks() {
             .filter(|id| !seen.acked.contains(id))
             .count() as u64;
     let applied = BIG - s.stock(&mut check, "sku").await.unwrap();
-    let limiter_key = FixedWindow::new("fw", 1, Duration::from_secs(1))
+    let limiter_key = FixedWindow::new("fw", Rate::per_second(1).unwrap())
         .unwrap()
         .redis_key(&LimitKey::text("w").unwrap());
     let counted: u64 = redis::cmd("GET")

@@ -14,7 +14,7 @@ use redis::aio::ConnectionLike;
 use redkit::connect::{self, Timeouts};
 use redkit::inventory::{Decrement, Inventory, Store};
 use redkit::lock::{Lock, LockOptions};
-use redkit::rate_limit::{FixedWindow, LimitKey};
+use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
 use redkit::{Error, ScriptManager};
 use support::{RedisServer, ReplicatedPair};
 
@@ -213,7 +213,7 @@ async fn oom_under_noeviction_refuses_each_script_with_a_typed_error_and_writes_
     let s = Inventory::new("fs").unwrap().store("s").unwrap();
     s.set(&mut conn, "oom", 100).await.unwrap();
     let lock = Lock::new().with_manager(manager.clone());
-    let limiter = FixedWindow::new("fs", 100, Duration::from_secs(60)).unwrap();
+    let limiter = FixedWindow::new("fs", Rate::per_minute(100).unwrap()).unwrap();
 
     // Fill up to the limit.
     let used: String = redis::cmd("INFO")

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 use redkit::connect::{self, Timeouts};
-use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
+use redkit::rate_limit::{Decision, FixedWindow, LimitKey, Rate};
 use support::{RedisCluster, RedisServer};
 
 /// What a call may take beyond its configured bound: timer and scheduler lateness on a loaded
@@ -22,7 +22,11 @@ fn timeouts() -> Timeouts {
 }
 
 fn limiter() -> FixedWindow {
-    FixedWindow::new("faults", 1_000_000, Duration::from_secs(600)).unwrap()
+    FixedWindow::new(
+        "faults",
+        Rate::new(1_000_000, Duration::from_secs(600)).unwrap(),
+    )
+    .unwrap()
 }
 
 /// One limiter check that must succeed.

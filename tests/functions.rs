@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::Value;
 use redkit::inventory::{Decrement, Inventory};
 use redkit::lock::{Acquire, Lock, LockOptions, Release};
-use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
+use redkit::rate_limit::{Decision, FixedWindow, LimitKey, Rate};
 use redkit::script::{Backend, Library};
 use redkit::versioned::{Cas, Versioned};
 use redkit::{Call, Error, Registry, Script, ScriptManager};
@@ -64,7 +64,7 @@ async fn limiter_runs_as_fcall_and_a_flushed_library_is_reloaded_once() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let manager = functions();
-    let limiter = FixedWindow::new("fn", 100, Duration::from_secs(60))
+    let limiter = FixedWindow::new("fn", Rate::per_minute(100).unwrap())
         .unwrap()
         .with_manager(manager.clone());
     // Nothing loaded yet: the first call loads the library once.
@@ -236,7 +236,7 @@ async fn server_without_functions_gives_a_typed_error() {
     // What Redis < 7.0 answers: "unknown command 'FCALL'".
     let server = RedisServer::spawn_with(&["--rename-command", "FCALL", "\"\""]).await;
     let mut conn = server.conn().await;
-    let limiter = FixedWindow::new("old", 10, Duration::from_secs(1))
+    let limiter = FixedWindow::new("old", Rate::per_second(10).unwrap())
         .unwrap()
         .with_manager(functions());
     let err = limiter
@@ -495,7 +495,7 @@ async fn functions_survive_an_aof_restart_without_a_reload() {
     let mut server =
         RedisServer::spawn_with(&["--appendonly", "yes", "--appendfsync", "always"]).await;
     let manager = functions();
-    let limiter = FixedWindow::new("aof", 100, Duration::from_secs(600))
+    let limiter = FixedWindow::new("aof", Rate::new(100, Duration::from_secs(600)).unwrap())
         .unwrap()
         .with_manager(manager.clone());
     let mut conn = server.conn().await;
@@ -517,7 +517,7 @@ async fn functions_survive_an_aof_restart_without_a_reload() {
 
     // The script cache, by contrast, is empty after the restart.
     let scripts = ScriptManager::new();
-    let plain = FixedWindow::new("aof", 100, Duration::from_secs(600))
+    let plain = FixedWindow::new("aof", Rate::new(100, Duration::from_secs(600)).unwrap())
         .unwrap()
         .with_manager(scripts.clone());
     scripts.preload(&mut conn).await.unwrap();
@@ -535,10 +535,10 @@ async fn a_promoted_replica_answers_the_first_fcall_without_a_reload() {
     let scripts = ScriptManager::new();
     manager.preload(&mut conn).await.unwrap();
     scripts.preload(&mut conn).await.unwrap();
-    let on_functions = FixedWindow::new("fo", 100, Duration::from_secs(600))
+    let on_functions = FixedWindow::new("fo", Rate::new(100, Duration::from_secs(600)).unwrap())
         .unwrap()
         .with_manager(manager.clone());
-    let on_scripts = FixedWindow::new("fo", 100, Duration::from_secs(600))
+    let on_scripts = FixedWindow::new("fo", Rate::new(100, Duration::from_secs(600)).unwrap())
         .unwrap()
         .with_manager(scripts.clone());
     let key = LimitKey::ip("192.0.2.9".parse().unwrap());

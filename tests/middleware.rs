@@ -17,7 +17,7 @@ use redkit::middleware::{
     ClientId, FailMode, FnKey, LimitOutcome, Policies, PolicyConfig, RateLimitLayer,
     TrustedProxies, Unchecked, UnknownClient,
 };
-use redkit::rate_limit::{FixedWindow, LimitKey};
+use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
 use reqwest::StatusCode;
 use support::RedisServer;
 
@@ -100,7 +100,7 @@ async fn patient_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection
 }
 
 fn limiter(name: &str, limit: u32, window: Duration) -> FixedWindow {
-    FixedWindow::new(name, limit, window).unwrap()
+    FixedWindow::new(name, Rate::new(limit, window).unwrap()).unwrap()
 }
 
 fn header<'a>(r: &'a reqwest::Response, name: &str) -> Option<&'a str> {
@@ -147,7 +147,7 @@ async fn over_the_limit_is_429_with_retry_after_and_ratelimit_headers() {
     let r = get_with(&http, &base, None).await;
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
     let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
-    let pttl: i64 = server.cmd(&["PTTL", "rk:rl:api:{ip:127.0.0.1}"]).await;
+    let pttl: i64 = server.cmd(&["PTTL", "redkit:rl:api:{ip:127.0.0.1}"]).await;
     // Rounded up: never below the window's remaining time, never above the window.
     let ceil_now = (pttl as u64).div_ceil(1000);
     assert!(
@@ -174,7 +174,9 @@ async fn retry_after_is_rounded_up_and_at_least_one_second() {
     let r = get_with(&http, &base, None).await;
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
     let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
-    let pttl: i64 = server.cmd(&["PTTL", "rk:rl:short:{ip:127.0.0.1}"]).await;
+    let pttl: i64 = server
+        .cmd(&["PTTL", "redkit:rl:short:{ip:127.0.0.1}"])
+        .await;
     // 1.5 s rounds up to 2 s; never 0, never below what is really left.
     assert!((1..=2).contains(&retry), "{retry}");
     assert!(
@@ -221,12 +223,15 @@ async fn spoofed_forwarded_for_from_an_untrusted_peer_is_ignored() {
     }
     let r = get_with(&http, &base, Some("198.51.100.99")).await;
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
-    let keys: Vec<String> = server.cmd(&["KEYS", "rk:rl:*"]).await;
+    let keys: Vec<String> = server.cmd(&["KEYS", "redkit:rl:*"]).await;
     let mut keys = keys;
     keys.sort();
     assert_eq!(
         keys,
-        ["rk:rl:cidr:{ip:127.0.0.1}", "rk:rl:peer:{ip:127.0.0.1}"]
+        [
+            "redkit:rl:cidr:{ip:127.0.0.1}",
+            "redkit:rl:peer:{ip:127.0.0.1}"
+        ]
     );
 }
 
@@ -262,17 +267,17 @@ async fn a_trusted_proxy_forwards_the_right_most_untrusted_hop() {
     assert_eq!(r.status(), StatusCode::OK);
     // No header: the proxy itself (loopback) is the client.
     assert_eq!(get_with(&http, &base, None).await.status(), StatusCode::OK);
-    let mut keys: Vec<String> = server.cmd(&["KEYS", "rk:rl:*"]).await;
+    let mut keys: Vec<String> = server.cmd(&["KEYS", "redkit:rl:*"]).await;
     keys.sort();
     assert_eq!(
         keys,
         [
-            "rk:rl:xff:{ip:127.0.0.1}",
-            "rk:rl:xff:{ip:203.0.113.1}",
-            "rk:rl:xff:{ip:203.0.113.2}",
+            "redkit:rl:xff:{ip:127.0.0.1}",
+            "redkit:rl:xff:{ip:203.0.113.1}",
+            "redkit:rl:xff:{ip:203.0.113.2}",
         ]
     );
-    let count: String = server.cmd(&["GET", "rk:rl:xff:{ip:203.0.113.1}"]).await;
+    let count: String = server.cmd(&["GET", "redkit:rl:xff:{ip:203.0.113.1}"]).await;
     assert_eq!(count, "2");
 }
 
@@ -326,10 +331,10 @@ async fn ten_thousand_addresses_in_one_ipv6_slash_64_share_one_bucket() {
     );
     let r = get_with(&http, &base, Some("2001:db8:aa:bc::1")).await;
     assert_eq!(r.status(), StatusCode::OK, "a neighbouring /64 is not");
-    let keys: Vec<String> = server.cmd(&["KEYS", "rk:rl:*"]).await;
+    let keys: Vec<String> = server.cmd(&["KEYS", "redkit:rl:*"]).await;
     assert_eq!(keys.len(), 2, "{keys:?}");
     let count: String = server
-        .cmd(&["GET", "rk:rl:v6:{ip:2001:db8:aa:bb::/64}"])
+        .cmd(&["GET", "redkit:rl:v6:{ip:2001:db8:aa:bb::/64}"])
         .await;
     assert_eq!(count, N.to_string());
 }
@@ -573,7 +578,7 @@ async fn a_dropped_request_leading_a_group_leaves_the_others_checked() {
         "{answers:?}"
     );
     // The two dropped requests were counted once each, as sent.
-    let count: String = server.cmd(&["GET", "rk:rl:dropped:{k:one}"]).await;
+    let count: String = server.cmd(&["GET", "redkit:rl:dropped:{k:one}"]).await;
     assert_eq!(count, "9");
 }
 
@@ -652,7 +657,7 @@ async fn each_route_can_use_its_own_algorithm_with_the_right_headers() {
     assert!((19..=20).contains(&retry), "{retry}");
     assert_eq!(
         server
-            .cmd::<i64>(&["EXISTS", "rk:gcra:login:{ip:127.0.0.1}"])
+            .cmd::<i64>(&["EXISTS", "redkit:gcra:login:{ip:127.0.0.1}"])
             .await,
         1
     );
@@ -668,7 +673,7 @@ async fn each_route_can_use_its_own_algorithm_with_the_right_headers() {
     );
     assert_eq!(
         server
-            .cmd::<String>(&["GET", "rk:sw:default:{ip:127.0.0.1}"])
+            .cmd::<String>(&["GET", "redkit:sw:default:{ip:127.0.0.1}"])
             .await,
         "2:0"
     );
@@ -691,7 +696,7 @@ async fn unknown_peer_gets_the_documented_behaviour_not_a_500() {
         StatusCode::TOO_MANY_REQUESTS
     );
     assert_eq!(shared.stats().unknown_clients, 3);
-    let exists: i64 = server.cmd(&["EXISTS", "rk:rl:anon:{unknown}"]).await;
+    let exists: i64 = server.cmd(&["EXISTS", "redkit:rl:anon:{unknown}"]).await;
     assert_eq!(exists, 1);
 
     let reject = RateLimitLayer::builder(
@@ -746,7 +751,7 @@ async fn a_closure_can_pick_the_key() {
     );
     assert_eq!(call("beta{x}").await.unwrap().status(), StatusCode::OK);
     let exists: i64 = server
-        .cmd(&["EXISTS", "rk:rl:apikey:{k:beta%7Bx%7D}"])
+        .cmd(&["EXISTS", "redkit:rl:apikey:{k:beta%7Bx%7D}"])
         .await;
     assert_eq!(exists, 1);
 }
@@ -780,8 +785,8 @@ async fn the_layer_works_over_a_cluster_connection() {
     }
     let s = layer.stats();
     assert_eq!((s.allowed, s.limited, s.redis_failures), (24, 12, 0));
-    let owner = cluster.primary_for("rk:rl:clu:{ip:203.0.113.7}").await;
-    let count: String = owner.cmd(&["GET", "rk:rl:clu:{ip:203.0.113.7}"]).await;
+    let owner = cluster.primary_for("redkit:rl:clu:{ip:203.0.113.7}").await;
+    let count: String = owner.cmd(&["GET", "redkit:rl:clu:{ip:203.0.113.7}"]).await;
     assert_eq!(count, "2");
 }
 
@@ -875,7 +880,10 @@ fn group_commit_in_a_policy_file_is_one_groupcommit_value() {
     let table = parse("{ max_batch = 64, max_in_flight = 4 }").unwrap();
     let settings = GroupCommit::new(64, 4).unwrap();
     assert_eq!(grouped(&table), Some(settings));
-    let spec = PolicySpec::new("api", 10, Duration::from_secs(1));
+    let spec = PolicySpec::new(
+        "api",
+        redkit::rate_limit::Rate::new(10, Duration::from_secs(1)).unwrap(),
+    );
     assert_eq!(
         table,
         PolicyConfig::new(spec.clone()).with_group_commit(settings)
@@ -897,4 +905,53 @@ fn group_commit_in_a_policy_file_is_one_groupcommit_value() {
         let json = serde_json::to_string(&config).unwrap();
         assert_eq!(serde_json::from_str::<PolicyConfig>(&json).unwrap(), config);
     }
+}
+
+/// `prefix` at the top of a policy configuration puts every limiter's keys under it on the
+/// server; the layer's service exposes the service it wraps (`get_ref` / `get_mut` /
+/// `into_inner`).
+#[tokio::test]
+async fn a_configured_prefix_is_where_the_counters_live() {
+    let server = RedisServer::spawn().await;
+    let base = serve_policies(
+        &server,
+        r#"
+        prefix = "app:rl"
+        [default]
+        name = "d"
+        limit = 5
+        window_ms = 60000
+        [[routes]]
+        path = "/login"
+        name = "g"
+        limit = 5
+        window_ms = 60000
+        algorithm = "gcra"
+        "#,
+    )
+    .await;
+    let http = reqwest::Client::new();
+    for path in ["/", "/login"] {
+        let r = http.get(format!("{base}{path}")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+    }
+    let mut keys: Vec<String> = server.cmd(&["KEYS", "*"]).await;
+    keys.sort();
+    assert_eq!(keys, ["app:rl:d:{ip:127.0.0.1}", "app:rl:g:{ip:127.0.0.1}"]);
+}
+
+#[tokio::test]
+async fn the_service_gives_access_to_the_inner_one() {
+    use tower::Layer;
+    #[derive(Debug, Clone, PartialEq)]
+    struct Inner(u32);
+    let server = RedisServer::spawn().await;
+    let layer = RateLimitLayer::new(
+        limiter("inner", 1, Duration::from_secs(1)),
+        manager(&server).await,
+    );
+    let mut service = layer.layer(Inner(7));
+    assert_eq!(service.get_ref(), &Inner(7));
+    service.get_mut().0 = 8;
+    assert_eq!(service.into_inner(), Inner(8));
 }

@@ -15,7 +15,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use redkit::rate_limit::{FixedWindow, Gcra, LimitKey, SlidingWindow};
+use redkit::rate_limit::{FixedWindow, Gcra, LimitKey, Rate, SlidingWindow};
 use redkit::script::admin::Admin;
 use redkit::script::{Acked, Replication};
 use redkit::script::{Backend, Library};
@@ -443,7 +443,7 @@ proptest! {
     fn fixed_window_accepts_exactly_its_documented_range(input in fixed_window_input()) {
         let ok = fixed_window_ok(&input);
         let (name, limit, window) = input;
-        let built = FixedWindow::new(&name, limit, window);
+        let built = Rate::new(limit, window).and_then(|r| FixedWindow::new(&name, r));
         prop_assert_eq!(built.is_ok(), ok, "{:?} {} {:?}", name, limit, window);
         let Ok(l) = built else {
             prop_assert!(is_invalid_input(&built));
@@ -456,7 +456,7 @@ proptest! {
         prop_assert!(!l.is_aligned_to_clock());
         prop_assert_eq!(l.group_commit(), None);
         let key = LimitKey::text("u").unwrap();
-        let base = format!("rk:rl:{name}:{{k:u}}");
+        let base = format!("redkit:rl:{name}:{{k:u}}");
         prop_assert_eq!(l.redis_key(&key), base.clone());
         // Aligned to the clock: the key ends with the number of the current window.
         let aligned = l.aligned_to_clock();
@@ -479,7 +479,7 @@ proptest! {
         in_flight in usize_around(1, GroupCommit::MAX_IN_FLIGHT),
     ) {
         let ok = group_commit_ok(&(max_batch, in_flight));
-        let limiter = FixedWindow::new("g", 10, std::time::Duration::from_secs(1)).unwrap();
+        let limiter = FixedWindow::new("g", Rate::per_second(10).unwrap()).unwrap();
         prop_assert_eq!(limiter.group_commit(), None);
         match GroupCommit::new(max_batch, in_flight) {
             Ok(settings) => {
@@ -530,7 +530,7 @@ proptest! {
         let burst = gcra_burst(&input);
         let burst_ok = gcra_burst_ok(&input);
         let (name, rate, period, _) = input;
-        let built = Gcra::new(&name, rate, period);
+        let built = Rate::new(rate, period).and_then(|r| Gcra::new(&name, r));
         prop_assert_eq!(built.is_ok(), ok, "{:?} {} {:?}", name, rate, period);
         let Ok(l) = built else {
             prop_assert!(is_invalid_input(&built));
@@ -538,18 +538,21 @@ proptest! {
         };
         let interval = gcra_interval_us(rate, period).unwrap();
         prop_assert_eq!(l.name(), name.as_str());
-        prop_assert_eq!((l.rate(), l.burst()), (rate, rate));
-        prop_assert_eq!(l.period(), Duration::from_micros(u64::try_from(period.as_micros()).unwrap()));
+        prop_assert_eq!((l.rate().limit(), l.rate().burst()), (rate, rate));
+        prop_assert_eq!(l.rate().period(), Duration::from_micros(u64::try_from(period.as_micros()).unwrap()));
         prop_assert_eq!(l.emission_interval(), Duration::from_micros(interval));
         prop_assert_eq!(
             l.redis_key(&LimitKey::text("u").unwrap()),
-            format!("rk:gcra:{name}:{{k:u}}")
+            format!("redkit:gcra:{name}:{{k:u}}")
         );
-        let with = l.with_burst(burst);
+        // The same rate with a burst: only the bucket of that burst must fit.
+        let with = Rate::new(rate, period)
+            .and_then(|r| r.with_burst(burst))
+            .and_then(|r| Gcra::new(&name, r));
         prop_assert_eq!(with.is_ok(), burst_ok, "burst {} interval {} us", burst, interval);
         match with {
             Ok(b) => {
-                prop_assert_eq!((b.rate(), b.burst()), (rate, burst));
+                prop_assert_eq!((b.rate().limit(), b.rate().burst()), (rate, burst));
                 prop_assert_eq!(b.emission_interval(), Duration::from_micros(interval));
             }
             Err(e) => prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}"),
@@ -560,7 +563,7 @@ proptest! {
     fn sliding_window_accepts_exactly_its_documented_range(input in sliding_window_input()) {
         let ok = sliding_window_ok(&input);
         let (name, limit, window) = input;
-        let built = SlidingWindow::new(&name, limit, window);
+        let built = Rate::new(limit, window).and_then(|r| SlidingWindow::new(&name, r));
         prop_assert_eq!(built.is_ok(), ok, "{:?} {} {:?}", name, limit, window);
         let Ok(l) = built else {
             prop_assert!(is_invalid_input(&built));
@@ -571,7 +574,7 @@ proptest! {
         prop_assert_eq!(l.window(), Duration::from_millis(u64::try_from(window.as_millis()).unwrap()));
         prop_assert_eq!(
             l.redis_key(&LimitKey::text("u").unwrap()),
-            format!("rk:sw:{name}:{{k:u}}")
+            format!("redkit:sw:{name}:{{k:u}}")
         );
     }
 
@@ -827,7 +830,12 @@ mod middleware {
         fn policies_accept_exactly_valid_configs_and_route_by_path(input in policies_input()) {
             let expected = policies_model(&input);
             let (default, routes) = input;
-            let spec = |(n, l, w): &Spec| PolicySpec::new(n.clone(), *l, *w);
+            // As configuration: any limit and window, valid or not (a `Rate` refuses invalid ones).
+            let spec = |(n, l, w): &Spec| -> PolicySpec {
+                let window_ms = u64::try_from(w.as_millis()).unwrap_or(u64::MAX);
+                serde_json::from_value(serde_json::json!({"name": n, "limit": l, "window_ms": window_ms}))
+                    .unwrap()
+            };
             let mut config = PolicyConfig::new(spec(&default));
             for (path, s) in &routes {
                 config = config.route(path.clone(), spec(s));
@@ -1320,7 +1328,7 @@ mod shield {
             && *lease <= redkit::lock::LockOptions::<redkit::lock::Lock>::MAX_TTL
             && lease.subsec_nanos() % 1_000_000 == 0;
         let name_ok = !name.is_empty()
-            && name.len() <= 58
+            && name.len() <= 64 - "redkit:cc:".len()
             && name
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"_:.-".contains(&b));
@@ -1345,7 +1353,7 @@ mod shield {
             if let Ok(cache) = cache {
                 prop_assert_eq!(cache.capacity(), capacity);
                 prop_assert!(cache.is_empty());
-                let limiter = FixedWindow::new("p", 1, Duration::from_secs(1)).unwrap().with_deny_cache(cache);
+                let limiter = FixedWindow::new("p", Rate::per_second(1).unwrap()).unwrap().with_deny_cache(cache);
                 prop_assert!(limiter.deny_cache().is_some());
             }
         }
@@ -1358,7 +1366,7 @@ mod shield {
         #[test]
         fn deny_cache_capacity_option_is_validated(capacity in usize_around(1, DenyCache::MAX_CAPACITY)) {
             use redkit::middleware::{Policies, PolicyConfig, PolicySpec};
-            let spec = PolicySpec::new("d", 10, Duration::from_secs(1));
+            let spec = PolicySpec::new("d", Rate::per_second(10).unwrap());
             let built = Policies::from_config(&PolicyConfig::new(spec).deny_cache_capacity(capacity));
             let ok = (1..=DenyCache::MAX_CAPACITY).contains(&capacity);
             prop_assert_eq!(built.is_ok(), ok);
@@ -1369,15 +1377,17 @@ mod shield {
 
         #[test]
         fn concurrency_layer_builder_accepts_exactly_valid_settings(input in layer_input()) {
-            use redkit::middleware::ConcurrencyLimitLayer;
+            use redkit::middleware::{ConcurrencyLimitLayer, ConcurrencyPolicy};
             let ok = layer_ok(&input);
             let (name, permits, lease, timeout, bits, status) = input;
-            let built = ConcurrencyLimitLayer::builder(&name, permits, ())
-                .lease(lease)
-                .timeout(timeout)
-                .ipv6_prefix(bits)
-                .full_status(http::StatusCode::from_u16(status).unwrap())
-                .build();
+            let built = ConcurrencyPolicy::new(&name, permits).and_then(|policy| {
+                ConcurrencyLimitLayer::builder(policy, ())
+                    .lease(lease)
+                    .timeout(timeout)
+                    .ipv6_prefix(bits)
+                    .full_status(http::StatusCode::from_u16(status).unwrap())
+                    .build()
+            });
             prop_assert_eq!(built.is_ok(), ok, "{:?}", built.err());
         }
     }
@@ -1452,7 +1462,7 @@ mod coverage {
         assert_mixed("Gcra::new", gcra_input(), gcra_new_ok, MIN_SHARE);
         // Among accepted limiters, bursts accepted and refused.
         assert_mixed(
-            "Gcra::with_burst",
+            "Rate::with_burst for Gcra::new",
             gcra_input().prop_filter("accepted", gcra_new_ok),
             gcra_burst_ok,
             MIN_SHARE,

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
+use redkit::rate_limit::{Decision, FixedWindow, LimitKey, Rate};
 use redkit::{Call, CallOutcome, Error, Registry, ScriptManager};
 use support::{RedisCluster, RedisServer};
 
@@ -27,7 +27,7 @@ async fn exactly_n_pass_then_the_window_elapses() {
     let mut conn = server.conn().await;
     // Short, but long enough that 8 round trips fit in it even on a loaded machine.
     let window = Duration::from_millis(1000);
-    let limiter = FixedWindow::new("seq", 5, window).unwrap();
+    let limiter = FixedWindow::new("seq", Rate::new(5, window).unwrap()).unwrap();
     let key = ip("192.0.2.1");
 
     let mut decisions = Vec::new();
@@ -74,7 +74,7 @@ async fn sixty_four_clients_on_four_connections_get_exactly_the_limit() {
     for _ in 0..4 {
         conns.push(server.conn().await);
     }
-    let limiter = Arc::new(FixedWindow::new("burst", 100, Duration::from_secs(60)).unwrap());
+    let limiter = Arc::new(FixedWindow::new("burst", Rate::per_minute(100).unwrap()).unwrap());
     let allowed = Arc::new(AtomicU32::new(0));
     let limited = Arc::new(AtomicU32::new(0));
     let key = ip("198.51.100.7");
@@ -110,7 +110,7 @@ async fn a_counter_without_ttl_gets_one_on_the_next_check() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let window = Duration::from_secs(30);
-    let limiter = FixedWindow::new("heal", 3, window).unwrap();
+    let limiter = FixedWindow::new("heal", Rate::new(3, window).unwrap()).unwrap();
 
     // Allowed path: a counter someone PERSISTed.
     let key = ip("203.0.113.1");
@@ -139,15 +139,19 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     assert!(matches!(
-        FixedWindow::new("x", 0, Duration::from_secs(1)),
+        Rate::per_second(0).and_then(|r| FixedWindow::new("x", r)),
         Err(Error::InvalidInput { what: "limit", .. })
     ));
     assert!(matches!(
-        FixedWindow::new("x", 1, Duration::ZERO),
+        Rate::new(1, Duration::ZERO).and_then(|r| FixedWindow::new("x", r)),
+        Err(Error::InvalidInput { what: "period", .. })
+    ));
+    assert!(matches!(
+        Rate::new(1, Duration::from_micros(999)).and_then(|r| FixedWindow::new("x", r)),
         Err(Error::InvalidInput { what: "window", .. })
     ));
     assert!(matches!(
-        FixedWindow::new("x{y}", 1, Duration::from_secs(1)),
+        Rate::per_second(1).and_then(|r| FixedWindow::new("x{y}", r)),
         Err(Error::InvalidInput { what: "name", .. })
     ));
     assert!(matches!(
@@ -155,7 +159,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         Err(Error::InvalidInput { .. })
     ));
 
-    let limiter = FixedWindow::new("bad", 10, Duration::from_secs(10)).unwrap();
+    let limiter = FixedWindow::new("bad", Rate::new(10, Duration::from_secs(10)).unwrap()).unwrap();
     let key = ip("192.0.2.9");
     assert!(matches!(
         limiter.check_n(&mut conn, &key, 0).await,
@@ -222,13 +226,13 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
             &manager,
             &mut conn,
             script,
-            "rk:rl:raw:{k:x}",
+            "redkit:rl:raw:{k:x}",
             &cases,
             &label,
         )
         .await;
     }
-    let exists: i64 = server.cmd(&["EXISTS", "rk:rl:raw:{k:x}"]).await;
+    let exists: i64 = server.cmd(&["EXISTS", "redkit:rl:raw:{k:x}"]).await;
     assert_eq!(exists, 0);
 
     // v6 checks the limit and the window as numbers (as fixed_window_aligned.v1) and the
@@ -236,7 +240,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     // form than canonical decimal are refused, on a new counter and on one that exists.
     let v6 = fixtures::script("fixed_window", 6);
     for stored in [None, Some("3")] {
-        let key = "rk:rl:raw6:{k:x}";
+        let key = "redkit:rl:raw6:{k:x}";
         if let Some(v) = stored {
             let _: () = server.cmd(&["SET", key, v, "PX", "60000"]).await;
         }
@@ -289,7 +293,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     ];
     // (stored count, its PX)
     for (stored, px) in [(None, None), (Some("3"), None), (Some("3"), Some("60000"))] {
-        let key = "rk:rl:raw7:{k:x}";
+        let key = "redkit:rl:raw7:{k:x}";
         let set = |v: &'static str| match px {
             Some(px) => vec!["SET", key, v, "PX", px],
             None => vec!["SET", key, v],
@@ -338,7 +342,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         ("5.0", " 1000"),
         ("0x5", "1000"),
     ] {
-        let key = "rk:rl:raw6:{k:y}";
+        let key = "redkit:rl:raw6:{k:y}";
         let mut call = Call::new(v6);
         call.key(key).arg(limit).arg(window).arg("1");
         let first: redis::Value = manager.invoke(&mut conn, &call).await.unwrap();
@@ -353,7 +357,8 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
 async fn costs_count_and_a_cost_above_the_limit_can_never_pass() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let limiter = FixedWindow::new("cost", 10, Duration::from_secs(10)).unwrap();
+    let limiter =
+        FixedWindow::new("cost", Rate::new(10, Duration::from_secs(10)).unwrap()).unwrap();
     let key = LimitKey::text("user-1").unwrap();
 
     let d = limiter.check_n(&mut conn, &key, 11).await.unwrap();
@@ -382,8 +387,8 @@ async fn costs_count_and_a_cost_above_the_limit_can_never_pass() {
 async fn names_keep_counters_apart_and_reset_starts_over() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let a = FixedWindow::new("a", 1, Duration::from_secs(10)).unwrap();
-    let b = FixedWindow::new("b", 1, Duration::from_secs(10)).unwrap();
+    let a = FixedWindow::new("a", Rate::new(1, Duration::from_secs(10)).unwrap()).unwrap();
+    let b = FixedWindow::new("b", Rate::new(1, Duration::from_secs(10)).unwrap()).unwrap();
     let key = ip("192.0.2.50");
     assert!(a.check(&mut conn, &key).await.unwrap().is_allowed());
     assert!(b.check(&mut conn, &key).await.unwrap().is_allowed());
@@ -400,7 +405,8 @@ async fn names_keep_counters_apart_and_reset_starts_over() {
 async fn ip_keys_are_canonical() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let limiter = FixedWindow::new("canon", 3, Duration::from_secs(10)).unwrap();
+    let limiter =
+        FixedWindow::new("canon", Rate::new(3, Duration::from_secs(10)).unwrap()).unwrap();
     // IPv4 and its IPv4-mapped IPv6 form share a bucket.
     for addr in ["10.9.8.7", "::ffff:10.9.8.7", "::ffff:a09:807"] {
         assert!(limiter
@@ -438,14 +444,15 @@ async fn ip_keys_are_canonical() {
         .is_allowed());
     // Hash-tag injection attempts stay inside the tag.
     let k = LimitKey::text("}{evil").unwrap();
-    assert_eq!(limiter.redis_key(&k), "rk:rl:canon:{k:%7D%7Bevil}");
+    assert_eq!(limiter.redis_key(&k), "redkit:rl:canon:{k:%7D%7Bevil}");
 }
 
 #[tokio::test]
 async fn batch_checks_many_keys_in_one_round_trip() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let limiter = FixedWindow::new("batch", 2, Duration::from_secs(10)).unwrap();
+    let limiter =
+        FixedWindow::new("batch", Rate::new(2, Duration::from_secs(10)).unwrap()).unwrap();
     let (a, b) = (ip("192.0.2.1"), ip("192.0.2.2"));
     let results = limiter
         .check_batch(&mut conn, &[a.clone(), a.clone(), a.clone(), b.clone()])
@@ -476,7 +483,7 @@ async fn works_over_a_connection_manager() {
     let mut conn = redis::aio::ConnectionManager::new(server.client())
         .await
         .unwrap();
-    let limiter = FixedWindow::new("cm", 2, Duration::from_secs(10)).unwrap();
+    let limiter = FixedWindow::new("cm", Rate::new(2, Duration::from_secs(10)).unwrap()).unwrap();
     let key = ip("192.0.2.3");
     assert!(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
     assert!(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
@@ -487,7 +494,8 @@ async fn works_over_a_connection_manager() {
 async fn works_on_a_cluster() {
     let cluster = RedisCluster::spawn().await;
     let mut conn = cluster.conn().await;
-    let limiter = FixedWindow::new("cluster", 3, Duration::from_secs(30)).unwrap();
+    let limiter =
+        FixedWindow::new("cluster", Rate::new(3, Duration::from_secs(30)).unwrap()).unwrap();
     let keys: Vec<LimitKey> = (1..=20u8).map(|i| ip(&format!("10.0.0.{i}"))).collect();
     for key in &keys {
         for _ in 0..3 {
@@ -525,14 +533,29 @@ async fn every_algorithm_works_on_a_cluster() {
     let mut conn = cluster.conn().await;
     let period = Duration::from_secs(30);
     let limiters: Vec<Limiter> = vec![
-        FixedWindow::new("c-fixed", 3, period).unwrap().into(),
-        // Aligned to the clock: a window far longer than the test, so it never rolls over.
-        FixedWindow::new("c-aligned", 3, Duration::from_secs(1 << 40))
+        FixedWindow::new("c-fixed", Rate::new(3, period).unwrap())
             .unwrap()
-            .aligned_to_clock()
             .into(),
-        Gcra::new("c-gcra", 3, period).unwrap().into(),
-        SlidingWindow::new("c-sliding", 3, period).unwrap().into(),
+        // Aligned to the clock: a window far longer than the test, so it never rolls over.
+        FixedWindow::new(
+            "c-aligned",
+            Rate::new(3, Duration::from_secs(1 << 40)).unwrap(),
+        )
+        .unwrap()
+        .aligned_to_clock()
+        .into(),
+        Gcra::new("c-gcra", Rate::new(3, period).unwrap())
+            .unwrap()
+            .into(),
+        SlidingWindow::new("c-sliding", Rate::new(3, period).unwrap())
+            .unwrap()
+            .into(),
+        // A chosen prefix keeps the hash tag: still one slot per client.
+        Gcra::new("c-prefixed", Rate::new(3, period).unwrap())
+            .unwrap()
+            .with_prefix("app:gcra")
+            .unwrap()
+            .into(),
     ];
     let keys: Vec<LimitKey> = (1..=12u8).map(|i| ip(&format!("10.2.0.{i}"))).collect();
     for limiter in &limiters {
@@ -554,6 +577,76 @@ async fn every_algorithm_works_on_a_cluster() {
             .await
             .unwrap()
             .is_allowed());
+    }
+}
+
+/// Every algorithm keeps its state at `<prefix>:<name>:{<client>}` on the server: its
+/// `DEFAULT_PREFIX`, or the prefix chosen with `with_prefix` (and then nothing under the
+/// default); `with_prefix("rk:rl")` counts on a counter left under the old prefix; `reset`
+/// deletes the prefixed key.
+#[tokio::test]
+async fn keys_live_under_the_prefix_on_the_server() {
+    use redkit::rate_limit::{Gcra, Limiter, SlidingWindow};
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let rate = Rate::per_minute(5).unwrap();
+    let key = LimitKey::text("u").unwrap();
+    let defaults: [(Limiter, &str); 3] = [
+        (
+            FixedWindow::new("d", rate).unwrap().into(),
+            "redkit:rl:d:{k:u}",
+        ),
+        (Gcra::new("d", rate).unwrap().into(), "redkit:gcra:d:{k:u}"),
+        (
+            SlidingWindow::new("d", rate).unwrap().into(),
+            "redkit:sw:d:{k:u}",
+        ),
+    ];
+    for (limiter, expected) in defaults {
+        assert_eq!(limiter.redis_key(&key), expected);
+        assert!(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
+        let exists: i64 = server.cmd(&["EXISTS", expected]).await;
+        assert_eq!(exists, 1, "{expected}");
+        // The same limiter under another prefix has its own state.
+        let moved = limiter.clone().with_prefix("app:x").unwrap();
+        let moved_key = moved.redis_key(&key);
+        assert!(moved_key.starts_with("app:x:d:{k:u}"), "{moved_key}");
+        let d = moved.check(&mut conn, &key).await.unwrap();
+        assert_eq!(d.quota().remaining(), 4, "a fresh count under {moved_key}");
+        let exists: i64 = server.cmd(&["EXISTS", &moved_key]).await;
+        assert_eq!(exists, 1, "{moved_key}");
+        assert!(moved.reset(&mut conn, &key).await.unwrap());
+        let exists: i64 = server.cmd(&["EXISTS", &moved_key]).await;
+        assert_eq!(exists, 0, "{moved_key} reset");
+        let exists: i64 = server.cmd(&["EXISTS", expected]).await;
+        assert_eq!(
+            exists, 1,
+            "{expected} untouched by the other prefix's reset"
+        );
+    }
+    let all: Vec<String> = server.cmd(&["KEYS", "*"]).await;
+    assert!(all.iter().all(|k| k.starts_with("redkit:")), "{all:?}");
+
+    // A counter under the prefix used before 0.2 is found with `with_prefix("rk:rl")`.
+    let _: () = server
+        .cmd(&["SET", "rk:rl:old:{k:u}", "4", "PX", "60000"])
+        .await;
+    let old = FixedWindow::new("old", rate)
+        .unwrap()
+        .with_prefix("rk:rl")
+        .unwrap();
+    assert_eq!(old.prefix(), "rk:rl");
+    assert!(old.check(&mut conn, &key).await.unwrap().is_allowed());
+    assert!(!old.check(&mut conn, &key).await.unwrap().is_allowed());
+    let fresh = FixedWindow::new("old", rate).unwrap();
+    let d = fresh.check(&mut conn, &key).await.unwrap();
+    assert_eq!(d.quota().remaining(), 4, "the default prefix starts afresh");
+    // A bad prefix is refused before anything is sent.
+    for bad in ["", "a b", "a{b}", &"p".repeat(65)] {
+        assert!(matches!(
+            FixedWindow::new("x", rate).unwrap().with_prefix(bad),
+            Err(Error::InvalidInput { what: "prefix", .. })
+        ));
     }
 }
 
@@ -589,7 +682,8 @@ async fn keyspace(server: &RedisServer) -> Vec<(Vec<u8>, Vec<u8>, bool)> {
 async fn v2_refuses_every_poisoned_counter_and_writes_nothing() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let limiter = FixedWindow::new("poison", 10, Duration::from_secs(10)).unwrap();
+    let limiter =
+        FixedWindow::new("poison", Rate::new(10, Duration::from_secs(10)).unwrap()).unwrap();
     let key = LimitKey::text("victim").unwrap();
     let rk = limiter.redis_key(&key);
     let _: () = server.cmd(&["SET", "rk:other", "untouched"]).await;
@@ -646,7 +740,11 @@ async fn v3_a_poisoned_counter_that_looks_small_is_refused_by_incrby_and_nothing
     // with a high limit every one of these takes that path, and must still be refused.
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let limiter = FixedWindow::new("poison3", 1_000_000, Duration::from_secs(10)).unwrap();
+    let limiter = FixedWindow::new(
+        "poison3",
+        Rate::new(1_000_000, Duration::from_secs(10)).unwrap(),
+    )
+    .unwrap();
     let key = LimitKey::text("victim").unwrap();
     let rk = limiter.redis_key(&key);
     let _: () = server.cmd(&["SET", "rk:other", "untouched"]).await;
@@ -699,7 +797,7 @@ async fn set_state(server: &RedisServer, rk: &str, state: &str) {
 #[tokio::test]
 async fn v2_under_an_acl_user_denied_any_inner_command_writes_nothing() {
     let server = RedisServer::spawn().await;
-    let limiter = FixedWindow::new("acl", 2, Duration::from_secs(60)).unwrap();
+    let limiter = FixedWindow::new("acl", Rate::per_minute(2).unwrap()).unwrap();
     let key = LimitKey::text("u").unwrap();
     let rk = limiter.redis_key(&key);
     let _: () = server.cmd(&["SET", "rk:other", "untouched"]).await;
@@ -761,17 +859,17 @@ async fn v1_left_a_counter_without_ttl_when_pexpire_was_denied() {
         .unwrap();
     let v1 = fixtures::sample();
     let mut call = Call::new(v1);
-    call.key("rk:rl:v1:{k:x}").arg(5).arg(60_000).arg(1);
+    call.key("redkit:rl:v1:{k:x}").arg(5).arg(60_000).arg(1);
     let r = ScriptManager::new()
         .invoke::<redis::Value, _>(&mut conn, &call)
         .await;
     assert!(r.is_err());
     assert_eq!(
-        pttl(&server, "rk:rl:v1:{k:x}").await,
+        pttl(&server, "redkit:rl:v1:{k:x}").await,
         -1,
         "v1: counter without TTL"
     );
-    let v: String = server.cmd(&["GET", "rk:rl:v1:{k:x}"]).await;
+    let v: String = server.cmd(&["GET", "redkit:rl:v1:{k:x}"]).await;
     assert_eq!(v, "1");
 }
 
@@ -781,7 +879,7 @@ async fn v4_a_limited_request_is_put_back_and_the_keyspace_is_unchanged() {
     // its encoding and its TTL must be exactly as before, for a cost of 1 and one above 1.
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let limiter = FixedWindow::new("back", 10, Duration::from_secs(60)).unwrap();
+    let limiter = FixedWindow::new("back", Rate::per_minute(10).unwrap()).unwrap();
     let key = LimitKey::text("full").unwrap();
     let rk = limiter.redis_key(&key);
     let _: () = server.cmd(&["SET", "rk:other", "untouched"]).await;
@@ -879,7 +977,7 @@ async fn v5_packs_the_v4_reply_into_one_integer_when_it_fits() {
         }
     }
     // The limiter decodes both forms alike: packed (limit 10) and table (a stored count above it).
-    let limiter = FixedWindow::new("pk", 10, Duration::from_secs(60)).unwrap();
+    let limiter = FixedWindow::new("pk", Rate::per_minute(10).unwrap()).unwrap();
     let key = LimitKey::text("k").unwrap();
     let d = limiter.check(&mut conn, &key).await.unwrap();
     assert!(d.is_allowed() && d.quota().remaining() == 9, "{d:?}");

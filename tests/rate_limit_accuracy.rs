@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redkit::rate_limit::{Decision, Gcra, LimitKey, SlidingWindow};
+use redkit::rate_limit::{Decision, Gcra, LimitKey, Rate, SlidingWindow};
 use redkit::{Call, Error, Registry, ScriptManager};
 use support::RedisServer;
 
@@ -100,16 +100,20 @@ async fn gcra_decisions_equal_the_model_and_never_exceed_the_bound() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     // The arguments the public type would send: 10 per 200 ms (20 ms interval), burst 4.
-    let limiter = Gcra::new("model", 10, Duration::from_millis(200))
-        .unwrap()
-        .with_burst(4)
-        .unwrap();
+    let limiter = Gcra::new(
+        "model",
+        Rate::new(10, Duration::from_millis(200))
+            .unwrap()
+            .with_burst(4)
+            .unwrap(),
+    )
+    .unwrap();
     let interval = i64::try_from(limiter.emission_interval().as_micros()).unwrap();
     assert_eq!(interval, 20_000);
-    let burst = i64::from(limiter.burst());
+    let burst = i64::from(limiter.rate().burst());
     for seed in [1u64, 2, 3] {
         let mut rng = Rng(seed);
-        let key = format!("rk:gcra:model:{{seed{seed}}}");
+        let key = format!("redkit:gcra:model:{{seed{seed}}}");
         let mut model = GcraModel {
             interval,
             burst,
@@ -177,10 +181,14 @@ async fn gcra_retry_after_is_exact_to_the_millisecond() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     // 100 ms interval, burst 2.
-    let limiter = Gcra::new("exact", 5, Duration::from_millis(500))
-        .unwrap()
-        .with_burst(2)
-        .unwrap();
+    let limiter = Gcra::new(
+        "exact",
+        Rate::new(5, Duration::from_millis(500))
+            .unwrap()
+            .with_burst(2)
+            .unwrap(),
+    )
+    .unwrap();
     let key = LimitKey::text("client").unwrap();
     let mut conclusive_early = 0;
     for round in 0..8 {
@@ -230,10 +238,14 @@ async fn gcra_token_bucket_semantics_through_the_public_api() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     // 1 per 10 s: nothing refills during the test.
-    let limiter = Gcra::new("bucket", 1, Duration::from_secs(10))
-        .unwrap()
-        .with_burst(5)
-        .unwrap();
+    let limiter = Gcra::new(
+        "bucket",
+        Rate::new(1, Duration::from_secs(10))
+            .unwrap()
+            .with_burst(5)
+            .unwrap(),
+    )
+    .unwrap();
     let key = LimitKey::ip([192, 0, 2, 7].into());
     let mut remaining = Vec::new();
     for _ in 0..5 {
@@ -277,7 +289,7 @@ async fn gcra_token_bucket_semantics_through_the_public_api() {
 async fn gcra_refuses_bad_stored_values_and_wrong_types_writing_nothing() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let limiter = Gcra::new("poison", 100, Duration::from_secs(1)).unwrap();
+    let limiter = Gcra::new("poison", Rate::per_second(100).unwrap()).unwrap();
     let key = LimitKey::text("victim").unwrap();
     let rk = limiter.redis_key(&key);
     let _: () = server.cmd(&["SET", "rk:other", "untouched"]).await;
@@ -353,7 +365,7 @@ async fn gcra_refuses_bad_stored_values_and_wrong_types_writing_nothing() {
         ("x", "1", "1"),
     ] {
         let mut call = Call::new(script);
-        call.key("rk:gcra:raw:{k:x}")
+        call.key("redkit:gcra:raw:{k:x}")
             .arg(interval)
             .arg(burst)
             .arg(cost);
@@ -365,7 +377,7 @@ async fn gcra_refuses_bad_stored_values_and_wrong_types_writing_nothing() {
             "{interval} {burst} {cost}: {r:?}"
         );
     }
-    let exists: i64 = server.cmd(&["EXISTS", "rk:gcra:raw:{k:x}"]).await;
+    let exists: i64 = server.cmd(&["EXISTS", "redkit:gcra:raw:{k:x}"]).await;
     assert_eq!(exists, 0);
 }
 
@@ -390,7 +402,7 @@ async fn conn_without(server: &RedisServer, denied: &str) -> MultiplexedConnecti
 async fn gcra_under_an_acl_user_denied_any_inner_command_writes_nothing() {
     let server = RedisServer::spawn().await;
     let mut admin = server.conn().await;
-    let limiter = Gcra::new("acl", 1, Duration::from_secs(60)).unwrap();
+    let limiter = Gcra::new("acl", Rate::per_minute(1).unwrap()).unwrap();
     let key = LimitKey::text("u").unwrap();
     let rk = limiter.redis_key(&key);
     let _: () = server.cmd(&["SET", "rk:other", "untouched"]).await;
@@ -434,7 +446,7 @@ async fn sliding_window_never_admits_more_than_the_bound_over_any_span() {
     let mut conn = server.conn().await;
     let window = Duration::from_millis(300);
     let limit = 8u32;
-    let limiter = SlidingWindow::new("span", limit, window).unwrap();
+    let limiter = SlidingWindow::new("span", Rate::new(limit, window).unwrap()).unwrap();
     for seed in [11u64, 12] {
         let mut rng = Rng(seed);
         let key = LimitKey::text(&format!("seed{seed}")).unwrap();
@@ -486,7 +498,7 @@ async fn sliding_window_weights_the_previous_window_by_the_time_left() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     // A long window: the few ms the test takes do not move the weights.
-    let limiter = SlidingWindow::new("weights", 10, Duration::from_secs(60)).unwrap();
+    let limiter = SlidingWindow::new("weights", Rate::per_minute(10).unwrap()).unwrap();
     let key = LimitKey::text("k").unwrap();
     let rk = limiter.redis_key(&key);
     let pttl = |conn: &mut MultiplexedConnection| {
@@ -589,7 +601,8 @@ async fn sliding_window_weights_the_previous_window_by_the_time_left() {
 async fn sliding_window_retry_after_is_enough() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let limiter = SlidingWindow::new("retry", 3, Duration::from_millis(200)).unwrap();
+    let limiter =
+        SlidingWindow::new("retry", Rate::new(3, Duration::from_millis(200)).unwrap()).unwrap();
     let key = LimitKey::text("k").unwrap();
     for round in 0..6 {
         let d = loop {
@@ -613,7 +626,8 @@ async fn sliding_window_retry_after_is_enough() {
 async fn sliding_window_refuses_bad_state_and_wrong_types_writing_nothing() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let limiter = SlidingWindow::new("poison", 1000, Duration::from_secs(10)).unwrap();
+    let limiter =
+        SlidingWindow::new("poison", Rate::new(1000, Duration::from_secs(10)).unwrap()).unwrap();
     let key = LimitKey::text("victim").unwrap();
     let rk = limiter.redis_key(&key);
     let _: () = server.cmd(&["SET", "rk:other", "untouched"]).await;
@@ -687,7 +701,10 @@ async fn sliding_window_refuses_bad_state_and_wrong_types_writing_nothing() {
         ("5", "1000000000000000", "1"),
     ] {
         let mut call = Call::new(script);
-        call.key("rk:sw:raw:{k:x}").arg(limit).arg(window).arg(cost);
+        call.key("redkit:sw:raw:{k:x}")
+            .arg(limit)
+            .arg(window)
+            .arg(cost);
         let r = ScriptManager::new()
             .invoke::<redis::Value, _>(&mut conn, &call)
             .await;
@@ -696,7 +713,7 @@ async fn sliding_window_refuses_bad_state_and_wrong_types_writing_nothing() {
             "{limit} {window} {cost}: {r:?}"
         );
     }
-    let exists: i64 = server.cmd(&["EXISTS", "rk:sw:raw:{k:x}"]).await;
+    let exists: i64 = server.cmd(&["EXISTS", "redkit:sw:raw:{k:x}"]).await;
     assert_eq!(exists, 0);
 }
 
@@ -704,7 +721,7 @@ async fn sliding_window_refuses_bad_state_and_wrong_types_writing_nothing() {
 async fn sliding_window_under_an_acl_user_denied_any_inner_command_writes_nothing() {
     let server = RedisServer::spawn().await;
     let mut admin = server.conn().await;
-    let limiter = SlidingWindow::new("acl", 2, Duration::from_secs(60)).unwrap();
+    let limiter = SlidingWindow::new("acl", Rate::per_minute(2).unwrap()).unwrap();
     let key = LimitKey::text("u").unwrap();
     let rk = limiter.redis_key(&key);
     let _: () = server.cmd(&["SET", "rk:other", "untouched"]).await;

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redkit::rate_limit::{Decision, DenyCache, FixedWindow, LimitKey};
+use redkit::rate_limit::{Decision, DenyCache, FixedWindow, LimitKey, Rate};
 use redkit::{Call, Error, Registry, ScriptManager};
 use support::RedisServer;
 
@@ -26,7 +26,7 @@ fn now_ms() -> u64 {
 }
 
 fn aligned(name: &str, limit: u32, window: Duration) -> FixedWindow {
-    FixedWindow::new(name, limit, window)
+    FixedWindow::new(name, Rate::new(limit, window).unwrap())
         .unwrap()
         .aligned_to_clock()
 }
@@ -61,7 +61,7 @@ async fn counts_to_the_limit_in_a_key_per_window_and_resets_at_the_windows_end()
         assert_eq!(allowed, [true, true, true, false, false], "{decisions:?}");
         assert_eq!(remaining, [2, 1, 0, 0, 0]);
         let number = before / 3_600_000;
-        let rk = format!("rk:rl:al:{{k:u}}:{number}");
+        let rk = format!("redkit:rl:al:{{k:u}}:{number}");
         assert_eq!(limiter.redis_key(&key), rk);
         let stored: String = server.cmd(&["GET", &rk]).await;
         assert_eq!(stored, "3", "limited requests are not counted");
@@ -312,7 +312,7 @@ async fn the_script_refuses_bad_arguments_before_writing() {
         .require("fixed_window_aligned", 1)
         .unwrap();
     let manager = ScriptManager::new();
-    let _: () = server.cmd(&["SET", "rk:rl:x:{k:b}:1", "3"]).await;
+    let _: () = server.cmd(&["SET", "redkit:rl:x:{k:b}:1", "3"]).await;
     let bad: [[&str; 3]; 14] = [
         ["0", "1000", "1"],
         ["-1", "1000", "1"],
@@ -330,7 +330,7 @@ async fn the_script_refuses_bad_arguments_before_writing() {
         ["", "", ""],
     ];
     for args in bad {
-        for rk in ["rk:rl:x:{k:a}:1", "rk:rl:x:{k:b}:1"] {
+        for rk in ["redkit:rl:x:{k:a}:1", "redkit:rl:x:{k:b}:1"] {
             let before = keyspace(&server).await;
             let mut call = Call::new(script);
             call.key(rk).arg(args[0]).arg(args[1]).arg(args[2]);

@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
 use redis::Value;
-use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
+use redkit::rate_limit::{Decision, FixedWindow, LimitKey, Rate};
 use redkit::script::{Call, Registry};
 use redkit::{Error, GroupCommit, ScriptManager};
 use support::{RedisCluster, RedisServer};
@@ -25,7 +25,7 @@ const WINDOW: Duration = Duration::from_secs(600);
 /// Group commit with ONE call in flight: every check queued behind a frozen first call joins
 /// one group, in arrival order.
 fn grouped(name: &str, limit: u32) -> FixedWindow {
-    FixedWindow::new(name, limit, WINDOW)
+    FixedWindow::new(name, Rate::new(limit, WINDOW).unwrap())
         .unwrap()
         .with_group_commit(GroupCommit::new(64, 1).unwrap())
 }
@@ -105,7 +105,7 @@ async fn a_group_answers_each_check_as_if_sent_alone() {
     );
 
     // The reference: the same checks one call each, in the same order, on other counters.
-    let alone = FixedWindow::new("s", 3, WINDOW).unwrap();
+    let alone = FixedWindow::new("s", Rate::new(3, WINDOW).unwrap()).unwrap();
     let mut c = conn.clone();
     let mut expected = Vec::new();
     for (k, cost) in std::iter::once(("first", 1)).chain(CHECKS) {
@@ -178,7 +178,7 @@ async fn a_bad_counter_fails_only_its_own_check() {
 async fn counts_hold_under_a_flood() {
     let server = RedisServer::spawn().await;
     let conn = preloaded(&server).await;
-    let limiter = FixedWindow::new("flood", 50, WINDOW)
+    let limiter = FixedWindow::new("flood", Rate::new(50, WINDOW).unwrap())
         .unwrap()
         .with_group_commit(GroupCommit::new(64, 4).unwrap());
     let before = server.evalsha_calls().await;
@@ -226,7 +226,7 @@ async fn evalsha_on(nodes: &[&RedisServer]) -> u64 {
 async fn groups_work_on_a_cluster() {
     let cluster = RedisCluster::spawn().await;
     let conn = cluster.conn().await;
-    let limiter = FixedWindow::new("cl", 3, WINDOW)
+    let limiter = FixedWindow::new("cl", Rate::new(3, WINDOW).unwrap())
         .unwrap()
         .with_group_commit(GroupCommit::new(64, 1).unwrap());
     let primaries = cluster.primaries().await;
@@ -436,7 +436,7 @@ async fn groups_work_with_the_functions_backend() {
             .and_then(|n| n.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    let limiter = FixedWindow::new("fn", 20, WINDOW)
+    let limiter = FixedWindow::new("fn", Rate::new(20, WINDOW).unwrap())
         .unwrap()
         .with_manager(ScriptManager::new().with_backend(Backend::Functions))
         .with_group_commit(GroupCommit::new(64, 1).unwrap());
@@ -602,7 +602,7 @@ async fn aligned_windows_group_too() {
     let conn = preloaded(&server).await;
     // Day-long windows: no window edge passes during the test (but at midnight UTC).
     const DAY: Duration = Duration::from_secs(86_400);
-    let limiter = FixedWindow::new("al", 3, DAY)
+    let limiter = FixedWindow::new("al", Rate::new(3, DAY).unwrap())
         .unwrap()
         .with_group_commit(GroupCommit::new(64, 1).unwrap())
         .aligned_to_clock();
@@ -611,7 +611,9 @@ async fn aligned_windows_group_too() {
         calls, 2,
         "the first alone, then ONE call for the nine queued"
     );
-    let alone = FixedWindow::new("al-s", 3, DAY).unwrap().aligned_to_clock();
+    let alone = FixedWindow::new("al-s", Rate::new(3, DAY).unwrap())
+        .unwrap()
+        .aligned_to_clock();
     let mut c = conn.clone();
     let mut expected = Vec::new();
     for (k, cost) in std::iter::once(("first", 1)).chain(CHECKS) {

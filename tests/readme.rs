@@ -208,9 +208,7 @@ fn every_recipe_runs() {
 mod recipes {
 /// README.md's rust block 1.
 mod recipe_01 {
-use std::time::Duration;
-
-use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
+use redkit::rate_limit::{Decision, FixedWindow, LimitKey, Rate};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -218,7 +216,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = redkit::redis::Client::open(url)?;
     let mut conn = client.get_multiplexed_async_connection().await?;
 
-    let limiter = FixedWindow::new("quickstart", 3, Duration::from_secs(60))?;
+    let limiter = FixedWindow::new("quickstart", Rate::per_minute(3)?)?;
     let user = LimitKey::text("user-42")?;
     limiter.reset(&mut conn, &user).await?; // a fresh count, so this runs twice in a minute
 
@@ -246,7 +244,7 @@ use std::time::Duration;
 use axum::{routing::get, Router};
 use redkit::connect::{self, Timeouts};
 use redkit::middleware::{FailMode, RateLimitLayer};
-use redkit::rate_limit::{FixedWindow, LimitKey};
+use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -255,7 +253,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let conn = connect::manager(redkit::redis::Client::open(url)?, Timeouts::default()).await?;
 
     // 3 requests per client IP per minute, shared by every instance of the service.
-    let limiter = FixedWindow::new("api", 3, Duration::from_secs(60))?;
+    let limiter = FixedWindow::new("api", Rate::per_minute(3)?)?;
     let localhost = LimitKey::ip(Ipv4Addr::LOCALHOST.into());
     limiter.reset(&mut conn.clone(), &localhost).await?; // a fresh count for this demo
 
@@ -290,7 +288,7 @@ pub(super) fn run() -> Result<(), String> {
 mod recipe_03 {
 use std::time::Duration;
 
-use redkit::rate_limit::{Gcra, LimitKey, SlidingWindow};
+use redkit::rate_limit::{Gcra, LimitKey, Rate, SlidingWindow};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -301,7 +299,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let user = LimitKey::text("user-42")?;
 
     // GCRA: 10 per second on average, up to 5 at once.
-    let gcra = Gcra::new("search", 10, Duration::from_secs(1))?.with_burst(5)?;
+    let gcra = Gcra::new("search", Rate::per_second(10)?.with_burst(5)?)?;
     gcra.reset(&mut conn, &user).await?;
     for _ in 0..5 {
         assert!(gcra.check(&mut conn, &user).await?.is_allowed());
@@ -313,7 +311,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert!(gcra.check(&mut conn, &user).await?.is_allowed()); // exact: it passes now
 
     // Sliding window: 5 per minute, whatever the window edges.
-    let sliding = SlidingWindow::new("login", 5, Duration::from_secs(60))?;
+    let sliding = SlidingWindow::new("login", Rate::per_minute(5)?)?;
     sliding.reset(&mut conn, &user).await?;
     let mut allowed = 0;
     for _ in 0..8 {
@@ -518,9 +516,7 @@ pub(super) fn run() -> Result<(), String> {
 }
 /// README.md's rust block 8.
 mod recipe_08 {
-use std::time::Duration;
-
-use redkit::rate_limit::{FixedWindow, LimitKey};
+use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
 use redkit::script::{Backend, Library};
 use redkit::{Call, Registry, ScriptManager};
 
@@ -542,7 +538,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_library(library);
 
     // redkit's own components take the manager: the same typed API, sent as FCALL.
-    let limiter = FixedWindow::new("api", 100, Duration::from_secs(60))?.with_manager(manager.clone());
+    let limiter = FixedWindow::new("api", Rate::per_minute(100)?)?.with_manager(manager.clone());
     assert!(limiter.check(&mut conn, &LimitKey::text("user-42")?).await?.is_allowed());
 
     let mut call = Call::new(mine.require("counter_add", 1)?);

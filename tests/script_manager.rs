@@ -436,7 +436,8 @@ async fn empty_batches_make_no_round_trip() {
         .unwrap()
         .is_empty());
     let limiter =
-        redkit::rate_limit::FixedWindow::new("e", 1, std::time::Duration::from_secs(1)).unwrap();
+        redkit::rate_limit::FixedWindow::new("e", redkit::rate_limit::Rate::per_second(1).unwrap())
+            .unwrap();
     assert!(limiter
         .check_batch(&mut conn, &[])
         .await

@@ -16,7 +16,7 @@ use redis::aio::ConnectionManager;
 use redkit::middleware::{
     ClientId, FailMode, FnKey, LimitOutcome, RateLimitLayer, Rejection, RequestInfo, Unchecked,
 };
-use redkit::rate_limit::FixedWindow;
+use redkit::rate_limit::{FixedWindow, Rate};
 use support::RedisServer;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::server::{NamedService, UnaryService};
@@ -152,7 +152,7 @@ fn metadata<'a>(map: &'a tonic::metadata::MetadataMap, name: &str) -> Option<&'a
 async fn tonic_peers_are_limited_by_their_socket_address_and_refused_as_grpc_statuses() {
     let mut server = RedisServer::spawn().await;
     let conn = ConnectionManager::new(server.client()).await.unwrap();
-    let limiter = FixedWindow::new("grpc", 3, Duration::from_secs(60)).unwrap();
+    let limiter = FixedWindow::new("grpc", Rate::per_minute(3).unwrap()).unwrap();
     let layer = RateLimitLayer::builder(limiter, conn)
         .key_extractor(tonic_peer())
         .fail_mode(FailMode::Closed)
@@ -181,8 +181,8 @@ async fn tonic_peers_are_limited_by_their_socket_address_and_refused_as_grpc_sta
     assert!(metadata(refused.metadata(), "ratelimit").is_some());
 
     // The key is the peer's IP from tonic's connect info (the client runs on loopback).
-    let keys: Vec<String> = server.cmd(&["KEYS", "rk:rl:*"]).await;
-    assert_eq!(keys, ["rk:rl:grpc:{ip:127.0.0.1}"]);
+    let keys: Vec<String> = server.cmd(&["KEYS", "redkit:rl:*"]).await;
+    assert_eq!(keys, ["redkit:rl:grpc:{ip:127.0.0.1}"]);
 
     // Redis down with fail-closed: UNAVAILABLE, not an HTTP 503 the client would misread.
     server.stop().await;
@@ -199,7 +199,7 @@ async fn without_the_recipe_every_tonic_client_shares_one_bucket() {
     // default extractor reads (then the recipe is no longer needed and the README must say so).
     let server = RedisServer::spawn().await;
     let conn = ConnectionManager::new(server.client()).await.unwrap();
-    let limiter = FixedWindow::new("grpc", 2, Duration::from_secs(60)).unwrap();
+    let limiter = FixedWindow::new("grpc", Rate::per_minute(2).unwrap()).unwrap();
     let layer = RateLimitLayer::builder(limiter, conn)
         .respond_with(grpc_status)
         .build()
@@ -213,7 +213,7 @@ async fn without_the_recipe_every_tonic_client_shares_one_bucket() {
         .expect_err("the shared bucket is full");
     assert_eq!(refused.code(), Code::ResourceExhausted);
     assert_eq!(stats.stats().unknown_clients, 3);
-    let keys: Vec<String> = server.cmd(&["KEYS", "rk:rl:*"]).await;
+    let keys: Vec<String> = server.cmd(&["KEYS", "redkit:rl:*"]).await;
     assert_eq!(keys.len(), 1, "{keys:?}");
     assert!(!keys[0].contains("127.0.0.1"), "{keys:?}");
 }

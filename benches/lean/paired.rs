@@ -134,14 +134,14 @@ pub(crate) fn paired_header(how: &str, pairs: u64, secs: f64) {
 /// The goal rows of issue 9, each redkit's op against the seed's.
 pub(crate) fn comparisons(ips: &Arc<Vec<LimitKey>>) -> Vec<Comparison> {
     let window = Duration::from_millis(WINDOW_MS);
-    let default = Arc::new(FixedWindow::new("pair", LIMIT, window).unwrap());
+    let default = Arc::new(FixedWindow::new("pair", Rate::new(LIMIT, window).unwrap()).unwrap());
     let aligned = Arc::new(
-        FixedWindow::new("pair-al", LIMIT, window)
+        FixedWindow::new("pair-al", Rate::new(LIMIT, window).unwrap())
             .unwrap()
             .aligned_to_clock(),
     );
     let grouped = Arc::new(
-        FixedWindow::new("pair-gc", LIMIT, window)
+        FixedWindow::new("pair-gc", Rate::new(LIMIT, window).unwrap())
             .unwrap()
             .with_group_commit(GroupCommit::new(64, 4).unwrap()),
     );

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use redkit::inventory::Inventory;
 use redkit::lock::{Acquire, Lock, LockOptions};
-use redkit::rate_limit::{Decision, FixedWindow, LimitKey};
+use redkit::rate_limit::{Decision, FixedWindow, LimitKey, Rate};
 use redkit::{Call, Registry, ScriptManager};
 
 /// A redis-server this demo started, killed on drop.
@@ -185,8 +185,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
 
     // 2. Per-client fixed-window rate limiting: 3 requests per 10 s.
-    let limiter =
-        FixedWindow::new("demo", 3, Duration::from_secs(10))?.with_manager(manager.clone());
+    let limiter = FixedWindow::new("demo", Rate::new(3, Duration::from_secs(10))?)?
+        .with_manager(manager.clone());
     let client_ip = LimitKey::ip(format!("192.0.2.{}", run % 250 + 1).parse()?);
     say!("\nrate limit, 3 per 10 s for one client IP:");
     for i in 1..=5 {

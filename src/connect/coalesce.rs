@@ -40,12 +40,12 @@ use crate::error::{Error, Result};
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
 /// use redkit::connect::{self, Coalescing, Timeouts};
-/// use redkit::rate_limit::{FixedWindow, LimitKey};
+/// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
 /// use std::time::Duration;
 ///
 /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
 /// let conn = Coalescing::new(connect::multiplexed(&client, Timeouts::default()).await?);
-/// let limiter = FixedWindow::new("api", 100, Duration::from_secs(60))?;
+/// let limiter = FixedWindow::new("api", Rate::per_minute(100)?)?;
 /// // Each request handler uses a clone; concurrent checks share pipelines.
 /// let mut c = conn.clone();
 /// let d = limiter.check(&mut c, &LimitKey::text("user-1")?).await?;

@@ -15,7 +15,8 @@ use tower::{Layer, Service};
 use super::future::ResponseFuture;
 use super::headers::retry_after_secs;
 use super::key::{ClientId, KeyExtractor, PeerIp, RequestInfo};
-use super::layer::{Counters, FailMode, UnknownClient};
+use super::rate_limit_layer::{Counters, FailMode, UnknownClient};
+use super::respond::{DefaultResponses, Rejection, Respond, RespondWith};
 use crate::error::{Error, Result};
 use crate::keys::{validate_prefix, MAX_PART_LEN};
 use crate::lock::{Acquire, LockOptions, PermitGuard, Semaphore};
@@ -59,10 +60,126 @@ struct Stats {
     unknown_clients: AtomicU64,
 }
 
-struct Shared<C, K> {
+/// What a [`ConcurrencyLimitLayer`] limits: a name (its slots are its own), the requests in
+/// flight per client, and the key prefix. Valid once built, so the layer's `new` cannot fail.
+///
+/// Keys: `<prefix>:<name>:{<client>}` (a sorted set of holders) and `...:wake`, the prefix
+/// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) unless [`with_prefix`](Self::with_prefix) chooses
+/// another; a client key longer than 256 bytes is replaced by its SHA-1 (`h:<hex>`).
+///
+/// ```
+/// use redkit::middleware::ConcurrencyPolicy;
+/// let policy = ConcurrencyPolicy::new("reports", 4)?;
+/// assert_eq!((policy.name(), policy.permits()), ("reports", 4));
+/// assert_eq!(policy.prefix(), ConcurrencyPolicy::DEFAULT_PREFIX);
+/// assert!(ConcurrencyPolicy::new("reports", 0).is_err());
+/// assert!(ConcurrencyPolicy::new("a b", 1).is_err());
+/// # Ok::<(), redkit::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct ConcurrencyPolicy {
     name: String,
-    semaphore: Semaphore,
+    prefix: String,
     permits: u32,
+    semaphore: Semaphore,
+}
+
+impl ConcurrencyPolicy {
+    /// Prefix of every key unless [`with_prefix`](Self::with_prefix) chooses another.
+    pub const DEFAULT_PREFIX: &'static str = "redkit:cc";
+
+    /// At most `permits` (1..=[`Semaphore::MAX_PERMITS`]) requests in flight per client,
+    /// named `name` (`[A-Za-z0-9_:.-]`, at most 64 bytes with the prefix and a `:`).
+    /// Errors: [`Error::InvalidInput`] for either out of range.
+    ///
+    /// ```
+    /// let policy = redkit::middleware::ConcurrencyPolicy::new("uploads", 2)?;
+    /// # let _ = policy; Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn new(name: &str, permits: u32) -> Result<Self> {
+        if permits == 0 || permits > Semaphore::MAX_PERMITS {
+            return Err(Error::invalid(
+                "permits",
+                format!("must be 1 to {}", Semaphore::MAX_PERMITS),
+            ));
+        }
+        validate_prefix("name", name)?;
+        Self::under(Self::DEFAULT_PREFIX, name, permits)
+    }
+
+    /// The policy's keys under `prefix` instead of [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX)
+    /// (`[A-Za-z0-9_:.-]`; at most 64 bytes with the name and a `:`).
+    /// `with_prefix("rk:cc")` keeps the keys used before 0.2.
+    ///
+    /// ```
+    /// use redkit::middleware::ConcurrencyPolicy;
+    /// let policy = ConcurrencyPolicy::new("uploads", 2)?.with_prefix("app:cc")?;
+    /// assert_eq!(policy.prefix(), "app:cc");
+    /// assert_eq!(policy.key("k:a")?, "app:cc:uploads:{k:a}");
+    /// assert!(ConcurrencyPolicy::new("uploads", 2)?.with_prefix("bad prefix").is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn with_prefix(self, prefix: &str) -> Result<Self> {
+        validate_prefix("prefix", prefix)?;
+        Self::under(prefix, &self.name, self.permits)
+    }
+
+    fn under(prefix: &str, name: &str, permits: u32) -> Result<Self> {
+        let semaphore = Semaphore::new().with_prefix(&format!("{prefix}:{name}"))?;
+        Ok(Self {
+            name: name.to_owned(),
+            prefix: prefix.to_owned(),
+            permits,
+            semaphore,
+        })
+    }
+
+    /// The name.
+    ///
+    /// ```
+    /// assert_eq!(redkit::middleware::ConcurrencyPolicy::new("api", 1)?.name(), "api");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Requests in flight allowed per client.
+    ///
+    /// ```
+    /// assert_eq!(redkit::middleware::ConcurrencyPolicy::new("api", 3)?.permits(), 3);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// The key prefix.
+    ///
+    /// ```
+    /// let p = redkit::middleware::ConcurrencyPolicy::new("api", 3)?;
+    /// assert_eq!(p.prefix(), "redkit:cc");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The Redis key holding the slots of the client `resource` (see
+    /// [`ConcurrencyLimitLayer::resource`]).
+    ///
+    /// ```
+    /// let p = redkit::middleware::ConcurrencyPolicy::new("api", 3)?;
+    /// assert_eq!(p.key("ip:10.0.0.1")?, "redkit:cc:api:{ip:10.0.0.1}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn key(&self, resource: &str) -> Result<String> {
+        self.semaphore.key(resource)
+    }
+}
+
+struct Shared<C, K, H> {
+    policy: ConcurrencyPolicy,
     options: LockOptions<Semaphore>,
     conn: C,
     extractor: K,
@@ -72,6 +189,7 @@ struct Shared<C, K> {
     unknown: UnknownClient,
     full_status: StatusCode,
     stats: Stats,
+    respond: H,
 }
 
 /// Tower layer allowing at most `permits` requests in flight per client, counted in Redis so
@@ -95,40 +213,44 @@ struct Shared<C, K> {
 /// timeout after Redis ran it also holds its slot until the lease ends.
 ///
 /// The limit covers the inner service's future, not the streaming of a response body after
-/// it. Keys: `rk:cc:<name>:{<client>}` (a sorted set of holders) and `...:wake`; a client key
-/// longer than 256 bytes is replaced by its SHA-1 (`h:<hex>`).
+/// it. Keys: see [`ConcurrencyPolicy`]. The responses the layer writes itself (full, fail
+/// closed, unknown client) can be reshaped with
+/// [`respond_with`](ConcurrencyLimitBuilder::respond_with), as for `RateLimitLayer`.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// use std::{net::SocketAddr, time::Duration};
+/// use std::net::SocketAddr;
 /// use axum::{routing::get, Router};
-/// use redkit::middleware::ConcurrencyLimitLayer;
+/// use redkit::middleware::{ConcurrencyLimitLayer, ConcurrencyPolicy};
 ///
 /// let client = redis::Client::open("redis://127.0.0.1:6379/?protocol=resp3")?;
 /// let conn = redis::aio::ConnectionManager::new(client).await?;
 /// // At most 4 requests per client at once, over all instances.
-/// let layer = ConcurrencyLimitLayer::new("reports", 4, conn)?;
+/// let layer = ConcurrencyLimitLayer::new(ConcurrencyPolicy::new("reports", 4)?, conn);
 /// let app: Router = Router::new().route("/report", get(|| async { "done" })).layer(layer);
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
 /// axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
 /// # Ok(()) }
 /// ```
-pub struct ConcurrencyLimitLayer<C, K = PeerIp> {
-    shared: Arc<Shared<C, K>>,
+pub struct ConcurrencyLimitLayer<C, K = PeerIp, H = DefaultResponses> {
+    shared: Arc<Shared<C, K, H>>,
 }
 
-impl<C> ConcurrencyLimitLayer<C, PeerIp> {
-    /// A layer named `name` (1..=58 bytes of `[A-Za-z0-9_:.-]`) allowing `permits` requests
-    /// in flight per client, with default settings (see [`builder`](Self::builder)).
-    /// Errors: as [`ConcurrencyLimitBuilder::build`].
+impl<C> ConcurrencyLimitLayer<C, PeerIp, DefaultResponses> {
+    /// A layer enforcing `policy` with default settings (see [`builder`](Self::builder)).
     ///
     /// ```no_run
     /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
-    /// let layer = redkit::middleware::ConcurrencyLimitLayer::new("uploads", 2, conn)?;
+    /// use redkit::middleware::{ConcurrencyLimitLayer, ConcurrencyPolicy};
+    /// let layer = ConcurrencyLimitLayer::new(ConcurrencyPolicy::new("uploads", 2)?, conn);
     /// # Ok(()) }
     /// ```
-    pub fn new(name: &str, permits: u32, conn: C) -> Result<Self> {
-        Self::builder(name, permits, conn).build()
+    pub fn new(policy: ConcurrencyPolicy, conn: C) -> Self {
+        Self::builder(policy, conn).into_layer(
+            LockOptions::new()
+                .ttl(ConcurrencyLimitBuilder::<C, PeerIp>::DEFAULT_LEASE)
+                .retries(0),
+        )
     }
 
     /// A builder: socket peer as key, 30 s lease, 429 when full, fail open, 250 ms timeout,
@@ -137,8 +259,8 @@ impl<C> ConcurrencyLimitLayer<C, PeerIp> {
     /// ```no_run
     /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
     /// use std::time::Duration;
-    /// use redkit::middleware::{ConcurrencyLimitLayer, FailMode, TrustedProxies};
-    /// let layer = ConcurrencyLimitLayer::builder("exports", 2, conn)
+    /// use redkit::middleware::{ConcurrencyLimitLayer, ConcurrencyPolicy, FailMode, TrustedProxies};
+    /// let layer = ConcurrencyLimitLayer::builder(ConcurrencyPolicy::new("exports", 2)?, conn)
     ///     .key_extractor(TrustedProxies::hops(1))
     ///     .lease(Duration::from_secs(10))
     ///     .full_status(http::StatusCode::SERVICE_UNAVAILABLE)
@@ -146,10 +268,10 @@ impl<C> ConcurrencyLimitLayer<C, PeerIp> {
     ///     .build()?;
     /// # Ok(()) }
     /// ```
-    pub fn builder(name: &str, permits: u32, conn: C) -> ConcurrencyLimitBuilder<C, PeerIp> {
+    pub fn builder(policy: ConcurrencyPolicy, conn: C) -> ConcurrencyLimitBuilder<C, PeerIp> {
         ConcurrencyLimitBuilder {
-            name: name.to_owned(),
-            permits,
+            respond: DefaultResponses,
+            policy,
             conn,
             extractor: PeerIp,
             lease: ConcurrencyLimitBuilder::<C, PeerIp>::DEFAULT_LEASE,
@@ -162,11 +284,9 @@ impl<C> ConcurrencyLimitLayer<C, PeerIp> {
     }
 }
 
-impl<C, K> ConcurrencyLimitLayer<C, K> {
+impl<C, K, H> ConcurrencyLimitLayer<C, K, H> {
     /// Status when every permit of the client is held (unless the builder says otherwise).
     pub const DEFAULT_FULL_STATUS: StatusCode = StatusCode::TOO_MANY_REQUESTS;
-    /// Prefix of every key (`rk:cc:<name>:{<client>}`).
-    pub const KEY_PREFIX: &'static str = "rk:cc";
 
     /// A snapshot of the counters.
     ///
@@ -197,7 +317,18 @@ impl<C, K> ConcurrencyLimitLayer<C, K> {
     /// # let _ = sem; Ok(()) }
     /// ```
     pub fn semaphore(&self) -> &Semaphore {
-        &self.shared.semaphore
+        &self.shared.policy.semaphore
+    }
+
+    /// The policy: name, permits per client and key prefix.
+    ///
+    /// ```no_run
+    /// # fn show<C, K>(layer: &redkit::middleware::ConcurrencyLimitLayer<C, K>) {
+    /// println!("{} in flight per client", layer.policy().permits());
+    /// # }
+    /// ```
+    pub fn policy(&self) -> &ConcurrencyPolicy {
+        &self.shared.policy
     }
 
     /// The semaphore resource of `key` (what [`semaphore`](Self::semaphore) calls take).
@@ -219,7 +350,7 @@ impl<C, K> ConcurrencyLimitLayer<C, K> {
     /// # fn show<C, K>(layer: &redkit::middleware::ConcurrencyLimitLayer<C, K>) { println!("{}", layer.name()); }
     /// ```
     pub fn name(&self) -> &str {
-        &self.shared.name
+        &self.shared.policy.name
     }
 }
 
@@ -233,7 +364,7 @@ fn resource_of(key: &LimitKey) -> String {
     }
 }
 
-impl<C, K> Clone for ConcurrencyLimitLayer<C, K> {
+impl<C, K, H> Clone for ConcurrencyLimitLayer<C, K, H> {
     fn clone(&self) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
@@ -241,12 +372,11 @@ impl<C, K> Clone for ConcurrencyLimitLayer<C, K> {
     }
 }
 
-impl<C, K: fmt::Debug> fmt::Debug for ConcurrencyLimitLayer<C, K> {
+impl<C, K: fmt::Debug, H> fmt::Debug for ConcurrencyLimitLayer<C, K, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = &self.shared;
         f.debug_struct("ConcurrencyLimitLayer")
-            .field("name", &s.name)
-            .field("permits", &s.permits)
+            .field("policy", &s.policy)
             .field("extractor", &s.extractor)
             .field("fail_mode", &s.fail_mode)
             .field("timeout", &s.timeout)
@@ -255,8 +385,8 @@ impl<C, K: fmt::Debug> fmt::Debug for ConcurrencyLimitLayer<C, K> {
     }
 }
 
-impl<S, C, K> Layer<S> for ConcurrencyLimitLayer<C, K> {
-    type Service = ConcurrencyLimit<S, C, K>;
+impl<S, C, K, H> Layer<S> for ConcurrencyLimitLayer<C, K, H> {
+    type Service = ConcurrencyLimit<S, C, K, H>;
 
     fn layer(&self, inner: S) -> Self::Service {
         ConcurrencyLimit {
@@ -270,16 +400,16 @@ impl<S, C, K> Layer<S> for ConcurrencyLimitLayer<C, K> {
 ///
 /// ```no_run
 /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
-/// use redkit::middleware::{ConcurrencyLimitLayer, UnknownClient};
-/// let layer = ConcurrencyLimitLayer::builder("api", 8, conn)
+/// use redkit::middleware::{ConcurrencyLimitLayer, ConcurrencyPolicy, UnknownClient};
+/// let layer = ConcurrencyLimitLayer::builder(ConcurrencyPolicy::new("api", 8)?, conn)
 ///     .ipv6_prefix(56)
 ///     .unknown_client(UnknownClient::Reject)
 ///     .build()?;
 /// # Ok(()) }
 /// ```
-pub struct ConcurrencyLimitBuilder<C, K> {
-    name: String,
-    permits: u32,
+pub struct ConcurrencyLimitBuilder<C, K, H = DefaultResponses> {
+    respond: H,
+    policy: ConcurrencyPolicy,
     conn: C,
     extractor: K,
     lease: Duration,
@@ -290,7 +420,7 @@ pub struct ConcurrencyLimitBuilder<C, K> {
     full_status: StatusCode,
 }
 
-impl<C, K> ConcurrencyLimitBuilder<C, K> {
+impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
     /// Default lease of a slot: how long a crashed instance's slot stays taken.
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
     /// Longest wait for Redis per acquire before the [`FailMode`] applies.
@@ -300,14 +430,18 @@ impl<C, K> ConcurrencyLimitBuilder<C, K> {
     ///
     /// ```no_run
     /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
-    /// use redkit::middleware::{ConcurrencyLimitLayer, TrustedProxies};
-    /// let b = ConcurrencyLimitLayer::builder("api", 8, conn).key_extractor(TrustedProxies::hops(1));
+    /// use redkit::middleware::{ConcurrencyLimitLayer, ConcurrencyPolicy, TrustedProxies};
+    /// let b = ConcurrencyLimitLayer::builder(ConcurrencyPolicy::new("api", 8)?, conn)
+    ///     .key_extractor(TrustedProxies::hops(1));
     /// # Ok(()) }
     /// ```
-    pub fn key_extractor<K2: KeyExtractor>(self, extractor: K2) -> ConcurrencyLimitBuilder<C, K2> {
+    pub fn key_extractor<K2: KeyExtractor>(
+        self,
+        extractor: K2,
+    ) -> ConcurrencyLimitBuilder<C, K2, H> {
         ConcurrencyLimitBuilder {
-            name: self.name,
-            permits: self.permits,
+            respond: self.respond,
+            policy: self.policy,
             conn: self.conn,
             extractor,
             lease: self.lease,
@@ -394,29 +528,53 @@ impl<C, K> ConcurrencyLimitBuilder<C, K> {
         self
     }
 
-    /// Validates and builds the layer. Errors: [`Error::InvalidInput`] for a bad name,
-    /// `permits` outside 1..=[`Semaphore::MAX_PERMITS`], a bad lease, a zero timeout, an IPv6
-    /// prefix outside 1..=128 or a full status that is not 4xx / 5xx.
+    /// Shapes the responses the layer writes itself (the full status when every slot of the
+    /// client is held, 503 when Redis fails under [`FailMode::Closed`], 400 for
+    /// [`UnknownClient::Reject`]), as [`RateLimitBuilder::respond_with`](super::RateLimitBuilder::respond_with)
+    /// does: `f` gets the [`Rejection`] (here [`Rejection::Full`] when the slots are taken) and
+    /// the default response, and returns the response to send.
     ///
     /// ```no_run
-    /// # async fn run(conn: redis::aio::ConnectionManager) {
-    /// use redkit::middleware::ConcurrencyLimitLayer;
-    /// assert!(ConcurrencyLimitLayer::builder("api", 0, conn).build().is_err());
-    /// # }
+    /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
+    /// use axum::body::Body;
+    /// use http::Response;
+    /// use redkit::middleware::{ConcurrencyLimitLayer, ConcurrencyPolicy, Rejection};
+    /// let layer = ConcurrencyLimitLayer::builder(ConcurrencyPolicy::new("exports", 2)?, conn)
+    ///     .respond_with(|rejection: &Rejection<'_>, mut res: Response<Body>| {
+    ///         if let Rejection::Full { retry_after, .. } = rejection {
+    ///             *res.body_mut() = Body::from(format!("busy, retry in {retry_after:?}"));
+    ///         }
+    ///         res
+    ///     })
+    ///     .build()?;
+    /// # Ok(()) }
     /// ```
-    pub fn build(self) -> Result<ConcurrencyLimitLayer<C, K>> {
-        validate_prefix("name", &self.name)?;
-        let semaphore = Semaphore::new().with_prefix(&format!(
-            "{}:{}",
-            ConcurrencyLimitLayer::<C, K>::KEY_PREFIX,
-            self.name
-        ))?;
-        if self.permits == 0 || self.permits > Semaphore::MAX_PERMITS {
-            return Err(Error::invalid(
-                "permits",
-                format!("must be 1 to {}", Semaphore::MAX_PERMITS),
-            ));
+    pub fn respond_with<F>(self, f: F) -> ConcurrencyLimitBuilder<C, K, RespondWith<F>> {
+        ConcurrencyLimitBuilder {
+            respond: RespondWith::new(f),
+            policy: self.policy,
+            conn: self.conn,
+            extractor: self.extractor,
+            lease: self.lease,
+            fail_mode: self.fail_mode,
+            timeout: self.timeout,
+            ipv6_prefix: self.ipv6_prefix,
+            unknown: self.unknown,
+            full_status: self.full_status,
         }
+    }
+
+    /// Validates and builds the layer. Errors: [`Error::InvalidInput`] for a bad lease, a
+    /// zero timeout, an IPv6 prefix outside 1..=128 or a full status that is not 4xx / 5xx.
+    ///
+    /// ```no_run
+    /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
+    /// use redkit::middleware::{ConcurrencyLimitLayer, ConcurrencyPolicy};
+    /// let policy = ConcurrencyPolicy::new("api", 1)?;
+    /// assert!(ConcurrencyLimitLayer::builder(policy, conn).ipv6_prefix(0).build().is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn build(self) -> Result<ConcurrencyLimitLayer<C, K, H>> {
         let options = LockOptions::new().ttl(self.lease).retries(0);
         options.validate()?;
         validate_ipv6_prefix(self.ipv6_prefix)?;
@@ -426,11 +584,13 @@ impl<C, K> ConcurrencyLimitBuilder<C, K> {
         if !(self.full_status.is_client_error() || self.full_status.is_server_error()) {
             return Err(Error::invalid("full_status", "must be a 4xx or 5xx status"));
         }
-        Ok(ConcurrencyLimitLayer {
+        Ok(self.into_layer(options))
+    }
+
+    fn into_layer(self, options: LockOptions<Semaphore>) -> ConcurrencyLimitLayer<C, K, H> {
+        ConcurrencyLimitLayer {
             shared: Arc::new(Shared {
-                name: self.name,
-                semaphore,
-                permits: self.permits,
+                policy: self.policy,
                 options,
                 conn: self.conn,
                 extractor: self.extractor,
@@ -440,16 +600,16 @@ impl<C, K> ConcurrencyLimitBuilder<C, K> {
                 unknown: self.unknown,
                 full_status: self.full_status,
                 stats: Stats::default(),
+                respond: self.respond,
             }),
-        })
+        }
     }
 }
 
-impl<C, K: fmt::Debug> fmt::Debug for ConcurrencyLimitBuilder<C, K> {
+impl<C, K: fmt::Debug, H> fmt::Debug for ConcurrencyLimitBuilder<C, K, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConcurrencyLimitBuilder")
-            .field("name", &self.name)
-            .field("permits", &self.permits)
+            .field("policy", &self.policy)
             .field("extractor", &self.extractor)
             .field("lease", &self.lease)
             .field("fail_mode", &self.fail_mode)
@@ -463,18 +623,48 @@ impl<C, K: fmt::Debug> fmt::Debug for ConcurrencyLimitBuilder<C, K> {
 /// ```no_run
 /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
 /// use tower::Layer;
-/// let layer = redkit::middleware::ConcurrencyLimitLayer::new("api", 4, conn)?;
+/// use redkit::middleware::{ConcurrencyLimitLayer, ConcurrencyPolicy};
+/// let layer = ConcurrencyLimitLayer::new(ConcurrencyPolicy::new("api", 4)?, conn);
 /// let service = layer.layer(tower::service_fn(|_req: http::Request<String>| async {
 ///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
 /// }));
 /// # let _ = service; Ok(()) }
 /// ```
-pub struct ConcurrencyLimit<S, C, K> {
+pub struct ConcurrencyLimit<S, C, K, H = DefaultResponses> {
     inner: S,
-    shared: Arc<Shared<C, K>>,
+    shared: Arc<Shared<C, K, H>>,
 }
 
-impl<S: Clone, C, K> Clone for ConcurrencyLimit<S, C, K> {
+impl<S, C, K, H> ConcurrencyLimit<S, C, K, H> {
+    /// The wrapped service.
+    ///
+    /// ```no_run
+    /// # fn show<S, C, K>(service: &redkit::middleware::ConcurrencyLimit<S, C, K>) { let _inner: &S = service.get_ref(); }
+    /// ```
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    ///
+    /// ```no_run
+    /// # fn show<S, C, K>(service: &mut redkit::middleware::ConcurrencyLimit<S, C, K>) { let _inner: &mut S = service.get_mut(); }
+    /// ```
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, unwrapped.
+    ///
+    /// ```no_run
+    /// # fn show<S, C, K>(service: redkit::middleware::ConcurrencyLimit<S, C, K>) { let _inner: S = service.into_inner(); }
+    /// ```
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, C, K, H> Clone for ConcurrencyLimit<S, C, K, H> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -483,7 +673,7 @@ impl<S: Clone, C, K> Clone for ConcurrencyLimit<S, C, K> {
     }
 }
 
-impl<S: fmt::Debug, C, K> fmt::Debug for ConcurrencyLimit<S, C, K> {
+impl<S: fmt::Debug, C, K, H> fmt::Debug for ConcurrencyLimit<S, C, K, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConcurrencyLimit")
             .field("inner", &self.inner)
@@ -493,19 +683,21 @@ impl<S: fmt::Debug, C, K> fmt::Debug for ConcurrencyLimit<S, C, K> {
 
 /// A held slot: given back by [`release`](Self::release), or from a spawned task when dropped
 /// (a cancelled request).
-struct Slot<C, K>
+struct Slot<C, K, H>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
     K: Send + Sync + 'static,
+    H: Send + Sync + 'static,
 {
-    shared: Arc<Shared<C, K>>,
+    shared: Arc<Shared<C, K, H>>,
     permit: Option<PermitGuard>,
 }
 
-impl<C, K> Slot<C, K>
+impl<C, K, H> Slot<C, K, H>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
     K: Send + Sync + 'static,
+    H: Send + Sync + 'static,
 {
     async fn release(mut self) {
         if let Some(permit) = self.permit.take() {
@@ -514,10 +706,11 @@ where
     }
 }
 
-impl<C, K> Drop for Slot<C, K>
+impl<C, K, H> Drop for Slot<C, K, H>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
     K: Send + Sync + 'static,
+    H: Send + Sync + 'static,
 {
     fn drop(&mut self) {
         let Some(permit) = self.permit.take() else {
@@ -533,13 +726,16 @@ where
 }
 
 /// Gives `permit` back (bounded by the timeout) and counts the request as finished.
-async fn release<C, K>(shared: Arc<Shared<C, K>>, permit: PermitGuard)
+async fn release<C, K, H>(shared: Arc<Shared<C, K, H>>, permit: PermitGuard)
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     let mut conn = shared.conn.clone();
-    let outcome =
-        tokio::time::timeout(shared.timeout, shared.semaphore.release(&mut conn, permit)).await;
+    let outcome = tokio::time::timeout(
+        shared.timeout,
+        shared.policy.semaphore.release(&mut conn, permit),
+    )
+    .await;
     finish(
         &shared.stats,
         outcome.map_err(|_| Error::Timeout(shared.timeout)),
@@ -563,8 +759,9 @@ fn refuse<B: Default>(status: StatusCode, retry_after: u64) -> Response<B> {
     response
 }
 
-impl<S, C, K, ReqBody, ResBody> Service<Request<ReqBody>> for ConcurrencyLimit<S, C, K>
+impl<S, C, K, H, ReqBody, ResBody> Service<Request<ReqBody>> for ConcurrencyLimit<S, C, K, H>
 where
+    H: Respond<ResBody>,
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     ReqBody: Send + 'static,
@@ -597,7 +794,7 @@ where
                         UnknownClient::Reject => {
                             let mut response = Response::new(ResBody::default());
                             *response.status_mut() = StatusCode::BAD_REQUEST;
-                            return Ok(response);
+                            return Ok(shared.respond.respond(&Rejection::UnknownClient, response));
                         }
                         _ => LimitKey::unknown_client(),
                     }
@@ -605,16 +802,17 @@ where
             };
             let resource = resource_of(&key);
             let mut conn = shared.conn.clone();
+            let policy = &shared.policy;
             let acquire =
-                shared
+                policy
                     .semaphore
-                    .acquire(&mut conn, &resource, shared.permits, &shared.options);
+                    .acquire(&mut conn, &resource, policy.permits, &shared.options);
             let acquired = tokio::time::timeout(shared.timeout, acquire)
                 .await
                 .unwrap_or(Err(Error::Timeout(shared.timeout)));
             match acquired {
                 Ok(Acquire::Acquired(mut permit)) => {
-                    if let Err(error) = shared.semaphore.watch(&shared.conn, &mut permit) {
+                    if let Err(error) = policy.semaphore.watch(&shared.conn, &mut permit) {
                         tracing::warn!(%error, "concurrency limit: no watchdog for the slot");
                     }
                     Counters::bump(&stats.admitted);
@@ -638,24 +836,38 @@ where
                 Ok(Acquire::Busy(held)) => {
                     Counters::bump(&stats.rejected);
                     let retry_after = held.ttl.unwrap_or_default();
-                    Ok(refuse(shared.full_status, retry_after_secs(retry_after)))
+                    let response = refuse(shared.full_status, retry_after_secs(retry_after));
+                    let rejection = Rejection::Full {
+                        limiter: &policy.name,
+                        retry_after,
+                    };
+                    Ok(shared.respond.respond(&rejection, response))
                 }
                 // Only with `require_replicas` in the options: the permit was given back.
                 Ok(_) => {
                     Counters::bump(&stats.rejected);
-                    Ok(refuse(shared.full_status, 1))
+                    let rejection = Rejection::Full {
+                        limiter: &policy.name,
+                        retry_after: Duration::from_secs(1),
+                    };
+                    Ok(shared
+                        .respond
+                        .respond(&rejection, refuse(shared.full_status, 1)))
                 }
                 Err(error) => {
                     Counters::bump(&stats.redis_failures);
                     match shared.fail_mode {
                         FailMode::Closed => {
                             Counters::bump(&stats.failed_closed);
-                            tracing::warn!(%error, name = %shared.name, "concurrency limit failed: refusing (fail-closed)");
-                            Ok(refuse(StatusCode::SERVICE_UNAVAILABLE, 1))
+                            tracing::warn!(%error, name = %policy.name, "concurrency limit failed: refusing (fail-closed)");
+                            let response = refuse(StatusCode::SERVICE_UNAVAILABLE, 1);
+                            Ok(shared
+                                .respond
+                                .respond(&Rejection::RedisUnavailable, response))
                         }
                         _ => {
                             Counters::bump(&stats.failed_open);
-                            tracing::warn!(%error, name = %shared.name, "concurrency limit failed: letting request through (fail-open)");
+                            tracing::warn!(%error, name = %policy.name, "concurrency limit failed: letting request through (fail-open)");
                             inner.call(req).await
                         }
                     }

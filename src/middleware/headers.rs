@@ -86,10 +86,10 @@ mod tests {
 
     #[test]
     fn policy_states_the_window_only_when_it_is_whole_seconds() {
-        use crate::rate_limit::{FixedWindow, Gcra, SlidingWindow};
+        use crate::rate_limit::{FixedWindow, Gcra, Rate, SlidingWindow};
         let v = |l: Limiter| policy_value(&l).unwrap().to_str().unwrap().to_owned();
         let fw = |ms| {
-            FixedWindow::new("api", 5, Duration::from_millis(ms))
+            FixedWindow::new("api", Rate::new(5, Duration::from_millis(ms)).unwrap())
                 .unwrap()
                 .into()
         };
@@ -97,14 +97,14 @@ mod tests {
         assert_eq!(v(fw(1_000)), "\"api\";q=5;w=1");
         assert_eq!(v(fw(500)), "\"api\";q=5");
         assert_eq!(v(fw(1_500)), "\"api\";q=5");
-        let sw = SlidingWindow::new("s", 7, Duration::from_secs(10)).unwrap();
+        let sw = SlidingWindow::new("s", Rate::new(7, Duration::from_secs(10)).unwrap()).unwrap();
         assert_eq!(v(sw.into()), "\"s\";q=7;w=10");
         // GCRA: 10/s with bursts of 20: q=20 per w=2 s.
-        let g = Gcra::new("g", 10, Duration::from_secs(1)).unwrap();
-        assert_eq!(
-            v(g.clone().with_burst(20).unwrap().into()),
-            "\"g\";q=20;w=2"
-        );
-        assert_eq!(v(g.with_burst(5).unwrap().into()), "\"g\";q=5");
+        let g = |burst| {
+            let rate = Rate::per_second(10).unwrap().with_burst(burst).unwrap();
+            Gcra::new("g", rate).unwrap().into()
+        };
+        assert_eq!(v(g(20)), "\"g\";q=20;w=2");
+        assert_eq!(v(g(5)), "\"g\";q=5");
     }
 }

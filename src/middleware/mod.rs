@@ -14,11 +14,11 @@
 //! use std::{net::SocketAddr, time::Duration};
 //! use axum::{routing::get, Extension, Router};
 //! use redkit::middleware::{LimitOutcome, RateLimitLayer};
-//! use redkit::rate_limit::FixedWindow;
+//! use redkit::rate_limit::{FixedWindow, Rate};
 //!
 //! let client = redis::Client::open("redis://127.0.0.1:6379/?protocol=resp3")?;
 //! let conn = redis::aio::ConnectionManager::new(client).await?;
-//! let layer = RateLimitLayer::new(FixedWindow::new("api", 100, Duration::from_secs(60))?, conn);
+//! let layer = RateLimitLayer::new(FixedWindow::new("api", Rate::per_minute(100)?)?, conn);
 //! let app: Router = Router::new()
 //!     .route("/", get(|Extension(o): Extension<LimitOutcome>| async move {
 //!         format!("{:?}", o.decision().map(|d| d.quota().remaining()))
@@ -33,22 +33,25 @@ mod concurrency;
 mod future;
 mod headers;
 mod key;
-mod layer;
 mod outcome;
 mod policy;
+mod rate_limit_layer;
+mod rate_limit_service;
 mod respond;
-mod service;
 
 pub use concurrency::{
-    ConcurrencyLimit, ConcurrencyLimitBuilder, ConcurrencyLimitLayer, ConcurrencyStats,
+    ConcurrencyLimit, ConcurrencyLimitBuilder, ConcurrencyLimitLayer, ConcurrencyPolicy,
+    ConcurrencyStats,
 };
 pub use future::ResponseFuture;
 pub use headers::{RATELIMIT, RATELIMIT_POLICY};
 pub use key::{
     ClientId, FnKey, ForwardedHeader, KeyExtractor, PeerIp, RequestInfo, TrustedProxies,
 };
-pub use layer::{FailMode, MiddlewareStats, RateLimitBuilder, RateLimitLayer, UnknownClient};
 pub use outcome::{LimitOutcome, Unchecked};
-pub use policy::{Algorithm, Policies, PolicyConfig, PolicySpec};
+pub use policy::{Policies, PolicyConfig, PolicySpec};
+pub use rate_limit_layer::{
+    FailMode, MiddlewareStats, RateLimitBuilder, RateLimitLayer, UnknownClient,
+};
+pub use rate_limit_service::RateLimit;
 pub use respond::{DefaultResponses, Rejection, Respond, RespondWith};
-pub use service::RateLimit;

@@ -6,41 +6,22 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
-use crate::rate_limit::{DenyCache, FixedWindow, Gcra, Limiter, SlidingWindow};
+use crate::rate_limit::{Algorithm, DenyCache, Limiter, Rate, RateLimiter};
 
-/// The algorithm of a [`PolicySpec`] (`algorithm = "fixed_window" | "gcra" |
-/// "sliding_window"` in TOML; fixed window when left out).
-///
-/// ```
-/// use redkit::middleware::Algorithm;
-/// assert_eq!(Algorithm::default(), Algorithm::FixedWindow);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum Algorithm {
-    /// [`FixedWindow`]: `limit` per `window_ms`.
-    #[default]
-    FixedWindow,
-    /// [`Gcra`]: `limit` per `window_ms` on average, bursts of `burst` (default `limit`).
-    Gcra,
-    /// [`SlidingWindow`]: `limit` per sliding `window_ms`.
-    SlidingWindow,
-}
-
-impl Algorithm {
-    fn is_default(&self) -> bool {
-        *self == Self::default()
-    }
+/// Whether `algorithm` is the default one (left out when written).
+fn is_default(algorithm: &Algorithm) -> bool {
+    *algorithm == Algorithm::default()
 }
 
 /// One limit as configuration: a name (its counters are its own), a limit, a window and the
-/// algorithm (fixed window unless `algorithm` says otherwise; `burst` only for GCRA).
+/// algorithm (fixed window unless `algorithm` says otherwise; `burst` only for GCRA), the
+/// [`Rate`] of the limiter it becomes.
 ///
 /// ```
-/// use redkit::middleware::{Algorithm, PolicySpec};
+/// use redkit::middleware::PolicySpec;
+/// use redkit::rate_limit::{Algorithm, Rate};
 /// let spec: PolicySpec = serde_json::from_str(r#"{"name":"api","limit":100,"window_ms":60000}"#).unwrap();
-/// assert_eq!(spec, PolicySpec::new("api", 100, std::time::Duration::from_secs(60)));
+/// assert_eq!(spec, PolicySpec::new("api", Rate::per_minute(100)?));
 /// let gcra: PolicySpec = toml::from_str(r#"
 ///     name = "api"
 ///     limit = 10
@@ -48,9 +29,9 @@ impl Algorithm {
 ///     algorithm = "gcra"
 ///     burst = 20
 /// "#).unwrap();
-/// assert_eq!(gcra, PolicySpec::new("api", 10, std::time::Duration::from_secs(1))
-///     .algorithm(Algorithm::Gcra)
-///     .burst(20));
+/// assert_eq!(gcra, PolicySpec::new("api", Rate::per_second(10)?.with_burst(20)?)
+///     .algorithm(Algorithm::Gcra));
+/// # Ok::<(), redkit::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -58,79 +39,54 @@ pub struct PolicySpec {
     name: String,
     limit: u32,
     window_ms: u64,
-    #[serde(default, skip_serializing_if = "Algorithm::is_default")]
+    #[serde(default, skip_serializing_if = "is_default")]
     algorithm: Algorithm,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     burst: Option<u32>,
 }
 
 impl PolicySpec {
-    /// `limit` units per `window` with a fixed window (validated when the policies are built).
+    /// `rate` with a fixed window (the algorithm is checked against the rate when the
+    /// policies are built: a burst is only for GCRA).
     ///
     /// ```
-    /// let spec = redkit::middleware::PolicySpec::new("login", 5, std::time::Duration::from_secs(60));
-    /// # let _ = spec;
+    /// use redkit::{middleware::PolicySpec, rate_limit::Rate};
+    /// let spec = PolicySpec::new("login", Rate::per_minute(5)?);
+    /// # let _ = spec; Ok::<(), redkit::Error>(())
     /// ```
-    pub fn new(name: impl Into<String>, limit: u32, window: Duration) -> Self {
+    pub fn new(name: impl Into<String>, rate: Rate) -> Self {
         Self {
             name: name.into(),
-            limit,
-            window_ms: u64::try_from(window.as_millis()).unwrap_or(u64::MAX),
+            limit: rate.limit(),
+            window_ms: u64::try_from(rate.period().as_millis()).unwrap_or(u64::MAX),
             algorithm: Algorithm::default(),
-            burst: None,
+            burst: (rate.burst() != rate.limit()).then_some(rate.burst()),
         }
     }
 
     /// Uses `algorithm` instead of the fixed window.
     ///
     /// ```
-    /// use redkit::middleware::{Algorithm, PolicySpec};
-    /// let spec = PolicySpec::new("api", 100, std::time::Duration::from_secs(60))
-    ///     .algorithm(Algorithm::SlidingWindow);
-    /// # let _ = spec;
+    /// use redkit::{middleware::PolicySpec, rate_limit::{Algorithm, Rate}};
+    /// let spec = PolicySpec::new("api", Rate::per_minute(100)?).algorithm(Algorithm::SlidingWindow);
+    /// # let _ = spec; Ok::<(), redkit::Error>(())
     /// ```
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         self.algorithm = algorithm;
         self
     }
 
-    /// GCRA's burst (only valid with [`Algorithm::Gcra`]; checked when the policies are built).
-    ///
-    /// ```
-    /// use redkit::middleware::{Algorithm, PolicySpec};
-    /// let spec = PolicySpec::new("api", 10, std::time::Duration::from_secs(1))
-    ///     .algorithm(Algorithm::Gcra)
-    ///     .burst(50);
-    /// # let _ = spec;
-    /// ```
-    pub fn burst(mut self, burst: u32) -> Self {
-        self.burst = Some(burst);
-        self
-    }
-
-    fn build(&self) -> Result<Limiter> {
-        let window = Duration::from_millis(self.window_ms);
-        Ok(match (self.algorithm, self.burst) {
-            (Algorithm::FixedWindow, None) => {
-                FixedWindow::new(&self.name, self.limit, window)?.into()
-            }
-            (Algorithm::SlidingWindow, None) => {
-                SlidingWindow::new(&self.name, self.limit, window)?.into()
-            }
-            (Algorithm::Gcra, burst) => {
-                let gcra = Gcra::new(&self.name, self.limit, window)?;
-                match burst {
-                    Some(b) => gcra.with_burst(b)?.into(),
-                    None => gcra.into(),
-                }
-            }
-            (_, Some(_)) => {
-                return Err(Error::invalid(
-                    "burst",
-                    format!("only for algorithm \"gcra\" (policy {:?})", self.name),
-                ))
-            }
-        })
+    /// The limiter of this policy, under `prefix` when given (else its algorithm's default).
+    fn build(&self, prefix: Option<&str>) -> Result<Limiter> {
+        let mut rate = Rate::new(self.limit, Duration::from_millis(self.window_ms))?;
+        if let Some(burst) = self.burst {
+            rate = rate.with_burst(burst)?;
+        }
+        let limiter = Limiter::new(self.algorithm, &self.name, rate)?;
+        match prefix {
+            Some(prefix) => limiter.with_prefix(prefix),
+            None => Ok(limiter),
+        }
     }
 }
 
@@ -143,7 +99,7 @@ struct RouteSpec {
     name: String,
     limit: u32,
     window_ms: u64,
-    #[serde(default, skip_serializing_if = "Algorithm::is_default")]
+    #[serde(default, skip_serializing_if = "is_default")]
     algorithm: Algorithm,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     burst: Option<u32>,
@@ -210,6 +166,9 @@ pub struct PolicyConfig {
         with = "group_commit_setting"
     )]
     group_commit: Option<GroupCommit>,
+    /// The key prefix of every limiter (each algorithm's default when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    prefix: Option<String>,
 }
 
 /// `group_commit` of a [`PolicyConfig`] file: `true` / `false`, or the two settings (checked
@@ -264,10 +223,10 @@ impl PolicyConfig {
     ///
     /// ```
     /// use redkit::middleware::{PolicyConfig, PolicySpec};
-    /// use std::time::Duration;
-    /// let config = PolicyConfig::new(PolicySpec::new("default", 100, Duration::from_secs(60)))
-    ///     .route("/login", PolicySpec::new("login", 5, Duration::from_secs(60)));
-    /// # let _ = config;
+    /// use redkit::rate_limit::Rate;
+    /// let config = PolicyConfig::new(PolicySpec::new("default", Rate::per_minute(100)?))
+    ///     .route("/login", PolicySpec::new("login", Rate::per_minute(5)?));
+    /// # let _ = config; Ok::<(), redkit::Error>(())
     /// ```
     pub fn new(default: PolicySpec) -> Self {
         Self {
@@ -275,19 +234,43 @@ impl PolicyConfig {
             routes: Vec::new(),
             deny_cache_capacity: None,
             group_commit: None,
+            prefix: None,
         }
+    }
+
+    /// Puts the keys of every limiter under `prefix` (TOML / JSON: `prefix = "app:rl"` at the
+    /// top level; 1..=64 bytes of `[A-Za-z0-9_:.-]`, validated by [`Policies::from_config`])
+    /// instead of each algorithm's `DEFAULT_PREFIX`.
+    ///
+    /// ```
+    /// use redkit::middleware::{Policies, PolicyConfig};
+    /// use redkit::rate_limit::LimitKey;
+    /// let config: PolicyConfig = toml::from_str(r#"
+    ///     prefix = "app:rl"
+    ///     [default]
+    ///     name = "api"
+    ///     limit = 100
+    ///     window_ms = 60000
+    /// "#).unwrap();
+    /// let policies = Policies::from_config(&config)?;
+    /// assert_eq!(policies.for_path("/").redis_key(&LimitKey::text("u")?), "app:rl:api:{k:u}");
+    /// assert!(Policies::from_config(&config.prefix("bad prefix")).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
     }
 
     /// Group commit for every fixed-window limiter with `settings` (TOML / JSON at the top
     /// level: `group_commit = true` for [`GroupCommit::default()`], or
     /// `group_commit = { max_batch = 64, max_in_flight = 4 }`): concurrent checks of one
-    /// policy are settled by one script call (see [`FixedWindow::with_group_commit`] for what
+    /// policy are settled by one script call (see [`FixedWindow::with_group_commit`](crate::rate_limit::FixedWindow::with_group_commit) for what
     /// it changes). GCRA and sliding-window policies are not grouped.
     ///
     /// ```
-    /// use std::time::Duration;
     /// use redkit::middleware::{Policies, PolicyConfig, PolicySpec};
-    /// use redkit::rate_limit::Limiter;
+    /// use redkit::rate_limit::{Limiter, Rate};
     /// use redkit::GroupCommit;
     /// let config: PolicyConfig = toml::from_str(r#"
     ///     group_commit = true
@@ -299,7 +282,7 @@ impl PolicyConfig {
     /// let policies = Policies::from_config(&config)?;
     /// assert!(matches!(policies.for_path("/"),
     ///     Limiter::Fixed(f) if f.group_commit() == Some(GroupCommit::default())));
-    /// let built = PolicyConfig::new(PolicySpec::new("api", 100, Duration::from_secs(60)))
+    /// let built = PolicyConfig::new(PolicySpec::new("api", Rate::per_minute(100)?))
     ///     .with_group_commit(GroupCommit::default());
     /// assert_eq!(built, config);
     /// # Ok::<(), redkit::Error>(())
@@ -315,9 +298,10 @@ impl PolicyConfig {
     /// [`Policies::from_config`].
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use redkit::middleware::{Policies, PolicyConfig, PolicySpec};
     /// # use std::time::Duration;
-    /// let config = PolicyConfig::new(PolicySpec::new("d", 100, Duration::from_secs(1)))
+    /// let config = PolicyConfig::new(PolicySpec::new("d", Rate::per_second(100)?))
     ///     .deny_cache_capacity(10_000);
     /// let policies = Policies::from_config(&config)?;
     /// assert!(policies.for_path("/").deny_cache().is_some());
@@ -332,11 +316,11 @@ impl PolicyConfig {
     /// Adds a route override.
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use redkit::middleware::{PolicyConfig, PolicySpec};
-    /// # use std::time::Duration;
-    /// let config = PolicyConfig::new(PolicySpec::new("d", 100, Duration::from_secs(1)))
-    ///     .route("/upload", PolicySpec::new("upload", 2, Duration::from_secs(1)));
-    /// # let _ = config;
+    /// let config = PolicyConfig::new(PolicySpec::new("d", Rate::per_second(100)?))
+    ///     .route("/upload", PolicySpec::new("upload", Rate::per_second(2)?));
+    /// # let _ = config; Ok::<(), redkit::Error>(())
     /// ```
     pub fn route(mut self, path: impl Into<String>, policy: PolicySpec) -> Self {
         self.routes.push(RouteSpec {
@@ -355,10 +339,11 @@ impl PolicyConfig {
 /// [`Limiter`]: any algorithm, per route.
 ///
 /// ```
+/// # use redkit::rate_limit::Rate;
 /// use std::time::Duration;
 /// use redkit::{middleware::Policies, rate_limit::{FixedWindow, Gcra}};
-/// let policies = Policies::new(FixedWindow::new("default", 100, Duration::from_secs(60))?)
-///     .route("/login", Gcra::new("login", 5, Duration::from_secs(60))?.with_burst(2)?)?;
+/// let policies = Policies::new(FixedWindow::new("default", Rate::per_minute(100)?)?)
+///     .route("/login", Gcra::new("login", Rate::per_minute(5)?.with_burst(2)?)?)?;
 /// assert_eq!(policies.for_path("/login/otp").name(), "login");
 /// # Ok::<(), redkit::Error>(())
 /// ```
@@ -373,9 +358,10 @@ impl Policies {
     /// One limiter for every route.
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
     /// use redkit::{middleware::Policies, rate_limit::FixedWindow};
-    /// let p = Policies::new(FixedWindow::new("api", 10, Duration::from_secs(1))?);
+    /// let p = Policies::new(FixedWindow::new("api", Rate::per_second(10)?)?);
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn new(default: impl Into<Limiter>) -> Self {
@@ -390,10 +376,11 @@ impl Policies {
     /// or burst (names may be shared on purpose, to share one counter between routes).
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
     /// use redkit::{middleware::Policies, rate_limit::FixedWindow};
-    /// let p = Policies::new(FixedWindow::new("api", 10, Duration::from_secs(1))?);
-    /// assert!(p.route("login", FixedWindow::new("l", 1, Duration::from_secs(1))?).is_err());
+    /// let p = Policies::new(FixedWindow::new("api", Rate::per_second(10)?)?);
+    /// assert!(p.route("login", FixedWindow::new("l", Rate::per_second(1)?)?).is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn route(mut self, path: impl Into<String>, limiter: impl Into<Limiter>) -> Result<Self> {
@@ -442,9 +429,10 @@ impl Policies {
     /// assert!(Policies::from_config(&bad).is_err());
     /// ```
     pub fn from_config(config: &PolicyConfig) -> Result<Self> {
-        let mut policies = Self::new(config.default.build()?);
+        let prefix = config.prefix.as_deref();
+        let mut policies = Self::new(config.default.build(prefix)?);
         for route in &config.routes {
-            policies = policies.route(route.path.clone(), route.policy().build()?)?;
+            policies = policies.route(route.path.clone(), route.policy().build(prefix)?)?;
         }
         if let Some(capacity) = config.deny_cache_capacity {
             policies = policies.with_deny_cache(DenyCache::new(capacity)?);
@@ -458,9 +446,10 @@ impl Policies {
     /// The limiter for a request path.
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
     /// use redkit::{middleware::Policies, rate_limit::FixedWindow};
-    /// let p = Policies::new(FixedWindow::new("api", 10, Duration::from_secs(1))?);
+    /// let p = Policies::new(FixedWindow::new("api", Rate::per_second(10)?)?);
     /// assert_eq!(p.for_path("/anything").name(), "api");
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -486,11 +475,7 @@ impl Policies {
     /// Every fixed-window and GCRA limiter answers from `cache` (keys are full Redis keys: no
     /// clash between them); sliding-window limiters always ask Redis.
     pub(crate) fn with_deny_cache(self, cache: DenyCache) -> Self {
-        let attach = |l: Limiter| match l {
-            Limiter::Fixed(f) => Limiter::Fixed(f.with_deny_cache(cache.clone())),
-            Limiter::Gcra(g) => Limiter::Gcra(g.with_deny_cache(cache.clone())),
-            other => other,
-        };
+        let attach = |l: Limiter| l.attach_deny_cache(cache.clone());
         Self {
             default: attach(self.default),
             routes: self
@@ -526,20 +511,8 @@ impl From<Limiter> for Policies {
     }
 }
 
-impl From<FixedWindow> for Policies {
-    fn from(limiter: FixedWindow) -> Self {
-        Self::new(limiter)
-    }
-}
-
-impl From<Gcra> for Policies {
-    fn from(limiter: Gcra) -> Self {
-        Self::new(limiter)
-    }
-}
-
-impl From<SlidingWindow> for Policies {
-    fn from(limiter: SlidingWindow) -> Self {
+impl<L: RateLimiter + Into<Limiter>> From<L> for Policies {
+    fn from(limiter: L) -> Self {
         Self::new(limiter)
     }
 }
@@ -547,9 +520,10 @@ impl From<SlidingWindow> for Policies {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rate_limit::FixedWindow;
 
     fn fw(name: &str, limit: u32) -> FixedWindow {
-        FixedWindow::new(name, limit, Duration::from_secs(1)).unwrap()
+        FixedWindow::new(name, Rate::per_second(limit).unwrap()).unwrap()
     }
 
     #[test]
@@ -578,7 +552,7 @@ mod tests {
 
     #[test]
     fn the_default_algorithm_is_left_out_when_written() {
-        let spec = PolicySpec::new("api", 10, Duration::from_secs(1));
+        let spec = PolicySpec::new("api", Rate::per_second(10).unwrap());
         let json = serde_json::to_value(&spec).unwrap();
         assert!(json.get("algorithm").is_none(), "{json}");
         let json = serde_json::to_value(spec.algorithm(Algorithm::Gcra)).unwrap();
@@ -621,28 +595,35 @@ mod tests {
         .unwrap();
         let p = Policies::from_config(&c).unwrap();
         assert!(matches!(p.for_path("/x"), Limiter::Fixed(_)));
-        assert!(matches!(p.for_path("/g"), Limiter::Gcra(g) if g.burst() == 7 && g.rate() == 5));
+        assert!(
+            matches!(p.for_path("/g"), Limiter::Gcra(g) if g.rate().burst() == 7 && g.rate().limit() == 5)
+        );
         assert!(matches!(p.for_path("/s"), Limiter::Sliding(_)));
         let json = serde_json::to_string(&c).unwrap();
         assert_eq!(serde_json::from_str::<PolicyConfig>(&json).unwrap(), c);
         // burst without gcra, unknown algorithm, a name reused by another algorithm: refused.
-        let bad = PolicyConfig::new(PolicySpec::new("d", 1, Duration::from_secs(1)).burst(2));
+        let bad = PolicyConfig::new(PolicySpec::new(
+            "d",
+            Rate::per_second(1).unwrap().with_burst(2).unwrap(),
+        ));
         assert!(Policies::from_config(&bad).is_err());
         assert!(serde_json::from_str::<PolicySpec>(
             r#"{"name":"d","limit":1,"window_ms":1,"algorithm":"leaky"}"#
         )
         .is_err());
-        let clash = PolicyConfig::new(PolicySpec::new("d", 1, Duration::from_secs(1))).route(
+        let clash = PolicyConfig::new(PolicySpec::new("d", Rate::per_second(1).unwrap())).route(
             "/a",
-            PolicySpec::new("d", 1, Duration::from_secs(1)).algorithm(Algorithm::SlidingWindow),
+            PolicySpec::new("d", Rate::per_second(1).unwrap()).algorithm(Algorithm::SlidingWindow),
         );
         assert!(Policies::from_config(&clash).is_err());
     }
 
     #[test]
     fn json_round_trip() {
-        let c = PolicyConfig::new(PolicySpec::new("d", 10, Duration::from_secs(1)))
-            .route("/a", PolicySpec::new("a", 1, Duration::from_millis(300)));
+        let c = PolicyConfig::new(PolicySpec::new("d", Rate::per_second(10).unwrap())).route(
+            "/a",
+            PolicySpec::new("a", Rate::new(1, Duration::from_millis(300)).unwrap()),
+        );
         let json = serde_json::to_string(&c).unwrap();
         assert_eq!(serde_json::from_str::<PolicyConfig>(&json).unwrap(), c);
         let p = Policies::from_config(&c).unwrap();

@@ -4,13 +4,15 @@ use http::Response;
 
 use crate::rate_limit::Decision;
 
-/// Why the layer answers a request itself instead of calling the inner service.
+/// Why a layer ([`RateLimitLayer`](super::RateLimitLayer) or
+/// [`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer)) answers a request itself instead
+/// of calling the inner service.
 ///
 /// ```
 /// use redkit::middleware::Rejection;
 /// fn title(r: &Rejection<'_>) -> &'static str {
 ///     match r {
-///         Rejection::Limited { .. } => "Too Many Requests",
+///         Rejection::Limited { .. } | Rejection::Full { .. } => "Too Many Requests",
 ///         Rejection::RedisUnavailable => "Service Unavailable",
 ///         Rejection::UnknownClient => "Bad Request",
 ///         _ => "Error",
@@ -34,6 +36,14 @@ pub enum Rejection<'a> {
     /// The client could not be identified and the layer is
     /// [`UnknownClient::Reject`](super::UnknownClient::Reject): `400`.
     UnknownClient,
+    /// Every slot of the client is held ([`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer)):
+    /// the full status (429 by default) with `Retry-After`.
+    Full {
+        /// The name of the concurrency policy.
+        limiter: &'a str,
+        /// When the earliest held slot's lease ends (a lower bound of when one frees).
+        retry_after: std::time::Duration,
+    },
 }
 
 /// Shapes the responses the layer writes itself. The layer first builds its default response
@@ -41,8 +51,9 @@ pub enum Rejection<'a> {
 /// body, content type, extra headers, even the status.
 ///
 /// Implemented for [`DefaultResponses`] (keeps the default) and, through
-/// [`RateLimitBuilder::respond_with`](super::RateLimitBuilder::respond_with), for any
-/// `Fn(&Rejection<'_>, Response<B>) -> Response<B>`.
+/// [`RateLimitBuilder::respond_with`](super::RateLimitBuilder::respond_with) and
+/// [`ConcurrencyLimitBuilder::respond_with`](super::ConcurrencyLimitBuilder::respond_with), for
+/// any `Fn(&Rejection<'_>, Response<B>) -> Response<B>`.
 ///
 /// ```
 /// use http::Response;

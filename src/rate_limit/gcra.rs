@@ -8,9 +8,11 @@ use redis::aio::ConnectionLike;
 use super::decision::{Decision, Quota};
 use super::deny_cache::DenyCache;
 use super::key::LimitKey;
+use super::key_space::{delete, KeySpace};
+use super::rate::Rate;
+use super::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
 use super::reply::{ints, non_negative};
 use crate::error::{Error, Result};
-use crate::keys::{tagged, validate_prefix};
 use crate::script::{Call, Registry, Script, ScriptManager};
 
 /// A GCRA (generic cell rate algorithm) limiter: token-bucket semantics, shared by every
@@ -29,7 +31,7 @@ use crate::script::{Call, Registry, Script, ScriptManager};
 /// how many cost-1 requests would pass right now, and [`reset_after`](Quota::reset_after) is
 /// the time until the bucket is full again.
 ///
-/// **Storage and time.** One key per client, `rk:gcra:<name>:{<canonical key>}`, holding the
+/// **Storage and time.** One key per client, `<prefix>:<name>:{<canonical key>}` (prefix [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) unless [`with_prefix`](Self::with_prefix) chooses another), holding the
 /// theoretical arrival time (TAT) in microseconds of the server's `TIME`, with a TTL equal to
 /// the time until the bucket is full (a full bucket is no key). Each check is one `EVALSHA`
 /// of `lua/gcra.v1.lua`: no client clock is involved. Cheap to clone.
@@ -37,12 +39,12 @@ use crate::script::{Call, Registry, Script, ScriptManager};
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
 /// use std::time::Duration;
-/// use redkit::rate_limit::{Gcra, LimitKey};
+/// use redkit::rate_limit::{Gcra, LimitKey, Rate};
 ///
 /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
 /// let mut conn = client.get_multiplexed_async_connection().await?;
 /// // 10 requests per second on average, bursts of up to 20.
-/// let limiter = Gcra::new("api", 10, Duration::from_secs(1))?.with_burst(20)?;
+/// let limiter = Gcra::new("api", Rate::per_second(10)?.with_burst(20)?)?;
 /// let decision = limiter.check(&mut conn, &LimitKey::ip([192, 0, 2, 1].into())).await?;
 /// if let Some(wait) = decision.retry_after() {
 ///     println!("retry after {wait:?}");
@@ -51,10 +53,9 @@ use crate::script::{Call, Registry, Script, ScriptManager};
 /// ```
 #[derive(Clone)]
 pub struct Gcra {
-    name: String,
-    base: String,
-    rate: u32,
-    period: Duration,
+    keys: KeySpace,
+    /// The rate, its period in whole microseconds.
+    rate: Rate,
     burst: u32,
     interval_us: u64,
     script: &'static Script,
@@ -63,92 +64,98 @@ pub struct Gcra {
 }
 
 impl Gcra {
-    /// Prefix of every GCRA key.
-    pub const KEY_PREFIX: &'static str = "rk:gcra";
+    /// Prefix of every key unless [`with_prefix`](Self::with_prefix) chooses another.
+    pub const DEFAULT_PREFIX: &'static str = "redkit:gcra";
     /// The largest bucket: `emission interval x burst` stays below 10^15 us (about 31.7
     /// years), so every time the script handles is exact as a Lua number.
     pub const MAX_BUCKET: Duration = Duration::from_micros(999_999_999_999_999);
 
-    /// A limiter named `name` (1..=64 bytes of `[A-Za-z0-9_:.-]`) refilling `rate` units per
-    /// `period`, with a burst of `rate` (a full bucket is one period's worth; change it with
-    /// [`with_burst`](Self::with_burst)).
+    /// A limiter named `name` (1..=64 bytes of `[A-Za-z0-9_:.-]`) refilling
+    /// [`rate.limit()`](Rate::limit) units per [`rate.period()`](Rate::period) (whole
+    /// microseconds), with a bucket of [`rate.burst()`](Rate::burst) units (the limit unless
+    /// set with [`Rate::with_burst`]: a full bucket is one period's worth), keys under
+    /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX).
     ///
-    /// Errors: [`Error::InvalidInput`] for a zero rate, a period under 1 us, a bucket above
-    /// [`MAX_BUCKET`](Self::MAX_BUCKET) or a bad name.
+    /// Errors: [`Error::InvalidInput`] for a period under 1 us, a bucket
+    /// (`emission interval x burst`) above [`MAX_BUCKET`](Self::MAX_BUCKET) or a bad name.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redkit::rate_limit::Gcra;
-    /// let l = Gcra::new("login", 5, Duration::from_secs(60))?;
+    /// use redkit::rate_limit::{Gcra, Rate};
+    /// let l = Gcra::new("login", Rate::per_minute(5)?)?;
     /// assert_eq!(l.emission_interval(), Duration::from_secs(12));
-    /// assert_eq!(l.burst(), 5);
-    /// assert!(Gcra::new("login", 0, Duration::from_secs(60)).is_err());
-    /// assert!(Gcra::new("login", 5, Duration::ZERO).is_err());
+    /// assert_eq!(l.rate().burst(), 5);
+    /// // One request per second, never two in a row without waiting.
+    /// let strict = Gcra::new("strict", Rate::per_second(1)?.with_burst(1)?)?;
+    /// assert_eq!(strict.rate().burst(), 1);
+    /// assert!(Gcra::new("login", Rate::new(5, Duration::from_nanos(999))?).is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn new(name: &str, rate: u32, period: Duration) -> Result<Self> {
-        validate_prefix("name", name)?;
-        if rate == 0 {
-            return Err(Error::invalid("rate", "must be at least 1"));
+    pub fn new(name: &str, rate: Rate) -> Result<Self> {
+        let keys = KeySpace::new(Self::DEFAULT_PREFIX, name)?;
+        let max_us = u64::try_from(Self::MAX_BUCKET.as_micros()).unwrap_or(u64::MAX);
+        let period_us = rate.period_in(
+            Duration::from_micros(1),
+            Duration::MAX,
+            "period",
+            "must be between 1 us and MAX_BUCKET",
+        )?;
+        let interval_us = period_us.div_ceil(u64::from(rate.limit()));
+        let burst = rate.burst();
+        match interval_us.checked_mul(u64::from(burst)) {
+            Some(bucket) if bucket <= max_us => {}
+            _ => {
+                return Err(Error::invalid(
+                    "burst",
+                    "emission interval x burst must be below 10^15 us",
+                ))
+            }
         }
-        let period_us = u64::try_from(period.as_micros())
-            .ok()
-            .filter(|us| *us >= 1)
-            .ok_or_else(|| Error::invalid("period", "must be between 1 us and MAX_BUCKET"))?;
-        let interval_us = period_us.div_ceil(u64::from(rate));
-        let script = Registry::embedded("gcra", 1);
-        Self {
-            base: format!("{}:{name}", Self::KEY_PREFIX),
-            name: name.to_owned(),
-            rate,
-            period: Duration::from_micros(period_us),
-            burst: rate,
+        Ok(Self {
+            keys,
+            rate: rate.with_period(Duration::from_micros(period_us)),
+            burst,
             interval_us,
-            script,
+            script: Registry::embedded("gcra", 1),
             manager: ScriptManager::new(),
             deny_cache: None,
-        }
-        .checked()
+        })
     }
 
-    /// Sets the burst: how many units a full bucket holds (at least 1). Errors:
-    /// [`Error::InvalidInput`] for 0 or a bucket (`emission interval x burst`) above
-    /// [`MAX_BUCKET`](Self::MAX_BUCKET).
+    /// Puts the keys under `prefix` (1..=64 bytes of `[A-Za-z0-9_:.-]`) instead of
+    /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX): `<prefix>:<name>:{<client>}`.
+    /// `with_prefix("rk:gcra")` keeps the keys used before 0.2.
     ///
     /// ```
-    /// use std::time::Duration;
-    /// use redkit::rate_limit::Gcra;
-    /// // One request per second, never two in a row without waiting.
-    /// let strict = Gcra::new("strict", 1, Duration::from_secs(1))?.with_burst(1)?;
-    /// assert_eq!(strict.burst(), 1);
-    /// assert!(Gcra::new("x", 1, Duration::from_secs(1))?.with_burst(0).is_err());
+    /// use redkit::rate_limit::{Gcra, LimitKey, Rate};
+    /// let l = Gcra::new("api", Rate::per_second(10)?)?.with_prefix("app:gcra")?;
+    /// assert_eq!(l.prefix(), "app:gcra");
+    /// assert_eq!(l.redis_key(&LimitKey::text("u")?), "app:gcra:api:{k:u}");
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn with_burst(mut self, burst: u32) -> Result<Self> {
-        if burst == 0 {
-            return Err(Error::invalid("burst", "must be at least 1"));
-        }
-        self.burst = burst;
-        self.checked()
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
+        self.keys = self.keys.with_prefix(prefix)?;
+        Ok(self)
     }
 
-    fn checked(self) -> Result<Self> {
-        let max = Self::MAX_BUCKET.as_micros();
-        match u128::from(self.interval_us).checked_mul(u128::from(self.burst)) {
-            Some(bucket) if bucket <= max => Ok(self),
-            _ => Err(Error::invalid(
-                "burst",
-                "emission interval x burst must be below 10^15 us",
-            )),
-        }
+    /// The key prefix.
+    ///
+    /// ```
+    /// use redkit::rate_limit::{Gcra, Rate};
+    /// assert_eq!(Gcra::new("api", Rate::per_second(10)?)?.prefix(), Gcra::DEFAULT_PREFIX);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn prefix(&self) -> &str {
+        self.keys.prefix()
     }
 
     /// Uses `manager` (e.g. one shared by the whole application, for its stats).
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
     /// use redkit::{rate_limit::Gcra, ScriptManager};
-    /// let limiter = Gcra::new("api", 10, Duration::from_secs(1))?.with_manager(ScriptManager::new());
+    /// let limiter = Gcra::new("api", Rate::per_second(10)?)?.with_manager(ScriptManager::new());
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn with_manager(mut self, manager: ScriptManager) -> Self {
@@ -159,8 +166,9 @@ impl Gcra {
     /// The script manager running the checks (for its [`Stats`](crate::Stats)).
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// let limiter = redkit::rate_limit::Gcra::new("api", 10, Duration::from_secs(1))?;
+    /// let limiter = redkit::rate_limit::Gcra::new("api", Rate::per_second(10)?)?;
     /// let _stats = limiter.manager().stats();
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -177,8 +185,8 @@ impl Gcra {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// use redkit::rate_limit::{DenyCache, Gcra};
-    /// let l = Gcra::new("api", 10, Duration::from_secs(1))?.with_deny_cache(DenyCache::new(10_000)?);
+    /// use redkit::rate_limit::{DenyCache, Gcra, Rate};
+    /// let l = Gcra::new("api", Rate::per_second(10)?)?.with_deny_cache(DenyCache::new(10_000)?);
     /// assert!(l.deny_cache().is_some());
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -190,8 +198,9 @@ impl Gcra {
     /// The deny cache, when one is attached.
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// let l = redkit::rate_limit::Gcra::new("api", 10, Duration::from_secs(1))?;
+    /// let l = redkit::rate_limit::Gcra::new("api", Rate::per_second(10)?)?;
     /// assert!(l.deny_cache().is_none());
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -202,52 +211,47 @@ impl Gcra {
     /// The limiter's name.
     ///
     /// ```
-    /// # let l = redkit::rate_limit::Gcra::new("api", 10, std::time::Duration::from_secs(1))?;
+    /// # use redkit::rate_limit::Rate;
+    /// # let l = redkit::rate_limit::Gcra::new("api", Rate::per_second(10)?)?;
     /// assert_eq!(l.name(), "api");
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn name(&self) -> &str {
-        &self.name
+        self.keys.name()
     }
 
-    /// Units refilled per [`period`](Self::period).
+    /// The rate: [`limit`](Rate::limit) units refilled per [`period`](Rate::period) (whole
+    /// microseconds), a full bucket holding [`burst`](Rate::burst) units.
     ///
     /// ```
-    /// # let l = redkit::rate_limit::Gcra::new("api", 10, std::time::Duration::from_secs(1))?;
-    /// assert_eq!(l.rate(), 10);
+    /// use redkit::rate_limit::{Gcra, Rate};
+    /// let l = Gcra::new("api", Rate::per_second(10)?.with_burst(20)?)?;
+    /// assert_eq!((l.rate().limit(), l.rate().burst()), (10, 20));
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn rate(&self) -> u32 {
-        self.rate
+    pub fn rate(&self) -> &Rate {
+        &self.rate
     }
 
-    /// The period of the rate (whole microseconds).
+    /// The time a bucket takes to refill from empty: emission interval x burst.
     ///
     /// ```
-    /// # let l = redkit::rate_limit::Gcra::new("api", 10, std::time::Duration::from_secs(1))?;
-    /// assert_eq!(l.period(), std::time::Duration::from_secs(1));
+    /// use std::time::Duration;
+    /// use redkit::rate_limit::{Gcra, Rate};
+    /// let l = Gcra::new("api", Rate::per_second(10)?.with_burst(20)?)?;
+    /// assert_eq!(l.bucket(), Duration::from_secs(2));
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn period(&self) -> Duration {
-        self.period
-    }
-
-    /// Units a full bucket holds (the most that pass at once).
-    ///
-    /// ```
-    /// # let l = redkit::rate_limit::Gcra::new("api", 10, std::time::Duration::from_secs(1))?;
-    /// assert_eq!(l.burst(), 10);
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn burst(&self) -> u32 {
-        self.burst
+    pub fn bucket(&self) -> Duration {
+        self.emission_interval() * self.burst
     }
 
     /// Time to refill one unit: `period / rate` in whole microseconds, rounded up.
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// let l = redkit::rate_limit::Gcra::new("api", 3, Duration::from_millis(1))?;
+    /// let l = redkit::rate_limit::Gcra::new("api", Rate::new(3, Duration::from_millis(1))?)?;
     /// assert_eq!(l.emission_interval(), Duration::from_micros(334));
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -259,13 +263,13 @@ impl Gcra {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// use redkit::rate_limit::{Gcra, LimitKey};
-    /// let l = Gcra::new("api", 10, Duration::from_secs(1))?;
-    /// assert_eq!(l.redis_key(&LimitKey::ip([10, 0, 0, 1].into())), "rk:gcra:api:{ip:10.0.0.1}");
+    /// use redkit::rate_limit::{Gcra, LimitKey, Rate};
+    /// let l = Gcra::new("api", Rate::per_second(10)?)?;
+    /// assert_eq!(l.redis_key(&LimitKey::ip([10, 0, 0, 1].into())), "redkit:gcra:api:{ip:10.0.0.1}");
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn redis_key(&self, key: &LimitKey) -> String {
-        tagged(&self.base, key.as_str())
+        self.keys.key(key)
     }
 
     /// Takes one unit for `key`. See [`check_n`](Self::check_n).
@@ -333,7 +337,7 @@ impl Gcra {
     /// # Ok(()) }
     /// ```
     pub async fn reset<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<bool> {
-        super::delete(conn, self.redis_key(key), self.deny_cache.as_ref()).await
+        delete(conn, self.redis_key(key), self.deny_cache.as_ref()).await
     }
 
     /// `{allowed, remaining, retry_after_us, reset_after_us, now_us}` -> [`Decision`].
@@ -364,13 +368,30 @@ impl Gcra {
 impl fmt::Debug for Gcra {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Gcra")
-            .field("name", &self.name)
+            .field("name", &self.name())
+            .field("prefix", &self.prefix())
             .field("rate", &self.rate)
-            .field("period", &self.period)
-            .field("burst", &self.burst)
             .field("script", &self.script.id())
             .field("deny_cache", &self.deny_cache)
             .finish()
+    }
+}
+
+impl RateLimiter for Gcra {
+    delegate_rate_limiter!(Gcra);
+
+    fn window(&self) -> Duration {
+        self.bucket()
+    }
+
+    fn deny_cache(&self) -> Option<&DenyCache> {
+        Gcra::deny_cache(self)
+    }
+}
+
+impl Hooks for Gcra {
+    fn attach_deny_cache(self, cache: DenyCache) -> Self {
+        self.with_deny_cache(cache)
     }
 }
 
@@ -387,7 +408,7 @@ mod tests {
     fn accessors_return_what_was_set() {
         use crate::rate_limit::DenyCache;
         use crate::script::{Backend, ScriptManager};
-        let l = Gcra::new("t", 10, Duration::from_millis(1500)).unwrap();
+        let l = Gcra::new("t", Rate::new(10, Duration::from_millis(1500)).unwrap()).unwrap();
         assert!(l.deny_cache().is_none());
         assert_eq!(l.manager().backend(), Backend::Scripts);
         let l = l
@@ -395,13 +416,16 @@ mod tests {
             .with_deny_cache(DenyCache::new(16).unwrap());
         assert_eq!(l.manager().backend(), Backend::Functions);
         assert!(l.deny_cache().is_some());
-        assert_eq!(l.period(), Duration::from_millis(1500));
-        assert_eq!(l.rate(), 10);
+        assert_eq!(l.rate().period(), Duration::from_millis(1500));
+        assert_eq!(l.rate().limit(), 10);
+        assert_eq!(l.rate().burst(), 10);
+        assert_eq!(l.emission_interval(), Duration::from_millis(150));
+        assert_eq!(l.bucket(), Duration::from_millis(1500));
     }
 
     #[test]
     fn a_refused_cost_of_exactly_the_burst_is_limited_not_impossible() {
-        let l = Gcra::new("t", 10, Duration::from_secs(1)).unwrap();
+        let l = Gcra::new("t", Rate::per_second(10).unwrap()).unwrap();
         let d = l.decode(reply([0, 0, 100_000, 100_000, 5]), 10).unwrap();
         assert!(matches!(d, Decision::Limited { .. }), "{d:?}");
         let d = l.decode(reply([0, 0, 0, 100_000, 5]), 11).unwrap();
@@ -413,16 +437,25 @@ mod tests {
 
     #[test]
     fn debug_shows_the_settings() {
-        let l = Gcra::new("api", 10, Duration::from_secs(1)).unwrap();
+        let rate = Rate::per_second(10).unwrap().with_burst(20).unwrap();
+        let l = Gcra::new("api", rate).unwrap();
         let debug = format!("{l:?}");
-        for part in ["Gcra", "\"api\"", "rate: 10", "burst: 10", "gcra.v1"] {
+        for part in [
+            "Gcra",
+            "\"api\"",
+            "limit: 10",
+            "burst: 20",
+            "1s",
+            "gcra.v1",
+            "redkit:gcra",
+        ] {
             assert!(debug.contains(part), "{part} in {debug}");
         }
     }
 
     #[test]
     fn decodes_outcomes() {
-        let l = Gcra::new("t", 10, Duration::from_secs(1)).unwrap();
+        let l = Gcra::new("t", Rate::per_second(10).unwrap()).unwrap();
         let d = l.decode(reply([1, 9, 0, 100_000, 5]), 1).unwrap();
         assert!(d.is_allowed());
         assert_eq!(d.quota().remaining(), 9);
@@ -436,7 +469,7 @@ mod tests {
 
     #[test]
     fn rejects_bad_replies_without_panicking() {
-        let l = Gcra::new("t", 10, Duration::from_secs(1)).unwrap();
+        let l = Gcra::new("t", Rate::per_second(10).unwrap()).unwrap();
         for v in [
             Value::Nil,
             reply([2, 0, 0, 0, 0]),
@@ -452,16 +485,28 @@ mod tests {
     #[test]
     fn validates_before_sending() {
         let s = Duration::from_secs(1);
-        assert!(Gcra::new("t", 1, Duration::from_nanos(999)).is_err());
-        assert!(Gcra::new("t", u32::MAX, Duration::from_micros(1)).is_ok());
-        assert!(Gcra::new("t", 1, Gcra::MAX_BUCKET).is_ok());
-        assert!(Gcra::new("t", 1, Gcra::MAX_BUCKET + Duration::from_micros(1)).is_err());
-        let us = Duration::from_micros(1);
-        assert!(Gcra::new("t", 1, us).unwrap().with_burst(u32::MAX).is_ok());
-        assert!(Gcra::new("t", 1, Duration::from_secs(1_000_000))
-            .unwrap()
-            .with_burst(u32::MAX)
+        assert!(Rate::new(1, Duration::from_nanos(999))
+            .and_then(|r| Gcra::new("t", r))
             .is_err());
-        assert!(Gcra::new("a{b}", 1, s).is_err());
+        assert!(Rate::new(u32::MAX, Duration::from_micros(1))
+            .and_then(|r| Gcra::new("t", r))
+            .is_ok());
+        assert!(Rate::new(1, Gcra::MAX_BUCKET)
+            .and_then(|r| Gcra::new("t", r))
+            .is_ok());
+        assert!(Rate::new(1, Gcra::MAX_BUCKET + Duration::from_micros(1))
+            .and_then(|r| Gcra::new("t", r))
+            .is_err());
+        let us = Duration::from_micros(1);
+        let max_burst = |period| Rate::new(1, period).unwrap().with_burst(u32::MAX).unwrap();
+        assert!(Gcra::new("t", max_burst(us)).is_ok());
+        assert!(matches!(
+            Gcra::new("t", max_burst(Duration::from_secs(1_000_000))),
+            Err(Error::InvalidInput { what: "burst", .. })
+        ));
+        // The period is kept in whole microseconds.
+        let l = Gcra::new("t", Rate::new(3, Duration::from_nanos(1_999)).unwrap()).unwrap();
+        assert_eq!(l.rate().period(), us);
+        assert!(Rate::new(1, s).and_then(|r| Gcra::new("a{b}", r)).is_err());
     }
 }

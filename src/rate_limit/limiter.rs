@@ -1,82 +1,277 @@
-//! [`Limiter`]: any of the algorithms, behind one type the middleware is generic over.
+//! [`Limiter`] and [`Algorithm`]: the registry of the algorithms, one line each.
 
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
+use serde::{Deserialize, Serialize};
 
 use super::decision::Decision;
 use super::deny_cache::DenyCache;
+use super::gcra::Gcra;
 use super::key::LimitKey;
-use super::{FixedWindow, Gcra, SlidingWindow};
+use super::rate::Rate;
+use super::rate_limiter::{sealed::Hooks, RateLimiter};
+use super::sliding::SlidingWindow;
+use super::window::FixedWindow;
 use crate::error::Result;
 
-/// One of redkit's rate-limiting algorithms. Every one answers the same [`Decision`], with a
-/// `retry_after` that is a lower bound a cache can trust (a refusal does not turn into an
-/// allow before it elapses, unless the key is reset), in one round trip.
-///
-/// An enum rather than a trait object: a match per call, no allocation, and
-/// the middleware's `Policies` (feature `tower`) stays one concrete type whatever the mix of
-/// algorithms per route. Build it with `.into()` from any limiter.
-///
-/// ```no_run
-/// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-/// use std::time::Duration;
-/// use redkit::rate_limit::{FixedWindow, Gcra, LimitKey, Limiter};
-///
-/// let limiters: Vec<Limiter> = vec![
-///     FixedWindow::new("daily", 10_000, Duration::from_secs(86_400))?.into(),
-///     Gcra::new("burst", 10, Duration::from_secs(1))?.with_burst(20)?.into(),
-/// ];
-/// let key = LimitKey::text("user-42")?;
-/// for l in &limiters {
-///     println!("{}: {:?}", l.name(), l.check(&mut conn, &key).await?);
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub enum Limiter {
+/// Declares [`Limiter`] (one variant per algorithm), [`Algorithm`] (its name in
+/// configuration) and their dispatch: a new algorithm is its file (a type implementing
+/// [`RateLimiter`]) plus one line here.
+macro_rules! limiters {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident($ty:ident) = $kind:ident, $config:literal;
+    )+) => {
+        /// One of redkit's rate-limiting algorithms, as one type: a match per call, no
+        /// allocation, and the middleware's `Policies` (feature `tower`) stays one concrete
+        /// type whatever the mix of algorithms per route. Build it with `.into()` from any
+        /// limiter, or with [`Limiter::new`] from an [`Algorithm`]. Every method is the
+        /// algorithm's own ([`RateLimiter`]).
+        ///
+        /// ```no_run
+        /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+        /// use std::time::Duration;
+        /// use redkit::rate_limit::{FixedWindow, Gcra, LimitKey, Limiter, Rate};
+        ///
+        /// let limiters: Vec<Limiter> = vec![
+        ///     FixedWindow::new("daily", Rate::new(10_000, Duration::from_secs(86_400))?)?.into(),
+        ///     Gcra::new("burst", Rate::per_second(10)?.with_burst(20)?)?.into(),
+        /// ];
+        /// let key = LimitKey::text("user-42")?;
+        /// for l in &limiters {
+        ///     println!("{}: {:?}", l.name(), l.check(&mut conn, &key).await?);
+        /// }
+        /// # Ok(()) }
+        /// ```
+        #[derive(Debug, Clone)]
+        #[non_exhaustive]
+        pub enum Limiter {
+            $( $(#[$doc])* $variant($ty), )+
+        }
+
+        /// The name of an algorithm in configuration (`algorithm = "fixed_window" | "gcra" |
+        /// "sliding_window"` in a policy's TOML; fixed window when left out).
+        ///
+        /// ```
+        /// use redkit::rate_limit::Algorithm;
+        /// assert_eq!(Algorithm::default(), Algorithm::FixedWindow);
+        /// let gcra: Algorithm = serde_json::from_str(r#""gcra""#).unwrap();
+        /// assert_eq!(gcra, Algorithm::Gcra);
+        /// assert!(serde_json::from_str::<Algorithm>(r#""leaky""#).is_err());
+        /// ```
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[non_exhaustive]
+        pub enum Algorithm {
+            $( $(#[$doc])* #[serde(rename = $config)] $kind, )+
+        }
+
+        impl Limiter {
+            /// A limiter of `algorithm` named `name`: the algorithm's own `new(name, rate)`.
+            ///
+            /// ```
+            /// use redkit::rate_limit::{Algorithm, Limiter, Rate};
+            /// let l = Limiter::new(Algorithm::SlidingWindow, "api", Rate::per_second(10)?)?;
+            /// assert!(matches!(l, Limiter::Sliding(_)));
+            /// assert!(Limiter::new(Algorithm::FixedWindow, "api", Rate::per_second(1)?.with_burst(5)?).is_err());
+            /// # Ok::<(), redkit::Error>(())
+            /// ```
+            pub fn new(algorithm: Algorithm, name: &str, rate: Rate) -> Result<Self> {
+                match algorithm {
+                    $( Algorithm::$kind => $ty::new(name, rate).map(Self::$variant), )+
+                }
+            }
+
+            /// The limiter's algorithm.
+            ///
+            /// ```
+            /// use redkit::rate_limit::{Algorithm, Gcra, Limiter, Rate};
+            /// let l: Limiter = Gcra::new("api", Rate::per_second(10)?)?.into();
+            /// assert_eq!(l.algorithm(), Algorithm::Gcra);
+            /// # Ok::<(), redkit::Error>(())
+            /// ```
+            pub fn algorithm(&self) -> Algorithm {
+                match self {
+                    $( Self::$variant(_) => Algorithm::$kind, )+
+                }
+            }
+
+            /// The same limiter with keys under `prefix` (the algorithm's `with_prefix`).
+            ///
+            /// ```
+            /// use redkit::rate_limit::{LimitKey, Limiter, Rate, SlidingWindow};
+            /// let l: Limiter = SlidingWindow::new("api", Rate::per_second(10)?)?.into();
+            /// let l = l.with_prefix("app:sw")?;
+            /// assert_eq!(l.redis_key(&LimitKey::text("a")?), "app:sw:api:{k:a}");
+            /// # Ok::<(), redkit::Error>(())
+            /// ```
+            pub fn with_prefix(self, prefix: &str) -> Result<Self> {
+                match self {
+                    $( Self::$variant(l) => l.with_prefix(prefix).map(Self::$variant), )+
+                }
+            }
+
+            /// The algorithm behind it, as the [`RateLimiter`] trait.
+            fn inner(&self) -> &dyn Dispatch {
+                match self {
+                    $( Self::$variant(l) => l, )+
+                }
+            }
+
+            /// Counts `cost` units for `key` with the algorithm's own `check_n`.
+            ///
+            /// ```no_run
+            /// # async fn run(l: redkit::rate_limit::Limiter, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+            /// let d = l.check_n(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?, 3).await?;
+            /// # let _ = d; Ok(()) }
+            /// ```
+            pub async fn check_n<C: ConnectionLike>(
+                &self,
+                conn: &mut C,
+                key: &LimitKey,
+                cost: u32,
+            ) -> Result<Decision> {
+                match self {
+                    $( Self::$variant(l) => l.check_n(conn, key, cost).await, )+
+                }
+            }
+
+            /// Deletes `key`'s state. Returns whether it existed.
+            ///
+            /// ```no_run
+            /// # async fn run(l: redkit::rate_limit::Limiter, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+            /// l.reset(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?).await?;
+            /// # Ok(()) }
+            /// ```
+            pub async fn reset<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<bool> {
+                match self {
+                    $( Self::$variant(l) => l.reset(conn, key).await, )+
+                }
+            }
+
+            /// The same limiter answering from `cache` where its algorithm can.
+            #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+            pub(crate) fn attach_deny_cache(self, cache: DenyCache) -> Self {
+                match self {
+                    $( Self::$variant(l) => Self::$variant(l.attach_deny_cache(cache)), )+
+                }
+            }
+        }
+
+        $(
+            impl From<$ty> for Limiter {
+                fn from(l: $ty) -> Self {
+                    Self::$variant(l)
+                }
+            }
+        )+
+    };
+}
+
+limiters! {
     /// [`FixedWindow`]: counter per window; up to 2 x limit around a window edge.
-    Fixed(FixedWindow),
+    Fixed(FixedWindow) = FixedWindow, "fixed_window";
     /// [`Gcra`]: token bucket (rate and burst), exact retry-after.
-    Gcra(Gcra),
+    Gcra(Gcra) = Gcra, "gcra";
     /// [`SlidingWindow`]: two-counter weighted sliding window.
-    Sliding(SlidingWindow),
+    Sliding(SlidingWindow) = SlidingWindow, "sliding_window";
+}
+
+// By hand: the variants come from the registry above.
+#[allow(clippy::derivable_impls)]
+impl Default for Algorithm {
+    fn default() -> Self {
+        Self::FixedWindow
+    }
+}
+
+/// The synchronous part of [`RateLimiter`], object safe: what [`Limiter`]'s accessors
+/// dispatch to in one place.
+trait Dispatch {
+    fn name(&self) -> &str;
+    fn rate(&self) -> &Rate;
+    fn prefix(&self) -> &str;
+    fn limit(&self) -> u32;
+    fn window(&self) -> Duration;
+    fn redis_key(&self, key: &LimitKey) -> String;
+    fn deny_cache(&self) -> Option<&DenyCache>;
+    fn is_grouped(&self) -> bool;
+}
+
+impl<L: RateLimiter> Dispatch for L {
+    fn name(&self) -> &str {
+        RateLimiter::name(self)
+    }
+    fn rate(&self) -> &Rate {
+        RateLimiter::rate(self)
+    }
+    fn prefix(&self) -> &str {
+        RateLimiter::prefix(self)
+    }
+    fn limit(&self) -> u32 {
+        RateLimiter::limit(self)
+    }
+    fn window(&self) -> Duration {
+        RateLimiter::window(self)
+    }
+    fn redis_key(&self, key: &LimitKey) -> String {
+        RateLimiter::redis_key(self, key)
+    }
+    fn deny_cache(&self) -> Option<&DenyCache> {
+        RateLimiter::deny_cache(self)
+    }
+    fn is_grouped(&self) -> bool {
+        Hooks::is_grouped(self)
+    }
 }
 
 impl Limiter {
     /// The limiter's name.
     ///
     /// ```
-    /// # use std::time::Duration;
-    /// use redkit::rate_limit::{Gcra, Limiter};
-    /// let l: Limiter = Gcra::new("api", 10, Duration::from_secs(1))?.into();
+    /// use redkit::rate_limit::{Gcra, Limiter, Rate};
+    /// let l: Limiter = Gcra::new("api", Rate::per_second(10)?)?.into();
     /// assert_eq!(l.name(), "api");
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn name(&self) -> &str {
-        match self {
-            Self::Fixed(l) => l.name(),
-            Self::Gcra(l) => l.name(),
-            Self::Sliding(l) => l.name(),
-        }
+        self.inner().name()
+    }
+
+    /// The rate the limiter was built with.
+    ///
+    /// ```
+    /// use redkit::rate_limit::{Gcra, Limiter, Rate};
+    /// let l: Limiter = Gcra::new("api", Rate::per_second(10)?.with_burst(25)?)?.into();
+    /// assert_eq!(l.rate().burst(), 25);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn rate(&self) -> &Rate {
+        self.inner().rate()
+    }
+
+    /// The key prefix.
+    ///
+    /// ```
+    /// use redkit::rate_limit::{FixedWindow, Limiter, Rate};
+    /// let l: Limiter = FixedWindow::new("api", Rate::per_second(10)?)?.into();
+    /// assert_eq!(l.prefix(), FixedWindow::DEFAULT_PREFIX);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn prefix(&self) -> &str {
+        self.inner().prefix()
     }
 
     /// The most units that pass at once: the limit of a window, or GCRA's burst.
     ///
     /// ```
-    /// # use std::time::Duration;
-    /// use redkit::rate_limit::{Gcra, Limiter};
-    /// let l: Limiter = Gcra::new("api", 10, Duration::from_secs(1))?.with_burst(25)?.into();
+    /// use redkit::rate_limit::{Gcra, Limiter, Rate};
+    /// let l: Limiter = Gcra::new("api", Rate::per_second(10)?.with_burst(25)?)?.into();
     /// assert_eq!(l.limit(), 25);
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn limit(&self) -> u32 {
-        match self {
-            Self::Fixed(l) => l.limit(),
-            Self::Gcra(l) => l.burst(),
-            Self::Sliding(l) => l.limit(),
-        }
+        self.inner().limit()
     }
 
     /// The time in which [`limit`](Self::limit) units are granted: the window, or for GCRA
@@ -84,34 +279,25 @@ impl Limiter {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// use redkit::rate_limit::{Gcra, Limiter};
-    /// let l: Limiter = Gcra::new("api", 10, Duration::from_secs(1))?.with_burst(20)?.into();
+    /// use redkit::rate_limit::{Gcra, Limiter, Rate};
+    /// let l: Limiter = Gcra::new("api", Rate::per_second(10)?.with_burst(20)?)?.into();
     /// assert_eq!(l.window(), Duration::from_secs(2));
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn window(&self) -> Duration {
-        match self {
-            Self::Fixed(l) => l.window(),
-            Self::Gcra(l) => l.emission_interval() * l.burst(),
-            Self::Sliding(l) => l.window(),
-        }
+        self.inner().window()
     }
 
     /// The Redis key holding `key`'s state.
     ///
     /// ```
-    /// # use std::time::Duration;
-    /// use redkit::rate_limit::{LimitKey, Limiter, SlidingWindow};
-    /// let l: Limiter = SlidingWindow::new("api", 10, Duration::from_secs(1))?.into();
-    /// assert_eq!(l.redis_key(&LimitKey::text("a")?), "rk:sw:api:{k:a}");
+    /// use redkit::rate_limit::{LimitKey, Limiter, Rate, SlidingWindow};
+    /// let l: Limiter = SlidingWindow::new("api", Rate::per_second(10)?)?.into();
+    /// assert_eq!(l.redis_key(&LimitKey::text("a")?), "redkit:sw:api:{k:a}");
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn redis_key(&self, key: &LimitKey) -> String {
-        match self {
-            Self::Fixed(l) => l.redis_key(key),
-            Self::Gcra(l) => l.redis_key(key),
-            Self::Sliding(l) => l.redis_key(key),
-        }
+        self.inner().redis_key(key)
     }
 
     /// The deny cache this limiter answers from, when one is attached (fixed window and
@@ -119,19 +305,20 @@ impl Limiter {
     /// retry-after it reports).
     ///
     /// ```
-    /// # use std::time::Duration;
-    /// use redkit::rate_limit::{DenyCache, FixedWindow, Limiter};
-    /// let fixed = FixedWindow::new("api", 10, Duration::from_secs(1))?;
+    /// use redkit::rate_limit::{DenyCache, FixedWindow, Limiter, Rate};
+    /// let fixed = FixedWindow::new("api", Rate::per_second(10)?)?;
     /// let l: Limiter = fixed.with_deny_cache(DenyCache::new(1000)?).into();
     /// assert!(l.deny_cache().is_some());
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn deny_cache(&self) -> Option<&DenyCache> {
-        match self {
-            Self::Fixed(l) => l.deny_cache(),
-            Self::Gcra(l) => l.deny_cache(),
-            Self::Sliding(_) => None,
-        }
+        self.inner().deny_cache()
+    }
+
+    /// Whether concurrent checks are grouped (see [`FixedWindow::with_group_commit`]).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn is_grouped(&self) -> bool {
+        self.inner().is_grouped()
     }
 
     /// Counts one unit for `key`. See [`check_n`](Self::check_n).
@@ -145,71 +332,79 @@ impl Limiter {
         self.check_n(conn, key, 1).await
     }
 
-    /// Counts `cost` units for `key` with the algorithm's own `check_n`
-    /// ([`FixedWindow::check_n`], [`Gcra::check_n`], [`SlidingWindow::check_n`]).
-    ///
-    /// ```no_run
-    /// # async fn run(l: redkit::rate_limit::Limiter, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// let d = l.check_n(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?, 3).await?;
-    /// # let _ = d; Ok(()) }
-    /// ```
-    pub async fn check_n<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        key: &LimitKey,
-        cost: u32,
-    ) -> Result<Decision> {
-        match self {
-            Self::Fixed(l) => l.check_n(conn, key, cost).await,
-            Self::Gcra(l) => l.check_n(conn, key, cost).await,
-            Self::Sliding(l) => l.check_n(conn, key, cost).await,
-        }
-    }
-
-    /// Deletes `key`'s state. Returns whether it existed.
-    ///
-    /// ```no_run
-    /// # async fn run(l: redkit::rate_limit::Limiter, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// l.reset(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn reset<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<bool> {
-        match self {
-            Self::Fixed(l) => l.reset(conn, key).await,
-            Self::Gcra(l) => l.reset(conn, key).await,
-            Self::Sliding(l) => l.reset(conn, key).await,
-        }
-    }
-
-    /// Whether `other` is the same algorithm with the same parameters (names aside).
-    #[cfg(feature = "tower")]
+    /// Whether `other` is the same algorithm with the same rate (names and prefixes aside).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) fn same_config(&self, other: &Self) -> bool {
-        match (self, other) {
-            (Self::Fixed(_), Self::Fixed(_)) | (Self::Sliding(_), Self::Sliding(_)) => {
-                self.limit() == other.limit() && self.window() == other.window()
-            }
-            (Self::Gcra(a), Self::Gcra(b)) => {
-                a.rate() == b.rate() && a.period() == b.period() && a.burst() == b.burst()
-            }
-            _ => false,
+        self.algorithm() == other.algorithm() && self.rate() == other.rate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn each(rate: Rate) -> Vec<Limiter> {
+        [
+            Algorithm::FixedWindow,
+            Algorithm::Gcra,
+            Algorithm::SlidingWindow,
+        ]
+        .into_iter()
+        .map(|a| Limiter::new(a, "t", rate).unwrap())
+        .collect()
+    }
+
+    #[test]
+    fn every_algorithm_is_built_from_its_name_and_answers_as_itself() {
+        let rate = Rate::new(4, Duration::from_secs(2)).unwrap();
+        let key = LimitKey::text("u").unwrap();
+        let prefixes = ["redkit:rl", "redkit:gcra", "redkit:sw"];
+        for (l, prefix) in each(rate).into_iter().zip(prefixes) {
+            assert_eq!(l.name(), "t");
+            assert_eq!(*l.rate(), rate);
+            assert_eq!(l.prefix(), prefix);
+            assert_eq!(l.limit(), 4);
+            assert_eq!(l.window(), Duration::from_secs(2));
+            assert_eq!(l.redis_key(&key), format!("{prefix}:t:{{k:u}}"));
+            assert!(l.deny_cache().is_none() && !l.is_grouped());
+            let moved = l.clone().with_prefix("p").unwrap();
+            assert_eq!(moved.redis_key(&key), "p:t:{k:u}");
+            assert_eq!(moved.algorithm(), l.algorithm());
+            assert!(moved.same_config(&l));
+            assert!(l.clone().with_prefix("a b").is_err());
         }
     }
-}
 
-impl From<FixedWindow> for Limiter {
-    fn from(l: FixedWindow) -> Self {
-        Self::Fixed(l)
+    #[test]
+    fn a_deny_cache_attaches_where_the_algorithm_has_one() {
+        let cache = DenyCache::new(8).unwrap();
+        let attached: Vec<bool> = each(Rate::per_second(1).unwrap())
+            .into_iter()
+            .map(|l| l.attach_deny_cache(cache.clone()).deny_cache().is_some())
+            .collect();
+        assert_eq!(attached, [true, true, false]);
     }
-}
 
-impl From<Gcra> for Limiter {
-    fn from(l: Gcra) -> Self {
-        Self::Gcra(l)
+    #[test]
+    fn same_config_compares_algorithm_and_rate() {
+        let one = Rate::per_second(1).unwrap();
+        let [f, g, s] = <[Limiter; 3]>::try_from(each(one)).unwrap();
+        assert!(!f.same_config(&g) && !f.same_config(&s) && !g.same_config(&s));
+        let g2 = Limiter::new(Algorithm::Gcra, "x", one.with_burst(2).unwrap()).unwrap();
+        assert!(!g.same_config(&g2));
+        let f2 = Limiter::new(Algorithm::FixedWindow, "x", Rate::per_second(2).unwrap()).unwrap();
+        assert!(!f.same_config(&f2));
     }
-}
 
-impl From<SlidingWindow> for Limiter {
-    fn from(l: SlidingWindow) -> Self {
-        Self::Sliding(l)
+    #[test]
+    fn algorithm_names_in_configuration() {
+        for (a, name) in [
+            (Algorithm::FixedWindow, "\"fixed_window\""),
+            (Algorithm::Gcra, "\"gcra\""),
+            (Algorithm::SlidingWindow, "\"sliding_window\""),
+        ] {
+            assert_eq!(serde_json::to_string(&a).unwrap(), name);
+            assert_eq!(serde_json::from_str::<Algorithm>(name).unwrap(), a);
+        }
     }
 }

@@ -7,9 +7,11 @@ use redis::aio::ConnectionLike;
 
 use super::decision::{Decision, Quota};
 use super::key::LimitKey;
+use super::key_space::{delete, KeySpace};
+use super::rate::Rate;
+use super::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
 use super::reply::{ints, non_negative};
 use crate::error::{Error, Result};
-use crate::keys::{tagged, validate_prefix};
 use crate::script::{Call, Registry, Script, ScriptManager};
 
 /// A sliding-window limiter (the two-counter approximation of python `limits`' moving window
@@ -35,7 +37,7 @@ use crate::script::{Call, Registry, Script, ScriptManager};
 /// window (the key's TTL). [`Decision::Limited`]'s `retry_after` is the time until the request
 /// would pass if nothing else is counted meanwhile (whole milliseconds).
 ///
-/// **Storage and time.** One key per client, `rk:sw:<name>:{<canonical key>}`, a string
+/// **Storage and time.** One key per client, `<prefix>:<name>:{<canonical key>}` (prefix [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) unless [`with_prefix`](Self::with_prefix) chooses another), a string
 /// `"<current>:<previous>"` whose TTL (end of the current window plus one window) tells the
 /// script where in the window it is: no clock at all, neither client nor server. Each check is
 /// one `EVALSHA` of `lua/sliding_window.v1.lua`. Cheap to clone.
@@ -43,77 +45,117 @@ use crate::script::{Call, Registry, Script, ScriptManager};
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
 /// use std::time::Duration;
-/// use redkit::rate_limit::{LimitKey, SlidingWindow};
+/// use redkit::rate_limit::{LimitKey, Rate, SlidingWindow};
 ///
 /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
 /// let mut conn = client.get_multiplexed_async_connection().await?;
-/// let limiter = SlidingWindow::new("api", 100, Duration::from_secs(60))?;
+/// let limiter = SlidingWindow::new("api", Rate::per_minute(100)?)?;
 /// let decision = limiter.check(&mut conn, &LimitKey::ip([192, 0, 2, 1].into())).await?;
 /// println!("{} left", decision.quota().remaining());
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
 pub struct SlidingWindow {
-    name: String,
-    base: String,
+    keys: KeySpace,
+    /// The rate, its period in whole milliseconds.
+    rate: Rate,
     limit: u32,
-    window: Duration,
     window_ms: u64,
     script: &'static Script,
     manager: ScriptManager,
 }
 
 impl SlidingWindow {
-    /// Prefix of every sliding-window key.
-    pub const KEY_PREFIX: &'static str = "rk:sw";
+    /// Prefix of every key unless [`with_prefix`](Self::with_prefix) chooses another.
+    pub const DEFAULT_PREFIX: &'static str = "redkit:sw";
     /// The shortest window: 1 ms.
     pub const MIN_WINDOW: Duration = Duration::from_millis(1);
     /// The longest window: two of them stay below 10^15 ms (exact as Lua numbers).
     pub const MAX_WINDOW: Duration = Duration::from_millis(499_999_999_999_999);
 
-    /// A limiter named `name` (1..=64 bytes of `[A-Za-z0-9_:.-]`) allowing `limit` units per
-    /// sliding `window` (sub-millisecond parts are dropped).
+    /// A limiter named `name` (1..=64 bytes of `[A-Za-z0-9_:.-]`) allowing
+    /// [`rate.limit()`](Rate::limit) units per sliding window of
+    /// [`rate.period()`](Rate::period) (sub-millisecond parts are dropped), keys under
+    /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX).
     ///
-    /// Errors: [`Error::InvalidInput`] for a zero limit, a window outside
-    /// [`MIN_WINDOW`](Self::MIN_WINDOW)..=[`MAX_WINDOW`](Self::MAX_WINDOW) or a bad name.
+    /// Errors: [`Error::InvalidInput`] for a window outside
+    /// [`MIN_WINDOW`](Self::MIN_WINDOW)..=[`MAX_WINDOW`](Self::MAX_WINDOW), a rate with a
+    /// burst (only [`Gcra`](super::Gcra) has one) or a bad name.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redkit::rate_limit::SlidingWindow;
-    /// assert!(SlidingWindow::new("login", 5, Duration::from_secs(60)).is_ok());
-    /// assert!(SlidingWindow::new("login", 0, Duration::from_secs(60)).is_err());
-    /// assert!(SlidingWindow::new("login", 5, Duration::ZERO).is_err());
+    /// use redkit::rate_limit::{Rate, SlidingWindow};
+    /// assert!(SlidingWindow::new("login", Rate::per_minute(5)?).is_ok());
+    /// assert!(SlidingWindow::new("login", Rate::new(5, Duration::from_micros(1))?).is_err());
+    /// assert!(SlidingWindow::new("login", Rate::per_minute(5)?.with_burst(9)?).is_err());
+    /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn new(name: &str, limit: u32, window: Duration) -> Result<Self> {
-        validate_prefix("name", name)?;
-        if limit == 0 {
-            return Err(Error::invalid("limit", "must be at least 1"));
-        }
-        if window < Self::MIN_WINDOW || window > Self::MAX_WINDOW {
-            return Err(Error::invalid(
-                "window",
-                "must be between 1 ms and MAX_WINDOW",
-            ));
-        }
-        let window_ms =
-            u64::try_from(window.as_millis()).map_err(|_| Error::invalid("window", "too long"))?;
+    pub fn new(name: &str, rate: Rate) -> Result<Self> {
+        let keys = KeySpace::new(Self::DEFAULT_PREFIX, name)?;
+        let rate = rate.without_burst("sliding window")?;
+        let window_ms = rate.period_in(
+            Duration::from_millis(1),
+            Self::MAX_WINDOW,
+            "window",
+            "must be between 1 ms and MAX_WINDOW",
+        )?;
         Ok(Self {
-            base: format!("{}:{name}", Self::KEY_PREFIX),
-            name: name.to_owned(),
-            limit,
-            window: Duration::from_millis(window_ms),
+            keys,
+            rate: rate.with_period(Duration::from_millis(window_ms)),
+            limit: rate.limit(),
             window_ms,
             script: Registry::embedded("sliding_window", 1),
             manager: ScriptManager::new(),
         })
     }
 
+    /// Puts the keys under `prefix` (1..=64 bytes of `[A-Za-z0-9_:.-]`) instead of
+    /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX): `<prefix>:<name>:{<client>}`.
+    /// `with_prefix("rk:sw")` keeps the keys used before 0.2.
+    ///
+    /// ```
+    /// use redkit::rate_limit::{LimitKey, Rate, SlidingWindow};
+    /// let l = SlidingWindow::new("api", Rate::per_second(10)?)?.with_prefix("app:sw")?;
+    /// assert_eq!(l.prefix(), "app:sw");
+    /// assert_eq!(l.redis_key(&LimitKey::text("u")?), "app:sw:api:{k:u}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
+        self.keys = self.keys.with_prefix(prefix)?;
+        Ok(self)
+    }
+
+    /// The key prefix.
+    ///
+    /// ```
+    /// use redkit::rate_limit::{Rate, SlidingWindow};
+    /// let l = SlidingWindow::new("api", Rate::per_second(10)?)?;
+    /// assert_eq!(l.prefix(), SlidingWindow::DEFAULT_PREFIX);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn prefix(&self) -> &str {
+        self.keys.prefix()
+    }
+
+    /// The rate: [`limit`](Self::limit) per sliding [`window`](Self::window).
+    ///
+    /// ```
+    /// use redkit::rate_limit::{Rate, SlidingWindow};
+    /// let l = SlidingWindow::new("api", Rate::per_second(10)?)?;
+    /// assert_eq!(*l.rate(), Rate::per_second(10)?);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn rate(&self) -> &Rate {
+        &self.rate
+    }
+
     /// Uses `manager` (e.g. one shared by the whole application, for its stats).
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
     /// use redkit::{rate_limit::SlidingWindow, ScriptManager};
-    /// let l = SlidingWindow::new("api", 10, Duration::from_secs(1))?.with_manager(ScriptManager::new());
+    /// let l = SlidingWindow::new("api", Rate::per_second(10)?)?.with_manager(ScriptManager::new());
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn with_manager(mut self, manager: ScriptManager) -> Self {
@@ -124,7 +166,8 @@ impl SlidingWindow {
     /// The script manager running the checks (for its [`Stats`](crate::Stats)).
     ///
     /// ```
-    /// # let l = redkit::rate_limit::SlidingWindow::new("api", 10, std::time::Duration::from_secs(1))?;
+    /// # use redkit::rate_limit::Rate;
+    /// # let l = redkit::rate_limit::SlidingWindow::new("api", Rate::per_second(10)?)?;
     /// let _stats = l.manager().stats();
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -135,18 +178,20 @@ impl SlidingWindow {
     /// The limiter's name.
     ///
     /// ```
-    /// # let l = redkit::rate_limit::SlidingWindow::new("api", 10, std::time::Duration::from_secs(1))?;
+    /// # use redkit::rate_limit::Rate;
+    /// # let l = redkit::rate_limit::SlidingWindow::new("api", Rate::per_second(10)?)?;
     /// assert_eq!(l.name(), "api");
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn name(&self) -> &str {
-        &self.name
+        self.keys.name()
     }
 
     /// Units allowed per sliding window.
     ///
     /// ```
-    /// # let l = redkit::rate_limit::SlidingWindow::new("api", 10, std::time::Duration::from_secs(1))?;
+    /// # use redkit::rate_limit::Rate;
+    /// # let l = redkit::rate_limit::SlidingWindow::new("api", Rate::per_second(10)?)?;
     /// assert_eq!(l.limit(), 10);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -157,25 +202,26 @@ impl SlidingWindow {
     /// The window length (whole milliseconds).
     ///
     /// ```
-    /// # let l = redkit::rate_limit::SlidingWindow::new("api", 10, std::time::Duration::from_secs(1))?;
+    /// # use redkit::rate_limit::Rate;
+    /// # let l = redkit::rate_limit::SlidingWindow::new("api", Rate::per_second(10)?)?;
     /// assert_eq!(l.window(), std::time::Duration::from_secs(1));
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn window(&self) -> Duration {
-        self.window
+        self.rate.period()
     }
 
     /// The Redis key holding `key`'s counters (for inspection and operations).
     ///
     /// ```
     /// # use std::time::Duration;
-    /// use redkit::rate_limit::{LimitKey, SlidingWindow};
-    /// let l = SlidingWindow::new("api", 10, Duration::from_secs(1))?;
-    /// assert_eq!(l.redis_key(&LimitKey::ip([10, 0, 0, 1].into())), "rk:sw:api:{ip:10.0.0.1}");
+    /// use redkit::rate_limit::{LimitKey, Rate, SlidingWindow};
+    /// let l = SlidingWindow::new("api", Rate::per_second(10)?)?;
+    /// assert_eq!(l.redis_key(&LimitKey::ip([10, 0, 0, 1].into())), "redkit:sw:api:{ip:10.0.0.1}");
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn redis_key(&self, key: &LimitKey) -> String {
-        tagged(&self.base, key.as_str())
+        self.keys.key(key)
     }
 
     /// Counts one unit for `key`. See [`check_n`](Self::check_n).
@@ -228,7 +274,7 @@ impl SlidingWindow {
     /// # Ok(()) }
     /// ```
     pub async fn reset<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<bool> {
-        super::delete(conn, self.redis_key(key), None).await
+        delete(conn, self.redis_key(key), None).await
     }
 
     /// `{allowed, remaining, retry_after_ms, reset_after_ms}` -> [`Decision`].
@@ -259,13 +305,21 @@ impl SlidingWindow {
 impl fmt::Debug for SlidingWindow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SlidingWindow")
-            .field("name", &self.name)
+            .field("name", &self.name())
+            .field("prefix", &self.prefix())
             .field("limit", &self.limit)
-            .field("window", &self.window)
+            .field("window", &self.window())
             .field("script", &self.script.id())
             .finish()
     }
 }
+
+impl RateLimiter for SlidingWindow {
+    delegate_rate_limiter!(SlidingWindow);
+}
+
+/// Always asks Redis: a sliding window's refusal can end before the retry-after it reports.
+impl Hooks for SlidingWindow {}
 
 #[cfg(test)]
 mod tests {
@@ -278,7 +332,7 @@ mod tests {
 
     #[test]
     fn debug_shows_the_settings() {
-        let l = SlidingWindow::new("api", 5, Duration::from_secs(2)).unwrap();
+        let l = SlidingWindow::new("api", Rate::new(5, Duration::from_secs(2)).unwrap()).unwrap();
         let debug = format!("{l:?}");
         for part in [
             "SlidingWindow",
@@ -294,7 +348,7 @@ mod tests {
     #[test]
     fn accessors_return_what_was_set() {
         use crate::script::{Backend, ScriptManager};
-        let l = SlidingWindow::new("t", 5, Duration::from_secs(2)).unwrap();
+        let l = SlidingWindow::new("t", Rate::new(5, Duration::from_secs(2)).unwrap()).unwrap();
         assert_eq!(l.manager().backend(), Backend::Scripts);
         let l = l.with_manager(ScriptManager::new().with_backend(Backend::Functions));
         assert_eq!(l.manager().backend(), Backend::Functions);
@@ -303,7 +357,7 @@ mod tests {
 
     #[test]
     fn decodes_outcomes_and_rejects_bad_replies() {
-        let l = SlidingWindow::new("t", 10, Duration::from_secs(1)).unwrap();
+        let l = SlidingWindow::new("t", Rate::per_second(10).unwrap()).unwrap();
         let d = l.decode(reply([1, 4, 0, 1500]), 1).unwrap();
         assert!(d.is_allowed() && d.quota().remaining() == 4);
         assert_eq!(d.quota().reset_after(), Duration::from_millis(1500));
@@ -320,8 +374,12 @@ mod tests {
         ] {
             assert!(matches!(l.decode(v, 1), Err(Error::UnexpectedReply { .. })));
         }
-        assert!(SlidingWindow::new("t", 1, SlidingWindow::MAX_WINDOW).is_ok());
+        assert!(Rate::new(1, SlidingWindow::MAX_WINDOW)
+            .and_then(|r| SlidingWindow::new("t", r))
+            .is_ok());
         let too_long = SlidingWindow::MAX_WINDOW + Duration::from_millis(1);
-        assert!(SlidingWindow::new("t", 1, too_long).is_err());
+        assert!(Rate::new(1, too_long)
+            .and_then(|r| SlidingWindow::new("t", r))
+            .is_err());
     }
 }

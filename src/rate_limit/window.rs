@@ -12,10 +12,12 @@ use super::aligned::Slot;
 use super::decision::{Decision, Quota};
 use super::deny_cache::DenyCache;
 use super::key::LimitKey;
-use super::window_group::WindowGroups;
+use super::key_space::{delete, KeySpace};
+use super::rate::Rate;
+use super::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
+use super::window_group::{GroupSender, WindowGroups};
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
-use crate::keys::{tagged, validate_prefix};
 use crate::script::{script_error, Call, CallOutcome, Registry, Script, ScriptManager};
 
 /// A fixed-window rate limiter shared by every instance of a service.
@@ -42,18 +44,19 @@ use crate::script::{script_error, Call, CallOutcome, Registry, Script, ScriptMan
 /// service's instances to agree (NTP): a clock that is off by `d` moves that instance's
 /// window edges by `d`.
 ///
-/// **Keys.** `rk:rl:<name>:{<canonical key>}`: limiters with different names never share a
+/// **Keys.** `<prefix>:<name>:{<canonical key>}` (prefix [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX)
+/// unless [`with_prefix`](Self::with_prefix) chooses another): limiters with different names never share a
 /// counter, and the client part is the hash tag, so every call is a single-slot call on a
 /// Cluster. Cheap to clone.
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
 /// use std::time::Duration;
-/// use redkit::rate_limit::{FixedWindow, LimitKey};
+/// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
 ///
 /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
 /// let mut conn = client.get_multiplexed_async_connection().await?;
-/// let limiter = FixedWindow::new("api", 100, Duration::from_secs(60))?;
+/// let limiter = FixedWindow::new("api", Rate::per_minute(100)?)?;
 /// let decision = limiter.check(&mut conn, &LimitKey::ip([192, 0, 2, 1].into())).await?;
 /// if !decision.is_allowed() {
 ///     println!("retry after {:?}", decision.retry_after());
@@ -62,10 +65,10 @@ use crate::script::{script_error, Call, CallOutcome, Registry, Script, ScriptMan
 /// ```
 #[derive(Clone)]
 pub struct FixedWindow {
-    name: String,
-    base: String,
+    keys: KeySpace,
+    /// The rate, its period in whole milliseconds.
+    rate: Rate,
     limit: u32,
-    window: Duration,
     window_ms: u64,
     /// `fixed_window.v7` (windows from the first hit) or, aligned to the clock,
     /// `fixed_window_aligned.v1`.
@@ -85,45 +88,44 @@ pub struct FixedWindow {
 }
 
 impl FixedWindow {
-    /// Prefix of every rate-limit key.
-    pub const KEY_PREFIX: &'static str = "rk:rl";
+    /// Prefix of every key unless [`with_prefix`](Self::with_prefix) chooses another.
+    pub const DEFAULT_PREFIX: &'static str = "redkit:rl";
     /// The shortest window: 1 ms (windows are counted in whole milliseconds).
     pub const MIN_WINDOW: Duration = Duration::from_millis(1);
     /// The longest window: 2^53 - 1 ms (what a Lua number holds exactly).
     pub const MAX_WINDOW: Duration = Duration::from_millis((1 << 53) - 1);
-    /// A limiter named `name` (1..=64 bytes of `[A-Za-z0-9_:.-]`) allowing `limit` units per
-    /// `window` (at least 1 ms; sub-millisecond parts are dropped).
+    /// A limiter named `name` (1..=64 bytes of `[A-Za-z0-9_:.-]`) allowing
+    /// [`rate.limit()`](Rate::limit) units per window of [`rate.period()`](Rate::period) (at
+    /// least 1 ms; sub-millisecond parts are dropped), with keys under
+    /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX).
     ///
-    /// Errors: [`Error::InvalidInput`] for a zero limit, a window outside
-    /// [`MIN_WINDOW`](Self::MIN_WINDOW)..=[`MAX_WINDOW`](Self::MAX_WINDOW) or a bad name.
+    /// Errors: [`Error::InvalidInput`] for a window outside
+    /// [`MIN_WINDOW`](Self::MIN_WINDOW)..=[`MAX_WINDOW`](Self::MAX_WINDOW), a rate with a
+    /// burst (only [`Gcra`](super::Gcra) has one) or a bad name.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redkit::rate_limit::FixedWindow;
-    /// assert!(FixedWindow::new("login", 5, Duration::from_secs(60)).is_ok());
-    /// assert!(FixedWindow::new("login", 0, Duration::from_secs(60)).is_err());
-    /// assert!(FixedWindow::new("login", 5, Duration::ZERO).is_err());
-    /// assert!(FixedWindow::new("a{b}", 5, Duration::from_secs(1)).is_err());
+    /// use redkit::rate_limit::{FixedWindow, Rate};
+    /// assert!(FixedWindow::new("login", Rate::per_minute(5)?).is_ok());
+    /// assert!(FixedWindow::new("login", Rate::new(5, Duration::from_micros(10))?).is_err());
+    /// assert!(FixedWindow::new("login", Rate::per_minute(5)?.with_burst(10)?).is_err());
+    /// assert!(FixedWindow::new("a{b}", Rate::per_second(5)?).is_err());
+    /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn new(name: &str, limit: u32, window: Duration) -> Result<Self> {
-        validate_prefix("name", name)?;
-        if limit == 0 {
-            return Err(Error::invalid("limit", "must be at least 1"));
-        }
-        if window < Self::MIN_WINDOW || window > Self::MAX_WINDOW {
-            return Err(Error::invalid(
-                "window",
-                "must be between 1 ms and 2^53 - 1 ms",
-            ));
-        }
-        let window_ms =
-            u64::try_from(window.as_millis()).map_err(|_| Error::invalid("window", "too long"))?;
+    pub fn new(name: &str, rate: Rate) -> Result<Self> {
+        let keys = KeySpace::new(Self::DEFAULT_PREFIX, name)?;
+        let rate = rate.without_burst("fixed window")?;
+        let window_ms = rate.period_in(
+            Duration::from_millis(1),
+            Self::MAX_WINDOW,
+            "window",
+            "must be between 1 ms and 2^53 - 1 ms",
+        )?;
         let script = Registry::embedded("fixed_window", 7);
         Ok(Self {
-            base: format!("{}:{name}", Self::KEY_PREFIX),
-            name: name.to_owned(),
-            limit,
-            window: Duration::from_millis(window_ms),
+            keys,
+            rate: rate.with_period(Duration::from_millis(window_ms)),
+            limit: rate.limit(),
             window_ms,
             script,
             aligned_script: Registry::embedded("fixed_window_aligned", 1),
@@ -134,6 +136,47 @@ impl FixedWindow {
             aligned_group_script: Registry::embedded("fixed_window_aligned_group", 1),
             groups: None,
         })
+    }
+
+    /// Puts the keys under `prefix` (1..=64 bytes of `[A-Za-z0-9_:.-]`) instead of
+    /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX): `<prefix>:<name>:{<client>}`.
+    /// `with_prefix("rk:rl")` keeps the keys used before 0.2.
+    ///
+    /// ```
+    /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
+    /// let l = FixedWindow::new("api", Rate::per_second(10)?)?.with_prefix("app:rl")?;
+    /// assert_eq!(l.prefix(), "app:rl");
+    /// assert_eq!(l.redis_key(&LimitKey::text("u")?), "app:rl:api:{k:u}");
+    /// assert!(FixedWindow::new("api", Rate::per_second(10)?)?.with_prefix("bad prefix").is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
+        self.keys = self.keys.with_prefix(prefix)?;
+        Ok(self)
+    }
+
+    /// The key prefix.
+    ///
+    /// ```
+    /// use redkit::rate_limit::{FixedWindow, Rate};
+    /// let l = FixedWindow::new("api", Rate::per_second(10)?)?;
+    /// assert_eq!(l.prefix(), FixedWindow::DEFAULT_PREFIX);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn prefix(&self) -> &str {
+        self.keys.prefix()
+    }
+
+    /// The rate: [`limit`](Self::limit) per [`window`](Self::window).
+    ///
+    /// ```
+    /// use redkit::rate_limit::{FixedWindow, Rate};
+    /// let l = FixedWindow::new("api", Rate::per_second(10)?)?;
+    /// assert_eq!(*l.rate(), Rate::per_second(10)?);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn rate(&self) -> &Rate {
+        &self.rate
     }
 
     /// Group commit (off by default) with `settings` ([`GroupCommit::default()`] is the
@@ -162,8 +205,9 @@ impl FixedWindow {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redkit::{rate_limit::FixedWindow, GroupCommit};
-    /// let limiter = FixedWindow::new("api", 100, Duration::from_secs(60))?
+    /// use redkit::rate_limit::{FixedWindow, Rate};
+    /// use redkit::GroupCommit;
+    /// let limiter = FixedWindow::new("api", Rate::per_minute(100)?)?
     ///     .with_group_commit(GroupCommit::default());
     /// assert_eq!(limiter.group_commit(), Some(GroupCommit::default()));
     /// # Ok::<(), redkit::Error>(())
@@ -177,8 +221,9 @@ impl FixedWindow {
     /// grouped (the default).
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// let l = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_secs(1))?;
+    /// let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
     /// assert_eq!(l.group_commit(), None);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -186,17 +231,9 @@ impl FixedWindow {
         self.groups.as_ref().map(|g| g.settings())
     }
 
-    pub(super) fn group_script(&self) -> &'static Script {
-        self.group_script
-    }
-
-    pub(super) fn window_ms(&self) -> u64 {
-        self.window_ms
-    }
-
     /// Aligns windows to the clock: each window starts at a multiple of
     /// [`window`](Self::window) since the Unix epoch (the calling process's clock) and has its
-    /// own counter key, `rk:rl:<name>:{<client>}:<window number>`. A check is then one
+    /// own counter key, `<prefix>:<name>:{<client>}:<window number>`. A check is then one
     /// `INCRBY` on the server (plus `PEXPIRE` on a window's first hit): the cheapest design,
     /// and every client's windows end together (like `X-RateLimit-Reset` of most public
     /// APIs). The reset comes from the caller's clock, so run NTP on your instances: an
@@ -209,11 +246,11 @@ impl FixedWindow {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// use redkit::rate_limit::{FixedWindow, LimitKey};
-    /// let l = FixedWindow::new("api", 100, Duration::from_secs(60))?.aligned_to_clock();
+    /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
+    /// let l = FixedWindow::new("api", Rate::per_minute(100)?)?.aligned_to_clock();
     /// assert!(l.is_aligned_to_clock());
     /// // The key names the current minute since the epoch.
-    /// assert!(l.redis_key(&LimitKey::text("u")?).starts_with("rk:rl:api:{k:u}:"));
+    /// assert!(l.redis_key(&LimitKey::text("u")?).starts_with("redkit:rl:api:{k:u}:"));
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn aligned_to_clock(mut self) -> Self {
@@ -226,8 +263,9 @@ impl FixedWindow {
     /// Whether windows are aligned to the clock ([`aligned_to_clock`](Self::aligned_to_clock)).
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// let l = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_secs(1))?;
+    /// let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
     /// assert!(!l.is_aligned_to_clock());
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -243,9 +281,9 @@ impl FixedWindow {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// use redkit::rate_limit::{DenyCache, FixedWindow};
+    /// use redkit::rate_limit::{DenyCache, FixedWindow, Rate};
     /// let cache = DenyCache::new(100_000)?;
-    /// let limiter = FixedWindow::new("api", 100, Duration::from_secs(60))?.with_deny_cache(cache.clone());
+    /// let limiter = FixedWindow::new("api", Rate::per_minute(100)?)?.with_deny_cache(cache.clone());
     /// assert_eq!(cache.stats().hits, 0);
     /// # let _ = limiter; Ok::<(), redkit::Error>(())
     /// ```
@@ -257,8 +295,9 @@ impl FixedWindow {
     /// The deny cache, when one is attached.
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// let l = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_secs(1))?;
+    /// let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
     /// assert!(l.deny_cache().is_none());
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -269,10 +308,11 @@ impl FixedWindow {
     /// Uses `manager` (e.g. one shared by the whole application, for its stats).
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
     /// use redkit::{rate_limit::FixedWindow, ScriptManager};
     /// let shared = ScriptManager::new();
-    /// let limiter = FixedWindow::new("api", 10, Duration::from_secs(1))?.with_manager(shared.clone());
+    /// let limiter = FixedWindow::new("api", Rate::per_second(10)?)?.with_manager(shared.clone());
     /// assert_eq!(limiter.manager().stats().noscript_fallbacks, 0);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -284,8 +324,9 @@ impl FixedWindow {
     /// The script manager running the checks (for its [`Stats`](crate::Stats)).
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// let limiter = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_secs(1))?;
+    /// let limiter = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
     /// let _stats = limiter.manager().stats();
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -296,20 +337,22 @@ impl FixedWindow {
     /// The limiter's name.
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// # let l = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_secs(1))?;
+    /// # let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
     /// assert_eq!(l.name(), "api");
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn name(&self) -> &str {
-        &self.name
+        self.keys.name()
     }
 
     /// Units allowed per window.
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// # let l = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_secs(1))?;
+    /// # let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
     /// assert_eq!(l.limit(), 10);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -320,22 +363,23 @@ impl FixedWindow {
     /// The window length (whole milliseconds).
     ///
     /// ```
+    /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// # let l = redkit::rate_limit::FixedWindow::new("api", 10, Duration::from_micros(1500))?;
+    /// # let l = redkit::rate_limit::FixedWindow::new("api", Rate::new(10, Duration::from_micros(1500))?)?;
     /// assert_eq!(l.window(), Duration::from_millis(1));
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn window(&self) -> Duration {
-        self.window
+        self.rate.period()
     }
 
     /// The Redis key holding `key`'s counter (for inspection and operations).
     ///
     /// ```
     /// # use std::time::Duration;
-    /// use redkit::rate_limit::{FixedWindow, LimitKey};
-    /// let l = FixedWindow::new("api", 10, Duration::from_secs(1))?;
-    /// assert_eq!(l.redis_key(&LimitKey::ip([10, 0, 0, 1].into())), "rk:rl:api:{ip:10.0.0.1}");
+    /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
+    /// let l = FixedWindow::new("api", Rate::per_second(10)?)?;
+    /// assert_eq!(l.redis_key(&LimitKey::ip([10, 0, 0, 1].into())), "redkit:rl:api:{ip:10.0.0.1}");
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn redis_key(&self, key: &LimitKey) -> String {
@@ -410,10 +454,7 @@ impl FixedWindow {
         ttl_ms: u64,
     ) -> Result<Value> {
         match &self.groups {
-            Some(groups) => {
-                self.send_grouped(groups, conn, redis_key, cost, ttl_ms)
-                    .await
-            }
+            Some(groups) => groups.send(self, conn, redis_key, cost, ttl_ms).await,
             None => {
                 let call = self.single_call(redis_key, cost, ttl_ms);
                 self.manager.invoke(conn, &call).await
@@ -547,7 +588,7 @@ impl FixedWindow {
     /// # Ok(()) }
     /// ```
     pub async fn reset<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<bool> {
-        super::delete(conn, self.redis_key(key), self.deny_cache.as_ref()).await
+        delete(conn, self.redis_key(key), self.deny_cache.as_ref()).await
     }
 
     /// The call checking `cost` units of `key` (in `slot`, when windows are aligned to the
@@ -575,15 +616,15 @@ impl FixedWindow {
 
     /// The call checking `cost` units on the counter `redis_key`, `ttl_ms` the window (or
     /// aligned to the clock, a new counter's TTL): what [`call`](Self::call) builds.
-    pub(super) fn single_call(&self, redis_key: &str, cost: u32, ttl_ms: u64) -> Call<'static> {
+    fn single_call(&self, redis_key: &str, cost: u32, ttl_ms: u64) -> Call<'static> {
         let mut call = Call::new(self.script);
         call.key(redis_key).arg(self.limit).arg(ttl_ms).arg(cost);
         call
     }
 
-    /// `key`'s counter: `rk:rl:<name>:{<client>}`, with `:<window number>` in `slot`.
+    /// `key`'s counter: `<prefix>:<name>:{<client>}`, with `:<window number>` in `slot`.
     fn counter_key(&self, key: &LimitKey, slot: Option<&Slot>) -> String {
-        let tagged = tagged(&self.base, key.as_str());
+        let tagged = self.keys.key(key);
         match slot {
             Some(slot) => slot.key(tagged),
             None => tagged,
@@ -626,7 +667,7 @@ impl FixedWindow {
         let reset_after = match u64::try_from(pttl) {
             Ok(ms) if ms > 0 => Duration::from_millis(ms),
             // Expired between commands (cannot happen inside a script) or no TTL: a full window.
-            _ => self.window,
+            _ => self.window(),
         };
         let quota = Quota::new(self.limit, count, reset_after);
         Ok(match allowed {
@@ -657,14 +698,59 @@ impl FixedWindow {
 impl fmt::Debug for FixedWindow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FixedWindow")
-            .field("name", &self.name)
+            .field("name", &self.name())
+            .field("prefix", &self.prefix())
             .field("limit", &self.limit)
-            .field("window", &self.window)
+            .field("window", &self.window())
             .field("aligned_to_clock", &self.aligned)
             .field("script", &self.script.id())
             .field("deny_cache", &self.deny_cache)
             .field("group_commit", &self.group_commit())
             .finish()
+    }
+}
+
+impl GroupSender for FixedWindow {
+    fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    fn window_ms(&self) -> u64 {
+        self.window_ms
+    }
+
+    fn is_aligned_to_clock(&self) -> bool {
+        self.aligned
+    }
+
+    fn group_script(&self) -> &'static Script {
+        self.group_script
+    }
+
+    fn manager(&self) -> &ScriptManager {
+        &self.manager
+    }
+
+    fn single_call(&self, redis_key: &str, cost: u32, ttl_ms: u64) -> Call<'static> {
+        FixedWindow::single_call(self, redis_key, cost, ttl_ms)
+    }
+}
+
+impl RateLimiter for FixedWindow {
+    delegate_rate_limiter!(FixedWindow);
+
+    fn deny_cache(&self) -> Option<&DenyCache> {
+        FixedWindow::deny_cache(self)
+    }
+}
+
+impl Hooks for FixedWindow {
+    fn attach_deny_cache(self, cache: DenyCache) -> Self {
+        self.with_deny_cache(cache)
+    }
+
+    fn is_grouped(&self) -> bool {
+        self.groups.is_some()
     }
 }
 
@@ -687,7 +773,7 @@ mod tests {
     use super::*;
 
     fn limiter() -> FixedWindow {
-        FixedWindow::new("t", 10, Duration::from_secs(1)).unwrap()
+        FixedWindow::new("t", Rate::per_second(10).unwrap()).unwrap()
     }
 
     fn reply(c: i64, p: i64, a: i64) -> Value {
@@ -764,20 +850,30 @@ mod tests {
             l.call(&LimitKey::ip([1, 2, 3, 4].into()), 0, None),
             Err(Error::InvalidInput { what: "cost", .. })
         ));
-        assert!(FixedWindow::new("t", 1, Duration::from_micros(999)).is_err());
-        assert!(FixedWindow::new("t", 1, FixedWindow::MAX_WINDOW).is_ok());
+        assert!(Rate::new(1, Duration::from_micros(999))
+            .and_then(|r| FixedWindow::new("t", r))
+            .is_err());
+        assert!(Rate::new(1, FixedWindow::MAX_WINDOW)
+            .and_then(|r| FixedWindow::new("t", r))
+            .is_ok());
         assert!(
-            FixedWindow::new("t", 1, FixedWindow::MAX_WINDOW + Duration::from_millis(1)).is_err()
+            Rate::new(1, FixedWindow::MAX_WINDOW + Duration::from_millis(1))
+                .and_then(|r| FixedWindow::new("t", r))
+                .is_err()
         );
-        assert!(FixedWindow::new("", 1, Duration::from_secs(1)).is_err());
+        assert!(Rate::per_second(1)
+            .and_then(|r| FixedWindow::new("", r))
+            .is_err());
     }
 
     #[test]
     fn names_never_share_counters() {
         let k = LimitKey::text("x").unwrap();
-        let a = FixedWindow::new("a", 1, Duration::from_secs(1)).unwrap();
-        let ab = FixedWindow::new("a:b", 1, Duration::from_secs(1)).unwrap();
+        let a = FixedWindow::new("a", Rate::per_second(1).unwrap()).unwrap();
+        let ab = FixedWindow::new("a:b", Rate::per_second(1).unwrap()).unwrap();
         assert_ne!(a.redis_key(&k), ab.redis_key(&k));
-        assert_eq!(a.redis_key(&k), "rk:rl:a:{k:x}");
+        assert_eq!(a.redis_key(&k), "redkit:rl:a:{k:x}");
+        let old = a.with_prefix("rk:rl").unwrap();
+        assert_eq!(old.redis_key(&k), "rk:rl:a:{k:x}");
     }
 }

@@ -1,4 +1,4 @@
-//! Group commit of [`FixedWindow`] checks: concurrent checks through one limiter (and its
+//! Group commit of [`FixedWindow`](super::FixedWindow) checks: concurrent checks through one limiter (and its
 //! clones) are settled by ONE `fixed_window_group` (aligned to the clock:
 //! `fixed_window_aligned_group`) call, each on its own counter (the queues:
 //! [`crate::group_commit`]).
@@ -10,10 +10,25 @@ use redis::aio::ConnectionLike;
 use redis::cluster_routing::Slot;
 use redis::{ErrorKind, ServerErrorKind, Value};
 
-use super::window::FixedWindow;
 use crate::error::{Error, Result};
 use crate::group_commit::{self, GroupCommit, Grouped, Turn};
-use crate::script::{script_error, Call, Script};
+use crate::script::{script_error, Call, Script, ScriptManager};
+
+/// What a group needs of its limiter (a [`FixedWindow`](super::FixedWindow)).
+pub(super) trait GroupSender: Sync {
+    /// The limit of every counter.
+    fn limit(&self) -> u32;
+    /// The window in whole milliseconds.
+    fn window_ms(&self) -> u64;
+    /// Whether windows are aligned to the clock (each check then has its own TTL).
+    fn is_aligned_to_clock(&self) -> bool;
+    /// The group script (aligned to the clock or not).
+    fn group_script(&self) -> &'static Script;
+    /// The manager running the calls.
+    fn manager(&self) -> &ScriptManager;
+    /// The call of one check alone.
+    fn single_call(&self, redis_key: &str, cost: u32, ttl_ms: u64) -> Call<'static>;
+}
 
 /// One queued check: its counter, cost and window (aligned to the clock: the TTL of a new
 /// counter, which depends on when the check was made).
@@ -68,13 +83,13 @@ impl WindowGroups {
     }
 }
 
-impl FixedWindow {
+impl WindowGroups {
     /// Sends the check of `cost` on `redis_key` (`ttl_ms` its window or new counter's TTL)
     /// through group commit: alone when no other check of its queue is in flight, else
-    /// queued and settled with others by one group call.
-    pub(super) async fn send_grouped<C: ConnectionLike>(
+    /// queued and settled with others by one group call of `limiter`'s.
+    pub(super) async fn send<L: GroupSender, C: ConnectionLike>(
         &self,
-        groups: &WindowGroups,
+        limiter: &L,
         conn: &mut C,
         redis_key: &str,
         cost: u32,
@@ -85,35 +100,35 @@ impl FixedWindow {
             cost,
             ttl_ms,
         };
-        let queue = groups.queue(redis_key);
-        let lead = match groups.groups.turn(&queue, Member::new(check)).await {
+        let queue = self.queue(redis_key);
+        let lead = match self.groups.turn(&queue, Member::new(check)).await {
             Turn::Done(outcome) => return outcome,
             Turn::Lead(lead) => lead,
         };
         // Boxed: only a group's leader sends, so a waiter's future stays small.
-        Box::pin(self.lead_group(groups, conn, lead)).await
+        Box::pin(self.lead_group(limiter, conn, lead)).await
     }
 
     /// Sends `lead`'s group and answers its members: alone, the single check's call; else
     /// one group call. A group refused for spanning hash slots ran nothing:
     /// its members are sent one by one, and later groups are formed per slot.
-    async fn lead_group<C: ConnectionLike>(
+    async fn lead_group<L: GroupSender, C: ConnectionLike>(
         &self,
-        groups: &WindowGroups,
+        limiter: &L,
         conn: &mut C,
         mut lead: Lead,
     ) -> Result<Value> {
         lead.gather().await;
         lead.sending();
         if let [alone] = lead.members() {
-            let call = self.single_call(&alone.key, alone.cost, alone.ttl_ms);
-            let outcome = self.manager().invoke(conn, &call).await;
+            let call = limiter.single_call(&alone.key, alone.cost, alone.ttl_ms);
+            let outcome = limiter.manager().invoke(conn, &call).await;
             return lead.settle(vec![outcome]);
         }
-        let script = self.group_script();
+        let script = limiter.group_script();
         let members = lead.members();
-        let group = self.group_call(script, members);
-        match self.manager().invoke::<Value, _>(conn, &group).await {
+        let group = group_call(limiter, script, members);
+        match limiter.manager().invoke::<Value, _>(conn, &group).await {
             Ok(Value::Array(items)) if items.len() == members.len() => {
                 let outcomes = items
                     .into_iter()
@@ -126,11 +141,11 @@ impl FixedWindow {
                 "expected one reply per grouped check",
             )),
             Err(e) if is_cross_slot(&e) => {
-                groups.by_slot.store(true, Ordering::Relaxed);
+                self.by_slot.store(true, Ordering::Relaxed);
                 let mut outcomes = Vec::with_capacity(members.len());
                 for member in members {
-                    let alone = self.single_call(&member.key, member.cost, member.ttl_ms);
-                    outcomes.push(self.manager().invoke(conn, &alone).await);
+                    let alone = limiter.single_call(&member.key, member.cost, member.ttl_ms);
+                    outcomes.push(limiter.manager().invoke(conn, &alone).await);
                 }
                 lead.settle(outcomes)
             }
@@ -139,28 +154,30 @@ impl FixedWindow {
     }
 }
 
-impl FixedWindow {
-    /// The group call of `members`: `fixed_window_group` (limit, window, the costs) or, aligned
-    /// to the clock, `fixed_window_aligned_group` (limit, each new counter's TTL, the costs).
-    fn group_call(&self, script: &'static Script, members: &[Member]) -> Call<'static> {
-        let mut group = Call::with_key_count(script, members.len());
-        for member in members {
-            group.key(&member.key);
-        }
-        group.arg(self.limit());
-        if self.is_aligned_to_clock() {
-            for member in members {
-                group.arg(member.ttl_ms);
-            }
-        } else {
-            // Every member's window is the limiter's.
-            group.arg(self.window_ms());
-        }
-        for member in members {
-            group.arg(member.cost);
-        }
-        group
+/// The group call of `members`: `fixed_window_group` (limit, window, the costs) or, aligned
+/// to the clock, `fixed_window_aligned_group` (limit, each new counter's TTL, the costs).
+fn group_call<L: GroupSender>(
+    limiter: &L,
+    script: &'static Script,
+    members: &[Member],
+) -> Call<'static> {
+    let mut group = Call::with_key_count(script, members.len());
+    for member in members {
+        group.key(&member.key);
     }
+    group.arg(limiter.limit());
+    if limiter.is_aligned_to_clock() {
+        for member in members {
+            group.arg(member.ttl_ms);
+        }
+    } else {
+        // Every member's window is the limiter's.
+        group.arg(limiter.window_ms());
+    }
+    for member in members {
+        group.arg(member.cost);
+    }
+    group
 }
 
 /// One check's reply in a group's: an error comes as the text of the error (a string).

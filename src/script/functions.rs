@@ -21,10 +21,11 @@ use crate::error::{Error, Result};
 ///   gives [`Error::Unsupported`].
 ///
 /// ```no_run
+/// # use redkit::rate_limit::Rate;
 /// # async fn run() -> redkit::Result<()> {
 /// use redkit::script::Backend;
 /// let manager = redkit::ScriptManager::new().with_backend(Backend::Functions);
-/// let limiter = redkit::rate_limit::FixedWindow::new("api", 100, std::time::Duration::from_secs(60))?
+/// let limiter = redkit::rate_limit::FixedWindow::new("api", Rate::per_minute(100)?)?
 ///     .with_manager(manager); // same typed API, calls go out as FCALL
 /// # let _ = limiter; Ok(()) }
 /// ```

@@ -8,13 +8,13 @@ use std::time::Duration;
 use http::header::{HeaderValue, RETRY_AFTER};
 use http::{Request, Response, StatusCode};
 use redis::aio::ConnectionLike;
-use tower::Service;
+use tower::{Layer, Service};
 
 use super::future::ResponseFuture;
 use super::headers;
 use super::key::{ClientId, KeyExtractor, RequestInfo};
-use super::layer::{Counters, FailMode, Shared, UnknownClient};
 use super::outcome::{LimitOutcome, Unchecked};
+use super::rate_limit_layer::{Counters, FailMode, RateLimitLayer, Shared, UnknownClient};
 use super::respond::{DefaultResponses, Rejection, Respond};
 use crate::error::{Error, Result};
 use crate::rate_limit::{Decision, LimitKey, Limiter};
@@ -22,11 +22,12 @@ use crate::rate_limit::{Decision, LimitKey, Limiter};
 /// The rate-limiting service wrapping `S` (see [`RateLimitLayer`](super::RateLimitLayer)).
 ///
 /// ```no_run
+/// # use redkit::rate_limit::Rate;
 /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
 /// # use std::time::Duration;
 /// use tower::Layer;
 /// use redkit::{middleware::RateLimitLayer, rate_limit::FixedWindow};
-/// let layer = RateLimitLayer::new(FixedWindow::new("api", 10, Duration::from_secs(1))?, conn);
+/// let layer = RateLimitLayer::new(FixedWindow::new("api", Rate::per_second(10)?)?, conn);
 /// let service = layer.layer(tower::service_fn(|_req: http::Request<String>| async {
 ///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
 /// }));
@@ -38,8 +39,44 @@ pub struct RateLimit<S, C, K, H = DefaultResponses> {
 }
 
 impl<S, C, K, H> RateLimit<S, C, K, H> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared<C, K, H>>) -> Self {
-        Self { inner, shared }
+    /// The wrapped service.
+    ///
+    /// ```no_run
+    /// # fn show<S, C, K>(service: &redkit::middleware::RateLimit<S, C, K>) { let _inner: &S = service.get_ref(); }
+    /// ```
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    ///
+    /// ```no_run
+    /// # fn show<S, C, K>(service: &mut redkit::middleware::RateLimit<S, C, K>) { let _inner: &mut S = service.get_mut(); }
+    /// ```
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, unwrapped.
+    ///
+    /// ```no_run
+    /// # fn show<S, C, K>(service: redkit::middleware::RateLimit<S, C, K>) { let _inner: S = service.into_inner(); }
+    /// ```
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+// Here rather than beside the layer: the service depends on the layer's state, not the
+// other way round.
+impl<S, C, K, H> Layer<S> for RateLimitLayer<C, K, H> {
+    type Service = RateLimit<S, C, K, H>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit {
+            inner,
+            shared: Arc::clone(self.shared()),
+        }
     }
 }
 
@@ -83,7 +120,7 @@ async fn check<C>(
 where
     C: ConnectionLike + Send + 'static,
 {
-    let grouped = matches!(limiter, Limiter::Fixed(f) if f.group_commit().is_some());
+    let grouped = limiter.is_grouped();
     if !grouped {
         return tokio::time::timeout(timeout, limiter.check(&mut conn, &key))
             .await

@@ -1,4 +1,4 @@
-//! [`RateLimitLayer`] and its builder.
+//! [`RateLimitLayer`], its builder, and the settings and counters its services share.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -7,13 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderValue;
-use tower::Layer;
 
 use super::headers;
 use super::key::{KeyExtractor, PeerIp};
 use super::policy::Policies;
 use super::respond::{DefaultResponses, RespondWith};
-use super::service::RateLimit;
 use crate::error::Result;
 use crate::rate_limit::{validate_ipv6_prefix, DenyCache, DEFAULT_IPV6_PREFIX};
 
@@ -134,6 +132,7 @@ pub(crate) struct Shared<C, K, H> {
 /// [`LimitOutcome`](super::LimitOutcome) extension, so handlers can extract it unconditionally.
 ///
 /// ```no_run
+/// # use redkit::rate_limit::Rate;
 /// # async fn run() -> redkit::Result<()> {
 /// use std::{net::SocketAddr, time::Duration};
 /// use axum::{routing::get, Router};
@@ -141,7 +140,7 @@ pub(crate) struct Shared<C, K, H> {
 ///
 /// let client = redis::Client::open("redis://127.0.0.1:6379/?protocol=resp3")?;
 /// let conn = redis::aio::ConnectionManager::new(client).await?;
-/// let layer = RateLimitLayer::new(FixedWindow::new("api", 100, Duration::from_secs(60))?, conn);
+/// let layer = RateLimitLayer::new(FixedWindow::new("api", Rate::per_minute(100)?)?, conn);
 /// let app: Router = Router::new().route("/", get(|| async { "hi" })).layer(layer);
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await.unwrap();
 /// axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap();
@@ -156,10 +155,11 @@ impl<C> RateLimitLayer<C, PeerIp, DefaultResponses> {
     /// IPv6 grouped by /64, unknown clients share a bucket.
     ///
     /// ```no_run
+    /// # use redkit::rate_limit::Rate;
     /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
     /// # use std::time::Duration;
     /// use redkit::{middleware::RateLimitLayer, rate_limit::FixedWindow};
-    /// let layer = RateLimitLayer::new(FixedWindow::new("api", 100, Duration::from_secs(60))?, conn);
+    /// let layer = RateLimitLayer::new(FixedWindow::new("api", Rate::per_minute(100)?)?, conn);
     /// # Ok(()) }
     /// ```
     pub fn new(policies: impl Into<Policies>, conn: C) -> Self {
@@ -172,8 +172,8 @@ impl<C> RateLimitLayer<C, PeerIp, DefaultResponses> {
     /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
     /// # use std::time::Duration;
     /// use redkit::middleware::{FailMode, RateLimitLayer, TrustedProxies};
-    /// use redkit::rate_limit::FixedWindow;
-    /// let layer = RateLimitLayer::builder(FixedWindow::new("api", 100, Duration::from_secs(60))?, conn)
+    /// use redkit::rate_limit::{FixedWindow, Rate};
+    /// let layer = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_minute(100)?)?, conn)
     ///     .key_extractor(TrustedProxies::parse_cidrs(["10.0.0.0/8"])?)
     ///     .fail_mode(FailMode::Closed)
     ///     .timeout(Duration::from_millis(100))
@@ -216,6 +216,11 @@ impl<C, K, H> RateLimitLayer<C, K, H> {
         self.shared.policies.limiters().find_map(|l| l.deny_cache())
     }
 
+    /// What the layer's services share.
+    pub(crate) fn shared(&self) -> &Arc<Shared<C, K, H>> {
+        &self.shared
+    }
+
     /// A snapshot of the counters.
     ///
     /// ```
@@ -247,14 +252,6 @@ impl<C, K, H> Clone for RateLimitLayer<C, K, H> {
     }
 }
 
-impl<S, C, K, H> Layer<S> for RateLimitLayer<C, K, H> {
-    type Service = RateLimit<S, C, K, H>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        RateLimit::new(inner, Arc::clone(&self.shared))
-    }
-}
-
 impl<C, K: fmt::Debug, H> fmt::Debug for RateLimitLayer<C, K, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = &self.shared;
@@ -272,10 +269,11 @@ impl<C, K: fmt::Debug, H> fmt::Debug for RateLimitLayer<C, K, H> {
 /// Builder of a [`RateLimitLayer`]: by-value setters, validated by [`build`](Self::build).
 ///
 /// ```no_run
+/// # use redkit::rate_limit::Rate;
 /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
 /// # use std::time::Duration;
 /// use redkit::{middleware::{RateLimitLayer, UnknownClient}, rate_limit::FixedWindow};
-/// let layer = RateLimitLayer::builder(FixedWindow::new("api", 10, Duration::from_secs(1))?, conn)
+/// let layer = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_second(10)?)?, conn)
 ///     .ipv6_prefix(56)
 ///     .unknown_client(UnknownClient::Reject)
 ///     .build()?;
@@ -318,10 +316,11 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
     /// How to find the client (default [`PeerIp`]).
     ///
     /// ```no_run
+    /// # use redkit::rate_limit::Rate;
     /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
     /// # use std::time::Duration;
     /// use redkit::{middleware::{RateLimitLayer, TrustedProxies}, rate_limit::FixedWindow};
-    /// let b = RateLimitLayer::builder(FixedWindow::new("api", 10, Duration::from_secs(1))?, conn)
+    /// let b = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_second(10)?)?, conn)
     ///     .key_extractor(TrustedProxies::hops(1));
     /// # Ok(()) }
     /// ```
@@ -401,9 +400,9 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
     /// use axum::body::Body;
     /// use http::{header::CONTENT_TYPE, HeaderValue, Response};
     /// use redkit::middleware::{RateLimitLayer, Rejection};
-    /// use redkit::rate_limit::FixedWindow;
+    /// use redkit::rate_limit::{FixedWindow, Rate};
     ///
-    /// let layer = RateLimitLayer::builder(FixedWindow::new("api", 100, Duration::from_secs(60))?, conn)
+    /// let layer = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_minute(100)?)?, conn)
     ///     .respond_with(|rejection: &Rejection<'_>, mut res: Response<Body>| {
     ///         let detail = match rejection {
     ///             Rejection::Limited { limiter, .. } => format!("limit {limiter} exceeded"),

@@ -1,0 +1,275 @@
+//! [`Rate`]: "N units per period (with a burst)", the one argument every limiter is built from.
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// How much a limiter lets through: `limit` units per `period`, and for
+/// [`Gcra`](super::Gcra) a `burst` (the most units a full bucket holds; `limit` unless set
+/// with [`with_burst`](Self::with_burst)).
+///
+/// A `Rate` cannot be built invalid: the limit and the burst are at least 1 and the period is
+/// not zero. Each algorithm checks the range it can honour when it is built (a window of at
+/// least 1 ms, a GCRA bucket below [`Gcra::MAX_BUCKET`](super::Gcra::MAX_BUCKET), a burst only
+/// where the algorithm has one) and answers [`Error::InvalidInput`] otherwise.
+///
+/// ```
+/// use std::time::Duration;
+/// use redkit::rate_limit::Rate;
+///
+/// let api = Rate::per_minute(100)?;
+/// assert_eq!((api.limit(), api.period()), (100, Duration::from_secs(60)));
+/// assert_eq!(api.burst(), 100);
+/// let bursty = Rate::per_second(10)?.with_burst(20)?;
+/// assert_eq!(bursty.burst(), 20);
+/// assert_eq!(Rate::new(5, Duration::from_secs(60))?, Rate::per_minute(5)?);
+///
+/// assert!(Rate::new(0, Duration::from_secs(1)).is_err());
+/// assert!(Rate::new(1, Duration::ZERO).is_err());
+/// assert!(Rate::per_second(1)?.with_burst(0).is_err());
+/// # Ok::<(), redkit::Error>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Rate {
+    limit: NonZeroU32,
+    period: Duration,
+    burst: NonZeroU32,
+}
+
+impl Rate {
+    /// `limit` units per `period`, burst `limit`. Errors: [`Error::InvalidInput`] for a zero
+    /// limit or a zero period.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let rate = redkit::rate_limit::Rate::new(5, Duration::from_millis(1500))?;
+    /// assert_eq!(rate.period(), Duration::from_millis(1500));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn new(limit: u32, period: Duration) -> Result<Self> {
+        let limit =
+            NonZeroU32::new(limit).ok_or_else(|| Error::invalid("limit", "must be at least 1"))?;
+        if period.is_zero() {
+            return Err(Error::invalid("period", "must not be zero"));
+        }
+        Ok(Self {
+            limit,
+            period,
+            burst: limit,
+        })
+    }
+
+    /// `limit` units per second. Errors: as [`new`](Self::new).
+    ///
+    /// ```
+    /// assert_eq!(redkit::rate_limit::Rate::per_second(10)?.limit(), 10);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn per_second(limit: u32) -> Result<Self> {
+        Self::new(limit, Duration::from_secs(1))
+    }
+
+    /// `limit` units per minute. Errors: as [`new`](Self::new).
+    ///
+    /// ```
+    /// let rate = redkit::rate_limit::Rate::per_minute(100)?;
+    /// assert_eq!(rate.period(), std::time::Duration::from_secs(60));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn per_minute(limit: u32) -> Result<Self> {
+        Self::new(limit, Duration::from_secs(60))
+    }
+
+    /// `limit` units per hour. Errors: as [`new`](Self::new).
+    ///
+    /// ```
+    /// let rate = redkit::rate_limit::Rate::per_hour(1_000)?;
+    /// assert_eq!(rate.period(), std::time::Duration::from_secs(3_600));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn per_hour(limit: u32) -> Result<Self> {
+        Self::new(limit, Duration::from_secs(3_600))
+    }
+
+    /// The same rate with a burst of `burst` units (only [`Gcra`](super::Gcra) has one: the
+    /// window limiters refuse a burst other than the limit). Errors: [`Error::InvalidInput`]
+    /// for 0.
+    ///
+    /// ```
+    /// let rate = redkit::rate_limit::Rate::per_second(1)?.with_burst(5)?;
+    /// assert_eq!((rate.limit(), rate.burst()), (1, 5));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn with_burst(mut self, burst: u32) -> Result<Self> {
+        self.burst =
+            NonZeroU32::new(burst).ok_or_else(|| Error::invalid("burst", "must be at least 1"))?;
+        Ok(self)
+    }
+
+    /// Units per [`period`](Self::period).
+    ///
+    /// ```
+    /// assert_eq!(redkit::rate_limit::Rate::per_second(3)?.limit(), 3);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn limit(&self) -> u32 {
+        self.limit.get()
+    }
+
+    /// The period of the limit (a window, or GCRA's refill period).
+    ///
+    /// ```
+    /// let period = redkit::rate_limit::Rate::per_second(3)?.period();
+    /// assert_eq!(period, std::time::Duration::from_secs(1));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// The most units that pass at once (GCRA's bucket size): the limit unless set with
+    /// [`with_burst`](Self::with_burst).
+    ///
+    /// ```
+    /// assert_eq!(redkit::rate_limit::Rate::per_second(3)?.burst(), 3);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn burst(&self) -> u32 {
+        self.burst.get()
+    }
+
+    /// Whether a burst other than the limit was set.
+    pub(crate) fn has_burst(&self) -> bool {
+        self.burst != self.limit
+    }
+
+    /// The same rate with `period` (already checked non-zero by the caller's truncation).
+    pub(crate) fn with_period(mut self, period: Duration) -> Self {
+        if !period.is_zero() {
+            self.period = period;
+        }
+        self
+    }
+
+    /// The period in whole units of `unit` (ms or us, truncated), at least one unit and at
+    /// most `max`, else an error naming `what`: what a window or GCRA holds.
+    pub(crate) fn period_in(
+        &self,
+        unit: Duration,
+        max: Duration,
+        what: &'static str,
+        range: &'static str,
+    ) -> Result<u64> {
+        let n = self.period.as_nanos() / unit.as_nanos().max(1);
+        u64::try_from(n)
+            .ok()
+            .filter(|n| *n >= 1 && self.period <= max)
+            .ok_or_else(|| Error::invalid(what, range))
+    }
+
+    /// Refuses a burst on an algorithm that has none.
+    pub(crate) fn without_burst(self, algorithm: &str) -> Result<Self> {
+        if self.has_burst() {
+            return Err(Error::invalid(
+                "burst",
+                format!("only GCRA has a burst, not the {algorithm}"),
+            ));
+        }
+        Ok(self)
+    }
+}
+
+impl fmt::Debug for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut s = f.debug_struct("Rate");
+        s.field("limit", &self.limit).field("period", &self.period);
+        if self.has_burst() {
+            s.field("burst", &self.burst);
+        }
+        s.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_what_cannot_be_a_rate() {
+        let s = Duration::from_secs(1);
+        assert!(matches!(
+            Rate::new(0, s),
+            Err(Error::InvalidInput { what: "limit", .. })
+        ));
+        assert!(matches!(
+            Rate::new(1, Duration::ZERO),
+            Err(Error::InvalidInput { what: "period", .. })
+        ));
+        assert!(matches!(
+            Rate::new(1, s).unwrap().with_burst(0),
+            Err(Error::InvalidInput { what: "burst", .. })
+        ));
+        assert!(Rate::per_second(0).is_err());
+        assert!(Rate::per_minute(0).is_err());
+        assert!(Rate::per_hour(0).is_err());
+        assert!(Rate::new(1, Duration::from_nanos(1)).is_ok());
+        assert!(Rate::new(u32::MAX, Duration::MAX).is_ok());
+    }
+
+    #[test]
+    fn the_shorthands_are_their_periods() {
+        assert_eq!(
+            Rate::per_second(7).unwrap(),
+            Rate::new(7, Duration::from_secs(1)).unwrap()
+        );
+        assert_eq!(
+            Rate::per_minute(7).unwrap(),
+            Rate::new(7, Duration::from_secs(60)).unwrap()
+        );
+        assert_eq!(
+            Rate::per_hour(7).unwrap(),
+            Rate::new(7, Duration::from_secs(3600)).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_burst_is_kept_and_refused_where_there_is_none() {
+        let r = Rate::per_second(2).unwrap();
+        assert!(!r.has_burst());
+        assert!(r.without_burst("fixed window").is_ok());
+        // A burst equal to the limit is no burst.
+        assert_eq!(r.with_burst(2).unwrap(), r);
+        let b = r.with_burst(9).unwrap();
+        assert!(b.has_burst() && b.burst() == 9 && b.limit() == 2);
+        assert!(matches!(
+            b.without_burst("fixed window"),
+            Err(Error::InvalidInput { what: "burst", .. })
+        ));
+        assert!(format!("{b:?}").contains("burst: 9"));
+        assert!(!format!("{r:?}").contains("burst"));
+    }
+
+    #[test]
+    fn periods_in_units_are_truncated_and_bounded() {
+        let ms = Duration::from_millis(1);
+        let r = Rate::new(1, Duration::from_micros(2_500)).unwrap();
+        let max = Duration::from_millis(10);
+        assert_eq!(r.period_in(ms, max, "window", "x").unwrap(), 2);
+        // The longest period is compared before truncation: 1 ns more is too long.
+        assert!(r
+            .period_in(ms, Duration::from_micros(2_500), "window", "x")
+            .is_ok());
+        assert!(r
+            .period_in(ms, Duration::from_micros(2_499), "window", "x")
+            .is_err());
+        let tiny = Rate::new(1, Duration::from_micros(999)).unwrap();
+        assert!(tiny.period_in(ms, max, "window", "x").is_err());
+        assert_eq!(
+            r.with_period(Duration::from_millis(2)).period(),
+            Duration::from_millis(2)
+        );
+        assert_eq!(r.with_period(Duration::ZERO).period(), r.period());
+    }
+}

@@ -1,0 +1,160 @@
+//! [`RateLimiter`]: what every rate-limiting algorithm provides.
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+
+use super::decision::Decision;
+use super::deny_cache::DenyCache;
+use super::key::LimitKey;
+use super::rate::Rate;
+use crate::error::Result;
+
+/// What a rate-limiting algorithm provides: a name, a [`Rate`], keys under a prefix, and
+/// checks answered as a [`Decision`] whose `retry_after` is a lower bound a cache can trust
+/// (a refusal does not turn into an allow before it elapses, unless the key is reset), in one
+/// round trip.
+///
+/// Implemented by [`FixedWindow`](super::FixedWindow), [`Gcra`](super::Gcra) and
+/// [`SlidingWindow`](super::SlidingWindow), and sealed: [`Limiter`](super::Limiter) holds any
+/// of them as one type (what the middleware's policies hold). Each also has these methods as
+/// its own, so calling them needs no import of the trait; write code generic over the
+/// algorithm with it.
+///
+/// ```no_run
+/// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+/// use redkit::rate_limit::{FixedWindow, Gcra, LimitKey, Rate, RateLimiter};
+///
+/// async fn show<L: RateLimiter>(l: &L, conn: &mut redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+///     let d = l.check(conn, &LimitKey::text("user-42")?).await?;
+///     println!("{} ({:?} under {}): {d:?}", l.name(), l.rate(), l.prefix());
+///     Ok(())
+/// }
+/// show(&FixedWindow::new("daily", Rate::new(10_000, std::time::Duration::from_secs(86_400))?)?, &mut conn).await?;
+/// show(&Gcra::new("burst", Rate::per_second(10)?.with_burst(20)?)?, &mut conn).await?;
+/// # Ok(()) }
+/// ```
+pub trait RateLimiter:
+    sealed::Hooks + Into<super::Limiter> + Clone + fmt::Debug + Send + Sync + 'static
+{
+    /// The limiter's name (its keys are its own).
+    fn name(&self) -> &str;
+
+    /// The rate it was built with, its period as the algorithm holds it (whole milliseconds
+    /// for the windows, whole microseconds for GCRA).
+    fn rate(&self) -> &Rate;
+
+    /// The key prefix (the algorithm's `DEFAULT_PREFIX` unless `with_prefix` chose another).
+    fn prefix(&self) -> &str;
+
+    /// The most units that pass at once: a window's limit, or GCRA's burst.
+    fn limit(&self) -> u32 {
+        self.rate().burst()
+    }
+
+    /// The time in which [`limit`](Self::limit) units are granted: the window, or for GCRA
+    /// the time a bucket takes to refill from empty (emission interval x burst).
+    fn window(&self) -> Duration {
+        self.rate().period()
+    }
+
+    /// The Redis key holding `key`'s state: `<prefix>:<name>:{<client>}` (the client is the
+    /// hash tag: every call is a single-slot call on a Cluster).
+    fn redis_key(&self, key: &LimitKey) -> String;
+
+    /// The deny cache checks are answered from, when one is attached.
+    fn deny_cache(&self) -> Option<&DenyCache> {
+        None
+    }
+
+    /// Counts `cost` units for `key` in one round trip, if they fit. A cost above
+    /// [`limit`](Self::limit) is [`Decision::CostExceedsLimit`]; a zero cost is
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) (nothing sent).
+    fn check_n<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+        cost: u32,
+    ) -> impl Future<Output = Result<Decision>> + Send;
+
+    /// Counts one unit for `key`. See [`check_n`](Self::check_n).
+    fn check<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+    ) -> impl Future<Output = Result<Decision>> + Send {
+        self.check_n(conn, key, 1)
+    }
+
+    /// Deletes `key`'s state (and its deny-cache entry). Returns whether it existed.
+    fn reset<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+    ) -> impl Future<Output = Result<bool>> + Send;
+}
+
+/// Implements the [`RateLimiter`] methods an algorithm has as its own (`name`, `rate`,
+/// `prefix`, `redis_key`, `check_n`, `reset`) by calling them; inside an `impl RateLimiter`.
+macro_rules! delegate_rate_limiter {
+    ($ty:ty) => {
+        fn name(&self) -> &str {
+            <$ty>::name(self)
+        }
+
+        fn rate(&self) -> &$crate::rate_limit::Rate {
+            <$ty>::rate(self)
+        }
+
+        fn prefix(&self) -> &str {
+            <$ty>::prefix(self)
+        }
+
+        fn redis_key(&self, key: &$crate::rate_limit::LimitKey) -> String {
+            <$ty>::redis_key(self, key)
+        }
+
+        fn check_n<C: redis::aio::ConnectionLike + Send>(
+            &self,
+            conn: &mut C,
+            key: &$crate::rate_limit::LimitKey,
+            cost: u32,
+        ) -> impl std::future::Future<Output = $crate::Result<$crate::rate_limit::Decision>> + Send
+        {
+            <$ty>::check_n(self, conn, key, cost)
+        }
+
+        fn reset<C: redis::aio::ConnectionLike + Send>(
+            &self,
+            conn: &mut C,
+            key: &$crate::rate_limit::LimitKey,
+        ) -> impl std::future::Future<Output = $crate::Result<bool>> + Send {
+            <$ty>::reset(self, conn, key)
+        }
+    };
+}
+pub(super) use delegate_rate_limiter;
+
+pub(super) mod sealed {
+    use super::DenyCache;
+
+    /// What the crate asks of an algorithm besides [`RateLimiter`](super::RateLimiter): not
+    /// nameable outside it, so only its algorithms implement the trait.
+    #[allow(unreachable_pub)]
+    pub trait Hooks: Sized {
+        /// The limiter answering from `cache`, when its refusals hold until their
+        /// `retry_after` (else unchanged: it always asks Redis).
+        fn attach_deny_cache(self, cache: DenyCache) -> Self {
+            let _ = cache;
+            self
+        }
+
+        /// Whether concurrent checks are grouped (a grouped check must run to its end even
+        /// when the caller's future is dropped).
+        fn is_grouped(&self) -> bool {
+            false
+        }
+    }
+}
