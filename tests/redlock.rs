@@ -314,3 +314,56 @@ async fn a_master_restarted_with_fsync_always_keeps_its_vote() {
         other => panic!("expected Busy (held on 3 of 5), got {other:?}"),
     }
 }
+
+/// Five nodes: another owner on two, one frozen, two agree. Two refusals do not rule out a
+/// quorum of three (the frozen node could have agreed), so the answer is an error naming the
+/// nodes that failed, not `Busy`; three refusals are `Busy`.
+#[tokio::test]
+async fn two_refusals_of_five_with_a_frozen_node_are_no_quorum_three_are_busy() {
+    let mut masters = RedisMasters::spawn(5).await;
+    let redlock = redlock(&masters).await;
+    assert_eq!(
+        format!("{redlock:?}"),
+        format!(
+            "Redlock {{ nodes: 5, prefix: \"{}\", node_timeout: {NODE_TIMEOUT:?}, .. }}",
+            Redlock::<MultiplexedConnection>::DEFAULT_PREFIX
+        )
+    );
+    let options = LockOptions::new().ttl(Duration::from_secs(10));
+    let key = redlock.key("ledger").unwrap();
+    for i in [0, 1] {
+        let _: () = masters.nodes[i]
+            .cmd(&["SET", &key, "someone-else-token", "PX", "30000"])
+            .await;
+    }
+    masters.nodes[2].pause().await;
+    match redlock.try_acquire("ledger", &options).await {
+        Err(Error::NoQuorum {
+            agreed: 2,
+            needed: 3,
+            total: 5,
+            failed,
+        }) => assert_eq!(
+            failed.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+            [0, 1, 2]
+        ),
+        other => panic!("{other:?}"),
+    }
+    masters.nodes[2].resume().await;
+    assert_eq!(
+        exists(&masters, &[3, 4], &key).await,
+        [0, 0],
+        "released again"
+    );
+    let _: () = masters.nodes[2]
+        .cmd(&["SET", &key, "someone-else-token", "PX", "30000"])
+        .await;
+    assert!(matches!(
+        redlock.try_acquire("ledger", &options).await,
+        Ok(Acquire::Busy(Held {
+            held_on: Some(3),
+            nodes: Some(5),
+            ..
+        }))
+    ));
+}
