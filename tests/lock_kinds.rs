@@ -20,6 +20,11 @@ fn options<K>() -> LockOptions<K> {
     LockOptions::new().ttl(Duration::from_secs(30))
 }
 
+/// `options()` waiting up to 200 ms.
+fn waiting<K>() -> LockOptions<K> {
+    options().max_wait(Duration::from_millis(200))
+}
+
 /// Every key on the server.
 async fn keys(server: &RedisServer) -> Vec<String> {
     let mut keys: Vec<String> = server.cmd(&["KEYS", "*"]).await;
@@ -272,6 +277,98 @@ async fn a_redlock_keeps_to_its_prefix_and_its_manager() {
     for node in &masters.nodes {
         assert!(keys(node).await.is_empty(), "released on every node");
     }
+}
+
+/// The same verbs answer the same outcomes on every kind: `try_acquire` takes a free lock
+/// (`Acquired`) and finds a held one `Busy(Held)`, `release` answers `Released`, then
+/// `NotOwner` for a guard whose hold is gone; `acquire` waits up to `max_wait`.
+#[tokio::test]
+async fn every_kind_answers_the_same_verbs_with_the_same_outcomes() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let busy = |outcome: &str, kind: &str| {
+        assert!(outcome.starts_with("Busy(Held {"), "{kind}: {outcome}")
+    };
+
+    let lock = Lock::new();
+    let Acquire::Acquired(g) = lock.try_acquire(&mut conn, "v", &options()).await.unwrap() else {
+        panic!("Lock: free")
+    };
+    busy(
+        &format!(
+            "{:?}",
+            lock.acquire(&mut conn, "v", &waiting()).await.unwrap()
+        ),
+        "Lock",
+    );
+    assert_eq!(lock.release(&mut conn, g).await.unwrap(), Release::Released);
+
+    let fair = FairLock::new();
+    let Acquire::Acquired(g) = fair.try_acquire(&mut conn, "v", &options()).await.unwrap() else {
+        panic!("FairLock: free")
+    };
+    let mut other = server.conn().await;
+    busy(
+        &format!(
+            "{:?}",
+            fair.acquire(&mut other, "v", &waiting()).await.unwrap()
+        ),
+        "FairLock",
+    );
+    assert_eq!(fair.release(&mut conn, g).await.unwrap(), Release::Released);
+
+    let rw = RwLock::new();
+    let took = rw
+        .try_acquire(&mut conn, "v", Mode::Write, &options())
+        .await;
+    let Acquire::Acquired(g) = took.unwrap() else {
+        panic!("RwLock: free")
+    };
+    let read = rw
+        .acquire(&mut conn, "v", Mode::Read, &waiting())
+        .await
+        .unwrap();
+    busy(&format!("{read:?}"), "RwLock");
+    assert_eq!(rw.release(&mut conn, g).await.unwrap(), Release::Released);
+
+    let re = ReentrantLock::new();
+    let (me, them) = (Owner::new(), Owner::new());
+    let took = re.try_acquire(&mut conn, "v", &me, &options()).await;
+    let Acquire::Acquired(g) = took.unwrap() else {
+        panic!("ReentrantLock: free")
+    };
+    let theirs = re.acquire(&mut conn, "v", &them, &waiting()).await.unwrap();
+    busy(&format!("{theirs:?}"), "ReentrantLock");
+    assert_eq!(re.release(&mut conn, g).await.unwrap(), Release::Released);
+
+    let sem = Semaphore::new();
+    let Acquire::Acquired(g) = sem
+        .try_acquire(&mut conn, "v", 1, &options())
+        .await
+        .unwrap()
+    else {
+        panic!("Semaphore: free")
+    };
+    busy(
+        &format!(
+            "{:?}",
+            sem.acquire(&mut conn, "v", 1, &waiting()).await.unwrap()
+        ),
+        "Semaphore",
+    );
+    assert_eq!(sem.release(&mut conn, g).await.unwrap(), Release::Released);
+
+    // A guard whose hold was taken away answers NotOwner, on every kind alike.
+    let Acquire::Acquired(g) = lock.acquire(&mut conn, "w", &waiting()).await.unwrap() else {
+        panic!("Lock: free again")
+    };
+    let _: () = server.cmd(&["DEL", &lock.key("w").unwrap()]).await;
+    assert_eq!(lock.release(&mut conn, g).await.unwrap(), Release::NotOwner);
+    let Acquire::Acquired(g) = sem.acquire(&mut conn, "w", 1, &waiting()).await.unwrap() else {
+        panic!("Semaphore: free again")
+    };
+    let _: () = server.cmd(&["DEL", &sem.key("w").unwrap()]).await;
+    assert_eq!(sem.release(&mut conn, g).await.unwrap(), Release::NotOwner);
 }
 
 #[test]
