@@ -665,9 +665,10 @@ impl FixedWindow {
         };
         let count = u64::try_from(count).map_err(|_| bad("negative count"))?;
         let reset_after = match u64::try_from(pttl) {
-            Ok(ms) if ms > 0 => Duration::from_millis(ms),
-            // Expired between commands (cannot happen inside a script) or no TTL: a full window.
-            _ => self.window(),
+            // PTTL 0: less than a millisecond left (the window ends within 1 ms).
+            Ok(ms) => Duration::from_millis(ms.max(1)),
+            // -1, no TTL (the script sets one) or -2, no counter: a full window.
+            Err(_) => self.window(),
         };
         let quota = Quota::new(self.limit, count, reset_after);
         Ok(match allowed {
@@ -783,11 +784,22 @@ mod tests {
     #[test]
     fn decodes_the_edges() {
         let l = limiter();
-        // No TTL left (PTTL 0 or below): the reset is a full window.
-        for pttl in [0, -1] {
+        // No TTL (-1) or no counter (-2): the reset is a full window.
+        for pttl in [-1, -2] {
             let d = l.decode(reply(3, pttl, 1), 1, None).unwrap();
             assert_eq!(d.quota().reset_after(), l.window(), "pttl {pttl}");
         }
+        // PTTL 0 at a window's rollover: less than 1 ms left, not a whole window (a refusal
+        // there must not be cached, nor told to retry, for a whole window).
+        let d = l.decode(reply(3, 0, 1), 1, None).unwrap();
+        assert_eq!(d.quota().reset_after(), Duration::from_millis(1));
+        // Packed, limited: -(pttl * (limit + 1) + count) - 1 with pttl 0 and count 10.
+        let limited = l.decode(Value::Int(-10 - 1), 1, None).unwrap();
+        assert_eq!(limited.quota().remaining(), 0);
+        assert!(
+            matches!(limited, Decision::Limited { retry_after, .. } if retry_after == Duration::from_millis(1)),
+            "{limited:?}"
+        );
         let d = l.decode(reply(3, 1, 1), 1, None).unwrap();
         assert_eq!(d.quota().reset_after(), Duration::from_millis(1));
         // A refused cost of exactly the limit may pass later: Limited, not CostExceedsLimit.
