@@ -118,6 +118,25 @@ impl GroupCommit {
     }
 }
 
+impl GroupCommit {
+    /// The setting measured for a flood of rate-limit checks (the tower layer included):
+    /// batches of at most 64, 4 calls in flight. What `group_commit = true` in a policy file
+    /// means. With 8 in flight, 200 concurrent requests of one client through the layer took
+    /// seconds on a 2-core machine (checks then passed its timeout and went by its fail mode);
+    /// with 4, a fraction of a second.
+    ///
+    /// ```
+    /// let g = redkit::GroupCommit::for_checks();
+    /// assert_eq!((g.max_batch(), g.max_in_flight()), (64, 4));
+    /// ```
+    pub fn for_checks() -> Self {
+        Self {
+            max_batch: 64,
+            max_in_flight: 4,
+        }
+    }
+}
+
 impl Default for GroupCommit {
     /// [`DEFAULT_MAX_BATCH`](Self::DEFAULT_MAX_BATCH) and
     /// [`DEFAULT_MAX_IN_FLIGHT`](Self::DEFAULT_MAX_IN_FLIGHT).

@@ -857,7 +857,7 @@ async fn a_hook_shapes_the_429_and_503_responses() {
     assert_eq!(body["title"], "Service Unavailable");
 }
 
-/// `group_commit` in a policy file: `true` is `GroupCommit::default()`, a table gives both
+/// `group_commit` in a policy file: `true` is `GroupCommit::for_checks()`, a table gives both
 /// settings (checked by `GroupCommit::new` while parsing), and the config round-trips.
 #[test]
 fn group_commit_in_a_policy_file_is_one_groupcommit_value() {
@@ -875,7 +875,7 @@ fn group_commit_in_a_policy_file_is_one_groupcommit_value() {
         other => panic!("{other:?}"),
     };
     let on = parse("true").unwrap();
-    assert_eq!(grouped(&on), Some(GroupCommit::default()));
+    assert_eq!(grouped(&on), Some(GroupCommit::for_checks()));
     assert_eq!(grouped(&parse("false").unwrap()), None);
     let table = parse("{ max_batch = 64, max_in_flight = 4 }").unwrap();
     let settings = GroupCommit::new(64, 4).unwrap();
@@ -890,7 +890,7 @@ fn group_commit_in_a_policy_file_is_one_groupcommit_value() {
     );
     assert_eq!(
         on,
-        PolicyConfig::new(spec).with_group_commit(GroupCommit::default())
+        PolicyConfig::new(spec).with_group_commit(GroupCommit::for_checks())
     );
     for bad in [
         "{ max_batch = 1, max_in_flight = 4 }",

@@ -159,7 +159,7 @@ pub struct PolicyConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     deny_cache_capacity: Option<usize>,
     /// Group commit for every fixed-window limiter (off when absent): `true` for
-    /// [`GroupCommit::default()`], or a table `{ max_batch, max_in_flight }`.
+    /// [`GroupCommit::for_checks()`], or a table `{ max_batch, max_in_flight }`.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -194,7 +194,7 @@ mod group_commit_setting {
     ) -> Result<S::Ok, S::Error> {
         match value {
             None => Setting::On(false),
-            Some(g) if *g == GroupCommit::default() => Setting::On(true),
+            Some(g) if *g == GroupCommit::for_checks() => Setting::On(true),
             Some(g) => Setting::Settings {
                 max_batch: g.max_batch(),
                 max_in_flight: g.max_in_flight(),
@@ -207,7 +207,7 @@ mod group_commit_setting {
         deserializer: D,
     ) -> Result<Option<GroupCommit>, D::Error> {
         match Setting::deserialize(deserializer)? {
-            Setting::On(on) => Ok(on.then(GroupCommit::default)),
+            Setting::On(on) => Ok(on.then(GroupCommit::for_checks)),
             Setting::Settings {
                 max_batch,
                 max_in_flight,
@@ -263,7 +263,7 @@ impl PolicyConfig {
     }
 
     /// Group commit for every fixed-window limiter with `settings` (TOML / JSON at the top
-    /// level: `group_commit = true` for [`GroupCommit::default()`], or
+    /// level: `group_commit = true` for [`GroupCommit::for_checks()`], or
     /// `group_commit = { max_batch = 64, max_in_flight = 4 }`): concurrent checks of one
     /// policy are settled by one script call (see [`FixedWindow::with_group_commit`](crate::rate_limit::FixedWindow::with_group_commit) for what
     /// it changes). GCRA and sliding-window policies are not grouped.
@@ -281,9 +281,9 @@ impl PolicyConfig {
     /// "#).unwrap();
     /// let policies = Policies::from_config(&config)?;
     /// assert!(matches!(policies.for_path("/"),
-    ///     Limiter::Fixed(f) if f.group_commit() == Some(GroupCommit::default())));
+    ///     Limiter::Fixed(f) if f.group_commit() == Some(GroupCommit::for_checks())));
     /// let built = PolicyConfig::new(PolicySpec::new("api", Rate::per_minute(100)?))
-    ///     .with_group_commit(GroupCommit::default());
+    ///     .with_group_commit(GroupCommit::for_checks());
     /// assert_eq!(built, config);
     /// # Ok::<(), redkit::Error>(())
     /// ```

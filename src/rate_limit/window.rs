@@ -179,7 +179,7 @@ impl FixedWindow {
         &self.rate
     }
 
-    /// Group commit (off by default) with `settings` ([`GroupCommit::default()`] is the
+    /// Group commit (off by default) with `settings` ([`GroupCommit::for_checks()`] is the
     /// recommended one): concurrent checks through this limiter (or any clone of it) are
     /// coalesced, each still on its own counter. A check alone goes straight through (the
     /// ordinary call, no timer, no added latency); checks arriving while
@@ -208,8 +208,8 @@ impl FixedWindow {
     /// use redkit::rate_limit::{FixedWindow, Rate};
     /// use redkit::GroupCommit;
     /// let limiter = FixedWindow::new("api", Rate::per_minute(100)?)?
-    ///     .with_group_commit(GroupCommit::default());
-    /// assert_eq!(limiter.group_commit(), Some(GroupCommit::default()));
+    ///     .with_group_commit(GroupCommit::for_checks());
+    /// assert_eq!(limiter.group_commit(), Some(GroupCommit::for_checks()));
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn with_group_commit(mut self, settings: GroupCommit) -> Self {
