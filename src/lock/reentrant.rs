@@ -9,6 +9,7 @@ use redis::aio::ConnectionLike;
 
 use super::grant::Refused;
 use super::guard::LockGuard;
+use super::kind::{lock_accessors, Base};
 use super::lease::{self, HeldLease, LeaseKind};
 use super::options::{LockOptions, Polling, Replicated};
 use super::outcome::{Acquire, Held, Release, Renew};
@@ -17,7 +18,6 @@ use super::token::owner_token;
 use super::wait::{ms, Retry};
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
-use crate::keys;
 use crate::script::{Acked, Call, Registry, Script, ScriptManager};
 
 /// Who holds a [`ReentrantLock`]: an explicit handle (a tokio task has no thread id), cloned
@@ -119,8 +119,7 @@ pub struct ReentrantLock {
 
 #[derive(Debug, Clone)]
 pub(super) struct Inner {
-    prefix: String,
-    manager: ScriptManager,
+    pub(super) base: Base,
     acquire: &'static Script,
     renew: &'static Script,
     release: &'static Script,
@@ -141,64 +140,12 @@ impl ReentrantLock {
     pub fn new() -> Self {
         Self {
             inner: Arc::new(Inner {
-                prefix: Self::DEFAULT_PREFIX.to_owned(),
-                manager: ScriptManager::new(),
+                base: Base::new(Self::DEFAULT_PREFIX),
                 acquire: Registry::embedded("reentrant_acquire", 1),
                 renew: Registry::embedded("reentrant_renew", 1),
                 release: Registry::embedded("reentrant_release", 1),
             }),
         }
-    }
-
-    /// Puts the keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
-    ///
-    /// ```
-    /// assert!(redkit::lock::ReentrantLock::new().with_prefix("app:r").is_ok());
-    /// assert!(redkit::lock::ReentrantLock::new().with_prefix("bad prefix").is_err());
-    /// ```
-    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
-        keys::validate_prefix("prefix", prefix)?;
-        Arc::make_mut(&mut self.inner).prefix = prefix.to_owned();
-        Ok(self)
-    }
-
-    /// Runs every call through `manager` (e.g. one shared by the whole application).
-    ///
-    /// ```
-    /// let l = redkit::lock::ReentrantLock::new().with_manager(redkit::ScriptManager::new());
-    /// # let _ = l;
-    /// ```
-    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
-        Arc::make_mut(&mut self.inner).manager = manager;
-        self
-    }
-
-    /// The key prefix.
-    ///
-    /// ```
-    /// assert_eq!(redkit::lock::ReentrantLock::new().prefix(), redkit::lock::ReentrantLock::DEFAULT_PREFIX);
-    /// ```
-    pub fn prefix(&self) -> &str {
-        &self.inner.prefix
-    }
-
-    /// The script manager used for every call.
-    ///
-    /// ```
-    /// let l = redkit::lock::ReentrantLock::new().with_manager(redkit::ScriptManager::new());
-    /// # let _ = l.manager();
-    /// ```
-    pub fn manager(&self) -> &ScriptManager {
-        &self.inner.manager
-    }
-
-    /// The holds key of `resource` (escaped, bounded: see [`keys`](crate::keys)).
-    ///
-    /// ```
-    /// assert!(redkit::lock::ReentrantLock::new().key("").is_err());
-    /// ```
-    pub fn key(&self, resource: &str) -> Result<String> {
-        schema::base(&self.inner.prefix, resource)
     }
 
     /// One attempt at one hold for `owner`: granted when the lock is free or already
@@ -262,6 +209,7 @@ impl ReentrantLock {
             let started = Instant::now();
             let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
                 .inner
+                .base
                 .manager
                 .invoke_waiting(conn, &call, options.get_replication())
                 .await?;
@@ -384,7 +332,7 @@ impl LeaseKind for ReentrantLock {
     type Extra = ();
 
     fn manager(&self) -> &ScriptManager {
-        &self.inner.manager
+        &self.inner.base.manager
     }
 
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
@@ -421,9 +369,7 @@ impl super::options::sealed::Sealed for ReentrantLock {}
 impl Polling for ReentrantLock {}
 impl Replicated for ReentrantLock {}
 
-impl Default for ReentrantLock {
-    /// [`ReentrantLock::new`].
-    fn default() -> Self {
-        Self::new()
-    }
-}
+lock_accessors!(
+    ReentrantLock,
+    key = "The holds key of `resource` (escaped, bounded: see [`keys`](crate::keys))."
+);

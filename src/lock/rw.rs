@@ -7,6 +7,7 @@ use redis::aio::ConnectionLike;
 
 use super::grant::Refused;
 use super::guard::LockGuard;
+use super::kind::{lock_accessors, Base};
 use super::lease::{self, HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated, Settings};
 use super::outcome::{status, Acquire, Held, Release, Renew};
@@ -15,7 +16,6 @@ use super::token::owner_token;
 use super::wait::{ms, Retry};
 use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
-use crate::keys;
 use crate::script::{Acked, Call, Registry, Script, ScriptManager};
 
 /// Which hold an [`RwLock`] acquire asks for.
@@ -95,8 +95,7 @@ pub struct RwLock {
 
 #[derive(Debug, Clone)]
 pub(super) struct Inner {
-    prefix: String,
-    manager: ScriptManager,
+    pub(super) base: Base,
     acquire: &'static Script,
     renew: &'static Script,
     release: &'static Script,
@@ -117,64 +116,12 @@ impl RwLock {
     pub fn new() -> Self {
         Self {
             inner: Arc::new(Inner {
-                prefix: Self::DEFAULT_PREFIX.to_owned(),
-                manager: ScriptManager::new(),
+                base: Base::new(Self::DEFAULT_PREFIX),
                 acquire: Registry::embedded("rw_acquire", 1),
                 renew: Registry::embedded("rw_renew", 1),
                 release: Registry::embedded("rw_release", 1),
             }),
         }
-    }
-
-    /// Puts the keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
-    ///
-    /// ```
-    /// assert!(redkit::lock::RwLock::new().with_prefix("app:rw").is_ok());
-    /// assert!(redkit::lock::RwLock::new().with_prefix("bad prefix").is_err());
-    /// ```
-    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
-        keys::validate_prefix("prefix", prefix)?;
-        Arc::make_mut(&mut self.inner).prefix = prefix.to_owned();
-        Ok(self)
-    }
-
-    /// Runs every call through `manager` (e.g. one shared by the whole application).
-    ///
-    /// ```
-    /// let rw = redkit::lock::RwLock::new().with_manager(redkit::ScriptManager::new());
-    /// # let _ = rw;
-    /// ```
-    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
-        Arc::make_mut(&mut self.inner).manager = manager;
-        self
-    }
-
-    /// The key prefix.
-    ///
-    /// ```
-    /// assert_eq!(redkit::lock::RwLock::new().prefix(), redkit::lock::RwLock::DEFAULT_PREFIX);
-    /// ```
-    pub fn prefix(&self) -> &str {
-        &self.inner.prefix
-    }
-
-    /// The script manager used for every call.
-    ///
-    /// ```
-    /// let rw = redkit::lock::RwLock::new().with_manager(redkit::ScriptManager::new());
-    /// # let _ = rw.manager();
-    /// ```
-    pub fn manager(&self) -> &ScriptManager {
-        &self.inner.manager
-    }
-
-    /// The base key of `resource` (the others add `:readers`, `:writer`, `:intent`, `:fence`).
-    ///
-    /// ```
-    /// assert!(redkit::lock::RwLock::new().key("").is_err());
-    /// ```
-    pub fn key(&self, resource: &str) -> Result<String> {
-        schema::base(&self.inner.prefix, resource)
     }
 
     /// One attempt at a hold of `mode`: [`Mode::Read`] is granted unless a writer holds the
@@ -256,6 +203,7 @@ impl RwLock {
             let started = Instant::now();
             let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
                 .inner
+                .base
                 .manager
                 .invoke_waiting(conn, &call, options.get_replication())
                 .await?;
@@ -296,6 +244,7 @@ impl RwLock {
     async fn leave<C: ConnectionLike>(&self, conn: &mut C, key: &str, token: &str) -> Result<bool> {
         let left: i64 = self
             .inner
+            .base
             .manager
             .invoke(conn, &self.leave_call(key, token))
             .await?;
@@ -366,7 +315,7 @@ impl LeaseKind for RwLock {
     type Extra = ();
 
     fn manager(&self) -> &ScriptManager {
-        &self.inner.manager
+        &self.inner.base.manager
     }
 
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
@@ -388,9 +337,7 @@ impl Polling for RwLock {}
 impl OwnerToken for RwLock {}
 impl Replicated for RwLock {}
 
-impl Default for RwLock {
-    /// [`RwLock::new`].
-    fn default() -> Self {
-        Self::new()
-    }
-}
+lock_accessors!(
+    RwLock,
+    key = "The base key of `resource` (the others add `:readers`, `:writer`, `:intent`, `:fence`)."
+);

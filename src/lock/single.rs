@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use super::guard::LockGuard;
+use super::kind::{lock_accessors, Base};
 use super::lease::{self, deadline, HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated};
 use super::outcome::{renew_status, status, Release, Renew};
@@ -14,7 +15,6 @@ use super::schema;
 use super::wait::ms;
 use super::watchdog::{self, LeaseSignal};
 use crate::error::Result;
-use crate::keys;
 use crate::script::{Acked, Call, Registry, Replication, Script, ScriptManager};
 
 /// A lock on one Redis server or Redis Cluster: one script round trip per operation.
@@ -53,8 +53,7 @@ pub struct Lock {
 
 #[derive(Debug, Clone)]
 pub(super) struct Inner {
-    prefix: String,
-    pub(super) manager: ScriptManager,
+    pub(super) base: Base,
     pub(super) acquire: &'static Script,
     release: &'static Script,
     renew: &'static Script,
@@ -78,8 +77,7 @@ impl Lock {
     pub fn new() -> Self {
         Self {
             inner: Arc::new(Inner {
-                prefix: Self::DEFAULT_PREFIX.to_owned(),
-                manager: ScriptManager::new(),
+                base: Base::new(Self::DEFAULT_PREFIX),
                 acquire: Registry::embedded("lock_acquire", 3),
                 release: Registry::embedded("lock_release_wake", 2),
                 renew: Registry::embedded("lock_renew", 2),
@@ -87,48 +85,6 @@ impl Lock {
                 fence: Registry::embedded("lock_fence", 1),
             }),
         }
-    }
-
-    /// Puts the keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
-    ///
-    /// ```
-    /// let lock = redkit::lock::Lock::new().with_prefix("app:locks")?;
-    /// assert_eq!(lock.prefix(), "app:locks");
-    /// assert!(redkit::lock::Lock::new().with_prefix("bad prefix").is_err());
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
-        keys::validate_prefix("prefix", prefix)?;
-        Arc::make_mut(&mut self.inner).prefix = prefix.to_owned();
-        Ok(self)
-    }
-
-    /// Runs every call through `manager` (e.g. one shared by the whole application, for its
-    /// [`Stats`](crate::Stats)).
-    ///
-    /// ```
-    /// let shared = redkit::ScriptManager::new();
-    /// let lock = redkit::lock::Lock::new().with_manager(shared.clone());
-    /// # let _ = lock;
-    /// ```
-    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
-        Arc::make_mut(&mut self.inner).manager = manager;
-        self
-    }
-
-    /// The key prefix.
-    pub fn prefix(&self) -> &str {
-        &self.inner.prefix
-    }
-
-    /// The script manager used for every call.
-    pub fn manager(&self) -> &ScriptManager {
-        &self.inner.manager
-    }
-
-    /// The key holding the owner token of `resource`.
-    pub fn key(&self, resource: &str) -> Result<String> {
-        schema::base(&self.inner.prefix, resource)
     }
 
     /// The key holding the fencing counter of `resource` (same hash slot as the lock key).
@@ -204,6 +160,7 @@ impl Lock {
         let call = self.renew_call_of(&held.key, &held.token, held.ttl);
         let (renewed, ack) = self
             .inner
+            .base
             .manager
             .invoke_acked::<i64, _>(conn, &call, replication)
             .await?
@@ -238,7 +195,12 @@ impl Lock {
         ttl: Duration,
     ) -> Result<Renew> {
         let call = self.renew_call_of(key, token, ttl);
-        let renewed = self.inner.manager.invoke::<i64, _>(conn, &call).await?;
+        let renewed = self
+            .inner
+            .base
+            .manager
+            .invoke::<i64, _>(conn, &call)
+            .await?;
         renew_status(self.inner.renew, renewed)
     }
 
@@ -277,7 +239,7 @@ impl LeaseKind for Lock {
     type Extra = ();
 
     fn manager(&self) -> &ScriptManager {
-        &self.inner.manager
+        &self.inner.base.manager
     }
 
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
@@ -336,9 +298,4 @@ impl LockOptions<Lock> {
     }
 }
 
-impl Default for Lock {
-    /// [`Lock::new`].
-    fn default() -> Self {
-        Self::new()
-    }
-}
+lock_accessors!(Lock, key = "The key holding the owner token of `resource`.");
