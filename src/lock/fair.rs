@@ -9,15 +9,14 @@ use redis::Value;
 
 use super::grant::Refused;
 use super::guard::LockGuard;
-use super::kind::{lock_accessors, Base};
-use super::lease::{self, HeldLease, LeaseKind};
+use super::kind::{lease_verbs, lock_accessors, Base};
+use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Replicated, Settings};
-use super::outcome::{status, Acquire, Held, Release, Renew};
+use super::outcome::{status, Acquire, Held};
 use super::schema;
 use super::token::owner_token;
 use super::wait::block_on;
 use super::wait::ms;
-use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Registry, Script, ScriptManager};
 
@@ -296,64 +295,47 @@ impl FairLock {
         call
     }
 
-    /// Gives the lock back (and stops the guard's watchdog), waking the next caller in line.
-    /// [`Release::NotOwner`] when the lease had already ended (the lock may have been handed
-    /// to the next caller meanwhile).
-    ///
-    /// ```no_run
-    /// # async fn run(fair: redkit::lock::FairLock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::FairLock>) -> redkit::Result<()> {
-    /// use redkit::lock::Release;
-    /// if fair.release(&mut conn, guard).await? == Release::NotOwner {
-    ///     eprintln!("the lease had ended: the next caller may have overlapped");
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn release<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        mut guard: LockGuard<FairLock>,
-    ) -> Result<Release> {
-        guard.stop_watchdog();
-        lease::release(self, conn, &guard.held, &()).await
-    }
-
-    /// Extends the holder's lease to its ttl from now (server time) if it has not ended, and
-    /// moves the local validity forward; [`Renew::Lost`] otherwise.
-    ///
-    /// ```no_run
-    /// # async fn run(fair: redkit::lock::FairLock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::FairLock>) -> redkit::Result<()> {
-    /// use redkit::lock::Renew;
-    /// if fair.renew(&mut conn, &mut guard).await? == Renew::Lost {
-    ///     return Ok(()); // stop: the next caller may hold it now
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn renew<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        guard: &mut LockGuard<FairLock>,
-    ) -> Result<Renew> {
-        lease::renew(self, conn, &guard.held).await
-    }
-
-    /// Starts a watchdog for `guard` (renewal about every ttl/3 over a clone of `conn`, until
-    /// released or dropped) and returns the signal fired when the lease is lost. Fails with
-    /// [`Error::InvalidInput`] outside a tokio runtime.
-    ///
-    /// ```no_run
-    /// # async fn run(fair: redkit::lock::FairLock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::FairLock>) -> redkit::Result<()> {
-    /// let lost = fair.watch(&conn, &mut guard)?;
-    /// tokio::select! {
-    ///     loss = lost.lost() => eprintln!("lost: {loss:?}"),
-    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard<FairLock>) -> Result<LeaseSignal>
-    where
-        C: ConnectionLike + Clone + Send + 'static,
-    {
-        watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
+    lease_verbs! {
+        LockGuard<FairLock>;
+        /// Gives the lock back (and stops the guard's watchdog), waking the next caller in line.
+        /// [`Release::NotOwner`](super::Release::NotOwner) when the lease had already ended (the lock may have been handed
+        /// to the next caller meanwhile).
+        ///
+        /// ```no_run
+        /// # async fn run(fair: redkit::lock::FairLock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::FairLock>) -> redkit::Result<()> {
+        /// use redkit::lock::Release;
+        /// if fair.release(&mut conn, guard).await? == Release::NotOwner {
+        ///     eprintln!("the lease had ended: the next caller may have overlapped");
+        /// }
+        /// # Ok(()) }
+        /// ```
+        release;
+        /// Extends the holder's lease to its ttl from now (server time) if it has not ended, and
+        /// moves the local validity forward; [`Renew::Lost`](super::Renew::Lost) otherwise.
+        ///
+        /// ```no_run
+        /// # async fn run(fair: redkit::lock::FairLock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::FairLock>) -> redkit::Result<()> {
+        /// use redkit::lock::Renew;
+        /// if fair.renew(&mut conn, &mut guard).await? == Renew::Lost {
+        ///     return Ok(()); // stop: the next caller may hold it now
+        /// }
+        /// # Ok(()) }
+        /// ```
+        renew;
+        /// Starts a watchdog for `guard` (renewal about every ttl/3 over a clone of `conn`, until
+        /// released or dropped) and returns the signal fired when the lease is lost. Fails with
+        /// [`Error::InvalidInput`] outside a tokio runtime.
+        ///
+        /// ```no_run
+        /// # async fn run(fair: redkit::lock::FairLock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::FairLock>) -> redkit::Result<()> {
+        /// let lost = fair.watch(&conn, &mut guard)?;
+        /// tokio::select! {
+        ///     loss = lost.lost() => eprintln!("lost: {loss:?}"),
+        ///     _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+        /// }
+        /// # Ok(()) }
+        /// ```
+        watch;
     }
 }
 

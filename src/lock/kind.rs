@@ -97,3 +97,48 @@ macro_rules! lock_accessors {
 }
 
 pub(super) use lock_accessors;
+
+/// The lease verbs of a kind (`release`, `renew`, `watch`), inside its `impl` block: one body
+/// for every kind, through its [`LeaseKind`](super::lease::LeaseKind) impl, each verb with the
+/// kind's own docs. `$guard` is the kind's guard type.
+macro_rules! lease_verbs {
+    (
+        $guard:ty;
+        $(#[$release:meta])* release;
+        $(#[$renew:meta])* renew;
+        $(#[$watch:meta])* watch;
+    ) => {
+        $(#[$release])*
+        pub async fn release<C: ::redis::aio::ConnectionLike>(
+            &self,
+            conn: &mut C,
+            mut guard: $guard,
+        ) -> $crate::error::Result<$crate::lock::Release> {
+            guard.watchdog = None;
+            $crate::lock::lease::release(self, conn, &guard.held, guard.extra()).await
+        }
+
+        $(#[$renew])*
+        pub async fn renew<C: ::redis::aio::ConnectionLike>(
+            &self,
+            conn: &mut C,
+            guard: &mut $guard,
+        ) -> $crate::error::Result<$crate::lock::Renew> {
+            $crate::lock::lease::renew(self, conn, &guard.held).await
+        }
+
+        $(#[$watch])*
+        pub fn watch<C>(
+            &self,
+            conn: &C,
+            guard: &mut $guard,
+        ) -> $crate::error::Result<$crate::lock::LeaseSignal>
+        where
+            C: ::redis::aio::ConnectionLike + Clone + Send + 'static,
+        {
+            $crate::lock::watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
+        }
+    };
+}
+
+pub(super) use lease_verbs;

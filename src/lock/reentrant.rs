@@ -9,14 +9,13 @@ use redis::aio::ConnectionLike;
 
 use super::grant::Refused;
 use super::guard::LockGuard;
-use super::kind::{lock_accessors, Base};
-use super::lease::{self, HeldLease, LeaseKind};
+use super::kind::{lease_verbs, lock_accessors, Base};
+use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, Polling, Replicated};
-use super::outcome::{Acquire, Held, Release, Renew};
+use super::outcome::{Acquire, Held, Release};
 use super::schema;
 use super::token::owner_token;
 use super::wait::{ms, Retry};
-use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Registry, Script, ScriptManager};
 
@@ -250,22 +249,37 @@ impl ReentrantLock {
         }
     }
 
-    /// Gives one hold back (and stops that guard's watchdog): [`Release::Released`] when the
-    /// owner held the lock (it is free once no hold is left), [`Release::NotOwner`] when its
-    /// lease had ended.
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, hold: redkit::lock::LockGuard<redkit::lock::ReentrantLock>) -> redkit::Result<()> {
-    /// lock.release(&mut conn, hold).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn release<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        mut guard: LockGuard<ReentrantLock>,
-    ) -> Result<Release> {
-        guard.stop_watchdog();
-        lease::release(self, conn, &guard.held, &()).await
+    lease_verbs! {
+        LockGuard<ReentrantLock>;
+        /// Gives one hold back (and stops that guard's watchdog): [`Release::Released`] when the
+        /// owner held the lock (it is free once no hold is left), [`Release::NotOwner`] when its
+        /// lease had ended.
+        ///
+        /// ```no_run
+        /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, hold: redkit::lock::LockGuard<redkit::lock::ReentrantLock>) -> redkit::Result<()> {
+        /// lock.release(&mut conn, hold).await?;
+        /// # Ok(()) }
+        /// ```
+        release;
+        /// Resets the lease shared by all of the owner's holds to the guard's ttl, if the owner
+        /// still holds the lock; [`Renew::Lost`](super::Renew::Lost) otherwise.
+        ///
+        /// ```no_run
+        /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, mut hold: redkit::lock::LockGuard<redkit::lock::ReentrantLock>) -> redkit::Result<()> {
+        /// lock.renew(&mut conn, &mut hold).await?;
+        /// # Ok(()) }
+        /// ```
+        renew;
+        /// Starts a watchdog for `guard` (renewal of the shared lease about every ttl/3) and
+        /// returns the signal fired when the lock is lost. Fails with [`Error::InvalidInput`]
+        /// outside a tokio runtime.
+        ///
+        /// ```no_run
+        /// # async fn run(lock: redkit::lock::ReentrantLock, conn: redis::aio::MultiplexedConnection, mut hold: redkit::lock::LockGuard<redkit::lock::ReentrantLock>) -> redkit::Result<()> {
+        /// let lost = lock.watch(&conn, &mut hold)?;
+        /// # let _ = lost; Ok(()) }
+        /// ```
+        watch;
     }
 
     /// How many holds `owner` has on `resource` now (0: none, or another owner's lock).
@@ -293,38 +307,6 @@ impl ReentrantLock {
                 .parse()
                 .map_err(|_| Error::unexpected("HGET", format!("hold count {n:?}"))),
         }
-    }
-
-    /// Resets the lease shared by all of the owner's holds to the guard's ttl, if the owner
-    /// still holds the lock; [`Renew::Lost`] otherwise.
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, mut hold: redkit::lock::LockGuard<redkit::lock::ReentrantLock>) -> redkit::Result<()> {
-    /// lock.renew(&mut conn, &mut hold).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn renew<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        guard: &mut LockGuard<ReentrantLock>,
-    ) -> Result<Renew> {
-        lease::renew(self, conn, &guard.held).await
-    }
-
-    /// Starts a watchdog for `guard` (renewal of the shared lease about every ttl/3) and
-    /// returns the signal fired when the lock is lost. Fails with [`Error::InvalidInput`]
-    /// outside a tokio runtime.
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::ReentrantLock, conn: redis::aio::MultiplexedConnection, mut hold: redkit::lock::LockGuard<redkit::lock::ReentrantLock>) -> redkit::Result<()> {
-    /// let lost = lock.watch(&conn, &mut hold)?;
-    /// # let _ = lost; Ok(()) }
-    /// ```
-    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard<ReentrantLock>) -> Result<LeaseSignal>
-    where
-        C: ConnectionLike + Clone + Send + 'static,
-    {
-        watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
     }
 }
 

@@ -7,14 +7,13 @@ use redis::aio::ConnectionLike;
 
 use super::grant::Refused;
 use super::guard::LockGuard;
-use super::kind::{lock_accessors, Base};
-use super::lease::{self, HeldLease, LeaseKind};
+use super::kind::{lease_verbs, lock_accessors, Base};
+use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated, Settings};
-use super::outcome::{status, Acquire, Held, Release, Renew};
+use super::outcome::{status, Acquire, Held};
 use super::schema;
 use super::token::owner_token;
 use super::wait::{ms, Retry};
-use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Registry, Script, ScriptManager};
 
@@ -260,54 +259,37 @@ impl RwLock {
         call
     }
 
-    /// Gives a read or write hold back (and stops its watchdog). [`Release::NotOwner`] when
-    /// the lease had already ended.
-    ///
-    /// ```no_run
-    /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::RwLock>) -> redkit::Result<()> {
-    /// rw.release(&mut conn, guard).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn release<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        mut guard: LockGuard<RwLock>,
-    ) -> Result<Release> {
-        guard.stop_watchdog();
-        lease::release(self, conn, &guard.held, &()).await
-    }
-
-    /// Extends a read or write hold to its ttl from now (server time) if it has not ended;
-    /// [`Renew::Lost`] otherwise.
-    ///
-    /// ```no_run
-    /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::RwLock>) -> redkit::Result<()> {
-    /// use redkit::lock::Renew;
-    /// if rw.renew(&mut conn, &mut guard).await? == Renew::Lost { return Ok(()); }
-    /// # Ok(()) }
-    /// ```
-    pub async fn renew<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        guard: &mut LockGuard<RwLock>,
-    ) -> Result<Renew> {
-        lease::renew(self, conn, &guard.held).await
-    }
-
-    /// Starts a watchdog for `guard` (renewal about every ttl/3 over a clone of `conn`) and
-    /// returns the signal fired when the hold is lost. Fails with [`Error::InvalidInput`]
-    /// outside a tokio runtime.
-    ///
-    /// ```no_run
-    /// # async fn run(rw: redkit::lock::RwLock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::RwLock>) -> redkit::Result<()> {
-    /// let lost = rw.watch(&conn, &mut guard)?;
-    /// # let _ = lost; Ok(()) }
-    /// ```
-    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard<RwLock>) -> Result<LeaseSignal>
-    where
-        C: ConnectionLike + Clone + Send + 'static,
-    {
-        watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
+    lease_verbs! {
+        LockGuard<RwLock>;
+        /// Gives a read or write hold back (and stops its watchdog). [`Release::NotOwner`](super::Release::NotOwner) when
+        /// the lease had already ended.
+        ///
+        /// ```no_run
+        /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::RwLock>) -> redkit::Result<()> {
+        /// rw.release(&mut conn, guard).await?;
+        /// # Ok(()) }
+        /// ```
+        release;
+        /// Extends a read or write hold to its ttl from now (server time) if it has not ended;
+        /// [`Renew::Lost`](super::Renew::Lost) otherwise.
+        ///
+        /// ```no_run
+        /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::RwLock>) -> redkit::Result<()> {
+        /// use redkit::lock::Renew;
+        /// if rw.renew(&mut conn, &mut guard).await? == Renew::Lost { return Ok(()); }
+        /// # Ok(()) }
+        /// ```
+        renew;
+        /// Starts a watchdog for `guard` (renewal about every ttl/3 over a clone of `conn`) and
+        /// returns the signal fired when the hold is lost. Fails with [`Error::InvalidInput`]
+        /// outside a tokio runtime.
+        ///
+        /// ```no_run
+        /// # async fn run(rw: redkit::lock::RwLock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::RwLock>) -> redkit::Result<()> {
+        /// let lost = rw.watch(&conn, &mut guard)?;
+        /// # let _ = lost; Ok(()) }
+        /// ```
+        watch;
     }
 }
 

@@ -7,15 +7,14 @@ use redis::aio::ConnectionLike;
 
 use super::fair::FairLock;
 use super::grant::Refused;
-use super::kind::{lock_accessors, Base};
-use super::lease::{self, HeldLease, LeaseKind};
+use super::kind::{lease_verbs, lock_accessors, Base};
+use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated};
-use super::outcome::{Acquire, Held, Release, Renew};
+use super::outcome::{Acquire, Held};
 use super::permit::PermitGuard;
 use super::schema;
 use super::token::owner_token;
 use super::wait::{ms, Retry};
-use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Registry, Script, ScriptManager};
 
@@ -237,69 +236,52 @@ impl Semaphore {
         }
     }
 
-    /// Gives the permit back at once (and stops its watchdog), and wakes one caller blocked
-    /// in [`acquire_blocking`](Self::acquire_blocking). [`Release::NotOwner`] when the
-    /// lease had already ended (the permit may have been given to someone else meanwhile).
-    ///
-    /// ```no_run
-    /// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection, permit: redkit::lock::PermitGuard) -> redkit::Result<()> {
-    /// use redkit::lock::Release;
-    /// if sem.release(&mut conn, permit).await? == Release::NotOwner {
-    ///     eprintln!("the lease had ended: more than N holders may have overlapped");
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn release<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        mut guard: PermitGuard,
-    ) -> Result<Release> {
-        guard.watchdog = None;
-        lease::release(self, conn, &guard.held, &guard.permits).await
-    }
-
-    /// Extends the permit's lease to its ttl from now (server time) if it has not ended, and
-    /// moves the local validity forward; [`Renew::Lost`] otherwise (the guard is then no
-    /// longer valid).
-    ///
-    /// ```no_run
-    /// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection, mut permit: redkit::lock::PermitGuard) -> redkit::Result<()> {
-    /// use redkit::lock::Renew;
-    /// if sem.renew(&mut conn, &mut permit).await? == Renew::Lost {
-    ///     return Ok(()); // stop: the permit may belong to someone else now
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn renew<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        guard: &mut PermitGuard,
-    ) -> Result<Renew> {
-        lease::renew(self, conn, &guard.held).await
-    }
-
-    /// Starts a watchdog for `permit`: a background task on the current tokio runtime that
-    /// renews the lease about every ttl/3 over `conn` (a clone of yours) until the permit is
-    /// released or dropped, and fires the returned signal when the lease is lost. Calling it
-    /// again returns the running watchdog's signal. Fails with [`Error::InvalidInput`]
-    /// outside a tokio runtime.
-    ///
-    /// ```no_run
-    /// # async fn run(sem: redkit::lock::Semaphore, conn: redis::aio::MultiplexedConnection, mut permit: redkit::lock::PermitGuard) -> redkit::Result<()> {
-    /// let lost = sem.watch(&conn, &mut permit)?;
-    /// tokio::select! {
-    ///     loss = lost.lost() => eprintln!("permit lost: {loss:?}"),
-    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
-    /// }
-    /// let mut conn = conn;
-    /// sem.release(&mut conn, permit).await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn watch<C>(&self, conn: &C, permit: &mut PermitGuard) -> Result<LeaseSignal>
-    where
-        C: ConnectionLike + Clone + Send + 'static,
-    {
-        watchdog::watch(self, conn, &mut permit.watchdog, &permit.held)
+    lease_verbs! {
+        PermitGuard;
+        /// Gives the permit back at once (and stops its watchdog), and wakes one caller blocked
+        /// in [`acquire_blocking`](Self::acquire_blocking). [`Release::NotOwner`](super::Release::NotOwner) when the
+        /// lease had already ended (the permit may have been given to someone else meanwhile).
+        ///
+        /// ```no_run
+        /// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection, permit: redkit::lock::PermitGuard) -> redkit::Result<()> {
+        /// use redkit::lock::Release;
+        /// if sem.release(&mut conn, permit).await? == Release::NotOwner {
+        ///     eprintln!("the lease had ended: more than N holders may have overlapped");
+        /// }
+        /// # Ok(()) }
+        /// ```
+        release;
+        /// Extends the permit's lease to its ttl from now (server time) if it has not ended, and
+        /// moves the local validity forward; [`Renew::Lost`](super::Renew::Lost) otherwise (the guard is then no
+        /// longer valid).
+        ///
+        /// ```no_run
+        /// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection, mut permit: redkit::lock::PermitGuard) -> redkit::Result<()> {
+        /// use redkit::lock::Renew;
+        /// if sem.renew(&mut conn, &mut permit).await? == Renew::Lost {
+        ///     return Ok(()); // stop: the permit may belong to someone else now
+        /// }
+        /// # Ok(()) }
+        /// ```
+        renew;
+        /// Starts a watchdog for `permit`: a background task on the current tokio runtime that
+        /// renews the lease about every ttl/3 over `conn` (a clone of yours) until the permit is
+        /// released or dropped, and fires the returned signal when the lease is lost. Calling it
+        /// again returns the running watchdog's signal. Fails with [`Error::InvalidInput`]
+        /// outside a tokio runtime.
+        ///
+        /// ```no_run
+        /// # async fn run(sem: redkit::lock::Semaphore, conn: redis::aio::MultiplexedConnection, mut permit: redkit::lock::PermitGuard) -> redkit::Result<()> {
+        /// let lost = sem.watch(&conn, &mut permit)?;
+        /// tokio::select! {
+        ///     loss = lost.lost() => eprintln!("permit lost: {loss:?}"),
+        ///     _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+        /// }
+        /// let mut conn = conn;
+        /// sem.release(&mut conn, permit).await?;
+        /// # Ok(()) }
+        /// ```
+        watch;
     }
 }
 

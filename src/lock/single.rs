@@ -7,13 +7,12 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use super::guard::LockGuard;
-use super::kind::{lock_accessors, Base};
-use super::lease::{self, deadline, HeldLease, LeaseKind};
+use super::kind::{lease_verbs, lock_accessors, Base};
+use super::lease::{deadline, HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated};
-use super::outcome::{renew_status, status, Release, Renew};
+use super::outcome::{renew_status, status, Renew};
 use super::schema;
 use super::wait::ms;
-use super::watchdog::{self, LeaseSignal};
 use crate::error::Result;
 use crate::script::{Acked, Call, Registry, Replication, Script, ScriptManager};
 
@@ -92,50 +91,59 @@ impl Lock {
         Ok(schema::fence(&self.key(resource)?))
     }
 
-    /// Compare-and-delete: deletes the key only if it still holds this guard's token.
-    /// [`Release::NotOwner`] when the lease had expired (and maybe another owner holds the
-    /// lock now, whose key is left untouched). Stops the guard's watchdog first. When a caller
-    /// is blocked in [`acquire_blocking`](Self::acquire_blocking), the same script pushes it a
-    /// wake-up (without one, the release costs one `EXISTS` more than a bare
-    /// compare-and-delete).
-    ///
-    /// On an error the lease ends by its TTL.
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
-    /// use redkit::lock::Release;
-    /// if lock.release(&mut conn, guard).await? == Release::NotOwner {
-    ///     eprintln!("the lease had expired: the work may have overlapped with another owner");
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn release<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        mut guard: LockGuard<Lock>,
-    ) -> Result<Release> {
-        guard.stop_watchdog();
-        lease::release(self, conn, &guard.held, &()).await
-    }
-
-    /// Compare-and-PEXPIRE: resets the TTL to the guard's lease length only if the key still
-    /// holds its token, and moves the local validity forward. [`Renew::Lost`] otherwise (the
-    /// guard is then no longer valid).
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
-    /// use redkit::lock::Renew;
-    /// if lock.renew(&mut conn, &mut guard).await? == Renew::Lost {
-    ///     return Ok(()); // stop working: someone else may hold the lock now
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn renew<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        guard: &mut LockGuard<Lock>,
-    ) -> Result<Renew> {
-        lease::renew(self, conn, &guard.held).await
+    lease_verbs! {
+        LockGuard<Lock>;
+        /// Compare-and-delete: deletes the key only if it still holds this guard's token.
+        /// [`Release::NotOwner`](super::Release::NotOwner) when the lease had expired (and maybe another owner holds the
+        /// lock now, whose key is left untouched). Stops the guard's watchdog first. When a caller
+        /// is blocked in [`acquire_blocking`](Self::acquire_blocking), the same script pushes it a
+        /// wake-up (without one, the release costs one `EXISTS` more than a bare
+        /// compare-and-delete).
+        ///
+        /// On an error the lease ends by its TTL.
+        ///
+        /// ```no_run
+        /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
+        /// use redkit::lock::Release;
+        /// if lock.release(&mut conn, guard).await? == Release::NotOwner {
+        ///     eprintln!("the lease had expired: the work may have overlapped with another owner");
+        /// }
+        /// # Ok(()) }
+        /// ```
+        release;
+        /// Compare-and-PEXPIRE: resets the TTL to the guard's lease length only if the key still
+        /// holds its token, and moves the local validity forward. [`Renew::Lost`] otherwise (the
+        /// guard is then no longer valid).
+        ///
+        /// ```no_run
+        /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
+        /// use redkit::lock::Renew;
+        /// if lock.renew(&mut conn, &mut guard).await? == Renew::Lost {
+        ///     return Ok(()); // stop working: someone else may hold the lock now
+        /// }
+        /// # Ok(()) }
+        /// ```
+        renew;
+        /// Starts a watchdog for `guard`: a background task on the current tokio runtime that
+        /// renews the lease about every ttl/3 over its own clone of `conn`,
+        /// until the guard is released or dropped. Returns the signal fired when the lease is lost
+        /// (a renewal answered [`Renew::Lost`], or renewals kept failing until the local validity
+        /// ran out). Calling it again returns the running watchdog's signal.
+        ///
+        /// Fails with [`Error::InvalidInput`](crate::Error::InvalidInput) outside a tokio runtime.
+        ///
+        /// ```no_run
+        /// # async fn run(lock: redkit::lock::Lock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
+        /// let lost = lock.watch(&conn, &mut guard)?;
+        /// tokio::select! {
+        ///     loss = lost.lost() => eprintln!("lease lost: {loss:?}"),
+        ///     _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+        /// }
+        /// let mut conn = conn;
+        /// lock.release(&mut conn, guard).await?; // stops the watchdog
+        /// # Ok(()) }
+        /// ```
+        watch;
     }
 
     /// Like [`renew`](Self::renew), followed by `WAIT` for `replication` in the same round
@@ -202,32 +210,6 @@ impl Lock {
             .invoke::<i64, _>(conn, &call)
             .await?;
         renew_status(self.inner.renew, renewed)
-    }
-
-    /// Starts a watchdog for `guard`: a background task on the current tokio runtime that
-    /// renews the lease about every ttl/3 over its own clone of `conn`,
-    /// until the guard is released or dropped. Returns the signal fired when the lease is lost
-    /// (a renewal answered [`Renew::Lost`], or renewals kept failing until the local validity
-    /// ran out). Calling it again returns the running watchdog's signal.
-    ///
-    /// Fails with [`Error::InvalidInput`](crate::Error::InvalidInput) outside a tokio runtime.
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::Lock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
-    /// let lost = lock.watch(&conn, &mut guard)?;
-    /// tokio::select! {
-    ///     loss = lost.lost() => eprintln!("lease lost: {loss:?}"),
-    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
-    /// }
-    /// let mut conn = conn;
-    /// lock.release(&mut conn, guard).await?; // stops the watchdog
-    /// # Ok(()) }
-    /// ```
-    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard<Lock>) -> Result<LeaseSignal>
-    where
-        C: ConnectionLike + Clone + Send + 'static,
-    {
-        watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
     }
 
     pub(super) fn fenced_set_script(&self) -> &'static Script {
