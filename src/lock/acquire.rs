@@ -135,7 +135,7 @@ impl Lock {
         let mut retry = Retry::new(options.settings());
         let wait = replication.or(options.get_replication());
         if let Some(r) = &wait {
-            Box::pin(self.inner.manager.check_wait(conn, r)).await?;
+            Box::pin(self.inner.base.manager.check_wait(conn, r)).await?;
         }
         loop {
             let (granted, replicas) = self
@@ -212,6 +212,7 @@ impl Lock {
         let started = Instant::now();
         let ((acquired, n), replicas): ((i64, i64), Option<Acked<()>>) = self
             .inner
+            .base
             .manager
             .invoke_waiting(conn, &call, replication)
             .await?;

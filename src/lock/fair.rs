@@ -9,16 +9,15 @@ use redis::Value;
 
 use super::grant::Refused;
 use super::guard::LockGuard;
-use super::lease::{self, HeldLease, LeaseKind};
+use super::kind::{lease_verbs, lock_accessors, Base};
+use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Replicated, Settings};
-use super::outcome::{status, Acquire, Held, Release, Renew};
+use super::outcome::{status, Acquire, Held};
 use super::schema;
 use super::token::owner_token;
 use super::wait::block_on;
 use super::wait::ms;
-use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
-use crate::keys;
 use crate::script::{Acked, Call, Registry, Script, ScriptManager};
 
 /// A fair lock on one Redis server or a Redis Cluster: callers hold it one at a time **in the
@@ -68,8 +67,7 @@ pub struct FairLock {
 
 #[derive(Debug, Clone)]
 pub(super) struct Inner {
-    prefix: String,
-    manager: ScriptManager,
+    pub(super) base: Base,
     waiter_lease: Duration,
     acquire: &'static Script,
     renew: &'static Script,
@@ -93,8 +91,7 @@ impl FairLock {
     pub fn new() -> Self {
         Self {
             inner: Arc::new(Inner {
-                prefix: Self::DEFAULT_PREFIX.to_owned(),
-                manager: ScriptManager::new(),
+                base: Base::new(Self::DEFAULT_PREFIX),
                 waiter_lease: Self::DEFAULT_WAITER_LEASE,
                 acquire: Registry::embedded("fair_acquire", 1),
                 renew: Registry::embedded("fair_renew", 1),
@@ -103,42 +100,19 @@ impl FairLock {
         }
     }
 
-    /// Puts the keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
-    ///
-    /// ```
-    /// assert!(redkit::lock::FairLock::new().with_prefix("app:fair").is_ok());
-    /// assert!(redkit::lock::FairLock::new().with_prefix("bad prefix").is_err());
-    /// ```
-    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
-        keys::validate_prefix("prefix", prefix)?;
-        Arc::make_mut(&mut self.inner).prefix = prefix.to_owned();
-        Ok(self)
-    }
-
-    /// Runs every call through `manager` (e.g. one shared by the whole application).
-    ///
-    /// ```
-    /// let fair = redkit::lock::FairLock::new().with_manager(redkit::ScriptManager::new());
-    /// # let _ = fair;
-    /// ```
-    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
-        Arc::make_mut(&mut self.inner).manager = manager;
-        self
-    }
-
     /// The gate of a fair semaphore: keys under `<prefix>:gate` (one validated prefix plus a
     /// fixed suffix: bounded), `manager` when given.
     pub(super) fn gated(mut self, prefix: &str, manager: Option<ScriptManager>) -> Self {
         let inner = Arc::make_mut(&mut self.inner);
-        inner.prefix = schema::gate_prefix(prefix);
+        inner.base.prefix = schema::gate_prefix(prefix);
         if let Some(manager) = manager {
-            inner.manager = manager;
+            inner.base.manager = manager;
         }
         self
     }
 
     /// How long a waiter that stopped renewing (crashed, cut off) keeps its place: whole
-    /// milliseconds, 30 ms to [`Settings::MAX_TTL`]. A blocked acquire renews it about
+    /// milliseconds, 30 ms to 30 days (the longest lease). A blocked acquire renews it about
     /// every third of it, so shorter means faster skipping of dead waiters and more calls.
     ///
     /// ```
@@ -153,35 +127,6 @@ impl FairLock {
         }
         Arc::make_mut(&mut self.inner).waiter_lease = lease;
         Ok(self)
-    }
-
-    /// The key prefix.
-    ///
-    /// ```
-    /// assert_eq!(redkit::lock::FairLock::new().prefix(), redkit::lock::FairLock::DEFAULT_PREFIX);
-    /// ```
-    pub fn prefix(&self) -> &str {
-        &self.inner.prefix
-    }
-
-    /// The script manager used for every call.
-    ///
-    /// ```
-    /// let shared = redkit::ScriptManager::new();
-    /// let fair = redkit::lock::FairLock::new().with_manager(shared.clone());
-    /// # let _ = fair.manager();
-    /// ```
-    pub fn manager(&self) -> &ScriptManager {
-        &self.inner.manager
-    }
-
-    /// The queue key of `resource` (escaped, bounded: see [`keys`](crate::keys)).
-    ///
-    /// ```
-    /// assert!(redkit::lock::FairLock::new().key("").is_err());
-    /// ```
-    pub fn key(&self, resource: &str) -> Result<String> {
-        schema::base(&self.inner.prefix, resource)
     }
 
     /// One attempt: joins the queue of `resource` and answers [`Acquire::Acquired`] when no
@@ -284,6 +229,7 @@ impl FairLock {
             let started = Instant::now();
             let (reply, replicas): (Vec<Value>, Option<Acked<()>>) = self
                 .inner
+                .base
                 .manager
                 .invoke_waiting(conn, &call, options.get_replication())
                 .await?;
@@ -333,6 +279,7 @@ impl FairLock {
     async fn leave<C: ConnectionLike>(&self, conn: &mut C, key: &str, token: &str) -> Result<bool> {
         let left: i64 = self
             .inner
+            .base
             .manager
             .invoke(conn, &self.leave_call(key, token))
             .await?;
@@ -348,64 +295,47 @@ impl FairLock {
         call
     }
 
-    /// Gives the lock back (and stops the guard's watchdog), waking the next caller in line.
-    /// [`Release::NotOwner`] when the lease had already ended (the lock may have been handed
-    /// to the next caller meanwhile).
-    ///
-    /// ```no_run
-    /// # async fn run(fair: redkit::lock::FairLock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::FairLock>) -> redkit::Result<()> {
-    /// use redkit::lock::Release;
-    /// if fair.release(&mut conn, guard).await? == Release::NotOwner {
-    ///     eprintln!("the lease had ended: the next caller may have overlapped");
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn release<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        mut guard: LockGuard<FairLock>,
-    ) -> Result<Release> {
-        guard.stop_watchdog();
-        lease::release(self, conn, &guard.held, &()).await
-    }
-
-    /// Extends the holder's lease to its ttl from now (server time) if it has not ended, and
-    /// moves the local validity forward; [`Renew::Lost`] otherwise.
-    ///
-    /// ```no_run
-    /// # async fn run(fair: redkit::lock::FairLock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::FairLock>) -> redkit::Result<()> {
-    /// use redkit::lock::Renew;
-    /// if fair.renew(&mut conn, &mut guard).await? == Renew::Lost {
-    ///     return Ok(()); // stop: the next caller may hold it now
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn renew<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        guard: &mut LockGuard<FairLock>,
-    ) -> Result<Renew> {
-        lease::renew(self, conn, &guard.held).await
-    }
-
-    /// Starts a watchdog for `guard` (renewal about every ttl/3 over a clone of `conn`, until
-    /// released or dropped) and returns the signal fired when the lease is lost. Fails with
-    /// [`Error::InvalidInput`] outside a tokio runtime.
-    ///
-    /// ```no_run
-    /// # async fn run(fair: redkit::lock::FairLock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::FairLock>) -> redkit::Result<()> {
-    /// let lost = fair.watch(&conn, &mut guard)?;
-    /// tokio::select! {
-    ///     loss = lost.lost() => eprintln!("lost: {loss:?}"),
-    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard<FairLock>) -> Result<LeaseSignal>
-    where
-        C: ConnectionLike + Clone + Send + 'static,
-    {
-        watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
+    lease_verbs! {
+        LockGuard<FairLock>;
+        /// Gives the lock back (and stops the guard's watchdog), waking the next caller in line.
+        /// [`Release::NotOwner`](super::Release::NotOwner) when the lease had already ended (the lock may have been handed
+        /// to the next caller meanwhile).
+        ///
+        /// ```no_run
+        /// # async fn run(fair: redkit::lock::FairLock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::FairLock>) -> redkit::Result<()> {
+        /// use redkit::lock::Release;
+        /// if fair.release(&mut conn, guard).await? == Release::NotOwner {
+        ///     eprintln!("the lease had ended: the next caller may have overlapped");
+        /// }
+        /// # Ok(()) }
+        /// ```
+        release;
+        /// Extends the holder's lease to its ttl from now (server time) if it has not ended, and
+        /// moves the local validity forward; [`Renew::Lost`](super::Renew::Lost) otherwise.
+        ///
+        /// ```no_run
+        /// # async fn run(fair: redkit::lock::FairLock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::FairLock>) -> redkit::Result<()> {
+        /// use redkit::lock::Renew;
+        /// if fair.renew(&mut conn, &mut guard).await? == Renew::Lost {
+        ///     return Ok(()); // stop: the next caller may hold it now
+        /// }
+        /// # Ok(()) }
+        /// ```
+        renew;
+        /// Starts a watchdog for `guard` (renewal about every ttl/3 over a clone of `conn`, until
+        /// released or dropped) and returns the signal fired when the lease is lost. Fails with
+        /// [`Error::InvalidInput`] outside a tokio runtime.
+        ///
+        /// ```no_run
+        /// # async fn run(fair: redkit::lock::FairLock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::FairLock>) -> redkit::Result<()> {
+        /// let lost = fair.watch(&conn, &mut guard)?;
+        /// tokio::select! {
+        ///     loss = lost.lost() => eprintln!("lost: {loss:?}"),
+        ///     _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+        /// }
+        /// # Ok(()) }
+        /// ```
+        watch;
     }
 }
 
@@ -413,7 +343,7 @@ impl LeaseKind for FairLock {
     type Extra = ();
 
     fn manager(&self) -> &ScriptManager {
-        &self.inner.manager
+        &self.inner.base.manager
     }
 
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
@@ -434,9 +364,7 @@ impl super::options::sealed::Sealed for FairLock {}
 impl OwnerToken for FairLock {}
 impl Replicated for FairLock {}
 
-impl Default for FairLock {
-    /// [`FairLock::new`].
-    fn default() -> Self {
-        Self::new()
-    }
-}
+lock_accessors!(
+    FairLock,
+    key = "The queue key of `resource` (escaped, bounded: see [`keys`](crate::keys))."
+);

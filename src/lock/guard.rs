@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::lease::HeldLease;
 use super::options::Settings;
 use super::token::{issued, FencingToken};
-use super::watchdog::{LeaseSignal, WatchdogHandle};
+use super::watchdog::WatchdogHandle;
 use crate::error::Result;
 use crate::script::Script;
 
@@ -72,10 +72,7 @@ pub struct LockGuard<K> {
 }
 
 impl<K> LockGuard<K> {
-    /// The Redis key of the lock (`<prefix>:{<resource>}`).
-    pub fn key(&self) -> &str {
-        &self.held.key
-    }
+    lease_getters!("lock", "redkit::lock::LockGuard<redkit::lock::Lock>");
 
     /// The fencing token of this acquisition; `0` (never issued, refused by the fenced
     /// writes) unless the lock was acquired with
@@ -99,26 +96,6 @@ impl<K> LockGuard<K> {
     /// ```
     pub fn is_fenced(&self) -> bool {
         self.fence.get() != 0
-    }
-
-    /// The lease length requested at acquire (and at every renewal).
-    pub fn ttl(&self) -> Duration {
-        self.held.ttl
-    }
-
-    /// How much of the lease is left, by the local clock (zero once lost or run out).
-    pub fn validity(&self) -> Duration {
-        self.held.remaining()
-    }
-
-    /// `true` while the local validity has not run out and no watchdog reported a loss.
-    pub fn is_valid(&self) -> bool {
-        !self.validity().is_zero()
-    }
-
-    /// The loss signal of this guard's watchdog, if one runs.
-    pub fn lease_signal(&self) -> Option<&LeaseSignal> {
-        self.watchdog.as_ref().map(|w| &w.signal)
     }
 
     /// The guard of a grant: `script` answered fencing token `fence` (must be positive) to an
@@ -154,9 +131,9 @@ impl<K> LockGuard<K> {
         }
     }
 
-    /// Stops the watchdog, if any (also done on drop and release).
-    pub(crate) fn stop_watchdog(&mut self) {
-        self.watchdog = None;
+    /// What a release of this guard passes its kind beyond the lease: nothing.
+    pub(crate) fn extra(&self) -> &() {
+        &()
     }
 }
 
@@ -172,3 +149,58 @@ impl<K> fmt::Debug for LockGuard<K> {
             .finish_non_exhaustive()
     }
 }
+
+/// The getters every guard of a lease shares (`key`, `ttl`, `validity`, `is_valid`,
+/// `lease_signal`), inside the guard's `impl` block (a struct with `held: HeldLease` and
+/// `watchdog: Option<WatchdogHandle>`). `$what` names what the key holds, `$guard` the guard's
+/// type in the examples.
+macro_rules! lease_getters {
+    ($what:literal, $guard:literal) => {
+        #[doc = concat!("The Redis key of the ", $what, " (`<prefix>:{<resource>}`).")]
+        ///
+        /// ```no_run
+        #[doc = concat!("# fn run(guard: ", $guard, ") { println!(\"{}\", guard.key()); }")]
+        /// ```
+        pub fn key(&self) -> &str {
+            &self.held.key
+        }
+
+        /// The lease length requested at acquire (and at every renewal).
+        ///
+        /// ```no_run
+        #[doc = concat!("# fn run(guard: ", $guard, ") { println!(\"{:?}\", guard.ttl()); }")]
+        /// ```
+        pub fn ttl(&self) -> ::std::time::Duration {
+            self.held.ttl
+        }
+
+        /// How much of the lease is left, by the local clock (zero once lost or run out).
+        ///
+        /// ```no_run
+        #[doc = concat!("# fn run(guard: ", $guard, ") { println!(\"{:?}\", guard.validity()); }")]
+        /// ```
+        pub fn validity(&self) -> ::std::time::Duration {
+            self.held.remaining()
+        }
+
+        /// `true` while the local validity has not run out and no watchdog reported a loss.
+        ///
+        /// ```no_run
+        #[doc = concat!("# fn run(guard: ", $guard, ") { if !guard.is_valid() { return; } }")]
+        /// ```
+        pub fn is_valid(&self) -> bool {
+            !self.validity().is_zero()
+        }
+
+        /// The loss signal of this guard's watchdog, if one runs.
+        ///
+        /// ```no_run
+        #[doc = concat!("# fn run(guard: ", $guard, ") { println!(\"{}\", guard.lease_signal().is_some()); }")]
+        /// ```
+        pub fn lease_signal(&self) -> Option<&$crate::lock::LeaseSignal> {
+            self.watchdog.as_ref().map(|w| &w.signal)
+        }
+    };
+}
+
+pub(super) use lease_getters;

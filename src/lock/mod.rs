@@ -29,6 +29,7 @@ mod fair;
 mod fencing;
 mod grant;
 mod guard;
+mod kind;
 mod lease;
 mod lock_wait;
 mod options;

@@ -1,10 +1,10 @@
 //! [`PermitGuard`]: a held semaphore permit.
 
 use std::fmt;
-use std::time::Duration;
 
+use super::guard::lease_getters;
 use super::lease::HeldLease;
-use super::watchdog::{LeaseSignal, WatchdogHandle};
+use super::watchdog::WatchdogHandle;
 
 /// A held semaphore permit: the semaphore key, the owner token and a local validity deadline.
 ///
@@ -33,14 +33,7 @@ pub struct PermitGuard {
 }
 
 impl PermitGuard {
-    /// The Redis key of the semaphore (`<prefix>:{<resource>}`).
-    ///
-    /// ```no_run
-    /// # fn run(permit: redkit::lock::PermitGuard) { println!("{}", permit.key()); }
-    /// ```
-    pub fn key(&self) -> &str {
-        &self.held.key
-    }
+    lease_getters!("semaphore", "redkit::lock::PermitGuard");
 
     /// Holders (this one included) right after this permit was taken.
     ///
@@ -50,41 +43,12 @@ impl PermitGuard {
     pub fn holders(&self) -> u32 {
         self.holders
     }
+}
 
-    /// The lease length requested at acquire (and at every renewal).
-    ///
-    /// ```no_run
-    /// # fn run(permit: redkit::lock::PermitGuard) { println!("{:?}", permit.ttl()); }
-    /// ```
-    pub fn ttl(&self) -> Duration {
-        self.held.ttl
-    }
-
-    /// How much of the lease is left, by the local clock (zero once lost or run out).
-    ///
-    /// ```no_run
-    /// # fn run(permit: redkit::lock::PermitGuard) { println!("{:?}", permit.validity()); }
-    /// ```
-    pub fn validity(&self) -> Duration {
-        self.held.remaining()
-    }
-
-    /// `true` while the local validity has not run out and no watchdog reported a loss.
-    ///
-    /// ```no_run
-    /// # fn run(permit: redkit::lock::PermitGuard) { if !permit.is_valid() { return; } }
-    /// ```
-    pub fn is_valid(&self) -> bool {
-        !self.validity().is_zero()
-    }
-
-    /// The loss signal of this permit's watchdog, if one runs.
-    ///
-    /// ```no_run
-    /// # fn run(permit: redkit::lock::PermitGuard) { println!("{}", permit.lease_signal().is_some()); }
-    /// ```
-    pub fn lease_signal(&self) -> Option<&LeaseSignal> {
-        self.watchdog.as_ref().map(|w| &w.signal)
+impl PermitGuard {
+    /// What a release of this permit passes the semaphore beyond the lease: its permit count.
+    pub(crate) fn extra(&self) -> &u32 {
+        &self.permits
     }
 }
 

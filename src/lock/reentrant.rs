@@ -9,15 +9,14 @@ use redis::aio::ConnectionLike;
 
 use super::grant::Refused;
 use super::guard::LockGuard;
-use super::lease::{self, HeldLease, LeaseKind};
+use super::kind::{lease_verbs, lock_accessors, Base};
+use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, Polling, Replicated};
-use super::outcome::{Acquire, Held, Release, Renew};
+use super::outcome::{Acquire, Held, Release};
 use super::schema;
 use super::token::owner_token;
 use super::wait::{ms, Retry};
-use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
-use crate::keys;
 use crate::script::{Acked, Call, Registry, Script, ScriptManager};
 
 /// Who holds a [`ReentrantLock`]: an explicit handle (a tokio task has no thread id), cloned
@@ -119,8 +118,7 @@ pub struct ReentrantLock {
 
 #[derive(Debug, Clone)]
 pub(super) struct Inner {
-    prefix: String,
-    manager: ScriptManager,
+    pub(super) base: Base,
     acquire: &'static Script,
     renew: &'static Script,
     release: &'static Script,
@@ -141,64 +139,12 @@ impl ReentrantLock {
     pub fn new() -> Self {
         Self {
             inner: Arc::new(Inner {
-                prefix: Self::DEFAULT_PREFIX.to_owned(),
-                manager: ScriptManager::new(),
+                base: Base::new(Self::DEFAULT_PREFIX),
                 acquire: Registry::embedded("reentrant_acquire", 1),
                 renew: Registry::embedded("reentrant_renew", 1),
                 release: Registry::embedded("reentrant_release", 1),
             }),
         }
-    }
-
-    /// Puts the keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
-    ///
-    /// ```
-    /// assert!(redkit::lock::ReentrantLock::new().with_prefix("app:r").is_ok());
-    /// assert!(redkit::lock::ReentrantLock::new().with_prefix("bad prefix").is_err());
-    /// ```
-    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
-        keys::validate_prefix("prefix", prefix)?;
-        Arc::make_mut(&mut self.inner).prefix = prefix.to_owned();
-        Ok(self)
-    }
-
-    /// Runs every call through `manager` (e.g. one shared by the whole application).
-    ///
-    /// ```
-    /// let l = redkit::lock::ReentrantLock::new().with_manager(redkit::ScriptManager::new());
-    /// # let _ = l;
-    /// ```
-    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
-        Arc::make_mut(&mut self.inner).manager = manager;
-        self
-    }
-
-    /// The key prefix.
-    ///
-    /// ```
-    /// assert_eq!(redkit::lock::ReentrantLock::new().prefix(), redkit::lock::ReentrantLock::DEFAULT_PREFIX);
-    /// ```
-    pub fn prefix(&self) -> &str {
-        &self.inner.prefix
-    }
-
-    /// The script manager used for every call.
-    ///
-    /// ```
-    /// let l = redkit::lock::ReentrantLock::new().with_manager(redkit::ScriptManager::new());
-    /// # let _ = l.manager();
-    /// ```
-    pub fn manager(&self) -> &ScriptManager {
-        &self.inner.manager
-    }
-
-    /// The holds key of `resource` (escaped, bounded: see [`keys`](crate::keys)).
-    ///
-    /// ```
-    /// assert!(redkit::lock::ReentrantLock::new().key("").is_err());
-    /// ```
-    pub fn key(&self, resource: &str) -> Result<String> {
-        schema::base(&self.inner.prefix, resource)
     }
 
     /// One attempt at one hold for `owner`: granted when the lock is free or already
@@ -262,6 +208,7 @@ impl ReentrantLock {
             let started = Instant::now();
             let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
                 .inner
+                .base
                 .manager
                 .invoke_waiting(conn, &call, options.get_replication())
                 .await?;
@@ -302,22 +249,37 @@ impl ReentrantLock {
         }
     }
 
-    /// Gives one hold back (and stops that guard's watchdog): [`Release::Released`] when the
-    /// owner held the lock (it is free once no hold is left), [`Release::NotOwner`] when its
-    /// lease had ended.
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, hold: redkit::lock::LockGuard<redkit::lock::ReentrantLock>) -> redkit::Result<()> {
-    /// lock.release(&mut conn, hold).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn release<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        mut guard: LockGuard<ReentrantLock>,
-    ) -> Result<Release> {
-        guard.stop_watchdog();
-        lease::release(self, conn, &guard.held, &()).await
+    lease_verbs! {
+        LockGuard<ReentrantLock>;
+        /// Gives one hold back (and stops that guard's watchdog): [`Release::Released`] when the
+        /// owner held the lock (it is free once no hold is left), [`Release::NotOwner`] when its
+        /// lease had ended.
+        ///
+        /// ```no_run
+        /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, hold: redkit::lock::LockGuard<redkit::lock::ReentrantLock>) -> redkit::Result<()> {
+        /// lock.release(&mut conn, hold).await?;
+        /// # Ok(()) }
+        /// ```
+        release;
+        /// Resets the lease shared by all of the owner's holds to the guard's ttl, if the owner
+        /// still holds the lock; [`Renew::Lost`](super::Renew::Lost) otherwise.
+        ///
+        /// ```no_run
+        /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, mut hold: redkit::lock::LockGuard<redkit::lock::ReentrantLock>) -> redkit::Result<()> {
+        /// lock.renew(&mut conn, &mut hold).await?;
+        /// # Ok(()) }
+        /// ```
+        renew;
+        /// Starts a watchdog for `guard` (renewal of the shared lease about every ttl/3) and
+        /// returns the signal fired when the lock is lost. Fails with [`Error::InvalidInput`]
+        /// outside a tokio runtime.
+        ///
+        /// ```no_run
+        /// # async fn run(lock: redkit::lock::ReentrantLock, conn: redis::aio::MultiplexedConnection, mut hold: redkit::lock::LockGuard<redkit::lock::ReentrantLock>) -> redkit::Result<()> {
+        /// let lost = lock.watch(&conn, &mut hold)?;
+        /// # let _ = lost; Ok(()) }
+        /// ```
+        watch;
     }
 
     /// How many holds `owner` has on `resource` now (0: none, or another owner's lock).
@@ -346,45 +308,13 @@ impl ReentrantLock {
                 .map_err(|_| Error::unexpected("HGET", format!("hold count {n:?}"))),
         }
     }
-
-    /// Resets the lease shared by all of the owner's holds to the guard's ttl, if the owner
-    /// still holds the lock; [`Renew::Lost`] otherwise.
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, mut hold: redkit::lock::LockGuard<redkit::lock::ReentrantLock>) -> redkit::Result<()> {
-    /// lock.renew(&mut conn, &mut hold).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn renew<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        guard: &mut LockGuard<ReentrantLock>,
-    ) -> Result<Renew> {
-        lease::renew(self, conn, &guard.held).await
-    }
-
-    /// Starts a watchdog for `guard` (renewal of the shared lease about every ttl/3) and
-    /// returns the signal fired when the lock is lost. Fails with [`Error::InvalidInput`]
-    /// outside a tokio runtime.
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::ReentrantLock, conn: redis::aio::MultiplexedConnection, mut hold: redkit::lock::LockGuard<redkit::lock::ReentrantLock>) -> redkit::Result<()> {
-    /// let lost = lock.watch(&conn, &mut hold)?;
-    /// # let _ = lost; Ok(()) }
-    /// ```
-    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard<ReentrantLock>) -> Result<LeaseSignal>
-    where
-        C: ConnectionLike + Clone + Send + 'static,
-    {
-        watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
-    }
 }
 
 impl LeaseKind for ReentrantLock {
     type Extra = ();
 
     fn manager(&self) -> &ScriptManager {
-        &self.inner.manager
+        &self.inner.base.manager
     }
 
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
@@ -421,9 +351,7 @@ impl super::options::sealed::Sealed for ReentrantLock {}
 impl Polling for ReentrantLock {}
 impl Replicated for ReentrantLock {}
 
-impl Default for ReentrantLock {
-    /// [`ReentrantLock::new`].
-    fn default() -> Self {
-        Self::new()
-    }
-}
+lock_accessors!(
+    ReentrantLock,
+    key = "The holds key of `resource` (escaped, bounded: see [`keys`](crate::keys))."
+);

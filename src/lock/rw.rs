@@ -7,15 +7,14 @@ use redis::aio::ConnectionLike;
 
 use super::grant::Refused;
 use super::guard::LockGuard;
-use super::lease::{self, HeldLease, LeaseKind};
+use super::kind::{lease_verbs, lock_accessors, Base};
+use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated, Settings};
-use super::outcome::{status, Acquire, Held, Release, Renew};
+use super::outcome::{status, Acquire, Held};
 use super::schema;
 use super::token::owner_token;
 use super::wait::{ms, Retry};
-use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
-use crate::keys;
 use crate::script::{Acked, Call, Registry, Script, ScriptManager};
 
 /// Which hold an [`RwLock`] acquire asks for.
@@ -95,8 +94,7 @@ pub struct RwLock {
 
 #[derive(Debug, Clone)]
 pub(super) struct Inner {
-    prefix: String,
-    manager: ScriptManager,
+    pub(super) base: Base,
     acquire: &'static Script,
     renew: &'static Script,
     release: &'static Script,
@@ -117,64 +115,12 @@ impl RwLock {
     pub fn new() -> Self {
         Self {
             inner: Arc::new(Inner {
-                prefix: Self::DEFAULT_PREFIX.to_owned(),
-                manager: ScriptManager::new(),
+                base: Base::new(Self::DEFAULT_PREFIX),
                 acquire: Registry::embedded("rw_acquire", 1),
                 renew: Registry::embedded("rw_renew", 1),
                 release: Registry::embedded("rw_release", 1),
             }),
         }
-    }
-
-    /// Puts the keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
-    ///
-    /// ```
-    /// assert!(redkit::lock::RwLock::new().with_prefix("app:rw").is_ok());
-    /// assert!(redkit::lock::RwLock::new().with_prefix("bad prefix").is_err());
-    /// ```
-    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
-        keys::validate_prefix("prefix", prefix)?;
-        Arc::make_mut(&mut self.inner).prefix = prefix.to_owned();
-        Ok(self)
-    }
-
-    /// Runs every call through `manager` (e.g. one shared by the whole application).
-    ///
-    /// ```
-    /// let rw = redkit::lock::RwLock::new().with_manager(redkit::ScriptManager::new());
-    /// # let _ = rw;
-    /// ```
-    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
-        Arc::make_mut(&mut self.inner).manager = manager;
-        self
-    }
-
-    /// The key prefix.
-    ///
-    /// ```
-    /// assert_eq!(redkit::lock::RwLock::new().prefix(), redkit::lock::RwLock::DEFAULT_PREFIX);
-    /// ```
-    pub fn prefix(&self) -> &str {
-        &self.inner.prefix
-    }
-
-    /// The script manager used for every call.
-    ///
-    /// ```
-    /// let rw = redkit::lock::RwLock::new().with_manager(redkit::ScriptManager::new());
-    /// # let _ = rw.manager();
-    /// ```
-    pub fn manager(&self) -> &ScriptManager {
-        &self.inner.manager
-    }
-
-    /// The base key of `resource` (the others add `:readers`, `:writer`, `:intent`, `:fence`).
-    ///
-    /// ```
-    /// assert!(redkit::lock::RwLock::new().key("").is_err());
-    /// ```
-    pub fn key(&self, resource: &str) -> Result<String> {
-        schema::base(&self.inner.prefix, resource)
     }
 
     /// One attempt at a hold of `mode`: [`Mode::Read`] is granted unless a writer holds the
@@ -256,6 +202,7 @@ impl RwLock {
             let started = Instant::now();
             let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
                 .inner
+                .base
                 .manager
                 .invoke_waiting(conn, &call, options.get_replication())
                 .await?;
@@ -296,6 +243,7 @@ impl RwLock {
     async fn leave<C: ConnectionLike>(&self, conn: &mut C, key: &str, token: &str) -> Result<bool> {
         let left: i64 = self
             .inner
+            .base
             .manager
             .invoke(conn, &self.leave_call(key, token))
             .await?;
@@ -311,54 +259,37 @@ impl RwLock {
         call
     }
 
-    /// Gives a read or write hold back (and stops its watchdog). [`Release::NotOwner`] when
-    /// the lease had already ended.
-    ///
-    /// ```no_run
-    /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::RwLock>) -> redkit::Result<()> {
-    /// rw.release(&mut conn, guard).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn release<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        mut guard: LockGuard<RwLock>,
-    ) -> Result<Release> {
-        guard.stop_watchdog();
-        lease::release(self, conn, &guard.held, &()).await
-    }
-
-    /// Extends a read or write hold to its ttl from now (server time) if it has not ended;
-    /// [`Renew::Lost`] otherwise.
-    ///
-    /// ```no_run
-    /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::RwLock>) -> redkit::Result<()> {
-    /// use redkit::lock::Renew;
-    /// if rw.renew(&mut conn, &mut guard).await? == Renew::Lost { return Ok(()); }
-    /// # Ok(()) }
-    /// ```
-    pub async fn renew<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        guard: &mut LockGuard<RwLock>,
-    ) -> Result<Renew> {
-        lease::renew(self, conn, &guard.held).await
-    }
-
-    /// Starts a watchdog for `guard` (renewal about every ttl/3 over a clone of `conn`) and
-    /// returns the signal fired when the hold is lost. Fails with [`Error::InvalidInput`]
-    /// outside a tokio runtime.
-    ///
-    /// ```no_run
-    /// # async fn run(rw: redkit::lock::RwLock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::RwLock>) -> redkit::Result<()> {
-    /// let lost = rw.watch(&conn, &mut guard)?;
-    /// # let _ = lost; Ok(()) }
-    /// ```
-    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard<RwLock>) -> Result<LeaseSignal>
-    where
-        C: ConnectionLike + Clone + Send + 'static,
-    {
-        watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
+    lease_verbs! {
+        LockGuard<RwLock>;
+        /// Gives a read or write hold back (and stops its watchdog). [`Release::NotOwner`](super::Release::NotOwner) when
+        /// the lease had already ended.
+        ///
+        /// ```no_run
+        /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::RwLock>) -> redkit::Result<()> {
+        /// rw.release(&mut conn, guard).await?;
+        /// # Ok(()) }
+        /// ```
+        release;
+        /// Extends a read or write hold to its ttl from now (server time) if it has not ended;
+        /// [`Renew::Lost`](super::Renew::Lost) otherwise.
+        ///
+        /// ```no_run
+        /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::RwLock>) -> redkit::Result<()> {
+        /// use redkit::lock::Renew;
+        /// if rw.renew(&mut conn, &mut guard).await? == Renew::Lost { return Ok(()); }
+        /// # Ok(()) }
+        /// ```
+        renew;
+        /// Starts a watchdog for `guard` (renewal about every ttl/3 over a clone of `conn`) and
+        /// returns the signal fired when the hold is lost. Fails with [`Error::InvalidInput`]
+        /// outside a tokio runtime.
+        ///
+        /// ```no_run
+        /// # async fn run(rw: redkit::lock::RwLock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::RwLock>) -> redkit::Result<()> {
+        /// let lost = rw.watch(&conn, &mut guard)?;
+        /// # let _ = lost; Ok(()) }
+        /// ```
+        watch;
     }
 }
 
@@ -366,7 +297,7 @@ impl LeaseKind for RwLock {
     type Extra = ();
 
     fn manager(&self) -> &ScriptManager {
-        &self.inner.manager
+        &self.inner.base.manager
     }
 
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
@@ -388,9 +319,7 @@ impl Polling for RwLock {}
 impl OwnerToken for RwLock {}
 impl Replicated for RwLock {}
 
-impl Default for RwLock {
-    /// [`RwLock::new`].
-    fn default() -> Self {
-        Self::new()
-    }
-}
+lock_accessors!(
+    RwLock,
+    key = "The base key of `resource` (the others add `:readers`, `:writer`, `:intent`, `:fence`)."
+);

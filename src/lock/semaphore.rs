@@ -7,16 +7,15 @@ use redis::aio::ConnectionLike;
 
 use super::fair::FairLock;
 use super::grant::Refused;
-use super::lease::{self, HeldLease, LeaseKind};
+use super::kind::{lease_verbs, lock_accessors, Base};
+use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated};
-use super::outcome::{Acquire, Held, Release, Renew};
+use super::outcome::{Acquire, Held};
 use super::permit::PermitGuard;
 use super::schema;
 use super::token::owner_token;
 use super::wait::{ms, Retry};
-use super::watchdog::{self, LeaseSignal};
 use crate::error::{Error, Result};
-use crate::keys;
 use crate::script::{Acked, Call, Registry, Script, ScriptManager};
 
 /// A counting semaphore on one Redis server or a Redis Cluster: at most `permits` owners hold
@@ -61,8 +60,7 @@ pub struct Semaphore {
 
 #[derive(Debug, Clone)]
 pub(super) struct Inner {
-    prefix: String,
-    manager: ScriptManager,
+    pub(super) base: Base,
     /// The arrival-order queue in front of [`Semaphore::acquire_fair`] (keys under
     /// `<prefix>:gate`).
     pub(super) gate: FairLock,
@@ -88,74 +86,13 @@ impl Semaphore {
     pub fn new() -> Self {
         Self {
             inner: Arc::new(Inner {
-                prefix: Self::DEFAULT_PREFIX.to_owned(),
-                manager: ScriptManager::new(),
+                base: Base::new(Self::DEFAULT_PREFIX),
                 gate: FairLock::new().gated(Self::DEFAULT_PREFIX, None),
                 acquire: Registry::embedded("semaphore_acquire", 1),
                 renew: Registry::embedded("semaphore_renew", 1),
                 release: Registry::embedded("semaphore_release", 2),
             }),
         }
-    }
-
-    /// Puts the keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
-    ///
-    /// ```
-    /// assert!(redkit::lock::Semaphore::new().with_prefix("app:x").is_ok());
-    /// assert!(redkit::lock::Semaphore::new().with_prefix("bad prefix").is_err());
-    /// ```
-    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
-        keys::validate_prefix("prefix", prefix)?;
-        let inner = Arc::make_mut(&mut self.inner);
-        inner.prefix = prefix.to_owned();
-        inner.gate = inner.gate.clone().gated(prefix, None);
-        Ok(self)
-    }
-
-    /// Runs every call through `manager` (e.g. one shared by the whole application).
-    ///
-    /// ```
-    /// let x = redkit::lock::Semaphore::new().with_manager(redkit::ScriptManager::new());
-    /// # let _ = x;
-    /// ```
-    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
-        let inner = Arc::make_mut(&mut self.inner);
-        inner.gate = inner
-            .gate
-            .clone()
-            .gated(&inner.prefix, Some(manager.clone()));
-        inner.manager = manager;
-        self
-    }
-
-    /// The key prefix.
-    ///
-    /// ```
-    /// assert_eq!(redkit::lock::Semaphore::new().prefix(), redkit::lock::Semaphore::DEFAULT_PREFIX);
-    /// ```
-    pub fn prefix(&self) -> &str {
-        &self.inner.prefix
-    }
-
-    /// The script manager used for every call.
-    ///
-    /// ```
-    /// let sem = redkit::lock::Semaphore::new().with_manager(redkit::ScriptManager::new());
-    /// # let _ = sem.manager();
-    /// ```
-    pub fn manager(&self) -> &ScriptManager {
-        &self.inner.manager
-    }
-
-    /// The key holding `resource`'s holders (escaped, bounded: see [`keys`](crate::keys)).
-    ///
-    /// ```
-    /// let sem = redkit::lock::Semaphore::new();
-    /// assert!(sem.key("").is_err());
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn key(&self, resource: &str) -> Result<String> {
-        schema::base(&self.inner.prefix, resource)
     }
 
     /// One attempt: takes a permit when fewer than `permits` unexpired holders exist (or this
@@ -258,6 +195,7 @@ impl Semaphore {
         let started = Instant::now();
         let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
             .inner
+            .base
             .manager
             .invoke_waiting(conn, &call, options.get_replication())
             .await?;
@@ -298,69 +236,62 @@ impl Semaphore {
         }
     }
 
-    /// Gives the permit back at once (and stops its watchdog), and wakes one caller blocked
-    /// in [`acquire_blocking`](Self::acquire_blocking). [`Release::NotOwner`] when the
-    /// lease had already ended (the permit may have been given to someone else meanwhile).
-    ///
-    /// ```no_run
-    /// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection, permit: redkit::lock::PermitGuard) -> redkit::Result<()> {
-    /// use redkit::lock::Release;
-    /// if sem.release(&mut conn, permit).await? == Release::NotOwner {
-    ///     eprintln!("the lease had ended: more than N holders may have overlapped");
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn release<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        mut guard: PermitGuard,
-    ) -> Result<Release> {
-        guard.watchdog = None;
-        lease::release(self, conn, &guard.held, &guard.permits).await
+    lease_verbs! {
+        PermitGuard;
+        /// Gives the permit back at once (and stops its watchdog), and wakes one caller blocked
+        /// in [`acquire_blocking`](Self::acquire_blocking). [`Release::NotOwner`](super::Release::NotOwner) when the
+        /// lease had already ended (the permit may have been given to someone else meanwhile).
+        ///
+        /// ```no_run
+        /// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection, permit: redkit::lock::PermitGuard) -> redkit::Result<()> {
+        /// use redkit::lock::Release;
+        /// if sem.release(&mut conn, permit).await? == Release::NotOwner {
+        ///     eprintln!("the lease had ended: more than N holders may have overlapped");
+        /// }
+        /// # Ok(()) }
+        /// ```
+        release;
+        /// Extends the permit's lease to its ttl from now (server time) if it has not ended, and
+        /// moves the local validity forward; [`Renew::Lost`](super::Renew::Lost) otherwise (the guard is then no
+        /// longer valid).
+        ///
+        /// ```no_run
+        /// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection, mut permit: redkit::lock::PermitGuard) -> redkit::Result<()> {
+        /// use redkit::lock::Renew;
+        /// if sem.renew(&mut conn, &mut permit).await? == Renew::Lost {
+        ///     return Ok(()); // stop: the permit may belong to someone else now
+        /// }
+        /// # Ok(()) }
+        /// ```
+        renew;
+        /// Starts a watchdog for `permit`: a background task on the current tokio runtime that
+        /// renews the lease about every ttl/3 over `conn` (a clone of yours) until the permit is
+        /// released or dropped, and fires the returned signal when the lease is lost. Calling it
+        /// again returns the running watchdog's signal. Fails with [`Error::InvalidInput`]
+        /// outside a tokio runtime.
+        ///
+        /// ```no_run
+        /// # async fn run(sem: redkit::lock::Semaphore, conn: redis::aio::MultiplexedConnection, mut permit: redkit::lock::PermitGuard) -> redkit::Result<()> {
+        /// let lost = sem.watch(&conn, &mut permit)?;
+        /// tokio::select! {
+        ///     loss = lost.lost() => eprintln!("permit lost: {loss:?}"),
+        ///     _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+        /// }
+        /// let mut conn = conn;
+        /// sem.release(&mut conn, permit).await?;
+        /// # Ok(()) }
+        /// ```
+        watch;
     }
+}
 
-    /// Extends the permit's lease to its ttl from now (server time) if it has not ended, and
-    /// moves the local validity forward; [`Renew::Lost`] otherwise (the guard is then no
-    /// longer valid).
-    ///
-    /// ```no_run
-    /// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection, mut permit: redkit::lock::PermitGuard) -> redkit::Result<()> {
-    /// use redkit::lock::Renew;
-    /// if sem.renew(&mut conn, &mut permit).await? == Renew::Lost {
-    ///     return Ok(()); // stop: the permit may belong to someone else now
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn renew<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        guard: &mut PermitGuard,
-    ) -> Result<Renew> {
-        lease::renew(self, conn, &guard.held).await
-    }
-
-    /// Starts a watchdog for `permit`: a background task on the current tokio runtime that
-    /// renews the lease about every ttl/3 over `conn` (a clone of yours) until the permit is
-    /// released or dropped, and fires the returned signal when the lease is lost. Calling it
-    /// again returns the running watchdog's signal. Fails with [`Error::InvalidInput`]
-    /// outside a tokio runtime.
-    ///
-    /// ```no_run
-    /// # async fn run(sem: redkit::lock::Semaphore, conn: redis::aio::MultiplexedConnection, mut permit: redkit::lock::PermitGuard) -> redkit::Result<()> {
-    /// let lost = sem.watch(&conn, &mut permit)?;
-    /// tokio::select! {
-    ///     loss = lost.lost() => eprintln!("permit lost: {loss:?}"),
-    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
-    /// }
-    /// let mut conn = conn;
-    /// sem.release(&mut conn, permit).await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn watch<C>(&self, conn: &C, permit: &mut PermitGuard) -> Result<LeaseSignal>
-    where
-        C: ConnectionLike + Clone + Send + 'static,
-    {
-        watchdog::watch(self, conn, &mut permit.watchdog, &permit.held)
+impl Inner {
+    /// Moves the gate under the new prefix, and onto the new manager when given.
+    fn rebase(inner: &mut Inner, manager: Option<&ScriptManager>) {
+        inner.gate = inner
+            .gate
+            .clone()
+            .gated(&inner.base.prefix, manager.cloned());
     }
 }
 
@@ -369,7 +300,7 @@ impl LeaseKind for Semaphore {
     type Extra = u32;
 
     fn manager(&self) -> &ScriptManager {
-        &self.inner.manager
+        &self.inner.base.manager
     }
 
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
@@ -394,9 +325,8 @@ impl Polling for Semaphore {}
 impl OwnerToken for Semaphore {}
 impl Replicated for Semaphore {}
 
-impl Default for Semaphore {
-    /// [`Semaphore::new`].
-    fn default() -> Self {
-        Self::new()
-    }
-}
+lock_accessors!(
+    Semaphore,
+    key = "The key holding `resource`'s holders (escaped, bounded: see [`keys`](crate::keys)).",
+    rebase = Inner::rebase
+);

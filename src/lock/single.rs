@@ -7,14 +7,13 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use super::guard::LockGuard;
-use super::lease::{self, deadline, HeldLease, LeaseKind};
+use super::kind::{lease_verbs, lock_accessors, Base};
+use super::lease::{deadline, HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated};
-use super::outcome::{renew_status, status, Release, Renew};
+use super::outcome::{renew_status, status, Renew};
 use super::schema;
 use super::wait::ms;
-use super::watchdog::{self, LeaseSignal};
 use crate::error::Result;
-use crate::keys;
 use crate::script::{Acked, Call, Registry, Replication, Script, ScriptManager};
 
 /// A lock on one Redis server or Redis Cluster: one script round trip per operation.
@@ -53,8 +52,7 @@ pub struct Lock {
 
 #[derive(Debug, Clone)]
 pub(super) struct Inner {
-    prefix: String,
-    pub(super) manager: ScriptManager,
+    pub(super) base: Base,
     pub(super) acquire: &'static Script,
     release: &'static Script,
     renew: &'static Script,
@@ -78,8 +76,7 @@ impl Lock {
     pub fn new() -> Self {
         Self {
             inner: Arc::new(Inner {
-                prefix: Self::DEFAULT_PREFIX.to_owned(),
-                manager: ScriptManager::new(),
+                base: Base::new(Self::DEFAULT_PREFIX),
                 acquire: Registry::embedded("lock_acquire", 3),
                 release: Registry::embedded("lock_release_wake", 2),
                 renew: Registry::embedded("lock_renew", 2),
@@ -89,97 +86,64 @@ impl Lock {
         }
     }
 
-    /// Puts the keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
-    ///
-    /// ```
-    /// let lock = redkit::lock::Lock::new().with_prefix("app:locks")?;
-    /// assert_eq!(lock.prefix(), "app:locks");
-    /// assert!(redkit::lock::Lock::new().with_prefix("bad prefix").is_err());
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
-        keys::validate_prefix("prefix", prefix)?;
-        Arc::make_mut(&mut self.inner).prefix = prefix.to_owned();
-        Ok(self)
-    }
-
-    /// Runs every call through `manager` (e.g. one shared by the whole application, for its
-    /// [`Stats`](crate::Stats)).
-    ///
-    /// ```
-    /// let shared = redkit::ScriptManager::new();
-    /// let lock = redkit::lock::Lock::new().with_manager(shared.clone());
-    /// # let _ = lock;
-    /// ```
-    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
-        Arc::make_mut(&mut self.inner).manager = manager;
-        self
-    }
-
-    /// The key prefix.
-    pub fn prefix(&self) -> &str {
-        &self.inner.prefix
-    }
-
-    /// The script manager used for every call.
-    pub fn manager(&self) -> &ScriptManager {
-        &self.inner.manager
-    }
-
-    /// The key holding the owner token of `resource`.
-    pub fn key(&self, resource: &str) -> Result<String> {
-        schema::base(&self.inner.prefix, resource)
-    }
-
     /// The key holding the fencing counter of `resource` (same hash slot as the lock key).
     pub fn fence_key(&self, resource: &str) -> Result<String> {
         Ok(schema::fence(&self.key(resource)?))
     }
 
-    /// Compare-and-delete: deletes the key only if it still holds this guard's token.
-    /// [`Release::NotOwner`] when the lease had expired (and maybe another owner holds the
-    /// lock now, whose key is left untouched). Stops the guard's watchdog first. When a caller
-    /// is blocked in [`acquire_blocking`](Self::acquire_blocking), the same script pushes it a
-    /// wake-up (without one, the release costs one `EXISTS` more than a bare
-    /// compare-and-delete).
-    ///
-    /// On an error the lease ends by its TTL.
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
-    /// use redkit::lock::Release;
-    /// if lock.release(&mut conn, guard).await? == Release::NotOwner {
-    ///     eprintln!("the lease had expired: the work may have overlapped with another owner");
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn release<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        mut guard: LockGuard<Lock>,
-    ) -> Result<Release> {
-        guard.stop_watchdog();
-        lease::release(self, conn, &guard.held, &()).await
-    }
-
-    /// Compare-and-PEXPIRE: resets the TTL to the guard's lease length only if the key still
-    /// holds its token, and moves the local validity forward. [`Renew::Lost`] otherwise (the
-    /// guard is then no longer valid).
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
-    /// use redkit::lock::Renew;
-    /// if lock.renew(&mut conn, &mut guard).await? == Renew::Lost {
-    ///     return Ok(()); // stop working: someone else may hold the lock now
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn renew<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        guard: &mut LockGuard<Lock>,
-    ) -> Result<Renew> {
-        lease::renew(self, conn, &guard.held).await
+    lease_verbs! {
+        LockGuard<Lock>;
+        /// Compare-and-delete: deletes the key only if it still holds this guard's token.
+        /// [`Release::NotOwner`](super::Release::NotOwner) when the lease had expired (and maybe another owner holds the
+        /// lock now, whose key is left untouched). Stops the guard's watchdog first. When a caller
+        /// is blocked in [`acquire_blocking`](Self::acquire_blocking), the same script pushes it a
+        /// wake-up (without one, the release costs one `EXISTS` more than a bare
+        /// compare-and-delete).
+        ///
+        /// On an error the lease ends by its TTL.
+        ///
+        /// ```no_run
+        /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
+        /// use redkit::lock::Release;
+        /// if lock.release(&mut conn, guard).await? == Release::NotOwner {
+        ///     eprintln!("the lease had expired: the work may have overlapped with another owner");
+        /// }
+        /// # Ok(()) }
+        /// ```
+        release;
+        /// Compare-and-PEXPIRE: resets the TTL to the guard's lease length only if the key still
+        /// holds its token, and moves the local validity forward. [`Renew::Lost`] otherwise (the
+        /// guard is then no longer valid).
+        ///
+        /// ```no_run
+        /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
+        /// use redkit::lock::Renew;
+        /// if lock.renew(&mut conn, &mut guard).await? == Renew::Lost {
+        ///     return Ok(()); // stop working: someone else may hold the lock now
+        /// }
+        /// # Ok(()) }
+        /// ```
+        renew;
+        /// Starts a watchdog for `guard`: a background task on the current tokio runtime that
+        /// renews the lease about every ttl/3 over its own clone of `conn`,
+        /// until the guard is released or dropped. Returns the signal fired when the lease is lost
+        /// (a renewal answered [`Renew::Lost`], or renewals kept failing until the local validity
+        /// ran out). Calling it again returns the running watchdog's signal.
+        ///
+        /// Fails with [`Error::InvalidInput`](crate::Error::InvalidInput) outside a tokio runtime.
+        ///
+        /// ```no_run
+        /// # async fn run(lock: redkit::lock::Lock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
+        /// let lost = lock.watch(&conn, &mut guard)?;
+        /// tokio::select! {
+        ///     loss = lost.lost() => eprintln!("lease lost: {loss:?}"),
+        ///     _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+        /// }
+        /// let mut conn = conn;
+        /// lock.release(&mut conn, guard).await?; // stops the watchdog
+        /// # Ok(()) }
+        /// ```
+        watch;
     }
 
     /// Like [`renew`](Self::renew), followed by `WAIT` for `replication` in the same round
@@ -204,6 +168,7 @@ impl Lock {
         let call = self.renew_call_of(&held.key, &held.token, held.ttl);
         let (renewed, ack) = self
             .inner
+            .base
             .manager
             .invoke_acked::<i64, _>(conn, &call, replication)
             .await?
@@ -238,34 +203,13 @@ impl Lock {
         ttl: Duration,
     ) -> Result<Renew> {
         let call = self.renew_call_of(key, token, ttl);
-        let renewed = self.inner.manager.invoke::<i64, _>(conn, &call).await?;
+        let renewed = self
+            .inner
+            .base
+            .manager
+            .invoke::<i64, _>(conn, &call)
+            .await?;
         renew_status(self.inner.renew, renewed)
-    }
-
-    /// Starts a watchdog for `guard`: a background task on the current tokio runtime that
-    /// renews the lease about every ttl/3 over its own clone of `conn`,
-    /// until the guard is released or dropped. Returns the signal fired when the lease is lost
-    /// (a renewal answered [`Renew::Lost`], or renewals kept failing until the local validity
-    /// ran out). Calling it again returns the running watchdog's signal.
-    ///
-    /// Fails with [`Error::InvalidInput`](crate::Error::InvalidInput) outside a tokio runtime.
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::Lock, conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
-    /// let lost = lock.watch(&conn, &mut guard)?;
-    /// tokio::select! {
-    ///     loss = lost.lost() => eprintln!("lease lost: {loss:?}"),
-    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
-    /// }
-    /// let mut conn = conn;
-    /// lock.release(&mut conn, guard).await?; // stops the watchdog
-    /// # Ok(()) }
-    /// ```
-    pub fn watch<C>(&self, conn: &C, guard: &mut LockGuard<Lock>) -> Result<LeaseSignal>
-    where
-        C: ConnectionLike + Clone + Send + 'static,
-    {
-        watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
     }
 
     pub(super) fn fenced_set_script(&self) -> &'static Script {
@@ -277,7 +221,7 @@ impl LeaseKind for Lock {
     type Extra = ();
 
     fn manager(&self) -> &ScriptManager {
-        &self.inner.manager
+        &self.inner.base.manager
     }
 
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
@@ -336,9 +280,4 @@ impl LockOptions<Lock> {
     }
 }
 
-impl Default for Lock {
-    /// [`Lock::new`].
-    fn default() -> Self {
-        Self::new()
-    }
-}
+lock_accessors!(Lock, key = "The key holding the owner token of `resource`.");

@@ -1,0 +1,144 @@
+//! What every single-server lock kind holds (key prefix and script manager), and the
+//! accessors they share (`with_prefix`, `with_manager`, `prefix`, `manager`, `key`,
+//! `Default`), written once by [`lock_accessors`] for each kind.
+//!
+//! A leaf but for the key schema: it imports nothing else from the lock files.
+
+use crate::script::ScriptManager;
+
+/// The key prefix and script manager of a lock kind.
+#[derive(Debug, Clone)]
+pub(crate) struct Base {
+    pub(crate) prefix: String,
+    pub(crate) manager: ScriptManager,
+}
+
+impl Base {
+    /// Keys under `prefix`, calls through a manager of its own.
+    pub(crate) fn new(prefix: &str) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+            manager: ScriptManager::new(),
+        }
+    }
+}
+
+/// The public accessors of a lock kind `$kind` (a struct with `inner: Arc<Inner>`, `Inner`
+/// holding `base: Base`), each documented with an example for that kind. `key = "..."`
+/// documents what the base key holds; `rebase = path` names a `fn(&mut Inner,
+/// Option<&ScriptManager>)` run after the prefix (`None`) or the manager (`Some`) changed.
+macro_rules! lock_accessors {
+    ($kind:ident, key = $key_doc:literal $(, rebase = $rebase:path)?) => {
+        impl $kind {
+            /// Puts the keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
+            ///
+            /// ```
+            #[doc = concat!("use redkit::lock::", stringify!($kind), ";")]
+            #[doc = concat!("let x = ", stringify!($kind), "::new().with_prefix(\"app:x\")?;")]
+            /// assert_eq!(x.prefix(), "app:x");
+            #[doc = concat!("assert!(", stringify!($kind), "::new().with_prefix(\"bad prefix\").is_err());")]
+            /// # Ok::<(), redkit::Error>(())
+            /// ```
+            pub fn with_prefix(mut self, prefix: &str) -> $crate::error::Result<Self> {
+                $crate::keys::validate_prefix("prefix", prefix)?;
+                let inner = ::std::sync::Arc::make_mut(&mut self.inner);
+                inner.base.prefix = prefix.to_owned();
+                $($rebase(inner, None);)?
+                Ok(self)
+            }
+
+            /// Runs every call through `manager` (e.g. one shared by the whole application,
+            /// for its [`Stats`](crate::Stats)).
+            ///
+            /// ```
+            /// let shared = redkit::ScriptManager::new();
+            #[doc = concat!("let x = redkit::lock::", stringify!($kind), "::new().with_manager(shared.clone());")]
+            /// # let _ = x.manager();
+            /// ```
+            pub fn with_manager(mut self, manager: $crate::script::ScriptManager) -> Self {
+                let inner = ::std::sync::Arc::make_mut(&mut self.inner);
+                $($rebase(inner, Some(&manager));)?
+                inner.base.manager = manager;
+                self
+            }
+
+            /// The key prefix.
+            ///
+            /// ```
+            #[doc = concat!("use redkit::lock::", stringify!($kind), ";")]
+            #[doc = concat!("assert_eq!(", stringify!($kind), "::new().prefix(), ", stringify!($kind), "::DEFAULT_PREFIX);")]
+            /// ```
+            pub fn prefix(&self) -> &str {
+                &self.inner.base.prefix
+            }
+
+            /// The script manager used for every call.
+            pub fn manager(&self) -> &$crate::script::ScriptManager {
+                &self.inner.base.manager
+            }
+
+            #[doc = $key_doc]
+            ///
+            /// ```
+            #[doc = concat!("assert!(redkit::lock::", stringify!($kind), "::new().key(\"\").is_err());")]
+            /// ```
+            pub fn key(&self, resource: &str) -> $crate::error::Result<String> {
+                $crate::lock::schema::base(&self.inner.base.prefix, resource)
+            }
+        }
+
+        impl Default for $kind {
+            #[doc = concat!("[`", stringify!($kind), "::new`].")]
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+    };
+}
+
+pub(super) use lock_accessors;
+
+/// The lease verbs of a kind (`release`, `renew`, `watch`), inside its `impl` block: one body
+/// for every kind, through its [`LeaseKind`](super::lease::LeaseKind) impl, each verb with the
+/// kind's own docs. `$guard` is the kind's guard type.
+macro_rules! lease_verbs {
+    (
+        $guard:ty;
+        $(#[$release:meta])* release;
+        $(#[$renew:meta])* renew;
+        $(#[$watch:meta])* watch;
+    ) => {
+        $(#[$release])*
+        pub async fn release<C: ::redis::aio::ConnectionLike>(
+            &self,
+            conn: &mut C,
+            mut guard: $guard,
+        ) -> $crate::error::Result<$crate::lock::Release> {
+            guard.watchdog = None;
+            $crate::lock::lease::release(self, conn, &guard.held, guard.extra()).await
+        }
+
+        $(#[$renew])*
+        pub async fn renew<C: ::redis::aio::ConnectionLike>(
+            &self,
+            conn: &mut C,
+            guard: &mut $guard,
+        ) -> $crate::error::Result<$crate::lock::Renew> {
+            $crate::lock::lease::renew(self, conn, &guard.held).await
+        }
+
+        $(#[$watch])*
+        pub fn watch<C>(
+            &self,
+            conn: &C,
+            guard: &mut $guard,
+        ) -> $crate::error::Result<$crate::lock::LeaseSignal>
+        where
+            C: ::redis::aio::ConnectionLike + Clone + Send + 'static,
+        {
+            $crate::lock::watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
+        }
+    };
+}
+
+pub(super) use lease_verbs;
