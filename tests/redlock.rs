@@ -367,3 +367,45 @@ async fn two_refusals_of_five_with_a_frozen_node_are_no_quorum_three_are_busy() 
         }))
     ));
 }
+
+/// Puts another owner's token in `key` on `nodes` (our hold there is gone).
+async fn steal(masters: &RedisMasters, nodes: &[usize], key: &str) {
+    for &i in nodes {
+        let _: () = masters.nodes[i]
+            .cmd(&["SET", key, "someone-else-token", "PX", "30000"])
+            .await;
+    }
+}
+
+/// Renew and release decide like acquire: with five nodes, another owner on two and one node
+/// frozen, the frozen node could still make a quorum, so both answer `NoQuorum`; with the
+/// other owner on three, `Lost` and `NotOwner`.
+#[tokio::test]
+async fn renew_and_release_count_refusals_against_what_the_unreachable_could_decide() {
+    let mut masters = RedisMasters::spawn(5).await;
+    let redlock = redlock(&masters).await;
+    let options = LockOptions::new().ttl(Duration::from_secs(10));
+    let undecided = |outcome: &str| {
+        assert!(
+            outcome.starts_with("Err(NoQuorum { agreed: 2, needed: 3, total: 5"),
+            "two refusals and a frozen node cannot decide: {outcome}"
+        )
+    };
+
+    let mut guard = held(&redlock, "books", &options).await;
+    steal(&masters, &[0, 1], &guard.key().to_owned()).await;
+    masters.nodes[2].pause().await;
+    undecided(&format!("{:?}", redlock.renew(&mut guard).await));
+    masters.nodes[2].resume().await;
+
+    let guard = held(&redlock, "shelf", &options).await;
+    steal(&masters, &[0, 1], &guard.key().to_owned()).await;
+    masters.nodes[2].pause().await;
+    undecided(&format!("{:?}", redlock.release(guard).await));
+    masters.nodes[2].resume().await;
+
+    let mut guard = held(&redlock, "desk", &options).await;
+    steal(&masters, &[0, 1, 2], &guard.key().to_owned()).await;
+    assert_eq!(redlock.renew(&mut guard).await.unwrap(), Renew::Lost);
+    assert_eq!(redlock.release(guard).await.unwrap(), Release::NotOwner);
+}
