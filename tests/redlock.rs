@@ -393,19 +393,19 @@ async fn renew_and_release_count_refusals_against_what_the_unreachable_could_dec
     };
 
     let mut guard = held(&redlock, "books", &options).await;
-    steal(&masters, &[0, 1], &guard.key().to_owned()).await;
+    steal(&masters, &[0, 1], guard.key()).await;
     masters.nodes[2].pause().await;
     undecided(&format!("{:?}", redlock.renew(&mut guard).await));
     masters.nodes[2].resume().await;
 
     let guard = held(&redlock, "shelf", &options).await;
-    steal(&masters, &[0, 1], &guard.key().to_owned()).await;
+    steal(&masters, &[0, 1], guard.key()).await;
     masters.nodes[2].pause().await;
     undecided(&format!("{:?}", redlock.release(guard).await));
     masters.nodes[2].resume().await;
 
     let mut guard = held(&redlock, "desk", &options).await;
-    steal(&masters, &[0, 1, 2], &guard.key().to_owned()).await;
+    steal(&masters, &[0, 1, 2], guard.key()).await;
     assert_eq!(redlock.renew(&mut guard).await.unwrap(), Renew::Lost);
     assert_eq!(redlock.release(guard).await.unwrap(), Release::NotOwner);
 }
