@@ -286,7 +286,7 @@ impl Gcra {
 
     /// Takes `cost` units for `key` in one round trip, if the bucket holds them.
     ///
-    /// A cost above [`burst`](Self::burst) is [`Decision::CostExceedsLimit`] (nothing
+    /// A cost above the burst ([`Rate::burst`]) is [`Decision::CostExceedsLimit`] (nothing
     /// changes). Errors: [`Error::InvalidInput`] for a zero cost (nothing sent),
     /// [`Error::WrongType`] / [`Error::CorruptData`] when the key holds something that is not
     /// a TAT (nothing written), [`Error::PermissionDenied`] when an ACL refuses `TIME`, `GET`
