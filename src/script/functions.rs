@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
+use redis::Value;
+
 use super::registry::{is_name, Registry, Script};
 use super::shared;
 use crate::error::{Error, Result};
@@ -206,4 +208,44 @@ impl Library {
         cmd.arg("LOAD").arg("REPLACE").arg(self.code());
         cmd
     }
+}
+
+/// The (key, value) pairs of a RESP2 flat array or a RESP3 map.
+pub(crate) fn fields(value: &Value) -> Box<dyn Iterator<Item = (&str, &Value)> + '_> {
+    fn key(k: &Value) -> Option<&str> {
+        match k {
+            Value::BulkString(b) => std::str::from_utf8(b).ok(),
+            Value::SimpleString(s) => Some(s.as_str()),
+            _ => None,
+        }
+    }
+    match value {
+        Value::Array(items) => Box::new(
+            items
+                .chunks_exact(2)
+                .filter_map(|kv| Some((key(&kv[0])?, &kv[1]))),
+        ),
+        Value::Map(pairs) => Box::new(pairs.iter().filter_map(|(k, v)| Some((key(k)?, v)))),
+        _ => Box::new(std::iter::empty()),
+    }
+}
+
+/// Whether a `FUNCTION LIST` reply holds `library` with a function named `function`.
+pub(crate) fn lists(listing: &Value, library: &str, function: &str) -> bool {
+    let text = |v: &Value, want: &str| match v {
+        Value::BulkString(b) => b.as_slice() == want.as_bytes(),
+        Value::SimpleString(s) => s == want,
+        _ => false,
+    };
+    let (Value::Array(libraries) | Value::Set(libraries)) = listing else {
+        return false;
+    };
+    libraries.iter().any(|lib| {
+        let field = |want: &str| fields(lib).find(|(k, _)| *k == want).map(|(_, v)| v);
+        field("library_name").is_some_and(|n| text(n, library))
+            && matches!(field("functions"), Some(Value::Array(fs) | Value::Set(fs))
+            if fs.iter().any(|f| {
+                fields(f).any(|(k, v)| k == "name" && text(v, function))
+            }))
+    })
 }

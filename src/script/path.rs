@@ -53,7 +53,7 @@ use tracing::Instrument;
 
 use super::call::Call;
 use super::errors::{is_function_missing, is_noscript, unsupported_or};
-use super::functions::Library;
+use super::functions::{lists, Library};
 use super::registry::Script;
 use super::replication::Replication;
 use super::state::State;
@@ -356,25 +356,13 @@ async fn present<C: ConnectionLike>(conn: &mut C, req: &Request<'_>) -> Option<b
             cmd.arg("LIST").arg("LIBRARYNAME").arg(library.name());
             cmd.query_async::<Value>(conn)
                 .await
-                .map(|listing| Some(names(&listing, name)))
+                .map(|listing| Some(lists(&listing, library.name(), name)))
         }
     };
     reply.unwrap_or_else(|e| {
         tracing::debug!(script = script.id(), error = %e, "presence not answered");
         None
     })
-}
-
-/// `true` when `name` is one of the strings of `listing` (a `FUNCTION LIST` reply, RESP2 or
-/// RESP3): a function of that name is loaded.
-fn names(listing: &Value, name: &str) -> bool {
-    match listing {
-        Value::BulkString(bytes) => bytes.as_slice() == name.as_bytes(),
-        Value::SimpleString(text) => text == name,
-        Value::Array(items) | Value::Set(items) => items.iter().any(|v| names(v, name)),
-        Value::Map(pairs) => pairs.iter().any(|(k, v)| names(k, name) || names(v, name)),
-        _ => false,
-    }
 }
 
 /// `SCRIPT LOAD <source>`.

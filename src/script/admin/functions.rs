@@ -11,6 +11,7 @@ use serde::Serialize;
 use super::{Admin, FlushMode, NodeReport};
 use crate::error::{Error, Result};
 use crate::script::errors::unsupported_or;
+use crate::script::functions::fields;
 use crate::script::Library;
 
 /// What one node holds of a library.
@@ -193,24 +194,4 @@ async fn function_list(
             Ok((name, field("library_code").and_then(text)))
         })
         .collect()
-}
-
-/// The (key, value) pairs of a RESP2 flat array or a RESP3 map.
-fn fields(value: &Value) -> Box<dyn Iterator<Item = (&str, &Value)> + '_> {
-    fn key(k: &Value) -> Option<&str> {
-        match k {
-            Value::BulkString(b) => std::str::from_utf8(b).ok(),
-            Value::SimpleString(s) => Some(s.as_str()),
-            _ => None,
-        }
-    }
-    match value {
-        Value::Array(items) => Box::new(
-            items
-                .chunks_exact(2)
-                .filter_map(|kv| Some((key(&kv[0])?, &kv[1]))),
-        ),
-        Value::Map(pairs) => Box::new(pairs.iter().filter_map(|(k, v)| Some((key(k)?, v)))),
-        _ => Box::new(std::iter::empty()),
-    }
 }
