@@ -1,7 +1,7 @@
 //! `FairLock` against real Redis (single node and Cluster): 32 waiters served in arrival
 //! order (hand-over latency printed), 64 tasks under churn (exact count, strictly increasing
 //! fencing tokens, no lost wake-up), a killed waiter skipped after its own short lease, a
-//! killed holder handed over after its lease, the deadline (the waiter leaves the queue),
+//! killed holder handed over after its lease, a blocked waiter renewing its place, the deadline (the waiter leaves the queue),
 //! mutual exclusion with an exact count on a Cluster, renew/watchdog, bad input refused before
 //! sending, and nothing half-applied (poisoned keys, ACL denial of every inner command).
 
@@ -628,5 +628,87 @@ async fn poisoned_keys_and_acl_denials_change_nothing() {
         if uses {
             support::same_dumps(&before, &support::snapshot(&mut admin).await, &case);
         }
+    }
+}
+
+/// A waiter's lease left (ms of server time; negative once it ended), read atomically.
+async fn waiter_lease_left(
+    conn: &mut MultiplexedConnection,
+    leases: &str,
+    token: &str,
+) -> Option<i64> {
+    redis::cmd("EVAL")
+        .arg(
+            "local t = redis.call('TIME') \
+             local s = redis.call('ZSCORE', KEYS[1], ARGV[1]) \
+             if not s then return nil end \
+             return tonumber(s) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))",
+        )
+        .arg(1)
+        .arg(leases)
+        .arg(token)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// A blocked waiter renews its place about every third of its waiter lease, so behind a
+/// long-held lock its lease never ends while it waits (blocking longer than the lease, e.g.
+/// a bound of `waiter * 3`, lets the lease end and the waiter be skipped). Sampled from the
+/// server every 10 ms for 2.4 s, with a 600 ms waiter lease (renewal every ~200 ms: 400 ms
+/// of slack for a late wake-up on a loaded machine).
+#[tokio::test]
+async fn a_blocked_waiter_keeps_its_place_by_renewing_its_waiter_lease() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let fair = FairLock::new()
+        .with_waiter_lease(Duration::from_millis(600))
+        .unwrap();
+    let key = fair.key("w").unwrap();
+    let leases = format!("{key}:leases");
+    let holder = acquired(&fair, &mut conn, "w", &ttl(30_000)).await;
+    let waiting = {
+        let fair = fair.clone();
+        let mut own = server.conn().await;
+        tokio::spawn(async move {
+            let options = ttl(10_000).token(TOKEN).max_wait(Duration::from_secs(20));
+            fair.acquire(&mut own, "w", &options).await.unwrap()
+        })
+    };
+    until_queued(&server, &key, 2).await;
+    let mut probe = server.conn().await;
+    let started = Instant::now();
+    let mut lowest = i64::MAX;
+    let mut samples = 0;
+    while started.elapsed() < Duration::from_millis(2_400) {
+        let left = waiter_lease_left(&mut probe, &leases, TOKEN)
+            .await
+            .expect("the waiter is in the leases");
+        lowest = lowest.min(left);
+        samples += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(samples > 20, "{samples} samples");
+    assert!(
+        lowest > 0,
+        "the waiter's lease ended while it waited ({lowest} ms left at the lowest)"
+    );
+    assert!(
+        lowest <= 600,
+        "a waiter lease, not the holder's: {lowest} ms"
+    );
+    assert_eq!(queued(&server, &key).await, 2, "the waiter kept its place");
+    assert_eq!(
+        fair.release(&mut conn, holder).await.unwrap(),
+        Release::Released
+    );
+    match waiting.await.unwrap() {
+        Acquire::Acquired(guard) => {
+            assert_eq!(
+                fair.release(&mut conn, guard).await.unwrap(),
+                Release::Released
+            )
+        }
+        other => panic!("the waiter's turn came: {other:?}"),
     }
 }
