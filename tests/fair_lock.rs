@@ -1,10 +1,10 @@
 //! `FairLock` against real Redis (single node and Cluster): 32 waiters served in arrival
 //! order (hand-over latency printed), 64 tasks under churn (exact count, strictly increasing
 //! fencing tokens, no lost wake-up), a killed waiter skipped after its own short lease, a
-//! killed holder handed over after its lease, a blocked waiter renewing its place, the deadline (the waiter leaves the queue),
-//! mutual exclusion with an exact count on a Cluster, renew/watchdog, bad input refused before
-//! sending, and nothing half-applied (poisoned keys, ACL denial of every inner command).
-
+//! killed holder handed over after its lease, a blocked waiter renewing its place, the
+//! deadline (the waiter leaves the queue), mutual exclusion with an exact count on a Cluster,
+//! renew/watchdog, bad input refused before sending, and nothing half-applied (poisoned keys,
+//! ACL denial of every inner command).
 mod support;
 
 use std::sync::{Arc, Mutex};
