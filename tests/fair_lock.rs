@@ -5,6 +5,7 @@
 //! deadline (the waiter leaves the queue), mutual exclusion with an exact count on a Cluster,
 //! renew/watchdog, bad input refused before sending, and nothing half-applied (poisoned keys,
 //! ACL denial of every inner command).
+
 mod support;
 
 use std::sync::{Arc, Mutex};
