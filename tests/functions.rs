@@ -780,7 +780,7 @@ async fn the_shared_reclaim_function_behaves_like_the_scripts_copy() {
 #[tokio::test]
 async fn acked_fcall_after_function_flush_reloads_once_and_runs_once() {
     let pair = support::ReplicatedPair::spawn().await;
-    let mut conn = pair.primary.conn().await;
+    let mut conn = pair.primary.patient_conn().await;
     let manager = functions_with_sample();
     let one = redkit::script::Replication::new(1, Duration::from_secs(2)).unwrap();
     let script = fixtures::sample();

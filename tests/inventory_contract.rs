@@ -850,7 +850,7 @@ async fn decrement_within_ten_thousand_live_holds_stays_cheap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acked_operations_report_replica_acknowledgement() {
     let mut pair = ReplicatedPair::spawn().await;
-    let mut conn = pair.primary.conn().await;
+    let mut conn = pair.primary.patient_conn().await;
     let s = store();
     let inventory = Inventory::new("t:inv").unwrap();
     s.set(&mut conn, "a", 10).await.unwrap();

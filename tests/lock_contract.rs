@@ -480,7 +480,7 @@ async fn fencing_tokens_grow_across_fence_loss_restart_and_expiry_and_the_fence_
 #[tokio::test]
 async fn failover_to_a_lagging_replica_still_issues_a_larger_fencing_token() {
     let mut pair = ReplicatedPair::spawn().await;
-    let mut conn = pair.primary.conn().await;
+    let mut conn = pair.primary.patient_conn().await;
     let lock = lock();
     let options = LockOptions::new()
         .fencing(true)
@@ -817,7 +817,7 @@ fn any_options_against_a_real_server_never_panic() {
 #[tokio::test]
 async fn require_replicas_releases_an_acquisition_the_replica_did_not_confirm() {
     let pair = ReplicatedPair::spawn().await;
-    let mut conn = pair.primary.conn().await;
+    let mut conn = pair.primary.patient_conn().await;
     let lock = lock();
     let one = Replication::new(1, Duration::from_millis(1_000)).unwrap();
     let options = LockOptions::new()

@@ -816,7 +816,7 @@ async fn a_blocked_acquire_on_a_cluster_wakes_on_release() {
 #[tokio::test]
 async fn require_replicas_gives_back_a_permit_the_replica_did_not_confirm() {
     let pair = ReplicatedPair::spawn().await;
-    let mut conn = pair.primary.conn().await;
+    let mut conn = pair.primary.patient_conn().await;
     let sem = sem();
     let one = Replication::new(1, Duration::from_millis(1_000)).unwrap();
     let options = ttl(10_000).require_replicas(one);

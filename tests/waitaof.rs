@@ -36,7 +36,7 @@ fn fsynced(replicas: u32, ms: u64) -> Replication {
 async fn waitaof_counts_the_replicas_fsync_and_the_primarys_own() {
     require_valkey!();
     let pair = ReplicatedPair::spawn_valkey_aof().await;
-    let mut conn = pair.primary.conn().await;
+    let mut conn = pair.primary.patient_conn().await;
     let m = ScriptManager::new();
 
     let both = fsynced(1, 2_000).with_local_fsync();
@@ -90,7 +90,7 @@ async fn waitaof_counts_the_replicas_fsync_and_the_primarys_own() {
 async fn inventory_and_a_required_lock_use_waitaof() {
     require_valkey!();
     let pair = ReplicatedPair::spawn_valkey_aof().await;
-    let mut conn = pair.primary.conn().await;
+    let mut conn = pair.primary.patient_conn().await;
     let store = Inventory::new("t:aof").unwrap().store("s").unwrap();
     store.set(&mut conn, "mug", 5).await.unwrap();
     let d = store
