@@ -505,12 +505,6 @@ impl Policies {
     }
 }
 
-impl From<Limiter> for Policies {
-    fn from(limiter: Limiter) -> Self {
-        Self::new(limiter)
-    }
-}
-
 impl<L: RateLimiter + Into<Limiter>> From<L> for Policies {
     fn from(limiter: L) -> Self {
         Self::new(limiter)

@@ -378,14 +378,10 @@ impl fmt::Debug for Gcra {
 }
 
 impl RateLimiter for Gcra {
-    delegate_rate_limiter!(Gcra);
+    delegate_rate_limiter!(Gcra, deny_cache);
 
     fn window(&self) -> Duration {
         self.bucket()
-    }
-
-    fn deny_cache(&self) -> Option<&DenyCache> {
-        Gcra::deny_cache(self)
     }
 }
 

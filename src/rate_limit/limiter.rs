@@ -10,7 +10,7 @@ use super::deny_cache::DenyCache;
 use super::gcra::Gcra;
 use super::key::LimitKey;
 use super::rate::Rate;
-use super::rate_limiter::{sealed::Hooks, RateLimiter};
+use super::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
 use super::sliding::SlidingWindow;
 use super::window::FixedWindow;
 use crate::error::Result;
@@ -339,6 +339,22 @@ impl Limiter {
     }
 }
 
+/// Any algorithm is a [`RateLimiter`] too, so code generic over the trait (and
+/// [`check_within`](RateLimiter::check_within)) takes a [`Limiter`] as well.
+impl RateLimiter for Limiter {
+    delegate_rate_limiter!(Limiter, deny_cache, limit, window);
+}
+
+impl Hooks for Limiter {
+    fn attach_deny_cache(self, cache: DenyCache) -> Self {
+        Limiter::attach_deny_cache(self, cache)
+    }
+
+    fn is_grouped(&self) -> bool {
+        Limiter::is_grouped(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,6 +389,31 @@ mod tests {
             assert!(moved.same_config(&l));
             assert!(l.clone().with_prefix("a b").is_err());
         }
+    }
+
+    #[test]
+    fn as_a_rate_limiter_it_answers_as_its_algorithm() {
+        // GCRA's window is its bucket (interval x burst), not the rate's period.
+        let rate = Rate::new(4, Duration::from_secs(2))
+            .unwrap()
+            .with_burst(6)
+            .unwrap();
+        let gcra = Gcra::new("g", rate).unwrap();
+        let cache = DenyCache::new(8).unwrap();
+        let l: Limiter = gcra.clone().with_deny_cache(cache).into();
+        assert_eq!(RateLimiter::window(&l), RateLimiter::window(&gcra));
+        assert_eq!(RateLimiter::window(&l), Duration::from_secs(3));
+        assert_eq!(RateLimiter::limit(&l), 6);
+        assert!(RateLimiter::deny_cache(&l).is_some());
+        assert_eq!(RateLimiter::name(&l), "g");
+        assert_eq!(RateLimiter::prefix(&l), "redkit:gcra");
+        assert!(!Hooks::is_grouped(&l));
+        let fixed: Limiter = FixedWindow::new("f", Rate::per_second(3).unwrap())
+            .unwrap()
+            .into();
+        let fixed = Hooks::attach_deny_cache(fixed, DenyCache::new(8).unwrap());
+        assert!(RateLimiter::deny_cache(&fixed).is_some());
+        assert_eq!(RateLimiter::window(&fixed), Duration::from_secs(1));
     }
 
     #[test]

@@ -40,6 +40,7 @@ mod rate;
 mod rate_limiter;
 mod reply;
 mod sliding;
+mod wait;
 mod window;
 mod window_group;
 

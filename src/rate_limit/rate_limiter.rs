@@ -17,11 +17,12 @@ use crate::error::Result;
 /// (a refusal does not turn into an allow before it elapses, unless the key is reset), in one
 /// round trip.
 ///
-/// Implemented by [`FixedWindow`](super::FixedWindow), [`Gcra`](super::Gcra) and
-/// [`SlidingWindow`](super::SlidingWindow), and sealed: [`Limiter`](super::Limiter) holds any
-/// of them as one type (what the middleware's policies hold). Each also has these methods as
-/// its own, so calling them needs no import of the trait; write code generic over the
-/// algorithm with it.
+/// Implemented by [`FixedWindow`](super::FixedWindow), [`Gcra`](super::Gcra),
+/// [`SlidingWindow`](super::SlidingWindow) and [`Limiter`](super::Limiter) (any of them as
+/// one type: what the middleware's policies hold), and sealed. Each also has the accessors,
+/// `check`, `check_n` and `reset` as its own, so calling them needs no import of the trait;
+/// waiting for a permit ([`check_within`](Self::check_within)) comes from the trait. Write
+/// code generic over the algorithm with it.
 ///
 /// ```no_run
 /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -88,6 +89,64 @@ pub trait RateLimiter:
         self.check_n(conn, key, 1)
     }
 
+    /// Waits for `cost` units for `key`, up to `max_wait`: checks, and while refused sleeps
+    /// the refusal's exact `retry_after` plus a random jitter of up to a tenth of it (so
+    /// waiters refused together do not all come back in one instant), then checks again.
+    /// Answers [`Decision::Allowed`] once the units fit, or the last
+    /// [`Decision::Limited`] at once when its `retry_after` would end after `max_wait` (it
+    /// never sleeps past the deadline, and never checks before a refusal's `retry_after`).
+    /// [`Decision::CostExceedsLimit`] and errors come back at once. Each check is one round
+    /// trip; nothing is held in Redis while waiting (no blocking command), so one multiplexed
+    /// connection serves any number of waiters.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::rate_limit::{Decision, Gcra, LimitKey, Rate, RateLimiter};
+    ///
+    /// let outbound = Gcra::new("partner-api", Rate::per_second(20)?)?;
+    /// let key = LimitKey::text("partner-7")?;
+    /// match outbound.check_n_within(&mut conn, &key, 2, Duration::from_secs(5)).await? {
+    ///     Decision::Allowed(_) => { /* call the partner */ }
+    ///     Decision::Limited { retry_after, .. } => println!("no room within 5 s ({retry_after:?} more)"),
+    ///     _ => println!("2 units can never pass"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    fn check_n_within<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+        cost: u32,
+        max_wait: Duration,
+    ) -> impl Future<Output = Result<Decision>> + Send {
+        super::wait::check_within(self, conn, key, cost, max_wait)
+    }
+
+    /// Waits for one unit for `key`, up to `max_wait`. See
+    /// [`check_n_within`](Self::check_n_within).
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate, RateLimiter};
+    ///
+    /// let mails = FixedWindow::new("mails", Rate::per_minute(60)?)?;
+    /// let allowed = mails
+    ///     .check_within(&mut conn, &LimitKey::text("tenant-3")?, Duration::from_secs(30))
+    ///     .await?
+    ///     .is_allowed();
+    /// # let _ = allowed; Ok(()) }
+    /// ```
+    fn check_within<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+        max_wait: Duration,
+    ) -> impl Future<Output = Result<Decision>> + Send {
+        self.check_n_within(conn, key, 1, max_wait)
+    }
+
     /// Deletes `key`'s state (and its deny-cache entry). Returns whether it existed.
     fn reset<C: ConnectionLike + Send>(
         &self,
@@ -97,9 +156,27 @@ pub trait RateLimiter:
 }
 
 /// Implements the [`RateLimiter`] methods an algorithm has as its own (`name`, `rate`,
-/// `prefix`, `redis_key`, `check_n`, `reset`) by calling them; inside an `impl RateLimiter`.
+/// `prefix`, `redis_key`, `check_n`, `reset`, and those listed after the type among
+/// `deny_cache`, `limit`, `window`) by calling them; inside an `impl RateLimiter`.
 macro_rules! delegate_rate_limiter {
-    ($ty:ty) => {
+    (@ $ty:ty, deny_cache) => {
+        fn deny_cache(&self) -> Option<&$crate::rate_limit::DenyCache> {
+            <$ty>::deny_cache(self)
+        }
+    };
+    (@ $ty:ty, limit) => {
+        fn limit(&self) -> u32 {
+            <$ty>::limit(self)
+        }
+    };
+    (@ $ty:ty, window) => {
+        fn window(&self) -> std::time::Duration {
+            <$ty>::window(self)
+        }
+    };
+    ($ty:ty $(, $own:ident)*) => {
+        $( delegate_rate_limiter!(@ $ty, $own); )*
+
         fn name(&self) -> &str {
             <$ty>::name(self)
         }

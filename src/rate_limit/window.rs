@@ -738,11 +738,7 @@ impl GroupSender for FixedWindow {
 }
 
 impl RateLimiter for FixedWindow {
-    delegate_rate_limiter!(FixedWindow);
-
-    fn deny_cache(&self) -> Option<&DenyCache> {
-        FixedWindow::deny_cache(self)
-    }
+    delegate_rate_limiter!(FixedWindow, deny_cache);
 }
 
 impl Hooks for FixedWindow {
