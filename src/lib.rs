@@ -24,11 +24,27 @@ pub mod lock;
 pub mod middleware;
 pub mod rate_limit;
 pub mod script;
+mod telemetry;
 pub mod versioned;
 
 pub use error::{Error, Result};
 pub use group_commit::GroupCommit;
 pub use script::{Call, CallOutcome, Registry, Script, ScriptManager, Stats};
+
+/// Describes every redkit metric to the installed `metrics` recorder (type, unit, help text:
+/// a Prometheus exporter's `# HELP` / `# TYPE` lines). Call it once after installing the
+/// recorder; metrics are recorded without it too. The metrics and their labels: the README's
+/// "Metrics and traces".
+///
+/// ```
+/// // e.g. after metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()
+/// redkit::describe_metrics();
+/// ```
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub fn describe_metrics() {
+    telemetry::metric::describe();
+}
 
 /// The redis-rs version redkit is built on, re-exported so versions always match.
 pub use redis;

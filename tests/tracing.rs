@@ -1,5 +1,7 @@
-//! Observability: one span per call naming the script and version, an event per NOSCRIPT
-//! fallback, and never a key value (keys often hold client IPs or secrets).
+//! Observability: one span per call naming the script and version, one client span per Redis
+//! round trip in OpenTelemetry's database conventions (operation, stored procedure, batch
+//! size, status code and error type on failure, server address and port), an event per
+//! NOSCRIPT fallback, and never a key value (keys often hold client IPs or secrets).
 
 #[path = "fixtures/mod.rs"]
 mod fixtures;
@@ -29,29 +31,20 @@ async fn spans_name_the_script_and_never_the_keys() {
     let server = support::RedisServer::spawn().await;
     let mut conn = server.conn().await;
 
-    let buffer = Buffer::default();
-    let writer = buffer.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_span_events(FmtSpan::CLOSE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-
     let manager = ScriptManager::new();
     let script = fixtures::sample();
     let secret = "203.0.113.77";
-    for _ in 0..2 {
-        let mut call = Call::new(script);
-        call.key(format!("rl:{{{secret}}}"))
-            .arg(10)
-            .arg(1000)
-            .arg(1);
-        let _: redis::Value = manager.invoke(&mut conn, &call).await.unwrap();
-    }
-
-    let out = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    let out = captured(async {
+        for _ in 0..2 {
+            let mut call = Call::new(script);
+            call.key(format!("rl:{{{secret}}}"))
+                .arg(10)
+                .arg(1000)
+                .arg(1);
+            let _: redis::Value = manager.invoke(&mut conn, &call).await.unwrap();
+        }
+    })
+    .await;
     let spans = out.matches("redkit.invoke").count();
     assert!(spans >= 2, "one span per call:\n{out}");
     assert!(
@@ -60,12 +53,120 @@ async fn spans_name_the_script_and_never_the_keys() {
     );
     assert!(out.contains("version=1"), "{out}");
     assert_eq!(
-        out.matches("NOSCRIPT").count(),
+        out.matches("NOSCRIPT: falling back to EVAL").count(),
         1,
         "one fallback event:\n{out}"
     );
     assert!(
         !out.contains(secret),
         "key values must not be logged:\n{out}"
+    );
+}
+
+/// The spans' closing lines, captured while `run` runs.
+async fn captured<F: std::future::Future<Output = ()>>(run: F) -> String {
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_span_events(FmtSpan::CLOSE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let guard = tracing::subscriber::set_default(subscriber);
+    run.await;
+    drop(guard);
+    let out = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    out
+}
+
+/// The closing lines of the `redis` round-trip spans, in order.
+fn round_trips(out: &str) -> Vec<&str> {
+    out.lines()
+        .filter(|l| l.contains("db.system.name=\"redis\"") && l.contains("close"))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_round_trip_is_a_client_span_in_opentelemetry_database_conventions() {
+    let server = support::RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let addr = redis::ConnectionAddr::Tcp("127.0.0.1".into(), server.port());
+    let manager = ScriptManager::new().with_server_address(&addr);
+    let script = fixtures::sample();
+    let call = |key: &str| {
+        let mut call = Call::new(script);
+        call.key(format!("t:{{{key}}}")).arg(10).arg(1000).arg(1);
+        call
+    };
+    let port = server.port();
+    let out = captured(async {
+        let _: redis::Value = manager.invoke(&mut conn, &call("a")).await.unwrap(); // NOSCRIPT
+        let _: redis::Value = manager.invoke(&mut conn, &call("a")).await.unwrap(); // EVALSHA
+        let batch = vec![call("b"), call("b")];
+        manager.invoke_batch(&mut conn, batch).await.unwrap();
+        let mut refused = Call::new(script);
+        refused.key("t:{c}").arg("not a number").arg(1000).arg(1);
+        let _ = manager.invoke::<redis::Value, _>(&mut conn, &refused).await;
+    })
+    .await;
+    let trips = round_trips(&out);
+    let expect: [(&str, &[&str]); 6] = [
+        // The first call: NOSCRIPT, EVAL, then SCRIPT LOAD (eviction-safe).
+        (
+            "EVALSHA fixed_window.v1",
+            &[
+                "db.response.status_code=\"NOSCRIPT\"",
+                "error.type=\"NOSCRIPT\"",
+                "otel.status_code=\"ERROR\"",
+            ],
+        ),
+        ("EVAL fixed_window.v1", &[]),
+        ("SCRIPT fixed_window.v1", &[]),
+        ("EVALSHA fixed_window.v1", &[]),
+        ("MULTI", &["db.operation.batch.size=2"]),
+        // A script's refusal is the server's error reply, its code the status code.
+        (
+            "EVALSHA fixed_window.v1",
+            &[
+                "db.response.status_code=\"REDKIT_INPUT\"",
+                "error.type=\"REDKIT_INPUT\"",
+            ],
+        ),
+    ];
+    assert_eq!(trips.len(), expect.len(), "{out}");
+    for (line, (name, fields)) in trips.iter().zip(expect) {
+        assert!(
+            line.contains(&format!("otel.name={name}"))
+                || line.contains(&format!("otel.name=\"{name}\"")),
+            "{name}: {line}"
+        );
+        assert!(line.contains("otel.kind=\"client\""), "{line}");
+        assert!(line.contains("server.address=\"127.0.0.1\""), "{line}");
+        assert!(line.contains(&format!("server.port={port}")), "{line}");
+        for field in fields {
+            assert!(line.contains(field), "{field}: {line}");
+        }
+        if fields.is_empty() {
+            assert!(
+                !line.contains("error.type"),
+                "a success has no error: {line}"
+            );
+        }
+    }
+    assert!(
+        trips[0].contains("db.operation.name=\"EVALSHA\""),
+        "{}",
+        trips[0]
+    );
+    assert!(
+        trips[0].contains("db.stored_procedure.name=\"fixed_window.v1\""),
+        "{}",
+        trips[0]
+    );
+    assert!(
+        trips[4].contains("db.operation.name=\"MULTI\""),
+        "{}",
+        trips[4]
     );
 }

@@ -45,6 +45,7 @@ use super::manager::ScriptManager;
 use super::outcome::CallOutcome;
 use super::path::{in_span, Path, Request};
 use crate::error::{Error, Result};
+use crate::telemetry::round_trip::RoundTrip;
 
 /// What one transaction came back with.
 enum Sent {
@@ -226,7 +227,14 @@ async fn send<C: ConnectionLike>(
     for &i in idx {
         pipe.add_command(requests[i].cmd().clone());
     }
-    let replies = match transaction(conn, &pipe).await {
+    let trip = RoundTrip::batch(load.len() + idx.len(), path.server());
+    let sent = in_span(trip.span(), transaction(conn, &pipe)).await;
+    match &sent {
+        Sent::Ran(_) => trip.finish(None),
+        Sent::NotRun(e) | Sent::MaybeRan(Error::Redis(e)) => trip.finish(Some(e)),
+        Sent::MaybeRan(_) => trip.finish_other(),
+    }
+    let replies = match sent {
         Sent::Ran(replies) if replies.len() == load.len() + idx.len() => replies,
         Sent::Ran(replies) => {
             let detail = format!(

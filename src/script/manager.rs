@@ -16,6 +16,7 @@ use super::registry::{Registry, Script};
 use super::replication::{Acked, Replication};
 use super::state::State;
 use crate::error::{Error, Result};
+use crate::telemetry::round_trip::Server;
 
 /// Runs scripts: one `EVALSHA` round trip in the steady state, one `EVAL` fallback when the
 /// server answers `NOSCRIPT` (after a restart, a failover or a `SCRIPT FLUSH`).
@@ -43,6 +44,8 @@ pub struct ScriptManager {
     state: Arc<State>,
     /// `Some` with the [`Backend::Functions`]: redkit's library, then the user's.
     libraries: Option<Arc<[Library]>>,
+    /// The server the spans name (`server.address`, `server.port`), when told.
+    server: Option<Server>,
 }
 
 /// A snapshot of a [`ScriptManager`]'s counters.
@@ -121,9 +124,29 @@ impl ScriptManager {
         }
     }
 
-    /// The call path with this manager's state and libraries.
+    /// Names the server in the span of every round trip of this manager (`server.address`,
+    /// `server.port`; see the README's "Metrics and traces"), from a connection address:
+    /// host and port, or a Unix socket's path. An address holds no credentials, so none can
+    /// reach a trace. Clones made before this call keep their own setting.
+    ///
+    /// ```
+    /// let client = redis::Client::open("redis://user:secret@cache.internal:6380/")?;
+    /// let manager = redkit::ScriptManager::new().with_server_address(client.get_connection_info().addr());
+    /// assert!(!format!("{manager:?}").contains("secret"));
+    /// # Ok::<(), redis::RedisError>(())
+    /// ```
+    pub fn with_server_address(mut self, addr: &redis::ConnectionAddr) -> Self {
+        self.server = Some(Server::of(addr));
+        self
+    }
+
+    /// The call path with this manager's state, libraries and server.
     pub(crate) fn path(&self) -> Path<'_> {
-        Path::new(&self.state, self.libraries.as_deref().unwrap_or_default())
+        Path::new(
+            &self.state,
+            self.libraries.as_deref().unwrap_or_default(),
+            self.server.as_ref(),
+        )
     }
 
     /// The counters, for metrics and tests.

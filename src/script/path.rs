@@ -58,6 +58,8 @@ use super::registry::Script;
 use super::replication::Replication;
 use super::state::State;
 use crate::error::{Error, Result};
+use crate::telemetry::metric::{self, Reload};
+use crate::telemetry::round_trip::{operation, RoundTrip, Server};
 
 /// Where a script lives on the server.
 #[derive(Clone, Copy, Debug)]
@@ -121,16 +123,31 @@ pub(crate) struct Answer {
     pub(crate) ack: Option<Value>,
 }
 
-/// A manager's view of the call path: its state and its Functions libraries.
+/// A manager's view of the call path: its state, its Functions libraries, and the server its
+/// spans name.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Path<'m> {
     state: &'m State,
     libraries: &'m [Library],
+    server: Option<&'m Server>,
 }
 
 impl<'m> Path<'m> {
-    pub(crate) fn new(state: &'m State, libraries: &'m [Library]) -> Self {
-        Self { state, libraries }
+    pub(crate) fn new(
+        state: &'m State,
+        libraries: &'m [Library],
+        server: Option<&'m Server>,
+    ) -> Self {
+        Self {
+            state,
+            libraries,
+            server,
+        }
+    }
+
+    /// The server the spans of this path's round trips name.
+    pub(crate) fn server(&self) -> Option<&'m Server> {
+        self.server
     }
 
     /// Where `script` runs: as a function of the first library that holds it, else as a
@@ -188,11 +205,11 @@ impl<'m> Path<'m> {
         // Boxed, like the recovery: the common call keeps a small future.
         if watch
             && !self.state.cached.contains(req.script.sha1())
-            && Box::pin(present(conn, req)).await == Some(false)
+            && Box::pin(present(conn, req, self.server)).await == Some(false)
         {
             return Box::pin(self.recover(conn, req)).await;
         }
-        let answer = send(conn, req).await?;
+        let answer = send(conn, req, self.server).await?;
         match &answer.reply {
             Err(e) if req.is_missing(e) => Box::pin(self.recover(conn, req)).await,
             Ok(_) if watch => {
@@ -210,7 +227,7 @@ impl<'m> Path<'m> {
         };
         self.state.cached.forget_all();
         self.reload_library(conn, req.script, library).await?;
-        let answer = send(conn, req).await?;
+        let answer = send(conn, req, self.server).await?;
         if answer.reply.is_ok() {
             self.state.cached.insert(req.script.sha1());
         }
@@ -227,18 +244,21 @@ impl<'m> Path<'m> {
     ) -> Result<Answer> {
         let script = req.script;
         State::bump(&self.state.noscript_fallbacks);
+        metric::reload(Reload::EvalFallback, script.id());
         self.state.cached.forget_all();
         tracing::debug!(script = script.id(), "NOSCRIPT: falling back to EVAL");
-        let answer = send(conn, &req.as_eval()).await?;
+        let answer = send(conn, &req.as_eval(), self.server).await?;
         if answer.reply.is_err() {
             return Ok(answer);
         }
         let Some(_claim) = self.state.loading.claim(script.sha1()) else {
             return Ok(answer); // another caller's load is in flight
         };
-        match query(conn, &script_load(script)).await {
+        let trip = RoundTrip::call("SCRIPT", script.id(), self.server);
+        match traced(trip, query(conn, &script_load(script))).await {
             Ok(_) => {
                 State::bump(&self.state.fallback_loads);
+                metric::reload(Reload::ScriptLoad, script.id());
                 self.state.cached.insert(script.sha1());
             }
             Err(e) => {
@@ -257,12 +277,20 @@ impl<'m> Path<'m> {
         library: &Library,
     ) -> Result<()> {
         State::bump(&self.state.function_reloads);
+        metric::reload(Reload::FunctionLoad, script.id());
         tracing::debug!(
             script = script.id(),
             library = library.name(),
             "function not found: FUNCTION LOAD"
         );
-        load_library(conn, library).await
+        let trip = RoundTrip::call("FUNCTION", script.id(), self.server);
+        let loaded = in_span(trip.span(), load_library(conn, library)).await;
+        match &loaded {
+            Ok(()) => trip.finish(None),
+            Err(Error::Redis(e)) => trip.finish(Some(e)),
+            Err(_) => trip.finish_other(),
+        }
+        loaded
     }
 
     /// The loads that bring back the scripts of requests answered `NOSCRIPT` or "Function not
@@ -278,6 +306,7 @@ impl<'m> Path<'m> {
                 Route::Function { library, .. } if !libraries.contains(&library.name()) => {
                     libraries.push(library.name());
                     State::bump(&self.state.function_reloads);
+                    metric::reload(Reload::FunctionLoad, req.script.id());
                     cmds.push(library.load_cmd());
                 }
                 Route::Script if !scripts.contains(&req.script.sha1()) => {
@@ -285,6 +314,7 @@ impl<'m> Path<'m> {
                         self.state.cached.forget_all();
                     }
                     scripts.push(req.script.sha1());
+                    metric::reload(Reload::ScriptLoad, req.script.id());
                     cmds.push(script_load(req.script));
                 }
                 _ => {}
@@ -299,9 +329,34 @@ impl<'m> Path<'m> {
     }
 }
 
-/// Sends `req`: its command alone, or in one pipeline with its wait (errors kept per command:
-/// a refused wait must not hide that the script ran).
-async fn send<C: ConnectionLike>(conn: &mut C, req: &Request<'_>) -> Result<Answer> {
+/// Sends `req` in a span of its own ([`RoundTrip`]): its command alone, or in one pipeline
+/// with its wait (errors kept per command: a refused wait must not hide that the script ran).
+async fn send<C: ConnectionLike>(
+    conn: &mut C,
+    req: &Request<'_>,
+    server: Option<&Server>,
+) -> Result<Answer> {
+    let trip = RoundTrip::call(operation(&req.cmd), req.script.id(), server);
+    let sent = in_span(trip.span(), send_untraced(conn, req)).await;
+    match &sent {
+        Ok(answer) => trip.finish(answer.reply.as_ref().err()),
+        Err(Error::Redis(e)) => trip.finish(Some(e)),
+        Err(_) => trip.finish_other(),
+    }
+    sent
+}
+
+/// Runs `fut` (one round trip) in `trip`'s span and records how it ended.
+pub(crate) async fn traced<T, F>(trip: RoundTrip, fut: F) -> RedisResult<T>
+where
+    F: std::future::Future<Output = RedisResult<T>>,
+{
+    let out = in_span(trip.span(), fut).await;
+    trip.finish(out.as_ref().err());
+    out
+}
+
+async fn send_untraced<C: ConnectionLike>(conn: &mut C, req: &Request<'_>) -> Result<Answer> {
     let Some(wait) = &req.wait else {
         return Ok(Answer {
             reply: query(conn, &req.cmd).await,
@@ -341,20 +396,26 @@ async fn query<C: ConnectionLike>(conn: &mut C, cmd: &Cmd) -> RedisResult<Value>
 /// LIST LIBRARYNAME <library>` names it): `Some(held)`, or `None` when the server did not say
 /// (an ACL user without `+script|exists` / `+function|list`, a lost connection): the call then
 /// goes out as usual.
-async fn present<C: ConnectionLike>(conn: &mut C, req: &Request<'_>) -> Option<bool> {
+async fn present<C: ConnectionLike>(
+    conn: &mut C,
+    req: &Request<'_>,
+    server: Option<&Server>,
+) -> Option<bool> {
     let script = req.script;
     let reply = match req.route {
         Route::Script => {
             let mut cmd = redis::cmd("SCRIPT");
             cmd.arg("EXISTS").arg(script.sha1());
-            cmd.query_async::<Vec<bool>>(conn)
+            let trip = RoundTrip::call("SCRIPT", script.id(), server);
+            traced(trip, cmd.query_async::<Vec<bool>>(conn))
                 .await
                 .map(|exists| exists.first().copied())
         }
         Route::Function { library, name, .. } => {
             let mut cmd = redis::cmd("FUNCTION");
             cmd.arg("LIST").arg("LIBRARYNAME").arg(library.name());
-            cmd.query_async::<Value>(conn)
+            let trip = RoundTrip::call("FUNCTION", script.id(), server);
+            traced(trip, cmd.query_async::<Value>(conn))
                 .await
                 .map(|listing| Some(lists(&listing, library.name(), name)))
         }

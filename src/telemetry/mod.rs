@@ -1,0 +1,11 @@
+//! What redkit reports about its own work, in the ecosystem's conventions: a `tracing` span per
+//! Redis round trip in OpenTelemetry's database-client shape ([`round_trip`]), and with the
+//! `metrics` feature, metrics through the [`metrics`](https://docs.rs/metrics) facade
+//! ([`metric`]; names, types, labels and units in the README's "Metrics and traces" table).
+//!
+//! Without the `metrics` feature every recording function here is empty and compiles away.
+//! Labels never carry a key, a client address or a SKU: only names that come from code or
+//! configuration (script ids, limiter names, outcomes), so their number stays bounded.
+
+pub(crate) mod metric;
+pub(crate) mod round_trip;
