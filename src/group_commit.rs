@@ -290,6 +290,7 @@ impl<G: Grouped> Lead<G> {
     /// [`Error::Interrupted`] instead of queued.
     pub(crate) fn sending(&mut self) {
         self.sent = true;
+        crate::telemetry::metric::group_sent(G::WHAT, self.members.len());
     }
 
     /// Answers the members with `outcomes` (one per member, in order) and returns the

@@ -10,14 +10,16 @@ use std::sync::{Mutex, OnceLock};
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
-use redkit::{Call, Registry, ScriptManager};
+use redkit::rate_limit::{DenyCache, FixedWindow, LimitKey, Rate};
+use redkit::{Call, GroupCommit, Registry, ScriptManager};
 
 /// Every metric recorded so far in this process, by kind, name and sorted labels (a snapshot
 /// drains the recorder, so the tests of this file share one accumulated view).
 #[derive(Default)]
 struct Seen {
     counters: HashMap<(String, Vec<(String, String)>), u64>,
-    histograms: HashMap<(String, Vec<(String, String)>), usize>,
+    histograms: HashMap<(String, Vec<(String, String)>), Vec<f64>>,
+    gauges: HashMap<String, f64>,
     units: HashMap<String, Option<metrics::Unit>>,
 }
 
@@ -51,8 +53,13 @@ fn seen() -> std::sync::MutexGuard<'static, Seen> {
             (MetricKind::Counter, DebugValue::Counter(n)) => {
                 *seen.counters.entry((name, labels)).or_default() += n
             }
-            (MetricKind::Histogram, DebugValue::Histogram(v)) => {
-                *seen.histograms.entry((name, labels)).or_default() += v.len()
+            (MetricKind::Histogram, DebugValue::Histogram(v)) => seen
+                .histograms
+                .entry((name, labels))
+                .or_default()
+                .extend(v.into_iter().map(|x| x.into_inner())),
+            (MetricKind::Gauge, DebugValue::Gauge(g)) => {
+                seen.gauges.insert(name, g.into_inner());
             }
             _ => {}
         }
@@ -98,8 +105,7 @@ async fn script_round_trips_and_reloads_are_counted_as_they_happened() {
         l.extend(error.map(|e| ("error.type", e)));
         seen.histograms
             .get(&(duration.to_owned(), labels(&l)))
-            .copied()
-            .unwrap_or(0)
+            .map_or(0, Vec::len)
     };
     // Two NOSCRIPTs: the first call (a cold server) and the one after the flush.
     assert_eq!(trip("EVALSHA", Some("NOSCRIPT")), 2);
@@ -127,4 +133,71 @@ async fn script_round_trips_and_reloads_are_counted_as_they_happened() {
         2,
         "the same as the manager's own counter"
     );
+}
+
+/// The deny cache's hits and misses and its size, and the size of every group sent by group
+/// commit (summing to the checks made). The only test of this binary using either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deny_cache_lookups_and_group_sizes_add_up_to_the_checks_made() {
+    recorder();
+    let server = support::RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let cached = FixedWindow::new("metrics-deny", Rate::per_minute(2).unwrap())
+        .unwrap()
+        .with_deny_cache(DenyCache::new(100).unwrap());
+    let key = LimitKey::text("client").unwrap();
+    let mut allowed = 0;
+    for _ in 0..5 {
+        allowed += usize::from(cached.check(&mut conn, &key).await.unwrap().is_allowed());
+    }
+    assert_eq!(allowed, 2);
+
+    let grouped = FixedWindow::new("metrics-group", Rate::per_minute(1_000).unwrap())
+        .unwrap()
+        .with_group_commit(GroupCommit::for_checks());
+    ScriptManager::new().preload(&mut conn).await.unwrap(); // no NOSCRIPT: one call per group
+    let before = server.evalsha_calls().await;
+    let checks: Vec<_> = (0..50)
+        .map(|i| {
+            let (grouped, conn) = (grouped.clone(), conn.clone());
+            tokio::spawn(async move {
+                let mut conn = conn;
+                let key = LimitKey::text(&format!("c{i}")).unwrap();
+                grouped.check(&mut conn, &key).await.unwrap()
+            })
+        })
+        .collect();
+    for check in checks {
+        assert!(check.await.unwrap().is_allowed());
+    }
+    let calls = server.evalsha_calls().await - before;
+
+    let seen = seen();
+    let lookups = |result: &str| {
+        seen.counters
+            .get(&(
+                "redkit.deny_cache.lookups".to_owned(),
+                labels(&[("redkit.result", result)]),
+            ))
+            .copied()
+            .unwrap_or(0)
+    };
+    // Checks 1-3 asked Redis (the third was refused and stored), 4-5 were answered locally.
+    assert_eq!((lookups("hit"), lookups("miss")), (2, 3));
+    assert_eq!(seen.gauges["redkit.deny_cache.entries"], 1.0);
+    let sizes = &seen.histograms[&(
+        "redkit.group_commit.size".to_owned(),
+        labels(&[("redkit.operation", "rate-limit check")]),
+    )];
+    assert_eq!(
+        sizes.iter().sum::<f64>(),
+        50.0,
+        "every check in one group: {sizes:?}"
+    );
+    assert_eq!(
+        sizes.len() as u64,
+        calls,
+        "one script call per group: {sizes:?}"
+    );
+    println!("50 concurrent checks in {} groups: {sizes:?}", sizes.len());
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::decision::{Decision, Quota};
 use crate::error::{Error, Result};
+use crate::telemetry::metric;
 
 /// Shards of a cache: enough that tasks on different cores rarely wait on each other.
 const SHARDS: usize = 16;
@@ -281,6 +282,7 @@ impl DenyCache {
             &self.inner.misses
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        metric::deny_cache_lookup(decision.is_some());
         decision
     }
 
@@ -330,6 +332,7 @@ impl DenyCache {
         };
         self.inner.inserts.fetch_add(1, Ordering::Relaxed);
         self.inner.evictions.fetch_add(evicted, Ordering::Relaxed);
+        metric::deny_cache_entries(|| self.len());
     }
 
     /// Raises the counter stored for `key`, if any, to `count` (an allowed request counted

@@ -16,6 +16,16 @@ pub(crate) const OPERATION_DURATION: &str = "db.client.operation.duration";
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) const SCRIPT_RELOADS: &str = "redkit.script.reloads";
 
+/// Histogram, calls: the calls one group-commit script call settled (1: a call alone).
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) const GROUP_SIZE: &str = "redkit.group_commit.size";
+/// Counter: deny-cache lookups, by result (`hit`: answered locally; `miss`: asked Redis).
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) const DENY_CACHE_LOOKUPS: &str = "redkit.deny_cache.lookups";
+/// Gauge: refusals a deny cache holds.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) const DENY_CACHE_ENTRIES: &str = "redkit.deny_cache.entries";
+
 /// A reload kind (`redkit.reload` label of [`SCRIPT_RELOADS`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Reload {
@@ -77,6 +87,28 @@ pub(crate) fn reload(kind: Reload, script: &str) {
     .increment(1);
 }
 
+/// Records the size of one group sent (`operation`: what its calls are, e.g. `decrement`).
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn group_sent(operation: &'static str, size: usize) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!(GROUP_SIZE, "redkit.operation" => operation).record(size as f64);
+}
+
+/// Counts one deny-cache lookup.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn deny_cache_lookup(hit: bool) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(DENY_CACHE_LOOKUPS, "redkit.result" => if hit { "hit" } else { "miss" })
+        .increment(1);
+}
+
+/// Sets the number of refusals a deny cache holds (`len` is only called with the feature).
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn deny_cache_entries(len: impl FnOnce() -> usize) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(DENY_CACHE_ENTRIES).set(len() as f64);
+}
+
 /// Describes every metric to the installed recorder (type, unit, help text), e.g. for the
 /// `# HELP` / `# TYPE` lines of a Prometheus exporter. Call it once after installing the
 /// recorder; recording works without it.
@@ -91,5 +123,20 @@ pub(crate) fn describe() {
         SCRIPT_RELOADS,
         metrics::Unit::Count,
         "Recoveries of a script or function the server lacked"
+    );
+    metrics::describe_histogram!(
+        GROUP_SIZE,
+        metrics::Unit::Count,
+        "Calls settled by one group-commit script call"
+    );
+    metrics::describe_counter!(
+        DENY_CACHE_LOOKUPS,
+        metrics::Unit::Count,
+        "Deny-cache lookups: hit (answered locally) or miss (asked Redis)"
+    );
+    metrics::describe_gauge!(
+        DENY_CACHE_ENTRIES,
+        metrics::Unit::Count,
+        "Refusals held by the deny caches"
     );
 }
