@@ -13,12 +13,15 @@ use metrics_util::MetricKind;
 use redkit::rate_limit::{DenyCache, FixedWindow, LimitKey, Rate};
 use redkit::{Call, GroupCommit, Registry, ScriptManager};
 
+/// A metric's name and its sorted labels.
+type Series = (String, Vec<(String, String)>);
+
 /// Every metric recorded so far in this process, by kind, name and sorted labels (a snapshot
 /// drains the recorder, so the tests of this file share one accumulated view).
 #[derive(Default)]
 struct Seen {
-    counters: HashMap<(String, Vec<(String, String)>), u64>,
-    histograms: HashMap<(String, Vec<(String, String)>), Vec<f64>>,
+    counters: HashMap<Series, u64>,
+    histograms: HashMap<Series, Vec<f64>>,
     gauges: HashMap<String, f64>,
     units: HashMap<String, Option<metrics::Unit>>,
 }

@@ -114,29 +114,50 @@ pub(crate) fn deny_cache_entries(len: impl FnOnce() -> usize) {
 /// recorder; recording works without it.
 #[cfg(feature = "metrics")]
 pub(crate) fn describe() {
-    metrics::describe_histogram!(
-        OPERATION_DURATION,
-        metrics::Unit::Seconds,
-        "Duration of one Redis round trip of a script call or batch"
-    );
-    metrics::describe_counter!(
-        SCRIPT_RELOADS,
-        metrics::Unit::Count,
-        "Recoveries of a script or function the server lacked"
-    );
-    metrics::describe_histogram!(
-        GROUP_SIZE,
-        metrics::Unit::Count,
-        "Calls settled by one group-commit script call"
-    );
-    metrics::describe_counter!(
-        DENY_CACHE_LOOKUPS,
-        metrics::Unit::Count,
-        "Deny-cache lookups: hit (answered locally) or miss (asked Redis)"
-    );
-    metrics::describe_gauge!(
-        DENY_CACHE_ENTRIES,
-        metrics::Unit::Count,
-        "Refusals held by the deny caches"
-    );
+    use metrics::Unit::{Count, Seconds};
+    #[derive(Clone, Copy)]
+    enum Kind {
+        Counter,
+        Gauge,
+        Histogram,
+    }
+    let all = [
+        (
+            Kind::Histogram,
+            OPERATION_DURATION,
+            Seconds,
+            "Duration of one Redis round trip of a script call or batch",
+        ),
+        (
+            Kind::Counter,
+            SCRIPT_RELOADS,
+            Count,
+            "Recoveries of a script or function the server lacked",
+        ),
+        (
+            Kind::Histogram,
+            GROUP_SIZE,
+            Count,
+            "Calls settled by one group-commit script call",
+        ),
+        (
+            Kind::Counter,
+            DENY_CACHE_LOOKUPS,
+            Count,
+            "Deny-cache lookups: hit (answered locally) or miss (asked Redis)",
+        ),
+        (
+            Kind::Gauge,
+            DENY_CACHE_ENTRIES,
+            Count,
+            "Refusals held by the deny cache",
+        ),
+    ];
+    for (kind, name, unit, help) in all {
+        match kind {
+            Kind::Counter => metrics::describe_counter!(name, unit, help),
+            Kind::Gauge => metrics::describe_gauge!(name, unit, help),
+            Kind::Histogram => metrics::describe_histogram!(name, unit, help),
+        }
+    }
 }
