@@ -29,6 +29,7 @@
 //! # Ok(()) }
 //! ```
 
+mod access;
 mod concurrency;
 mod future;
 mod headers;
@@ -39,6 +40,7 @@ mod rate_limit_layer;
 mod rate_limit_service;
 mod respond;
 
+pub use access::{Access, AccessList};
 pub use concurrency::{
     ConcurrencyLimit, ConcurrencyLimitBuilder, ConcurrencyLimitLayer, ConcurrencyPolicy,
     ConcurrencyStats,

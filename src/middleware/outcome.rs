@@ -72,4 +72,7 @@ pub enum Unchecked {
     /// The client could not be identified and the layer is
     /// [`UnknownClient::Allow`](super::UnknownClient::Allow).
     UnknownClient,
+    /// The client's address is in the policies' allow list
+    /// ([`AccessList`](super::AccessList)): never limited, no Redis call.
+    Allowlisted,
 }

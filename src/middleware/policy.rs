@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::access::AccessList;
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
 use crate::rate_limit::{Algorithm, DenyCache, Limiter, Rate, RateLimiter};
@@ -169,6 +170,12 @@ pub struct PolicyConfig {
     /// The key prefix of every limiter (each algorithm's default when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     prefix: Option<String>,
+    /// Client networks never limited (see [`AccessList`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    allow: Vec<String>,
+    /// Client networks always refused (see [`AccessList`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    deny: Vec<String>,
 }
 
 /// `group_commit` of a [`PolicyConfig`] file: `true` / `false`, or the two settings (checked
@@ -235,7 +242,52 @@ impl PolicyConfig {
             deny_cache_capacity: None,
             group_commit: None,
             prefix: None,
+            allow: Vec::new(),
+            deny: Vec::new(),
         }
+    }
+
+    /// Adds client networks that are never limited: CIDR networks or single addresses (TOML /
+    /// JSON: `allow = ["10.0.0.0/8", "127.0.0.1"]` at the top level), decided before any
+    /// Redis call. Validated by [`Policies::from_config`]; the rules: [`AccessList`].
+    ///
+    /// ```
+    /// use redkit::middleware::{Access, Policies, PolicyConfig};
+    /// let config: PolicyConfig = toml::from_str(r#"
+    ///     allow = ["10.0.0.0/8"]
+    ///     deny = ["203.0.113.0/24", "198.51.100.7"]
+    ///     [default]
+    ///     name = "api"
+    ///     limit = 100
+    ///     window_ms = 60000
+    /// "#).unwrap();
+    /// let policies = Policies::from_config(&config)?;
+    /// assert_eq!(policies.access().decide("10.1.1.1".parse().unwrap()), Some(Access::Allowed));
+    /// assert_eq!(policies.access().decide("198.51.100.7".parse().unwrap()), Some(Access::Denied));
+    /// assert!(Policies::from_config(&config.allow(["10.0.0.1/8"])).is_err()); // host bits
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn allow<I: IntoIterator<Item = S>, S: Into<String>>(mut self, networks: I) -> Self {
+        self.allow.extend(networks.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds client networks that are always refused (`403 Forbidden`, no Redis call): CIDR
+    /// networks or single addresses (TOML / JSON: `deny = ["203.0.113.0/24"]`). See
+    /// [`allow`](Self::allow).
+    ///
+    /// ```
+    /// use redkit::middleware::{Access, Policies, PolicyConfig, PolicySpec};
+    /// use redkit::rate_limit::Rate;
+    /// let config = PolicyConfig::new(PolicySpec::new("api", Rate::per_minute(100)?))
+    ///     .deny(["203.0.113.0/24"]);
+    /// let policies = Policies::from_config(&config)?;
+    /// assert_eq!(policies.access().decide("203.0.113.9".parse().unwrap()), Some(Access::Denied));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn deny<I: IntoIterator<Item = S>, S: Into<String>>(mut self, networks: I) -> Self {
+        self.deny.extend(networks.into_iter().map(Into::into));
+        self
     }
 
     /// Puts the keys of every limiter under `prefix` (TOML / JSON: `prefix = "app:rl"` at the
@@ -352,6 +404,8 @@ pub struct Policies {
     default: Limiter,
     /// Longest path first.
     routes: Vec<(String, Limiter)>,
+    /// Clients decided on before any Redis call.
+    access: AccessList,
 }
 
 impl Policies {
@@ -368,7 +422,37 @@ impl Policies {
         Self {
             default: default.into(),
             routes: Vec::new(),
+            access: AccessList::new(),
         }
+    }
+
+    /// Decides on the clients in `access` before any Redis call: allowed ones pass unchecked,
+    /// denied ones get `403 Forbidden` (see [`AccessList`]).
+    ///
+    /// ```
+    /// use redkit::middleware::{Access, AccessList, Policies};
+    /// use redkit::rate_limit::{FixedWindow, Rate};
+    /// let policies = Policies::new(FixedWindow::new("api", Rate::per_second(10)?)?)
+    ///     .with_access(AccessList::parse(["10.0.0.0/8"], ["203.0.113.9"])?);
+    /// assert_eq!(policies.access().len(), 2);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn with_access(mut self, access: AccessList) -> Self {
+        self.access = access;
+        self
+    }
+
+    /// The clients decided on before any Redis call (empty unless set).
+    ///
+    /// ```
+    /// use redkit::middleware::Policies;
+    /// use redkit::rate_limit::{FixedWindow, Rate};
+    /// let policies = Policies::new(FixedWindow::new("api", Rate::per_second(10)?)?);
+    /// assert!(policies.access().is_empty());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn access(&self) -> &AccessList {
+        &self.access
     }
 
     /// Uses `limiter` for `path` and everything below it. Errors: a path not starting with
@@ -440,7 +524,7 @@ impl Policies {
         if let Some(settings) = config.group_commit {
             policies = policies.with_group_commit(settings);
         }
-        Ok(policies)
+        Ok(policies.with_access(AccessList::parse(&config.allow, &config.deny)?))
     }
 
     /// The limiter for a request path.
@@ -483,6 +567,7 @@ impl Policies {
                 .into_iter()
                 .map(|(path, l)| (path, attach(l)))
                 .collect(),
+            access: self.access,
         }
     }
 }
@@ -501,6 +586,7 @@ impl Policies {
                 .into_iter()
                 .map(|(path, l)| (path, group(l)))
                 .collect(),
+            access: self.access,
         }
     }
 }

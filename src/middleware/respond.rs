@@ -1,4 +1,4 @@
-//! [`Respond`]: a hook that shapes the responses the layer writes itself (429, 503, 400).
+//! [`Respond`]: a hook that shapes the responses the layer writes itself (429, 503, 400, 403).
 
 use http::Response;
 
@@ -36,6 +36,9 @@ pub enum Rejection<'a> {
     /// The client could not be identified and the layer is
     /// [`UnknownClient::Reject`](super::UnknownClient::Reject): `400`.
     UnknownClient,
+    /// The client's address is in the policies' deny list
+    /// ([`AccessList`](super::AccessList)): `403 Forbidden`, no Redis call.
+    Denied,
     /// Every slot of the client is held ([`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer)):
     /// the full status (429 by default) with `Retry-After`.
     Full {
