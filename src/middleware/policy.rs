@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::access::AccessList;
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
-use crate::rate_limit::{Algorithm, DenyCache, Limiter, Rate, RateLimiter};
+use crate::rate_limit::{Algorithm, DenyCache, Lease, Limiter, Rate, RateLimiter};
 
 /// Whether `algorithm` is the default one (left out when written).
 fn is_default(algorithm: &Algorithm) -> bool {
@@ -170,6 +170,9 @@ pub struct PolicyConfig {
     /// The key prefix of every limiter (each algorithm's default when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     prefix: Option<String>,
+    /// Leased quota for every fixed-window limiter (off when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lease: Option<Lease>,
     /// Client networks never limited (see [`AccessList`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     allow: Vec<String>,
@@ -242,6 +245,7 @@ impl PolicyConfig {
             deny_cache_capacity: None,
             group_commit: None,
             prefix: None,
+            lease: None,
             allow: Vec::new(),
             deny: Vec::new(),
         }
@@ -341,6 +345,38 @@ impl PolicyConfig {
     /// ```
     pub fn with_group_commit(mut self, settings: GroupCommit) -> Self {
         self.group_commit = Some(settings);
+        self
+    }
+
+    /// Leased quota for every fixed-window limiter (TOML / JSON at the top level:
+    /// `lease = { max_units = 32, instances = 4 }`): see
+    /// [`FixedWindow::with_lease`](crate::rate_limit::FixedWindow::with_lease). GCRA and
+    /// sliding-window policies do not lease.
+    ///
+    /// ```
+    /// use redkit::middleware::{Policies, PolicyConfig};
+    /// use redkit::rate_limit::{Lease, Limiter};
+    /// let config: PolicyConfig = toml::from_str(r#"
+    ///     lease = { max_units = 32, instances = 4 }
+    ///     [default]
+    ///     name = "api"
+    ///     limit = 1000
+    ///     window_ms = 1000
+    /// "#).unwrap();
+    /// let policies = Policies::from_config(&config)?;
+    /// assert!(matches!(policies.for_path("/"),
+    ///     Limiter::Fixed(f) if f.lease() == Some(Lease::new(32)?.instances(4)?)));
+    /// assert!(toml::from_str::<PolicyConfig>(r#"
+    ///     lease = { max_units = 1 }
+    ///     [default]
+    ///     name = "api"
+    ///     limit = 1000
+    ///     window_ms = 1000
+    /// "#).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn with_lease(mut self, lease: Lease) -> Self {
+        self.lease = Some(lease);
         self
     }
 
@@ -524,6 +560,9 @@ impl Policies {
         if let Some(settings) = config.group_commit {
             policies = policies.with_group_commit(settings);
         }
+        if let Some(lease) = config.lease {
+            policies = policies.with_lease(lease)?;
+        }
         Ok(policies.with_access(AccessList::parse(&config.allow, &config.deny)?))
     }
 
@@ -588,6 +627,25 @@ impl Policies {
                 .collect(),
             access: self.access,
         }
+    }
+}
+
+impl Policies {
+    /// Every fixed-window limiter with leased quota.
+    fn with_lease(self, lease: Lease) -> Result<Self> {
+        let leased = |l: Limiter| match l {
+            Limiter::Fixed(f) => f.with_lease(lease).map(Limiter::Fixed),
+            other => Ok(other),
+        };
+        Ok(Self {
+            default: leased(self.default)?,
+            routes: self
+                .routes
+                .into_iter()
+                .map(|(path, l)| Ok((path, leased(l)?)))
+                .collect::<Result<_>>()?,
+            access: self.access,
+        })
     }
 }
 

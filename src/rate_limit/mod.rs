@@ -12,6 +12,7 @@
 //! - [`LimitKey`]: canonical client identity (IP with IPv6 grouping, or bounded text).
 //! - [`Decision`] / [`Quota`]: the outcome of a check.
 //! - [`DenyCache`]: answers clients known to be limited locally, until their reset.
+//! - [`Lease`]: leased quota for [`FixedWindow`], a shared limit answered in process.
 //!
 //! ```no_run
 //! # async fn run() -> redkit::Result<()> {
@@ -35,6 +36,7 @@ mod deny_cache;
 mod gcra;
 mod key;
 mod key_space;
+mod lease;
 mod limiter;
 mod rate;
 mod rate_limiter;
@@ -50,6 +52,7 @@ pub use gcra::Gcra;
 #[allow(unused_imports)]
 pub(crate) use key::{canonical, validate_ipv6_prefix};
 pub use key::{LimitKey, DEFAULT_IPV6_PREFIX};
+pub use lease::Lease;
 pub use limiter::{Algorithm, Limiter};
 pub use rate::Rate;
 pub use rate_limiter::RateLimiter;

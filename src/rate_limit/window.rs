@@ -13,6 +13,7 @@ use super::decision::{Decision, Quota};
 use super::deny_cache::DenyCache;
 use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
+use super::lease::{Lease, Leases};
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
 use super::window_group::{GroupSender, WindowGroups};
@@ -85,6 +86,8 @@ pub struct FixedWindow {
     aligned_group_script: &'static Script,
     /// The queues of group commit, when enabled (shared by clones).
     groups: Option<Arc<WindowGroups>>,
+    /// Leased quota, when enabled (shared by clones).
+    leases: Option<Arc<Leases>>,
 }
 
 impl FixedWindow {
@@ -135,6 +138,7 @@ impl FixedWindow {
             group_script: Registry::embedded("fixed_window_group", 1),
             aligned_group_script: Registry::embedded("fixed_window_aligned_group", 1),
             groups: None,
+            leases: None,
         })
     }
 
@@ -243,6 +247,7 @@ impl FixedWindow {
     ///
     /// The counters are different keys from those of the default windows (which start at a
     /// client's first hit): switching a limiter between the two starts every client afresh.
+    /// It drops a [`Lease`] (leasing needs windows that start at the first hit).
     ///
     /// ```
     /// # use std::time::Duration;
@@ -255,9 +260,52 @@ impl FixedWindow {
     /// ```
     pub fn aligned_to_clock(mut self) -> Self {
         self.aligned = true;
+        self.leases = None;
         self.script = self.aligned_script;
         self.group_script = self.aligned_group_script;
         self
+    }
+
+    /// Answers checks from **leased quota**: a check that finds no units held here takes up
+    /// to `lease.max_units()` units of the key's window from Redis in one call (counted there
+    /// at once: the sum over every instance never passes the limit) and answers the key's next
+    /// checks from them in process, with no round trip, until they are spent or the window
+    /// ends. How leases grow and what they cost (units unused at a window's end are not
+    /// admitted by anyone): [`Lease`]. Checks of a cost above the limit, batches and
+    /// [`reset`](Self::reset) are as without leasing; group commit no longer applies to the
+    /// checks leasing answers. A [`DenyCache`] still answers known-limited clients.
+    ///
+    /// Errors: [`Error::InvalidInput`] for windows aligned to the clock.
+    ///
+    /// ```
+    /// use redkit::rate_limit::{FixedWindow, Lease, Rate};
+    /// let l = FixedWindow::new("api", Rate::per_second(1_000)?)?.with_lease(Lease::new(32)?.instances(4)?)?;
+    /// assert_eq!(l.lease().map(|l| l.max_units()), Some(32));
+    /// let aligned = FixedWindow::new("api", Rate::per_second(1_000)?)?.aligned_to_clock();
+    /// assert!(aligned.with_lease(Lease::new(32)?).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn with_lease(mut self, lease: Lease) -> Result<Self> {
+        if self.aligned {
+            return Err(Error::invalid(
+                "lease",
+                "leasing needs windows that start at the first hit, not aligned to the clock",
+            ));
+        }
+        self.leases = Some(Leases::new(lease));
+        Ok(self)
+    }
+
+    /// The lease settings, when leasing is on ([`with_lease`](Self::with_lease)).
+    ///
+    /// ```
+    /// # use redkit::rate_limit::Rate;
+    /// let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
+    /// assert!(l.lease().is_none());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn lease(&self) -> Option<Lease> {
+        self.leases.as_ref().map(|l| l.settings())
     }
 
     /// Whether windows are aligned to the clock ([`aligned_to_clock`](Self::aligned_to_clock)).
@@ -430,6 +478,9 @@ impl FixedWindow {
     ) -> Result<Decision> {
         let slot = self.slot()?;
         let (redis_key, ttl_ms) = self.target(key, cost, slot.as_ref())?;
+        if let Some(leases) = self.leases.as_ref().filter(|_| cost <= self.limit) {
+            return self.check_leased(leases, conn, &redis_key, cost).await;
+        }
         let Some(cache) = self.cache_for(cost) else {
             let reply = self.send(conn, &redis_key, cost, ttl_ms).await?;
             return self.decode(reply, cost, slot.as_ref());
@@ -442,6 +493,39 @@ impl FixedWindow {
         let decision = self.decode(reply, cost, slot.as_ref())?;
         remember(cache, &redis_key, sent, &decision);
         Ok(decision)
+    }
+
+    /// A check answered from leased quota: from the units held here, else (unless the deny
+    /// cache knows the client is limited) by one lease call.
+    async fn check_leased<C: ConnectionLike>(
+        &self,
+        leases: &Leases,
+        conn: &mut C,
+        redis_key: &str,
+        cost: u32,
+    ) -> Result<Decision> {
+        if let Some(decision) = leases.take_local(redis_key, self.limit, cost) {
+            return Ok(decision);
+        }
+        let cache = self.cache_for(cost);
+        if let Some(decision) = cache.and_then(|c| c.lookup(redis_key, self.limit, cost)) {
+            return Ok(decision);
+        }
+        let sent = Instant::now();
+        let granted = leases
+            .lease(
+                &self.manager,
+                conn,
+                redis_key,
+                self.limit,
+                self.window_ms,
+                cost,
+            )
+            .await?;
+        if let Some(cache) = cache {
+            remember(cache, redis_key, sent, &granted.decision);
+        }
+        Ok(granted.decision)
     }
 
     /// Sends one check of `cost` on `redis_key` (`ttl_ms`: see [`target`](Self::target)):
@@ -588,7 +672,11 @@ impl FixedWindow {
     /// # Ok(()) }
     /// ```
     pub async fn reset<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<bool> {
-        delete(conn, self.redis_key(key), self.deny_cache.as_ref()).await
+        let redis_key = self.redis_key(key);
+        if let Some(leases) = &self.leases {
+            leases.forget(&redis_key);
+        }
+        delete(conn, redis_key, self.deny_cache.as_ref()).await
     }
 
     /// The call checking `cost` units of `key` (in `slot`, when windows are aligned to the
@@ -707,6 +795,7 @@ impl fmt::Debug for FixedWindow {
             .field("script", &self.script.id())
             .field("deny_cache", &self.deny_cache)
             .field("group_commit", &self.group_commit())
+            .field("lease", &self.lease())
             .finish()
     }
 }

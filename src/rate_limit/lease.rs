@@ -1,0 +1,388 @@
+//! Leased quota for [`FixedWindow`](super::FixedWindow): an instance takes several units of a
+//! key's current window from Redis in one call (counted there at once, so the sum over every
+//! instance never passes the limit) and answers that key's next checks from them in process,
+//! until they are spent or the window ends.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+use redis::Value;
+
+use super::decision::{Decision, Quota};
+use crate::error::{Error, Result};
+use crate::script::{Call, Registry, Script, ScriptManager};
+
+/// The settings of leased quota ([`FixedWindow::with_lease`](super::FixedWindow::with_lease)):
+/// at most `max_units` units taken by one lease call, and how many instances share the limit
+/// (each takes at most a `1 / (2 x instances)` share of what is left, so a busy window is not
+/// starved by units held idle elsewhere).
+///
+/// How a lease grows: the first check of a key in a window takes only what it needs (a key
+/// checked once per window never leases more); each further lease call of the key in the same
+/// window asks for twice the last, up to `max_units` and the share of what is left, down to
+/// the cost near the limit. What it costs: units leased and not used die with their window, so
+/// when demand exceeds the limit a window admits at least `limit - instances x max_units`
+/// (never more than `limit`); `RateLimit` remaining comes from the lease's view (what is left
+/// in Redis as last seen, plus the units this instance holds).
+///
+/// ```
+/// use redkit::rate_limit::Lease;
+/// let lease = Lease::new(32)?.instances(4)?;
+/// assert_eq!((lease.max_units(), lease.expected_instances()), (32, 4));
+/// assert!(Lease::new(1).is_err()); // a lease of one unit is a plain check
+/// assert!(Lease::new(32)?.instances(0).is_err());
+/// # Ok::<(), redkit::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "LeaseSpec", into = "LeaseSpec")]
+pub struct Lease {
+    max_units: u32,
+    instances: u32,
+}
+
+/// [`Lease`] as configuration: `{ max_units = 32, instances = 4 }` (`instances` 1 when left
+/// out), checked by [`Lease::new`] while parsing.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LeaseSpec {
+    max_units: u32,
+    #[serde(default = "one")]
+    instances: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl TryFrom<LeaseSpec> for Lease {
+    type Error = Error;
+
+    fn try_from(spec: LeaseSpec) -> Result<Self> {
+        Lease::new(spec.max_units)?.instances(spec.instances)
+    }
+}
+
+impl From<Lease> for LeaseSpec {
+    fn from(lease: Lease) -> Self {
+        Self {
+            max_units: lease.max_units,
+            instances: lease.instances,
+        }
+    }
+}
+
+impl Lease {
+    /// The largest `max_units`.
+    pub const MAX_UNITS: u32 = 1 << 20;
+    /// The most keys one limiter holds leases for at once (then further keys are checked
+    /// without leasing until some of those windows end): bounded memory.
+    pub const MAX_KEYS: usize = 10_000;
+
+    /// At most `max_units` (2 to [`MAX_UNITS`](Self::MAX_UNITS)) units per lease call, for one
+    /// instance.
+    ///
+    /// ```
+    /// assert!(redkit::rate_limit::Lease::new(64).is_ok());
+    /// ```
+    pub fn new(max_units: u32) -> Result<Self> {
+        if !(2..=Self::MAX_UNITS).contains(&max_units) {
+            return Err(Error::invalid(
+                "lease",
+                format!("max_units must be 2..={}", Self::MAX_UNITS),
+            ));
+        }
+        Ok(Self {
+            max_units,
+            instances: 1,
+        })
+    }
+
+    /// How many instances share the limit (1 to 10,000; 1 unless set).
+    ///
+    /// ```
+    /// let lease = redkit::rate_limit::Lease::new(64)?.instances(8)?;
+    /// assert_eq!(lease.expected_instances(), 8);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn instances(mut self, instances: u32) -> Result<Self> {
+        if !(1..=10_000).contains(&instances) {
+            return Err(Error::invalid("lease", "instances must be 1..=10000"));
+        }
+        self.instances = instances;
+        Ok(self)
+    }
+
+    /// The most units one lease call takes.
+    ///
+    /// ```
+    /// assert_eq!(redkit::rate_limit::Lease::new(64)?.max_units(), 64);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn max_units(&self) -> u32 {
+        self.max_units
+    }
+
+    /// How many instances share the limit.
+    ///
+    /// ```
+    /// assert_eq!(redkit::rate_limit::Lease::new(64)?.expected_instances(), 1);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn expected_instances(&self) -> u32 {
+        self.instances
+    }
+
+    /// The units to ask for: `cost` on a key's first lease call of a window, then twice the
+    /// last ask, at most `max_units` and a `1 / (2 x instances)` share of what was left
+    /// (`left`), never below `cost`.
+    fn want(&self, cost: u32, last: Option<u32>, left: u64) -> u32 {
+        let Some(last) = last else {
+            return cost;
+        };
+        let share = left / (2 * u64::from(self.instances));
+        let share = u32::try_from(share).unwrap_or(u32::MAX);
+        last.saturating_mul(2)
+            .min(self.max_units)
+            .min(share)
+            .max(cost)
+    }
+}
+
+/// What this instance holds of one key's window.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    /// Units leased and not used yet.
+    units: u64,
+    /// When the window ends at the latest (measured from before the lease call was sent, so
+    /// never after the server's window): no unit is used from then on.
+    until: Instant,
+    /// The counter in Redis after the last lease (this instance's units included).
+    count: u64,
+    /// The last ask of this window.
+    last_want: u32,
+}
+
+/// A limiter's leases, shared by its clones.
+#[derive(Debug)]
+pub(super) struct Leases {
+    settings: Lease,
+    script: &'static Script,
+    held: Mutex<HashMap<String, Held>>,
+}
+
+/// How a lease call ended.
+pub(super) struct Granted {
+    pub(super) decision: Decision,
+}
+
+impl Leases {
+    pub(super) fn new(settings: Lease) -> Arc<Self> {
+        Arc::new(Self {
+            settings,
+            script: Registry::embedded("fixed_window_lease", 1),
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub(super) fn settings(&self) -> Lease {
+        self.settings
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Held>> {
+        // Plain data: a panic elsewhere cannot leave it inconsistent.
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `cost` units from what this instance holds of `redis_key`'s window, when it holds
+    /// enough and the window has not ended: the decision, with no round trip.
+    pub(super) fn take_local(&self, redis_key: &str, limit: u32, cost: u32) -> Option<Decision> {
+        let now = Instant::now();
+        let mut held = self.lock();
+        let entry = held.get_mut(redis_key)?;
+        if entry.until <= now || entry.units < u64::from(cost) {
+            return None;
+        }
+        entry.units -= u64::from(cost);
+        Some(allowed(limit, entry, now))
+    }
+
+    /// One lease call for `cost` units of `redis_key` (`window_ms`: a new window's length):
+    /// the decision for this check, the rest of the grant kept for the next ones.
+    pub(super) async fn lease<C: ConnectionLike>(
+        &self,
+        manager: &ScriptManager,
+        conn: &mut C,
+        redis_key: &str,
+        limit: u32,
+        window_ms: u64,
+        cost: u32,
+    ) -> Result<Granted> {
+        let now = Instant::now();
+        let (last, left) = match self.lock().get(redis_key) {
+            Some(h) if h.until > now => {
+                (Some(h.last_want), u64::from(limit).saturating_sub(h.count))
+            }
+            _ => (None, u64::from(limit)),
+        };
+        let want = self.settings.want(cost, last, left);
+        let mut call = Call::new(self.script);
+        call.key(redis_key)
+            .arg(limit)
+            .arg(window_ms)
+            .arg(cost)
+            .arg(want);
+        let sent = Instant::now();
+        let reply: Value = manager.invoke(conn, &call).await?;
+        let (granted, count, pttl) = self.decode(reply)?;
+        let reset_after = match u64::try_from(pttl) {
+            Ok(ms) => Duration::from_millis(ms.max(1)),
+            Err(_) => Duration::from_millis(window_ms),
+        };
+        if granted < u64::from(cost) {
+            let quota = Quota::new(limit, count, reset_after);
+            return Ok(Granted {
+                decision: Decision::Limited {
+                    quota,
+                    retry_after: reset_after,
+                },
+            });
+        }
+        let until = sent.checked_add(reset_after).unwrap_or(sent);
+        let mut held = self.lock();
+        let now = Instant::now();
+        if !held.contains_key(redis_key) && held.len() >= Lease::MAX_KEYS {
+            held.retain(|_, h| h.until > now);
+        }
+        let rest = granted - u64::from(cost);
+        let fresh = Held {
+            units: rest,
+            until,
+            count,
+            last_want: want,
+        };
+        let room = held.len() < Lease::MAX_KEYS;
+        let entry = match held.get_mut(redis_key) {
+            // Same window (it has not ended here, so not in Redis either): add the units. A
+            // counter lower than last seen was lost (a restart, a flush, a reset): the units
+            // held of it are dropped with it.
+            Some(h) if h.until > now && count >= h.count => {
+                h.units = h.units.saturating_add(rest);
+                h.until = h.until.min(until);
+                h.count = h.count.max(count);
+                h.last_want = want;
+                *h
+            }
+            Some(h) => {
+                *h = fresh;
+                fresh
+            }
+            None => {
+                // Full: this grant's rest dies with its window (counted, never over-admitted).
+                if room {
+                    held.insert(redis_key.to_owned(), fresh);
+                }
+                fresh
+            }
+        };
+        Ok(Granted {
+            decision: allowed(limit, &entry, now),
+        })
+    }
+
+    /// `{granted, count, pttl}` -> its three integers, without trusting its shape.
+    fn decode(&self, reply: Value) -> Result<(u64, u64, i64)> {
+        let bad = |detail: &str| Error::unexpected(self.script.id(), detail);
+        match reply {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(granted), Value::Int(count), Value::Int(pttl)] => Ok((
+                    u64::try_from(*granted).map_err(|_| bad("negative grant"))?,
+                    u64::try_from(*count).map_err(|_| bad("negative count"))?,
+                    *pttl,
+                )),
+                _ => Err(bad("expected an array of 3 integers")),
+            },
+            _ => Err(bad("expected an array of 3 integers")),
+        }
+    }
+
+    /// Forgets what this instance holds of `redis_key` (after a reset of its counter).
+    pub(super) fn forget(&self, redis_key: &str) {
+        self.lock().remove(redis_key);
+    }
+}
+
+/// An allowed check as the lease sees it: what is left in Redis as last seen, plus the units
+/// held here (at most the limit), until the window ends.
+fn allowed(limit: u32, held: &Held, now: Instant) -> Decision {
+    let left = u64::from(limit)
+        .saturating_sub(held.count)
+        .saturating_add(held.units);
+    Decision::Allowed(Quota::with_remaining(
+        limit,
+        left,
+        held.until
+            .saturating_duration_since(now)
+            .max(Duration::from_millis(1)),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_grows_by_doubling_within_its_caps() {
+        let lease = Lease::new(64).unwrap().instances(2).unwrap();
+        assert_eq!(
+            lease.want(1, None, 1_000),
+            1,
+            "first of a window: what it needs"
+        );
+        assert_eq!(lease.want(3, None, 1_000), 3);
+        assert_eq!(lease.want(1, Some(1), 1_000), 2);
+        assert_eq!(lease.want(1, Some(16), 1_000), 32);
+        assert_eq!(lease.want(1, Some(64), 1_000), 64, "at most max_units");
+        assert_eq!(
+            lease.want(1, Some(64), 100),
+            25,
+            "at most a quarter of 100 left (2 instances)"
+        );
+        assert_eq!(lease.want(1, Some(64), 3), 1, "near the limit: the cost");
+        assert_eq!(lease.want(5, Some(64), 3), 5, "never below the cost");
+        assert_eq!(lease.want(1, Some(u32::MAX), u64::MAX), 64);
+    }
+
+    #[test]
+    fn settings_are_bounded() {
+        assert!(Lease::new(0).is_err() && Lease::new(1).is_err());
+        assert!(Lease::new(Lease::MAX_UNITS).is_ok() && Lease::new(Lease::MAX_UNITS + 1).is_err());
+        let lease = Lease::new(8).unwrap();
+        assert!(lease.instances(0).is_err() && lease.instances(10_001).is_err());
+        assert_eq!(
+            lease.instances(10_000).unwrap().expected_instances(),
+            10_000
+        );
+    }
+
+    #[test]
+    fn the_view_adds_the_units_held_to_what_redis_has_left() {
+        let now = Instant::now();
+        let held = Held {
+            units: 7,
+            until: now + Duration::from_secs(1),
+            count: 90,
+            last_want: 8,
+        };
+        let d = allowed(100, &held, now);
+        assert_eq!(d.quota().remaining(), 17);
+        assert!(d.quota().reset_after() <= Duration::from_secs(1));
+        let full = Held {
+            count: 0,
+            units: 50,
+            ..held
+        };
+        assert_eq!(allowed(100, &full, now).quota().remaining(), 100);
+    }
+}

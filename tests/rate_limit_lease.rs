@@ -1,0 +1,210 @@
+//! Leased quota (`FixedWindow::with_lease`) against a real Redis: 4 instances (their own
+//! managers and connections) hammering one key never admit more than the limit in a window and
+//! admit at least `limit - 4 x max_units` when demand exceeds it; a lease is never used after
+//! its window; cold keys take no lease; a restart mid-window drops what was held of the lost
+//! counter.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redkit::rate_limit::{FixedWindow, Lease, LimitKey, Rate};
+use redkit::ScriptManager;
+use support::RedisServer;
+
+const MAX_UNITS: u32 = 8;
+
+fn leased(limit: u32, window_ms: u64) -> FixedWindow {
+    FixedWindow::new(
+        "lease",
+        Rate::new(limit, Duration::from_millis(window_ms)).unwrap(),
+    )
+    .unwrap()
+    .with_manager(ScriptManager::new())
+    .with_lease(Lease::new(MAX_UNITS).unwrap().instances(4).unwrap())
+    .unwrap()
+}
+
+/// Bursts of 32 tasks over 4 instances, each burst inside one window: it starts once the last
+/// window's counter is gone (so every lease held of it has ended too) and stops 150 ms into
+/// a 400 ms window. Per burst: admitted <= limit, and >= limit - 4 x max_units.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_instances_never_admit_more_than_the_limit_in_a_window() {
+    let server = RedisServer::spawn().await;
+    let limit = 60;
+    let instances: Vec<FixedWindow> = (0..4).map(|_| leased(limit, 400)).collect();
+    let key = LimitKey::text("hot").unwrap();
+    let redis_key = instances[0].redis_key(&key);
+    let mut conns = Vec::new();
+    for _ in 0..4 {
+        conns.push(server.conn().await);
+    }
+    let mut admitted_per_window = Vec::new();
+    for _ in 0..8 {
+        // The last window (and every lease of it) has ended.
+        let gone = Instant::now();
+        while server.cmd::<i64>(&["EXISTS", &redis_key]).await == 1 {
+            assert!(
+                gone.elapsed() < Duration::from_secs(5),
+                "the counter never expired"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let admitted = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        for t in 0..32 {
+            let limiter = instances[t % 4].clone();
+            let mut conn = conns[t % 4].clone();
+            let (key, admitted, stop) = (key.clone(), admitted.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    if limiter.check(&mut conn, &key).await.unwrap().is_allowed() {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        stop.store(true, Ordering::Relaxed);
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let counted: u64 = server
+            .cmd::<Option<u64>>(&["GET", &redis_key])
+            .await
+            .unwrap_or(0);
+        let admitted = admitted.load(Ordering::Relaxed);
+        assert!(counted <= u64::from(limit), "Redis counted {counted}");
+        assert!(
+            admitted <= counted,
+            "admitted {admitted}, but Redis counted only {counted}"
+        );
+        assert!(
+            admitted >= u64::from(limit - 4 * MAX_UNITS),
+            "demand exceeded the limit, yet only {admitted} admitted"
+        );
+        admitted_per_window.push(admitted);
+    }
+    println!("admitted per window (limit {limit}, 4 x {MAX_UNITS} at most unused): {admitted_per_window:?}");
+}
+
+/// A lease is never used after its window: an instance holding units sleeps past the
+/// window's end, and its next check goes to Redis and counts in the new window.
+#[tokio::test]
+async fn a_lease_is_never_used_after_its_window() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    ScriptManager::new().preload(&mut conn).await.unwrap();
+    let limiter = leased(100, 200);
+    let key = LimitKey::text("edge").unwrap();
+    let redis_key = limiter.redis_key(&key);
+    let calls = server.evalsha_calls().await;
+    // The first check takes what it needs (1), the second asks for 2: one unit held.
+    for _ in 0..2 {
+        assert!(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
+    }
+    assert_eq!(server.evalsha_calls().await - calls, 2);
+    assert_eq!(
+        server.cmd::<u64>(&["GET", &redis_key]).await,
+        3,
+        "1 + 2 leased"
+    );
+    // The held unit answers the third check in process.
+    assert!(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
+    assert_eq!(server.evalsha_calls().await - calls, 2, "no round trip");
+    // One more unit held? No: 3 used of 3 leased. Lease again (asks for 4), then sleep across
+    // the window's edge holding 3 units.
+    assert!(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
+    assert_eq!(server.cmd::<u64>(&["GET", &redis_key]).await, 7);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(
+        server.cmd::<i64>(&["EXISTS", &redis_key]).await,
+        0,
+        "the window ended"
+    );
+    let before = server.evalsha_calls().await;
+    assert!(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
+    assert_eq!(
+        server.evalsha_calls().await - before,
+        1,
+        "the held units were not used"
+    );
+    assert_eq!(
+        server.cmd::<u64>(&["GET", &redis_key]).await,
+        1,
+        "a new window, one unit"
+    );
+}
+
+/// Keys checked once per window (10,000 clients, each below its limit) lease nothing: every
+/// counter holds exactly the one check made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cold_keys_take_no_lease() {
+    let server = RedisServer::spawn().await;
+    let limiter = leased(100, 60_000);
+    let mut tasks = Vec::new();
+    for part in 0..16 {
+        let limiter = limiter.clone();
+        let mut conn = server.conn().await;
+        tasks.push(tokio::spawn(async move {
+            for i in (part..10_000).step_by(16) {
+                let key = LimitKey::ip(std::net::Ipv4Addr::from(0x0a00_0000u32 + i).into());
+                assert!(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let mut conn = server.conn().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("redkit:rl:lease:*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 10_000);
+    let counts: Vec<u64> = redis::cmd("MGET")
+        .arg(&keys)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        counts.iter().all(|c| *c == 1),
+        "a cold key leased more than it used"
+    );
+}
+
+/// A restart mid-window loses the counter: the units held of it are used up to what was held
+/// (the same over-admission a restart causes without leasing: the count is gone), then the
+/// next lease sees a lower counter and drops what is left; Redis never counts past the limit.
+#[tokio::test]
+async fn a_restart_mid_window_drops_what_was_held_of_the_lost_counter() {
+    let mut server = RedisServer::spawn().await;
+    let limiter = leased(20, 60_000);
+    let key = LimitKey::text("restart").unwrap();
+    let redis_key = limiter.redis_key(&key);
+    let mut conn = server.patient_conn().await;
+    let mut admitted = 0;
+    for _ in 0..6 {
+        admitted += u32::from(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
+    }
+    let counted_before: u32 = server.cmd(&["GET", &redis_key]).await;
+    assert_eq!(admitted, 6);
+    server.restart().await;
+    let mut conn = server.patient_conn().await;
+    let mut after = 0;
+    for _ in 0..40 {
+        after += u32::from(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
+    }
+    let counted: u32 = server.cmd(&["GET", &redis_key]).await;
+    assert_eq!(counted, 20, "the new counter is full, never past the limit");
+    let held_before = counted_before - admitted;
+    assert!(
+        after <= 20 + held_before,
+        "{after} admitted after the restart; at most the new limit plus the {held_before} held"
+    );
+    assert!(after >= 20 - MAX_UNITS, "{after}");
+}
