@@ -42,7 +42,7 @@
 //!   `redis-benchmark` ceiling; `Store::decrement` and `FixedWindow::check` with and without
 //!   `Coalescing`.
 //!
-//! `REDKIT_LEAN_CASES=fixed,bodies,gcra,sliding,stock,lock,paired,twin,hot,seq,pipe` runs only those cases
+//! `REDKIT_LEAN_CASES=fixed,bodies,gcra,sliding,stock,lock,paired,twin,hot,lease,seq,pipe` runs only those cases
 //! (default: all).
 //!
 //! Each case runs 64 tasks on one multiplexed connection for a few seconds and reports ops/s,
@@ -88,7 +88,7 @@ mod paired;
 #[path = "lean/processes.rs"]
 mod processes;
 
-use ops::{decrement_op, limiter_ops, lock_op, run_op, seed_lock_op, seed_stock_ops};
+use ops::{decrement_op, hot_key_ops, limiter_ops, lock_op, run_op, seed_lock_op, seed_stock_ops};
 
 use std::future::Future;
 use std::net::Ipv4Addr;
@@ -102,7 +102,7 @@ use redkit::inventory::{Decrement, Inventory};
 use redkit::lock::{
     Acquire, FairLock, Lock, LockOptions, Mode, Owner, ReentrantLock, Release, RwLock, Semaphore,
 };
-use redkit::rate_limit::{Decision, FixedWindow, Gcra, LimitKey, Rate, SlidingWindow};
+use redkit::rate_limit::{Decision, FixedWindow, Gcra, Lease, LimitKey, Rate, SlidingWindow};
 use redkit::script::{Backend, Library};
 use redkit::{Call, GroupCommit, Registry, ScriptManager};
 
@@ -574,6 +574,10 @@ async fn bench(secs: f64) {
         fresh(&server).await;
         hot_case(&server, conn.clone(), pid, secs).await;
     }
+    if selected("lease") {
+        fresh(&server).await;
+        lease_case(&conn, pid, secs).await;
+    }
     if selected("seq") {
         fresh(&server).await;
         sequential_case(conn.clone()).await;
@@ -585,6 +589,31 @@ async fn bench(secs: f64) {
     fresh(&server).await;
     limiter_ceilings(&server, &mut conn).await;
     drop(server);
+}
+
+/// One hot key, 64 callers: the seed limiter against `FixedWindow` plain and with a lease of
+/// up to 64 units (the limit is never reached, so every check is allowed).
+async fn lease_case(conn: &MultiplexedConnection, pid: Option<u32>, secs: f64) {
+    let rate = Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap();
+    let key = LimitKey::text("hot-client").unwrap();
+    let plain = Arc::new(FixedWindow::new("lean-hot", rate).unwrap());
+    let (plain_op, seed_op) = hot_key_ops(&plain, &key);
+    let seed = run_op(conn, pid, secs, &seed_op).await;
+    let redkit = run_op(conn, pid, secs, &plain_op).await;
+    row("fixed-window check, one hot key", &redkit, &seed);
+    let leased = Arc::new(
+        FixedWindow::new("lean-lease", rate)
+            .unwrap()
+            .with_lease(Lease::new(64).unwrap())
+            .unwrap(),
+    );
+    let (leased_op, _) = hot_key_ops(&leased, &key);
+    let redkit_leased = run_op(conn, pid, secs, &leased_op).await;
+    row(
+        "fixed-window check, one hot key, with_lease(Lease::new(64))",
+        &redkit_leased,
+        &seed,
+    );
 }
 
 /// Empties the private server's keyspace (`FLUSHALL SYNC`; loaded scripts stay) between

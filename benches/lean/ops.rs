@@ -64,6 +64,27 @@ pub(crate) fn limiter_ops(limiter: &Arc<FixedWindow>, ips: &Arc<Vec<LimitKey>>) 
     (redkit, seed)
 }
 
+/// The limiter ops on ONE hot key: `limiter.check`, and the seed limiter on the same key.
+pub(crate) fn hot_key_ops(limiter: &Arc<FixedWindow>, key: &LimitKey) -> (Op, Op) {
+    let (l, k) = (limiter.clone(), Arc::new(key.clone()));
+    let redkit = op(move |mut c, _, _| {
+        let (l, k) = (l.clone(), k.clone());
+        async move {
+            let d = l.check(&mut c, &k).await.unwrap();
+            assert!(matches!(d, Decision::Allowed { .. }), "{d:?}");
+        }
+    });
+    let (s, key) = (
+        Arc::new(redis::Script::new(SEED_LIMITER)),
+        format!("seed:rl:{key}"),
+    );
+    let seed = op(move |mut c, _, _| {
+        let (s, key) = (s.clone(), key.clone());
+        async move { seed_check(&s, &mut c, key).await }
+    });
+    (redkit, seed)
+}
+
 /// A Lua body through raw `redis::Script` (no redkit code on the client), called as the
 /// limiter rows call theirs over the 10k IPs: `fixed_window.v7`'s body with the limiter's key
 /// and arguments when `v7`, else the seed limiter with one `PTTL` before it (the seed's
