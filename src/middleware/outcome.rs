@@ -30,6 +30,10 @@ pub enum LimitOutcome {
     Checked(Decision),
     /// The request was let through without a decision.
     Unchecked(Unchecked),
+    /// A policy in shadow mode ([`PolicySpec::shadow`](super::PolicySpec::shadow)) would have
+    /// refused the request (the decision says why) and let it through: it was counted as a
+    /// refused request is (not at all, for a window or bucket that was full).
+    WouldLimit(Decision),
 }
 
 impl LimitOutcome {
@@ -41,19 +45,19 @@ impl LimitOutcome {
     /// ```
     pub fn decision(&self) -> Option<&Decision> {
         match self {
-            Self::Checked(d) => Some(d),
+            Self::Checked(d) | Self::WouldLimit(d) => Some(d),
             Self::Unchecked(_) => None,
         }
     }
 
-    /// `true` when the limiter was asked (the request counted against the client's quota).
+    /// `true` when the limiter was asked (a policy in shadow mode included).
     ///
     /// ```
     /// use redkit::middleware::{LimitOutcome, Unchecked};
     /// assert!(!LimitOutcome::Unchecked(Unchecked::UnknownClient).is_checked());
     /// ```
     pub fn is_checked(&self) -> bool {
-        matches!(self, Self::Checked(_))
+        matches!(self, Self::Checked(_) | Self::WouldLimit(_))
     }
 }
 

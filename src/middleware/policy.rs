@@ -44,6 +44,13 @@ pub struct PolicySpec {
     algorithm: Algorithm,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     burst: Option<u32>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    shadow: bool,
+}
+
+/// Whether a flag is off (left out when written).
+fn is_false(flag: &bool) -> bool {
+    !flag
 }
 
 impl PolicySpec {
@@ -62,7 +69,28 @@ impl PolicySpec {
             window_ms: u64::try_from(rate.period().as_millis()).unwrap_or(u64::MAX),
             algorithm: Algorithm::default(),
             burst: (rate.burst() != rate.limit()).then_some(rate.burst()),
+            shadow: false,
         }
+    }
+
+    /// Runs the policy in **shadow mode** (TOML / JSON: `shadow = true`): requests are
+    /// counted and get the `RateLimit` headers as if it were enforced, but it never refuses;
+    /// a request it would have refused reaches the handler with
+    /// [`LimitOutcome::WouldLimit`](super::LimitOutcome::WouldLimit) and is counted as
+    /// `shadow_limited` (see [`Policies::shadow`]). Try a limit on live traffic, then remove
+    /// the flag to enforce it with the counters it already has.
+    ///
+    /// ```
+    /// use redkit::middleware::{Policies, PolicyConfig, PolicySpec};
+    /// use redkit::rate_limit::Rate;
+    /// let spec = PolicySpec::new("search", Rate::per_second(10)?).shadow();
+    /// let policies = Policies::from_config(&PolicyConfig::new(spec))?;
+    /// assert!(policies.is_shadow("search"));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn shadow(mut self) -> Self {
+        self.shadow = true;
+        self
     }
 
     /// Uses `algorithm` instead of the fixed window.
@@ -104,6 +132,8 @@ struct RouteSpec {
     algorithm: Algorithm,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     burst: Option<u32>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    shadow: bool,
 }
 
 impl RouteSpec {
@@ -114,6 +144,7 @@ impl RouteSpec {
             window_ms: self.window_ms,
             algorithm: self.algorithm,
             burst: self.burst,
+            shadow: self.shadow,
         }
     }
 }
@@ -418,6 +449,7 @@ impl PolicyConfig {
             window_ms: policy.window_ms,
             algorithm: policy.algorithm,
             burst: policy.burst,
+            shadow: policy.shadow,
         });
         self
     }
@@ -442,6 +474,8 @@ pub struct Policies {
     routes: Vec<(String, Limiter)>,
     /// Clients decided on before any Redis call.
     access: AccessList,
+    /// The names of the limiters in shadow mode.
+    shadow: Vec<String>,
 }
 
 impl Policies {
@@ -459,7 +493,40 @@ impl Policies {
             default: default.into(),
             routes: Vec::new(),
             access: AccessList::new(),
+            shadow: Vec::new(),
         }
+    }
+
+    /// Puts the limiter named `name` (wherever it is used) in **shadow mode**: its checks
+    /// count and set the headers as if enforced, but never refuse (see
+    /// [`PolicySpec::shadow`]).
+    ///
+    /// ```
+    /// use redkit::middleware::Policies;
+    /// use redkit::rate_limit::{FixedWindow, Rate};
+    /// let policies = Policies::new(FixedWindow::new("api", Rate::per_second(10)?)?).shadow("api");
+    /// assert!(policies.is_shadow("api") && !policies.is_shadow("other"));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn shadow(mut self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        if !self.shadow.contains(&name) {
+            self.shadow.push(name);
+        }
+        self
+    }
+
+    /// Whether the limiter named `name` is in shadow mode.
+    ///
+    /// ```
+    /// use redkit::middleware::Policies;
+    /// use redkit::rate_limit::{FixedWindow, Rate};
+    /// let policies = Policies::new(FixedWindow::new("api", Rate::per_second(10)?)?);
+    /// assert!(!policies.is_shadow("api"));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn is_shadow(&self, name: &str) -> bool {
+        self.shadow.iter().any(|n| n == name)
     }
 
     /// Decides on the clients in `access` before any Redis call: allowed ones pass unchecked,
@@ -554,6 +621,24 @@ impl Policies {
         for route in &config.routes {
             policies = policies.route(route.path.clone(), route.policy().build(prefix)?)?;
         }
+        let specs = std::iter::once(config.default.clone())
+            .chain(config.routes.iter().map(RouteSpec::policy));
+        let specs: Vec<PolicySpec> = specs.collect();
+        for spec in &specs {
+            let enforced = specs.iter().any(|s| s.name == spec.name && !s.shadow);
+            if spec.shadow && enforced {
+                return Err(Error::invalid(
+                    "shadow",
+                    format!(
+                        "limiter {:?} is in shadow mode in one place and enforced in another",
+                        spec.name
+                    ),
+                ));
+            }
+            if spec.shadow {
+                policies = policies.shadow(spec.name.clone());
+            }
+        }
         if let Some(capacity) = config.deny_cache_capacity {
             policies = policies.with_deny_cache(DenyCache::new(capacity)?);
         }
@@ -607,6 +692,7 @@ impl Policies {
                 .map(|(path, l)| (path, attach(l)))
                 .collect(),
             access: self.access,
+            shadow: self.shadow,
         }
     }
 }
@@ -626,6 +712,7 @@ impl Policies {
                 .map(|(path, l)| (path, group(l)))
                 .collect(),
             access: self.access,
+            shadow: self.shadow,
         }
     }
 }
@@ -645,6 +732,7 @@ impl Policies {
                 .map(|(path, l)| Ok((path, leased(l)?)))
                 .collect::<Result<_>>()?,
             access: self.access,
+            shadow: self.shadow,
         })
     }
 }
@@ -695,6 +783,35 @@ mod tests {
         assert!(json.get("algorithm").is_none(), "{json}");
         let json = serde_json::to_value(spec.algorithm(Algorithm::Gcra)).unwrap();
         assert_eq!(json["algorithm"], "gcra");
+    }
+
+    #[test]
+    fn shadow_is_per_limiter_name_and_never_half() {
+        let config: PolicyConfig = toml::from_str(
+            r#"
+            [default]
+            name = "api"
+            limit = 10
+            window_ms = 1000
+            [[routes]]
+            path = "/search"
+            name = "search"
+            limit = 5
+            window_ms = 1000
+            shadow = true
+            "#,
+        )
+        .unwrap();
+        let policies = Policies::from_config(&config).unwrap();
+        assert!(policies.is_shadow("search") && !policies.is_shadow("api"));
+        let written = toml::to_string(&config).unwrap();
+        assert_eq!(written.matches("shadow = true").count(), 1, "{written}");
+        // One limiter (one counter) shadowed in one place and enforced in another: refused.
+        let half = config.route(
+            "/other",
+            PolicySpec::new("search", Rate::per_second(5).unwrap()),
+        );
+        assert!(Policies::from_config(&half).is_err());
     }
 
     #[test]
