@@ -6,14 +6,14 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Value};
 
-use super::grant::Refused;
+use super::grant::settle;
 use super::guard::LockGuard;
 use super::options::LockOptions;
 use super::outcome::{Acquire, Held, Renew};
 use super::schema;
 use super::single::Lock;
-use super::token::{issued, owner_token, FencingToken};
-use super::wait::Retry;
+use super::token::{issued, FencingToken};
+use super::wait::{poll, Attempts, Step};
 use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Replication};
 
@@ -127,52 +127,23 @@ impl Lock {
         replication: Option<Replication>,
     ) -> Result<(Acquire<LockGuard<Lock>>, Option<Acked<()>>)> {
         let ttl_ms = options.validate()?;
-        let mut key = self.key(resource)?;
-        let mut token = match options.get_token() {
-            Some(token) => token.to_owned(),
-            None => owner_token(),
-        };
-        let mut retry = Retry::new(options.settings());
+        let key = self.key(resource)?;
+        let token = options.owner_token();
         let wait = replication.or(options.get_replication());
         if let Some(r) = &wait {
             Box::pin(self.inner.base.manager.check_wait(conn, r)).await?;
         }
-        loop {
-            let (granted, replicas) = self
-                .attempt(conn, &key, &token, ttl_ms, options, wait)
-                .await?;
-            let outcome = match granted {
-                Attempt::Busy { holder_ttl } => Acquire::Busy(Held::until(holder_ttl)),
-                Attempt::Granted { fence, started } => {
-                    // The guard takes the key and token, unless a refused hold may be retried.
-                    let retry = options
-                        .settings()
-                        .replication_shortfall(replicas.as_ref())
-                        .is_some();
-                    let (k, t) = if retry {
-                        (key.clone(), token.clone())
-                    } else {
-                        (std::mem::take(&mut key), std::mem::take(&mut token))
-                    };
-                    let guard = LockGuard::held(k, t, fence, ttl_ms, options.settings(), started);
-                    let valid = guard.is_valid();
-                    let Some(refused) = Refused::check(
-                        guard.key(),
-                        valid,
-                        started,
-                        options.settings(),
-                        replicas.as_ref(),
-                    ) else {
-                        return Ok((Acquire::Acquired(guard), replicas));
-                    };
-                    Box::pin(self.release(conn, guard)).await?;
-                    refused.acquire()?
-                }
-            };
-            if !retry.again().await {
-                return Ok((outcome, replicas));
-            }
-        }
+        let mut attempts = LockAttempts {
+            lock: self,
+            key: &key,
+            token: &token,
+            ttl_ms,
+            options,
+            wait,
+            replicas: None,
+        };
+        let outcome = poll(options.settings(), conn, &mut attempts).await?;
+        Ok((outcome, attempts.replicas))
     }
 
     async fn attempt<C: ConnectionLike>(
@@ -299,6 +270,43 @@ impl Lock {
             },
         };
         Ok((outcome, replicas))
+    }
+}
+
+/// The attempts of one acquire of a [`Lock`]: a hold refused for too few replicas may be
+/// tried again, like a busy lock.
+struct LockAttempts<'a> {
+    lock: &'a Lock,
+    key: &'a str,
+    token: &'a str,
+    ttl_ms: u64,
+    options: &'a LockOptions<Lock>,
+    wait: Option<Replication>,
+    /// What the last attempt's `WAIT` answered.
+    replicas: Option<Acked<()>>,
+}
+
+impl Attempts for LockAttempts<'_> {
+    type Guard = LockGuard<Lock>;
+
+    async fn attempt<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Step<LockGuard<Lock>>> {
+        let (key, token, ttl_ms) = (self.key, self.token, self.ttl_ms);
+        let (granted, replicas) = self
+            .lock
+            .attempt(conn, key, token, ttl_ms, self.options, self.wait)
+            .await?;
+        self.replicas = replicas;
+        let answer = match granted {
+            Attempt::Busy { holder_ttl } => Acquire::Busy(Held::until(holder_ttl)),
+            Attempt::Granted { fence, started } => {
+                let settings = self.options.settings();
+                let (key, token) = (key.to_owned(), token.to_owned());
+                let guard = LockGuard::held(key, token, fence, ttl_ms, settings, started);
+                let replicas = self.replicas.as_ref();
+                settle(self.lock, conn, guard, started, settings, replicas).await?
+            }
+        };
+        Ok(Step::unless_acquired(answer))
     }
 }
 

@@ -7,18 +7,17 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use redis::Value;
 
-use super::grant::Refused;
+use super::grant::settle;
 use super::guard::LockGuard;
 use super::kind::{lease_verbs, lock_accessors, Base};
 use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Replicated, Settings};
 use super::outcome::{status, Acquire, Held};
 use super::schema;
-use super::token::owner_token;
 use super::wait::block_on;
 use super::wait::ms;
 use crate::error::{Error, Result};
-use crate::script::{Acked, Call, Registry, Script, ScriptManager};
+use crate::script::{Call, Registry, Script, ScriptManager};
 
 /// A fair lock on one Redis server or a Redis Cluster: callers hold it one at a time **in the
 /// order they arrived**, like ZooKeeper's ephemeral sequential nodes.
@@ -211,10 +210,7 @@ impl FairLock {
         let ttl_ms = options.validate()?;
         let settings = options.settings();
         let key = self.key(resource)?;
-        let token = match options.get_token() {
-            Some(token) => token.to_owned(),
-            None => owner_token(),
-        };
+        let token = options.owner_token();
         let script = self.inner.acquire;
         let waiter = self.inner.waiter_lease;
         let mut call = Call::new(script);
@@ -226,12 +222,10 @@ impl FairLock {
             .arg(ms(waiter))
             .arg(schema::fence_ttl_ms(ttl_ms));
         loop {
-            let started = Instant::now();
-            let (reply, replicas): (Vec<Value>, Option<Acked<()>>) = self
+            let (reply, started, replicas): (Vec<Value>, _, _) = self
                 .inner
                 .base
-                .manager
-                .invoke_waiting(conn, &call, options.get_replication())
+                .attempt(conn, &call, options.get_replication())
                 .await?;
             let int = |v: &Value| match v {
                 Value::Int(n) => Ok(*n),
@@ -242,13 +236,7 @@ impl FairLock {
                     let guard = LockGuard::granted(
                         script, key.clone(), token.clone(), int(fence)?, ttl_ms, settings, started,
                     )?;
-                    let valid = guard.is_valid();
-                    if let Some(refused) = Refused::check(&key, valid, started, settings, replicas.as_ref())
-                    {
-                        self.release(conn, guard).await?;
-                        return refused.acquire();
-                    }
-                    return Ok(Acquire::Acquired(guard));
+                    return settle(self, conn, guard, started, settings, replicas.as_ref()).await;
                 }
                 [status, _, _, Value::BulkString(pred), left] if int(status)? == 0 => {
                     let remaining =

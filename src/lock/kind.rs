@@ -1,10 +1,17 @@
-//! What every single-server lock kind holds (key prefix and script manager), and the
-//! accessors they share (`with_prefix`, `with_manager`, `prefix`, `manager`, `key`,
-//! `Default`), written once by [`lock_accessors`] for each kind.
+//! What every single-server lock kind holds (key prefix and script manager) and how it
+//! sends one acquire attempt ([`Base::attempt`]), and the accessors they share
+//! (`with_prefix`, `with_manager`, `prefix`, `manager`, `key`, `Default`), written once by
+//! [`lock_accessors`] for each kind.
 //!
 //! A leaf but for the key schema: it imports nothing else from the lock files.
 
-use crate::script::ScriptManager;
+use std::time::Instant;
+
+use redis::aio::ConnectionLike;
+use redis::FromRedisValue;
+
+use crate::error::Result;
+use crate::script::{Acked, Call, Replication, ScriptManager};
 
 /// The key prefix and script manager of a lock kind.
 #[derive(Debug, Clone)]
@@ -20,6 +27,20 @@ impl Base {
             prefix: prefix.to_owned(),
             manager: ScriptManager::new(),
         }
+    }
+
+    /// One acquire attempt: `call`, followed by `WAIT` for `replication` in the same round
+    /// trip when given. The reply, when the request was sent (the lease is measured from
+    /// then), and what the `WAIT` answered (`None`: not sent).
+    pub(crate) async fn attempt<T: FromRedisValue, C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        call: &Call<'_>,
+        replication: Option<Replication>,
+    ) -> Result<(T, Instant, Option<Acked<()>>)> {
+        let started = Instant::now();
+        let (reply, replicas) = self.manager.invoke_waiting(conn, call, replication).await?;
+        Ok((reply, started, replicas))
     }
 }
 
@@ -115,7 +136,13 @@ macro_rules! lease_verbs {
             mut guard: $guard,
         ) -> $crate::error::Result<$crate::lock::Release> {
             guard.watchdog = None;
-            $crate::lock::lease::release(self, conn, &guard.held, guard.extra()).await
+            $crate::lock::lease::release(
+                self,
+                conn,
+                &guard.held,
+                $crate::lock::lease::LeaseGuard::extra(&guard),
+            )
+            .await
         }
 
         $(#[$renew])*

@@ -6,6 +6,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
+use super::token::owner_token;
 use crate::error::{Error, Result};
 use crate::script::{Acked, Replication};
 
@@ -198,6 +199,15 @@ impl<K> LockOptions<K> {
     /// The caller's owner token, if one was set.
     pub(crate) fn get_token(&self) -> Option<&str> {
         self.settings.get_token()
+    }
+
+    /// The owner token of every attempt of one acquire: the caller's
+    /// ([`LockOptions::token`]) when set, else a fresh random one.
+    pub(crate) fn owner_token(&self) -> String {
+        match self.get_token() {
+            Some(token) => token.to_owned(),
+            None => owner_token(),
+        }
     }
 
     /// The replication required at acquire, if any.

@@ -3,21 +3,20 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
-use super::grant::Refused;
+use super::grant::Granting;
 use super::guard::LockGuard;
 use super::kind::{lease_verbs, lock_accessors, Base};
 use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, Polling, Replicated};
-use super::outcome::{Acquire, Held, Release};
+use super::outcome::{Acquire, Release};
 use super::schema;
 use super::token::owner_token;
-use super::wait::{ms, Retry};
+use super::wait::{ms, poll};
 use crate::error::{Error, Result};
-use crate::script::{Acked, Call, Registry, Script, ScriptManager};
+use crate::script::{Call, Registry, Script, ScriptManager};
 
 /// Who holds a [`ReentrantLock`]: an explicit handle (a tokio task has no thread id), cloned
 /// into the nested code that may take the lock again. Its token is a secret, never printed.
@@ -203,50 +202,18 @@ impl ReentrantLock {
             .arg(&owner.token)
             .arg(ttl_ms)
             .arg(schema::fence_ttl_ms(ttl_ms));
-        let mut retry = Retry::new(settings);
-        loop {
-            let started = Instant::now();
-            let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
-                .inner
-                .base
-                .manager
-                .invoke_waiting(conn, &call, options.get_replication())
-                .await?;
-            match reply.as_slice() {
-                [1, fence, _holds] => {
-                    let guard = LockGuard::granted(
-                        script,
-                        key,
-                        owner.token.clone(),
-                        *fence,
-                        ttl_ms,
-                        settings,
-                        started,
-                    )?;
-                    let valid = guard.is_valid();
-                    if let Some(refused) =
-                        Refused::check(guard.key(), valid, started, settings, replicas.as_ref())
-                    {
-                        self.release(conn, guard).await?;
-                        return refused.acquire();
-                    }
-                    return Ok(Acquire::Acquired(guard));
-                }
-                [0, pttl] => {
-                    if !retry.again().await {
-                        return Ok(Acquire::Busy(Held::until(
-                            u64::try_from(*pttl).ok().map(Duration::from_millis),
-                        )));
-                    }
-                }
-                other => {
-                    return Err(Error::unexpected(
-                        script.id(),
-                        format!("reply {other:?} is neither [1, fence, holds] nor [0, ms]"),
-                    ))
-                }
-            }
-        }
+        let mut attempts = Granting {
+            kind: self,
+            base: &self.inner.base,
+            call,
+            key: &key,
+            token: &owner.token,
+            ttl_ms,
+            options: settings,
+            replication: options.get_replication(),
+            granted: (3, "[1, fence, holds]"),
+        };
+        poll(settings, conn, &mut attempts).await
     }
 
     lease_verbs! {

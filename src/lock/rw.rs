@@ -1,21 +1,20 @@
 //! [`RwLock`]: many readers or one writer, leases on both, writers not starved.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::grant::Refused;
+use super::grant::Granting;
 use super::guard::LockGuard;
 use super::kind::{lease_verbs, lock_accessors, Base};
 use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated, Settings};
-use super::outcome::{status, Acquire, Held};
+use super::outcome::{status, Acquire};
 use super::schema;
-use super::token::owner_token;
-use super::wait::{ms, Retry};
-use crate::error::{Error, Result};
-use crate::script::{Acked, Call, Registry, Script, ScriptManager};
+use super::wait::{ms, poll};
+use crate::error::Result;
+use crate::script::{Call, Registry, Script, ScriptManager};
 
 /// Which hold an [`RwLock`] acquire asks for.
 ///
@@ -176,12 +175,8 @@ impl RwLock {
         let ttl_ms = options.validate()?;
         let settings = options.settings();
         let key = self.key(resource)?;
-        let token = match options.get_token() {
-            Some(token) => token.to_owned(),
-            None => owner_token(),
-        };
-        let intent = options
-            .settings()
+        let token = options.owner_token();
+        let intent = settings
             .longest_pause()
             .saturating_mul(2)
             .saturating_add(INTENT_MARGIN)
@@ -197,47 +192,22 @@ impl RwLock {
             .arg(ttl_ms)
             .arg(ms(intent))
             .arg(schema::fence_ttl_ms(ttl_ms));
-        let mut retry = Retry::new(settings);
-        loop {
-            let started = Instant::now();
-            let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
-                .inner
-                .base
-                .manager
-                .invoke_waiting(conn, &call, options.get_replication())
-                .await?;
-            match reply.as_slice() {
-                [1, fence] => {
-                    let guard =
-                        LockGuard::granted(script, key, token, *fence, ttl_ms, settings, started)?;
-                    let valid = guard.is_valid();
-                    if let Some(refused) =
-                        Refused::check(guard.key(), valid, started, settings, replicas.as_ref())
-                    {
-                        self.release(conn, guard).await?;
-                        return refused.acquire();
-                    }
-                    return Ok(Acquire::Acquired(guard));
-                }
-                [0, wait_ms] => {
-                    let busy = Acquire::Busy(Held::until(
-                        u64::try_from(*wait_ms).ok().map(Duration::from_millis),
-                    ));
-                    if !retry.again().await {
-                        if mode == Mode::Write {
-                            self.leave(conn, &key, &token).await?; // withdraw the intent
-                        }
-                        return Ok(busy);
-                    }
-                }
-                other => {
-                    return Err(Error::unexpected(
-                        script.id(),
-                        format!("reply {other:?} is neither [1, fence] nor [0, ms]"),
-                    ))
-                }
-            }
+        let mut attempts = Granting {
+            kind: self,
+            base: &self.inner.base,
+            call,
+            key: &key,
+            token: &token,
+            ttl_ms,
+            options: settings,
+            replication: options.get_replication(),
+            granted: (2, "[1, fence]"),
+        };
+        let outcome = poll(settings, conn, &mut attempts).await?;
+        if mode == Mode::Write && matches!(outcome, Acquire::Busy(_)) {
+            self.leave(conn, &key, &token).await?; // withdraw the intent
         }
+        Ok(outcome)
     }
 
     async fn leave<C: ConnectionLike>(&self, conn: &mut C, key: &str, token: &str) -> Result<bool> {

@@ -1,22 +1,21 @@
 //! [`Semaphore`]: N leased permits per resource, one script round trip per step.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
 use super::fair::FairLock;
-use super::grant::Refused;
+use super::grant::settle;
 use super::kind::{lease_verbs, lock_accessors, Base};
-use super::lease::{HeldLease, LeaseKind};
+use super::lease::{HeldLease, LeaseGuard, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated};
 use super::outcome::{Acquire, Held};
 use super::permit::PermitGuard;
 use super::schema;
-use super::token::owner_token;
-use super::wait::{ms, Retry};
+use super::wait::{ms, poll, Attempts, Step};
 use crate::error::{Error, Result};
-use crate::script::{Acked, Call, Registry, Script, ScriptManager};
+use crate::script::{Call, Registry, Script, ScriptManager};
 
 /// A counting semaphore on one Redis server or a Redis Cluster: at most `permits` owners hold
 /// a resource at once, each with an owner token and a lease measured by the server's clock.
@@ -148,19 +147,16 @@ impl Semaphore {
         options: &LockOptions<Semaphore>,
     ) -> Result<Acquire<PermitGuard>> {
         let (key, ttl_ms) = self.checked(resource, permits, options)?;
-        let token = match options.get_token() {
-            Some(token) => token.to_owned(),
-            None => owner_token(),
+        let token = options.owner_token();
+        let mut attempts = PermitAttempts {
+            sem: self,
+            key: &key,
+            token: &token,
+            permits,
+            ttl_ms,
+            options,
         };
-        let mut retry = Retry::new(options.settings());
-        loop {
-            let outcome = self
-                .attempt(conn, &key, &token, permits, ttl_ms, options)
-                .await?;
-            if outcome.is_acquired() || !retry.again().await {
-                return Ok(outcome);
-            }
-        }
+        poll(options.settings(), conn, &mut attempts).await
     }
 
     /// The key and the lease in ms of an acquire, or the typed error of its bad input.
@@ -192,12 +188,10 @@ impl Semaphore {
         let script = self.inner.acquire;
         let mut call = Call::new(script);
         call.key(key).arg(token).arg(permits).arg(ttl_ms);
-        let started = Instant::now();
-        let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
+        let (reply, started, replicas): (Vec<i64>, _, _) = self
             .inner
             .base
-            .manager
-            .invoke_waiting(conn, &call, options.get_replication())
+            .attempt(conn, &call, options.get_replication())
             .await?;
         let count = |n: i64| {
             u32::try_from(n)
@@ -214,14 +208,15 @@ impl Semaphore {
                     holders: count(*holders)?,
                     watchdog: None,
                 };
-                let valid = guard.is_valid();
-                if let Some(refused) =
-                    Refused::check(key, valid, started, options.settings(), replicas.as_ref())
-                {
-                    self.release(conn, guard).await?;
-                    return refused.acquire();
-                }
-                Ok(Acquire::Acquired(guard))
+                settle(
+                    self,
+                    conn,
+                    guard,
+                    started,
+                    options.settings(),
+                    replicas.as_ref(),
+                )
+                .await
             }
             [0, holders, retry_after] => Ok(Acquire::Busy(Held::by(
                 count(*holders)?,
@@ -317,6 +312,47 @@ impl LeaseKind for Semaphore {
             .arg(&held.token)
             .arg(permits);
         call
+    }
+}
+
+struct PermitAttempts<'a> {
+    sem: &'a Semaphore,
+    key: &'a str,
+    token: &'a str,
+    permits: u32,
+    ttl_ms: u64,
+    options: &'a LockOptions<Semaphore>,
+}
+
+impl Attempts for PermitAttempts<'_> {
+    type Guard = PermitGuard;
+
+    async fn attempt<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Step<PermitGuard>> {
+        let answer = self
+            .sem
+            .attempt(
+                conn,
+                self.key,
+                self.token,
+                self.permits,
+                self.ttl_ms,
+                self.options,
+            )
+            .await?;
+        Ok(Step::unless_acquired(answer))
+    }
+}
+
+impl LeaseGuard for PermitGuard {
+    type Kind = Semaphore;
+
+    fn held(&self) -> &HeldLease {
+        &self.held
+    }
+
+    /// What a release of this permit passes the semaphore beyond the lease: its permit count.
+    fn extra(&self) -> &u32 {
+        &self.permits
     }
 }
 
