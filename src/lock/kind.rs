@@ -169,3 +169,24 @@ macro_rules! lease_verbs {
 }
 
 pub(super) use lease_verbs;
+
+/// A polling kind's `try_acquire`, inside its `impl` block: one attempt, the kind's
+/// `acquire` with no retries. `$guard` is the kind's guard type, `$arg: $ty` what its
+/// acquire takes between the resource and the options; the docs are the kind's own.
+macro_rules! try_acquire {
+    ($guard:ty $(, $arg:ident: $ty:ty)*; $(#[$doc:meta])*) => {
+        $(#[$doc])*
+        pub async fn try_acquire<C: ::redis::aio::ConnectionLike>(
+            &self,
+            conn: &mut C,
+            resource: &str,
+            $($arg: $ty,)*
+            options: &$crate::lock::LockOptions<Self>,
+        ) -> $crate::error::Result<$crate::lock::Acquire<$guard>> {
+            self.acquire(conn, resource, $($arg,)* &options.clone().retries(0))
+                .await
+        }
+    };
+}
+
+pub(super) use try_acquire;

@@ -8,7 +8,7 @@ use redis::aio::ConnectionLike;
 
 use super::grant::Granting;
 use super::guard::LockGuard;
-use super::kind::{lease_verbs, lock_accessors, Base};
+use super::kind::{lease_verbs, lock_accessors, try_acquire, Base};
 use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, Polling, Replicated};
 use super::outcome::{Acquire, Release};
@@ -146,26 +146,19 @@ impl ReentrantLock {
         }
     }
 
-    /// One attempt at one hold for `owner`: granted when the lock is free or already
-    /// `owner`'s, else [`Acquire::Busy`]. Same as [`acquire`](Self::acquire) with no retries.
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, me: redkit::lock::Owner) -> redkit::Result<()> {
-    /// use redkit::lock::{Acquire, LockOptions};
-    /// if let Acquire::Acquired(hold) = lock.try_acquire(&mut conn, "cart-1", &me, &LockOptions::new()).await? {
-    ///     lock.release(&mut conn, hold).await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_acquire<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        resource: &str,
-        owner: &Owner,
-        options: &LockOptions<ReentrantLock>,
-    ) -> Result<Acquire<LockGuard<ReentrantLock>>> {
-        self.acquire(conn, resource, owner, &options.clone().retries(0))
-            .await
+    try_acquire! {
+        LockGuard<ReentrantLock>, owner: &Owner;
+        /// One attempt at one hold for `owner`: granted when the lock is free or already
+        /// `owner`'s, else [`Acquire::Busy`]. Same as [`acquire`](Self::acquire) with no retries.
+        ///
+        /// ```no_run
+        /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, me: redkit::lock::Owner) -> redkit::Result<()> {
+        /// use redkit::lock::{Acquire, LockOptions};
+        /// if let Acquire::Acquired(hold) = lock.try_acquire(&mut conn, "cart-1", &me, &LockOptions::new()).await? {
+        ///     lock.release(&mut conn, hold).await?;
+        /// }
+        /// # Ok(()) }
+        /// ```
     }
 
     /// Takes one hold for `owner`, waiting as the options allow: granted when the lock is

@@ -7,7 +7,7 @@ use redis::aio::ConnectionLike;
 
 use super::grant::Granting;
 use super::guard::LockGuard;
-use super::kind::{lease_verbs, lock_accessors, Base};
+use super::kind::{lease_verbs, lock_accessors, try_acquire, Base};
 use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated, Settings};
 use super::outcome::{status, Acquire};
@@ -122,28 +122,21 @@ impl RwLock {
         }
     }
 
-    /// One attempt at a hold of `mode`: [`Mode::Read`] is granted unless a writer holds the
-    /// lock or waits for it; [`Mode::Write`] when no writer holds it, no earlier writer waits
-    /// and no reader is left. Same as [`acquire`](Self::acquire) with no retries (a writer's
-    /// intent is withdrawn at once).
-    ///
-    /// ```no_run
-    /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use redkit::lock::{Acquire, LockOptions, Mode};
-    /// if let Acquire::Acquired(guard) = rw.try_acquire(&mut conn, "prices", Mode::Read, &LockOptions::new()).await? {
-    ///     rw.release(&mut conn, guard).await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_acquire<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        resource: &str,
-        mode: Mode,
-        options: &LockOptions<RwLock>,
-    ) -> Result<Acquire<LockGuard<RwLock>>> {
-        self.acquire(conn, resource, mode, &options.clone().retries(0))
-            .await
+    try_acquire! {
+        LockGuard<RwLock>, mode: Mode;
+        /// One attempt at a hold of `mode`: [`Mode::Read`] is granted unless a writer holds the
+        /// lock or waits for it; [`Mode::Write`] when no writer holds it, no earlier writer waits
+        /// and no reader is left. Same as [`acquire`](Self::acquire) with no retries (a writer's
+        /// intent is withdrawn at once).
+        ///
+        /// ```no_run
+        /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+        /// use redkit::lock::{Acquire, LockOptions, Mode};
+        /// if let Acquire::Acquired(guard) = rw.try_acquire(&mut conn, "prices", Mode::Read, &LockOptions::new()).await? {
+        ///     rw.release(&mut conn, guard).await?;
+        /// }
+        /// # Ok(()) }
+        /// ```
     }
 
     /// Takes a hold of `mode`, waiting as the options allow. A read hold is granted unless a

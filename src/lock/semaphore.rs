@@ -7,7 +7,7 @@ use redis::aio::ConnectionLike;
 
 use super::fair::FairLock;
 use super::grant::settle;
-use super::kind::{lease_verbs, lock_accessors, Base};
+use super::kind::{lease_verbs, lock_accessors, try_acquire, Base};
 use super::lease::{HeldLease, LeaseGuard, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated};
 use super::outcome::{Acquire, Held};
@@ -94,26 +94,19 @@ impl Semaphore {
         }
     }
 
-    /// One attempt: takes a permit when fewer than `permits` unexpired holders exist (or this
-    /// attempt's owner token already holds one: its lease is refreshed), else
-    /// [`Acquire::Busy`]. Same as [`acquire`](Self::acquire) with no retries.
-    ///
-    /// ```no_run
-    /// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use redkit::lock::LockOptions;
-    /// let outcome = sem.try_acquire(&mut conn, "crawler", 10, &LockOptions::new()).await?;
-    /// println!("{}", outcome.is_acquired());
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_acquire<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        resource: &str,
-        permits: u32,
-        options: &LockOptions<Semaphore>,
-    ) -> Result<Acquire<PermitGuard>> {
-        self.acquire(conn, resource, permits, &options.clone().retries(0))
-            .await
+    try_acquire! {
+        PermitGuard, permits: u32;
+        /// One attempt: takes a permit when fewer than `permits` unexpired holders exist (or this
+        /// attempt's owner token already holds one: its lease is refreshed), else
+        /// [`Acquire::Busy`]. Same as [`acquire`](Self::acquire) with no retries.
+        ///
+        /// ```no_run
+        /// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+        /// use redkit::lock::LockOptions;
+        /// let outcome = sem.try_acquire(&mut conn, "crawler", 10, &LockOptions::new()).await?;
+        /// println!("{}", outcome.is_acquired());
+        /// # Ok(()) }
+        /// ```
     }
 
     /// Acquires one of `permits` permits of `resource`, waiting as the options allow (up to
