@@ -29,6 +29,7 @@
 //! # Ok(()) }
 //! ```
 
+mod common;
 mod concurrency;
 mod future;
 mod headers;
@@ -39,6 +40,7 @@ mod rate_limit_layer;
 mod rate_limit_service;
 mod respond;
 
+pub use common::{FailMode, UnknownClient};
 pub use concurrency::{
     ConcurrencyLimit, ConcurrencyLimitBuilder, ConcurrencyLimitLayer, ConcurrencyPolicy,
     ConcurrencyStats,
@@ -50,8 +52,6 @@ pub use key::{
 };
 pub use outcome::{LimitOutcome, Unchecked};
 pub use policy::{Policies, PolicyConfig, PolicySpec};
-pub use rate_limit_layer::{
-    FailMode, MiddlewareStats, RateLimitBuilder, RateLimitLayer, UnknownClient,
-};
+pub use rate_limit_layer::{MiddlewareStats, RateLimitBuilder, RateLimitLayer};
 pub use rate_limit_service::RateLimit;
 pub use respond::{DefaultResponses, Rejection, Respond, RespondWith};
