@@ -9,7 +9,7 @@ use redis::Value;
 
 use super::grant::settle;
 use super::guard::LockGuard;
-use super::kind::{lease_verbs, lock_accessors, Base};
+use super::kind::{lease_verbs, lock_kind, Base};
 use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Replicated, Settings};
 use super::outcome::{status, Acquire, Held};
@@ -19,49 +19,49 @@ use super::wait::ms;
 use crate::error::{Error, Result};
 use crate::script::{Call, Registry, Script, ScriptManager};
 
-/// A fair lock on one Redis server or a Redis Cluster: callers hold it one at a time **in the
-/// order they arrived**, like ZooKeeper's ephemeral sequential nodes.
-///
-/// Keys per resource (one hash tag, so one Cluster slot): `<prefix>:{<resource>}`, the queue
-/// (a sorted set of owner tokens scored by arrival number); `…:leases`, every entry's lease
-/// end (server `TIME`, ms); `…:fence`, the last arrival number issued; and
-/// `…:gone:<token>`, a list pushed when that entry leaves, which the entry behind it blocks
-/// on (`BLPOP`). The head of the queue holds the lock, with the lease of
-/// [`LockOptions::ttl`]; a waiter holds a short **waiter lease**
-/// ([`with_waiter_lease`](Self::with_waiter_lease), 2 s by default) that its blocked
-/// acquire renews about every third of it. A waiter or holder that dies is skipped when its
-/// own lease ends, never later; a waiter wakes when its predecessor leaves (release, give-up)
-/// or when the predecessor's lease ends.
-///
-/// The arrival number is `max(last + 1, server TIME in µs)`: holders follow arrival order,
-/// so it is also the holder's [`FencingToken`](super::FencingToken), strictly increasing from holder to holder.
-///
-/// Guards are [`LockGuard<FairLock>`](LockGuard)s: only [`FairLock::release`],
-/// [`renew`](FairLock::renew) and [`watch`](FairLock::watch) take them.
-/// With [`LockOptions::require_replicas`], every attempt is followed by `WAIT` in the same
-/// round trip; a turn that fewer replicas confirmed is given to the next in line and
-/// answered [`Acquire::NotReplicated`] (keep the `WAIT` timeout below the waiter lease: a
-/// waiting attempt may block that long).
-///
-/// ```no_run
-/// # async fn run() -> redkit::Result<()> {
-/// use std::time::Duration;
-/// use redkit::lock::{Acquire, FairLock, LockOptions};
-///
-/// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
-/// let mut own = client.get_multiplexed_async_connection().await?;
-/// let fair = FairLock::new();
-/// let options = LockOptions::new().ttl(Duration::from_secs(10));
-/// let options = options.max_wait(Duration::from_secs(30));
-/// if let Acquire::Acquired(guard) = fair.acquire(&mut own, "payouts", &options).await? {
-///     // ... work, passing guard.fencing_token() to the storage ...
-///     fair.release(&mut own, guard).await?;
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone)]
-pub struct FairLock {
-    pub(super) inner: Arc<Inner>,
+lock_kind! {
+    /// A fair lock on one Redis server or a Redis Cluster: callers hold it one at a time **in the
+    /// order they arrived**, like ZooKeeper's ephemeral sequential nodes.
+    ///
+    /// Keys per resource (one hash tag, so one Cluster slot): `<prefix>:{<resource>}`, the queue
+    /// (a sorted set of owner tokens scored by arrival number); `…:leases`, every entry's lease
+    /// end (server `TIME`, ms); `…:fence`, the last arrival number issued; and
+    /// `…:gone:<token>`, a list pushed when that entry leaves, which the entry behind it blocks
+    /// on (`BLPOP`). The head of the queue holds the lock, with the lease of
+    /// [`LockOptions::ttl`]; a waiter holds a short **waiter lease**
+    /// ([`with_waiter_lease`](Self::with_waiter_lease), 2 s by default) that its blocked
+    /// acquire renews about every third of it. A waiter or holder that dies is skipped when its
+    /// own lease ends, never later; a waiter wakes when its predecessor leaves (release, give-up)
+    /// or when the predecessor's lease ends.
+    ///
+    /// The arrival number is `max(last + 1, server TIME in µs)`: holders follow arrival order,
+    /// so it is also the holder's [`FencingToken`](super::FencingToken), strictly increasing from holder to holder.
+    ///
+    /// Guards are [`LockGuard<FairLock>`](LockGuard)s: only [`FairLock::release`],
+    /// [`renew`](FairLock::renew) and [`watch`](FairLock::watch) take them.
+    /// With [`LockOptions::require_replicas`], every attempt is followed by `WAIT` in the same
+    /// round trip; a turn that fewer replicas confirmed is given to the next in line and
+    /// answered [`Acquire::NotReplicated`] (keep the `WAIT` timeout below the waiter lease: a
+    /// waiting attempt may block that long).
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::lock::{Acquire, FairLock, LockOptions};
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let mut own = client.get_multiplexed_async_connection().await?;
+    /// let fair = FairLock::new();
+    /// let options = LockOptions::new().ttl(Duration::from_secs(10));
+    /// let options = options.max_wait(Duration::from_secs(30));
+    /// if let Acquire::Acquired(guard) = fair.acquire(&mut own, "payouts", &options).await? {
+    ///     // ... work, passing guard.fencing_token() to the storage ...
+    ///     fair.release(&mut own, guard).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub struct FairLock;
+    key = "The queue key of `resource` (escaped, bounded: see [`keys`](crate::keys)).";
 }
 
 #[derive(Debug, Clone)]
@@ -351,8 +351,3 @@ impl LeaseKind for FairLock {
 impl super::options::sealed::Sealed for FairLock {}
 impl OwnerToken for FairLock {}
 impl Replicated for FairLock {}
-
-lock_accessors!(
-    FairLock,
-    key = "The queue key of `resource` (escaped, bounded: see [`keys`](crate::keys))."
-);

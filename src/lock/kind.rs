@@ -1,7 +1,8 @@
 //! What every single-server lock kind holds (key prefix and script manager) and how it
-//! sends one acquire attempt ([`Base::attempt`]), and the accessors they share
-//! (`with_prefix`, `with_manager`, `prefix`, `manager`, `key`, `Default`), written once by
-//! [`lock_accessors`] for each kind.
+//! sends one acquire attempt ([`Base::attempt`]); the kind's public struct and the accessors
+//! every kind shares (`with_prefix`, `with_manager`, `prefix`, `manager`, `key`, `Default`),
+//! written once by `lock_kind!`; its lease verbs (`lease_verbs!`) and `try_acquire`
+//! (`try_acquire!`).
 //!
 //! A leaf but for the key schema: it imports nothing else from the lock files.
 
@@ -44,12 +45,24 @@ impl Base {
     }
 }
 
-/// The public accessors of a lock kind `$kind` (a struct with `inner: Arc<Inner>`, `Inner`
-/// holding `base: Base`), each documented with an example for that kind. `key = "..."`
-/// documents what the base key holds; `rebase = path` names a `fn(&mut Inner,
-/// Option<&ScriptManager>)` run after the prefix (`None`) or the manager (`Some`) changed.
-macro_rules! lock_accessors {
-    ($kind:ident, key = $key_doc:literal $(, rebase = $rebase:path)?) => {
+/// A lock kind `$kind`: the public struct (`inner: Arc<Inner>`, `Inner` holding
+/// `base: Base`, with the kind's docs) and its accessors, each documented with an example for
+/// that kind. `key = "..."` documents what the base key holds; `rebase = path` names a
+/// `fn(&mut Inner, Option<&ScriptManager>)` run after the prefix (`None`) or the manager
+/// (`Some`) changed.
+macro_rules! lock_kind {
+    (
+        $(#[$doc:meta])*
+        pub struct $kind:ident;
+        key = $key_doc:literal;
+        $(rebase = $rebase:path;)?
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub struct $kind {
+            pub(super) inner: ::std::sync::Arc<Inner>,
+        }
+
         impl $kind {
             /// Puts the keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
             ///
@@ -117,7 +130,7 @@ macro_rules! lock_accessors {
     };
 }
 
-pub(super) use lock_accessors;
+pub(super) use lock_kind;
 
 /// The lease verbs of a kind (`release`, `renew`, `watch`), inside its `impl` block: one body
 /// for every kind, through its [`LeaseKind`](super::lease::LeaseKind) impl, each verb with the

@@ -8,7 +8,7 @@ use redis::aio::ConnectionLike;
 
 use super::grant::Granting;
 use super::guard::LockGuard;
-use super::kind::{lease_verbs, lock_accessors, try_acquire, Base};
+use super::kind::{lease_verbs, lock_kind, try_acquire, Base};
 use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, Polling, Replicated};
 use super::outcome::{Acquire, Release};
@@ -71,48 +71,48 @@ impl fmt::Debug for Owner {
     }
 }
 
-/// A reentrant lock on one Redis server or a Redis Cluster (Redisson's `RLock` behaviour): its
-/// [`Owner`] may acquire it again while holding it; each acquire is one more hold, each
-/// release gives one back, and the lock is free only when the count reaches zero.
-///
-/// Keys per resource (one hash tag): `<prefix>:{<resource>}`, a hash `{owner token -> holds}`
-/// whose TTL is the lease shared by all holds (every acquire and renewal resets it, so it
-/// renews while any hold is live: watch one guard), and `…:fence`, the last fencing token;
-/// nested holds get the fencing token of the first one.
-///
-/// Waiting follows [`LockOptions`] as [`Lock::acquire`](super::Lock::acquire); the owner
-/// token comes from the [`Owner`] (`LockOptions<ReentrantLock>` has no `token` setter, see
-/// the last example). With [`LockOptions::require_replicas`] every attempt is followed
-/// by `WAIT` in the same round trip, and a hold fewer replicas confirmed is given back (the
-/// count returns to what it was) and answered [`Acquire::NotReplicated`].
-///
-/// ```no_run
-/// # async fn run() -> redkit::Result<()> {
-/// use redkit::lock::{Acquire, LockOptions, Owner, ReentrantLock};
-///
-/// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
-/// let mut conn = client.get_multiplexed_async_connection().await?;
-/// let lock = ReentrantLock::new();
-/// let me = Owner::new();
-/// let options = LockOptions::new().retries(50);
-/// if let Acquire::Acquired(outer) = lock.acquire(&mut conn, "account-9", &me, &options).await? {
-///     if let Acquire::Acquired(inner) = lock.acquire(&mut conn, "account-9", &me, &options).await? {
-///         lock.release(&mut conn, inner).await?; // still held: one hold left
-///     }
-///     lock.release(&mut conn, outer).await?; // free now
-/// }
-/// # Ok(()) }
-/// ```
-///
-/// A caller-supplied token does not compile (the [`Owner`] is the token):
-///
-/// ```compile_fail,E0277
-/// use redkit::lock::{LockOptions, ReentrantLock};
-/// let options: LockOptions<ReentrantLock> = LockOptions::new().token("job-7f3a9c2e-retry-safe");
-/// ```
-#[derive(Debug, Clone)]
-pub struct ReentrantLock {
-    pub(super) inner: Arc<Inner>,
+lock_kind! {
+    /// A reentrant lock on one Redis server or a Redis Cluster (Redisson's `RLock` behaviour): its
+    /// [`Owner`] may acquire it again while holding it; each acquire is one more hold, each
+    /// release gives one back, and the lock is free only when the count reaches zero.
+    ///
+    /// Keys per resource (one hash tag): `<prefix>:{<resource>}`, a hash `{owner token -> holds}`
+    /// whose TTL is the lease shared by all holds (every acquire and renewal resets it, so it
+    /// renews while any hold is live: watch one guard), and `…:fence`, the last fencing token;
+    /// nested holds get the fencing token of the first one.
+    ///
+    /// Waiting follows [`LockOptions`] as [`Lock::acquire`](super::Lock::acquire); the owner
+    /// token comes from the [`Owner`] (`LockOptions<ReentrantLock>` has no `token` setter, see
+    /// the last example). With [`LockOptions::require_replicas`] every attempt is followed
+    /// by `WAIT` in the same round trip, and a hold fewer replicas confirmed is given back (the
+    /// count returns to what it was) and answered [`Acquire::NotReplicated`].
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// use redkit::lock::{Acquire, LockOptions, Owner, ReentrantLock};
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let mut conn = client.get_multiplexed_async_connection().await?;
+    /// let lock = ReentrantLock::new();
+    /// let me = Owner::new();
+    /// let options = LockOptions::new().retries(50);
+    /// if let Acquire::Acquired(outer) = lock.acquire(&mut conn, "account-9", &me, &options).await? {
+    ///     if let Acquire::Acquired(inner) = lock.acquire(&mut conn, "account-9", &me, &options).await? {
+    ///         lock.release(&mut conn, inner).await?; // still held: one hold left
+    ///     }
+    ///     lock.release(&mut conn, outer).await?; // free now
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// A caller-supplied token does not compile (the [`Owner`] is the token):
+    ///
+    /// ```compile_fail,E0277
+    /// use redkit::lock::{LockOptions, ReentrantLock};
+    /// let options: LockOptions<ReentrantLock> = LockOptions::new().token("job-7f3a9c2e-retry-safe");
+    /// ```
+    pub struct ReentrantLock;
+    key = "The holds key of `resource` (escaped, bounded: see [`keys`](crate::keys)).";
 }
 
 #[derive(Debug, Clone)]
@@ -310,8 +310,3 @@ impl LeaseKind for ReentrantLock {
 impl super::options::sealed::Sealed for ReentrantLock {}
 impl Polling for ReentrantLock {}
 impl Replicated for ReentrantLock {}
-
-lock_accessors!(
-    ReentrantLock,
-    key = "The holds key of `resource` (escaped, bounded: see [`keys`](crate::keys))."
-);

@@ -7,7 +7,7 @@ use redis::aio::ConnectionLike;
 
 use super::grant::Granting;
 use super::guard::LockGuard;
-use super::kind::{lease_verbs, lock_accessors, try_acquire, Base};
+use super::kind::{lease_verbs, lock_kind, try_acquire, Base};
 use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated, Settings};
 use super::outcome::{status, Acquire};
@@ -44,51 +44,51 @@ impl Mode {
 /// How long a waiting writer's intent outlives its longest pause between two attempts.
 const INTENT_MARGIN: Duration = Duration::from_millis(500);
 
-/// A read-write lock on one Redis server or a Redis Cluster: many readers at once, or one
-/// writer; every hold has an owner token, a lease measured by the server's clock and a
-/// [`FencingToken`](super::FencingToken); a waiting writer is not starved by a stream of readers.
-///
-/// Keys per resource (one hash tag, so one Cluster slot): `<prefix>:{<resource>}:readers`,
-/// a sorted set of reader tokens scored by lease end (expired readers are dropped by every
-/// acquire: a crashed reader's hold ends with its lease); `…:writer`, the writer's token with
-/// its lease as TTL; `…:intent`, the token of the writer waiting first: while it exists no new
-/// reader gets in, so the readers drain and the writer takes over. The intent lives twice the
-/// writer's longest pause between attempts plus 0.5 s, renewed by each attempt, so a writer
-/// that stops trying (crashed, gave up) lets readers in again soon; giving up withdraws it at
-/// once. `…:fence` holds the last fencing token, `max(last + 1, server TIME in µs)`, issued
-/// to every hold (read or write).
-///
-/// [`try_acquire`](RwLock::try_acquire) makes one attempt; [`acquire`](RwLock::acquire) waits
-/// as [`LockOptions`] allow (`retries`, `retry_delay`, `jitter`, `max_wait`), as
-/// [`Lock::acquire`](super::Lock::acquire) does. The [`Mode`] says read or write. A reader
-/// does not upgrade to writer (its own read
-/// hold would block it until the read lease ends). With [`LockOptions::require_replicas`]
-/// every attempt is followed by `WAIT` in the same round trip, and a hold fewer replicas
-/// confirmed is given back and answered [`Acquire::NotReplicated`]. Guards are
-/// [`LockGuard<RwLock>`](LockGuard)s, released with [`RwLock::release`].
-///
-/// ```no_run
-/// # async fn run() -> redkit::Result<()> {
-/// use std::time::Duration;
-/// use redkit::lock::{Acquire, LockOptions, Mode, RwLock};
-///
-/// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
-/// let mut conn = client.get_multiplexed_async_connection().await?;
-/// let rw = RwLock::new();
-/// let wait = LockOptions::new().ttl(Duration::from_secs(10)).retries(200);
-/// if let Acquire::Acquired(guard) = rw.acquire(&mut conn, "catalog", Mode::Read, &wait).await? {
-///     // ... read, alongside other readers ...
-///     rw.release(&mut conn, guard).await?;
-/// }
-/// if let Acquire::Acquired(guard) = rw.acquire(&mut conn, "catalog", Mode::Write, &wait).await? {
-///     // ... write, alone ...
-///     rw.release(&mut conn, guard).await?;
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone)]
-pub struct RwLock {
-    pub(super) inner: Arc<Inner>,
+lock_kind! {
+    /// A read-write lock on one Redis server or a Redis Cluster: many readers at once, or one
+    /// writer; every hold has an owner token, a lease measured by the server's clock and a
+    /// [`FencingToken`](super::FencingToken); a waiting writer is not starved by a stream of readers.
+    ///
+    /// Keys per resource (one hash tag, so one Cluster slot): `<prefix>:{<resource>}:readers`,
+    /// a sorted set of reader tokens scored by lease end (expired readers are dropped by every
+    /// acquire: a crashed reader's hold ends with its lease); `…:writer`, the writer's token with
+    /// its lease as TTL; `…:intent`, the token of the writer waiting first: while it exists no new
+    /// reader gets in, so the readers drain and the writer takes over. The intent lives twice the
+    /// writer's longest pause between attempts plus 0.5 s, renewed by each attempt, so a writer
+    /// that stops trying (crashed, gave up) lets readers in again soon; giving up withdraws it at
+    /// once. `…:fence` holds the last fencing token, `max(last + 1, server TIME in µs)`, issued
+    /// to every hold (read or write).
+    ///
+    /// [`try_acquire`](RwLock::try_acquire) makes one attempt; [`acquire`](RwLock::acquire) waits
+    /// as [`LockOptions`] allow (`retries`, `retry_delay`, `jitter`, `max_wait`), as
+    /// [`Lock::acquire`](super::Lock::acquire) does. The [`Mode`] says read or write. A reader
+    /// does not upgrade to writer (its own read
+    /// hold would block it until the read lease ends). With [`LockOptions::require_replicas`]
+    /// every attempt is followed by `WAIT` in the same round trip, and a hold fewer replicas
+    /// confirmed is given back and answered [`Acquire::NotReplicated`]. Guards are
+    /// [`LockGuard<RwLock>`](LockGuard)s, released with [`RwLock::release`].
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::lock::{Acquire, LockOptions, Mode, RwLock};
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let mut conn = client.get_multiplexed_async_connection().await?;
+    /// let rw = RwLock::new();
+    /// let wait = LockOptions::new().ttl(Duration::from_secs(10)).retries(200);
+    /// if let Acquire::Acquired(guard) = rw.acquire(&mut conn, "catalog", Mode::Read, &wait).await? {
+    ///     // ... read, alongside other readers ...
+    ///     rw.release(&mut conn, guard).await?;
+    /// }
+    /// if let Acquire::Acquired(guard) = rw.acquire(&mut conn, "catalog", Mode::Write, &wait).await? {
+    ///     // ... write, alone ...
+    ///     rw.release(&mut conn, guard).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub struct RwLock;
+    key = "The base key of `resource` (the others add `:readers`, `:writer`, `:intent`, `:fence`).";
 }
 
 #[derive(Debug, Clone)]
@@ -281,8 +281,3 @@ impl super::options::sealed::Sealed for RwLock {}
 impl Polling for RwLock {}
 impl OwnerToken for RwLock {}
 impl Replicated for RwLock {}
-
-lock_accessors!(
-    RwLock,
-    key = "The base key of `resource` (the others add `:readers`, `:writer`, `:intent`, `:fence`)."
-);

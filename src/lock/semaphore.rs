@@ -7,7 +7,7 @@ use redis::aio::ConnectionLike;
 
 use super::fair::FairLock;
 use super::grant::settle;
-use super::kind::{lease_verbs, lock_accessors, try_acquire, Base};
+use super::kind::{lease_verbs, lock_kind, try_acquire, Base};
 use super::lease::{HeldLease, LeaseGuard, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated};
 use super::outcome::{Acquire, Held};
@@ -17,44 +17,45 @@ use super::wait::{ms, poll, Attempts, Step};
 use crate::error::{Error, Result};
 use crate::script::{Call, Registry, Script, ScriptManager};
 
-/// A counting semaphore on one Redis server or a Redis Cluster: at most `permits` owners hold
-/// a resource at once, each with an owner token and a lease measured by the server's clock.
-///
-/// Keys per resource: `<prefix>:{<resource>}:wake`, a short list that wakes blocked
-/// acquirers, and `<prefix>:{<resource>}`: a sorted set of holders (member = owner
-/// token, score = lease end in ms of Redis `TIME`). Every acquire first drops the holders
-/// whose lease ended (`ZREMRANGEBYSCORE`), so **a crashed holder's permit comes back when its
-/// lease ends**, never later. The key's TTL follows the longest lease (no forever-keys).
-///
-/// Every caller of one resource must pass the same `permits`: the count is not stored.
-/// [`LockOptions`] gives the lease (`ttl`), waiting (`retries`, `retry_delay`, `jitter`,
-/// `max_wait`), the drift allowance, an optional caller-supplied owner `token` (an acquire
-/// retried with the same token finds its own permit) and `require_replicas` (each attempt is
-/// followed by `WAIT` in the same round trip; a permit fewer replicas confirmed is given back
-/// and answered [`Acquire::NotReplicated`]).
-///
-/// Cheap to clone (an `Arc`). Generic over any [`ConnectionLike`].
-///
-/// ```no_run
-/// # async fn run() -> redkit::Result<()> {
-/// use std::time::Duration;
-/// use redkit::lock::{Acquire, LockOptions, Semaphore};
-/// use redkit::ScriptManager;
-///
-/// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
-/// let mut conn = client.get_multiplexed_async_connection().await?;
-/// let sem = Semaphore::new();
-/// let wait = LockOptions::new().ttl(Duration::from_secs(10)).retries(100);
-/// // at most 3 exports at once, across every process
-/// if let Acquire::Acquired(permit) = sem.acquire(&mut conn, "export", 3, &wait).await? {
-///     // ... work ...
-///     sem.release(&mut conn, permit).await?;
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone)]
-pub struct Semaphore {
-    pub(super) inner: Arc<Inner>,
+lock_kind! {
+    /// A counting semaphore on one Redis server or a Redis Cluster: at most `permits` owners hold
+    /// a resource at once, each with an owner token and a lease measured by the server's clock.
+    ///
+    /// Keys per resource: `<prefix>:{<resource>}:wake`, a short list that wakes blocked
+    /// acquirers, and `<prefix>:{<resource>}`: a sorted set of holders (member = owner
+    /// token, score = lease end in ms of Redis `TIME`). Every acquire first drops the holders
+    /// whose lease ended (`ZREMRANGEBYSCORE`), so **a crashed holder's permit comes back when its
+    /// lease ends**, never later. The key's TTL follows the longest lease (no forever-keys).
+    ///
+    /// Every caller of one resource must pass the same `permits`: the count is not stored.
+    /// [`LockOptions`] gives the lease (`ttl`), waiting (`retries`, `retry_delay`, `jitter`,
+    /// `max_wait`), the drift allowance, an optional caller-supplied owner `token` (an acquire
+    /// retried with the same token finds its own permit) and `require_replicas` (each attempt is
+    /// followed by `WAIT` in the same round trip; a permit fewer replicas confirmed is given back
+    /// and answered [`Acquire::NotReplicated`]).
+    ///
+    /// Cheap to clone (an `Arc`). Generic over any [`ConnectionLike`].
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::lock::{Acquire, LockOptions, Semaphore};
+    /// use redkit::ScriptManager;
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let mut conn = client.get_multiplexed_async_connection().await?;
+    /// let sem = Semaphore::new();
+    /// let wait = LockOptions::new().ttl(Duration::from_secs(10)).retries(100);
+    /// // at most 3 exports at once, across every process
+    /// if let Acquire::Acquired(permit) = sem.acquire(&mut conn, "export", 3, &wait).await? {
+    ///     // ... work ...
+    ///     sem.release(&mut conn, permit).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub struct Semaphore;
+    key = "The key holding `resource`'s holders (escaped, bounded: see [`keys`](crate::keys)).";
+    rebase = Inner::rebase;
 }
 
 #[derive(Debug, Clone)]
@@ -353,9 +354,3 @@ impl super::options::sealed::Sealed for Semaphore {}
 impl Polling for Semaphore {}
 impl OwnerToken for Semaphore {}
 impl Replicated for Semaphore {}
-
-lock_accessors!(
-    Semaphore,
-    key = "The key holding `resource`'s holders (escaped, bounded: see [`keys`](crate::keys)).",
-    rebase = Inner::rebase
-);
