@@ -9,7 +9,7 @@ use redis::Value;
 
 use super::grant::settle;
 use super::guard::LockGuard;
-use super::kind::{lease_verbs, lock_kind, Base};
+use super::kind::{lease_verbs, lock_kind, try_acquire, Base};
 use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Replicated, Settings};
 use super::outcome::{status, Acquire, Held};
@@ -128,27 +128,21 @@ impl FairLock {
         Ok(self)
     }
 
-    /// One attempt: joins the queue of `resource` and answers [`Acquire::Acquired`] when no
-    /// caller that arrived earlier is left in it; otherwise leaves the queue again (waking the
-    /// one behind) and answers [`Acquire::Busy`] (`ttl: None`). Same as
-    /// [`acquire`](Self::acquire) without [`LockOptions::max_wait`].
-    ///
-    /// ```no_run
-    /// # async fn run(fair: redkit::lock::FairLock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use redkit::lock::{Acquire, LockOptions};
-    /// if let Acquire::Acquired(guard) = fair.try_acquire(&mut conn, "ledger", &LockOptions::new()).await? {
-    ///     fair.release(&mut conn, guard).await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_acquire<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        resource: &str,
-        options: &LockOptions<FairLock>,
-    ) -> Result<Acquire<LockGuard<FairLock>>> {
-        self.wait_turn(conn, resource, options, Some(Instant::now()))
-            .await
+    try_acquire! {
+        LockGuard<FairLock>;
+        /// One attempt: joins the queue of `resource` and answers [`Acquire::Acquired`] when no
+        /// caller that arrived earlier is left in it; otherwise leaves the queue again (waking the
+        /// one behind) and answers [`Acquire::Busy`] (`ttl: None`). Same as
+        /// [`acquire`](Self::acquire) without [`LockOptions::max_wait`].
+        ///
+        /// ```no_run
+        /// # async fn run(fair: redkit::lock::FairLock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+        /// use redkit::lock::{Acquire, LockOptions};
+        /// if let Acquire::Acquired(guard) = fair.try_acquire(&mut conn, "ledger", &LockOptions::new()).await? {
+        ///     fair.release(&mut conn, guard).await?;
+        /// }
+        /// # Ok(()) }
+        /// ```
     }
 
     /// Joins the queue of `resource` and waits, up to [`LockOptions::max_wait`] (none set:

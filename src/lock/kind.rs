@@ -183,8 +183,8 @@ macro_rules! lease_verbs {
 
 pub(super) use lease_verbs;
 
-/// A polling kind's `try_acquire`, inside its `impl` block: one attempt, the kind's
-/// `acquire` with no retries. `$guard` is the kind's guard type, `$arg: $ty` what its
+/// A kind's `try_acquire`, inside its `impl` block: one attempt, the kind's `acquire` with
+/// no retries and no `max_wait`. `$guard` is the kind's guard type, `$arg: $ty` what its
 /// acquire takes between the resource and the options; the docs are the kind's own.
 macro_rules! try_acquire {
     ($guard:ty $(, $arg:ident: $ty:ty)*; $(#[$doc:meta])*) => {
@@ -196,8 +196,7 @@ macro_rules! try_acquire {
             $($arg: $ty,)*
             options: &$crate::lock::LockOptions<Self>,
         ) -> $crate::error::Result<$crate::lock::Acquire<$guard>> {
-            self.acquire(conn, resource, $($arg,)* &options.clone().retries(0))
-                .await
+            self.acquire(conn, resource, $($arg,)* &options.once()).await
         }
     };
 }

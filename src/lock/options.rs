@@ -225,6 +225,11 @@ impl<K> LockOptions<K> {
         self.settings.lease()
     }
 
+    /// These options for one attempt only (no retries, no `max_wait`): a `try_acquire`.
+    pub(crate) fn once(&self) -> Self {
+        self.clone().with(Settings::once)
+    }
+
     /// The options with `f` applied to the settings (the kind's own code).
     pub(crate) fn adjusted(self, f: impl FnOnce(Settings) -> Settings) -> Self {
         self.with(f)
@@ -397,6 +402,13 @@ impl Settings {
 
     pub(crate) fn max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = Some(max_wait);
+        self
+    }
+
+    /// One attempt only: no retries, no overall wait.
+    pub(crate) fn once(mut self) -> Self {
+        self.retries = 0;
+        self.max_wait = None;
         self
     }
 
