@@ -62,15 +62,12 @@ lock_kind! {
     /// ```
     pub struct FairLock;
     key = "The queue key of `resource` (escaped, bounded: see [`keys`](crate::keys)).";
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct Inner {
-    pub(super) base: Base,
-    waiter_lease: Duration,
-    acquire: &'static Script,
-    renew: &'static Script,
-    release: &'static Script,
+    inner {
+        waiter_lease: Duration,
+        acquire: &'static Script,
+        renew: &'static Script,
+        release: &'static Script,
+    }
 }
 
 impl FairLock {

@@ -45,9 +45,9 @@ impl Base {
     }
 }
 
-/// A lock kind `$kind`: the public struct (`inner: Arc<Inner>`, `Inner` holding
-/// `base: Base`, with the kind's docs) and its accessors, each documented with an example for
-/// that kind. `key = "..."` documents what the base key holds; `rebase = path` names a
+/// A lock kind `$kind`: the public struct (with the kind's docs) holding `inner: Arc<Inner>`,
+/// `Inner` (a `base: Base` and the kind's own `inner` fields), and the kind's accessors, each
+/// documented with an example for that kind. `key = "..."` documents what the base key holds; `rebase = path` names a
 /// `fn(&mut Inner, Option<&ScriptManager>)` run after the prefix (`None`) or the manager
 /// (`Some`) changed.
 macro_rules! lock_kind {
@@ -56,11 +56,21 @@ macro_rules! lock_kind {
         pub struct $kind:ident;
         key = $key_doc:literal;
         $(rebase = $rebase:path;)?
+        inner {
+            $($(#[$field_doc:meta])* $vis:vis $field:ident: $ty:ty,)*
+        }
     ) => {
         $(#[$doc])*
         #[derive(Debug, Clone)]
         pub struct $kind {
             pub(super) inner: ::std::sync::Arc<Inner>,
+        }
+
+        /// What the kind shares between its clones: the [`Base`] and its own fields.
+        #[derive(Debug, Clone)]
+        pub(super) struct Inner {
+            pub(super) base: $crate::lock::kind::Base,
+            $($(#[$field_doc])* $vis $field: $ty,)*
         }
 
         impl $kind {

@@ -113,14 +113,11 @@ lock_kind! {
     /// ```
     pub struct ReentrantLock;
     key = "The holds key of `resource` (escaped, bounded: see [`keys`](crate::keys)).";
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct Inner {
-    pub(super) base: Base,
-    acquire: &'static Script,
-    renew: &'static Script,
-    release: &'static Script,
+    inner {
+        acquire: &'static Script,
+        renew: &'static Script,
+        release: &'static Script,
+    }
 }
 
 impl ReentrantLock {

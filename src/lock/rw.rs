@@ -89,14 +89,11 @@ lock_kind! {
     /// ```
     pub struct RwLock;
     key = "The base key of `resource` (the others add `:readers`, `:writer`, `:intent`, `:fence`).";
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct Inner {
-    pub(super) base: Base,
-    acquire: &'static Script,
-    renew: &'static Script,
-    release: &'static Script,
+    inner {
+        acquire: &'static Script,
+        renew: &'static Script,
+        release: &'static Script,
+    }
 }
 
 impl RwLock {

@@ -56,17 +56,14 @@ lock_kind! {
     pub struct Semaphore;
     key = "The key holding `resource`'s holders (escaped, bounded: see [`keys`](crate::keys)).";
     rebase = Inner::rebase;
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct Inner {
-    pub(super) base: Base,
-    /// The arrival-order queue in front of [`Semaphore::acquire_fair`] (keys under
-    /// `<prefix>:gate`).
-    pub(super) gate: FairLock,
-    acquire: &'static Script,
-    renew: &'static Script,
-    release: &'static Script,
+    inner {
+        /// The arrival-order queue in front of [`Semaphore::acquire_fair`] (keys under
+        /// `<prefix>:gate`).
+        pub(super) gate: FairLock,
+        acquire: &'static Script,
+        renew: &'static Script,
+        release: &'static Script,
+    }
 }
 
 impl Semaphore {

@@ -48,16 +48,13 @@ lock_kind! {
     /// ```
     pub struct Lock;
     key = "The key holding the owner token of `resource`.";
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct Inner {
-    pub(super) base: Base,
-    pub(super) acquire: &'static Script,
-    release: &'static Script,
-    renew: &'static Script,
-    fenced_set: &'static Script,
-    pub(super) fence: &'static Script,
+    inner {
+        pub(super) acquire: &'static Script,
+        release: &'static Script,
+        renew: &'static Script,
+        fenced_set: &'static Script,
+        pub(super) fence: &'static Script,
+    }
 }
 
 impl Lock {
