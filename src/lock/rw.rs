@@ -143,9 +143,9 @@ impl RwLock {
     /// writer gives up). [`Acquire::Busy`] after the last attempt (`ttl`: until the blocking
     /// writer's lease or intent ends, as last seen, for a reader).
     ///
-    /// Fails with [`Error::InvalidInput`] (nothing sent) for a bad resource or options, with [`Error::WrongType`] / [`Error::CorruptData`] for keys that
-    /// hold something else and [`Error::PermissionDenied`] for an ACL refusal (nothing written
-    /// in these cases), and with [`Error::Timeout`] when the acquire took the whole lease.
+    /// Fails with [`Error::InvalidInput`](crate::Error::InvalidInput) (nothing sent) for a bad resource or options, with [`Error::WrongType`](crate::Error::WrongType) / [`Error::CorruptData`](crate::Error::CorruptData) for keys that
+    /// hold something else and [`Error::PermissionDenied`](crate::Error::PermissionDenied) for an ACL refusal (nothing written
+    /// in these cases), and with [`Error::Timeout`](crate::Error::Timeout) when the acquire took the whole lease.
     ///
     /// ```no_run
     /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -241,7 +241,7 @@ impl RwLock {
         /// ```
         renew;
         /// Starts a watchdog for `guard` (renewal about every ttl/3 over a clone of `conn`) and
-        /// returns the signal fired when the hold is lost. Fails with [`Error::InvalidInput`]
+        /// returns the signal fired when the hold is lost. Fails with [`Error::InvalidInput`](crate::Error::InvalidInput)
         /// outside a tokio runtime.
         ///
         /// ```no_run
