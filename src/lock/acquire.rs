@@ -6,41 +6,36 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Value};
 
-use super::grant::Refused;
+use super::grant::settle;
 use super::guard::LockGuard;
+use super::kind::try_acquire;
 use super::options::LockOptions;
 use super::outcome::{Acquire, Held, Renew};
 use super::schema;
 use super::single::Lock;
-use super::token::{issued, owner_token, FencingToken};
-use super::wait::Retry;
+use super::token::{issued, FencingToken};
+use super::wait::{poll, Attempts, Step};
 use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Replication};
 
 impl Lock {
-    /// One attempt: when the lock is free, `SET key token NX PX ttl` (with
-    /// [`LockOptions::fencing(true)`](LockOptions::fencing), in one script that also issues a
-    /// new fencing token); when it already holds this attempt's owner token (set with
-    /// [`LockOptions::token`], e.g. a retry after a lost reply), the lease refreshed (and the
-    /// same fencing token again). [`Acquire::Busy`] when another owner holds the lock.
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use redkit::lock::{Acquire, LockOptions};
-    /// match lock.try_acquire(&mut conn, "cache-warmup", &LockOptions::new()).await? {
-    ///     Acquire::Acquired(guard) => { lock.release(&mut conn, guard).await?; }
-    ///     _ => println!("someone else is warming the cache"),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_acquire<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        resource: &str,
-        options: &LockOptions<Lock>,
-    ) -> Result<Acquire<LockGuard<Lock>>> {
-        let options = &options.clone().retries(0);
-        Ok(self.acquire_inner(conn, resource, options, None).await?.0)
+    try_acquire! {
+        LockGuard<Lock>;
+        /// One attempt: when the lock is free, `SET key token NX PX ttl` (with
+        /// [`LockOptions::fencing(true)`](LockOptions::fencing), in one script that also issues a
+        /// new fencing token); when it already holds this attempt's owner token (set with
+        /// [`LockOptions::token`], e.g. a retry after a lost reply), the lease refreshed (and the
+        /// same fencing token again). [`Acquire::Busy`] when another owner holds the lock.
+        ///
+        /// ```no_run
+        /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+        /// use redkit::lock::{Acquire, LockOptions};
+        /// match lock.try_acquire(&mut conn, "cache-warmup", &LockOptions::new()).await? {
+        ///     Acquire::Acquired(guard) => { lock.release(&mut conn, guard).await?; }
+        ///     _ => println!("someone else is warming the cache"),
+        /// }
+        /// # Ok(()) }
+        /// ```
     }
 
     /// Acquires, waiting as the options allow: up to [`retries`](LockOptions::retries) more
@@ -79,7 +74,9 @@ impl Lock {
         resource: &str,
         options: &LockOptions<Lock>,
     ) -> Result<Acquire<LockGuard<Lock>>> {
-        Ok(self.acquire_inner(conn, resource, options, None).await?.0)
+        LockAttempts::new(self, resource, options, None)?
+            .run(conn)
+            .await
     }
 
     /// Like [`acquire`](Self::acquire), and every attempt is followed by `WAIT` for
@@ -111,122 +108,93 @@ impl Lock {
         options: &LockOptions<Lock>,
         replication: Replication,
     ) -> Result<Acked<Acquire<LockGuard<Lock>>>> {
-        let (outcome, replicas) = self
-            .acquire_inner(conn, resource, options, Some(replication))
-            .await?;
-        Ok(replicas
+        let mut attempts = LockAttempts::new(self, resource, options, Some(replication))?;
+        let outcome = attempts.run(conn).await?;
+        Ok(attempts
+            .replicas
             .unwrap_or_else(|| Acked::new((), 0, replication.replicas()))
             .map(|()| outcome))
     }
+}
 
-    async fn acquire_inner<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
+/// The attempts of one acquire of a [`Lock`]: a hold refused for too few replicas may be
+/// tried again, like a busy lock.
+struct LockAttempts<'a> {
+    lock: &'a Lock,
+    key: String,
+    token: String,
+    ttl_ms: u64,
+    options: &'a LockOptions<Lock>,
+    wait: Option<Replication>,
+    /// What the last attempt's `WAIT` answered.
+    replicas: Option<Acked<()>>,
+}
+
+impl<'a> LockAttempts<'a> {
+    /// The attempts of an acquire of `resource`, every one with the same owner token and
+    /// followed by `WAIT` for `replication` (else the options' replication) when given; or
+    /// the typed error of bad input (nothing sent).
+    fn new(
+        lock: &'a Lock,
         resource: &str,
-        options: &LockOptions<Lock>,
+        options: &'a LockOptions<Lock>,
         replication: Option<Replication>,
-    ) -> Result<(Acquire<LockGuard<Lock>>, Option<Acked<()>>)> {
+    ) -> Result<Self> {
         let ttl_ms = options.validate()?;
-        let mut key = self.key(resource)?;
-        let mut token = match options.get_token() {
-            Some(token) => token.to_owned(),
-            None => owner_token(),
-        };
-        let mut retry = Retry::new(options.settings());
-        let wait = replication.or(options.get_replication());
-        if let Some(r) = &wait {
-            Box::pin(self.inner.base.manager.check_wait(conn, r)).await?;
-        }
-        loop {
-            let (granted, replicas) = self
-                .attempt(conn, &key, &token, ttl_ms, options, wait)
-                .await?;
-            let outcome = match granted {
-                Attempt::Busy { holder_ttl } => Acquire::Busy(Held::until(holder_ttl)),
-                Attempt::Granted { fence, started } => {
-                    // The guard takes the key and token, unless a refused hold may be retried.
-                    let retry = options
-                        .settings()
-                        .replication_shortfall(replicas.as_ref())
-                        .is_some();
-                    let (k, t) = if retry {
-                        (key.clone(), token.clone())
-                    } else {
-                        (std::mem::take(&mut key), std::mem::take(&mut token))
-                    };
-                    let guard = LockGuard::held(k, t, fence, ttl_ms, options.settings(), started);
-                    let valid = guard.is_valid();
-                    let Some(refused) = Refused::check(
-                        guard.key(),
-                        valid,
-                        started,
-                        options.settings(),
-                        replicas.as_ref(),
-                    ) else {
-                        return Ok((Acquire::Acquired(guard), replicas));
-                    };
-                    Box::pin(self.release(conn, guard)).await?;
-                    refused.acquire()?
-                }
-            };
-            if !retry.again().await {
-                return Ok((outcome, replicas));
-            }
-        }
+        Ok(Self {
+            lock,
+            key: lock.key(resource)?,
+            token: options.owner_token(),
+            ttl_ms,
+            options,
+            wait: replication.or(options.get_replication()),
+            replicas: None,
+        })
     }
 
-    async fn attempt<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        key: &str,
-        token: &str,
-        ttl_ms: u64,
-        options: &LockOptions<Lock>,
-        replication: Option<Replication>,
-    ) -> Result<(Attempt, Option<Acked<()>>)> {
-        if !options.get_fencing() {
-            return self
-                .unfenced_attempt(conn, key, token, ttl_ms, replication)
-                .await;
+    /// Checks that the server can `WAIT` (when asked to), then attempts as the options allow.
+    async fn run<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Acquire<LockGuard<Lock>>> {
+        if let Some(r) = &self.wait {
+            Box::pin(self.lock.inner.base.manager.check_wait(conn, r)).await?;
+        }
+        poll(self.options.settings(), conn, self).await
+    }
+
+    /// One attempt, with or without fencing as the options say.
+    async fn send<C: ConnectionLike>(&self, conn: &mut C) -> Result<(Attempt, Option<Acked<()>>)> {
+        if !self.options.get_fencing() {
+            return self.unfenced(conn).await;
         }
         // Boxed: the default (unfenced) attempt's future stays small.
-        Box::pin(self.fenced_attempt(conn, key, token, ttl_ms, replication)).await
+        Box::pin(self.fenced(conn)).await
     }
 
     /// An attempt with fencing: `lock_acquire` issues the fencing token in the same script.
-    async fn fenced_attempt<C: ConnectionLike>(
+    async fn fenced<C: ConnectionLike>(
         &self,
         conn: &mut C,
-        key: &str,
-        token: &str,
-        ttl_ms: u64,
-        replication: Option<Replication>,
     ) -> Result<(Attempt, Option<Acked<()>>)> {
+        let (key, ttl_ms, script) = (&self.key, self.ttl_ms, self.lock.inner.acquire);
         let fence_key = schema::fence(key);
-        let mut call = Call::new(self.inner.acquire);
+        let mut call = Call::new(script);
         call.key(key)
             .key(&fence_key)
-            .arg(token)
+            .arg(&self.token)
             .arg(ttl_ms)
             .arg(schema::fence_ttl_ms(ttl_ms));
-        let started = Instant::now();
-        let ((acquired, n), replicas): ((i64, i64), Option<Acked<()>>) = self
-            .inner
-            .base
-            .manager
-            .invoke_waiting(conn, &call, replication)
-            .await?;
+        let ((acquired, n), started, replicas): ((i64, i64), _, _) =
+            self.lock.inner.base.attempt(conn, &call, self.wait).await?;
         let outcome = match acquired {
             0 => Attempt::Busy {
                 holder_ttl: u64::try_from(n).ok().map(Duration::from_millis),
             },
             1 => Attempt::Granted {
-                fence: issued(self.inner.acquire, n)?,
+                fence: issued(script, n)?,
                 started,
             },
             other => {
                 return Err(Error::unexpected(
-                    self.inner.acquire.id(),
+                    script.id(),
                     format!("status {other} is neither 0 nor 1"),
                 ))
             }
@@ -238,14 +206,11 @@ impl Lock {
     /// round trip when asked). The holder it reads decides: none, the lock is ours; our own
     /// token (a retry after a lost reply), the lease is refreshed by the compare-and-PEXPIRE
     /// renewal; another owner, [`Acquire::Busy`] with its `PTTL`.
-    async fn unfenced_attempt<C: ConnectionLike>(
+    async fn unfenced<C: ConnectionLike>(
         &self,
         conn: &mut C,
-        key: &str,
-        token: &str,
-        ttl_ms: u64,
-        replication: Option<Replication>,
     ) -> Result<(Attempt, Option<Acked<()>>)> {
+        let (key, token, ttl_ms) = (&self.key, &self.token, self.ttl_ms);
         let mut set = redis::cmd("SET");
         set.arg(key)
             .arg(token)
@@ -254,7 +219,7 @@ impl Lock {
             .arg(ttl_ms)
             .arg("GET");
         let started = Instant::now();
-        let sent = match replication {
+        let sent = match self.wait {
             None => set
                 .query_async::<Option<String>>(conn)
                 .await
@@ -274,7 +239,7 @@ impl Lock {
         };
         let (holder, replicas) = sent.map_err(unfenced_error)?;
         let outcome = match holder {
-            Some(other) if other != token => {
+            Some(other) if &other != token => {
                 let pttl: i64 = redis::cmd("PTTL")
                     .arg(key)
                     .query_async(conn)
@@ -285,13 +250,17 @@ impl Lock {
                 }
             }
             Some(_)
-                if Box::pin(self.renew_raw(conn, key, token, Duration::from_millis(ttl_ms)))
-                    .await?
+                if Box::pin(self.lock.renew_raw(
+                    conn,
+                    key,
+                    token,
+                    Duration::from_millis(ttl_ms),
+                ))
+                .await?
                     == Renew::Lost =>
             {
                 // Ours a moment ago, expired since: try again as a fresh attempt.
-                return Box::pin(self.unfenced_attempt(conn, key, token, ttl_ms, replication))
-                    .await;
+                return Box::pin(self.unfenced(conn)).await;
             }
             _ => Attempt::Granted {
                 fence: FencingToken::new(0),
@@ -299,6 +268,26 @@ impl Lock {
             },
         };
         Ok((outcome, replicas))
+    }
+}
+
+impl Attempts for LockAttempts<'_> {
+    type Guard = LockGuard<Lock>;
+
+    async fn attempt<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Step<LockGuard<Lock>>> {
+        let (granted, replicas) = self.send(conn).await?;
+        self.replicas = replicas;
+        let answer = match granted {
+            Attempt::Busy { holder_ttl } => Acquire::Busy(Held::until(holder_ttl)),
+            Attempt::Granted { fence, started } => {
+                let settings = self.options.settings();
+                let (key, token) = (self.key.clone(), self.token.clone());
+                let guard = LockGuard::held(key, token, fence, self.ttl_ms, settings, started);
+                let replicas = self.replicas.as_ref();
+                settle(self.lock, conn, guard, started, settings, replicas).await?
+            }
+        };
+        Ok(Step::unless_acquired(answer))
     }
 }
 

@@ -7,71 +7,67 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use redis::Value;
 
-use super::grant::Refused;
+use super::grant::settle;
 use super::guard::LockGuard;
-use super::kind::{lease_verbs, lock_accessors, Base};
+use super::kind::{lease_verbs, lock_kind, try_acquire, Base};
 use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Replicated, Settings};
 use super::outcome::{status, Acquire, Held};
 use super::schema;
-use super::token::owner_token;
 use super::wait::block_on;
 use super::wait::ms;
 use crate::error::{Error, Result};
-use crate::script::{Acked, Call, Registry, Script, ScriptManager};
+use crate::script::{Call, Registry, Script, ScriptManager};
 
-/// A fair lock on one Redis server or a Redis Cluster: callers hold it one at a time **in the
-/// order they arrived**, like ZooKeeper's ephemeral sequential nodes.
-///
-/// Keys per resource (one hash tag, so one Cluster slot): `<prefix>:{<resource>}`, the queue
-/// (a sorted set of owner tokens scored by arrival number); `…:leases`, every entry's lease
-/// end (server `TIME`, ms); `…:fence`, the last arrival number issued; and
-/// `…:gone:<token>`, a list pushed when that entry leaves, which the entry behind it blocks
-/// on (`BLPOP`). The head of the queue holds the lock, with the lease of
-/// [`LockOptions::ttl`]; a waiter holds a short **waiter lease**
-/// ([`with_waiter_lease`](Self::with_waiter_lease), 2 s by default) that its blocked
-/// acquire renews about every third of it. A waiter or holder that dies is skipped when its
-/// own lease ends, never later; a waiter wakes when its predecessor leaves (release, give-up)
-/// or when the predecessor's lease ends.
-///
-/// The arrival number is `max(last + 1, server TIME in µs)`: holders follow arrival order,
-/// so it is also the holder's [`FencingToken`](super::FencingToken), strictly increasing from holder to holder.
-///
-/// Guards are [`LockGuard<FairLock>`](LockGuard)s: only [`FairLock::release`],
-/// [`renew`](FairLock::renew) and [`watch`](FairLock::watch) take them.
-/// With [`LockOptions::require_replicas`], every attempt is followed by `WAIT` in the same
-/// round trip; a turn that fewer replicas confirmed is given to the next in line and
-/// answered [`Acquire::NotReplicated`] (keep the `WAIT` timeout below the waiter lease: a
-/// waiting attempt may block that long).
-///
-/// ```no_run
-/// # async fn run() -> redkit::Result<()> {
-/// use std::time::Duration;
-/// use redkit::lock::{Acquire, FairLock, LockOptions};
-///
-/// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
-/// let mut own = client.get_multiplexed_async_connection().await?;
-/// let fair = FairLock::new();
-/// let options = LockOptions::new().ttl(Duration::from_secs(10));
-/// let options = options.max_wait(Duration::from_secs(30));
-/// if let Acquire::Acquired(guard) = fair.acquire(&mut own, "payouts", &options).await? {
-///     // ... work, passing guard.fencing_token() to the storage ...
-///     fair.release(&mut own, guard).await?;
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone)]
-pub struct FairLock {
-    pub(super) inner: Arc<Inner>,
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct Inner {
-    pub(super) base: Base,
-    waiter_lease: Duration,
-    acquire: &'static Script,
-    renew: &'static Script,
-    release: &'static Script,
+lock_kind! {
+    /// A fair lock on one Redis server or a Redis Cluster: callers hold it one at a time **in the
+    /// order they arrived**, like ZooKeeper's ephemeral sequential nodes.
+    ///
+    /// Keys per resource (one hash tag, so one Cluster slot): `<prefix>:{<resource>}`, the queue
+    /// (a sorted set of owner tokens scored by arrival number); `…:leases`, every entry's lease
+    /// end (server `TIME`, ms); `…:fence`, the last arrival number issued; and
+    /// `…:gone:<token>`, a list pushed when that entry leaves, which the entry behind it blocks
+    /// on (`BLPOP`). The head of the queue holds the lock, with the lease of
+    /// [`LockOptions::ttl`]; a waiter holds a short **waiter lease**
+    /// ([`with_waiter_lease`](Self::with_waiter_lease), 2 s by default) that its blocked
+    /// acquire renews about every third of it. A waiter or holder that dies is skipped when its
+    /// own lease ends, never later; a waiter wakes when its predecessor leaves (release, give-up)
+    /// or when the predecessor's lease ends.
+    ///
+    /// The arrival number is `max(last + 1, server TIME in µs)`: holders follow arrival order,
+    /// so it is also the holder's [`FencingToken`](super::FencingToken), strictly increasing from holder to holder.
+    ///
+    /// Guards are [`LockGuard<FairLock>`](LockGuard)s: only [`FairLock::release`],
+    /// [`renew`](FairLock::renew) and [`watch`](FairLock::watch) take them.
+    /// With [`LockOptions::require_replicas`], every attempt is followed by `WAIT` in the same
+    /// round trip; a turn that fewer replicas confirmed is given to the next in line and
+    /// answered [`Acquire::NotReplicated`] (keep the `WAIT` timeout below the waiter lease: a
+    /// waiting attempt may block that long).
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::lock::{Acquire, FairLock, LockOptions};
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let mut own = client.get_multiplexed_async_connection().await?;
+    /// let fair = FairLock::new();
+    /// let options = LockOptions::new().ttl(Duration::from_secs(10));
+    /// let options = options.max_wait(Duration::from_secs(30));
+    /// if let Acquire::Acquired(guard) = fair.acquire(&mut own, "payouts", &options).await? {
+    ///     // ... work, passing guard.fencing_token() to the storage ...
+    ///     fair.release(&mut own, guard).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub struct FairLock;
+    key = "The queue key of `resource` (escaped, bounded: see [`keys`](crate::keys)).";
+    inner {
+        waiter_lease: Duration,
+        acquire: &'static Script,
+        renew: &'static Script,
+        release: &'static Script,
+    }
 }
 
 impl FairLock {
@@ -129,27 +125,21 @@ impl FairLock {
         Ok(self)
     }
 
-    /// One attempt: joins the queue of `resource` and answers [`Acquire::Acquired`] when no
-    /// caller that arrived earlier is left in it; otherwise leaves the queue again (waking the
-    /// one behind) and answers [`Acquire::Busy`] (`ttl: None`). Same as
-    /// [`acquire`](Self::acquire) without [`LockOptions::max_wait`].
-    ///
-    /// ```no_run
-    /// # async fn run(fair: redkit::lock::FairLock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use redkit::lock::{Acquire, LockOptions};
-    /// if let Acquire::Acquired(guard) = fair.try_acquire(&mut conn, "ledger", &LockOptions::new()).await? {
-    ///     fair.release(&mut conn, guard).await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_acquire<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        resource: &str,
-        options: &LockOptions<FairLock>,
-    ) -> Result<Acquire<LockGuard<FairLock>>> {
-        self.wait_turn(conn, resource, options, Some(Instant::now()))
-            .await
+    try_acquire! {
+        LockGuard<FairLock>;
+        /// One attempt: joins the queue of `resource` and answers [`Acquire::Acquired`] when no
+        /// caller that arrived earlier is left in it; otherwise leaves the queue again (waking the
+        /// one behind) and answers [`Acquire::Busy`] (`ttl: None`). Same as
+        /// [`acquire`](Self::acquire) without [`LockOptions::max_wait`].
+        ///
+        /// ```no_run
+        /// # async fn run(fair: redkit::lock::FairLock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+        /// use redkit::lock::{Acquire, LockOptions};
+        /// if let Acquire::Acquired(guard) = fair.try_acquire(&mut conn, "ledger", &LockOptions::new()).await? {
+        ///     fair.release(&mut conn, guard).await?;
+        /// }
+        /// # Ok(()) }
+        /// ```
     }
 
     /// Joins the queue of `resource` and waits, up to [`LockOptions::max_wait`] (none set:
@@ -211,10 +201,7 @@ impl FairLock {
         let ttl_ms = options.validate()?;
         let settings = options.settings();
         let key = self.key(resource)?;
-        let token = match options.get_token() {
-            Some(token) => token.to_owned(),
-            None => owner_token(),
-        };
+        let token = options.owner_token();
         let script = self.inner.acquire;
         let waiter = self.inner.waiter_lease;
         let mut call = Call::new(script);
@@ -226,12 +213,10 @@ impl FairLock {
             .arg(ms(waiter))
             .arg(schema::fence_ttl_ms(ttl_ms));
         loop {
-            let started = Instant::now();
-            let (reply, replicas): (Vec<Value>, Option<Acked<()>>) = self
+            let (reply, started, replicas): (Vec<Value>, _, _) = self
                 .inner
                 .base
-                .manager
-                .invoke_waiting(conn, &call, options.get_replication())
+                .attempt(conn, &call, options.get_replication())
                 .await?;
             let int = |v: &Value| match v {
                 Value::Int(n) => Ok(*n),
@@ -242,13 +227,7 @@ impl FairLock {
                     let guard = LockGuard::granted(
                         script, key.clone(), token.clone(), int(fence)?, ttl_ms, settings, started,
                     )?;
-                    let valid = guard.is_valid();
-                    if let Some(refused) = Refused::check(&key, valid, started, settings, replicas.as_ref())
-                    {
-                        self.release(conn, guard).await?;
-                        return refused.acquire();
-                    }
-                    return Ok(Acquire::Acquired(guard));
+                    return settle(self, conn, guard, started, settings, replicas.as_ref()).await;
                 }
                 [status, _, _, Value::BulkString(pred), left] if int(status)? == 0 => {
                     let remaining =
@@ -363,8 +342,3 @@ impl LeaseKind for FairLock {
 impl super::options::sealed::Sealed for FairLock {}
 impl OwnerToken for FairLock {}
 impl Replicated for FairLock {}
-
-lock_accessors!(
-    FairLock,
-    key = "The queue key of `resource` (escaped, bounded: see [`keys`](crate::keys))."
-);

@@ -1,13 +1,85 @@
 //! What every acquire checks once the server granted a hold: validity left after the round
 //! trip, and the replicas [`LockOptions::require_replicas`] asks for. One place for the
-//! rule, so every primitive gives a hold back for the same reasons.
+//! rule, so every primitive gives a hold back for the same reasons ([`settle`]).
 
 use std::time::{Duration, Instant};
 
+use redis::aio::ConnectionLike;
+
+use super::guard::LockGuard;
+use super::kind::Base;
+use super::lease::{self, LeaseGuard, LeaseKind};
 use super::options::Settings;
-use super::outcome::Acquire;
+use super::outcome::{Acquire, Held};
+use super::wait::{Attempts, Step};
 use crate::error::{Error, Result};
-use crate::script::Acked;
+use crate::script::{Acked, Call, Replication};
+
+/// The attempts of a kind whose script answers `[1, fence, …]` (`granted` values) for a
+/// hold and `[0, ms]` while held elsewhere ([`RwLock`](super::RwLock),
+/// [`ReentrantLock`](super::ReentrantLock)): every attempt sends the same `call`.
+pub(super) struct Granting<'a, K> {
+    pub(super) kind: &'a K,
+    pub(super) base: &'a Base,
+    pub(super) call: Call<'a>,
+    pub(super) key: &'a str,
+    pub(super) token: &'a str,
+    pub(super) ttl_ms: u64,
+    pub(super) options: &'a Settings,
+    pub(super) replication: Option<Replication>,
+    /// The length of a granted reply, and the replies expected (for the error).
+    pub(super) granted: (usize, &'static str),
+}
+
+impl<K: LeaseKind<Extra = ()>> Attempts for Granting<'_, K> {
+    type Guard = LockGuard<K>;
+
+    async fn attempt<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Step<LockGuard<K>>> {
+        let (reply, started, replicas): (Vec<i64>, _, _) = self
+            .base
+            .attempt(conn, &self.call, self.replication)
+            .await?;
+        let script = self.call.script();
+        let (granted, expected) = self.granted;
+        match reply.as_slice() {
+            [1, fence, ..] if reply.len() == granted => {
+                let (key, token) = (self.key.to_owned(), self.token.to_owned());
+                let (ttl_ms, options) = (self.ttl_ms, self.options);
+                let guard =
+                    LockGuard::granted(script, key, token, *fence, ttl_ms, options, started)?;
+                let answer = settle(self.kind, conn, guard, started, options, replicas.as_ref());
+                Ok(Step::Done(answer.await?))
+            }
+            [0, ms] => Ok(Step::Again(Acquire::Busy(Held::until_ms(*ms)))),
+            other => Err(Error::unexpected(
+                script.id(),
+                format!("reply {other:?} is neither {expected} nor [0, ms]"),
+            )),
+        }
+    }
+}
+
+/// The answer to a hold granted by `kind` to a request sent at `started`:
+/// [`Acquire::Acquired`] with `guard`, or, when [`Refused::check`] refuses the hold, the
+/// guard given back at once and the refusal's answer. What every kind's acquire does with a
+/// grant.
+pub(super) async fn settle<G: LeaseGuard, C: ConnectionLike>(
+    kind: &G::Kind,
+    conn: &mut C,
+    guard: G,
+    started: Instant,
+    options: &Settings,
+    replicas: Option<&Acked<()>>,
+) -> Result<Acquire<G>> {
+    let held = guard.held();
+    let valid = !held.remaining().is_zero();
+    let Some(refused) = Refused::check(&held.key, valid, started, options, replicas) else {
+        return Ok(Acquire::Acquired(guard));
+    };
+    // Boxed: the future of an acquire stays small on its usual path.
+    Box::pin(lease::release(kind, conn, held, guard.extra())).await?;
+    refused.acquire()
+}
 
 /// Why a granted hold must be given back at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
-use super::lease::HeldLease;
+use super::lease::{HeldLease, LeaseGuard, LeaseKind};
 use super::options::Settings;
 use super::token::{issued, FencingToken};
 use super::watchdog::WatchdogHandle;
@@ -130,9 +130,17 @@ impl<K> LockGuard<K> {
             kind: PhantomData,
         }
     }
+}
 
-    /// What a release of this guard passes its kind beyond the lease: nothing.
-    pub(crate) fn extra(&self) -> &() {
+impl<K: LeaseKind<Extra = ()>> LeaseGuard for LockGuard<K> {
+    type Kind = K;
+
+    fn held(&self) -> &HeldLease {
+        &self.held
+    }
+
+    /// Nothing: a lock's release needs only the lease.
+    fn extra(&self) -> &() {
         &()
     }
 }

@@ -1,10 +1,18 @@
-//! What every single-server lock kind holds (key prefix and script manager), and the
-//! accessors they share (`with_prefix`, `with_manager`, `prefix`, `manager`, `key`,
-//! `Default`), written once by [`lock_accessors`] for each kind.
+//! What every single-server lock kind holds (key prefix and script manager) and how it
+//! sends one acquire attempt ([`Base::attempt`]); the kind's public struct and the accessors
+//! every kind shares (`with_prefix`, `with_manager`, `prefix`, `manager`, `key`, `Default`),
+//! written once by `lock_kind!`; its lease verbs (`lease_verbs!`) and `try_acquire`
+//! (`try_acquire!`).
 //!
 //! A leaf but for the key schema: it imports nothing else from the lock files.
 
-use crate::script::ScriptManager;
+use std::time::Instant;
+
+use redis::aio::ConnectionLike;
+use redis::FromRedisValue;
+
+use crate::error::Result;
+use crate::script::{Acked, Call, Replication, ScriptManager};
 
 /// The key prefix and script manager of a lock kind.
 #[derive(Debug, Clone)]
@@ -21,14 +29,50 @@ impl Base {
             manager: ScriptManager::new(),
         }
     }
+
+    /// One acquire attempt: `call`, followed by `WAIT` for `replication` in the same round
+    /// trip when given. The reply, when the request was sent (the lease is measured from
+    /// then), and what the `WAIT` answered (`None`: not sent).
+    pub(crate) async fn attempt<T: FromRedisValue, C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        call: &Call<'_>,
+        replication: Option<Replication>,
+    ) -> Result<(T, Instant, Option<Acked<()>>)> {
+        let started = Instant::now();
+        let (reply, replicas) = self.manager.invoke_waiting(conn, call, replication).await?;
+        Ok((reply, started, replicas))
+    }
 }
 
-/// The public accessors of a lock kind `$kind` (a struct with `inner: Arc<Inner>`, `Inner`
-/// holding `base: Base`), each documented with an example for that kind. `key = "..."`
-/// documents what the base key holds; `rebase = path` names a `fn(&mut Inner,
-/// Option<&ScriptManager>)` run after the prefix (`None`) or the manager (`Some`) changed.
-macro_rules! lock_accessors {
-    ($kind:ident, key = $key_doc:literal $(, rebase = $rebase:path)?) => {
+/// A lock kind `$kind`: the public struct (with the kind's docs) holding `inner: Arc<Inner>`,
+/// `Inner` (a `base: Base` and the kind's own `inner` fields), and the kind's accessors, each
+/// documented with an example for that kind. `key = "..."` documents what the base key holds; `rebase = path` names a
+/// `fn(&mut Inner, Option<&ScriptManager>)` run after the prefix (`None`) or the manager
+/// (`Some`) changed.
+macro_rules! lock_kind {
+    (
+        $(#[$doc:meta])*
+        pub struct $kind:ident;
+        key = $key_doc:literal;
+        $(rebase = $rebase:path;)?
+        inner {
+            $($(#[$field_doc:meta])* $vis:vis $field:ident: $ty:ty,)*
+        }
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub struct $kind {
+            pub(super) inner: ::std::sync::Arc<Inner>,
+        }
+
+        /// What the kind shares between its clones: the [`Base`] and its own fields.
+        #[derive(Debug, Clone)]
+        pub(super) struct Inner {
+            pub(super) base: $crate::lock::kind::Base,
+            $($(#[$field_doc])* $vis $field: $ty,)*
+        }
+
         impl $kind {
             /// Puts the keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
             ///
@@ -96,7 +140,7 @@ macro_rules! lock_accessors {
     };
 }
 
-pub(super) use lock_accessors;
+pub(super) use lock_kind;
 
 /// The lease verbs of a kind (`release`, `renew`, `watch`), inside its `impl` block: one body
 /// for every kind, through its [`LeaseKind`](super::lease::LeaseKind) impl, each verb with the
@@ -115,7 +159,13 @@ macro_rules! lease_verbs {
             mut guard: $guard,
         ) -> $crate::error::Result<$crate::lock::Release> {
             guard.watchdog = None;
-            $crate::lock::lease::release(self, conn, &guard.held, guard.extra()).await
+            $crate::lock::lease::release(
+                self,
+                conn,
+                &guard.held,
+                $crate::lock::lease::LeaseGuard::extra(&guard),
+            )
+            .await
         }
 
         $(#[$renew])*
@@ -142,3 +192,23 @@ macro_rules! lease_verbs {
 }
 
 pub(super) use lease_verbs;
+
+/// A kind's `try_acquire`, inside its `impl` block: one attempt, the kind's `acquire` with
+/// no retries and no `max_wait`. `$guard` is the kind's guard type, `$arg: $ty` what its
+/// acquire takes between the resource and the options; the docs are the kind's own.
+macro_rules! try_acquire {
+    ($guard:ty $(, $arg:ident: $ty:ty)*; $(#[$doc:meta])*) => {
+        $(#[$doc])*
+        pub async fn try_acquire<C: ::redis::aio::ConnectionLike>(
+            &self,
+            conn: &mut C,
+            resource: &str,
+            $($arg: $ty,)*
+            options: &$crate::lock::LockOptions<Self>,
+        ) -> $crate::error::Result<$crate::lock::Acquire<$guard>> {
+            self.acquire(conn, resource, $($arg,)* &options.once()).await
+        }
+    };
+}
+
+pub(super) use try_acquire;

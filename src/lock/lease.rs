@@ -127,6 +127,18 @@ pub(crate) trait LeaseKind: Clone + Send + Sync + 'static {
     }
 }
 
+/// A guard of a [`LeaseKind`]'s lease: what giving it back needs.
+pub(crate) trait LeaseGuard {
+    /// The kind that granted it.
+    type Kind: LeaseKind;
+
+    /// The held lease.
+    fn held(&self) -> &HeldLease;
+
+    /// What a release of this guard passes its kind beyond the lease.
+    fn extra(&self) -> &<Self::Kind as LeaseKind>::Extra;
+}
+
 /// One renewal of `held` by `kind`, without moving the local validity.
 pub(crate) async fn renew_once<K: LeaseKind, C: ConnectionLike>(
     kind: &K,

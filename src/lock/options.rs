@@ -6,6 +6,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
+use super::token::owner_token;
 use crate::error::{Error, Result};
 use crate::script::{Acked, Replication};
 
@@ -200,6 +201,15 @@ impl<K> LockOptions<K> {
         self.settings.get_token()
     }
 
+    /// The owner token of every attempt of one acquire: the caller's
+    /// ([`LockOptions::token`]) when set, else a fresh random one.
+    pub(crate) fn owner_token(&self) -> String {
+        match self.get_token() {
+            Some(token) => token.to_owned(),
+            None => owner_token(),
+        }
+    }
+
     /// The replication required at acquire, if any.
     pub(crate) fn get_replication(&self) -> Option<Replication> {
         self.settings.get_replication()
@@ -213,6 +223,11 @@ impl<K> LockOptions<K> {
     /// The lease length.
     pub(crate) fn lease(&self) -> Duration {
         self.settings.lease()
+    }
+
+    /// These options for one attempt only (no retries, no `max_wait`): a `try_acquire`.
+    pub(crate) fn once(&self) -> Self {
+        self.clone().with(Settings::once)
     }
 
     /// The options with `f` applied to the settings (the kind's own code).
@@ -387,6 +402,13 @@ impl Settings {
 
     pub(crate) fn max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = Some(max_wait);
+        self
+    }
+
+    /// One attempt only: no retries, no overall wait.
+    pub(crate) fn once(mut self) -> Self {
+        self.retries = 0;
+        self.max_wait = None;
         self
     }
 

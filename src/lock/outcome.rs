@@ -105,6 +105,12 @@ impl Held {
         }
     }
 
+    /// Held by one owner whose lease ends in `ms` milliseconds, as a script or `PTTL`
+    /// answered it (negative: unknown or no TTL).
+    pub(crate) fn until_ms(ms: i64) -> Self {
+        Self::until(u64::try_from(ms).ok().map(Duration::from_millis))
+    }
+
     /// Held by `holders` holders, the earliest lease ending in `ttl`.
     pub(crate) fn by(holders: u32, ttl: Option<Duration>) -> Self {
         Self {

@@ -45,13 +45,6 @@ impl PermitGuard {
     }
 }
 
-impl PermitGuard {
-    /// What a release of this permit passes the semaphore beyond the lease: its permit count.
-    pub(crate) fn extra(&self) -> &u32 {
-        &self.permits
-    }
-}
-
 impl fmt::Debug for PermitGuard {
     /// The owner token is a secret (it allows releasing the permit): never printed.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

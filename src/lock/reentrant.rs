@@ -3,21 +3,20 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
-use super::grant::Refused;
+use super::grant::Granting;
 use super::guard::LockGuard;
-use super::kind::{lease_verbs, lock_accessors, Base};
+use super::kind::{lease_verbs, lock_kind, try_acquire, Base};
 use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, Polling, Replicated};
-use super::outcome::{Acquire, Held, Release};
+use super::outcome::{Acquire, Release};
 use super::schema;
 use super::token::owner_token;
-use super::wait::{ms, Retry};
+use super::wait::{ms, poll};
 use crate::error::{Error, Result};
-use crate::script::{Acked, Call, Registry, Script, ScriptManager};
+use crate::script::{Call, Registry, Script, ScriptManager};
 
 /// Who holds a [`ReentrantLock`]: an explicit handle (a tokio task has no thread id), cloned
 /// into the nested code that may take the lock again. Its token is a secret, never printed.
@@ -72,56 +71,53 @@ impl fmt::Debug for Owner {
     }
 }
 
-/// A reentrant lock on one Redis server or a Redis Cluster (Redisson's `RLock` behaviour): its
-/// [`Owner`] may acquire it again while holding it; each acquire is one more hold, each
-/// release gives one back, and the lock is free only when the count reaches zero.
-///
-/// Keys per resource (one hash tag): `<prefix>:{<resource>}`, a hash `{owner token -> holds}`
-/// whose TTL is the lease shared by all holds (every acquire and renewal resets it, so it
-/// renews while any hold is live: watch one guard), and `…:fence`, the last fencing token;
-/// nested holds get the fencing token of the first one.
-///
-/// Waiting follows [`LockOptions`] as [`Lock::acquire`](super::Lock::acquire); the owner
-/// token comes from the [`Owner`] (`LockOptions<ReentrantLock>` has no `token` setter, see
-/// the last example). With [`LockOptions::require_replicas`] every attempt is followed
-/// by `WAIT` in the same round trip, and a hold fewer replicas confirmed is given back (the
-/// count returns to what it was) and answered [`Acquire::NotReplicated`].
-///
-/// ```no_run
-/// # async fn run() -> redkit::Result<()> {
-/// use redkit::lock::{Acquire, LockOptions, Owner, ReentrantLock};
-///
-/// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
-/// let mut conn = client.get_multiplexed_async_connection().await?;
-/// let lock = ReentrantLock::new();
-/// let me = Owner::new();
-/// let options = LockOptions::new().retries(50);
-/// if let Acquire::Acquired(outer) = lock.acquire(&mut conn, "account-9", &me, &options).await? {
-///     if let Acquire::Acquired(inner) = lock.acquire(&mut conn, "account-9", &me, &options).await? {
-///         lock.release(&mut conn, inner).await?; // still held: one hold left
-///     }
-///     lock.release(&mut conn, outer).await?; // free now
-/// }
-/// # Ok(()) }
-/// ```
-///
-/// A caller-supplied token does not compile (the [`Owner`] is the token):
-///
-/// ```compile_fail,E0277
-/// use redkit::lock::{LockOptions, ReentrantLock};
-/// let options: LockOptions<ReentrantLock> = LockOptions::new().token("job-7f3a9c2e-retry-safe");
-/// ```
-#[derive(Debug, Clone)]
-pub struct ReentrantLock {
-    pub(super) inner: Arc<Inner>,
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct Inner {
-    pub(super) base: Base,
-    acquire: &'static Script,
-    renew: &'static Script,
-    release: &'static Script,
+lock_kind! {
+    /// A reentrant lock on one Redis server or a Redis Cluster (Redisson's `RLock` behaviour): its
+    /// [`Owner`] may acquire it again while holding it; each acquire is one more hold, each
+    /// release gives one back, and the lock is free only when the count reaches zero.
+    ///
+    /// Keys per resource (one hash tag): `<prefix>:{<resource>}`, a hash `{owner token -> holds}`
+    /// whose TTL is the lease shared by all holds (every acquire and renewal resets it, so it
+    /// renews while any hold is live: watch one guard), and `…:fence`, the last fencing token;
+    /// nested holds get the fencing token of the first one.
+    ///
+    /// Waiting follows [`LockOptions`] as [`Lock::acquire`](super::Lock::acquire); the owner
+    /// token comes from the [`Owner`] (`LockOptions<ReentrantLock>` has no `token` setter, see
+    /// the last example). With [`LockOptions::require_replicas`] every attempt is followed
+    /// by `WAIT` in the same round trip, and a hold fewer replicas confirmed is given back (the
+    /// count returns to what it was) and answered [`Acquire::NotReplicated`].
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// use redkit::lock::{Acquire, LockOptions, Owner, ReentrantLock};
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let mut conn = client.get_multiplexed_async_connection().await?;
+    /// let lock = ReentrantLock::new();
+    /// let me = Owner::new();
+    /// let options = LockOptions::new().retries(50);
+    /// if let Acquire::Acquired(outer) = lock.acquire(&mut conn, "account-9", &me, &options).await? {
+    ///     if let Acquire::Acquired(inner) = lock.acquire(&mut conn, "account-9", &me, &options).await? {
+    ///         lock.release(&mut conn, inner).await?; // still held: one hold left
+    ///     }
+    ///     lock.release(&mut conn, outer).await?; // free now
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// A caller-supplied token does not compile (the [`Owner`] is the token):
+    ///
+    /// ```compile_fail,E0277
+    /// use redkit::lock::{LockOptions, ReentrantLock};
+    /// let options: LockOptions<ReentrantLock> = LockOptions::new().token("job-7f3a9c2e-retry-safe");
+    /// ```
+    pub struct ReentrantLock;
+    key = "The holds key of `resource` (escaped, bounded: see [`keys`](crate::keys)).";
+    inner {
+        acquire: &'static Script,
+        renew: &'static Script,
+        release: &'static Script,
+    }
 }
 
 impl ReentrantLock {
@@ -147,26 +143,19 @@ impl ReentrantLock {
         }
     }
 
-    /// One attempt at one hold for `owner`: granted when the lock is free or already
-    /// `owner`'s, else [`Acquire::Busy`]. Same as [`acquire`](Self::acquire) with no retries.
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, me: redkit::lock::Owner) -> redkit::Result<()> {
-    /// use redkit::lock::{Acquire, LockOptions};
-    /// if let Acquire::Acquired(hold) = lock.try_acquire(&mut conn, "cart-1", &me, &LockOptions::new()).await? {
-    ///     lock.release(&mut conn, hold).await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_acquire<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        resource: &str,
-        owner: &Owner,
-        options: &LockOptions<ReentrantLock>,
-    ) -> Result<Acquire<LockGuard<ReentrantLock>>> {
-        self.acquire(conn, resource, owner, &options.clone().retries(0))
-            .await
+    try_acquire! {
+        LockGuard<ReentrantLock>, owner: &Owner;
+        /// One attempt at one hold for `owner`: granted when the lock is free or already
+        /// `owner`'s, else [`Acquire::Busy`]. Same as [`acquire`](Self::acquire) with no retries.
+        ///
+        /// ```no_run
+        /// # async fn run(lock: redkit::lock::ReentrantLock, mut conn: redis::aio::MultiplexedConnection, me: redkit::lock::Owner) -> redkit::Result<()> {
+        /// use redkit::lock::{Acquire, LockOptions};
+        /// if let Acquire::Acquired(hold) = lock.try_acquire(&mut conn, "cart-1", &me, &LockOptions::new()).await? {
+        ///     lock.release(&mut conn, hold).await?;
+        /// }
+        /// # Ok(()) }
+        /// ```
     }
 
     /// Takes one hold for `owner`, waiting as the options allow: granted when the lock is
@@ -203,50 +192,18 @@ impl ReentrantLock {
             .arg(&owner.token)
             .arg(ttl_ms)
             .arg(schema::fence_ttl_ms(ttl_ms));
-        let mut retry = Retry::new(settings);
-        loop {
-            let started = Instant::now();
-            let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
-                .inner
-                .base
-                .manager
-                .invoke_waiting(conn, &call, options.get_replication())
-                .await?;
-            match reply.as_slice() {
-                [1, fence, _holds] => {
-                    let guard = LockGuard::granted(
-                        script,
-                        key,
-                        owner.token.clone(),
-                        *fence,
-                        ttl_ms,
-                        settings,
-                        started,
-                    )?;
-                    let valid = guard.is_valid();
-                    if let Some(refused) =
-                        Refused::check(guard.key(), valid, started, settings, replicas.as_ref())
-                    {
-                        self.release(conn, guard).await?;
-                        return refused.acquire();
-                    }
-                    return Ok(Acquire::Acquired(guard));
-                }
-                [0, pttl] => {
-                    if !retry.again().await {
-                        return Ok(Acquire::Busy(Held::until(
-                            u64::try_from(*pttl).ok().map(Duration::from_millis),
-                        )));
-                    }
-                }
-                other => {
-                    return Err(Error::unexpected(
-                        script.id(),
-                        format!("reply {other:?} is neither [1, fence, holds] nor [0, ms]"),
-                    ))
-                }
-            }
-        }
+        let mut attempts = Granting {
+            kind: self,
+            base: &self.inner.base,
+            call,
+            key: &key,
+            token: &owner.token,
+            ttl_ms,
+            options: settings,
+            replication: options.get_replication(),
+            granted: (3, "[1, fence, holds]"),
+        };
+        poll(settings, conn, &mut attempts).await
     }
 
     lease_verbs! {
@@ -350,8 +307,3 @@ impl LeaseKind for ReentrantLock {
 impl super::options::sealed::Sealed for ReentrantLock {}
 impl Polling for ReentrantLock {}
 impl Replicated for ReentrantLock {}
-
-lock_accessors!(
-    ReentrantLock,
-    key = "The holds key of `resource` (escaped, bounded: see [`keys`](crate::keys))."
-);

@@ -1,21 +1,20 @@
 //! [`RwLock`]: many readers or one writer, leases on both, writers not starved.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::grant::Refused;
+use super::grant::Granting;
 use super::guard::LockGuard;
-use super::kind::{lease_verbs, lock_accessors, Base};
+use super::kind::{lease_verbs, lock_kind, try_acquire, Base};
 use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated, Settings};
-use super::outcome::{status, Acquire, Held};
+use super::outcome::{status, Acquire};
 use super::schema;
-use super::token::owner_token;
-use super::wait::{ms, Retry};
-use crate::error::{Error, Result};
-use crate::script::{Acked, Call, Registry, Script, ScriptManager};
+use super::wait::{ms, poll};
+use crate::error::Result;
+use crate::script::{Call, Registry, Script, ScriptManager};
 
 /// Which hold an [`RwLock`] acquire asks for.
 ///
@@ -45,59 +44,56 @@ impl Mode {
 /// How long a waiting writer's intent outlives its longest pause between two attempts.
 const INTENT_MARGIN: Duration = Duration::from_millis(500);
 
-/// A read-write lock on one Redis server or a Redis Cluster: many readers at once, or one
-/// writer; every hold has an owner token, a lease measured by the server's clock and a
-/// [`FencingToken`](super::FencingToken); a waiting writer is not starved by a stream of readers.
-///
-/// Keys per resource (one hash tag, so one Cluster slot): `<prefix>:{<resource>}:readers`,
-/// a sorted set of reader tokens scored by lease end (expired readers are dropped by every
-/// acquire: a crashed reader's hold ends with its lease); `…:writer`, the writer's token with
-/// its lease as TTL; `…:intent`, the token of the writer waiting first: while it exists no new
-/// reader gets in, so the readers drain and the writer takes over. The intent lives twice the
-/// writer's longest pause between attempts plus 0.5 s, renewed by each attempt, so a writer
-/// that stops trying (crashed, gave up) lets readers in again soon; giving up withdraws it at
-/// once. `…:fence` holds the last fencing token, `max(last + 1, server TIME in µs)`, issued
-/// to every hold (read or write).
-///
-/// [`try_acquire`](RwLock::try_acquire) makes one attempt; [`acquire`](RwLock::acquire) waits
-/// as [`LockOptions`] allow (`retries`, `retry_delay`, `jitter`, `max_wait`), as
-/// [`Lock::acquire`](super::Lock::acquire) does. The [`Mode`] says read or write. A reader
-/// does not upgrade to writer (its own read
-/// hold would block it until the read lease ends). With [`LockOptions::require_replicas`]
-/// every attempt is followed by `WAIT` in the same round trip, and a hold fewer replicas
-/// confirmed is given back and answered [`Acquire::NotReplicated`]. Guards are
-/// [`LockGuard<RwLock>`](LockGuard)s, released with [`RwLock::release`].
-///
-/// ```no_run
-/// # async fn run() -> redkit::Result<()> {
-/// use std::time::Duration;
-/// use redkit::lock::{Acquire, LockOptions, Mode, RwLock};
-///
-/// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
-/// let mut conn = client.get_multiplexed_async_connection().await?;
-/// let rw = RwLock::new();
-/// let wait = LockOptions::new().ttl(Duration::from_secs(10)).retries(200);
-/// if let Acquire::Acquired(guard) = rw.acquire(&mut conn, "catalog", Mode::Read, &wait).await? {
-///     // ... read, alongside other readers ...
-///     rw.release(&mut conn, guard).await?;
-/// }
-/// if let Acquire::Acquired(guard) = rw.acquire(&mut conn, "catalog", Mode::Write, &wait).await? {
-///     // ... write, alone ...
-///     rw.release(&mut conn, guard).await?;
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone)]
-pub struct RwLock {
-    pub(super) inner: Arc<Inner>,
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct Inner {
-    pub(super) base: Base,
-    acquire: &'static Script,
-    renew: &'static Script,
-    release: &'static Script,
+lock_kind! {
+    /// A read-write lock on one Redis server or a Redis Cluster: many readers at once, or one
+    /// writer; every hold has an owner token, a lease measured by the server's clock and a
+    /// [`FencingToken`](super::FencingToken); a waiting writer is not starved by a stream of readers.
+    ///
+    /// Keys per resource (one hash tag, so one Cluster slot): `<prefix>:{<resource>}:readers`,
+    /// a sorted set of reader tokens scored by lease end (expired readers are dropped by every
+    /// acquire: a crashed reader's hold ends with its lease); `…:writer`, the writer's token with
+    /// its lease as TTL; `…:intent`, the token of the writer waiting first: while it exists no new
+    /// reader gets in, so the readers drain and the writer takes over. The intent lives twice the
+    /// writer's longest pause between attempts plus 0.5 s, renewed by each attempt, so a writer
+    /// that stops trying (crashed, gave up) lets readers in again soon; giving up withdraws it at
+    /// once. `…:fence` holds the last fencing token, `max(last + 1, server TIME in µs)`, issued
+    /// to every hold (read or write).
+    ///
+    /// [`try_acquire`](RwLock::try_acquire) makes one attempt; [`acquire`](RwLock::acquire) waits
+    /// as [`LockOptions`] allow (`retries`, `retry_delay`, `jitter`, `max_wait`), as
+    /// [`Lock::acquire`](super::Lock::acquire) does. The [`Mode`] says read or write. A reader
+    /// does not upgrade to writer (its own read
+    /// hold would block it until the read lease ends). With [`LockOptions::require_replicas`]
+    /// every attempt is followed by `WAIT` in the same round trip, and a hold fewer replicas
+    /// confirmed is given back and answered [`Acquire::NotReplicated`]. Guards are
+    /// [`LockGuard<RwLock>`](LockGuard)s, released with [`RwLock::release`].
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::lock::{Acquire, LockOptions, Mode, RwLock};
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let mut conn = client.get_multiplexed_async_connection().await?;
+    /// let rw = RwLock::new();
+    /// let wait = LockOptions::new().ttl(Duration::from_secs(10)).retries(200);
+    /// if let Acquire::Acquired(guard) = rw.acquire(&mut conn, "catalog", Mode::Read, &wait).await? {
+    ///     // ... read, alongside other readers ...
+    ///     rw.release(&mut conn, guard).await?;
+    /// }
+    /// if let Acquire::Acquired(guard) = rw.acquire(&mut conn, "catalog", Mode::Write, &wait).await? {
+    ///     // ... write, alone ...
+    ///     rw.release(&mut conn, guard).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub struct RwLock;
+    key = "The base key of `resource` (the others add `:readers`, `:writer`, `:intent`, `:fence`).";
+    inner {
+        acquire: &'static Script,
+        renew: &'static Script,
+        release: &'static Script,
+    }
 }
 
 impl RwLock {
@@ -123,28 +119,21 @@ impl RwLock {
         }
     }
 
-    /// One attempt at a hold of `mode`: [`Mode::Read`] is granted unless a writer holds the
-    /// lock or waits for it; [`Mode::Write`] when no writer holds it, no earlier writer waits
-    /// and no reader is left. Same as [`acquire`](Self::acquire) with no retries (a writer's
-    /// intent is withdrawn at once).
-    ///
-    /// ```no_run
-    /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use redkit::lock::{Acquire, LockOptions, Mode};
-    /// if let Acquire::Acquired(guard) = rw.try_acquire(&mut conn, "prices", Mode::Read, &LockOptions::new()).await? {
-    ///     rw.release(&mut conn, guard).await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_acquire<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        resource: &str,
-        mode: Mode,
-        options: &LockOptions<RwLock>,
-    ) -> Result<Acquire<LockGuard<RwLock>>> {
-        self.acquire(conn, resource, mode, &options.clone().retries(0))
-            .await
+    try_acquire! {
+        LockGuard<RwLock>, mode: Mode;
+        /// One attempt at a hold of `mode`: [`Mode::Read`] is granted unless a writer holds the
+        /// lock or waits for it; [`Mode::Write`] when no writer holds it, no earlier writer waits
+        /// and no reader is left. Same as [`acquire`](Self::acquire) with no retries (a writer's
+        /// intent is withdrawn at once).
+        ///
+        /// ```no_run
+        /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+        /// use redkit::lock::{Acquire, LockOptions, Mode};
+        /// if let Acquire::Acquired(guard) = rw.try_acquire(&mut conn, "prices", Mode::Read, &LockOptions::new()).await? {
+        ///     rw.release(&mut conn, guard).await?;
+        /// }
+        /// # Ok(()) }
+        /// ```
     }
 
     /// Takes a hold of `mode`, waiting as the options allow. A read hold is granted unless a
@@ -154,9 +143,9 @@ impl RwLock {
     /// writer gives up). [`Acquire::Busy`] after the last attempt (`ttl`: until the blocking
     /// writer's lease or intent ends, as last seen, for a reader).
     ///
-    /// Fails with [`Error::InvalidInput`] (nothing sent) for a bad resource or options, with [`Error::WrongType`] / [`Error::CorruptData`] for keys that
-    /// hold something else and [`Error::PermissionDenied`] for an ACL refusal (nothing written
-    /// in these cases), and with [`Error::Timeout`] when the acquire took the whole lease.
+    /// Fails with [`Error::InvalidInput`](crate::Error::InvalidInput) (nothing sent) for a bad resource or options, with [`Error::WrongType`](crate::Error::WrongType) / [`Error::CorruptData`](crate::Error::CorruptData) for keys that
+    /// hold something else and [`Error::PermissionDenied`](crate::Error::PermissionDenied) for an ACL refusal (nothing written
+    /// in these cases), and with [`Error::Timeout`](crate::Error::Timeout) when the acquire took the whole lease.
     ///
     /// ```no_run
     /// # async fn run(rw: redkit::lock::RwLock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -176,12 +165,8 @@ impl RwLock {
         let ttl_ms = options.validate()?;
         let settings = options.settings();
         let key = self.key(resource)?;
-        let token = match options.get_token() {
-            Some(token) => token.to_owned(),
-            None => owner_token(),
-        };
-        let intent = options
-            .settings()
+        let token = options.owner_token();
+        let intent = settings
             .longest_pause()
             .saturating_mul(2)
             .saturating_add(INTENT_MARGIN)
@@ -197,47 +182,22 @@ impl RwLock {
             .arg(ttl_ms)
             .arg(ms(intent))
             .arg(schema::fence_ttl_ms(ttl_ms));
-        let mut retry = Retry::new(settings);
-        loop {
-            let started = Instant::now();
-            let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
-                .inner
-                .base
-                .manager
-                .invoke_waiting(conn, &call, options.get_replication())
-                .await?;
-            match reply.as_slice() {
-                [1, fence] => {
-                    let guard =
-                        LockGuard::granted(script, key, token, *fence, ttl_ms, settings, started)?;
-                    let valid = guard.is_valid();
-                    if let Some(refused) =
-                        Refused::check(guard.key(), valid, started, settings, replicas.as_ref())
-                    {
-                        self.release(conn, guard).await?;
-                        return refused.acquire();
-                    }
-                    return Ok(Acquire::Acquired(guard));
-                }
-                [0, wait_ms] => {
-                    let busy = Acquire::Busy(Held::until(
-                        u64::try_from(*wait_ms).ok().map(Duration::from_millis),
-                    ));
-                    if !retry.again().await {
-                        if mode == Mode::Write {
-                            self.leave(conn, &key, &token).await?; // withdraw the intent
-                        }
-                        return Ok(busy);
-                    }
-                }
-                other => {
-                    return Err(Error::unexpected(
-                        script.id(),
-                        format!("reply {other:?} is neither [1, fence] nor [0, ms]"),
-                    ))
-                }
-            }
+        let mut attempts = Granting {
+            kind: self,
+            base: &self.inner.base,
+            call,
+            key: &key,
+            token: &token,
+            ttl_ms,
+            options: settings,
+            replication: options.get_replication(),
+            granted: (2, "[1, fence]"),
+        };
+        let outcome = poll(settings, conn, &mut attempts).await?;
+        if mode == Mode::Write && matches!(outcome, Acquire::Busy(_)) {
+            self.leave(conn, &key, &token).await?; // withdraw the intent
         }
+        Ok(outcome)
     }
 
     async fn leave<C: ConnectionLike>(&self, conn: &mut C, key: &str, token: &str) -> Result<bool> {
@@ -281,7 +241,7 @@ impl RwLock {
         /// ```
         renew;
         /// Starts a watchdog for `guard` (renewal about every ttl/3 over a clone of `conn`) and
-        /// returns the signal fired when the hold is lost. Fails with [`Error::InvalidInput`]
+        /// returns the signal fired when the hold is lost. Fails with [`Error::InvalidInput`](crate::Error::InvalidInput)
         /// outside a tokio runtime.
         ///
         /// ```no_run
@@ -318,8 +278,3 @@ impl super::options::sealed::Sealed for RwLock {}
 impl Polling for RwLock {}
 impl OwnerToken for RwLock {}
 impl Replicated for RwLock {}
-
-lock_accessors!(
-    RwLock,
-    key = "The base key of `resource` (the others add `:readers`, `:writer`, `:intent`, `:fence`)."
-);

@@ -1,72 +1,69 @@
 //! [`Semaphore`]: N leased permits per resource, one script round trip per step.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
 use super::fair::FairLock;
-use super::grant::Refused;
-use super::kind::{lease_verbs, lock_accessors, Base};
-use super::lease::{HeldLease, LeaseKind};
+use super::grant::settle;
+use super::kind::{lease_verbs, lock_kind, try_acquire, Base};
+use super::lease::{HeldLease, LeaseGuard, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated};
 use super::outcome::{Acquire, Held};
 use super::permit::PermitGuard;
 use super::schema;
-use super::token::owner_token;
-use super::wait::{ms, Retry};
+use super::wait::{ms, poll, Attempts, Step};
 use crate::error::{Error, Result};
-use crate::script::{Acked, Call, Registry, Script, ScriptManager};
+use crate::script::{Call, Registry, Script, ScriptManager};
 
-/// A counting semaphore on one Redis server or a Redis Cluster: at most `permits` owners hold
-/// a resource at once, each with an owner token and a lease measured by the server's clock.
-///
-/// Keys per resource: `<prefix>:{<resource>}:wake`, a short list that wakes blocked
-/// acquirers, and `<prefix>:{<resource>}`: a sorted set of holders (member = owner
-/// token, score = lease end in ms of Redis `TIME`). Every acquire first drops the holders
-/// whose lease ended (`ZREMRANGEBYSCORE`), so **a crashed holder's permit comes back when its
-/// lease ends**, never later. The key's TTL follows the longest lease (no forever-keys).
-///
-/// Every caller of one resource must pass the same `permits`: the count is not stored.
-/// [`LockOptions`] gives the lease (`ttl`), waiting (`retries`, `retry_delay`, `jitter`,
-/// `max_wait`), the drift allowance, an optional caller-supplied owner `token` (an acquire
-/// retried with the same token finds its own permit) and `require_replicas` (each attempt is
-/// followed by `WAIT` in the same round trip; a permit fewer replicas confirmed is given back
-/// and answered [`Acquire::NotReplicated`]).
-///
-/// Cheap to clone (an `Arc`). Generic over any [`ConnectionLike`].
-///
-/// ```no_run
-/// # async fn run() -> redkit::Result<()> {
-/// use std::time::Duration;
-/// use redkit::lock::{Acquire, LockOptions, Semaphore};
-/// use redkit::ScriptManager;
-///
-/// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
-/// let mut conn = client.get_multiplexed_async_connection().await?;
-/// let sem = Semaphore::new();
-/// let wait = LockOptions::new().ttl(Duration::from_secs(10)).retries(100);
-/// // at most 3 exports at once, across every process
-/// if let Acquire::Acquired(permit) = sem.acquire(&mut conn, "export", 3, &wait).await? {
-///     // ... work ...
-///     sem.release(&mut conn, permit).await?;
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone)]
-pub struct Semaphore {
-    pub(super) inner: Arc<Inner>,
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct Inner {
-    pub(super) base: Base,
-    /// The arrival-order queue in front of [`Semaphore::acquire_fair`] (keys under
-    /// `<prefix>:gate`).
-    pub(super) gate: FairLock,
-    acquire: &'static Script,
-    renew: &'static Script,
-    release: &'static Script,
+lock_kind! {
+    /// A counting semaphore on one Redis server or a Redis Cluster: at most `permits` owners hold
+    /// a resource at once, each with an owner token and a lease measured by the server's clock.
+    ///
+    /// Keys per resource: `<prefix>:{<resource>}:wake`, a short list that wakes blocked
+    /// acquirers, and `<prefix>:{<resource>}`: a sorted set of holders (member = owner
+    /// token, score = lease end in ms of Redis `TIME`). Every acquire first drops the holders
+    /// whose lease ended (`ZREMRANGEBYSCORE`), so **a crashed holder's permit comes back when its
+    /// lease ends**, never later. The key's TTL follows the longest lease (no forever-keys).
+    ///
+    /// Every caller of one resource must pass the same `permits`: the count is not stored.
+    /// [`LockOptions`] gives the lease (`ttl`), waiting (`retries`, `retry_delay`, `jitter`,
+    /// `max_wait`), the drift allowance, an optional caller-supplied owner `token` (an acquire
+    /// retried with the same token finds its own permit) and `require_replicas` (each attempt is
+    /// followed by `WAIT` in the same round trip; a permit fewer replicas confirmed is given back
+    /// and answered [`Acquire::NotReplicated`]).
+    ///
+    /// Cheap to clone (an `Arc`). Generic over any [`ConnectionLike`].
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::lock::{Acquire, LockOptions, Semaphore};
+    /// use redkit::ScriptManager;
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let mut conn = client.get_multiplexed_async_connection().await?;
+    /// let sem = Semaphore::new();
+    /// let wait = LockOptions::new().ttl(Duration::from_secs(10)).retries(100);
+    /// // at most 3 exports at once, across every process
+    /// if let Acquire::Acquired(permit) = sem.acquire(&mut conn, "export", 3, &wait).await? {
+    ///     // ... work ...
+    ///     sem.release(&mut conn, permit).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub struct Semaphore;
+    key = "The key holding `resource`'s holders (escaped, bounded: see [`keys`](crate::keys)).";
+    rebase = Inner::rebase;
+    inner {
+        /// The arrival-order queue in front of [`Semaphore::acquire_fair`] (keys under
+        /// `<prefix>:gate`).
+        pub(super) gate: FairLock,
+        acquire: &'static Script,
+        renew: &'static Script,
+        release: &'static Script,
+    }
 }
 
 impl Semaphore {
@@ -95,26 +92,19 @@ impl Semaphore {
         }
     }
 
-    /// One attempt: takes a permit when fewer than `permits` unexpired holders exist (or this
-    /// attempt's owner token already holds one: its lease is refreshed), else
-    /// [`Acquire::Busy`]. Same as [`acquire`](Self::acquire) with no retries.
-    ///
-    /// ```no_run
-    /// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use redkit::lock::LockOptions;
-    /// let outcome = sem.try_acquire(&mut conn, "crawler", 10, &LockOptions::new()).await?;
-    /// println!("{}", outcome.is_acquired());
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_acquire<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        resource: &str,
-        permits: u32,
-        options: &LockOptions<Semaphore>,
-    ) -> Result<Acquire<PermitGuard>> {
-        self.acquire(conn, resource, permits, &options.clone().retries(0))
-            .await
+    try_acquire! {
+        PermitGuard, permits: u32;
+        /// One attempt: takes a permit when fewer than `permits` unexpired holders exist (or this
+        /// attempt's owner token already holds one: its lease is refreshed), else
+        /// [`Acquire::Busy`]. Same as [`acquire`](Self::acquire) with no retries.
+        ///
+        /// ```no_run
+        /// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+        /// use redkit::lock::LockOptions;
+        /// let outcome = sem.try_acquire(&mut conn, "crawler", 10, &LockOptions::new()).await?;
+        /// println!("{}", outcome.is_acquired());
+        /// # Ok(()) }
+        /// ```
     }
 
     /// Acquires one of `permits` permits of `resource`, waiting as the options allow (up to
@@ -148,19 +138,16 @@ impl Semaphore {
         options: &LockOptions<Semaphore>,
     ) -> Result<Acquire<PermitGuard>> {
         let (key, ttl_ms) = self.checked(resource, permits, options)?;
-        let token = match options.get_token() {
-            Some(token) => token.to_owned(),
-            None => owner_token(),
+        let token = options.owner_token();
+        let mut attempts = PermitAttempts {
+            sem: self,
+            key: &key,
+            token: &token,
+            permits,
+            ttl_ms,
+            options,
         };
-        let mut retry = Retry::new(options.settings());
-        loop {
-            let outcome = self
-                .attempt(conn, &key, &token, permits, ttl_ms, options)
-                .await?;
-            if outcome.is_acquired() || !retry.again().await {
-                return Ok(outcome);
-            }
-        }
+        poll(options.settings(), conn, &mut attempts).await
     }
 
     /// The key and the lease in ms of an acquire, or the typed error of its bad input.
@@ -192,12 +179,10 @@ impl Semaphore {
         let script = self.inner.acquire;
         let mut call = Call::new(script);
         call.key(key).arg(token).arg(permits).arg(ttl_ms);
-        let started = Instant::now();
-        let (reply, replicas): (Vec<i64>, Option<Acked<()>>) = self
+        let (reply, started, replicas): (Vec<i64>, _, _) = self
             .inner
             .base
-            .manager
-            .invoke_waiting(conn, &call, options.get_replication())
+            .attempt(conn, &call, options.get_replication())
             .await?;
         let count = |n: i64| {
             u32::try_from(n)
@@ -214,14 +199,15 @@ impl Semaphore {
                     holders: count(*holders)?,
                     watchdog: None,
                 };
-                let valid = guard.is_valid();
-                if let Some(refused) =
-                    Refused::check(key, valid, started, options.settings(), replicas.as_ref())
-                {
-                    self.release(conn, guard).await?;
-                    return refused.acquire();
-                }
-                Ok(Acquire::Acquired(guard))
+                settle(
+                    self,
+                    conn,
+                    guard,
+                    started,
+                    options.settings(),
+                    replicas.as_ref(),
+                )
+                .await
             }
             [0, holders, retry_after] => Ok(Acquire::Busy(Held::by(
                 count(*holders)?,
@@ -320,13 +306,48 @@ impl LeaseKind for Semaphore {
     }
 }
 
+struct PermitAttempts<'a> {
+    sem: &'a Semaphore,
+    key: &'a str,
+    token: &'a str,
+    permits: u32,
+    ttl_ms: u64,
+    options: &'a LockOptions<Semaphore>,
+}
+
+impl Attempts for PermitAttempts<'_> {
+    type Guard = PermitGuard;
+
+    async fn attempt<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Step<PermitGuard>> {
+        let answer = self
+            .sem
+            .attempt(
+                conn,
+                self.key,
+                self.token,
+                self.permits,
+                self.ttl_ms,
+                self.options,
+            )
+            .await?;
+        Ok(Step::unless_acquired(answer))
+    }
+}
+
+impl LeaseGuard for PermitGuard {
+    type Kind = Semaphore;
+
+    fn held(&self) -> &HeldLease {
+        &self.held
+    }
+
+    /// What a release of this permit passes the semaphore beyond the lease: its permit count.
+    fn extra(&self) -> &u32 {
+        &self.permits
+    }
+}
+
 impl super::options::sealed::Sealed for Semaphore {}
 impl Polling for Semaphore {}
 impl OwnerToken for Semaphore {}
 impl Replicated for Semaphore {}
-
-lock_accessors!(
-    Semaphore,
-    key = "The key holding `resource`'s holders (escaped, bounded: see [`keys`](crate::keys)).",
-    rebase = Inner::rebase
-);

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use super::guard::LockGuard;
-use super::kind::{lease_verbs, lock_accessors, Base};
+use super::kind::{lease_verbs, lock_kind, Base};
 use super::lease::{deadline, HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated};
 use super::outcome::{renew_status, status, Renew};
@@ -16,48 +16,45 @@ use super::wait::ms;
 use crate::error::Result;
 use crate::script::{Acked, Call, Registry, Replication, Script, ScriptManager};
 
-/// A lock on one Redis server or Redis Cluster: one script round trip per operation.
-///
-/// Keys: `<prefix>:{<resource>}` holds the owner token (with the lease as TTL), and
-/// `<prefix>:{<resource>}:fence` the last fencing token issued (TTL `2 × lease + 10 s`,
-/// refreshed by every acquire and renewal, so per-entity locks leave no forever-keys; the
-/// tokens themselves never go backwards, see [`FencingToken`](super::FencingToken)). Blocked
-/// acquirers ([`acquire_blocking`](Self::acquire_blocking)) add `<prefix>:{<resource>}:waiting`
-/// (a flag that lives as long as the longest wait) and `<prefix>:{<resource>}:wake` (a wake-up
-/// list of at most one entry, 60 s TTL). All share one hash tag, so they live in one Cluster
-/// slot. The resource name is escaped and bounded (see [`keys`](crate::keys)).
-///
-/// Cheap to clone (an `Arc`). Generic over any [`ConnectionLike`].
-///
-/// ```no_run
-/// # async fn run() -> redkit::Result<()> {
-/// use std::time::Duration;
-/// use redkit::lock::{Acquire, Lock, LockOptions, Release};
-///
-/// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
-/// let mut conn = client.get_multiplexed_async_connection().await?;
-/// let lock = Lock::new();
-/// // fencing(true): the guard carries a fencing token for the storage (off by default).
-/// let options = LockOptions::new().fencing(true).ttl(Duration::from_secs(10)).retries(50);
-/// if let Acquire::Acquired(guard) = lock.acquire(&mut conn, "invoice-17", &options).await? {
-///     // ... work, passing guard.fencing_token() to the storage ...
-///     assert_eq!(lock.release(&mut conn, guard).await?, Release::Released);
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone)]
-pub struct Lock {
-    pub(super) inner: Arc<Inner>,
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct Inner {
-    pub(super) base: Base,
-    pub(super) acquire: &'static Script,
-    release: &'static Script,
-    renew: &'static Script,
-    fenced_set: &'static Script,
-    pub(super) fence: &'static Script,
+lock_kind! {
+    /// A lock on one Redis server or Redis Cluster: one script round trip per operation.
+    ///
+    /// Keys: `<prefix>:{<resource>}` holds the owner token (with the lease as TTL), and
+    /// `<prefix>:{<resource>}:fence` the last fencing token issued (TTL `2 × lease + 10 s`,
+    /// refreshed by every acquire and renewal, so per-entity locks leave no forever-keys; the
+    /// tokens themselves never go backwards, see [`FencingToken`](super::FencingToken)). Blocked
+    /// acquirers ([`acquire_blocking`](Self::acquire_blocking)) add `<prefix>:{<resource>}:waiting`
+    /// (a flag that lives as long as the longest wait) and `<prefix>:{<resource>}:wake` (a wake-up
+    /// list of at most one entry, 60 s TTL). All share one hash tag, so they live in one Cluster
+    /// slot. The resource name is escaped and bounded (see [`keys`](crate::keys)).
+    ///
+    /// Cheap to clone (an `Arc`). Generic over any [`ConnectionLike`].
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::lock::{Acquire, Lock, LockOptions, Release};
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let mut conn = client.get_multiplexed_async_connection().await?;
+    /// let lock = Lock::new();
+    /// // fencing(true): the guard carries a fencing token for the storage (off by default).
+    /// let options = LockOptions::new().fencing(true).ttl(Duration::from_secs(10)).retries(50);
+    /// if let Acquire::Acquired(guard) = lock.acquire(&mut conn, "invoice-17", &options).await? {
+    ///     // ... work, passing guard.fencing_token() to the storage ...
+    ///     assert_eq!(lock.release(&mut conn, guard).await?, Release::Released);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub struct Lock;
+    key = "The key holding the owner token of `resource`.";
+    inner {
+        pub(super) acquire: &'static Script,
+        release: &'static Script,
+        renew: &'static Script,
+        fenced_set: &'static Script,
+        pub(super) fence: &'static Script,
+    }
 }
 
 impl Lock {
@@ -279,5 +276,3 @@ impl LockOptions<Lock> {
         self.settings().get_fencing()
     }
 }
-
-lock_accessors!(Lock, key = "The key holding the owner token of `resource`.");

@@ -1,13 +1,14 @@
-//! The acquire loop every lock kind shares: bounded retries with jittered pauses and an
-//! overall deadline ([`Retry`], from [`LockOptions`]), and waiting for a notification
-//! without polling ([`block_on`], bounded by [`wait_deadline`]). A leaf: it imports only
-//! the options.
+//! The acquire loop every polling lock kind shares ([`poll`]): bounded retries with
+//! jittered pauses and an overall deadline ([`Retry`], from [`LockOptions`]); and waiting
+//! for a notification without polling ([`block_on`], bounded by [`wait_deadline`]). A leaf
+//! but for the options and the outcomes.
 
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
 use super::options::Settings;
+use super::outcome::Acquire;
 use crate::error::{Error, Result};
 
 /// A duration in whole milliseconds for a script argument (saturating; leases are validated
@@ -50,6 +51,56 @@ impl<'a> Retry<'a> {
         tokio::time::sleep(pause).await;
         self.attempt += 1;
         true
+    }
+}
+
+/// What one attempt of an acquire answered, for [`poll`].
+pub(super) enum Step<G> {
+    /// The acquire's answer: no other attempt follows.
+    Done(Acquire<G>),
+    /// The acquire's answer unless the options allow another attempt (e.g. the lock is held
+    /// elsewhere).
+    Again(Acquire<G>),
+}
+
+impl<G> Step<G> {
+    /// Done when `answer` is a hold; any other answer may be tried again.
+    pub(super) fn unless_acquired(answer: Acquire<G>) -> Self {
+        if answer.is_acquired() {
+            Self::Done(answer)
+        } else {
+            Self::Again(answer)
+        }
+    }
+}
+
+/// One acquire's attempts, as a kind sends them (see [`poll`]).
+pub(super) trait Attempts {
+    /// The guard of a hold.
+    type Guard;
+
+    /// One attempt.
+    async fn attempt<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Step<Self::Guard>>;
+}
+
+/// The acquire loop of every polling kind: sends attempts until one answers
+/// [`Step::Done`], or answers [`Step::Again`] with no further attempt allowed by `options`
+/// ([`Retry`]); that answer is the acquire's.
+pub(super) async fn poll<A: Attempts, C: ConnectionLike>(
+    options: &Settings,
+    conn: &mut C,
+    attempts: &mut A,
+) -> Result<Acquire<A::Guard>> {
+    let mut retry = Retry::new(options);
+    loop {
+        match attempts.attempt(conn).await? {
+            Step::Done(answer) => return Ok(answer),
+            Step::Again(answer) => {
+                if !retry.again().await {
+                    return Ok(answer);
+                }
+            }
+        }
     }
 }
 

@@ -2,25 +2,27 @@
 //! on leased [`Semaphore`] permits.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::header::{HeaderValue, RETRY_AFTER};
 use http::{Request, Response, StatusCode};
 use redis::aio::ConnectionLike;
-use tower::{Layer, Service};
+use tower::Service;
 
+use super::common::{
+    bump, common_setters, limit_service, read, refusal, Common, CommonCounters, FailMode,
+    UnknownClient,
+};
 use super::future::ResponseFuture;
 use super::headers::retry_after_secs;
 use super::key::{ClientId, KeyExtractor, PeerIp, RequestInfo};
-use super::rate_limit_layer::{Counters, FailMode, UnknownClient};
 use super::respond::{DefaultResponses, Rejection, Respond, RespondWith};
 use crate::error::{Error, Result};
 use crate::keys::{validate_prefix, MAX_PART_LEN};
 use crate::lock::{Acquire, LockOptions, PermitGuard, Semaphore};
-use crate::rate_limit::{validate_ipv6_prefix, LimitKey, DEFAULT_IPV6_PREFIX};
+use crate::rate_limit::LimitKey;
 
 /// Counters of a [`ConcurrencyLimitLayer`] (shared by all its clones).
 ///
@@ -41,9 +43,9 @@ pub struct ConcurrencyStats {
     pub rejected: u64,
     /// Acquires or releases that failed (Redis error or timeout), whatever the fail mode.
     pub redis_failures: u64,
-    /// Requests let through without a permit because of [`FailMode::Open`].
+    /// Requests let through without a permit because of [`FailMode::Open`](super::FailMode::Open).
     pub failed_open: u64,
-    /// Requests refused because of [`FailMode::Closed`].
+    /// Requests refused because of [`FailMode::Closed`](super::FailMode::Closed).
     pub failed_closed: u64,
     /// Requests whose client could not be determined.
     pub unknown_clients: u64,
@@ -54,10 +56,7 @@ struct Stats {
     admitted: AtomicU64,
     finished: AtomicU64,
     rejected: AtomicU64,
-    redis_failures: AtomicU64,
-    failed_open: AtomicU64,
-    failed_closed: AtomicU64,
-    unknown_clients: AtomicU64,
+    common: CommonCounters,
 }
 
 /// What a [`ConcurrencyLimitLayer`] limits: a name (its slots are its own), the requests in
@@ -181,15 +180,9 @@ impl ConcurrencyPolicy {
 struct Shared<C, K, H> {
     policy: ConcurrencyPolicy,
     options: LockOptions<Semaphore>,
-    conn: C,
-    extractor: K,
-    fail_mode: FailMode,
-    timeout: Duration,
-    ipv6_prefix: u8,
-    unknown: UnknownClient,
+    common: Common<C, K, H>,
     full_status: StatusCode,
     stats: Stats,
-    respond: H,
 }
 
 /// Tower layer allowing at most `permits` requests in flight per client, counted in Redis so
@@ -204,7 +197,7 @@ struct Shared<C, K, H> {
 /// - every permit held: [`DEFAULT_FULL_STATUS`](Self::DEFAULT_FULL_STATUS) (429, or the
 ///   builder's `full_status`, e.g. 503) with `Retry-After` = when the earliest lease ends
 ///   (whole seconds, rounded up, at least 1); the inner service does not run;
-/// - Redis failed or timed out: [`FailMode`] (as `RateLimitLayer`: open lets the request
+/// - Redis failed or timed out: [`FailMode`](super::FailMode) (as `RateLimitLayer`: open lets the request
 ///   through without a permit, closed answers 503 with `Retry-After: 1`).
 ///
 /// **A crashed instance's slots come back** when their lease ends (nothing renews them any
@@ -270,15 +263,9 @@ impl<C> ConcurrencyLimitLayer<C, PeerIp, DefaultResponses> {
     /// ```
     pub fn builder(policy: ConcurrencyPolicy, conn: C) -> ConcurrencyLimitBuilder<C, PeerIp> {
         ConcurrencyLimitBuilder {
-            respond: DefaultResponses,
             policy,
-            conn,
-            extractor: PeerIp,
+            common: Common::new(conn, ConcurrencyLimitBuilder::<C, PeerIp>::DEFAULT_TIMEOUT),
             lease: ConcurrencyLimitBuilder::<C, PeerIp>::DEFAULT_LEASE,
-            fail_mode: FailMode::default(),
-            timeout: ConcurrencyLimitBuilder::<C, PeerIp>::DEFAULT_TIMEOUT,
-            ipv6_prefix: DEFAULT_IPV6_PREFIX,
-            unknown: UnknownClient::default(),
             full_status: ConcurrencyLimitLayer::<C>::DEFAULT_FULL_STATUS,
         }
     }
@@ -287,6 +274,10 @@ impl<C> ConcurrencyLimitLayer<C, PeerIp, DefaultResponses> {
 impl<C, K, H> ConcurrencyLimitLayer<C, K, H> {
     /// Status when every permit of the client is held (unless the builder says otherwise).
     pub const DEFAULT_FULL_STATUS: StatusCode = StatusCode::TOO_MANY_REQUESTS;
+
+    fn shared(&self) -> &Arc<Shared<C, K, H>> {
+        &self.shared
+    }
 
     /// A snapshot of the counters.
     ///
@@ -297,15 +288,14 @@ impl<C, K, H> ConcurrencyLimitLayer<C, K, H> {
     /// ```
     pub fn stats(&self) -> ConcurrencyStats {
         let s = &self.shared.stats;
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         ConcurrencyStats {
-            admitted: get(&s.admitted),
-            finished: get(&s.finished),
-            rejected: get(&s.rejected),
-            redis_failures: get(&s.redis_failures),
-            failed_open: get(&s.failed_open),
-            failed_closed: get(&s.failed_closed),
-            unknown_clients: get(&s.unknown_clients),
+            admitted: read(&s.admitted),
+            finished: read(&s.finished),
+            rejected: read(&s.rejected),
+            redis_failures: read(&s.common.redis_failures),
+            failed_open: read(&s.common.failed_open),
+            failed_closed: read(&s.common.failed_closed),
+            unknown_clients: read(&s.common.unknown_clients),
         }
     }
 
@@ -377,22 +367,11 @@ impl<C, K: fmt::Debug, H> fmt::Debug for ConcurrencyLimitLayer<C, K, H> {
         let s = &self.shared;
         f.debug_struct("ConcurrencyLimitLayer")
             .field("policy", &s.policy)
-            .field("extractor", &s.extractor)
-            .field("fail_mode", &s.fail_mode)
-            .field("timeout", &s.timeout)
+            .field("extractor", &s.common.extractor)
+            .field("fail_mode", &s.common.fail_mode)
+            .field("timeout", &s.common.timeout)
             .field("full_status", &s.full_status)
             .finish_non_exhaustive()
-    }
-}
-
-impl<S, C, K, H> Layer<S> for ConcurrencyLimitLayer<C, K, H> {
-    type Service = ConcurrencyLimit<S, C, K, H>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        ConcurrencyLimit {
-            inner,
-            shared: Arc::clone(&self.shared),
-        }
     }
 }
 
@@ -408,22 +387,16 @@ impl<S, C, K, H> Layer<S> for ConcurrencyLimitLayer<C, K, H> {
 /// # Ok(()) }
 /// ```
 pub struct ConcurrencyLimitBuilder<C, K, H = DefaultResponses> {
-    respond: H,
     policy: ConcurrencyPolicy,
-    conn: C,
-    extractor: K,
+    common: Common<C, K, H>,
     lease: Duration,
-    fail_mode: FailMode,
-    timeout: Duration,
-    ipv6_prefix: u8,
-    unknown: UnknownClient,
     full_status: StatusCode,
 }
 
 impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
     /// Default lease of a slot: how long a crashed instance's slot stays taken.
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
-    /// Longest wait for Redis per acquire before the [`FailMode`] applies.
+    /// Longest wait for Redis per acquire before the [`FailMode`](super::FailMode) applies.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
 
     /// How to find the client (default [`PeerIp`]).
@@ -440,15 +413,9 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
         extractor: K2,
     ) -> ConcurrencyLimitBuilder<C, K2, H> {
         ConcurrencyLimitBuilder {
-            respond: self.respond,
             policy: self.policy,
-            conn: self.conn,
-            extractor,
+            common: self.common.key_extractor(extractor),
             lease: self.lease,
-            fail_mode: self.fail_mode,
-            timeout: self.timeout,
-            ipv6_prefix: self.ipv6_prefix,
-            unknown: self.unknown,
             full_status: self.full_status,
         }
     }
@@ -466,54 +433,41 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
         self
     }
 
-    /// Behaviour when Redis fails (default [`FailMode::Open`]).
-    ///
-    /// ```no_run
-    /// # async fn run(b: redkit::middleware::ConcurrencyLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
-    /// let b = b.fail_mode(redkit::middleware::FailMode::Closed);
-    /// # }
-    /// ```
-    pub fn fail_mode(mut self, mode: FailMode) -> Self {
-        self.fail_mode = mode;
-        self
-    }
-
-    /// Longest wait for Redis per acquire (default
-    /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT)); must be non-zero.
-    ///
-    /// ```no_run
-    /// # async fn run(b: redkit::middleware::ConcurrencyLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
-    /// let b = b.timeout(std::time::Duration::from_millis(100));
-    /// # }
-    /// ```
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// IPv6 addresses are grouped by this many leading bits (1..=128, default 64).
-    ///
-    /// ```no_run
-    /// # async fn run(b: redkit::middleware::ConcurrencyLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
-    /// let b = b.ipv6_prefix(48);
-    /// # }
-    /// ```
-    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
-        self.ipv6_prefix = bits;
-        self
-    }
-
-    /// Behaviour for requests whose client cannot be determined (default
-    /// [`UnknownClient::SharedBucket`]: they share one pool of slots).
-    ///
-    /// ```no_run
-    /// # async fn run(b: redkit::middleware::ConcurrencyLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
-    /// let b = b.unknown_client(redkit::middleware::UnknownClient::Reject);
-    /// # }
-    /// ```
-    pub fn unknown_client(mut self, unknown: UnknownClient) -> Self {
-        self.unknown = unknown;
-        self
+    common_setters! {
+        /// Behaviour when Redis fails (default [`FailMode::Open`](super::FailMode::Open)).
+        ///
+        /// ```no_run
+        /// # async fn run(b: redkit::middleware::ConcurrencyLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
+        /// let b = b.fail_mode(redkit::middleware::FailMode::Closed);
+        /// # }
+        /// ```
+        fail_mode;
+        /// Longest wait for Redis per acquire (default
+        /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT)); must be non-zero.
+        ///
+        /// ```no_run
+        /// # async fn run(b: redkit::middleware::ConcurrencyLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
+        /// let b = b.timeout(std::time::Duration::from_millis(100));
+        /// # }
+        /// ```
+        timeout;
+        /// IPv6 addresses are grouped by this many leading bits (1..=128, default 64).
+        ///
+        /// ```no_run
+        /// # async fn run(b: redkit::middleware::ConcurrencyLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
+        /// let b = b.ipv6_prefix(48);
+        /// # }
+        /// ```
+        ipv6_prefix;
+        /// Behaviour for requests whose client cannot be determined (default
+        /// [`UnknownClient::SharedBucket`](super::UnknownClient::SharedBucket): they share one pool of slots).
+        ///
+        /// ```no_run
+        /// # async fn run(b: redkit::middleware::ConcurrencyLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
+        /// let b = b.unknown_client(redkit::middleware::UnknownClient::Reject);
+        /// # }
+        /// ```
+        unknown_client;
     }
 
     /// Status when every slot of the client is held (default 429; a 4xx or 5xx).
@@ -529,9 +483,9 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
     }
 
     /// Shapes the responses the layer writes itself (the full status when every slot of the
-    /// client is held, 503 when Redis fails under [`FailMode::Closed`], 400 for
-    /// [`UnknownClient::Reject`]), as [`RateLimitBuilder::respond_with`](super::RateLimitBuilder::respond_with)
-    /// does: `f` gets the [`Rejection`] (here [`Rejection::Full`] when the slots are taken) and
+    /// client is held, 503 when Redis fails under [`FailMode::Closed`](super::FailMode::Closed), 400 for
+    /// [`UnknownClient::Reject`](super::UnknownClient::Reject)), as [`RateLimitBuilder::respond_with`](super::RateLimitBuilder::respond_with)
+    /// does: `f` gets the [`Rejection`](super::Rejection) (here [`Rejection::Full`](super::Rejection::Full) when the slots are taken) and
     /// the default response, and returns the response to send.
     ///
     /// ```no_run
@@ -551,15 +505,9 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
     /// ```
     pub fn respond_with<F>(self, f: F) -> ConcurrencyLimitBuilder<C, K, RespondWith<F>> {
         ConcurrencyLimitBuilder {
-            respond: RespondWith::new(f),
             policy: self.policy,
-            conn: self.conn,
-            extractor: self.extractor,
+            common: self.common.respond_with(RespondWith::new(f)),
             lease: self.lease,
-            fail_mode: self.fail_mode,
-            timeout: self.timeout,
-            ipv6_prefix: self.ipv6_prefix,
-            unknown: self.unknown,
             full_status: self.full_status,
         }
     }
@@ -577,10 +525,7 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
     pub fn build(self) -> Result<ConcurrencyLimitLayer<C, K, H>> {
         let options = LockOptions::new().ttl(self.lease).retries(0);
         options.validate()?;
-        validate_ipv6_prefix(self.ipv6_prefix)?;
-        if self.timeout.is_zero() {
-            return Err(Error::invalid("timeout", "must be non-zero"));
-        }
+        self.common.validate()?;
         if !(self.full_status.is_client_error() || self.full_status.is_server_error()) {
             return Err(Error::invalid("full_status", "must be a 4xx or 5xx status"));
         }
@@ -592,15 +537,9 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
             shared: Arc::new(Shared {
                 policy: self.policy,
                 options,
-                conn: self.conn,
-                extractor: self.extractor,
-                fail_mode: self.fail_mode,
-                timeout: self.timeout,
-                ipv6_prefix: self.ipv6_prefix,
-                unknown: self.unknown,
+                common: self.common,
                 full_status: self.full_status,
                 stats: Stats::default(),
-                respond: self.respond,
             }),
         }
     }
@@ -610,10 +549,10 @@ impl<C, K: fmt::Debug, H> fmt::Debug for ConcurrencyLimitBuilder<C, K, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConcurrencyLimitBuilder")
             .field("policy", &self.policy)
-            .field("extractor", &self.extractor)
+            .field("extractor", &self.common.extractor)
             .field("lease", &self.lease)
-            .field("fail_mode", &self.fail_mode)
-            .field("timeout", &self.timeout)
+            .field("fail_mode", &self.common.fail_mode)
+            .field("timeout", &self.common.timeout)
             .finish_non_exhaustive()
     }
 }
@@ -635,51 +574,7 @@ pub struct ConcurrencyLimit<S, C, K, H = DefaultResponses> {
     shared: Arc<Shared<C, K, H>>,
 }
 
-impl<S, C, K, H> ConcurrencyLimit<S, C, K, H> {
-    /// The wrapped service.
-    ///
-    /// ```no_run
-    /// # fn show<S, C, K>(service: &redkit::middleware::ConcurrencyLimit<S, C, K>) { let _inner: &S = service.get_ref(); }
-    /// ```
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    ///
-    /// ```no_run
-    /// # fn show<S, C, K>(service: &mut redkit::middleware::ConcurrencyLimit<S, C, K>) { let _inner: &mut S = service.get_mut(); }
-    /// ```
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The wrapped service, unwrapped.
-    ///
-    /// ```no_run
-    /// # fn show<S, C, K>(service: redkit::middleware::ConcurrencyLimit<S, C, K>) { let _inner: S = service.into_inner(); }
-    /// ```
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
-
-impl<S: Clone, C, K, H> Clone for ConcurrencyLimit<S, C, K, H> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            shared: Arc::clone(&self.shared),
-        }
-    }
-}
-
-impl<S: fmt::Debug, C, K, H> fmt::Debug for ConcurrencyLimit<S, C, K, H> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConcurrencyLimit")
-            .field("inner", &self.inner)
-            .finish_non_exhaustive()
-    }
-}
+limit_service!(ConcurrencyLimitLayer => ConcurrencyLimit);
 
 /// A held slot: given back by [`release`](Self::release), or from a spawned task when dropped
 /// (a cancelled request).
@@ -730,33 +625,28 @@ async fn release<C, K, H>(shared: Arc<Shared<C, K, H>>, permit: PermitGuard)
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    let mut conn = shared.conn.clone();
+    let mut conn = shared.common.conn.clone();
     let outcome = tokio::time::timeout(
-        shared.timeout,
+        shared.common.timeout,
         shared.policy.semaphore.release(&mut conn, permit),
     )
     .await;
     finish(
         &shared.stats,
-        outcome.map_err(|_| Error::Timeout(shared.timeout)),
+        outcome.map_err(|_| Error::Timeout(shared.common.timeout)),
     );
 }
 
 fn finish<T>(stats: &Stats, outcome: std::result::Result<Result<T>, Error>) {
-    Counters::bump(&stats.finished);
+    bump(&stats.finished);
     if let Err(error) | Ok(Err(error)) = outcome {
-        Counters::bump(&stats.redis_failures);
+        bump(&stats.common.redis_failures);
         tracing::warn!(%error, "concurrency limit: release failed (the slot comes back when its lease ends)");
     }
 }
 
 fn refuse<B: Default>(status: StatusCode, retry_after: u64) -> Response<B> {
-    let mut response = Response::new(B::default());
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(RETRY_AFTER, HeaderValue::from(retry_after));
-    response
+    refusal(status, Some(retry_after))
 }
 
 impl<S, C, K, H, ReqBody, ResBody> Service<Request<ReqBody>> for ConcurrencyLimit<S, C, K, H>
@@ -784,38 +674,40 @@ where
         let shared = Arc::clone(&self.shared);
         ResponseFuture::new(async move {
             let stats = &shared.stats;
-            let key = match shared.extractor.extract(&RequestInfo::new(&req)) {
-                Some(ClientId::Ip(ip)) => LimitKey::ip_grouped(ip, shared.ipv6_prefix),
+            let key = match shared.common.extractor.extract(&RequestInfo::new(&req)) {
+                Some(ClientId::Ip(ip)) => LimitKey::ip_grouped(ip, shared.common.ipv6_prefix),
                 Some(ClientId::Key(key)) => key,
                 None => {
-                    Counters::bump(&stats.unknown_clients);
-                    match shared.unknown {
+                    bump(&stats.common.unknown_clients);
+                    match shared.common.unknown {
                         UnknownClient::Allow => return inner.call(req).await,
                         UnknownClient::Reject => {
-                            let mut response = Response::new(ResBody::default());
-                            *response.status_mut() = StatusCode::BAD_REQUEST;
-                            return Ok(shared.respond.respond(&Rejection::UnknownClient, response));
+                            let response = refusal(StatusCode::BAD_REQUEST, None);
+                            return Ok(shared
+                                .common
+                                .respond
+                                .respond(&Rejection::UnknownClient, response));
                         }
                         _ => LimitKey::unknown_client(),
                     }
                 }
             };
             let resource = resource_of(&key);
-            let mut conn = shared.conn.clone();
+            let mut conn = shared.common.conn.clone();
             let policy = &shared.policy;
             let acquire =
                 policy
                     .semaphore
                     .acquire(&mut conn, &resource, policy.permits, &shared.options);
-            let acquired = tokio::time::timeout(shared.timeout, acquire)
+            let acquired = tokio::time::timeout(shared.common.timeout, acquire)
                 .await
-                .unwrap_or(Err(Error::Timeout(shared.timeout)));
+                .unwrap_or(Err(Error::Timeout(shared.common.timeout)));
             match acquired {
                 Ok(Acquire::Acquired(mut permit)) => {
-                    if let Err(error) = policy.semaphore.watch(&shared.conn, &mut permit) {
+                    if let Err(error) = policy.semaphore.watch(&shared.common.conn, &mut permit) {
                         tracing::warn!(%error, "concurrency limit: no watchdog for the slot");
                     }
-                    Counters::bump(&stats.admitted);
+                    bump(&stats.admitted);
                     let slot = Slot {
                         shared: Arc::clone(&shared),
                         permit: Some(permit),
@@ -834,39 +726,41 @@ where
                     Ok(response)
                 }
                 Ok(Acquire::Busy(held)) => {
-                    Counters::bump(&stats.rejected);
+                    bump(&stats.rejected);
                     let retry_after = held.ttl.unwrap_or_default();
                     let response = refuse(shared.full_status, retry_after_secs(retry_after));
                     let rejection = Rejection::Full {
                         limiter: &policy.name,
                         retry_after,
                     };
-                    Ok(shared.respond.respond(&rejection, response))
+                    Ok(shared.common.respond.respond(&rejection, response))
                 }
                 // Only with `require_replicas` in the options: the permit was given back.
                 Ok(_) => {
-                    Counters::bump(&stats.rejected);
+                    bump(&stats.rejected);
                     let rejection = Rejection::Full {
                         limiter: &policy.name,
                         retry_after: Duration::from_secs(1),
                     };
                     Ok(shared
+                        .common
                         .respond
                         .respond(&rejection, refuse(shared.full_status, 1)))
                 }
                 Err(error) => {
-                    Counters::bump(&stats.redis_failures);
-                    match shared.fail_mode {
+                    bump(&stats.common.redis_failures);
+                    match shared.common.fail_mode {
                         FailMode::Closed => {
-                            Counters::bump(&stats.failed_closed);
+                            bump(&stats.common.failed_closed);
                             tracing::warn!(%error, name = %policy.name, "concurrency limit failed: refusing (fail-closed)");
                             let response = refuse(StatusCode::SERVICE_UNAVAILABLE, 1);
                             Ok(shared
+                                .common
                                 .respond
                                 .respond(&Rejection::RedisUnavailable, response))
                         }
                         _ => {
-                            Counters::bump(&stats.failed_open);
+                            bump(&stats.common.failed_open);
                             tracing::warn!(%error, name = %policy.name, "concurrency limit failed: letting request through (fail-open)");
                             inner.call(req).await
                         }

@@ -30,6 +30,7 @@
 //! ```
 
 mod access;
+mod common;
 mod concurrency;
 mod future;
 mod headers;
@@ -41,6 +42,7 @@ mod rate_limit_service;
 mod respond;
 
 pub use access::{Access, AccessList};
+pub use common::{FailMode, UnknownClient};
 pub use concurrency::{
     ConcurrencyLimit, ConcurrencyLimitBuilder, ConcurrencyLimitLayer, ConcurrencyPolicy,
     ConcurrencyStats,
@@ -52,8 +54,6 @@ pub use key::{
 };
 pub use outcome::{LimitOutcome, Unchecked};
 pub use policy::{Policies, PolicyConfig, PolicySpec};
-pub use rate_limit_layer::{
-    FailMode, MiddlewareStats, RateLimitBuilder, RateLimitLayer, UnknownClient,
-};
+pub use rate_limit_layer::{MiddlewareStats, RateLimitBuilder, RateLimitLayer};
 pub use rate_limit_service::RateLimit;
 pub use respond::{DefaultResponses, Rejection, Respond, RespondWith};

@@ -2,57 +2,19 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderValue;
 
+use super::common::{common_setters, read, Common, CommonCounters};
 use super::headers;
 use super::key::{KeyExtractor, PeerIp};
 use super::policy::Policies;
 use super::respond::{DefaultResponses, RespondWith};
 use crate::error::Result;
-use crate::rate_limit::{validate_ipv6_prefix, DenyCache, DEFAULT_IPV6_PREFIX};
-
-/// What to do when Redis cannot answer within the timeout (down, unreachable, too slow) or
-/// answers with an error.
-///
-/// ```
-/// use redkit::middleware::FailMode;
-/// assert_eq!(FailMode::default(), FailMode::Open);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum FailMode {
-    /// Let the request through unlimited (the default: an outage of the limiter is not an
-    /// outage of the service). Logged at `warn` and counted in [`MiddlewareStats::failed_open`].
-    #[default]
-    Open,
-    /// Answer [`RateLimitLayer::FAIL_CLOSED_STATUS`] (503) with `Retry-After: 1`. Logged and
-    /// counted in [`MiddlewareStats::failed_closed`].
-    Closed,
-}
-
-/// What to do with a request whose client the key extractor cannot determine (e.g. axum
-/// served without `into_make_service_with_connect_info`). Never a 500.
-///
-/// ```
-/// use redkit::middleware::UnknownClient;
-/// assert_eq!(UnknownClient::default(), UnknownClient::SharedBucket);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum UnknownClient {
-    /// All such requests share one bucket (the default: still limited, and a misconfigured
-    /// deployment shows up fast). Counted in [`MiddlewareStats::unknown_clients`].
-    #[default]
-    SharedBucket,
-    /// Let them through unlimited.
-    Allow,
-    /// Answer [`RateLimitLayer::UNKNOWN_CLIENT_STATUS`] (400).
-    Reject,
-}
+use crate::rate_limit::DenyCache;
 
 /// Counters of a layer (shared by all its clones), for metrics and tests.
 ///
@@ -71,9 +33,9 @@ pub struct MiddlewareStats {
     pub limited: u64,
     /// Checks that failed (Redis error or timeout), whatever the fail mode.
     pub redis_failures: u64,
-    /// Requests let through unchecked because of [`FailMode::Open`].
+    /// Requests let through unchecked because of [`FailMode::Open`](super::FailMode::Open).
     pub failed_open: u64,
-    /// Requests refused because of [`FailMode::Closed`].
+    /// Requests refused because of [`FailMode::Closed`](super::FailMode::Closed).
     pub failed_closed: u64,
     /// Requests whose client could not be determined.
     pub unknown_clients: u64,
@@ -83,16 +45,7 @@ pub struct MiddlewareStats {
 pub(crate) struct Counters {
     pub(crate) allowed: AtomicU64,
     pub(crate) limited: AtomicU64,
-    pub(crate) redis_failures: AtomicU64,
-    pub(crate) failed_open: AtomicU64,
-    pub(crate) failed_closed: AtomicU64,
-    pub(crate) unknown_clients: AtomicU64,
-}
-
-impl Counters {
-    pub(crate) fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
+    pub(crate) common: CommonCounters,
 }
 
 /// What the layer and its services share (behind one `Arc`).
@@ -100,14 +53,8 @@ pub(crate) struct Shared<C, K, H> {
     pub(crate) policies: Policies,
     /// `RateLimit-Policy` of each limiter name, built once.
     pub(crate) policy_headers: HashMap<String, HeaderValue>,
-    pub(crate) conn: C,
-    pub(crate) extractor: K,
-    pub(crate) fail_mode: FailMode,
-    pub(crate) timeout: Duration,
-    pub(crate) ipv6_prefix: u8,
-    pub(crate) unknown: UnknownClient,
+    pub(crate) common: Common<C, K, H>,
     pub(crate) stats: Counters,
-    pub(crate) respond: H,
 }
 
 /// Tower layer that rate-limits requests per client with a [`Limiter`](crate::rate_limit::Limiter)
@@ -125,7 +72,7 @@ pub(crate) struct Shared<C, K, H> {
 ///   service runs, and `RateLimit-Policy` / `RateLimit` headers are added;
 /// - limited: `429 Too Many Requests` with `Retry-After` (whole seconds, rounded up, never
 ///   below one second) and the same two headers; the inner service does not run;
-/// - Redis failed or timed out: [`FailMode`]; under [`FailMode::Open`] the request goes
+/// - Redis failed or timed out: [`FailMode`](super::FailMode); under [`FailMode::Open`](super::FailMode::Open) the request goes
 ///   through with [`LimitOutcome::Unchecked`](super::LimitOutcome) in its extensions.
 ///
 /// Every request that reaches the inner service carries exactly one
@@ -182,23 +129,17 @@ impl<C> RateLimitLayer<C, PeerIp, DefaultResponses> {
     /// ```
     pub fn builder(policies: impl Into<Policies>, conn: C) -> RateLimitBuilder<C, PeerIp> {
         RateLimitBuilder {
-            respond: DefaultResponses,
             policies: policies.into(),
-            conn,
-            extractor: PeerIp,
-            fail_mode: FailMode::default(),
-            timeout: RateLimitBuilder::<C, PeerIp>::DEFAULT_TIMEOUT,
-            ipv6_prefix: DEFAULT_IPV6_PREFIX,
-            unknown: UnknownClient::default(),
+            common: Common::new(conn, RateLimitBuilder::<C, PeerIp>::DEFAULT_TIMEOUT),
             deny_cache: None,
         }
     }
 }
 
 impl<C, K, H> RateLimitLayer<C, K, H> {
-    /// Status of a request refused by [`FailMode::Closed`].
+    /// Status of a request refused by [`FailMode::Closed`](super::FailMode::Closed).
     pub const FAIL_CLOSED_STATUS: http::StatusCode = http::StatusCode::SERVICE_UNAVAILABLE;
-    /// Status of a request refused by [`UnknownClient::Reject`].
+    /// Status of a request refused by [`UnknownClient::Reject`](super::UnknownClient::Reject).
     pub const UNKNOWN_CLIENT_STATUS: http::StatusCode = http::StatusCode::BAD_REQUEST;
 
     /// The deny cache of the policies' limiters (from
@@ -232,14 +173,13 @@ impl<C, K, H> RateLimitLayer<C, K, H> {
     /// ```
     pub fn stats(&self) -> MiddlewareStats {
         let s = &self.shared.stats;
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         MiddlewareStats {
-            allowed: get(&s.allowed),
-            limited: get(&s.limited),
-            redis_failures: get(&s.redis_failures),
-            failed_open: get(&s.failed_open),
-            failed_closed: get(&s.failed_closed),
-            unknown_clients: get(&s.unknown_clients),
+            allowed: read(&s.allowed),
+            limited: read(&s.limited),
+            redis_failures: read(&s.common.redis_failures),
+            failed_open: read(&s.common.failed_open),
+            failed_closed: read(&s.common.failed_closed),
+            unknown_clients: read(&s.common.unknown_clients),
         }
     }
 }
@@ -254,15 +194,12 @@ impl<C, K, H> Clone for RateLimitLayer<C, K, H> {
 
 impl<C, K: fmt::Debug, H> fmt::Debug for RateLimitLayer<C, K, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = &self.shared;
-        f.debug_struct("RateLimitLayer")
-            .field("policies", &s.policies)
-            .field("extractor", &s.extractor)
-            .field("fail_mode", &s.fail_mode)
-            .field("timeout", &s.timeout)
-            .field("ipv6_prefix", &s.ipv6_prefix)
-            .field("unknown", &s.unknown)
-            .finish_non_exhaustive()
+        debug(
+            f,
+            "RateLimitLayer",
+            &self.shared.policies,
+            &self.shared.common,
+        )
     }
 }
 
@@ -280,14 +217,8 @@ impl<C, K: fmt::Debug, H> fmt::Debug for RateLimitLayer<C, K, H> {
 /// # Ok(()) }
 /// ```
 pub struct RateLimitBuilder<C, K, H = DefaultResponses> {
-    respond: H,
     policies: Policies,
-    conn: C,
-    extractor: K,
-    fail_mode: FailMode,
-    timeout: Duration,
-    ipv6_prefix: u8,
-    unknown: UnknownClient,
+    common: Common<C, K, H>,
     deny_cache: Option<usize>,
 }
 
@@ -310,7 +241,7 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
         self
     }
 
-    /// Longest wait for Redis per request before the [`FailMode`] applies.
+    /// Longest wait for Redis per request before the [`FailMode`](super::FailMode) applies.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
 
     /// How to find the client (default [`PeerIp`]).
@@ -326,70 +257,51 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
     /// ```
     pub fn key_extractor<K2: KeyExtractor>(self, extractor: K2) -> RateLimitBuilder<C, K2, H> {
         RateLimitBuilder {
-            respond: self.respond,
             policies: self.policies,
-            conn: self.conn,
-            extractor,
-            fail_mode: self.fail_mode,
-            timeout: self.timeout,
-            ipv6_prefix: self.ipv6_prefix,
-            unknown: self.unknown,
+            common: self.common.key_extractor(extractor),
             deny_cache: self.deny_cache,
         }
     }
 
-    /// Behaviour when Redis fails (default [`FailMode::Open`]).
-    ///
-    /// ```no_run
-    /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
-    /// let b = b.fail_mode(redkit::middleware::FailMode::Closed);
-    /// # }
-    /// ```
-    pub fn fail_mode(mut self, mode: FailMode) -> Self {
-        self.fail_mode = mode;
-        self
-    }
-
-    /// Longest wait for Redis per request (default [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT));
-    /// must be non-zero.
-    ///
-    /// ```no_run
-    /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
-    /// let b = b.timeout(std::time::Duration::from_millis(50));
-    /// # }
-    /// ```
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// IPv6 addresses are grouped by this many leading bits (1..=128, default 64).
-    ///
-    /// ```no_run
-    /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
-    /// let b = b.ipv6_prefix(48);
-    /// # }
-    /// ```
-    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
-        self.ipv6_prefix = bits;
-        self
-    }
-
-    /// Behaviour for requests whose client cannot be determined (default
-    /// [`UnknownClient::SharedBucket`]).
-    ///
-    /// ```no_run
-    /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
-    /// let b = b.unknown_client(redkit::middleware::UnknownClient::Allow);
-    /// # }
-    /// ```
-    pub fn unknown_client(mut self, unknown: UnknownClient) -> Self {
-        self.unknown = unknown;
-        self
+    common_setters! {
+        /// Behaviour when Redis fails (default [`FailMode::Open`](super::FailMode::Open)).
+        ///
+        /// ```no_run
+        /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
+        /// let b = b.fail_mode(redkit::middleware::FailMode::Closed);
+        /// # }
+        /// ```
+        fail_mode;
+        /// Longest wait for Redis per request (default [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT));
+        /// must be non-zero.
+        ///
+        /// ```no_run
+        /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
+        /// let b = b.timeout(std::time::Duration::from_millis(50));
+        /// # }
+        /// ```
+        timeout;
+        /// IPv6 addresses are grouped by this many leading bits (1..=128, default 64).
+        ///
+        /// ```no_run
+        /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
+        /// let b = b.ipv6_prefix(48);
+        /// # }
+        /// ```
+        ipv6_prefix;
+        /// Behaviour for requests whose client cannot be determined (default
+        /// [`UnknownClient::SharedBucket`](super::UnknownClient::SharedBucket)).
+        ///
+        /// ```no_run
+        /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
+        /// let b = b.unknown_client(redkit::middleware::UnknownClient::Allow);
+        /// # }
+        /// ```
+        unknown_client;
     }
 
     /// Shapes the responses the layer writes itself (429 over the limit, 503 when Redis
-    /// fails under [`FailMode::Closed`], 400 for [`UnknownClient::Reject`]): `f` gets the
+    /// fails under [`FailMode::Closed`](super::FailMode::Closed), 400 for [`UnknownClient::Reject`](super::UnknownClient::Reject)): `f` gets the
     /// [`Rejection`](super::Rejection) and the default response (status and headers set,
     /// empty body) and returns the response to send. `B` is the response body type of the
     /// service stack (`axum::body::Body` in axum).
@@ -419,14 +331,8 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
     /// ```
     pub fn respond_with<F>(self, f: F) -> RateLimitBuilder<C, K, RespondWith<F>> {
         RateLimitBuilder {
-            respond: RespondWith::new(f),
             policies: self.policies,
-            conn: self.conn,
-            extractor: self.extractor,
-            fail_mode: self.fail_mode,
-            timeout: self.timeout,
-            ipv6_prefix: self.ipv6_prefix,
-            unknown: self.unknown,
+            common: self.common.respond_with(RespondWith::new(f)),
             deny_cache: self.deny_cache,
         }
     }
@@ -440,10 +346,7 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
     /// # }
     /// ```
     pub fn build(mut self) -> Result<RateLimitLayer<C, K, H>> {
-        validate_ipv6_prefix(self.ipv6_prefix)?;
-        if self.timeout.is_zero() {
-            return Err(crate::Error::invalid("timeout", "must be non-zero"));
-        }
+        self.common.validate()?;
         if let Some(capacity) = self.deny_cache.take() {
             self.policies = self.policies.with_deny_cache(DenyCache::new(capacity)?);
         }
@@ -459,14 +362,8 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
                     .filter_map(|l| Some((l.name().to_owned(), headers::policy_value(l)?)))
                     .collect(),
                 policies: self.policies,
-                conn: self.conn,
-                extractor: self.extractor,
-                fail_mode: self.fail_mode,
-                timeout: self.timeout,
-                ipv6_prefix: self.ipv6_prefix,
-                unknown: self.unknown,
+                common: self.common,
                 stats: Counters::default(),
-                respond: self.respond,
             }),
         }
     }
@@ -474,13 +371,23 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
 
 impl<C, K: fmt::Debug, H> fmt::Debug for RateLimitBuilder<C, K, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitBuilder")
-            .field("policies", &self.policies)
-            .field("extractor", &self.extractor)
-            .field("fail_mode", &self.fail_mode)
-            .field("timeout", &self.timeout)
-            .field("ipv6_prefix", &self.ipv6_prefix)
-            .field("unknown", &self.unknown)
-            .finish_non_exhaustive()
+        debug(f, "RateLimitBuilder", &self.policies, &self.common)
     }
+}
+
+/// How the layer and its builder print: the policies and the settings.
+fn debug<C, K: fmt::Debug, H>(
+    f: &mut fmt::Formatter<'_>,
+    name: &str,
+    policies: &Policies,
+    common: &Common<C, K, H>,
+) -> fmt::Result {
+    f.debug_struct(name)
+        .field("policies", policies)
+        .field("extractor", &common.extractor)
+        .field("fail_mode", &common.fail_mode)
+        .field("timeout", &common.timeout)
+        .field("ipv6_prefix", &common.ipv6_prefix)
+        .field("unknown", &common.unknown)
+        .finish_non_exhaustive()
 }

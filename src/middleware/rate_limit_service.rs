@@ -1,6 +1,5 @@
 //! [`RateLimit`]: the service built by [`RateLimitLayer`](super::RateLimitLayer).
 
-use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -8,13 +7,14 @@ use std::time::Duration;
 use http::header::{HeaderValue, RETRY_AFTER};
 use http::{Request, Response, StatusCode};
 use redis::aio::ConnectionLike;
-use tower::{Layer, Service};
+use tower::Service;
 
+use super::common::{bump, limit_service, refusal, FailMode, UnknownClient};
 use super::future::ResponseFuture;
 use super::headers;
 use super::key::{ClientId, KeyExtractor, RequestInfo};
 use super::outcome::{LimitOutcome, Unchecked};
-use super::rate_limit_layer::{Counters, FailMode, RateLimitLayer, Shared, UnknownClient};
+use super::rate_limit_layer::{RateLimitLayer, Shared};
 use super::respond::{DefaultResponses, Rejection, Respond};
 use crate::error::{Error, Result};
 use crate::rate_limit::{Decision, LimitKey, Limiter};
@@ -38,71 +38,7 @@ pub struct RateLimit<S, C, K, H = DefaultResponses> {
     shared: Arc<Shared<C, K, H>>,
 }
 
-impl<S, C, K, H> RateLimit<S, C, K, H> {
-    /// The wrapped service.
-    ///
-    /// ```no_run
-    /// # fn show<S, C, K>(service: &redkit::middleware::RateLimit<S, C, K>) { let _inner: &S = service.get_ref(); }
-    /// ```
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    ///
-    /// ```no_run
-    /// # fn show<S, C, K>(service: &mut redkit::middleware::RateLimit<S, C, K>) { let _inner: &mut S = service.get_mut(); }
-    /// ```
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The wrapped service, unwrapped.
-    ///
-    /// ```no_run
-    /// # fn show<S, C, K>(service: redkit::middleware::RateLimit<S, C, K>) { let _inner: S = service.into_inner(); }
-    /// ```
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
-
-// Here rather than beside the layer: the service depends on the layer's state, not the
-// other way round.
-impl<S, C, K, H> Layer<S> for RateLimitLayer<C, K, H> {
-    type Service = RateLimit<S, C, K, H>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        RateLimit {
-            inner,
-            shared: Arc::clone(self.shared()),
-        }
-    }
-}
-
-impl<S: Clone, C, K, H> Clone for RateLimit<S, C, K, H> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            shared: Arc::clone(&self.shared),
-        }
-    }
-}
-
-impl<S: fmt::Debug, C, K, H> fmt::Debug for RateLimit<S, C, K, H> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimit")
-            .field("inner", &self.inner)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Why a request is answered by the layer itself.
-fn refuse<B: Default>(status: StatusCode) -> Response<B> {
-    let mut response = Response::new(B::default());
-    *response.status_mut() = status;
-    response
-}
+limit_service!(RateLimitLayer => RateLimit);
 
 /// Checks `key` within `timeout`. A grouped check (a fixed window with
 /// [group commit](crate::rate_limit::FixedWindow::with_group_commit)) runs in a task of its
@@ -167,21 +103,24 @@ where
         let shared = Arc::clone(&self.shared);
         ResponseFuture::new(async move {
             let stats = &shared.stats;
-            let key = match shared.extractor.extract(&RequestInfo::new(&req)) {
-                Some(ClientId::Ip(ip)) => LimitKey::ip_grouped(ip, shared.ipv6_prefix),
+            let key = match shared.common.extractor.extract(&RequestInfo::new(&req)) {
+                Some(ClientId::Ip(ip)) => LimitKey::ip_grouped(ip, shared.common.ipv6_prefix),
                 Some(ClientId::Key(key)) => key,
                 None => {
-                    Counters::bump(&stats.unknown_clients);
+                    bump(&stats.common.unknown_clients);
                     tracing::debug!(path = req.uri().path(), "rate limit: client unknown");
-                    match shared.unknown {
+                    match shared.common.unknown {
                         UnknownClient::Allow => {
                             req.extensions_mut()
                                 .insert(LimitOutcome::Unchecked(Unchecked::UnknownClient));
                             return inner.call(req).await;
                         }
                         UnknownClient::Reject => {
-                            let response = refuse(StatusCode::BAD_REQUEST);
-                            return Ok(shared.respond.respond(&Rejection::UnknownClient, response));
+                            let response = refusal(StatusCode::BAD_REQUEST, None);
+                            return Ok(shared
+                                .common
+                                .respond
+                                .respond(&Rejection::UnknownClient, response));
                         }
                         _ => LimitKey::unknown_client(),
                     }
@@ -189,25 +128,29 @@ where
             };
             let limiter = shared.policies.for_path(req.uri().path());
             let policy = shared.policy_headers.get(limiter.name());
-            let checked = check(limiter, shared.conn.clone(), key, shared.timeout).await;
+            let checked = check(
+                limiter,
+                shared.common.conn.clone(),
+                key,
+                shared.common.timeout,
+            )
+            .await;
             let decision = match checked {
                 Ok(decision) => decision,
                 Err(error) => {
-                    Counters::bump(&stats.redis_failures);
-                    return match shared.fail_mode {
+                    bump(&stats.common.redis_failures);
+                    return match shared.common.fail_mode {
                         FailMode::Closed => {
-                            Counters::bump(&stats.failed_closed);
+                            bump(&stats.common.failed_closed);
                             tracing::warn!(%error, limiter = limiter.name(), "rate limit check failed: refusing (fail-closed)");
-                            let mut response = refuse(StatusCode::SERVICE_UNAVAILABLE);
-                            response
-                                .headers_mut()
-                                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+                            let response = refusal(StatusCode::SERVICE_UNAVAILABLE, Some(1));
                             Ok(shared
+                                .common
                                 .respond
                                 .respond(&Rejection::RedisUnavailable, response))
                         }
                         _ => {
-                            Counters::bump(&stats.failed_open);
+                            bump(&stats.common.failed_open);
                             tracing::warn!(%error, limiter = limiter.name(), "rate limit check failed: letting request through (fail-open)");
                             req.extensions_mut()
                                 .insert(LimitOutcome::Unchecked(Unchecked::RedisUnavailable));
@@ -217,14 +160,14 @@ where
                 }
             };
             if let Decision::Allowed(_) = decision {
-                Counters::bump(&stats.allowed);
+                bump(&stats.allowed);
                 req.extensions_mut().insert(LimitOutcome::Checked(decision));
                 let mut response = inner.call(req).await?;
                 headers::apply(response.headers_mut(), policy, limiter, &decision);
                 Ok(response)
             } else {
-                Counters::bump(&stats.limited);
-                let mut response = refuse(StatusCode::TOO_MANY_REQUESTS);
+                bump(&stats.limited);
+                let mut response = refusal(StatusCode::TOO_MANY_REQUESTS, None);
                 headers::apply(response.headers_mut(), policy, limiter, &decision);
                 if decision.retry_after().is_none() {
                     // Cost above the limit: it will never pass; still tell clients to back off.
@@ -237,7 +180,7 @@ where
                     limiter: limiter.name(),
                     decision: &decision,
                 };
-                Ok(shared.respond.respond(&rejection, response))
+                Ok(shared.common.respond.respond(&rejection, response))
             }
         })
     }
