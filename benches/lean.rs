@@ -102,7 +102,7 @@ use redkit::inventory::{Decrement, Inventory};
 use redkit::lock::{
     Acquire, FairLock, Lock, LockOptions, Mode, Owner, ReentrantLock, Release, RwLock, Semaphore,
 };
-use redkit::rate_limit::{Decision, FixedWindow, Gcra, Lease, LimitKey, Rate, SlidingWindow};
+use redkit::rate_limit::{Decision, FixedWindow, Gcra, LimitKey, QuotaLease, Rate, SlidingWindow};
 use redkit::script::{Backend, Library};
 use redkit::{Call, GroupCommit, Registry, ScriptManager};
 
@@ -604,13 +604,13 @@ async fn lease_case(conn: &MultiplexedConnection, pid: Option<u32>, secs: f64) {
     let leased = Arc::new(
         FixedWindow::new("lean-lease", rate)
             .unwrap()
-            .with_lease(Lease::new(64).unwrap())
+            .with_lease(QuotaLease::new(64).unwrap())
             .unwrap(),
     );
     let (leased_op, _) = hot_key_ops(&leased, &key);
     let redkit_leased = run_op(conn, pid, secs, &leased_op).await;
     row(
-        "fixed-window check, one hot key, with_lease(Lease::new(64))",
+        "fixed-window check, one hot key, with_lease(QuotaLease::new(64))",
         &redkit_leased,
         &seed,
     );

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redkit::rate_limit::{FixedWindow, Lease, LimitKey, Rate};
+use redkit::rate_limit::{FixedWindow, LimitKey, QuotaLease, Rate};
 use redkit::ScriptManager;
 use support::RedisServer;
 
@@ -23,7 +23,7 @@ fn leased(limit: u32, window_ms: u64) -> FixedWindow {
     )
     .unwrap()
     .with_manager(ScriptManager::new())
-    .with_lease(Lease::new(MAX_UNITS).unwrap().instances(4).unwrap())
+    .with_lease(QuotaLease::new(MAX_UNITS).unwrap().instances(4).unwrap())
     .unwrap()
 }
 
@@ -115,7 +115,7 @@ async fn a_lease_is_never_used_after_its_window() {
     // The held unit answers the third check in process.
     assert!(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
     assert_eq!(server.evalsha_calls().await - calls, 2, "no round trip");
-    // One more unit held? No: 3 used of 3 leased. Lease again (asks for 4), then sleep across
+    // One more unit held? No: 3 used of 3 leased. QuotaLease again (asks for 4), then sleep across
     // the window's edge holding 3 units.
     assert!(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
     assert_eq!(server.cmd::<u64>(&["GET", &redis_key]).await, 7);

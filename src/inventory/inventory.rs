@@ -9,7 +9,7 @@ use redis::aio::ConnectionLike;
 use super::engine::{self, Engine};
 use super::group::Groups;
 use super::order::{self, OrderLine};
-use super::outcome::Order;
+use super::outcome::{counted, Order};
 use super::store::Store;
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
@@ -181,9 +181,8 @@ impl Inventory {
         lines: &[OrderLine],
         request_id: Option<&str>,
     ) -> Result<Order> {
-        order::place(&self.engine, conn, lines, request_id, None)
-            .await
-            .map(|a| a.outcome)
+        let placed = order::place(&self.engine, conn, lines, request_id, None).await;
+        counted("order", placed.map(|a| a.outcome))
     }
 
     /// [`place_order`](Self::place_order), then `WAIT` for `replication` in the same round
@@ -215,7 +214,8 @@ impl Inventory {
         request_id: Option<&str>,
         replication: Replication,
     ) -> Result<Acked<Order>> {
-        order::place(&self.engine, conn, lines, request_id, Some(replication)).await
+        let placed = order::place(&self.engine, conn, lines, request_id, Some(replication)).await;
+        counted("order", placed)
     }
 }
 

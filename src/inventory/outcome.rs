@@ -2,6 +2,8 @@
 
 use std::ops::Deref;
 
+use crate::error::{Error, Result};
+
 /// The outcome of the first request with a request id, carried by a `Duplicate` answer.
 ///
 /// Only redkit builds one, and never around another `Duplicate`: duplicates do not nest.
@@ -242,4 +244,60 @@ impl Order {
             Self::Duplicate { original } => original.is_applied(),
         }
     }
+}
+
+/// An outcome's `redkit.outcome` label ([`counted`]).
+pub(crate) trait Labelled {
+    /// `applied`, `insufficient`, `duplicate` or `id_reused`.
+    fn label(&self) -> &'static str;
+}
+
+impl Labelled for Decrement {
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Decremented { .. } => "applied",
+            Self::Insufficient { .. } => "insufficient",
+            Self::Duplicate { .. } => "duplicate",
+            Self::IdReused => "id_reused",
+        }
+    }
+}
+
+impl Labelled for Restock {
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Restocked { .. } => "applied",
+            Self::Duplicate { .. } => "duplicate",
+            Self::IdReused => "id_reused",
+        }
+    }
+}
+
+impl Labelled for Order {
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Placed { .. } => "applied",
+            Self::Insufficient { .. } => "insufficient",
+            Self::Duplicate { .. } => "duplicate",
+            Self::IdReused => "id_reused",
+        }
+    }
+}
+
+impl<T: Labelled> Labelled for crate::script::Acked<T> {
+    fn label(&self) -> &'static str {
+        self.outcome.label()
+    }
+}
+
+/// Counts `result` in the `redkit.inventory.operations` metric under `operation`, and
+/// returns it.
+pub(crate) fn counted<T: Labelled>(operation: &'static str, result: Result<T>) -> Result<T> {
+    let label = match &result {
+        Ok(outcome) => outcome.label(),
+        Err(Error::NotFound { .. }) => "not_found",
+        Err(_) => "error",
+    };
+    crate::telemetry::metric::inventory_operation(operation, label);
+    result
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::engine::{self, check_quantity, Engine, Mode};
 use super::group::{Groups, Lead, Member, Take, Turn};
-use super::outcome::{Decrement, Original, Restock};
+use super::outcome::{counted, Decrement, Original, Restock};
 use super::reply::{self, Reply};
 use crate::error::{Error, Result};
 use crate::keys;
@@ -190,13 +190,14 @@ impl Store {
         quantity: u64,
         request_id: Option<&str>,
     ) -> Result<Decrement> {
-        match &self.engine.groups {
+        let outcome = match &self.engine.groups {
             Some(groups) => {
                 self.decrement_grouped(groups, conn, sku, quantity, request_id)
                     .await
             }
             None => self.decrement_alone(conn, sku, quantity, request_id).await,
-        }
+        };
+        counted("decrement", outcome)
     }
 
     async fn decrement_alone<C: ConnectionLike>(
@@ -317,8 +318,8 @@ impl Store {
             )
             .await?;
         let (reply, ack) = acked.split();
-        let outcome = decrement_outcome(self.engine.apply, sku, reply)?;
-        Ok(ack.map(|()| outcome))
+        let outcome = decrement_outcome(self.engine.apply, sku, reply);
+        counted("decrement", outcome.map(|outcome| ack.map(|()| outcome)))
     }
 
     /// Adds `quantity` to the stock of `sku` (which must have been [`set`](Self::set) first: an
@@ -340,10 +341,14 @@ impl Store {
         quantity: u64,
         request_id: Option<&str>,
     ) -> Result<Restock> {
-        let acked = self
+        let outcome = match self
             .apply_one(conn, Mode::Put, sku, quantity, request_id, None)
-            .await?;
-        restock_outcome(self.engine.apply, sku, acked.outcome)
+            .await
+        {
+            Ok(acked) => restock_outcome(self.engine.apply, sku, acked.outcome),
+            Err(e) => Err(e),
+        };
+        counted("restock", outcome)
     }
 
     /// [`restock`](Self::restock), then `WAIT` for `replication` in the same round trip (see
@@ -378,8 +383,8 @@ impl Store {
             )
             .await?;
         let (reply, ack) = acked.split();
-        let outcome = restock_outcome(self.engine.apply, sku, reply)?;
-        Ok(ack.map(|()| outcome))
+        let outcome = restock_outcome(self.engine.apply, sku, reply);
+        counted("restock", outcome.map(|outcome| ack.map(|()| outcome)))
     }
 
     pub(super) fn engine(&self) -> &Engine {

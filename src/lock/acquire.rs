@@ -274,6 +274,10 @@ impl<'a> LockAttempts<'a> {
 impl Attempts for LockAttempts<'_> {
     type Guard = LockGuard<Lock>;
 
+    fn kind(&self) -> &'static str {
+        "Lock"
+    }
+
     async fn attempt<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Step<LockGuard<Lock>>> {
         let (granted, replicas) = self.send(conn).await?;
         self.replicas = replicas;

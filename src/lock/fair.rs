@@ -18,6 +18,7 @@ use super::wait::block_on;
 use super::wait::ms;
 use crate::error::{Error, Result};
 use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::telemetry::metric;
 
 lock_kind! {
     /// A fair lock on one Redis server or a Redis Cluster: callers hold it one at a time **in the
@@ -187,7 +188,15 @@ impl FairLock {
             None => Some(Instant::now()),
             Some(wait) => Instant::now().checked_add(wait),
         };
-        self.wait_turn(conn, resource, options, give_up).await
+        let answer = self.wait_turn(conn, resource, options, give_up).await;
+        let label = match &answer {
+            Ok(Acquire::Acquired(_)) => "acquired",
+            Ok(Acquire::Busy(_)) => "busy",
+            Ok(_) => "not_replicated",
+            Err(_) => "error",
+        };
+        metric::lock_operation("FairLock", "acquire", label);
+        answer
     }
 
     /// Joins the queue and waits for the turn until `give_up` (`None`: no deadline).

@@ -14,6 +14,7 @@ use super::outcome::{Acquire, Held};
 use super::wait::{Attempts, Step};
 use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Replication};
+use crate::telemetry::metric;
 
 /// The attempts of a kind whose script answers `[1, fence, …]` (`granted` values) for a
 /// hold and `[0, ms]` while held elsewhere ([`RwLock`](super::RwLock),
@@ -33,6 +34,10 @@ pub(super) struct Granting<'a, K> {
 
 impl<K: LeaseKind<Extra = ()>> Attempts for Granting<'_, K> {
     type Guard = LockGuard<K>;
+
+    fn kind(&self) -> &'static str {
+        metric::kind_name::<K>()
+    }
 
     async fn attempt<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Step<LockGuard<K>>> {
         let (reply, started, replicas): (Vec<i64>, _, _) = self

@@ -13,6 +13,7 @@ use redis::aio::ConnectionLike;
 use super::outcome::{renew_status, status, Release, Renew};
 use crate::error::Result;
 use crate::script::{Call, ScriptManager};
+use crate::telemetry::metric;
 
 /// The local validity deadline of a lease, shared with its watchdog.
 #[derive(Debug)]
@@ -157,8 +158,14 @@ pub(crate) async fn renew<K: LeaseKind, C: ConnectionLike>(
     held: &HeldLease,
 ) -> Result<Renew> {
     let started = Instant::now();
-    let outcome = renew_once(kind, conn, held).await?;
-    Ok(held.renewed(started, outcome))
+    let outcome = renew_once(kind, conn, held).await;
+    let label = match &outcome {
+        Ok(Renew::Renewed) => "renewed",
+        Ok(_) => "lost",
+        Err(_) => "error",
+    };
+    metric::lock_operation(metric::kind_name::<K>(), "renew", label);
+    Ok(held.renewed(started, outcome?))
 }
 
 /// Gives `held` back (ending the validity of a watchdog's copy first): what every kind's `release` does.
@@ -173,6 +180,15 @@ pub(crate) async fn release<K: LeaseKind, C: ConnectionLike>(
         held.clock.expire();
     }
     let call = kind.release_call(held, extra);
-    let answer: i64 = kind.manager().invoke(conn, &call).await?;
-    kind.released(&call, answer)
+    let released = match kind.manager().invoke::<i64, _>(conn, &call).await {
+        Ok(answer) => kind.released(&call, answer),
+        Err(e) => Err(e),
+    };
+    let label = match &released {
+        Ok(Release::Released) => "released",
+        Ok(_) => "not_owner",
+        Err(_) => "error",
+    };
+    metric::lock_operation(metric::kind_name::<K>(), "release", label);
+    released
 }

@@ -318,6 +318,10 @@ struct PermitAttempts<'a> {
 impl Attempts for PermitAttempts<'_> {
     type Guard = PermitGuard;
 
+    fn kind(&self) -> &'static str {
+        "Semaphore"
+    }
+
     async fn attempt<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Step<PermitGuard>> {
         let answer = self
             .sem

@@ -10,6 +10,7 @@ use redis::aio::ConnectionLike;
 use super::options::Settings;
 use super::outcome::Acquire;
 use crate::error::{Error, Result};
+use crate::telemetry::metric;
 
 /// A duration in whole milliseconds for a script argument (saturating; leases are validated
 /// to at most 30 days before they get here).
@@ -79,6 +80,9 @@ pub(super) trait Attempts {
     /// The guard of a hold.
     type Guard;
 
+    /// The lock kind's name (a metric label).
+    fn kind(&self) -> &'static str;
+
     /// One attempt.
     async fn attempt<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Step<Self::Guard>>;
 }
@@ -92,16 +96,25 @@ pub(super) async fn poll<A: Attempts, C: ConnectionLike>(
     attempts: &mut A,
 ) -> Result<Acquire<A::Guard>> {
     let mut retry = Retry::new(options);
-    loop {
-        match attempts.attempt(conn).await? {
-            Step::Done(answer) => return Ok(answer),
-            Step::Again(answer) => {
+    let answer = loop {
+        match attempts.attempt(conn).await {
+            Ok(Step::Done(answer)) => break Ok(answer),
+            Ok(Step::Again(answer)) => {
                 if !retry.again().await {
-                    return Ok(answer);
+                    break Ok(answer);
                 }
             }
+            Err(e) => break Err(e),
         }
-    }
+    };
+    let label = match &answer {
+        Ok(Acquire::Acquired(_)) => "acquired",
+        Ok(Acquire::Busy(_)) => "busy",
+        Ok(_) => "not_replicated",
+        Err(_) => "error",
+    };
+    metric::lock_operation(attempts.kind(), "acquire", label);
+    answer
 }
 
 /// The deadline `wait` from now: [`Error::InvalidInput`] for zero or an unrepresentable one.

@@ -32,6 +32,25 @@ pub enum FailMode {
     /// Answer [`RateLimitLayer::FAIL_CLOSED_STATUS`](super::RateLimitLayer::FAIL_CLOSED_STATUS) (503) with `Retry-After: 1`. Logged and
     /// counted in [`MiddlewareStats::failed_closed`](super::MiddlewareStats::failed_closed).
     Closed,
+    /// Enforce this instance's share of each policy's limit in process while Redis fails or
+    /// is slower than the timeout: `limit / instances` (at least 1) per client, as a bucket of
+    /// that size refilling over the policy's window (governor's keyed GCRA limiter), so over
+    /// an outage of length `t` one instance lets at most `share + share x t / window` requests
+    /// of a client through. Every request still asks Redis first: the layer is back on Redis
+    /// with the first answer. Refusals are 429 with `Retry-After`; counted in
+    /// [`MiddlewareStats::fallback_allowed`](super::MiddlewareStats::fallback_allowed) /
+    /// [`fallback_limited`](super::MiddlewareStats::fallback_limited). Rate-limit layer only
+    /// (the concurrency layer refuses it at `build`); `instances` 0 is refused at `build`.
+    ///
+    /// ```
+    /// use redkit::middleware::FailMode;
+    /// let four = FailMode::Local { instances: 4 }; // each instance a quarter of the limit
+    /// # let _ = four;
+    /// ```
+    Local {
+        /// How many instances share the limit.
+        instances: u32,
+    },
 }
 
 /// What to do with a request whose client the key extractor cannot determine (e.g. axum

@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::keys::{validate_prefix, MAX_PART_LEN};
 use crate::lock::{Acquire, LockOptions, PermitGuard, Semaphore};
 use crate::rate_limit::LimitKey;
+use crate::telemetry::metric::{self, Verdict};
 
 /// Counters of a [`ConcurrencyLimitLayer`] (shared by all its clones).
 ///
@@ -526,6 +527,12 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
         let options = LockOptions::new().ttl(self.lease).retries(0);
         options.validate()?;
         self.common.validate()?;
+        if matches!(self.common.fail_mode, FailMode::Local { .. }) {
+            return Err(Error::invalid(
+                "fail_mode",
+                "the concurrency layer has no local fallback: Open or Closed",
+            ));
+        }
         if !(self.full_status.is_client_error() || self.full_status.is_server_error()) {
             return Err(Error::invalid("full_status", "must be a 4xx or 5xx status"));
         }
@@ -625,6 +632,7 @@ async fn release<C, K, H>(shared: Arc<Shared<C, K, H>>, permit: PermitGuard)
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
+    metric::concurrency_active(&shared.policy.name, -1.0);
     let mut conn = shared.common.conn.clone();
     let outcome = tokio::time::timeout(
         shared.common.timeout,
@@ -679,6 +687,7 @@ where
                 Some(ClientId::Key(key)) => key,
                 None => {
                     bump(&stats.common.unknown_clients);
+                    metric::concurrency_limited(&shared.policy.name, Verdict::UnknownClient);
                     match shared.common.unknown {
                         UnknownClient::Allow => return inner.call(req).await,
                         UnknownClient::Reject => {
@@ -708,6 +717,8 @@ where
                         tracing::warn!(%error, "concurrency limit: no watchdog for the slot");
                     }
                     bump(&stats.admitted);
+                    metric::concurrency_limited(&policy.name, Verdict::Allowed);
+                    metric::concurrency_active(&policy.name, 1.0);
                     let slot = Slot {
                         shared: Arc::clone(&shared),
                         permit: Some(permit),
@@ -727,6 +738,7 @@ where
                 }
                 Ok(Acquire::Busy(held)) => {
                     bump(&stats.rejected);
+                    metric::concurrency_limited(&policy.name, Verdict::Limited);
                     let retry_after = held.ttl.unwrap_or_default();
                     let response = refuse(shared.full_status, retry_after_secs(retry_after));
                     let rejection = Rejection::Full {
@@ -738,6 +750,7 @@ where
                 // Only with `require_replicas` in the options: the permit was given back.
                 Ok(_) => {
                     bump(&stats.rejected);
+                    metric::concurrency_limited(&policy.name, Verdict::Limited);
                     let rejection = Rejection::Full {
                         limiter: &policy.name,
                         retry_after: Duration::from_secs(1),
@@ -752,6 +765,7 @@ where
                     match shared.common.fail_mode {
                         FailMode::Closed => {
                             bump(&stats.common.failed_closed);
+                            metric::concurrency_limited(&policy.name, Verdict::FailClosed);
                             tracing::warn!(%error, name = %policy.name, "concurrency limit failed: refusing (fail-closed)");
                             let response = refuse(StatusCode::SERVICE_UNAVAILABLE, 1);
                             Ok(shared
@@ -761,6 +775,7 @@ where
                         }
                         _ => {
                             bump(&stats.common.failed_open);
+                            metric::concurrency_limited(&policy.name, Verdict::FailOpen);
                             tracing::warn!(%error, name = %policy.name, "concurrency limit failed: letting request through (fail-open)");
                             inner.call(req).await
                         }

@@ -32,6 +32,7 @@
 mod access;
 mod common;
 mod concurrency;
+mod fallback;
 mod future;
 mod headers;
 mod key;

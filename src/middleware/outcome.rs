@@ -79,4 +79,7 @@ pub enum Unchecked {
     /// The client's address is in the policies' allow list
     /// ([`AccessList`](super::AccessList)): never limited, no Redis call.
     Allowlisted,
+    /// Redis failed and [`FailMode::Local`](super::FailMode::Local) let the request through
+    /// on this instance's share of the limit.
+    LocalFallback,
 }

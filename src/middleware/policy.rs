@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::access::AccessList;
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
-use crate::rate_limit::{Algorithm, DenyCache, Lease, Limiter, Rate, RateLimiter};
+use crate::rate_limit::{Algorithm, DenyCache, Limiter, QuotaLease, Rate, RateLimiter};
 
 /// Whether `algorithm` is the default one (left out when written).
 fn is_default(algorithm: &Algorithm) -> bool {
@@ -203,7 +203,7 @@ pub struct PolicyConfig {
     prefix: Option<String>,
     /// Leased quota for every fixed-window limiter (off when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    lease: Option<Lease>,
+    lease: Option<QuotaLease>,
     /// Client networks never limited (see [`AccessList`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     allow: Vec<String>,
@@ -386,7 +386,7 @@ impl PolicyConfig {
     ///
     /// ```
     /// use redkit::middleware::{Policies, PolicyConfig};
-    /// use redkit::rate_limit::{Lease, Limiter};
+    /// use redkit::rate_limit::{QuotaLease, Limiter};
     /// let config: PolicyConfig = toml::from_str(r#"
     ///     lease = { max_units = 32, instances = 4 }
     ///     [default]
@@ -396,7 +396,7 @@ impl PolicyConfig {
     /// "#).unwrap();
     /// let policies = Policies::from_config(&config)?;
     /// assert!(matches!(policies.for_path("/"),
-    ///     Limiter::Fixed(f) if f.lease() == Some(Lease::new(32)?.instances(4)?)));
+    ///     Limiter::Fixed(f) if f.lease() == Some(QuotaLease::new(32)?.instances(4)?)));
     /// assert!(toml::from_str::<PolicyConfig>(r#"
     ///     lease = { max_units = 1 }
     ///     [default]
@@ -406,7 +406,7 @@ impl PolicyConfig {
     /// "#).is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn with_lease(mut self, lease: Lease) -> Self {
+    pub fn with_lease(mut self, lease: QuotaLease) -> Self {
         self.lease = Some(lease);
         self
     }
@@ -719,7 +719,7 @@ impl Policies {
 
 impl Policies {
     /// Every fixed-window limiter with leased quota.
-    fn with_lease(self, lease: Lease) -> Result<Self> {
+    fn with_lease(self, lease: QuotaLease) -> Result<Self> {
         let leased = |l: Limiter| match l {
             Limiter::Fixed(f) => f.with_lease(lease).map(Limiter::Fixed),
             other => Ok(other),

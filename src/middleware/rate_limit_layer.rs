@@ -3,17 +3,18 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use http::HeaderValue;
 
-use super::common::{common_setters, read, Common, CommonCounters};
+use super::common::{common_setters, read, Common, CommonCounters, FailMode};
+use super::fallback::LocalLimits;
 use super::headers;
 use super::key::{KeyExtractor, PeerIp};
 use super::policy::Policies;
 use super::respond::{DefaultResponses, RespondWith};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::rate_limit::DenyCache;
 
 /// Counters of a layer (shared by all its clones), for metrics and tests.
@@ -39,22 +40,69 @@ pub struct MiddlewareStats {
     pub failed_closed: u64,
     /// Requests whose client could not be determined.
     pub unknown_clients: u64,
+    /// Requests let through unchecked: the client is in the allow list.
+    pub allowlisted: u64,
+    /// Requests refused unchecked (403): the client is in the deny list.
+    pub denied: u64,
+    /// Requests a policy in shadow mode would have refused (let through).
+    pub shadow_limited: u64,
+    /// Requests [`FailMode::Local`] let through while Redis failed.
+    pub fallback_allowed: u64,
+    /// Requests [`FailMode::Local`] refused (429) while Redis failed.
+    pub fallback_limited: u64,
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub(crate) allowed: AtomicU64,
     pub(crate) limited: AtomicU64,
+    pub(crate) allowlisted: AtomicU64,
+    pub(crate) denied: AtomicU64,
+    pub(crate) shadow_limited: AtomicU64,
+    pub(crate) fallback_allowed: AtomicU64,
+    pub(crate) fallback_limited: AtomicU64,
     pub(crate) common: CommonCounters,
+}
+
+/// The policies in force and what is built from them: replaced as one value
+/// ([`RateLimitLayer::replace_policies`]), so a request sees one set from start to end.
+#[derive(Debug)]
+pub(crate) struct Live {
+    pub(crate) policies: Policies,
+    /// `RateLimit-Policy` of each limiter name, built once per set.
+    pub(crate) policy_headers: HashMap<String, HeaderValue>,
+}
+
+impl Live {
+    fn new(policies: Policies) -> Self {
+        Self {
+            policy_headers: policies
+                .limiters()
+                .filter_map(|l| Some((l.name().to_owned(), headers::policy_value(l)?)))
+                .collect(),
+            policies,
+        }
+    }
 }
 
 /// What the layer and its services share (behind one `Arc`).
 pub(crate) struct Shared<C, K, H> {
-    pub(crate) policies: Policies,
-    /// `RateLimit-Policy` of each limiter name, built once.
-    pub(crate) policy_headers: HashMap<String, HeaderValue>,
+    live: RwLock<Arc<Live>>,
+    /// The deny cache the builder made ([`RateLimitBuilder::deny_cache_capacity`]), attached
+    /// to replacement policies that bring none.
+    builder_cache: Option<DenyCache>,
+    /// The in-process limits of [`FailMode::Local`].
+    pub(crate) local: Option<LocalLimits>,
     pub(crate) common: Common<C, K, H>,
     pub(crate) stats: Counters,
+}
+
+impl<C, K, H> Shared<C, K, H> {
+    /// The policies in force (one consistent set for the caller to use to the end).
+    pub(crate) fn live(&self) -> Arc<Live> {
+        // Only ever replaced whole: a panic elsewhere cannot leave it half-written.
+        Arc::clone(&self.live.read().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 /// Tower layer that rate-limits requests per client with a [`Limiter`](crate::rate_limit::Limiter)
@@ -153,8 +201,56 @@ impl<C, K, H> RateLimitLayer<C, K, H> {
     /// }
     /// # }
     /// ```
-    pub fn deny_cache(&self) -> Option<&DenyCache> {
-        self.shared.policies.limiters().find_map(|l| l.deny_cache())
+    pub fn deny_cache(&self) -> Option<DenyCache> {
+        self.shared
+            .live()
+            .policies
+            .limiters()
+            .find_map(|l| l.deny_cache().cloned())
+    }
+
+    /// The policies in force.
+    ///
+    /// ```
+    /// # fn show<C, K>(layer: &redkit::middleware::RateLimitLayer<C, K>) {
+    /// println!("{} on /login", layer.policies().for_path("/login").name());
+    /// # }
+    /// ```
+    pub fn policies(&self) -> Policies {
+        self.shared.live().policies.clone()
+    }
+
+    /// Replaces the policies of this layer and of every service built from it (and from its
+    /// clones), while they serve: limits, routes, algorithms, allow and deny lists, shadow
+    /// flags. Each request uses one set from start to end, the old or the new, never parts
+    /// of both. Counters are keyed by limiter name, so a policy that keeps its name keeps its
+    /// counters: a client mid-window keeps what it has used, measured against the new limit
+    /// from its next request (a limit that shrinks below what the client used refuses it
+    /// until the window ends; one that grows lets it on at once). A new window length applies
+    /// to windows that start after the swap. New policies without a deny cache get the one
+    /// the builder made ([`RateLimitBuilder::deny_cache_capacity`]), if any.
+    ///
+    /// ```
+    /// # fn show<C, K>(layer: &redkit::middleware::RateLimitLayer<C, K>) -> redkit::Result<()> {
+    /// use redkit::middleware::{Policies, PolicyConfig};
+    /// let config: PolicyConfig = toml::from_str(r#"
+    ///     [default]
+    ///     name = "api"
+    ///     limit = 200
+    ///     window_ms = 60000
+    /// "#).unwrap();
+    /// layer.replace_policies(Policies::from_config(&config)?); // e.g. on SIGHUP
+    /// # Ok(()) }
+    /// ```
+    pub fn replace_policies(&self, policies: impl Into<Policies>) {
+        let mut policies = policies.into();
+        if let Some(cache) = &self.shared.builder_cache {
+            if policies.limiters().all(|l| l.deny_cache().is_none()) {
+                policies = policies.with_deny_cache(cache.clone());
+            }
+        }
+        let live = Arc::new(Live::new(policies));
+        *self.shared.live.write().unwrap_or_else(|e| e.into_inner()) = live;
     }
 
     /// What the layer's services share.
@@ -180,6 +276,11 @@ impl<C, K, H> RateLimitLayer<C, K, H> {
             failed_open: read(&s.common.failed_open),
             failed_closed: read(&s.common.failed_closed),
             unknown_clients: read(&s.common.unknown_clients),
+            allowlisted: read(&s.allowlisted),
+            denied: read(&s.denied),
+            shadow_limited: read(&s.shadow_limited),
+            fallback_allowed: read(&s.fallback_allowed),
+            fallback_limited: read(&s.fallback_limited),
         }
     }
 }
@@ -197,7 +298,7 @@ impl<C, K: fmt::Debug, H> fmt::Debug for RateLimitLayer<C, K, H> {
         debug(
             f,
             "RateLimitLayer",
-            &self.shared.policies,
+            &self.shared.live().policies,
             &self.shared.common,
         )
     }
@@ -347,21 +448,37 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
     /// ```
     pub fn build(mut self) -> Result<RateLimitLayer<C, K, H>> {
         self.common.validate()?;
-        if let Some(capacity) = self.deny_cache.take() {
-            self.policies = self.policies.with_deny_cache(DenyCache::new(capacity)?);
+        if let FailMode::Local { instances } = self.common.fail_mode {
+            if instances == 0 {
+                return Err(Error::invalid(
+                    "fail_mode",
+                    "Local needs at least 1 instance",
+                ));
+            }
         }
-        Ok(self.into_layer())
+        let mut builder_cache = None;
+        if let Some(capacity) = self.deny_cache.take() {
+            let cache = DenyCache::new(capacity)?;
+            self.policies = self.policies.with_deny_cache(cache.clone());
+            builder_cache = Some(cache);
+        }
+        let mut layer = self.into_layer();
+        if let Some(shared) = Arc::get_mut(&mut layer.shared) {
+            shared.builder_cache = builder_cache;
+        }
+        Ok(layer)
     }
 
     fn into_layer(self) -> RateLimitLayer<C, K, H> {
+        let local = match self.common.fail_mode {
+            FailMode::Local { instances } => Some(LocalLimits::new(instances)),
+            _ => None,
+        };
         RateLimitLayer {
             shared: Arc::new(Shared {
-                policy_headers: self
-                    .policies
-                    .limiters()
-                    .filter_map(|l| Some((l.name().to_owned(), headers::policy_value(l)?)))
-                    .collect(),
-                policies: self.policies,
+                live: RwLock::new(Arc::new(Live::new(self.policies))),
+                builder_cache: None,
+                local,
                 common: self.common,
                 stats: Counters::default(),
             }),

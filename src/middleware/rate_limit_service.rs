@@ -9,6 +9,7 @@ use http::{Request, Response, StatusCode};
 use redis::aio::ConnectionLike;
 use tower::Service;
 
+use super::access::Access;
 use super::common::{bump, limit_service, refusal, FailMode, UnknownClient};
 use super::future::ResponseFuture;
 use super::headers;
@@ -18,6 +19,7 @@ use super::rate_limit_layer::{RateLimitLayer, Shared};
 use super::respond::{DefaultResponses, Rejection, Respond};
 use crate::error::{Error, Result};
 use crate::rate_limit::{Decision, LimitKey, Limiter};
+use crate::telemetry::metric::{self, Verdict};
 
 /// The rate-limiting service wrapping `S` (see [`RateLimitLayer`](super::RateLimitLayer)).
 ///
@@ -103,11 +105,31 @@ where
         let shared = Arc::clone(&self.shared);
         ResponseFuture::new(async move {
             let stats = &shared.stats;
+            // One set of policies from here to the end, whatever replaces it meanwhile.
+            let live = shared.live();
+            let limiter = live.policies.for_path(req.uri().path());
+            let name = limiter.name();
             let key = match shared.common.extractor.extract(&RequestInfo::new(&req)) {
-                Some(ClientId::Ip(ip)) => LimitKey::ip_grouped(ip, shared.common.ipv6_prefix),
+                Some(ClientId::Ip(ip)) => match live.policies.access().decide(ip) {
+                    Some(Access::Allowed) => {
+                        bump(&stats.allowlisted);
+                        decided(name, Verdict::Allowlisted);
+                        req.extensions_mut()
+                            .insert(LimitOutcome::Unchecked(Unchecked::Allowlisted));
+                        return inner.call(req).await;
+                    }
+                    Some(Access::Denied) => {
+                        bump(&stats.denied);
+                        decided(name, Verdict::Denied);
+                        let response = refusal(StatusCode::FORBIDDEN, None);
+                        return Ok(shared.common.respond.respond(&Rejection::Denied, response));
+                    }
+                    _ => LimitKey::ip_grouped(ip, shared.common.ipv6_prefix),
+                },
                 Some(ClientId::Key(key)) => key,
                 None => {
                     bump(&stats.common.unknown_clients);
+                    decided(name, Verdict::UnknownClient);
                     tracing::debug!(path = req.uri().path(), "rate limit: client unknown");
                     match shared.common.unknown {
                         UnknownClient::Allow => {
@@ -126,12 +148,11 @@ where
                     }
                 }
             };
-            let limiter = shared.policies.for_path(req.uri().path());
-            let policy = shared.policy_headers.get(limiter.name());
+            let policy = live.policy_headers.get(name);
             let checked = check(
                 limiter,
                 shared.common.conn.clone(),
-                key,
+                key.clone(),
                 shared.common.timeout,
             )
             .await;
@@ -139,49 +160,101 @@ where
                 Ok(decision) => decision,
                 Err(error) => {
                     bump(&stats.common.redis_failures);
-                    return match shared.common.fail_mode {
-                        FailMode::Closed => {
+                    match (shared.common.fail_mode, &shared.local) {
+                        (FailMode::Closed, _) => {
                             bump(&stats.common.failed_closed);
-                            tracing::warn!(%error, limiter = limiter.name(), "rate limit check failed: refusing (fail-closed)");
+                            decided(name, Verdict::FailClosed);
+                            tracing::warn!(%error, limiter = name, "rate limit check failed: refusing (fail-closed)");
                             let response = refusal(StatusCode::SERVICE_UNAVAILABLE, Some(1));
-                            Ok(shared
+                            return Ok(shared
                                 .common
                                 .respond
-                                .respond(&Rejection::RedisUnavailable, response))
+                                .respond(&Rejection::RedisUnavailable, response));
+                        }
+                        (FailMode::Local { .. }, Some(local)) => {
+                            tracing::warn!(%error, limiter = name, "rate limit check failed: this instance's share, in process (local fallback)");
+                            let decision = local.check(limiter, &key);
+                            let (counter, verdict) = if decision.is_allowed() {
+                                (&stats.fallback_allowed, Verdict::FallbackAllowed)
+                            } else {
+                                (&stats.fallback_limited, Verdict::FallbackLimited)
+                            };
+                            bump(counter);
+                            decided(name, verdict);
+                            if decision.is_allowed() {
+                                req.extensions_mut()
+                                    .insert(LimitOutcome::Unchecked(Unchecked::LocalFallback));
+                                return inner.call(req).await;
+                            }
+                            return Ok(limited(&shared, policy, limiter, &decision));
                         }
                         _ => {
                             bump(&stats.common.failed_open);
-                            tracing::warn!(%error, limiter = limiter.name(), "rate limit check failed: letting request through (fail-open)");
+                            decided(name, Verdict::FailOpen);
+                            tracing::warn!(%error, limiter = name, "rate limit check failed: letting request through (fail-open)");
                             req.extensions_mut()
                                 .insert(LimitOutcome::Unchecked(Unchecked::RedisUnavailable));
-                            inner.call(req).await
+                            return inner.call(req).await;
                         }
-                    };
+                    }
                 }
             };
-            if let Decision::Allowed(_) = decision {
-                bump(&stats.allowed);
-                req.extensions_mut().insert(LimitOutcome::Checked(decision));
+            let shadow = !decision.is_allowed() && live.policies.is_shadow(name);
+            if decision.is_allowed() || shadow {
+                let outcome = if shadow {
+                    bump(&stats.shadow_limited);
+                    decided(name, Verdict::ShadowLimited);
+                    LimitOutcome::WouldLimit(decision)
+                } else {
+                    bump(&stats.allowed);
+                    decided(name, Verdict::Allowed);
+                    LimitOutcome::Checked(decision)
+                };
+                req.extensions_mut().insert(outcome);
                 let mut response = inner.call(req).await?;
                 headers::apply(response.headers_mut(), policy, limiter, &decision);
                 Ok(response)
             } else {
                 bump(&stats.limited);
-                let mut response = refusal(StatusCode::TOO_MANY_REQUESTS, None);
-                headers::apply(response.headers_mut(), policy, limiter, &decision);
-                if decision.retry_after().is_none() {
-                    // Cost above the limit: it will never pass; still tell clients to back off.
-                    response.headers_mut().insert(
-                        RETRY_AFTER,
-                        HeaderValue::from(headers::retry_after_secs(limiter.window())),
-                    );
-                }
-                let rejection = Rejection::Limited {
-                    limiter: limiter.name(),
-                    decision: &decision,
-                };
-                Ok(shared.common.respond.respond(&rejection, response))
+                decided(name, Verdict::Limited);
+                Ok(limited(&shared, policy, limiter, &decision))
             }
         })
     }
+}
+
+/// Records a decision: the `redkit.rate_limiting.requests` metric, and a `DEBUG` event on the
+/// request's span (target `redkit::middleware`).
+fn decided(policy: &str, verdict: Verdict) {
+    metric::rate_limited(policy, verdict);
+    tracing::event!(
+        target: "redkit::middleware",
+        tracing::Level::DEBUG,
+        { redkit.rate_limiting.policy = policy, redkit.rate_limiting.result = verdict.label() },
+        "rate limit decision"
+    );
+}
+
+/// The 429 of a refused request: `Retry-After` and the `RateLimit` headers, shaped by the
+/// layer's [`Respond`].
+fn limited<C, K, H: Respond<B>, B: Default>(
+    shared: &Shared<C, K, H>,
+    policy: Option<&HeaderValue>,
+    limiter: &Limiter,
+    decision: &Decision,
+) -> Response<B> {
+    let mut response = refusal(StatusCode::TOO_MANY_REQUESTS, None);
+    headers::apply(response.headers_mut(), policy, limiter, decision);
+    if decision.retry_after().is_none() {
+        // Cost above the limit: it will never pass; still tell clients to back off.
+        response.headers_mut().insert(
+            RETRY_AFTER,
+            HeaderValue::from(headers::retry_after_secs(limiter.window())),
+        );
+    }
+    let rejection = Rejection::Limited {
+        limiter: limiter.name(),
+        decision,
+    };
+    shared.common.respond.respond(&rejection, response)
 }

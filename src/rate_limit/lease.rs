@@ -28,22 +28,24 @@ use crate::script::{Call, Registry, Script, ScriptManager};
 /// in Redis as last seen, plus the units this instance holds).
 ///
 /// ```
-/// use redkit::rate_limit::Lease;
-/// let lease = Lease::new(32)?.instances(4)?;
+/// use redkit::rate_limit::*;
+/// use redkit::lock::*; // no name clashes: both modules glob-import together
+/// let lease = QuotaLease::new(32)?.instances(4)?;
+/// let _with_lock_lease: Option<Lease> = None; // redkit::lock::Lease
 /// assert_eq!((lease.max_units(), lease.expected_instances()), (32, 4));
-/// assert!(Lease::new(1).is_err()); // a lease of one unit is a plain check
-/// assert!(Lease::new(32)?.instances(0).is_err());
+/// assert!(QuotaLease::new(1).is_err()); // a lease of one unit is a plain check
+/// assert!(QuotaLease::new(32)?.instances(0).is_err());
 /// # Ok::<(), redkit::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(try_from = "LeaseSpec", into = "LeaseSpec")]
-pub struct Lease {
+pub struct QuotaLease {
     max_units: u32,
     instances: u32,
 }
 
-/// [`Lease`] as configuration: `{ max_units = 32, instances = 4 }` (`instances` 1 when left
-/// out), checked by [`Lease::new`] while parsing.
+/// [`QuotaLease`] as configuration: `{ max_units = 32, instances = 4 }` (`instances` 1 when left
+/// out), checked by [`QuotaLease::new`] while parsing.
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LeaseSpec {
@@ -56,16 +58,16 @@ fn one() -> u32 {
     1
 }
 
-impl TryFrom<LeaseSpec> for Lease {
+impl TryFrom<LeaseSpec> for QuotaLease {
     type Error = Error;
 
     fn try_from(spec: LeaseSpec) -> Result<Self> {
-        Lease::new(spec.max_units)?.instances(spec.instances)
+        QuotaLease::new(spec.max_units)?.instances(spec.instances)
     }
 }
 
-impl From<Lease> for LeaseSpec {
-    fn from(lease: Lease) -> Self {
+impl From<QuotaLease> for LeaseSpec {
+    fn from(lease: QuotaLease) -> Self {
         Self {
             max_units: lease.max_units,
             instances: lease.instances,
@@ -73,7 +75,7 @@ impl From<Lease> for LeaseSpec {
     }
 }
 
-impl Lease {
+impl QuotaLease {
     /// The largest `max_units`.
     pub const MAX_UNITS: u32 = 1 << 20;
     /// The most keys one limiter holds leases for at once (then further keys are checked
@@ -84,7 +86,7 @@ impl Lease {
     /// instance.
     ///
     /// ```
-    /// assert!(redkit::rate_limit::Lease::new(64).is_ok());
+    /// assert!(redkit::rate_limit::QuotaLease::new(64).is_ok());
     /// ```
     pub fn new(max_units: u32) -> Result<Self> {
         if !(2..=Self::MAX_UNITS).contains(&max_units) {
@@ -102,7 +104,7 @@ impl Lease {
     /// How many instances share the limit (1 to 10,000; 1 unless set).
     ///
     /// ```
-    /// let lease = redkit::rate_limit::Lease::new(64)?.instances(8)?;
+    /// let lease = redkit::rate_limit::QuotaLease::new(64)?.instances(8)?;
     /// assert_eq!(lease.expected_instances(), 8);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -117,7 +119,7 @@ impl Lease {
     /// The most units one lease call takes.
     ///
     /// ```
-    /// assert_eq!(redkit::rate_limit::Lease::new(64)?.max_units(), 64);
+    /// assert_eq!(redkit::rate_limit::QuotaLease::new(64)?.max_units(), 64);
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn max_units(&self) -> u32 {
@@ -127,7 +129,7 @@ impl Lease {
     /// How many instances share the limit.
     ///
     /// ```
-    /// assert_eq!(redkit::rate_limit::Lease::new(64)?.expected_instances(), 1);
+    /// assert_eq!(redkit::rate_limit::QuotaLease::new(64)?.expected_instances(), 1);
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn expected_instances(&self) -> u32 {
@@ -167,7 +169,7 @@ struct Held {
 /// A limiter's leases, shared by its clones.
 #[derive(Debug)]
 pub(super) struct Leases {
-    settings: Lease,
+    settings: QuotaLease,
     script: &'static Script,
     held: Mutex<HashMap<String, Held>>,
 }
@@ -178,7 +180,7 @@ pub(super) struct Granted {
 }
 
 impl Leases {
-    pub(super) fn new(settings: Lease) -> Arc<Self> {
+    pub(super) fn new(settings: QuotaLease) -> Arc<Self> {
         Arc::new(Self {
             settings,
             script: Registry::embedded("fixed_window_lease", 1),
@@ -186,7 +188,7 @@ impl Leases {
         })
     }
 
-    pub(super) fn settings(&self) -> Lease {
+    pub(super) fn settings(&self) -> QuotaLease {
         self.settings
     }
 
@@ -252,7 +254,7 @@ impl Leases {
         let until = sent.checked_add(reset_after).unwrap_or(sent);
         let mut held = self.lock();
         let now = Instant::now();
-        if !held.contains_key(redis_key) && held.len() >= Lease::MAX_KEYS {
+        if !held.contains_key(redis_key) && held.len() >= QuotaLease::MAX_KEYS {
             held.retain(|_, h| h.until > now);
         }
         let rest = granted - u64::from(cost);
@@ -262,7 +264,7 @@ impl Leases {
             count,
             last_want: want,
         };
-        let room = held.len() < Lease::MAX_KEYS;
+        let room = held.len() < QuotaLease::MAX_KEYS;
         let entry = match held.get_mut(redis_key) {
             // Same window (it has not ended here, so not in Redis either): add the units. A
             // counter lower than last seen was lost (a restart, a flush, a reset): the units
@@ -334,7 +336,7 @@ mod tests {
 
     #[test]
     fn a_lease_grows_by_doubling_within_its_caps() {
-        let lease = Lease::new(64).unwrap().instances(2).unwrap();
+        let lease = QuotaLease::new(64).unwrap().instances(2).unwrap();
         assert_eq!(
             lease.want(1, None, 1_000),
             1,
@@ -356,9 +358,12 @@ mod tests {
 
     #[test]
     fn settings_are_bounded() {
-        assert!(Lease::new(0).is_err() && Lease::new(1).is_err());
-        assert!(Lease::new(Lease::MAX_UNITS).is_ok() && Lease::new(Lease::MAX_UNITS + 1).is_err());
-        let lease = Lease::new(8).unwrap();
+        assert!(QuotaLease::new(0).is_err() && QuotaLease::new(1).is_err());
+        assert!(
+            QuotaLease::new(QuotaLease::MAX_UNITS).is_ok()
+                && QuotaLease::new(QuotaLease::MAX_UNITS + 1).is_err()
+        );
+        let lease = QuotaLease::new(8).unwrap();
         assert!(lease.instances(0).is_err() && lease.instances(10_001).is_err());
         assert_eq!(
             lease.instances(10_000).unwrap().expected_instances(),

@@ -12,7 +12,7 @@
 //! - [`LimitKey`]: canonical client identity (IP with IPv6 grouping, or bounded text).
 //! - [`Decision`] / [`Quota`]: the outcome of a check.
 //! - [`DenyCache`]: answers clients known to be limited locally, until their reset.
-//! - [`Lease`]: leased quota for [`FixedWindow`], a shared limit answered in process.
+//! - [`QuotaLease`]: leased quota for [`FixedWindow`], a shared limit answered in process.
 //!
 //! ```no_run
 //! # async fn run() -> redkit::Result<()> {
@@ -52,7 +52,7 @@ pub use gcra::Gcra;
 #[allow(unused_imports)]
 pub(crate) use key::{canonical, validate_ipv6_prefix};
 pub use key::{LimitKey, DEFAULT_IPV6_PREFIX};
-pub use lease::Lease;
+pub use lease::QuotaLease;
 pub use limiter::{Algorithm, Limiter};
 pub use rate::Rate;
 pub use rate_limiter::RateLimiter;

@@ -13,7 +13,7 @@ use super::decision::{Decision, Quota};
 use super::deny_cache::DenyCache;
 use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
-use super::lease::{Lease, Leases};
+use super::lease::{Leases, QuotaLease};
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
 use super::window_group::{GroupSender, WindowGroups};
@@ -247,7 +247,7 @@ impl FixedWindow {
     ///
     /// The counters are different keys from those of the default windows (which start at a
     /// client's first hit): switching a limiter between the two starts every client afresh.
-    /// It drops a [`Lease`] (leasing needs windows that start at the first hit).
+    /// It drops a [`QuotaLease`] (leasing needs windows that start at the first hit).
     ///
     /// ```
     /// # use std::time::Duration;
@@ -271,21 +271,21 @@ impl FixedWindow {
     /// at once: the sum over every instance never passes the limit) and answers the key's next
     /// checks from them in process, with no round trip, until they are spent or the window
     /// ends. How leases grow and what they cost (units unused at a window's end are not
-    /// admitted by anyone): [`Lease`]. Checks of a cost above the limit, batches and
+    /// admitted by anyone): [`QuotaLease`]. Checks of a cost above the limit, batches and
     /// [`reset`](Self::reset) are as without leasing; group commit no longer applies to the
     /// checks leasing answers. A [`DenyCache`] still answers known-limited clients.
     ///
     /// Errors: [`Error::InvalidInput`] for windows aligned to the clock.
     ///
     /// ```
-    /// use redkit::rate_limit::{FixedWindow, Lease, Rate};
-    /// let l = FixedWindow::new("api", Rate::per_second(1_000)?)?.with_lease(Lease::new(32)?.instances(4)?)?;
+    /// use redkit::rate_limit::{FixedWindow, QuotaLease, Rate};
+    /// let l = FixedWindow::new("api", Rate::per_second(1_000)?)?.with_lease(QuotaLease::new(32)?.instances(4)?)?;
     /// assert_eq!(l.lease().map(|l| l.max_units()), Some(32));
     /// let aligned = FixedWindow::new("api", Rate::per_second(1_000)?)?.aligned_to_clock();
-    /// assert!(aligned.with_lease(Lease::new(32)?).is_err());
+    /// assert!(aligned.with_lease(QuotaLease::new(32)?).is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn with_lease(mut self, lease: Lease) -> Result<Self> {
+    pub fn with_lease(mut self, lease: QuotaLease) -> Result<Self> {
         if self.aligned {
             return Err(Error::invalid(
                 "lease",
@@ -304,7 +304,7 @@ impl FixedWindow {
     /// assert!(l.lease().is_none());
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn lease(&self) -> Option<Lease> {
+    pub fn lease(&self) -> Option<QuotaLease> {
         self.leases.as_ref().map(|l| l.settings())
     }
 

@@ -3,6 +3,10 @@
 //! With it but no recorder installed, a recording is the facade's no-op (a label list built
 //! and dropped: no I/O, no lock).
 
+// Without the feature the recording functions are empty: their arguments and the names go
+// unused.
+#![cfg_attr(not(feature = "metrics"), allow(dead_code, unused_variables))]
+
 use std::time::Duration;
 
 /// Whether metrics are compiled in.
@@ -10,21 +14,134 @@ pub(crate) const ENABLED: bool = cfg!(feature = "metrics");
 
 /// Histogram, seconds: one Redis round trip of a script call or batch (OpenTelemetry's
 /// database-client metric).
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) const OPERATION_DURATION: &str = "db.client.operation.duration";
 /// Counter: recoveries of a script the server lacked.
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) const SCRIPT_RELOADS: &str = "redkit.script.reloads";
 
 /// Histogram, calls: the calls one group-commit script call settled (1: a call alone).
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) const GROUP_SIZE: &str = "redkit.group_commit.size";
 /// Counter: deny-cache lookups, by result (`hit`: answered locally; `miss`: asked Redis).
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) const DENY_CACHE_LOOKUPS: &str = "redkit.deny_cache.lookups";
 /// Gauge: refusals a deny cache holds.
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) const DENY_CACHE_ENTRIES: &str = "redkit.deny_cache.entries";
+
+/// Counter: requests the rate-limit layer decided on, by policy and result.
+pub(crate) const RATE_LIMITING_REQUESTS: &str = "redkit.rate_limiting.requests";
+/// Counter: requests the concurrency-limit layer decided on, by policy and result.
+pub(crate) const CONCURRENCY_REQUESTS: &str = "redkit.concurrency_limiting.requests";
+/// Gauge: requests holding a concurrency-limit slot of this process.
+pub(crate) const CONCURRENCY_ACTIVE: &str = "redkit.concurrency_limiting.active_requests";
+/// Counter: lock operations by kind, operation and outcome.
+pub(crate) const LOCK_OPERATIONS: &str = "redkit.lock.operations";
+/// Counter: inventory writes by operation and outcome.
+pub(crate) const INVENTORY_OPERATIONS: &str = "redkit.inventory.operations";
+
+/// What a layer did with a request (`redkit.rate_limiting.result` /
+/// `redkit.concurrency_limiting.result`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "tower"), allow(dead_code))]
+pub(crate) enum Verdict {
+    /// Checked and let through.
+    Allowed,
+    /// Refused by the limiter.
+    Limited,
+    /// A shadow policy would have refused it; let through.
+    ShadowLimited,
+    /// Redis failed, let through ([`FailMode::Open`](crate::middleware::FailMode::Open)).
+    FailOpen,
+    /// Redis failed, refused ([`FailMode::Closed`](crate::middleware::FailMode::Closed)).
+    FailClosed,
+    /// Redis failed, let through by this instance's share in process.
+    FallbackAllowed,
+    /// Redis failed, refused by this instance's share in process.
+    FallbackLimited,
+    /// The client could not be identified.
+    UnknownClient,
+    /// In the allow list: let through unchecked.
+    Allowlisted,
+    /// In the deny list: refused unchecked.
+    Denied,
+}
+
+impl Verdict {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Limited => "limited",
+            Self::ShadowLimited => "shadow_limited",
+            Self::FailOpen => "fail_open",
+            Self::FailClosed => "fail_closed",
+            Self::FallbackAllowed => "fallback_allowed",
+            Self::FallbackLimited => "fallback_limited",
+            Self::UnknownClient => "unknown_client",
+            Self::Allowlisted => "allowlisted",
+            Self::Denied => "denied",
+        }
+    }
+}
+
+/// Counts one rate-limit decision of `policy` (a limiter name: from configuration, bounded).
+pub(crate) fn rate_limited(policy: &str, verdict: Verdict) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        RATE_LIMITING_REQUESTS,
+        "redkit.rate_limiting.policy" => policy.to_owned(),
+        "redkit.rate_limiting.result" => verdict.label()
+    )
+    .increment(1);
+}
+
+/// Counts one concurrency-limit decision of `policy`.
+pub(crate) fn concurrency_limited(policy: &str, verdict: Verdict) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        CONCURRENCY_REQUESTS,
+        "redkit.concurrency_limiting.policy" => policy.to_owned(),
+        "redkit.concurrency_limiting.result" => verdict.label()
+    )
+    .increment(1);
+}
+
+/// One more (`+1`) or one fewer (`-1`) request holding a slot of `policy`.
+pub(crate) fn concurrency_active(policy: &str, delta: f64) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(CONCURRENCY_ACTIVE, "redkit.concurrency_limiting.policy" => policy.to_owned())
+        .increment(delta);
+}
+
+/// The name of a lock kind as a label: the last segment of its type's path (`Lock`,
+/// `FairLock`, `RwLock`, `ReentrantLock`, `Semaphore`).
+pub(crate) fn kind_name<K>() -> &'static str {
+    let full = std::any::type_name::<K>();
+    let base = full.split('<').next().unwrap_or(full);
+    base.rsplit("::").next().unwrap_or(base)
+}
+
+/// Counts one lock operation: `kind` (see [`kind_name`]), `operation` (`acquire`, `renew`, `release`, `lease_lost`), `outcome`
+/// (`acquired`, `busy`, `not_replicated`, `renewed`, `lost`, `released`, `not_owner`, `error`).
+pub(crate) fn lock_operation(kind: &'static str, operation: &'static str, outcome: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        LOCK_OPERATIONS,
+        "redkit.lock.kind" => kind,
+        "redkit.operation" => operation,
+        "redkit.outcome" => outcome
+    )
+    .increment(1);
+}
+
+/// Counts one inventory write: `operation` (`decrement`, `restock`, `order`, `reserve`,
+/// `commit`, `cancel`), `outcome` (`applied`, `insufficient`, `duplicate`, `id_reused`,
+/// `not_found`, `error`, ...).
+pub(crate) fn inventory_operation(operation: &'static str, outcome: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        INVENTORY_OPERATIONS,
+        "redkit.operation" => operation,
+        "redkit.outcome" => outcome
+    )
+    .increment(1);
+}
 
 /// A reload kind (`redkit.reload` label of [`SCRIPT_RELOADS`]).
 #[derive(Debug, Clone, Copy)]
@@ -38,7 +155,6 @@ pub(crate) enum Reload {
 }
 
 impl Reload {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     fn label(self) -> &'static str {
         match self {
             Self::EvalFallback => "eval_fallback",
@@ -49,7 +165,6 @@ impl Reload {
 }
 
 /// Records one round trip's duration.
-#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 pub(crate) fn round_trip(
     operation: &'static str,
     procedure: Option<&str>,
@@ -76,7 +191,6 @@ pub(crate) fn round_trip(
 }
 
 /// Counts one recovery of `script` (its `name.vN`).
-#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 pub(crate) fn reload(kind: Reload, script: &str) {
     #[cfg(feature = "metrics")]
     metrics::counter!(
@@ -88,14 +202,12 @@ pub(crate) fn reload(kind: Reload, script: &str) {
 }
 
 /// Records the size of one group sent (`operation`: what its calls are, e.g. `decrement`).
-#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 pub(crate) fn group_sent(operation: &'static str, size: usize) {
     #[cfg(feature = "metrics")]
     metrics::histogram!(GROUP_SIZE, "redkit.operation" => operation).record(size as f64);
 }
 
 /// Counts one deny-cache lookup.
-#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 pub(crate) fn deny_cache_lookup(hit: bool) {
     #[cfg(feature = "metrics")]
     metrics::counter!(DENY_CACHE_LOOKUPS, "redkit.result" => if hit { "hit" } else { "miss" })
@@ -103,7 +215,6 @@ pub(crate) fn deny_cache_lookup(hit: bool) {
 }
 
 /// Sets the number of refusals a deny cache holds (`len` is only called with the feature).
-#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 pub(crate) fn deny_cache_entries(len: impl FnOnce() -> usize) {
     #[cfg(feature = "metrics")]
     metrics::gauge!(DENY_CACHE_ENTRIES).set(len() as f64);

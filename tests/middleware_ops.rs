@@ -1,0 +1,380 @@
+//! Running the rate-limit layer in production, against a real Redis: allow and deny lists
+//! decided before any Redis call, shadow mode (counted and headed as if enforced, never
+//! refused), policies replaced while requests flow (no half-old, half-new request; counters
+//! kept), and the local fallback while Redis is frozen (each instance its share, bounded, back
+//! on Redis with its first answer).
+#![cfg(feature = "tower")]
+
+mod support;
+
+use std::convert::Infallible;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{Request, Response, StatusCode};
+use redis::aio::ConnectionManager;
+use redkit::middleware::{
+    ClientId, FailMode, FnKey, LimitOutcome, Policies, PolicyConfig, RateLimitLayer, Unchecked,
+    RATELIMIT, RATELIMIT_POLICY,
+};
+use redkit::rate_limit::{FixedWindow, Rate};
+use support::RedisServer;
+use tower::{Layer, Service, ServiceExt};
+
+/// The client is the address in the `x-client` header.
+fn by_header() -> FnKey<impl Fn(&redkit::middleware::RequestInfo<'_>) -> Option<ClientId>> {
+    FnKey::new(|req: &redkit::middleware::RequestInfo<'_>| {
+        let ip: IpAddr = req.headers().get("x-client")?.to_str().ok()?.parse().ok()?;
+        Some(ClientId::Ip(ip))
+    })
+}
+
+/// The handler: the body names the outcome, and for a decision the quota's limit.
+async fn handler(req: Request<String>) -> Result<Response<String>, Infallible> {
+    let body = match req.extensions().get::<LimitOutcome>() {
+        Some(LimitOutcome::Checked(d)) => format!("checked limit={}", d.quota().limit()),
+        Some(LimitOutcome::WouldLimit(d)) => format!("would-limit limit={}", d.quota().limit()),
+        Some(LimitOutcome::Unchecked(Unchecked::Allowlisted)) => "allowlisted".to_owned(),
+        Some(LimitOutcome::Unchecked(Unchecked::LocalFallback)) => "local".to_owned(),
+        other => format!("{other:?}"),
+    };
+    Ok(Response::new(body))
+}
+
+async fn manager(server: &RedisServer) -> ConnectionManager {
+    let client = redis::Client::open(format!("{}?protocol=resp3", server.url())).unwrap();
+    ConnectionManager::new(client).await.unwrap()
+}
+
+/// The Redis counter of `client` under the layer's default policy.
+async fn counted<C, K, H>(
+    server: &RedisServer,
+    layer: &RateLimitLayer<C, K, H>,
+    client: &str,
+) -> u64 {
+    let key = redkit::rate_limit::LimitKey::ip(client.parse().unwrap());
+    let key = layer.policies().for_path("/").redis_key(&key);
+    server.cmd::<u64>(&["GET", &key]).await
+}
+
+/// A layer of `policies` (client from `x-client`, defaults otherwise) and its service.
+async fn layered(
+    server: &RedisServer,
+    policies: Policies,
+) -> (
+    RateLimitLayer<ConnectionManager, impl redkit::middleware::KeyExtractor>,
+    impl Service<Request<String>, Response = Response<String>, Error = Infallible> + Clone,
+) {
+    let layer = RateLimitLayer::builder(policies, manager(server).await)
+        .key_extractor(by_header())
+        .build()
+        .unwrap();
+    let service = layer.layer(tower::service_fn(handler));
+    (layer, service)
+}
+
+fn config(toml: &str) -> Policies {
+    let config: PolicyConfig = toml::from_str(toml).unwrap();
+    Policies::from_config(&config).unwrap()
+}
+
+/// One request from `client` through `service`: status, body, headers.
+async fn send<S>(service: &S, client: &str) -> (StatusCode, String, http::HeaderMap)
+where
+    S: Service<Request<String>, Response = Response<String>, Error = Infallible> + Clone,
+{
+    let req = Request::builder()
+        .uri("/")
+        .header("x-client", client)
+        .body(String::new())
+        .unwrap();
+    let response = service.clone().oneshot(req).await.unwrap();
+    let (parts, body) = response.into_parts();
+    (parts.status, body, parts.headers)
+}
+
+#[tokio::test]
+async fn allow_and_deny_lists_are_decided_before_any_redis_call() {
+    let server = RedisServer::spawn().await;
+    let policies = config(
+        r#"
+        allow = ["10.0.0.0/8"]
+        deny = ["203.0.113.0/24", "10.66.0.0/16"]
+        [default]
+        name = "api"
+        limit = 2
+        window_ms = 60000
+        "#,
+    );
+    let (layer, service) = layered(&server, policies).await;
+    let calls = server.evalsha_calls().await + server.command_calls("eval").await;
+    for _ in 0..5 {
+        let (status, body, _) = send(&service, "10.1.2.3").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "allowlisted"));
+    }
+    for denied in ["203.0.113.9", "10.66.1.1", "::ffff:203.0.113.10"] {
+        let (status, _, _) = send(&service, denied).await;
+        assert_eq!(
+            status,
+            StatusCode::FORBIDDEN,
+            "{denied}: the more specific deny wins"
+        );
+    }
+    let after = server.evalsha_calls().await + server.command_calls("eval").await;
+    assert_eq!(after, calls, "no Redis call for listed clients");
+    let statuses: Vec<StatusCode> = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            v.push(send(&service, "192.0.2.1").await.0);
+        }
+        v
+    };
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    let stats = layer.stats();
+    assert_eq!(
+        (
+            stats.allowlisted,
+            stats.denied,
+            stats.allowed,
+            stats.limited
+        ),
+        (5, 3, 2, 1)
+    );
+}
+
+#[tokio::test]
+async fn a_shadow_policy_counts_and_heads_as_if_enforced_but_never_refuses() {
+    let server = RedisServer::spawn().await;
+    let policies = config(
+        r#"
+        [default]
+        name = "api"
+        limit = 2
+        window_ms = 60000
+        shadow = true
+        "#,
+    );
+    let (layer, service) = layered(&server, policies).await;
+    let mut bodies = Vec::new();
+    for _ in 0..4 {
+        let (status, body, headers) = send(&service, "192.0.2.7").await;
+        assert_eq!(status, StatusCode::OK, "shadow never refuses");
+        assert!(headers.contains_key(RATELIMIT) && headers.contains_key(RATELIMIT_POLICY));
+        bodies.push((body, headers[RATELIMIT].to_str().unwrap().to_owned()));
+    }
+    assert_eq!(bodies[0].0, "checked limit=2");
+    assert_eq!(bodies[2].0, "would-limit limit=2");
+    assert_eq!(bodies[3].0, "would-limit limit=2");
+    assert!(
+        bodies[3].1.contains("r=0"),
+        "headers as if enforced: {}",
+        bodies[3].1
+    );
+    let stats = layer.stats();
+    assert_eq!(
+        (stats.allowed, stats.shadow_limited, stats.limited),
+        (2, 2, 0)
+    );
+    assert_eq!(
+        counted(&server, &layer, "192.0.2.7").await,
+        2,
+        "refused checks are not counted"
+    );
+}
+
+#[tokio::test]
+async fn policies_replaced_while_serving_keep_counters() {
+    let server = RedisServer::spawn().await;
+    let limited = |limit: u32| {
+        Policies::new(FixedWindow::new("api", Rate::per_minute(limit).unwrap()).unwrap())
+    };
+    let layer = RateLimitLayer::builder(limited(3), manager(&server).await)
+        .key_extractor(by_header())
+        .build()
+        .unwrap();
+    let service = layer.layer(tower::service_fn(handler));
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(send(&service, "192.0.2.1").await.0.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    // Grown: the client keeps its 3 used, and gets 2 more.
+    layer.replace_policies(limited(5));
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(send(&service, "192.0.2.1").await.0.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 429], "counters kept across the swap");
+    // Shrunk below what it used: refused until the window ends.
+    layer.replace_policies(limited(1));
+    assert_eq!(
+        send(&service, "192.0.2.1").await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // A service built before the swap (a clone) sees the new set too.
+    assert_eq!(layer.policies().for_path("/").limit(), 1);
+}
+
+/// 8 tasks send requests while the policies are replaced 100 times between two sets (the same
+/// limiter name, so one counter, with limits 100000 and 200000): every response's
+/// `RateLimit-Policy` header and the handler's decision come from the same set, and the
+/// counter equals the requests sent (never reset).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_swap_under_load_never_mixes_two_sets() {
+    let server = RedisServer::spawn().await;
+    let set = |limit: u32| {
+        Policies::new(FixedWindow::new("api", Rate::per_minute(limit).unwrap()).unwrap())
+    };
+    let layer = RateLimitLayer::builder(set(100_000), manager(&server).await)
+        .key_extractor(by_header())
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let service = layer.layer(tower::service_fn(handler));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (service, stop, sent) = (service.clone(), stop.clone(), sent.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut seen = [0u64; 2];
+            while !stop.load(Ordering::Relaxed) {
+                let (status, body, headers) = send(&service, "192.0.2.50").await;
+                sent.fetch_add(1, Ordering::Relaxed);
+                assert_eq!(status, StatusCode::OK);
+                let policy = headers[RATELIMIT_POLICY].to_str().unwrap().to_owned();
+                let limit: u32 = body
+                    .strip_prefix("checked limit=")
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert!(
+                    policy.contains(&format!("q={limit};")),
+                    "header {policy} vs decision {limit}"
+                );
+                seen[usize::from(limit == 200_000)] += 1;
+            }
+            seen
+        }));
+    }
+    for i in 0..100 {
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        layer.replace_policies(set(if i % 2 == 0 { 200_000 } else { 100_000 }));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut seen = [0u64; 2];
+    for task in tasks {
+        let s = task.await.unwrap();
+        seen[0] += s[0];
+        seen[1] += s[1];
+    }
+    assert!(seen[0] > 0 && seen[1] > 0, "both sets served: {seen:?}");
+    assert_eq!(
+        counted(&server, &layer, "192.0.2.50").await,
+        sent.load(Ordering::Relaxed),
+        "one counter, never reset"
+    );
+}
+
+/// Redis frozen: each of 4 instances (layers) enforces a quarter of the limit in process, and
+/// what they let through together stays within `4 x (share + share x t / window)`; one
+/// instance refuses past its share with `Retry-After`; when Redis answers again, the next
+/// request is checked by Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_local_fallback_enforces_each_instances_share_while_redis_is_frozen() {
+    let mut server = RedisServer::spawn().await;
+    let (limit, window) = (20u32, Duration::from_secs(1));
+    let mut instances = Vec::new();
+    for _ in 0..4 {
+        let policies =
+            Policies::new(FixedWindow::new("api", Rate::new(limit, window).unwrap()).unwrap());
+        let layer = RateLimitLayer::builder(policies, manager(&server).await)
+            .key_extractor(by_header())
+            .fail_mode(FailMode::Local { instances: 4 })
+            .timeout(Duration::from_millis(50))
+            .build()
+            .unwrap();
+        instances.push(layer);
+    }
+    let services: Vec<_> = instances
+        .iter()
+        .map(|l| l.layer(tower::service_fn(handler)))
+        .collect();
+    // Warm: each instance's connection has answered once.
+    for service in &services {
+        assert_eq!(send(service, "192.0.2.99").await.0, StatusCode::OK);
+    }
+    server.pause().await;
+    let started = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for service in services.clone() {
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut allowed, mut refused) = (0u64, 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                let (status, body, headers) = send(&service, "192.0.2.1").await;
+                match status {
+                    StatusCode::OK => {
+                        assert_eq!(body, "local");
+                        allowed += 1;
+                    }
+                    StatusCode::TOO_MANY_REQUESTS => {
+                        assert!(headers.contains_key(http::header::RETRY_AFTER));
+                        refused += 1;
+                    }
+                    other => panic!("{other}"),
+                }
+            }
+            (allowed, refused)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let frozen = started.elapsed();
+    let (mut allowed, mut refused) = (0, 0);
+    for task in tasks {
+        let (a, r) = task.await.unwrap();
+        allowed += a;
+        refused += r;
+    }
+    server.resume().await;
+    let share = f64::from(limit / 4);
+    let bound = 4.0 * (share + share * frozen.as_secs_f64() / window.as_secs_f64());
+    assert!(
+        allowed as f64 <= bound,
+        "{allowed} let through in {frozen:?}; bound {bound}"
+    );
+    assert!(
+        allowed >= 4 * (limit as u64 / 4),
+        "each instance its share at least: {allowed}"
+    );
+    assert!(refused > 0);
+    let stats: u64 = instances.iter().map(|l| l.stats().fallback_allowed).sum();
+    assert_eq!(stats, allowed);
+    println!(
+        "frozen {frozen:?}: {allowed} let through locally (bound {bound:.0}), {refused} refused"
+    );
+    // Back on Redis with its first answer.
+    let back = Instant::now();
+    loop {
+        let (_, body, _) = send(&services[0], "192.0.2.2").await;
+        if body.starts_with("checked") {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(5),
+            "never back on Redis"
+        );
+    }
+    println!("back on Redis after {:?}", back.elapsed());
+}
