@@ -204,3 +204,97 @@ async fn deny_cache_lookups_and_group_sizes_add_up_to_the_checks_made() {
     );
     println!("50 concurrent checks in {} groups: {sizes:?}", sizes.len());
 }
+
+/// Lock operations (acquired, busy, renewed, released, not owner, a watchdog's lost lease)
+/// and inventory outcomes (applied, insufficient, duplicate, id reused, not found), each
+/// counted as it happened. The only test of this binary using locks or the inventory.
+#[tokio::test]
+async fn lock_and_inventory_outcomes_are_counted_as_they_happened() {
+    use redkit::inventory::Inventory;
+    use redkit::lock::{Acquire, Lock, LockOptions};
+    use std::time::Duration;
+
+    recorder();
+    let server = support::RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = Lock::new();
+    let options = LockOptions::new().ttl(Duration::from_millis(300));
+    let Acquire::Acquired(mut guard) = lock.try_acquire(&mut conn, "m", &options).await.unwrap()
+    else {
+        panic!("a free lock");
+    };
+    assert!(matches!(
+        lock.try_acquire(&mut conn, "m", &options).await.unwrap(),
+        Acquire::Busy(_)
+    ));
+    lock.renew(&mut conn, &mut guard).await.unwrap();
+    lock.release(&mut conn, guard).await.unwrap();
+    // A watched lease taken away: the watchdog reports it lost.
+    let Acquire::Acquired(mut watched) = lock.try_acquire(&mut conn, "w", &options).await.unwrap()
+    else {
+        panic!("a free lock");
+    };
+    let signal = lock.watch(&conn, &mut watched).unwrap();
+    let _: () = server.cmd(&["DEL", &lock.key("w").unwrap()]).await;
+    tokio::time::timeout(Duration::from_secs(5), signal.lost())
+        .await
+        .unwrap();
+    assert_eq!(
+        lock.release(&mut conn, watched).await.unwrap(),
+        redkit::lock::Release::NotOwner
+    );
+
+    let store = Inventory::new("m:inv").unwrap().store("s").unwrap();
+    store.set(&mut conn, "a", 2).await.unwrap();
+    store
+        .decrement(&mut conn, "a", 1, Some("r1"))
+        .await
+        .unwrap(); // applied
+    store
+        .decrement(&mut conn, "a", 1, Some("r1"))
+        .await
+        .unwrap(); // duplicate
+    store
+        .decrement(&mut conn, "a", 2, Some("r1"))
+        .await
+        .unwrap(); // id reused
+    store.decrement(&mut conn, "a", 5, None).await.unwrap(); // insufficient
+    assert!(store.decrement(&mut conn, "nope", 1, None).await.is_err()); // not found
+    store.restock(&mut conn, "a", 1, None).await.unwrap(); // applied
+
+    let seen = seen();
+    let ops = |name: &str, labels_: &[(&str, &str)]| {
+        seen.counters
+            .get(&(name.to_owned(), labels(labels_)))
+            .copied()
+            .unwrap_or(0)
+    };
+    let lock_op = |op: &str, outcome: &str| {
+        ops(
+            "redkit.lock.operations",
+            &[
+                ("redkit.lock.kind", "Lock"),
+                ("redkit.operation", op),
+                ("redkit.outcome", outcome),
+            ],
+        )
+    };
+    assert_eq!(lock_op("acquire", "acquired"), 2);
+    assert_eq!(lock_op("acquire", "busy"), 1);
+    assert_eq!(lock_op("renew", "renewed"), 1);
+    assert_eq!(lock_op("release", "released"), 1);
+    assert_eq!(lock_op("release", "not_owner"), 1);
+    assert_eq!(lock_op("lease_lost", "not_owner"), 1);
+    let inv = |op: &str, outcome: &str| {
+        ops(
+            "redkit.inventory.operations",
+            &[("redkit.operation", op), ("redkit.outcome", outcome)],
+        )
+    };
+    assert_eq!(inv("decrement", "applied"), 1);
+    assert_eq!(inv("decrement", "duplicate"), 1);
+    assert_eq!(inv("decrement", "id_reused"), 1);
+    assert_eq!(inv("decrement", "insufficient"), 1);
+    assert_eq!(inv("decrement", "not_found"), 1);
+    assert_eq!(inv("restock", "applied"), 1);
+}
