@@ -10,7 +10,7 @@
 --! limit - count) and count is the counter after the grant; else granted = 0, nothing is
 --! written and count is the counter as found. pttl_ms is the window's time left (PTTL; the
 --! window itself when this call started it, -1 for a counter without a TTL it refused).
---! The ACL of every command it may run, the key's type and the stored count (a canonical
+--! The ACL of every command it may run, the key's type (GET) and the stored count (a canonical
 --! decimal integer 0..=2^53-1) are checked before the one write (SET or INCRBY, then PEXPIRE
 --! for a counter without a TTL): an error reply changed nothing.
 local key = KEYS[1]
@@ -23,7 +23,7 @@ if not (limit and window and cost and want) or cost > want or want > limit then
   return redis.error_reply('REDKIT_INPUT limit, window, cost and want must be integers 1..=2^53-1 with cost <= want <= limit')
 end
 local checks = {
-  {'TYPE', key}, {'GET', key}, {'PTTL', key}, {'SET', key, '1', 'PX', ARGV[2]},
+  {'GET', key}, {'PTTL', key}, {'SET', key, '1', 'PX', ARGV[2]},
   {'INCRBY', key, '1'}, {'PEXPIRE', key, ARGV[2]},
 }
 for _, c in ipairs(checks) do
@@ -31,11 +31,10 @@ for _, c in ipairs(checks) do
     return redis.error_reply('REDKIT_NOPERM ' .. c[1] .. ' on the window counter')
   end
 end
-local kind = redis.call('TYPE', key).ok
-if kind ~= 'string' and kind ~= 'none' then
+local stored = redis.pcall('GET', key)
+if type(stored) == 'table' and stored.err then
   return redis.error_reply('WRONGTYPE the window counter is not a string')
 end
-local stored = redis.call('GET', key)
 local count = 0
 if stored then
   count = (stored == '0' and 0) or int(stored)

@@ -208,3 +208,28 @@ async fn a_restart_mid_window_drops_what_was_held_of_the_lost_counter() {
     );
     assert!(after >= 20 - MAX_UNITS, "{after}");
 }
+
+/// Bad stored data is a typed error and nothing is written: a counter key of another type
+/// (`WrongType`), a counter that is not a count (`CorruptData`).
+#[tokio::test]
+async fn bad_stored_data_is_a_typed_error_and_writes_nothing() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let limiter = leased(10, 60_000);
+    let key = LimitKey::text("poisoned").unwrap();
+    let redis_key = limiter.redis_key(&key);
+    let _: () = server.cmd(&["HSET", &redis_key, "f", "v"]).await;
+    let err = limiter.check(&mut conn, &key).await.unwrap_err();
+    assert!(matches!(err, redkit::Error::WrongType { .. }), "{err:?}");
+    assert_eq!(server.cmd::<String>(&["TYPE", &redis_key]).await, "hash");
+    let _: () = server.cmd(&["DEL", &redis_key]).await;
+    let _: () = server.cmd(&["SET", &redis_key, "abc"]).await;
+    let err = limiter.check(&mut conn, &key).await.unwrap_err();
+    assert!(matches!(err, redkit::Error::CorruptData { .. }), "{err:?}");
+    assert_eq!(server.cmd::<String>(&["GET", &redis_key]).await, "abc");
+    assert_eq!(
+        server.cmd::<i64>(&["PTTL", &redis_key]).await,
+        -1,
+        "no TTL set either"
+    );
+}
