@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
@@ -10,6 +10,7 @@ use super::decision::Decision;
 use super::deny_cache::DenyCache;
 use super::key::LimitKey;
 use super::rate::Rate;
+use super::wait;
 use crate::error::Result;
 
 /// What a rate-limiting algorithm provides: a name, a [`Rate`], keys under a prefix, and
@@ -120,7 +121,23 @@ pub trait RateLimiter:
         cost: u32,
         max_wait: Duration,
     ) -> impl Future<Output = Result<Decision>> + Send {
-        super::wait::check_within(self, conn, key, cost, max_wait)
+        async move {
+            // Beyond what an Instant can hold: no deadline.
+            let deadline = Instant::now().checked_add(max_wait);
+            loop {
+                let decision = self.check_n(conn, key, cost).await?;
+                let Decision::Limited { retry_after, .. } = decision else {
+                    return Ok(decision);
+                };
+                let remaining = deadline.map_or(Duration::MAX, |d| {
+                    d.saturating_duration_since(Instant::now())
+                });
+                match wait::pause(retry_after, remaining, wait::jitter(retry_after)) {
+                    Some(pause) => tokio::time::sleep(pause).await,
+                    None => return Ok(decision),
+                }
+            }
+        }
     }
 
     /// Waits for one unit for `key`, up to `max_wait`. See

@@ -1,48 +1,11 @@
-//! Waiting for a permit: the loop behind [`RateLimiter::check_within`](super::RateLimiter::check_within).
+//! Waiting for a permit: how long [`RateLimiter::check_within`](super::RateLimiter::check_within)
+//! sleeps after a refusal.
 
-use std::time::{Duration, Instant};
-
-use redis::aio::ConnectionLike;
-
-use super::decision::Decision;
-use super::key::LimitKey;
-use super::rate_limiter::RateLimiter;
-use crate::error::Result;
-
-/// Checks until `limiter` allows `cost` units for `key`, sleeping each refusal's exact
-/// `retry_after` plus a jitter of up to a tenth of it; answers the last refusal at once when
-/// its `retry_after` ends after `max_wait`.
-pub(super) async fn check_within<L, C>(
-    limiter: &L,
-    conn: &mut C,
-    key: &LimitKey,
-    cost: u32,
-    max_wait: Duration,
-) -> Result<Decision>
-where
-    L: RateLimiter,
-    C: ConnectionLike + Send,
-{
-    // Beyond what an Instant can hold: no deadline.
-    let deadline = Instant::now().checked_add(max_wait);
-    loop {
-        let decision = limiter.check_n(conn, key, cost).await?;
-        let Decision::Limited { retry_after, .. } = decision else {
-            return Ok(decision);
-        };
-        let remaining = deadline.map_or(Duration::MAX, |d| {
-            d.saturating_duration_since(Instant::now())
-        });
-        match pause(retry_after, remaining, jitter(retry_after)) {
-            Some(pause) => tokio::time::sleep(pause).await,
-            None => return Ok(decision),
-        }
-    }
-}
+use std::time::Duration;
 
 /// A random extra wait of up to a tenth of `retry_after`, so waiters refused together do not
 /// all come back in the same instant.
-fn jitter(retry_after: Duration) -> Duration {
+pub(super) fn jitter(retry_after: Duration) -> Duration {
     let cap = u64::try_from(retry_after.as_micros() / 10).unwrap_or(u64::MAX);
     Duration::from_micros(rand::random_range(0..=cap))
 }
@@ -50,7 +13,11 @@ fn jitter(retry_after: Duration) -> Duration {
 /// How long to sleep before the next check: `None` (give up now) when the refusal lasts
 /// beyond `remaining`; else its `retry_after` (at least 1 ms) plus `jitter`, cut at
 /// `remaining` (the last check then comes at the deadline).
-fn pause(retry_after: Duration, remaining: Duration, jitter: Duration) -> Option<Duration> {
+pub(super) fn pause(
+    retry_after: Duration,
+    remaining: Duration,
+    jitter: Duration,
+) -> Option<Duration> {
     if retry_after > remaining {
         return None;
     }
