@@ -244,6 +244,34 @@ async fn lock_and_inventory_outcomes_are_counted_as_they_happened() {
         redkit::lock::Release::NotOwner
     );
 
+    // Redlock over 3 masters: acquired, busy, renewed, released, then not owner.
+    let masters = support::RedisMasters::spawn(3).await;
+    let mut nodes = Vec::new();
+    for node in &masters.nodes {
+        nodes.push(node.conn().await);
+    }
+    let redlock = redkit::lock::Redlock::new(nodes)
+        .unwrap()
+        .with_node_timeout(Duration::from_millis(100));
+    let long = LockOptions::new().ttl(Duration::from_secs(10));
+    let Acquire::Acquired(mut held) = redlock.try_acquire("r", &long).await.unwrap() else {
+        panic!("a free Redlock");
+    };
+    assert!(matches!(
+        redlock.try_acquire("r", &long).await.unwrap(),
+        Acquire::Busy(_)
+    ));
+    redlock.renew(&mut held).await.unwrap();
+    redlock.release(held).await.unwrap();
+    let Acquire::Acquired(lost) = redlock.try_acquire("r2", &long).await.unwrap() else {
+        panic!("a free Redlock");
+    };
+    let key = redlock.key("r2").unwrap();
+    for node in &masters.nodes {
+        let _: () = node.cmd(&["DEL", &key]).await;
+    }
+    redlock.release(lost).await.unwrap();
+
     let store = Inventory::new("m:inv").unwrap().store("s").unwrap();
     store.set(&mut conn, "a", 2).await.unwrap();
     store
@@ -285,6 +313,21 @@ async fn lock_and_inventory_outcomes_are_counted_as_they_happened() {
     assert_eq!(lock_op("release", "released"), 1);
     assert_eq!(lock_op("release", "not_owner"), 1);
     assert_eq!(lock_op("lease_lost", "not_owner"), 1);
+    let redlock_op = |op: &str, outcome: &str| {
+        ops(
+            "redkit.lock.operations",
+            &[
+                ("redkit.lock.kind", "Redlock"),
+                ("redkit.operation", op),
+                ("redkit.outcome", outcome),
+            ],
+        )
+    };
+    assert_eq!(redlock_op("acquire", "acquired"), 2);
+    assert_eq!(redlock_op("acquire", "busy"), 1);
+    assert_eq!(redlock_op("renew", "renewed"), 1);
+    assert_eq!(redlock_op("release", "released"), 1);
+    assert_eq!(redlock_op("release", "not_owner"), 1);
     let inv = |op: &str, outcome: &str| {
         ops(
             "redkit.inventory.operations",

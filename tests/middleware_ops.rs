@@ -378,3 +378,57 @@ async fn the_local_fallback_enforces_each_instances_share_while_redis_is_frozen(
     }
     println!("back on Redis after {:?}", back.elapsed());
 }
+
+/// Every decision is a DEBUG event (target `redkit::middleware`) inside the request's span,
+/// naming the policy and the result, and never the client.
+#[tokio::test]
+async fn each_decision_is_an_event_on_the_request_span() {
+    let server = RedisServer::spawn().await;
+    let policies = config(
+        r#"
+        deny = ["203.0.113.0/24"]
+        [default]
+        name = "api"
+        limit = 1
+        window_ms = 60000
+        "#,
+    );
+    let (_layer, service) = layered(&server, policies).await;
+    let out = support::Captured::default();
+    let writer = out.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    for client in ["192.0.2.8", "192.0.2.8", "203.0.113.8"] {
+        let span = tracing::info_span!("request", client_no = 1);
+        let _ = tracing::Instrument::instrument(send(&service, client), span).await;
+    }
+    let text = out.text();
+    let decisions: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("rate limit decision"))
+        .collect();
+    assert_eq!(decisions.len(), 3, "{text}");
+    for (line, result) in decisions.iter().zip(["allowed", "limited", "denied"]) {
+        assert!(
+            line.contains("request{client_no=1}"),
+            "on the request span: {line}"
+        );
+        assert!(line.contains("redkit::middleware"), "{line}");
+        assert!(
+            line.contains("redkit.rate_limiting.policy=\"api\""),
+            "{line}"
+        );
+        assert!(
+            line.contains(&format!("redkit.rate_limiting.result=\"{result}\"")),
+            "{line}"
+        );
+        assert!(
+            !line.contains("192.0.2.8") && !line.contains("203.0.113.8"),
+            "no client: {line}"
+        );
+    }
+}

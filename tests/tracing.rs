@@ -7,24 +7,8 @@
 mod fixtures;
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use redkit::{Call, ScriptManager};
 use tracing_subscriber::fmt::format::FmtSpan;
-
-#[derive(Clone, Default)]
-struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[tokio::test]
 async fn spans_name_the_script_and_never_the_keys() {
@@ -65,7 +49,7 @@ async fn spans_name_the_script_and_never_the_keys() {
 
 /// The spans' closing lines, captured while `run` runs.
 async fn captured<F: std::future::Future<Output = ()>>(run: F) -> String {
-    let buffer = Buffer::default();
+    let buffer = support::Captured::default();
     let writer = buffer.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::DEBUG)
@@ -76,8 +60,7 @@ async fn captured<F: std::future::Future<Output = ()>>(run: F) -> String {
     let guard = tracing::subscriber::set_default(subscriber);
     run.await;
     drop(guard);
-    let out = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
-    out
+    buffer.text()
 }
 
 /// The closing lines of the `redis` round-trip spans, in order.

@@ -12,7 +12,7 @@ use super::guard::LockGuard;
 use super::kind::{lease_verbs, lock_kind, try_acquire, Base};
 use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Replicated, Settings};
-use super::outcome::{status, Acquire, Held};
+use super::outcome::{acquire_label, status, Acquire, Held};
 use super::schema;
 use super::wait::block_on;
 use super::wait::ms;
@@ -189,12 +189,7 @@ impl FairLock {
             Some(wait) => Instant::now().checked_add(wait),
         };
         let answer = self.wait_turn(conn, resource, options, give_up).await;
-        let label = match &answer {
-            Ok(Acquire::Acquired(_)) => "acquired",
-            Ok(Acquire::Busy(_)) => "busy",
-            Ok(_) => "not_replicated",
-            Err(_) => "error",
-        };
+        let label = acquire_label(&answer);
         metric::lock_operation("FairLock", "acquire", label);
         answer
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
-use super::outcome::{renew_status, status, Release, Renew};
+use super::outcome::{release_label, renew_label, renew_status, status, Release, Renew};
 use crate::error::Result;
 use crate::script::{Call, ScriptManager};
 use crate::telemetry::metric;
@@ -159,11 +159,7 @@ pub(crate) async fn renew<K: LeaseKind, C: ConnectionLike>(
 ) -> Result<Renew> {
     let started = Instant::now();
     let outcome = renew_once(kind, conn, held).await;
-    let label = match &outcome {
-        Ok(Renew::Renewed) => "renewed",
-        Ok(_) => "lost",
-        Err(_) => "error",
-    };
+    let label = renew_label(&outcome);
     metric::lock_operation(metric::kind_name::<K>(), "renew", label);
     Ok(held.renewed(started, outcome?))
 }
@@ -184,11 +180,7 @@ pub(crate) async fn release<K: LeaseKind, C: ConnectionLike>(
         Ok(answer) => kind.released(&call, answer),
         Err(e) => Err(e),
     };
-    let label = match &released {
-        Ok(Release::Released) => "released",
-        Ok(_) => "not_owner",
-        Err(_) => "error",
-    };
+    let label = release_label(&released);
     metric::lock_operation(metric::kind_name::<K>(), "release", label);
     released
 }

@@ -239,3 +239,31 @@ pub(crate) fn status(script: &Script, status: i64) -> Result<bool> {
         )),
     }
 }
+
+/// The `redkit.outcome` metric label of an acquire's answer.
+pub(crate) fn acquire_label<G>(answer: &crate::error::Result<Acquire<G>>) -> &'static str {
+    match answer {
+        Ok(Acquire::Acquired(_)) => "acquired",
+        Ok(Acquire::Busy(_)) => "busy",
+        Ok(_) => "not_replicated",
+        Err(_) => "error",
+    }
+}
+
+/// The `redkit.outcome` metric label of a renewal's answer.
+pub(crate) fn renew_label(answer: &crate::error::Result<Renew>) -> &'static str {
+    match answer {
+        Ok(Renew::Renewed) => "renewed",
+        Ok(_) => "lost",
+        Err(_) => "error",
+    }
+}
+
+/// The `redkit.outcome` metric label of a release's answer.
+pub(crate) fn release_label(answer: &crate::error::Result<Release>) -> &'static str {
+    match answer {
+        Ok(Release::Released) => "released",
+        Ok(_) => "not_owner",
+        Err(_) => "error",
+    }
+}

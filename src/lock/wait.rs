@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use super::options::Settings;
-use super::outcome::Acquire;
+use super::outcome::{acquire_label, Acquire};
 use crate::error::{Error, Result};
 use crate::telemetry::metric;
 
@@ -107,12 +107,7 @@ pub(super) async fn poll<A: Attempts, C: ConnectionLike>(
             Err(e) => break Err(e),
         }
     };
-    let label = match &answer {
-        Ok(Acquire::Acquired(_)) => "acquired",
-        Ok(Acquire::Busy(_)) => "busy",
-        Ok(_) => "not_replicated",
-        Err(_) => "error",
-    };
+    let label = acquire_label(&answer);
     metric::lock_operation(attempts.kind(), "acquire", label);
     answer
 }

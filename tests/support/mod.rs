@@ -923,3 +923,26 @@ pub fn assert_exclusive_and_fenced(mut seen: Vec<(u64, u64)>, total: u64) {
         assert!(w[0].1 < w[1].1, "fencing tokens not increasing: {w:?}");
     }
 }
+
+/// A writer keeping what it is given (a `tracing` subscriber's output), for tests that read
+/// their logs.
+#[derive(Clone, Default)]
+pub struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Captured {
+    /// Everything written so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -15,13 +15,14 @@ use redis::Value;
 use self::tally::{Answer, Tally};
 use super::lease::deadline;
 use super::options::{LockOptions, Polling};
-use super::outcome::{Acquire, Held, Release, Renew};
+use super::outcome::{acquire_label, release_label, renew_label, Acquire, Held, Release, Renew};
 use super::schema;
 use super::token::owner_token;
 use super::wait::{ms, Retry};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::script::{script_error, Call, Registry, Script, ScriptManager};
+use crate::telemetry::metric;
 
 /// The Redlock algorithm over N independent masters (N odd: 3 or 5 typically).
 ///
@@ -244,6 +245,8 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         loop {
             let result = self.attempt(&key, ttl_ms, options).await;
             if matches!(result, Ok(Acquire::Acquired(_))) || !retry.again().await {
+                let label = acquire_label(&result);
+                metric::lock_operation("Redlock", "acquire", label);
                 return result;
             }
         }
@@ -319,6 +322,14 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     /// # Ok(()) }
     /// ```
     pub async fn renew(&self, guard: &mut RedlockGuard) -> Result<Renew> {
+        let renewed = self.renew_quorum(guard).await;
+        let label = renew_label(&renewed);
+        metric::lock_operation("Redlock", "renew", label);
+        renewed
+    }
+
+    /// [`renew`](Self::renew) on every node, decided by quorum.
+    async fn renew_quorum(&self, guard: &mut RedlockGuard) -> Result<Renew> {
         let started = Instant::now();
         let ttl_ms = ms(guard.ttl);
         let answers = self
@@ -369,6 +380,14 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     /// # Ok(()) }
     /// ```
     pub async fn release(&self, guard: RedlockGuard) -> Result<Release> {
+        let released = self.release_quorum(guard).await;
+        let label = release_label(&released);
+        metric::lock_operation("Redlock", "release", label);
+        released
+    }
+
+    /// [`release`](Self::release) on every node, decided by quorum.
+    async fn release_quorum(&self, guard: RedlockGuard) -> Result<Release> {
         let tally = self.release_on_all(guard).await;
         if tally.agreed >= self.quorum() {
             if !tally.failed.is_empty() {
