@@ -149,10 +149,12 @@ where
                 }
             };
             let policy = live.policy_headers.get(name);
+            // The key again only for the local fallback (no copy per request otherwise).
+            let fallback_key = shared.local.as_ref().map(|_| key.clone());
             let checked = check(
                 limiter,
                 shared.common.conn.clone(),
-                key.clone(),
+                key,
                 shared.common.timeout,
             )
             .await;
@@ -173,6 +175,7 @@ where
                         }
                         (FailMode::Local { .. }, Some(local)) => {
                             tracing::warn!(%error, limiter = name, "rate limit check failed: this instance's share, in process (local fallback)");
+                            let key = fallback_key.unwrap_or_else(LimitKey::unknown_client);
                             let decision = local.check(limiter, &key);
                             let (counter, verdict) = if decision.is_allowed() {
                                 (&stats.fallback_allowed, Verdict::FallbackAllowed)

@@ -110,7 +110,8 @@ pub(crate) struct RoundTrip {
     span: tracing::Span,
     operation: &'static str,
     procedure: Option<Arc<str>>,
-    started: Instant,
+    /// When it started: only read by the duration metric.
+    started: Option<Instant>,
 }
 
 impl RoundTrip {
@@ -171,7 +172,7 @@ impl RoundTrip {
                 .map(Arc::from),
             span,
             operation,
-            started: Instant::now(),
+            started: metric::ENABLED.then(Instant::now),
         }
     }
 
@@ -204,7 +205,7 @@ impl RoundTrip {
             self.operation,
             self.procedure.as_deref(),
             error_type,
-            self.started.elapsed(),
+            self.started.map(|s| s.elapsed()).unwrap_or_default(),
         );
     }
 }
