@@ -3,7 +3,9 @@
 //! in one run, printed as a Markdown table.
 //!
 //! `cargo bench --features tower --bench http` (needs `wrk` on PATH: `apt-get install wrk`).
-//! `HTTP_BENCH_SECS` (default 5) per case, `HTTP_BENCH_CONNECTIONS` (default 64).
+//! `HTTP_BENCH_SECS` (default 5) per case, `HTTP_BENCH_CONNECTIONS` (default 64),
+//! `HTTP_BENCH_ONLY` (cases whose stack names contain one of these comma-separated words),
+//! `HTTP_BENCH_REVERSE=1` (run the cases in reverse order, to see what order costs).
 //!
 //! Two loads, one client (127.0.0.1), so one key for every limiter:
 //! - **under the limit**: every request allowed (what the limiter costs an honest client);
@@ -20,10 +22,13 @@ use std::time::Duration;
 use axum::{routing::get, Router};
 use redis::aio::ConnectionManager;
 use redkit::middleware::{ConcurrencyLimitLayer, RateLimitLayer};
-use redkit::rate_limit::{FixedWindow, Rate};
+use redkit::rate_limit::{FixedWindow, QuotaLease, Rate};
 use redkit::GroupCommit;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
+
+/// The most units one lease call takes (`QuotaLease::new`).
+const LEASE_UNITS: u32 = 256;
 
 fn base() -> Router {
     Router::new().route("/", get(|| async { "hello" }))
@@ -113,6 +118,19 @@ fn main() {
             };
             builder.build().unwrap()
         };
+        // Leased quota: one instance here, at most `LEASE_UNITS` units per lease call.
+        let leased = |name: &str, limit: u32, cache: bool| {
+            let limiter = fw(name, limit)
+                .with_lease(QuotaLease::new(LEASE_UNITS).unwrap())
+                .unwrap();
+            let builder = RateLimitLayer::builder(limiter, conn.clone());
+            let builder = if cache {
+                builder.deny_cache_capacity(100_000)
+            } else {
+                builder
+            };
+            builder.build().unwrap()
+        };
         let big = 1_000_000_000;
         let cases: Vec<(&str, &str, Router)> = vec![
             ("under the limit", "no limiter", base()),
@@ -127,6 +145,11 @@ fn main() {
                 "under the limit",
                 "redkit fixed window, group commit",
                 base().layer(grouped("ug", big)),
+            ),
+            (
+                "under the limit",
+                "redkit fixed window, leased (256 units)",
+                base().layer(leased("ul", big, false)),
             ),
             (
                 "under the limit",
@@ -152,12 +175,27 @@ fn main() {
                 "redkit fixed window + deny cache",
                 base().layer(redkit("fc", 100, true)),
             ),
+            (
+                "flood (100/s allowed)",
+                "redkit fixed window, leased (256 units) + deny cache",
+                base().layer(leased("flc", 100, true)),
+            ),
         ];
+        let only: Vec<String> = std::env::var("HTTP_BENCH_ONLY")
+            .map(|v| v.split(',').map(str::to_owned).collect())
+            .unwrap_or_default();
+        let mut cases: Vec<_> = cases
+            .into_iter()
+            .filter(|(_, name, _)| only.is_empty() || only.iter().any(|w| name.contains(w.as_str())))
+            .collect();
+        if std::env::var("HTTP_BENCH_REVERSE").is_ok_and(|v| v == "1") {
+            cases.reverse();
+        }
         println!(
             "wrk -t2 -c{connections} -d{secs}s, one client, axum + Redis 7 on loopback (2 shared cores)\n"
         );
-        println!("| load | stack | requests/s | p99 | non-2xx | Redis EVALSHA |");
-        println!("|---|---|---:|---:|---:|---:|");
+        println!("| load | stack | requests/s | p99 | non-2xx | Redis EVALSHA | requests per EVALSHA |");
+        println!("|---|---|---:|---:|---:|---:|---:|");
         for (load, name, app) in cases {
             let addr = support::serve_axum(app).await;
             let before = server.evalsha_calls().await;
@@ -165,8 +203,13 @@ fn main() {
                 .await
                 .unwrap();
             let calls = server.evalsha_calls().await - before;
+            let per_call = if calls == 0 {
+                "-".to_owned()
+            } else {
+                format!("{:.1}", run.requests as f64 / calls as f64)
+            };
             println!(
-                "| {load} | {name} | {:.0} | {} | {} of {} | {calls} |",
+                "| {load} | {name} | {:.0} | {} | {} of {} | {calls} | {per_call} |",
                 run.rps, run.p99, run.non_2xx, run.requests
             );
         }

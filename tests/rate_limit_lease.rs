@@ -233,3 +233,46 @@ async fn bad_stored_data_is_a_typed_error_and_writes_nothing() {
         "no TTL set either"
     );
 }
+
+/// One instance, 64 tasks checking one hot key far below its limit: checks that find no units
+/// held wait for the lease call already on its way instead of each sending their own, and a
+/// lease call handled out of order keeps its units. At most one lease call per 20 checks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hot_key_takes_one_lease_call_per_many_checks() {
+    let server = RedisServer::spawn().await;
+    let limiter = FixedWindow::new(
+        "hot",
+        Rate::new(1_000_000, Duration::from_secs(10)).unwrap(),
+    )
+    .unwrap()
+    .with_manager(ScriptManager::new())
+    .with_lease(QuotaLease::new(64).unwrap())
+    .unwrap();
+    let conn = server.conn().await;
+    let key = LimitKey::text("hot").unwrap();
+    let before = server.evalsha_calls().await;
+    let checks_per_task = 100;
+    let mut tasks = Vec::new();
+    for _ in 0..64 {
+        let (limiter, mut conn, key) = (limiter.clone(), conn.clone(), key.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..checks_per_task {
+                assert!(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let checks = 64 * checks_per_task;
+    let calls = server.evalsha_calls().await - before;
+    let counted: u64 = server.cmd::<u64>(&["GET", &limiter.redis_key(&key)]).await;
+    assert!(
+        counted >= checks && counted <= checks + 2 * 64 * 64,
+        "Redis counted {counted} for {checks} checks"
+    );
+    assert!(
+        calls * 20 <= checks,
+        "{calls} lease calls for {checks} checks (at most one per 20)"
+    );
+}

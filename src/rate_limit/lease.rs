@@ -11,6 +11,7 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::decision::{Decision, Quota};
+use super::flight::{Flights, Turn};
 use crate::error::{Error, Result};
 use crate::script::{Call, Registry, Script, ScriptManager};
 
@@ -137,15 +138,14 @@ impl QuotaLease {
     }
 
     /// The units to ask for: `cost` on a key's first lease call of a window, then twice the
-    /// last ask, at most `max_units` and a `1 / (2 x instances)` share of what was left
-    /// (`left`), never below `cost`.
-    fn want(&self, cost: u32, last: Option<u32>, left: u64) -> u32 {
-        let Some(last) = last else {
-            return cost;
-        };
+    /// last ask, at least `demand` (the checks of this instance waiting for it now), at most
+    /// `max_units` and a `1 / (2 x instances)` share of what was left (`left`), never below
+    /// `cost`.
+    fn want(&self, cost: u32, last: Option<u32>, left: u64, demand: u32) -> u32 {
         let share = left / (2 * u64::from(self.instances));
         let share = u32::try_from(share).unwrap_or(u32::MAX);
-        last.saturating_mul(2)
+        last.map_or(cost, |last| last.saturating_mul(2))
+            .max(demand)
             .min(self.max_units)
             .min(share)
             .max(cost)
@@ -160,10 +160,17 @@ struct Held {
     /// When the window ends at the latest (measured from before the lease call was sent, so
     /// never after the server's window): no unit is used from then on.
     until: Instant,
-    /// The counter in Redis after the last lease (this instance's units included).
+    /// The highest counter in Redis a lease call of this window answered (this instance's
+    /// units included).
     count: u64,
+    /// When the call that answered `count` was sent: a lower counter in the answer of a call
+    /// sent before it is only a reply handled out of order, not a lost counter.
+    count_sent: Instant,
     /// The last ask of this window.
     last_want: u32,
+    /// The units granted to this instance in this window (used and held): what a key's next
+    /// window starts its asks from.
+    taken: u64,
 }
 
 /// A limiter's leases, shared by its clones.
@@ -172,6 +179,16 @@ pub(super) struct Leases {
     settings: QuotaLease,
     script: &'static Script,
     held: Mutex<HashMap<String, Held>>,
+    flights: Flights,
+}
+
+/// What a lease call asks for.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Ask {
+    /// The units of the check that sends it.
+    pub(super) cost: u32,
+    /// The units this instance's checks waiting for it need (at least `cost`).
+    pub(super) demand: u32,
 }
 
 /// How a lease call ended.
@@ -185,11 +202,17 @@ impl Leases {
             settings,
             script: Registry::embedded("fixed_window_lease", 1),
             held: Mutex::new(HashMap::new()),
+            flights: Flights::default(),
         })
     }
 
     pub(super) fn settings(&self) -> QuotaLease {
         self.settings
+    }
+
+    /// Joins the lease call in flight for `redis_key`, or becomes it.
+    pub(super) fn join(&self, redis_key: &str) -> Turn<'_> {
+        self.flights.join(redis_key)
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Held>> {
@@ -210,25 +233,29 @@ impl Leases {
         Some(allowed(limit, entry, now))
     }
 
-    /// One lease call for `cost` units of `redis_key` (`window_ms`: a new window's length):
-    /// the decision for this check, the rest of the grant kept for the next ones.
+    /// One lease call for `ask.cost` units of `redis_key` (`window_ms`: a new window's
+    /// length): the decision for this check, the rest of the grant kept for the next ones.
     pub(super) async fn lease<C: ConnectionLike>(
         &self,
         manager: &ScriptManager,
         conn: &mut C,
         redis_key: &str,
-        limit: u32,
-        window_ms: u64,
-        cost: u32,
+        (limit, window_ms): (u32, u64),
+        ask: Ask,
     ) -> Result<Granted> {
+        let Ask { cost, demand } = ask;
         let now = Instant::now();
         let (last, left) = match self.lock().get(redis_key) {
             Some(h) if h.until > now => {
                 (Some(h.last_want), u64::from(limit).saturating_sub(h.count))
             }
-            _ => (None, u64::from(limit)),
+            // A new window of a key used before: its first ask starts from a quarter of what
+            // the last window used here (as if that were the last ask, so it doubles to
+            // half), never less than the cost. A key used once a window asks the cost.
+            Some(h) => (carried(h), u64::from(limit)),
+            None => (None, u64::from(limit)),
         };
-        let want = self.settings.want(cost, last, left);
+        let want = self.settings.want(cost, last, left, demand);
         let mut call = Call::new(self.script);
         call.key(redis_key)
             .arg(limit)
@@ -262,18 +289,26 @@ impl Leases {
             units: rest,
             until,
             count,
+            count_sent: sent,
             last_want: want,
+            taken: granted,
         };
         let room = held.len() < QuotaLease::MAX_KEYS;
         let entry = match held.get_mut(redis_key) {
             // Same window (it has not ended here, so not in Redis either): add the units. A
-            // counter lower than last seen was lost (a restart, a flush, a reset): the units
-            // held of it are dropped with it.
-            Some(h) if h.until > now && count >= h.count => {
+            // counter lower than last seen, answered to a call sent after the one that saw
+            // it, was lost (a restart, a flush, a reset): the units held of it are dropped
+            // with it. Lower in the answer to an earlier call is a reply handled late (many
+            // checks of a hot key lease at once): its units count.
+            Some(h) if h.until > now && (count >= h.count || sent < h.count_sent) => {
                 h.units = h.units.saturating_add(rest);
                 h.until = h.until.min(until);
-                h.count = h.count.max(count);
-                h.last_want = want;
+                if count >= h.count {
+                    h.count = count;
+                    h.count_sent = sent;
+                }
+                h.last_want = h.last_want.max(want);
+                h.taken = h.taken.saturating_add(granted);
                 *h
             }
             Some(h) => {
@@ -315,6 +350,14 @@ impl Leases {
     }
 }
 
+/// The ask a key's new window continues from: a quarter of the units the last window used
+/// here, when that was more than one ask's cost.
+fn carried(last: &Held) -> Option<u32> {
+    let used = last.taken.saturating_sub(last.units);
+    let quarter = u32::try_from(used / 4).unwrap_or(u32::MAX);
+    (quarter > 1).then_some(quarter)
+}
+
 /// An allowed check as the lease sees it: what is left in Redis as last seen, plus the units
 /// held here (at most the limit), until the window ends.
 fn allowed(limit: u32, held: &Held, now: Instant) -> Decision {
@@ -338,22 +381,30 @@ mod tests {
     fn a_lease_grows_by_doubling_within_its_caps() {
         let lease = QuotaLease::new(64).unwrap().instances(2).unwrap();
         assert_eq!(
-            lease.want(1, None, 1_000),
+            lease.want(1, None, 1_000, 1),
             1,
             "first of a window: what it needs"
         );
-        assert_eq!(lease.want(3, None, 1_000), 3);
-        assert_eq!(lease.want(1, Some(1), 1_000), 2);
-        assert_eq!(lease.want(1, Some(16), 1_000), 32);
-        assert_eq!(lease.want(1, Some(64), 1_000), 64, "at most max_units");
+        assert_eq!(lease.want(3, None, 1_000, 3), 3);
+        assert_eq!(lease.want(1, Some(1), 1_000, 1), 2);
+        assert_eq!(lease.want(1, Some(16), 1_000, 1), 32);
+        assert_eq!(lease.want(1, Some(64), 1_000, 1), 64, "at most max_units");
         assert_eq!(
-            lease.want(1, Some(64), 100),
+            lease.want(1, Some(64), 100, 1),
             25,
             "at most a quarter of 100 left (2 instances)"
         );
-        assert_eq!(lease.want(1, Some(64), 3), 1, "near the limit: the cost");
-        assert_eq!(lease.want(5, Some(64), 3), 5, "never below the cost");
-        assert_eq!(lease.want(1, Some(u32::MAX), u64::MAX), 64);
+        assert_eq!(lease.want(1, Some(64), 3, 1), 1, "near the limit: the cost");
+        assert_eq!(lease.want(5, Some(64), 3, 5), 5, "never below the cost");
+        assert_eq!(lease.want(1, Some(u32::MAX), u64::MAX, 1), 64);
+        assert_eq!(
+            lease.want(1, Some(2), 1_000, 40),
+            40,
+            "what the waiting checks need"
+        );
+        assert_eq!(lease.want(1, None, 1_000, 40), 40);
+        assert_eq!(lease.want(1, Some(2), 1_000, 500), 64, "at most max_units");
+        assert_eq!(lease.want(1, Some(2), 60, 40), 15, "at most the share");
     }
 
     #[test]
@@ -378,7 +429,9 @@ mod tests {
             units: 7,
             until: now + Duration::from_secs(1),
             count: 90,
+            count_sent: now,
             last_want: 8,
+            taken: 15,
         };
         let d = allowed(100, &held, now);
         assert_eq!(d.quota().remaining(), 17);

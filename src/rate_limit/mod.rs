@@ -33,6 +33,7 @@
 mod aligned;
 mod decision;
 mod deny_cache;
+mod flight;
 mod gcra;
 mod key;
 mod key_space;

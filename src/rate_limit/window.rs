@@ -11,9 +11,10 @@ use redis::Value;
 use super::aligned::Slot;
 use super::decision::{Decision, Quota};
 use super::deny_cache::DenyCache;
+use super::flight::Turn;
 use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
-use super::lease::{Leases, QuotaLease};
+use super::lease::{Ask, Leases, QuotaLease};
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
 use super::window_group::{GroupSender, WindowGroups};
@@ -496,7 +497,11 @@ impl FixedWindow {
     }
 
     /// A check answered from leased quota: from the units held here, else (unless the deny
-    /// cache knows the client is limited) by one lease call.
+    /// cache knows the client is limited) by one lease call. One lease call per key is in
+    /// flight at a time: a check that finds another on its way waits for it and looks again
+    /// (taking its refusal when it asked at least as much); the next call asks for at least
+    /// what the checks that waited need. After two waits a check asks on its own (a bounded
+    /// wait, also near the limit where grants are small).
     async fn check_leased<C: ConnectionLike>(
         &self,
         leases: &Leases,
@@ -504,26 +509,44 @@ impl FixedWindow {
         redis_key: &str,
         cost: u32,
     ) -> Result<Decision> {
-        if let Some(decision) = leases.take_local(redis_key, self.limit, cost) {
-            return Ok(decision);
-        }
+        const MOST_WAITS: u32 = 2;
         let cache = self.cache_for(cost);
-        if let Some(decision) = cache.and_then(|c| c.lookup(redis_key, self.limit, cost)) {
-            return Ok(decision);
-        }
+        let (mut waits, mut demand) = (0, cost);
+        let leader = loop {
+            if let Some(decision) = leases.take_local(redis_key, self.limit, cost) {
+                return Ok(decision);
+            }
+            if let Some(decision) = cache.and_then(|c| c.lookup(redis_key, self.limit, cost)) {
+                return Ok(decision);
+            }
+            match leases.join(redis_key) {
+                Turn::Lead(leader) => break Some(leader),
+                Turn::Follow(_) if waits == MOST_WAITS => break None,
+                Turn::Follow(flight) => {
+                    flight.wait().await;
+                    if let Some(refusal) = flight.refusal_for(cost) {
+                        return Ok(refusal);
+                    }
+                    waits += 1;
+                    demand = flight.followers().saturating_mul(cost).max(cost);
+                }
+            }
+        };
         let sent = Instant::now();
         let granted = leases
             .lease(
                 &self.manager,
                 conn,
                 redis_key,
-                self.limit,
-                self.window_ms,
-                cost,
+                (self.limit, self.window_ms),
+                Ask { cost, demand },
             )
             .await?;
         if let Some(cache) = cache {
             remember(cache, redis_key, sent, &granted.decision);
+        }
+        if let (Some(leader), Decision::Limited { .. }) = (&leader, granted.decision) {
+            leader.refused(cost, granted.decision);
         }
         Ok(granted.decision)
     }
