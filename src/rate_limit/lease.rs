@@ -408,6 +408,34 @@ mod tests {
     }
 
     #[test]
+    fn a_new_window_starts_from_what_the_last_one_used() {
+        let now = Instant::now();
+        let used = |taken, units| Held {
+            units,
+            until: now,
+            count: taken,
+            count_sent: now,
+            last_want: 64,
+            taken,
+        };
+        assert_eq!(carried(&used(400, 0)), Some(100), "a quarter of 400 used");
+        assert_eq!(
+            carried(&used(400, 200)),
+            Some(50),
+            "units left unused do not count"
+        );
+        assert_eq!(carried(&used(1, 0)), None, "used once: asks its cost");
+        assert_eq!(
+            carried(&used(8, 4)),
+            None,
+            "4 used: a quarter is 1, the cost"
+        );
+        let lease = QuotaLease::new(64).unwrap();
+        assert_eq!(lease.want(1, carried(&used(400, 0)), 1_000, 1), 64);
+        assert_eq!(lease.want(1, carried(&used(40, 0)), 1_000, 1), 20);
+    }
+
+    #[test]
     fn settings_are_bounded() {
         assert!(QuotaLease::new(0).is_err() && QuotaLease::new(1).is_err());
         assert!(
