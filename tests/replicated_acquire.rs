@@ -2,7 +2,8 @@
 //! primary + replica: with the replica in sync the hold is granted and the replica has it;
 //! with the replica's link cut, `WAIT` times out, the hold is given back on the primary (a
 //! fair lock's turn goes to the next in line, a nested reentrant hold leaves the count as it
-//! was) and the answer is `Acquire::NotReplicated { replicas: 0, requested: 1 }`.
+//! was) and the answer is `Acquire::NotReplicated { replicas: 0, requested: 1 }`, tried again
+//! (a `WAIT` each) while retries allow.
 //! (`Lock` and `Semaphore`: tests/lock_contract.rs, tests/semaphore.rs.)
 
 mod support;
@@ -110,6 +111,13 @@ async fn rw_lock_gives_back_unconfirmed_read_and_write_holds() {
         rw.acquire(&mut conn, "catalog", Mode::Read, &required(150))
             .await,
     );
+    // Tried again while retries allow, like a busy answer: 3 attempts, 3 `WAIT`s.
+    let waits = pair.primary.command_calls("wait").await;
+    not_replicated(
+        rw.acquire(&mut conn, "catalog", Mode::Write, &required(100).retries(2))
+            .await,
+    );
+    assert_eq!(pair.primary.command_calls("wait").await - waits, 3);
     for k in [&readers, &writer, &format!("{key}:intent")] {
         let left: i64 = pair.primary.cmd(&["EXISTS", k]).await;
         assert_eq!(left, 0, "{k}: given back");
@@ -149,6 +157,15 @@ async fn reentrant_lock_gives_back_an_unconfirmed_hold_and_keeps_the_count() {
             .await,
     );
     let key = lock.key("account-9").unwrap();
+    let left: i64 = pair.primary.cmd(&["EXISTS", &key]).await;
+    assert_eq!(left, 0, "given back");
+    // Tried again while retries allow, like a busy answer: 3 attempts, 3 `WAIT`s.
+    let waits = pair.primary.command_calls("wait").await;
+    not_replicated(
+        lock.acquire(&mut conn, "account-9", &me, &required(100).retries(2))
+            .await,
+    );
+    assert_eq!(pair.primary.command_calls("wait").await - waits, 3);
     let left: i64 = pair.primary.cmd(&["EXISTS", &key]).await;
     assert_eq!(left, 0, "given back");
 }

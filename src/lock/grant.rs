@@ -53,7 +53,8 @@ impl<K: LeaseKind<Extra = ()>> Attempts for Granting<'_, K> {
                 let guard =
                     LockGuard::granted(script, key, token, *fence, ttl_ms, options, started)?;
                 let answer = settle(self.kind, conn, guard, started, options, replicas.as_ref());
-                Ok(Step::Done(answer.await?))
+                // Not confirmed by the replicas: given back, tried again while retries allow.
+                Ok(Step::unless_acquired(answer.await?))
             }
             [0, ms] => Ok(Step::Again(Acquire::Busy(Held::until_ms(*ms)))),
             other => Err(Error::unexpected(

@@ -302,9 +302,9 @@ impl<K: Replicated> LockOptions<K> {
     /// same round trip, and an acquisition that fewer replicas than requested acknowledged in
     /// time is released again and answered with
     /// [`Acquire::NotReplicated`](super::Acquire::NotReplicated), as it could be lost in a
-    /// failover and another owner could then acquire. [`Lock`](super::Lock) tries again while
-    /// its retries allow; the others answer at once (a fair lock's turn is given to the next
-    /// in line).
+    /// failover and another owner could then acquire. Like a hold refused as busy, it is tried
+    /// again while [`retries`](Self::retries) and `max_wait` allow (a [`FairLock`](super::FairLock),
+    /// which has no retries, gives its turn to the next in line and answers at once).
     ///
     /// ```
     /// # use std::time::Duration;
