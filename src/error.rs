@@ -154,8 +154,10 @@ pub enum Error {
         detail: String,
     },
 
-    /// The server lacks a feature the call needs, e.g. Redis Functions (`FCALL`) on a server
-    /// older than 7.0. Nothing ran.
+    /// The server lacks a feature the call needs: Redis Functions (`FCALL`) on a server older
+    /// than 7.0, or Lua scripting itself (`EVALSHA` / `EVAL` / `SCRIPT` unknown: a server
+    /// without its Lua engine, or the commands renamed away; said once in the log). Nothing
+    /// ran.
     #[error("not supported by this server: {feature}: {detail}")]
     Unsupported {
         /// The feature, e.g. `"Redis Functions (FCALL, Redis 7.0+)"`.

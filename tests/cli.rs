@@ -969,3 +969,25 @@ fn a_full_stdout_is_an_io_error_not_a_panic() {
         );
     }
 }
+
+/// A node without Lua scripting (`EVAL`, `EVALSHA`, `SCRIPT` renamed away) is reported as such,
+/// with its own exit code (7) and `error.kind` (`no_scripting`), by `status`, `verify` and
+/// `load` alike.
+#[tokio::test]
+async fn a_node_without_lua_scripting_is_reported_as_such() {
+    let mut args = Vec::new();
+    for command in ["EVAL", "EVALSHA", "SCRIPT"] {
+        args.extend(["--rename-command", command, ""]);
+    }
+    let server = RedisServer::spawn_with(&args).await;
+    let url = server.url();
+    for command in ["status", "verify", "load"] {
+        let out = redkit(&["--url", &url, "scripts", command]);
+        assert_eq!(out.status.code(), Some(7), "{command}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains("no Lua scripting"), "{command}: {err}");
+        let out = redkit(&["--json", "--url", &url, "scripts", command]);
+        let doc = json_error(&out, "no_scripting", 7);
+        assert_eq!(doc["command"], command);
+    }
+}

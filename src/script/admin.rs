@@ -21,6 +21,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 use serde::Serialize;
 
+use super::errors::{unsupported_or, LUA_SCRIPTING};
 use super::registry::{Registry, RetiredScript, Script};
 use crate::error::{Error, Result};
 
@@ -100,9 +101,16 @@ pub enum NodeErrorKind {
     Busy,
     /// Something answered, but not in the Redis protocol (e.g. an HTTP server on that port).
     NotRedis,
+    /// The node has no Lua scripting (`EVAL`, `EVALSHA` or `SCRIPT` unknown: a server without
+    /// its Lua engine, or the commands renamed away).
+    NoScripting,
     /// Any other error the node answered with.
     Redis,
 }
+
+/// What a node without Lua scripting is reported as.
+const NO_SCRIPTING: &str =
+    "no Lua scripting on this node (EVAL, EVALSHA and SCRIPT are unknown commands)";
 
 /// Why one node could not do what was asked (never holds a password).
 ///
@@ -139,6 +147,8 @@ impl NodeErrorKind {
             Self::NotRedis
         } else if e.is_unavailable() {
             Self::Unreachable
+        } else if matches!(e, Error::Unsupported { feature, .. } if *feature == LUA_SCRIPTING) {
+            Self::NoScripting
         } else {
             Self::Redis
         }
@@ -153,6 +163,7 @@ impl NodeError {
             NodeErrorKind::NotRedis => {
                 "not a Redis server (its reply is not the Redis protocol)".to_owned()
             }
+            NodeErrorKind::NoScripting => NO_SCRIPTING.to_owned(),
             _ => e.to_string(),
         };
         Self {
@@ -782,7 +793,7 @@ async fn script_exists(conn: &mut MultiplexedConnection, sha1s: &[&str]) -> Resu
     for sha1 in sha1s {
         cmd.arg(*sha1);
     }
-    let flags: Vec<bool> = cmd.query_async(conn).await?;
+    let flags: Vec<bool> = cmd.query_async(conn).await.map_err(unsupported_or)?;
     if flags.len() != sha1s.len() {
         return Err(Error::unexpected("SCRIPT EXISTS", "wrong number of flags"));
     }

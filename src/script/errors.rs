@@ -1,5 +1,8 @@
 //! What a server's error for a script call means: the typed [`Error`] of a script's refusal,
-//! and the two errors the call path recovers from (`NOSCRIPT`, "Function not found"). A leaf.
+//! the two errors the call path recovers from (`NOSCRIPT`, "Function not found"), and a
+//! server without Functions or without Lua scripting ([`Error::Unsupported`]). A leaf.
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis::{RedisError, ServerErrorKind};
 
@@ -27,18 +30,58 @@ pub(crate) fn is_function_missing(err: &RedisError) -> bool {
             .is_some_and(|d| d.starts_with("Function not found"))
 }
 
-/// `true` when the server has no Functions (Redis < 7.0, or the command is renamed away).
-pub(crate) fn is_unsupported(err: &RedisError) -> bool {
-    err.code() == Some("ERR")
-        && err.detail().is_some_and(|d| {
-            d.starts_with("unknown command") && (d.contains("FCALL") || d.contains("FUNCTION"))
-        })
+/// The command a server answered "unknown command" to (`ERR unknown command 'EVALSHA', with
+/// args beginning with: ...`): a server without it, or with it renamed away.
+fn unknown_command(err: &RedisError) -> Option<&str> {
+    if err.code() != Some("ERR") {
+        return None;
+    }
+    let rest = err.detail()?.strip_prefix("unknown command '")?;
+    rest.split('\'').next()
 }
 
-/// [`Error::Unsupported`] for a server without Functions, else the Redis error.
+fn unknown_one_of(err: &RedisError, commands: &[&str]) -> bool {
+    unknown_command(err).is_some_and(|c| commands.iter().any(|k| c.eq_ignore_ascii_case(k)))
+}
+
+/// `true` when the server has no Functions (Redis < 7.0, or the command is renamed away).
+pub(crate) fn is_unsupported(err: &RedisError) -> bool {
+    unknown_one_of(err, &["FCALL", "FCALL_RO", "FUNCTION"])
+}
+
+/// `true` when the server has no Lua scripting: `EVAL`, `EVALSHA` or `SCRIPT` unknown (a
+/// server built or configured without its Lua engine, or the commands renamed away).
+pub(crate) fn is_scripting_absent(err: &RedisError) -> bool {
+    unknown_one_of(err, &["EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "SCRIPT"])
+}
+
+/// The feature named by [`Error::Unsupported`] on a server without Lua scripting.
+pub(crate) const LUA_SCRIPTING: &str = "Lua scripting (EVAL, EVALSHA, SCRIPT)";
+
+/// [`Error::Unsupported`] for a server without Lua scripting; said once per process in the
+/// log (every later call gets the same typed error, without a log line of its own).
+pub(crate) fn scripting_absent(err: RedisError) -> Error {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        tracing::error!(
+            error = %err,
+            "the Redis server has no Lua scripting: every redkit script call fails with \
+             Error::Unsupported until scripting is back"
+        );
+    }
+    Error::Unsupported {
+        feature: LUA_SCRIPTING,
+        detail: err.to_string(),
+    }
+}
+
+/// [`Error::Unsupported`] for a server without Functions or without Lua scripting, else the
+/// Redis error.
 pub(crate) fn unsupported_or(err: RedisError) -> Error {
     if is_unsupported(&err) {
         unsupported(err)
+    } else if is_scripting_absent(&err) {
+        scripting_absent(err)
     } else {
         Error::Redis(err)
     }
@@ -76,6 +119,9 @@ pub(crate) fn check_sha(script: &Script, server: &str) -> Result<()> {
 
 /// Turns a server error from a script into a typed [`Error`].
 pub(crate) fn script_error(script: &Script, err: RedisError) -> Error {
+    if is_scripting_absent(&err) {
+        return scripting_absent(err);
+    }
     let detail = || err.detail().unwrap_or_default().to_owned();
     match err.code() {
         Some("WRONGTYPE") => Error::WrongType {

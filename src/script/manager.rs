@@ -9,7 +9,7 @@ use redis::{FromRedisValue, Value};
 
 use super::aof_support;
 use super::call::Call;
-use super::errors::{check_sha, function_error};
+use super::errors::{check_sha, function_error, unsupported_or};
 use super::functions::{Backend, Library};
 use super::path::{in_span, load_library, script_load, Path};
 use super::registry::{Registry, Script};
@@ -186,7 +186,10 @@ impl ScriptManager {
         scripts: &[Script],
     ) -> Result<usize> {
         for script in scripts {
-            let sha: String = script_load(script).query_async(conn).await?;
+            let sha: String = script_load(script)
+                .query_async(conn)
+                .await
+                .map_err(unsupported_or)?;
             check_sha(script, &sha)?;
             self.path().cached(script);
         }

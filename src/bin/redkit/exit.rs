@@ -16,6 +16,8 @@ pub(crate) const EXIT_VERIFY_FAILED: u8 = 4;
 pub(crate) const EXIT_AUTH: u8 = 5;
 /// Exit code: something answered, but not in the Redis protocol.
 pub(crate) const EXIT_NOT_REDIS: u8 = 6;
+/// Exit code: the node has no Lua scripting (`EVAL`, `EVALSHA`, `SCRIPT` unknown).
+pub(crate) const EXIT_NO_SCRIPTING: u8 = 7;
 /// Exit code: stdout or stderr is a closed pipe (128 + SIGPIPE, what a shell shows for a
 /// process killed by SIGPIPE).
 pub(crate) const EXIT_BROKEN_PIPE: u8 = 141;
@@ -98,7 +100,8 @@ impl Failure {
                     EXIT_AUTH => 0,
                     EXIT_NOT_REDIS => 1,
                     EXIT_UNREACHABLE => 2,
-                    _ => 3,
+                    EXIT_NO_SCRIPTING => 3,
+                    _ => 4,
                 })?;
         let failed: Vec<String> = errors
             .iter()
@@ -128,6 +131,7 @@ pub(crate) fn exit_code(kind: NodeErrorKind) -> u8 {
         NodeErrorKind::Auth => EXIT_AUTH,
         NodeErrorKind::NotRedis => EXIT_NOT_REDIS,
         NodeErrorKind::Unreachable => EXIT_UNREACHABLE,
+        NodeErrorKind::NoScripting => EXIT_NO_SCRIPTING,
         _ => EXIT_REDIS_ERROR,
     }
 }
@@ -138,6 +142,7 @@ pub(crate) fn kind_name(kind: NodeErrorKind) -> &'static str {
         NodeErrorKind::NotRedis => "not_redis",
         NodeErrorKind::Unreachable => "unreachable",
         NodeErrorKind::Busy => "busy",
+        NodeErrorKind::NoScripting => "no_scripting",
         _ => "redis",
     }
 }
@@ -152,6 +157,10 @@ fn hint(kind: NodeErrorKind) -> &'static str {
             " (hint: a script is running; `redkit scripts kill` stops a read-only one)"
         }
         NodeErrorKind::NotRedis => " (hint: check the host and port of the URL)",
+        NodeErrorKind::NoScripting => {
+            " (hint: redkit needs Lua scripting; enable the server's Lua engine, or restore the \
+             renamed commands)"
+        }
         _ => "",
     }
 }
