@@ -31,8 +31,8 @@ fn text(bytes: &[u8]) -> String {
 }
 
 /// A copy of the fixture folder the test may change.
-fn copy_fixture() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
+fn copy_fixture() -> support::temp_dir::TempDir {
+    let dir = support::temp_dir::TempDir::new("redkit-scripts-").unwrap();
     for entry in std::fs::read_dir(FIXTURE).unwrap() {
         let entry = entry.unwrap();
         std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
@@ -195,7 +195,7 @@ fn a_bad_scripts_dir_is_a_usage_error() {
     );
     let out = redkit(&["scripts", "lock"]);
     assert_eq!(out.status.code(), Some(2), "lock needs --scripts-dir");
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::temp_dir::TempDir::new("redkit-scripts-").unwrap();
     std::fs::write(dir.path().join("nokeys.v1.lua"), "return 1").unwrap();
     let out = redkit(&[
         "--scripts-dir",

@@ -11,6 +11,7 @@
 mod container;
 mod process;
 pub mod sentinel;
+pub mod temp_dir;
 
 use std::time::{Duration, Instant};
 

@@ -6,16 +6,14 @@ use std::process::{Child, Command, Stdio};
 pub(super) struct Process {
     bin: String,
     args: Vec<String>,
-    dir: tempfile::TempDir,
+    dir: super::temp_dir::TempDir,
     child: Option<Child>,
 }
 
 impl Process {
     pub(super) fn start(bin: &str, port: u16, extra: &[&str]) -> Result<Self, String> {
-        let dir = tempfile::Builder::new()
-            .prefix("redkit-test-")
-            .tempdir()
-            .map_err(|e| format!("temp dir: {e}"))?;
+        let dir =
+            super::temp_dir::TempDir::new("redkit-test-").map_err(|e| format!("temp dir: {e}"))?;
         let mut args: Vec<String> = vec![
             "--port".into(),
             port.to_string(),
@@ -46,9 +44,7 @@ impl Process {
     /// A Sentinel: `redis-server sentinel.conf --sentinel` with `conf` written to its own
     /// directory (Sentinel rewrites that file; `redis-sentinel` need not be installed).
     pub(super) fn start_sentinel(bin: &str, conf: &str) -> Result<Self, String> {
-        let dir = tempfile::Builder::new()
-            .prefix("redkit-sentinel-")
-            .tempdir()
+        let dir = super::temp_dir::TempDir::new("redkit-sentinel-")
             .map_err(|e| format!("temp dir: {e}"))?;
         std::fs::write(dir.path().join("sentinel.conf"), conf)
             .map_err(|e| format!("write sentinel.conf: {e}"))?;
