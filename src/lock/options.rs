@@ -313,7 +313,11 @@ impl<K: Replicated> LockOptions<K> {
     /// stay unacknowledged until the validity runs out signals
     /// [`LeaseLoss::Expired`](super::LeaseLoss::Expired). So a failover to a replica that
     /// acknowledged does not end the lease there before the guard's validity ends (barring
-    /// clock jumps beyond the drift allowance).
+    /// clock jumps beyond the drift allowance). `WAIT` holds its connection until the replicas
+    /// answer or the timeout passes: commands sent behind a renewal on the same multiplexed
+    /// connection (a watchdog uses a clone of yours) wait as long while a replica lags, and
+    /// the connection's response timeout must be longer than the `WAIT` timeout (see
+    /// [`Replication::new`]).
     ///
     /// ```
     /// # use std::time::Duration;
