@@ -4,7 +4,8 @@
 //! fair lock's turn goes to the next in line, a nested reentrant hold leaves the count as it
 //! was) and the answer is `Acquire::NotReplicated { replicas: 0, requested: 1 }`, tried again
 //! (a `WAIT` each) while retries allow.
-//! (`Lock` and `Semaphore`: tests/lock_contract.rs, tests/semaphore.rs.)
+//! (`Lock` and `Semaphore`: tests/lock_contract.rs, tests/semaphore.rs; renewals of such holds:
+//! tests/replicated_renew.rs.)
 
 mod support;
 

@@ -21,7 +21,9 @@ use crate::script::Script;
 /// compare-and-delete). Renew it with the kind's `renew`, or let a watchdog do it (`watch`).
 ///
 /// The validity is measured locally with [`Instant`]: `ttl − (time the acquire took) − drift`,
-/// moved forward by every successful renewal. While [`is_valid`](Self::is_valid) is `true`
+/// moved forward by every successful renewal (for a hold acquired with
+/// [`LockOptions::require_replicas`](super::LockOptions::require_replicas): every renewal
+/// the replicas acknowledged, see [`Renew::NotReplicated`](super::Renew::NotReplicated)). While [`is_valid`](Self::is_valid) is `true`
 /// no other owner can hold the lock (barring clock jumps on the Redis server beyond the drift
 /// allowance). Acquire with [`LockOptions::fencing(true)`](super::LockOptions::fencing) and use
 /// the [`fencing_token`](Self::fencing_token) for writes that must be safe even
@@ -123,8 +125,9 @@ impl<K> LockGuard<K> {
         started: Instant,
     ) -> Self {
         let ttl = Duration::from_millis(ttl_ms);
+        let (drift, wait) = (options.drift_allowance(), options.get_replication());
         Self {
-            held: HeldLease::new(key, token, ttl, options.drift_allowance(), started),
+            held: HeldLease::new(key, token, ttl, drift, wait, started),
             fence,
             watchdog: None,
             kind: PhantomData,

@@ -169,6 +169,13 @@ macro_rules! lease_verbs {
         }
 
         $(#[$renew])*
+        ///
+        /// For a hold acquired with
+        /// [`LockOptions::require_replicas`](crate::lock::LockOptions::require_replicas), the
+        /// renewal is followed by the same `WAIT` in the same round trip, and the validity moves
+        /// only when as many replicas acknowledged it in time: otherwise the answer is
+        /// [`Renew::NotReplicated`](crate::lock::Renew::NotReplicated) (the TTL was reset on the
+        /// primary only) and the validity stays as the last confirmed renewal left it.
         pub async fn renew<C: ::redis::aio::ConnectionLike>(
             &self,
             conn: &mut C,
@@ -178,6 +185,11 @@ macro_rules! lease_verbs {
         }
 
         $(#[$watch])*
+        ///
+        /// For a hold acquired with
+        /// [`LockOptions::require_replicas`](crate::lock::LockOptions::require_replicas), only
+        /// renewals the replicas acknowledged move the validity: when none did before it ran
+        /// out, the signal fires with [`LeaseLoss::Expired`](crate::lock::LeaseLoss::Expired).
         pub fn watch<C>(
             &self,
             conn: &C,

@@ -1,5 +1,6 @@
 //! The lease interface every lock kind implements, and the lease state every guard holds:
-//! key, owner token, lease length, drift allowance and the local validity clock.
+//! key, owner token, lease length, drift allowance, the replication a renewal needs and the
+//! local validity clock.
 //!
 //! A kind says *which* script call renews or releases a held lease ([`LeaseKind`]); the
 //! kernel here runs it, decodes the answer and moves the local validity. The watchdog,
@@ -12,7 +13,7 @@ use redis::aio::ConnectionLike;
 
 use super::outcome::{release_label, renew_label, renew_status, status, Release, Renew};
 use crate::error::Result;
-use crate::script::{Call, ScriptManager};
+use crate::script::{Acked, Call, Replication, ScriptManager};
 use crate::telemetry::metric;
 
 /// The local validity deadline of a lease, shared with its watchdog.
@@ -65,16 +66,21 @@ pub(crate) struct HeldLease {
     pub(crate) token: String,
     pub(crate) ttl: Duration,
     pub(crate) drift: Duration,
+    /// What the acquire required ([`LockOptions::require_replicas`](super::LockOptions::require_replicas)):
+    /// every renewal is followed by this wait, and moves the validity only when acknowledged.
+    pub(crate) replication: Option<Replication>,
     pub(crate) clock: Arc<Clock>,
 }
 
 impl HeldLease {
-    /// The lease of a hold granted to a request sent at `started`.
+    /// The lease of a hold granted to a request sent at `started`, whose renewals need
+    /// `replication` (`None`: no wait).
     pub(crate) fn new(
         key: String,
         token: String,
         ttl: Duration,
         drift: Duration,
+        replication: Option<Replication>,
         started: Instant,
     ) -> Self {
         Self {
@@ -82,6 +88,7 @@ impl HeldLease {
             token,
             ttl,
             drift,
+            replication,
             clock: Clock::new(deadline(started, ttl, drift)),
         }
     }
@@ -91,13 +98,40 @@ impl HeldLease {
         self.clock.remaining()
     }
 
-    /// Moves the local validity after a renewal sent at `started` answered `outcome`.
+    /// Moves the local validity after a renewal sent at `started` answered `outcome` (as
+    /// [`confirmed`](Self::confirmed) judged it): forward when renewed, to now when lost, not
+    /// at all when not replicated.
     pub(crate) fn renewed(&self, started: Instant, outcome: Renew) -> Renew {
         match outcome {
             Renew::Renewed => self.clock.set(deadline(started, self.ttl, self.drift)),
             Renew::Lost => self.clock.expire(),
+            Renew::NotReplicated { .. } => {}
         }
         outcome
+    }
+
+    /// A renewal's `outcome` as this lease's replication requirement sees it: a renewal that
+    /// ran, by a lease acquired with a requirement, is [`Renew::NotReplicated`] unless it was
+    /// followed by a wait (`waited`: the wait sent and what it answered) that covers the
+    /// requirement and was acknowledged. Without a requirement the outcome stands.
+    pub(crate) fn confirmed(
+        &self,
+        outcome: Renew,
+        waited: Option<(&Replication, &Acked<()>)>,
+    ) -> Renew {
+        let Some(required) = self.replication else {
+            return outcome;
+        };
+        if outcome != Renew::Renewed {
+            return outcome;
+        }
+        match waited {
+            Some((sent, ack)) if sent.covers(&required) && ack.is_replicated() => Renew::Renewed,
+            _ => Renew::NotReplicated {
+                replicas: waited.map_or(0, |(_, ack)| ack.replicas),
+                requested: required.replicas(),
+            },
+        }
     }
 }
 
@@ -140,15 +174,22 @@ pub(crate) trait LeaseGuard {
     fn extra(&self) -> &<Self::Kind as LeaseKind>::Extra;
 }
 
-/// One renewal of `held` by `kind`, without moving the local validity.
+/// One renewal of `held` by `kind`, without moving the local validity: the renewal call,
+/// followed by `WAIT` in the same round trip when the lease requires replication (then a
+/// renewal fewer replicas acknowledged is [`Renew::NotReplicated`]).
 pub(crate) async fn renew_once<K: LeaseKind, C: ConnectionLike>(
     kind: &K,
     conn: &mut C,
     held: &HeldLease,
 ) -> Result<Renew> {
     let call = kind.renew_call(held);
-    let answer: i64 = kind.manager().invoke(conn, &call).await?;
-    renew_status(call.script(), answer)
+    let wait = held.replication;
+    let (answer, ack) = kind
+        .manager()
+        .invoke_waiting::<i64, _>(conn, &call, wait)
+        .await?;
+    let outcome = renew_status(call.script(), answer)?;
+    Ok(held.confirmed(outcome, wait.as_ref().zip(ack.as_ref())))
 }
 
 /// Renews `held` and moves its local validity: what every kind's `renew` does.

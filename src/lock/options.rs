@@ -306,6 +306,19 @@ impl<K: Replicated> LockOptions<K> {
     /// again while [`retries`](Self::retries) and `max_wait` allow (a [`FairLock`](super::FairLock),
     /// which has no retries, gives its turn to the next in line and answers at once).
     ///
+    /// The requirement stays with the guard: every renewal (the kind's `renew`, or its
+    /// watchdog) is followed by the same `WAIT` in the same round trip, and moves the guard's
+    /// validity only when acknowledged; one that is not answers
+    /// [`Renew::NotReplicated`](super::Renew::NotReplicated), and a watchdog whose renewals
+    /// stay unacknowledged until the validity runs out signals
+    /// [`LeaseLoss::Expired`](super::LeaseLoss::Expired). So a failover to a replica that
+    /// acknowledged does not end the lease there before the guard's validity ends (barring
+    /// clock jumps beyond the drift allowance). `WAIT` holds its connection until the replicas
+    /// answer or the timeout passes: commands sent behind a renewal on the same multiplexed
+    /// connection (a watchdog uses a clone of yours) wait as long while a replica lags, and
+    /// the connection's response timeout must be longer than the `WAIT` timeout (see
+    /// [`Replication::new`]).
+    ///
     /// ```
     /// # use std::time::Duration;
     /// use redkit::lock::{LockOptions, RwLock};

@@ -150,14 +150,38 @@ pub enum Release {
 /// ```
 /// use redkit::lock::Renew;
 /// assert_ne!(Renew::Renewed, Renew::Lost);
+/// let unconfirmed = Renew::NotReplicated { replicas: 0, requested: 1 };
+/// assert!(Renew::Renewed.is_renewed() && !unconfirmed.is_renewed());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Renew {
-    /// The key held our token; its TTL was reset to the lease length.
+    /// The key held our token; its TTL was reset to the lease length (and, for a hold
+    /// acquired with [`LockOptions::require_replicas`](super::LockOptions::require_replicas),
+    /// as many replicas acknowledged it in time). The guard's validity moved forward.
     Renewed,
     /// The key was gone or held another owner's token: the lease is lost.
     Lost,
+    /// For a hold acquired with
+    /// [`LockOptions::require_replicas`](super::LockOptions::require_replicas): the key held
+    /// our token and its TTL was reset on the primary, but fewer replicas than required
+    /// acknowledged that in time. The guard's validity did **not** move: a failover now could
+    /// promote a replica where the lease ends as the last confirmed renewal left it. The hold
+    /// is still ours until then; renew again (a watchdog retries by itself, and signals
+    /// [`LeaseLoss::Expired`] when the validity runs out first).
+    NotReplicated {
+        /// Replicas that acknowledged.
+        replicas: u32,
+        /// Replicas required.
+        requested: u32,
+    },
+}
+
+impl Renew {
+    /// `true` for [`Renew::Renewed`]: the guard's validity moved forward.
+    pub fn is_renewed(&self) -> bool {
+        matches!(self, Self::Renewed)
+    }
 }
 
 /// Result of [`Lock::fence`](super::Lock::fence): a fencing token for a lock held now.
@@ -214,8 +238,10 @@ pub enum LeaseLoss {
     /// Redis said the key is gone or held by another owner (a renewal answered
     /// [`Renew::Lost`], or the final release answered [`Release::NotOwner`]).
     NotOwner,
-    /// Renewals kept failing (errors, timeouts) until the local validity ran out: the lease
-    /// must be assumed lost.
+    /// Renewals kept failing (errors, timeouts, or, for a hold acquired with
+    /// [`LockOptions::require_replicas`](super::LockOptions::require_replicas), renewals
+    /// answered [`Renew::NotReplicated`]) until the local validity ran out: the lease must be
+    /// assumed lost.
     Expired,
 }
 
@@ -254,6 +280,7 @@ pub(crate) fn acquire_label<G>(answer: &crate::error::Result<Acquire<G>>) -> &'s
 pub(crate) fn renew_label(answer: &crate::error::Result<Renew>) -> &'static str {
     match answer {
         Ok(Renew::Renewed) => "renewed",
+        Ok(Renew::NotReplicated { .. }) => "not_replicated",
         Ok(_) => "lost",
         Err(_) => "error",
     }

@@ -11,7 +11,8 @@ use super::watchdog::WatchdogHandle;
 /// Give it back with [`Semaphore::release`](super::Semaphore::release); renew it with
 /// [`Semaphore::renew`](super::Semaphore::renew) or a watchdog
 /// ([`Semaphore::watch`](super::Semaphore::watch)). The validity is measured locally from
-/// before the acquire was sent: `ttl − elapsed − drift`, moved forward by every renewal.
+/// before the acquire was sent: `ttl − elapsed − drift`, moved forward by every renewal (with
+/// `require_replicas`: every renewal the replicas acknowledged).
 ///
 /// **Dropping it without releasing** stops its watchdog and sends nothing: the permit comes
 /// back when its lease ends on the server (a crashed holder never leaks a permit).

@@ -192,7 +192,9 @@ impl Semaphore {
             [1, holders] => {
                 let ttl = Duration::from_millis(ttl_ms);
                 let drift = options.drift_allowance();
-                let held = HeldLease::new(key.to_owned(), token.to_owned(), ttl, drift, started);
+                let (key, token) = (key.to_owned(), token.to_owned());
+                let wait = options.get_replication();
+                let held = HeldLease::new(key, token, ttl, drift, wait, started);
                 let guard = PermitGuard {
                     held,
                     permits,

@@ -8,9 +8,9 @@ use redis::aio::ConnectionLike;
 
 use super::guard::LockGuard;
 use super::kind::{lease_verbs, lock_kind, Base};
-use super::lease::{deadline, HeldLease, LeaseKind};
+use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated};
-use super::outcome::{renew_status, status, Renew};
+use super::outcome::{renew_status, Renew};
 use super::schema;
 use super::wait::ms;
 use crate::error::Result;
@@ -110,7 +110,8 @@ impl Lock {
         release;
         /// Compare-and-PEXPIRE: resets the TTL to the guard's lease length only if the key still
         /// holds its token, and moves the local validity forward. [`Renew::Lost`] otherwise (the
-        /// guard is then no longer valid).
+        /// guard is then no longer valid). See [`renew_acked`](Self::renew_acked) to learn how
+        /// many replicas have the new TTL.
         ///
         /// ```no_run
         /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
@@ -144,7 +145,11 @@ impl Lock {
     }
 
     /// Like [`renew`](Self::renew), followed by `WAIT` for `replication` in the same round
-    /// trip: the answer says how many replicas have the new TTL.
+    /// trip: the answer says how many replicas have the new TTL. For a guard acquired without
+    /// [`LockOptions::require_replicas`] it reports (a renewal moves the validity whatever the
+    /// count); for one acquired with it, the validity moves only when this wait asks for at
+    /// least what the acquire required and was acknowledged, else the outcome is
+    /// [`Renew::NotReplicated`] (as [`renew`](Self::renew) answers).
     ///
     /// ```no_run
     /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
@@ -170,14 +175,9 @@ impl Lock {
             .invoke_acked::<i64, _>(conn, &call, replication)
             .await?
             .split();
-        let outcome = if status(self.inner.renew, renewed)? {
-            held.clock.set(deadline(started, held.ttl, held.drift));
-            Renew::Renewed
-        } else {
-            held.clock.expire();
-            Renew::Lost
-        };
-        Ok(ack.map(|()| outcome))
+        let outcome = renew_status(self.inner.renew, renewed)?;
+        let outcome = held.confirmed(outcome, Some((&replication, &ack)));
+        Ok(ack.map(|()| held.renewed(started, outcome)))
     }
 
     fn renew_call_of<'a>(&'a self, key: &str, token: &str, ttl: Duration) -> Call<'a> {

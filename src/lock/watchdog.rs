@@ -41,7 +41,12 @@ where
 ///
 /// Fired once, by the watchdog, the moment a renewal answers [`Renew::Lost`]
 /// ([`LeaseLoss::NotOwner`]) or when renewals kept failing until the local validity ran out
-/// ([`LeaseLoss::Expired`]). Cheap to clone; select on [`lost`](Self::lost) or hand out
+/// ([`LeaseLoss::Expired`]). For a hold acquired with
+/// [`LockOptions::require_replicas`](super::LockOptions::require_replicas), a renewal the
+/// replicas did not acknowledge in time ([`Renew::NotReplicated`]) counts as failed: it does
+/// not move the validity, and is tried again sooner.
+///
+/// Cheap to clone; select on [`lost`](Self::lost) or hand out
 /// [`cancellation_token`](Self::cancellation_token) to code that already understands
 /// cancellation.
 ///
@@ -144,6 +149,8 @@ async fn run<K: LeaseKind, C: ConnectionLike>(
     // After a failed renewal, try again sooner (the lease is running out).
     let retry = (period / 3).max(Duration::from_millis(1));
     let mut next = period;
+    // The last attempt ran on the primary but was not acknowledged by enough replicas.
+    let mut unconfirmed = false;
     loop {
         // Renew before the validity runs out even when the lease is already short (a watch
         // started late, or failed attempts): never sleep past half of what is left.
@@ -160,7 +167,11 @@ async fn run<K: LeaseKind, C: ConnectionLike>(
         }
         let remaining = lease.clock.remaining();
         if remaining.is_zero() {
-            tracing::warn!(key = %lease.key, "lease ran out before a renewal succeeded");
+            tracing::warn!(
+                key = %lease.key,
+                not_replicated = unconfirmed,
+                "lease ran out before a renewal succeeded"
+            );
             metric::lock_operation(metric::kind_name::<K>(), "lease_lost", "expired");
             signal.fire(LeaseLoss::Expired);
             return;
@@ -173,7 +184,21 @@ async fn run<K: LeaseKind, C: ConnectionLike>(
         match result {
             Ok(Ok(Renew::Renewed)) => {
                 lease.clock.set(deadline(started, lease.ttl, lease.drift));
+                unconfirmed = false;
                 next = period;
+            }
+            Ok(Ok(Renew::NotReplicated {
+                replicas,
+                requested,
+            })) => {
+                tracing::debug!(
+                    key = %lease.key,
+                    replicas,
+                    requested,
+                    "lease renewal not replicated; validity not extended, retrying"
+                );
+                unconfirmed = true;
+                next = retry;
             }
             Ok(Ok(_lost)) => {
                 tracing::warn!(key = %lease.key, "lease lost: another owner or no key");
@@ -184,9 +209,13 @@ async fn run<K: LeaseKind, C: ConnectionLike>(
             }
             Ok(Err(err)) => {
                 tracing::debug!(key = %lease.key, error = %err, "lease renewal failed; retrying");
+                unconfirmed = false;
                 next = retry;
             }
-            Err(_timeout) => next = Duration::ZERO,
+            Err(_timeout) => {
+                unconfirmed = false;
+                next = Duration::ZERO;
+            }
         }
     }
 }

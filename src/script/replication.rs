@@ -183,6 +183,18 @@ impl Replication {
         self.fsync == Fsync::LocalAndReplicas
     }
 
+    /// `true` when a write this wait acknowledged is also acknowledged as `other` asks: at
+    /// least as many replicas, and at least as much fsync (a `WAIT` covers no `WAITAOF`;
+    /// the timeouts do not matter).
+    pub(crate) fn covers(&self, other: &Replication) -> bool {
+        let rank = |f: Fsync| match f {
+            Fsync::No => 0,
+            Fsync::Replicas => 1,
+            Fsync::LocalAndReplicas => 2,
+        };
+        self.replicas >= other.replicas && rank(self.fsync) >= rank(other.fsync)
+    }
+
     /// Refuses a wait that waits for nothing (`fsynced(0, ..)` without the local fsync).
     pub(crate) fn validate(&self) -> Result<()> {
         if self.replicas == 0 && !self.local_fsync() {
@@ -413,6 +425,20 @@ mod tests {
                     .collect()
             })
             .collect()
+    }
+
+    #[test]
+    fn covers_asks_for_as_many_replicas_and_as_much_fsync() {
+        let ms = Duration::from_millis(100);
+        let one = Replication::new(1, ms).unwrap();
+        let two = Replication::new(2, Duration::from_secs(1)).unwrap();
+        let disk = Replication::fsynced(1, ms).unwrap();
+        let local = Replication::fsynced(1, ms).unwrap().with_local_fsync();
+        let local_only = Replication::fsynced(0, ms).unwrap().with_local_fsync();
+        assert!(one.covers(&one) && two.covers(&one) && !one.covers(&two));
+        assert!(disk.covers(&one) && !one.covers(&disk));
+        assert!(local.covers(&disk) && !disk.covers(&local));
+        assert!(!local_only.covers(&one));
     }
 
     #[test]
