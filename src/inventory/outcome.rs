@@ -246,9 +246,11 @@ impl Order {
     }
 }
 
-/// An outcome's `redkit.outcome` label ([`counted`]).
+/// An outcome's `redkit.outcome` label ([`counted`]): one per variant, the variant's name in
+/// snake case but `applied` for the one that changed the stock as asked.
 pub(crate) trait Labelled {
-    /// `applied`, `insufficient`, `duplicate` or `id_reused`.
+    /// `applied`, `insufficient`, `duplicate`, `id_reused`; for reservations also
+    /// `already_reserved`, `full`, `already_committed`, `already_cancelled`, `unknown`.
     fn label(&self) -> &'static str;
 }
 

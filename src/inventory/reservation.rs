@@ -9,6 +9,7 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::engine::{self, check_quantity};
+use super::outcome::{counted, Labelled};
 use super::store::{unknown_sku, Store};
 use crate::error::{Error, Result};
 use crate::keys;
@@ -253,7 +254,24 @@ impl Store {
             .await
     }
 
+    /// [`reserve_acked`](Self::reserve_acked) (without `WAIT` when `replication` is `None`),
+    /// counted in `redkit.inventory.operations` under `reserve`.
     async fn reserve_with<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        quantity: u64,
+        ttl: Duration,
+        reservation_id: &str,
+        replication: Option<Replication>,
+    ) -> Result<Acked<Reserve>> {
+        let outcome = self
+            .send_reserve(conn, sku, quantity, ttl, reservation_id, replication)
+            .await;
+        counted("reserve", outcome)
+    }
+
+    async fn send_reserve<C: ConnectionLike>(
         &self,
         conn: &mut C,
         sku: &str,
@@ -356,7 +374,22 @@ impl Store {
             .await
     }
 
+    /// [`commit_acked`](Self::commit_acked) (without `WAIT` when `replication` is `None`),
+    /// counted in `redkit.inventory.operations` under `commit`.
     async fn commit_with<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        reservation_id: &str,
+        replication: Option<Replication>,
+    ) -> Result<Acked<Commit>> {
+        let outcome = self
+            .send_commit(conn, sku, reservation_id, replication)
+            .await;
+        counted("commit", outcome)
+    }
+
+    async fn send_commit<C: ConnectionLike>(
         &self,
         conn: &mut C,
         sku: &str,
@@ -431,7 +464,22 @@ impl Store {
             .await
     }
 
+    /// [`cancel_acked`](Self::cancel_acked) (without `WAIT` when `replication` is `None`),
+    /// counted in `redkit.inventory.operations` under `cancel`.
     async fn cancel_with<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        reservation_id: &str,
+        replication: Option<Replication>,
+    ) -> Result<Acked<Cancel>> {
+        let outcome = self
+            .send_cancel(conn, sku, reservation_id, replication)
+            .await;
+        counted("cancel", outcome)
+    }
+
+    async fn send_cancel<C: ConnectionLike>(
         &self,
         conn: &mut C,
         sku: &str,
@@ -561,6 +609,41 @@ impl Store {
             .collect::<Option<Vec<u64>>>()
             .ok_or_else(bad)?;
         Ok((script, tag, numbers, ack))
+    }
+}
+
+impl Labelled for Reserve {
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Reserved { .. } => "applied",
+            Self::Insufficient { .. } => "insufficient",
+            Self::AlreadyReserved { .. } => "already_reserved",
+            Self::Full { .. } => "full",
+            Self::AlreadyCommitted { .. } => "already_committed",
+            Self::AlreadyCancelled { .. } => "already_cancelled",
+        }
+    }
+}
+
+impl Labelled for Commit {
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Committed { .. } => "applied",
+            Self::AlreadyCommitted { .. } => "already_committed",
+            Self::AlreadyCancelled { .. } => "already_cancelled",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+impl Labelled for Cancel {
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Cancelled { .. } => "applied",
+            Self::AlreadyCancelled { .. } => "already_cancelled",
+            Self::AlreadyCommitted { .. } => "already_committed",
+            Self::Unknown => "unknown",
+        }
     }
 }
 

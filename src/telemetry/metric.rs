@@ -131,8 +131,11 @@ pub(crate) fn lock_operation(kind: &'static str, operation: &'static str, outcom
 }
 
 /// Counts one inventory write: `operation` (`decrement`, `restock`, `order`, `reserve`,
-/// `commit`, `cancel`), `outcome` (`applied`, `insufficient`, `duplicate`, `id_reused`,
-/// `not_found`, `error`, ...).
+/// `commit`, `cancel`) and `outcome`: one per variant of the operation's outcome enum, the
+/// variant's name in snake case but `applied` for the write done as asked (`applied`,
+/// `insufficient`, `duplicate`, `id_reused`; for reservations `already_reserved`, `full`,
+/// `already_committed`, `already_cancelled`, `unknown`), or for an error `not_found` (a SKU
+/// never set) or `error` (any other, bad input included).
 pub(crate) fn inventory_operation(operation: &'static str, outcome: &'static str) {
     #[cfg(feature = "metrics")]
     metrics::counter!(
