@@ -275,3 +275,87 @@ pub(crate) fn describe() {
         }
     }
 }
+
+/// Not public API (features `bench` and `metrics`): each recording function called as redkit
+/// calls it on its hot paths, for `benches/metrics.rs` (what a recording costs with the
+/// feature on and no recorder installed).
+#[cfg(all(feature = "bench", feature = "metrics"))]
+pub mod bench {
+    use std::time::Duration;
+
+    use super::Verdict;
+    use crate::telemetry::round_trip::RoundTrip;
+    use crate::Script;
+
+    /// What the recordings need, made once (a policy name, a script).
+    #[derive(Debug)]
+    pub struct Recordings {
+        policy: String,
+        script: Script,
+    }
+
+    impl Default for Recordings {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    impl Recordings {
+        /// Policy `api`, script `bench_probe.v1`.
+        pub fn new() -> Self {
+            Self {
+                policy: "api".to_owned(),
+                script: Script::new("bench_probe", 1, 1, "return 1").expect("a valid script"),
+            }
+        }
+
+        /// One rate-limit decision (`allowed`).
+        pub fn rate_limited(&self) {
+            super::rate_limited(&self.policy, Verdict::Allowed);
+        }
+
+        /// One concurrency-limit decision (`allowed`) and the slot taken (`+1`).
+        pub fn concurrency_limited(&self) {
+            super::concurrency_limited(&self.policy, Verdict::Allowed);
+            super::concurrency_active(&self.policy, 1.0);
+        }
+
+        /// One lock renewal as a lock kind's lease code records it (`Lock`, `renew`,
+        /// `renewed`).
+        pub fn lock_operation(&self) {
+            super::lock_operation(super::kind_name::<crate::lock::Lock>(), "renew", "renewed");
+        }
+
+        /// One inventory write (`decrement`, `applied`).
+        pub fn inventory_operation(&self) {
+            super::inventory_operation("decrement", "applied");
+        }
+
+        /// The duration of one successful `EVALSHA` of the script, the recording alone.
+        pub fn round_trip(&self) {
+            super::round_trip(
+                "EVALSHA",
+                Some(self.script.id()),
+                None,
+                Duration::from_micros(50),
+            );
+        }
+
+        /// One successful `EVALSHA` round trip's telemetry whole, without the round trip: its
+        /// span (no subscriber: disabled), its clock reads and its duration recorded.
+        pub fn round_trip_whole(&self) {
+            RoundTrip::call("EVALSHA", self.script.id(), None).finish(None);
+        }
+
+        /// One group sent (`decrement`, 8 calls).
+        pub fn group_sent(&self) {
+            super::group_sent("decrement", 8);
+        }
+
+        /// One deny-cache lookup (a hit) and the entries gauge set.
+        pub fn deny_cache(&self) {
+            super::deny_cache_lookup(true);
+            super::deny_cache_entries(|| 1);
+        }
+    }
+}
