@@ -7,7 +7,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use redkit::__bench::Recordings;
@@ -87,6 +87,10 @@ fn bench(c: &mut Criterion) {
     for (name, record) in RECORDINGS {
         group.bench_function(name, |b| b.iter(|| record(&recordings)));
     }
+    // For reference: what a round trip's two clock reads cost (its start, its duration).
+    group.bench_function("reference: Instant::now + elapsed", |b| {
+        b.iter(|| std::hint::black_box(Instant::now()).elapsed())
+    });
     group.finish();
 }
 

@@ -14,6 +14,7 @@ use super::store::{unknown_sku, Store};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::script::{Acked, Call, Replication, Script};
+use crate::telemetry::metric::{InventoryOp, InventoryOutcome};
 
 /// The outcome of [`Store::reserve`].
 ///
@@ -268,7 +269,7 @@ impl Store {
         let outcome = self
             .send_reserve(conn, sku, quantity, ttl, reservation_id, replication)
             .await;
-        counted("reserve", outcome)
+        counted(InventoryOp::Reserve, outcome)
     }
 
     async fn send_reserve<C: ConnectionLike>(
@@ -386,7 +387,7 @@ impl Store {
         let outcome = self
             .send_commit(conn, sku, reservation_id, replication)
             .await;
-        counted("commit", outcome)
+        counted(InventoryOp::Commit, outcome)
     }
 
     async fn send_commit<C: ConnectionLike>(
@@ -476,7 +477,7 @@ impl Store {
         let outcome = self
             .send_cancel(conn, sku, reservation_id, replication)
             .await;
-        counted("cancel", outcome)
+        counted(InventoryOp::Cancel, outcome)
     }
 
     async fn send_cancel<C: ConnectionLike>(
@@ -613,36 +614,36 @@ impl Store {
 }
 
 impl Labelled for Reserve {
-    fn label(&self) -> &'static str {
+    fn label(&self) -> InventoryOutcome {
         match self {
-            Self::Reserved { .. } => "applied",
-            Self::Insufficient { .. } => "insufficient",
-            Self::AlreadyReserved { .. } => "already_reserved",
-            Self::Full { .. } => "full",
-            Self::AlreadyCommitted { .. } => "already_committed",
-            Self::AlreadyCancelled { .. } => "already_cancelled",
+            Self::Reserved { .. } => InventoryOutcome::Applied,
+            Self::Insufficient { .. } => InventoryOutcome::Insufficient,
+            Self::AlreadyReserved { .. } => InventoryOutcome::AlreadyReserved,
+            Self::Full { .. } => InventoryOutcome::Full,
+            Self::AlreadyCommitted { .. } => InventoryOutcome::AlreadyCommitted,
+            Self::AlreadyCancelled { .. } => InventoryOutcome::AlreadyCancelled,
         }
     }
 }
 
 impl Labelled for Commit {
-    fn label(&self) -> &'static str {
+    fn label(&self) -> InventoryOutcome {
         match self {
-            Self::Committed { .. } => "applied",
-            Self::AlreadyCommitted { .. } => "already_committed",
-            Self::AlreadyCancelled { .. } => "already_cancelled",
-            Self::Unknown => "unknown",
+            Self::Committed { .. } => InventoryOutcome::Applied,
+            Self::AlreadyCommitted { .. } => InventoryOutcome::AlreadyCommitted,
+            Self::AlreadyCancelled { .. } => InventoryOutcome::AlreadyCancelled,
+            Self::Unknown => InventoryOutcome::Unknown,
         }
     }
 }
 
 impl Labelled for Cancel {
-    fn label(&self) -> &'static str {
+    fn label(&self) -> InventoryOutcome {
         match self {
-            Self::Cancelled { .. } => "applied",
-            Self::AlreadyCancelled { .. } => "already_cancelled",
-            Self::AlreadyCommitted { .. } => "already_committed",
-            Self::Unknown => "unknown",
+            Self::Cancelled { .. } => InventoryOutcome::Applied,
+            Self::AlreadyCancelled { .. } => InventoryOutcome::AlreadyCancelled,
+            Self::AlreadyCommitted { .. } => InventoryOutcome::AlreadyCommitted,
+            Self::Unknown => InventoryOutcome::Unknown,
         }
     }
 }
