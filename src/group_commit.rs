@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
+use crate::telemetry::metric::GroupOperation;
 
 /// The settings of group commit, validated once: at most `max_batch` calls settled by one
 /// script call, and at most `max_in_flight` such calls of one key (an inventory's SKU, a
@@ -156,8 +157,8 @@ pub(crate) trait Grouped: Sized + 'static {
     type Payload: Debug;
     /// One caller's outcome.
     type Outcome: Debug;
-    /// What a call is, for error messages ("decrement").
-    const WHAT: &'static str;
+    /// What a call is, for error messages ("decrement") and the group-size metric.
+    const WHAT: GroupOperation;
 }
 
 /// One queued call; derefs to its payload.
@@ -296,7 +297,10 @@ impl<G: Grouped> Lead<G> {
     /// Answers the members with `outcomes` (one per member, in order) and returns the
     /// leader's own; then hands the queue on (on drop).
     pub(crate) fn settle(mut self, outcomes: Vec<Result<G::Outcome>>) -> Result<G::Outcome> {
-        let mut own = Err(Error::unexpected(G::WHAT, "no outcome for the leader"));
+        let mut own = Err(Error::unexpected(
+            G::WHAT.label(),
+            "no outcome for the leader",
+        ));
         for (i, (member, outcome)) in self.members.drain(..).zip(outcomes).enumerate() {
             match member.tx {
                 Some(tx) => {
@@ -346,7 +350,7 @@ fn interrupted<G: Grouped>() -> Error {
     Error::Interrupted {
         detail: format!(
             "the task leading a grouped {} stopped before its outcome was known; it may have run",
-            G::WHAT
+            G::WHAT.label()
         ),
     }
 }

@@ -49,6 +49,11 @@ pub fn describe_metrics() {
 /// The redis-rs version redkit is built on, re-exported so versions always match.
 pub use redis;
 
+/// Not public API: the metric recordings `benches/metrics.rs` measures.
+#[cfg(all(feature = "bench", feature = "metrics"))]
+#[doc(hidden)]
+pub use telemetry::metric::bench as __bench;
+
 /// Not public API: what [`embed_scripts!`] expands to needs.
 #[doc(hidden)]
 pub mod __private {

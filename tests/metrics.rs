@@ -207,7 +207,8 @@ async fn deny_cache_lookups_and_group_sizes_add_up_to_the_checks_made() {
 
 /// Lock operations (acquired, busy, renewed, released, not owner, a watchdog's lost lease)
 /// and inventory outcomes (applied, insufficient, duplicate, id reused, not found), each
-/// counted as it happened. The only test of this binary using locks or the inventory.
+/// counted as it happened. The only test of this binary using locks, decrements, restocks or
+/// orders.
 #[tokio::test]
 async fn lock_and_inventory_outcomes_are_counted_as_they_happened() {
     use redkit::inventory::Inventory;
@@ -340,4 +341,172 @@ async fn lock_and_inventory_outcomes_are_counted_as_they_happened() {
     assert_eq!(inv("decrement", "insufficient"), 1);
     assert_eq!(inv("decrement", "not_found"), 1);
     assert_eq!(inv("restock", "applied"), 1);
+}
+
+/// Every outcome of reserve, commit and cancel (each refusal included, and an error before
+/// any round trip), counted once per call under its operation, through the plain and the
+/// `_acked` calls alike. The only test of this binary making reservations.
+#[tokio::test]
+async fn reservation_outcomes_are_counted_as_they_happened() {
+    use redkit::inventory::{Cancel, Commit, Inventory, Reserve};
+    use redkit::script::Replication;
+    use std::time::Duration;
+
+    recorder();
+    let server = support::RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let ttl = Duration::from_secs(60);
+    let store = Inventory::new("m:resv").unwrap().store("s").unwrap();
+    store.set(&mut conn, "a", 5).await.unwrap();
+    let c = &mut conn;
+
+    assert!(matches!(
+        store.reserve(c, "a", 2, ttl, "c1").await.unwrap(),
+        Reserve::Reserved { remaining: 3, .. }
+    ));
+    assert!(matches!(
+        store.reserve(c, "a", 2, ttl, "c1").await.unwrap(),
+        Reserve::AlreadyReserved { quantity: 2, .. }
+    ));
+    assert_eq!(
+        store.reserve(c, "a", 9, ttl, "c2").await.unwrap(),
+        Reserve::Insufficient { available: 3 }
+    );
+    assert!(store.reserve(c, "a", 1, ttl, "c3").await.unwrap().is_held());
+    assert_eq!(
+        store.commit(c, "a", "c1").await.unwrap(),
+        Commit::Committed { quantity: 2 }
+    );
+    assert_eq!(
+        store.commit(c, "a", "c1").await.unwrap(),
+        Commit::AlreadyCommitted { quantity: 2 }
+    );
+    assert_eq!(
+        store.reserve(c, "a", 2, ttl, "c1").await.unwrap(),
+        Reserve::AlreadyCommitted { quantity: 2 }
+    );
+    assert_eq!(
+        store.cancel(c, "a", "c1").await.unwrap(),
+        Cancel::AlreadyCommitted { quantity: 2 }
+    );
+    assert_eq!(
+        store.cancel(c, "a", "c3").await.unwrap(),
+        Cancel::Cancelled {
+            quantity: 1,
+            stock: 3
+        }
+    );
+    // The `_acked` calls are counted as the plain ones (no replica: `WAIT` answers 0).
+    let wait = Replication::new(1, Duration::from_millis(1)).unwrap();
+    assert_eq!(
+        store
+            .cancel_acked(c, "a", "c3", wait)
+            .await
+            .unwrap()
+            .outcome,
+        Cancel::AlreadyCancelled { quantity: 1 }
+    );
+    assert_eq!(
+        store.commit(c, "a", "c3").await.unwrap(),
+        Commit::AlreadyCancelled { quantity: 1 }
+    );
+    assert_eq!(
+        store
+            .reserve_acked(c, "a", 1, ttl, "c3", wait)
+            .await
+            .unwrap()
+            .outcome,
+        Reserve::AlreadyCancelled { quantity: 1 }
+    );
+    assert_eq!(
+        store
+            .commit_acked(c, "a", "never", wait)
+            .await
+            .unwrap()
+            .outcome,
+        Commit::Unknown
+    );
+    assert_eq!(
+        store.cancel(c, "a", "never").await.unwrap(),
+        Cancel::Unknown
+    );
+    let not_found = |e: redkit::Error| matches!(e, redkit::Error::NotFound { .. });
+    assert!(not_found(
+        store.reserve(c, "nope", 1, ttl, "c4").await.unwrap_err()
+    ));
+    assert!(not_found(store.commit(c, "nope", "c4").await.unwrap_err()));
+    assert!(not_found(store.cancel(c, "nope", "c4").await.unwrap_err()));
+    // Refused before any round trip (quantity 0): `error`.
+    assert!(matches!(
+        store.reserve(c, "a", 0, ttl, "c5").await.unwrap_err(),
+        redkit::Error::InvalidInput { .. }
+    ));
+    // A SKU holding the most live reservations (written directly): `full`.
+    store.set(c, "b", 1).await.unwrap();
+    let limit = Inventory::MAX_RESERVATIONS_PER_SKU;
+    let far = "99999999999999";
+    let mut fields = vec!["HSET".to_owned(), store.reservation_key("b").unwrap()];
+    let mut members = vec![
+        "ZADD".to_owned(),
+        store.reservation_expiry_key("b").unwrap(),
+    ];
+    for i in 0..limit {
+        fields.extend([format!("r{i}"), format!("1 {far}")]);
+        members.extend([far.to_owned(), format!("r{i}")]);
+    }
+    for command in [fields, members] {
+        let args: Vec<&str> = command.iter().map(String::as_str).collect();
+        let _: u64 = server.cmd(&args).await;
+    }
+    assert_eq!(
+        store.reserve(c, "b", 1, ttl, "c6").await.unwrap(),
+        Reserve::Full { limit }
+    );
+
+    let seen = seen();
+    let count = |op: &str, outcome: &str| {
+        seen.counters
+            .get(&(
+                "redkit.inventory.operations".to_owned(),
+                labels(&[("redkit.operation", op), ("redkit.outcome", outcome)]),
+            ))
+            .copied()
+            .unwrap_or(0)
+    };
+    let expected = [
+        ("reserve", "applied", 2),
+        ("reserve", "already_reserved", 1),
+        ("reserve", "insufficient", 1),
+        ("reserve", "already_committed", 1),
+        ("reserve", "already_cancelled", 1),
+        ("reserve", "full", 1),
+        ("reserve", "not_found", 1),
+        ("reserve", "error", 1),
+        ("commit", "applied", 1),
+        ("commit", "already_committed", 1),
+        ("commit", "already_cancelled", 1),
+        ("commit", "unknown", 1),
+        ("commit", "not_found", 1),
+        ("cancel", "applied", 1),
+        ("cancel", "already_committed", 1),
+        ("cancel", "already_cancelled", 1),
+        ("cancel", "unknown", 1),
+        ("cancel", "not_found", 1),
+    ];
+    for (op, outcome, n) in expected {
+        assert_eq!(count(op, outcome), n, "{op} {outcome}");
+    }
+    // Nothing else under these operations: every call above is counted once, and only once.
+    let total: u64 = seen
+        .counters
+        .iter()
+        .filter(|((name, l), _)| {
+            name == "redkit.inventory.operations"
+                && l.iter().any(|(k, v)| {
+                    k == "redkit.operation" && ["reserve", "commit", "cancel"].contains(&v.as_str())
+                })
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(total, expected.iter().map(|(_, _, n)| n).sum::<u64>());
 }

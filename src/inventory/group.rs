@@ -6,6 +6,7 @@
 
 use super::outcome::Decrement;
 use crate::group_commit::{self, Grouped};
+use crate::telemetry::metric::GroupOperation;
 
 /// One queued decrement.
 #[derive(Debug)]
@@ -23,7 +24,7 @@ impl Grouped for Decrements {
     type Key = String;
     type Payload = Take;
     type Outcome = Decrement;
-    const WHAT: &'static str = "decrement";
+    const WHAT: GroupOperation = GroupOperation::Decrement;
 }
 
 pub(super) type Groups = group_commit::Groups<Decrements>;

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
 use crate::keys;
 use crate::script::{Acked, Replication, ScriptManager};
+use crate::telemetry::metric::InventoryOp;
 
 /// Atomic stock counters under one key prefix. Cheap to clone (an `Arc`).
 ///
@@ -182,7 +183,7 @@ impl Inventory {
         request_id: Option<&str>,
     ) -> Result<Order> {
         let placed = order::place(&self.engine, conn, lines, request_id, None).await;
-        counted("order", placed.map(|a| a.outcome))
+        counted(InventoryOp::Order, placed.map(|a| a.outcome))
     }
 
     /// [`place_order`](Self::place_order), then `WAIT` for `replication` in the same round
@@ -215,7 +216,7 @@ impl Inventory {
         replication: Replication,
     ) -> Result<Acked<Order>> {
         let placed = order::place(&self.engine, conn, lines, request_id, Some(replication)).await;
-        counted("order", placed)
+        counted(InventoryOp::Order, placed)
     }
 }
 

@@ -3,6 +3,7 @@
 use std::ops::Deref;
 
 use crate::error::{Error, Result};
+use crate::telemetry::metric::{InventoryOp, InventoryOutcome};
 
 /// The outcome of the first request with a request id, carried by a `Duplicate` answer.
 ///
@@ -246,57 +247,59 @@ impl Order {
     }
 }
 
-/// An outcome's `redkit.outcome` label ([`counted`]).
+/// An outcome's `redkit.outcome` label ([`counted`]): one per variant, the variant's name in
+/// snake case but `applied` for the one that changed the stock as asked.
 pub(crate) trait Labelled {
-    /// `applied`, `insufficient`, `duplicate` or `id_reused`.
-    fn label(&self) -> &'static str;
+    /// `applied`, `insufficient`, `duplicate`, `id_reused`; for reservations also
+    /// `already_reserved`, `full`, `already_committed`, `already_cancelled`, `unknown`.
+    fn label(&self) -> InventoryOutcome;
 }
 
 impl Labelled for Decrement {
-    fn label(&self) -> &'static str {
+    fn label(&self) -> InventoryOutcome {
         match self {
-            Self::Decremented { .. } => "applied",
-            Self::Insufficient { .. } => "insufficient",
-            Self::Duplicate { .. } => "duplicate",
-            Self::IdReused => "id_reused",
+            Self::Decremented { .. } => InventoryOutcome::Applied,
+            Self::Insufficient { .. } => InventoryOutcome::Insufficient,
+            Self::Duplicate { .. } => InventoryOutcome::Duplicate,
+            Self::IdReused => InventoryOutcome::IdReused,
         }
     }
 }
 
 impl Labelled for Restock {
-    fn label(&self) -> &'static str {
+    fn label(&self) -> InventoryOutcome {
         match self {
-            Self::Restocked { .. } => "applied",
-            Self::Duplicate { .. } => "duplicate",
-            Self::IdReused => "id_reused",
+            Self::Restocked { .. } => InventoryOutcome::Applied,
+            Self::Duplicate { .. } => InventoryOutcome::Duplicate,
+            Self::IdReused => InventoryOutcome::IdReused,
         }
     }
 }
 
 impl Labelled for Order {
-    fn label(&self) -> &'static str {
+    fn label(&self) -> InventoryOutcome {
         match self {
-            Self::Placed { .. } => "applied",
-            Self::Insufficient { .. } => "insufficient",
-            Self::Duplicate { .. } => "duplicate",
-            Self::IdReused => "id_reused",
+            Self::Placed { .. } => InventoryOutcome::Applied,
+            Self::Insufficient { .. } => InventoryOutcome::Insufficient,
+            Self::Duplicate { .. } => InventoryOutcome::Duplicate,
+            Self::IdReused => InventoryOutcome::IdReused,
         }
     }
 }
 
 impl<T: Labelled> Labelled for crate::script::Acked<T> {
-    fn label(&self) -> &'static str {
+    fn label(&self) -> InventoryOutcome {
         self.outcome.label()
     }
 }
 
 /// Counts `result` in the `redkit.inventory.operations` metric under `operation`, and
 /// returns it.
-pub(crate) fn counted<T: Labelled>(operation: &'static str, result: Result<T>) -> Result<T> {
+pub(crate) fn counted<T: Labelled>(operation: InventoryOp, result: Result<T>) -> Result<T> {
     let label = match &result {
         Ok(outcome) => outcome.label(),
-        Err(Error::NotFound { .. }) => "not_found",
-        Err(_) => "error",
+        Err(Error::NotFound { .. }) => InventoryOutcome::NotFound,
+        Err(_) => InventoryOutcome::Error,
     };
     crate::telemetry::metric::inventory_operation(operation, label);
     result

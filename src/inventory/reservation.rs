@@ -9,10 +9,12 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::engine::{self, check_quantity};
+use super::outcome::{counted, Labelled};
 use super::store::{unknown_sku, Store};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::script::{Acked, Call, Replication, Script};
+use crate::telemetry::metric::{InventoryOp, InventoryOutcome};
 
 /// The outcome of [`Store::reserve`].
 ///
@@ -253,7 +255,24 @@ impl Store {
             .await
     }
 
+    /// [`reserve_acked`](Self::reserve_acked) (without `WAIT` when `replication` is `None`),
+    /// counted in `redkit.inventory.operations` under `reserve`.
     async fn reserve_with<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        quantity: u64,
+        ttl: Duration,
+        reservation_id: &str,
+        replication: Option<Replication>,
+    ) -> Result<Acked<Reserve>> {
+        let outcome = self
+            .send_reserve(conn, sku, quantity, ttl, reservation_id, replication)
+            .await;
+        counted(InventoryOp::Reserve, outcome)
+    }
+
+    async fn send_reserve<C: ConnectionLike>(
         &self,
         conn: &mut C,
         sku: &str,
@@ -356,7 +375,22 @@ impl Store {
             .await
     }
 
+    /// [`commit_acked`](Self::commit_acked) (without `WAIT` when `replication` is `None`),
+    /// counted in `redkit.inventory.operations` under `commit`.
     async fn commit_with<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        reservation_id: &str,
+        replication: Option<Replication>,
+    ) -> Result<Acked<Commit>> {
+        let outcome = self
+            .send_commit(conn, sku, reservation_id, replication)
+            .await;
+        counted(InventoryOp::Commit, outcome)
+    }
+
+    async fn send_commit<C: ConnectionLike>(
         &self,
         conn: &mut C,
         sku: &str,
@@ -431,7 +465,22 @@ impl Store {
             .await
     }
 
+    /// [`cancel_acked`](Self::cancel_acked) (without `WAIT` when `replication` is `None`),
+    /// counted in `redkit.inventory.operations` under `cancel`.
     async fn cancel_with<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        reservation_id: &str,
+        replication: Option<Replication>,
+    ) -> Result<Acked<Cancel>> {
+        let outcome = self
+            .send_cancel(conn, sku, reservation_id, replication)
+            .await;
+        counted(InventoryOp::Cancel, outcome)
+    }
+
+    async fn send_cancel<C: ConnectionLike>(
         &self,
         conn: &mut C,
         sku: &str,
@@ -561,6 +610,41 @@ impl Store {
             .collect::<Option<Vec<u64>>>()
             .ok_or_else(bad)?;
         Ok((script, tag, numbers, ack))
+    }
+}
+
+impl Labelled for Reserve {
+    fn label(&self) -> InventoryOutcome {
+        match self {
+            Self::Reserved { .. } => InventoryOutcome::Applied,
+            Self::Insufficient { .. } => InventoryOutcome::Insufficient,
+            Self::AlreadyReserved { .. } => InventoryOutcome::AlreadyReserved,
+            Self::Full { .. } => InventoryOutcome::Full,
+            Self::AlreadyCommitted { .. } => InventoryOutcome::AlreadyCommitted,
+            Self::AlreadyCancelled { .. } => InventoryOutcome::AlreadyCancelled,
+        }
+    }
+}
+
+impl Labelled for Commit {
+    fn label(&self) -> InventoryOutcome {
+        match self {
+            Self::Committed { .. } => InventoryOutcome::Applied,
+            Self::AlreadyCommitted { .. } => InventoryOutcome::AlreadyCommitted,
+            Self::AlreadyCancelled { .. } => InventoryOutcome::AlreadyCancelled,
+            Self::Unknown => InventoryOutcome::Unknown,
+        }
+    }
+}
+
+impl Labelled for Cancel {
+    fn label(&self) -> InventoryOutcome {
+        match self {
+            Self::Cancelled { .. } => InventoryOutcome::Applied,
+            Self::AlreadyCancelled { .. } => InventoryOutcome::AlreadyCancelled,
+            Self::AlreadyCommitted { .. } => InventoryOutcome::AlreadyCommitted,
+            Self::Unknown => InventoryOutcome::Unknown,
+        }
     }
 }
 

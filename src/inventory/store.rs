@@ -12,6 +12,7 @@ use super::reply::{self, Reply};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::script::{Acked, Call, Replication, Script};
+use crate::telemetry::metric::InventoryOp;
 
 /// One store of an [`Inventory`](super::Inventory) (get it with
 /// [`Inventory::store`](super::Inventory::store)). All its keys share the hash tag `{<store id>}`,
@@ -197,7 +198,7 @@ impl Store {
             }
             None => self.decrement_alone(conn, sku, quantity, request_id).await,
         };
-        counted("decrement", outcome)
+        counted(InventoryOp::Decrement, outcome)
     }
 
     async fn decrement_alone<C: ConnectionLike>(
@@ -319,7 +320,10 @@ impl Store {
             .await?;
         let (reply, ack) = acked.split();
         let outcome = decrement_outcome(self.engine.apply, sku, reply);
-        counted("decrement", outcome.map(|outcome| ack.map(|()| outcome)))
+        counted(
+            InventoryOp::Decrement,
+            outcome.map(|outcome| ack.map(|()| outcome)),
+        )
     }
 
     /// Adds `quantity` to the stock of `sku` (which must have been [`set`](Self::set) first: an
@@ -348,7 +352,7 @@ impl Store {
             Ok(acked) => restock_outcome(self.engine.apply, sku, acked.outcome),
             Err(e) => Err(e),
         };
-        counted("restock", outcome)
+        counted(InventoryOp::Restock, outcome)
     }
 
     /// [`restock`](Self::restock), then `WAIT` for `replication` in the same round trip (see
@@ -384,7 +388,10 @@ impl Store {
             .await?;
         let (reply, ack) = acked.split();
         let outcome = restock_outcome(self.engine.apply, sku, reply);
-        counted("restock", outcome.map(|outcome| ack.map(|()| outcome)))
+        counted(
+            InventoryOp::Restock,
+            outcome.map(|outcome| ack.map(|()| outcome)),
+        )
     }
 
     pub(super) fn engine(&self) -> &Engine {

@@ -17,6 +17,7 @@ use super::token::{issued, FencingToken};
 use super::wait::{poll, Attempts, Step};
 use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Replication};
+use crate::telemetry::metric::LockKind;
 
 impl Lock {
     try_acquire! {
@@ -274,8 +275,8 @@ impl<'a> LockAttempts<'a> {
 impl Attempts for LockAttempts<'_> {
     type Guard = LockGuard<Lock>;
 
-    fn kind(&self) -> &'static str {
-        "Lock"
+    fn kind(&self) -> LockKind {
+        LockKind::Lock
     }
 
     async fn attempt<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Step<LockGuard<Lock>>> {

@@ -18,7 +18,7 @@ use super::wait::block_on;
 use super::wait::ms;
 use crate::error::{Error, Result};
 use crate::script::{Call, Registry, Script, ScriptManager};
-use crate::telemetry::metric;
+use crate::telemetry::metric::{self, LockKind, LockOp};
 
 lock_kind! {
     /// A fair lock on one Redis server or a Redis Cluster: callers hold it one at a time **in the
@@ -190,7 +190,7 @@ impl FairLock {
         };
         let answer = self.wait_turn(conn, resource, options, give_up).await;
         let label = acquire_label(&answer);
-        metric::lock_operation("FairLock", "acquire", label);
+        metric::lock_operation(LockKind::FairLock, LockOp::Acquire, label);
         answer
     }
 
@@ -324,6 +324,8 @@ impl FairLock {
 
 impl LeaseKind for FairLock {
     type Extra = ();
+
+    const KIND: LockKind = LockKind::FairLock;
 
     fn manager(&self) -> &ScriptManager {
         &self.inner.base.manager

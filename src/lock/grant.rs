@@ -14,7 +14,7 @@ use super::outcome::{Acquire, Held};
 use super::wait::{Attempts, Step};
 use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Replication};
-use crate::telemetry::metric;
+use crate::telemetry::metric::LockKind;
 
 /// The attempts of a kind whose script answers `[1, fence, …]` (`granted` values) for a
 /// hold and `[0, ms]` while held elsewhere ([`RwLock`](super::RwLock),
@@ -35,8 +35,8 @@ pub(super) struct Granting<'a, K> {
 impl<K: LeaseKind<Extra = ()>> Attempts for Granting<'_, K> {
     type Guard = LockGuard<K>;
 
-    fn kind(&self) -> &'static str {
-        metric::kind_name::<K>()
+    fn kind(&self) -> LockKind {
+        K::KIND
     }
 
     async fn attempt<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Step<LockGuard<K>>> {

@@ -14,7 +14,7 @@ use redis::aio::ConnectionLike;
 use super::outcome::{release_label, renew_label, renew_status, status, Release, Renew};
 use crate::error::Result;
 use crate::script::{Acked, Call, Replication, ScriptManager};
-use crate::telemetry::metric;
+use crate::telemetry::metric::{self, LockKind, LockOp};
 
 /// The local validity deadline of a lease, shared with its watchdog.
 #[derive(Debug)]
@@ -143,6 +143,9 @@ pub(crate) trait LeaseKind: Clone + Send + Sync + 'static {
     /// What a guard of this kind holds beyond the lease (a semaphore: its permit count).
     type Extra;
 
+    /// The kind (the `redkit.lock.kind` metric label).
+    const KIND: LockKind;
+
     /// The manager every call of this kind runs through.
     fn manager(&self) -> &ScriptManager;
 
@@ -201,7 +204,7 @@ pub(crate) async fn renew<K: LeaseKind, C: ConnectionLike>(
     let started = Instant::now();
     let outcome = renew_once(kind, conn, held).await;
     let label = renew_label(&outcome);
-    metric::lock_operation(metric::kind_name::<K>(), "renew", label);
+    metric::lock_operation(K::KIND, LockOp::Renew, label);
     Ok(held.renewed(started, outcome?))
 }
 
@@ -222,6 +225,6 @@ pub(crate) async fn release<K: LeaseKind, C: ConnectionLike>(
         Err(e) => Err(e),
     };
     let label = release_label(&released);
-    metric::lock_operation(metric::kind_name::<K>(), "release", label);
+    metric::lock_operation(K::KIND, LockOp::Release, label);
     released
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::token::FencingToken;
 use crate::error::{Error, Result};
 use crate::script::Script;
+use crate::telemetry::metric::LockOutcome;
 
 /// Result of an acquire, the same for every kind: `G` is the kind's guard
 /// ([`LockGuard<Lock>`](super::LockGuard), [`LockGuard<FairLock>`](super::LockGuard),
@@ -267,30 +268,30 @@ pub(crate) fn status(script: &Script, status: i64) -> Result<bool> {
 }
 
 /// The `redkit.outcome` metric label of an acquire's answer.
-pub(crate) fn acquire_label<G>(answer: &crate::error::Result<Acquire<G>>) -> &'static str {
+pub(crate) fn acquire_label<G>(answer: &crate::error::Result<Acquire<G>>) -> LockOutcome {
     match answer {
-        Ok(Acquire::Acquired(_)) => "acquired",
-        Ok(Acquire::Busy(_)) => "busy",
-        Ok(_) => "not_replicated",
-        Err(_) => "error",
+        Ok(Acquire::Acquired(_)) => LockOutcome::Acquired,
+        Ok(Acquire::Busy(_)) => LockOutcome::Busy,
+        Ok(_) => LockOutcome::NotReplicated,
+        Err(_) => LockOutcome::Error,
     }
 }
 
 /// The `redkit.outcome` metric label of a renewal's answer.
-pub(crate) fn renew_label(answer: &crate::error::Result<Renew>) -> &'static str {
+pub(crate) fn renew_label(answer: &crate::error::Result<Renew>) -> LockOutcome {
     match answer {
-        Ok(Renew::Renewed) => "renewed",
-        Ok(Renew::NotReplicated { .. }) => "not_replicated",
-        Ok(_) => "lost",
-        Err(_) => "error",
+        Ok(Renew::Renewed) => LockOutcome::Renewed,
+        Ok(Renew::NotReplicated { .. }) => LockOutcome::NotReplicated,
+        Ok(_) => LockOutcome::Lost,
+        Err(_) => LockOutcome::Error,
     }
 }
 
 /// The `redkit.outcome` metric label of a release's answer.
-pub(crate) fn release_label(answer: &crate::error::Result<Release>) -> &'static str {
+pub(crate) fn release_label(answer: &crate::error::Result<Release>) -> LockOutcome {
     match answer {
-        Ok(Release::Released) => "released",
-        Ok(_) => "not_owner",
-        Err(_) => "error",
+        Ok(Release::Released) => LockOutcome::Released,
+        Ok(_) => LockOutcome::NotOwner,
+        Err(_) => LockOutcome::Error,
     }
 }

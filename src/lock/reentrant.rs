@@ -17,6 +17,7 @@ use super::token::owner_token;
 use super::wait::{ms, poll};
 use crate::error::{Error, Result};
 use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::telemetry::metric::LockKind;
 
 /// Who holds a [`ReentrantLock`]: an explicit handle (a tokio task has no thread id), cloned
 /// into the nested code that may take the lock again. Its token is a secret, never printed.
@@ -269,6 +270,8 @@ impl ReentrantLock {
 
 impl LeaseKind for ReentrantLock {
     type Extra = ();
+
+    const KIND: LockKind = LockKind::ReentrantLock;
 
     fn manager(&self) -> &ScriptManager {
         &self.inner.base.manager

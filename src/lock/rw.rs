@@ -15,6 +15,7 @@ use super::schema;
 use super::wait::{ms, poll};
 use crate::error::Result;
 use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::telemetry::metric::LockKind;
 
 /// Which hold an [`RwLock`] acquire asks for.
 ///
@@ -255,6 +256,8 @@ impl RwLock {
 
 impl LeaseKind for RwLock {
     type Extra = ();
+
+    const KIND: LockKind = LockKind::RwLock;
 
     fn manager(&self) -> &ScriptManager {
         &self.inner.base.manager

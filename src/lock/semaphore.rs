@@ -16,6 +16,7 @@ use super::schema;
 use super::wait::{ms, poll, Attempts, Step};
 use crate::error::{Error, Result};
 use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::telemetry::metric::LockKind;
 
 lock_kind! {
     /// A counting semaphore on one Redis server or a Redis Cluster: at most `permits` owners hold
@@ -287,6 +288,8 @@ impl LeaseKind for Semaphore {
     /// The permit count the guard was acquired with.
     type Extra = u32;
 
+    const KIND: LockKind = LockKind::Semaphore;
+
     fn manager(&self) -> &ScriptManager {
         &self.inner.base.manager
     }
@@ -320,8 +323,8 @@ struct PermitAttempts<'a> {
 impl Attempts for PermitAttempts<'_> {
     type Guard = PermitGuard;
 
-    fn kind(&self) -> &'static str {
-        "Semaphore"
+    fn kind(&self) -> LockKind {
+        LockKind::Semaphore
     }
 
     async fn attempt<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Step<PermitGuard>> {

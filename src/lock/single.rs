@@ -15,6 +15,7 @@ use super::schema;
 use super::wait::ms;
 use crate::error::Result;
 use crate::script::{Acked, Call, Registry, Replication, Script, ScriptManager};
+use crate::telemetry::metric::LockKind;
 
 lock_kind! {
     /// A lock on one Redis server or Redis Cluster: one script round trip per operation.
@@ -216,6 +217,8 @@ impl Lock {
 
 impl LeaseKind for Lock {
     type Extra = ();
+
+    const KIND: LockKind = LockKind::Lock;
 
     fn manager(&self) -> &ScriptManager {
         &self.inner.base.manager

@@ -10,7 +10,7 @@ use redis::aio::ConnectionLike;
 use super::options::Settings;
 use super::outcome::{acquire_label, Acquire};
 use crate::error::{Error, Result};
-use crate::telemetry::metric;
+use crate::telemetry::metric::{self, LockKind, LockOp};
 
 /// A duration in whole milliseconds for a script argument (saturating; leases are validated
 /// to at most 30 days before they get here).
@@ -80,8 +80,8 @@ pub(super) trait Attempts {
     /// The guard of a hold.
     type Guard;
 
-    /// The lock kind's name (a metric label).
-    fn kind(&self) -> &'static str;
+    /// The lock kind (a metric label).
+    fn kind(&self) -> LockKind;
 
     /// One attempt.
     async fn attempt<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Step<Self::Guard>>;
@@ -108,7 +108,7 @@ pub(super) async fn poll<A: Attempts, C: ConnectionLike>(
         }
     };
     let label = acquire_label(&answer);
-    metric::lock_operation(attempts.kind(), "acquire", label);
+    metric::lock_operation(attempts.kind(), LockOp::Acquire, label);
     answer
 }
 

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::lease::{deadline, renew_once, HeldLease, LeaseKind};
 use super::outcome::{LeaseLoss, Renew};
 use crate::error::{Error, Result};
-use crate::telemetry::metric;
+use crate::telemetry::metric::{self, LockOp, LockOutcome};
 
 /// The running watchdog's signal from `slot`, or a new watchdog renewing `held` through
 /// `kind` stored there: what every `watch` does. [`Error::InvalidInput`] outside a tokio
@@ -172,7 +172,7 @@ async fn run<K: LeaseKind, C: ConnectionLike>(
                 not_replicated = unconfirmed,
                 "lease ran out before a renewal succeeded"
             );
-            metric::lock_operation(metric::kind_name::<K>(), "lease_lost", "expired");
+            metric::lock_operation(K::KIND, LockOp::LeaseLost, LockOutcome::Expired);
             signal.fire(LeaseLoss::Expired);
             return;
         }
@@ -202,7 +202,7 @@ async fn run<K: LeaseKind, C: ConnectionLike>(
             }
             Ok(Ok(_lost)) => {
                 tracing::warn!(key = %lease.key, "lease lost: another owner or no key");
-                metric::lock_operation(metric::kind_name::<K>(), "lease_lost", "not_owner");
+                metric::lock_operation(K::KIND, LockOp::LeaseLost, LockOutcome::NotOwner);
                 lease.clock.expire();
                 signal.fire(LeaseLoss::NotOwner);
                 return;

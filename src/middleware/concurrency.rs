@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::keys::{validate_prefix, MAX_PART_LEN};
 use crate::lock::{Acquire, LockOptions, PermitGuard, Semaphore};
 use crate::rate_limit::LimitKey;
-use crate::telemetry::metric::{self, Verdict};
+use crate::telemetry::metric::{self, PolicyMetrics, Verdict};
 
 /// Counters of a [`ConcurrencyLimitLayer`] (shared by all its clones).
 ///
@@ -180,6 +180,8 @@ impl ConcurrencyPolicy {
 
 struct Shared<C, K, H> {
     policy: ConcurrencyPolicy,
+    /// The policy's metric keys, built with the layer.
+    metrics: PolicyMetrics,
     options: LockOptions<Semaphore>,
     common: Common<C, K, H>,
     full_status: StatusCode,
@@ -542,6 +544,7 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
     fn into_layer(self, options: LockOptions<Semaphore>) -> ConcurrencyLimitLayer<C, K, H> {
         ConcurrencyLimitLayer {
             shared: Arc::new(Shared {
+                metrics: PolicyMetrics::concurrency_limiting(&self.policy.name),
                 policy: self.policy,
                 options,
                 common: self.common,
@@ -632,7 +635,7 @@ async fn release<C, K, H>(shared: Arc<Shared<C, K, H>>, permit: PermitGuard)
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    metric::concurrency_active(&shared.policy.name, -1.0);
+    metric::concurrency_active(&shared.metrics, -1.0);
     let mut conn = shared.common.conn.clone();
     let outcome = tokio::time::timeout(
         shared.common.timeout,
@@ -687,7 +690,7 @@ where
                 Some(ClientId::Key(key)) => key,
                 None => {
                     bump(&stats.common.unknown_clients);
-                    metric::concurrency_limited(&shared.policy.name, Verdict::UnknownClient);
+                    metric::concurrency_limited(&shared.metrics, Verdict::UnknownClient);
                     match shared.common.unknown {
                         UnknownClient::Allow => return inner.call(req).await,
                         UnknownClient::Reject => {
@@ -717,8 +720,8 @@ where
                         tracing::warn!(%error, "concurrency limit: no watchdog for the slot");
                     }
                     bump(&stats.admitted);
-                    metric::concurrency_limited(&policy.name, Verdict::Allowed);
-                    metric::concurrency_active(&policy.name, 1.0);
+                    metric::concurrency_limited(&shared.metrics, Verdict::Allowed);
+                    metric::concurrency_active(&shared.metrics, 1.0);
                     let slot = Slot {
                         shared: Arc::clone(&shared),
                         permit: Some(permit),
@@ -738,7 +741,7 @@ where
                 }
                 Ok(Acquire::Busy(held)) => {
                     bump(&stats.rejected);
-                    metric::concurrency_limited(&policy.name, Verdict::Limited);
+                    metric::concurrency_limited(&shared.metrics, Verdict::Limited);
                     let retry_after = held.ttl.unwrap_or_default();
                     let response = refuse(shared.full_status, retry_after_secs(retry_after));
                     let rejection = Rejection::Full {
@@ -750,7 +753,7 @@ where
                 // Only with `require_replicas` in the options: the permit was given back.
                 Ok(_) => {
                     bump(&stats.rejected);
-                    metric::concurrency_limited(&policy.name, Verdict::Limited);
+                    metric::concurrency_limited(&shared.metrics, Verdict::Limited);
                     let rejection = Rejection::Full {
                         limiter: &policy.name,
                         retry_after: Duration::from_secs(1),
@@ -765,7 +768,7 @@ where
                     match shared.common.fail_mode {
                         FailMode::Closed => {
                             bump(&stats.common.failed_closed);
-                            metric::concurrency_limited(&policy.name, Verdict::FailClosed);
+                            metric::concurrency_limited(&shared.metrics, Verdict::FailClosed);
                             tracing::warn!(%error, name = %policy.name, "concurrency limit failed: refusing (fail-closed)");
                             let response = refuse(StatusCode::SERVICE_UNAVAILABLE, 1);
                             Ok(shared
@@ -775,7 +778,7 @@ where
                         }
                         _ => {
                             bump(&stats.common.failed_open);
-                            metric::concurrency_limited(&policy.name, Verdict::FailOpen);
+                            metric::concurrency_limited(&shared.metrics, Verdict::FailOpen);
                             tracing::warn!(%error, name = %policy.name, "concurrency limit failed: letting request through (fail-open)");
                             inner.call(req).await
                         }

@@ -662,22 +662,28 @@ impl Policies {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn for_path(&self, path: &str) -> &Limiter {
-        self.routes
-            .iter()
-            .find(|(p, _)| {
-                p == "/"
-                    || path == p
-                    || (path.starts_with(p.as_str()) && path.as_bytes().get(p.len()) == Some(&b'/'))
-            })
-            .map(|(_, l)| l)
-            .unwrap_or(&self.default)
+        self.route_for(path).1
     }
 }
 
 impl Policies {
-    /// Every limiter (default first), each once per name.
+    /// Every limiter in index order ([`route_for`](Self::route_for)): the default, then each
+    /// route's (a limiter shared by routes once per route).
     pub(crate) fn limiters(&self) -> impl Iterator<Item = &Limiter> {
         std::iter::once(&self.default).chain(self.routes.iter().map(|(_, l)| l))
+    }
+
+    /// The limiter of `path` ([`for_path`](Self::for_path)) with its index: 0 for the
+    /// default, `i + 1` for route `i` (its place in [`limiters`](Self::limiters)).
+    pub(crate) fn route_for(&self, path: &str) -> (usize, &Limiter) {
+        self.routes
+            .iter()
+            .position(|(p, _)| {
+                p == "/"
+                    || path == p
+                    || (path.starts_with(p.as_str()) && path.as_bytes().get(p.len()) == Some(&b'/'))
+            })
+            .map_or((0, &self.default), |i| (i + 1, &self.routes[i].1))
     }
 
     /// Every fixed-window and GCRA limiter answers from `cache` (keys are full Redis keys: no
@@ -765,6 +771,21 @@ mod tests {
         assert_eq!(p.for_path("/api/upload").name(), "up");
         assert_eq!(p.for_path("/api/upload/big").name(), "up");
         assert_eq!(p.for_path("/").name(), "d");
+    }
+
+    #[test]
+    fn a_route_index_is_the_place_of_its_limiter_in_limiters() {
+        let p = Policies::new(fw("d", 1))
+            .route("/api", fw("api", 2))
+            .unwrap()
+            .route("/api/upload/", fw("up", 3))
+            .unwrap();
+        for path in ["/", "/api", "/api/x", "/apix", "/api/upload/big"] {
+            let (index, limiter) = p.route_for(path);
+            assert!(std::ptr::eq(p.limiters().nth(index).unwrap(), limiter));
+            assert!(std::ptr::eq(p.for_path(path), limiter), "{path}");
+        }
+        assert_eq!(p.route_for("/apix").0, 0, "the default");
     }
 
     #[test]

@@ -16,6 +16,7 @@ use super::policy::Policies;
 use super::respond::{DefaultResponses, RespondWith};
 use crate::error::{Error, Result};
 use crate::rate_limit::DenyCache;
+use crate::telemetry::metric::PolicyMetrics;
 
 /// Counters of a layer (shared by all its clones), for metrics and tests.
 ///
@@ -71,6 +72,9 @@ pub(crate) struct Live {
     pub(crate) policies: Policies,
     /// `RateLimit-Policy` of each limiter name, built once per set.
     pub(crate) policy_headers: HashMap<String, HeaderValue>,
+    /// The metric keys of each limiter, by index ([`Policies::route_for`]), built once per
+    /// set.
+    pub(crate) metrics: Vec<PolicyMetrics>,
 }
 
 impl Live {
@@ -79,6 +83,10 @@ impl Live {
             policy_headers: policies
                 .limiters()
                 .filter_map(|l| Some((l.name().to_owned(), headers::policy_value(l)?)))
+                .collect(),
+            metrics: policies
+                .limiters()
+                .map(|l| PolicyMetrics::rate_limiting(l.name()))
                 .collect(),
             policies,
         }

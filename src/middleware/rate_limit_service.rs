@@ -19,7 +19,7 @@ use super::rate_limit_layer::{RateLimitLayer, Shared};
 use super::respond::{DefaultResponses, Rejection, Respond};
 use crate::error::{Error, Result};
 use crate::rate_limit::{Decision, LimitKey, Limiter};
-use crate::telemetry::metric::{self, Verdict};
+use crate::telemetry::metric::{self, PolicyMetrics, Verdict};
 
 /// The rate-limiting service wrapping `S` (see [`RateLimitLayer`](super::RateLimitLayer)).
 ///
@@ -107,20 +107,22 @@ where
             let stats = &shared.stats;
             // One set of policies from here to the end, whatever replaces it meanwhile.
             let live = shared.live();
-            let limiter = live.policies.for_path(req.uri().path());
+            let (route, limiter) = live.policies.route_for(req.uri().path());
             let name = limiter.name();
+            // Each decision recorded with the limiter's metric keys (built with the policies).
+            let decide = |verdict| decided(name, &live.metrics[route], verdict);
             let key = match shared.common.extractor.extract(&RequestInfo::new(&req)) {
                 Some(ClientId::Ip(ip)) => match live.policies.access().decide(ip) {
                     Some(Access::Allowed) => {
                         bump(&stats.allowlisted);
-                        decided(name, Verdict::Allowlisted);
+                        decide(Verdict::Allowlisted);
                         req.extensions_mut()
                             .insert(LimitOutcome::Unchecked(Unchecked::Allowlisted));
                         return inner.call(req).await;
                     }
                     Some(Access::Denied) => {
                         bump(&stats.denied);
-                        decided(name, Verdict::Denied);
+                        decide(Verdict::Denied);
                         let response = refusal(StatusCode::FORBIDDEN, None);
                         return Ok(shared.common.respond.respond(&Rejection::Denied, response));
                     }
@@ -129,7 +131,7 @@ where
                 Some(ClientId::Key(key)) => key,
                 None => {
                     bump(&stats.common.unknown_clients);
-                    decided(name, Verdict::UnknownClient);
+                    decide(Verdict::UnknownClient);
                     tracing::debug!(path = req.uri().path(), "rate limit: client unknown");
                     match shared.common.unknown {
                         UnknownClient::Allow => {
@@ -165,7 +167,7 @@ where
                     match (shared.common.fail_mode, &shared.local) {
                         (FailMode::Closed, _) => {
                             bump(&stats.common.failed_closed);
-                            decided(name, Verdict::FailClosed);
+                            decide(Verdict::FailClosed);
                             tracing::warn!(%error, limiter = name, "rate limit check failed: refusing (fail-closed)");
                             let response = refusal(StatusCode::SERVICE_UNAVAILABLE, Some(1));
                             return Ok(shared
@@ -183,7 +185,7 @@ where
                                 (&stats.fallback_limited, Verdict::FallbackLimited)
                             };
                             bump(counter);
-                            decided(name, verdict);
+                            decide(verdict);
                             if decision.is_allowed() {
                                 req.extensions_mut()
                                     .insert(LimitOutcome::Unchecked(Unchecked::LocalFallback));
@@ -193,7 +195,7 @@ where
                         }
                         _ => {
                             bump(&stats.common.failed_open);
-                            decided(name, Verdict::FailOpen);
+                            decide(Verdict::FailOpen);
                             tracing::warn!(%error, limiter = name, "rate limit check failed: letting request through (fail-open)");
                             req.extensions_mut()
                                 .insert(LimitOutcome::Unchecked(Unchecked::RedisUnavailable));
@@ -206,11 +208,11 @@ where
             if decision.is_allowed() || shadow {
                 let outcome = if shadow {
                     bump(&stats.shadow_limited);
-                    decided(name, Verdict::ShadowLimited);
+                    decide(Verdict::ShadowLimited);
                     LimitOutcome::WouldLimit(decision)
                 } else {
                     bump(&stats.allowed);
-                    decided(name, Verdict::Allowed);
+                    decide(Verdict::Allowed);
                     LimitOutcome::Checked(decision)
                 };
                 req.extensions_mut().insert(outcome);
@@ -219,7 +221,7 @@ where
                 Ok(response)
             } else {
                 bump(&stats.limited);
-                decided(name, Verdict::Limited);
+                decide(Verdict::Limited);
                 Ok(limited(&shared, policy, limiter, &decision))
             }
         })
@@ -228,8 +230,8 @@ where
 
 /// Records a decision: the `redkit.rate_limiting.requests` metric, and a `DEBUG` event on the
 /// request's span (target `redkit::middleware`).
-fn decided(policy: &str, verdict: Verdict) {
-    metric::rate_limited(policy, verdict);
+fn decided(policy: &str, metrics: &PolicyMetrics, verdict: Verdict) {
+    metric::rate_limited(metrics, verdict);
     tracing::event!(
         target: "redkit::middleware",
         tracing::Level::DEBUG,

@@ -13,6 +13,7 @@ use redis::{ErrorKind, ServerErrorKind, Value};
 use crate::error::{Error, Result};
 use crate::group_commit::{self, GroupCommit, Grouped, Turn};
 use crate::script::{script_error, Call, Script, ScriptManager};
+use crate::telemetry::metric::GroupOperation;
 
 /// What a group needs of its limiter (a [`FixedWindow`](super::FixedWindow)).
 pub(super) trait GroupSender: Sync {
@@ -49,7 +50,7 @@ impl Grouped for Checks {
     type Payload = Check;
     /// The check's reply (as `fixed_window.v7` answers it); errors already mapped.
     type Outcome = Value;
-    const WHAT: &'static str = "rate-limit check";
+    const WHAT: GroupOperation = GroupOperation::RateLimitCheck;
 }
 
 type Lead = group_commit::Lead<Checks>;

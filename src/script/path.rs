@@ -58,7 +58,7 @@ use super::registry::Script;
 use super::replication::Replication;
 use super::state::State;
 use crate::error::{Error, Result};
-use crate::telemetry::metric::{self, Reload};
+use crate::telemetry::metric::{self, Operation, Reload};
 use crate::telemetry::round_trip::{operation, RoundTrip, Server};
 
 /// Where a script lives on the server.
@@ -244,7 +244,7 @@ impl<'m> Path<'m> {
     ) -> Result<Answer> {
         let script = req.script;
         State::bump(&self.state.noscript_fallbacks);
-        metric::reload(Reload::EvalFallback, script.id());
+        metric::reload(Reload::EvalFallback, script);
         self.state.cached.forget_all();
         tracing::debug!(script = script.id(), "NOSCRIPT: falling back to EVAL");
         let answer = send(conn, &req.as_eval(), self.server).await?;
@@ -254,11 +254,11 @@ impl<'m> Path<'m> {
         let Some(_claim) = self.state.loading.claim(script.sha1()) else {
             return Ok(answer); // another caller's load is in flight
         };
-        let trip = RoundTrip::call("SCRIPT", script.id(), self.server);
+        let trip = RoundTrip::call(Operation::Script, script, self.server);
         match traced(trip, query(conn, &script_load(script))).await {
             Ok(_) => {
                 State::bump(&self.state.fallback_loads);
-                metric::reload(Reload::ScriptLoad, script.id());
+                metric::reload(Reload::ScriptLoad, script);
                 self.state.cached.insert(script.sha1());
             }
             Err(e) => {
@@ -277,13 +277,13 @@ impl<'m> Path<'m> {
         library: &Library,
     ) -> Result<()> {
         State::bump(&self.state.function_reloads);
-        metric::reload(Reload::FunctionLoad, script.id());
+        metric::reload(Reload::FunctionLoad, script);
         tracing::debug!(
             script = script.id(),
             library = library.name(),
             "function not found: FUNCTION LOAD"
         );
-        let trip = RoundTrip::call("FUNCTION", script.id(), self.server);
+        let trip = RoundTrip::call(Operation::Function, script, self.server);
         let loaded = in_span(trip.span(), load_library(conn, library)).await;
         match &loaded {
             Ok(()) => trip.finish(None),
@@ -306,7 +306,7 @@ impl<'m> Path<'m> {
                 Route::Function { library, .. } if !libraries.contains(&library.name()) => {
                     libraries.push(library.name());
                     State::bump(&self.state.function_reloads);
-                    metric::reload(Reload::FunctionLoad, req.script.id());
+                    metric::reload(Reload::FunctionLoad, req.script);
                     cmds.push(library.load_cmd());
                 }
                 Route::Script if !scripts.contains(&req.script.sha1()) => {
@@ -314,7 +314,7 @@ impl<'m> Path<'m> {
                         self.state.cached.forget_all();
                     }
                     scripts.push(req.script.sha1());
-                    metric::reload(Reload::ScriptLoad, req.script.id());
+                    metric::reload(Reload::ScriptLoad, req.script);
                     cmds.push(script_load(req.script));
                 }
                 _ => {}
@@ -336,7 +336,7 @@ async fn send<C: ConnectionLike>(
     req: &Request<'_>,
     server: Option<&Server>,
 ) -> Result<Answer> {
-    let trip = RoundTrip::call(operation(&req.cmd), req.script.id(), server);
+    let trip = RoundTrip::call(operation(&req.cmd), req.script, server);
     let sent = in_span(trip.span(), send_untraced(conn, req)).await;
     match &sent {
         Ok(answer) => trip.finish(answer.reply.as_ref().err()),
@@ -347,7 +347,7 @@ async fn send<C: ConnectionLike>(
 }
 
 /// Runs `fut` (one round trip) in `trip`'s span and records how it ended.
-pub(crate) async fn traced<T, F>(trip: RoundTrip, fut: F) -> RedisResult<T>
+pub(crate) async fn traced<T, F>(trip: RoundTrip<'_>, fut: F) -> RedisResult<T>
 where
     F: std::future::Future<Output = RedisResult<T>>,
 {
@@ -406,7 +406,7 @@ async fn present<C: ConnectionLike>(
         Route::Script => {
             let mut cmd = redis::cmd("SCRIPT");
             cmd.arg("EXISTS").arg(script.sha1());
-            let trip = RoundTrip::call("SCRIPT", script.id(), server);
+            let trip = RoundTrip::call(Operation::Script, script, server);
             traced(trip, cmd.query_async::<Vec<bool>>(conn))
                 .await
                 .map(|exists| exists.first().copied())
@@ -414,7 +414,7 @@ async fn present<C: ConnectionLike>(
         Route::Function { library, name, .. } => {
             let mut cmd = redis::cmd("FUNCTION");
             cmd.arg("LIST").arg("LIBRARYNAME").arg(library.name());
-            let trip = RoundTrip::call("FUNCTION", script.id(), server);
+            let trip = RoundTrip::call(Operation::Function, script, server);
             traced(trip, cmd.query_async::<Value>(conn))
                 .await
                 .map(|listing| Some(lists(&listing, library.name(), name)))

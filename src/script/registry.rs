@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 use include_dir::{include_dir, Dir};
 
 use crate::error::{Error, Result};
+use crate::telemetry::metric::ScriptMetrics;
 
 static LUA_DIR: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/lua");
 
@@ -36,6 +37,8 @@ pub struct Script {
     sha1: String,
     source: String,
     id: String,
+    /// Its metric keys (feature `metrics`), built on its first recording.
+    metrics: ScriptMetrics,
 }
 
 impl Script {
@@ -81,6 +84,7 @@ impl Script {
                 .to_string(),
             source: source.to_owned(),
             id: format!("{name}.v{version}"),
+            metrics: ScriptMetrics::default(),
         })
     }
 
@@ -97,6 +101,12 @@ impl Script {
     /// `name.vN`, the identifier used in logs, errors and the CLI.
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// Its metric keys.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn metrics(&self) -> &ScriptMetrics {
+        &self.metrics
     }
 
     /// How many `KEYS` every call passes; for a [variadic](Self::is_variadic) script, the

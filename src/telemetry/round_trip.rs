@@ -16,7 +16,8 @@ use std::time::Instant;
 use redis::{Cmd, ConnectionAddr, RedisError};
 use tracing::field::Empty;
 
-use super::metric;
+use super::metric::{self, Operation};
+use crate::Script;
 
 /// Where the manager's connection goes, as the spans report it (`server.address`,
 /// `server.port`): host and port, or a Unix socket's path. Never credentials: a
@@ -47,22 +48,22 @@ impl Server {
     }
 }
 
-/// The command name of `cmd` as a static string (`db.operation.name`).
-pub(crate) fn operation(cmd: &Cmd) -> &'static str {
+/// The command of `cmd` (`db.operation.name`).
+pub(crate) fn operation(cmd: &Cmd) -> Operation {
     let name = cmd.args_iter().next();
     match name {
         Some(redis::Arg::Simple(bytes)) => match bytes {
-            b"EVALSHA" => "EVALSHA",
-            b"EVALSHA_RO" => "EVALSHA_RO",
-            b"EVAL" => "EVAL",
-            b"EVAL_RO" => "EVAL_RO",
-            b"FCALL" => "FCALL",
-            b"FCALL_RO" => "FCALL_RO",
-            b"SCRIPT" => "SCRIPT",
-            b"FUNCTION" => "FUNCTION",
-            _ => "other",
+            b"EVALSHA" => Operation::EvalSha,
+            b"EVALSHA_RO" => Operation::EvalShaRo,
+            b"EVAL" => Operation::Eval,
+            b"EVAL_RO" => Operation::EvalRo,
+            b"FCALL" => Operation::Fcall,
+            b"FCALL_RO" => Operation::FcallRo,
+            b"SCRIPT" => Operation::Script,
+            b"FUNCTION" => Operation::Function,
+            _ => Operation::Other,
         },
-        _ => "other",
+        _ => Operation::Other,
     }
 }
 
@@ -106,25 +107,27 @@ pub(crate) fn error_type(error: &RedisError) -> &'static str {
 
 /// A round trip in flight: its span, and when it started (for the duration histogram).
 #[derive(Debug)]
-pub(crate) struct RoundTrip {
+pub(crate) struct RoundTrip<'s> {
     span: tracing::Span,
-    operation: &'static str,
-    procedure: Option<Arc<str>>,
+    operation: Operation,
+    /// The script called (`db.stored_procedure.name`); none for a batch.
+    script: Option<&'s Script>,
     /// When it started: only read by the duration metric.
     started: Option<Instant>,
 }
 
-impl RoundTrip {
-    /// A round trip of one script call (`procedure`: the script's `name.vN`).
-    pub(crate) fn call(operation: &'static str, procedure: &str, server: Option<&Server>) -> Self {
+impl<'s> RoundTrip<'s> {
+    /// A round trip of one call of `script` (its `name.vN` names the procedure).
+    pub(crate) fn call(operation: Operation, script: &'s Script, server: Option<&Server>) -> Self {
+        let (operation_name, procedure) = (operation.label(), script.id());
         let span = tracing::debug_span!(
             target: "redkit::redis",
             "redis",
-            otel.name = %format_args!("{operation} {procedure}"),
+            otel.name = %format_args!("{operation_name} {procedure}"),
             otel.kind = "client",
             otel.status_code = Empty,
             db.system.name = "redis",
-            db.operation.name = operation,
+            db.operation.name = operation_name,
             db.stored_procedure.name = procedure,
             db.operation.batch.size = Empty,
             db.response.status_code = Empty,
@@ -132,7 +135,7 @@ impl RoundTrip {
             server.address = Empty,
             server.port = Empty,
         );
-        Self::started(span, operation, Some(procedure), server)
+        Self::started(span, operation, Some(script), server)
     }
 
     /// A round trip of a batch: `MULTI`, `size` commands, `EXEC`.
@@ -151,13 +154,13 @@ impl RoundTrip {
             server.address = Empty,
             server.port = Empty,
         );
-        Self::started(span, "MULTI", None, server)
+        Self::started(span, Operation::Multi, None, server)
     }
 
     fn started(
         span: tracing::Span,
-        operation: &'static str,
-        procedure: Option<&str>,
+        operation: Operation,
+        script: Option<&'s Script>,
         server: Option<&Server>,
     ) -> Self {
         if let Some(server) = server.filter(|_| !span.is_disabled()) {
@@ -167,11 +170,9 @@ impl RoundTrip {
             }
         }
         Self {
-            procedure: procedure
-                .filter(|_| metric::ENABLED || !span.is_disabled())
-                .map(Arc::from),
             span,
             operation,
+            script,
             started: metric::ENABLED.then(Instant::now),
         }
     }
@@ -203,7 +204,7 @@ impl RoundTrip {
         }
         metric::round_trip(
             self.operation,
-            self.procedure.as_deref(),
+            self.script,
             error_type,
             self.started.map(|s| s.elapsed()).unwrap_or_default(),
         );
@@ -224,10 +225,10 @@ mod tests {
             "FCALL",
             "FCALL_RO",
         ] {
-            assert_eq!(operation(&redis::cmd(name)), name);
+            assert_eq!(operation(&redis::cmd(name)).label(), name);
         }
-        assert_eq!(operation(&redis::cmd("GET")), "other");
-        assert_eq!(operation(&Cmd::new()), "other");
+        assert_eq!(operation(&redis::cmd("GET")), Operation::Other);
+        assert_eq!(operation(&Cmd::new()), Operation::Other);
     }
 
     #[test]

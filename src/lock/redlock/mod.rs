@@ -22,7 +22,7 @@ use super::wait::{ms, Retry};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::script::{script_error, Call, Registry, Script, ScriptManager};
-use crate::telemetry::metric;
+use crate::telemetry::metric::{self, LockKind, LockOp};
 
 /// The Redlock algorithm over N independent masters (N odd: 3 or 5 typically).
 ///
@@ -246,7 +246,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
             let result = self.attempt(&key, ttl_ms, options).await;
             if matches!(result, Ok(Acquire::Acquired(_))) || !retry.again().await {
                 let label = acquire_label(&result);
-                metric::lock_operation("Redlock", "acquire", label);
+                metric::lock_operation(LockKind::Redlock, LockOp::Acquire, label);
                 return result;
             }
         }
@@ -324,7 +324,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     pub async fn renew(&self, guard: &mut RedlockGuard) -> Result<Renew> {
         let renewed = self.renew_quorum(guard).await;
         let label = renew_label(&renewed);
-        metric::lock_operation("Redlock", "renew", label);
+        metric::lock_operation(LockKind::Redlock, LockOp::Renew, label);
         renewed
     }
 
@@ -382,7 +382,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     pub async fn release(&self, guard: RedlockGuard) -> Result<Release> {
         let released = self.release_quorum(guard).await;
         let label = release_label(&released);
-        metric::lock_operation("Redlock", "release", label);
+        metric::lock_operation(LockKind::Redlock, LockOp::Release, label);
         released
     }
 
