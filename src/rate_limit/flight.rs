@@ -121,6 +121,21 @@ impl Flights {
         })
     }
 
+    /// Becomes the call for `key` when none is in flight (`None` when one is).
+    pub(super) fn lead_if_idle(&self, key: &str) -> Option<Leader<'_>> {
+        let mut calls = self.lock();
+        if calls.contains_key(key) {
+            return None;
+        }
+        let flight = Arc::new(Flight::default());
+        calls.insert(key.to_owned(), Arc::clone(&flight));
+        Some(Leader {
+            flights: self,
+            key: key.to_owned(),
+            flight,
+        })
+    }
+
     #[cfg(test)]
     fn in_flight(&self) -> usize {
         self.lock().len()

@@ -11,7 +11,7 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::decision::{Decision, Quota};
-use super::flight::{Flights, Turn};
+use super::flight::{Flights, Leader, Turn};
 use crate::error::{Error, Result};
 use crate::script::{Call, Registry, Script, ScriptManager};
 
@@ -182,6 +182,16 @@ pub(super) struct Leases {
     flights: Flights,
 }
 
+/// What the units held here answer for a check ([`Leases::take_local`]).
+pub(super) enum Local<'a> {
+    /// Taken: the check's decision.
+    Taken(Decision),
+    /// Running low: this check sends the next lease call (the others keep taking units).
+    Refill(Leader<'a>),
+    /// Not enough held (or the window has ended): ask Redis.
+    Empty,
+}
+
 /// What a lease call asks for.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Ask {
@@ -221,16 +231,28 @@ impl Leases {
     }
 
     /// `cost` units from what this instance holds of `redis_key`'s window, when it holds
-    /// enough and the window has not ended: the decision, with no round trip.
-    pub(super) fn take_local(&self, redis_key: &str, limit: u32, cost: u32) -> Option<Decision> {
+    /// enough and the window has not ended: the decision, with no round trip. When taking
+    /// them would leave fewer than a quarter of the last ask and no lease call of the key is
+    /// in flight, the check does not take them: it leads the next lease call while the other
+    /// checks go on taking what is left (refreshed ahead, so a hot key's checks do not all
+    /// stop and wait when its units run out).
+    pub(super) fn take_local(&self, redis_key: &str, limit: u32, cost: u32) -> Local<'_> {
         let now = Instant::now();
         let mut held = self.lock();
-        let entry = held.get_mut(redis_key)?;
+        let Some(entry) = held.get_mut(redis_key) else {
+            return Local::Empty;
+        };
         if entry.until <= now || entry.units < u64::from(cost) {
-            return None;
+            return Local::Empty;
         }
-        entry.units -= u64::from(cost);
-        Some(allowed(limit, entry, now))
+        let left = entry.units - u64::from(cost);
+        if left < u64::from(entry.last_want / 4) {
+            if let Some(leader) = self.flights.lead_if_idle(redis_key) {
+                return Local::Refill(leader);
+            }
+        }
+        entry.units = left;
+        Local::Taken(allowed(limit, entry, now))
     }
 
     /// One lease call for `ask.cost` units of `redis_key` (`window_ms`: a new window's
@@ -433,6 +455,43 @@ mod tests {
         let lease = QuotaLease::new(64).unwrap();
         assert_eq!(lease.want(1, carried(&used(400, 0)), 1_000, 1), 64);
         assert_eq!(lease.want(1, carried(&used(40, 0)), 1_000, 1), 20);
+    }
+
+    #[test]
+    fn a_check_that_finds_the_units_low_refills_ahead_while_the_others_take_them() {
+        let leases = Leases::new(QuotaLease::new(64).unwrap());
+        let now = Instant::now();
+        let held = |units| Held {
+            units,
+            until: now + Duration::from_secs(10),
+            count: 100,
+            count_sent: now,
+            last_want: 64,
+            taken: 100,
+        };
+        let units = |l: &Leases| l.lock()["k"].units;
+        leases.lock().insert("k".to_owned(), held(40));
+        assert!(
+            matches!(leases.take_local("k", 1_000, 1), Local::Taken(_)),
+            "plenty"
+        );
+        assert_eq!(units(&leases), 39);
+        leases.lock().insert("k".to_owned(), held(16));
+        let Local::Refill(refill) = leases.take_local("k", 1_000, 1) else {
+            panic!("15 left would be under a quarter of 64: this check refills");
+        };
+        assert_eq!(units(&leases), 16, "the refilling check takes none");
+        for left in (0..16).rev() {
+            assert!(
+                matches!(leases.take_local("k", 1_000, 1), Local::Taken(_)),
+                "the others take what is left while the refill is in flight"
+            );
+            assert_eq!(units(&leases), left);
+        }
+        assert!(matches!(leases.take_local("k", 1_000, 1), Local::Empty));
+        drop(refill);
+        leases.lock().insert("k".to_owned(), held(16));
+        assert!(matches!(leases.take_local("k", 1_000, 1), Local::Refill(_)));
     }
 
     #[test]

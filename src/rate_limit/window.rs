@@ -14,7 +14,7 @@ use super::deny_cache::DenyCache;
 use super::flight::Turn;
 use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
-use super::lease::{Ask, Leases, QuotaLease};
+use super::lease::{Ask, Leases, Local, QuotaLease};
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
 use super::window_group::{GroupSender, WindowGroups};
@@ -501,7 +501,8 @@ impl FixedWindow {
     /// flight at a time: a check that finds another on its way waits for it and looks again
     /// (taking its refusal when it asked at least as much); the next call asks for at least
     /// what the checks that waited need. After two waits a check asks on its own (a bounded
-    /// wait, also near the limit where grants are small).
+    /// wait, also near the limit where grants are small). A check that finds the units running
+    /// low sends the next call while the others take what is left.
     async fn check_leased<C: ConnectionLike>(
         &self,
         leases: &Leases,
@@ -512,9 +513,15 @@ impl FixedWindow {
         const MOST_WAITS: u32 = 2;
         let cache = self.cache_for(cost);
         let (mut waits, mut demand) = (0, cost);
+        let mut refill = false;
         let leader = loop {
-            if let Some(decision) = leases.take_local(redis_key, self.limit, cost) {
-                return Ok(decision);
+            match leases.take_local(redis_key, self.limit, cost) {
+                Local::Taken(decision) => return Ok(decision),
+                Local::Refill(leader) => {
+                    refill = true;
+                    break Some(leader);
+                }
+                Local::Empty => {}
             }
             if let Some(decision) = cache.and_then(|c| c.lookup(redis_key, self.limit, cost)) {
                 return Ok(decision);
@@ -541,7 +548,19 @@ impl FixedWindow {
                 (self.limit, self.window_ms),
                 Ask { cost, demand },
             )
-            .await?;
+            .await;
+        let refused = match &granted {
+            Ok(g) => matches!(g.decision, Decision::Limited { .. }),
+            Err(_) => true,
+        };
+        if refill && refused {
+            // A refill refused or failed: this check still has the units held here (its own
+            // call is in flight, so it takes them without leading another).
+            if let Local::Taken(decision) = leases.take_local(redis_key, self.limit, cost) {
+                return Ok(decision);
+            }
+        }
+        let granted = granted?;
         if let Some(cache) = cache {
             remember(cache, redis_key, sent, &granted.decision);
         }
