@@ -266,61 +266,52 @@ impl Store {
         reservation_id: &str,
         replication: Option<Replication>,
     ) -> Result<Acked<Reserve>> {
-        let outcome = self
-            .send_reserve(conn, sku, quantity, ttl, reservation_id, replication)
-            .await;
-        counted(InventoryOp::Reserve, outcome)
-    }
-
-    async fn send_reserve<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        sku: &str,
-        quantity: u64,
-        ttl: Duration,
-        reservation_id: &str,
-        replication: Option<Replication>,
-    ) -> Result<Acked<Reserve>> {
-        check_quantity(quantity)?;
-        if ttl < Duration::from_millis(1) || ttl > engine::MAX_RESERVATION_TTL {
-            return Err(Error::invalid(
-                "ttl",
-                format!(
-                    "must be 1 ms ..= {} days",
-                    engine::MAX_RESERVATION_TTL.as_secs() / 86_400
-                ),
-            ));
-        }
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let mut call = self.reservation_call(sku, "reserve", reservation_id)?;
-        call.arg(quantity)
-            .arg(ttl_ms)
-            .arg(engine::MAX_RESERVATIONS_PER_SKU);
-        let (script, tag, numbers, acked) = self.run(conn, &call, replication).await?;
-        let ms = Duration::from_millis;
-        let outcome = match (tag.as_str(), numbers.as_slice()) {
-            ("ok", [remaining, ttl]) => Ok(Reserve::Reserved {
-                remaining: *remaining,
-                expires_in: ms(*ttl),
-            }),
-            ("short", [available]) => Ok(Reserve::Insufficient {
-                available: *available,
-            }),
-            ("dup", [quantity, left]) => Ok(Reserve::AlreadyReserved {
-                quantity: *quantity,
-                expires_in: ms(*left),
-            }),
-            ("full", [limit]) => Ok(Reserve::Full { limit: *limit }),
-            ("committed", [quantity]) => Ok(Reserve::AlreadyCommitted {
-                quantity: *quantity,
-            }),
-            ("released", [quantity]) => Ok(Reserve::AlreadyCancelled {
-                quantity: *quantity,
-            }),
-            ("unknown", []) => Err(unknown_sku(sku)),
-            _ => Err(malformed(script, &tag, &numbers)),
-        }?;
-        Ok(acked.map(|()| outcome))
+        counted(
+            InventoryOp::Reserve,
+            async {
+                check_quantity(quantity)?;
+                if ttl < Duration::from_millis(1) || ttl > engine::MAX_RESERVATION_TTL {
+                    return Err(Error::invalid(
+                        "ttl",
+                        format!(
+                            "must be 1 ms ..= {} days",
+                            engine::MAX_RESERVATION_TTL.as_secs() / 86_400
+                        ),
+                    ));
+                }
+                let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+                let mut call = self.reservation_call(sku, "reserve", reservation_id)?;
+                call.arg(quantity)
+                    .arg(ttl_ms)
+                    .arg(engine::MAX_RESERVATIONS_PER_SKU);
+                let (script, tag, numbers, acked) = self.run(conn, &call, replication).await?;
+                let ms = Duration::from_millis;
+                let outcome = match (tag.as_str(), numbers.as_slice()) {
+                    ("ok", [remaining, ttl]) => Ok(Reserve::Reserved {
+                        remaining: *remaining,
+                        expires_in: ms(*ttl),
+                    }),
+                    ("short", [available]) => Ok(Reserve::Insufficient {
+                        available: *available,
+                    }),
+                    ("dup", [quantity, left]) => Ok(Reserve::AlreadyReserved {
+                        quantity: *quantity,
+                        expires_in: ms(*left),
+                    }),
+                    ("full", [limit]) => Ok(Reserve::Full { limit: *limit }),
+                    ("committed", [quantity]) => Ok(Reserve::AlreadyCommitted {
+                        quantity: *quantity,
+                    }),
+                    ("released", [quantity]) => Ok(Reserve::AlreadyCancelled {
+                        quantity: *quantity,
+                    }),
+                    ("unknown", []) => Err(unknown_sku(sku)),
+                    _ => Err(malformed(script, &tag, &numbers)),
+                }?;
+                Ok(acked.map(|()| outcome))
+            }
+            .await,
+        )
     }
 
     /// Commits the live reservation `reservation_id` of `sku`: its units stay deducted and the
@@ -384,37 +375,30 @@ impl Store {
         reservation_id: &str,
         replication: Option<Replication>,
     ) -> Result<Acked<Commit>> {
-        let outcome = self
-            .send_commit(conn, sku, reservation_id, replication)
-            .await;
-        counted(InventoryOp::Commit, outcome)
-    }
-
-    async fn send_commit<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        sku: &str,
-        reservation_id: &str,
-        replication: Option<Replication>,
-    ) -> Result<Acked<Commit>> {
-        let mut call = self.reservation_call(sku, "commit", reservation_id)?;
-        call.arg(self.engine().retention_ms);
-        let (script, tag, numbers, acked) = self.run(conn, &call, replication).await?;
-        let outcome = match (tag.as_str(), numbers.as_slice()) {
-            ("ok", [quantity]) => Ok(Commit::Committed {
-                quantity: *quantity,
-            }),
-            ("committed", [quantity]) => Ok(Commit::AlreadyCommitted {
-                quantity: *quantity,
-            }),
-            ("released", [quantity]) => Ok(Commit::AlreadyCancelled {
-                quantity: *quantity,
-            }),
-            ("none", []) => Ok(Commit::Unknown),
-            ("unknown", []) => Err(unknown_sku(sku)),
-            _ => Err(malformed(script, &tag, &numbers)),
-        }?;
-        Ok(acked.map(|()| outcome))
+        counted(
+            InventoryOp::Commit,
+            async {
+                let mut call = self.reservation_call(sku, "commit", reservation_id)?;
+                call.arg(self.engine().retention_ms);
+                let (script, tag, numbers, acked) = self.run(conn, &call, replication).await?;
+                let outcome = match (tag.as_str(), numbers.as_slice()) {
+                    ("ok", [quantity]) => Ok(Commit::Committed {
+                        quantity: *quantity,
+                    }),
+                    ("committed", [quantity]) => Ok(Commit::AlreadyCommitted {
+                        quantity: *quantity,
+                    }),
+                    ("released", [quantity]) => Ok(Commit::AlreadyCancelled {
+                        quantity: *quantity,
+                    }),
+                    ("none", []) => Ok(Commit::Unknown),
+                    ("unknown", []) => Err(unknown_sku(sku)),
+                    _ => Err(malformed(script, &tag, &numbers)),
+                }?;
+                Ok(acked.map(|()| outcome))
+            }
+            .await,
+        )
     }
 
     /// Cancels the live reservation `reservation_id` of `sku`: its units go back to stock.
@@ -474,38 +458,31 @@ impl Store {
         reservation_id: &str,
         replication: Option<Replication>,
     ) -> Result<Acked<Cancel>> {
-        let outcome = self
-            .send_cancel(conn, sku, reservation_id, replication)
-            .await;
-        counted(InventoryOp::Cancel, outcome)
-    }
-
-    async fn send_cancel<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        sku: &str,
-        reservation_id: &str,
-        replication: Option<Replication>,
-    ) -> Result<Acked<Cancel>> {
-        let mut call = self.reservation_call(sku, "release", reservation_id)?;
-        call.arg(self.engine().retention_ms);
-        let (script, tag, numbers, acked) = self.run(conn, &call, replication).await?;
-        let outcome = match (tag.as_str(), numbers.as_slice()) {
-            ("ok", [quantity, stock]) => Ok(Cancel::Cancelled {
-                quantity: *quantity,
-                stock: *stock,
-            }),
-            ("released", [quantity]) => Ok(Cancel::AlreadyCancelled {
-                quantity: *quantity,
-            }),
-            ("committed", [quantity]) => Ok(Cancel::AlreadyCommitted {
-                quantity: *quantity,
-            }),
-            ("none", []) => Ok(Cancel::Unknown),
-            ("unknown", []) => Err(unknown_sku(sku)),
-            _ => Err(malformed(script, &tag, &numbers)),
-        }?;
-        Ok(acked.map(|()| outcome))
+        counted(
+            InventoryOp::Cancel,
+            async {
+                let mut call = self.reservation_call(sku, "release", reservation_id)?;
+                call.arg(self.engine().retention_ms);
+                let (script, tag, numbers, acked) = self.run(conn, &call, replication).await?;
+                let outcome = match (tag.as_str(), numbers.as_slice()) {
+                    ("ok", [quantity, stock]) => Ok(Cancel::Cancelled {
+                        quantity: *quantity,
+                        stock: *stock,
+                    }),
+                    ("released", [quantity]) => Ok(Cancel::AlreadyCancelled {
+                        quantity: *quantity,
+                    }),
+                    ("committed", [quantity]) => Ok(Cancel::AlreadyCommitted {
+                        quantity: *quantity,
+                    }),
+                    ("none", []) => Ok(Cancel::Unknown),
+                    ("unknown", []) => Err(unknown_sku(sku)),
+                    _ => Err(malformed(script, &tag, &numbers)),
+                }?;
+                Ok(acked.map(|()| outcome))
+            }
+            .await,
+        )
     }
 
     /// Moves the reservations of `sku` made by redkit's v1 inventory scripts into the
