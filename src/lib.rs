@@ -52,7 +52,7 @@ pub use redis;
 /// Not public API: the metric recordings `benches/metrics.rs` measures.
 #[cfg(all(feature = "bench", feature = "metrics"))]
 #[doc(hidden)]
-pub use telemetry::metric::bench as __bench;
+pub use telemetry::bench as __bench;
 
 /// Not public API: what [`embed_scripts!`] expands to needs.
 #[doc(hidden)]
