@@ -510,3 +510,74 @@ async fn reservation_outcomes_are_counted_as_they_happened() {
         .sum();
     assert_eq!(total, expected.iter().map(|(_, _, n)| n).sum::<u64>());
 }
+
+/// A concurrency limit of 1 over HTTP: the request holding the slot is counted `allowed` and
+/// raises `redkit.concurrency_limiting.active_requests` to 1; a second one meanwhile is counted
+/// `limited` (429); the gauge is back at 0 once the first has finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_limit_decisions_and_active_requests_are_recorded() {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use axum::routing::get;
+    use redkit::middleware::{ConcurrencyLimitLayer, ConcurrencyPolicy};
+    use tokio::sync::Notify;
+
+    recorder();
+    let server = support::RedisServer::spawn().await;
+    let client = redis::Client::open(server.url()).unwrap();
+    let conn = redis::aio::ConnectionManager::new(client).await.unwrap();
+    let layer = ConcurrencyLimitLayer::new(ConcurrencyPolicy::new("metrics-cc", 1).unwrap(), conn);
+    let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let app = axum::Router::new()
+        .route(
+            "/",
+            get({
+                let (started, release) = (Arc::clone(&started), Arc::clone(&release));
+                move || async move {
+                    started.notify_one();
+                    release.notified().await;
+                    "done"
+                }
+            }),
+        )
+        .layer(layer);
+    let url = format!("http://{}/", support::serve_axum(app).await);
+    let http = reqwest::Client::new();
+    let first = tokio::spawn(http.get(&url).send());
+    started.notified().await;
+    let active = || {
+        seen()
+            .gauges
+            .get("redkit.concurrency_limiting.active_requests")
+            .copied()
+    };
+    assert_eq!(active(), Some(1.0), "the first request holds the slot");
+    let second = http.get(&url).send().await.unwrap();
+    assert_eq!(second.status(), 429);
+    release.notify_one();
+    assert_eq!(first.await.unwrap().unwrap().status(), 200);
+    let given_back = Instant::now();
+    while active() != Some(0.0) {
+        assert!(
+            given_back.elapsed() < Duration::from_secs(5),
+            "the gauge stayed at {:?}",
+            active()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let seen = seen();
+    let decisions = |result: &str| {
+        seen.counters
+            .get(&(
+                "redkit.concurrency_limiting.requests".to_owned(),
+                labels(&[
+                    ("redkit.concurrency_limiting.policy", "metrics-cc"),
+                    ("redkit.concurrency_limiting.result", result),
+                ]),
+            ))
+            .copied()
+            .unwrap_or(0)
+    };
+    assert_eq!((decisions("allowed"), decisions("limited")), (1, 1));
+}
