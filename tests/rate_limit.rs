@@ -1012,3 +1012,53 @@ async fn assert_refused(
         );
     }
 }
+
+/// At a window's last millisecond `PTTL` answers 0: a full counter found there is refused for
+/// at most a few milliseconds, never for a whole window, and the deny cache does not keep the
+/// refusal longer. The counter is set full with a 2 ms TTL right before each check, 200 times,
+/// through the plain, the grouped and the leased fixed window (each run finds PTTL 2, 1, 0 or
+/// no key; with the old reading of PTTL 0 as "a whole window" the runs at 0 failed).
+#[tokio::test]
+async fn a_full_counter_in_its_last_millisecond_is_refused_for_milliseconds_only() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let window = Duration::from_secs(60);
+    let plain = FixedWindow::new("edge", Rate::new(5, window).unwrap()).unwrap();
+    let grouped = FixedWindow::new("edge-g", Rate::new(5, window).unwrap())
+        .unwrap()
+        .with_group_commit(redkit::GroupCommit::for_checks());
+    let leased = FixedWindow::new("edge-l", Rate::new(5, window).unwrap())
+        .unwrap()
+        .with_lease(redkit::rate_limit::QuotaLease::new(4).unwrap())
+        .unwrap();
+    let cache = redkit::rate_limit::DenyCache::new(1_000).unwrap();
+    let cached = FixedWindow::new("edge-c", Rate::new(5, window).unwrap())
+        .unwrap()
+        .with_deny_cache(cache.clone());
+    let key = LimitKey::text("edge").unwrap();
+    for limiter in [&plain, &grouped, &leased, &cached] {
+        let rk = limiter.redis_key(&key);
+        let mut limited = 0;
+        for _ in 0..200 {
+            let _: () = server.cmd(&["SET", &rk, "5", "PX", "2"]).await;
+            match limiter.check(&mut conn, &key).await.unwrap() {
+                Decision::Limited { retry_after, quota } => {
+                    limited += 1;
+                    assert!(
+                        retry_after <= Duration::from_millis(5)
+                            && quota.reset_after() <= Duration::from_millis(5),
+                        "{}: refused for {retry_after:?} (reset {:?}) in the window's last ms",
+                        limiter.name(),
+                        quota.reset_after()
+                    );
+                }
+                Decision::Allowed(_) => {}
+                other => panic!("{other:?}"),
+            }
+            let _: () = server.cmd(&["DEL", &rk]).await;
+            // A refusal kept by the deny cache ends with the window: 5 ms later Redis decides.
+            tokio::time::sleep(Duration::from_millis(6)).await;
+        }
+        assert!(limited > 0, "{}: never found the counter", limiter.name());
+    }
+}
