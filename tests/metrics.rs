@@ -42,7 +42,8 @@ fn recorder() -> &'static (Snapshotter, Mutex<Seen>) {
 /// The metrics recorded so far, accumulated.
 fn seen() -> std::sync::MutexGuard<'static, Seen> {
     let (snapshotter, seen) = recorder();
-    let mut seen = seen.lock().unwrap();
+    // A test that failed while holding it leaves the data as it was: keep reading.
+    let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
     for (key, unit, _, value) in snapshotter.snapshot().into_vec() {
         let name = key.key().name().to_owned();
         let mut labels: Vec<(String, String)> = key
@@ -61,8 +62,11 @@ fn seen() -> std::sync::MutexGuard<'static, Seen> {
                 .entry((name, labels))
                 .or_default()
                 .extend(v.into_iter().map(|x| x.into_inner())),
+            // The debugging recorder drains gauges as well (a snapshot swaps them to 0): a
+            // snapshot's value is what was added or set since the last one, so the gauges
+            // are summed here, whichever test of this process took the snapshot.
             (MetricKind::Gauge, DebugValue::Gauge(g)) => {
-                seen.gauges.insert(name, g.into_inner());
+                *seen.gauges.entry(name).or_default() += g.into_inner();
             }
             _ => {}
         }
