@@ -108,32 +108,30 @@ impl Flights {
     /// Joins the call in flight for `key`, or becomes it.
     pub(super) fn join(&self, key: &str) -> Turn<'_> {
         let mut calls = self.lock();
-        if let Some(flight) = calls.get(key) {
-            flight.followers.fetch_add(1, Ordering::Relaxed);
-            return Turn::Follow(Arc::clone(flight));
+        match calls.get(key) {
+            Some(flight) => {
+                flight.followers.fetch_add(1, Ordering::Relaxed);
+                Turn::Follow(Arc::clone(flight))
+            }
+            None => Turn::Lead(self.lead(&mut calls, key)),
         }
-        let flight = Arc::new(Flight::default());
-        calls.insert(key.to_owned(), Arc::clone(&flight));
-        Turn::Lead(Leader {
-            flights: self,
-            key: key.to_owned(),
-            flight,
-        })
     }
 
     /// Becomes the call for `key` when none is in flight (`None` when one is).
     pub(super) fn lead_if_idle(&self, key: &str) -> Option<Leader<'_>> {
         let mut calls = self.lock();
-        if calls.contains_key(key) {
-            return None;
-        }
+        (!calls.contains_key(key)).then(|| self.lead(&mut calls, key))
+    }
+
+    /// Registers a new call for `key` (none is in flight: the caller holds the map).
+    fn lead(&self, calls: &mut HashMap<String, Arc<Flight>>, key: &str) -> Leader<'_> {
         let flight = Arc::new(Flight::default());
         calls.insert(key.to_owned(), Arc::clone(&flight));
-        Some(Leader {
+        Leader {
             flights: self,
             key: key.to_owned(),
             flight,
-        })
+        }
     }
 
     #[cfg(test)]
