@@ -226,3 +226,26 @@ impl Error {
         }
     }
 }
+
+/// `true` for the server errors that refuse a command (a script call, a queued transaction)
+/// before it runs: placement (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `CROSSSLOT`), a
+/// server not ready or read-only (`MASTERDOWN`, `LOADING`, `READONLY`, `BUSY`), an unknown
+/// script (`NOSCRIPT`) and a discarded transaction (`EXECABORT`). Nothing was written.
+pub(crate) fn refused_before_running(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    matches!(
+        e.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::BusyLoading
+                | ServerErrorKind::ReadOnly
+                | ServerErrorKind::CrossSlot
+                | ServerErrorKind::NoScript
+                | ServerErrorKind::ExecAbort
+        )
+    ) || e.code() == Some("BUSY")
+}

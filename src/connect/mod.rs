@@ -42,6 +42,7 @@ pub use timeouts::Timeouts;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::AsyncConnectionConfig;
 
+use crate::error::refused_before_running;
 use crate::Result;
 
 /// The `AsyncConnectionConfig` of [`multiplexed`]: connect and response timeouts set.
@@ -188,23 +189,9 @@ pub fn may_have_applied(error: &crate::Error) -> bool {
 }
 
 fn redis_may_have_applied(e: &redis::RedisError) -> bool {
-    use redis::{ErrorKind, ServerErrorKind};
-    if e.is_connection_refusal() {
-        return false;
-    }
-    match e.kind() {
-        ErrorKind::Server(
-            ServerErrorKind::Moved
-            | ServerErrorKind::Ask
-            | ServerErrorKind::TryAgain
-            | ServerErrorKind::ClusterDown
-            | ServerErrorKind::MasterDown
-            | ServerErrorKind::BusyLoading
-            | ServerErrorKind::ReadOnly
-            | ServerErrorKind::NoScript
-            | ServerErrorKind::NoPerm
-            | ServerErrorKind::CrossSlot,
-        ) => false,
-        _ => !matches!(e.code(), Some("BUSY" | "OOM" | "NOPERM")),
-    }
+    let refused_by_acl = e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm);
+    !(e.is_connection_refusal()
+        || refused_before_running(e)
+        || refused_by_acl
+        || matches!(e.code(), Some("OOM" | "NOPERM")))
 }

@@ -44,7 +44,7 @@ use super::errors::{function_error, is_function_missing, is_unsupported, script_
 use super::manager::ScriptManager;
 use super::outcome::CallOutcome;
 use super::path::{in_span, Path, Request};
-use crate::error::{Error, Result};
+use crate::error::{refused_before_running, Error, Result};
 use crate::telemetry::round_trip::RoundTrip;
 
 /// What one transaction came back with.
@@ -341,25 +341,6 @@ fn is_redirect(e: &RedisError) -> bool {
             .into_server_errors()
             .is_some_and(|errs| errs.iter().any(|(_, se)| is_placement(se.kind()))),
     }
-}
-
-/// Server errors that refuse a command before it runs.
-fn refused_before_running(e: &RedisError) -> bool {
-    matches!(
-        e.kind(),
-        ErrorKind::Server(
-            ServerErrorKind::Moved
-                | ServerErrorKind::Ask
-                | ServerErrorKind::TryAgain
-                | ServerErrorKind::ClusterDown
-                | ServerErrorKind::MasterDown
-                | ServerErrorKind::BusyLoading
-                | ServerErrorKind::ReadOnly
-                | ServerErrorKind::CrossSlot
-                | ServerErrorKind::NoScript
-                | ServerErrorKind::ExecAbort
-        )
-    ) || e.code() == Some("BUSY")
 }
 
 /// `true` when a transaction error records an error outside the queued commands (MULTI's).
