@@ -209,7 +209,8 @@ async fn deny_cache_lookups_and_group_sizes_add_up_to_the_checks_made() {
     println!("50 concurrent checks in {} groups: {sizes:?}", sizes.len());
 }
 
-/// Lock operations (acquired, busy, renewed, released, not owner, a watchdog's lost lease)
+/// Lock operations (acquired, busy, renewed, released, not owner, a watchdog's lost lease;
+/// a blocking acquire once)
 /// and inventory outcomes (applied, insufficient, duplicate, id reused, not found), each
 /// counted as it happened. The only test of this binary using locks, decrements, restocks or
 /// orders.
@@ -234,6 +235,30 @@ async fn lock_and_inventory_outcomes_are_counted_as_they_happened() {
     ));
     lock.renew(&mut conn, &mut guard).await.unwrap();
     lock.release(&mut conn, guard).await.unwrap();
+    // A blocking acquire woken by a release is one acquire, counted once (acquired), however
+    // many attempts it made while the lock was held (at least two: before and after setting
+    // the waiter flag).
+    let Acquire::Acquired(held) = lock.try_acquire(&mut conn, "b", &options).await.unwrap()
+    else {
+        panic!("a free lock");
+    };
+    let releaser = {
+        let (lock, mut other) = (lock.clone(), server.conn().await);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            lock.release(&mut other, held).await.unwrap()
+        })
+    };
+    let mut own = server.conn().await;
+    let woken = lock
+        .acquire_blocking(&mut own, "b", &options, Duration::from_secs(5))
+        .await
+        .unwrap();
+    releaser.await.unwrap();
+    let Acquire::Acquired(woken) = woken else {
+        panic!("woken by the release: {woken:?}");
+    };
+    lock.release(&mut own, woken).await.unwrap();
     // A watched lease taken away: the watchdog reports it lost.
     let Acquire::Acquired(mut watched) = lock.try_acquire(&mut conn, "w", &options).await.unwrap()
     else {
@@ -312,10 +337,10 @@ async fn lock_and_inventory_outcomes_are_counted_as_they_happened() {
             ],
         )
     };
-    assert_eq!(lock_op("acquire", "acquired"), 2);
+    assert_eq!(lock_op("acquire", "acquired"), 4);
     assert_eq!(lock_op("acquire", "busy"), 1);
     assert_eq!(lock_op("renew", "renewed"), 1);
-    assert_eq!(lock_op("release", "released"), 1);
+    assert_eq!(lock_op("release", "released"), 3);
     assert_eq!(lock_op("release", "not_owner"), 1);
     assert_eq!(lock_op("lease_lost", "not_owner"), 1);
     let redlock_op = |op: &str, outcome: &str| {

@@ -14,7 +14,7 @@ use super::outcome::{Acquire, Held, Renew};
 use super::schema;
 use super::single::Lock;
 use super::token::{issued, FencingToken};
-use super::wait::{poll, Attempts, Step};
+use super::wait::{self, Attempts, Pace, Step};
 use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Replication};
 use crate::telemetry::metric::LockKind;
@@ -76,7 +76,7 @@ impl Lock {
         options: &LockOptions<Lock>,
     ) -> Result<Acquire<LockGuard<Lock>>> {
         LockAttempts::new(self, resource, options, None)?
-            .run(conn)
+            .run(conn, Pace::Poll(options.settings()))
             .await
     }
 
@@ -110,7 +110,7 @@ impl Lock {
         replication: Replication,
     ) -> Result<Acked<Acquire<LockGuard<Lock>>>> {
         let mut attempts = LockAttempts::new(self, resource, options, Some(replication))?;
-        let outcome = attempts.run(conn).await?;
+        let outcome = attempts.run(conn, Pace::Poll(options.settings())).await?;
         Ok(attempts
             .replicas
             .unwrap_or_else(|| Acked::new((), 0, replication.replicas()))
@@ -120,22 +120,24 @@ impl Lock {
 
 /// The attempts of one acquire of a [`Lock`]: a hold refused for too few replicas may be
 /// tried again, like a busy lock.
-struct LockAttempts<'a> {
-    lock: &'a Lock,
-    key: String,
+pub(super) struct LockAttempts<'a> {
+    pub(super) lock: &'a Lock,
+    pub(super) key: String,
     token: String,
     ttl_ms: u64,
     options: &'a LockOptions<Lock>,
     wait: Option<Replication>,
     /// What the last attempt's `WAIT` answered.
     replicas: Option<Acked<()>>,
+    /// Whether this acquire has set the resource's waiter flag (blocking acquires only).
+    pub(super) flagged: bool,
 }
 
 impl<'a> LockAttempts<'a> {
     /// The attempts of an acquire of `resource`, every one with the same owner token and
     /// followed by `WAIT` for `replication` (else the options' replication) when given; or
     /// the typed error of bad input (nothing sent).
-    fn new(
+    pub(super) fn new(
         lock: &'a Lock,
         resource: &str,
         options: &'a LockOptions<Lock>,
@@ -150,15 +152,20 @@ impl<'a> LockAttempts<'a> {
             options,
             wait: replication.or(options.get_replication()),
             replicas: None,
+            flagged: false,
         })
     }
 
-    /// Checks that the server can `WAIT` (when asked to), then attempts as the options allow.
-    async fn run<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Acquire<LockGuard<Lock>>> {
+    /// Checks that the server can `WAIT` (when asked to), then attempts at `pace`.
+    pub(super) async fn run<C: ConnectionLike>(
+        &mut self,
+        conn: &mut C,
+        pace: Pace<'_>,
+    ) -> Result<Acquire<LockGuard<Lock>>> {
         if let Some(r) = &self.wait {
             Box::pin(self.lock.inner.base.manager.check_wait(conn, r)).await?;
         }
-        poll(self.options.settings(), conn, self).await
+        wait::acquire(pace, conn, self).await
     }
 
     /// One attempt, with or without fencing as the options say.
@@ -272,14 +279,21 @@ impl<'a> LockAttempts<'a> {
     }
 }
 
-impl Attempts for LockAttempts<'_> {
+impl<C: ConnectionLike> Attempts<C> for LockAttempts<'_> {
     type Guard = LockGuard<Lock>;
 
-    fn kind(&self) -> LockKind {
-        LockKind::Lock
+    const KIND: LockKind = LockKind::Lock;
+
+    async fn wait(
+        &mut self,
+        conn: &mut C,
+        answer: &Acquire<LockGuard<Lock>>,
+        left: Duration,
+    ) -> Result<bool> {
+        self.wait_for_release(conn, answer, left).await
     }
 
-    async fn attempt<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Step<LockGuard<Lock>>> {
+    async fn attempt(&mut self, conn: &mut C) -> Result<Step<LockGuard<Lock>>> {
         let (granted, replicas) = self.send(conn).await?;
         self.replicas = replicas;
         let answer = match granted {

@@ -12,13 +12,12 @@ use super::guard::LockGuard;
 use super::kind::{lease_verbs, lock_kind, try_acquire, Base};
 use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Replicated, Settings};
-use super::outcome::{acquire_label, status, Acquire, Held};
+use super::outcome::{status, Acquire, Held};
 use super::schema;
-use super::wait::block_on;
-use super::wait::ms;
+use super::wait::{self, block_on, ms, Attempts, Pace, Step};
 use crate::error::{Error, Result};
 use crate::script::{Call, Registry, Script, ScriptManager};
-use crate::telemetry::metric::{self, LockKind, LockOp};
+use crate::telemetry::metric::LockKind;
 
 lock_kind! {
     /// A fair lock on one Redis server or a Redis Cluster: callers hold it one at a time **in the
@@ -188,74 +187,27 @@ impl FairLock {
             None => Some(Instant::now()),
             Some(wait) => Instant::now().checked_add(wait),
         };
-        let answer = self.wait_turn(conn, resource, options, give_up).await;
-        let label = acquire_label(&answer);
-        metric::lock_operation(LockKind::FairLock, LockOp::Acquire, label);
-        answer
-    }
-
-    /// Joins the queue and waits for the turn until `give_up` (`None`: no deadline).
-    async fn wait_turn<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        resource: &str,
-        options: &LockOptions<FairLock>,
-        give_up: Option<Instant>,
-    ) -> Result<Acquire<LockGuard<FairLock>>> {
         let ttl_ms = options.validate()?;
-        let settings = options.settings();
         let key = self.key(resource)?;
         let token = options.owner_token();
-        let script = self.inner.acquire;
-        let waiter = self.inner.waiter_lease;
-        let mut call = Call::new(script);
+        let mut call = Call::new(self.inner.acquire);
         call.key(&key)
             .key(schema::leases(&key))
             .key(schema::fence(&key))
             .arg(&token)
             .arg(ttl_ms)
-            .arg(ms(waiter))
+            .arg(ms(self.inner.waiter_lease))
             .arg(schema::fence_ttl_ms(ttl_ms));
-        loop {
-            let (reply, started, replicas): (Vec<Value>, _, _) = self
-                .inner
-                .base
-                .attempt(conn, &call, options.get_replication())
-                .await?;
-            let int = |v: &Value| match v {
-                Value::Int(n) => Ok(*n),
-                other => Err(Error::unexpected(script.id(), format!("{other:?}"))),
-            };
-            match reply.as_slice() {
-                [status, fence] if int(status)? == 1 => {
-                    let guard = LockGuard::granted(
-                        script, key.clone(), token.clone(), int(fence)?, ttl_ms, settings, started,
-                    )?;
-                    return settle(self, conn, guard, started, settings, replicas.as_ref()).await;
-                }
-                [status, _, _, Value::BulkString(pred), left] if int(status)? == 0 => {
-                    let remaining =
-                        give_up.map_or(Duration::MAX, |g| g.saturating_duration_since(Instant::now()));
-                    if remaining.is_zero() {
-                        self.leave(conn, &key, &token).await?;
-                        return Ok(Acquire::Busy(Held::until(None)));
-                    }
-                    let left = Duration::from_millis(u64::try_from(int(left)?).unwrap_or(0));
-                    let block = left
-                        .saturating_add(Duration::from_millis(1))
-                        .min(waiter / 3)
-                        .min(remaining);
-                    let gone = schema::gone(&key, pred);
-                    block_on(conn, gone.as_slice(), block).await?;
-                }
-                other => {
-                    return Err(Error::unexpected(
-                        script.id(),
-                        format!("reply {other:?} is neither [1, fence] nor [0, fence, ahead, predecessor, ms]"),
-                    ))
-                }
-            }
-        }
+        let mut turns = Turns {
+            fair: self,
+            call,
+            key: &key,
+            token: &token,
+            ttl_ms,
+            options,
+            ahead: None,
+        };
+        wait::acquire(Pace::Until(give_up), conn, &mut turns).await
     }
 
     /// Leaves the queue: `true` when `token` held the lock.
@@ -342,6 +294,98 @@ impl LeaseKind for FairLock {
 
     fn release_call(&self, held: &HeldLease, (): &()) -> Call<'_> {
         self.leave_call(&held.key, &held.token)
+    }
+}
+
+/// The attempts of one acquire of a [`FairLock`]: every one joins (or keeps) the caller's
+/// place in the queue; between them the caller blocks on its predecessor's "gone" list.
+struct Turns<'a> {
+    fair: &'a FairLock,
+    call: Call<'a>,
+    key: &'a str,
+    token: &'a str,
+    ttl_ms: u64,
+    options: &'a LockOptions<FairLock>,
+    /// From the last attempt: the predecessor's "gone" list and how long its lease lasts at
+    /// most.
+    ahead: Option<(Vec<u8>, Duration)>,
+}
+
+impl<C: ConnectionLike> Attempts<C> for Turns<'_> {
+    type Guard = LockGuard<FairLock>;
+
+    const KIND: LockKind = LockKind::FairLock;
+
+    async fn attempt(&mut self, conn: &mut C) -> Result<Step<LockGuard<FairLock>>> {
+        let (reply, started, replicas): (Vec<Value>, _, _) = self
+            .fair
+            .inner
+            .base
+            .attempt(conn, &self.call, self.options.get_replication())
+            .await?;
+        let script = self.call.script();
+        let int = |v: &Value| match v {
+            Value::Int(n) => Ok(*n),
+            other => Err(Error::unexpected(script.id(), format!("{other:?}"))),
+        };
+        match reply.as_slice() {
+            [status, fence] if int(status)? == 1 => {
+                let (key, token) = (self.key.to_owned(), self.token.to_owned());
+                let settings = self.options.settings();
+                let guard = LockGuard::granted(
+                    script,
+                    key,
+                    token,
+                    int(fence)?,
+                    self.ttl_ms,
+                    settings,
+                    started,
+                )?;
+                // Not confirmed by the replicas: the turn goes to the next in line.
+                let answer = settle(self.fair, conn, guard, started, settings, replicas.as_ref());
+                Ok(Step::Done(answer.await?))
+            }
+            [status, _, _, Value::BulkString(pred), left] if int(status)? == 0 => {
+                let left = Duration::from_millis(u64::try_from(int(left)?).unwrap_or(0));
+                self.ahead = Some((schema::gone(self.key, pred), left));
+                Ok(Step::Again(Acquire::Busy(Held::until(None))))
+            }
+            other => Err(Error::unexpected(
+                script.id(),
+                format!(
+                    "reply {other:?} is neither [1, fence] nor [0, fence, ahead, predecessor, ms]"
+                ),
+            )),
+        }
+    }
+
+    /// Blocks on the predecessor's "gone" list until it leaves, its lease ends, or a third of
+    /// the waiter lease has passed (the next attempt renews the caller's place).
+    async fn wait(
+        &mut self,
+        conn: &mut C,
+        _answer: &Acquire<LockGuard<FairLock>>,
+        left: Duration,
+    ) -> Result<bool> {
+        let Some((gone, lease_left)) = self.ahead.take() else {
+            return Ok(false);
+        };
+        let block = lease_left
+            .saturating_add(Duration::from_millis(1))
+            .min(self.fair.inner.waiter_lease / 3)
+            .min(left);
+        block_on(conn, gone.as_slice(), block).await?;
+        Ok(true)
+    }
+
+    /// Leaves the queue (waking the one behind).
+    async fn give_up(
+        &mut self,
+        conn: &mut C,
+        answer: Acquire<LockGuard<FairLock>>,
+    ) -> Result<Acquire<LockGuard<FairLock>>> {
+        self.fair.leave(conn, self.key, self.token).await?;
+        Ok(answer)
     }
 }
 

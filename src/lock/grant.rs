@@ -32,14 +32,12 @@ pub(super) struct Granting<'a, K> {
     pub(super) granted: (usize, &'static str),
 }
 
-impl<K: LeaseKind<Extra = ()>> Attempts for Granting<'_, K> {
+impl<K: LeaseKind<Extra = ()>, C: ConnectionLike> Attempts<C> for Granting<'_, K> {
     type Guard = LockGuard<K>;
 
-    fn kind(&self) -> LockKind {
-        K::KIND
-    }
+    const KIND: LockKind = K::KIND;
 
-    async fn attempt<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Step<LockGuard<K>>> {
+    async fn attempt(&mut self, conn: &mut C) -> Result<Step<LockGuard<K>>> {
         let (reply, started, replicas): (Vec<i64>, _, _) = self
             .base
             .attempt(conn, &self.call, self.replication)

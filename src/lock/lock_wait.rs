@@ -1,16 +1,16 @@
 //! [`Lock::acquire_blocking`]: waiting for a lock without polling.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
+use super::acquire::LockAttempts;
 use super::guard::LockGuard;
 use super::options::LockOptions;
 use super::outcome::Acquire;
 use super::schema;
 use super::single::Lock;
-use super::token::owner_token;
-use super::wait::{block_on, wait_deadline};
+use super::wait::{block_on, wait_deadline, Pace};
 use crate::error::Result;
 
 /// Longest life of the waiter flag (the longest lease [`LockOptions`] allows): a longer wait
@@ -40,7 +40,7 @@ impl Lock {
     /// is several in a row).
     ///
     /// Fails like [`acquire`](Self::acquire), and with [`Error::InvalidInput`](crate::Error::InvalidInput) (nothing sent)
-    /// for a `wait` that is zero or beyond what an [`Instant`] can hold.
+    /// for a `wait` that is zero or beyond what an [`Instant`](std::time::Instant) can hold.
     ///
     /// ```no_run
     /// # async fn run(lock: redkit::lock::Lock, client: redis::Client) -> redkit::Result<()> {
@@ -62,55 +62,56 @@ impl Lock {
         wait: Duration,
     ) -> Result<Acquire<LockGuard<Lock>>> {
         let give_up = wait_deadline(wait)?;
-        options.validate()?;
-        let key = self.key(resource)?;
-        let mut once = options.clone().retries(0);
-        if options.get_token().is_none() {
-            once = once.token(owner_token());
+        LockAttempts::new(self, resource, options, None)?
+            .run(conn, Pace::Until(Some(give_up)))
+            .await
+    }
+}
+
+impl LockAttempts<'_> {
+    /// After `answer`: when the lock is held elsewhere, the first time sets the resource's
+    /// waiter flag (its TTL the longest wait of all waiters) and attempts again at once (a
+    /// release after that attempt sees the flag); later, blocks on the wake-up list for at
+    /// most `left`, or until the holder's lease ends (+1 ms: it must have ended). `false` for
+    /// any other answer (e.g. not replicated): it ends the acquire.
+    pub(super) async fn wait_for_release<C: ConnectionLike>(
+        &mut self,
+        conn: &mut C,
+        answer: &Acquire<LockGuard<Lock>>,
+        left: Duration,
+    ) -> Result<bool> {
+        let Acquire::Busy(held) = answer else {
+            return Ok(false);
+        };
+        if !self.flagged {
+            let ms = u64::try_from(left.as_millis())
+                .unwrap_or(u64::MAX)
+                .saturating_add(FLAG_MARGIN_MS)
+                .min(MAX_FLAG_MS);
+            let flag = schema::waiting(&self.key);
+            let _: redis::Value = redis::pipe()
+                .cmd("SET")
+                .arg(&flag)
+                .arg(1)
+                .arg("NX")
+                .arg("PX")
+                .arg(ms)
+                .ignore()
+                .cmd("PEXPIRE")
+                .arg(&flag)
+                .arg(ms)
+                .arg("GT")
+                .ignore()
+                .query_async(conn)
+                .await?;
+            self.flagged = true;
+            return Ok(true);
         }
-        let mut registered = false;
-        loop {
-            let outcome = self.acquire(conn, resource, &once).await?;
-            let Acquire::Busy(held) = &outcome else {
-                return Ok(outcome);
-            };
-            let remaining = give_up.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
-                return Ok(outcome);
-            }
-            if !registered {
-                // Flag first, then try again: a release after that attempt sees the flag.
-                let ms = u64::try_from(remaining.as_millis())
-                    .unwrap_or(u64::MAX)
-                    .saturating_add(FLAG_MARGIN_MS)
-                    .min(MAX_FLAG_MS);
-                let flag = schema::waiting(&key);
-                let _: redis::Value = redis::pipe()
-                    .cmd("SET")
-                    .arg(&flag)
-                    .arg(1)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ms)
-                    .ignore()
-                    .cmd("PEXPIRE")
-                    .arg(&flag)
-                    .arg(ms)
-                    .arg("GT")
-                    .ignore()
-                    .query_async(conn)
-                    .await?;
-                registered = true;
-                continue;
-            }
-            // Wake on a release, or when the holder's lease ends (+1 ms: it must have ended).
-            let block = held
-                .ttl
-                .map_or(remaining, |ttl| {
-                    ttl.saturating_add(Duration::from_millis(1))
-                })
-                .min(remaining);
-            block_on(conn, schema::wake(&key).as_str(), block).await?;
-        }
+        let block = held
+            .ttl
+            .map_or(left, |ttl| ttl.saturating_add(Duration::from_millis(1)))
+            .min(left);
+        block_on(conn, schema::wake(&self.key).as_str(), block).await?;
+        Ok(true)
     }
 }

@@ -14,7 +14,7 @@ use super::options::{LockOptions, Polling, Replicated};
 use super::outcome::{Acquire, Release};
 use super::schema;
 use super::token::owner_token;
-use super::wait::{ms, poll};
+use super::wait::{self, ms, Pace};
 use crate::error::{Error, Result};
 use crate::script::{Call, Registry, Script, ScriptManager};
 use crate::telemetry::metric::LockKind;
@@ -204,7 +204,7 @@ impl ReentrantLock {
             replication: options.get_replication(),
             granted: (3, "[1, fence, holds]"),
         };
-        poll(settings, conn, &mut attempts).await
+        wait::acquire(Pace::Poll(settings), conn, &mut attempts).await
     }
 
     lease_verbs! {

@@ -12,7 +12,7 @@ use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated, Settings};
 use super::outcome::{status, Acquire};
 use super::schema;
-use super::wait::{ms, poll};
+use super::wait::{self, ms, Pace};
 use crate::error::Result;
 use crate::script::{Call, Registry, Script, ScriptManager};
 use crate::telemetry::metric::LockKind;
@@ -194,7 +194,7 @@ impl RwLock {
             replication: options.get_replication(),
             granted: (2, "[1, fence]"),
         };
-        let outcome = poll(settings, conn, &mut attempts).await?;
+        let outcome = wait::acquire(Pace::Poll(settings), conn, &mut attempts).await?;
         if mode == Mode::Write && matches!(outcome, Acquire::Busy(_)) {
             self.leave(conn, &key, &token).await?; // withdraw the intent
         }

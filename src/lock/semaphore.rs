@@ -7,13 +7,14 @@ use redis::aio::ConnectionLike;
 
 use super::fair::FairLock;
 use super::grant::settle;
+use super::guard::LockGuard;
 use super::kind::{lease_verbs, lock_kind, try_acquire, Base};
 use super::lease::{HeldLease, LeaseGuard, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated};
 use super::outcome::{Acquire, Held};
 use super::permit::PermitGuard;
 use super::schema;
-use super::wait::{ms, poll, Attempts, Step};
+use super::wait::{self, ms, Attempts, Pace, Step};
 use crate::error::{Error, Result};
 use crate::script::{Call, Registry, Script, ScriptManager};
 use crate::telemetry::metric::LockKind;
@@ -138,26 +139,18 @@ impl Semaphore {
         permits: u32,
         options: &LockOptions<Semaphore>,
     ) -> Result<Acquire<PermitGuard>> {
-        let (key, ttl_ms) = self.checked(resource, permits, options)?;
-        let token = options.owner_token();
-        let mut attempts = PermitAttempts {
-            sem: self,
-            key: &key,
-            token: &token,
-            permits,
-            ttl_ms,
-            options,
-        };
-        poll(options.settings(), conn, &mut attempts).await
+        let mut attempts = self.attempts(resource, permits, options)?;
+        wait::acquire(Pace::Poll(options.settings()), conn, &mut attempts).await
     }
 
-    /// The key and the lease in ms of an acquire, or the typed error of its bad input.
-    pub(super) fn checked(
-        &self,
+    /// The attempts of an acquire of one of `permits` permits of `resource`, all with one
+    /// owner token, or the typed error of its bad input (nothing sent).
+    pub(super) fn attempts<'a>(
+        &'a self,
         resource: &str,
         permits: u32,
-        options: &LockOptions<Semaphore>,
-    ) -> Result<(String, u64)> {
+        options: &'a LockOptions<Semaphore>,
+    ) -> Result<PermitAttempts<'a>> {
         let ttl_ms = options.validate()?;
         if permits == 0 || permits > Self::MAX_PERMITS {
             return Err(Error::invalid(
@@ -165,7 +158,15 @@ impl Semaphore {
                 format!("must be 1 to {}", Self::MAX_PERMITS),
             ));
         }
-        Ok((self.key(resource)?, ttl_ms))
+        Ok(PermitAttempts {
+            sem: self,
+            key: self.key(resource)?,
+            token: options.owner_token(),
+            permits,
+            ttl_ms,
+            options,
+            gate: None,
+        })
     }
 
     async fn attempt<C: ConnectionLike>(
@@ -311,29 +312,40 @@ impl LeaseKind for Semaphore {
     }
 }
 
-struct PermitAttempts<'a> {
-    sem: &'a Semaphore,
-    key: &'a str,
-    token: &'a str,
+/// The attempts of one acquire of a permit.
+pub(super) struct PermitAttempts<'a> {
+    pub(super) sem: &'a Semaphore,
+    pub(super) key: String,
+    token: String,
     permits: u32,
     ttl_ms: u64,
     options: &'a LockOptions<Semaphore>,
+    /// The caller's place at the fair gate, renewed while it waits
+    /// ([`Semaphore::acquire_fair`]).
+    pub(super) gate: Option<&'a mut LockGuard<FairLock>>,
 }
 
-impl Attempts for PermitAttempts<'_> {
+impl<C: ConnectionLike> Attempts<C> for PermitAttempts<'_> {
     type Guard = PermitGuard;
 
-    fn kind(&self) -> LockKind {
-        LockKind::Semaphore
+    const KIND: LockKind = LockKind::Semaphore;
+
+    async fn wait(
+        &mut self,
+        conn: &mut C,
+        answer: &Acquire<PermitGuard>,
+        left: Duration,
+    ) -> Result<bool> {
+        self.wait_for_release(conn, answer, left).await
     }
 
-    async fn attempt<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Step<PermitGuard>> {
+    async fn attempt(&mut self, conn: &mut C) -> Result<Step<PermitGuard>> {
         let answer = self
             .sem
             .attempt(
                 conn,
-                self.key,
-                self.token,
+                &self.key,
+                &self.token,
                 self.permits,
                 self.ttl_ms,
                 self.options,

@@ -1,19 +1,16 @@
 //! [`Semaphore::acquire_blocking`]: waiting for a permit without polling, and
 //! [`Semaphore::acquire_fair`]: the same wait in arrival order.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::fair::FairLock;
-use super::guard::LockGuard;
 use super::options::LockOptions;
 use super::outcome::{Acquire, Held, Renew};
 use super::permit::PermitGuard;
 use super::schema;
-use super::semaphore::Semaphore;
-use super::token::owner_token;
-use super::wait::{block_on, wait_deadline};
+use super::semaphore::{PermitAttempts, Semaphore};
+use super::wait::{self, block_on, wait_deadline, Pace};
 use crate::error::Result;
 
 /// The lease of a fair acquire's place at the gate: a caller that dies there delays the ones
@@ -37,7 +34,7 @@ impl Semaphore {
     /// ([`acquire_fair`](Self::acquire_fair) serves callers in arrival order).
     ///
     /// Fails like [`acquire`](Self::acquire), and with [`Error::InvalidInput`](crate::Error::InvalidInput) for a `wait`
-    /// that is zero or beyond what an [`Instant`] can hold.
+    /// that is zero or beyond what an [`Instant`](std::time::Instant) can hold.
     ///
     /// ```no_run
     /// # async fn run(sem: redkit::lock::Semaphore, client: redis::Client) -> redkit::Result<()> {
@@ -61,8 +58,8 @@ impl Semaphore {
         wait: Duration,
     ) -> Result<Acquire<PermitGuard>> {
         let give_up = wait_deadline(wait)?;
-        self.wait_for_permit(conn, resource, permits, options, give_up, None)
-            .await
+        let mut attempts = self.attempts(resource, permits, options)?;
+        wait::acquire(Pace::Until(Some(give_up)), conn, &mut attempts).await
     }
 
     /// Acquires a permit **in arrival order**: callers of `acquire_fair` on one resource get
@@ -104,7 +101,7 @@ impl Semaphore {
         wait: Duration,
     ) -> Result<Acquire<PermitGuard>> {
         let give_up = wait_deadline(wait)?;
-        self.checked(resource, permits, options)?;
+        let mut attempts = self.attempts(resource, permits, options)?;
         let gate = &self.inner.gate;
         let mut place = LockOptions::new().ttl(GATE_LEASE).max_wait(wait);
         if let Some(token) = options.get_token() {
@@ -114,57 +111,47 @@ impl Semaphore {
             Acquire::Acquired(turn) => turn,
             _ => return Ok(Acquire::Busy(Held::by(permits, None))),
         };
-        let outcome = self
-            .wait_for_permit(conn, resource, permits, options, give_up, Some(&mut turn))
-            .await;
+        attempts.gate = Some(&mut turn);
+        let outcome = wait::acquire(Pace::Until(Some(give_up)), conn, &mut attempts).await;
         if let Err(e) = gate.release(conn, turn).await {
             // The place ends with its lease (2 s); the permit, if any, is the caller's.
             tracing::warn!(resource, error = %e, "leaving the fair semaphore's gate failed");
         }
         outcome
     }
+}
 
-    /// Attempts until a permit is ours or `give_up` has passed, blocked on the wake-up list
-    /// between attempts; renews the caller's place at the gate, if any, before each block.
-    async fn wait_for_permit<C: ConnectionLike>(
-        &self,
+impl PermitAttempts<'_> {
+    /// After `answer`: when every permit is held, renews the caller's place at the gate (if
+    /// any), then blocks on the wake-up list for at most `left`, or until the earliest lease
+    /// ends (+1 ms: it must have ended). `false` for any other answer: it ends the acquire.
+    pub(super) async fn wait_for_release<C: ConnectionLike>(
+        &mut self,
         conn: &mut C,
-        resource: &str,
-        permits: u32,
-        options: &LockOptions<Semaphore>,
-        give_up: Instant,
-        mut gate: Option<&mut LockGuard<FairLock>>,
-    ) -> Result<Acquire<PermitGuard>> {
-        let mut once = options.clone().retries(0);
-        if options.get_token().is_none() {
-            once = once.token(owner_token());
-        }
-        let wake = schema::wake(&self.key(resource)?);
-        loop {
-            let outcome = self.acquire(conn, resource, permits, &once).await?;
-            let Acquire::Busy(Held {
-                ttl: Some(retry_after),
-                ..
-            }) = &outcome
-            else {
-                return Ok(outcome);
-            };
-            let remaining = give_up.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
-                return Ok(outcome);
+        answer: &Acquire<PermitGuard>,
+        left: Duration,
+    ) -> Result<bool> {
+        let Acquire::Busy(Held {
+            ttl: Some(retry_after),
+            ..
+        }) = answer
+        else {
+            return Ok(false);
+        };
+        let mut block = retry_after
+            .saturating_add(Duration::from_millis(1))
+            .min(left)
+            .max(Duration::from_millis(1));
+        if let Some(turn) = self.gate.as_deref_mut() {
+            if self.sem.inner.gate.renew(conn, turn).await? == Renew::Lost {
+                tracing::warn!(
+                    key = self.key.as_str(),
+                    "fair semaphore: place at the gate lost"
+                );
             }
-            // Wake on a release, or when the earliest lease ends (+1 ms: it must have ended).
-            let mut block = retry_after
-                .saturating_add(Duration::from_millis(1))
-                .min(remaining)
-                .max(Duration::from_millis(1));
-            if let Some(turn) = gate.as_deref_mut() {
-                if self.inner.gate.renew(conn, turn).await? == Renew::Lost {
-                    tracing::warn!(resource, "fair semaphore: place at the gate lost");
-                }
-                block = block.min(GATE_LEASE / 3);
-            }
-            block_on(conn, wake.as_str(), block).await?;
+            block = block.min(GATE_LEASE / 3);
         }
+        block_on(conn, schema::wake(&self.key).as_str(), block).await?;
+        Ok(true)
     }
 }

@@ -1,7 +1,8 @@
-//! The acquire loop every polling lock kind shares ([`poll`]): bounded retries with
-//! jittered pauses and an overall deadline ([`Retry`], from [`LockOptions`]); and waiting
-//! for a notification without polling ([`block_on`], bounded by [`wait_deadline`]). A leaf
-//! but for the options and the outcomes.
+//! The one acquire loop every lock kind shares ([`acquire`]): attempts paced either by
+//! polling (bounded retries with jittered pauses and an overall deadline, [`Retry`], from
+//! [`LockOptions`]) or by waiting for a notification until a deadline ([`Pace::Until`]: the
+//! kind blocks on its wake-up list with [`block_on`]). A leaf but for the options and the
+//! outcomes.
 
 use std::time::{Duration, Instant};
 
@@ -20,9 +21,8 @@ pub(crate) fn ms(d: Duration) -> u64 {
 
 /// The retry policy of one acquire: up to [`LockOptions::retries`] more attempts, each
 /// after [`LockOptions::retry_delay`] plus random jitter, none started after
-/// [`LockOptions::max_wait`]. Every kind's acquire loop is
-/// `loop { attempt; if held elsewhere && !retry.again().await { answer busy } }`.
-pub(crate) struct Retry<'a> {
+/// [`LockOptions::max_wait`]: the pace of [`Pace::Poll`].
+struct Retry<'a> {
     options: &'a Settings,
     give_up: Option<Instant>,
     attempt: u32,
@@ -30,7 +30,7 @@ pub(crate) struct Retry<'a> {
 
 impl<'a> Retry<'a> {
     /// Starts the clock of `options`' overall deadline (read only when `max_wait` is set).
-    pub(crate) fn new(options: &'a Settings) -> Self {
+    fn new(options: &'a Settings) -> Self {
         Self {
             options,
             give_up: options.give_up_from_now(),
@@ -41,7 +41,7 @@ impl<'a> Retry<'a> {
     /// After an attempt that did not acquire: pauses and answers `true` when another
     /// attempt is allowed, `false` (at once) when the retries are used up or the pause would
     /// end after the deadline.
-    pub(crate) async fn again(&mut self) -> bool {
+    async fn again(&mut self) -> bool {
         if self.attempt >= self.options.get_retries() {
             return false;
         }
@@ -55,13 +55,16 @@ impl<'a> Retry<'a> {
     }
 }
 
-/// What one attempt of an acquire answered, for [`poll`].
+/// What one attempt of an acquire answered, for [`acquire`].
 pub(super) enum Step<G> {
     /// The acquire's answer: no other attempt follows.
     Done(Acquire<G>),
-    /// The acquire's answer unless the options allow another attempt (e.g. the lock is held
+    /// The acquire's answer unless the pace allows another attempt (e.g. the lock is held
     /// elsewhere).
     Again(Acquire<G>),
+    /// The acquire's error unless the pace allows another attempt (Redlock: too few nodes
+    /// answered, which a later attempt may cure).
+    Failed(Error),
 }
 
 impl<G> Step<G> {
@@ -75,41 +78,96 @@ impl<G> Step<G> {
     }
 }
 
-/// One acquire's attempts, as a kind sends them (see [`poll`]).
-pub(super) trait Attempts {
+/// How an acquire paces its attempts.
+#[derive(Clone, Copy)]
+pub(super) enum Pace<'a> {
+    /// Polling: up to [`LockOptions::retries`] more attempts, each after a jittered pause,
+    /// none started after [`LockOptions::max_wait`] ([`Retry`]).
+    Poll(&'a Settings),
+    /// Waiting for a notification ([`Attempts::wait`]) until the deadline (`None`: none).
+    Until(Option<Instant>),
+}
+
+/// One acquire's attempts, as a kind sends them over a `C` (see [`acquire`]).
+pub(super) trait Attempts<C> {
     /// The guard of a hold.
     type Guard;
 
     /// The lock kind (a metric label).
-    fn kind(&self) -> LockKind;
+    const KIND: LockKind;
 
     /// One attempt.
-    async fn attempt<C: ConnectionLike>(&mut self, conn: &mut C) -> Result<Step<Self::Guard>>;
+    async fn attempt(&mut self, conn: &mut C) -> Result<Step<Self::Guard>>;
+
+    /// Under [`Pace::Until`], after `answer` (not a hold): waits at most `left` for a
+    /// notification that the hold may have ended, and answers `true` to attempt again, or
+    /// `false` when `answer` ends the acquire. A kind that only polls keeps this default.
+    async fn wait(
+        &mut self,
+        _conn: &mut C,
+        _answer: &Acquire<Self::Guard>,
+        _left: Duration,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// The acquire's answer when it ends with `answer` (not a hold): a kind that queued
+    /// leaves its queue here. Default: `answer`.
+    async fn give_up(
+        &mut self,
+        _conn: &mut C,
+        answer: Acquire<Self::Guard>,
+    ) -> Result<Acquire<Self::Guard>> {
+        Ok(answer)
+    }
 }
 
-/// The acquire loop of every polling kind: sends attempts until one answers
-/// [`Step::Done`], or answers [`Step::Again`] with no further attempt allowed by `options`
-/// ([`Retry`]); that answer is the acquire's.
-pub(super) async fn poll<A: Attempts, C: ConnectionLike>(
-    options: &Settings,
+/// The acquire loop of every kind: sends attempts until one answers [`Step::Done`], or
+/// answers [`Step::Again`] / [`Step::Failed`] when `pace` allows no further attempt; that
+/// answer is the acquire's. Records the acquire's outcome (one metric per acquire).
+pub(super) async fn acquire<A: Attempts<C>, C>(
+    pace: Pace<'_>,
     conn: &mut C,
     attempts: &mut A,
 ) -> Result<Acquire<A::Guard>> {
-    let mut retry = Retry::new(options);
-    let answer = loop {
-        match attempts.attempt(conn).await {
-            Ok(Step::Done(answer)) => break Ok(answer),
-            Ok(Step::Again(answer)) => {
-                if !retry.again().await {
-                    break Ok(answer);
+    let answer = attempt_until(pace, conn, attempts).await;
+    let label = acquire_label(&answer);
+    metric::lock_operation(A::KIND, LockOp::Acquire, label);
+    answer
+}
+
+async fn attempt_until<A: Attempts<C>, C>(
+    pace: Pace<'_>,
+    conn: &mut C,
+    attempts: &mut A,
+) -> Result<Acquire<A::Guard>> {
+    let mut retry = match pace {
+        Pace::Poll(options) => Some(Retry::new(options)),
+        Pace::Until(_) => None,
+    };
+    loop {
+        let answer = match attempts.attempt(conn).await? {
+            Step::Done(answer) => return Ok(answer),
+            Step::Again(answer) => Ok(answer),
+            Step::Failed(e) => Err(e),
+        };
+        let again = match (pace, retry.as_mut()) {
+            (_, Some(retry)) => retry.again().await,
+            (Pace::Until(give_up), None) => {
+                let left = give_up.map_or(Duration::MAX, |g| {
+                    g.saturating_duration_since(Instant::now())
+                });
+                match &answer {
+                    Ok(held) if !left.is_zero() => attempts.wait(conn, held, left).await?,
+                    _ => false,
                 }
             }
-            Err(e) => break Err(e),
+            (Pace::Poll(_), None) => false,
+        };
+        if !again {
+            return attempts.give_up(conn, answer?).await;
         }
-    };
-    let label = acquire_label(&answer);
-    metric::lock_operation(attempts.kind(), LockOp::Acquire, label);
-    answer
+    }
 }
 
 /// The deadline `wait` from now: [`Error::InvalidInput`] for zero or an unrepresentable one.

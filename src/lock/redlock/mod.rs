@@ -15,10 +15,10 @@ use redis::Value;
 use self::tally::{Answer, Tally};
 use super::lease::deadline;
 use super::options::{LockOptions, Polling};
-use super::outcome::{acquire_label, release_label, renew_label, Acquire, Held, Release, Renew};
+use super::outcome::{release_label, renew_label, Acquire, Held, Release, Renew};
 use super::schema;
 use super::token::owner_token;
-use super::wait::{ms, Retry};
+use super::wait::{self, ms, Attempts, Pace, Step};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::script::{script_error, Call, Registry, Script, ScriptManager};
@@ -69,6 +69,30 @@ pub struct Redlock<C> {
     renew: &'static Script,
     prefix: String,
     node_timeout: Duration,
+}
+
+/// The attempts of one acquire of a [`Redlock`]: each is a round on every node (no
+/// connection of its own, hence `()`); one that failed for too few answers may be tried
+/// again, like a busy lock.
+struct Quorums<'a, C> {
+    redlock: &'a Redlock<C>,
+    key: &'a str,
+    ttl_ms: u64,
+    options: &'a LockOptions<Redlock<C>>,
+}
+
+impl<C: ConnectionLike + Clone> Attempts<()> for Quorums<'_, C> {
+    type Guard = RedlockGuard;
+
+    const KIND: LockKind = LockKind::Redlock;
+
+    async fn attempt(&mut self, (): &mut ()) -> Result<Step<RedlockGuard>> {
+        let attempt = self.redlock.attempt(self.key, self.ttl_ms, self.options);
+        Ok(match attempt.await {
+            Ok(answer) => Step::unless_acquired(answer),
+            Err(e) => Step::Failed(e),
+        })
+    }
 }
 
 impl<C> fmt::Debug for Redlock<C> {
@@ -241,15 +265,13 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
             ));
         }
         let key = self.key(resource)?;
-        let mut retry = Retry::new(options.settings());
-        loop {
-            let result = self.attempt(&key, ttl_ms, options).await;
-            if matches!(result, Ok(Acquire::Acquired(_))) || !retry.again().await {
-                let label = acquire_label(&result);
-                metric::lock_operation(LockKind::Redlock, LockOp::Acquire, label);
-                return result;
-            }
-        }
+        let mut quorums = Quorums {
+            redlock: self,
+            key: &key,
+            ttl_ms,
+            options,
+        };
+        wait::acquire(Pace::Poll(options.settings()), &mut (), &mut quorums).await
     }
 
     async fn attempt(
