@@ -42,22 +42,22 @@ pub struct RateLimit<S, C, K, H = DefaultResponses> {
 
 limit_service!(RateLimitLayer => RateLimit);
 
-/// Checks `key` within `timeout`. A grouped check (a fixed window with
+/// Checks `key` within `timeout`: in process when the limiter can answer so (leased units,
+/// a deny-cache refusal: no timer, no connection), else over a clone of `conn`. A grouped check (a fixed window with
 /// [group commit](crate::rate_limit::FixedWindow::with_group_commit)) runs in a task of its
 /// own: the request's future is dropped when its client goes away, and a check that leads a
 /// group must still read the reply that settles the other requests in it. That task is
 /// given twice `timeout`, so the reply is read for the others even after the leader's own
 /// request gave up (at `timeout`: the request never waits longer), as long as it comes
 /// within twice the leader's `timeout`; a task stays bounded in time.
-async fn check<C>(
-    limiter: &Limiter,
-    mut conn: C,
-    key: LimitKey,
-    timeout: Duration,
-) -> Result<Decision>
+async fn check<C>(limiter: &Limiter, conn: &C, key: LimitKey, timeout: Duration) -> Result<Decision>
 where
-    C: ConnectionLike + Send + 'static,
+    C: ConnectionLike + Clone + Send + 'static,
 {
+    if let Some(decision) = limiter.answer_locally(&key) {
+        return Ok(decision);
+    }
+    let mut conn = conn.clone();
     let grouped = limiter.is_grouped();
     if !grouped {
         return tokio::time::timeout(timeout, limiter.check(&mut conn, &key))
@@ -153,13 +153,7 @@ where
             let policy = live.policy_headers.get(name);
             // The key again only for the local fallback (no copy per request otherwise).
             let fallback_key = shared.local.as_ref().map(|_| key.clone());
-            let checked = check(
-                limiter,
-                shared.common.conn.clone(),
-                key,
-                shared.common.timeout,
-            )
-            .await;
+            let checked = check(limiter, &shared.common.conn, key, shared.common.timeout).await;
             let decision = match checked {
                 Ok(decision) => decision,
                 Err(error) => {

@@ -389,6 +389,12 @@ impl Hooks for Gcra {
     fn attach_deny_cache(self, cache: DenyCache) -> Self {
         self.with_deny_cache(cache)
     }
+
+    /// From a refusal the deny cache holds.
+    fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {
+        let cache = self.deny_cache.as_ref()?;
+        cache.lookup(&self.redis_key(key), self.burst, 1)
+    }
 }
 
 #[cfg(test)]

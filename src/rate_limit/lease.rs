@@ -237,6 +237,19 @@ impl Leases {
     /// checks go on taking what is left (refreshed ahead, so a hot key's checks do not all
     /// stop and wait when its units run out).
     pub(super) fn take_local(&self, redis_key: &str, limit: u32, cost: u32) -> Local<'_> {
+        self.take(redis_key, limit, cost, true)
+    }
+
+    /// Like [`take_local`](Self::take_local), but never leads a lease call: `None` where it
+    /// would (or where too few units are held), so the caller's check goes to Redis.
+    pub(super) fn take_held(&self, redis_key: &str, limit: u32, cost: u32) -> Option<Decision> {
+        match self.take(redis_key, limit, cost, false) {
+            Local::Taken(decision) => Some(decision),
+            Local::Refill(_) | Local::Empty => None,
+        }
+    }
+
+    fn take(&self, redis_key: &str, limit: u32, cost: u32, lead: bool) -> Local<'_> {
         let now = Instant::now();
         let mut held = self.lock();
         let Some(entry) = held.get_mut(redis_key) else {
@@ -247,6 +260,9 @@ impl Leases {
         }
         let left = entry.units - u64::from(cost);
         if left < u64::from(entry.last_want / 4) {
+            if !lead {
+                return Local::Empty;
+            }
             if let Some(leader) = self.flights.lead_if_idle(redis_key) {
                 return Local::Refill(leader);
             }
@@ -492,6 +508,20 @@ mod tests {
         drop(refill);
         leases.lock().insert("k".to_owned(), held(16));
         assert!(matches!(leases.take_local("k", 1_000, 1), Local::Refill(_)));
+
+        // Answering in process (the middleware's first try) never leads the refill: where a
+        // check would lead it, it takes nothing and starts no call, and the check's round
+        // trip leads it.
+        leases.lock().insert("k".to_owned(), held(40));
+        assert!(leases.take_held("k", 1_000, 1).is_some());
+        assert_eq!(units(&leases), 39);
+        leases.lock().insert("k".to_owned(), held(16));
+        assert!(leases.take_held("k", 1_000, 1).is_none());
+        assert_eq!(units(&leases), 16, "nothing taken");
+        assert!(
+            matches!(leases.take_local("k", 1_000, 1), Local::Refill(_)),
+            "no call was started: the round trip leads it"
+        );
     }
 
     #[test]

@@ -196,6 +196,7 @@ trait Dispatch {
     fn redis_key(&self, key: &LimitKey) -> String;
     fn deny_cache(&self) -> Option<&DenyCache>;
     fn is_grouped(&self) -> bool;
+    fn answer_locally(&self, key: &LimitKey) -> Option<Decision>;
 }
 
 impl<L: RateLimiter> Dispatch for L {
@@ -222,6 +223,9 @@ impl<L: RateLimiter> Dispatch for L {
     }
     fn is_grouped(&self) -> bool {
         Hooks::is_grouped(self)
+    }
+    fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {
+        Hooks::answer_locally(self, key)
     }
 }
 
@@ -321,6 +325,13 @@ impl Limiter {
         self.inner().is_grouped()
     }
 
+    /// A one-unit check answered in process, when the algorithm can (see
+    /// [`Hooks::answer_locally`]).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {
+        self.inner().answer_locally(key)
+    }
+
     /// Counts one unit for `key`. See [`check_n`](Self::check_n).
     ///
     /// ```no_run
@@ -352,6 +363,10 @@ impl Hooks for Limiter {
 
     fn is_grouped(&self) -> bool {
         Limiter::is_grouped(self)
+    }
+
+    fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {
+        Limiter::answer_locally(self, key)
     }
 }
 

@@ -233,6 +233,7 @@ pub(super) use delegate_rate_limiter;
 
 pub(super) mod sealed {
     use super::DenyCache;
+    use crate::rate_limit::{Decision, LimitKey};
 
     /// What the crate asks of an algorithm besides [`RateLimiter`](super::RateLimiter): not
     /// nameable outside it, so only its algorithms implement the trait.
@@ -249,6 +250,15 @@ pub(super) mod sealed {
         /// when the caller's future is dropped).
         fn is_grouped(&self) -> bool {
             false
+        }
+
+        /// A one-unit check of `key` answered in this process, without Redis or a
+        /// connection (units of a lease held here, a refusal the deny cache holds), when it
+        /// can be; `None`: the check must ask Redis. What a middleware tries before a round
+        /// trip, so the request skips the timer and the connection a round trip needs.
+        fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {
+            let _ = key;
+            None
         }
     }
 }

@@ -880,6 +880,20 @@ impl Hooks for FixedWindow {
     fn is_grouped(&self) -> bool {
         self.groups.is_some()
     }
+
+    /// From the units of a lease held here (never leading a refill: that is the round
+    /// trip's), else from a refusal the deny cache holds.
+    fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {
+        if self.leases.is_none() && self.deny_cache.is_none() {
+            return None;
+        }
+        let slot = self.slot().ok()?;
+        let (redis_key, _) = self.target(key, 1, slot.as_ref()).ok()?;
+        let leased = self.leases.as_ref();
+        leased
+            .and_then(|leases| leases.take_held(&redis_key, self.limit, 1))
+            .or_else(|| self.cache_for(1)?.lookup(&redis_key, self.limit, 1))
+    }
 }
 
 /// Stores a refusal: the counter it saw (the limit when it saw more) and the window's end
