@@ -238,8 +238,7 @@ async fn lock_and_inventory_outcomes_are_counted_as_they_happened() {
     // A blocking acquire woken by a release is one acquire, counted once (acquired), however
     // many attempts it made while the lock was held (at least two: before and after setting
     // the waiter flag).
-    let Acquire::Acquired(held) = lock.try_acquire(&mut conn, "b", &options).await.unwrap()
-    else {
+    let Acquire::Acquired(held) = lock.try_acquire(&mut conn, "b", &options).await.unwrap() else {
         panic!("a free lock");
     };
     let releaser = {

@@ -62,7 +62,8 @@ pub(crate) fn apply(
     if let Some(v) = policy {
         headers.insert(RATELIMIT_POLICY, v.clone());
     }
-    if let Ok(v) = HeaderValue::from_str(&state) {
+    // From the String itself: no second copy.
+    if let Ok(v) = HeaderValue::try_from(state) {
         headers.insert(RATELIMIT, v);
     }
     if let Some(wait) = decision.retry_after() {

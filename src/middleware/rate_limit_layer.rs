@@ -1,6 +1,5 @@
 //! [`RateLimitLayer`], its builder, and the settings and counters its services share.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
@@ -70,8 +69,9 @@ pub(crate) struct Counters {
 #[derive(Debug)]
 pub(crate) struct Live {
     pub(crate) policies: Policies,
-    /// `RateLimit-Policy` of each limiter name, built once per set.
-    pub(crate) policy_headers: HashMap<String, HeaderValue>,
+    /// `RateLimit-Policy` of each limiter, by index ([`Policies::route_for`]), built once
+    /// per set.
+    pub(crate) policy_headers: Vec<Option<HeaderValue>>,
     /// The metric keys of each limiter, by index ([`Policies::route_for`]), built once per
     /// set.
     pub(crate) metrics: Vec<PolicyMetrics>,
@@ -80,10 +80,7 @@ pub(crate) struct Live {
 impl Live {
     fn new(policies: Policies) -> Self {
         Self {
-            policy_headers: policies
-                .limiters()
-                .filter_map(|l| Some((l.name().to_owned(), headers::policy_value(l)?)))
-                .collect(),
+            policy_headers: policies.limiters().map(headers::policy_value).collect(),
             metrics: policies
                 .limiters()
                 .map(|l| PolicyMetrics::rate_limiting(l.name()))

@@ -150,7 +150,7 @@ where
                     }
                 }
             };
-            let policy = live.policy_headers.get(name);
+            let policy = live.policy_headers[route].as_ref();
             // The key again only for the local fallback (no copy per request otherwise).
             let fallback_key = shared.local.as_ref().map(|_| key.clone());
             let checked = check(limiter, &shared.common.conn, key, shared.common.timeout).await;
