@@ -9,6 +9,7 @@ use redis::aio::ConnectionLike;
 use super::guard::LockGuard;
 use super::kind::{lease_verbs, lock_kind, Base};
 use super::lease::{HeldLease, LeaseKind};
+use super::native;
 use super::options::{LockOptions, OwnerToken, Polling, Replicated};
 use super::outcome::{renew_status, Renew};
 use super::schema;
@@ -168,15 +169,27 @@ impl Lock {
     ) -> Result<Acked<Renew>> {
         let started = Instant::now();
         let held = &guard.held;
-        let call = self.renew_call_of(&held.key, &held.token, held.ttl);
-        let (renewed, ack) = self
-            .inner
-            .base
-            .manager
-            .invoke_acked::<i64, _>(conn, &call, replication)
-            .await?
-            .split();
-        let outcome = renew_status(self.inner.renew, renewed)?;
+        let manager = &self.inner.base.manager;
+        let (key, token, wait) = (held.key.as_str(), held.token.as_str(), Some(replication));
+        let native = match held.plain {
+            true => native::renew(manager, conn, key, token, held.ttl, wait).await,
+            false => None,
+        };
+        let (outcome, ack) = match native {
+            Some(renewed) => {
+                let (outcome, ack) = renewed?;
+                let none = || Acked::new((), 0, replication.replicas());
+                (outcome, ack.unwrap_or_else(none))
+            }
+            None => {
+                let call = self.renew_call_of(key, token, held.ttl);
+                let (renewed, ack) = manager
+                    .invoke_acked::<i64, _>(conn, &call, replication)
+                    .await?
+                    .split();
+                (renew_status(self.inner.renew, renewed)?, ack)
+            }
+        };
         let outcome = held.confirmed(outcome, Some((&replication, &ack)));
         Ok(ack.map(|()| held.renewed(started, outcome)))
     }
@@ -193,6 +206,8 @@ impl Lock {
         call
     }
 
+    /// Renews the lease of `key` held with `token` (an unfenced acquire finding its own
+    /// token): `SET ... IFEQ` where the server offers it, else the renewal script.
     pub(super) async fn renew_raw<C: ConnectionLike>(
         &self,
         conn: &mut C,
@@ -200,13 +215,12 @@ impl Lock {
         token: &str,
         ttl: Duration,
     ) -> Result<Renew> {
+        let manager = &self.inner.base.manager;
+        if let Some(renewed) = native::renew(manager, conn, key, token, ttl, None).await {
+            return renewed.map(|(outcome, _)| outcome);
+        }
         let call = self.renew_call_of(key, token, ttl);
-        let renewed = self
-            .inner
-            .base
-            .manager
-            .invoke::<i64, _>(conn, &call)
-            .await?;
+        let renewed = manager.invoke::<i64, _>(conn, &call).await?;
         renew_status(self.inner.renew, renewed)
     }
 
