@@ -120,6 +120,29 @@ macro_rules! require_valkey {
     };
 }
 
+/// Runs `$body`, an `async fn(RedisServer)` beside the macro call, as two tests in a module
+/// named `$name`: `redis7` on a fresh default server (Redis 7.0: no native conditional
+/// commands, so a plain lock runs its scripts) and `valkey` on a fresh Valkey 9 (`DELIFEQ`
+/// and `SET ... IFEQ`: a plain lock releases and renews without a script; skipped or failed
+/// like [`require_valkey!`](crate::require_valkey) when there is no Valkey).
+#[macro_export]
+macro_rules! on_both_servers {
+    ($name:ident, $body:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis7() {
+                super::$body($crate::support::RedisServer::spawn().await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn valkey() {
+                $crate::require_valkey!(concat!(module_path!(), "::valkey"));
+                super::$body($crate::support::RedisServer::spawn_valkey(&[]).await).await;
+            }
+        }
+    };
+}
+
 /// The Valkey binary, or a panic with the install hint (the spawners' fallback when a test
 /// did not call [`require_valkey!`](crate::require_valkey) first).
 fn valkey_or_panic() -> String {
@@ -262,6 +285,18 @@ impl RedisServer {
             cmd.arg(*a);
         }
         cmd.query_async(&mut conn).await.expect("command")
+    }
+
+    /// Errors the server has answered with code `code` (e.g. `ERR`, `NOPERM`) so far (`INFO
+    /// errorstats`).
+    pub async fn error_count(&self, code: &str) -> u64 {
+        let stats: String = self.cmd(&["INFO", "errorstats"]).await;
+        let prefix = format!("errorstat_{code}:count=");
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
     }
 
     /// `EVALSHA` calls the server has answered so far (`INFO commandstats`).
