@@ -817,6 +817,16 @@ impl ReplicatedPair {
         pair
     }
 
+    /// A Valkey primary and replica of it (no persistence), in sync.
+    pub async fn spawn_valkey() -> Self {
+        let primary = RedisServer::spawn_valkey(&[]).await;
+        let port = primary.port().to_string();
+        let replica = RedisServer::spawn_valkey(&["--replicaof", "127.0.0.1", &port]).await;
+        let pair = Self { primary, replica };
+        pair.wait_in_sync(Duration::from_secs(20)).await;
+        pair
+    }
+
     /// A Valkey primary and replica, both with `appendonly yes` and `appendfsync always` (so
     /// `WAITAOF` answers at once), in sync, the replica's AOF rewritten after the full sync
     /// (until then it acknowledges no fsync).
