@@ -19,7 +19,9 @@ use crate::script::{Acked, Call, Registry, Replication, Script, ScriptManager};
 use crate::telemetry::metric::LockKind;
 
 lock_kind! {
-    /// A lock on one Redis server or Redis Cluster: one script round trip per operation.
+    /// A lock on one Redis server or Redis Cluster: one round trip per operation (a script, or
+    /// without fencing a plain command: `SET NX PX GET` to acquire, and on Valkey 9 `DELIFEQ`
+    /// to release and `SET ... IFEQ` to renew).
     ///
     /// Keys: `<prefix>:{<resource>}` holds the owner token (with the lease as TTL), and
     /// `<prefix>:{<resource>}:fence` the last fencing token issued (TTL `2 × lease + 10 s`,
@@ -99,6 +101,13 @@ impl Lock {
         /// wake-up (without one, the release costs one `EXISTS` more than a bare
         /// compare-and-delete).
         ///
+        /// A guard acquired without fencing is released without a script where the server has
+        /// `DELIFEQ` (Valkey 9+, see [`ScriptManager::capabilities`](crate::ScriptManager::capabilities)): `DELIFEQ` and `EXISTS` of
+        /// the waiter flag in one transaction, then, only when it deleted the key and a caller
+        /// waits, the same wake-up by plain commands. Same outcomes; one difference: a wake-up
+        /// list key holding another type, or wake-up commands the ACL refuses, are found after
+        /// the delete, so the lock is released when that typed error is answered.
+        ///
         /// On an error the lease ends by its TTL.
         ///
         /// ```no_run
@@ -113,7 +122,9 @@ impl Lock {
         /// Compare-and-PEXPIRE: resets the TTL to the guard's lease length only if the key still
         /// holds its token, and moves the local validity forward. [`Renew::Lost`] otherwise (the
         /// guard is then no longer valid). See [`renew_acked`](Self::renew_acked) to learn how
-        /// many replicas have the new TTL.
+        /// many replicas have the new TTL. A guard acquired without fencing is renewed without a
+        /// script where the server has `SET ... IFEQ` (Valkey 8.1+): `SET key token IFEQ token
+        /// PX ttl`, same outcomes (the fence key, which only fencing needs, is not touched).
         ///
         /// ```no_run
         /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
@@ -276,7 +287,8 @@ impl LockOptions<Lock> {
     /// token: a holder paused past its lease (GC, swap, a network stall) can otherwise still
     /// write after another owner acquired, and only the storage refusing its older token
     /// stops that. A lock that only keeps two workers from duplicating effort does not need
-    /// it. Release and renewal are the same either way.
+    /// it. Release and renewal answer the same either way (without fencing, on Valkey they
+    /// use `DELIFEQ` and `SET ... IFEQ` instead of scripts: see [`Lock::release`]).
     ///
     /// ```
     /// use redkit::lock::{Lock, LockOptions};
