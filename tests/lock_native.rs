@@ -19,16 +19,25 @@ fn plain(ms: u64) -> LockOptions<Lock> {
     LockOptions::new().ttl(Duration::from_millis(ms))
 }
 
-async fn acquired<C: ConnectionLike>(
+/// `resource`, acquired with a plain lease of `ms` (the test expects it free).
+async fn held<C: ConnectionLike>(
     lock: &Lock,
     conn: &mut C,
     resource: &str,
-    options: &LockOptions<Lock>,
+    ms: u64,
 ) -> LockGuard<Lock> {
-    match lock.acquire(conn, resource, options).await.unwrap() {
-        Acquire::Acquired(guard) => guard,
-        other => panic!("expected the lock, got {other:?}"),
-    }
+    let outcome = lock.acquire(conn, resource, &plain(ms)).await.unwrap();
+    outcome.acquired().expect("the lock is free")
+}
+
+/// Renews `guard` (`Renewed`), then releases it (`Released`).
+async fn renew_and_release<C: ConnectionLike>(
+    lock: &Lock,
+    conn: &mut C,
+    mut guard: LockGuard<Lock>,
+) {
+    assert_eq!(lock.renew(conn, &mut guard).await.unwrap(), Renew::Renewed);
+    assert_eq!(lock.release(conn, guard).await.unwrap(), Release::Released);
 }
 
 async fn pttl(server: &RedisServer, key: &str) -> i64 {
@@ -49,7 +58,7 @@ async fn same_outcomes(server: RedisServer) {
     let lock = Lock::new();
     let key = lock.key("r").unwrap();
 
-    let mut guard = acquired(&lock, &mut conn, "r", &plain(5_000)).await;
+    let mut guard = held(&lock, &mut conn, "r", 5_000).await;
     let _: i64 = server.cmd(&["PEXPIRE", &key, "300"]).await;
     assert_eq!(
         lock.renew(&mut conn, &mut guard).await.unwrap(),
@@ -68,7 +77,7 @@ async fn same_outcomes(server: RedisServer) {
     assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0);
 
     // Another owner's key: neither released nor renewed, left as it is.
-    let mut stale = acquired(&lock, &mut conn, "r", &plain(5_000)).await;
+    let mut stale = held(&lock, &mut conn, "r", 5_000).await;
     let other = "another-owner-token-0123456789";
     let _: () = server.cmd(&["SET", &key, other, "PX", "5000"]).await;
     assert_eq!(
@@ -84,7 +93,7 @@ async fn same_outcomes(server: RedisServer) {
     let _: i64 = server.cmd(&["DEL", &key]).await;
 
     // A lease that is gone: Lost; its release NotOwner; nothing created.
-    let mut gone = acquired(&lock, &mut conn, "r", &plain(5_000)).await;
+    let mut gone = held(&lock, &mut conn, "r", 5_000).await;
     let _: i64 = server.cmd(&["DEL", &key]).await;
     assert_eq!(lock.renew(&mut conn, &mut gone).await.unwrap(), Renew::Lost);
     assert_eq!(
@@ -94,7 +103,7 @@ async fn same_outcomes(server: RedisServer) {
     assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0);
 
     // A key of another type: WrongType for both verbs, nothing written.
-    let mut guard = acquired(&lock, &mut conn, "r", &plain(5_000)).await;
+    let mut guard = held(&lock, &mut conn, "r", 5_000).await;
     let _: i64 = server.cmd(&["DEL", &key]).await;
     let _: i64 = server.cmd(&["HSET", &key, "f", "1"]).await;
     let before = support::snapshot(&mut conn).await;
@@ -115,7 +124,7 @@ async fn watchdog_loss(server: RedisServer) {
     // Period ttl/3 = 500 ms; the lease would last 1.5 s: a signal before that comes from a
     // renewal answering Lost.
     for overwrite in [false, true] {
-        let mut guard = acquired(&lock, &mut conn, "w", &plain(1_500)).await;
+        let mut guard = held(&lock, &mut conn, "w", 1_500).await;
         let signal = lock.watch(&conn, &mut guard).unwrap();
         tokio::time::sleep(Duration::from_millis(700)).await;
         assert!(guard.is_valid(), "renewed by the watchdog so far");
@@ -150,14 +159,14 @@ async fn wake_ups(server: RedisServer) {
     let lock = Lock::new();
     let key = lock.key("h").unwrap();
     let (flag, wake) = (format!("{key}:waiting"), format!("{key}:wake"));
-    let guard = acquired(&lock, &mut conn, "h", &plain(10_000)).await;
+    let guard = held(&lock, &mut conn, "h", 10_000).await;
     lock.release(&mut conn, guard).await.unwrap();
     let keys: Vec<String> = server.cmd(&["KEYS", "*"]).await;
     assert!(keys.is_empty(), "{keys:?}");
 
     let _: () = server.cmd(&["SET", &flag, "1", "PX", "5000"]).await;
     for _ in 0..3 {
-        let guard = acquired(&lock, &mut conn, "h", &plain(10_000)).await;
+        let guard = held(&lock, &mut conn, "h", 10_000).await;
         assert_eq!(
             lock.release(&mut conn, guard).await.unwrap(),
             Release::Released
@@ -168,7 +177,7 @@ async fn wake_ups(server: RedisServer) {
     assert!(ms > 0 && ms <= 60_000, "{ms}");
 
     let _: i64 = server.cmd(&["DEL", &wake]).await;
-    let stale = acquired(&lock, &mut conn, "h", &plain(10_000)).await;
+    let stale = held(&lock, &mut conn, "h", 10_000).await;
     let _: () = server
         .cmd(&["SET", &key, "another-owner-token-0123456789"])
         .await;
@@ -180,7 +189,7 @@ async fn wake_ups(server: RedisServer) {
     let _: i64 = server.cmd(&["DEL", &key, &flag]).await;
 
     // Hand-over: the lease is 10 s, the waiter holds the lock well within 1 s of the release.
-    let held = acquired(&lock, &mut conn, "h", &plain(10_000)).await;
+    let held = held(&lock, &mut conn, "h", 10_000).await;
     let mut own = server.conn().await;
     let (waiter_lock, options) = (lock.clone(), plain(10_000));
     let waiter = tokio::spawn(async move {
@@ -216,15 +225,8 @@ async fn cycle(server: &RedisServer) -> (u64, redkit::script::Capabilities) {
     let manager = ScriptManager::new();
     let lock = Lock::new().with_manager(manager.clone());
     let before = script_calls(server).await;
-    let mut guard = acquired(&lock, &mut conn, "cycle", &plain(5_000)).await;
-    assert_eq!(
-        lock.renew(&mut conn, &mut guard).await.unwrap(),
-        Renew::Renewed
-    );
-    assert_eq!(
-        lock.release(&mut conn, guard).await.unwrap(),
-        Release::Released
-    );
+    let guard = held(&lock, &mut conn, "cycle", 5_000).await;
+    renew_and_release(&lock, &mut conn, guard).await;
     let calls = script_calls(server).await - before;
     (calls, manager.capabilities(&mut conn).await.unwrap())
 }
@@ -270,7 +272,7 @@ async fn a_renamed_delifeq_falls_back_to_the_script_and_a_stale_probe_recovers()
 
     let mut conn = renamed.conn().await;
     let key = lock.key("s").unwrap();
-    let guard = acquired(&lock, &mut conn, "s", &plain(5_000)).await;
+    let guard = held(&lock, &mut conn, "s", 5_000).await;
     assert_eq!(
         lock.release(&mut conn, guard).await.unwrap(),
         Release::Released
@@ -287,15 +289,8 @@ async fn a_renamed_delifeq_falls_back_to_the_script_and_a_stale_probe_recovers()
 
     let found = manager.capabilities(&mut conn).await.unwrap();
     assert!(!found.delifeq && found.set_ifeq, "re-probed: {found:?}");
-    let mut guard = acquired(&lock, &mut conn, "s", &plain(5_000)).await;
-    assert_eq!(
-        lock.renew(&mut conn, &mut guard).await.unwrap(),
-        Renew::Renewed
-    );
-    assert_eq!(
-        lock.release(&mut conn, guard).await.unwrap(),
-        Release::Released
-    );
+    let guard = held(&lock, &mut conn, "s", 5_000).await;
+    renew_and_release(&lock, &mut conn, guard).await;
     assert_eq!(
         renamed.error_count("ERR").await,
         1,
@@ -315,7 +310,7 @@ async fn a_delifeq_refused_by_the_acl_falls_back_to_the_script() {
     let mut conn = support::denied_conn(&server, "delifeq").await;
     let lock = Lock::new();
     for round in 0..2 {
-        let guard = acquired(&lock, &mut conn, "a", &plain(5_000)).await;
+        let guard = held(&lock, &mut conn, "a", 5_000).await;
         assert_eq!(
             lock.release(&mut conn, guard).await.unwrap(),
             Release::Released,

@@ -290,11 +290,18 @@ impl RedisServer {
     /// Errors the server has answered with code `code` (e.g. `ERR`, `NOPERM`) so far (`INFO
     /// errorstats`).
     pub async fn error_count(&self, code: &str) -> u64 {
-        let stats: String = self.cmd(&["INFO", "errorstats"]).await;
-        let prefix = format!("errorstat_{code}:count=");
+        self.info_count("errorstats", &format!("errorstat_{code}:count="))
+            .await
+    }
+
+    /// The number after `prefix` on the line of `INFO section` that starts with it (up to a
+    /// comma); 0 when there is no such line.
+    async fn info_count(&self, section: &str, prefix: &str) -> u64 {
+        let stats: String = self.cmd(&["INFO", section]).await;
         stats
             .lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|rest| rest.split(',').next())
             .and_then(|n| n.trim().parse().ok())
             .unwrap_or(0)
     }
@@ -307,14 +314,8 @@ impl RedisServer {
     /// Calls of `command` (lower case, e.g. `blpop`) the server has answered so far
     /// (`INFO commandstats`): a probe that a client has reached a step (e.g. is blocking).
     pub async fn command_calls(&self, command: &str) -> u64 {
-        let stats: String = self.cmd(&["INFO", "commandstats"]).await;
-        let prefix = format!("cmdstat_{command}:calls=");
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
+        self.info_count("commandstats", &format!("cmdstat_{command}:calls="))
+            .await
     }
 
     /// Polls until the server has answered `calls` calls of `command` (see
