@@ -2,7 +2,7 @@
 //! once per [`ScriptManager`](super::ScriptManager), lazily, and cached in its state
 //! ([`Probe`]).
 //!
-//! The probe is one pipeline of two read-only commands: `COMMAND INFO DELIFEQ` (an array with
+//! The probe is two read-only commands: `COMMAND INFO DELIFEQ` (an array with
 //! the command's entry, or nil for a command the server does not know or has renamed away:
 //! Redis 7.0 and a Valkey started with `--rename-command DELIFEQ ""` both answer nil) and
 //! `COMMAND DOCS SET` (whose argument list names the token `IFEQ` on Valkey 8.1+; Redis 7.0
@@ -207,23 +207,31 @@ fn is_not_offered(err: &RedisError) -> bool {
             .is_some_and(|d| d.starts_with("unknown command") || d.starts_with("syntax error"))
 }
 
-/// The probe pipeline: `COMMAND INFO DELIFEQ`, `COMMAND DOCS SET`.
+/// The probe: `COMMAND INFO DELIFEQ`, then `COMMAND DOCS SET` (two commands, not a
+/// pipeline: a Cluster connection routes each by its argument as if it were a key, so a
+/// pipeline of both would be refused as cross-slot). A server's error reply to either counts
+/// as "not offered"; a connection error fails the probe.
 async fn probe<C: ConnectionLike>(conn: &mut C) -> Result<Capabilities> {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors()
-        .cmd("COMMAND")
-        .arg("INFO")
-        .arg("DELIFEQ")
-        .cmd("COMMAND")
-        .arg("DOCS")
-        .arg("SET");
-    let replies: Vec<Value> = pipe.query_async(conn).await?;
+    let info = ask(conn, redis::cmd("COMMAND").arg("INFO").arg("DELIFEQ")).await?;
+    let docs = ask(conn, redis::cmd("COMMAND").arg("DOCS").arg("SET")).await?;
     let found = Capabilities {
-        delifeq: replies.first().is_some_and(command_info_names_a_command),
-        set_ifeq: replies.get(1).is_some_and(|docs| names_token(docs, "IFEQ")),
+        delifeq: command_info_names_a_command(&info),
+        set_ifeq: names_token(&docs, "IFEQ"),
     };
     tracing::debug!(?found, "native commands probed");
     Ok(found)
+}
+
+/// `cmd`'s reply; nil when the server answered an error (e.g. `NOPERM`).
+async fn ask<C: ConnectionLike>(conn: &mut C, cmd: &redis::Cmd) -> Result<Value> {
+    match cmd.query_async::<Value>(conn).await {
+        Ok(reply) => Ok(reply),
+        Err(e) if e.code().is_some() => {
+            tracing::debug!(error = %e, "native command probe refused");
+            Ok(Value::Nil)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// `COMMAND INFO <name>` answered an entry (an array), not nil, for its one command.

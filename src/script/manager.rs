@@ -162,8 +162,8 @@ impl ScriptManager {
 
     /// The native commands the server offers in place of a script ([`Capabilities`]): probed
     /// on the first call that needs to know (this one, or the first release or renewal of a
-    /// plain [`Lock`](crate::lock::Lock)) with one pipeline of `COMMAND INFO DELIFEQ` and
-    /// `COMMAND DOCS SET`, then cached for this manager and its clones.
+    /// plain [`Lock`](crate::lock::Lock)) with `COMMAND INFO DELIFEQ` and `COMMAND DOCS SET`
+    /// (two round trips, once), then cached for this manager and its clones.
     ///
     /// A belief, re-checked when wrong: a native command answered "unknown command" or
     /// "syntax error" (the server was replaced by an older one, the command renamed away)
