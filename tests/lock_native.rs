@@ -3,7 +3,8 @@
 //! both (renewal, release, another owner's key, a lost lease, a key of another type, the
 //! watchdog's loss signal, the wake-up of blocked acquirers); no script at all for a plain
 //! cycle on Valkey (`INFO commandstats`); a renamed `DELIFEQ` or one the ACL refuses falls
-//! back to the script without the caller seeing the refusal.
+//! back to the script without the caller seeing the refusal. On a Valkey Cluster the same
+//! cycle, wake-up included, runs no script either.
 
 mod support;
 
@@ -13,7 +14,7 @@ use redis::aio::ConnectionLike;
 use redkit::lock::{Acquire, LeaseLoss, Lock, LockGuard, LockOptions, Release, Renew};
 use redkit::script::Replication;
 use redkit::{Error, ScriptManager};
-use support::RedisServer;
+use support::{RedisCluster, RedisServer};
 
 fn plain(ms: u64) -> LockOptions<Lock> {
     LockOptions::new().ttl(Duration::from_millis(ms))
@@ -321,4 +322,48 @@ async fn a_delifeq_refused_by_the_acl_falls_back_to_the_script() {
     assert!(script_calls(&server).await >= 2);
     let key = lock.key("a").unwrap();
     assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0);
+}
+
+/// On a Valkey Cluster: a plain cycle and a release with a registered waiter (its wake-up
+/// pushed, one entry) run no script on any node; the key's primary answered the `DELIFEQ`s.
+#[tokio::test]
+async fn a_plain_lock_on_a_valkey_cluster_runs_no_script() {
+    require_valkey!();
+    let cluster = RedisCluster::spawn_valkey().await;
+    let mut conn = cluster.conn().await;
+    let manager = ScriptManager::new();
+    let lock = Lock::new().with_manager(manager.clone());
+    let key = lock.key("c").unwrap();
+    let guard = held(&lock, &mut conn, "c", 5_000).await;
+    renew_and_release(&lock, &mut conn, guard).await;
+    let _: () = redis::cmd("SET")
+        .arg(format!("{key}:waiting"))
+        .arg(1)
+        .arg("PX")
+        .arg(5_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let guard = held(&lock, &mut conn, "c", 5_000).await;
+    assert_eq!(
+        lock.release(&mut conn, guard).await.unwrap(),
+        Release::Released
+    );
+    let len: i64 = redis::cmd("LLEN")
+        .arg(format!("{key}:wake"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(len, 1, "the wake-up was pushed");
+    let found = manager.capabilities(&mut conn).await.unwrap();
+    assert!(found.delifeq && found.set_ifeq, "{found:?}");
+    let mut scripts = 0;
+    for node in cluster.primaries().await {
+        scripts += script_calls(node).await;
+    }
+    let owner = cluster.primary_for(&key).await;
+    let delifeq = owner.command_calls("delifeq").await;
+    println!("Valkey Cluster: script calls {scripts}, DELIFEQ on the key's primary {delifeq}");
+    assert_eq!(scripts, 0);
+    assert_eq!(delifeq, 2);
 }

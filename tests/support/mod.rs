@@ -521,6 +521,11 @@ impl RedisCluster {
         Self::spawn_from(local_binary(), node_timeout_ms, &[]).await
     }
 
+    /// A Valkey Cluster (no persistence).
+    pub async fn spawn_valkey() -> Self {
+        Self::spawn_from(Some(valkey_or_panic()), 5_000, &[]).await
+    }
+
     /// A Valkey Cluster (the harness's Redis 7.2+ server, for `WAITAOF`), every node with
     /// `appendonly yes` and `appendfsync always`; returns once each replica's AOF rewrite
     /// after its full sync is over (until then it acknowledges no fsync).
