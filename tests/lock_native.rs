@@ -246,6 +246,23 @@ async fn a_plain_cycle_sends_no_script_on_valkey() {
     );
     println!("DELIFEQ calls {}, SET calls {}", native.0, native.1);
     assert_eq!(native.0, 1);
+
+    // Fenced later (`Lock::fence`): its renewal is the script again (it keeps the fence key).
+    let mut conn = server.conn().await;
+    let lock = Lock::new();
+    let mut guard = held(&lock, &mut conn, "later", 5_000).await;
+    let fenced = lock.fence(&mut conn, &mut guard).await.unwrap();
+    assert!(
+        matches!(fenced, redkit::lock::Fence::Issued(_)),
+        "{fenced:?}"
+    );
+    let before = script_calls(&server).await;
+    renew_and_release(&lock, &mut conn, guard).await;
+    let after = script_calls(&server).await;
+    assert!(
+        after > before,
+        "renewed and released by scripts: {before} -> {after}"
+    );
 }
 
 #[tokio::test]
