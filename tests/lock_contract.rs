@@ -922,9 +922,9 @@ async fn shape(conn: &mut MultiplexedConnection) -> BTreeMap<Vec<u8>, (Vec<u8>, 
         .collect()
 }
 
-#[tokio::test]
-async fn by_default_acquire_is_one_set_without_fencing_and_keeps_the_contract() {
-    let server = RedisServer::spawn().await;
+/// On Redis 7 the lease's release and renewal run scripts; on Valkey 9 the native
+/// `DELIFEQ` / `SET ... IFEQ`: the same contract on both.
+async fn default_acquire_contract(server: RedisServer) {
     let mut conn = server.conn().await;
     let lock = lock();
     // The default options: no fencing.
@@ -1036,6 +1036,11 @@ async fn by_default_acquire_is_one_set_without_fencing_and_keeps_the_contract() 
     let fenced = acquired(&lock, &mut conn, "r", &LockOptions::new().fencing(true)).await;
     assert!(fenced.is_fenced() && fenced.fencing_token().get() > 0);
 }
+
+on_both_servers!(
+    by_default_acquire_is_one_set_without_fencing_and_keeps_the_contract,
+    default_acquire_contract
+);
 
 /// `Lock::fence`: a lock acquired without fencing gets a token later, only while it is held,
 /// in one increasing sequence with fenced acquisitions; refusals write nothing.

@@ -156,7 +156,12 @@ async fn bad_input_is_refused_before_anything_is_sent() {
 
 /// `tasks` tasks each enter the critical section `cycles` times through `acquire_blocking`,
 /// doing a read-modify-write of a shared counter that a second holder would corrupt.
-async fn churn<C>(conns: Vec<C>, cycles: usize, counter: &str) -> (Duration, Vec<u64>)
+async fn churn<C>(
+    conns: Vec<C>,
+    cycles: usize,
+    counter: &str,
+    options: &LockOptions<Lock>,
+) -> (Duration, Vec<u64>)
 where
     C: ConnectionLike + Send + 'static,
 {
@@ -165,12 +170,12 @@ where
     let mut tasks = Vec::new();
     for mut own in conns {
         let (fences, inside) = (Arc::clone(&fences), Arc::clone(&inside));
-        let counter = counter.to_owned();
+        let (counter, options) = (counter.to_owned(), options.clone());
         tasks.push(tokio::spawn(async move {
             let lock = Lock::new();
             for _ in 0..cycles {
                 let outcome = lock
-                    .acquire_blocking(&mut own, "churn", &ttl(20_000), Duration::from_secs(60))
+                    .acquire_blocking(&mut own, "churn", &options, Duration::from_secs(60))
                     .await
                     .unwrap();
                 let Acquire::Acquired(guard) = outcome else {
@@ -226,7 +231,7 @@ async fn no_wake_up_is_lost_under_churn() {
     for _ in 0..tasks {
         conns.push(server.conn().await);
     }
-    let (took, fences) = churn(conns, cycles, "counter:{churn}").await;
+    let (took, fences) = churn(conns, cycles, "counter:{churn}", &ttl(20_000)).await;
     let count: i64 = server.cmd(&["GET", "counter:{churn}"]).await;
     println!("{tasks} blocked acquirers x {cycles} cycles: {took:?}");
     assert_eq!(
@@ -241,6 +246,23 @@ async fn no_wake_up_is_lost_under_churn() {
     assert!(took < Duration::from_secs(20), "{took:?}");
 }
 
+/// The same churn with plain (unfenced) locks: on Redis 7 the release script pushes the
+/// wake-ups, on Valkey 9 the native release (`DELIFEQ` + `EXISTS`, then the push).
+async fn plain_churn(server: RedisServer) {
+    let (tasks, cycles) = (8, 8);
+    let mut conns = Vec::new();
+    for _ in 0..tasks {
+        conns.push(server.conn().await);
+    }
+    let plain = LockOptions::new().ttl(Duration::from_secs(20));
+    let (took, _) = churn(conns, cycles, "counter:{churn}", &plain).await;
+    let count: i64 = server.cmd(&["GET", "counter:{churn}"]).await;
+    println!("plain: {tasks} blocked acquirers x {cycles} cycles: {took:?}");
+    assert_eq!(count, (tasks * cycles) as i64, "exact count");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}
+on_both_servers!(no_wake_up_is_lost_under_churn_without_fencing, plain_churn);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_and_wake_ups_on_a_cluster() {
     let cluster = RedisCluster::spawn().await;
@@ -249,7 +271,7 @@ async fn mutual_exclusion_and_wake_ups_on_a_cluster() {
     for _ in 0..tasks {
         conns.push(cluster.conn().await);
     }
-    let (took, fences) = churn(conns, cycles, "counter:{churn}").await;
+    let (took, fences) = churn(conns, cycles, "counter:{churn}", &ttl(20_000)).await;
     let mut conn = cluster.conn().await;
     let count: i64 = redis::cmd("GET")
         .arg("counter:{churn}")

@@ -39,9 +39,11 @@ fn granted<G: std::fmt::Debug>(outcome: redkit::Result<Acquire<G>>) -> G {
     }
 }
 
-/// The calls a client sends to run a script and wait for replicas (`INFO commandstats` also
-/// counts the commands a script runs, the replica's `REPLCONF` and the probes' own).
-const SENT: [&str; 7] = [
+/// The calls a client sends to run a script and wait for replicas, or to renew a plain lock
+/// natively (`SET ... IFEQ` on Valkey) (`INFO commandstats` also counts the commands a script
+/// runs, the replica's `REPLCONF` and the probes' own).
+const SENT: [&str; 8] = [
+    "set",
     "evalsha",
     "eval",
     "fcall",
@@ -84,7 +86,22 @@ fn calls(list: &[(&str, u64)]) -> BTreeMap<String, u64> {
 
 #[tokio::test]
 async fn a_renewal_moves_the_validity_only_when_the_replica_acknowledged_it() {
-    let pair = ReplicatedPair::spawn().await;
+    renewal_moves_the_validity_only_when_acknowledged(ReplicatedPair::spawn().await).await;
+}
+
+/// The same on Valkey 9, where a plain lock's renewal is `SET ... IFEQ ... PX` and `WAIT`.
+#[tokio::test]
+async fn a_native_renewal_moves_the_validity_only_when_the_replica_acknowledged_it() {
+    require_valkey!();
+    renewal_moves_the_validity_only_when_acknowledged(ReplicatedPair::spawn_valkey().await).await;
+}
+
+async fn renewal_moves_the_validity_only_when_acknowledged(pair: ReplicatedPair) {
+    // The command a plain lock's renewal sends: the script, or the native conditional SET.
+    let renewal = match pair.primary.has_command("DELIFEQ").await {
+        true => "set",
+        false => "evalsha",
+    };
     let mut conn = pair.primary.patient_conn().await;
     let lock = Lock::new();
     let ttl = Duration::from_secs(3);
@@ -108,17 +125,17 @@ async fn a_renewal_moves_the_validity_only_when_the_replica_acknowledged_it() {
         "the replica's PTTL was reset: {replica_before} -> {replica_after}"
     );
 
-    // One round trip's commands: the renewal script and WAIT, nothing else (the script is
-    // known cached now).
+    // One round trip's commands: the renewal (script or native) and WAIT, nothing else (the
+    // script is known cached now).
     let stats = command_counts(&pair.primary).await;
     assert_eq!(
         lock.renew(&mut conn, &mut guard).await.unwrap(),
         Renew::Renewed
     );
     let sent = sent_between(&stats, &command_counts(&pair.primary).await);
-    assert_eq!(sent, calls(&[("evalsha", 1), ("wait", 1)]), "renewal");
+    assert_eq!(sent, calls(&[(renewal, 1), ("wait", 1)]), "renewal");
 
-    // Without the requirement nothing changed: the script alone, no WAIT.
+    // Without the requirement nothing changed: the renewal alone, no WAIT.
     let mut plain = granted(
         lock.acquire(&mut conn, "plain", &LockOptions::new().ttl(ttl))
             .await,
@@ -131,7 +148,7 @@ async fn a_renewal_moves_the_validity_only_when_the_replica_acknowledged_it() {
     let sent = sent_between(&stats, &command_counts(&pair.primary).await);
     assert_eq!(
         sent,
-        calls(&[("evalsha", 1)]),
+        calls(&[(renewal, 1)]),
         "renewal without require_replicas"
     );
     lock.release(&mut conn, plain).await.unwrap();

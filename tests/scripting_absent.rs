@@ -2,23 +2,33 @@
 //! away, as an operator can do, and as a server built without its Lua engine answers): every
 //! script call is `Error::Unsupported` naming Lua scripting, not a generic Redis error, and
 //! nothing is written. (A plain lock's acquire is a single `SET NX PX` and works.)
+//!
+//! On Valkey 9 without scripting, a plain lock's whole cycle works: its release and renewal
+//! use the server's `DELIFEQ` and `SET ... IFEQ`, and the release wakes blocked acquirers.
 
 mod support;
 
 use std::time::Duration;
 
 use redkit::inventory::Inventory;
-use redkit::lock::{Lock, LockOptions};
+use std::time::Instant;
+
+use redkit::lock::{Acquire, Lock, LockGuard, LockOptions, Release, Renew};
 use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
 use redkit::{Error, ScriptManager};
 use support::RedisServer;
 
-async fn without_scripting() -> RedisServer {
+/// `--rename-command C ""` for every scripting command.
+fn no_scripting_args() -> Vec<&'static str> {
     let mut args = Vec::new();
     for command in ["EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "SCRIPT"] {
         args.extend(["--rename-command", command, ""]);
     }
-    RedisServer::spawn_with(&args).await
+    args
+}
+
+async fn without_scripting() -> RedisServer {
+    RedisServer::spawn_with(&no_scripting_args()).await
 }
 
 fn assert_no_scripting<T: std::fmt::Debug>(what: &str, outcome: redkit::Result<T>) {
@@ -83,4 +93,85 @@ async fn every_component_says_the_server_has_no_lua_scripting_and_writes_nothing
 
     let keys: i64 = server.cmd(&["DBSIZE"]).await;
     assert_eq!(keys, 1, "nothing written but the plain lock's key");
+}
+
+fn acquired(outcome: redkit::Result<Acquire<LockGuard<Lock>>>) -> LockGuard<Lock> {
+    match outcome {
+        Ok(Acquire::Acquired(guard)) => guard,
+        other => panic!("expected the lock, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_lock_works_on_valkey_without_scripting() {
+    require_valkey!();
+    let server = RedisServer::spawn_valkey(&no_scripting_args()).await;
+    let mut conn = server.conn().await;
+    let lock = Lock::new();
+    let key = lock.key("job").unwrap();
+    let options = LockOptions::new().ttl(Duration::from_secs(5));
+
+    // Acquire, renew (by hand and by a same-token retry), release.
+    let mine = options.clone().token("no-scripting-token-0123456789");
+    let mut guard = acquired(lock.try_acquire(&mut conn, "job", &mine).await);
+    let _: i64 = server.cmd(&["PEXPIRE", &key, "300"]).await;
+    assert_eq!(
+        lock.renew(&mut conn, &mut guard).await.unwrap(),
+        Renew::Renewed
+    );
+    let _: i64 = server.cmd(&["PEXPIRE", &key, "300"]).await;
+    let again = acquired(lock.try_acquire(&mut conn, "job", &mine).await);
+    let pttl: i64 = server.cmd(&["PTTL", &key]).await;
+    assert!(pttl > 1_000, "the retry refreshed the lease: {pttl}");
+    drop(guard);
+    assert_eq!(
+        lock.release(&mut conn, again).await.unwrap(),
+        Release::Released
+    );
+    let exists: i64 = server.cmd(&["EXISTS", &key]).await;
+    assert_eq!(exists, 0);
+
+    // A blocked acquire woken by the release (the lease is 5 s: well before it ends).
+    let held = acquired(lock.try_acquire(&mut conn, "job", &options).await);
+    let (waiter_lock, waiter_options) = (lock.clone(), options.clone());
+    let mut own = server.conn().await;
+    let waiter = tokio::spawn(async move {
+        let outcome = waiter_lock
+            .acquire_blocking(&mut own, "job", &waiter_options, Duration::from_secs(4))
+            .await;
+        (outcome, Instant::now(), own)
+    });
+    server.wait_command_calls("blpop", 1).await;
+    let released = Instant::now();
+    assert_eq!(
+        lock.release(&mut conn, held).await.unwrap(),
+        Release::Released
+    );
+    let (outcome, woke, mut own) = waiter.await.unwrap();
+    let next = acquired(outcome);
+    assert!(
+        woke - released < Duration::from_secs(1),
+        "{:?}",
+        woke - released
+    );
+    assert_eq!(
+        lock.release(&mut own, next).await.unwrap(),
+        Release::Released
+    );
+
+    // Still no script anywhere: a fenced lock is refused with the typed error.
+    assert_no_scripting(
+        "fenced lock",
+        lock.try_acquire(&mut conn, "fenced", &options.clone().fencing(true))
+            .await,
+    );
+    // Left: the waiter flag (it lives as long as the wait) and the wake-up list the last
+    // release pushed while it lived (60 s): both expire.
+    let mut keys: Vec<String> = server.cmd(&["KEYS", "*"]).await;
+    keys.sort();
+    assert_eq!(keys, [format!("{key}:waiting"), format!("{key}:wake")]);
+    for k in &keys {
+        let pttl: i64 = server.cmd(&["PTTL", k]).await;
+        assert!(pttl > 0 && pttl <= 60_000, "{k}: {pttl}");
+    }
 }

@@ -9,6 +9,7 @@ use redis::{FromRedisValue, Value};
 use super::grant::settle;
 use super::guard::LockGuard;
 use super::kind::try_acquire;
+use super::native;
 use super::options::LockOptions;
 use super::outcome::{Acquire, Held, Renew};
 use super::schema;
@@ -301,7 +302,10 @@ impl<C: ConnectionLike> Attempts<C> for LockAttempts<'_> {
             Attempt::Granted { fence, started } => {
                 let settings = self.options.settings();
                 let (key, token) = (self.key.clone(), self.token.clone());
-                let guard = LockGuard::held(key, token, fence, self.ttl_ms, settings, started);
+                let mut guard = LockGuard::held(key, token, fence, self.ttl_ms, settings, started);
+                if !self.options.get_fencing() {
+                    guard.held = guard.held.into_plain();
+                }
                 let replicas = self.replicas.as_ref();
                 settle(self.lock, conn, guard, started, settings, replicas).await?
             }
@@ -323,15 +327,5 @@ enum Attempt {
 
 /// The typed error for a refusal of the plain commands of an unfenced acquire.
 fn unfenced_error(err: redis::RedisError) -> Error {
-    const WHAT: &str = "lock acquire without fencing (SET NX PX GET)";
-    match err.code() {
-        Some("WRONGTYPE") => Error::WrongType {
-            script: WHAT.to_owned(),
-        },
-        Some("NOPERM") => Error::PermissionDenied {
-            script: WHAT.to_owned(),
-            detail: err.detail().unwrap_or_default().to_owned(),
-        },
-        _ => Error::Redis(err),
-    }
+    native::typed("lock acquire without fencing (SET NX PX GET)", err)
 }

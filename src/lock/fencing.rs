@@ -75,6 +75,11 @@ impl Lock {
             [1, n] => {
                 let token = issued(script, *n)?;
                 guard.fence = token;
+                // Fenced now: its renewals keep the fence key alive again (the script; a
+                // watchdog started before keeps its copy of the lease, and renews natively:
+                // the fence key may then expire first, which the time floor of the next
+                // token makes harmless).
+                guard.held.plain = false;
                 Ok(Fence::Issued(token))
             }
             other => Err(Error::unexpected(

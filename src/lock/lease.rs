@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
+use super::native;
 use super::outcome::{release_label, renew_label, renew_status, status, Release, Renew};
 use crate::error::Result;
 use crate::script::{Acked, Call, Replication, ScriptManager};
@@ -69,6 +70,9 @@ pub(crate) struct HeldLease {
     /// What the acquire required ([`LockOptions::require_replicas`](super::LockOptions::require_replicas)):
     /// every renewal is followed by this wait, and moves the validity only when acknowledged.
     pub(crate) replication: Option<Replication>,
+    /// A plain, unfenced [`Lock`](super::Lock) lease: nothing beside the lock key to keep, so
+    /// its renewal and release may use the server's native commands ([`native`]).
+    pub(crate) plain: bool,
     pub(crate) clock: Arc<Clock>,
 }
 
@@ -89,7 +93,16 @@ impl HeldLease {
             ttl,
             drift,
             replication,
+            plain: false,
             clock: Clock::new(deadline(started, ttl, drift)),
+        }
+    }
+
+    /// The same lease, marked plain (see [`plain`](Self::plain)).
+    pub(crate) fn into_plain(self) -> Self {
+        Self {
+            plain: true,
+            ..self
         }
     }
 
@@ -177,16 +190,25 @@ pub(crate) trait LeaseGuard {
     fn extra(&self) -> &<Self::Kind as LeaseKind>::Extra;
 }
 
-/// One renewal of `held` by `kind`, without moving the local validity: the renewal call,
-/// followed by `WAIT` in the same round trip when the lease requires replication (then a
-/// renewal fewer replicas acknowledged is [`Renew::NotReplicated`]).
+/// One renewal of `held` by `kind`, without moving the local validity: the renewal call (for
+/// a plain lease, the native command where the server offers it), followed by `WAIT` in the
+/// same round trip when the lease requires replication (then a renewal fewer replicas
+/// acknowledged is [`Renew::NotReplicated`]).
 pub(crate) async fn renew_once<K: LeaseKind, C: ConnectionLike>(
     kind: &K,
     conn: &mut C,
     held: &HeldLease,
 ) -> Result<Renew> {
-    let call = kind.renew_call(held);
     let wait = held.replication;
+    if held.plain {
+        let manager = kind.manager();
+        let (key, token) = (held.key.as_str(), held.token.as_str());
+        if let Some(renewed) = native::renew(manager, conn, key, token, held.ttl, wait).await {
+            let (outcome, ack) = renewed?;
+            return Ok(held.confirmed(outcome, wait.as_ref().zip(ack.as_ref())));
+        }
+    }
+    let call = kind.renew_call(held);
     let (answer, ack) = kind
         .manager()
         .invoke_waiting::<i64, _>(conn, &call, wait)
@@ -208,7 +230,8 @@ pub(crate) async fn renew<K: LeaseKind, C: ConnectionLike>(
     Ok(held.renewed(started, outcome?))
 }
 
-/// Gives `held` back (ending the validity of a watchdog's copy first): what every kind's `release` does.
+/// Gives `held` back (ending the validity of a watchdog's copy first): what every kind's
+/// `release` does (for a plain lease, with the native command where the server offers it).
 pub(crate) async fn release<K: LeaseKind, C: ConnectionLike>(
     kind: &K,
     conn: &mut C,
@@ -218,6 +241,13 @@ pub(crate) async fn release<K: LeaseKind, C: ConnectionLike>(
     if Arc::strong_count(&held.clock) > 1 {
         // A watchdog still winding down shares the clock: end its validity too.
         held.clock.expire();
+    }
+    if held.plain {
+        let (key, token) = (held.key.as_str(), held.token.as_str());
+        if let Some(released) = native::release(kind.manager(), conn, key, token).await {
+            metric::lock_operation(K::KIND, LockOp::Release, release_label(&released));
+            return released;
+        }
     }
     let call = kind.release_call(held, extra);
     let released = match kind.manager().invoke::<i64, _>(conn, &call).await {

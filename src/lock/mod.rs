@@ -32,6 +32,7 @@ mod guard;
 mod kind;
 mod lease;
 mod lock_wait;
+mod native;
 mod options;
 mod outcome;
 mod permit;

@@ -9,6 +9,7 @@ use redis::aio::ConnectionLike;
 use super::guard::LockGuard;
 use super::kind::{lease_verbs, lock_kind, Base};
 use super::lease::{HeldLease, LeaseKind};
+use super::native;
 use super::options::{LockOptions, OwnerToken, Polling, Replicated};
 use super::outcome::{renew_status, Renew};
 use super::schema;
@@ -18,7 +19,9 @@ use crate::script::{Acked, Call, Registry, Replication, Script, ScriptManager};
 use crate::telemetry::metric::LockKind;
 
 lock_kind! {
-    /// A lock on one Redis server or Redis Cluster: one script round trip per operation.
+    /// A lock on one Redis server or Redis Cluster: one round trip per operation (a script, or
+    /// without fencing a plain command: `SET NX PX GET` to acquire, and on Valkey 9 `DELIFEQ`
+    /// to release and `SET ... IFEQ` to renew).
     ///
     /// Keys: `<prefix>:{<resource>}` holds the owner token (with the lease as TTL), and
     /// `<prefix>:{<resource>}:fence` the last fencing token issued (TTL `2 × lease + 10 s`,
@@ -98,6 +101,13 @@ impl Lock {
         /// wake-up (without one, the release costs one `EXISTS` more than a bare
         /// compare-and-delete).
         ///
+        /// A guard acquired without fencing is released without a script where the server has
+        /// `DELIFEQ` (Valkey 9+, see [`ScriptManager::capabilities`](crate::ScriptManager::capabilities)): `DELIFEQ` and `EXISTS` of
+        /// the waiter flag in one transaction, then, only when it deleted the key and a caller
+        /// waits, the same wake-up by plain commands. Same outcomes; one difference: a wake-up
+        /// list key holding another type, or wake-up commands the ACL refuses, are found after
+        /// the delete, so the lock is released when that typed error is answered.
+        ///
         /// On an error the lease ends by its TTL.
         ///
         /// ```no_run
@@ -112,7 +122,9 @@ impl Lock {
         /// Compare-and-PEXPIRE: resets the TTL to the guard's lease length only if the key still
         /// holds its token, and moves the local validity forward. [`Renew::Lost`] otherwise (the
         /// guard is then no longer valid). See [`renew_acked`](Self::renew_acked) to learn how
-        /// many replicas have the new TTL.
+        /// many replicas have the new TTL. A guard acquired without fencing is renewed without a
+        /// script where the server has `SET ... IFEQ` (Valkey 8.1+): `SET key token IFEQ token
+        /// PX ttl`, same outcomes (the fence key, which only fencing needs, is not touched).
         ///
         /// ```no_run
         /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
@@ -168,15 +180,27 @@ impl Lock {
     ) -> Result<Acked<Renew>> {
         let started = Instant::now();
         let held = &guard.held;
-        let call = self.renew_call_of(&held.key, &held.token, held.ttl);
-        let (renewed, ack) = self
-            .inner
-            .base
-            .manager
-            .invoke_acked::<i64, _>(conn, &call, replication)
-            .await?
-            .split();
-        let outcome = renew_status(self.inner.renew, renewed)?;
+        let manager = &self.inner.base.manager;
+        let (key, token, wait) = (held.key.as_str(), held.token.as_str(), Some(replication));
+        let native = match held.plain {
+            true => native::renew(manager, conn, key, token, held.ttl, wait).await,
+            false => None,
+        };
+        let (outcome, ack) = match native {
+            Some(renewed) => {
+                let (outcome, ack) = renewed?;
+                let none = || Acked::new((), 0, replication.replicas());
+                (outcome, ack.unwrap_or_else(none))
+            }
+            None => {
+                let call = self.renew_call_of(key, token, held.ttl);
+                let (renewed, ack) = manager
+                    .invoke_acked::<i64, _>(conn, &call, replication)
+                    .await?
+                    .split();
+                (renew_status(self.inner.renew, renewed)?, ack)
+            }
+        };
         let outcome = held.confirmed(outcome, Some((&replication, &ack)));
         Ok(ack.map(|()| held.renewed(started, outcome)))
     }
@@ -193,6 +217,8 @@ impl Lock {
         call
     }
 
+    /// Renews the lease of `key` held with `token` (an unfenced acquire finding its own
+    /// token): `SET ... IFEQ` where the server offers it, else the renewal script.
     pub(super) async fn renew_raw<C: ConnectionLike>(
         &self,
         conn: &mut C,
@@ -200,13 +226,12 @@ impl Lock {
         token: &str,
         ttl: Duration,
     ) -> Result<Renew> {
+        let manager = &self.inner.base.manager;
+        if let Some(renewed) = native::renew(manager, conn, key, token, ttl, None).await {
+            return renewed.map(|(outcome, _)| outcome);
+        }
         let call = self.renew_call_of(key, token, ttl);
-        let renewed = self
-            .inner
-            .base
-            .manager
-            .invoke::<i64, _>(conn, &call)
-            .await?;
+        let renewed = manager.invoke::<i64, _>(conn, &call).await?;
         renew_status(self.inner.renew, renewed)
     }
 
@@ -262,7 +287,8 @@ impl LockOptions<Lock> {
     /// token: a holder paused past its lease (GC, swap, a network stall) can otherwise still
     /// write after another owner acquired, and only the storage refusing its older token
     /// stops that. A lock that only keeps two workers from duplicating effort does not need
-    /// it. Release and renewal are the same either way.
+    /// it. Release and renewal answer the same either way (without fencing, on Valkey they
+    /// use `DELIFEQ` and `SET ... IFEQ` instead of scripts: see [`Lock::release`]).
     ///
     /// ```
     /// use redkit::lock::{Lock, LockOptions};

@@ -9,6 +9,7 @@ use redis::{FromRedisValue, Value};
 
 use super::aof_support;
 use super::call::Call;
+use super::capabilities::{Capabilities, Native};
 use super::errors::{check_sha, function_error, unsupported_or};
 use super::functions::{Backend, Library};
 use super::path::{in_span, load_library, script_load, Path};
@@ -157,6 +158,54 @@ impl ScriptManager {
             function_reloads: self.state.function_reloads.load(Ordering::Relaxed),
             fallback_loads: self.state.fallback_loads.load(Ordering::Relaxed),
         }
+    }
+
+    /// The native commands the server offers in place of a script ([`Capabilities`]): probed
+    /// on the first call that needs to know (this one, or the first release or renewal of a
+    /// plain [`Lock`](crate::lock::Lock)) with `COMMAND INFO DELIFEQ` and `COMMAND DOCS SET`
+    /// (two round trips, once), then cached for this manager and its clones.
+    ///
+    /// A belief, re-checked when wrong: a native command answered "unknown command" or
+    /// "syntax error" (the server was replaced by an older one, the command renamed away)
+    /// never reaches the caller: that call runs its script instead, and the next call probes
+    /// again. A native command the ACL refuses (`NOPERM`) is not sent again by this manager
+    /// (the call runs its script, which answers the typed error if it is refused too). On a
+    /// Cluster connection the probe goes to whichever node redis-rs picks; in a cluster of
+    /// mixed versions, a node without the command answers "unknown command" and the same
+    /// fallback applies (a call routed there costs one round trip more, and a new probe).
+    ///
+    /// Fails only when the probe could not be sent or answered (connection, timeout); nothing
+    /// is cached then. A user without `+command` in its ACL gets no capabilities (scripts).
+    ///
+    /// ```no_run
+    /// # async fn run() -> redkit::Result<()> {
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let mut conn = client.get_multiplexed_async_connection().await?;
+    /// let manager = redkit::ScriptManager::new();
+    /// let found = manager.capabilities(&mut conn).await?;
+    /// if found.delifeq {
+    ///     println!("plain locks release with DELIFEQ, no script");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn capabilities<C: ConnectionLike>(&self, conn: &mut C) -> Result<Capabilities> {
+        self.state.native.capabilities(conn).await
+    }
+
+    /// `true` when `command` may be sent in place of a script now (probing first when
+    /// nothing is known; see [`capabilities`](Self::capabilities)).
+    pub(crate) async fn native_usable<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        command: Native,
+    ) -> bool {
+        self.state.native.usable(conn, command).await
+    }
+
+    /// `true` when a native command's error means it did not run and its call must run the
+    /// script instead (recorded: a re-probe, or the command no longer used).
+    pub(crate) fn native_falls_back(&self, command: Native, err: &redis::RedisError) -> bool {
+        self.state.native.falls_back(command, err)
     }
 
     /// `SCRIPT LOAD` of every embedded script, checking that each SHA1 the server returns

@@ -7,6 +7,8 @@
 //!   (`NOSCRIPT` -> `EVAL` -> one `SCRIPT LOAD`; missing function -> `FUNCTION LOAD`).
 //! - [`CallOutcome`]: per call of a batch, ran / did not run / may have run.
 //! - [`Replication`] / [`Acked`]: `WAIT` for replicas after a script, in the same round trip.
+//! - [`Capabilities`]: the native commands a server offers in place of a script (probed once
+//!   per manager).
 //! - [`admin`]: per-node script-cache administration (status, load, verify, flush, kill).
 //!
 //! ```no_run
@@ -28,6 +30,7 @@ pub mod admin;
 mod aof_support;
 mod batch;
 mod call;
+mod capabilities;
 mod errors;
 pub(crate) mod functions;
 #[cfg(feature = "lockfile")]
@@ -42,6 +45,8 @@ mod shared;
 mod state;
 
 pub use call::Call;
+pub use capabilities::Capabilities;
+pub(crate) use capabilities::Native;
 #[allow(unused_imports)]
 pub(crate) use errors::script_error;
 pub use functions::{Backend, Library};

@@ -1,11 +1,13 @@
 //! What a [`ScriptManager`](super::ScriptManager) keeps between calls, shared by its clones:
 //! its counters, the `SCRIPT LOAD`s in flight, and what it has learned about the server
-//! (which scripts it saw cached, whether `WAITAOF` answers). A leaf: every file of the call
-//! path reads it, it reads none of them.
+//! (which scripts it saw cached, whether `WAITAOF` answers, which native commands it offers). A leaf but for the native-command
+//! probe's state: every file of the call path reads it, it reads none of them.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
+
+use super::capabilities::Probe;
 
 /// A manager's shared state.
 #[derive(Debug, Default)]
@@ -17,6 +19,8 @@ pub(crate) struct State {
     pub(crate) loading: Loading,
     pub(crate) cached: Cached,
     pub(crate) aof: AofSupport,
+    /// Which native commands the server offers in place of a script.
+    pub(crate) native: Probe,
 }
 
 impl State {

@@ -120,6 +120,29 @@ macro_rules! require_valkey {
     };
 }
 
+/// Runs `$body`, an `async fn(RedisServer)` beside the macro call, as two tests in a module
+/// named `$name`: `redis7` on a fresh default server (Redis 7.0: no native conditional
+/// commands, so a plain lock runs its scripts) and `valkey` on a fresh Valkey 9 (`DELIFEQ`
+/// and `SET ... IFEQ`: a plain lock releases and renews without a script; skipped or failed
+/// like [`require_valkey!`](crate::require_valkey) when there is no Valkey).
+#[macro_export]
+macro_rules! on_both_servers {
+    ($name:ident, $body:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis7() {
+                super::$body($crate::support::RedisServer::spawn().await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn valkey() {
+                $crate::require_valkey!(concat!(module_path!(), "::valkey"));
+                super::$body($crate::support::RedisServer::spawn_valkey(&[]).await).await;
+            }
+        }
+    };
+}
+
 /// The Valkey binary, or a panic with the install hint (the spawners' fallback when a test
 /// did not call [`require_valkey!`](crate::require_valkey) first).
 fn valkey_or_panic() -> String {
@@ -264,6 +287,25 @@ impl RedisServer {
         cmd.query_async(&mut conn).await.expect("command")
     }
 
+    /// Errors the server has answered with code `code` (e.g. `ERR`, `NOPERM`) so far (`INFO
+    /// errorstats`).
+    pub async fn error_count(&self, code: &str) -> u64 {
+        self.info_count("errorstats", &format!("errorstat_{code}:count="))
+            .await
+    }
+
+    /// The number after `prefix` on the line of `INFO section` that starts with it (up to a
+    /// comma); 0 when there is no such line.
+    async fn info_count(&self, section: &str, prefix: &str) -> u64 {
+        let stats: String = self.cmd(&["INFO", section]).await;
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// `EVALSHA` calls the server has answered so far (`INFO commandstats`).
     pub async fn evalsha_calls(&self) -> u64 {
         self.command_calls("evalsha").await
@@ -272,14 +314,8 @@ impl RedisServer {
     /// Calls of `command` (lower case, e.g. `blpop`) the server has answered so far
     /// (`INFO commandstats`): a probe that a client has reached a step (e.g. is blocking).
     pub async fn command_calls(&self, command: &str) -> u64 {
-        let stats: String = self.cmd(&["INFO", "commandstats"]).await;
-        let prefix = format!("cmdstat_{command}:calls=");
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
+        self.info_count("commandstats", &format!("cmdstat_{command}:calls="))
+            .await
     }
 
     /// Polls until the server has answered `calls` calls of `command` (see
@@ -483,6 +519,11 @@ impl RedisCluster {
     /// must be unreachable before it is failed over.
     pub async fn spawn_with_node_timeout(node_timeout_ms: u64) -> Self {
         Self::spawn_from(local_binary(), node_timeout_ms, &[]).await
+    }
+
+    /// A Valkey Cluster (no persistence).
+    pub async fn spawn_valkey() -> Self {
+        Self::spawn_from(Some(valkey_or_panic()), 5_000, &[]).await
     }
 
     /// A Valkey Cluster (the harness's Redis 7.2+ server, for `WAITAOF`), every node with
@@ -777,6 +818,16 @@ impl ReplicatedPair {
         let primary = RedisServer::spawn().await;
         let port = primary.port().to_string();
         let replica = RedisServer::spawn_with(&["--replicaof", "127.0.0.1", &port]).await;
+        let pair = Self { primary, replica };
+        pair.wait_in_sync(Duration::from_secs(20)).await;
+        pair
+    }
+
+    /// A Valkey primary and replica of it (no persistence), in sync.
+    pub async fn spawn_valkey() -> Self {
+        let primary = RedisServer::spawn_valkey(&[]).await;
+        let port = primary.port().to_string();
+        let replica = RedisServer::spawn_valkey(&["--replicaof", "127.0.0.1", &port]).await;
         let pair = Self { primary, replica };
         pair.wait_in_sync(Duration::from_secs(20)).await;
         pair

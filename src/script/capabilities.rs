@@ -1,0 +1,308 @@
+//! Which native commands the server offers in place of a script ([`Capabilities`]), probed
+//! once per [`ScriptManager`](super::ScriptManager), lazily, and cached in its state
+//! ([`Probe`]).
+//!
+//! The probe is two read-only commands: `COMMAND INFO DELIFEQ` (an array with
+//! the command's entry, or nil for a command the server does not know or has renamed away:
+//! Redis 7.0 and a Valkey started with `--rename-command DELIFEQ ""` both answer nil) and
+//! `COMMAND DOCS SET` (whose argument list names the token `IFEQ` on Valkey 8.1+; Redis 7.0
+//! does not). A reply that is an error (an ACL user without `+command`) counts as "not
+//! offered": such a user keeps the script path. A connection error caches nothing (the next
+//! call asks again).
+//!
+//! A belief, not a guarantee, like the script cache: a native command answered "unknown
+//! command" or "syntax error" (a server replaced by an older one, a command renamed since, a
+//! Cluster node of another version) forgets the probe ([`Probe::forget`]): that call falls
+//! back to its script, and the next one probes again. A native command refused by the ACL
+//! (`NOPERM`) is not used again by this manager ([`Probe::deny`]); that call falls back to
+//! its script too, which answers the typed error when the user may not run it either.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use redis::aio::ConnectionLike;
+use redis::{RedisError, Value};
+
+use crate::error::Result;
+
+/// The native commands a server offers that redkit can use instead of a script.
+///
+/// Found by [`ScriptManager::capabilities`](super::ScriptManager::capabilities) (probed once
+/// per manager, then cached). Today only the plain, unfenced [`Lock`](crate::lock::Lock) uses
+/// them: release by `DELIFEQ` (with the wake-up of blocked acquirers done by plain commands),
+/// renewal by `SET key token IFEQ token PX ttl`. Every other operation runs its script.
+///
+/// ```
+/// let none = redkit::script::Capabilities::default();
+/// assert!(!none.delifeq && !none.set_ifeq);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// `DELIFEQ key value` (Valkey 9.0+): deletes the key when it holds `value`. Verified on
+    /// Valkey 9.1.2: `1` when it matched and was deleted, `0` when the key is missing or holds
+    /// another value, `WRONGTYPE` for a key that is not a string.
+    pub delifeq: bool,
+    /// `SET key value IFEQ old` (Valkey 8.1+): sets only when the key holds `old`. Verified on
+    /// Valkey 9.1.2: `OK` when it matched and was set (with `PX ms`: and the TTL reset), nil
+    /// when the key is missing (it is not created) or holds another value (nothing changed),
+    /// `WRONGTYPE` for a key that is not a string; combined with `GET` it answers the old value
+    /// (nil for a missing key) whether it set or not; combined with `NX`/`XX` it is a syntax
+    /// error.
+    pub set_ifeq: bool,
+}
+
+/// Bits of [`Probe`]'s state.
+const PROBED: u8 = 1;
+const DELIFEQ: u8 = 1 << 1;
+const SET_IFEQ: u8 = 1 << 2;
+/// A probe is in flight: other calls use their scripts meanwhile.
+const PROBING: u8 = 1 << 3;
+const DENIED_DELIFEQ: u8 = 1 << 4;
+const DENIED_SET_IFEQ: u8 = 1 << 5;
+
+/// A native command the lock paths send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Native {
+    /// `DELIFEQ`.
+    DelIfEq,
+    /// `SET ... IFEQ`.
+    SetIfEq,
+}
+
+impl Native {
+    fn offered(self) -> u8 {
+        match self {
+            Self::DelIfEq => DELIFEQ,
+            Self::SetIfEq => SET_IFEQ,
+        }
+    }
+
+    fn denied(self) -> u8 {
+        match self {
+            Self::DelIfEq => DENIED_DELIFEQ,
+            Self::SetIfEq => DENIED_SET_IFEQ,
+        }
+    }
+}
+
+/// What a manager learned about the server's native commands (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct Probe(AtomicU8);
+
+/// Ends an in-flight claim when the probe ends, also when its future is dropped mid-way.
+struct Probing<'a>(&'a Probe);
+
+impl Drop for Probing<'_> {
+    fn drop(&mut self) {
+        self.0 .0.fetch_and(!PROBING, Ordering::AcqRel);
+    }
+}
+
+impl Probe {
+    /// What the last probe found (`None`: not probed since the last [`forget`](Self::forget)).
+    fn known(&self) -> Option<Capabilities> {
+        let bits = self.0.load(Ordering::Acquire);
+        (bits & PROBED != 0).then_some(Capabilities {
+            delifeq: bits & DELIFEQ != 0,
+            set_ifeq: bits & SET_IFEQ != 0,
+        })
+    }
+
+    /// The capabilities, probing first when none are known. `Err` only for a probe whose
+    /// pipeline failed (connection, timeout): nothing is cached then.
+    pub(crate) async fn capabilities<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+    ) -> Result<Capabilities> {
+        if let Some(known) = self.known() {
+            return Ok(known);
+        }
+        let found = probe(conn).await?;
+        self.store(found);
+        Ok(found)
+    }
+
+    /// `true` when `command` may be sent instead of a script now: offered by the server as
+    /// last probed and not refused by the ACL. Probes when nothing is known and no other call
+    /// is probing; while another call probes, or when the probe failed, `false` (the caller
+    /// runs its script, as before any probe).
+    pub(crate) async fn usable<C: ConnectionLike>(&self, conn: &mut C, command: Native) -> bool {
+        let bits = self.0.load(Ordering::Acquire);
+        if bits & command.denied() != 0 {
+            return false;
+        }
+        if bits & PROBED != 0 {
+            return bits & command.offered() != 0;
+        }
+        if self.0.fetch_or(PROBING, Ordering::AcqRel) & PROBING != 0 {
+            return false;
+        }
+        let _probing = Probing(self);
+        match probe(conn).await {
+            Ok(found) => {
+                self.store(found);
+                self.0.load(Ordering::Acquire) & command.offered() != 0
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "native command probe failed: scripts for now");
+                false
+            }
+        }
+    }
+
+    fn store(&self, found: Capabilities) {
+        let mut bits = PROBED;
+        if found.delifeq {
+            bits |= DELIFEQ;
+        }
+        if found.set_ifeq {
+            bits |= SET_IFEQ;
+        }
+        // Keep the denials and an in-flight claim; replace what the server offers.
+        let keep = DENIED_DELIFEQ | DENIED_SET_IFEQ | PROBING;
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
+                Some((old & keep) | bits)
+            });
+    }
+
+    /// Forgets what the server offers (a native command was answered "unknown command" or
+    /// "syntax error"): the next call probes again.
+    pub(crate) fn forget(&self) {
+        self.0
+            .fetch_and(!(PROBED | DELIFEQ | SET_IFEQ), Ordering::AcqRel);
+    }
+
+    /// Stops using `command` (the ACL refused it to this manager's user).
+    pub(crate) fn deny(&self, command: Native) {
+        self.0.fetch_or(command.denied(), Ordering::AcqRel);
+    }
+
+    /// What a native command's error means for the call that sent it: `true` when the command
+    /// did not run and the call must fall back to its script (recording why); `false` for an
+    /// error the caller answers (typed, like its script's).
+    pub(crate) fn falls_back(&self, command: Native, err: &RedisError) -> bool {
+        if is_not_offered(err) {
+            tracing::debug!(?command, error = %err, "native command not offered: script");
+            self.forget();
+            return true;
+        }
+        if err.code() == Some("NOPERM") {
+            tracing::debug!(?command, error = %err, "native command denied: script");
+            self.deny(command);
+            return true;
+        }
+        false
+    }
+}
+
+/// `true` for the server's answer to a command or option it does not have: "unknown command"
+/// (a server without `DELIFEQ`, or with it renamed away) or "syntax error" (`SET ... IFEQ` on
+/// a server without the option).
+fn is_not_offered(err: &RedisError) -> bool {
+    err.code() == Some("ERR")
+        && err
+            .detail()
+            .is_some_and(|d| d.starts_with("unknown command") || d.starts_with("syntax error"))
+}
+
+/// The probe: `COMMAND INFO DELIFEQ`, then `COMMAND DOCS SET` (two commands, not a
+/// pipeline: a Cluster connection routes each by its argument as if it were a key, so a
+/// pipeline of both would be refused as cross-slot). A server's error reply to either counts
+/// as "not offered"; a connection error fails the probe.
+async fn probe<C: ConnectionLike>(conn: &mut C) -> Result<Capabilities> {
+    let info = ask(conn, redis::cmd("COMMAND").arg("INFO").arg("DELIFEQ")).await?;
+    let docs = ask(conn, redis::cmd("COMMAND").arg("DOCS").arg("SET")).await?;
+    let found = Capabilities {
+        delifeq: command_info_names_a_command(&info),
+        set_ifeq: names_token(&docs, "IFEQ"),
+    };
+    tracing::debug!(?found, "native commands probed");
+    Ok(found)
+}
+
+/// `cmd`'s reply; nil when the server answered an error (e.g. `NOPERM`).
+async fn ask<C: ConnectionLike>(conn: &mut C, cmd: &redis::Cmd) -> Result<Value> {
+    match cmd.query_async::<Value>(conn).await {
+        Ok(reply) => Ok(reply),
+        Err(e) if e.code().is_some() => {
+            tracing::debug!(error = %e, "native command probe refused");
+            Ok(Value::Nil)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `COMMAND INFO <name>` answered an entry (an array), not nil, for its one command.
+fn command_info_names_a_command(reply: &Value) -> bool {
+    match reply {
+        Value::Array(items) => items.first().is_some_and(|e| matches!(e, Value::Array(_))),
+        _ => false,
+    }
+}
+
+/// `true` when some string in `reply` (nested arrays and maps, as `COMMAND DOCS` answers in
+/// RESP2 and RESP3) is `token`, whole and case-insensitively.
+fn names_token(reply: &Value, token: &str) -> bool {
+    match reply {
+        Value::BulkString(b) => b.eq_ignore_ascii_case(token.as_bytes()),
+        Value::SimpleString(s) => s.eq_ignore_ascii_case(token),
+        Value::Array(items) | Value::Set(items) => items.iter().any(|v| names_token(v, token)),
+        Value::Map(pairs) => pairs
+            .iter()
+            .any(|(k, v)| names_token(k, token) || names_token(v, token)),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn command_info_nil_is_not_a_command() {
+        assert!(!command_info_names_a_command(&Value::Array(vec![
+            Value::Nil
+        ])));
+        assert!(command_info_names_a_command(&Value::Array(vec![
+            Value::Array(vec![bulk("delifeq")])
+        ])));
+        assert!(!command_info_names_a_command(&Value::Nil));
+    }
+
+    #[test]
+    fn the_token_must_be_whole() {
+        let docs = Value::Array(vec![
+            bulk("history"),
+            bulk("Added the `IFEQ` option."),
+            Value::Map(vec![(bulk("token"), bulk("IFEQ"))]),
+        ]);
+        assert!(names_token(&docs, "IFEQ"));
+        let history_only = Value::Array(vec![bulk("Added the `IFEQ` option.")]);
+        assert!(!names_token(&history_only, "IFEQ"));
+    }
+
+    #[test]
+    fn forget_keeps_denials_and_deny_is_per_command() {
+        let probe = Probe::default();
+        probe.store(Capabilities {
+            delifeq: true,
+            set_ifeq: true,
+        });
+        probe.deny(Native::DelIfEq);
+        probe.forget();
+        assert_eq!(probe.known(), None);
+        probe.store(Capabilities {
+            delifeq: true,
+            set_ifeq: true,
+        });
+        let bits = probe.0.load(Ordering::Acquire);
+        assert_ne!(bits & DENIED_DELIFEQ, 0);
+        assert_eq!(bits & DENIED_SET_IFEQ, 0);
+    }
+}

@@ -1,0 +1,386 @@
+//! A plain (unfenced) `Lock` on a server with native conditional commands (Valkey 9:
+//! `DELIFEQ`, `SET ... IFEQ`) and on one without (Redis 7: the scripts): the same outcomes on
+//! both (renewal, release, another owner's key, a lost lease, a key of another type, the
+//! watchdog's loss signal, the wake-up of blocked acquirers); no script at all for a plain
+//! cycle on Valkey (`INFO commandstats`); a renamed `DELIFEQ` or one the ACL refuses falls
+//! back to the script without the caller seeing the refusal. On a Valkey Cluster the same
+//! cycle, wake-up included, runs no script either.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+use redkit::lock::{Acquire, LeaseLoss, Lock, LockGuard, LockOptions, Release, Renew};
+use redkit::script::Replication;
+use redkit::{Error, ScriptManager};
+use support::{RedisCluster, RedisServer};
+
+fn plain(ms: u64) -> LockOptions<Lock> {
+    LockOptions::new().ttl(Duration::from_millis(ms))
+}
+
+/// `resource`, acquired with a plain lease of `ms` (the test expects it free).
+async fn held<C: ConnectionLike>(
+    lock: &Lock,
+    conn: &mut C,
+    resource: &str,
+    ms: u64,
+) -> LockGuard<Lock> {
+    let outcome = lock.acquire(conn, resource, &plain(ms)).await.unwrap();
+    outcome.acquired().expect("the lock is free")
+}
+
+/// Renews `guard` (`Renewed`), then releases it (`Released`).
+async fn renew_and_release<C: ConnectionLike>(
+    lock: &Lock,
+    conn: &mut C,
+    mut guard: LockGuard<Lock>,
+) {
+    assert_eq!(lock.renew(conn, &mut guard).await.unwrap(), Renew::Renewed);
+    assert_eq!(lock.release(conn, guard).await.unwrap(), Release::Released);
+}
+
+async fn pttl(server: &RedisServer, key: &str) -> i64 {
+    server.cmd(&["PTTL", key]).await
+}
+
+/// `EVALSHA` + `EVAL` calls the server has answered so far.
+async fn script_calls(server: &RedisServer) -> u64 {
+    server.command_calls("evalsha").await + server.command_calls("eval").await
+}
+
+/// Renewal and release of a plain lock answer the same on both servers: renewed (the TTL
+/// reset, by hand and followed by a `WAIT`), released (the key gone), another owner's key
+/// (`NotOwner` / `Lost`, its key untouched), a deleted key (`Lost`), a key of another type
+/// (`WrongType`, nothing written).
+async fn same_outcomes(server: RedisServer) {
+    let mut conn = server.conn().await;
+    let lock = Lock::new();
+    let key = lock.key("r").unwrap();
+
+    let mut guard = held(&lock, &mut conn, "r", 5_000).await;
+    let _: i64 = server.cmd(&["PEXPIRE", &key, "300"]).await;
+    assert_eq!(
+        lock.renew(&mut conn, &mut guard).await.unwrap(),
+        Renew::Renewed
+    );
+    let ms = pttl(&server, &key).await;
+    assert!(ms > 1_000 && ms <= 5_000, "renewed to the lease: {ms}");
+    // No replica: the renewal ran, WAIT answered 0 within its timeout.
+    let once = Replication::new(1, Duration::from_millis(50)).unwrap();
+    let acked = lock.renew_acked(&mut conn, &mut guard, once).await.unwrap();
+    assert_eq!((acked.outcome, acked.replicas), (Renew::Renewed, 0));
+    assert_eq!(
+        lock.release(&mut conn, guard).await.unwrap(),
+        Release::Released
+    );
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0);
+
+    // Another owner's key: neither released nor renewed, left as it is.
+    let mut stale = held(&lock, &mut conn, "r", 5_000).await;
+    let other = "another-owner-token-0123456789";
+    let _: () = server.cmd(&["SET", &key, other, "PX", "5000"]).await;
+    assert_eq!(
+        lock.renew(&mut conn, &mut stale).await.unwrap(),
+        Renew::Lost
+    );
+    assert!(!stale.is_valid());
+    assert_eq!(
+        lock.release(&mut conn, stale).await.unwrap(),
+        Release::NotOwner
+    );
+    assert_eq!(server.cmd::<String>(&["GET", &key]).await, other);
+    let _: i64 = server.cmd(&["DEL", &key]).await;
+
+    // A lease that is gone: Lost; its release NotOwner; nothing created.
+    let mut gone = held(&lock, &mut conn, "r", 5_000).await;
+    let _: i64 = server.cmd(&["DEL", &key]).await;
+    assert_eq!(lock.renew(&mut conn, &mut gone).await.unwrap(), Renew::Lost);
+    assert_eq!(
+        lock.release(&mut conn, gone).await.unwrap(),
+        Release::NotOwner
+    );
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0);
+
+    // A key of another type: WrongType for both verbs, nothing written.
+    let mut guard = held(&lock, &mut conn, "r", 5_000).await;
+    let _: i64 = server.cmd(&["DEL", &key]).await;
+    let _: i64 = server.cmd(&["HSET", &key, "f", "1"]).await;
+    let before = support::snapshot(&mut conn).await;
+    let r = lock.renew(&mut conn, &mut guard).await;
+    assert!(matches!(r, Err(Error::WrongType { .. })), "{r:?}");
+    let r = lock.release(&mut conn, guard).await;
+    assert!(matches!(r, Err(Error::WrongType { .. })), "{r:?}");
+    support::same_dumps(&before, &support::snapshot(&mut conn).await, "hash key");
+}
+on_both_servers!(renewal_and_release_answer_the_same, same_outcomes);
+
+/// The watchdog of a plain lock signals the loss within about one renewal period when its
+/// key is deleted, and when it is overwritten by another owner.
+async fn watchdog_loss(server: RedisServer) {
+    let mut conn = server.conn().await;
+    let lock = Lock::new();
+    let key = lock.key("w").unwrap();
+    // Period ttl/3 = 500 ms; the lease would last 1.5 s: a signal before that comes from a
+    // renewal answering Lost.
+    for overwrite in [false, true] {
+        let mut guard = held(&lock, &mut conn, "w", 1_500).await;
+        let signal = lock.watch(&conn, &mut guard).unwrap();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(guard.is_valid(), "renewed by the watchdog so far");
+        if overwrite {
+            let _: () = server
+                .cmd(&["SET", &key, "another-owner-token-0123456789"])
+                .await;
+        } else {
+            let _: i64 = server.cmd(&["DEL", &key]).await;
+        }
+        let changed = Instant::now();
+        let loss = tokio::time::timeout(Duration::from_millis(1_400), signal.lost())
+            .await
+            .expect("loss signalled within about one renewal period");
+        assert_eq!(loss, LeaseLoss::NotOwner, "overwrite: {overwrite}");
+        println!("overwrite {overwrite}: loss after {:?}", changed.elapsed());
+        assert!(!guard.is_valid());
+        assert_eq!(
+            lock.release(&mut conn, guard).await.unwrap(),
+            Release::NotOwner
+        );
+        let _: i64 = server.cmd(&["DEL", &key]).await;
+    }
+}
+on_both_servers!(the_watchdog_signals_loss, watchdog_loss);
+
+/// A release without a waiter flag writes no wake-up; with one, the wake-up list holds one
+/// entry with a TTL of at most 60 s; a stale holder neither deletes nor wakes; a blocked
+/// acquire is handed the lock by the release, not at the lease end.
+async fn wake_ups(server: RedisServer) {
+    let mut conn = server.conn().await;
+    let lock = Lock::new();
+    let key = lock.key("h").unwrap();
+    let (flag, wake) = (format!("{key}:waiting"), format!("{key}:wake"));
+    let guard = held(&lock, &mut conn, "h", 10_000).await;
+    lock.release(&mut conn, guard).await.unwrap();
+    let keys: Vec<String> = server.cmd(&["KEYS", "*"]).await;
+    assert!(keys.is_empty(), "{keys:?}");
+
+    let _: () = server.cmd(&["SET", &flag, "1", "PX", "5000"]).await;
+    for _ in 0..3 {
+        let guard = held(&lock, &mut conn, "h", 10_000).await;
+        assert_eq!(
+            lock.release(&mut conn, guard).await.unwrap(),
+            Release::Released
+        );
+    }
+    assert_eq!(server.cmd::<i64>(&["LLEN", &wake]).await, 1, "one entry");
+    let ms = pttl(&server, &wake).await;
+    assert!(ms > 0 && ms <= 60_000, "{ms}");
+
+    let _: i64 = server.cmd(&["DEL", &wake]).await;
+    let stale = held(&lock, &mut conn, "h", 10_000).await;
+    let _: () = server
+        .cmd(&["SET", &key, "another-owner-token-0123456789"])
+        .await;
+    assert_eq!(
+        lock.release(&mut conn, stale).await.unwrap(),
+        Release::NotOwner
+    );
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &wake]).await, 0, "no wake-up");
+    let _: i64 = server.cmd(&["DEL", &key, &flag]).await;
+
+    // Hand-over: the lease is 10 s, the waiter holds the lock well within 1 s of the release.
+    let held = held(&lock, &mut conn, "h", 10_000).await;
+    let mut own = server.conn().await;
+    let (waiter_lock, options) = (lock.clone(), plain(10_000));
+    let waiter = tokio::spawn(async move {
+        let outcome = waiter_lock
+            .acquire_blocking(&mut own, "h", &options, Duration::from_secs(5))
+            .await;
+        (outcome, Instant::now(), waiter_lock, own)
+    });
+    server.wait_command_calls("blpop", 1).await;
+    let released = Instant::now();
+    assert_eq!(
+        lock.release(&mut conn, held).await.unwrap(),
+        Release::Released
+    );
+    let (outcome, woke, waiter_lock, mut own) = waiter.await.unwrap();
+    let Acquire::Acquired(next) = outcome.unwrap() else {
+        panic!("not acquired")
+    };
+    let after = woke - released;
+    println!("release -> blocked waiter holds: {after:?}");
+    assert!(after < Duration::from_secs(1), "{after:?}");
+    assert_eq!(
+        waiter_lock.release(&mut own, next).await.unwrap(),
+        Release::Released
+    );
+}
+on_both_servers!(blocked_acquirers_are_woken, wake_ups);
+
+/// `EVALSHA` + `EVAL` calls of one plain cycle (acquire, renew, release) on `server`, through
+/// a fresh manager whose capabilities are returned too.
+async fn cycle(server: &RedisServer) -> (u64, redkit::script::Capabilities) {
+    let mut conn = server.conn().await;
+    let manager = ScriptManager::new();
+    let lock = Lock::new().with_manager(manager.clone());
+    let before = script_calls(server).await;
+    let guard = held(&lock, &mut conn, "cycle", 5_000).await;
+    renew_and_release(&lock, &mut conn, guard).await;
+    let calls = script_calls(server).await - before;
+    (calls, manager.capabilities(&mut conn).await.unwrap())
+}
+
+#[tokio::test]
+async fn a_plain_cycle_sends_no_script_on_valkey() {
+    require_valkey!();
+    let server = RedisServer::spawn_valkey(&[]).await;
+    let (calls, found) = cycle(&server).await;
+    println!("Valkey 9: EVALSHA + EVAL calls of acquire + renew + release: {calls}; {found:?}");
+    assert!(found.delifeq && found.set_ifeq, "{found:?}");
+    assert_eq!(calls, 0);
+    let native = (
+        server.command_calls("delifeq").await,
+        server.command_calls("set").await,
+    );
+    println!("DELIFEQ calls {}, SET calls {}", native.0, native.1);
+    assert_eq!(native.0, 1);
+
+    // Fenced later (`Lock::fence`): its renewal is the script again (it keeps the fence key).
+    let mut conn = server.conn().await;
+    let lock = Lock::new();
+    let mut guard = held(&lock, &mut conn, "later", 5_000).await;
+    let fenced = lock.fence(&mut conn, &mut guard).await.unwrap();
+    assert!(
+        matches!(fenced, redkit::lock::Fence::Issued(_)),
+        "{fenced:?}"
+    );
+    let before = script_calls(&server).await;
+    renew_and_release(&lock, &mut conn, guard).await;
+    let after = script_calls(&server).await;
+    assert!(
+        after > before,
+        "renewed and released by scripts: {before} -> {after}"
+    );
+}
+
+#[tokio::test]
+async fn a_plain_cycle_runs_scripts_on_redis_7() {
+    let server = RedisServer::spawn().await;
+    let (calls, found) = cycle(&server).await;
+    println!("Redis 7: EVALSHA + EVAL calls of acquire + renew + release: {calls}; {found:?}");
+    assert!(!found.delifeq && !found.set_ifeq, "{found:?}");
+    assert!(calls >= 2, "{calls}");
+}
+
+/// A manager that probed a server with `DELIFEQ`, used against one where it is renamed away
+/// (a stale probe): the release answers `Released` through the script, the probe is
+/// refreshed (no `DELIFEQ` now), and the next release goes straight to the script. A fresh
+/// manager on the renamed server never claims `DELIFEQ`.
+#[tokio::test]
+async fn a_renamed_delifeq_falls_back_to_the_script_and_a_stale_probe_recovers() {
+    require_valkey!();
+    let full = RedisServer::spawn_valkey(&[]).await;
+    let renamed = RedisServer::spawn_valkey(&["--rename-command", "DELIFEQ", ""]).await;
+    let manager = ScriptManager::new();
+    let lock = Lock::new().with_manager(manager.clone());
+    let found = manager.capabilities(&mut full.conn().await).await.unwrap();
+    assert!(found.delifeq && found.set_ifeq, "{found:?}");
+
+    let mut conn = renamed.conn().await;
+    let key = lock.key("s").unwrap();
+    let guard = held(&lock, &mut conn, "s", 5_000).await;
+    assert_eq!(
+        lock.release(&mut conn, guard).await.unwrap(),
+        Release::Released
+    );
+    assert_eq!(renamed.cmd::<i64>(&["EXISTS", &key]).await, 0);
+    let unknown = renamed.error_count("ERR").await;
+    let scripts = script_calls(&renamed).await;
+    println!("after the stale release: ERR replies {unknown}, script calls {scripts}");
+    assert_eq!(
+        unknown, 1,
+        "one unknown-command reply, not shown to the caller"
+    );
+    assert!(scripts >= 1, "the release ran the script");
+
+    let found = manager.capabilities(&mut conn).await.unwrap();
+    assert!(!found.delifeq && found.set_ifeq, "re-probed: {found:?}");
+    let guard = held(&lock, &mut conn, "s", 5_000).await;
+    renew_and_release(&lock, &mut conn, guard).await;
+    assert_eq!(
+        renamed.error_count("ERR").await,
+        1,
+        "DELIFEQ not sent again"
+    );
+
+    let fresh = ScriptManager::new().capabilities(&mut conn).await.unwrap();
+    assert!(!fresh.delifeq && fresh.set_ifeq, "{fresh:?}");
+}
+
+/// A user whose ACL refuses `DELIFEQ` (but allows the script): the release answers
+/// `Released` through the script, and the manager stops sending `DELIFEQ`.
+#[tokio::test]
+async fn a_delifeq_refused_by_the_acl_falls_back_to_the_script() {
+    require_valkey!();
+    let server = RedisServer::spawn_valkey(&[]).await;
+    let mut conn = support::denied_conn(&server, "delifeq").await;
+    let lock = Lock::new();
+    for round in 0..2 {
+        let guard = held(&lock, &mut conn, "a", 5_000).await;
+        assert_eq!(
+            lock.release(&mut conn, guard).await.unwrap(),
+            Release::Released,
+            "round {round}"
+        );
+        assert_eq!(server.error_count("NOPERM").await, 1, "round {round}");
+    }
+    assert!(script_calls(&server).await >= 2);
+    let key = lock.key("a").unwrap();
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0);
+}
+
+/// On a Valkey Cluster: a plain cycle and a release with a registered waiter (its wake-up
+/// pushed, one entry) run no script on any node; the key's primary answered the `DELIFEQ`s.
+#[tokio::test]
+async fn a_plain_lock_on_a_valkey_cluster_runs_no_script() {
+    require_valkey!();
+    let cluster = RedisCluster::spawn_valkey().await;
+    let mut conn = cluster.conn().await;
+    let manager = ScriptManager::new();
+    let lock = Lock::new().with_manager(manager.clone());
+    let key = lock.key("c").unwrap();
+    let guard = held(&lock, &mut conn, "c", 5_000).await;
+    renew_and_release(&lock, &mut conn, guard).await;
+    let _: () = redis::cmd("SET")
+        .arg(format!("{key}:waiting"))
+        .arg(1)
+        .arg("PX")
+        .arg(5_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let guard = held(&lock, &mut conn, "c", 5_000).await;
+    assert_eq!(
+        lock.release(&mut conn, guard).await.unwrap(),
+        Release::Released
+    );
+    let len: i64 = redis::cmd("LLEN")
+        .arg(format!("{key}:wake"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(len, 1, "the wake-up was pushed");
+    let found = manager.capabilities(&mut conn).await.unwrap();
+    assert!(found.delifeq && found.set_ifeq, "{found:?}");
+    let mut scripts = 0;
+    for node in cluster.primaries().await {
+        scripts += script_calls(node).await;
+    }
+    let owner = cluster.primary_for(&key).await;
+    let delifeq = owner.command_calls("delifeq").await;
+    println!("Valkey Cluster: script calls {scripts}, DELIFEQ on the key's primary {delifeq}");
+    assert_eq!(scripts, 0);
+    assert_eq!(delifeq, 2);
+}
