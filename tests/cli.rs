@@ -991,3 +991,31 @@ async fn a_node_without_lua_scripting_is_reported_as_such() {
         assert_eq!(doc["command"], command);
     }
 }
+
+/// `scripts status` names the native commands each node offers in place of scripts (what a
+/// plain lock releases and renews with): none on Redis 7, `DELIFEQ, SET IFEQ` on Valkey 9;
+/// `--json` gives them as `native`.
+#[tokio::test]
+async fn status_names_the_native_commands_of_each_node() {
+    require_valkey!();
+    let redis = RedisServer::spawn().await;
+    let valkey = RedisServer::spawn_valkey(&[]).await;
+    for (server, expected) in [(&redis, None), (&valkey, Some("native: DELIFEQ, SET IFEQ"))] {
+        let url = server.url();
+        let out = redkit(&["--url", &url, "scripts", "status"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let line = stdout(&out).lines().nth(1).unwrap_or_default().to_owned();
+        match expected {
+            Some(native) => assert!(line.ends_with(native), "{line}"),
+            None => assert!(!line.contains("native:"), "{line}"),
+        }
+        let out = redkit(&["--url", &url, "--json", "scripts", "status"]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        let offered = expected.is_some();
+        assert_eq!(
+            doc["nodes"][0]["native"],
+            serde_json::json!({"delifeq": offered, "set_ifeq": offered}),
+            "{doc}"
+        );
+    }
+}

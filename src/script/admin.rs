@@ -21,6 +21,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 use serde::Serialize;
 
+use super::capabilities::{probe, Capabilities};
 use super::errors::{unsupported_or, LUA_SCRIPTING};
 use super::registry::{Registry, RetiredScript, Script};
 use crate::error::{Error, Result};
@@ -244,6 +245,11 @@ pub struct NodeStatus {
     /// Ids (`name.vN`) of the set's [retired](Registry::retired) scripts the node still has
     /// cached: versions no caller of this build runs, removed by [`Admin::prune`].
     pub retired: Vec<String>,
+    /// The native commands the node offers in place of a script (what a
+    /// [`ScriptManager`](super::ScriptManager) connected to it would use: see
+    /// [`ScriptManager::capabilities`](super::ScriptManager::capabilities)); `None` when the
+    /// node could not be asked.
+    pub native: Option<Capabilities>,
     /// Why the node could not be asked, if it could not.
     pub error: Option<NodeError>,
 }
@@ -505,8 +511,8 @@ impl Admin {
             .collect())
     }
 
-    /// Server version, role, the set's scripts each node has cached and the set's retired
-    /// scripts it still holds. A node that cannot be asked is reported with its
+    /// Server version, role, the set's scripts each node has cached, the set's retired
+    /// scripts it still holds, and the native commands it offers in place of a script. A node that cannot be asked is reported with its
     /// [`NodeError`]; the others are still asked.
     ///
     /// ```no_run
@@ -528,15 +534,16 @@ impl Admin {
         Ok(reports
             .into_iter()
             .map(|r| {
-                let (version, scripts, retired) = match r.value {
-                    Some((v, s, retired)) => (Some(v), s, retired),
-                    None => (None, Vec::new(), Vec::new()),
+                let (version, scripts, retired, native) = match r.value {
+                    Some((v, s, retired, native)) => (Some(v), s, retired, Some(native)),
+                    None => (None, Vec::new(), Vec::new(), None),
                 };
                 NodeStatus {
                     node: r.node,
                     version,
                     scripts,
                     retired,
+                    native,
                     error: r.error,
                 }
             })
@@ -547,7 +554,7 @@ impl Admin {
         &self,
         node: &Node,
         scripts: &[Script],
-    ) -> Result<(String, Vec<ScriptPresence>, Vec<String>)> {
+    ) -> Result<(String, Vec<ScriptPresence>, Vec<String>, Capabilities)> {
         let mut conn = self.connect_addr(&node.addr).await?;
         let info: String = redis::cmd("INFO")
             .arg("server")
@@ -573,7 +580,8 @@ impl Admin {
                 loaded,
             })
             .collect();
-        Ok((version, presence, held))
+        let native = probe(&mut conn).await?;
+        Ok((version, presence, held, native))
     }
 
     /// `SCRIPT LOAD` of every script of the set on every node (replicas too, so a promoted

@@ -35,7 +35,7 @@ use crate::error::Result;
 /// let none = redkit::script::Capabilities::default();
 /// assert!(!none.delifeq && !none.set_ifeq);
 /// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Capabilities {
     /// `DELIFEQ key value` (Valkey 9.0+): deletes the key when it holds `value`. Verified on
@@ -211,7 +211,7 @@ fn is_not_offered(err: &RedisError) -> bool {
 /// pipeline: a Cluster connection routes each by its argument as if it were a key, so a
 /// pipeline of both would be refused as cross-slot). A server's error reply to either counts
 /// as "not offered"; a connection error fails the probe.
-async fn probe<C: ConnectionLike>(conn: &mut C) -> Result<Capabilities> {
+pub(super) async fn probe<C: ConnectionLike>(conn: &mut C) -> Result<Capabilities> {
     let info = ask(conn, redis::cmd("COMMAND").arg("INFO").arg("DELIFEQ")).await?;
     let docs = ask(conn, redis::cmd("COMMAND").arg("DOCS").arg("SET")).await?;
     let found = Capabilities {

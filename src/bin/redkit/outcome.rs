@@ -97,6 +97,15 @@ fn error_line(node: &Node, e: &NodeError) -> String {
     )
 }
 
+/// The native commands a node offers in place of scripts, `None` when none.
+fn native_list(native: &redkit::script::Capabilities) -> Option<String> {
+    let names: Vec<&str> = [(native.delifeq, "DELIFEQ"), (native.set_ifeq, "SET IFEQ")]
+        .into_iter()
+        .filter_map(|(offered, name)| offered.then_some(name))
+        .collect();
+    (!names.is_empty()).then(|| names.join(", "))
+}
+
 pub(crate) fn status_outcome(statuses: &[NodeStatus]) -> Outcome {
     let mut lines = vec![format!(
         "{:<22} {:<8} {:<9} LOADED",
@@ -109,7 +118,7 @@ pub(crate) fn status_outcome(statuses: &[NodeStatus]) -> Outcome {
         rows.push(node_json(
             &s.node,
             s.error.as_ref(),
-            json!({"version": s.version, "scripts": s.scripts, "retired": s.retired}),
+            json!({"version": s.version, "scripts": s.scripts, "retired": s.retired, "native": s.native}),
         ));
         match &s.error {
             Some(e) => {
@@ -150,6 +159,9 @@ pub(crate) fn status_outcome(statuses: &[NodeStatus]) -> Outcome {
                         "  holds {} retired redkit scripts (`redkit scripts prune` removes them)",
                         s.retired.len()
                     ));
+                }
+                if let Some(native) = s.native.as_ref().and_then(native_list) {
+                    line.push_str(&format!("  native: {native}"));
                 }
                 lines.push(line);
             }
