@@ -1,5 +1,5 @@
 //! End-to-end HTTP: axum on loopback with no limiter, with tower_governor (local, in-process)
-//! and with redkit's layers (Redis on loopback), loaded by `wrk`; requests/s and p99 of each,
+//! and with redkit's layers (Redis on loopback), loaded by `wrk`; requests/s, p50 and p99 of each,
 //! in one run, printed as a Markdown table.
 //!
 //! `cargo bench --features tower --bench http` (needs `wrk` on PATH: `apt-get install wrk`).
@@ -37,6 +37,7 @@ fn base() -> Router {
 /// What wrk measured.
 struct Run {
     rps: f64,
+    p50: String,
     p99: String,
     non_2xx: u64,
     requests: u64,
@@ -45,7 +46,8 @@ struct Run {
 fn wrk(addr: SocketAddr, secs: u64, connections: u32) -> Run {
     let out = Command::new("wrk")
         .args([
-            "-t2",
+            // wrk needs at least one connection per thread.
+            &format!("-t{}", connections.clamp(1, 2)),
             &format!("-c{connections}"),
             &format!("-d{secs}s"),
             "--latency",
@@ -64,6 +66,7 @@ fn wrk(addr: SocketAddr, secs: u64, connections: u32) -> Run {
         rps: field("Requests/sec:")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0),
+        p50: field("50%").unwrap_or_else(|| "?".to_owned()),
         p99: field("99%").unwrap_or_else(|| "?".to_owned()),
         non_2xx: field("Non-2xx or 3xx responses:")
             .and_then(|v| v.parse().ok())
@@ -192,10 +195,11 @@ fn main() {
             cases.reverse();
         }
         println!(
-            "wrk -t2 -c{connections} -d{secs}s, one client, axum + Redis 7 on loopback (2 shared cores)\n"
+            "wrk -t{} -c{connections} -d{secs}s, one client, axum + Redis 7 on loopback (2 shared cores)\n",
+            connections.clamp(1, 2)
         );
-        println!("| load | stack | requests/s | p99 | non-2xx | Redis EVALSHA | requests per EVALSHA |");
-        println!("|---|---|---:|---:|---:|---:|---:|");
+        println!("| load | stack | requests/s | p50 | p99 | non-2xx | Redis EVALSHA | requests per EVALSHA |");
+        println!("|---|---|---:|---:|---:|---:|---:|---:|");
         for (load, name, app) in cases {
             let addr = support::serve_axum(app).await;
             let before = server.evalsha_calls().await;
@@ -209,8 +213,8 @@ fn main() {
                 format!("{:.1}", run.requests as f64 / calls as f64)
             };
             println!(
-                "| {load} | {name} | {:.0} | {} | {} of {} | {calls} | {per_call} |",
-                run.rps, run.p99, run.non_2xx, run.requests
+                "| {load} | {name} | {:.0} | {} | {} | {} of {} | {calls} | {per_call} |",
+                run.rps, run.p50, run.p99, run.non_2xx, run.requests
             );
         }
     });
