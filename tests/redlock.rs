@@ -409,3 +409,35 @@ async fn renew_and_release_count_refusals_against_what_the_unreachable_could_dec
     assert_eq!(redlock.renew(&mut guard).await.unwrap(), Renew::Lost);
     assert_eq!(redlock.release(guard).await.unwrap(), Release::NotOwner);
 }
+
+/// An attempt that reaches too few nodes (`NoQuorum`) is tried again, like a busy lock,
+/// while the retries allow: with two of three nodes frozen and thawed 700 ms later, an
+/// acquire with retries gets the lock; with no retries, the same freeze is the error. (The
+/// frozen nodes run the queued `SET`s and clean-ups of the failed attempts in order when
+/// thawed, so the key is free again for the attempt after.)
+#[tokio::test]
+async fn no_quorum_is_tried_again_while_the_retries_allow() {
+    let mut masters = RedisMasters::spawn(3).await;
+    let redlock = redlock(&masters).await;
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(5))
+        .retries(100)
+        .retry_delay(Duration::from_millis(50));
+    masters.nodes[0].pause().await;
+    masters.nodes[1].pause().await;
+    let once = redlock.acquire("thaw", &options.clone().retries(0)).await;
+    assert!(matches!(once, Err(Error::NoQuorum { .. })), "{once:?}");
+    let (nodes, _) = masters.nodes.split_at_mut(2);
+    let (acquired, ()) = tokio::join!(redlock.acquire("thaw", &options), async {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        for node in nodes.iter_mut() {
+            node.resume().await;
+        }
+    });
+    match acquired {
+        Ok(Acquire::Acquired(guard)) => {
+            assert_eq!(redlock.release(guard).await.unwrap(), Release::Released)
+        }
+        other => panic!("thawed nodes within the retries: {other:?}"),
+    }
+}
