@@ -107,6 +107,17 @@ fn main() {
                 .unwrap();
             GovernorLayer::new(config)
         };
+        // With `x-ratelimit-limit` / `x-ratelimit-remaining` on every answer: the work
+        // redkit's `RateLimit` headers do, for a like-for-like row.
+        let governor_headers = |per_ms: u64, burst: u32| {
+            let config = GovernorConfigBuilder::default()
+                .per_millisecond(per_ms)
+                .burst_size(burst)
+                .use_headers()
+                .finish()
+                .unwrap();
+            GovernorLayer::new(config)
+        };
         let grouped = |name: &str, limit: u32| {
             let limiter = fw(name, limit)
                 .with_group_commit(GroupCommit::new(64, 4).unwrap());
@@ -138,6 +149,11 @@ fn main() {
         let cases: Vec<(&str, &str, Router)> = vec![
             ("under the limit", "no limiter", base()),
             ("under the limit", "tower_governor", base().layer(governor(1, big))),
+            (
+                "under the limit",
+                "tower_governor, with headers",
+                base().layer(governor_headers(1, big)),
+            ),
             ("under the limit", "redkit fixed window", base().layer(redkit("u", big, false))),
             (
                 "under the limit",
