@@ -14,10 +14,10 @@ use axum::Extension;
 use axum::Router;
 use redis::aio::ConnectionManager;
 use redkit::middleware::{
-    ClientId, FailMode, FnKey, LimitOutcome, Policies, PolicyConfig, RateLimitLayer,
+    ClientId, FailMode, FnKey, LimitOutcome, Policies, PolicyConfig, QuotaHeaders, RateLimitLayer,
     TrustedProxies, Unchecked, UnknownClient,
 };
-use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
+use redkit::rate_limit::{FixedWindow, LimitKey, QuotaLease, Rate};
 use reqwest::StatusCode;
 use support::RedisServer;
 
@@ -954,4 +954,96 @@ async fn the_service_gives_access_to_the_inner_one() {
     assert_eq!(service.get_ref(), &Inner(7));
     service.get_mut().0 = 8;
     assert_eq!(service.into_inner(), Inner(8));
+}
+
+/// Checks answered in process (leased units, then the deny cache's refusals) answer as the
+/// round trip does: statuses, headers, the outcome in the handler, the counters; and most
+/// of them without a Redis call.
+#[tokio::test]
+async fn checks_answered_in_process_answer_as_the_round_trip_does() {
+    let server = RedisServer::spawn().await;
+    let leased = limiter("ip", 40, Duration::from_secs(60))
+        .with_lease(QuotaLease::new(16).unwrap())
+        .unwrap();
+    let layer = RateLimitLayer::builder(leased, manager(&server).await)
+        .deny_cache_capacity(100)
+        .build()
+        .unwrap();
+    let base = serve(app(layer.clone()), true).await;
+    let http = reqwest::Client::new();
+    let before = server.evalsha_calls().await;
+    for i in 0..40 {
+        let r = get_with(&http, &base, None).await;
+        assert_eq!(r.status(), StatusCode::OK, "request {i}");
+        assert_eq!(header(&r, "ratelimit-policy"), Some("\"ip\";q=40;w=60"));
+        let state = header(&r, "ratelimit").unwrap().to_owned();
+        assert!(state.starts_with("\"ip\";r="), "{state}");
+        assert!(header(&r, "retry-after").is_none());
+        let body = r.text().await.unwrap();
+        assert!(body.starts_with("remaining="), "{body}");
+    }
+    for i in 0..10 {
+        let r = get_with(&http, &base, None).await;
+        assert_eq!(
+            r.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "request {}",
+            40 + i
+        );
+        let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+        assert!((1..=60).contains(&retry), "{retry}");
+        let state = header(&r, "ratelimit").unwrap();
+        assert!(state.starts_with("\"ip\";r=0;t="), "{state}");
+    }
+    let calls = server.evalsha_calls().await - before;
+    assert!(
+        (1..=20).contains(&calls),
+        "{calls} Redis calls for 50 requests: most are answered in process"
+    );
+    let stats = layer.stats();
+    assert_eq!((stats.allowed, stats.limited), (40, 10));
+    let counted: i64 = server.cmd(&["GET", "redkit:rl:ip:{ip:127.0.0.1}"]).await;
+    assert!(
+        counted <= 40,
+        "never more than the limit counted: {counted}"
+    );
+}
+
+/// `QuotaHeaders::OnRefusal`: allowed answers carry no quota headers, refusals carry them
+/// with `Retry-After`; through a round trip and answered in process alike.
+#[tokio::test]
+async fn quota_headers_on_refusal_leave_allowed_answers_alone() {
+    let server = RedisServer::spawn().await;
+    let conn = manager(&server).await;
+    let plain = limiter("plain", 3, Duration::from_secs(60));
+    let leased = limiter("leased", 3, Duration::from_secs(60))
+        .with_lease(QuotaLease::new(4).unwrap())
+        .unwrap();
+    for limiter in [plain, leased] {
+        let name = limiter.name().to_owned();
+        let layer = RateLimitLayer::builder(limiter, conn.clone())
+            .quota_headers(QuotaHeaders::OnRefusal)
+            .build()
+            .unwrap();
+        let base = serve(app(layer.clone()), true).await;
+        let http = reqwest::Client::new();
+        for _ in 0..3 {
+            let r = get_with(&http, &base, None).await;
+            assert_eq!(r.status(), StatusCode::OK, "{name}");
+            assert!(header(&r, "ratelimit").is_none(), "{name}");
+            assert!(header(&r, "ratelimit-policy").is_none(), "{name}");
+            assert!(r.text().await.unwrap().starts_with("remaining="));
+        }
+        let r = get_with(&http, &base, None).await;
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS, "{name}");
+        assert!(header(&r, "retry-after").is_some(), "{name}");
+        let policy = format!("\"{name}\";q=3;w=60");
+        assert_eq!(header(&r, "ratelimit-policy"), Some(policy.as_str()));
+        assert!(
+            header(&r, "ratelimit").unwrap().contains(";r=0;t="),
+            "{name}"
+        );
+        let stats = layer.stats();
+        assert_eq!((stats.allowed, stats.limited), (3, 1), "{name}");
+    }
 }

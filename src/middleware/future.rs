@@ -29,6 +29,16 @@ impl<B, E> ResponseFuture<B, E> {
             inner: Box::pin(future),
         }
     }
+
+    /// A response already made (a refusal settled in process).
+    pub(crate) fn ready(response: Response<B>) -> Self
+    where
+        B: Send + 'static,
+        E: 'static,
+    {
+        // Holds no `E` (`std::future::ready` would, and so need `E: Send`).
+        Self::new(async move { Ok(response) })
+    }
 }
 
 impl<B, E> Future for ResponseFuture<B, E> {

@@ -12,6 +12,26 @@ pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-poli
 /// `RateLimit: "<name>";r=<remaining>;t=<seconds until reset>`.
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
+/// Which answers of the rate-limit layer carry the `RateLimit-Policy` / `RateLimit`
+/// headers ([`RateLimitBuilder::quota_headers`](super::RateLimitBuilder::quota_headers)).
+/// A refusal (429) always carries them, with `Retry-After`.
+///
+/// ```
+/// use redkit::middleware::QuotaHeaders;
+/// assert_eq!(QuotaHeaders::default(), QuotaHeaders::Always);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum QuotaHeaders {
+    /// On every answer: allowed requests learn what is left (the default).
+    #[default]
+    Always,
+    /// Only on refusals: an allowed response is the inner service's own. Two header fields
+    /// fewer per response, for APIs whose clients do not pace themselves by them (measured
+    /// in `docs/benchmarks.md`: about 6 % of a small response's cost over loopback).
+    OnRefusal,
+}
+
 /// Whole seconds, rounded up.
 pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
@@ -52,28 +72,100 @@ pub(crate) fn apply(
     limiter: &Limiter,
     decision: &Decision,
 ) {
-    let quota = decision.quota();
-    let state = format!(
-        "\"{}\";r={};t={}",
-        limiter.name(),
-        quota.remaining(),
-        ceil_secs(quota.reset_after())
-    );
-    if let Some(v) = policy {
-        headers.insert(RATELIMIT_POLICY, v.clone());
+    Answer::of(policy, limiter, decision).insert(headers);
+}
+
+/// The headers of one decision, built before the response exists (a check answered in
+/// process builds them while the inner service runs nothing yet) and added to it after.
+pub(crate) struct Answer {
+    policy: Option<HeaderValue>,
+    state: Option<HeaderValue>,
+    retry_after: Option<HeaderValue>,
+}
+
+impl Answer {
+    /// `RateLimit-Policy`, `RateLimit`, and `Retry-After` when limited.
+    pub(crate) fn of(policy: Option<&HeaderValue>, limiter: &Limiter, decision: &Decision) -> Self {
+        let quota = decision.quota();
+        let state = state_value(
+            limiter.name(),
+            u64::from(quota.remaining()),
+            ceil_secs(quota.reset_after()),
+        );
+        Self {
+            policy: policy.cloned(),
+            // From the String itself: no second copy.
+            state: HeaderValue::try_from(state).ok(),
+            retry_after: decision
+                .retry_after()
+                .map(|wait| HeaderValue::from(retry_after_secs(wait))),
+        }
     }
-    // From the String itself: no second copy.
-    if let Ok(v) = HeaderValue::try_from(state) {
-        headers.insert(RATELIMIT, v);
+
+    /// Adds them to `headers`.
+    pub(crate) fn insert(self, headers: &mut HeaderMap) {
+        if let Some(v) = self.policy {
+            headers.insert(RATELIMIT_POLICY, v);
+        }
+        if let Some(v) = self.state {
+            headers.insert(RATELIMIT, v);
+        }
+        if let Some(v) = self.retry_after {
+            headers.insert(RETRY_AFTER, v);
+        }
     }
-    if let Some(wait) = decision.retry_after() {
-        headers.insert(RETRY_AFTER, HeaderValue::from(retry_after_secs(wait)));
+}
+
+/// `"<name>";r=<remaining>;t=<seconds>`, written piece by piece: built for every answer,
+/// and several times cheaper than `format!`.
+fn state_value(name: &str, remaining: u64, reset_secs: u64) -> String {
+    let mut text = String::with_capacity(name.len() + 48);
+    text.push('"');
+    text.push_str(name);
+    text.push_str("\";r=");
+    push_decimal(&mut text, remaining);
+    text.push_str(";t=");
+    push_decimal(&mut text, reset_secs);
+    text
+}
+
+/// Appends `n` in decimal.
+fn push_decimal(text: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        // `n % 10` < 10: the cast cannot truncate.
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &digit in &digits[at..] {
+        text.push(char::from(digit));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn state_value_is_the_formatted_text() {
+        for (remaining, secs) in [
+            (0, 0),
+            (1, 1),
+            (9, 10),
+            (1_000_000_000, 60),
+            (u64::MAX, u64::MAX),
+        ] {
+            assert_eq!(
+                state_value("api.v1", remaining, secs),
+                format!("\"api.v1\";r={remaining};t={secs}")
+            );
+        }
+    }
 
     #[test]
     fn rounding() {

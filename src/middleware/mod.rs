@@ -49,7 +49,7 @@ pub use concurrency::{
     ConcurrencyStats,
 };
 pub use future::ResponseFuture;
-pub use headers::{RATELIMIT, RATELIMIT_POLICY};
+pub use headers::{QuotaHeaders, RATELIMIT, RATELIMIT_POLICY};
 pub use key::{
     ClientId, FnKey, ForwardedHeader, KeyExtractor, PeerIp, RequestInfo, TrustedProxies,
 };

@@ -673,6 +673,15 @@ impl Policies {
         std::iter::once(&self.default).chain(self.routes.iter().map(|(_, l)| l))
     }
 
+    /// The limiter of index `route` ([`route_for`](Self::route_for)); the default for an
+    /// index it never gave.
+    pub(crate) fn limiter(&self, route: usize) -> &Limiter {
+        route
+            .checked_sub(1)
+            .and_then(|i| self.routes.get(i))
+            .map_or(&self.default, |(_, l)| l)
+    }
+
     /// The limiter of `path` ([`for_path`](Self::for_path)) with its index: 0 for the
     /// default, `i + 1` for route `i` (its place in [`limiters`](Self::limiters)).
     pub(crate) fn route_for(&self, path: &str) -> (usize, &Limiter) {

@@ -2,14 +2,14 @@
 
 use std::fmt;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use http::HeaderValue;
 
 use super::common::{common_setters, read, Common, CommonCounters, FailMode};
 use super::fallback::LocalLimits;
-use super::headers;
+use super::headers::{self, QuotaHeaders};
 use super::key::{KeyExtractor, PeerIp};
 use super::policy::Policies;
 use super::respond::{DefaultResponses, RespondWith};
@@ -98,6 +98,8 @@ pub(crate) struct Shared<C, K, H> {
     builder_cache: Option<DenyCache>,
     /// The in-process limits of [`FailMode::Local`].
     pub(crate) local: Option<LocalLimits>,
+    /// Which answers carry the quota headers.
+    pub(crate) quota_headers: QuotaHeaders,
     pub(crate) common: Common<C, K, H>,
     pub(crate) stats: Counters,
 }
@@ -105,8 +107,14 @@ pub(crate) struct Shared<C, K, H> {
 impl<C, K, H> Shared<C, K, H> {
     /// The policies in force (one consistent set for the caller to use to the end).
     pub(crate) fn live(&self) -> Arc<Live> {
+        Arc::clone(&self.live_ref())
+    }
+
+    /// The policies in force, borrowed: for work done before the caller returns (no count
+    /// of the `Arc` moves); [`live`](Self::live) to keep them longer.
+    pub(crate) fn live_ref(&self) -> RwLockReadGuard<'_, Arc<Live>> {
         // Only ever replaced whole: a panic elsewhere cannot leave it half-written.
-        Arc::clone(&self.live.read().unwrap_or_else(|e| e.into_inner()))
+        self.live.read().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -122,7 +130,8 @@ impl<C, K, H> Shared<C, K, H> {
 /// (one round trip, bounded by the timeout), and then
 /// - allowed: [`LimitOutcome::Checked`](super::LimitOutcome) with the
 ///   [`Decision`](crate::rate_limit::Decision) is put in the request extensions, the inner
-///   service runs, and `RateLimit-Policy` / `RateLimit` headers are added;
+///   service runs, and `RateLimit-Policy` / `RateLimit` headers are added (unless
+///   [`quota_headers`](RateLimitBuilder::quota_headers) says refusals only);
 /// - limited: `429 Too Many Requests` with `Retry-After` (whole seconds, rounded up, never
 ///   below one second) and the same two headers; the inner service does not run;
 /// - Redis failed or timed out: [`FailMode`](super::FailMode); under [`FailMode::Open`](super::FailMode::Open) the request goes
@@ -185,6 +194,7 @@ impl<C> RateLimitLayer<C, PeerIp, DefaultResponses> {
             policies: policies.into(),
             common: Common::new(conn, RateLimitBuilder::<C, PeerIp>::DEFAULT_TIMEOUT),
             deny_cache: None,
+            quota_headers: QuotaHeaders::Always,
         }
     }
 }
@@ -326,6 +336,7 @@ pub struct RateLimitBuilder<C, K, H = DefaultResponses> {
     policies: Policies,
     common: Common<C, K, H>,
     deny_cache: Option<usize>,
+    quota_headers: QuotaHeaders,
 }
 
 impl<C, K, H> RateLimitBuilder<C, K, H> {
@@ -344,6 +355,20 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
     /// ```
     pub fn deny_cache_capacity(mut self, capacity: usize) -> Self {
         self.deny_cache = Some(capacity);
+        self
+    }
+
+    /// Which answers carry the `RateLimit-Policy` / `RateLimit` headers (default
+    /// [`QuotaHeaders::Always`]); refusals always do.
+    ///
+    /// ```no_run
+    /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) -> redkit::Result<()> {
+    /// use redkit::middleware::QuotaHeaders;
+    /// let layer = b.quota_headers(QuotaHeaders::OnRefusal).build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn quota_headers(mut self, which: QuotaHeaders) -> Self {
+        self.quota_headers = which;
         self
     }
 
@@ -366,6 +391,7 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
             policies: self.policies,
             common: self.common.key_extractor(extractor),
             deny_cache: self.deny_cache,
+            quota_headers: self.quota_headers,
         }
     }
 
@@ -440,6 +466,7 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
             policies: self.policies,
             common: self.common.respond_with(RespondWith::new(f)),
             deny_cache: self.deny_cache,
+            quota_headers: self.quota_headers,
         }
     }
 
@@ -484,6 +511,7 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
                 live: RwLock::new(Arc::new(Live::new(self.policies))),
                 builder_cache: None,
                 local,
+                quota_headers: self.quota_headers,
                 common: self.common,
                 stats: Counters::default(),
             }),

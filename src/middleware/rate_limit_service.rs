@@ -12,10 +12,10 @@ use tower::Service;
 use super::access::Access;
 use super::common::{bump, limit_service, refusal, FailMode, UnknownClient};
 use super::future::ResponseFuture;
-use super::headers;
+use super::headers::{self, QuotaHeaders};
 use super::key::{ClientId, KeyExtractor, RequestInfo};
 use super::outcome::{LimitOutcome, Unchecked};
-use super::rate_limit_layer::{RateLimitLayer, Shared};
+use super::rate_limit_layer::{Live, RateLimitLayer, Shared};
 use super::respond::{DefaultResponses, Rejection, Respond};
 use crate::error::{Error, Result};
 use crate::rate_limit::{Decision, LimitKey, Limiter};
@@ -102,54 +102,40 @@ where
         // The ready service goes into the future; a fresh clone stays for the next call.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
+        // One set of policies from here to the end, whatever replaces it meanwhile.
+        let guard = self.shared.live_ref();
+        let (route, limiter) = guard.policies.route_for(req.uri().path());
+        let key = match client(&self.shared, &guard, route, &mut req) {
+            Client::Key(key) => key,
+            Client::Pass => return ResponseFuture::new(inner.call(req)),
+            Client::Refused(response) => return ResponseFuture::ready(response),
+        };
+        // Answered in process (leased units, a deny-cache refusal): settled here, before any
+        // future of the round trip exists.
+        if let Some(decision) = limiter.answer_locally(&key) {
+            let policy = guard.policy_headers[route].as_ref();
+            if let Some(refused) = settle(&self.shared, &guard, route, &decision, &mut req) {
+                return ResponseFuture::ready(refused);
+            }
+            if self.shared.quota_headers == QuotaHeaders::OnRefusal {
+                return ResponseFuture::new(inner.call(req));
+            }
+            let answer = headers::Answer::of(policy, limiter, &decision);
+            let call = inner.call(req);
+            return ResponseFuture::new(async move {
+                let mut response = call.await?;
+                answer.insert(response.headers_mut());
+                Ok(response)
+            });
+        }
+        let live = Arc::clone(&guard);
+        drop(guard);
         let shared = Arc::clone(&self.shared);
         ResponseFuture::new(async move {
             let stats = &shared.stats;
-            // One set of policies from here to the end, whatever replaces it meanwhile.
-            let live = shared.live();
-            let (route, limiter) = live.policies.route_for(req.uri().path());
+            let limiter = live.policies.limiter(route);
             let name = limiter.name();
-            // Each decision recorded with the limiter's metric keys (built with the policies).
             let decide = |verdict| decided(name, &live.metrics[route], verdict);
-            let key = match shared.common.extractor.extract(&RequestInfo::new(&req)) {
-                Some(ClientId::Ip(ip)) => match live.policies.access().decide(ip) {
-                    Some(Access::Allowed) => {
-                        bump(&stats.allowlisted);
-                        decide(Verdict::Allowlisted);
-                        req.extensions_mut()
-                            .insert(LimitOutcome::Unchecked(Unchecked::Allowlisted));
-                        return inner.call(req).await;
-                    }
-                    Some(Access::Denied) => {
-                        bump(&stats.denied);
-                        decide(Verdict::Denied);
-                        let response = refusal(StatusCode::FORBIDDEN, None);
-                        return Ok(shared.common.respond.respond(&Rejection::Denied, response));
-                    }
-                    _ => LimitKey::ip_grouped(ip, shared.common.ipv6_prefix),
-                },
-                Some(ClientId::Key(key)) => key,
-                None => {
-                    bump(&stats.common.unknown_clients);
-                    decide(Verdict::UnknownClient);
-                    tracing::debug!(path = req.uri().path(), "rate limit: client unknown");
-                    match shared.common.unknown {
-                        UnknownClient::Allow => {
-                            req.extensions_mut()
-                                .insert(LimitOutcome::Unchecked(Unchecked::UnknownClient));
-                            return inner.call(req).await;
-                        }
-                        UnknownClient::Reject => {
-                            let response = refusal(StatusCode::BAD_REQUEST, None);
-                            return Ok(shared
-                                .common
-                                .respond
-                                .respond(&Rejection::UnknownClient, response));
-                        }
-                        _ => LimitKey::unknown_client(),
-                    }
-                }
-            };
             let policy = live.policy_headers[route].as_ref();
             // The key again only for the local fallback (no copy per request otherwise).
             let fallback_key = shared.local.as_ref().map(|_| key.clone());
@@ -198,27 +184,123 @@ where
                     }
                 }
             };
-            let shadow = !decision.is_allowed() && live.policies.is_shadow(name);
-            if decision.is_allowed() || shadow {
-                let outcome = if shadow {
-                    bump(&stats.shadow_limited);
-                    decide(Verdict::ShadowLimited);
-                    LimitOutcome::WouldLimit(decision)
-                } else {
-                    bump(&stats.allowed);
-                    decide(Verdict::Allowed);
-                    LimitOutcome::Checked(decision)
-                };
-                req.extensions_mut().insert(outcome);
-                let mut response = inner.call(req).await?;
-                headers::apply(response.headers_mut(), policy, limiter, &decision);
-                Ok(response)
-            } else {
-                bump(&stats.limited);
-                decide(Verdict::Limited);
-                Ok(limited(&shared, policy, limiter, &decision))
+            if let Some(refused) = settle(&shared, &live, route, &decision, &mut req) {
+                return Ok(refused);
             }
+            let mut response = inner.call(req).await?;
+            if shared.quota_headers == QuotaHeaders::Always {
+                headers::apply(response.headers_mut(), policy, limiter, &decision);
+            }
+            Ok(response)
         })
+    }
+}
+
+/// Who a request is from, settled before any check.
+enum Client<B> {
+    /// To be checked under this key.
+    Key(LimitKey),
+    /// Let through unchecked (allowlisted, or an unknown client let through): recorded in
+    /// the request's extensions.
+    Pass,
+    /// Refused unchecked (denied, or an unknown client refused).
+    Refused(Response<B>),
+}
+
+/// The client of `req` by the layer's key extractor, its access list and its unknown-client
+/// rule; what it decides without a check is counted and recorded here.
+fn client<C, K, H, ReqBody, B>(
+    shared: &Shared<C, K, H>,
+    live: &Live,
+    route: usize,
+    req: &mut Request<ReqBody>,
+) -> Client<B>
+where
+    K: KeyExtractor,
+    H: Respond<B>,
+    B: Default,
+{
+    let stats = &shared.stats;
+    let name = live.policies.limiter(route).name();
+    let decide = |verdict| decided(name, &live.metrics[route], verdict);
+    match shared.common.extractor.extract(&RequestInfo::new(req)) {
+        Some(ClientId::Ip(ip)) => match live.policies.access().decide(ip) {
+            Some(Access::Allowed) => {
+                bump(&stats.allowlisted);
+                decide(Verdict::Allowlisted);
+                req.extensions_mut()
+                    .insert(LimitOutcome::Unchecked(Unchecked::Allowlisted));
+                Client::Pass
+            }
+            Some(Access::Denied) => {
+                bump(&stats.denied);
+                decide(Verdict::Denied);
+                let response = refusal(StatusCode::FORBIDDEN, None);
+                Client::Refused(shared.common.respond.respond(&Rejection::Denied, response))
+            }
+            _ => Client::Key(LimitKey::ip_grouped(ip, shared.common.ipv6_prefix)),
+        },
+        Some(ClientId::Key(key)) => Client::Key(key),
+        None => {
+            bump(&stats.common.unknown_clients);
+            decide(Verdict::UnknownClient);
+            tracing::debug!(path = req.uri().path(), "rate limit: client unknown");
+            match shared.common.unknown {
+                UnknownClient::Allow => {
+                    req.extensions_mut()
+                        .insert(LimitOutcome::Unchecked(Unchecked::UnknownClient));
+                    Client::Pass
+                }
+                UnknownClient::Reject => {
+                    let response = refusal(StatusCode::BAD_REQUEST, None);
+                    Client::Refused(
+                        shared
+                            .common
+                            .respond
+                            .respond(&Rejection::UnknownClient, response),
+                    )
+                }
+                _ => Client::Key(LimitKey::unknown_client()),
+            }
+        }
+    }
+}
+
+/// What a decision makes of a request: `None` to let it through (allowed, or limited under
+/// shadow mode: its outcome in the request's extensions), else the 429. Counted and recorded.
+fn settle<C, K, H, ReqBody, B>(
+    shared: &Shared<C, K, H>,
+    live: &Live,
+    route: usize,
+    decision: &Decision,
+    req: &mut Request<ReqBody>,
+) -> Option<Response<B>>
+where
+    H: Respond<B>,
+    B: Default,
+{
+    let stats = &shared.stats;
+    let limiter = live.policies.limiter(route);
+    let name = limiter.name();
+    let decide = |verdict| decided(name, &live.metrics[route], verdict);
+    let shadow = !decision.is_allowed() && live.policies.is_shadow(name);
+    if decision.is_allowed() || shadow {
+        let outcome = if shadow {
+            bump(&stats.shadow_limited);
+            decide(Verdict::ShadowLimited);
+            LimitOutcome::WouldLimit(*decision)
+        } else {
+            bump(&stats.allowed);
+            decide(Verdict::Allowed);
+            LimitOutcome::Checked(*decision)
+        };
+        req.extensions_mut().insert(outcome);
+        None
+    } else {
+        bump(&stats.limited);
+        decide(Verdict::Limited);
+        let policy = live.policy_headers[route].as_ref();
+        Some(limited(shared, policy, limiter, decision))
     }
 }
 

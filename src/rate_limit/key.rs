@@ -54,7 +54,7 @@ impl LimitKey {
     /// ```
     pub fn ip_grouped(addr: IpAddr, ipv6_prefix: u8) -> Self {
         match canonical(addr) {
-            IpAddr::V4(v4) => Self(format!("ip:{v4}")),
+            IpAddr::V4(v4) => Self(v4_text(v4)),
             IpAddr::V6(v6) => {
                 let bits = ipv6_prefix.min(128);
                 if bits == 128 {
@@ -100,6 +100,26 @@ impl LimitKey {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// `ip:a.b.c.d`, written digit by digit: the middleware builds one per request, and this
+/// is several times cheaper than `format!` (the same text as `Ipv4Addr`'s `Display`).
+fn v4_text(v4: Ipv4Addr) -> String {
+    let mut text = String::with_capacity("ip:255.255.255.255".len());
+    text.push_str("ip:");
+    for (i, octet) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            text.push('.');
+        }
+        if octet >= 100 {
+            text.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            text.push(char::from(b'0' + octet / 10 % 10));
+        }
+        text.push(char::from(b'0' + octet % 10));
+    }
+    text
 }
 
 /// IPv4-mapped IPv6 (`::ffff:a.b.c.d`) becomes IPv4; everything else is unchanged.
@@ -158,6 +178,23 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn ipv4_text_is_the_display_form() {
+        for octets in [
+            [0, 0, 0, 0],
+            [255, 255, 255, 255],
+            [1, 10, 100, 199],
+            [9, 99, 200, 250],
+        ] {
+            let v4 = Ipv4Addr::from(octets);
+            assert_eq!(v4_text(v4), format!("ip:{v4}"));
+        }
+        for n in (0..=u32::MAX).step_by(65_537) {
+            let v4 = Ipv4Addr::from(n);
+            assert_eq!(v4_text(v4), format!("ip:{v4}"));
+        }
     }
 
     #[test]

@@ -220,9 +220,10 @@ impl Leases {
         self.settings
     }
 
-    /// Joins the lease call in flight for `redis_key`, or becomes it.
-    pub(super) fn join(&self, redis_key: &str) -> Turn<'_> {
-        self.flights.join(redis_key)
+    /// Joins the lease call in flight for `client` (a [`LimitKey`](super::LimitKey)'s text: the
+    /// leases are one limiter's, so it names one counter), or becomes it.
+    pub(super) fn join(&self, client: &str) -> Turn<'_> {
+        self.flights.join(client)
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Held>> {
@@ -230,29 +231,29 @@ impl Leases {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `cost` units from what this instance holds of `redis_key`'s window, when it holds
+    /// `cost` units from what this instance holds of `client`'s window, when it holds
     /// enough and the window has not ended: the decision, with no round trip. When taking
     /// them would leave fewer than a quarter of the last ask and no lease call of the key is
     /// in flight, the check does not take them: it leads the next lease call while the other
     /// checks go on taking what is left (refreshed ahead, so a hot key's checks do not all
     /// stop and wait when its units run out).
-    pub(super) fn take_local(&self, redis_key: &str, limit: u32, cost: u32) -> Local<'_> {
-        self.take(redis_key, limit, cost, true)
+    pub(super) fn take_local(&self, client: &str, limit: u32, cost: u32) -> Local<'_> {
+        self.take(client, limit, cost, true)
     }
 
     /// Like [`take_local`](Self::take_local), but never leads a lease call: `None` where it
     /// would (or where too few units are held), so the caller's check goes to Redis.
-    pub(super) fn take_held(&self, redis_key: &str, limit: u32, cost: u32) -> Option<Decision> {
-        match self.take(redis_key, limit, cost, false) {
+    pub(super) fn take_held(&self, client: &str, limit: u32, cost: u32) -> Option<Decision> {
+        match self.take(client, limit, cost, false) {
             Local::Taken(decision) => Some(decision),
             Local::Refill(_) | Local::Empty => None,
         }
     }
 
-    fn take(&self, redis_key: &str, limit: u32, cost: u32, lead: bool) -> Local<'_> {
+    fn take(&self, client: &str, limit: u32, cost: u32, lead: bool) -> Local<'_> {
         let now = Instant::now();
         let mut held = self.lock();
-        let Some(entry) = held.get_mut(redis_key) else {
+        let Some(entry) = held.get_mut(client) else {
             return Local::Empty;
         };
         if entry.until <= now || entry.units < u64::from(cost) {
@@ -263,7 +264,7 @@ impl Leases {
             if !lead {
                 return Local::Empty;
             }
-            if let Some(leader) = self.flights.lead_if_idle(redis_key) {
+            if let Some(leader) = self.flights.lead_if_idle(client) {
                 return Local::Refill(leader);
             }
         }
@@ -271,19 +272,20 @@ impl Leases {
         Local::Taken(allowed(limit, entry, now))
     }
 
-    /// One lease call for `ask.cost` units of `redis_key` (`window_ms`: a new window's
-    /// length): the decision for this check, the rest of the grant kept for the next ones.
+    /// One lease call for `ask.cost` units of `client`'s counter `redis_key` (`window_ms`: a
+    /// new window's length): the decision for this check, the rest of the grant kept for the
+    /// next ones.
     pub(super) async fn lease<C: ConnectionLike>(
         &self,
         manager: &ScriptManager,
         conn: &mut C,
-        redis_key: &str,
+        (client, redis_key): (&str, &str),
         (limit, window_ms): (u32, u64),
         ask: Ask,
     ) -> Result<Granted> {
         let Ask { cost, demand } = ask;
         let now = Instant::now();
-        let (last, left) = match self.lock().get(redis_key) {
+        let (last, left) = match self.lock().get(client) {
             Some(h) if h.until > now => {
                 (Some(h.last_want), u64::from(limit).saturating_sub(h.count))
             }
@@ -319,7 +321,7 @@ impl Leases {
         let until = sent.checked_add(reset_after).unwrap_or(sent);
         let mut held = self.lock();
         let now = Instant::now();
-        if !held.contains_key(redis_key) && held.len() >= QuotaLease::MAX_KEYS {
+        if !held.contains_key(client) && held.len() >= QuotaLease::MAX_KEYS {
             held.retain(|_, h| h.until > now);
         }
         let rest = granted - u64::from(cost);
@@ -332,7 +334,7 @@ impl Leases {
             taken: granted,
         };
         let room = held.len() < QuotaLease::MAX_KEYS;
-        let entry = match held.get_mut(redis_key) {
+        let entry = match held.get_mut(client) {
             // Same window (it has not ended here, so not in Redis either): add the units. A
             // counter lower than last seen, answered to a call sent after the one that saw
             // it, was lost (a restart, a flush, a reset): the units held of it are dropped
@@ -356,7 +358,7 @@ impl Leases {
             None => {
                 // Full: this grant's rest dies with its window (counted, never over-admitted).
                 if room {
-                    held.insert(redis_key.to_owned(), fresh);
+                    held.insert(client.to_owned(), fresh);
                 }
                 fresh
             }
@@ -382,9 +384,9 @@ impl Leases {
         }
     }
 
-    /// Forgets what this instance holds of `redis_key` (after a reset of its counter).
-    pub(super) fn forget(&self, redis_key: &str) {
-        self.lock().remove(redis_key);
+    /// Forgets what this instance holds of `client` (after a reset of its counter).
+    pub(super) fn forget(&self, client: &str) {
+        self.lock().remove(client);
     }
 }
 

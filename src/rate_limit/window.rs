@@ -157,6 +157,10 @@ impl FixedWindow {
     /// ```
     pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
         self.keys = self.keys.with_prefix(prefix)?;
+        // Leases are held per client key: units of the old prefix's counters are not these.
+        if let Some(leases) = &self.leases {
+            self.leases = Some(Leases::new(leases.settings()));
+        }
         Ok(self)
     }
 
@@ -480,7 +484,9 @@ impl FixedWindow {
         let slot = self.slot()?;
         let (redis_key, ttl_ms) = self.target(key, cost, slot.as_ref())?;
         if let Some(leases) = self.leases.as_ref().filter(|_| cost <= self.limit) {
-            return self.check_leased(leases, conn, &redis_key, cost).await;
+            return self
+                .check_leased(leases, conn, (key.as_str(), &redis_key), cost)
+                .await;
         }
         let Some(cache) = self.cache_for(cost) else {
             let reply = self.send(conn, &redis_key, cost, ttl_ms).await?;
@@ -507,7 +513,7 @@ impl FixedWindow {
         &self,
         leases: &Leases,
         conn: &mut C,
-        redis_key: &str,
+        (client, redis_key): (&str, &str),
         cost: u32,
     ) -> Result<Decision> {
         const MOST_WAITS: u32 = 2;
@@ -515,7 +521,7 @@ impl FixedWindow {
         let (mut waits, mut demand) = (0, cost);
         let mut refill = false;
         let leader = loop {
-            match leases.take_local(redis_key, self.limit, cost) {
+            match leases.take_local(client, self.limit, cost) {
                 Local::Taken(decision) => return Ok(decision),
                 Local::Refill(leader) => {
                     refill = true;
@@ -526,7 +532,7 @@ impl FixedWindow {
             if let Some(decision) = cache.and_then(|c| c.lookup(redis_key, self.limit, cost)) {
                 return Ok(decision);
             }
-            match leases.join(redis_key) {
+            match leases.join(client) {
                 Turn::Lead(leader) => break Some(leader),
                 Turn::Follow(_) if waits == MOST_WAITS => break None,
                 Turn::Follow(flight) => {
@@ -544,7 +550,7 @@ impl FixedWindow {
             .lease(
                 &self.manager,
                 conn,
-                redis_key,
+                (client, redis_key),
                 (self.limit, self.window_ms),
                 Ask { cost, demand },
             )
@@ -556,7 +562,7 @@ impl FixedWindow {
         if refill && refused {
             // A refill refused or failed: this check still has the units held here (its own
             // call is in flight, so it takes them without leading another).
-            if let Local::Taken(decision) = leases.take_local(redis_key, self.limit, cost) {
+            if let Local::Taken(decision) = leases.take_local(client, self.limit, cost) {
                 return Ok(decision);
             }
         }
@@ -716,7 +722,7 @@ impl FixedWindow {
     pub async fn reset<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<bool> {
         let redis_key = self.redis_key(key);
         if let Some(leases) = &self.leases {
-            leases.forget(&redis_key);
+            leases.forget(key.as_str());
         }
         delete(conn, redis_key, self.deny_cache.as_ref()).await
     }
@@ -882,17 +888,17 @@ impl Hooks for FixedWindow {
     }
 
     /// From the units of a lease held here (never leading a refill: that is the round
-    /// trip's), else from a refusal the deny cache holds.
+    /// trip's; looked up by the client's key, so no counter key is built), else from a
+    /// refusal the deny cache holds.
     fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {
-        if self.leases.is_none() && self.deny_cache.is_none() {
-            return None;
+        let leased = self.leases.as_ref();
+        if let Some(decision) = leased.and_then(|l| l.take_held(key.as_str(), self.limit, 1)) {
+            return Some(decision);
         }
+        let cache = self.cache_for(1)?;
         let slot = self.slot().ok()?;
         let (redis_key, _) = self.target(key, 1, slot.as_ref()).ok()?;
-        let leased = self.leases.as_ref();
-        leased
-            .and_then(|leases| leases.take_held(&redis_key, self.limit, 1))
-            .or_else(|| self.cache_for(1)?.lookup(&redis_key, self.limit, 1))
+        cache.lookup(&redis_key, self.limit, 1)
     }
 }
 
@@ -916,6 +922,17 @@ mod tests {
 
     fn limiter() -> FixedWindow {
         FixedWindow::new("t", Rate::per_second(10).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_new_prefix_does_not_share_the_leases_of_the_old_one() {
+        let leased = limiter().with_lease(QuotaLease::new(8).unwrap()).unwrap();
+        let same = leased.clone();
+        let moved = leased.clone().with_prefix("other").unwrap();
+        let held = |l: &FixedWindow| Arc::as_ptr(l.leases.as_ref().unwrap());
+        assert_eq!(held(&same), held(&leased));
+        assert_ne!(held(&moved), held(&leased));
+        assert_eq!(moved.lease(), leased.lease());
     }
 
     fn reply(c: i64, p: i64, a: i64) -> Value {
