@@ -1,6 +1,7 @@
 //! End-to-end HTTP: axum on loopback with no limiter, with tower_governor (local, in-process)
 //! and with redkit's layers (Redis on loopback), loaded by `wrk`; requests/s, p50 and p99 of each,
-//! in one run, printed as a Markdown table.
+//! and this process's CPU per request (the server and its layer, not wrk or Redis), in one
+//! run, printed as a Markdown table.
 //!
 //! `cargo bench --features tower --bench http` (needs `wrk` on PATH: `apt-get install wrk`).
 //! `HTTP_BENCH_SECS` (default 5) per case, `HTTP_BENCH_CONNECTIONS` (default 64),
@@ -12,6 +13,8 @@
 //! - **flood**: the limit is 100 requests/s and wrk sends as fast as it can, so nearly every
 //!   request is refused (what an abusive client costs; the deny cache's case).
 
+#[path = "common/cpu.rs"]
+mod cpu;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -21,7 +24,7 @@ use std::time::Duration;
 
 use axum::{routing::get, Router};
 use redis::aio::ConnectionManager;
-use redkit::middleware::{ConcurrencyLimitLayer, RateLimitLayer};
+use redkit::middleware::{ConcurrencyLimitLayer, QuotaHeaders, RateLimitLayer};
 use redkit::rate_limit::{FixedWindow, QuotaLease, Rate};
 use redkit::GroupCommit;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -133,17 +136,20 @@ fn main() {
             builder.build().unwrap()
         };
         // Leased quota: one instance here, at most `LEASE_UNITS` units per lease call.
-        let leased = |name: &str, limit: u32, cache: bool| {
+        let leased_with = |name: &str, limit: u32, cache: bool, headers: QuotaHeaders| {
             let limiter = fw(name, limit)
                 .with_lease(QuotaLease::new(LEASE_UNITS).unwrap())
                 .unwrap();
-            let builder = RateLimitLayer::builder(limiter, conn.clone());
+            let builder = RateLimitLayer::builder(limiter, conn.clone()).quota_headers(headers);
             let builder = if cache {
                 builder.deny_cache_capacity(100_000)
             } else {
                 builder
             };
             builder.build().unwrap()
+        };
+        let leased = |name: &str, limit: u32, cache: bool| {
+            leased_with(name, limit, cache, QuotaHeaders::Always)
         };
         let big = 1_000_000_000;
         let cases: Vec<(&str, &str, Router)> = vec![
@@ -169,6 +175,11 @@ fn main() {
                 "under the limit",
                 "redkit fixed window, leased (256 units)",
                 base().layer(leased("ul", big, false)),
+            ),
+            (
+                "under the limit",
+                "redkit fixed window, leased (256 units), quota headers on refusals only",
+                base().layer(leased_with("uln", big, false, QuotaHeaders::OnRefusal)),
             ),
             (
                 "under the limit",
@@ -214,22 +225,30 @@ fn main() {
             "wrk -t{} -c{connections} -d{secs}s, one client, axum + Redis 7 on loopback (2 shared cores)\n",
             connections.clamp(1, 2)
         );
-        println!("| load | stack | requests/s | p50 | p99 | non-2xx | Redis EVALSHA | requests per EVALSHA |");
-        println!("|---|---|---:|---:|---:|---:|---:|---:|");
+        println!("| load | stack | requests/s | p50 | p99 | non-2xx | Redis EVALSHA | requests per EVALSHA | server CPU per request |");
+        println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
         for (load, name, app) in cases {
             let addr = support::serve_axum(app).await;
             let before = server.evalsha_calls().await;
+            let cpu_before = cpu::process_cpu_ns();
             let run = tokio::task::spawn_blocking(move || wrk(addr, secs, connections))
                 .await
                 .unwrap();
+            let cpu = cpu_before.zip(cpu::process_cpu_ns()).map(|(a, b)| b.saturating_sub(a));
             let calls = server.evalsha_calls().await - before;
+            let cpu_per_request = match cpu {
+                Some(ns) if run.requests > 0 => {
+                    format!("{:.2} us", ns as f64 / run.requests as f64 / 1000.0)
+                }
+                _ => "n/a".to_owned(),
+            };
             let per_call = if calls == 0 {
                 "-".to_owned()
             } else {
                 format!("{:.1}", run.requests as f64 / calls as f64)
             };
             println!(
-                "| {load} | {name} | {:.0} | {} | {} | {} of {} | {calls} | {per_call} |",
+                "| {load} | {name} | {:.0} | {} | {} | {} of {} | {calls} | {per_call} | {cpu_per_request} |",
                 run.rps, run.p50, run.p99, run.non_2xx, run.requests
             );
         }

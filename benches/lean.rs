@@ -81,6 +81,8 @@ mod fixtures;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+#[path = "common/cpu.rs"]
+mod cpu;
 #[path = "common/seed_lock.rs"]
 mod seed_lock;
 use seed_lock::{seed_lock_cycle, SEED_UNLOCK};
@@ -224,19 +226,6 @@ async fn server_pid(conn: &mut MultiplexedConnection) -> Option<u32> {
     info_number(conn, "server", "process_id:").await
 }
 
-/// CPU time (ns) of this bench process: the sum over its threads' schedstat.
-fn client_cpu_ns() -> Option<u64> {
-    let mut total = 0u64;
-    for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let path = task.ok()?.path().join("schedstat");
-        // A thread that ended meanwhile is skipped.
-        if let Ok(text) = std::fs::read_to_string(path) {
-            total = total.saturating_add(text.split_whitespace().next()?.parse().ok()?);
-        }
-    }
-    Some(total)
-}
-
 struct Measured {
     ops: u64,
     secs: f64,
@@ -305,7 +294,7 @@ where
     let ops = Arc::new(AtomicU64::new(0));
     let reads_before = server_reads(conn.clone()).await;
     let cpu_before = pid.and_then(server_cpu_ns);
-    let client_before = client_cpu_ns();
+    let client_before = cpu::process_cpu_ns();
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(secs);
     let mut tasks = Vec::new();
@@ -325,7 +314,7 @@ where
     }
     let elapsed = started.elapsed().as_secs_f64();
     let cpu_after = pid.and_then(server_cpu_ns);
-    let client_after = client_cpu_ns();
+    let client_after = cpu::process_cpu_ns();
     let reads_after = server_reads(conn).await;
     Measured {
         reads: reads_before
