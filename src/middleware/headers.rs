@@ -28,7 +28,7 @@ pub enum QuotaHeaders {
     Always,
     /// Only on refusals: an allowed response is the inner service's own. Two header fields
     /// fewer per response, for APIs whose clients do not pace themselves by them (measured
-    /// in `docs/benchmarks.md`: about 6 % of a small response's cost over loopback).
+    /// in `docs/benchmarks.md`: 6-8 % of a small response's cost over loopback).
     OnRefusal,
 }
 
