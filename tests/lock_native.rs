@@ -4,7 +4,8 @@
 //! watchdog's loss signal, the wake-up of blocked acquirers); no script at all for a plain
 //! cycle on Valkey (`INFO commandstats`); a renamed `DELIFEQ` or one the ACL refuses falls
 //! back to the script without the caller seeing the refusal. On a Valkey Cluster the same
-//! cycle, wake-up included, runs no script either.
+//! cycle, wake-up included, runs no script either; on a Cluster half-way through an upgrade
+//! (one primary without `DELIFEQ`) every call answers as on one server.
 
 mod support;
 
@@ -382,5 +383,92 @@ async fn a_plain_lock_on_a_valkey_cluster_runs_no_script() {
     let delifeq = owner.command_calls("delifeq").await;
     println!("Valkey Cluster: script calls {scripts}, DELIFEQ on the key's primary {delifeq}");
     assert_eq!(scripts, 0);
-    assert_eq!(delifeq, 2);
+    // The two releases, and the probe's own (one on every primary).
+    assert_eq!(delifeq, 3);
+}
+
+/// A Cluster half-way through an upgrade: one primary without `DELIFEQ` (renamed away), two
+/// with it. The probe asks every primary and keeps the lowest common set (`SET IFEQ`, not
+/// `DELIFEQ`), so plain locks on keys of every primary release by script and answer as on
+/// one server (renewed, released, another owner's key not released): no "unknown command"
+/// is ever sent by a lock call, let alone seen by its caller.
+#[tokio::test]
+async fn a_cluster_half_way_through_an_upgrade_uses_what_every_primary_offers() {
+    require_valkey!();
+    let cluster = RedisCluster::spawn_valkey_first_with(&["--rename-command", "DELIFEQ", ""]).await;
+    let primaries = cluster.primaries().await;
+    let mut old = None;
+    for node in &primaries {
+        let info: redis::Value = node.cmd(&["COMMAND", "INFO", "DELIFEQ"]).await;
+        if info == redis::Value::Array(vec![redis::Value::Nil]) {
+            assert!(old.is_none(), "one primary without DELIFEQ");
+            old = Some(node.port());
+        }
+    }
+    let old_port = old.expect("the first node is a primary without DELIFEQ");
+    let mut conn = cluster.conn().await;
+    let manager = ScriptManager::new();
+    let lock = Lock::new().with_manager(manager.clone());
+    let found = manager.capabilities(&mut conn).await.unwrap();
+    assert!(!found.delifeq && found.set_ifeq, "{found:?}");
+    let mut before = Vec::new();
+    for node in &primaries {
+        before.push(script_calls(node).await);
+    }
+    let mut keys_on = vec![0u64; primaries.len()];
+    for i in 0..24 {
+        let resource = format!("upgrade-{i}");
+        let key = lock.key(&resource).unwrap();
+        let owner = cluster.primary_for(&key).await.port();
+        let at = primaries.iter().position(|p| p.port() == owner).unwrap();
+        keys_on[at] += 1;
+        let guard = held(&lock, &mut conn, &resource, 5_000).await;
+        renew_and_release(&lock, &mut conn, guard).await;
+        // Another owner's key: not released, left as it is, wherever it lives.
+        let guard = held(&lock, &mut conn, &resource, 5_000).await;
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg("someone-else")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            lock.release(&mut conn, guard).await.unwrap(),
+            Release::NotOwner,
+            "{resource}"
+        );
+        let value: String = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(value, "someone-else");
+    }
+    let mut probes = 0;
+    for (at, node) in primaries.iter().enumerate() {
+        let scripts = script_calls(node).await - before[at];
+        let delifeq = node.command_calls("delifeq").await;
+        println!(
+            "primary {} (DELIFEQ {}): {} keys, {scripts} scripts, {delifeq} DELIFEQ",
+            node.port(),
+            if node.port() == old_port {
+                "renamed"
+            } else {
+                "offered"
+            },
+            keys_on[at]
+        );
+        assert!(
+            scripts >= 2 * keys_on[at],
+            "every release ran its script: {scripts} for {} keys",
+            keys_on[at]
+        );
+        probes += delifeq;
+    }
+    assert!(
+        keys_on.iter().all(|&n| n > 0),
+        "keys on every primary: {keys_on:?}"
+    );
+    // The probe's own DELIFEQ on each upgraded primary, and no lock call's.
+    assert_eq!(probes, 2);
 }

@@ -10,6 +10,17 @@
 //! offered": such a user keeps the script path. A connection error caches nothing (the next
 //! call asks again).
 //!
+//! On a Cluster (`CLUSTER SLOTS` answers) the probe asks every primary instead, with the
+//! commands themselves on a key of that primary's slots that nothing else uses
+//! (`DELIFEQ redkit:probe:{..} <value>`, which deletes nothing there, and `SET ... IFEQ` on
+//! it, which creates nothing): a command is used only when every primary offers it (the
+//! lowest common set: a Cluster half-way through an upgrade keeps its scripts until the last
+//! primary has the command). A key the ACL refuses to the user counts as "not offered".
+//!
+//! A probe is redone when it is older than [`REPROBE_AFTER`] (a Cluster whose last primary
+//! was upgraded since, a primary added), by the first call after that; the others go on
+//! with what it found meanwhile.
+//!
 //! A belief, not a guarantee, like the script cache: a native command answered "unknown
 //! command" or "syntax error" (a server replaced by an older one, a command renamed since, a
 //! Cluster node of another version) forgets the probe ([`Probe::forget`]): that call falls
@@ -17,7 +28,9 @@
 //! (`NOPERM`) is not used again by this manager ([`Probe::deny`]); that call falls back to
 //! its script too, which answers the typed error when the user may not run it either.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 use redis::{RedisError, Value};
@@ -59,6 +72,9 @@ const SET_IFEQ: u8 = 1 << 2;
 const PROBING: u8 = 1 << 3;
 const DENIED_DELIFEQ: u8 = 1 << 4;
 const DENIED_SET_IFEQ: u8 = 1 << 5;
+/// A probe found one server, not a Cluster (`CLUSTER SLOTS` refused): the next probes do not
+/// ask again (a server does not change its mode while it runs; no error reply per probe).
+const ONE_SERVER: u8 = 1 << 6;
 
 /// A native command the lock paths send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,9 +101,24 @@ impl Native {
     }
 }
 
-/// What a manager learned about the server's native commands (see the module docs).
+/// How old a probe may grow before the next call that asks redoes it.
+pub(crate) const REPROBE_AFTER: Duration = Duration::from_secs(60);
+
+/// What a manager learned about the server's native commands (see the module docs), when
+/// (milliseconds since [`epoch`]), and on a Cluster the layout it found ([`Layout`]).
 #[derive(Debug, Default)]
-pub(crate) struct Probe(AtomicU8);
+pub(crate) struct Probe(AtomicU8, AtomicU64, AtomicU64);
+
+/// The instant probe times count from (the first probe of the process).
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Milliseconds since [`epoch`].
+fn now_ms() -> u64 {
+    u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX)
+}
 
 /// Ends an in-flight claim when the probe ends, also when its future is dropped mid-way.
 struct Probing<'a>(&'a Probe);
@@ -108,18 +139,17 @@ impl Probe {
         })
     }
 
-    /// The capabilities, probing first when none are known. `Err` only for a probe whose
-    /// pipeline failed (connection, timeout): nothing is cached then.
+    /// The capabilities, probing first when none are known or the last probe is older than
+    /// [`REPROBE_AFTER`]. `Err` only for a probe whose commands failed (connection,
+    /// timeout): nothing is cached then.
     pub(crate) async fn capabilities<C: ConnectionLike>(
         &self,
         conn: &mut C,
     ) -> Result<Capabilities> {
-        if let Some(known) = self.known() {
+        if let Some(known) = self.known().filter(|_| !self.stale()) {
             return Ok(known);
         }
-        let found = probe(conn).await?;
-        self.store(found);
-        Ok(found)
+        self.refresh(conn).await
     }
 
     /// `true` when `command` may be sent instead of a script now: offered by the server as
@@ -131,35 +161,81 @@ impl Probe {
         if bits & command.denied() != 0 {
             return false;
         }
-        if bits & PROBED != 0 {
-            return bits & command.offered() != 0;
+        let offered = bits & PROBED != 0 && bits & command.offered() != 0;
+        if bits & PROBED != 0 && !self.stale() {
+            return offered;
         }
         if self.0.fetch_or(PROBING, Ordering::AcqRel) & PROBING != 0 {
-            return false;
+            // Another call is probing: what the last probe found, meanwhile.
+            return offered;
         }
         let _probing = Probing(self);
-        match probe(conn).await {
-            Ok(found) => {
-                self.store(found);
-                self.0.load(Ordering::Acquire) & command.offered() != 0
+        match self.refresh(conn).await {
+            Ok(_) => {
+                let bits = self.0.load(Ordering::Acquire);
+                bits & PROBED != 0 && bits & command.offered() != 0
             }
             Err(e) => {
                 tracing::debug!(error = %e, "native command probe failed: scripts for now");
+                self.forget();
                 false
             }
         }
     }
 
-    fn store(&self, found: Capabilities) {
+    /// The last probe is older than [`REPROBE_AFTER`].
+    fn stale(&self) -> bool {
+        self.stale_at(now_ms())
+    }
+
+    /// The last probe is older than [`REPROBE_AFTER`] at `now` (ms since [`epoch`]).
+    fn stale_at(&self, now: u64) -> bool {
+        let at = self.1.load(Ordering::Acquire);
+        now.saturating_sub(at) > u64::try_from(REPROBE_AFTER.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Probes and stores what it found. A stale probe of a Cluster whose layout has not
+    /// changed since keeps what it knew (no command of the probe sent to the primaries).
+    async fn refresh<C: ConnectionLike>(&self, conn: &mut C) -> Result<Capabilities> {
+        let known = self.known();
+        let last = known.map(|_| self.2.load(Ordering::Acquire));
+        match probe_as(conn, self.one_server(), last).await? {
+            Probed::Unchanged => {
+                self.1.store(now_ms(), Ordering::Release);
+                Ok(known.unwrap_or_default())
+            }
+            Probed::Found {
+                found,
+                one_server,
+                layout,
+            } => {
+                self.2.store(layout, Ordering::Release);
+                self.store(found, one_server);
+                Ok(found)
+            }
+        }
+    }
+
+    /// An earlier probe found one server, not a Cluster.
+    fn one_server(&self) -> bool {
+        self.0.load(Ordering::Acquire) & ONE_SERVER != 0
+    }
+
+    fn store(&self, found: Capabilities, one_server: bool) {
+        self.1.store(now_ms(), Ordering::Release);
         let mut bits = PROBED;
+        if one_server {
+            bits |= ONE_SERVER;
+        }
         if found.delifeq {
             bits |= DELIFEQ;
         }
         if found.set_ifeq {
             bits |= SET_IFEQ;
         }
-        // Keep the denials and an in-flight claim; replace what the server offers.
-        let keep = DENIED_DELIFEQ | DENIED_SET_IFEQ | PROBING;
+        // Keep the denials, an in-flight claim and the server's mode; replace what the
+        // server offers.
+        let keep = DENIED_DELIFEQ | DENIED_SET_IFEQ | PROBING | ONE_SERVER;
         let _ = self
             .0
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
@@ -212,6 +288,46 @@ fn is_not_offered(err: &RedisError) -> bool {
 /// pipeline of both would be refused as cross-slot). A server's error reply to either counts
 /// as "not offered"; a connection error fails the probe.
 pub(super) async fn probe<C: ConnectionLike>(conn: &mut C) -> Result<Capabilities> {
+    match probe_as(conn, false, None).await? {
+        Probed::Found { found, .. } => Ok(found),
+        Probed::Unchanged => Ok(Capabilities::default()),
+    }
+}
+
+/// What [`probe_as`] found.
+enum Probed {
+    /// A Cluster whose layout is the last probe's: what that probe found stands.
+    Unchanged,
+    /// The capabilities; whether the server is one server, not a Cluster; the Cluster's
+    /// layout (0 for one server).
+    Found {
+        found: Capabilities,
+        one_server: bool,
+        layout: u64,
+    },
+}
+
+/// [`probe`], skipping the Cluster's when an earlier probe found `one_server`, and the
+/// primaries' commands when the Cluster's layout is still `last_layout`.
+async fn probe_as<C: ConnectionLike>(
+    conn: &mut C,
+    one_server: bool,
+    last_layout: Option<u64>,
+) -> Result<Probed> {
+    if !one_server {
+        match probe_primaries(conn, last_layout).await? {
+            Primaries::Unchanged => return Ok(Probed::Unchanged),
+            Primaries::Found(found, layout) => {
+                tracing::debug!(?found, "native commands probed on every primary");
+                return Ok(Probed::Found {
+                    found,
+                    one_server: false,
+                    layout,
+                });
+            }
+            Primaries::NotCluster => {}
+        }
+    }
     let info = ask(conn, redis::cmd("COMMAND").arg("INFO").arg("DELIFEQ")).await?;
     let docs = ask(conn, redis::cmd("COMMAND").arg("DOCS").arg("SET")).await?;
     let found = Capabilities {
@@ -219,7 +335,182 @@ pub(super) async fn probe<C: ConnectionLike>(conn: &mut C) -> Result<Capabilitie
         set_ifeq: names_token(&docs, "IFEQ"),
     };
     tracing::debug!(?found, "native commands probed");
-    Ok(found)
+    Ok(Probed::Found {
+        found,
+        one_server: true,
+        layout: 0,
+    })
+}
+
+/// The value the probe's commands compare with: no key of redkit's ever holds it.
+const PROBE_VALUE: &str = "redkit:probe:absent";
+
+/// What [`probe_primaries`] found.
+enum Primaries {
+    /// Not a Cluster, or a connection to one node of it: the single-server probe answers.
+    NotCluster,
+    /// The layout is the last probe's.
+    Unchanged,
+    /// What every primary offers, and the layout.
+    Found(Capabilities, u64),
+}
+
+/// On a Cluster, what every primary offers (see the module docs). Not a Cluster where
+/// `CLUSTER SLOTS` is an error, or where a primary's key is answered elsewhere (`MOVED`: a
+/// connection to one node, not to the Cluster). Unchanged when the layout (every range and
+/// its primary) is `last_layout`.
+async fn probe_primaries<C: ConnectionLike>(
+    conn: &mut C,
+    last_layout: Option<u64>,
+) -> Result<Primaries> {
+    let slots = match redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async::<Value>(conn)
+        .await
+    {
+        Ok(slots) => slots,
+        Err(e) if e.code().is_some() => return Ok(Primaries::NotCluster),
+        Err(e) => return Err(e.into()),
+    };
+    let ranges = slot_ranges(&slots);
+    if ranges.is_empty() {
+        return Ok(Primaries::NotCluster);
+    }
+    let layout = layout_of(&ranges);
+    if last_layout == Some(layout) {
+        return Ok(Primaries::Unchanged);
+    }
+    let mut found = Capabilities {
+        delifeq: true,
+        set_ifeq: true,
+    };
+    for (first, last) in one_range_per_primary(&ranges) {
+        let key = key_in_slots(first, last);
+        let delifeq = redis::cmd("DELIFEQ").arg(&key).arg(PROBE_VALUE).clone();
+        let mut set_ifeq = redis::cmd("SET");
+        set_ifeq
+            .arg(&key)
+            .arg(PROBE_VALUE)
+            .arg("IFEQ")
+            .arg(PROBE_VALUE);
+        for (cmd, offered) in [
+            (&delifeq, &mut found.delifeq),
+            (&set_ifeq, &mut found.set_ifeq),
+        ] {
+            match cmd.query_async::<Value>(conn).await {
+                Ok(_) => {}
+                Err(e) if matches!(e.code(), Some("MOVED" | "ASK")) => {
+                    return Ok(Primaries::NotCluster)
+                }
+                Err(e) if e.code().is_some() => *offered = false,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(Primaries::Found(found, layout))
+}
+
+/// One range of a `CLUSTER SLOTS` reply: its first and last slot, and its primary's host
+/// and port.
+type Range = (u16, u16, Vec<u8>, i64);
+
+/// A fingerprint of the layout: every range and its primary, in the reply's order.
+fn layout_of(ranges: &[Range]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    ranges.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The first range of each primary.
+fn one_range_per_primary(ranges: &[Range]) -> Vec<(u16, u16)> {
+    let mut seen: Vec<(&[u8], i64)> = Vec::new();
+    let mut out = Vec::new();
+    for (first, last, host, port) in ranges {
+        if !seen.iter().any(|(h, p)| *h == host.as_slice() && p == port) {
+            seen.push((host, *port));
+            out.push((*first, *last));
+        }
+    }
+    out
+}
+
+/// The ranges of a `CLUSTER SLOTS` reply (`[first, last, [host, port, ..], replicas..]`
+/// each); malformed entries are skipped.
+fn slot_ranges(reply: &Value) -> Vec<Range> {
+    let Value::Array(entries) = reply else {
+        return Vec::new();
+    };
+    let mut ranges = Vec::new();
+    for entry in entries {
+        let Value::Array(fields) = entry else {
+            continue;
+        };
+        let (Some(Value::Int(first)), Some(Value::Int(last)), Some(Value::Array(node))) =
+            (fields.first(), fields.get(1), fields.get(2))
+        else {
+            continue;
+        };
+        let (Some(host), Some(Value::Int(port))) = (node.first(), node.get(1)) else {
+            continue;
+        };
+        let host = match host {
+            Value::BulkString(b) => b.clone(),
+            Value::SimpleString(s) => s.as_bytes().to_vec(),
+            _ => continue,
+        };
+        let (Ok(first), Ok(last)) = (u16::try_from(*first), u16::try_from(*last)) else {
+            continue;
+        };
+        if first <= last && last < SLOTS {
+            ranges.push((first, last, host, *port));
+        }
+    }
+    ranges
+}
+
+/// Hash slots of a Cluster.
+const SLOTS: u16 = 16_384;
+
+/// A key of the probe whose hash slot is in `first..=last` (`first <= last < 16384`).
+fn key_in_slots(first: u16, last: u16) -> String {
+    // The tags 0, 1, 2, .. spread over the slots like any keys: a primary's range of
+    // thousands of slots takes a few tries, a single slot about 16,384 (each slot is hit
+    // about 60 times in the first million); bounded either way.
+    (0u32..=1_000_000)
+        .map(|n| format!("redkit:probe:{{{n}}}"))
+        .find(|key| (first..=last).contains(&slot_of(key)))
+        .unwrap_or_else(|| format!("redkit:probe:{{{first}}}"))
+}
+
+/// The hash slot of a key without a hash tag other than its `{..}`: CRC16 (XMODEM) of the
+/// tag, modulo 16384, as Redis computes it.
+fn slot_of(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = key
+        .find('{')
+        .and_then(|open| {
+            let close = key[open + 1..].find('}')? + open + 1;
+            (close > open + 1).then(|| &bytes[open + 1..close])
+        })
+        .unwrap_or(bytes);
+    crc16(tagged) % SLOTS
+}
+
+/// CRC16-XMODEM (polynomial 0x1021, initial 0): the checksum of Redis Cluster's key slots.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
 }
 
 /// `cmd`'s reply; nil when the server answered an error (e.g. `NOPERM`).
@@ -288,19 +579,99 @@ mod tests {
     }
 
     #[test]
+    fn slots_are_redis_cluster_slots() {
+        use redis::cluster_routing::Slot;
+        for key in [
+            "",
+            "a",
+            "foo",
+            "redkit:probe:{7}",
+            "x{}y",
+            "{user1000}.following",
+            "{a",
+        ] {
+            assert_eq!(Slot::new(slot_of(key)), Some(Slot::for_key(key)), "{key}");
+        }
+        // The CRC16 of Redis's cluster spec: "123456789" -> 0x31C3.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+    }
+
+    #[test]
+    fn a_probe_key_exists_for_every_slot() {
+        for slot in (0..SLOTS).step_by(97).chain([0, SLOTS - 1]) {
+            assert_eq!(slot_of(&key_in_slots(slot, slot)), slot);
+        }
+    }
+
+    #[test]
+    fn ranges_layouts_and_one_range_per_primary() {
+        let node = |port: i64| Value::Array(vec![bulk("127.0.0.1"), Value::Int(port), bulk("id")]);
+        let range = |a: i64, b: i64, port: i64| {
+            Value::Array(vec![
+                Value::Int(a),
+                Value::Int(b),
+                node(port),
+                node(port + 1),
+            ])
+        };
+        let reply = Value::Array(vec![
+            range(0, 5460, 7000),
+            range(5461, 10922, 7002),
+            range(10923, 16000, 7004),
+            range(16001, 16383, 7000),
+            Value::Array(vec![Value::Int(1), Value::Int(0), node(7006)]),
+            Value::Nil,
+        ]);
+        let ranges = slot_ranges(&reply);
+        assert_eq!(ranges.len(), 4);
+        assert_eq!(
+            one_range_per_primary(&ranges),
+            vec![(0, 5460), (5461, 10922), (10923, 16000)]
+        );
+        assert!(slot_ranges(&Value::Nil).is_empty());
+        // A failover (another port for the same slots) is another layout.
+        let moved = Value::Array(vec![
+            range(0, 5460, 7001),
+            range(5461, 10922, 7002),
+            range(10923, 16000, 7004),
+            range(16001, 16383, 7000),
+        ]);
+        assert_ne!(layout_of(&slot_ranges(&moved)), layout_of(&ranges));
+        assert_eq!(layout_of(&slot_ranges(&reply)), layout_of(&ranges));
+    }
+
+    #[test]
+    fn a_probe_grows_stale() {
+        let probe = Probe::default();
+        probe.store(Capabilities::default(), false);
+        let at = probe.1.load(Ordering::Acquire);
+        let after = u64::try_from(REPROBE_AFTER.as_millis()).unwrap();
+        assert!(!probe.stale());
+        assert!(!probe.stale_at(at + after));
+        assert!(probe.stale_at(at + after + 1));
+    }
+
+    #[test]
     fn forget_keeps_denials_and_deny_is_per_command() {
         let probe = Probe::default();
-        probe.store(Capabilities {
-            delifeq: true,
-            set_ifeq: true,
-        });
+        probe.store(
+            Capabilities {
+                delifeq: true,
+                set_ifeq: true,
+            },
+            true,
+        );
         probe.deny(Native::DelIfEq);
         probe.forget();
         assert_eq!(probe.known(), None);
-        probe.store(Capabilities {
-            delifeq: true,
-            set_ifeq: true,
-        });
+        assert!(probe.one_server(), "the server's mode outlives a forget");
+        probe.store(
+            Capabilities {
+                delifeq: true,
+                set_ifeq: true,
+            },
+            false,
+        );
         let bits = probe.0.load(Ordering::Acquire);
         assert_ne!(bits & DENIED_DELIFEQ, 0);
         assert_eq!(bits & DENIED_SET_IFEQ, 0);

@@ -162,17 +162,20 @@ impl ScriptManager {
 
     /// The native commands the server offers in place of a script ([`Capabilities`]): probed
     /// on the first call that needs to know (this one, or the first release or renewal of a
-    /// plain [`Lock`](crate::lock::Lock)) with `COMMAND INFO DELIFEQ` and `COMMAND DOCS SET`
-    /// (two round trips, once), then cached for this manager and its clones.
+    /// plain [`Lock`](crate::lock::Lock)) with `CLUSTER SLOTS` (an error: not a Cluster),
+    /// `COMMAND INFO DELIFEQ` and `COMMAND DOCS SET` (three round trips), then cached for
+    /// this manager and its clones.
     ///
     /// A belief, re-checked when wrong: a native command answered "unknown command" or
     /// "syntax error" (the server was replaced by an older one, the command renamed away)
     /// never reaches the caller: that call runs its script instead, and the next call probes
     /// again. A native command the ACL refuses (`NOPERM`) is not sent again by this manager
     /// (the call runs its script, which answers the typed error if it is refused too). On a
-    /// Cluster connection the probe goes to whichever node redis-rs picks; in a cluster of
-    /// mixed versions, a node without the command answers "unknown command" and the same
-    /// fallback applies (a call routed there costs one round trip more, and a new probe).
+    /// Cluster connection the probe asks every primary (the commands themselves, on a key of
+    /// each primary's slots that nothing else uses; nothing is deleted or created) and a
+    /// command is used only when every primary offers it: a Cluster half-way through an
+    /// upgrade keeps its scripts. A probe older than a minute is redone by the next call
+    /// that needs it (a primary upgraded or added since).
     ///
     /// Fails only when the probe could not be sent or answered (connection, timeout); nothing
     /// is cached then. A user without `+command` in its ACL gets no capabilities (scripts).

@@ -526,6 +526,13 @@ impl RedisCluster {
         Self::spawn_from(Some(valkey_or_panic()), 5_000, &[]).await
     }
 
+    /// A Valkey Cluster whose first node (a primary: `--cluster create` makes the first
+    /// three of the six primaries) also starts with `first_extra`, e.g. a command renamed
+    /// away: a Cluster half-way through an upgrade.
+    pub async fn spawn_valkey_first_with(first_extra: &[&str]) -> Self {
+        Self::spawn_nodes(Some(valkey_or_panic()), 5_000, &[], first_extra).await
+    }
+
     /// A Valkey Cluster (the harness's Redis 7.2+ server, for `WAITAOF`), every node with
     /// `appendonly yes` and `appendfsync always`; returns once each replica's AOF rewrite
     /// after its full sync is over (until then it acknowledges no fsync).
@@ -540,9 +547,19 @@ impl RedisCluster {
     }
 
     async fn spawn_from(binary: Option<String>, node_timeout_ms: u64, extra: &[&str]) -> Self {
+        Self::spawn_nodes(binary, node_timeout_ms, extra, &[]).await
+    }
+
+    /// Six nodes with `extra`, the first also with `first_extra`.
+    async fn spawn_nodes(
+        binary: Option<String>,
+        node_timeout_ms: u64,
+        extra: &[&str],
+        first_extra: &[&str],
+    ) -> Self {
         let node_timeout = node_timeout_ms.to_string();
         let mut nodes = Vec::new();
-        for _ in 0..6 {
+        for i in 0..6 {
             let mut args = vec![
                 "--cluster-enabled",
                 "yes",
@@ -552,6 +569,9 @@ impl RedisCluster {
                 "no",
             ];
             args.extend_from_slice(extra);
+            if i == 0 {
+                args.extend_from_slice(first_extra);
+            }
             nodes.push(RedisServer::spawn_from(binary.clone(), &args).await);
         }
         let addrs: Vec<String> = nodes
