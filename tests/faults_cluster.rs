@@ -707,3 +707,83 @@ async fn cluster_failover_and_primary_kill_with_buyers_limiter_and_locks() {
         "no purchase after the kill"
     );
 }
+
+/// A connection left idle through a hung primary's failover: its layout watch reads the
+/// promotion and rebuilds the slot map, so its first calls after the promotion succeed at
+/// once, as a busy connection's do, instead of each timing out on the hung node first.
+#[tokio::test]
+async fn an_idle_connection_learns_a_failover_before_its_next_call() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RedisCluster::spawn_with_node_timeout(1_000).await;
+    let key = "fx:{idle}:k";
+    let owner = cluster.primary_index_for(key).await;
+    let owner_port = cluster.nodes[owner].port();
+    let mut replica = None;
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let repl: String = node.cmd(&["INFO", "replication"]).await;
+        if repl.contains(&format!("master_port:{owner_port}\r")) {
+            replica = Some(i);
+        }
+    }
+    let replica = replica.expect("the frozen primary has a replica");
+    let t = Timeouts::new(Duration::from_millis(300), Duration::from_millis(200)).unwrap();
+    let mut conn = connect::cluster(cluster.urls(), t).await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg("v")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // On the replica before the freeze (asynchronous replication).
+    let _: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(2_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // A layout that does not change is never rebuilt, whichever node the watch asks.
+    tokio::time::sleep(6 * t.call_bound()).await;
+    assert_eq!(conn.rebuilds(), 0, "a steady layout was rebuilt");
+
+    cluster.nodes[owner].pause().await;
+    let frozen_at = Instant::now();
+    loop {
+        let repl: String = cluster.nodes[replica].cmd(&["INFO", "replication"]).await;
+        if repl.contains("role:master") {
+            break;
+        }
+        assert!(
+            frozen_at.elapsed() < Duration::from_secs(15),
+            "the replica was never promoted"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let promoted = frozen_at.elapsed();
+    // Idle for three of the watch's periods (the call bound, 500 ms here) after the
+    // promotion: the other nodes learn it, the watch reads it and rebuilds.
+    tokio::time::sleep(3 * t.call_bound()).await;
+    let mut slowest = Duration::ZERO;
+    for i in 0..5 {
+        let started = Instant::now();
+        let value: redis::RedisResult<String> =
+            redis::cmd("GET").arg(key).query_async(&mut conn).await;
+        slowest = slowest.max(started.elapsed());
+        assert_eq!(
+            value.as_deref().ok(),
+            Some("v"),
+            "call {i} after an idle failover (promoted after {promoted:?}, rebuilds {}): {value:?}",
+            conn.rebuilds()
+        );
+    }
+    eprintln!(
+        "idle through a failover: promoted after {promoted:?}; rebuilds {}; slowest of the \
+         first 5 calls {slowest:?}",
+        conn.rebuilds()
+    );
+    assert!(conn.rebuilds() >= 1, "the watch rebuilt the slot map");
+    assert!(
+        slowest < t.response(),
+        "no call waited on the hung node: {slowest:?}"
+    );
+    cluster.nodes[owner].resume().await;
+}

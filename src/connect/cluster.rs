@@ -2,7 +2,8 @@
 //! have run, and that finds a promoted replica after a primary hangs.
 
 use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
@@ -12,6 +13,7 @@ use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisError, RedisFuture, RedisResult};
 use redis::{ServerErrorKind, Value};
 
+use super::slots::{layout_of, slot_ranges};
 use super::Timeouts;
 use crate::Result;
 
@@ -78,7 +80,12 @@ pub async fn cluster<T: IntoConnectionInfo>(
 ///   the slot, a failed slot refresh) or redirects beyond the bound, rebuilds its slot map from
 ///   the seed nodes in the background (one rebuild at a time), so calls reach a replica the
 ///   cluster promoted in place of a hung primary; redis-rs alone keeps routing to the hung node.
-///   A server's reply to the command (a script error, `NOSCRIPT`, `BUSY`, ...) never does.
+///   A server's reply to the command (a script error, `NOSCRIPT`, `BUSY`, ...) never does;
+/// - watches the layout while it is held, busy or idle: every [`Timeouts::call_bound`] one
+///   node is asked `CLUSTER SLOTS`, and a layout that changed (a failover, a slot moved, a
+///   node added) rebuilds the slot map in the background, so a connection left idle through a
+///   failover finds the promoted replica before its next call, not by timing out on the old
+///   primary. The watch ends when the last clone is dropped.
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
@@ -98,6 +105,8 @@ struct Inner {
     client: ClusterClient,
     timeouts: Timeouts,
     state: Mutex<State>,
+    /// The fingerprint of the last `CLUSTER SLOTS` the watch read (0: none yet).
+    layout: AtomicU64,
 }
 
 struct State {
@@ -131,7 +140,7 @@ impl Cluster {
     /// ```
     pub async fn new(client: ClusterClient, timeouts: Timeouts) -> Result<Self> {
         let conn = bounded(timeouts, client.get_async_connection()).await?;
-        Ok(Self {
+        let this = Self {
             inner: Arc::new(Inner {
                 client,
                 timeouts,
@@ -141,8 +150,11 @@ impl Cluster {
                     rebuilding: false,
                     rebuilds: 0,
                 }),
+                layout: AtomicU64::new(0),
             }),
-        })
+        };
+        tokio::spawn(watch(Arc::downgrade(&this.inner)));
+        Ok(this)
     }
 
     /// How many times the slot map was rebuilt after a timeout or connection error.
@@ -310,6 +322,45 @@ impl Cluster {
             }
         }
         result
+    }
+}
+
+/// The layout watch of a [`Cluster`] (see there): one `CLUSTER SLOTS` every call bound, a
+/// rebuild when the layout changed. Holds the connection only while it asks.
+async fn watch(inner: Weak<Inner>) {
+    let Some(period) = inner.upgrade().map(|i| i.timeouts.call_bound()) else {
+        return;
+    };
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let this = Cluster { inner };
+        let (mut conn, generation) = this.current();
+        let asked = tokio::time::timeout(
+            period,
+            redis::cmd("CLUSTER")
+                .arg("SLOTS")
+                .query_async::<Value>(&mut conn),
+        )
+        .await;
+        // A node that does not answer (the hung one) or refuses: ask again next time.
+        let Ok(Ok(slots)) = asked else {
+            continue;
+        };
+        let ranges = slot_ranges(&slots);
+        if ranges.is_empty() {
+            continue;
+        }
+        let layout = layout_of(&ranges);
+        let last = this.inner.layout.swap(layout, Ordering::AcqRel);
+        if last != 0 && last != layout {
+            tracing::debug!("redkit.connect: cluster layout changed: rebuilding the slot map");
+            this.rebuild(generation);
+        }
     }
 }
 

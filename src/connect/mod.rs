@@ -33,6 +33,7 @@
 //! ```
 mod cluster;
 mod coalesce;
+pub(crate) mod slots;
 mod timeouts;
 
 pub use cluster::{cluster, cluster_builder, Cluster};

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use redis::{RedisError, Value};
 
+use crate::connect::slots::{layout_of, one_range_per_primary, slot_of, slot_ranges};
 use crate::error::Result;
 
 /// The native commands a server offers that redkit can use instead of a script.
@@ -410,68 +411,6 @@ async fn probe_primaries<C: ConnectionLike>(
     Ok(Primaries::Found(found, layout))
 }
 
-/// One range of a `CLUSTER SLOTS` reply: its first and last slot, and its primary's host
-/// and port.
-type Range = (u16, u16, Vec<u8>, i64);
-
-/// A fingerprint of the layout: every range and its primary, in the reply's order.
-fn layout_of(ranges: &[Range]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    ranges.hash(&mut hasher);
-    hasher.finish()
-}
-
-/// The first range of each primary.
-fn one_range_per_primary(ranges: &[Range]) -> Vec<(u16, u16)> {
-    let mut seen: Vec<(&[u8], i64)> = Vec::new();
-    let mut out = Vec::new();
-    for (first, last, host, port) in ranges {
-        if !seen.iter().any(|(h, p)| *h == host.as_slice() && p == port) {
-            seen.push((host, *port));
-            out.push((*first, *last));
-        }
-    }
-    out
-}
-
-/// The ranges of a `CLUSTER SLOTS` reply (`[first, last, [host, port, ..], replicas..]`
-/// each); malformed entries are skipped.
-fn slot_ranges(reply: &Value) -> Vec<Range> {
-    let Value::Array(entries) = reply else {
-        return Vec::new();
-    };
-    let mut ranges = Vec::new();
-    for entry in entries {
-        let Value::Array(fields) = entry else {
-            continue;
-        };
-        let (Some(Value::Int(first)), Some(Value::Int(last)), Some(Value::Array(node))) =
-            (fields.first(), fields.get(1), fields.get(2))
-        else {
-            continue;
-        };
-        let (Some(host), Some(Value::Int(port))) = (node.first(), node.get(1)) else {
-            continue;
-        };
-        let host = match host {
-            Value::BulkString(b) => b.clone(),
-            Value::SimpleString(s) => s.as_bytes().to_vec(),
-            _ => continue,
-        };
-        let (Ok(first), Ok(last)) = (u16::try_from(*first), u16::try_from(*last)) else {
-            continue;
-        };
-        if first <= last && last < SLOTS {
-            ranges.push((first, last, host, *port));
-        }
-    }
-    ranges
-}
-
-/// Hash slots of a Cluster.
-const SLOTS: u16 = 16_384;
-
 /// A key of the probe whose hash slot is in `first..=last` (`first <= last < 16384`).
 fn key_in_slots(first: u16, last: u16) -> String {
     // The tags 0, 1, 2, .. spread over the slots like any keys: a primary's range of
@@ -481,36 +420,6 @@ fn key_in_slots(first: u16, last: u16) -> String {
         .map(|n| format!("redkit:probe:{{{n}}}"))
         .find(|key| (first..=last).contains(&slot_of(key)))
         .unwrap_or_else(|| format!("redkit:probe:{{{first}}}"))
-}
-
-/// The hash slot of a key without a hash tag other than its `{..}`: CRC16 (XMODEM) of the
-/// tag, modulo 16384, as Redis computes it.
-fn slot_of(key: &str) -> u16 {
-    let bytes = key.as_bytes();
-    let tagged = key
-        .find('{')
-        .and_then(|open| {
-            let close = key[open + 1..].find('}')? + open + 1;
-            (close > open + 1).then(|| &bytes[open + 1..close])
-        })
-        .unwrap_or(bytes);
-    crc16(tagged) % SLOTS
-}
-
-/// CRC16-XMODEM (polynomial 0x1021, initial 0): the checksum of Redis Cluster's key slots.
-fn crc16(bytes: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &byte in bytes {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
 }
 
 /// `cmd`'s reply; nil when the server answered an error (e.g. `NOPERM`).
@@ -550,6 +459,7 @@ fn names_token(reply: &Value, token: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::connect::slots::SLOTS;
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
@@ -579,65 +489,10 @@ mod tests {
     }
 
     #[test]
-    fn slots_are_redis_cluster_slots() {
-        use redis::cluster_routing::Slot;
-        for key in [
-            "",
-            "a",
-            "foo",
-            "redkit:probe:{7}",
-            "x{}y",
-            "{user1000}.following",
-            "{a",
-        ] {
-            assert_eq!(Slot::new(slot_of(key)), Some(Slot::for_key(key)), "{key}");
-        }
-        // The CRC16 of Redis's cluster spec: "123456789" -> 0x31C3.
-        assert_eq!(crc16(b"123456789"), 0x31C3);
-    }
-
-    #[test]
     fn a_probe_key_exists_for_every_slot() {
         for slot in (0..SLOTS).step_by(97).chain([0, SLOTS - 1]) {
             assert_eq!(slot_of(&key_in_slots(slot, slot)), slot);
         }
-    }
-
-    #[test]
-    fn ranges_layouts_and_one_range_per_primary() {
-        let node = |port: i64| Value::Array(vec![bulk("127.0.0.1"), Value::Int(port), bulk("id")]);
-        let range = |a: i64, b: i64, port: i64| {
-            Value::Array(vec![
-                Value::Int(a),
-                Value::Int(b),
-                node(port),
-                node(port + 1),
-            ])
-        };
-        let reply = Value::Array(vec![
-            range(0, 5460, 7000),
-            range(5461, 10922, 7002),
-            range(10923, 16000, 7004),
-            range(16001, 16383, 7000),
-            Value::Array(vec![Value::Int(1), Value::Int(0), node(7006)]),
-            Value::Nil,
-        ]);
-        let ranges = slot_ranges(&reply);
-        assert_eq!(ranges.len(), 4);
-        assert_eq!(
-            one_range_per_primary(&ranges),
-            vec![(0, 5460), (5461, 10922), (10923, 16000)]
-        );
-        assert!(slot_ranges(&Value::Nil).is_empty());
-        // A failover (another port for the same slots) is another layout.
-        let moved = Value::Array(vec![
-            range(0, 5460, 7001),
-            range(5461, 10922, 7002),
-            range(10923, 16000, 7004),
-            range(16001, 16383, 7000),
-        ]);
-        assert_ne!(layout_of(&slot_ranges(&moved)), layout_of(&ranges));
-        assert_eq!(layout_of(&slot_ranges(&reply)), layout_of(&ranges));
     }
 
     #[test]
