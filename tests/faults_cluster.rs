@@ -209,6 +209,19 @@ async fn buyer<C: redis::aio::ConnectionLike>(
     counts
 }
 
+/// The indexes of `key`'s primary and of its replica.
+async fn owner_and_replica(cluster: &RedisCluster, key: &str) -> (usize, usize) {
+    let owner = cluster.primary_index_for(key).await;
+    let owner_port = cluster.nodes[owner].port();
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let repl: String = node.cmd(&["INFO", "replication"]).await;
+        if repl.contains(&format!("master_port:{owner_port}\r")) {
+            return (owner, i);
+        }
+    }
+    panic!("the primary of {key} has no replica");
+}
+
 #[tokio::test]
 // Ignored for one session after 2 of ~25 runs never recovered (calls failing fast for 7 s,
 // 2-3 rebuilds). The panic message carried the last error when it came back (2026-11-25):
@@ -219,16 +232,7 @@ async fn a_hung_primary_costs_at_most_node_timeout_plus_3s() {
     const NODE_TIMEOUT: Duration = Duration::from_millis(1_000);
     const WITHIN: Duration = Duration::from_millis(1_000 + 3_000);
     let mut cluster = RedisCluster::spawn_with_node_timeout(1_000).await;
-    let owner = cluster.primary_index_for("fx:{s}:sku:a").await;
-    let owner_port = cluster.nodes[owner].port();
-    let mut replica = None;
-    for (i, node) in cluster.nodes.iter().enumerate() {
-        let repl: String = node.cmd(&["INFO", "replication"]).await;
-        if repl.contains(&format!("master_port:{owner_port}\r")) {
-            replica = Some(i);
-        }
-    }
-    let replica = replica.expect("the frozen primary has a replica");
+    let (owner, replica) = owner_and_replica(&cluster, "fx:{s}:sku:a").await;
 
     let t = Timeouts::new(Duration::from_millis(300), Duration::from_millis(200)).unwrap();
     let mut redkit_conn = connect::cluster(cluster.urls(), t).await.unwrap();
@@ -442,16 +446,7 @@ async fn cluster_failover_and_primary_kill_with_buyers_limiter_and_locks() {
     // Buyers, limiter and lock share one hash tag, so one primary serves them all.
     let s = Inventory::new("fw").unwrap().store("k:w").unwrap();
     s.set(&mut conn.clone(), "sku", BIG).await.unwrap();
-    let owner = cluster.primary_index_for("fw:{k:w}:sku:sku").await;
-    let owner_port = cluster.nodes[owner].port();
-    let mut replica = None;
-    for (i, node) in cluster.nodes.iter().enumerate() {
-        let repl: String = node.cmd(&["INFO", "replication"]).await;
-        if repl.contains(&format!("master_port:{owner_port}\r")) {
-            replica = Some(i);
-        }
-    }
-    let replica = replica.unwrap();
+    let (_, replica) = owner_and_replica(&cluster, "fw:{k:w}:sku:sku").await;
 
     let seen = Arc::new(Mutex::new(Seen::default()));
     let stop = stop_flag();
@@ -716,16 +711,7 @@ async fn an_idle_connection_learns_a_failover_before_its_next_call() {
     let _serial = SERIAL.lock().await;
     let mut cluster = RedisCluster::spawn_with_node_timeout(1_000).await;
     let key = "fx:{idle}:k";
-    let owner = cluster.primary_index_for(key).await;
-    let owner_port = cluster.nodes[owner].port();
-    let mut replica = None;
-    for (i, node) in cluster.nodes.iter().enumerate() {
-        let repl: String = node.cmd(&["INFO", "replication"]).await;
-        if repl.contains(&format!("master_port:{owner_port}\r")) {
-            replica = Some(i);
-        }
-    }
-    let replica = replica.expect("the frozen primary has a replica");
+    let (owner, replica) = owner_and_replica(&cluster, key).await;
     let t = Timeouts::new(Duration::from_millis(300), Duration::from_millis(200)).unwrap();
     let mut conn = connect::cluster(cluster.urls(), t).await.unwrap();
     let _: () = redis::cmd("SET")
