@@ -251,12 +251,17 @@ impl Leases {
     }
 
     fn take(&self, client: &str, limit: u32, cost: u32, lead: bool) -> Local<'_> {
-        let now = Instant::now();
         let mut held = self.lock();
         let Some(entry) = held.get_mut(client) else {
             return Local::Empty;
         };
-        if entry.until <= now || entry.units < u64::from(cost) {
+        // Spent units first (a limited client's every check): no clock read. The clock is
+        // read under the lock, so never earlier than the check began.
+        if entry.units < u64::from(cost) {
+            return Local::Empty;
+        }
+        let now = Instant::now();
+        if entry.until <= now {
             return Local::Empty;
         }
         let left = entry.units - u64::from(cost);
