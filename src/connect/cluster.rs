@@ -153,7 +153,11 @@ impl Cluster {
                 layout: AtomicU64::new(0),
             }),
         };
-        tokio::spawn(watch(Arc::downgrade(&this.inner)));
+        // Outside a tokio runtime (another executor) there is no watch: rebuilds after
+        // timeouts still apply.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(watch(Arc::downgrade(&this.inner)));
+        }
         Ok(this)
     }
 
