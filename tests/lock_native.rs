@@ -472,3 +472,100 @@ async fn a_cluster_half_way_through_an_upgrade_uses_what_every_primary_offers() 
     // The probe's own DELIFEQ on each upgraded primary, and no lock call's.
     assert_eq!(probes, 2);
 }
+
+/// Whether a `CLUSTER SLOTS` reply names the node on `port` as the primary of a range.
+fn serves_slots(slots: &redis::Value, port: u16) -> bool {
+    let redis::Value::Array(ranges) = slots else {
+        return false;
+    };
+    ranges.iter().any(|range| match range {
+        redis::Value::Array(fields) => match fields.get(2) {
+            Some(redis::Value::Array(node)) => {
+                node.get(1) == Some(&redis::Value::Int(i64::from(port)))
+            }
+            _ => false,
+        },
+        _ => false,
+    })
+}
+
+/// `DELIFEQ` calls every node of `cluster` has answered (the probe's own, here).
+async fn delifeq_calls(cluster: &RedisCluster) -> u64 {
+    let mut calls = 0;
+    for node in &cluster.nodes {
+        calls += node.command_calls("delifeq").await;
+    }
+    calls
+}
+
+/// A probe older than the manager's re-check interval is redone by the next call that asks:
+/// on a Cluster whose layout has not changed, with `CLUSTER SLOTS` alone (no primary asked
+/// again); after a failover changed it, on every primary again.
+#[tokio::test]
+async fn a_stale_probe_asks_the_primaries_again_only_after_the_layout_changed() {
+    require_valkey!();
+    let cluster = RedisCluster::spawn_valkey().await;
+    let mut conn = cluster.conn().await;
+    let every = Duration::from_millis(300);
+    let manager = ScriptManager::new()
+        .with_capabilities_recheck(every)
+        .unwrap();
+    let found = manager.capabilities(&mut conn).await.unwrap();
+    assert!(found.delifeq && found.set_ifeq, "{found:?}");
+    let first = delifeq_calls(&cluster).await;
+    assert_eq!(first, 3, "one DELIFEQ of the probe on each primary");
+
+    // Fresh: no probe at all. Stale, same layout: CLUSTER SLOTS only.
+    manager.capabilities(&mut conn).await.unwrap();
+    tokio::time::sleep(every * 2).await;
+    let found = manager.capabilities(&mut conn).await.unwrap();
+    assert!(found.delifeq && found.set_ifeq, "{found:?}");
+    assert_eq!(
+        delifeq_calls(&cluster).await,
+        first,
+        "no primary asked again"
+    );
+
+    // A failover changes the layout: the next stale probe asks every primary again.
+    let primaries = cluster.primaries().await;
+    let port = primaries[0].port();
+    let mut promoted = None;
+    for node in &cluster.nodes {
+        let repl: String = node.cmd(&["INFO", "replication"]).await;
+        if repl.contains(&format!("master_port:{port}\r")) {
+            promoted = Some(node);
+        }
+    }
+    let promoted = promoted.expect("a replica of the first primary");
+    let ok: String = promoted.cmd(&["CLUSTER", "FAILOVER"]).await;
+    assert_eq!(ok, "OK");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let repl: String = promoted.cmd(&["INFO", "replication"]).await;
+        if repl.contains("role:master") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the failover did not happen");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Every node's CLUSTER SLOTS shows the new primary before the probe reads one of them.
+    let promoted_port = promoted.port();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    'agree: loop {
+        for node in &cluster.nodes {
+            let slots: redis::Value = node.cmd(&["CLUSTER", "SLOTS"]).await;
+            if !serves_slots(&slots, promoted_port) {
+                assert!(Instant::now() < deadline, "the nodes never agreed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue 'agree;
+            }
+        }
+        break;
+    }
+    tokio::time::sleep(every * 2).await;
+    let found = manager.capabilities(&mut conn).await.unwrap();
+    assert!(found.delifeq && found.set_ifeq, "{found:?}");
+    let again = delifeq_calls(&cluster).await;
+    println!("probe DELIFEQs: first {first}, after the failover {again}");
+    assert_eq!(again, first + 3, "every primary asked again");
+}

@@ -17,9 +17,10 @@
 //! lowest common set: a Cluster half-way through an upgrade keeps its scripts until the last
 //! primary has the command). A key the ACL refuses to the user counts as "not offered".
 //!
-//! A probe is redone when it is older than [`REPROBE_AFTER`] (a Cluster whose last primary
-//! was upgraded since, a primary added), by the first call after that; the others go on
-//! with what it found meanwhile.
+//! A probe is redone when it is older than [`REPROBE_AFTER`] (or the manager's own interval,
+//! [`ScriptManager::with_capabilities_recheck`](super::ScriptManager::with_capabilities_recheck):
+//! a Cluster whose last primary was upgraded since, a primary added), by the first call after
+//! that; the others go on with what it found meanwhile.
 //!
 //! A belief, not a guarantee, like the script cache: a native command answered "unknown
 //! command" or "syntax error" (a server replaced by an older one, a command renamed since, a
@@ -102,13 +103,14 @@ impl Native {
     }
 }
 
-/// How old a probe may grow before the next call that asks redoes it.
+/// How old a probe may grow before the next call that asks redoes it, by default.
 pub(crate) const REPROBE_AFTER: Duration = Duration::from_secs(60);
 
-/// What a manager learned about the server's native commands (see the module docs), when
-/// (milliseconds since [`epoch`]), and on a Cluster the layout it found ([`Layout`]).
+/// What a manager learned about the server's native commands (see the module docs): its
+/// bits, when (milliseconds since [`epoch`]), on a Cluster the layout it found (a
+/// fingerprint), and how old a probe may grow (ms; 0: [`REPROBE_AFTER`]).
 #[derive(Debug, Default)]
-pub(crate) struct Probe(AtomicU8, AtomicU64, AtomicU64);
+pub(crate) struct Probe(AtomicU8, AtomicU64, AtomicU64, AtomicU64);
 
 /// The instant probe times count from (the first probe of the process).
 fn epoch() -> Instant {
@@ -189,10 +191,24 @@ impl Probe {
         self.stale_at(now_ms())
     }
 
-    /// The last probe is older than [`REPROBE_AFTER`] at `now` (ms since [`epoch`]).
+    /// The last probe is older than the re-check interval at `now` (ms since [`epoch`]).
     fn stale_at(&self, now: u64) -> bool {
         let at = self.1.load(Ordering::Acquire);
-        now.saturating_sub(at) > u64::try_from(REPROBE_AFTER.as_millis()).unwrap_or(u64::MAX)
+        now.saturating_sub(at) > self.recheck_ms()
+    }
+
+    /// How old a probe may grow, in ms.
+    fn recheck_ms(&self) -> u64 {
+        match self.3.load(Ordering::Acquire) {
+            0 => u64::try_from(REPROBE_AFTER.as_millis()).unwrap_or(u64::MAX),
+            ms => ms,
+        }
+    }
+
+    /// Sets how old a probe may grow (at least 1 ms).
+    pub(crate) fn recheck_after(&self, every: Duration) {
+        let ms = u64::try_from(every.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.3.store(ms, Ordering::Release);
     }
 
     /// Probes and stores what it found. A stale probe of a Cluster whose layout has not
@@ -504,6 +520,9 @@ mod tests {
         assert!(!probe.stale());
         assert!(!probe.stale_at(at + after));
         assert!(probe.stale_at(at + after + 1));
+        probe.recheck_after(Duration::from_millis(250));
+        assert!(!probe.stale_at(at + 250));
+        assert!(probe.stale_at(at + 251));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Value};
@@ -141,6 +142,30 @@ impl ScriptManager {
         self
     }
 
+    /// How long what [`capabilities`](Self::capabilities) found stands before the next call
+    /// that needs it probes again (default one minute; on a Cluster the primaries are asked
+    /// again only when `CLUSTER SLOTS` shows another layout). Shorter during a rolling
+    /// upgrade to use a command as soon as the last node has it. Applies to this manager and
+    /// its clones. Errors: [`Error::InvalidInput`](crate::Error::InvalidInput) for zero.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let manager = redkit::ScriptManager::new().with_capabilities_recheck(Duration::from_secs(5))?;
+    /// assert!(redkit::ScriptManager::new().with_capabilities_recheck(Duration::ZERO).is_err());
+    /// # let _ = manager;
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn with_capabilities_recheck(self, every: Duration) -> Result<Self> {
+        if every.is_zero() {
+            return Err(crate::Error::invalid(
+                "capabilities_recheck",
+                "must be longer than zero",
+            ));
+        }
+        self.state.native.recheck_after(every);
+        Ok(self)
+    }
+
     /// The call path with this manager's state, libraries and server.
     pub(crate) fn path(&self) -> Path<'_> {
         Path::new(
@@ -174,8 +199,9 @@ impl ScriptManager {
     /// Cluster connection the probe asks every primary (the commands themselves, on a key of
     /// each primary's slots that nothing else uses; nothing is deleted or created) and a
     /// command is used only when every primary offers it: a Cluster half-way through an
-    /// upgrade keeps its scripts. A probe older than a minute is redone by the next call
-    /// that needs it (a primary upgraded or added since).
+    /// upgrade keeps its scripts. A probe older than a minute
+    /// ([`with_capabilities_recheck`](Self::with_capabilities_recheck)) is redone by the next
+    /// call that needs it (a primary upgraded or added since).
     ///
     /// Fails only when the probe could not be sent or answered (connection, timeout); nothing
     /// is cached then. A user without `+command` in its ACL gets no capabilities (scripts).
