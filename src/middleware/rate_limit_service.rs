@@ -19,7 +19,7 @@ use super::rate_limit_layer::{Live, RateLimitLayer, Shared};
 use super::respond::{DefaultResponses, Rejection, Respond};
 use crate::error::{Error, Result};
 use crate::rate_limit::{Decision, LimitKey, Limiter};
-use crate::telemetry::metric::{self, PolicyMetrics, Verdict};
+use crate::telemetry::metric::{self, Verdict};
 
 /// The rate-limiting service wrapping `S` (see [`RateLimitLayer`](super::RateLimitLayer)).
 ///
@@ -102,26 +102,32 @@ where
         // The ready service goes into the future; a fresh clone stays for the next call.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        // One set of policies from here to the end, whatever replaces it meanwhile.
+        // One set of policies from here to the end, whatever replaces it meanwhile. The read
+        // guard is let go before the inner service is called.
         let guard = self.shared.live_ref();
         let (route, limiter) = guard.policies.route_for(req.uri().path());
         let key = match client(&self.shared, &guard, route, &mut req) {
             Client::Key(key) => key,
-            Client::Pass => return ResponseFuture::new(inner.call(req)),
+            Client::Pass => {
+                drop(guard);
+                return ResponseFuture::new(inner.call(req));
+            }
             Client::Refused(response) => return ResponseFuture::ready(response),
         };
         // Answered in process (leased units, a deny-cache refusal): settled here, before any
         // future of the round trip exists.
         if let Some(decision) = limiter.answer_locally(&key) {
-            let policy = guard.policy_headers[route].as_ref();
             if let Some(refused) = settle(&self.shared, &guard, route, &decision, &mut req) {
                 return ResponseFuture::ready(refused);
             }
-            if self.shared.quota_headers == QuotaHeaders::OnRefusal {
-                return ResponseFuture::new(inner.call(req));
-            }
-            let answer = headers::Answer::of(policy, limiter, &decision);
+            let answer = (self.shared.quota_headers == QuotaHeaders::Always).then(|| {
+                headers::Answer::of(guard.policy_headers[route].as_ref(), limiter, &decision)
+            });
+            drop(guard);
             let call = inner.call(req);
+            let Some(answer) = answer else {
+                return ResponseFuture::new(call);
+            };
             return ResponseFuture::new(async move {
                 let mut response = call.await?;
                 answer.insert(response.headers_mut());
@@ -135,7 +141,7 @@ where
             let stats = &shared.stats;
             let limiter = live.policies.limiter(route);
             let name = limiter.name();
-            let decide = |verdict| decided(name, &live.metrics[route], verdict);
+            let decide = |verdict| decided(&live, route, verdict);
             let policy = live.policy_headers[route].as_ref();
             // The key again only for the local fallback (no copy per request otherwise).
             let fallback_key = shared.local.as_ref().map(|_| key.clone());
@@ -221,8 +227,7 @@ where
     B: Default,
 {
     let stats = &shared.stats;
-    let name = live.policies.limiter(route).name();
-    let decide = |verdict| decided(name, &live.metrics[route], verdict);
+    let decide = |verdict| decided(live, route, verdict);
     match shared.common.extractor.extract(&RequestInfo::new(req)) {
         Some(ClientId::Ip(ip)) => match live.policies.access().decide(ip) {
             Some(Access::Allowed) => {
@@ -281,9 +286,8 @@ where
 {
     let stats = &shared.stats;
     let limiter = live.policies.limiter(route);
-    let name = limiter.name();
-    let decide = |verdict| decided(name, &live.metrics[route], verdict);
-    let shadow = !decision.is_allowed() && live.policies.is_shadow(name);
+    let decide = |verdict| decided(live, route, verdict);
+    let shadow = !decision.is_allowed() && live.policies.is_shadow(limiter.name());
     if decision.is_allowed() || shadow {
         let outcome = if shadow {
             bump(&stats.shadow_limited);
@@ -304,10 +308,12 @@ where
     }
 }
 
-/// Records a decision: the `redkit.rate_limiting.requests` metric, and a `DEBUG` event on the
-/// request's span (target `redkit::middleware`).
-fn decided(policy: &str, metrics: &PolicyMetrics, verdict: Verdict) {
-    metric::rate_limited(metrics, verdict);
+/// Records a decision under the limiter of index `route`: the `redkit.rate_limiting.requests`
+/// metric (its keys built with the policies), and a `DEBUG` event on the request's span
+/// (target `redkit::middleware`).
+fn decided(live: &Live, route: usize, verdict: Verdict) {
+    let policy = live.policies.limiter(route).name();
+    metric::rate_limited(&live.metrics[route], verdict);
     tracing::event!(
         target: "redkit::middleware",
         tracing::Level::DEBUG,

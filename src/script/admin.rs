@@ -21,7 +21,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 use serde::Serialize;
 
-use super::capabilities::{probe, Capabilities};
+use super::capabilities::{probe_node, Capabilities};
 use super::errors::{unsupported_or, LUA_SCRIPTING};
 use super::registry::{Registry, RetiredScript, Script};
 use crate::error::{Error, Result};
@@ -580,7 +580,7 @@ impl Admin {
                 loaded,
             })
             .collect();
-        let native = probe(&mut conn).await?;
+        let native = probe_node(&mut conn).await?;
         Ok((version, presence, held, native))
     }
 

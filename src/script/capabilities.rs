@@ -106,11 +106,18 @@ impl Native {
 /// How old a probe may grow before the next call that asks redoes it, by default.
 pub(crate) const REPROBE_AFTER: Duration = Duration::from_secs(60);
 
-/// What a manager learned about the server's native commands (see the module docs): its
-/// bits, when (milliseconds since [`epoch`]), on a Cluster the layout it found (a
-/// fingerprint), and how old a probe may grow (ms; 0: [`REPROBE_AFTER`]).
+/// What a manager learned about the server's native commands (see the module docs).
 #[derive(Debug, Default)]
-pub(crate) struct Probe(AtomicU8, AtomicU64, AtomicU64, AtomicU64);
+pub(crate) struct Probe {
+    /// What the last probe found, and what this manager no longer sends (the bits above).
+    bits: AtomicU8,
+    /// When the last probe ended, in milliseconds since [`epoch`].
+    probed_at: AtomicU64,
+    /// On a Cluster, the fingerprint of the layout the last probe read.
+    layout: AtomicU64,
+    /// How old a probe may grow, in ms (0: [`REPROBE_AFTER`]).
+    recheck: AtomicU64,
+}
 
 /// The instant probe times count from (the first probe of the process).
 fn epoch() -> Instant {
@@ -128,14 +135,14 @@ struct Probing<'a>(&'a Probe);
 
 impl Drop for Probing<'_> {
     fn drop(&mut self) {
-        self.0 .0.fetch_and(!PROBING, Ordering::AcqRel);
+        self.0.bits.fetch_and(!PROBING, Ordering::AcqRel);
     }
 }
 
 impl Probe {
     /// What the last probe found (`None`: not probed since the last [`forget`](Self::forget)).
     fn known(&self) -> Option<Capabilities> {
-        let bits = self.0.load(Ordering::Acquire);
+        let bits = self.bits.load(Ordering::Acquire);
         (bits & PROBED != 0).then_some(Capabilities {
             delifeq: bits & DELIFEQ != 0,
             set_ifeq: bits & SET_IFEQ != 0,
@@ -160,7 +167,7 @@ impl Probe {
     /// is probing; while another call probes, or when the probe failed, `false` (the caller
     /// runs its script, as before any probe).
     pub(crate) async fn usable<C: ConnectionLike>(&self, conn: &mut C, command: Native) -> bool {
-        let bits = self.0.load(Ordering::Acquire);
+        let bits = self.bits.load(Ordering::Acquire);
         if bits & command.denied() != 0 {
             return false;
         }
@@ -168,14 +175,14 @@ impl Probe {
         if bits & PROBED != 0 && !self.stale() {
             return offered;
         }
-        if self.0.fetch_or(PROBING, Ordering::AcqRel) & PROBING != 0 {
+        if self.bits.fetch_or(PROBING, Ordering::AcqRel) & PROBING != 0 {
             // Another call is probing: what the last probe found, meanwhile.
             return offered;
         }
         let _probing = Probing(self);
         match self.refresh(conn).await {
             Ok(_) => {
-                let bits = self.0.load(Ordering::Acquire);
+                let bits = self.bits.load(Ordering::Acquire);
                 bits & PROBED != 0 && bits & command.offered() != 0
             }
             Err(e) => {
@@ -193,13 +200,13 @@ impl Probe {
 
     /// The last probe is older than the re-check interval at `now` (ms since [`epoch`]).
     fn stale_at(&self, now: u64) -> bool {
-        let at = self.1.load(Ordering::Acquire);
+        let at = self.probed_at.load(Ordering::Acquire);
         now.saturating_sub(at) > self.recheck_ms()
     }
 
     /// How old a probe may grow, in ms.
     fn recheck_ms(&self) -> u64 {
-        match self.3.load(Ordering::Acquire) {
+        match self.recheck.load(Ordering::Acquire) {
             0 => u64::try_from(REPROBE_AFTER.as_millis()).unwrap_or(u64::MAX),
             ms => ms,
         }
@@ -208,17 +215,17 @@ impl Probe {
     /// Sets how old a probe may grow (at least 1 ms).
     pub(crate) fn recheck_after(&self, every: Duration) {
         let ms = u64::try_from(every.as_millis()).unwrap_or(u64::MAX).max(1);
-        self.3.store(ms, Ordering::Release);
+        self.recheck.store(ms, Ordering::Release);
     }
 
     /// Probes and stores what it found. A stale probe of a Cluster whose layout has not
     /// changed since keeps what it knew (no command of the probe sent to the primaries).
     async fn refresh<C: ConnectionLike>(&self, conn: &mut C) -> Result<Capabilities> {
         let known = self.known();
-        let last = known.map(|_| self.2.load(Ordering::Acquire));
+        let last = known.map(|_| self.layout.load(Ordering::Acquire));
         match probe_as(conn, self.one_server(), last).await? {
             Probed::Unchanged => {
-                self.1.store(now_ms(), Ordering::Release);
+                self.probed_at.store(now_ms(), Ordering::Release);
                 Ok(known.unwrap_or_default())
             }
             Probed::Found {
@@ -226,7 +233,7 @@ impl Probe {
                 one_server,
                 layout,
             } => {
-                self.2.store(layout, Ordering::Release);
+                self.layout.store(layout, Ordering::Release);
                 self.store(found, one_server);
                 Ok(found)
             }
@@ -235,11 +242,11 @@ impl Probe {
 
     /// An earlier probe found one server, not a Cluster.
     fn one_server(&self) -> bool {
-        self.0.load(Ordering::Acquire) & ONE_SERVER != 0
+        self.bits.load(Ordering::Acquire) & ONE_SERVER != 0
     }
 
     fn store(&self, found: Capabilities, one_server: bool) {
-        self.1.store(now_ms(), Ordering::Release);
+        self.probed_at.store(now_ms(), Ordering::Release);
         let mut bits = PROBED;
         if one_server {
             bits |= ONE_SERVER;
@@ -254,7 +261,7 @@ impl Probe {
         // server offers.
         let keep = DENIED_DELIFEQ | DENIED_SET_IFEQ | PROBING | ONE_SERVER;
         let _ = self
-            .0
+            .bits
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
                 Some((old & keep) | bits)
             });
@@ -263,13 +270,13 @@ impl Probe {
     /// Forgets what the server offers (a native command was answered "unknown command" or
     /// "syntax error"): the next call probes again.
     pub(crate) fn forget(&self) {
-        self.0
+        self.bits
             .fetch_and(!(PROBED | DELIFEQ | SET_IFEQ), Ordering::AcqRel);
     }
 
     /// Stops using `command` (the ACL refused it to this manager's user).
     pub(crate) fn deny(&self, command: Native) {
-        self.0.fetch_or(command.denied(), Ordering::AcqRel);
+        self.bits.fetch_or(command.denied(), Ordering::AcqRel);
     }
 
     /// What a native command's error means for the call that sent it: `true` when the command
@@ -300,17 +307,6 @@ fn is_not_offered(err: &RedisError) -> bool {
             .is_some_and(|d| d.starts_with("unknown command") || d.starts_with("syntax error"))
 }
 
-/// The probe: `COMMAND INFO DELIFEQ`, then `COMMAND DOCS SET` (two commands, not a
-/// pipeline: a Cluster connection routes each by its argument as if it were a key, so a
-/// pipeline of both would be refused as cross-slot). A server's error reply to either counts
-/// as "not offered"; a connection error fails the probe.
-pub(super) async fn probe<C: ConnectionLike>(conn: &mut C) -> Result<Capabilities> {
-    match probe_as(conn, false, None).await? {
-        Probed::Found { found, .. } => Ok(found),
-        Probed::Unchanged => Ok(Capabilities::default()),
-    }
-}
-
 /// What [`probe_as`] found.
 enum Probed {
     /// A Cluster whose layout is the last probe's: what that probe found stands.
@@ -324,8 +320,9 @@ enum Probed {
     },
 }
 
-/// [`probe`], skipping the Cluster's when an earlier probe found `one_server`, and the
-/// primaries' commands when the Cluster's layout is still `last_layout`.
+/// The probe (see the module docs): every primary of a Cluster, else [`probe_node`];
+/// skipping the Cluster's when an earlier probe found `one_server`, and the primaries'
+/// commands when the Cluster's layout is still `last_layout`.
 async fn probe_as<C: ConnectionLike>(
     conn: &mut C,
     one_server: bool,
@@ -345,6 +342,19 @@ async fn probe_as<C: ConnectionLike>(
             Primaries::NotCluster => {}
         }
     }
+    Ok(Probed::Found {
+        found: probe_node(conn).await?,
+        one_server: true,
+        layout: 0,
+    })
+}
+
+/// What the node `conn` reaches offers: `COMMAND INFO DELIFEQ`, then `COMMAND DOCS SET` (two
+/// commands, not a pipeline: a Cluster connection routes each by its argument as if it were
+/// a key, so a pipeline of both would be refused as cross-slot). A server's error reply to
+/// either counts as "not offered"; a connection error fails the probe. Also the per-node
+/// status of [`Admin`](super::Admin), over a connection to that one node.
+pub(super) async fn probe_node<C: ConnectionLike>(conn: &mut C) -> Result<Capabilities> {
     let info = ask(conn, redis::cmd("COMMAND").arg("INFO").arg("DELIFEQ")).await?;
     let docs = ask(conn, redis::cmd("COMMAND").arg("DOCS").arg("SET")).await?;
     let found = Capabilities {
@@ -352,11 +362,7 @@ async fn probe_as<C: ConnectionLike>(
         set_ifeq: names_token(&docs, "IFEQ"),
     };
     tracing::debug!(?found, "native commands probed");
-    Ok(Probed::Found {
-        found,
-        one_server: true,
-        layout: 0,
-    })
+    Ok(found)
 }
 
 /// The value the probe's commands compare with: no key of redkit's ever holds it.
@@ -515,7 +521,7 @@ mod tests {
     fn a_probe_grows_stale() {
         let probe = Probe::default();
         probe.store(Capabilities::default(), false);
-        let at = probe.1.load(Ordering::Acquire);
+        let at = probe.probed_at.load(Ordering::Acquire);
         let after = u64::try_from(REPROBE_AFTER.as_millis()).unwrap();
         assert!(!probe.stale());
         assert!(!probe.stale_at(at + after));
@@ -546,7 +552,7 @@ mod tests {
             },
             false,
         );
-        let bits = probe.0.load(Ordering::Acquire);
+        let bits = probe.bits.load(Ordering::Acquire);
         assert_ne!(bits & DENIED_DELIFEQ, 0);
         assert_eq!(bits & DENIED_SET_IFEQ, 0);
     }
