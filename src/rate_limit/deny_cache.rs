@@ -62,6 +62,9 @@ struct Inner {
     misses: AtomicU64,
     inserts: AtomicU64,
     evictions: AtomicU64,
+    /// Moves with every `clear`: a refusal kept elsewhere for this cache (a lease's) is void
+    /// once it moved.
+    generation: AtomicU64,
 }
 
 /// A refusal: the counter seen (a lower bound of the current one) and when the window ends.
@@ -173,6 +176,7 @@ impl DenyCache {
                 misses: AtomicU64::new(0),
                 inserts: AtomicU64::new(0),
                 evictions: AtomicU64::new(0),
+                generation: AtomicU64::new(0),
             }),
         })
     }
@@ -229,7 +233,8 @@ impl DenyCache {
         }
     }
 
-    /// Drops every entry (counters are kept).
+    /// Drops every entry (counters are kept), and with them the refusals a
+    /// [leased](super::FixedWindow::with_lease) limiter keeps beside its units for this cache.
     ///
     /// ```
     /// let cache = redkit::rate_limit::DenyCache::new(5)?;
@@ -238,6 +243,7 @@ impl DenyCache {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn clear(&self) {
+        self.inner.generation.fetch_add(1, Ordering::Relaxed);
         for shard in self.inner.shards.iter() {
             let mut shard = lock(shard);
             shard.entries.clear();
@@ -284,6 +290,19 @@ impl DenyCache {
         counter.fetch_add(1, Ordering::Relaxed);
         metric::deny_cache_lookup(decision.is_some());
         decision
+    }
+
+    /// Which [`clear`](Self::clear) the cache is at: a leased limiter keeps the refusals of its
+    /// own lease calls beside its units and answers them for this cache while the generation
+    /// they were stored under is still the cache's.
+    pub(crate) fn generation(&self) -> u64 {
+        self.inner.generation.load(Ordering::Relaxed)
+    }
+
+    /// Counts a check answered for this cache elsewhere (a lease's stored refusal) as a hit.
+    pub(crate) fn hit(&self) {
+        self.inner.hits.fetch_add(1, Ordering::Relaxed);
+        metric::deny_cache_lookup(true);
     }
 
     /// Remembers that `key` was refused: the counter was `count` and the window ends

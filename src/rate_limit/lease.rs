@@ -11,6 +11,7 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::decision::{Decision, Quota};
+use super::deny_cache::DenyCache;
 use super::flight::{Flights, Leader, Turn};
 use crate::error::{Error, Result};
 use crate::script::{Call, Registry, Script, ScriptManager};
@@ -171,6 +172,11 @@ struct Held {
     /// The units granted to this instance in this window (used and held): what a key's next
     /// window starts its asks from.
     taken: u64,
+    /// A lease call of this window was refused, and the limiter has a deny cache, at this
+    /// [generation](DenyCache::generation) of it: once the units held are spent, checks that
+    /// cannot fit beside `count` are refused here until `until`, as the cache would, without
+    /// building the cache's key (the refusal is in the cache too).
+    refused: Option<u64>,
 }
 
 /// A limiter's leases, shared by its clones.
@@ -186,6 +192,8 @@ pub(super) struct Leases {
 pub(super) enum Local<'a> {
     /// Taken: the check's decision.
     Taken(Decision),
+    /// Spent, and a refusal of this window stands for the deny cache: the check's decision.
+    Refused(Decision),
     /// Running low: this check sends the next lease call (the others keep taking units).
     Refill(Leader<'a>),
     /// Not enough held (or the window has ended): ask Redis.
@@ -199,6 +207,9 @@ pub(super) struct Ask {
     pub(super) cost: u32,
     /// The units this instance's checks waiting for it need (at least `cost`).
     pub(super) demand: u32,
+    /// The deny cache's generation when the call was sent, when the limiter has one: a
+    /// refusal is then kept with the units.
+    pub(super) cache: Option<u64>,
 }
 
 /// How a lease call ended.
@@ -237,28 +248,55 @@ impl Leases {
     /// in flight, the check does not take them: it leads the next lease call while the other
     /// checks go on taking what is left (refreshed ahead, so a hot key's checks do not all
     /// stop and wait when its units run out).
-    pub(super) fn take_local(&self, client: &str, limit: u32, cost: u32) -> Local<'_> {
-        self.take(client, limit, cost, true)
+    /// With `cache` (the limiter's deny cache), a spent lease whose window a lease call found
+    /// full answers the refusal (counted as the cache's hit).
+    pub(super) fn take_local(
+        &self,
+        client: &str,
+        (limit, cost): (u32, u32),
+        cache: Option<&DenyCache>,
+    ) -> Local<'_> {
+        self.take(client, (limit, cost), cache, true)
     }
 
     /// Like [`take_local`](Self::take_local), but never leads a lease call: `None` where it
     /// would (or where too few units are held), so the caller's check goes to Redis.
-    pub(super) fn take_held(&self, client: &str, limit: u32, cost: u32) -> Option<Decision> {
-        match self.take(client, limit, cost, false) {
-            Local::Taken(decision) => Some(decision),
+    pub(super) fn take_held(
+        &self,
+        client: &str,
+        (limit, cost): (u32, u32),
+        cache: Option<&DenyCache>,
+    ) -> Option<Decision> {
+        match self.take(client, (limit, cost), cache, false) {
+            Local::Taken(decision) | Local::Refused(decision) => Some(decision),
             Local::Refill(_) | Local::Empty => None,
         }
     }
 
-    fn take(&self, client: &str, limit: u32, cost: u32, lead: bool) -> Local<'_> {
+    fn take(
+        &self,
+        client: &str,
+        (limit, cost): (u32, u32),
+        cache: Option<&DenyCache>,
+        lead: bool,
+    ) -> Local<'_> {
         let mut held = self.lock();
         let Some(entry) = held.get_mut(client) else {
             return Local::Empty;
         };
-        // Spent units first (a limited client's every check): no clock read. The clock is
-        // read under the lock, so never earlier than the check began.
+        // The clock is read under the lock, so never earlier than the check began.
         if entry.units < u64::from(cost) {
-            return Local::Empty;
+            // Spent (a limited client's every check): a refusal of this window, when one
+            // stands, else Redis.
+            return match (entry.refused, cache) {
+                (Some(generation), Some(cache)) if generation == cache.generation() => {
+                    refusal(limit, cost, entry, Instant::now()).map_or(Local::Empty, |d| {
+                        cache.hit();
+                        Local::Refused(d)
+                    })
+                }
+                _ => Local::Empty,
+            };
         }
         let now = Instant::now();
         if entry.until <= now {
@@ -288,7 +326,11 @@ impl Leases {
         (limit, window_ms): (u32, u64),
         ask: Ask,
     ) -> Result<Granted> {
-        let Ask { cost, demand } = ask;
+        let Ask {
+            cost,
+            demand,
+            cache,
+        } = ask;
         let now = Instant::now();
         let (last, left) = match self.lock().get(client) {
             Some(h) if h.until > now => {
@@ -316,6 +358,9 @@ impl Leases {
         };
         if granted < u64::from(cost) {
             let quota = Quota::new(limit, count, reset_after);
+            if let Some(generation) = cache {
+                self.keep_refusal(client, generation, (count, sent, reset_after));
+            }
             return Ok(Granted {
                 decision: Decision::Limited {
                     quota,
@@ -337,6 +382,7 @@ impl Leases {
             count_sent: sent,
             last_want: want,
             taken: granted,
+            refused: None,
         };
         let room = held.len() < QuotaLease::MAX_KEYS;
         let entry = match held.get_mut(client) {
@@ -373,6 +419,47 @@ impl Leases {
         })
     }
 
+    /// Keeps a refused lease call's answer (`count` in Redis, the window ending `reset_after`
+    /// after `sent`) beside the units of `client`'s window, for the deny cache at
+    /// `generation`. A counter lower than the one already seen is left to Redis (it was lost,
+    /// or the reply is late).
+    fn keep_refusal(
+        &self,
+        client: &str,
+        generation: u64,
+        (count, sent, reset_after): (u64, Instant, Duration),
+    ) {
+        let until = sent.checked_add(reset_after).unwrap_or(sent);
+        let mut held = self.lock();
+        let now = Instant::now();
+        if until <= now {
+            return;
+        }
+        let fresh = Held {
+            units: 0,
+            until,
+            count,
+            count_sent: sent,
+            last_want: 0,
+            taken: 0,
+            refused: Some(generation),
+        };
+        if let Some(h) = held.get_mut(client) {
+            if h.until <= now {
+                *h = fresh;
+            } else if count >= h.count {
+                h.count = count;
+                h.count_sent = sent;
+                h.until = h.until.min(until);
+                h.refused = Some(generation);
+            }
+            return;
+        }
+        if held.len() < QuotaLease::MAX_KEYS {
+            held.insert(client.to_owned(), fresh);
+        }
+    }
+
     /// `{granted, count, pttl}` -> its three integers, without trusting its shape.
     fn decode(&self, reply: Value) -> Result<(u64, u64, i64)> {
         let bad = |detail: &str| Error::unexpected(self.script.id(), detail);
@@ -401,6 +488,19 @@ fn carried(last: &Held) -> Option<u32> {
     let used = last.taken.saturating_sub(last.units);
     let quarter = u32::try_from(used / 4).unwrap_or(u32::MAX);
     (quarter > 1).then_some(quarter)
+}
+
+/// A refusal of `cost` units as a spent lease whose window was found full sees it: `None`
+/// when the window has ended here or `cost` fits beside the counter seen.
+fn refusal(limit: u32, cost: u32, held: &Held, now: Instant) -> Option<Decision> {
+    if held.until <= now || held.count.saturating_add(u64::from(cost)) <= u64::from(limit) {
+        return None;
+    }
+    let left = held.until.saturating_duration_since(now);
+    Some(Decision::Limited {
+        quota: Quota::new(limit, held.count, left),
+        retry_after: left,
+    })
 }
 
 /// An allowed check as the lease sees it: what is left in Redis as last seen, plus the units
@@ -462,6 +562,7 @@ mod tests {
             count_sent: now,
             last_want: 64,
             taken,
+            refused: None,
         };
         assert_eq!(carried(&used(400, 0)), Some(100), "a quarter of 400 used");
         assert_eq!(
@@ -491,44 +592,118 @@ mod tests {
             count_sent: now,
             last_want: 64,
             taken: 100,
+            refused: None,
         };
         let units = |l: &Leases| l.lock()["k"].units;
         leases.lock().insert("k".to_owned(), held(40));
         assert!(
-            matches!(leases.take_local("k", 1_000, 1), Local::Taken(_)),
+            matches!(leases.take_local("k", (1_000, 1), None), Local::Taken(_)),
             "plenty"
         );
         assert_eq!(units(&leases), 39);
         leases.lock().insert("k".to_owned(), held(16));
-        let Local::Refill(refill) = leases.take_local("k", 1_000, 1) else {
+        let Local::Refill(refill) = leases.take_local("k", (1_000, 1), None) else {
             panic!("15 left would be under a quarter of 64: this check refills");
         };
         assert_eq!(units(&leases), 16, "the refilling check takes none");
         for left in (0..16).rev() {
             assert!(
-                matches!(leases.take_local("k", 1_000, 1), Local::Taken(_)),
+                matches!(leases.take_local("k", (1_000, 1), None), Local::Taken(_)),
                 "the others take what is left while the refill is in flight"
             );
             assert_eq!(units(&leases), left);
         }
-        assert!(matches!(leases.take_local("k", 1_000, 1), Local::Empty));
+        assert!(matches!(
+            leases.take_local("k", (1_000, 1), None),
+            Local::Empty
+        ));
         drop(refill);
         leases.lock().insert("k".to_owned(), held(16));
-        assert!(matches!(leases.take_local("k", 1_000, 1), Local::Refill(_)));
+        assert!(matches!(
+            leases.take_local("k", (1_000, 1), None),
+            Local::Refill(_)
+        ));
 
         // Answering in process (the middleware's first try) never leads the refill: where a
         // check would lead it, it takes nothing and starts no call, and the check's round
         // trip leads it.
         leases.lock().insert("k".to_owned(), held(40));
-        assert!(leases.take_held("k", 1_000, 1).is_some());
+        assert!(leases.take_held("k", (1_000, 1), None).is_some());
         assert_eq!(units(&leases), 39);
         leases.lock().insert("k".to_owned(), held(16));
-        assert!(leases.take_held("k", 1_000, 1).is_none());
+        assert!(leases.take_held("k", (1_000, 1), None).is_none());
         assert_eq!(units(&leases), 16, "nothing taken");
         assert!(
-            matches!(leases.take_local("k", 1_000, 1), Local::Refill(_)),
+            matches!(leases.take_local("k", (1_000, 1), None), Local::Refill(_)),
             "no call was started: the round trip leads it"
         );
+    }
+
+    #[test]
+    fn a_spent_lease_answers_the_refusal_it_kept_for_the_deny_cache() {
+        let leases = Leases::new(QuotaLease::new(64).unwrap());
+        let cache = DenyCache::new(10).unwrap();
+        let sent = Instant::now();
+        let window = Duration::from_secs(10);
+        // A lease call of this window came back refused: 100 counted of a limit of 100.
+        leases.keep_refusal("k", cache.generation(), (100, sent, window));
+        let refused = leases.take_held("k", (100, 1), Some(&cache)).unwrap();
+        assert!(!refused.is_allowed());
+        assert!(refused.retry_after().unwrap() <= window);
+        assert_eq!(refused.quota().remaining(), 0);
+        assert_eq!(cache.stats().hits, 1, "counted as the cache's hit");
+        assert!(
+            matches!(
+                leases.take_local("k", (100, 1), Some(&cache)),
+                Local::Refused(_)
+            ),
+            "the round trip's path answers it too"
+        );
+        assert!(
+            leases.take_held("k", (100, 1), None).is_none(),
+            "without a deny cache: Redis"
+        );
+        assert!(
+            leases.take_held("k", (101, 1), Some(&cache)).is_none(),
+            "a cost that fits beside the counter seen: Redis"
+        );
+        cache.clear();
+        assert!(
+            leases.take_held("k", (100, 1), Some(&cache)).is_none(),
+            "cleared with the cache"
+        );
+        assert_eq!(cache.stats().hits, 2);
+
+        // Kept beside units still held: those are used first.
+        leases.lock().get_mut("k").unwrap().units = 2;
+        leases.keep_refusal("k", cache.generation(), (100, sent, window));
+        assert!(leases
+            .take_held("k", (100, 1), Some(&cache))
+            .unwrap()
+            .is_allowed());
+        assert!(leases
+            .take_held("k", (100, 1), Some(&cache))
+            .unwrap()
+            .is_allowed());
+        assert!(!leases
+            .take_held("k", (100, 1), Some(&cache))
+            .unwrap()
+            .is_allowed());
+
+        // A lower counter than seen (lost, or a late reply) is left to Redis; a window that
+        // has ended is replaced.
+        leases.keep_refusal("k", cache.generation(), (50, sent, window));
+        assert_eq!(leases.lock()["k"].count, 100);
+        leases.lock().get_mut("k").unwrap().until = sent;
+        assert!(
+            leases.take_held("k", (100, 1), Some(&cache)).is_none(),
+            "ended"
+        );
+        leases.keep_refusal("k", cache.generation(), (100, Instant::now(), window));
+        assert!(leases.take_held("k", (100, 1), Some(&cache)).is_some());
+        // A refusal whose window already ended is not kept.
+        leases.keep_refusal("gone", cache.generation(), (100, sent, Duration::ZERO));
+        assert!(!leases.lock().contains_key("gone"));
     }
 
     #[test]
@@ -556,6 +731,7 @@ mod tests {
             count_sent: now,
             last_want: 8,
             taken: 15,
+            refused: None,
         };
         let d = allowed(100, &held, now);
         assert_eq!(d.quota().remaining(), 17);

@@ -521,8 +521,8 @@ impl FixedWindow {
         let (mut waits, mut demand) = (0, cost);
         let mut refill = false;
         let leader = loop {
-            match leases.take_local(client, self.limit, cost) {
-                Local::Taken(decision) => return Ok(decision),
+            match leases.take_local(client, (self.limit, cost), cache) {
+                Local::Taken(decision) | Local::Refused(decision) => return Ok(decision),
                 Local::Refill(leader) => {
                     refill = true;
                     break Some(leader);
@@ -552,7 +552,11 @@ impl FixedWindow {
                 conn,
                 (client, redis_key),
                 (self.limit, self.window_ms),
-                Ask { cost, demand },
+                Ask {
+                    cost,
+                    demand,
+                    cache: cache.map(DenyCache::generation),
+                },
             )
             .await;
         let refused = match &granted {
@@ -562,7 +566,7 @@ impl FixedWindow {
         if refill && refused {
             // A refill refused or failed: this check still has the units held here (its own
             // call is in flight, so it takes them without leading another).
-            if let Local::Taken(decision) = leases.take_local(client, self.limit, cost) {
+            if let Local::Taken(decision) = leases.take_local(client, (self.limit, cost), None) {
                 return Ok(decision);
             }
         }
@@ -891,11 +895,14 @@ impl Hooks for FixedWindow {
     /// trip's; looked up by the client's key, so no counter key is built), else from a
     /// refusal the deny cache holds.
     fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {
+        let cache = self.cache_for(1);
         let leased = self.leases.as_ref();
-        if let Some(decision) = leased.and_then(|l| l.take_held(key.as_str(), self.limit, 1)) {
+        if let Some(decision) =
+            leased.and_then(|l| l.take_held(key.as_str(), (self.limit, 1), cache))
+        {
             return Some(decision);
         }
-        let cache = self.cache_for(1)?;
+        let cache = cache?;
         let slot = self.slot().ok()?;
         let (redis_key, _) = self.target(key, 1, slot.as_ref()).ok()?;
         cache.lookup(&redis_key, self.limit, 1)
