@@ -1047,3 +1047,100 @@ async fn quota_headers_on_refusal_leave_allowed_answers_alone() {
         assert_eq!((stats.allowed, stats.limited), (3, 1), "{name}");
     }
 }
+
+/// An inner service that must be called only after its own `poll_ready` (as tower requires:
+/// e.g. a `ConcurrencyLimit` hands out its permit there); a clone is not ready.
+struct MustBeReady {
+    ready: bool,
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Clone for MustBeReady {
+    fn clone(&self) -> Self {
+        Self {
+            ready: false,
+            calls: Arc::clone(&self.calls),
+        }
+    }
+}
+
+impl tower::Service<Request> for MustBeReady {
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.ready = true;
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: Request) -> Self::Future {
+        assert!(self.ready, "inner service called without its poll_ready");
+        self.ready = false;
+        self.calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        std::future::ready(Ok(axum::response::Response::new(axum::body::Body::empty())))
+    }
+}
+
+/// Every path of the layer calls the inner service it made ready: through a round trip (the
+/// ready service moved into the response future), answered in process (called in `call`
+/// itself, not a clone), let through unchecked (an unknown client), and after refusals that
+/// call nothing.
+#[tokio::test]
+async fn the_inner_service_called_is_always_the_one_made_ready() {
+    use tower::{Layer, Service, ServiceExt};
+    let server = RedisServer::spawn().await;
+    let conn = manager(&server).await;
+    // No peer address: an unknown client, let through unchecked.
+    let request = |ip: Option<&str>| {
+        let mut req = Request::new(axum::body::Body::empty());
+        if let Some(ip) = ip {
+            let peer: SocketAddr = format!("{ip}:4000").parse().unwrap();
+            req.extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+        }
+        req
+    };
+    let plain = limiter("ready", 5, Duration::from_secs(60));
+    let leased = limiter("ready_leased", 5, Duration::from_secs(60))
+        .with_lease(QuotaLease::new(4).unwrap())
+        .unwrap();
+    for limiter in [plain, leased] {
+        let name = limiter.name().to_owned();
+        let layer = RateLimitLayer::builder(limiter, conn.clone())
+            .deny_cache_capacity(100)
+            .unknown_client(UnknownClient::Allow)
+            .build()
+            .unwrap();
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut service = layer.layer(MustBeReady {
+            ready: false,
+            calls: Arc::clone(&calls),
+        });
+        let mut statuses = Vec::new();
+        for ip in [Some("10.0.0.1"); 8].into_iter().chain([None; 2]) {
+            let response = service
+                .ready()
+                .await
+                .unwrap()
+                .call(request(ip))
+                .await
+                .unwrap();
+            statuses.push(response.status().as_u16());
+        }
+        assert_eq!(
+            statuses,
+            [200, 200, 200, 200, 200, 429, 429, 429, 200, 200],
+            "{name}"
+        );
+        assert_eq!(
+            calls.load(std::sync::atomic::Ordering::Relaxed),
+            7,
+            "{name}"
+        );
+    }
+}

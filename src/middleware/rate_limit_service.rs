@@ -99,9 +99,6 @@ where
     }
 
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
-        // The ready service goes into the future; a fresh clone stays for the next call.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
         // One set of policies from here to the end, whatever replaces it meanwhile. The read
         // guard is let go before the inner service is called.
         let guard = self.shared.live_ref();
@@ -110,12 +107,13 @@ where
             Client::Key(key) => key,
             Client::Pass => {
                 drop(guard);
-                return ResponseFuture::new(inner.call(req));
+                return ResponseFuture::new(self.inner.call(req));
             }
             Client::Refused(response) => return ResponseFuture::ready(response),
         };
         // Answered in process (leased units, a deny-cache refusal): settled here, before any
-        // future of the round trip exists.
+        // future of the round trip exists; the inner service (made ready by `poll_ready`) is
+        // called here too, so it is not cloned.
         if let Some(decision) = limiter.answer_locally(&key) {
             if let Some(refused) = settle(&self.shared, &guard, route, &decision, &mut req) {
                 return ResponseFuture::ready(refused);
@@ -124,7 +122,7 @@ where
                 headers::Answer::of(guard.policy_headers[route].as_ref(), limiter, &decision)
             });
             drop(guard);
-            let call = inner.call(req);
+            let call = self.inner.call(req);
             let Some(answer) = answer else {
                 return ResponseFuture::new(call);
             };
@@ -136,6 +134,9 @@ where
         }
         let live = Arc::clone(&guard);
         drop(guard);
+        // The ready service goes into the future; a fresh clone stays for the next call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = Arc::clone(&self.shared);
         ResponseFuture::new(async move {
             let stats = &shared.stats;
