@@ -8,6 +8,19 @@
 //! `HTTP_BENCH_ONLY` (cases whose stack names contain one of these comma-separated words),
 //! `HTTP_BENCH_REVERSE=1` (run the cases in reverse order, to see what order costs).
 //!
+//! `HTTP_BENCH_LAYER=<n>` (e.g. 200000) measures each layer alone instead, without a network
+//! (`benches/http/layer_cost.rs`): CPU ns per request over `n` requests, median of 9 rounds
+//! (`HTTP_BENCH_ONLY` picks stacks there too).
+//!
+//! `HTTP_BENCH_PAIRS=<n>` (e.g. 9) then runs the goal comparisons **paired**: each pair of
+//! stacks (leased quota against tower_governor under the limit, with and without quota headers
+//! on allowed answers; leased + deny cache against the deny cache alone under the flood) in
+//! `n` pairs of back-to-back slices of `HTTP_BENCH_SLICE` seconds (default 1), which side goes
+//! first alternating pair by pair, and prints the median of the per-pair ratios (requests/s,
+//! this process's CPU per request) with the lowest and highest pair. The machine's speed
+//! moves by tens of percent within a minute on shared cores; two slices a second apart share
+//! its phase far more often than two cases a minute apart.
+//!
 //! Two loads, one client (127.0.0.1), so one key for every limiter:
 //! - **under the limit**: every request allowed (what the limiter costs an honest client);
 //! - **flood**: the limit is 100 requests/s and wrk sends as fast as it can, so nearly every
@@ -15,6 +28,8 @@
 
 #[path = "common/cpu.rs"]
 mod cpu;
+#[path = "http/layer_cost.rs"]
+mod layer_cost;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -217,6 +232,7 @@ fn main() {
         let mut cases: Vec<_> = cases
             .into_iter()
             .filter(|(_, name, _)| only.is_empty() || only.iter().any(|w| name.contains(w.as_str())))
+            .filter(|_| std::env::var("HTTP_BENCH_LAYER").is_err())
             .collect();
         if std::env::var("HTTP_BENCH_REVERSE").is_ok_and(|v| v == "1") {
             cases.reverse();
@@ -252,5 +268,166 @@ fn main() {
                 run.rps, run.p50, run.p99, run.non_2xx, run.requests
             );
         }
+        let pairs: usize = std::env::var("HTTP_BENCH_PAIRS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let layer_requests: u64 = std::env::var("HTTP_BENCH_LAYER")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        if layer_requests > 0 {
+            use layer_cost::{hello, stack};
+            use tower::Layer;
+            let stacks: Vec<(&str, layer_cost::Stack)> = vec![
+                ("no layer", stack(hello())),
+                ("tower_governor", stack(governor(1, big).layer(hello()))),
+                (
+                    "tower_governor, with headers",
+                    stack(governor_headers(1, big).layer(hello())),
+                ),
+                (
+                    "redkit fixed window, leased (256 units)",
+                    stack(leased("ll", big, false).layer(hello())),
+                ),
+                (
+                    "redkit fixed window, leased (256 units), quota headers on refusals only",
+                    stack(leased_with("lln", big, false, QuotaHeaders::OnRefusal).layer(hello())),
+                ),
+                (
+                    "flood: redkit fixed window + deny cache",
+                    stack(redkit("lfc", 100, true).layer(hello())),
+                ),
+                (
+                    "flood: redkit fixed window, leased (256 units) + deny cache",
+                    stack(leased("lflc", 100, true).layer(hello())),
+                ),
+            ];
+            // `HTTP_BENCH_ONLY` words pick stacks here too ("no layer" always runs).
+            let stacks: Vec<_> = stacks
+                .into_iter()
+                .enumerate()
+                .filter(|(i, (name, _))| {
+                    *i == 0 || only.is_empty() || only.iter().any(|w| name.contains(w.as_str()))
+                })
+                .map(|(_, stack)| stack)
+                .collect();
+            println!(
+                "\nThe layer alone (no network): CPU ns per request, median of 9 rounds of {layer_requests} requests; the stack's own share above `no layer`\n"
+            );
+            println!("| stack | 1 task | above no layer | 8 tasks at once | above no layer |");
+            println!("|---|---:|---:|---:|---:|");
+            let one = layer_cost::measure(&stacks, layer_requests, 9, 1).await;
+            let two = layer_cost::measure(&stacks, layer_requests / 8, 9, 8).await;
+            for (i, (name, _)) in stacks.iter().enumerate() {
+                println!(
+                    "| {name} | {:.0} | {:.0} | {:.0} | {:.0} |",
+                    one[i],
+                    one[i] - one[0],
+                    two[i],
+                    two[i] - two[0]
+                );
+            }
+        }
+        if pairs == 0 {
+            return;
+        }
+        let slice: u64 = std::env::var("HTTP_BENCH_SLICE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1)
+            .max(1);
+        let goals: Vec<(&str, &str, Router, &str, Router)> = vec![
+            (
+                "under the limit",
+                "redkit fixed window, leased (256 units)",
+                base().layer(leased("pl", big, false)),
+                "tower_governor",
+                base().layer(governor(1, big)),
+            ),
+            (
+                "under the limit",
+                "redkit fixed window, leased (256 units), quota headers on refusals only",
+                base().layer(leased_with("pln", big, false, QuotaHeaders::OnRefusal)),
+                "tower_governor",
+                base().layer(governor(1, big)),
+            ),
+            (
+                "under the limit",
+                "redkit fixed window, leased (256 units)",
+                base().layer(leased("plh", big, false)),
+                "tower_governor, with headers",
+                base().layer(governor_headers(1, big)),
+            ),
+            (
+                "flood (100/s allowed)",
+                "redkit fixed window, leased (256 units) + deny cache",
+                base().layer(leased("pflc", 100, true)),
+                "redkit fixed window + deny cache",
+                base().layer(redkit("pfc", 100, true)),
+            ),
+        ];
+        println!(
+            "\nPaired: {pairs} pairs of {slice} s slices, the side that goes first alternating; median [lowest-highest pair]\n"
+        );
+        println!("| load | stack | against | requests/s | CPU per request | requests per EVALSHA |");
+        println!("|---|---|---|---:|---:|---:|");
+        for (load, name, app, against, other) in goals {
+            let (a, b) = (support::serve_axum(app).await, support::serve_axum(other).await);
+            let (mut rps, mut cpu) = (Vec::new(), Vec::new());
+            let (mut requests, mut calls) = (0u64, 0u64);
+            for pair in 0..pairs {
+                let order = if pair % 2 == 0 { [a, b] } else { [b, a] };
+                let mut slices = Vec::new();
+                for addr in order {
+                    let before = server.evalsha_calls().await;
+                    let cpu_before = cpu::process_cpu_ns();
+                    let run = tokio::task::spawn_blocking(move || wrk(addr, slice, connections))
+                        .await
+                        .unwrap();
+                    let ns = cpu_before.zip(cpu::process_cpu_ns()).map(|(x, y)| y.saturating_sub(x));
+                    let made = server.evalsha_calls().await - before;
+                    slices.push((addr, run, ns, made));
+                }
+                let side = |want| slices.iter().find(|(addr, ..)| *addr == want).unwrap();
+                let (_, ra, ca, made) = side(a);
+                let (_, rb, cb, _) = side(b);
+                requests += ra.requests;
+                calls += made;
+                if rb.rps > 0.0 {
+                    rps.push(ra.rps / rb.rps);
+                }
+                if let (Some(ca), Some(cb)) = (ca, cb) {
+                    if ra.requests > 0 && rb.requests > 0 && *cb > 0 {
+                        let per = |ns: u64, n: u64| ns as f64 / n as f64;
+                        cpu.push(per(*ca, ra.requests) / per(*cb, rb.requests));
+                    }
+                }
+            }
+            let per_call = if calls == 0 {
+                "-".to_owned()
+            } else {
+                format!("{:.1}", requests as f64 / calls as f64)
+            };
+            println!(
+                "| {load} | {name} | {against} | {} | {} | {per_call} |",
+                summary(&mut rps),
+                summary(&mut cpu)
+            );
+        }
     });
+}
+
+/// `median [lowest-highest]` of per-pair ratios.
+fn summary(ratios: &mut [f64]) -> String {
+    if ratios.is_empty() {
+        return "n/a".to_owned();
+    }
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[ratios.len() / 2];
+    format!(
+        "{median:.2}x [{:.2}-{:.2}]",
+        ratios[0],
+        ratios[ratios.len() - 1]
+    )
 }
