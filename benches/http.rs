@@ -5,7 +5,8 @@
 //!
 //! `cargo bench --features tower --bench http` (needs `wrk` on PATH: `apt-get install wrk`).
 //! `HTTP_BENCH_SECS` (default 5) per case, `HTTP_BENCH_CONNECTIONS` (default 64),
-//! `HTTP_BENCH_ONLY` (cases whose stack names contain one of these comma-separated words),
+//! `HTTP_BENCH_ONLY` (cases whose stack names contain one of these comma-separated words;
+//! `=<name>`: the one stack of that whole name),
 //! `HTTP_BENCH_REVERSE=1` (run the cases in reverse order, to see what order costs).
 //!
 //! `HTTP_BENCH_LAYER=<n>` (e.g. 200000) measures each layer alone instead, without a network
@@ -227,11 +228,15 @@ fn main() {
             ),
         ];
         let only: Vec<String> = std::env::var("HTTP_BENCH_ONLY")
-            .map(|v| v.split(',').map(str::to_owned).collect())
+            .map(|v| match v.starts_with('=') {
+                // One whole name (it may hold commas).
+                true => vec![v],
+                false => v.split(',').map(str::to_owned).collect(),
+            })
             .unwrap_or_default();
         let mut cases: Vec<_> = cases
             .into_iter()
-            .filter(|(_, name, _)| only.is_empty() || only.iter().any(|w| name.contains(w.as_str())))
+            .filter(|(_, name, _)| picked(&only, name))
             .filter(|_| std::env::var("HTTP_BENCH_LAYER").is_err())
             .collect();
         if std::env::var("HTTP_BENCH_REVERSE").is_ok_and(|v| v == "1") {
@@ -308,7 +313,7 @@ fn main() {
                 .into_iter()
                 .enumerate()
                 .filter(|(i, (name, _))| {
-                    *i == 0 || only.is_empty() || only.iter().any(|w| name.contains(w.as_str()))
+                    *i == 0 || picked(&only, name)
                 })
                 .map(|(_, stack)| stack)
                 .collect();
@@ -416,6 +421,16 @@ fn main() {
             );
         }
     });
+}
+
+/// Whether `HTTP_BENCH_ONLY`'s words pick the stack `name`: a word it contains, or (`=` and
+/// a name) its whole name; every stack when there are none.
+fn picked(only: &[String], name: &str) -> bool {
+    only.is_empty()
+        || only.iter().any(|w| match w.strip_prefix('=') {
+            Some(whole) => name == whole,
+            None => name.contains(w.as_str()),
+        })
 }
 
 /// `median [lowest-highest]` of per-pair ratios.

@@ -22,6 +22,7 @@ pub mod lock;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod middleware;
+mod padded;
 pub mod rate_limit;
 pub mod script;
 mod telemetry;

@@ -14,6 +14,7 @@ use super::key::{KeyExtractor, PeerIp};
 use super::policy::Policies;
 use super::respond::{DefaultResponses, RespondWith};
 use crate::error::{Error, Result};
+use crate::padded::Padded;
 use crate::rate_limit::DenyCache;
 use crate::telemetry::metric::PolicyMetrics;
 
@@ -92,7 +93,10 @@ impl Live {
 
 /// What the layer and its services share (behind one `Arc`).
 pub(crate) struct Shared<C, K, H> {
-    live: RwLock<Arc<Live>>,
+    /// On lines of its own, as are `stats`: every request writes both (the read lock's count,
+    /// a counter) from whichever core serves it, and the configuration beside them, which
+    /// every request reads, is then not pulled from core to core with them.
+    live: Padded<RwLock<Arc<Live>>>,
     /// The deny cache the builder made ([`RateLimitBuilder::deny_cache_capacity`]), attached
     /// to replacement policies that bring none.
     builder_cache: Option<DenyCache>,
@@ -101,7 +105,7 @@ pub(crate) struct Shared<C, K, H> {
     /// Which answers carry the quota headers.
     pub(crate) quota_headers: QuotaHeaders,
     pub(crate) common: Common<C, K, H>,
-    pub(crate) stats: Counters,
+    pub(crate) stats: Padded<Counters>,
 }
 
 impl<C, K, H> Shared<C, K, H> {
@@ -508,12 +512,12 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
         };
         RateLimitLayer {
             shared: Arc::new(Shared {
-                live: RwLock::new(Arc::new(Live::new(self.policies))),
+                live: Padded(RwLock::new(Arc::new(Live::new(self.policies)))),
                 builder_cache: None,
                 local,
                 quota_headers: self.quota_headers,
                 common: self.common,
-                stats: Counters::default(),
+                stats: Padded::default(),
             }),
         }
     }

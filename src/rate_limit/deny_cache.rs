@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::decision::{Decision, Quota};
 use crate::error::{Error, Result};
+use crate::padded::Padded;
 use crate::telemetry::metric;
 
 /// Shards of a cache: enough that tasks on different cores rarely wait on each other.
@@ -55,16 +56,25 @@ pub struct DenyCache {
 }
 
 struct Inner {
-    shards: Box<[Mutex<Shard>]>,
+    /// Each shard's lock on lines of its own, as are the counters every check writes: the
+    /// fields every check reads (the shards, the hasher, the generation) are then not pulled
+    /// from one core to the other with them.
+    shards: Box<[Padded<Mutex<Shard>>]>,
     hasher: RandomState,
     capacity: usize,
+    counts: Padded<Counts>,
+    /// Moves with every `clear`: a refusal kept elsewhere for this cache (a lease's) is void
+    /// once it moved.
+    generation: AtomicU64,
+}
+
+/// The counters of a cache.
+#[derive(Default)]
+struct Counts {
     hits: AtomicU64,
     misses: AtomicU64,
     inserts: AtomicU64,
     evictions: AtomicU64,
-    /// Moves with every `clear`: a refusal kept elsewhere for this cache (a lease's) is void
-    /// once it moved.
-    generation: AtomicU64,
 }
 
 /// A refusal: the counter seen (a lower bound of the current one) and when the window ends.
@@ -161,10 +171,10 @@ impl DenyCache {
         let (base, extra) = (capacity / shards, capacity % shards);
         let shards = (0..shards)
             .map(|i| {
-                Mutex::new(Shard {
+                Padded(Mutex::new(Shard {
                     capacity: base + usize::from(i < extra),
                     ..Shard::default()
-                })
+                }))
             })
             .collect();
         Ok(Self {
@@ -172,10 +182,7 @@ impl DenyCache {
                 shards,
                 hasher: RandomState::new(),
                 capacity,
-                hits: AtomicU64::new(0),
-                misses: AtomicU64::new(0),
-                inserts: AtomicU64::new(0),
-                evictions: AtomicU64::new(0),
+                counts: Padded::default(),
                 generation: AtomicU64::new(0),
             }),
         })
@@ -225,10 +232,10 @@ impl DenyCache {
     pub fn stats(&self) -> DenyCacheStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         DenyCacheStats {
-            hits: get(&self.inner.hits),
-            misses: get(&self.inner.misses),
-            inserts: get(&self.inner.inserts),
-            evictions: get(&self.inner.evictions),
+            hits: get(&self.inner.counts.hits),
+            misses: get(&self.inner.counts.misses),
+            inserts: get(&self.inner.counts.inserts),
+            evictions: get(&self.inner.counts.evictions),
             len: self.len(),
         }
     }
@@ -283,9 +290,9 @@ impl DenyCache {
                 }
             });
         let counter = if decision.is_some() {
-            &self.inner.hits
+            &self.inner.counts.hits
         } else {
-            &self.inner.misses
+            &self.inner.counts.misses
         };
         counter.fetch_add(1, Ordering::Relaxed);
         metric::deny_cache_lookup(decision.is_some());
@@ -301,7 +308,7 @@ impl DenyCache {
 
     /// Counts a check answered for this cache elsewhere (a lease's stored refusal) as a hit.
     pub(crate) fn hit(&self) {
-        self.inner.hits.fetch_add(1, Ordering::Relaxed);
+        self.inner.counts.hits.fetch_add(1, Ordering::Relaxed);
         metric::deny_cache_lookup(true);
     }
 
@@ -349,8 +356,11 @@ impl DenyCache {
             );
             evicted
         };
-        self.inner.inserts.fetch_add(1, Ordering::Relaxed);
-        self.inner.evictions.fetch_add(evicted, Ordering::Relaxed);
+        self.inner.counts.inserts.fetch_add(1, Ordering::Relaxed);
+        self.inner
+            .counts
+            .evictions
+            .fetch_add(evicted, Ordering::Relaxed);
         metric::deny_cache_entries(|| self.len());
     }
 

@@ -284,20 +284,26 @@ impl Leases {
         let Some(entry) = held.get_mut(client) else {
             return Local::Empty;
         };
-        // The clock is read under the lock, so never earlier than the check began.
         if entry.units < u64::from(cost) {
             // Spent (a limited client's every check): a refusal of this window, when one
-            // stands, else Redis.
-            return match (entry.refused, cache) {
-                (Some(generation), Some(cache)) if generation == cache.generation() => {
-                    refusal(limit, cost, entry, Instant::now()).map_or(Local::Empty, |d| {
-                        cache.hit();
-                        Local::Refused(d)
-                    })
-                }
-                _ => Local::Empty,
+            // stands, else Redis. Decided after the lock is let go (the clock read then, so
+            // never earlier than the entry was seen): the other checks of the key wait for
+            // no clock and no shared counter.
+            let (Some(generation), Some(cache)) = (entry.refused, cache) else {
+                return Local::Empty;
             };
+            let seen = *entry;
+            drop(held);
+            if generation != cache.generation() {
+                return Local::Empty;
+            }
+            return refusal(limit, cost, &seen, Instant::now()).map_or(Local::Empty, |d| {
+                cache.hit();
+                Local::Refused(d)
+            });
         }
+        // The clock is read under the lock, so never earlier than the check began: a unit
+        // is never taken after its window ended.
         let now = Instant::now();
         if entry.until <= now {
             return Local::Empty;
