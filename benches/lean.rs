@@ -1007,10 +1007,10 @@ async fn limiter_ceilings(server: &support::RedisServer, conn: &mut MultiplexedC
         .collect();
     cases.extend([
         (
-            "gcra.v1".into(),
+            "gcra.v2".into(),
             vec![
                 "EVALSHA",
-                Registry::global().require("gcra", 1).unwrap().sha1(),
+                Registry::global().require("gcra", 2).unwrap().sha1(),
                 "1",
                 "ceil:gcra:{a}",
                 &interval,

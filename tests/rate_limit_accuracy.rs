@@ -42,7 +42,7 @@ async fn keyspace(conn: &mut MultiplexedConnection) -> BTreeMap<Vec<u8>, (Vec<u8
 
 // ---------------------------------------------------------------- GCRA
 
-/// The GCRA of `lua/gcra.v1.lua` in Rust: the same integer arithmetic on microseconds.
+/// The GCRA of `lua/gcra.v2.lua` in Rust: the same integer arithmetic on microseconds.
 struct GcraModel {
     interval: i64,
     burst: i64,
@@ -88,7 +88,7 @@ async fn gcra_raw(
     burst: i64,
     cost: i64,
 ) -> [i64; 5] {
-    let script = Registry::global().require("gcra", 1).unwrap();
+    let script = Registry::global().require("gcra", 2).unwrap();
     let mut call = Call::new(script);
     call.key(key).arg(interval_us).arg(burst).arg(cost);
     let v: Vec<i64> = ScriptManager::new().invoke(conn, &call).await.unwrap();
@@ -369,19 +369,27 @@ async fn gcra_refuses_bad_stored_values_and_wrong_types_writing_nothing() {
     let pttl: i64 = server.cmd(&["PTTL", &rk]).await;
     assert!(pttl > 0 && pttl <= 10, "one interval (10 ms): {pttl}");
 
-    // The script validates its arguments again (second line of defence): nothing written.
-    let script = Registry::global().require("gcra", 1).unwrap();
+    // The script validates its arguments again (second line of defence), as numbers: nothing
+    // written for a value that is not an integer 1..10^15 (cost included, on its own path
+    // when it is not "1"), or a bucket of 10^15 us or more.
+    let script = Registry::global().require("gcra", 2).unwrap();
     for (interval, burst, cost) in [
         ("0", "1", "1"),
         ("1", "0", "1"),
         ("1", "1", "0"),
-        ("05", "1", "1"),
-        ("1e3", "1", "1"),
-        ("1", " 1", "1"),
-        ("1", "1", "+1"),
+        ("1.5", "1", "1"),
+        ("1", "2.5", "1"),
+        ("1", "1", "1.5"),
+        ("1", "1", "-1"),
+        ("1", "1", "01x"),
+        ("inf", "1", "1"),
+        ("nan", "1", "1"),
+        ("1", "1", "1e15"),
         ("1000000000000000", "1", "1"),
         ("999999999999999", "2", "1"),
         ("x", "1", "1"),
+        ("1", "", "1"),
+        ("1", "1", ""),
     ] {
         let mut call = Call::new(script);
         call.key("redkit:gcra:raw:{k:x}")
@@ -398,6 +406,22 @@ async fn gcra_refuses_bad_stored_values_and_wrong_types_writing_nothing() {
     }
     let exists: i64 = server.cmd(&["EXISTS", "redkit:gcra:raw:{k:x}"]).await;
     assert_eq!(exists, 0);
+    // Other spellings of a valid number are that number (none is written as given).
+    for (interval, burst, cost) in [
+        ("05", "1", "1"),
+        ("1e3", "1", "1"),
+        ("1", " 1", "1"),
+        ("1", "1", "+1"),
+    ] {
+        let _: () = server.cmd(&["DEL", "redkit:gcra:raw:{k:y}"]).await;
+        let mut call = Call::new(script);
+        call.key("redkit:gcra:raw:{k:y}")
+            .arg(interval)
+            .arg(burst)
+            .arg(cost);
+        let r: Vec<i64> = ScriptManager::new().invoke(&mut conn, &call).await.unwrap();
+        assert_eq!(r[0], 1, "{interval} {burst} {cost}: allowed");
+    }
 }
 
 /// A connection as an ACL user allowed everything but `denied`.
