@@ -1019,11 +1019,11 @@ async fn limiter_ceilings(server: &support::RedisServer, conn: &mut MultiplexedC
             ],
         ),
         (
-            "sliding_window.v1".into(),
+            "sliding_window.v2".into(),
             vec![
                 "EVALSHA",
                 Registry::global()
-                    .require("sliding_window", 1)
+                    .require("sliding_window", 2)
                     .unwrap()
                     .sha1(),
                 "1",

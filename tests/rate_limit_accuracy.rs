@@ -733,15 +733,23 @@ async fn sliding_window_refuses_bad_state_and_wrong_types_writing_nothing() {
     assert!(!d.is_allowed() && d.quota().remaining() == 0, "{d:?}");
     assert_eq!(keyspace(&mut conn).await, before);
 
-    let script = Registry::global().require("sliding_window", 1).unwrap();
+    // The script checks its arguments as numbers: an integer 1..10^15, the cost on its own
+    // path when it is not "1"; nothing written otherwise.
+    let script = Registry::global().require("sliding_window", 2).unwrap();
     for (limit, window, cost) in [
         ("0", "1000", "1"),
         ("5", "0", "1"),
         ("5", "1000", "0"),
-        ("05", "1000", "1"),
-        ("5", "1e3", "1"),
-        ("5", "1000", " 1"),
+        ("5.5", "1000", "1"),
+        ("5", "0.5", "1"),
+        ("5", "1000", "1.5"),
+        ("5", "1000", "-1"),
+        ("5", "1000", "x"),
+        ("inf", "1000", "1"),
+        ("5", "nan", "1"),
         ("5", "1000000000000000", "1"),
+        ("", "1000", "1"),
+        ("5", "1000", ""),
     ] {
         let mut call = Call::new(script);
         call.key("redkit:sw:raw:{k:x}")
@@ -758,6 +766,26 @@ async fn sliding_window_refuses_bad_state_and_wrong_types_writing_nothing() {
     }
     let exists: i64 = server.cmd(&["EXISTS", "redkit:sw:raw:{k:x}"]).await;
     assert_eq!(exists, 0);
+    // Other spellings of a valid number are that number: the state and the TTL the script
+    // writes are its own decimal text.
+    for (limit, window, cost) in [("05", "1000", "1"), ("5", "1e3", "1"), ("5", "1000", " 2")] {
+        let _: () = server.cmd(&["DEL", "redkit:sw:raw:{k:y}"]).await;
+        let mut call = Call::new(script);
+        call.key("redkit:sw:raw:{k:y}")
+            .arg(limit)
+            .arg(window)
+            .arg(cost);
+        let r: Vec<i64> = ScriptManager::new().invoke(&mut conn, &call).await.unwrap();
+        assert_eq!(r[0], 1, "{limit} {window} {cost}: allowed");
+        let state: String = server.cmd(&["GET", "redkit:sw:raw:{k:y}"]).await;
+        let pttl: i64 = server.cmd(&["PTTL", "redkit:sw:raw:{k:y}"]).await;
+        let counted = if cost == " 2" { "2:0" } else { "1:0" };
+        assert_eq!(state, counted, "{limit} {window} {cost}");
+        assert!(
+            pttl > 1000 && pttl <= 2000,
+            "{limit} {window} {cost}: {pttl}"
+        );
+    }
 }
 
 #[tokio::test]

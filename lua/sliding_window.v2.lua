@@ -1,8 +1,11 @@
 --! keys: 1
---! Sliding window (two-counter weighted approximation), v1. KEYS[1] = the client's window
---! state: "<current>:<previous>" (two canonical decimal counters) whose TTL is the time until
---! the current window ends plus one window. ARGV[1] = limit, ARGV[2] = window in ms, ARGV[3] =
---! cost; each a canonical decimal integer >= 1 below 10^15.
+--! Sliding window (two-counter weighted approximation), v2: v1's steps, reply and errors,
+--! with the arguments each converted once with tonumber and checked as a number (v1 matched
+--! each against a pattern first), the cost only when it is not "1". KEYS[1] = the client's
+--! window state: "<current>:<previous>" (two canonical decimal counters) whose TTL is the time
+--! until the current window ends plus one window. ARGV[1] = limit, ARGV[2] = window in ms,
+--! ARGV[3] = cost; each an integer >= 1 below 10^15 in any form Lua's tonumber reads as that
+--! number (none of them is written as given: what the script writes it formats itself).
 --! The weighted count is previous * (time left in the current window / window) (rounded
 --! down) + current. A request passes when weighted count + cost <= limit; a refused request
 --! changes nothing (except giving a key found without a usable TTL its window).
@@ -17,11 +20,18 @@
 --! write (SET with a value the script computed, PX or KEEPTTL; or PEXPIRE). Constant work.
 local key = KEYS[1]
 
--- A positive canonical integer argument, exact as a Lua number (< 10^15).
+-- A positive integer argument below 10^15 (exact as a Lua number): nil otherwise.
 local function positive(s)
-  return s and #s <= 15 and string.match(s, '^[1-9]%d*$') and tonumber(s)
+  local n = s and tonumber(s)
+  if n and n >= 1 and n < 1e15 and n % 1 == 0 then
+    return n
+  end
+  return nil
 end
-local limit, window, cost = positive(ARGV[1]), positive(ARGV[2]), positive(ARGV[3])
+local limit, window, cost = positive(ARGV[1]), positive(ARGV[2]), 1
+if ARGV[3] ~= '1' then
+  cost = positive(ARGV[3])
+end
 if not limit then
   return redis.error_reply('REDKIT_INPUT limit must be a positive integer')
 end
