@@ -105,7 +105,9 @@ struct Inner {
     client: ClusterClient,
     timeouts: Timeouts,
     state: Mutex<State>,
-    /// The fingerprint of the last `CLUSTER SLOTS` the watch read (0: none yet).
+    /// The fingerprint of the layout the slot map is known to follow: the watch's first
+    /// `CLUSTER SLOTS`, then the layout each successful rebuild the watch asked for was asked
+    /// for (0: none read yet).
     layout: AtomicU64,
 }
 
@@ -195,7 +197,10 @@ impl Cluster {
     }
 
     /// Starts one background rebuild unless one is running or a newer connection exists.
-    fn rebuild(&self, seen: u64) {
+    /// `layout`: the layout the watch read, recorded as the slot map's once the rebuild
+    /// succeeded (so a rebuild that failed, or was not started, is asked again at the watch's
+    /// next read).
+    fn rebuild(&self, seen: u64, layout: Option<u64>) {
         {
             let mut state = self.lock();
             if state.generation != seen || state.rebuilding {
@@ -229,6 +234,9 @@ impl Cluster {
                 state.conn = conn;
                 state.generation = state.generation.wrapping_add(1);
                 state.rebuilds = state.rebuilds.saturating_add(1);
+                if let Some(layout) = layout {
+                    this.inner.layout.store(layout, Ordering::Release);
+                }
                 tracing::debug!(
                     rebuilds = state.rebuilds,
                     "redkit.connect: cluster slot map rebuilt"
@@ -289,12 +297,12 @@ impl Cluster {
                 // Redirected or refused for longer than the bound: the slot map redis-rs
                 // holds may be stale, and its own refresh stuck; start from a fresh one.
                 Some(_) => {
-                    self.rebuild(generation);
+                    self.rebuild(generation, None);
                     return Err(err);
                 }
                 None => {
                     if needs_fresh_map(&err) {
-                        self.rebuild(generation);
+                        self.rebuild(generation, None);
                     }
                     return Err(err);
                 }
@@ -322,7 +330,7 @@ impl Cluster {
             };
         if let Err(err) = &result {
             if needs_fresh_map(err) || did_not_run(err).is_some() {
-                self.rebuild(generation);
+                self.rebuild(generation, None);
             }
         }
         result
@@ -360,10 +368,22 @@ async fn watch(inner: Weak<Inner>) {
             continue;
         }
         let layout = layout_of(&ranges);
-        let last = this.inner.layout.swap(layout, Ordering::AcqRel);
-        if last != 0 && last != layout {
+        // The first read is the layout the connection was built from; after it, the layout
+        // the last successful rebuild was asked for. Until a rebuild for a changed layout
+        // succeeds, every read asks for one again (a rebuild can time out on the hung node,
+        // or find another one already running that may have read the old layout).
+        let last =
+            match this
+                .inner
+                .layout
+                .compare_exchange(0, layout, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => continue,
+                Err(last) => last,
+            };
+        if last != layout {
             tracing::debug!("redkit.connect: cluster layout changed: rebuilding the slot map");
-            this.rebuild(generation);
+            this.rebuild(generation, Some(layout));
         }
     }
 }
