@@ -745,8 +745,14 @@ async fn an_idle_connection_learns_a_failover_before_its_next_call() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let promoted = frozen_at.elapsed();
-    // Idle for three of the watch's periods (the call bound, 500 ms here) after the
-    // promotion: the other nodes learn it, the watch reads it and rebuilds.
+    // The failover is over when every node (the frozen one aside) names the new primary.
+    let replica_port = cluster.nodes[replica].port();
+    cluster
+        .until_every_node_shows_primary(replica_port, &[owner])
+        .await;
+    let agreed = frozen_at.elapsed();
+    // Idle for three of the watch's periods (the call bound, 500 ms here) after that: the
+    // watch reads the new layout and rebuilds.
     tokio::time::sleep(3 * t.call_bound()).await;
     let mut slowest = Duration::ZERO;
     for i in 0..5 {
@@ -757,7 +763,8 @@ async fn an_idle_connection_learns_a_failover_before_its_next_call() {
         assert_eq!(
             value.as_deref().ok(),
             Some("v"),
-            "call {i} after an idle failover (promoted after {promoted:?}, rebuilds {}): {value:?}",
+            "call {i} after an idle failover (promoted after {promoted:?}, agreed after \
+             {agreed:?}, rebuilds {}): {value:?}",
             conn.rebuilds()
         );
     }

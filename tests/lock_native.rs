@@ -474,21 +474,6 @@ async fn a_cluster_half_way_through_an_upgrade_uses_what_every_primary_offers() 
 }
 
 /// Whether a `CLUSTER SLOTS` reply names the node on `port` as the primary of a range.
-fn serves_slots(slots: &redis::Value, port: u16) -> bool {
-    let redis::Value::Array(ranges) = slots else {
-        return false;
-    };
-    ranges.iter().any(|range| match range {
-        redis::Value::Array(fields) => match fields.get(2) {
-            Some(redis::Value::Array(node)) => {
-                node.get(1) == Some(&redis::Value::Int(i64::from(port)))
-            }
-            _ => false,
-        },
-        _ => false,
-    })
-}
-
 /// `DELIFEQ` calls every node of `cluster` has answered (the probe's own, here).
 async fn delifeq_calls(cluster: &RedisCluster) -> u64 {
     let mut calls = 0;
@@ -549,19 +534,9 @@ async fn a_stale_probe_asks_the_primaries_again_only_after_the_layout_changed() 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Every node's CLUSTER SLOTS shows the new primary before the probe reads one of them.
-    let promoted_port = promoted.port();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    'agree: loop {
-        for node in &cluster.nodes {
-            let slots: redis::Value = node.cmd(&["CLUSTER", "SLOTS"]).await;
-            if !serves_slots(&slots, promoted_port) {
-                assert!(Instant::now() < deadline, "the nodes never agreed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue 'agree;
-            }
-        }
-        break;
-    }
+    cluster
+        .until_every_node_shows_primary(promoted.port(), &[])
+        .await;
     tokio::time::sleep(every * 2).await;
     let found = manager.capabilities(&mut conn).await.unwrap();
     assert!(found.delifeq && found.set_ifeq, "{found:?}");

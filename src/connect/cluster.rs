@@ -83,9 +83,10 @@ pub async fn cluster<T: IntoConnectionInfo>(
 ///   A server's reply to the command (a script error, `NOSCRIPT`, `BUSY`, ...) never does;
 /// - watches the layout while it is held, busy or idle: every [`Timeouts::call_bound`] one
 ///   node is asked `CLUSTER SLOTS`, and a layout that changed (a failover, a slot moved, a
-///   node added) rebuilds the slot map in the background, so a connection left idle through a
-///   failover finds the promoted replica before its next call, not by timing out on the old
-///   primary. The watch ends when the last clone is dropped.
+///   node added) rebuilds the slot map in the background (once more at the next read, and at
+///   every read until a rebuild succeeds), so a connection left idle through a failover finds
+///   the promoted replica before its next call, not by timing out on the old primary. The
+///   watch ends when the last clone is dropped.
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
@@ -345,6 +346,10 @@ async fn watch(inner: Weak<Inner>) {
     };
     let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // After a rebuild for a changed layout, one more at the next read: the node that told the
+    // watch may have been the first to know (the promoted replica itself), and the rebuild's
+    // discovery may have read others that did not know yet.
+    let mut again = false;
     loop {
         ticks.tick().await;
         let Some(inner) = inner.upgrade() else {
@@ -381,8 +386,9 @@ async fn watch(inner: Weak<Inner>) {
                 Ok(_) => continue,
                 Err(last) => last,
             };
-        if last != layout {
+        if last != layout || again {
             tracing::debug!("redkit.connect: cluster layout changed: rebuilding the slot map");
+            again = last != layout;
             this.rebuild(generation, Some(layout));
         }
     }

@@ -696,6 +696,27 @@ pub struct SlotMigration<'a> {
 }
 
 impl RedisCluster {
+    /// Waits (up to 10 s, else panics) until the `CLUSTER SLOTS` of every node but those of
+    /// index in `except` (e.g. a frozen one) names the node on `port` as the primary of some
+    /// slots: the nodes agree on a promotion.
+    pub async fn until_every_node_shows_primary(&self, port: u16, except: &[usize]) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        'agree: loop {
+            for (i, node) in self.nodes.iter().enumerate() {
+                if except.contains(&i) {
+                    continue;
+                }
+                let slots: redis::Value = node.cmd(&["CLUSTER", "SLOTS"]).await;
+                if !serves_slots(&slots, port) {
+                    assert!(Instant::now() < deadline, "the nodes never agreed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue 'agree;
+                }
+            }
+            return;
+        }
+    }
+
     /// Starts moving `slot` from its owner to another primary: `CLUSTER SETSLOT .. IMPORTING`
     /// on the target, then `MIGRATING` on the source (the order `redis-cli --cluster reshard`
     /// uses). Keys stay on the source until [`SlotMigration::migrate_keys`] moves them.
@@ -1017,4 +1038,20 @@ impl std::io::Write for Captured {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// Whether a `CLUSTER SLOTS` reply names the node on `port` as the primary of some slots.
+pub fn serves_slots(slots: &redis::Value, port: u16) -> bool {
+    let redis::Value::Array(ranges) = slots else {
+        return false;
+    };
+    ranges.iter().any(|range| match range {
+        redis::Value::Array(fields) => match fields.get(2) {
+            Some(redis::Value::Array(node)) => {
+                node.get(1) == Some(&redis::Value::Int(i64::from(port)))
+            }
+            _ => false,
+        },
+        _ => false,
+    })
 }
