@@ -289,14 +289,19 @@ impl DenyCache {
                     retry_after: left,
                 }
             });
-        let counter = if decision.is_some() {
+        self.counted(decision.is_some());
+        decision
+    }
+
+    /// Counts a check the cache answered (`hit`) or could not: its counters and the metric.
+    fn counted(&self, hit: bool) {
+        let counter = if hit {
             &self.inner.counts.hits
         } else {
             &self.inner.counts.misses
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        metric::deny_cache_lookup(decision.is_some());
-        decision
+        metric::deny_cache_lookup(hit);
     }
 
     /// Which [`clear`](Self::clear) the cache is at: a leased limiter keeps the refusals of its
@@ -308,8 +313,7 @@ impl DenyCache {
 
     /// Counts a check answered for this cache elsewhere (a lease's stored refusal) as a hit.
     pub(crate) fn hit(&self) {
-        self.inner.counts.hits.fetch_add(1, Ordering::Relaxed);
-        metric::deny_cache_lookup(true);
+        self.counted(true);
     }
 
     /// Remembers that `key` was refused: the counter was `count` and the window ends
