@@ -117,6 +117,11 @@ impl Flights {
         }
     }
 
+    /// Whether no call for `key` is in flight.
+    pub(super) fn is_idle(&self, key: &str) -> bool {
+        !self.lock().contains_key(key)
+    }
+
     /// Becomes the call for `key` when none is in flight (`None` when one is).
     pub(super) fn lead_if_idle(&self, key: &str) -> Option<Leader<'_>> {
         let mut calls = self.lock();

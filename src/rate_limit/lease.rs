@@ -260,7 +260,8 @@ impl Leases {
     }
 
     /// Like [`take_local`](Self::take_local), but never leads a lease call: `None` where it
-    /// would (or where too few units are held), so the caller's check goes to Redis.
+    /// would (or where too few units are held), so the caller's check goes to Redis. While a
+    /// refill is in flight it takes what is left, as the checks of `take_local` do.
     pub(super) fn take_held(
         &self,
         client: &str,
@@ -310,12 +311,15 @@ impl Leases {
         }
         let left = entry.units - u64::from(cost);
         if left < u64::from(entry.last_want / 4) {
-            if !lead {
+            if lead {
+                if let Some(leader) = self.flights.lead_if_idle(client) {
+                    return Local::Refill(leader);
+                }
+            } else if self.flights.is_idle(client) {
+                // No refill on its way: the check's round trip leads one.
                 return Local::Empty;
             }
-            if let Some(leader) = self.flights.lead_if_idle(client) {
-                return Local::Refill(leader);
-            }
+            // A refill is on its way: this check takes from what is left, in process.
         }
         entry.units = left;
         Local::Taken(allowed(limit, entry, now))
@@ -639,9 +643,21 @@ mod tests {
         leases.lock().insert("k".to_owned(), held(16));
         assert!(leases.take_held("k", (1_000, 1), None).is_none());
         assert_eq!(units(&leases), 16, "nothing taken");
+        let Local::Refill(refill) = leases.take_local("k", (1_000, 1), None) else {
+            panic!("no call was started: the round trip leads it");
+        };
+        // Once the refill is in flight, the checks answered in process take what is left
+        // (no round trip each), down to nothing.
+        for left in (0..16).rev() {
+            assert!(leases.take_held("k", (1_000, 1), None).is_some());
+            assert_eq!(units(&leases), left);
+        }
+        assert!(leases.take_held("k", (1_000, 1), None).is_none(), "spent");
+        drop(refill);
+        leases.lock().insert("k".to_owned(), held(16));
         assert!(
-            matches!(leases.take_local("k", (1_000, 1), None), Local::Refill(_)),
-            "no call was started: the round trip leads it"
+            leases.take_held("k", (1_000, 1), None).is_none(),
+            "the refill ended: the next low check leads again"
         );
     }
 
