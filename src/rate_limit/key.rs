@@ -35,8 +35,34 @@ pub const DEFAULT_IPV6_PREFIX: u8 = 64;
 /// assert_eq!(user.as_str(), "k:user%7B42%7D");
 /// # Ok::<(), redkit::Error>(())
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct LimitKey(String);
+#[derive(Clone)]
+pub struct LimitKey(Text);
+
+/// A key's text: an IPv4 key (the middleware builds one per request) in place, any other on
+/// the heap.
+#[derive(Clone)]
+enum Text {
+    Short { len: u8, bytes: [u8; SHORT] },
+    Heap(String),
+}
+
+/// The longest text kept in place: `ip:255.255.255.255` fits, and the key is no larger
+/// than a `String`.
+const SHORT: usize = 22;
+
+impl PartialEq for LimitKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for LimitKey {}
+
+impl std::hash::Hash for LimitKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
 
 impl LimitKey {
     /// The key of an IP address, IPv6 grouped by [`DEFAULT_IPV6_PREFIX`] bits.
@@ -58,7 +84,7 @@ impl LimitKey {
             IpAddr::V6(v6) => {
                 let bits = ipv6_prefix.min(128);
                 if bits == 128 {
-                    return Self(format!("ip:{v6}"));
+                    return Self(Text::Heap(format!("ip:{v6}")));
                 }
                 let mask = if bits == 0 {
                     0
@@ -66,7 +92,7 @@ impl LimitKey {
                     u128::MAX << (128 - u32::from(bits))
                 };
                 let net = Ipv6Addr::from(u128::from(v6) & mask);
-                Self(format!("ip:{net}/{bits}"))
+                Self(Text::Heap(format!("ip:{net}/{bits}")))
             }
         }
     }
@@ -82,13 +108,13 @@ impl LimitKey {
     /// ```
     pub fn text(key: &str) -> Result<Self> {
         let escaped = escape_part("key", key)?;
-        Ok(Self(format!("k:{escaped}")))
+        Ok(Self(Text::Heap(format!("k:{escaped}"))))
     }
 
     /// The bucket shared by requests whose client could not be determined.
     #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) fn unknown_client() -> Self {
-        Self("unknown".to_owned())
+        Self(Text::Heap("unknown".to_owned()))
     }
 
     /// The canonical form that goes inside the Redis key's hash tag.
@@ -98,28 +124,47 @@ impl LimitKey {
     /// assert_eq!(LimitKey::ip([10, 0, 0, 1].into()).as_str(), "ip:10.0.0.1");
     /// ```
     pub fn as_str(&self) -> &str {
-        &self.0
+        match &self.0 {
+            // Written from ASCII only (`v4_text`): always UTF-8, so never the fallback.
+            Text::Short { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len).min(SHORT)]).unwrap_or_default()
+            }
+            Text::Heap(text) => text,
+        }
     }
 }
 
-/// `ip:a.b.c.d`, written digit by digit: the middleware builds one per request, and this
-/// is several times cheaper than `format!` (the same text as `Ipv4Addr`'s `Display`).
-fn v4_text(v4: Ipv4Addr) -> String {
-    let mut text = String::with_capacity("ip:255.255.255.255".len());
-    text.push_str("ip:");
+/// `ip:a.b.c.d`, written digit by digit in place: the middleware builds one per request,
+/// and this is several times cheaper than `format!` and allocates nothing (the same text as
+/// `Ipv4Addr`'s `Display`).
+fn v4_text(v4: Ipv4Addr) -> Text {
+    let mut bytes = [0u8; SHORT];
+    bytes[..3].copy_from_slice(b"ip:");
+    // At most 3 + 4 * 3 + 3 = 18 bytes: within SHORT.
+    let mut len = 3;
+    let mut push = |b: u8| {
+        if let Some(slot) = bytes.get_mut(len) {
+            *slot = b;
+            len += 1;
+        }
+    };
     for (i, octet) in v4.octets().into_iter().enumerate() {
         if i > 0 {
-            text.push('.');
+            push(b'.');
         }
         if octet >= 100 {
-            text.push(char::from(b'0' + octet / 100));
+            push(b'0' + octet / 100);
         }
         if octet >= 10 {
-            text.push(char::from(b'0' + octet / 10 % 10));
+            push(b'0' + octet / 10 % 10);
         }
-        text.push(char::from(b'0' + octet % 10));
+        push(b'0' + octet % 10);
     }
-    text
+    Text::Short {
+        // At most SHORT (22): fits a u8.
+        len: len as u8,
+        bytes,
+    }
 }
 
 /// IPv4-mapped IPv6 (`::ffff:a.b.c.d`) becomes IPv4; everything else is unchanged.
@@ -153,13 +198,13 @@ impl From<Ipv6Addr> for LimitKey {
 
 impl fmt::Debug for LimitKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("LimitKey").field(&self.0).finish()
+        f.debug_tuple("LimitKey").field(&self.as_str()).finish()
     }
 }
 
 impl fmt::Display for LimitKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
@@ -189,11 +234,21 @@ mod tests {
             [9, 99, 200, 250],
         ] {
             let v4 = Ipv4Addr::from(octets);
-            assert_eq!(v4_text(v4), format!("ip:{v4}"));
+            assert_eq!(LimitKey(v4_text(v4)).as_str(), format!("ip:{v4}"));
         }
         for n in (0..=u32::MAX).step_by(65_537) {
             let v4 = Ipv4Addr::from(n);
-            assert_eq!(v4_text(v4), format!("ip:{v4}"));
+            let key = LimitKey::ip(v4.into());
+            assert_eq!(key.as_str(), format!("ip:{v4}"));
+            assert!(matches!(key.0, Text::Short { .. }));
+            // Equal to, and hashed as, the same text kept on the heap.
+            let heap = LimitKey(Text::Heap(format!("ip:{v4}")));
+            assert_eq!(key, heap);
+            let state = std::hash::RandomState::new();
+            assert_eq!(
+                std::hash::BuildHasher::hash_one(&state, &key),
+                std::hash::BuildHasher::hash_one(&state, &heap)
+            );
         }
     }
 
