@@ -672,7 +672,7 @@ where
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
-    type Future = ResponseFuture<ResBody, S::Error>;
+    type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::result::Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -683,7 +683,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = Arc::clone(&self.shared);
-        ResponseFuture::new(async move {
+        ResponseFuture::boxed(async move {
             let stats = &shared.stats;
             let key = match shared.common.extractor.extract(&RequestInfo::new(&req)) {
                 Some(ClientId::Ip(ip)) => LimitKey::ip_grouped(ip, shared.common.ipv6_prefix),

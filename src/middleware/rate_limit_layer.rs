@@ -14,7 +14,7 @@ use super::key::{KeyExtractor, PeerIp};
 use super::policy::Policies;
 use super::respond::{DefaultResponses, RespondWith};
 use crate::error::{Error, Result};
-use crate::padded::Padded;
+use crate::padded::Striped;
 use crate::rate_limit::DenyCache;
 use crate::telemetry::metric::PolicyMetrics;
 
@@ -93,10 +93,11 @@ impl Live {
 
 /// What the layer and its services share (behind one `Arc`).
 pub(crate) struct Shared<C, K, H> {
-    /// On lines of its own, as are `stats`: every request writes both (the read lock's count,
-    /// a counter) from whichever core serves it, and the configuration beside them, which
-    /// every request reads, is then not pulled from core to core with them.
-    live: Padded<RwLock<Arc<Live>>>,
+    /// One copy per stripe of threads, as are `stats`: every request writes both (the read
+    /// lock's count, a counter, the count of a `RateLimit-Policy` value it copies into its
+    /// answer) from whichever core serves it, so each core writes lines of its own. The
+    /// copies are built from one set of policies and replaced together.
+    live: Striped<RwLock<Arc<Live>>>,
     /// The deny cache the builder made ([`RateLimitBuilder::deny_cache_capacity`]), attached
     /// to replacement policies that bring none.
     builder_cache: Option<DenyCache>,
@@ -105,7 +106,7 @@ pub(crate) struct Shared<C, K, H> {
     /// Which answers carry the quota headers.
     pub(crate) quota_headers: QuotaHeaders,
     pub(crate) common: Common<C, K, H>,
-    pub(crate) stats: Padded<Counters>,
+    pub(crate) stats: Striped<Counters>,
 }
 
 impl<C, K, H> Shared<C, K, H> {
@@ -118,7 +119,15 @@ impl<C, K, H> Shared<C, K, H> {
     /// of the `Arc` moves); [`live`](Self::live) to keep them longer.
     pub(crate) fn live_ref(&self) -> RwLockReadGuard<'_, Arc<Live>> {
         // Only ever replaced whole: a panic elsewhere cannot leave it half-written.
-        self.live.read().unwrap_or_else(|e| e.into_inner())
+        self.live.mine().read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Puts `policies` in force: every stripe's copy replaced before this returns.
+    fn set_live(&self, policies: &Policies) {
+        for stripe in self.live.iter() {
+            let live = Arc::new(Live::new(policies.clone()));
+            *stripe.write().unwrap_or_else(|e| e.into_inner()) = live;
+        }
     }
 }
 
@@ -268,8 +277,7 @@ impl<C, K, H> RateLimitLayer<C, K, H> {
                 policies = policies.with_deny_cache(cache.clone());
             }
         }
-        let live = Arc::new(Live::new(policies));
-        *self.shared.live.write().unwrap_or_else(|e| e.into_inner()) = live;
+        self.shared.set_live(&policies);
     }
 
     /// What the layer's services share.
@@ -287,19 +295,25 @@ impl<C, K, H> RateLimitLayer<C, K, H> {
     /// # }
     /// ```
     pub fn stats(&self) -> MiddlewareStats {
-        let s = &self.shared.stats;
+        let sum = |counter: fn(&Counters) -> &AtomicU64| -> u64 {
+            self.shared
+                .stats
+                .iter()
+                .map(|s| read(counter(s)))
+                .fold(0, u64::saturating_add)
+        };
         MiddlewareStats {
-            allowed: read(&s.allowed),
-            limited: read(&s.limited),
-            redis_failures: read(&s.common.redis_failures),
-            failed_open: read(&s.common.failed_open),
-            failed_closed: read(&s.common.failed_closed),
-            unknown_clients: read(&s.common.unknown_clients),
-            allowlisted: read(&s.allowlisted),
-            denied: read(&s.denied),
-            shadow_limited: read(&s.shadow_limited),
-            fallback_allowed: read(&s.fallback_allowed),
-            fallback_limited: read(&s.fallback_limited),
+            allowed: sum(|s| &s.allowed),
+            limited: sum(|s| &s.limited),
+            redis_failures: sum(|s| &s.common.redis_failures),
+            failed_open: sum(|s| &s.common.failed_open),
+            failed_closed: sum(|s| &s.common.failed_closed),
+            unknown_clients: sum(|s| &s.common.unknown_clients),
+            allowlisted: sum(|s| &s.allowlisted),
+            denied: sum(|s| &s.denied),
+            shadow_limited: sum(|s| &s.shadow_limited),
+            fallback_allowed: sum(|s| &s.fallback_allowed),
+            fallback_limited: sum(|s| &s.fallback_limited),
         }
     }
 }
@@ -512,12 +526,12 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
         };
         RateLimitLayer {
             shared: Arc::new(Shared {
-                live: Padded(RwLock::new(Arc::new(Live::new(self.policies)))),
+                live: Striped::new(|| RwLock::new(Arc::new(Live::new(self.policies.clone())))),
                 builder_cache: None,
                 local,
                 quota_headers: self.quota_headers,
                 common: self.common,
-                stats: Padded::default(),
+                stats: Striped::default(),
             }),
         }
     }

@@ -92,7 +92,7 @@ where
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
-    type Future = ResponseFuture<ResBody, S::Error>;
+    type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -107,30 +107,22 @@ where
             Client::Key(key) => key,
             Client::Pass => {
                 drop(guard);
-                return ResponseFuture::new(self.inner.call(req));
+                return ResponseFuture::inner(self.inner.call(req), None);
             }
-            Client::Refused(response) => return ResponseFuture::ready(response),
+            Client::Refused(response) => return ResponseFuture::ready(Ok(response)),
         };
         // Answered in process (leased units, a deny-cache refusal): settled here, before any
         // future of the round trip exists; the inner service (made ready by `poll_ready`) is
         // called here too, so it is not cloned.
         if let Some(decision) = limiter.answer_locally(&key) {
             if let Some(refused) = settle(&self.shared, &guard, route, &decision, &mut req) {
-                return ResponseFuture::ready(refused);
+                return ResponseFuture::ready(Ok(refused));
             }
             let answer = (self.shared.quota_headers == QuotaHeaders::Always).then(|| {
                 headers::Answer::of(guard.policy_headers[route].as_ref(), limiter, &decision)
             });
             drop(guard);
-            let call = self.inner.call(req);
-            let Some(answer) = answer else {
-                return ResponseFuture::new(call);
-            };
-            return ResponseFuture::new(async move {
-                let mut response = call.await?;
-                answer.insert(response.headers_mut());
-                Ok(response)
-            });
+            return ResponseFuture::inner(self.inner.call(req), answer);
         }
         let live = Arc::clone(&guard);
         drop(guard);
@@ -138,8 +130,8 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = Arc::clone(&self.shared);
-        ResponseFuture::new(async move {
-            let stats = &shared.stats;
+        ResponseFuture::boxed(async move {
+            let stats = shared.stats.mine();
             let limiter = live.policies.limiter(route);
             let name = limiter.name();
             let decide = |verdict| decided(&live, route, verdict);
@@ -227,7 +219,7 @@ where
     H: Respond<B>,
     B: Default,
 {
-    let stats = &shared.stats;
+    let stats = shared.stats.mine();
     let decide = |verdict| decided(live, route, verdict);
     match shared.common.extractor.extract(&RequestInfo::new(req)) {
         Some(ClientId::Ip(ip)) => match live.policies.access().decide(ip) {
@@ -285,7 +277,7 @@ where
     H: Respond<B>,
     B: Default,
 {
-    let stats = &shared.stats;
+    let stats = shared.stats.mine();
     let limiter = live.policies.limiter(route);
     let decide = |verdict| decided(live, route, verdict);
     let shadow = !decision.is_allowed() && live.policies.is_shadow(limiter.name());

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::decision::{Decision, Quota};
 use crate::error::{Error, Result};
-use crate::padded::Padded;
+use crate::padded::{Padded, Striped};
 use crate::telemetry::metric;
 
 /// Shards of a cache: enough that tasks on different cores rarely wait on each other.
@@ -56,13 +56,13 @@ pub struct DenyCache {
 }
 
 struct Inner {
-    /// Each shard's lock on lines of its own, as are the counters every check writes: the
-    /// fields every check reads (the shards, the hasher, the generation) are then not pulled
-    /// from one core to the other with them.
+    /// Each shard's lock on lines of its own, and the counters every check writes one copy
+    /// per stripe of threads: the fields every check reads (the shards, the hasher, the
+    /// generation) are then not pulled from one core to the other with them.
     shards: Box<[Padded<Mutex<Shard>>]>,
     hasher: RandomState,
     capacity: usize,
-    counts: Padded<Counts>,
+    counts: Striped<Counts>,
     /// Moves with every `clear`: a refusal kept elsewhere for this cache (a lease's) is void
     /// once it moved.
     generation: AtomicU64,
@@ -182,7 +182,7 @@ impl DenyCache {
                 shards,
                 hasher: RandomState::new(),
                 capacity,
-                counts: Padded::default(),
+                counts: Striped::default(),
                 generation: AtomicU64::new(0),
             }),
         })
@@ -230,12 +230,18 @@ impl DenyCache {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn stats(&self) -> DenyCacheStats {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let sum = |counter: fn(&Counts) -> &AtomicU64| -> u64 {
+            self.inner
+                .counts
+                .iter()
+                .map(|c| counter(c).load(Ordering::Relaxed))
+                .fold(0, u64::saturating_add)
+        };
         DenyCacheStats {
-            hits: get(&self.inner.counts.hits),
-            misses: get(&self.inner.counts.misses),
-            inserts: get(&self.inner.counts.inserts),
-            evictions: get(&self.inner.counts.evictions),
+            hits: sum(|c| &c.hits),
+            misses: sum(|c| &c.misses),
+            inserts: sum(|c| &c.inserts),
+            evictions: sum(|c| &c.evictions),
             len: self.len(),
         }
     }
@@ -295,11 +301,8 @@ impl DenyCache {
 
     /// Counts a check the cache answered (`hit`) or could not: its counters and the metric.
     fn counted(&self, hit: bool) {
-        let counter = if hit {
-            &self.inner.counts.hits
-        } else {
-            &self.inner.counts.misses
-        };
+        let counts = self.inner.counts.mine();
+        let counter = if hit { &counts.hits } else { &counts.misses };
         counter.fetch_add(1, Ordering::Relaxed);
         metric::deny_cache_lookup(hit);
     }
@@ -360,11 +363,9 @@ impl DenyCache {
             );
             evicted
         };
-        self.inner.counts.inserts.fetch_add(1, Ordering::Relaxed);
-        self.inner
-            .counts
-            .evictions
-            .fetch_add(evicted, Ordering::Relaxed);
+        let counts = self.inner.counts.mine();
+        counts.inserts.fetch_add(1, Ordering::Relaxed);
+        counts.evictions.fetch_add(evicted, Ordering::Relaxed);
         metric::deny_cache_entries(|| self.len());
     }
 
