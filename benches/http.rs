@@ -49,6 +49,14 @@ use tower_governor::GovernorLayer;
 /// The most units one lease call takes (`QuotaLease::new`).
 const LEASE_UNITS: u32 = 256;
 
+/// `LEASE_UNITS`, or `HTTP_BENCH_LEASE_UNITS` (e.g. to see what the lease calls cost).
+fn lease_units() -> u32 {
+    std::env::var("HTTP_BENCH_LEASE_UNITS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(LEASE_UNITS)
+}
+
 fn base() -> Router {
     Router::new().route("/", get(|| async { "hello" }))
 }
@@ -154,7 +162,7 @@ fn main() {
         // Leased quota: one instance here, at most `LEASE_UNITS` units per lease call.
         let leased_with = |name: &str, limit: u32, cache: bool, headers: QuotaHeaders| {
             let limiter = fw(name, limit)
-                .with_lease(QuotaLease::new(LEASE_UNITS).unwrap())
+                .with_lease(QuotaLease::new(lease_units()).unwrap())
                 .unwrap();
             let builder = RateLimitLayer::builder(limiter, conn.clone()).quota_headers(headers);
             let builder = if cache {
