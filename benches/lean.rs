@@ -3,7 +3,7 @@
 //! measure"):
 //!
 //! - fixed-window check over 10k IPs: `FixedWindow::check` (windows from the first hit, and
-//!   `aligned_to_clock()`, and `with_group_commit(64, 8)`) vs `INCR; EXPIRE on the first hit;
+//!   `aligned_to_clock()`, and `with_group_commit(64, 4)`) vs `INCR; EXPIRE on the first hit;
 //!   compare` through raw `redis::Script`;
 //! - single-SKU decrement (64 buyers on one SKU), without and with a request id:
 //!   `Store::decrement` vs `GET; compare; DECRBY`;
@@ -420,7 +420,7 @@ fn main() {
 /// The bench's tokio runtime: `REDKIT_LEAN_WORKERS=<n>` worker threads; by default tokio's
 /// own default, one per CPU the process may run on (after `REDKIT_LEAN_PIN`: one per CPU of
 /// the client's list). More workers than CPUs time-slice one core, which slowed the default
-/// window's row to 0.52x-0.56x the seed where one worker ran it at 0.81x-0.95x (round 17).
+/// window's row to 0.52x-0.56x the seed where one worker ran it at 0.81x-0.95x (2026-11-26).
 fn runtime() -> tokio::runtime::Runtime {
     let workers: usize = env_num("REDKIT_LEAN_WORKERS")
         .filter(|&n| n >= 1)
@@ -715,7 +715,7 @@ async fn fixed_case(
 /// the client) against the seed limiter: `fixed_window.v7`'s body, and the seed with one
 /// `PTTL` added. Their ratios against the seed, with one worker per client CPU and with more
 /// workers than CPUs (`REDKIT_LEAN_WORKERS`), show what a script's server time alone does to
-/// a row (round 17).
+/// a row.
 async fn bodies_case(
     conn: &MultiplexedConnection,
     pid: Option<u32>,

@@ -1,4 +1,4 @@
-//! The goal rows of issue 9, paired (case `paired`): redkit and the seed script take turns in
+//! The rows against the seed script, paired (case `paired`): redkit and the seed script take turns in
 //! short slices (`REDKIT_LEAN_SLICE` s each, default 1) for `REDKIT_LEAN_PAIRS` pairs (default
 //! 9), the order alternating pair by pair (redkit first, then the seed first), and every pair
 //! gives its own ratios: throughput, server CPU per op, client CPU per op. The row prints the
@@ -131,7 +131,7 @@ pub(crate) fn paired_header(how: &str, pairs: u64, secs: f64) {
     println!("| --- | ---: | ---: | ---: | ---: |");
 }
 
-/// The goal rows of issue 9, each redkit's op against the seed's.
+/// The rows against the seed script, each redkit's op against the seed's.
 pub(crate) fn comparisons(ips: &Arc<Vec<LimitKey>>) -> Vec<Comparison> {
     let window = Duration::from_millis(WINDOW_MS);
     let default = Arc::new(FixedWindow::new("pair", Rate::new(LIMIT, window).unwrap()).unwrap());

@@ -282,8 +282,8 @@ impl LockOptions<Lock> {
     ///
     /// `fencing(true)` runs a script that also reads the fence key and the server clock and
     /// writes the next token, in the same round trip: 1.5x to 2.7x the server CPU of the
-    /// unfenced acquire + release cycle in the bench runs (README, "Against a hand-written
-    /// script"). Ask for it when the lock guards writes to storage that can check the
+    /// unfenced acquire + release cycle in the bench runs (`docs/benchmarks.md`, "Against a
+    /// hand-written script"). Ask for it when the lock guards writes to storage that can check the
     /// token: a holder paused past its lease (GC, swap, a network stall) can otherwise still
     /// write after another owner acquired, and only the storage refusing its older token
     /// stops that. A lock that only keeps two workers from duplicating effort does not need

@@ -198,7 +198,7 @@ impl FixedWindow {
     /// [`max_batch`](GroupCommit::max_batch) in arrival order: each gets the decision it would
     /// have got alone (the script runs `fixed_window.v7`'s, or `fixed_window_aligned.v1`'s,
     /// steps per key). Under a flood the limiter then keeps up with a hand-written `INCR` +
-    /// `EXPIRE` script (measured in the README, "Against a hand-written script", round 16).
+    /// `EXPIRE` script (measured in `docs/benchmarks.md`, "Group commit for the limiter").
     ///
     /// The group's call uses the connection of the caller that leads it, so every caller of
     /// one limiter must use connections to the same Redis deployment. If the call fails,
