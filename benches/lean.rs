@@ -383,17 +383,14 @@ fn print_ceiling(name: &str, rps: Option<f64>) {
     }
 }
 
-/// Every version >= 2 of `name` this work compares: the shipped one(s) and the retired ones
-/// kept in `tests/fixtures/lua/`.
+/// The version of `name` that ships (embedded in the crate): the ceilings measure it alone
+/// (a retired version, kept in `tests/fixtures/lua/`, is not loaded on the bench's server).
 fn versions(name: &str) -> Vec<&'static redkit::Script> {
-    let mut all: Vec<_> = Registry::global()
+    Registry::global()
         .scripts()
         .iter()
-        .chain(fixtures::registry().scripts())
-        .filter(|s| s.name() == name && s.version() >= 2)
-        .collect();
-    all.sort_by_key(|s| s.version());
-    all
+        .filter(|s| s.name() == name)
+        .collect()
 }
 
 async fn script_load(conn: &mut MultiplexedConnection, source: &str) -> String {
