@@ -96,8 +96,13 @@ pub(crate) struct Shared<C, K, H> {
     /// One copy per stripe of threads, as are `stats`: every request writes both (the read
     /// lock's count, a counter, the count of a `RateLimit-Policy` value it copies into its
     /// answer) from whichever core serves it, so each core writes lines of its own. The
-    /// copies are built from one set of policies and replaced together.
+    /// copies are built from one set of policies and replaced one after another by
+    /// [`RateLimitLayer::replace_policies`], all before it returns (a request sees one set
+    /// from start to end, the old or the new one).
     live: Striped<RwLock<Arc<Live>>>,
+    /// Held while the stripes are replaced: two replacements at once would otherwise leave
+    /// some stripes with one set and the rest with the other.
+    replacing: std::sync::Mutex<()>,
     /// The deny cache the builder made ([`RateLimitBuilder::deny_cache_capacity`]), attached
     /// to replacement policies that bring none.
     builder_cache: Option<DenyCache>,
@@ -124,6 +129,8 @@ impl<C, K, H> Shared<C, K, H> {
 
     /// Puts `policies` in force: every stripe's copy replaced before this returns.
     fn set_live(&self, policies: &Policies) {
+        // Plain data (none): a panic elsewhere leaves nothing to repair.
+        let _one_at_a_time = self.replacing.lock().unwrap_or_else(|e| e.into_inner());
         for stripe in self.live.iter() {
             let live = Arc::new(Live::new(policies.clone()));
             *stripe.write().unwrap_or_else(|e| e.into_inner()) = live;
@@ -527,6 +534,7 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
         RateLimitLayer {
             shared: Arc::new(Shared {
                 live: Striped::new(|| RwLock::new(Arc::new(Live::new(self.policies.clone())))),
+                replacing: std::sync::Mutex::new(()),
                 builder_cache: None,
                 local,
                 quota_headers: self.quota_headers,
@@ -558,4 +566,39 @@ fn debug<C, K: fmt::Debug, H>(
         .field("ipv6_prefix", &common.ipv6_prefix)
         .field("unknown", &common.unknown)
         .finish_non_exhaustive()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rate_limit::{FixedWindow, Rate};
+
+    fn policies(limit: u32) -> Policies {
+        FixedWindow::new("p", Rate::per_second(limit).unwrap())
+            .unwrap()
+            .into()
+    }
+
+    #[test]
+    fn replacements_at_once_leave_every_stripe_with_one_set() {
+        let layer = RateLimitLayer::new(policies(1), ());
+        for round in 0..100 {
+            std::thread::scope(|s| {
+                for limit in [10, 20, 30, 40] {
+                    let layer = &layer;
+                    s.spawn(move || layer.replace_policies(policies(limit + round)));
+                }
+            });
+            let limits: Vec<u32> = layer
+                .shared
+                .live
+                .iter()
+                .map(|stripe| stripe.read().unwrap().policies.limiter(0).limit())
+                .collect();
+            assert!(
+                limits.windows(2).all(|w| w[0] == w[1]),
+                "round {round}: {limits:?}"
+            );
+        }
+    }
 }
