@@ -69,7 +69,8 @@ pub(crate) struct Counters {
 /// ([`RateLimitLayer::replace_policies`]), so a request sees one set from start to end.
 #[derive(Debug)]
 pub(crate) struct Live {
-    pub(crate) policies: Policies,
+    /// Shared by every stripe's copy (an access list may be large).
+    pub(crate) policies: Arc<Policies>,
     /// `RateLimit-Policy` of each limiter, by index ([`Policies::route_for`]), built once
     /// per set.
     pub(crate) policy_headers: Vec<Option<HeaderValue>>,
@@ -79,7 +80,7 @@ pub(crate) struct Live {
 }
 
 impl Live {
-    fn new(policies: Policies) -> Self {
+    fn new(policies: Arc<Policies>) -> Self {
         Self {
             policy_headers: policies.limiters().map(headers::policy_value).collect(),
             metrics: policies
@@ -128,11 +129,12 @@ impl<C, K, H> Shared<C, K, H> {
     }
 
     /// Puts `policies` in force: every stripe's copy replaced before this returns.
-    fn set_live(&self, policies: &Policies) {
+    fn set_live(&self, policies: Policies) {
         // Plain data (none): a panic elsewhere leaves nothing to repair.
         let _one_at_a_time = self.replacing.lock().unwrap_or_else(|e| e.into_inner());
+        let policies = Arc::new(policies);
         for stripe in self.live.iter() {
-            let live = Arc::new(Live::new(policies.clone()));
+            let live = Arc::new(Live::new(Arc::clone(&policies)));
             *stripe.write().unwrap_or_else(|e| e.into_inner()) = live;
         }
     }
@@ -252,7 +254,7 @@ impl<C, K, H> RateLimitLayer<C, K, H> {
     /// # }
     /// ```
     pub fn policies(&self) -> Policies {
-        self.shared.live().policies.clone()
+        Policies::clone(&self.shared.live().policies)
     }
 
     /// Replaces the policies of this layer and of every service built from it (and from its
@@ -284,7 +286,7 @@ impl<C, K, H> RateLimitLayer<C, K, H> {
                 policies = policies.with_deny_cache(cache.clone());
             }
         }
-        self.shared.set_live(&policies);
+        self.shared.set_live(policies);
     }
 
     /// What the layer's services share.
@@ -531,9 +533,10 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
             FailMode::Local { instances } => Some(LocalLimits::new(instances)),
             _ => None,
         };
+        let policies = Arc::new(self.policies);
         RateLimitLayer {
             shared: Arc::new(Shared {
-                live: Striped::new(|| RwLock::new(Arc::new(Live::new(self.policies.clone())))),
+                live: Striped::new(|| RwLock::new(Arc::new(Live::new(Arc::clone(&policies))))),
                 replacing: std::sync::Mutex::new(()),
                 builder_cache: None,
                 local,
@@ -599,6 +602,14 @@ mod tests {
                 limits.windows(2).all(|w| w[0] == w[1]),
                 "round {round}: {limits:?}"
             );
+            // One set, held once: the stripes share it (an access list may be large).
+            let sets: Vec<Arc<Policies>> = layer
+                .shared
+                .live
+                .iter()
+                .map(|stripe| Arc::clone(&stripe.read().unwrap().policies))
+                .collect();
+            assert!(sets.windows(2).all(|w| Arc::ptr_eq(&w[0], &w[1])));
         }
     }
 }
