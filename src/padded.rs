@@ -2,7 +2,7 @@
 //! lines of its own, and [`Striped`], one copy of a value per stripe of threads.
 
 use std::ops::Deref;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// `T` alone on its cache lines (128 bytes: two 64-byte lines, as the adjacent-line
 /// prefetcher of x86 cores moves them in pairs). For shared state that every request writes
@@ -46,6 +46,13 @@ impl<T> Striped<T> {
     /// Every stripe.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
         self.stripes.iter().map(|p| &p.0)
+    }
+
+    /// The total of one counter over every stripe (saturating).
+    pub(crate) fn sum(&self, counter: impl Fn(&T) -> &AtomicU64) -> u64 {
+        self.iter()
+            .map(|stripe| counter(stripe).load(Ordering::Relaxed))
+            .fold(0, u64::saturating_add)
     }
 }
 
@@ -116,6 +123,15 @@ mod tests {
         assert!(numbers.windows(2).all(|w| w[0] < w[1]), "{numbers:?}");
         let total: usize = striped.iter().map(|c| c.load(Ordering::Relaxed)).sum();
         assert_eq!(total, 4);
+        let counts: Striped<AtomicU64> = Striped::default();
+        // Two different stripes (there are at least 16).
+        if let Some(first) = counts.iter().next() {
+            first.fetch_add(2, Ordering::Relaxed);
+        }
+        if let Some(last) = counts.iter().last() {
+            last.fetch_add(u64::MAX, Ordering::Relaxed);
+        }
+        assert_eq!(counts.sum(|c| c), u64::MAX, "saturates");
         // Each stripe on lines of its own.
         let addrs: Vec<usize> = striped.iter().map(|c| c as *const _ as usize).collect();
         assert!(addrs.windows(2).all(|w| w[1] - w[0] == 128));

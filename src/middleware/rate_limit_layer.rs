@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use http::HeaderValue;
 
-use super::common::{common_setters, read, Common, CommonCounters, FailMode};
+use super::common::{common_setters, Common, CommonCounters, FailMode};
 use super::fallback::LocalLimits;
 use super::headers::{self, QuotaHeaders};
 use super::key::{KeyExtractor, PeerIp};
@@ -304,13 +304,7 @@ impl<C, K, H> RateLimitLayer<C, K, H> {
     /// # }
     /// ```
     pub fn stats(&self) -> MiddlewareStats {
-        let sum = |counter: fn(&Counters) -> &AtomicU64| -> u64 {
-            self.shared
-                .stats
-                .iter()
-                .map(|s| read(counter(s)))
-                .fold(0, u64::saturating_add)
-        };
+        let sum = |counter: fn(&Counters) -> &AtomicU64| self.shared.stats.sum(counter);
         MiddlewareStats {
             allowed: sum(|s| &s.allowed),
             limited: sum(|s| &s.limited),

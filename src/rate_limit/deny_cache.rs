@@ -230,13 +230,7 @@ impl DenyCache {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn stats(&self) -> DenyCacheStats {
-        let sum = |counter: fn(&Counts) -> &AtomicU64| -> u64 {
-            self.inner
-                .counts
-                .iter()
-                .map(|c| counter(c).load(Ordering::Relaxed))
-                .fold(0, u64::saturating_add)
-        };
+        let sum = |counter: fn(&Counts) -> &AtomicU64| self.inner.counts.sum(counter);
         DenyCacheStats {
             hits: sum(|c| &c.hits),
             misses: sum(|c| &c.misses),
