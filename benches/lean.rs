@@ -7,7 +7,7 @@
 //!   compare` through raw `redis::Script`;
 //! - single-SKU decrement (64 buyers on one SKU), without and with a request id:
 //!   `Store::decrement` vs `GET; compare; DECRBY`;
-//! - lock acquire + release with default options (no fencing) and with `fencing(true)`, own
+//! - lock acquire + release with default options (no fencing), with `Lock::wake_on_release(false)` and with `fencing(true)`, own
 //!   key per task: `Lock` vs plain `SET NX PX` + a `GET == token -> DEL` script;
 //! - GCRA check over 10k IPs: `Gcra::check` vs go-redis/redis_rate's GCRA script (float
 //!   seconds since 2017 from `TIME`, `GET`, `SET EX`);
@@ -117,11 +117,7 @@ const LIMIT: u32 = 1_000_000_000;
 const WINDOW_MS: u64 = 600_000;
 const STOCK: u64 = Inventory::MAX_QUANTITY;
 
-const SEED_LIMITER: &str = r"
-local c = redis.call('INCR', KEYS[1])
-if c == 1 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
-if c > tonumber(ARGV[1]) then return 0 end
-return 1";
+const SEED_LIMITER: &str = include_str!("lua/seed_limiter.lua");
 
 /// go-redis/redis_rate's GCRA (`allowN`), as users copy it: float seconds, TTL in seconds.
 const SEED_GCRA: &str = r"
@@ -1136,6 +1132,13 @@ async fn other_cases(
     row(
         "lock acquire + release, default options (no fencing)",
         &redkit,
+        &seed,
+    );
+    let quiet = Arc::new(Lock::new().wake_on_release(false));
+    let no_wake = lock_cycle(&conn, pid, secs, &quiet, &options, "nowake").await;
+    row(
+        "lock acquire + release, wake_on_release(false)",
+        &no_wake,
         &seed,
     );
     let fenced = Arc::new(LockOptions::new().fencing(true));

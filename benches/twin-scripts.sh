@@ -15,10 +15,10 @@
 # `TWIN_KEYSPACE` (default 10000). `TWIN_SETUP="SET k v;SET k2 v2"` runs those commands on both
 # servers first. Only the servers this script spawned are stopped, by pid.
 #
-# Example (the default fixed-window limiter against the seed `INCR; EXPIRE` script, where
-# seed.lua holds that script):
+# Example (the default fixed-window limiter against the seed `INCR; EXPIRE` script,
+# benches/lua/seed_limiter.lua):
 #   benches/twin-scripts.sh tests/fixtures/lua/fixed_window.v6.lua "1 rl:__rand_int__ 1000000000 600000 1" \
-#       seed.lua "1 k:__rand_int__ 1000000000 600"
+#       benches/lua/seed_limiter.lua "1 k:__rand_int__ 1000000000 600"
 set -euo pipefail
 
 if [ $# -lt 4 ]; then

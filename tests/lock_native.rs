@@ -56,8 +56,22 @@ async fn script_calls(server: &RedisServer) -> u64 {
 /// (`NotOwner` / `Lost`, its key untouched), a deleted key (`Lost`), a key of another type
 /// (`WrongType`, nothing written).
 async fn same_outcomes(server: RedisServer) {
+    outcomes_of(&server, &Lock::new()).await;
+}
+on_both_servers!(renewal_and_release_answer_the_same, same_outcomes);
+
+/// The same outcomes from a lock that does not wake waiters (a bare compare-and-delete).
+async fn same_outcomes_without_wake_ups(server: RedisServer) {
+    outcomes_of(&server, &Lock::new().wake_on_release(false)).await;
+}
+on_both_servers!(
+    a_lock_without_wake_ups_answers_the_same,
+    same_outcomes_without_wake_ups
+);
+
+async fn outcomes_of(server: &RedisServer, lock: &Lock) {
     let mut conn = server.conn().await;
-    let lock = Lock::new();
+    let lock = lock.clone();
     let key = lock.key("r").unwrap();
 
     let mut guard = held(&lock, &mut conn, "r", 5_000).await;
@@ -66,7 +80,7 @@ async fn same_outcomes(server: RedisServer) {
         lock.renew(&mut conn, &mut guard).await.unwrap(),
         Renew::Renewed
     );
-    let ms = pttl(&server, &key).await;
+    let ms = pttl(server, &key).await;
     assert!(ms > 1_000 && ms <= 5_000, "renewed to the lease: {ms}");
     // No replica: the renewal ran, WAIT answered 0 within its timeout.
     let once = Replication::new(1, Duration::from_millis(50)).unwrap();
@@ -115,7 +129,6 @@ async fn same_outcomes(server: RedisServer) {
     assert!(matches!(r, Err(Error::WrongType { .. })), "{r:?}");
     support::same_dumps(&before, &support::snapshot(&mut conn).await, "hash key");
 }
-on_both_servers!(renewal_and_release_answer_the_same, same_outcomes);
 
 /// The watchdog of a plain lock signals the loss within about one renewal period when its
 /// key is deleted, and when it is overwritten by another owner.
@@ -219,6 +232,118 @@ async fn wake_ups(server: RedisServer) {
     );
 }
 on_both_servers!(blocked_acquirers_are_woken, wake_ups);
+
+/// A lock built with `wake_on_release(false)`: its release never reads the waiter flag
+/// (`EXISTS`, counted by `INFO commandstats` also when a script calls it; the default lock's
+/// release reads it once) and never pushes a wake-up, even with a waiter flag set; on Valkey
+/// it is `DELIFEQ` alone, no script. Its `acquire_blocking` polls at the options' pace (no
+/// waiter flag, no `BLPOP`), holds the lock well within a second of the release (lease 10 s),
+/// and gives up at its deadline.
+async fn without_wake_ups(server: RedisServer) {
+    let mut conn = server.conn().await;
+    let manager = ScriptManager::new();
+    let lock = Lock::new()
+        .with_manager(manager.clone())
+        .wake_on_release(false);
+    let waking = Lock::new().with_manager(manager.clone());
+    let key = lock.key("n").unwrap();
+    let (flag, wake) = (format!("{key}:waiting"), format!("{key}:wake"));
+    let native = manager.capabilities(&mut conn).await.unwrap().delifeq;
+
+    // The default lock's release reads the flag: the counter is the one to watch.
+    let guard = held(&waking, &mut conn, "n", 10_000).await;
+    let exists = server.command_calls("exists").await;
+    assert_eq!(
+        waking.release(&mut conn, guard).await.unwrap(),
+        Release::Released
+    );
+    assert_eq!(server.command_calls("exists").await, exists + 1);
+
+    // Loaded and probed before the count (a first call may meet NOSCRIPT).
+    let guard = held(&lock, &mut conn, "n", 10_000).await;
+    lock.release(&mut conn, guard).await.unwrap();
+
+    let _: () = server.cmd(&["SET", &flag, "1", "PX", "10000"]).await;
+    let (exists, scripts) = (
+        server.command_calls("exists").await,
+        script_calls(&server).await,
+    );
+    let delifeq = server.command_calls("delifeq").await;
+    for _ in 0..3 {
+        let guard = held(&lock, &mut conn, "n", 10_000).await;
+        assert_eq!(
+            lock.release(&mut conn, guard).await.unwrap(),
+            Release::Released
+        );
+    }
+    assert_eq!(server.command_calls("exists").await, exists, "no flag read");
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &wake]).await, 0, "no wake-up");
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0, "released");
+    let (scripts, delifeq) = (
+        script_calls(&server).await - scripts,
+        server.command_calls("delifeq").await - delifeq,
+    );
+    println!("3 releases without wake-ups: {scripts} script calls, {delifeq} DELIFEQ");
+    if native {
+        assert_eq!((scripts, delifeq), (0, 3));
+    } else {
+        assert_eq!((scripts, delifeq), (3, 0));
+    }
+    let _: i64 = server.cmd(&["DEL", &flag]).await;
+
+    // A blocked acquire polls: the holder's lease is 10 s, the waiter holds the lock soon
+    // after the release, without a flag or a BLPOP.
+    let holder = held(&lock, &mut conn, "n", 10_000).await;
+    let mut own = server.conn().await;
+    let waiter_lock = lock.clone();
+    let options = plain(10_000)
+        .retry_delay(Duration::from_millis(20))
+        .jitter(Duration::ZERO);
+    let blpops = server.command_calls("blpop").await;
+    let waiter = tokio::spawn(async move {
+        let outcome = waiter_lock
+            .acquire_blocking(&mut own, "n", &options, Duration::from_secs(5))
+            .await;
+        (outcome, Instant::now(), waiter_lock, own)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &flag]).await, 0, "no flag");
+    let released = Instant::now();
+    assert_eq!(
+        lock.release(&mut conn, holder).await.unwrap(),
+        Release::Released
+    );
+    let (outcome, woke, waiter_lock, mut own) = waiter.await.unwrap();
+    let Acquire::Acquired(next) = outcome.unwrap() else {
+        panic!("not acquired")
+    };
+    let after = woke - released;
+    println!("release -> polling waiter holds: {after:?}");
+    assert!(after < Duration::from_secs(1), "{after:?}");
+    assert_eq!(server.command_calls("blpop").await, blpops, "no BLPOP");
+
+    // Held for 10 s: a 300 ms wait gives up with Busy at its deadline, not much later.
+    let started = Instant::now();
+    let options = plain(10_000).retry_delay(Duration::from_millis(50));
+    let outcome = lock
+        .acquire_blocking(&mut conn, "n", &options, Duration::from_millis(300))
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(matches!(outcome, Acquire::Busy { .. }), "{outcome:?}");
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(1),
+        "{waited:?}"
+    );
+    assert_eq!(
+        waiter_lock.release(&mut own, next).await.unwrap(),
+        Release::Released
+    );
+}
+on_both_servers!(
+    a_lock_without_wake_ups_polls_and_never_reads_the_flag,
+    without_wake_ups
+);
 
 /// `EVALSHA` + `EVAL` calls of one plain cycle (acquire, renew, release) on `server`, through
 /// a fresh manager whose capabilities are returned too.

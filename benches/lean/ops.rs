@@ -223,8 +223,14 @@ pub(crate) fn seed_lock_op(prefix: &'static str) -> Op {
     })
 }
 
-/// The default lock's cycle on `pres-<task>` and the seed's on `seed:plock:<task>`.
-pub(crate) fn lock_ops() -> (Op, Op) {
+/// The default lock's cycle on `pres-<task>`, the same with `wake_on_release(false)` on
+/// `pnw-<task>`, and the seed's on `seed:plock:<task>`.
+pub(crate) fn lock_ops() -> (Op, Op, Op) {
     let (lock, options) = (Arc::new(Lock::new()), Arc::new(LockOptions::new()));
-    (lock_op(&lock, &options, "pres"), seed_lock_op("seed:plock"))
+    let quiet = Arc::new(Lock::new().wake_on_release(false));
+    (
+        lock_op(&lock, &options, "pres"),
+        lock_op(&quiet, &options, "pnw"),
+        seed_lock_op("seed:plock"),
+    )
 }

@@ -148,7 +148,7 @@ pub(crate) fn comparisons(ips: &Arc<Vec<LimitKey>>) -> Vec<Comparison> {
     let store = Arc::new(Inventory::new("lean:inv").unwrap().store("w1").unwrap());
     let seed_limiter = limiter_ops(&default, ips).1;
     let (seed_stock, seed_record) = seed_stock_ops();
-    let (lock, seed_lock) = lock_ops();
+    let (lock, quiet_lock, seed_lock) = lock_ops();
     let row = |name, redkit, seed: &Op, stocked| Comparison {
         name,
         redkit,
@@ -202,6 +202,12 @@ pub(crate) fn comparisons(ips: &Arc<Vec<LimitKey>>) -> Vec<Comparison> {
         row(
             "lock acquire + release, default options (no fencing)",
             lock,
+            &seed_lock,
+            false,
+        ),
+        row(
+            "lock acquire + release, wake_on_release(false)",
+            quiet_lock,
             &seed_lock,
             false,
         ),

@@ -126,7 +126,7 @@ pub(super) struct LockAttempts<'a> {
     pub(super) key: String,
     token: String,
     ttl_ms: u64,
-    options: &'a LockOptions<Lock>,
+    pub(super) options: &'a LockOptions<Lock>,
     wait: Option<Replication>,
     /// What the last attempt's `WAIT` answered.
     replicas: Option<Acked<()>>,

@@ -72,8 +72,10 @@ impl LockAttempts<'_> {
     /// After `answer`: when the lock is held elsewhere, the first time sets the resource's
     /// waiter flag (its TTL the longest wait of all waiters) and attempts again at once (a
     /// release after that attempt sees the flag); later, blocks on the wake-up list for at
-    /// most `left`, or until the holder's lease ends (+1 ms: it must have ended). `false` for
-    /// any other answer (e.g. not replicated): it ends the acquire.
+    /// most `left`, or until the holder's lease ends (+1 ms: it must have ended). A lock that
+    /// does not wake waiters ([`Lock::wake_on_release`]) sleeps the options' pause instead
+    /// (no longer than that either). `false` for any other answer (e.g. not replicated): it
+    /// ends the acquire.
     pub(super) async fn wait_for_release<C: ConnectionLike>(
         &mut self,
         conn: &mut C,
@@ -83,6 +85,18 @@ impl LockAttempts<'_> {
         let Acquire::Busy(held) = answer else {
             return Ok(false);
         };
+        // Until the holder's lease ends (+1 ms: it must have ended), at most `left`.
+        let holder = |ceiling: Duration| {
+            held.ttl
+                .map_or(ceiling, |ttl| ttl.saturating_add(Duration::from_millis(1)))
+                .min(ceiling)
+                .min(left)
+        };
+        if !self.lock.wakes_on_release() {
+            // No release pushes a wake-up: poll at the options' pace.
+            tokio::time::sleep(holder(self.options.settings().pause())).await;
+            return Ok(true);
+        }
         if !self.flagged {
             let ms = u64::try_from(left.as_millis())
                 .unwrap_or(u64::MAX)
@@ -107,11 +121,7 @@ impl LockAttempts<'_> {
             self.flagged = true;
             return Ok(true);
         }
-        let block = held
-            .ttl
-            .map_or(left, |ttl| ttl.saturating_add(Duration::from_millis(1)))
-            .min(left);
-        block_on(conn, schema::wake(&self.key).as_str(), block).await?;
+        block_on(conn, schema::wake(&self.key).as_str(), holder(left)).await?;
         Ok(true)
     }
 }

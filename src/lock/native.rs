@@ -5,7 +5,9 @@
 //! - release: `MULTI`, `DELIFEQ key token`, `EXISTS <waiter flag>`, `EXEC` (one round trip);
 //!   only when it deleted the key and a blocked acquirer has set the flag, the wake-up the
 //!   release script pushes (`TYPE` of the list, then `MULTI`, `LPUSH wake 1`,
-//!   `LTRIM wake 0 0`, `PEXPIRE wake 60000`, `EXEC`: the same list, one entry, 60 s);
+//!   `LTRIM wake 0 0`, `PEXPIRE wake 60000`, `EXEC`: the same list, one entry, 60 s); for a
+//!   lock that does not wake waiters ([`Lock::wake_on_release`](super::Lock::wake_on_release)),
+//!   `DELIFEQ key token` alone;
 //! - renewal: `SET key token IFEQ token PX ttl`, with `WAIT` behind it in the same pipeline
 //!   when the lease requires replicas (as the script path sends it).
 //!
@@ -42,16 +44,28 @@ const RELEASE: &str = "lock release (DELIFEQ)";
 const RENEW: &str = "lock renewal (SET IFEQ PX)";
 
 /// The release of the lease of `key` held with `token` by `DELIFEQ`, waking a blocked
-/// acquirer when one registered; `None` when the server does not offer `DELIFEQ` (or no
-/// longer does): run the script.
+/// acquirer when one registered (`wakes`; without it, `DELIFEQ` alone); `None` when the server
+/// does not offer `DELIFEQ` (or no longer does): run the script.
 pub(crate) async fn release<C: ConnectionLike>(
     manager: &ScriptManager,
     conn: &mut C,
-    key: &str,
-    token: &str,
+    (key, token): (&str, &str),
+    wakes: bool,
 ) -> Option<Result<Release>> {
     if !manager.native_usable(conn, Native::DelIfEq).await {
         return None;
+    }
+    if !wakes {
+        let deleted = redis::cmd("DELIFEQ")
+            .arg(key)
+            .arg(token)
+            .query_async::<i64>(conn)
+            .await;
+        return match deleted {
+            Err(e) if manager.native_falls_back(Native::DelIfEq, &e) => None,
+            Err(e) => Some(Err(typed(RELEASE, e))),
+            Ok(deleted) => Some(deleted_or_not(deleted)),
+        };
     }
     let waiting = schema::waiting(key);
     // No wake-up is lost: a blocked acquirer sets the waiter flag *before* its last attempt
@@ -79,13 +93,20 @@ pub(crate) async fn release<C: ConnectionLike>(
     };
     Some(match replies {
         (1, 1) => wake(conn, key).await.map(|()| Release::Released),
-        (1, _) => Ok(Release::Released),
-        (0, _) => Ok(Release::NotOwner),
-        (other, _) => Err(Error::unexpected(
+        (deleted, _) => deleted_or_not(deleted),
+    })
+}
+
+/// What `DELIFEQ` answered: 1 deleted, 0 not the owner.
+fn deleted_or_not(deleted: i64) -> Result<Release> {
+    match deleted {
+        1 => Ok(Release::Released),
+        0 => Ok(Release::NotOwner),
+        other => Err(Error::unexpected(
             RELEASE,
             format!("DELIFEQ answered {other}, neither 0 nor 1"),
         )),
-    })
+    }
 }
 
 /// Pushes one wake-up to the wake-up list of `key`, as the release script does: refused
