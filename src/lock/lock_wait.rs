@@ -29,6 +29,9 @@ impl Lock {
     /// random one) and honours [`LockOptions::require_replicas`]; the options' own retries
     /// and `max_wait` are not used.
     ///
+    /// A lock built with [`wake_on_release(false)`](Lock::wake_on_release) sets no flag and
+    /// does not block: it polls at the options' `retry_delay` plus `jitter`.
+    ///
     /// No wake-up is lost: the flag is set before the attempt that precedes each wait, so a
     /// release after that attempt pushes a wake-up, and a woken waiter always tries again
     /// (it acquires, or the one who took the lock first will push on its release). The list
