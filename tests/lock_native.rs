@@ -322,19 +322,27 @@ async fn without_wake_ups(server: RedisServer) {
     assert!(after < Duration::from_secs(1), "{after:?}");
     assert_eq!(server.command_calls("blpop").await, blpops, "no BLPOP");
 
-    // Held for 10 s: a 300 ms wait gives up with Busy at its deadline, not much later.
+    // Held for 10 s: a 300 ms wait gives up with Busy at its deadline, not much later, also
+    // with no retry delay and no jitter (its attempts bounded; the 1 ms floor between them
+    // is unit-tested in src/lock/lock_wait.rs).
     let started = Instant::now();
-    let options = plain(10_000).retry_delay(Duration::from_millis(50));
+    let options = plain(10_000)
+        .retry_delay(Duration::ZERO)
+        .jitter(Duration::ZERO);
+    let sets = server.command_calls("set").await;
     let outcome = lock
         .acquire_blocking(&mut conn, "n", &options, Duration::from_millis(300))
         .await
         .unwrap();
     let waited = started.elapsed();
+    let attempts = server.command_calls("set").await - sets;
+    println!("a 300 ms wait with no retry delay: {attempts} attempts");
     assert!(matches!(outcome, Acquire::Busy { .. }), "{outcome:?}");
     assert!(
         waited >= Duration::from_millis(300) && waited < Duration::from_secs(1),
         "{waited:?}"
     );
+    assert!((2..=301).contains(&attempts), "{attempts}");
     assert_eq!(
         waiter_lock.release(&mut own, next).await.unwrap(),
         Release::Released

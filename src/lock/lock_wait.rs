@@ -18,6 +18,9 @@ use crate::error::Result;
 const MAX_FLAG_MS: u64 = 30 * 24 * 3600 * 1000;
 /// How much longer than the wait the waiter flag lives.
 const FLAG_MARGIN_MS: u64 = 1_000;
+/// The shortest pause between the attempts of a lock that does not wake waiters (a zero
+/// `retry_delay` and `jitter` would otherwise spin on the server until the wait ends).
+const MIN_POLL: Duration = Duration::from_millis(1);
 
 impl Lock {
     /// Acquires, waiting up to `wait` without polling (the database lock's behaviour): after
@@ -30,7 +33,7 @@ impl Lock {
     /// and `max_wait` are not used.
     ///
     /// A lock built with [`wake_on_release(false)`](Lock::wake_on_release) sets no flag and
-    /// does not block: it polls at the options' `retry_delay` plus `jitter`.
+    /// does not block: it polls at the options' `retry_delay` plus `jitter` (at least 1 ms).
     ///
     /// No wake-up is lost: the flag is set before the attempt that precedes each wait, so a
     /// release after that attempt pushes a wake-up, and a woken waiter always tries again
@@ -97,7 +100,7 @@ impl LockAttempts<'_> {
         };
         if !self.lock.wakes_on_release() {
             // No release pushes a wake-up: poll at the options' pace.
-            tokio::time::sleep(holder(self.options.settings().pause())).await;
+            tokio::time::sleep(holder(poll_pause(self.options))).await;
             return Ok(true);
         }
         if !self.flagged {
@@ -126,5 +129,38 @@ impl LockAttempts<'_> {
         }
         block_on(conn, schema::wake(&self.key).as_str(), holder(left)).await?;
         Ok(true)
+    }
+}
+
+/// The pause before the next attempt of a lock that does not wake waiters: the options'
+/// `retry_delay` plus jitter, at least [`MIN_POLL`].
+fn poll_pause(options: &LockOptions<Lock>) -> Duration {
+    options.settings().pause().max(MIN_POLL)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_poll_pauses_the_options_delay_and_never_less_than_a_millisecond() {
+        let spin = LockOptions::new()
+            .retry_delay(Duration::ZERO)
+            .jitter(Duration::ZERO);
+        assert_eq!(poll_pause(&spin), MIN_POLL);
+        let slow = LockOptions::new()
+            .retry_delay(Duration::from_millis(20))
+            .jitter(Duration::ZERO);
+        assert_eq!(poll_pause(&slow), Duration::from_millis(20));
+        let jittered = LockOptions::new()
+            .retry_delay(Duration::from_millis(20))
+            .jitter(Duration::from_millis(5));
+        for _ in 0..100 {
+            let pause = poll_pause(&jittered);
+            assert!(
+                (Duration::from_millis(20)..=Duration::from_millis(25)).contains(&pause),
+                "{pause:?}"
+            );
+        }
     }
 }

@@ -104,8 +104,8 @@ impl Lock {
     ///
     /// With `false`, [`acquire_blocking`](Self::acquire_blocking) does not block on the
     /// wake-up list: it polls, each attempt after the options'
-    /// [`retry_delay`](LockOptions::retry_delay) plus [`jitter`](LockOptions::jitter) (never
-    /// past the holder's lease end or the wait), until `wait` has passed. Callers blocked in
+    /// [`retry_delay`](LockOptions::retry_delay) plus [`jitter`](LockOptions::jitter) (at
+    /// least 1 ms, never past the holder's lease end or the wait), until `wait` has passed. Callers blocked in
     /// another process whose lock wakes waiters are not woken by this lock's releases; they
     /// try again when the holder's lease would have ended. Outcomes are the same either way.
     ///
