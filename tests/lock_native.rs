@@ -236,7 +236,7 @@ on_both_servers!(blocked_acquirers_are_woken, wake_ups);
 /// A lock built with `wake_on_release(false)`: its release never reads the waiter flag
 /// (`EXISTS`, counted by `INFO commandstats` also when a script calls it; the default lock's
 /// release reads it once) and never pushes a wake-up, even with a waiter flag set; on Valkey
-/// it is `DELIFEQ` alone, no script. Its `acquire_blocking` polls at the options' pace (no
+/// it is `DELIFEQ` alone, no script; fenced, it is the bare compare-and-delete script. Its `acquire_blocking` polls at the options' pace (no
 /// waiter flag, no `BLPOP`), holds the lock well within a second of the release (lease 10 s),
 /// and gives up at its deadline.
 async fn without_wake_ups(server: RedisServer) {
@@ -289,6 +289,27 @@ async fn without_wake_ups(server: RedisServer) {
     } else {
         assert_eq!((scripts, delifeq), (3, 0));
     }
+
+    // Fenced, the release is the script on both servers: the same bare compare-and-delete.
+    let fenced = plain(10_000).fencing(true);
+    let guard = lock.acquire(&mut conn, "n", &fenced).await.unwrap();
+    let guard = guard.acquired().expect("the lock is free");
+    assert!(guard.is_fenced());
+    let (exists, scripts) = (
+        server.command_calls("exists").await,
+        script_calls(&server).await,
+    );
+    assert_eq!(
+        lock.release(&mut conn, guard).await.unwrap(),
+        Release::Released
+    );
+    assert_eq!(server.command_calls("exists").await, exists, "no flag read");
+    assert!(
+        script_calls(&server).await > scripts,
+        "released by a script"
+    );
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0, "released");
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &wake]).await, 0, "no wake-up");
     let _: i64 = server.cmd(&["DEL", &flag]).await;
 
     // A blocked acquire polls: the holder's lease is 10 s, the waiter holds the lock soon
