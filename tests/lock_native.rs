@@ -11,7 +11,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionLike;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redkit::lock::{Acquire, LeaseLoss, Lock, LockGuard, LockOptions, Release, Renew};
 use redkit::script::Replication;
 use redkit::{Error, ScriptManager};
@@ -44,6 +44,47 @@ async fn renew_and_release<C: ConnectionLike>(
 
 async fn pttl(server: &RedisServer, key: &str) -> i64 {
     server.cmd(&["PTTL", key]).await
+}
+
+/// A task acquiring `resource` with `acquire_blocking` (a 5 s wait) over a connection of its
+/// own; it answers the outcome, when it came, and its lock and connection.
+type Waiter = tokio::task::JoinHandle<(
+    redkit::Result<Acquire<LockGuard<Lock>>>,
+    Instant,
+    Lock,
+    MultiplexedConnection,
+)>;
+
+async fn waiter(
+    server: &RedisServer,
+    lock: &Lock,
+    resource: &str,
+    options: LockOptions<Lock>,
+) -> Waiter {
+    let (lock, resource, mut own) = (lock.clone(), resource.to_owned(), server.conn().await);
+    tokio::spawn(async move {
+        let outcome = lock
+            .acquire_blocking(&mut own, &resource, &options, Duration::from_secs(5))
+            .await;
+        (outcome, Instant::now(), lock, own)
+    })
+}
+
+/// Releases `holder` (`Released`), then awaits `waiter`: the guard it acquired, how long
+/// after the release, and its lock and connection.
+async fn hand_over<C: ConnectionLike>(
+    lock: &Lock,
+    conn: &mut C,
+    holder: LockGuard<Lock>,
+    waiter: Waiter,
+) -> (LockGuard<Lock>, Duration, Lock, MultiplexedConnection) {
+    let released = Instant::now();
+    assert_eq!(lock.release(conn, holder).await.unwrap(), Release::Released);
+    let (outcome, woke, lock, own) = waiter.await.unwrap();
+    let Acquire::Acquired(next) = outcome.unwrap() else {
+        panic!("not acquired")
+    };
+    (next, woke - released, lock, own)
 }
 
 /// `EVALSHA` + `EVAL` calls the server has answered so far.
@@ -205,25 +246,9 @@ async fn wake_ups(server: RedisServer) {
 
     // Hand-over: the lease is 10 s, the waiter holds the lock well within 1 s of the release.
     let held = held(&lock, &mut conn, "h", 10_000).await;
-    let mut own = server.conn().await;
-    let (waiter_lock, options) = (lock.clone(), plain(10_000));
-    let waiter = tokio::spawn(async move {
-        let outcome = waiter_lock
-            .acquire_blocking(&mut own, "h", &options, Duration::from_secs(5))
-            .await;
-        (outcome, Instant::now(), waiter_lock, own)
-    });
+    let waiter = waiter(&server, &lock, "h", plain(10_000)).await;
     server.wait_command_calls("blpop", 1).await;
-    let released = Instant::now();
-    assert_eq!(
-        lock.release(&mut conn, held).await.unwrap(),
-        Release::Released
-    );
-    let (outcome, woke, waiter_lock, mut own) = waiter.await.unwrap();
-    let Acquire::Acquired(next) = outcome.unwrap() else {
-        panic!("not acquired")
-    };
-    let after = woke - released;
+    let (next, after, waiter_lock, mut own) = hand_over(&lock, &mut conn, held, waiter).await;
     println!("release -> blocked waiter holds: {after:?}");
     assert!(after < Duration::from_secs(1), "{after:?}");
     assert_eq!(
@@ -315,30 +340,14 @@ async fn without_wake_ups(server: RedisServer) {
     // A blocked acquire polls: the holder's lease is 10 s, the waiter holds the lock soon
     // after the release, without a flag or a BLPOP.
     let holder = held(&lock, &mut conn, "n", 10_000).await;
-    let mut own = server.conn().await;
-    let waiter_lock = lock.clone();
     let options = plain(10_000)
         .retry_delay(Duration::from_millis(20))
         .jitter(Duration::ZERO);
     let blpops = server.command_calls("blpop").await;
-    let waiter = tokio::spawn(async move {
-        let outcome = waiter_lock
-            .acquire_blocking(&mut own, "n", &options, Duration::from_secs(5))
-            .await;
-        (outcome, Instant::now(), waiter_lock, own)
-    });
+    let waiter = waiter(&server, &lock, "n", options).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(server.cmd::<i64>(&["EXISTS", &flag]).await, 0, "no flag");
-    let released = Instant::now();
-    assert_eq!(
-        lock.release(&mut conn, holder).await.unwrap(),
-        Release::Released
-    );
-    let (outcome, woke, waiter_lock, mut own) = waiter.await.unwrap();
-    let Acquire::Acquired(next) = outcome.unwrap() else {
-        panic!("not acquired")
-    };
-    let after = woke - released;
+    let (next, after, waiter_lock, mut own) = hand_over(&lock, &mut conn, holder, waiter).await;
     println!("release -> polling waiter holds: {after:?}");
     assert!(after < Duration::from_secs(1), "{after:?}");
     assert_eq!(server.command_calls("blpop").await, blpops, "no BLPOP");
