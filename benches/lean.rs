@@ -93,7 +93,10 @@ mod paired;
 #[path = "lean/processes.rs"]
 mod processes;
 
-use ops::{decrement_op, hot_key_ops, limiter_ops, lock_op, run_op, seed_lock_op, seed_stock_ops};
+use ops::{
+    decrement_op, gcra_ops, hot_key_ops, limiter_ops, lock_op, run_op, seed_lock_op,
+    seed_stock_ops, sliding_ops,
+};
 
 use std::future::Future;
 use std::net::Ipv4Addr;
@@ -107,7 +110,9 @@ use redkit::inventory::{Decrement, Inventory};
 use redkit::lock::{
     Acquire, FairLock, Lock, LockOptions, Mode, Owner, ReentrantLock, Release, RwLock, Semaphore,
 };
-use redkit::rate_limit::{Decision, FixedWindow, Gcra, LimitKey, QuotaLease, Rate, SlidingWindow};
+use redkit::rate_limit::{
+    Decision, FixedWindow, Gcra, LimitKey, Limiter, QuotaLease, Rate, SlidingWindow,
+};
 use redkit::script::{Backend, Library};
 use redkit::{Call, GroupCommit, Registry, ScriptManager};
 
@@ -138,28 +143,7 @@ if reset_after > 0 then redis.call('SET', KEYS[1], new_tat, 'EX', math.ceil(rese
 return {cost, tostring(diff / interval), '-1', tostring(reset_after)}";
 
 /// python `limits`' sliding window (two keys, previous and current), as it ships.
-const SEED_SLIDING: &str = r"
-local limit, expiry, amount = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-if amount > limit then return false end
-local current_ttl = tonumber(redis.call('pttl', KEYS[2]))
-if current_ttl > 0 and current_ttl < expiry then
-  redis.call('rename', KEYS[2], KEYS[1])
-  redis.call('set', KEYS[2], 0, 'PX', current_ttl + expiry)
-end
-local previous_count = tonumber(redis.call('get', KEYS[1])) or 0
-local previous_ttl = tonumber(redis.call('pttl', KEYS[1])) or 0
-local current_count = tonumber(redis.call('get', KEYS[2])) or 0
-current_ttl = tonumber(redis.call('pttl', KEYS[2])) or 0
-if previous_ttl <= 0 then previous_ttl = 0 end
-if current_ttl <= 0 then current_ttl = 0 end
-local weighted = math.floor(previous_count * previous_ttl / expiry) + current_count
-if weighted + amount > limit then return false end
-if redis.call('exists', KEYS[2]) == 1 then
-  redis.call('incrby', KEYS[2], amount)
-else
-  redis.call('set', KEYS[2], amount, 'PX', expiry * 2)
-end
-return true";
+const SEED_SLIDING: &str = include_str!("lua/seed_sliding.lua");
 
 const SEED_STOCK: &str = r"
 local s = tonumber(redis.call('GET', KEYS[1]))
@@ -740,37 +724,9 @@ async fn gcra_case(
     secs: f64,
     ips: &Arc<Vec<LimitKey>>,
 ) {
-    let period = Duration::from_millis(WINDOW_MS);
-    let limiter = Arc::new(Gcra::new("lean", Rate::new(LIMIT, period).unwrap()).unwrap());
-    let seed_script = Arc::new(redis::Script::new(SEED_GCRA));
-    let (l, k) = (limiter.clone(), ips.clone());
-    let redkit = run(conn.clone(), pid, secs, move |mut c, t, i| {
-        let (l, k) = (l.clone(), k.clone());
-        async move {
-            let key = &k[((t * 7919 + i * 64) as usize) % IPS];
-            let d = l.check(&mut c, key).await.unwrap();
-            assert!(matches!(d, Decision::Allowed { .. }), "{d:?}");
-        }
-    })
-    .await;
-    let (s, k) = (seed_script.clone(), ips.clone());
-    let seed = run(conn.clone(), pid, secs, move |mut c, t, i| {
-        let (s, k) = (s.clone(), k.clone());
-        async move {
-            let key = format!("seed:gcra:{}", k[((t * 7919 + i * 64) as usize) % IPS]);
-            let r: (i64, String, String, String) = s
-                .key(key)
-                .arg(LIMIT)
-                .arg(LIMIT)
-                .arg(WINDOW_MS / 1000)
-                .arg(1)
-                .invoke_async(&mut c)
-                .await
-                .unwrap();
-            assert_eq!(r.0, 1);
-        }
-    })
-    .await;
+    let (redkit_op, seed_op) = gcra_ops(ips);
+    let redkit = run_op(conn, pid, secs, &redkit_op).await;
+    let seed = run_op(conn, pid, secs, &seed_op).await;
     row("GCRA check, 10k IPs (vs redis_rate)", &redkit, &seed);
 }
 
@@ -780,38 +736,9 @@ async fn sliding_case(
     secs: f64,
     ips: &Arc<Vec<LimitKey>>,
 ) {
-    let window = Duration::from_millis(WINDOW_MS);
-    let limiter = Arc::new(SlidingWindow::new("lean", Rate::new(LIMIT, window).unwrap()).unwrap());
-    let seed_script = Arc::new(redis::Script::new(SEED_SLIDING));
-    let (l, k) = (limiter.clone(), ips.clone());
-    let redkit = run(conn.clone(), pid, secs, move |mut c, t, i| {
-        let (l, k) = (l.clone(), k.clone());
-        async move {
-            let key = &k[((t * 7919 + i * 64) as usize) % IPS];
-            let d = l.check(&mut c, key).await.unwrap();
-            assert!(matches!(d, Decision::Allowed { .. }), "{d:?}");
-        }
-    })
-    .await;
-    let (s, k) = (seed_script.clone(), ips.clone());
-    let seed = run(conn.clone(), pid, secs, move |mut c, t, i| {
-        let (s, k) = (s.clone(), k.clone());
-        async move {
-            let ip = &k[((t * 7919 + i * 64) as usize) % IPS];
-            let (prev, cur) = (format!("seed:sw:{{{ip}}}:p"), format!("seed:sw:{{{ip}}}:c"));
-            let ok: Option<i64> = s
-                .key(prev)
-                .key(cur)
-                .arg(LIMIT)
-                .arg(WINDOW_MS)
-                .arg(1)
-                .invoke_async(&mut c)
-                .await
-                .unwrap();
-            assert_eq!(ok, Some(1));
-        }
-    })
-    .await;
+    let (redkit_op, seed_op) = sliding_ops(ips);
+    let redkit = run_op(conn, pid, secs, &redkit_op).await;
+    let seed = run_op(conn, pid, secs, &seed_op).await;
     row("sliding-window check, 10k IPs (vs limits)", &redkit, &seed);
 }
 
@@ -1012,11 +939,11 @@ async fn limiter_ceilings(server: &support::RedisServer, conn: &mut MultiplexedC
             ],
         ),
         (
-            "sliding_window.v2".into(),
+            "sliding_window.v3".into(),
             vec![
                 "EVALSHA",
                 Registry::global()
-                    .require("sliding_window", 2)
+                    .require("sliding_window", 3)
                     .unwrap()
                     .sha1(),
                 "1",

@@ -735,7 +735,7 @@ async fn sliding_window_refuses_bad_state_and_wrong_types_writing_nothing() {
 
     // The script checks its arguments as numbers: an integer 1..10^15, the cost on its own
     // path when it is not "1"; nothing written otherwise.
-    let script = Registry::global().require("sliding_window", 2).unwrap();
+    let script = Registry::global().require("sliding_window", 3).unwrap();
     for (limit, window, cost) in [
         ("0", "1000", "1"),
         ("5", "0", "1"),

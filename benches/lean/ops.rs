@@ -64,6 +64,70 @@ pub(crate) fn limiter_ops(limiter: &Arc<FixedWindow>, ips: &Arc<Vec<LimitKey>>) 
     (redkit, seed)
 }
 
+/// `limiter.check` over the 10k IPs (any algorithm), every decision allowed.
+pub(crate) fn check_op(limiter: Limiter, ips: &Arc<Vec<LimitKey>>) -> Op {
+    let (l, k) = (Arc::new(limiter), ips.clone());
+    op(move |mut c, t, i| {
+        let (l, k) = (l.clone(), k.clone());
+        async move {
+            let key = &k[((t * 7919 + i * 64) as usize) % IPS];
+            let d = l.check(&mut c, key).await.unwrap();
+            assert!(matches!(d, Decision::Allowed { .. }), "{d:?}");
+        }
+    })
+}
+
+/// The GCRA ops: `Gcra::check` over the 10k IPs, and go-redis/redis_rate's script (key per
+/// call).
+pub(crate) fn gcra_ops(ips: &Arc<Vec<LimitKey>>) -> (Op, Op) {
+    let period = Duration::from_millis(WINDOW_MS);
+    let limiter = Gcra::new("lean", Rate::new(LIMIT, period).unwrap()).unwrap();
+    let (s, k) = (Arc::new(redis::Script::new(SEED_GCRA)), ips.clone());
+    let seed = op(move |mut c, t, i| {
+        let (s, k) = (s.clone(), k.clone());
+        async move {
+            let key = format!("seed:gcra:{}", k[((t * 7919 + i * 64) as usize) % IPS]);
+            let r: (i64, String, String, String) = s
+                .key(key)
+                .arg(LIMIT)
+                .arg(LIMIT)
+                .arg(WINDOW_MS / 1000)
+                .arg(1)
+                .invoke_async(&mut c)
+                .await
+                .unwrap();
+            assert_eq!(r.0, 1);
+        }
+    });
+    (check_op(limiter.into(), ips), seed)
+}
+
+/// The sliding-window ops: `SlidingWindow::check` over the 10k IPs, and python `limits`'
+/// two-key script.
+pub(crate) fn sliding_ops(ips: &Arc<Vec<LimitKey>>) -> (Op, Op) {
+    let window = Duration::from_millis(WINDOW_MS);
+    let limiter = SlidingWindow::new("lean", Rate::new(LIMIT, window).unwrap()).unwrap();
+    let (s, k) = (Arc::new(redis::Script::new(SEED_SLIDING)), ips.clone());
+    let seed = op(move |mut c, t, i| {
+        let (s, k) = (s.clone(), k.clone());
+        async move {
+            let ip = &k[((t * 7919 + i * 64) as usize) % IPS];
+            let (prev, cur) = (format!("seed:sw:{{{ip}}}:p"), format!("seed:sw:{{{ip}}}:c"));
+            let ok: Option<i64> = s
+                .key(prev)
+                .key(cur)
+                .arg(LIMIT)
+                .arg(WINDOW_MS)
+                .arg(1)
+                .invoke_async(&mut c)
+                .await
+                .unwrap();
+            assert_eq!(ok, Some(1));
+        }
+    });
+    (check_op(limiter.into(), ips), seed)
+}
+
 /// The limiter ops on ONE hot key: `limiter.check`, and the seed limiter on the same key.
 pub(crate) fn hot_key_ops(limiter: &Arc<FixedWindow>, key: &LimitKey) -> (Op, Op) {
     let (l, k) = (limiter.clone(), Arc::new(key.clone()));

@@ -14,7 +14,8 @@
 //! both sides in the same instant on the same core: pairs spread about +-3 %.
 
 use super::ops::{
-    decrement_op, limiter_ops, lock_ops, run_op, seed_stock_ops, window_version_op, Op,
+    decrement_op, gcra_ops, limiter_ops, lock_ops, run_op, seed_stock_ops, sliding_ops,
+    window_version_op, Op,
 };
 use super::*;
 
@@ -149,6 +150,7 @@ pub(crate) fn comparisons(ips: &Arc<Vec<LimitKey>>) -> Vec<Comparison> {
     let seed_limiter = limiter_ops(&default, ips).1;
     let (seed_stock, seed_record) = seed_stock_ops();
     let (lock, quiet_lock, seed_lock) = lock_ops();
+    let (gcra, sliding) = (gcra_ops(ips), sliding_ops(ips));
     let row = |name, redkit, seed: &Op, stocked| Comparison {
         name,
         redkit,
@@ -179,6 +181,18 @@ pub(crate) fn comparisons(ips: &Arc<Vec<LimitKey>>) -> Vec<Comparison> {
             "fixed-window check, 10k IPs, aligned_to_clock()",
             limiter_ops(&aligned, ips).0,
             &seed_limiter,
+            false,
+        ),
+        row(
+            "GCRA check, 10k IPs (vs redis_rate)",
+            gcra.0,
+            &gcra.1,
+            false,
+        ),
+        row(
+            "sliding-window check, 10k IPs (vs limits)",
+            sliding.0,
+            &sliding.1,
             false,
         ),
         row(

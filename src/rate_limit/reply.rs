@@ -37,7 +37,7 @@ mod tests {
     use crate::Registry;
 
     fn script() -> &'static Script {
-        Registry::embedded("sliding_window", 2)
+        Registry::embedded("sliding_window", 3)
     }
 
     #[test]

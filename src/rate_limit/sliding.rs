@@ -40,7 +40,7 @@ use crate::script::{Call, Registry, Script, ScriptManager};
 /// **Storage and time.** One key per client, `<prefix>:<name>:{<canonical key>}` (prefix [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) unless [`with_prefix`](Self::with_prefix) chooses another), a string
 /// `"<current>:<previous>"` whose TTL (end of the current window plus one window) tells the
 /// script where in the window it is: no clock at all, neither client nor server. Each check is
-/// one `EVALSHA` of `lua/sliding_window.v2.lua`. Cheap to clone.
+/// one `EVALSHA` of `lua/sliding_window.v3.lua`. Cheap to clone.
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
@@ -104,7 +104,7 @@ impl SlidingWindow {
             rate: rate.with_period(Duration::from_millis(window_ms)),
             limit: rate.limit(),
             window_ms,
-            script: Registry::embedded("sliding_window", 2),
+            script: Registry::embedded("sliding_window", 3),
             manager: ScriptManager::new(),
         })
     }
@@ -339,7 +339,7 @@ mod tests {
             "\"api\"",
             "limit: 5",
             "2s",
-            "sliding_window.v2",
+            "sliding_window.v3",
         ] {
             assert!(debug.contains(part), "{part} in {debug}");
         }
