@@ -358,6 +358,24 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
                 Ok(_) if !["get", "exists", "del"].contains(&denied) => {}
                 other => panic!("{case}: release {other:?}"),
             }
+            // A lock without wake-ups releases with `lock_release` (get, del).
+            let quiet = Lock::new().wake_on_release(false);
+            let guard = acquired(&quiet, &mut admin, "res", &with_token(TOKEN)).await;
+            let before_ops = support::snapshot(&mut admin).await;
+            match quiet.release(&mut conn, guard).await {
+                Err(Error::PermissionDenied { ref script, .. })
+                    if ["get", "del"].contains(&denied) =>
+                {
+                    assert_eq!(script, "lock_release.v4", "{case}");
+                    assert_unchanged(
+                        &before_ops,
+                        &support::snapshot(&mut admin).await,
+                        &format!("{case}, release without wake-ups"),
+                    )
+                }
+                Ok(redkit::lock::Release::Released) if !["get", "del"].contains(&denied) => {}
+                other => panic!("{case}: release without wake-ups {other:?}"),
+            }
         }
     }
 }

@@ -121,7 +121,7 @@ impl Lock {
         inner.release = if wake {
             Registry::embedded("lock_release_wake", 2)
         } else {
-            Registry::embedded("lock_release", 3)
+            Registry::embedded("lock_release", 4)
         };
         self
     }

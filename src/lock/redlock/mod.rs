@@ -135,7 +135,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         Ok(Self {
             nodes,
             manager: ScriptManager::new(),
-            release: Registry::embedded("lock_release", 3),
+            release: Registry::embedded("lock_release", 4),
             renew: Registry::embedded("lock_renew", 2),
             prefix: Self::DEFAULT_PREFIX.to_owned(),
             node_timeout: Self::DEFAULT_NODE_TIMEOUT,

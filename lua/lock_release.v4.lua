@@ -1,11 +1,24 @@
 --! keys: 1
---! Releases a lock by compare-and-delete; v3: the v2 contract without ACL prechecks.
+--! Releases a lock by compare-and-delete; v4: v3's contract with a fast path first that
+--! builds no helper closure (GET, compare, DEL: the hand-written compare-and-delete's work);
+--! a refused GET or DEL takes v3's path, which answers the typed error.
 --! KEYS[1] = lock key. ARGV[1] = the owner token returned at acquire (16 to 128 bytes).
 --! Returns 1 when the key held this token and was deleted, 0 when it did not (expired or
 --! taken by another owner): a stale holder never deletes the new owner's key.
 --! DEL is the only write and runs last, under redis.pcall: an ACL refusal of GET or DEL is a
 --! REDKIT_NOPERM error and nothing changed.
 local token = ARGV[1]
+if token and #token >= 16 and #token <= 128 then
+  local holder = redis.pcall('GET', KEYS[1])
+  if holder == token then
+    if redis.pcall('DEL', KEYS[1]) == 1 then
+      return 1
+    end
+    -- DEL refused (ACL): nothing written; the path below answers the typed error.
+  elseif type(holder) ~= 'table' then
+    return 0
+  end
+end
 if not token or #token < 16 or #token > 128 then
   return redis.error_reply('REDKIT_INPUT token must be 16 to 128 bytes')
 end
