@@ -30,7 +30,7 @@
 //! - the goal rows paired (`paired`, benches/lean/paired.rs): the limiters, the decrement
 //!   and the default lock beside their seed scripts in alternating 1 s slices
 //!   (`REDKIT_LEAN_SLICE`), 9 pairs (`REDKIT_LEAN_PAIRS`), the median of the per-pair ratios
-//!   and their range; one more row runs the default window's script, v7 against v6 (before),
+//!   and their range; one more row runs the default window's script, v8 against v7 (before),
 //!   with the same calls through a script manager. Case `twin` runs the same rows on twin
 //!   redis-servers AT ONCE, redkit on one and the seed on the other, swapping servers pair by
 //!   pair; with `REDKIT_LEAN_PIN` both servers share the server CPUs, so the host's drift
@@ -689,7 +689,7 @@ async fn fixed_case(
 }
 
 /// Case `bodies`: Lua bodies through raw `redis::Script` on both sides (no redkit code on
-/// the client) against the seed limiter: `fixed_window.v7`'s body, and the seed with one
+/// the client) against the seed limiter: `fixed_window.v8`'s body, and the seed with one
 /// `PTTL` added. Their ratios against the seed, with one worker per client CPU and with more
 /// workers than CPUs (`REDKIT_LEAN_WORKERS`), show what a script's server time alone does to
 /// a row.
@@ -708,8 +708,8 @@ async fn bodies_case(
     );
     let (_, seed_op) = limiter_ops(&limiter, ips);
     let seed = run_op(conn, pid, secs, &seed_op).await;
-    let v7 = run_op(conn, pid, secs, &ops::raw_body_op(&limiter, ips, true)).await;
-    row("fixed_window.v7's body, raw redis::Script", &v7, &seed);
+    let shipped = run_op(conn, pid, secs, &ops::raw_body_op(&limiter, ips, true)).await;
+    row("fixed_window.v8's body, raw redis::Script", &shipped, &seed);
     let pttl = run_op(conn, pid, secs, &ops::raw_body_op(&limiter, ips, false)).await;
     row(
         "the seed with one PTTL added, raw redis::Script",
@@ -913,15 +913,11 @@ async fn limiter_ceilings(server: &support::RedisServer, conn: &mut MultiplexedC
     let mut cases: Vec<(String, Vec<&str>)> = versions("fixed_window")
         .into_iter()
         .map(|s| {
-            let args = vec![
-                "EVALSHA",
-                s.sha1(),
-                "1",
-                "ceil:rl:{a}",
-                &limit,
-                &window,
-                "1",
-            ];
+            let mut args = vec!["EVALSHA", s.sha1(), "1", "ceil:rl:{a}", &limit, &window];
+            if s.version() < 8 {
+                // v8 and later count 1 without a cost, as `FixedWindow` calls them.
+                args.push("1");
+            }
             (s.id().to_owned(), args)
         })
         .collect();
@@ -950,7 +946,6 @@ async fn limiter_ceilings(server: &support::RedisServer, conn: &mut MultiplexedC
                 "ceil:sw:{a}",
                 &limit,
                 &window,
-                "1",
             ],
         ),
     ]);
@@ -958,7 +953,7 @@ async fn limiter_ceilings(server: &support::RedisServer, conn: &mut MultiplexedC
         print_ceiling(name, ceiling(port, args));
     }
     let aligned = Registry::global()
-        .require("fixed_window_aligned", 1)
+        .require("fixed_window_aligned", 2)
         .unwrap();
     let args = [
         "EVALSHA",
@@ -967,7 +962,6 @@ async fn limiter_ceilings(server: &support::RedisServer, conn: &mut MultiplexedC
         "ceil:rl:{a}:1",
         &limit,
         &window,
-        "1",
     ];
     print_ceiling(aligned.id(), ceiling(port, &args));
     let window_s = (WINDOW_MS / 1000).to_string();
@@ -987,7 +981,6 @@ async fn limiter_ceilings(server: &support::RedisServer, conn: &mut MultiplexedC
         "ceil:rl:{__rand_int__}",
         &limit,
         &window,
-        "1",
     ];
     let name = format!("{}, 10k keys", default.id());
     print_ceiling(&name, ceiling(port, &args));

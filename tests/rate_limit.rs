@@ -266,8 +266,9 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     }
     // v7 converts the window only where it uses it: a bad limit or cost is refused on every
     // path; a bad window where a window starts or a counter lacks a TTL (nothing written),
-    // while a call in a running window does not read it.
-    let v7 = Registry::global().require("fixed_window", 7).unwrap();
+    // while a call in a running window does not read it. v8 (shipped) the same.
+    let v7 = fixtures::script("fixed_window", 7);
+    let v8 = Registry::global().require("fixed_window", 8).unwrap();
     let bad_limit_or_cost = [
         ("0", "1000", "1"),
         ("x", "1000", "1"),
@@ -292,7 +293,11 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         ("5", "9007199254740993", "1"),
     ];
     // (stored count, its PX)
-    for (stored, px) in [(None, None), (Some("3"), None), (Some("3"), Some("60000"))] {
+    let states = [(None, None), (Some("3"), None), (Some("3"), Some("60000"))];
+    for ((stored, px), (version, v7)) in states
+        .into_iter()
+        .flat_map(|state| [(7, v7), (8, v8)].map(|script| (state, script)))
+    {
         let key = "redkit:rl:raw7:{k:x}";
         let set = |v: &'static str| match px {
             Some(px) => vec!["SET", key, v, "PX", px],
@@ -301,7 +306,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         if let Some(v) = stored {
             let _: () = server.cmd(&set(v)).await;
         }
-        let label = format!("v7 {stored:?} PX {px:?}");
+        let label = format!("v{version} {stored:?} PX {px:?}");
         assert_refused(&manager, &mut conn, v7, key, &bad_limit_or_cost, &label).await;
         if px.is_none() {
             assert_refused(&manager, &mut conn, v7, key, &bad_window, &label).await;
@@ -923,7 +928,8 @@ async fn v5_packs_the_v4_reply_into_one_integer_when_it_fits() {
     let v4 = fixtures::script("fixed_window", 4);
     let v5 = fixtures::script("fixed_window", 5);
     let v6 = fixtures::script("fixed_window", 6);
-    let v7 = Registry::global().require("fixed_window", 7).unwrap();
+    let v7 = fixtures::script("fixed_window", 7);
+    let v8 = Registry::global().require("fixed_window", 8).unwrap();
     let big = "100000000000000"; // 10^14 ms: 10^14 * 2^32 does not fit 2^53
                                  // (stored, its PX, limit, window, cost, v5 answers one integer)
     let cases = [
@@ -948,7 +954,7 @@ async fn v5_packs_the_v4_reply_into_one_integer_when_it_fits() {
     ];
     for (i, (stored, px, limit, window, cost, packed)) in cases.into_iter().enumerate() {
         let mut replies = Vec::new();
-        for script in [v4, v5, v6, v7] {
+        for script in [v4, v5, v6, v7, v8] {
             let key = format!("pack:{{{i}}}:{}", script.version());
             if let Some(v) = stored {
                 let _: () = match px {
@@ -957,14 +963,18 @@ async fn v5_packs_the_v4_reply_into_one_integer_when_it_fits() {
                 };
             }
             let mut call = Call::new(script);
-            call.key(&key).arg(limit).arg(window).arg(cost);
+            call.key(&key).arg(limit).arg(window);
+            // v8 counts 1 without a cost, as the limiter calls it.
+            if script.version() < 8 || cost != "1" {
+                call.arg(cost);
+            }
             let reply: redis::Value = manager.invoke(&mut conn, &call).await.unwrap();
             replies.push(reply);
         }
         let case = format!("case {i}: {stored:?} {px:?} limit {limit} cost {cost}");
         let l: i64 = limit.parse().unwrap();
         let a = window_reply(&replies[0], l);
-        // v5, v6 and v7 answer alike.
+        // v5 to v8 answer alike.
         for reply in &replies[1..] {
             assert_eq!(
                 matches!(reply, redis::Value::Int(_)),

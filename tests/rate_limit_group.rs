@@ -1,5 +1,5 @@
 //! Group commit of fixed-window checks (`FixedWindow::with_group_commit`) against real Redis:
-//! `fixed_window_group.v1` answers and writes per key exactly what `fixed_window.v7` does, a
+//! `fixed_window_group.v1` answers and writes per key exactly what `fixed_window.v8` does, a
 //! group answers each check as if sent alone, a bad counter fails only its own check (nothing
 //! written), counts hold under a flood, and a Cluster run (groups spanning slots are refused
 //! by Redis before they run, then formed per slot).
@@ -260,15 +260,15 @@ async fn groups_work_on_a_cluster() {
     }
 }
 
-/// `fixed_window_group.v1` against `fixed_window.v7`, key by key, from the same states:
+/// `fixed_window_group.v1` against `fixed_window.v8`, key by key, from the same states:
 /// the same reply (count, allowed; the TTL within a second) or the same error, and the same
 /// counter afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_group_script_is_v7_per_key() {
+async fn the_group_script_is_the_single_key_script_per_key() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let manager = ScriptManager::new();
-    let v7 = Registry::global().require("fixed_window", 7).unwrap();
+    let single = Registry::global().require("fixed_window", 8).unwrap();
     let group = Registry::global().require("fixed_window_group", 1).unwrap();
     let limit = 3i64;
     // (name, setup of the key as a redis-cli line with `K` for the key, cost)
@@ -295,7 +295,7 @@ async fn the_group_script_is_v7_per_key() {
     };
     let mut gcall = Call::with_key_count(group, states.len());
     for (i, (_, line, _)) in states.iter().enumerate() {
-        let (a, b) = (format!("v7:{i}"), format!("grp:{i}"));
+        let (a, b) = (format!("single:{i}"), format!("grp:{i}"));
         for k in [&a, &b] {
             if !line.is_empty() {
                 let args = setup(k.clone(), line);
@@ -314,8 +314,8 @@ async fn the_group_script_is_v7_per_key() {
     };
     assert_eq!(grouped.len(), states.len());
     for (i, ((name, _, cost), got)) in states.iter().zip(grouped).enumerate() {
-        let mut call = Call::new(v7);
-        call.key(format!("v7:{i}"))
+        let mut call = Call::new(single);
+        call.key(format!("single:{i}"))
             .arg(limit)
             .arg(600_000)
             .arg(*cost);
@@ -340,7 +340,7 @@ async fn the_group_script_is_v7_per_key() {
         }
         // The same counter afterwards.
         for what in ["TYPE", "GET"] {
-            let a = format!("v7:{i}");
+            let a = format!("single:{i}");
             let b = format!("grp:{i}");
             if what == "GET" && name == &"a hash" {
                 continue;
@@ -349,7 +349,7 @@ async fn the_group_script_is_v7_per_key() {
             let y: Option<String> = server.cmd(&[what, &b]).await;
             assert_eq!(x, y, "{name}: {what}");
         }
-        let ta: i64 = server.cmd(&["PTTL", &format!("v7:{i}")]).await;
+        let ta: i64 = server.cmd(&["PTTL", &format!("single:{i}")]).await;
         let tb: i64 = server.cmd(&["PTTL", &format!("grp:{i}")]).await;
         assert!(
             (ta - tb).abs() < 1000 && (ta < 0) == (tb < 0),
@@ -358,7 +358,7 @@ async fn the_group_script_is_v7_per_key() {
     }
 }
 
-/// `(count, allowed, ttl in ms)` of a v7-style reply.
+/// `(count, allowed, ttl in ms)` of a single-key reply.
 fn reply_gist(v: &Value, limit: i64) -> (i64, i64, i64) {
     let (count, ttl, allowed) = match v {
         Value::Int(p) if *p >= 0 => (p % (limit + 1), p / (limit + 1), 1),
@@ -503,15 +503,15 @@ async fn a_frozen_server_fails_every_check_of_a_group_in_bounded_time() {
         .is_allowed());
 }
 
-/// `fixed_window_aligned_group.v1` against `fixed_window_aligned.v1`, key by key, from the
+/// `fixed_window_aligned_group.v1` against `fixed_window_aligned.v2`, key by key, from the
 /// same states: the same reply (one integer) or the same error, and the same counter after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_aligned_group_script_is_aligned_v1_per_key() {
+async fn the_aligned_group_script_is_the_aligned_script_per_key() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let manager = ScriptManager::new();
-    let v1 = Registry::global()
-        .require("fixed_window_aligned", 1)
+    let single = Registry::global()
+        .require("fixed_window_aligned", 2)
         .unwrap();
     let group = Registry::global()
         .require("fixed_window_aligned_group", 1)
@@ -539,7 +539,7 @@ async fn the_aligned_group_script_is_aligned_v1_per_key() {
     ];
     let mut gcall = Call::with_key_count(group, states.len());
     for (i, (_, line, _, _)) in states.iter().enumerate() {
-        for k in [format!("v1:{i}"), format!("grp:{i}")] {
+        for k in [format!("one:{i}"), format!("grp:{i}")] {
             if !line.is_empty() {
                 let args: Vec<String> = line
                     .split_whitespace()
@@ -563,8 +563,8 @@ async fn the_aligned_group_script_is_aligned_v1_per_key() {
     };
     assert_eq!(grouped.len(), states.len());
     for (i, ((name, _, ttl, cost), got)) in states.iter().zip(grouped).enumerate() {
-        let mut call = Call::new(v1);
-        call.key(format!("v1:{i}")).arg(limit).arg(*ttl).arg(*cost);
+        let mut call = Call::new(single);
+        call.key(format!("one:{i}")).arg(limit).arg(*ttl).arg(*cost);
         match (manager.invoke::<Value, _>(&mut conn, &call).await, got) {
             (Ok(a), g) => assert_eq!(a, g, "{name}"),
             (Err(e), Value::BulkString(g)) => {
@@ -578,7 +578,7 @@ async fn the_aligned_group_script_is_aligned_v1_per_key() {
             }
             (a, g) => panic!("{name}: {a:?} vs {g:?}"),
         }
-        let (a, b) = (format!("v1:{i}"), format!("grp:{i}"));
+        let (a, b) = (format!("one:{i}"), format!("grp:{i}"));
         let ta: String = server.cmd(&["TYPE", &a]).await;
         let tb: String = server.cmd(&["TYPE", &b]).await;
         assert_eq!(ta, tb, "{name}");

@@ -150,13 +150,17 @@ pub(crate) fn hot_key_ops(limiter: &Arc<FixedWindow>, key: &LimitKey) -> (Op, Op
 }
 
 /// A Lua body through raw `redis::Script` (no redkit code on the client), called as the
-/// limiter rows call theirs over the 10k IPs: `fixed_window.v7`'s body with the limiter's key
-/// and arguments when `v7`, else the seed limiter with one `PTTL` before it (the seed's
+/// limiter rows call theirs over the 10k IPs: `fixed_window.v8`'s body with the limiter's key
+/// and arguments when `shipped`, else the seed limiter with one `PTTL` before it (the seed's
 /// arguments). Case `bodies`: what a script's server time alone does to a row.
-pub(crate) fn raw_body_op(limiter: &Arc<FixedWindow>, ips: &Arc<Vec<LimitKey>>, v7: bool) -> Op {
-    let source = if v7 {
+pub(crate) fn raw_body_op(
+    limiter: &Arc<FixedWindow>,
+    ips: &Arc<Vec<LimitKey>>,
+    shipped: bool,
+) -> Op {
+    let source = if shipped {
         Registry::global()
-            .require("fixed_window", 7)
+            .require("fixed_window", 8)
             .unwrap()
             .source()
             .to_owned()
@@ -172,12 +176,11 @@ pub(crate) fn raw_body_op(limiter: &Arc<FixedWindow>, ips: &Arc<Vec<LimitKey>>, 
         let (s, l, k) = (s.clone(), l.clone(), k.clone());
         async move {
             let ip = &k[((t * 7919 + i * 64) as usize) % IPS];
-            if v7 {
+            if shipped {
                 let packed: i64 = s
                     .key(l.redis_key(ip))
                     .arg(LIMIT)
                     .arg(WINDOW_MS)
-                    .arg(1)
                     .invoke_async(&mut c)
                     .await
                     .unwrap();
@@ -206,7 +209,11 @@ pub(crate) fn window_version_op(
         async move {
             let key = l.redis_key(&k[((t * 7919 + i * 64) as usize) % IPS]);
             let mut call = Call::new(script);
-            call.key(&key).arg(LIMIT).arg(WINDOW_MS).arg(1);
+            call.key(&key).arg(LIMIT).arg(WINDOW_MS);
+            if version < 8 {
+                // v8 counts 1 without a cost, as the limiter calls it.
+                call.arg(1);
+            }
             // Allowed: the packed reply (v5 and later), a non-negative integer.
             let packed: i64 = m.invoke(&mut c, &call).await.unwrap();
             assert!(packed >= 0, "{packed}");

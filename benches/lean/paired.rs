@@ -172,9 +172,9 @@ pub(crate) fn comparisons(ips: &Arc<Vec<LimitKey>>) -> Vec<Comparison> {
         ),
         // Before and after, the same calls: this row's "seed" is the previous version.
         Comparison {
-            name: "fixed-window script alone: v7 / v6 (before), not the seed",
-            redkit: window_version_op(&default, ips, 7),
-            seed: window_version_op(&default, ips, 6),
+            name: "fixed-window script alone: v8 / v7 (before), not the seed",
+            redkit: window_version_op(&default, ips, 8),
+            seed: window_version_op(&default, ips, 7),
             stocked: false,
         },
         row(

@@ -260,8 +260,11 @@ impl SlidingWindow {
         let mut call = Call::new(self.script);
         call.key(self.redis_key(key))
             .arg(self.limit)
-            .arg(self.window_ms)
-            .arg(cost);
+            .arg(self.window_ms);
+        if cost != 1 {
+            // The script's default: one argument less to parse per call.
+            call.arg(cost);
+        }
         let reply = self.manager.invoke(conn, &call).await?;
         self.decode(reply, cost)
     }

@@ -24,7 +24,7 @@ use crate::script::{script_error, Call, CallOutcome, Registry, Script, ScriptMan
 
 /// A fixed-window rate limiter shared by every instance of a service.
 ///
-/// Each check is one `EVALSHA` of `lua/fixed_window.v7.lua`, which atomically reads the
+/// Each check is one `EVALSHA` of `lua/fixed_window.v8.lua`, which atomically reads the
 /// counter's TTL, adds the cost if it fits under the limit (`INCRBY`, undone when it does
 /// not), gives a new counter (or one found without a TTL) its expiry, and answers the count
 /// and the remaining milliseconds (PTTL).
@@ -40,7 +40,7 @@ use crate::script::{script_error, Call, CallOutcome, Registry, Script, ScriptMan
 /// **Windows aligned to the clock** ([`aligned_to_clock`](Self::aligned_to_clock)): every
 /// client's windows start at multiples of `window` since the Unix epoch (by the calling
 /// process's clock), each in its own key, and a check is ONE `INCRBY` on the server
-/// (`lua/fixed_window_aligned.v1.lua`): about the cost of the hand-written `INCR` + `EXPIRE`
+/// (`lua/fixed_window_aligned.v2.lua`): about the cost of the hand-written `INCR` + `EXPIRE`
 /// script, against two commands (PTTL + INCRBY) for windows that start at the first hit.
 /// The reset is the window's end by the caller's clock, so it needs the clocks of your
 /// service's instances to agree (NTP): a clock that is off by `d` moves that instance's
@@ -72,10 +72,10 @@ pub struct FixedWindow {
     rate: Rate,
     limit: u32,
     window_ms: u64,
-    /// `fixed_window.v7` (windows from the first hit) or, aligned to the clock,
-    /// `fixed_window_aligned.v1`.
+    /// `fixed_window.v8` (windows from the first hit) or, aligned to the clock,
+    /// `fixed_window_aligned.v2`.
     script: &'static Script,
-    /// `fixed_window_aligned.v1`, resolved up front.
+    /// `fixed_window_aligned.v2`, resolved up front.
     aligned_script: &'static Script,
     aligned: bool,
     manager: ScriptManager,
@@ -125,14 +125,14 @@ impl FixedWindow {
             "window",
             "must be between 1 ms and 2^53 - 1 ms",
         )?;
-        let script = Registry::embedded("fixed_window", 7);
+        let script = Registry::embedded("fixed_window", 8);
         Ok(Self {
             keys,
             rate: rate.with_period(Duration::from_millis(window_ms)),
             limit: rate.limit(),
             window_ms,
             script,
-            aligned_script: Registry::embedded("fixed_window_aligned", 1),
+            aligned_script: Registry::embedded("fixed_window_aligned", 2),
             aligned: false,
             manager: ScriptManager::new(),
             deny_cache: None,
@@ -196,7 +196,7 @@ impl FixedWindow {
     /// returns the first of them sends ONE script call (`lua/fixed_window_group.v1.lua`;
     /// aligned to the clock `lua/fixed_window_aligned_group.v1.lua`) settling the next
     /// [`max_batch`](GroupCommit::max_batch) in arrival order: each gets the decision it would
-    /// have got alone (the script runs `fixed_window.v7`'s, or `fixed_window_aligned.v1`'s,
+    /// have got alone (the script runs `fixed_window.v8`'s, or `fixed_window_aligned.v2`'s,
     /// steps per key). Under a flood the limiter then keeps up with a hand-written `INCR` +
     /// `EXPIRE` script (measured in `docs/benchmarks.md`, "Group commit for the limiter").
     ///
@@ -755,10 +755,14 @@ impl FixedWindow {
     }
 
     /// The call checking `cost` units on the counter `redis_key`, `ttl_ms` the window (or
-    /// aligned to the clock, a new counter's TTL): what [`call`](Self::call) builds.
+    /// aligned to the clock, a new counter's TTL): what [`call`](Self::call) builds. A cost of
+    /// 1 is not sent (the scripts' default: one argument less to parse per call).
     fn single_call(&self, redis_key: &str, cost: u32, ttl_ms: u64) -> Call<'static> {
         let mut call = Call::new(self.script);
-        call.key(redis_key).arg(self.limit).arg(ttl_ms).arg(cost);
+        call.key(redis_key).arg(self.limit).arg(ttl_ms);
+        if cost != 1 {
+            call.arg(cost);
+        }
         call
     }
 

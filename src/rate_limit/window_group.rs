@@ -48,7 +48,7 @@ pub(super) enum Checks {}
 impl Grouped for Checks {
     type Key = Option<Slot>;
     type Payload = Check;
-    /// The check's reply (as `fixed_window.v7` answers it); errors already mapped.
+    /// The check's reply (as `fixed_window.v8` answers it); errors already mapped.
     type Outcome = Value;
     const WHAT: GroupOperation = GroupOperation::RateLimitCheck;
 }

@@ -357,7 +357,7 @@ impl Registry {
     ///
     /// ```
     /// let registry = redkit::Registry::global();
-    /// assert_eq!(registry.require("fixed_window", 7)?.id(), "fixed_window.v7");
+    /// assert_eq!(registry.require("fixed_window", 8)?.id(), "fixed_window.v8");
     /// let missing = registry.require("fixed_window", 999).unwrap_err();
     /// assert!(missing.to_string().contains("fixed_window.v999"));
     /// # Ok::<(), redkit::Error>(())
