@@ -125,22 +125,7 @@ const STOCK: u64 = Inventory::MAX_QUANTITY;
 const SEED_LIMITER: &str = include_str!("lua/seed_limiter.lua");
 
 /// go-redis/redis_rate's GCRA (`allowN`), as users copy it: float seconds, TTL in seconds.
-const SEED_GCRA: &str = r"
-local burst, rate, period, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local interval = period / rate
-local increment = interval * cost
-local burst_offset = interval * burst
-local t = redis.call('TIME')
-local now = (t[1] - 1483228800) + t[2] / 1000000
-local tat = redis.call('GET', KEYS[1])
-if not tat then tat = now else tat = tonumber(tat) end
-tat = math.max(tat, now)
-local new_tat = tat + increment
-local diff = now - (new_tat - burst_offset)
-if diff / interval < 0 then return {0, 0, tostring(-diff), tostring(tat - now)} end
-local reset_after = new_tat - now
-if reset_after > 0 then redis.call('SET', KEYS[1], new_tat, 'EX', math.ceil(reset_after)) end
-return {cost, tostring(diff / interval), '-1', tostring(reset_after)}";
+const SEED_GCRA: &str = include_str!("lua/seed_gcra.lua");
 
 /// python `limits`' sliding window (two keys, previous and current), as it ships.
 const SEED_SLIDING: &str = include_str!("lua/seed_sliding.lua");
@@ -923,15 +908,14 @@ async fn limiter_ceilings(server: &support::RedisServer, conn: &mut MultiplexedC
         .collect();
     cases.extend([
         (
-            "gcra.v2".into(),
+            "gcra.v3".into(),
             vec![
                 "EVALSHA",
-                Registry::global().require("gcra", 2).unwrap().sha1(),
+                Registry::global().require("gcra", 3).unwrap().sha1(),
                 "1",
                 "ceil:gcra:{a}",
                 &interval,
                 &limit,
-                "1",
             ],
         ),
         (

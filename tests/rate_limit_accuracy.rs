@@ -42,7 +42,7 @@ async fn keyspace(conn: &mut MultiplexedConnection) -> BTreeMap<Vec<u8>, (Vec<u8
 
 // ---------------------------------------------------------------- GCRA
 
-/// The GCRA of `lua/gcra.v2.lua` in Rust: the same integer arithmetic on microseconds.
+/// The GCRA of `lua/gcra.v3.lua` in Rust: the same integer arithmetic on microseconds.
 struct GcraModel {
     interval: i64,
     burst: i64,
@@ -88,9 +88,13 @@ async fn gcra_raw(
     burst: i64,
     cost: i64,
 ) -> [i64; 5] {
-    let script = Registry::global().require("gcra", 2).unwrap();
+    let script = Registry::global().require("gcra", 3).unwrap();
     let mut call = Call::new(script);
-    call.key(key).arg(interval_us).arg(burst).arg(cost);
+    call.key(key).arg(interval_us).arg(burst);
+    // A cost of 1 left out, as the limiter sends it.
+    if cost != 1 {
+        call.arg(cost);
+    }
     let v: Vec<i64> = ScriptManager::new().invoke(conn, &call).await.unwrap();
     v.try_into().unwrap()
 }
@@ -372,7 +376,7 @@ async fn gcra_refuses_bad_stored_values_and_wrong_types_writing_nothing() {
     // The script validates its arguments again (second line of defence), as numbers: nothing
     // written for a value that is not an integer 1..10^15 (cost included, on its own path
     // when it is not "1"), or a bucket of 10^15 us or more.
-    let script = Registry::global().require("gcra", 2).unwrap();
+    let script = Registry::global().require("gcra", 3).unwrap();
     for (interval, burst, cost) in [
         ("0", "1", "1"),
         ("1", "0", "1"),

@@ -34,7 +34,7 @@ use crate::script::{Call, Registry, Script, ScriptManager};
 /// **Storage and time.** One key per client, `<prefix>:<name>:{<canonical key>}` (prefix [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) unless [`with_prefix`](Self::with_prefix) chooses another), holding the
 /// theoretical arrival time (TAT) in microseconds of the server's `TIME`, with a TTL equal to
 /// the time until the bucket is full (a full bucket is no key). Each check is one `EVALSHA`
-/// of `lua/gcra.v2.lua`: no client clock is involved. Cheap to clone.
+/// of `lua/gcra.v3.lua`: no client clock is involved. Cheap to clone.
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
@@ -116,7 +116,7 @@ impl Gcra {
             rate: rate.with_period(Duration::from_micros(period_us)),
             burst,
             interval_us,
-            script: Registry::embedded("gcra", 2),
+            script: Registry::embedded("gcra", 3),
             manager: ScriptManager::new(),
             deny_cache: None,
         })
@@ -314,10 +314,11 @@ impl Gcra {
             return Ok(decision);
         }
         let mut call = Call::new(self.script);
-        call.key(&redis_key)
-            .arg(self.interval_us)
-            .arg(self.burst)
-            .arg(cost);
+        call.key(&redis_key).arg(self.interval_us).arg(self.burst);
+        if cost != 1 {
+            // The script's default: one argument less to parse per call.
+            call.arg(cost);
+        }
         let sent = Instant::now();
         let reply = self.manager.invoke(conn, &call).await?;
         let decision = self.decode(reply, cost)?;
@@ -448,7 +449,7 @@ mod tests {
             "limit: 10",
             "burst: 20",
             "1s",
-            "gcra.v2",
+            "gcra.v3",
             "redkit:gcra",
         ] {
             assert!(debug.contains(part), "{part} in {debug}");

@@ -188,7 +188,7 @@ pub struct RegistryProblem {
 ///
 /// ```
 /// let registry = redkit::Registry::global();
-/// let script = registry.require("gcra", 2)?;
+/// let script = registry.require("gcra", 3)?;
 /// assert_eq!(script.key_count(), 1);
 /// assert!(registry.problems().is_empty());
 /// # Ok::<(), redkit::Error>(())
