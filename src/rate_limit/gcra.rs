@@ -10,7 +10,7 @@ use super::deny_cache::DenyCache;
 use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
 use super::rate::Rate;
-use super::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
+use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
 use super::reply::{ints, non_negative};
 use crate::error::{Error, Result};
 use crate::script::{Call, Registry, Script, ScriptManager};
@@ -315,10 +315,7 @@ impl Gcra {
         }
         let mut call = Call::new(self.script);
         call.key(&redis_key).arg(self.interval_us).arg(self.burst);
-        if cost != 1 {
-            // The script's default: one argument less to parse per call.
-            call.arg(cost);
-        }
+        push_cost(&mut call, cost);
         let sent = Instant::now();
         let reply = self.manager.invoke(conn, &call).await?;
         let decision = self.decode(reply, cost)?;

@@ -12,6 +12,16 @@ use super::key::LimitKey;
 use super::rate::Rate;
 use super::wait;
 use crate::error::Result;
+use crate::script::Call;
+
+/// Adds a check's `cost` as the last argument of a limiter script's call, unless it is 1:
+/// every limiter script counts 1 without it, and an argument left out is one less for Redis
+/// to parse per call.
+pub(super) fn push_cost(call: &mut Call<'_>, cost: u32) {
+    if cost != 1 {
+        call.arg(cost);
+    }
+}
 
 /// What a rate-limiting algorithm provides: a name, a [`Rate`], keys under a prefix, and
 /// checks answered as a [`Decision`] whose `retry_after` is a lower bound a cache can trust

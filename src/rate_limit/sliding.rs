@@ -9,7 +9,7 @@ use super::decision::{Decision, Quota};
 use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
 use super::rate::Rate;
-use super::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
+use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
 use super::reply::{ints, non_negative};
 use crate::error::{Error, Result};
 use crate::script::{Call, Registry, Script, ScriptManager};
@@ -261,10 +261,7 @@ impl SlidingWindow {
         call.key(self.redis_key(key))
             .arg(self.limit)
             .arg(self.window_ms);
-        if cost != 1 {
-            // The script's default: one argument less to parse per call.
-            call.arg(cost);
-        }
+        push_cost(&mut call, cost);
         let reply = self.manager.invoke(conn, &call).await?;
         self.decode(reply, cost)
     }

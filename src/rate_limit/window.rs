@@ -16,7 +16,7 @@ use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
 use super::lease::{Ask, Leases, Local, QuotaLease};
 use super::rate::Rate;
-use super::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
+use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
 use super::window_group::{GroupSender, WindowGroups};
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
@@ -760,9 +760,7 @@ impl FixedWindow {
     fn single_call(&self, redis_key: &str, cost: u32, ttl_ms: u64) -> Call<'static> {
         let mut call = Call::new(self.script);
         call.key(redis_key).arg(self.limit).arg(ttl_ms);
-        if cost != 1 {
-            call.arg(cost);
-        }
+        push_cost(&mut call, cost);
         call
     }
 
