@@ -703,6 +703,71 @@ async fn cluster_failover_and_primary_kill_with_buyers_limiter_and_locks() {
     );
 }
 
+/// The layout watch asks the nodes in turn, primaries and replicas, not a random one: a hung
+/// node then delays it by one period per round, never several periods in a row (a random pick
+/// can land on the hung node period after period, and an idle connection then misses a
+/// failover). Counted on the servers: over 18 periods each of the 6 nodes answers about 3 of
+/// the watch's `CLUSTER SLOTS`.
+#[tokio::test]
+async fn the_layout_watch_asks_every_node_in_turn() {
+    let _serial = SERIAL.lock().await;
+    let cluster = RedisCluster::spawn().await;
+    // A replica is in `CLUSTER SLOTS` once it has replicated something: write to every shard,
+    // then wait until every node names all six.
+    let mut plain = cluster.conn().await;
+    for shard in ["{a}", "{b}", "{c}"] {
+        let _: () = redis::cmd("SET")
+            .arg(format!("fx:{shard}:k"))
+            .arg(1)
+            .query_async(&mut plain)
+            .await
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for node in &cluster.nodes {
+        loop {
+            let slots: Vec<Vec<redis::Value>> = node.cmd(&["CLUSTER", "SLOTS"]).await;
+            let named: usize = slots
+                .iter()
+                .map(|range| range.len().saturating_sub(2))
+                .sum();
+            if named == 6 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "replicas never listed: {slots:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let t = Timeouts::new(Duration::from_millis(300), Duration::from_millis(200)).unwrap();
+    let conn = connect::cluster(cluster.urls(), t).await.unwrap();
+    for node in &cluster.nodes {
+        let _: () = node.cmd(&["CONFIG", "RESETSTAT"]).await;
+    }
+    tokio::time::sleep(18 * t.call_bound()).await;
+    let mut asked = Vec::new();
+    for node in &cluster.nodes {
+        let stats: String = node.cmd(&["INFO", "commandstats"]).await;
+        let calls = stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_cluster|slots:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse::<u64>().unwrap());
+        asked.push(calls);
+    }
+    let (least, most) = (
+        asked.iter().copied().min().unwrap(),
+        asked.iter().copied().max().unwrap(),
+    );
+    assert!(
+        least >= 2 && most - least <= 1,
+        "CLUSTER SLOTS answered per node over 18 periods: {asked:?}"
+    );
+    assert_eq!(conn.rebuilds(), 0, "a steady layout was rebuilt");
+}
+
 /// A connection left idle through a hung primary's failover: its layout watch reads the
 /// promotion and rebuilds the slot map, so its first calls after the promotion succeed at
 /// once, as a busy connection's do, instead of each timing out on the hung node first.

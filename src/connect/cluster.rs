@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::SingleNodeRoutingInfo;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisError, RedisFuture, RedisResult};
 use redis::{ServerErrorKind, Value};
 
-use super::slots::{layout_of, slot_ranges};
+use super::slots::{layout_of, nodes_of, slot_ranges};
 use super::Timeouts;
 use crate::Result;
 
@@ -86,7 +86,8 @@ pub async fn cluster<T: IntoConnectionInfo>(
 ///   node added) rebuilds the slot map in the background (once more at the next read, and at
 ///   every read until a rebuild succeeds), so a connection left idle through a failover finds
 ///   the promoted replica before its next call, not by timing out on the old primary. The
-///   watch ends when the last clone is dropped.
+///   watch ends when the last clone is dropped. It asks the nodes in turn, so a hung node
+///   delays it by one period at most.
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
@@ -340,6 +341,10 @@ impl Cluster {
 
 /// The layout watch of a [`Cluster`] (see there): one `CLUSTER SLOTS` every call bound, a
 /// rebuild when the layout changed. Holds the connection only while it asks.
+///
+/// It asks the nodes the last reply named in turn, primaries and replicas (a random one until
+/// the first reply): a hung node costs one period per round, never several in a row, so a
+/// node that knows the new layout is asked within two periods of the failover.
 async fn watch(inner: Weak<Inner>) {
     let Some(period) = inner.upgrade().map(|i| i.timeouts.call_bound()) else {
         return;
@@ -350,6 +355,8 @@ async fn watch(inner: Weak<Inner>) {
     // watch may have been the first to know (the promoted replica itself), and the rebuild's
     // discovery may have read others that did not know yet.
     let mut again = false;
+    let mut nodes: Vec<(String, u16)> = Vec::new();
+    let mut last: Option<(String, u16)> = None;
     loop {
         ticks.tick().await;
         let Some(inner) = inner.upgrade() else {
@@ -357,21 +364,14 @@ async fn watch(inner: Weak<Inner>) {
         };
         let this = Cluster { inner };
         let (mut conn, generation) = this.current();
-        let asked = tokio::time::timeout(
-            period,
-            redis::cmd("CLUSTER")
-                .arg("SLOTS")
-                .query_async::<Value>(&mut conn),
-        )
-        .await;
-        // A node that does not answer (the hung one) or refuses: ask again next time.
-        let Ok(Ok(slots)) = asked else {
+        let Some(slots) = ask_slots(&mut conn, &nodes, &mut last, period).await else {
             continue;
         };
         let ranges = slot_ranges(&slots);
         if ranges.is_empty() {
             continue;
         }
+        nodes = nodes_of(&slots);
         let layout = layout_of(&ranges);
         // The first read is the layout the connection was built from; after it, the layout
         // the last successful rebuild was asked for. Until a rebuild for a changed layout
@@ -392,6 +392,50 @@ async fn watch(inner: Weak<Inner>) {
             this.rebuild(generation, Some(layout));
         }
     }
+}
+
+/// One `CLUSTER SLOTS` reply, asked of `nodes` (sorted) in turn, starting after `last` (the
+/// node asked last time; a random node when `nodes` is empty): a node that fails at once (no
+/// connection to it yet, a refusal) hands over to the next in the same round; one that does
+/// not answer within `period` ends the round, and the next round starts after it. The turn
+/// follows the nodes' order, not a position, so a node joining or leaving the list never
+/// makes the watch ask one node twice in a row.
+async fn ask_slots(
+    conn: &mut ClusterConnection,
+    nodes: &[(String, u16)],
+    last: &mut Option<(String, u16)>,
+    period: Duration,
+) -> Option<Value> {
+    let started = Instant::now();
+    for _ in 0..nodes.len().max(1) {
+        let next = match last {
+            Some(last) => nodes.iter().find(|node| *node > last),
+            None => None,
+        }
+        .or(nodes.first())
+        .cloned();
+        let route = match &next {
+            Some((host, port)) => SingleNodeRoutingInfo::ByAddress {
+                host: host.clone(),
+                port: *port,
+            },
+            None => SingleNodeRoutingInfo::Random,
+        };
+        *last = next;
+        let left = period.saturating_sub(started.elapsed());
+        let cmd = redis::cmd("CLUSTER").arg("SLOTS").clone();
+        match tokio::time::timeout(
+            left,
+            conn.route_command(cmd, RoutingInfo::SingleNode(route)),
+        )
+        .await
+        {
+            Ok(Ok(slots)) => return Some(slots),
+            Ok(Err(_)) => {}
+            Err(_) => return None,
+        }
+    }
+    None
 }
 
 /// How to follow an error reply that means the single command did not run.

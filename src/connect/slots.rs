@@ -65,6 +65,41 @@ pub(crate) fn slot_ranges(reply: &Value) -> Vec<Range> {
     ranges
 }
 
+/// Every node a `CLUSTER SLOTS` reply names, primaries and replicas, as `(host, port)`, sorted
+/// and without repeats (an order that stays the same while the layout does); malformed
+/// entries are skipped.
+pub(crate) fn nodes_of(reply: &Value) -> Vec<(String, u16)> {
+    let Value::Array(entries) = reply else {
+        return Vec::new();
+    };
+    let mut nodes = Vec::new();
+    for entry in entries {
+        let Value::Array(fields) = entry else {
+            continue;
+        };
+        for node in fields.iter().skip(2) {
+            let Value::Array(node) = node else {
+                continue;
+            };
+            let host = match node.first() {
+                Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                Some(Value::SimpleString(s)) => s.clone(),
+                _ => continue,
+            };
+            let Some(Value::Int(port)) = node.get(1) else {
+                continue;
+            };
+            // An empty host means "the node this reply came from": not addressable here.
+            if let (false, Ok(port)) = (host.is_empty(), u16::try_from(*port)) {
+                nodes.push((host, port));
+            }
+        }
+    }
+    nodes.sort();
+    nodes.dedup();
+    nodes
+}
+
 /// The hash slot of a key without a hash tag other than its `{..}`: CRC16 (XMODEM) of the
 /// tag, modulo 16384, as Redis computes it.
 pub(crate) fn slot_of(key: &str) -> u16 {
@@ -147,6 +182,10 @@ mod tests {
             vec![(0, 5460), (5461, 10922), (10923, 16000)]
         );
         assert!(slot_ranges(&Value::Nil).is_empty());
+        // Every node named, primaries and replicas, once each, in a stable order.
+        let ports: Vec<u16> = nodes_of(&reply).into_iter().map(|(_, p)| p).collect();
+        assert_eq!(ports, vec![7000, 7001, 7002, 7003, 7004, 7005, 7006]);
+        assert!(nodes_of(&Value::Nil).is_empty());
         // A failover (another port for the same slots) is another layout.
         let moved = Value::Array(vec![
             range(0, 5460, 7001),
