@@ -42,24 +42,20 @@ pub(crate) fn slot_ranges(reply: &Value) -> Vec<Range> {
         let Value::Array(fields) = entry else {
             continue;
         };
-        let (Some(Value::Int(first)), Some(Value::Int(last)), Some(Value::Array(node))) =
+        let (Some(Value::Int(first)), Some(Value::Int(last)), Some(node)) =
             (fields.first(), fields.get(1), fields.get(2))
         else {
             continue;
         };
-        let (Some(host), Some(Value::Int(port))) = (node.first(), node.get(1)) else {
+        let Some((host, port)) = node_of(node) else {
             continue;
         };
-        let host = match host {
-            Value::BulkString(b) => b.clone(),
-            Value::SimpleString(s) => s.as_bytes().to_vec(),
-            _ => continue,
-        };
+        let host = host.to_vec();
         let (Ok(first), Ok(last)) = (u16::try_from(*first), u16::try_from(*last)) else {
             continue;
         };
         if first <= last && last < SLOTS {
-            ranges.push((first, last, host, *port));
+            ranges.push((first, last, host, port));
         }
     }
     ranges
@@ -78,26 +74,34 @@ pub(crate) fn nodes_of(reply: &Value) -> Vec<(String, u16)> {
             continue;
         };
         for node in fields.iter().skip(2) {
-            let Value::Array(node) = node else {
-                continue;
-            };
-            let host = match node.first() {
-                Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-                Some(Value::SimpleString(s)) => s.clone(),
-                _ => continue,
-            };
-            let Some(Value::Int(port)) = node.get(1) else {
+            let Some((host, port)) = node_of(node) else {
                 continue;
             };
             // An empty host means "the node this reply came from": not addressable here.
-            if let (false, Ok(port)) = (host.is_empty(), u16::try_from(*port)) {
-                nodes.push((host, port));
+            if let (false, Ok(port)) = (host.is_empty(), u16::try_from(port)) {
+                nodes.push((String::from_utf8_lossy(host).into_owned(), port));
             }
         }
     }
     nodes.sort();
     nodes.dedup();
     nodes
+}
+
+/// The host and port of one node of a `CLUSTER SLOTS` range (`[host, port, ..]`).
+fn node_of(node: &Value) -> Option<(&[u8], i64)> {
+    let Value::Array(node) = node else {
+        return None;
+    };
+    let host = match node.first()? {
+        Value::BulkString(b) => b.as_slice(),
+        Value::SimpleString(s) => s.as_bytes(),
+        _ => return None,
+    };
+    match node.get(1)? {
+        Value::Int(port) => Some((host, *port)),
+        _ => None,
+    }
 }
 
 /// The hash slot of a key without a hash tag other than its `{..}`: CRC16 (XMODEM) of the
