@@ -1,5 +1,5 @@
 //! Group commit of fixed-window checks (`FixedWindow::with_group_commit`) against real Redis:
-//! `fixed_window_group.v1` answers and writes per key exactly what `fixed_window.v8` does, a
+//! `fixed_window_group.v2` answers and writes per key exactly what `fixed_window.v8` does, a
 //! group answers each check as if sent alone, a bad counter fails only its own check (nothing
 //! written), counts hold under a flood, and a Cluster run (groups spanning slots are refused
 //! by Redis before they run, then formed per slot).
@@ -260,16 +260,17 @@ async fn groups_work_on_a_cluster() {
     }
 }
 
-/// `fixed_window_group.v1` against `fixed_window.v8`, key by key, from the same states:
+/// `fixed_window_group.v2` against `fixed_window.v8`, key by key, from the same states:
 /// the same reply (count, allowed; the TTL within a second) or the same error, and the same
-/// counter afterwards.
+/// counter afterwards. Twice: every cost sent to both, then the states of cost 1 with no cost
+/// sent to either (as the limiter sends them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_group_script_is_the_single_key_script_per_key() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let manager = ScriptManager::new();
     let single = Registry::global().require("fixed_window", 8).unwrap();
-    let group = Registry::global().require("fixed_window_group", 1).unwrap();
+    let group = Registry::global().require("fixed_window_group", 2).unwrap();
     let limit = 3i64;
     // (name, setup of the key as a redis-cli line with `K` for the key, cost)
     let states: [(&str, &str, u32); 12] = [
@@ -293,68 +294,87 @@ async fn the_group_script_is_the_single_key_script_per_key() {
             .collect();
         args
     };
-    let mut gcall = Call::with_key_count(group, states.len());
-    for (i, (_, line, _)) in states.iter().enumerate() {
-        let (a, b) = (format!("single:{i}"), format!("grp:{i}"));
-        for k in [&a, &b] {
-            if !line.is_empty() {
-                let args = setup(k.clone(), line);
-                let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-                let _: Value = server.cmd(&refs).await;
+    for send_costs in [true, false] {
+        let states: Vec<(&str, &str, u32)> = states
+            .iter()
+            .copied()
+            .filter(|(_, _, cost)| send_costs || *cost == 1)
+            .collect();
+        let mut gcall = Call::with_key_count(group, states.len());
+        for (i, (_, line, _)) in states.iter().enumerate() {
+            let (a, b) = (
+                format!("single:{send_costs}:{i}"),
+                format!("grp:{send_costs}:{i}"),
+            );
+            for k in [&a, &b] {
+                if !line.is_empty() {
+                    let args = setup(k.clone(), line);
+                    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+                    let _: Value = server.cmd(&refs).await;
+                }
+            }
+            gcall.key(b);
+        }
+        gcall.arg(limit).arg(600_000);
+        if send_costs {
+            for (_, _, cost) in &states {
+                gcall.arg(*cost);
             }
         }
-        gcall.key(b);
-    }
-    gcall.arg(limit).arg(600_000);
-    for (_, _, cost) in &states {
-        gcall.arg(*cost);
-    }
-    let Value::Array(grouped) = manager.invoke::<Value, _>(&mut conn, &gcall).await.unwrap() else {
-        panic!("not an array")
-    };
-    assert_eq!(grouped.len(), states.len());
-    for (i, ((name, _, cost), got)) in states.iter().zip(grouped).enumerate() {
-        let mut call = Call::new(single);
-        call.key(format!("single:{i}"))
-            .arg(limit)
-            .arg(600_000)
-            .arg(*cost);
-        let alone = manager.invoke::<Value, _>(&mut conn, &call).await;
-        match (alone, got) {
-            (Ok(a), g) => {
-                let (x, y) = (reply_gist(&a, limit), reply_gist(&g, limit));
-                assert_eq!((x.0, x.1), (y.0, y.1), "{name}: {a:?} vs {g:?}");
-                assert!((x.2 - y.2).abs() < 1000, "{name}: {a:?} vs {g:?}");
+        let Value::Array(grouped) = manager.invoke::<Value, _>(&mut conn, &gcall).await.unwrap()
+        else {
+            panic!("not an array")
+        };
+        assert_eq!(grouped.len(), states.len());
+        for (i, ((name, _, cost), got)) in states.iter().zip(grouped).enumerate() {
+            let mut call = Call::new(single);
+            call.key(format!("single:{send_costs}:{i}"))
+                .arg(limit)
+                .arg(600_000);
+            if send_costs {
+                call.arg(*cost);
             }
-            (Err(e), Value::BulkString(g)) => {
-                let text = String::from_utf8(g).unwrap();
-                let code = text.split(' ').next().unwrap().to_owned();
-                let expected = match e {
-                    Error::CorruptData { .. } => "REDKIT_DATA",
-                    Error::WrongType { .. } => "WRONGTYPE",
-                    other => panic!("{name}: {other:?}"),
-                };
-                assert_eq!(code, expected, "{name}");
+            let alone = manager.invoke::<Value, _>(&mut conn, &call).await;
+            match (alone, got) {
+                (Ok(a), g) => {
+                    let (x, y) = (reply_gist(&a, limit), reply_gist(&g, limit));
+                    assert_eq!((x.0, x.1), (y.0, y.1), "{name}: {a:?} vs {g:?}");
+                    assert!((x.2 - y.2).abs() < 1000, "{name}: {a:?} vs {g:?}");
+                }
+                (Err(e), Value::BulkString(g)) => {
+                    let text = String::from_utf8(g).unwrap();
+                    let code = text.split(' ').next().unwrap().to_owned();
+                    let expected = match e {
+                        Error::CorruptData { .. } => "REDKIT_DATA",
+                        Error::WrongType { .. } => "WRONGTYPE",
+                        other => panic!("{name}: {other:?}"),
+                    };
+                    assert_eq!(code, expected, "{name}");
+                }
+                (a, g) => panic!("{name}: {a:?} vs {g:?}"),
             }
-            (a, g) => panic!("{name}: {a:?} vs {g:?}"),
+            // The same counter afterwards.
+            for what in ["TYPE", "GET"] {
+                let a = format!("single:{send_costs}:{i}");
+                let b = format!("grp:{send_costs}:{i}");
+                if what == "GET" && name == &"a hash" {
+                    continue;
+                }
+                let x: Option<String> = server.cmd(&[what, &a]).await;
+                let y: Option<String> = server.cmd(&[what, &b]).await;
+                assert_eq!(x, y, "{name}: {what}");
+            }
+            let ta: i64 = server
+                .cmd(&["PTTL", &format!("single:{send_costs}:{i}")])
+                .await;
+            let tb: i64 = server
+                .cmd(&["PTTL", &format!("grp:{send_costs}:{i}")])
+                .await;
+            assert!(
+                (ta - tb).abs() < 1000 && (ta < 0) == (tb < 0),
+                "{name}: {ta} vs {tb}"
+            );
         }
-        // The same counter afterwards.
-        for what in ["TYPE", "GET"] {
-            let a = format!("single:{i}");
-            let b = format!("grp:{i}");
-            if what == "GET" && name == &"a hash" {
-                continue;
-            }
-            let x: Option<String> = server.cmd(&[what, &a]).await;
-            let y: Option<String> = server.cmd(&[what, &b]).await;
-            assert_eq!(x, y, "{name}: {what}");
-        }
-        let ta: i64 = server.cmd(&["PTTL", &format!("single:{i}")]).await;
-        let tb: i64 = server.cmd(&["PTTL", &format!("grp:{i}")]).await;
-        assert!(
-            (ta - tb).abs() < 1000 && (ta < 0) == (tb < 0),
-            "{name}: {ta} vs {tb}"
-        );
     }
 }
 
@@ -503,8 +523,10 @@ async fn a_frozen_server_fails_every_check_of_a_group_in_bounded_time() {
         .is_allowed());
 }
 
-/// `fixed_window_aligned_group.v1` against `fixed_window_aligned.v2`, key by key, from the
+/// `fixed_window_aligned_group.v2` against `fixed_window_aligned.v2`, key by key, from the
 /// same states: the same reply (one integer) or the same error, and the same counter after.
+/// Twice: every cost sent to both, then the states of cost 1 with no cost sent to either (as
+/// the limiter sends them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_aligned_group_script_is_the_aligned_script_per_key() {
     let server = RedisServer::spawn().await;
@@ -514,7 +536,7 @@ async fn the_aligned_group_script_is_the_aligned_script_per_key() {
         .require("fixed_window_aligned", 2)
         .unwrap();
     let group = Registry::global()
-        .require("fixed_window_aligned_group", 1)
+        .require("fixed_window_aligned_group", 2)
         .unwrap();
     let limit = 3i64;
     // (name, setup with `K` for the key, TTL for a new counter, cost)
@@ -537,62 +559,83 @@ async fn the_aligned_group_script_is_the_aligned_script_per_key() {
         ("negative", "SET K -1 PX 600000", 60_000, 1),
         ("a hash", "HSET K f v", 60_000, 1),
     ];
-    let mut gcall = Call::with_key_count(group, states.len());
-    for (i, (_, line, _, _)) in states.iter().enumerate() {
-        for k in [format!("one:{i}"), format!("grp:{i}")] {
-            if !line.is_empty() {
-                let args: Vec<String> = line
-                    .split_whitespace()
-                    .map(|a| if a == "K" { k.clone() } else { a.to_owned() })
-                    .collect();
-                let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-                let _: Value = server.cmd(&refs).await;
+    for send_costs in [true, false] {
+        let states: Vec<(&str, &str, u64, u32)> = states
+            .iter()
+            .copied()
+            .filter(|(_, _, _, cost)| send_costs || *cost == 1)
+            .collect();
+        let mut gcall = Call::with_key_count(group, states.len());
+        for (i, (_, line, _, _)) in states.iter().enumerate() {
+            for k in [
+                format!("one:{send_costs}:{i}"),
+                format!("grp:{send_costs}:{i}"),
+            ] {
+                if !line.is_empty() {
+                    let args: Vec<String> = line
+                        .split_whitespace()
+                        .map(|a| if a == "K" { k.clone() } else { a.to_owned() })
+                        .collect();
+                    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+                    let _: Value = server.cmd(&refs).await;
+                }
+            }
+            gcall.key(format!("grp:{send_costs}:{i}"));
+        }
+        gcall.arg(limit);
+        for (_, _, ttl, _) in &states {
+            gcall.arg(*ttl);
+        }
+        if send_costs {
+            for (_, _, _, cost) in &states {
+                gcall.arg(*cost);
             }
         }
-        gcall.key(format!("grp:{i}"));
-    }
-    gcall.arg(limit);
-    for (_, _, ttl, _) in &states {
-        gcall.arg(*ttl);
-    }
-    for (_, _, _, cost) in &states {
-        gcall.arg(*cost);
-    }
-    let Value::Array(grouped) = manager.invoke::<Value, _>(&mut conn, &gcall).await.unwrap() else {
-        panic!("not an array")
-    };
-    assert_eq!(grouped.len(), states.len());
-    for (i, ((name, _, ttl, cost), got)) in states.iter().zip(grouped).enumerate() {
-        let mut call = Call::new(single);
-        call.key(format!("one:{i}")).arg(limit).arg(*ttl).arg(*cost);
-        match (manager.invoke::<Value, _>(&mut conn, &call).await, got) {
-            (Ok(a), g) => assert_eq!(a, g, "{name}"),
-            (Err(e), Value::BulkString(g)) => {
-                let text = String::from_utf8(g).unwrap();
-                let expected = match e {
-                    Error::CorruptData { .. } => "REDKIT_DATA",
-                    Error::WrongType { .. } => "WRONGTYPE",
-                    other => panic!("{name}: {other:?}"),
-                };
-                assert_eq!(text.split(' ').next(), Some(expected), "{name}");
+        let Value::Array(grouped) = manager.invoke::<Value, _>(&mut conn, &gcall).await.unwrap()
+        else {
+            panic!("not an array")
+        };
+        assert_eq!(grouped.len(), states.len());
+        for (i, ((name, _, ttl, cost), got)) in states.iter().zip(grouped).enumerate() {
+            let mut call = Call::new(single);
+            call.key(format!("one:{send_costs}:{i}"))
+                .arg(limit)
+                .arg(*ttl);
+            if send_costs {
+                call.arg(*cost);
             }
-            (a, g) => panic!("{name}: {a:?} vs {g:?}"),
+            match (manager.invoke::<Value, _>(&mut conn, &call).await, got) {
+                (Ok(a), g) => assert_eq!(a, g, "{name}"),
+                (Err(e), Value::BulkString(g)) => {
+                    let text = String::from_utf8(g).unwrap();
+                    let expected = match e {
+                        Error::CorruptData { .. } => "REDKIT_DATA",
+                        Error::WrongType { .. } => "WRONGTYPE",
+                        other => panic!("{name}: {other:?}"),
+                    };
+                    assert_eq!(text.split(' ').next(), Some(expected), "{name}");
+                }
+                (a, g) => panic!("{name}: {a:?} vs {g:?}"),
+            }
+            let (a, b) = (
+                format!("one:{send_costs}:{i}"),
+                format!("grp:{send_costs}:{i}"),
+            );
+            let ta: String = server.cmd(&["TYPE", &a]).await;
+            let tb: String = server.cmd(&["TYPE", &b]).await;
+            assert_eq!(ta, tb, "{name}");
+            if ta == "string" {
+                let va: String = server.cmd(&["GET", &a]).await;
+                let vb: String = server.cmd(&["GET", &b]).await;
+                assert_eq!(va, vb, "{name}");
+            }
+            let pa: i64 = server.cmd(&["PTTL", &a]).await;
+            let pb: i64 = server.cmd(&["PTTL", &b]).await;
+            assert!(
+                (pa - pb).abs() < 1000 && (pa < 0) == (pb < 0),
+                "{name}: {pa} vs {pb}"
+            );
         }
-        let (a, b) = (format!("one:{i}"), format!("grp:{i}"));
-        let ta: String = server.cmd(&["TYPE", &a]).await;
-        let tb: String = server.cmd(&["TYPE", &b]).await;
-        assert_eq!(ta, tb, "{name}");
-        if ta == "string" {
-            let va: String = server.cmd(&["GET", &a]).await;
-            let vb: String = server.cmd(&["GET", &b]).await;
-            assert_eq!(va, vb, "{name}");
-        }
-        let pa: i64 = server.cmd(&["PTTL", &a]).await;
-        let pb: i64 = server.cmd(&["PTTL", &b]).await;
-        assert!(
-            (pa - pb).abs() < 1000 && (pa < 0) == (pb < 0),
-            "{name}: {pa} vs {pb}"
-        );
     }
 }
 

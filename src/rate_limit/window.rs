@@ -80,10 +80,10 @@ pub struct FixedWindow {
     aligned: bool,
     manager: ScriptManager,
     deny_cache: Option<DenyCache>,
-    /// The script of a group: `fixed_window_group.v1`, or aligned to the clock
-    /// `fixed_window_aligned_group.v1`.
+    /// The script of a group: `fixed_window_group.v2`, or aligned to the clock
+    /// `fixed_window_aligned_group.v2`.
     group_script: &'static Script,
-    /// `fixed_window_aligned_group.v1`, resolved up front.
+    /// `fixed_window_aligned_group.v2`, resolved up front.
     aligned_group_script: &'static Script,
     /// The queues of group commit, when enabled (shared by clones).
     groups: Option<Arc<WindowGroups>>,
@@ -136,8 +136,8 @@ impl FixedWindow {
             aligned: false,
             manager: ScriptManager::new(),
             deny_cache: None,
-            group_script: Registry::embedded("fixed_window_group", 1),
-            aligned_group_script: Registry::embedded("fixed_window_aligned_group", 1),
+            group_script: Registry::embedded("fixed_window_group", 2),
+            aligned_group_script: Registry::embedded("fixed_window_aligned_group", 2),
             groups: None,
             leases: None,
         })
@@ -193,8 +193,8 @@ impl FixedWindow {
     /// coalesced, each still on its own counter. A check alone goes straight through (the
     /// ordinary call, no timer, no added latency); checks arriving while
     /// [`max_in_flight`](GroupCommit::max_in_flight) calls are in flight queue up, and when one
-    /// returns the first of them sends ONE script call (`lua/fixed_window_group.v1.lua`;
-    /// aligned to the clock `lua/fixed_window_aligned_group.v1.lua`) settling the next
+    /// returns the first of them sends ONE script call (`lua/fixed_window_group.v2.lua`;
+    /// aligned to the clock `lua/fixed_window_aligned_group.v2.lua`) settling the next
     /// [`max_batch`](GroupCommit::max_batch) in arrival order: each gets the decision it would
     /// have got alone (the script runs `fixed_window.v8`'s, or `fixed_window_aligned.v2`'s,
     /// steps per key). Under a flood the limiter then keeps up with a hand-written `INCR` +

@@ -156,7 +156,8 @@ impl WindowGroups {
 }
 
 /// The group call of `members`: `fixed_window_group` (limit, window, the costs) or, aligned
-/// to the clock, `fixed_window_aligned_group` (limit, each new counter's TTL, the costs).
+/// to the clock, `fixed_window_aligned_group` (limit, each new counter's TTL, the costs). The
+/// costs are left out when every one is 1: both scripts then count 1 per key.
 fn group_call<L: GroupSender>(
     limiter: &L,
     script: &'static Script,
@@ -175,8 +176,10 @@ fn group_call<L: GroupSender>(
         // Every member's window is the limiter's.
         group.arg(limiter.window_ms());
     }
-    for member in members {
-        group.arg(member.cost);
+    if members.iter().any(|member| member.cost != 1) {
+        for member in members {
+            group.arg(member.cost);
+        }
     }
     group
 }
@@ -211,7 +214,7 @@ mod tests {
     use crate::Registry;
 
     fn script() -> &'static Script {
-        Registry::embedded("fixed_window_group", 1)
+        Registry::embedded("fixed_window_group", 2)
     }
 
     #[test]

@@ -1,45 +1,58 @@
 --! keys: variadic
---! Group commit of checks of windows aligned to the clock: n checks of ONE limiter (same
---! limit), each on its own counter (the window's number in the key, each with its TTL), in
---! one call. Each check is exactly fixed_window_aligned.v1 on its key (same steps, writes and
---! reply), so a key's outcome is the one v1 would give; the checks run in order, atomically
---! together. Server cost: one script call for n checks instead of n.
+--! Group commit of checks of windows aligned to the clock, v2: v1's contract with the costs
+--! optional: a call without them counts 1 for every key (each EVALSHA argument costs the
+--! server about 5 % of a hand-written limiter's time per call, and a group's checks almost
+--! always cost 1). n checks of ONE limiter (same limit), each on its own counter (the
+--! window's number in the key, each with its TTL), in one call. Each check is exactly
+--! fixed_window_aligned.v2 on its key (same steps, writes and reply), so a key's outcome is
+--! the one it would give; the checks run in order, atomically together. Server cost: one
+--! script call for n checks instead of n.
 --! KEYS[1..n] = window counters (one slot on a Cluster). ARGV[1] = limit, ARGV[2..n+1] = each
---! check's TTL in ms for a new counter, ARGV[n+2..2n+1] = each check's cost: each an integer
---! 1..=2^53-1, the cost the string '1' or a canonical decimal integer.
+--! check's TTL in ms for a new counter, ARGV[n+2..2n+1] (optional, all or none; none: each 1)
+--! = each check's cost: each an integer 1..=2^53-1, the cost the string '1' or a canonical
+--! decimal integer.
 --! Checked before anything is written (else an error for the whole call, nothing written):
---! the limit, #ARGV = 2n + 1, every TTL and cost.
---! Reply: an array of n elements, element i = v1's reply for KEYS[i] (one integer), or v1's
---! error for that key as a STRING element holding the error text (REDKIT_NOPERM,
---! REDKIT_DATA, WRONGTYPE ...; not an error element, which clients such as redis-rs turn into
---! an error for the whole reply): a key answered with an error has nothing written, and the
---! other keys' checks run as usual. Every write after a key's first is one the ACL and
---! memory checks already allowed (as in v1), so no command fails after a write.
+--! the limit, #ARGV = n + 1 or 2n + 1, every TTL and cost.
+--! Reply: an array of n elements, element i = fixed_window_aligned.v2's reply for KEYS[i]
+--! (one integer), or its error for that key as a STRING element holding the error text
+--! (REDKIT_NOPERM, REDKIT_DATA, WRONGTYPE ...; not an error element, which clients such as
+--! redis-rs turn into an error for the whole reply): a key answered with an error has
+--! nothing written, and the other keys' checks run as usual. Every write after a key's first
+--! is one the ACL and memory checks already allowed (as in v1), so no command fails after a
+--! write.
 local MAX = 9007199254740991
 local n = #KEYS
 local limit = tonumber(ARGV[1])
-if not (limit and limit >= 1 and limit <= MAX and limit % 1 == 0) or #ARGV ~= 2 * n + 1 then
+local sent = #ARGV
+if not (limit and limit >= 1 and limit <= MAX and limit % 1 == 0)
+    or (sent ~= n + 1 and sent ~= 2 * n + 1) then
   return redis.error_reply('REDKIT_INPUT limit, ttl and cost must be integers 1..=2^53-1')
 end
 -- Arguments as numbers, checked before the first write; a cost of '1' needs no conversion.
+-- No costs sent: each 1 (nil in `costs` below stands for 1).
 local ttls, costs = {}, {}
 for i = 1, n do
-  local t, c = tonumber(ARGV[1 + i]), ARGV[1 + n + i]
+  local t = tonumber(ARGV[1 + i])
   if not (t and t >= 1 and t <= MAX and t % 1 == 0) then
     return redis.error_reply('REDKIT_INPUT limit, ttl and cost must be integers 1..=2^53-1')
   end
   ttls[i] = string.format('%d', t)
-  if c == '1' then
-    costs[i] = 1
-  elseif #c <= 16 and string.find(c, '^[1-9]%d*$') and tonumber(c) <= MAX then
-    costs[i] = tonumber(c)
-  else
-    return redis.error_reply('REDKIT_INPUT cost must be a canonical decimal integer 1..=2^53-1')
+end
+if sent > n + 1 then
+  for i = 1, n do
+    local c = ARGV[1 + n + i]
+    if c == '1' then
+      costs[i] = 1
+    elseif #c <= 16 and string.find(c, '^[1-9]%d*$') and tonumber(c) <= MAX then
+      costs[i] = tonumber(c)
+    else
+      return redis.error_reply('REDKIT_INPUT cost must be a canonical decimal integer 1..=2^53-1')
+    end
   end
 end
 local bad_data = 'REDKIT_DATA window counter is not a non-negative integer'
 
--- v1's path for a cost above the limit: never counted, the counter is only read.
+-- v2's path for a cost above the limit: never counted, the counter is only read.
 local function over(key)
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' then
@@ -63,7 +76,7 @@ local function over(key)
   return -c - 1
 end
 
--- v1's steps after the common path, for a count INCRBY answered (or its error).
+-- v2's steps after the common path, for a count INCRBY answered (or its error).
 local function general(key, cost_arg, cost, ttl, count)
   if type(count) == 'table' then
     local err = count.err
@@ -97,7 +110,7 @@ end
 
 local out = {}
 for i = 1, n do
-  local key, cost_arg, cost, ttl = KEYS[i], ARGV[1 + n + i], costs[i], ttls[i]
+  local key, cost_arg, cost, ttl = KEYS[i], ARGV[1 + n + i] or '1', costs[i] or 1, ttls[i]
   local reply
   if cost > limit then
     reply = over(key)
