@@ -761,6 +761,7 @@ async fn the_layout_watch_asks_every_node_in_turn() {
         asked.iter().copied().min().unwrap(),
         asked.iter().copied().max().unwrap(),
     );
+    eprintln!("the watch's CLUSTER SLOTS per node over 18 periods: {asked:?}");
     assert!(
         least >= 2 && most - least <= 1,
         "CLUSTER SLOTS answered per node over 18 periods: {asked:?}"
