@@ -382,6 +382,71 @@ async fn a_group_without_request_ids_answers_each_buyer_as_if_sent_alone() {
     assert_eq!(grouped.stock(&mut c, "mug").await.unwrap(), 0);
 }
 
+/// A group of buyers of 1 without request ids (a flash sale's common call) sends no
+/// quantities (`inventory_group.v6` then counts 1 per member; read from the server's slow
+/// log), and each buyer is answered as if sent alone: all served, some short, none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_of_single_units_sends_no_quantities_and_answers_each_as_alone() {
+    let mut server = RedisServer::spawn().await;
+    let conn = preloaded(&server).await;
+    let mut c = conn.clone();
+    let grouped = hot().store("w1").unwrap();
+    let sequential = plain().store("w2").unwrap();
+    let ones = [(1, None); 7];
+    let group_sha = redkit::Registry::global()
+        .require("inventory_group", 6)
+        .unwrap()
+        .sha1()
+        .to_owned();
+    for stock in [20, 5, 0] {
+        grouped.set(&mut c, "mug", stock).await.unwrap();
+        sequential.set(&mut c, "mug", stock).await.unwrap();
+        let _: () = server
+            .cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"])
+            .await;
+        let _: () = server.cmd(&["SLOWLOG", "RESET"]).await;
+        let (outcomes, calls) = frozen_group(&mut server, &grouped, &conn, "mug", &ones).await;
+        let _: () = server
+            .cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "10000"])
+            .await;
+        assert_eq!(
+            calls, 2,
+            "the first alone, then ONE call for the seven queued"
+        );
+        // Each slow log entry: [id, time, duration, [command, args..], ..].
+        let log: Vec<Vec<redis::Value>> = server.cmd(&["SLOWLOG", "GET", "100"]).await;
+        let group_calls: Vec<Vec<String>> = log
+            .iter()
+            .filter_map(|entry| match entry.get(3) {
+                Some(redis::Value::Array(args)) => Some(
+                    args.iter()
+                        .map(|a| redis::from_redis_value::<String>(a.clone()).unwrap())
+                        .collect::<Vec<String>>(),
+                ),
+                _ => None,
+            })
+            .filter(|args| args.get(1).map(String::as_str) == Some(group_sha.as_str()))
+            .collect();
+        assert_eq!(group_calls.len(), 1, "stock {stock}: {group_calls:?}");
+        // EVALSHA sha 3 stock holds expiry '0' 7: no quantities.
+        assert_eq!(
+            group_calls[0].len(),
+            8,
+            "stock {stock}: {:?}",
+            group_calls[0]
+        );
+        assert_eq!(group_calls[0][6..], ["0", "7"], "stock {stock}");
+        let expected = one_by_one(&sequential, &mut c, &ones).await;
+        let outcomes: Vec<Decrement> = outcomes.into_iter().map(Result::unwrap).collect();
+        assert_eq!(outcomes, expected, "stock {stock}");
+        assert_eq!(
+            grouped.stock(&mut c, "mug").await.unwrap(),
+            sequential.stock(&mut c, "mug").await.unwrap(),
+            "stock {stock}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_without_request_ids_that_fails_changes_nothing() {
     let mut server = RedisServer::spawn().await;
@@ -439,7 +504,7 @@ async fn a_group_without_request_ids_that_fails_changes_nothing() {
     // answers REDKIT_INPUT, nothing written.
     let _: () = server.cmd(&["SET", &key, "20"]).await;
     let script = redkit::Registry::global()
-        .require("inventory_group", 5)
+        .require("inventory_group", 6)
         .unwrap();
     for quantity in ["05", "1.0", "0x10", " 1", "0", "100000000000000"] {
         let err: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
@@ -459,6 +524,25 @@ async fn a_group_without_request_ids_that_fails_changes_nothing() {
             "{quantity}: {err:?}"
         );
         assert_eq!(store.stock(&mut c, "mug").await.unwrap(), 20, "{quantity}");
+    }
+    // Quantities left out (each 1) for more members than the largest batch, or for none:
+    // REDKIT_INPUT, nothing written (the member count bounds the script's work).
+    for members in ["1025", "0", "-1", "1.5"] {
+        let err: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
+            .arg(script.source())
+            .arg(3)
+            .arg(&key)
+            .arg(store.reservation_key("mug").unwrap())
+            .arg(store.reservation_expiry_key("mug").unwrap())
+            .arg(0)
+            .arg(members)
+            .query_async(&mut c)
+            .await;
+        assert!(
+            format!("{err:?}").contains("REDKIT_INPUT"),
+            "{members}: {err:?}"
+        );
+        assert_eq!(store.stock(&mut c, "mug").await.unwrap(), 20, "{members}");
     }
 }
 

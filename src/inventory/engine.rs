@@ -72,7 +72,7 @@ impl Engine {
             apply: Registry::embedded("inventory_apply", 11),
             reserve: Registry::embedded("inventory_reserve", 4),
             migrate: Registry::embedded("inventory_migrate", 1),
-            group: Registry::embedded("inventory_group", 5),
+            group: Registry::embedded("inventory_group", 6),
             groups,
         }
     }
@@ -159,8 +159,13 @@ impl Engine {
         }
         call.arg(if records > 0 { self.retention_ms } else { 0 })
             .arg(members.len());
-        for member in members {
-            call.arg(member.quantity);
+        // A group without records whose every member asks for 1 sends no quantities: the
+        // script then counts 1 per member (a flash sale's common call; each argument costs
+        // Redis time per call).
+        if records > 0 || members.iter().any(|m| m.quantity != 1) {
+            for member in members {
+                call.arg(member.quantity);
+            }
         }
         for (j, member) in members.iter().enumerate() {
             if let Some((_, fingerprint)) = &member.record {
