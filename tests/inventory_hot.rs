@@ -506,43 +506,26 @@ async fn a_group_without_request_ids_that_fails_changes_nothing() {
     let script = redkit::Registry::global()
         .require("inventory_group", 6)
         .unwrap();
-    for quantity in ["05", "1.0", "0x10", " 1", "0", "100000000000000"] {
-        let err: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
-            .arg(script.source())
-            .arg(3)
-            .arg(&key)
-            .arg(store.reservation_key("mug").unwrap())
-            .arg(store.reservation_expiry_key("mug").unwrap())
-            .arg(0)
-            .arg(2)
-            .arg(1)
-            .arg(quantity)
-            .query_async(&mut c)
-            .await;
-        assert!(
-            format!("{err:?}").contains("REDKIT_INPUT"),
-            "{quantity}: {err:?}"
-        );
-        assert_eq!(store.stock(&mut c, "mug").await.unwrap(), 20, "{quantity}");
-    }
+    let bad_quantities = ["05", "1.0", "0x10", " 1", "0", "100000000000000"]
+        .map(|quantity| vec!["0", "2", "1", quantity]);
     // Quantities left out (each 1) for more members than the largest batch, or for none:
-    // REDKIT_INPUT, nothing written (the member count bounds the script's work).
-    for members in ["1025", "0", "-1", "1.5"] {
+    // REDKIT_INPUT too (the member count bounds the script's work).
+    let bad_counts = ["1025", "0", "-1", "1.5"].map(|members| vec!["0", members]);
+    for args in bad_quantities.iter().chain(&bad_counts) {
         let err: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
             .arg(script.source())
             .arg(3)
             .arg(&key)
             .arg(store.reservation_key("mug").unwrap())
             .arg(store.reservation_expiry_key("mug").unwrap())
-            .arg(0)
-            .arg(members)
+            .arg(args)
             .query_async(&mut c)
             .await;
         assert!(
             format!("{err:?}").contains("REDKIT_INPUT"),
-            "{members}: {err:?}"
+            "{args:?}: {err:?}"
         );
-        assert_eq!(store.stock(&mut c, "mug").await.unwrap(), 20, "{members}");
+        assert_eq!(store.stock(&mut c, "mug").await.unwrap(), 20, "{args:?}");
     }
 }
 
