@@ -510,7 +510,8 @@ async fn a_group_without_request_ids_that_fails_changes_nothing() {
         .map(|quantity| vec!["0", "2", "1", quantity]);
     // Quantities left out (each 1) for more members than the largest batch, or for none:
     // REDKIT_INPUT too (the member count bounds the script's work).
-    let bad_counts = ["1025", "0", "-1", "1.5"].map(|members| vec!["0", members]);
+    let above = (GroupCommit::MAX_BATCH + 1).to_string();
+    let bad_counts = [above.as_str(), "0", "-1", "1.5"].map(|members| vec!["0", members]);
     for args in bad_quantities.iter().chain(&bad_counts) {
         let err: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
             .arg(script.source())

@@ -395,11 +395,12 @@ async fn watch(inner: Weak<Inner>) {
 }
 
 /// One `CLUSTER SLOTS` reply, asked of `nodes` (sorted) in turn, starting after `last` (the
-/// node asked last time; a random node when `nodes` is empty): a node that fails at once (no
-/// connection to it yet, a refusal) hands over to the next in the same round; one that does
-/// not answer within `period` ends the round, and the next round starts after it. The turn
-/// follows the nodes' order, not a position, so a node joining or leaving the list never
-/// makes the watch ask one node twice in a row.
+/// node asked last time): a node that fails at once (no connection to it, a refusal) hands
+/// over to the next in the same round; one that does not answer within `period` ends the
+/// round, and the next round starts after it. When every node failed at once (the list is
+/// empty, or names nodes the connection no longer holds), a random node of the connection is
+/// asked. The turn follows the nodes' order, not a position, so a node joining or leaving
+/// the list never makes the watch ask one node twice in a row.
 async fn ask_slots(
     conn: &mut ClusterConnection,
     nodes: &[(String, u16)],
@@ -407,12 +408,14 @@ async fn ask_slots(
     period: Duration,
 ) -> Option<Value> {
     let started = Instant::now();
-    for _ in 0..nodes.len().max(1) {
+    // Each node once, then (all failed at once) a random one.
+    for round in 0..=nodes.len() {
         let next = match last {
             Some(last) => nodes.iter().find(|node| *node > last),
             None => None,
         }
         .or(nodes.first())
+        .filter(|_| round < nodes.len())
         .cloned();
         let route = match &next {
             Some((host, port)) => SingleNodeRoutingInfo::ByAddress {
@@ -421,7 +424,9 @@ async fn ask_slots(
             },
             None => SingleNodeRoutingInfo::Random,
         };
-        *last = next;
+        if next.is_some() {
+            *last = next;
+        }
         let left = period.saturating_sub(started.elapsed());
         let cmd = redis::cmd("CLUSTER").arg("SLOTS").clone();
         match tokio::time::timeout(

@@ -11,6 +11,7 @@ use redis::aio::ConnectionLike;
 use super::group::{Groups, Member};
 use super::reply::{self, Reply};
 use crate::error::{Error, Result};
+use crate::group_commit::GroupCommit;
 use crate::script::{Acked, Call, Registry, Replication, Script, ScriptManager};
 
 /// The largest stock and the largest quantity of one line: 14 decimal digits, so every value
@@ -160,9 +161,12 @@ impl Engine {
         call.arg(if records > 0 { self.retention_ms } else { 0 })
             .arg(members.len());
         // A group without records whose every member asks for 1 sends no quantities: the
-        // script then counts 1 per member (a flash sale's common call; each argument costs
-        // Redis time per call).
-        if records > 0 || members.iter().any(|m| m.quantity != 1) {
+        // script then counts 1 per member, for at most `GroupCommit::MAX_BATCH` (1024)
+        // members (a flash sale's common call; each argument costs Redis time per call).
+        let ones = records == 0
+            && members.len() <= GroupCommit::MAX_BATCH
+            && members.iter().all(|m| m.quantity == 1);
+        if !ones {
             for member in members {
                 call.arg(member.quantity);
             }
