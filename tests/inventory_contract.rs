@@ -1313,6 +1313,104 @@ async fn parse_like_redis(conn: &mut MultiplexedConnection, version: u32) {
     assert_eq!(accepted, 28);
 }
 
+/// A decrement of 1 goes out in `inventory_apply.v12`'s short form ('take' alone, or with the
+/// record's retention and fingerprint: read from the server's slow log), and the short form
+/// answers and writes exactly as the full form ('take', 1, 1, ...) from the same states: a
+/// SKU with and without holds, short, unknown, and with a request id (first and repeated).
+#[tokio::test]
+async fn a_take_of_one_is_sent_short_and_answers_as_the_full_form() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let shipped = Registry::global().require("inventory_apply", 12).unwrap();
+    let s = Inventory::new("short").unwrap().store("w").unwrap();
+    let manager = ScriptManager::new();
+    // (sku, stock or none, holds one unit, with a request id)
+    let cases: [(&str, Option<u64>, bool, bool); 6] = [
+        ("plenty", Some(5), false, false),
+        ("held", Some(5), true, false),
+        ("last", Some(0), false, false),
+        ("ghost", None, false, false),
+        ("plenty-id", Some(5), false, true),
+        ("held-id", Some(1), true, true),
+    ];
+    for (sku, stock, held, with_id) in cases {
+        let twins = [format!("{sku}-api"), format!("{sku}-s"), format!("{sku}-f")];
+        for name in &twins {
+            if let Some(stock) = stock {
+                s.set(&mut conn, name, stock).await.unwrap();
+                if held {
+                    let r = s.reserve(&mut conn, name, 1, MINUTE, "cart").await.unwrap();
+                    assert!(matches!(r, Reserve::Reserved { .. }), "{r:?}");
+                }
+            }
+        }
+        // What the API sends.
+        let _: () = server
+            .cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"])
+            .await;
+        let _: () = server.cmd(&["SLOWLOG", "RESET"]).await;
+        let id = with_id.then(|| format!("{sku}-id"));
+        let outcome = s.decrement(&mut conn, &twins[0], 1, id.as_deref()).await;
+        assert!(
+            outcome.is_ok() || matches!(outcome, Err(Error::NotFound { .. }) if stock.is_none()),
+            "{sku}: {outcome:?}"
+        );
+        let log: Vec<Vec<redis::Value>> = server.cmd(&["SLOWLOG", "GET", "100"]).await;
+        let _: () = server
+            .cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "10000"])
+            .await;
+        let sent: Vec<Vec<String>> = log
+            .iter()
+            .filter_map(|entry| match entry.get(3) {
+                Some(redis::Value::Array(args)) => Some(
+                    args.iter()
+                        .map(|a| redis::from_redis_value::<String>(a.clone()).unwrap())
+                        .collect(),
+                ),
+                _ => None,
+            })
+            .filter(|args: &Vec<String>| args.get(1).map(String::as_str) == Some(shipped.sha1()))
+            .collect();
+        assert_eq!(sent.len(), 1, "{sku}: {sent:?}");
+        let keys = if with_id { 4 } else { 3 };
+        let args = &sent[0][3 + keys..];
+        let expected_len = if with_id { 3 } else { 1 };
+        assert_eq!(
+            (args[0].as_str(), args.len()),
+            ("take", expected_len),
+            "{sku}: {args:?}"
+        );
+        // The short and the full form by hand, twice each (a retry), on twin SKUs.
+        let mut replies = Vec::new();
+        for (name, short) in [(&twins[1], true), (&twins[2], false)] {
+            let mut call = Call::with_key_count(shipped, keys);
+            call.key(s.key(name).unwrap())
+                .key(s.reservation_key(name).unwrap())
+                .key(s.reservation_expiry_key(name).unwrap());
+            if with_id {
+                call.key(s.request_key(&format!("{name}-id")).unwrap());
+            }
+            call.arg("take");
+            if !short {
+                call.arg(1).arg(1);
+            }
+            if with_id {
+                call.arg(600_000).arg("fp");
+            }
+            let mut got = Vec::new();
+            for _ in 0..2 {
+                got.push(format!(
+                    "{:?}",
+                    manager.invoke::<redis::Value, _>(&mut conn, &call).await
+                ));
+            }
+            got.push(format!("{:?}", s.stock(&mut conn, name).await.ok()));
+            replies.push(got);
+        }
+        assert_eq!(replies[0], replies[1], "{sku}: short vs full");
+    }
+}
+
 /// `inventory_apply.v4` skips the reservation reads for a SKU whose expiry ZSET is empty
 /// (GET + ZCARD + DECRBY) and records a request with one `SET NX PX GET`: the same contract on
 /// that path. (The table-driven tests above run on a SKU with holds.)
@@ -1545,12 +1643,13 @@ async fn v8_with_a_request_id_a_refused_record_puts_the_take_back() {
     }
     // A retention the record's SET will not parse, straight through the script: a typed
     // input error, nothing net written.
-    // v8 to v10 (retired, kept in tests/fixtures/lua/) and v11 (shipped) alike.
+    // v8 to v11 (retired, kept in tests/fixtures/lua/) and v12 (shipped) alike, and v12's
+    // short form of a take of 1 ('take', retention, fingerprint).
     let sku = s.key("c").unwrap();
     let holds = s.reservation_key("c").unwrap();
     let expiry = s.reservation_expiry_key("c").unwrap();
     let record = s.request_key("v8").unwrap();
-    let scripts = [8, 9, 10, 11].map(|v| {
+    let scripts = [8, 9, 10, 11, 12].map(|v| {
         Registry::global()
             .require("inventory_apply", v)
             .unwrap_or_else(|_| fixtures::script("inventory_apply", v))
@@ -1576,6 +1675,26 @@ async fn v8_with_a_request_id_a_refused_record_puts_the_take_back() {
         assert!(
             matches!(r, Err(Error::InvalidInput { .. })),
             "{retention:?}: {r:?}"
+        );
+        assert!(before == keyspace(&mut admin).await, "{retention:?}");
+    }
+    let shipped = Registry::global().require("inventory_apply", 12).unwrap();
+    for retention in ["1e3", "0x10", " 5", "5.0", "0"] {
+        let before = keyspace(&mut admin).await;
+        let mut call = Call::with_key_count(shipped, 4);
+        call.key(&sku)
+            .key(&holds)
+            .key(&expiry)
+            .key(&record)
+            .arg("take")
+            .arg(retention)
+            .arg("fp");
+        let r = ScriptManager::new()
+            .invoke::<redis::Value, _>(&mut admin, &call)
+            .await;
+        assert!(
+            matches!(r, Err(Error::InvalidInput { .. })),
+            "short form, {retention:?}: {r:?}"
         );
         assert!(before == keyspace(&mut admin).await, "{retention:?}");
     }
