@@ -70,7 +70,7 @@ impl Engine {
             manager,
             set: Registry::embedded("inventory_set", 2),
             get: Registry::embedded("inventory_get", 4),
-            apply: Registry::embedded("inventory_apply", 12),
+            apply: Registry::embedded("inventory_apply", 13),
             reserve: Registry::embedded("inventory_reserve", 4),
             migrate: Registry::embedded("inventory_migrate", 1),
             group: Registry::embedded("inventory_group", 6),
@@ -126,11 +126,11 @@ impl Engine {
         if let Some(record) = &record_key {
             call.key(record);
         }
-        call.arg(mode.as_str());
-        // A single take of 1 (the common decrement) sends neither the line count nor the
-        // quantity: the script's short form (each argument costs Redis time per call).
+        // A single take of 1 (the common decrement) sends neither the operation, the line
+        // count nor the quantity: the script's short form (each argument costs Redis time per
+        // call).
         if !(matches!(mode, Mode::Take) && quantities == [1]) {
-            call.arg(keys.len());
+            call.arg(mode.as_str()).arg(keys.len());
             for quantity in quantities {
                 call.arg(*quantity);
             }
