@@ -139,6 +139,35 @@ async fn typed_api_is_unchanged_on_functions() {
         Decrement::Insufficient { available: 1 }
     ));
     assert_eq!(store.stock(&mut conn, "mug").await.unwrap(), 1);
+    // A take of 1 goes out in the short forms (no argument; with a request id, only the
+    // record's two): through FCALL as through EVALSHA.
+    assert!(matches!(
+        store
+            .decrement(&mut conn, "mug", 1, Some("o3"))
+            .await
+            .unwrap(),
+        Decrement::Decremented { remaining: 0 }
+    ));
+    assert!(matches!(
+        store.decrement(&mut conn, "mug", 1, None).await.unwrap(),
+        Decrement::Insufficient { available: 0 }
+    ));
+    let again = store
+        .decrement(&mut conn, "mug", 1, Some("o3"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            again.original(),
+            Some(Decrement::Decremented { remaining: 0 })
+        ),
+        "{again:?}"
+    );
+    store.set(&mut conn, "mug", 2).await.unwrap();
+    assert!(matches!(
+        store.decrement(&mut conn, "mug", 1, None).await.unwrap(),
+        Decrement::Decremented { remaining: 1 }
+    ));
 
     // A script's own error reply keeps its type through FCALL.
     let v = Versioned::new().with_manager(manager.clone());
