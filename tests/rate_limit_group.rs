@@ -523,10 +523,11 @@ async fn a_frozen_server_fails_every_check_of_a_group_in_bounded_time() {
         .is_allowed());
 }
 
-/// `fixed_window_aligned_group.v2` against `fixed_window_aligned.v2`, key by key, from the
+/// `fixed_window_aligned_group.v3` against `fixed_window_aligned.v2`, key by key, from the
 /// same states: the same reply (one integer) or the same error, and the same counter after.
-/// Twice: every cost sent to both, then the states of cost 1 with no cost sent to either (as
-/// the limiter sends them).
+/// Four times: every cost sent to both, then the states of cost 1 with no cost sent to either
+/// (as the limiter sends them); each with a TTL per check, then with one TTL for the group
+/// (each state's TTL made that one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_aligned_group_script_is_the_aligned_script_per_key() {
     let server = RedisServer::spawn().await;
@@ -536,7 +537,7 @@ async fn the_aligned_group_script_is_the_aligned_script_per_key() {
         .require("fixed_window_aligned", 2)
         .unwrap();
     let group = Registry::global()
-        .require("fixed_window_aligned_group", 2)
+        .require("fixed_window_aligned_group", 3)
         .unwrap();
     let limit = 3i64;
     // (name, setup with `K` for the key, TTL for a new counter, cost)
@@ -559,18 +560,17 @@ async fn the_aligned_group_script_is_the_aligned_script_per_key() {
         ("negative", "SET K -1 PX 600000", 60_000, 1),
         ("a hash", "HSET K f v", 60_000, 1),
     ];
-    for send_costs in [true, false] {
+    for (send_costs, one_ttl) in [(true, false), (false, false), (true, true), (false, true)] {
+        let run = format!("{send_costs}:{one_ttl}");
         let states: Vec<(&str, &str, u64, u32)> = states
             .iter()
             .copied()
             .filter(|(_, _, _, cost)| send_costs || *cost == 1)
+            .map(|(name, line, ttl, cost)| (name, line, if one_ttl { 63_000 } else { ttl }, cost))
             .collect();
         let mut gcall = Call::with_key_count(group, states.len());
         for (i, (_, line, _, _)) in states.iter().enumerate() {
-            for k in [
-                format!("one:{send_costs}:{i}"),
-                format!("grp:{send_costs}:{i}"),
-            ] {
+            for k in [format!("one:{run}:{i}"), format!("grp:{run}:{i}")] {
                 if !line.is_empty() {
                     let args: Vec<String> = line
                         .split_whitespace()
@@ -580,11 +580,15 @@ async fn the_aligned_group_script_is_the_aligned_script_per_key() {
                     let _: Value = server.cmd(&refs).await;
                 }
             }
-            gcall.key(format!("grp:{send_costs}:{i}"));
+            gcall.key(format!("grp:{run}:{i}"));
         }
         gcall.arg(limit);
-        for (_, _, ttl, _) in &states {
-            gcall.arg(*ttl);
+        if one_ttl {
+            gcall.arg(63_000);
+        } else {
+            for (_, _, ttl, _) in &states {
+                gcall.arg(*ttl);
+            }
         }
         if send_costs {
             for (_, _, _, cost) in &states {
@@ -598,9 +602,7 @@ async fn the_aligned_group_script_is_the_aligned_script_per_key() {
         assert_eq!(grouped.len(), states.len());
         for (i, ((name, _, ttl, cost), got)) in states.iter().zip(grouped).enumerate() {
             let mut call = Call::new(single);
-            call.key(format!("one:{send_costs}:{i}"))
-                .arg(limit)
-                .arg(*ttl);
+            call.key(format!("one:{run}:{i}")).arg(limit).arg(*ttl);
             if send_costs {
                 call.arg(*cost);
             }
@@ -617,10 +619,7 @@ async fn the_aligned_group_script_is_the_aligned_script_per_key() {
                 }
                 (a, g) => panic!("{name}: {a:?} vs {g:?}"),
             }
-            let (a, b) = (
-                format!("one:{send_costs}:{i}"),
-                format!("grp:{send_costs}:{i}"),
-            );
+            let (a, b) = (format!("one:{run}:{i}"), format!("grp:{run}:{i}"));
             let ta: String = server.cmd(&["TYPE", &a]).await;
             let tb: String = server.cmd(&["TYPE", &b]).await;
             assert_eq!(ta, tb, "{name}");
@@ -718,5 +717,73 @@ async fn a_group_refused_whole_is_not_resent_check_by_check() {
     for (k, _) in CHECKS {
         let redis_key = limiter.redis_key(&key(k));
         assert_eq!(server.cmd::<i64>(&["EXISTS", &redis_key]).await, 0, "{k}");
+    }
+}
+
+/// Bad arguments to the aligned group script (a count of them that is none of its forms, a
+/// limit, TTL or cost out of range or not a number) refuse the whole call with
+/// `InvalidInput` before anything is written, in the one-TTL form and in the per-check form.
+#[tokio::test]
+async fn the_aligned_group_script_refuses_bad_arguments_and_writes_nothing() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let manager = ScriptManager::new();
+    let group = Registry::global()
+        .require("fixed_window_aligned_group", 3)
+        .unwrap();
+    let keys = ["bad:1", "bad:2", "bad:3"];
+    // Three keys: 2 (one TTL), 5 (one TTL, costs), 4 (TTLs), 7 (TTLs, costs) arguments.
+    let cases: &[&[&str]] = &[
+        &["5"],
+        &["5", "60000", "1"],
+        &["5", "60000", "1", "1", "1", "1"],
+        &["5", "60000", "60000", "60000", "1", "1", "1", "1"],
+        &["0", "60000"],
+        &["x", "60000"],
+        &["5", "0"],
+        &["5", "-1"],
+        &["5", "1.5"],
+        &["5", "x"],
+        &["5", "9007199254740992"],
+        &["5", "60000", "60000", "0"],
+        &["5", "60000", "1", "05", "1"],
+        &["5", "60000", "1", "0", "1"],
+        &["5", "60000", "60000", "60000", "1", "1", "x"],
+    ];
+    for args in cases {
+        let mut call = Call::with_key_count(group, keys.len());
+        for key in keys {
+            call.key(key);
+        }
+        for arg in *args {
+            call.arg(*arg);
+        }
+        let r = manager.invoke::<Value, _>(&mut conn, &call).await;
+        assert!(
+            matches!(r, Err(Error::InvalidInput { .. })),
+            "{args:?}: {r:?}"
+        );
+        let written: i64 = server.cmd(&["EXISTS", keys[0], keys[1], keys[2]]).await;
+        assert_eq!(written, 0, "{args:?}");
+    }
+    // The forms themselves run.
+    for args in [
+        &["5", "60000"][..],
+        &["5", "60000", "1", "2", "1"],
+        &["5", "60000", "60000", "60000"],
+        &["5", "60000", "60000", "60000", "1", "1", "1"],
+    ] {
+        let mut call = Call::with_key_count(group, keys.len());
+        for key in keys {
+            call.key(key);
+        }
+        for arg in args {
+            call.arg(*arg);
+        }
+        let r = manager.invoke::<Value, _>(&mut conn, &call).await;
+        assert!(
+            matches!(&r, Ok(Value::Array(items)) if items.len() == 3),
+            "{args:?}: {r:?}"
+        );
     }
 }

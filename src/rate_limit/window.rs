@@ -81,9 +81,9 @@ pub struct FixedWindow {
     manager: ScriptManager,
     deny_cache: Option<DenyCache>,
     /// The script of a group: `fixed_window_group.v2`, or aligned to the clock
-    /// `fixed_window_aligned_group.v2`.
+    /// `fixed_window_aligned_group.v3`.
     group_script: &'static Script,
-    /// `fixed_window_aligned_group.v2`, resolved up front.
+    /// `fixed_window_aligned_group.v3`, resolved up front.
     aligned_group_script: &'static Script,
     /// The queues of group commit, when enabled (shared by clones).
     groups: Option<Arc<WindowGroups>>,
@@ -137,7 +137,7 @@ impl FixedWindow {
             manager: ScriptManager::new(),
             deny_cache: None,
             group_script: Registry::embedded("fixed_window_group", 2),
-            aligned_group_script: Registry::embedded("fixed_window_aligned_group", 2),
+            aligned_group_script: Registry::embedded("fixed_window_aligned_group", 3),
             groups: None,
             leases: None,
         })
@@ -194,7 +194,7 @@ impl FixedWindow {
     /// ordinary call, no timer, no added latency); checks arriving while
     /// [`max_in_flight`](GroupCommit::max_in_flight) calls are in flight queue up, and when one
     /// returns the first of them sends ONE script call (`lua/fixed_window_group.v2.lua`;
-    /// aligned to the clock `lua/fixed_window_aligned_group.v2.lua`) settling the next
+    /// aligned to the clock `lua/fixed_window_aligned_group.v3.lua`) settling the next
     /// [`max_batch`](GroupCommit::max_batch) in arrival order: each gets the decision it would
     /// have got alone (the script runs `fixed_window.v8`'s, or `fixed_window_aligned.v2`'s,
     /// steps per key). Under a flood the limiter then keeps up with a hand-written `INCR` +
@@ -489,14 +489,18 @@ impl FixedWindow {
                 .await;
         }
         let Some(cache) = self.cache_for(cost) else {
-            let reply = self.send(conn, &redis_key, cost, ttl_ms).await?;
+            let reply = self
+                .send(conn, &redis_key, cost, (ttl_ms, slot.as_ref()))
+                .await?;
             return self.decode(reply, cost, slot.as_ref());
         };
         if let Some(decision) = cache.lookup(&redis_key, self.limit, cost) {
             return Ok(decision);
         }
         let sent = Instant::now();
-        let reply = self.send(conn, &redis_key, cost, ttl_ms).await?;
+        let reply = self
+            .send(conn, &redis_key, cost, (ttl_ms, slot.as_ref()))
+            .await?;
         let decision = self.decode(reply, cost, slot.as_ref())?;
         remember(cache, &redis_key, sent, &decision);
         Ok(decision)
@@ -580,17 +584,23 @@ impl FixedWindow {
         Ok(granted.decision)
     }
 
-    /// Sends one check of `cost` on `redis_key` (`ttl_ms`: see [`target`](Self::target)):
-    /// grouped when group commit is on, else alone.
+    /// Sends one check of `cost` on `redis_key` (`ttl_ms`: see [`target`](Self::target);
+    /// `slot` its window when aligned to the clock): grouped when group commit is on, else
+    /// alone.
     async fn send<C: ConnectionLike>(
         &self,
         conn: &mut C,
         redis_key: &str,
         cost: u32,
-        ttl_ms: u64,
+        (ttl_ms, slot): (u64, Option<&Slot>),
     ) -> Result<Value> {
         match &self.groups {
-            Some(groups) => groups.send(self, conn, redis_key, cost, ttl_ms).await,
+            Some(groups) => {
+                let window = slot.map_or(0, |slot| slot.number);
+                groups
+                    .send(self, conn, redis_key, cost, (ttl_ms, window))
+                    .await
+            }
             None => {
                 let call = self.single_call(redis_key, cost, ttl_ms);
                 self.manager.invoke(conn, &call).await

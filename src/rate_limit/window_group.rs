@@ -32,12 +32,13 @@ pub(super) trait GroupSender: Sync {
 }
 
 /// One queued check: its counter, cost and window (aligned to the clock: the TTL of a new
-/// counter, which depends on when the check was made).
+/// counter, which depends on when the check was made, and the number of its window).
 #[derive(Debug)]
 pub(super) struct Check {
     key: String,
     cost: u32,
     ttl_ms: u64,
+    window: u64,
 }
 
 /// Checks grouped per queue: one queue for the limiter, or one per hash slot once a
@@ -85,21 +86,23 @@ impl WindowGroups {
 }
 
 impl WindowGroups {
-    /// Sends the check of `cost` on `redis_key` (`ttl_ms` its window or new counter's TTL)
-    /// through group commit: alone when no other check of its queue is in flight, else
-    /// queued and settled with others by one group call of `limiter`'s.
+    /// Sends the check of `cost` on `redis_key` (`ttl_ms` its window or new counter's TTL;
+    /// `window` the number of its window when aligned to the clock, else 0) through group
+    /// commit: alone when no other check of its queue is in flight, else queued and settled
+    /// with others by one group call of `limiter`'s.
     pub(super) async fn send<L: GroupSender, C: ConnectionLike>(
         &self,
         limiter: &L,
         conn: &mut C,
         redis_key: &str,
         cost: u32,
-        ttl_ms: u64,
+        (ttl_ms, window): (u64, u64),
     ) -> Result<Value> {
         let check = Check {
             key: redis_key.to_owned(),
             cost,
             ttl_ms,
+            window,
         };
         let queue = self.queue(redis_key);
         let lead = match self.groups.turn(&queue, Member::new(check)).await {
@@ -156,8 +159,12 @@ impl WindowGroups {
 }
 
 /// The group call of `members`: `fixed_window_group` (limit, window, the costs) or, aligned
-/// to the clock, `fixed_window_aligned_group` (limit, each new counter's TTL, the costs). The
-/// costs are left out when every one is 1: both scripts then count 1 per key.
+/// to the clock, `fixed_window_aligned_group` (limit, the new counters' TTL, the costs). The
+/// costs are left out when every one is 1: both scripts then count 1 per key. Aligned to the
+/// clock, checks of one window send one TTL (each argument costs Redis time per call): the
+/// smallest, from the latest clock reading, so a counter the call creates still outlives its
+/// window by the grace; checks of several windows (a group across a window's end) send each
+/// its own.
 fn group_call<L: GroupSender>(
     limiter: &L,
     script: &'static Script,
@@ -169,8 +176,17 @@ fn group_call<L: GroupSender>(
     }
     group.arg(limiter.limit());
     if limiter.is_aligned_to_clock() {
-        for member in members {
-            group.arg(member.ttl_ms);
+        let window = members.first().map(|member| member.window);
+        let shared = members.iter().all(|member| Some(member.window) == window);
+        match members.iter().map(|member| member.ttl_ms).min() {
+            Some(ttl_ms) if shared => {
+                group.arg(ttl_ms);
+            }
+            _ => {
+                for member in members {
+                    group.arg(member.ttl_ms);
+                }
+            }
         }
     } else {
         // Every member's window is the limiter's.
@@ -233,6 +249,44 @@ mod tests {
                 "{text:?}"
             );
         }
+    }
+
+    /// Aligned to the clock, a group whose checks share a window sends one TTL, the smallest
+    /// (the latest clock reading); a group across a window's end sends each check's.
+    #[test]
+    fn an_aligned_group_of_one_window_sends_one_ttl() {
+        use crate::rate_limit::{FixedWindow, Rate};
+        let limiter = FixedWindow::new("t", Rate::per_minute(100).unwrap())
+            .unwrap()
+            .aligned_to_clock();
+        let check = |key: &str, ttl_ms, window| {
+            Member::new(Check {
+                key: key.to_owned(),
+                cost: 1,
+                ttl_ms,
+                window,
+            })
+        };
+        // EVALSHA, sha, key count, the two keys, then the arguments.
+        let args = |members: &[Member]| -> Vec<String> {
+            let call = group_call(&limiter, limiter.group_script(), members);
+            call.evalsha()
+                .args_iter()
+                .skip(5)
+                .map(|arg| match arg {
+                    redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                    _ => String::new(),
+                })
+                .collect()
+        };
+        assert_eq!(
+            args(&[check("a", 61_000, 7), check("b", 60_500, 7)]),
+            ["100", "60500"]
+        );
+        assert_eq!(
+            args(&[check("a", 500, 7), check("b", 65_000, 8)]),
+            ["100", "500", "65000"]
+        );
     }
 
     #[test]
