@@ -732,6 +732,16 @@ async fn the_aligned_group_script_refuses_bad_arguments_and_writes_nothing() {
         .require("fixed_window_aligned_group", 3)
         .unwrap();
     let keys = ["bad:1", "bad:2", "bad:3"];
+    let call = |args: &[&str]| {
+        let mut call = Call::with_key_count(group, keys.len());
+        for key in keys {
+            call.key(key);
+        }
+        for arg in args {
+            call.arg(*arg);
+        }
+        call
+    };
     // Three keys: 2 (one TTL), 5 (one TTL, costs), 4 (TTLs), 7 (TTLs, costs) arguments.
     let cases: &[&[&str]] = &[
         &["5"],
@@ -751,14 +761,7 @@ async fn the_aligned_group_script_refuses_bad_arguments_and_writes_nothing() {
         &["5", "60000", "60000", "60000", "1", "1", "x"],
     ];
     for args in cases {
-        let mut call = Call::with_key_count(group, keys.len());
-        for key in keys {
-            call.key(key);
-        }
-        for arg in *args {
-            call.arg(*arg);
-        }
-        let r = manager.invoke::<Value, _>(&mut conn, &call).await;
+        let r = manager.invoke::<Value, _>(&mut conn, &call(args)).await;
         assert!(
             matches!(r, Err(Error::InvalidInput { .. })),
             "{args:?}: {r:?}"
@@ -773,14 +776,7 @@ async fn the_aligned_group_script_refuses_bad_arguments_and_writes_nothing() {
         &["5", "60000", "60000", "60000"],
         &["5", "60000", "60000", "60000", "1", "1", "1"],
     ] {
-        let mut call = Call::with_key_count(group, keys.len());
-        for key in keys {
-            call.key(key);
-        }
-        for arg in args {
-            call.arg(*arg);
-        }
-        let r = manager.invoke::<Value, _>(&mut conn, &call).await;
+        let r = manager.invoke::<Value, _>(&mut conn, &call(args)).await;
         assert!(
             matches!(&r, Ok(Value::Array(items)) if items.len() == 3),
             "{args:?}: {r:?}"

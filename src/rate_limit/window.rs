@@ -482,25 +482,21 @@ impl FixedWindow {
         cost: u32,
     ) -> Result<Decision> {
         let slot = self.slot()?;
-        let (redis_key, ttl_ms) = self.target(key, cost, slot.as_ref())?;
+        let redis_key = self.target(key, cost, slot.as_ref())?;
         if let Some(leases) = self.leases.as_ref().filter(|_| cost <= self.limit) {
             return self
                 .check_leased(leases, conn, (key.as_str(), &redis_key), cost)
                 .await;
         }
         let Some(cache) = self.cache_for(cost) else {
-            let reply = self
-                .send(conn, &redis_key, cost, (ttl_ms, slot.as_ref()))
-                .await?;
+            let reply = self.send(conn, &redis_key, cost, slot.as_ref()).await?;
             return self.decode(reply, cost, slot.as_ref());
         };
         if let Some(decision) = cache.lookup(&redis_key, self.limit, cost) {
             return Ok(decision);
         }
         let sent = Instant::now();
-        let reply = self
-            .send(conn, &redis_key, cost, (ttl_ms, slot.as_ref()))
-            .await?;
+        let reply = self.send(conn, &redis_key, cost, slot.as_ref()).await?;
         let decision = self.decode(reply, cost, slot.as_ref())?;
         remember(cache, &redis_key, sent, &decision);
         Ok(decision)
@@ -584,16 +580,16 @@ impl FixedWindow {
         Ok(granted.decision)
     }
 
-    /// Sends one check of `cost` on `redis_key` (`ttl_ms`: see [`target`](Self::target);
-    /// `slot` its window when aligned to the clock): grouped when group commit is on, else
-    /// alone.
+    /// Sends one check of `cost` on `redis_key` (`slot` its window when aligned to the
+    /// clock): grouped when group commit is on, else alone.
     async fn send<C: ConnectionLike>(
         &self,
         conn: &mut C,
         redis_key: &str,
         cost: u32,
-        (ttl_ms, slot): (u64, Option<&Slot>),
+        slot: Option<&Slot>,
     ) -> Result<Value> {
+        let ttl_ms = self.window_arg(slot);
         match &self.groups {
             Some(groups) => {
                 let window = slot.map_or(0, |slot| slot.number);
@@ -749,19 +745,24 @@ impl FixedWindow {
         cost: u32,
         slot: Option<&Slot>,
     ) -> Result<(Call<'static>, String)> {
-        let (redis_key, ttl_ms) = self.target(key, cost, slot)?;
-        Ok((self.single_call(&redis_key, cost, ttl_ms), redis_key))
+        let redis_key = self.target(key, cost, slot)?;
+        let call = self.single_call(&redis_key, cost, self.window_arg(slot));
+        Ok((call, redis_key))
     }
 
     /// The counter checking `cost` units of `key` (in `slot`, when windows are aligned to the
-    /// clock) and the window's argument: the window, or aligned to the clock the TTL of a new
-    /// counter (to the window's end, plus grace). A zero cost is refused.
-    fn target(&self, key: &LimitKey, cost: u32, slot: Option<&Slot>) -> Result<(String, u64)> {
+    /// clock). A zero cost is refused.
+    fn target(&self, key: &LimitKey, cost: u32, slot: Option<&Slot>) -> Result<String> {
         if cost == 0 {
             return Err(Error::invalid("cost", "must be at least 1"));
         }
-        let ttl_ms = slot.map_or(self.window_ms, |slot| slot.ttl_ms);
-        Ok((self.counter_key(key, slot), ttl_ms))
+        Ok(self.counter_key(key, slot))
+    }
+
+    /// The window's argument of a check in `slot`: the window, or aligned to the clock the
+    /// TTL of a new counter (to the window's end, plus grace).
+    fn window_arg(&self, slot: Option<&Slot>) -> u64 {
+        slot.map_or(self.window_ms, |slot| slot.ttl_ms)
     }
 
     /// The call checking `cost` units on the counter `redis_key`, `ttl_ms` the window (or
@@ -916,7 +917,7 @@ impl Hooks for FixedWindow {
         }
         let cache = cache?;
         let slot = self.slot().ok()?;
-        let (redis_key, _) = self.target(key, 1, slot.as_ref()).ok()?;
+        let redis_key = self.target(key, 1, slot.as_ref()).ok()?;
         cache.lookup(&redis_key, self.limit, 1)
     }
 }
