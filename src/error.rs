@@ -8,6 +8,21 @@
 use std::time::Duration;
 
 /// `Result` with redkit's [`Error`].
+///
+/// ```
+/// use redkit::rate_limit::LimitKey;
+///
+/// fn user_key(id: &str) -> redkit::Result<LimitKey> {
+///     LimitKey::text(id)
+/// }
+/// assert_eq!(user_key("user-7")?.as_str(), "k:user-7");
+/// assert!(matches!(user_key(""), Err(redkit::Error::InvalidInput { .. })));
+///
+/// // Like `std::result::Result`, the second parameter names another error type.
+/// let parsed: redkit::Result<u32, std::num::ParseIntError> = "42".parse();
+/// assert_eq!(parsed, Ok(42));
+/// # Ok::<(), redkit::Error>(())
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in redkit.

@@ -62,12 +62,46 @@ pub struct GroupCommit {
 
 impl GroupCommit {
     /// The largest batch accepted: 1024 calls in one script call.
+    ///
+    /// ```
+    /// use redkit::GroupCommit;
+    /// let widest = GroupCommit::new(GroupCommit::MAX_BATCH, 8)?;
+    /// assert_eq!(widest.max_batch(), 1024);
+    /// assert!(GroupCommit::new(GroupCommit::MAX_BATCH + 1, 8).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const MAX_BATCH: usize = 1024;
     /// The most calls of one key in flight accepted: 16.
+    ///
+    /// ```
+    /// use redkit::GroupCommit;
+    /// let busiest = GroupCommit::new(64, GroupCommit::MAX_IN_FLIGHT)?;
+    /// assert_eq!(busiest.max_in_flight(), 16);
+    /// assert!(GroupCommit::new(64, GroupCommit::MAX_IN_FLIGHT + 1).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const MAX_IN_FLIGHT: usize = 16;
     /// The batch bound of [`GroupCommit::default()`]: 256.
+    ///
+    /// ```
+    /// use redkit::GroupCommit;
+    /// assert_eq!(GroupCommit::default().max_batch(), GroupCommit::DEFAULT_MAX_BATCH);
+    /// // The default batch bound, with batches strictly in arrival order.
+    /// let strict = GroupCommit::new(GroupCommit::DEFAULT_MAX_BATCH, 1)?;
+    /// assert_eq!((strict.max_batch(), strict.max_in_flight()), (256, 1));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const DEFAULT_MAX_BATCH: usize = 256;
     /// The calls in flight of [`GroupCommit::default()`]: 8.
+    ///
+    /// ```
+    /// use redkit::GroupCommit;
+    /// assert_eq!(GroupCommit::default().max_in_flight(), GroupCommit::DEFAULT_MAX_IN_FLIGHT);
+    /// // Shorter script calls, as many in flight as the default.
+    /// let short = GroupCommit::new(32, GroupCommit::DEFAULT_MAX_IN_FLIGHT)?;
+    /// assert_eq!((short.max_batch(), short.max_in_flight()), (32, 8));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const DEFAULT_MAX_IN_FLIGHT: usize = 8;
 
     /// Group commit with batches of at most `max_batch` calls (2 ..=

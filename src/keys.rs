@@ -5,9 +5,30 @@
 use crate::error::{Error, Result};
 
 /// Longest user-supplied key part accepted, in bytes (before escaping).
+///
+/// ```
+/// use redkit::{keys::MAX_PART_LEN, rate_limit::LimitKey};
+///
+/// let inventory = redkit::inventory::Inventory::new("inv")?;
+/// let longest = "s".repeat(MAX_PART_LEN);
+/// assert!(inventory.store(&longest).is_ok());
+/// assert!(inventory.store(&format!("{longest}s")).is_err());
+/// // Counted before escaping: each `{` counts 1 byte, though stored as `%7B`.
+/// assert!(LimitKey::text(&"{".repeat(MAX_PART_LEN)).is_ok());
+/// # Ok::<(), redkit::Error>(())
+/// ```
 pub const MAX_PART_LEN: usize = 256;
 
 /// Longest prefix accepted, in bytes.
+///
+/// ```
+/// use redkit::{inventory::Inventory, keys::MAX_PREFIX_LEN, versioned::Versioned};
+///
+/// let longest = "p".repeat(MAX_PREFIX_LEN);
+/// assert!(Inventory::new(&longest).is_ok());
+/// assert!(Inventory::new(&format!("{longest}p")).is_err());
+/// assert!(Versioned::new().with_prefix(&format!("{longest}p")).is_err());
+/// ```
 pub const MAX_PREFIX_LEN: usize = 64;
 
 /// Checks a namespace prefix chosen by the application (e.g. `"rk"`, `"myapp:rl"`):

@@ -95,12 +95,74 @@ struct Pending {
 
 impl<C> Coalescing<C> {
     /// The largest pipeline by default.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redkit::Result<()> {
+    /// use redis::aio::ConnectionManager;
+    /// use redkit::connect::{self, Coalescing, Timeouts};
+    ///
+    /// // A lazy manager connects on its first command: nothing here needs a server.
+    /// let client = redis::Client::open("redis://127.0.0.1:1/")?;
+    /// let conn = ConnectionManager::new_lazy_with_config(client, connect::manager_config(Timeouts::default()))?;
+    /// let conn = Coalescing::new(conn);
+    /// assert_eq!(conn.max_batch(), Coalescing::<ConnectionManager>::DEFAULT_MAX_BATCH);
+    /// assert_eq!(conn.max_batch(), 64);
+    /// # Ok(()) }
+    /// ```
     pub const DEFAULT_MAX_BATCH: usize = 64;
     /// Pipelines out at once by default: two, so that one is filled while the other travels.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redkit::Result<()> {
+    /// # let client = redis::Client::open("redis://127.0.0.1:1/")?;
+    /// # let conn = ConnectionManager::new_lazy_with_config(client, redkit::connect::manager_config(Default::default()))?;
+    /// use redis::aio::ConnectionManager;
+    /// use redkit::connect::Coalescing;
+    ///
+    /// // `conn`: a ConnectionManager (or a MultiplexedConnection).
+    /// let conn = Coalescing::new(conn);
+    /// assert_eq!(conn.in_flight(), Coalescing::<ConnectionManager>::DEFAULT_IN_FLIGHT);
+    /// assert_eq!(conn.in_flight(), 2);
+    /// # Ok(()) }
+    /// ```
     pub const DEFAULT_IN_FLIGHT: usize = 2;
     /// The largest `max_batch` accepted.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redkit::Result<()> {
+    /// # let client = redis::Client::open("redis://127.0.0.1:1/")?;
+    /// # let conn = ConnectionManager::new_lazy_with_config(client, redkit::connect::manager_config(Default::default()))?;
+    /// use redis::aio::ConnectionManager;
+    /// use redkit::connect::Coalescing;
+    ///
+    /// type Coalesced = Coalescing<ConnectionManager>;
+    /// // `conn`: a ConnectionManager (or a MultiplexedConnection).
+    /// let widest = Coalesced::with_limits(conn.clone(), Coalesced::MAX_BATCH, 1)?;
+    /// assert_eq!(widest.max_batch(), 4096);
+    /// assert!(Coalesced::with_limits(conn, Coalesced::MAX_BATCH + 1, 1).is_err());
+    /// # Ok(()) }
+    /// ```
     pub const MAX_BATCH: usize = 4096;
     /// The largest `in_flight` accepted.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redkit::Result<()> {
+    /// # let client = redis::Client::open("redis://127.0.0.1:1/")?;
+    /// # let conn = ConnectionManager::new_lazy_with_config(client, redkit::connect::manager_config(Default::default()))?;
+    /// use redis::aio::ConnectionManager;
+    /// use redkit::connect::Coalescing;
+    ///
+    /// type Coalesced = Coalescing<ConnectionManager>;
+    /// // `conn`: a ConnectionManager (or a MultiplexedConnection).
+    /// let busiest = Coalesced::with_limits(conn.clone(), 16, Coalesced::MAX_IN_FLIGHT)?;
+    /// assert_eq!(busiest.in_flight(), 64);
+    /// assert!(Coalesced::with_limits(conn, 16, Coalesced::MAX_IN_FLIGHT + 1).is_err());
+    /// # Ok(()) }
+    /// ```
     pub const MAX_IN_FLIGHT: usize = 64;
 
     /// Coalesces the commands sent through clones of `inner`, with

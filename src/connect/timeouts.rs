@@ -24,12 +24,52 @@ pub struct Timeouts {
 
 impl Timeouts {
     /// Default connect timeout (TCP connect + handshake): 1 s.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::connect::Timeouts;
+    ///
+    /// assert_eq!(Timeouts::default().connect(), Timeouts::DEFAULT_CONNECT);
+    /// // The default connect timeout with a tighter response timeout.
+    /// let t = Timeouts::new(Timeouts::DEFAULT_CONNECT, Duration::from_millis(200))?;
+    /// assert_eq!(t.call_bound(), Duration::from_millis(1200));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const DEFAULT_CONNECT: Duration = Duration::from_secs(1);
     /// Default response timeout (one request to its reply): 500 ms.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::connect::Timeouts;
+    ///
+    /// assert_eq!(Timeouts::default().response(), Timeouts::DEFAULT_RESPONSE);
+    /// // A quick connect attempt, the default wait for a reply.
+    /// let t = Timeouts::new(Duration::from_millis(300), Timeouts::DEFAULT_RESPONSE)?;
+    /// assert_eq!(t.call_bound(), Duration::from_millis(800));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const DEFAULT_RESPONSE: Duration = Duration::from_millis(500);
     /// Smallest accepted timeout: 1 ms.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::connect::Timeouts;
+    ///
+    /// assert!(Timeouts::new(Timeouts::MIN, Timeouts::MIN).is_ok());
+    /// assert!(Timeouts::new(Duration::from_micros(999), Timeouts::MIN).is_err());
+    /// ```
     pub const MIN: Duration = Duration::from_millis(1);
     /// Largest accepted timeout: 1 hour.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::connect::Timeouts;
+    ///
+    /// let t = Timeouts::new(Timeouts::MAX, Timeouts::MAX)?;
+    /// assert_eq!(t.call_bound(), Duration::from_secs(2 * 3600));
+    /// assert!(Timeouts::new(Timeouts::MIN, Timeouts::MAX + Duration::from_millis(1)).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const MAX: Duration = Duration::from_secs(3600);
 
     /// Both timeouts, each within [`MIN`](Self::MIN)`..=`[`MAX`](Self::MAX), else

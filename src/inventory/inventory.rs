@@ -41,20 +41,106 @@ pub struct Inventory {
 
 impl Inventory {
     /// The key prefix of an inventory built without [`InventoryBuilder::prefix`].
+    ///
+    /// ```
+    /// use redkit::inventory::Inventory;
+    /// let inventory = Inventory::builder().build()?;
+    /// assert_eq!(inventory.prefix(), Inventory::DEFAULT_PREFIX);
+    /// assert_eq!(inventory.store("berlin")?.key("mug")?, "redkit:inv:{berlin}:sku:mug");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const DEFAULT_PREFIX: &'static str = "redkit:inv";
     /// How long a request id is remembered by default: 24 hours.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::inventory::Inventory;
+    /// let inventory = Inventory::new("shop:inv")?;
+    /// assert_eq!(inventory.retention(), Inventory::DEFAULT_RETENTION);
+    /// assert_eq!(inventory.retention(), Duration::from_secs(24 * 3600));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
     /// The longest retention accepted: 30 days.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::inventory::Inventory;
+    /// let month = Inventory::builder().retention(Inventory::MAX_RETENTION).build()?;
+    /// assert_eq!(month.retention(), Duration::from_secs(30 * 24 * 3600));
+    /// let longer = Inventory::MAX_RETENTION + Duration::from_millis(1);
+    /// assert!(Inventory::builder().retention(longer).build().is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const MAX_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
     /// The largest stock and the largest quantity of one line: 14 decimal digits, so every
     /// value is exact in Lua's numbers.
+    ///
+    /// ```
+    /// use redkit::inventory::Inventory;
+    /// let store = Inventory::new("inv")?.store("s1")?;
+    /// assert_eq!(Inventory::MAX_QUANTITY, 99_999_999_999_999);
+    /// assert!(store.line("sku-1", Inventory::MAX_QUANTITY).is_ok());
+    /// assert!(store.line("sku-1", Inventory::MAX_QUANTITY + 1).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const MAX_QUANTITY: u64 = engine::MAX_QUANTITY;
     /// The most lines one order may have.
+    ///
+    /// A longer order is refused before anything is sent:
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redkit::Result<()> {
+    /// # let client = redis::Client::open("redis://127.0.0.1:1/")?;
+    /// # let mut conn = redis::aio::ConnectionManager::new_lazy_with_config(client, redkit::connect::manager_config(Default::default()))?;
+    /// use redkit::inventory::Inventory;
+    /// let inventory = Inventory::new("inv")?;
+    /// let store = inventory.store("s1")?;
+    /// let lines = (0..=Inventory::MAX_ORDER_LINES)
+    ///     .map(|i| store.line(&format!("sku-{i}"), 1))
+    ///     .collect::<redkit::Result<Vec<_>>>()?;
+    /// assert_eq!(lines.len(), 257);
+    /// // `conn`: any connection; nothing reaches Redis.
+    /// let refused = inventory.place_order(&mut conn, &lines, None).await;
+    /// assert!(matches!(refused, Err(redkit::Error::InvalidInput { .. })));
+    /// # Ok(()) }
+    /// ```
     pub const MAX_ORDER_LINES: usize = engine::MAX_ORDER_LINES;
     /// The most live reservations one SKU may hold; one more is
     /// [`Reserve::Full`](super::Reserve::Full).
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::inventory::{Inventory, Reserve};
+    /// let store = Inventory::new("inv")?.store("s1")?;
+    /// let ttl = Duration::from_secs(15 * 60);
+    /// if let Reserve::Full { limit } = store.reserve(&mut conn, "sku-1", 1, ttl, "cart-7").await? {
+    ///     assert_eq!(limit, Inventory::MAX_RESERVATIONS_PER_SKU);
+    ///     println!("{limit} carts already hold sku-1; try again later");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub const MAX_RESERVATIONS_PER_SKU: u64 = engine::MAX_RESERVATIONS_PER_SKU;
     /// The longest reservation TTL accepted: 30 days.
+    ///
+    /// A longer TTL is refused before anything is sent:
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redkit::Result<()> {
+    /// # let client = redis::Client::open("redis://127.0.0.1:1/")?;
+    /// # let mut conn = redis::aio::ConnectionManager::new_lazy_with_config(client, redkit::connect::manager_config(Default::default()))?;
+    /// use std::time::Duration;
+    /// use redkit::inventory::Inventory;
+    /// let store = Inventory::new("inv")?.store("s1")?;
+    /// let ttl = Inventory::MAX_RESERVATION_TTL + Duration::from_millis(1);
+    /// // `conn`: any connection; nothing reaches Redis.
+    /// let refused = store.reserve(&mut conn, "sku-1", 1, ttl, "cart-7").await;
+    /// assert!(matches!(refused, Err(redkit::Error::InvalidInput { what: "ttl", .. })));
+    /// # Ok(()) }
+    /// ```
     pub const MAX_RESERVATION_TTL: Duration = engine::MAX_RESERVATION_TTL;
 
     /// An inventory under `prefix` (1..=64 bytes of `[A-Za-z0-9_:.-]`) with default settings:
@@ -270,6 +356,15 @@ impl InventoryBuilder {
 
     /// The script manager to use (share one to share its [`Stats`](crate::Stats)); default a
     /// new one.
+    ///
+    /// ```
+    /// use redkit::{inventory::Inventory, script::Backend, ScriptManager};
+    /// // Run the inventory's scripts as Redis Functions (FCALL) instead of EVALSHA.
+    /// let manager = ScriptManager::new().with_backend(Backend::Functions);
+    /// let inventory = Inventory::builder().with_manager(manager).build()?;
+    /// assert_eq!(inventory.manager().backend(), Backend::Functions);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn with_manager(mut self, manager: ScriptManager) -> Self {
         self.manager = Some(manager);
         self
@@ -324,6 +419,16 @@ impl InventoryBuilder {
     /// Checks the settings and builds the inventory.
     ///
     /// Errors: [`Error::InvalidInput`] for a bad prefix or a retention out of range.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::inventory::Inventory;
+    /// let inventory = Inventory::builder().prefix("shop:inv").build()?;
+    /// assert_eq!(inventory.prefix(), "shop:inv");
+    /// assert!(Inventory::builder().prefix("").build().is_err());
+    /// assert!(Inventory::builder().retention(Duration::from_micros(10)).build().is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn build(self) -> Result<Inventory> {
         keys::validate_prefix("prefix", &self.prefix)?;
         if self.retention < Duration::from_millis(1) || self.retention > Inventory::MAX_RETENTION {

@@ -37,16 +37,38 @@ impl OrderLine {
     }
 
     /// The store of the line.
+    ///
+    /// ```
+    /// let berlin = redkit::inventory::Inventory::new("inv")?.store("berlin")?;
+    /// let line = berlin.line("mug", 2)?;
+    /// assert_eq!(line.store().id(), "berlin");
+    /// assert_eq!(line.store().key(line.sku())?, "inv:{berlin}:sku:mug");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn store(&self) -> &Store {
         &self.store
     }
 
     /// The SKU, as given.
+    ///
+    /// ```
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// // As given, not escaped (the key escapes the braces).
+    /// assert_eq!(store.line("mug{xl}", 1)?.sku(), "mug{xl}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn sku(&self) -> &str {
         &self.sku
     }
 
     /// The units the line asks for.
+    ///
+    /// ```
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// let lines = [store.line("mug", 2)?, store.line("tee", 3)?];
+    /// assert_eq!(lines.iter().map(|l| l.quantity()).sum::<u64>(), 5);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn quantity(&self) -> u64 {
         self.quantity
     }

@@ -106,6 +106,13 @@ impl Decrement {
     }
 
     /// `true` when the units were (now or by the original request) deducted.
+    ///
+    /// ```
+    /// use redkit::inventory::Decrement;
+    /// assert!(Decrement::Decremented { remaining: 0 }.is_applied());
+    /// assert!(!Decrement::Insufficient { available: 1 }.is_applied());
+    /// assert!(!Decrement::IdReused.is_applied());
+    /// ```
     pub fn is_applied(&self) -> bool {
         match self {
             Self::Decremented { .. } => true,
@@ -159,6 +166,12 @@ impl Restock {
 
     /// The stock right after the restock was applied (by this or by the original request);
     /// `None` for [`Restock::IdReused`] (nothing was applied).
+    ///
+    /// ```
+    /// use redkit::inventory::Restock;
+    /// assert_eq!(Restock::Restocked { stock: 40 }.stock(), Some(40));
+    /// assert_eq!(Restock::IdReused.stock(), None);
+    /// ```
     pub fn stock(&self) -> Option<u64> {
         match self {
             Self::Restocked { stock } => Some(*stock),
@@ -238,6 +251,13 @@ impl Order {
     }
 
     /// `true` when the order's units were (now or by the original request) deducted.
+    ///
+    /// ```
+    /// use redkit::inventory::Order;
+    /// assert!(Order::Placed { remaining: vec![4, 0] }.is_applied());
+    /// assert!(!Order::Insufficient { short: Vec::new() }.is_applied());
+    /// assert!(!Order::IdReused.is_applied());
+    /// ```
     pub fn is_applied(&self) -> bool {
         match self {
             Self::Placed { .. } => true,

@@ -118,6 +118,14 @@ pub enum Commit {
 impl Commit {
     /// `true` when the units are sold: [`Commit::Committed`] now or
     /// [`Commit::AlreadyCommitted`] by an earlier call.
+    ///
+    /// ```
+    /// use redkit::inventory::Commit;
+    /// // A retried commit (e.g. after a timeout) still reports the sale.
+    /// assert!(Commit::AlreadyCommitted { quantity: 2 }.is_committed());
+    /// assert!(!Commit::AlreadyCancelled { quantity: 2 }.is_committed());
+    /// assert!(!Commit::Unknown.is_committed()); // expired: the units went back
+    /// ```
     pub fn is_committed(&self) -> bool {
         matches!(self, Self::Committed { .. } | Self::AlreadyCommitted { .. })
     }
@@ -175,6 +183,13 @@ pub enum Cancel {
 impl Cancel {
     /// `true` when the units went back to stock: [`Cancel::Cancelled`] now or
     /// [`Cancel::AlreadyCancelled`] by an earlier call.
+    ///
+    /// ```
+    /// use redkit::inventory::Cancel;
+    /// assert!(Cancel::Cancelled { quantity: 2, stock: 9 }.is_cancelled());
+    /// assert!(Cancel::AlreadyCancelled { quantity: 2 }.is_cancelled());
+    /// assert!(!Cancel::AlreadyCommitted { quantity: 2 }.is_cancelled()); // stays sold
+    /// ```
     pub fn is_cancelled(&self) -> bool {
         matches!(self, Self::Cancelled { .. } | Self::AlreadyCancelled { .. })
     }

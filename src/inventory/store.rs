@@ -38,6 +38,12 @@ impl Store {
     }
 
     /// The store id, as given to [`Inventory::store`](super::Inventory::store).
+    ///
+    /// ```
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("w{1}")?;
+    /// assert_eq!(store.id(), "w{1}"); // as given; its keys hold it escaped
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn id(&self) -> &str {
         &self.id
     }
@@ -57,6 +63,13 @@ impl Store {
 
     /// The key of the idempotency record of `request_id`: `<prefix>:{<store>}:req:<id>`.
     /// Fails when `request_id` is empty or too long.
+    ///
+    /// ```
+    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+    /// assert_eq!(store.request_key("order-1001")?, "inv:{s1}:req:order-1001");
+    /// assert!(store.request_key("").is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn request_key(&self, request_id: &str) -> Result<String> {
         Ok(self.key_of("req", &keys::escape_part("request id", request_id)?))
     }

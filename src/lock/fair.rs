@@ -72,8 +72,25 @@ lock_kind! {
 
 impl FairLock {
     /// Prefix of every key unless another is chosen.
+    ///
+    /// ```
+    /// use redkit::lock::FairLock;
+    /// assert_eq!(FairLock::DEFAULT_PREFIX, "redkit:fair");
+    /// assert_eq!(FairLock::new().key("payouts")?, "redkit:fair:{payouts}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const DEFAULT_PREFIX: &'static str = "redkit:fair";
     /// The waiter lease unless another is chosen.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::lock::FairLock;
+    /// assert_eq!(FairLock::DEFAULT_WAITER_LEASE, Duration::from_secs(2));
+    /// // skip crashed waiters twice as fast, for twice the renewals of a waiting acquire
+    /// let fair = FairLock::new().with_waiter_lease(FairLock::DEFAULT_WAITER_LEASE / 2)?;
+    /// # let _ = fair;
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const DEFAULT_WAITER_LEASE: Duration = Duration::from_secs(2);
 
     /// A fair lock with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its own

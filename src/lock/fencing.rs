@@ -13,6 +13,16 @@ use crate::error::{Error, Result};
 use crate::script::{Acked, Call, Replication};
 
 /// Longest key accepted for a fenced value, in bytes.
+///
+/// ```no_run
+/// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+/// use redkit::lock::MAX_FENCED_KEY_LEN;
+/// let too_long = "k".repeat(MAX_FENCED_KEY_LEN + 1);
+/// // refused before anything is sent
+/// let refused = lock.fenced_get(&mut conn, &too_long).await;
+/// assert!(matches!(refused, Err(redkit::Error::InvalidInput { .. })));
+/// # Ok(()) }
+/// ```
 pub const MAX_FENCED_KEY_LEN: usize = 1024;
 
 fn check_key(key: &str) -> Result<()> {

@@ -79,6 +79,19 @@ impl<K> LockGuard<K> {
     /// The fencing token of this acquisition; `0` (never issued, refused by the fenced
     /// writes) unless the lock was acquired with
     /// [`LockOptions::fencing(true)`](super::LockOptions::fencing).
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::lock::{Acquire, LockOptions};
+    /// let fenced = LockOptions::new().fencing(true);
+    /// if let Acquire::Acquired(guard) = lock.acquire(&mut conn, "invoice-17", &fenced).await? {
+    ///     let token = guard.fencing_token();
+    ///     assert!(token.get() > 0);
+    ///     lock.fenced_set(&mut conn, "invoice:{17}", token, "paid").await?;
+    ///     lock.release(&mut conn, guard).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn fencing_token(&self) -> FencingToken {
         self.fence
     }

@@ -117,6 +117,13 @@ macro_rules! lock_kind {
             }
 
             /// The script manager used for every call.
+            ///
+            /// ```
+            /// use redkit::script::Backend;
+            /// let shared = redkit::ScriptManager::new().with_backend(Backend::Functions);
+            #[doc = concat!("let x = redkit::lock::", stringify!($kind), "::new().with_manager(shared);")]
+            /// assert_eq!(x.manager().backend(), Backend::Functions);
+            /// ```
             pub fn manager(&self) -> &$crate::script::ScriptManager {
                 &self.inner.base.manager
             }

@@ -58,14 +58,57 @@ pub(super) mod sealed {
 
 /// A kind whose `acquire` waits by retrying: it honours [`LockOptions::retries`],
 /// [`LockOptions::retry_delay`] and [`LockOptions::jitter`] (sealed).
+///
+/// ```
+/// use std::time::Duration;
+/// use redkit::lock::{Lock, LockOptions, Polling, Semaphore};
+/// // one retry policy for every kind that waits by retrying
+/// fn patient<K: Polling>(options: LockOptions<K>) -> LockOptions<K> {
+///     options
+///         .retries(100)
+///         .retry_delay(Duration::from_millis(20))
+///         .jitter(Duration::from_millis(20))
+/// }
+/// let lock_options = patient(LockOptions::<Lock>::new());
+/// let permit_options = patient(LockOptions::<Semaphore>::new());
+/// assert_ne!(lock_options, LockOptions::new());
+/// assert_ne!(permit_options, LockOptions::new());
+/// ```
 pub trait Polling: sealed::Sealed {}
 
 /// A kind that acquires with a caller-supplied owner token: it honours
 /// [`LockOptions::token`] (sealed).
+///
+/// ```
+/// use redkit::lock::{FairLock, Lock, LockOptions, OwnerToken};
+/// // the request id as owner token, for any kind: a retried request finds its own hold
+/// fn for_request<K: OwnerToken>(request_id: &str) -> LockOptions<K> {
+///     LockOptions::new().token(format!("req-{request_id}"))
+/// }
+/// let lock_options: LockOptions<Lock> = for_request("7f3a9c2e51d04b8a");
+/// let fair_options: LockOptions<FairLock> = for_request("7f3a9c2e51d04b8a");
+/// assert_ne!(lock_options, LockOptions::new());
+/// assert_ne!(fair_options, LockOptions::new());
+/// ```
 pub trait OwnerToken: sealed::Sealed {}
 
 /// A kind on one server (or Cluster) that can wait for replicas: it honours
 /// [`LockOptions::require_replicas`] (sealed).
+///
+/// ```
+/// use std::time::Duration;
+/// use redkit::lock::{LockOptions, Replicated, RwLock, Semaphore};
+/// use redkit::script::Replication;
+/// // holds that survive a failover, for any single-server kind
+/// fn durable<K: Replicated>(options: LockOptions<K>) -> redkit::Result<LockOptions<K>> {
+///     Ok(options.require_replicas(Replication::new(1, Duration::from_millis(100))?))
+/// }
+/// let rw_options = durable(LockOptions::<RwLock>::new())?;
+/// let permit_options = durable(LockOptions::<Semaphore>::new())?;
+/// assert_ne!(rw_options, LockOptions::new());
+/// assert_ne!(permit_options, LockOptions::new());
+/// # Ok::<(), redkit::Error>(())
+/// ```
 pub trait Replicated: sealed::Sealed {}
 
 impl<K> Clone for LockOptions<K> {
@@ -101,20 +144,102 @@ impl<K> Default for LockOptions<K> {
 
 impl<K> LockOptions<K> {
     /// Default lease length.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::lock::{Lock, LockOptions};
+    /// type Options = LockOptions<Lock>;
+    /// assert_eq!(Options::DEFAULT_TTL, Duration::from_secs(30));
+    /// assert_eq!(Options::new(), Options::new().ttl(Options::DEFAULT_TTL));
+    /// // a slow job: twice the default lease
+    /// let slow = Options::new().ttl(Options::DEFAULT_TTL * 2);
+    /// assert_ne!(slow, Options::new());
+    /// ```
     pub const DEFAULT_TTL: Duration = Settings::DEFAULT_TTL;
     /// Default number of retries after the first attempt (0: try once).
+    ///
+    /// ```
+    /// use redkit::lock::{Lock, LockOptions};
+    /// type Options = LockOptions<Lock>;
+    /// // by default a busy lock answers `Acquire::Busy` after one attempt
+    /// assert_eq!(Options::DEFAULT_RETRIES, 0);
+    /// assert_eq!(Options::new(), Options::new().retries(Options::DEFAULT_RETRIES));
+    /// ```
     pub const DEFAULT_RETRIES: u32 = Settings::DEFAULT_RETRIES;
     /// Default pause between attempts (before jitter).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::lock::{Lock, LockOptions};
+    /// type Options = LockOptions<Lock>;
+    /// assert_eq!(Options::DEFAULT_RETRY_DELAY, Duration::from_millis(50));
+    /// // wait about 2 s for the lock at the default pace (plus jitter)
+    /// let retries = (Duration::from_secs(2).as_millis() / Options::DEFAULT_RETRY_DELAY.as_millis()) as u32;
+    /// assert_eq!(retries, 40);
+    /// let options = Options::new().retries(retries);
+    /// # let _ = options;
+    /// ```
     pub const DEFAULT_RETRY_DELAY: Duration = Settings::DEFAULT_RETRY_DELAY;
     /// Default upper bound of the random delay added to each pause.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::lock::{Lock, LockOptions};
+    /// type Options = LockOptions<Lock>;
+    /// assert_eq!(Options::DEFAULT_JITTER, Duration::from_millis(50));
+    /// // many contenders on one hot lock: spread them out more than the default does
+    /// let spread = Options::new().retries(20).jitter(Options::DEFAULT_JITTER * 4);
+    /// assert_ne!(spread, Options::new().retries(20));
+    /// ```
     pub const DEFAULT_JITTER: Duration = Settings::DEFAULT_JITTER;
     /// Longest lease accepted (30 days).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::lock::{Lock, LockOptions};
+    /// type Options = LockOptions<Lock>;
+    /// assert_eq!(Options::MAX_TTL, Duration::from_secs(30 * 24 * 3600));
+    /// // a lease from configuration, kept within what an acquire accepts
+    /// let configured = Duration::from_secs(90 * 24 * 3600);
+    /// let options = Options::new().ttl(configured.min(Options::MAX_TTL));
+    /// assert_eq!(options, Options::new().ttl(Options::MAX_TTL));
+    /// ```
     pub const MAX_TTL: Duration = Settings::MAX_TTL;
     /// Fixed part of the default drift allowance (the variable part is 1 % of the ttl).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::lock::{Lock, LockOptions};
+    /// type Options = LockOptions<Lock>;
+    /// assert_eq!(Options::DRIFT_FLOOR, Duration::from_millis(2));
+    /// // a 1 s lease: 1 % of it (10 ms) plus the floor
+    /// let options = Options::new().ttl(Duration::from_secs(1));
+    /// assert_eq!(options.drift_allowance(), Duration::from_millis(10) + Options::DRIFT_FLOOR);
+    /// ```
     pub const DRIFT_FLOOR: Duration = Settings::DRIFT_FLOOR;
     /// Shortest owner token accepted by [`token`](Self::token), in bytes.
+    ///
+    /// ```
+    /// use redkit::lock::{Lock, LockOptions};
+    /// type Options = LockOptions<Lock>;
+    /// assert_eq!(Options::MIN_TOKEN_LEN, 16);
+    /// // a request id as owner token: long enough to be accepted at acquire
+    /// let token = format!("req-{}", "7f3a9c2e51d04b8a");
+    /// assert!((Options::MIN_TOKEN_LEN..=Options::MAX_TOKEN_LEN).contains(&token.len()));
+    /// let options = Options::new().token(token);
+    /// # let _ = options;
+    /// ```
     pub const MIN_TOKEN_LEN: usize = Settings::MIN_TOKEN_LEN;
     /// Longest owner token accepted by [`token`](Self::token), in bytes.
+    ///
+    /// ```
+    /// use redkit::lock::{Lock, LockOptions};
+    /// type Options = LockOptions<Lock>;
+    /// assert_eq!(Options::MAX_TOKEN_LEN, 128);
+    /// // too long to be a token (refused at acquire): use a shorter unique id instead
+    /// let caller_id = "tenant-42/".repeat(20);
+    /// assert!(caller_id.len() > Options::MAX_TOKEN_LEN);
+    /// ```
     pub const MAX_TOKEN_LEN: usize = Settings::MAX_TOKEN_LEN;
 
     /// The defaults: a 30 s lease, one attempt, no overall deadline.

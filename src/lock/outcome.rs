@@ -180,6 +180,14 @@ pub enum Renew {
 
 impl Renew {
     /// `true` for [`Renew::Renewed`]: the guard's validity moved forward.
+    ///
+    /// ```
+    /// use redkit::lock::Renew;
+    /// assert!(Renew::Renewed.is_renewed());
+    /// assert!(!Renew::Lost.is_renewed());
+    /// // reset on the primary only: the validity did not move
+    /// assert!(!Renew::NotReplicated { replicas: 0, requested: 1 }.is_renewed());
+    /// ```
     pub fn is_renewed(&self) -> bool {
         matches!(self, Self::Renewed)
     }
@@ -222,6 +230,12 @@ pub enum FencedWrite {
 
 impl FencedWrite {
     /// `true` for [`FencedWrite::Written`].
+    ///
+    /// ```
+    /// use redkit::lock::{FencedWrite, FencingToken};
+    /// assert!(FencedWrite::Written.is_written());
+    /// assert!(!FencedWrite::Stale { newer: FencingToken::new(9) }.is_written());
+    /// ```
     pub fn is_written(&self) -> bool {
         matches!(self, Self::Written)
     }

@@ -36,6 +36,13 @@ pub struct Owner {
 
 impl Owner {
     /// A new owner with a random 128-bit token.
+    ///
+    /// ```
+    /// use redkit::lock::Owner;
+    /// let me = Owner::new(); // one per owner (e.g. per task), not per acquire
+    /// let nested = me.clone(); // for the nested code that takes the lock again
+    /// assert_eq!(format!("{nested:?}"), "Owner { .. }"); // the token is never printed
+    /// ```
     pub fn new() -> Self {
         Self {
             token: owner_token(),
@@ -123,6 +130,13 @@ lock_kind! {
 
 impl ReentrantLock {
     /// Prefix of every key unless another is chosen.
+    ///
+    /// ```
+    /// use redkit::lock::ReentrantLock;
+    /// assert_eq!(ReentrantLock::DEFAULT_PREFIX, "redkit:rlock");
+    /// assert_eq!(ReentrantLock::new().key("account-9")?, "redkit:rlock:{account-9}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const DEFAULT_PREFIX: &'static str = "redkit:rlock";
 
     /// A reentrant lock with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its own

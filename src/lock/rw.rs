@@ -99,6 +99,13 @@ lock_kind! {
 
 impl RwLock {
     /// Prefix of every key unless another is chosen.
+    ///
+    /// ```
+    /// use redkit::lock::RwLock;
+    /// assert_eq!(RwLock::DEFAULT_PREFIX, "redkit:rw");
+    /// assert_eq!(RwLock::new().key("catalog")?, "redkit:rw:{catalog}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const DEFAULT_PREFIX: &'static str = "redkit:rw";
 
     /// A read-write lock with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its

@@ -70,8 +70,24 @@ lock_kind! {
 
 impl Semaphore {
     /// Prefix of every key unless another is chosen.
+    ///
+    /// ```
+    /// use redkit::lock::Semaphore;
+    /// assert_eq!(Semaphore::DEFAULT_PREFIX, "redkit:sem");
+    /// assert_eq!(Semaphore::new().key("export")?, "redkit:sem:{export}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const DEFAULT_PREFIX: &'static str = "redkit:sem";
     /// Most permits one resource may have.
+    ///
+    /// ```
+    /// use redkit::lock::Semaphore;
+    /// assert_eq!(Semaphore::MAX_PERMITS, 1_000_000);
+    /// // permits from configuration, kept within what an acquire accepts (1 to MAX_PERMITS)
+    /// let configured: u32 = 5_000_000;
+    /// let permits = configured.clamp(1, Semaphore::MAX_PERMITS);
+    /// assert_eq!(permits, Semaphore::MAX_PERMITS);
+    /// ```
     pub const MAX_PERMITS: u32 = 1_000_000;
 
     /// A semaphore with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its own

@@ -66,6 +66,13 @@ lock_kind! {
 
 impl Lock {
     /// Prefix of every key unless another is chosen.
+    ///
+    /// ```
+    /// use redkit::lock::Lock;
+    /// assert_eq!(Lock::DEFAULT_PREFIX, "redkit:lock");
+    /// assert_eq!(Lock::new().key("invoice-17")?, "redkit:lock:{invoice-17}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const DEFAULT_PREFIX: &'static str = "redkit:lock";
 
     /// A lock with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its own
@@ -137,6 +144,15 @@ impl Lock {
     }
 
     /// The key holding the fencing counter of `resource` (same hash slot as the lock key).
+    ///
+    /// ```
+    /// let lock = redkit::lock::Lock::new();
+    /// assert_eq!(lock.fence_key("invoice-17")?, "redkit:lock:{invoice-17}:fence");
+    /// // the lock key's hash tag: one Cluster slot for both
+    /// assert!(lock.fence_key("invoice-17")?.starts_with(&lock.key("invoice-17")?));
+    /// assert!(lock.fence_key("").is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn fence_key(&self, resource: &str) -> Result<String> {
         Ok(schema::fence(&self.key(resource)?))
     }

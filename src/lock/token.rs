@@ -57,11 +57,26 @@ pub struct FencingToken(u64);
 
 impl FencingToken {
     /// Wraps a raw token (e.g. one read back from storage).
+    ///
+    /// ```
+    /// use redkit::lock::FencingToken;
+    /// let stored: u64 = "1795435488341871".parse().unwrap(); // e.g. read from your database
+    /// let last_written = FencingToken::new(stored);
+    /// assert!(FencingToken::new(stored + 1) > last_written);
+    /// ```
     pub const fn new(token: u64) -> Self {
         Self(token)
     }
 
     /// The raw value.
+    ///
+    /// ```
+    /// use redkit::lock::FencingToken;
+    /// let last_seen: u64 = 41; // the token stored with the data
+    /// let token = FencingToken::new(42);
+    /// // storage that checks tokens accepts a write only from a token not older than the last
+    /// assert!(token.get() >= last_seen);
+    /// ```
     pub const fn get(self) -> u64 {
         self.0
     }

@@ -79,16 +79,52 @@ impl LeaseSignal {
     }
 
     /// `true` once the lease is known to be lost.
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
+    /// let signal = lock.watch(&conn, &mut guard)?;
+    /// for _ in 0..100 {
+    ///     if signal.is_lost() {
+    ///         break; // another owner may hold the lock now: stop between batches
+    ///     }
+    ///     // ... process one batch ...
+    /// }
+    /// lock.release(&mut conn, guard).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn is_lost(&self) -> bool {
         self.fired.is_cancelled()
     }
 
     /// Why the lease was lost, once it is.
+    ///
+    /// ```no_run
+    /// # fn run(signal: redkit::lock::LeaseSignal) {
+    /// use redkit::lock::LeaseLoss;
+    /// match signal.loss() {
+    ///     None => println!("still held"),
+    ///     Some(LeaseLoss::NotOwner) => eprintln!("another owner holds the lock, or its key is gone"),
+    ///     Some(_) => eprintln!("renewals failed until the lease ran out"),
+    /// }
+    /// # }
+    /// ```
     pub fn loss(&self) -> Option<LeaseLoss> {
         self.loss.get().copied()
     }
 
     /// Waits until the lease is lost (forever if it never is, e.g. after a release).
+    ///
+    /// ```no_run
+    /// # async fn run(signal: redkit::lock::LeaseSignal) {
+    /// let work = tokio::spawn(async { /* the work the lock protects */ });
+    /// let abort = work.abort_handle();
+    /// tokio::spawn(async move {
+    ///     let loss = signal.lost().await;
+    ///     eprintln!("lease lost ({loss:?}): aborting the work");
+    ///     abort.abort();
+    /// });
+    /// # }
+    /// ```
     pub async fn lost(&self) -> LeaseLoss {
         self.fired.cancelled().await;
         self.loss().unwrap_or(LeaseLoss::NotOwner)
@@ -96,6 +132,20 @@ impl LeaseSignal {
 
     /// A token cancelled when the lease is lost. It is a child token: cancelling it yourself
     /// does not mark the lease as lost.
+    ///
+    /// ```no_run
+    /// # async fn run(signal: redkit::lock::LeaseSignal) {
+    /// // hand it to code that already stops on cancellation
+    /// let stop = signal.cancellation_token();
+    /// let worker = tokio::spawn(async move {
+    ///     while !stop.is_cancelled() {
+    ///         // ... one step of the work ...
+    ///         tokio::task::yield_now().await;
+    ///     }
+    /// });
+    /// # let _ = worker;
+    /// # }
+    /// ```
     pub fn cancellation_token(&self) -> CancellationToken {
         self.fired.child_token()
     }

@@ -32,11 +32,39 @@ pub struct Lease {
 impl Lease {
     /// The fencing token of this acquisition; `0` unless the lock was acquired with
     /// [`LockOptions::fencing(true)`](super::LockOptions::fencing).
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::Lock, conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::lock::LockOptions;
+    /// let fenced = LockOptions::new().fencing(true);
+    /// let (writer, mut write_conn) = (lock.clone(), conn.clone());
+    /// let outcome = lock
+    ///     .with_lock(&conn, "invoice-17", &fenced, |lease| async move {
+    ///         let token = lease.fencing_token();
+    ///         writer.fenced_set(&mut write_conn, "invoice:{17}", token, "paid").await
+    ///     })
+    ///     .await?;
+    /// if let Some(write) = outcome.into_value() {
+    ///     println!("fenced write: {:?}", write?);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn fencing_token(&self) -> FencingToken {
         self.fence
     }
 
     /// Fired when the lease is lost.
+    ///
+    /// ```no_run
+    /// # async fn run(lease: redkit::lock::Lease) {
+    /// for _ in 0..10 {
+    ///     if lease.signal().is_lost() {
+    ///         break; // another owner may hold the lock now: stop
+    ///     }
+    ///     // ... one step of the work ...
+    /// }
+    /// # }
+    /// ```
     pub fn signal(&self) -> &LeaseSignal {
         &self.signal
     }
@@ -84,6 +112,17 @@ pub enum WithLock<T> {
 
 impl<T> WithLock<T> {
     /// The work's value, if it ran.
+    ///
+    /// ```
+    /// use redkit::lock::{FencingToken, LeaseLoss, WithLock};
+    /// let done = WithLock::Completed { value: 42, fencing_token: FencingToken::new(7) };
+    /// assert_eq!(done.into_value(), Some(42));
+    /// // it ran, but not under the lock throughout: still its value
+    /// let lost = WithLock::LeaseLost { value: 42, loss: LeaseLoss::Expired };
+    /// assert_eq!(lost.into_value(), Some(42));
+    /// let busy: WithLock<u32> = WithLock::Busy;
+    /// assert_eq!(busy.into_value(), None);
+    /// ```
     pub fn into_value(self) -> Option<T> {
         match self {
             Self::Completed { value, .. } | Self::LeaseLost { value, .. } => Some(value),

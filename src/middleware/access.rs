@@ -65,6 +65,20 @@ struct Level {
 
 impl AccessList {
     /// The most networks one list holds.
+    ///
+    /// ```
+    /// use std::net::Ipv4Addr;
+    /// use redkit::middleware::AccessList;
+    ///
+    /// // One more host than a list holds: 10.0.0.0, 10.0.0.1, ...
+    /// let hosts: Vec<String> = (0..=AccessList::MAX_NETWORKS as u32)
+    ///     .map(|i| Ipv4Addr::from(0x0a00_0000 + i).to_string())
+    ///     .collect();
+    /// let full = AccessList::parse(&hosts[..AccessList::MAX_NETWORKS], [] as [&str; 0])?;
+    /// assert_eq!(full.len(), 100_000);
+    /// assert!(AccessList::parse(&hosts, [] as [&str; 0]).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const MAX_NETWORKS: usize = 100_000;
 
     /// An empty list: every client is limited as usual.

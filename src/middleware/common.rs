@@ -171,33 +171,123 @@ pub(crate) fn refusal<B: Default>(status: StatusCode, retry_after: Option<u64>) 
 }
 
 /// The setters of [`Common`]'s settings on a builder `$builder` (a struct with
-/// `common: Common<C, K, H>`), inside its `impl` block, each with the builder's own docs.
+/// `common: Common<C, K, H>`), inside its `impl` block, each with the builder's own docs
+/// followed by one example shared by both builders: `builder()` there makes a builder of
+/// `$layer` for `$policy` (a Rust expression, in a string) on a connection whose Redis
+/// calls all fail.
 macro_rules! common_setters {
     (
+        layer = $layer:ident;
+        policy = $policy:literal;
         $(#[$fail_mode:meta])* fail_mode;
         $(#[$timeout:meta])* timeout;
         $(#[$ipv6_prefix:meta])* ipv6_prefix;
         $(#[$unknown_client:meta])* unknown_client;
     ) => {
         $(#[$fail_mode])*
+        ///
+        /// With [`FailMode::Closed`](crate::middleware::FailMode::Closed), a request Redis
+        /// cannot answer for is refused with `503`:
+        ///
+        /// ```
+        /// # #[tokio::main(flavor = "current_thread")]
+        /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+        /// # // Lazy, and nothing listens there: every Redis call fails.
+        /// # let client = redis::Client::open("redis://127.0.0.1:1/")?;
+        /// # let conn = redis::aio::ConnectionManager::new_lazy_with_config(client, redkit::connect::manager_config(Default::default()))?;
+        #[doc = concat!("# let policy = ", $policy, ";")]
+        #[doc = concat!("# let builder = || redkit::middleware::", stringify!($layer), "::builder(policy.clone(), conn.clone());")]
+        /// use http::{Request, Response, StatusCode};
+        /// use redkit::middleware::FailMode;
+        /// use tower::{service_fn, Layer, ServiceExt};
+        ///
+        /// // `builder()`: a builder whose Redis is down.
+        /// let layer = builder().fail_mode(FailMode::Closed).build()?;
+        /// let app = layer.layer(service_fn(|_req: Request<String>| async {
+        ///     Ok::<_, std::convert::Infallible>(Response::new(String::from("hello")))
+        /// }));
+        /// let res = app.oneshot(Request::new(String::new())).await?;
+        /// assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        /// assert_eq!(res.headers()[http::header::RETRY_AFTER], "1");
+        /// # Ok(()) }
+        /// ```
         pub fn fail_mode(mut self, mode: $crate::middleware::FailMode) -> Self {
             self.common.fail_mode = mode;
             self
         }
 
         $(#[$timeout])*
+        ///
+        /// ```
+        /// # #[tokio::main(flavor = "current_thread")]
+        /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+        /// # // Lazy, and nothing listens there: every Redis call fails.
+        /// # let client = redis::Client::open("redis://127.0.0.1:1/")?;
+        /// # let conn = redis::aio::ConnectionManager::new_lazy_with_config(client, redkit::connect::manager_config(Default::default()))?;
+        #[doc = concat!("# let policy = ", $policy, ";")]
+        #[doc = concat!("# let builder = || redkit::middleware::", stringify!($layer), "::builder(policy.clone(), conn.clone());")]
+        /// use std::time::Duration;
+        ///
+        /// let layer = builder().timeout(Duration::from_millis(50)).build()?;
+        /// assert!(builder().timeout(Duration::ZERO).build().is_err());
+        /// # Ok(()) }
+        /// ```
         pub fn timeout(mut self, timeout: ::std::time::Duration) -> Self {
             self.common.timeout = timeout;
             self
         }
 
         $(#[$ipv6_prefix])*
+        ///
+        /// ```
+        /// # #[tokio::main(flavor = "current_thread")]
+        /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+        /// # // Lazy, and nothing listens there: every Redis call fails.
+        /// # let client = redis::Client::open("redis://127.0.0.1:1/")?;
+        /// # let conn = redis::aio::ConnectionManager::new_lazy_with_config(client, redkit::connect::manager_config(Default::default()))?;
+        #[doc = concat!("# let policy = ", $policy, ";")]
+        #[doc = concat!("# let builder = || redkit::middleware::", stringify!($layer), "::builder(policy.clone(), conn.clone());")]
+        /// let layer = builder().ipv6_prefix(48).build()?; // one client per /48
+        /// assert!(builder().ipv6_prefix(0).build().is_err());
+        /// assert!(builder().ipv6_prefix(129).build().is_err());
+        /// # Ok(()) }
+        /// ```
         pub fn ipv6_prefix(mut self, bits: u8) -> Self {
             self.common.ipv6_prefix = bits;
             self
         }
 
         $(#[$unknown_client])*
+        ///
+        /// [`UnknownClient::Allow`](crate::middleware::UnknownClient::Allow) lets such a
+        /// request through without a Redis call, so even a layer that fails closed while
+        /// Redis is down serves it:
+        ///
+        /// ```
+        /// # #[tokio::main(flavor = "current_thread")]
+        /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+        /// # // Lazy, and nothing listens there: every Redis call fails.
+        /// # let client = redis::Client::open("redis://127.0.0.1:1/")?;
+        /// # let conn = redis::aio::ConnectionManager::new_lazy_with_config(client, redkit::connect::manager_config(Default::default()))?;
+        #[doc = concat!("# let policy = ", $policy, ";")]
+        #[doc = concat!("# let builder = || redkit::middleware::", stringify!($layer), "::builder(policy.clone(), conn.clone());")]
+        /// use http::{Request, Response, StatusCode};
+        /// use redkit::middleware::{FailMode, UnknownClient};
+        /// use tower::{service_fn, Layer, ServiceExt};
+        ///
+        /// // `builder()`: a builder whose Redis is down.
+        /// let layer = builder()
+        ///     .fail_mode(FailMode::Closed)
+        ///     .unknown_client(UnknownClient::Allow)
+        ///     .build()?;
+        /// let app = layer.layer(service_fn(|_req: Request<String>| async {
+        ///     Ok::<_, std::convert::Infallible>(Response::new(String::from("hello")))
+        /// }));
+        /// // No peer address (a server without `ConnectInfo`): the client is unknown.
+        /// let res = app.oneshot(Request::new(String::new())).await?;
+        /// assert_eq!(res.status(), StatusCode::OK);
+        /// # Ok(()) }
+        /// ```
         pub fn unknown_client(mut self, unknown: $crate::middleware::UnknownClient) -> Self {
             self.common.unknown = unknown;
             self

@@ -86,6 +86,14 @@ pub struct ConcurrencyPolicy {
 
 impl ConcurrencyPolicy {
     /// Prefix of every key unless [`with_prefix`](Self::with_prefix) chooses another.
+    ///
+    /// ```
+    /// use redkit::middleware::ConcurrencyPolicy;
+    /// let policy = ConcurrencyPolicy::new("uploads", 2)?;
+    /// assert_eq!(policy.prefix(), ConcurrencyPolicy::DEFAULT_PREFIX);
+    /// assert_eq!(policy.key("k:a")?, "redkit:cc:uploads:{k:a}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const DEFAULT_PREFIX: &'static str = "redkit:cc";
 
     /// At most `permits` (1..=[`Semaphore::MAX_PERMITS`]) requests in flight per client,
@@ -276,6 +284,18 @@ impl<C> ConcurrencyLimitLayer<C, PeerIp, DefaultResponses> {
 
 impl<C, K, H> ConcurrencyLimitLayer<C, K, H> {
     /// Status when every permit of the client is held (unless the builder says otherwise).
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use redis::aio::ConnectionManager;
+    /// use redkit::middleware::ConcurrencyLimitLayer;
+    ///
+    /// // 429, with `Retry-After`, unless the builder's `full_status` chose another status.
+    /// assert_eq!(
+    ///     ConcurrencyLimitLayer::<ConnectionManager>::DEFAULT_FULL_STATUS,
+    ///     StatusCode::TOO_MANY_REQUESTS
+    /// );
+    /// ```
     pub const DEFAULT_FULL_STATUS: StatusCode = StatusCode::TOO_MANY_REQUESTS;
 
     fn shared(&self) -> &Arc<Shared<C, K, H>> {
@@ -398,8 +418,44 @@ pub struct ConcurrencyLimitBuilder<C, K, H = DefaultResponses> {
 
 impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
     /// Default lease of a slot: how long a crashed instance's slot stays taken.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redkit::Result<()> {
+    /// # let client = redis::Client::open("redis://127.0.0.1:1/")?;
+    /// # let conn = redis::aio::ConnectionManager::new_lazy_with_config(client, redkit::connect::manager_config(Default::default()))?;
+    /// use std::time::Duration;
+    /// use redis::aio::ConnectionManager;
+    /// use redkit::middleware::{ConcurrencyLimitBuilder, ConcurrencyLimitLayer, ConcurrencyPolicy, PeerIp};
+    ///
+    /// type Builder = ConcurrencyLimitBuilder<ConnectionManager, PeerIp>;
+    /// assert_eq!(Builder::DEFAULT_LEASE, Duration::from_secs(30));
+    /// // Slots of a crashed instance come back after 10 s instead.
+    /// let layer = ConcurrencyLimitLayer::builder(ConcurrencyPolicy::new("uploads", 2)?, conn)
+    ///     .lease(Builder::DEFAULT_LEASE / 3)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
     /// Longest wait for Redis per acquire before the [`FailMode`](super::FailMode) applies.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redkit::Result<()> {
+    /// # let client = redis::Client::open("redis://127.0.0.1:1/")?;
+    /// # let conn = redis::aio::ConnectionManager::new_lazy_with_config(client, redkit::connect::manager_config(Default::default()))?;
+    /// use std::time::Duration;
+    /// use redis::aio::ConnectionManager;
+    /// use redkit::middleware::{ConcurrencyLimitBuilder, ConcurrencyLimitLayer, ConcurrencyPolicy, PeerIp};
+    ///
+    /// type Builder = ConcurrencyLimitBuilder<ConnectionManager, PeerIp>;
+    /// assert_eq!(Builder::DEFAULT_TIMEOUT, Duration::from_millis(250));
+    /// // Give up on Redis after 50 ms instead (then the fail mode decides).
+    /// let layer = ConcurrencyLimitLayer::builder(ConcurrencyPolicy::new("api", 8)?, conn)
+    ///     .timeout(Builder::DEFAULT_TIMEOUT / 5)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
 
     /// How to find the client (default [`PeerIp`]).
@@ -437,39 +493,17 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
     }
 
     common_setters! {
+        layer = ConcurrencyLimitLayer;
+        policy = "redkit::middleware::ConcurrencyPolicy::new(\"api\", 8)?";
         /// Behaviour when Redis fails (default [`FailMode::Open`](super::FailMode::Open)).
-        ///
-        /// ```no_run
-        /// # async fn run(b: redkit::middleware::ConcurrencyLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
-        /// let b = b.fail_mode(redkit::middleware::FailMode::Closed);
-        /// # }
-        /// ```
         fail_mode;
         /// Longest wait for Redis per acquire (default
         /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT)); must be non-zero.
-        ///
-        /// ```no_run
-        /// # async fn run(b: redkit::middleware::ConcurrencyLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
-        /// let b = b.timeout(std::time::Duration::from_millis(100));
-        /// # }
-        /// ```
         timeout;
         /// IPv6 addresses are grouped by this many leading bits (1..=128, default 64).
-        ///
-        /// ```no_run
-        /// # async fn run(b: redkit::middleware::ConcurrencyLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
-        /// let b = b.ipv6_prefix(48);
-        /// # }
-        /// ```
         ipv6_prefix;
         /// Behaviour for requests whose client cannot be determined (default
         /// [`UnknownClient::SharedBucket`](super::UnknownClient::SharedBucket): they share one pool of slots).
-        ///
-        /// ```no_run
-        /// # async fn run(b: redkit::middleware::ConcurrencyLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
-        /// let b = b.unknown_client(redkit::middleware::UnknownClient::Reject);
-        /// # }
-        /// ```
         unknown_client;
     }
 

@@ -8,8 +8,50 @@ use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use crate::rate_limit::{Decision, Limiter};
 
 /// `RateLimit-Policy: "<name>";q=<limit>;w=<window seconds>`.
+///
+/// ```no_run
+/// # async fn run(conn: redis::aio::ConnectionManager) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::net::SocketAddr;
+/// use axum::extract::ConnectInfo;
+/// use http::{Request, Response};
+/// use redkit::rate_limit::{FixedWindow, Rate};
+/// use tower::{service_fn, Layer, ServiceExt};
+/// use redkit::middleware::{RateLimitLayer, RATELIMIT_POLICY};
+///
+/// let layer = RateLimitLayer::new(FixedWindow::new("api", Rate::per_minute(100)?)?, conn);
+/// let app = layer.layer(service_fn(|_req: Request<String>| async {
+///     Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+/// }));
+/// let peer: SocketAddr = "192.0.2.7:50000".parse()?;
+/// let req = Request::builder().extension(ConnectInfo(peer)).body(String::new())?;
+/// let res = app.oneshot(req).await?;
+/// assert_eq!(res.headers()[RATELIMIT_POLICY], r#""api";q=100;w=60"#);
+/// # Ok(()) }
+/// ```
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 /// `RateLimit: "<name>";r=<remaining>;t=<seconds until reset>`.
+///
+/// ```no_run
+/// # async fn run(conn: redis::aio::ConnectionManager) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::net::SocketAddr;
+/// use axum::extract::ConnectInfo;
+/// use http::{Request, Response};
+/// use redkit::rate_limit::{FixedWindow, Rate};
+/// use tower::{service_fn, Layer, ServiceExt};
+/// use redkit::middleware::{RateLimitLayer, RATELIMIT};
+///
+/// let layer = RateLimitLayer::new(FixedWindow::new("api", Rate::per_minute(100)?)?, conn);
+/// let app = layer.layer(service_fn(|_req: Request<String>| async {
+///     Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+/// }));
+/// let peer: SocketAddr = "192.0.2.7:50000".parse()?;
+/// let req = Request::builder().extension(ConnectInfo(peer)).body(String::new())?;
+/// let res = app.oneshot(req).await?;
+/// // The first request of this client in a fresh window: 99 left.
+/// let quota = res.headers()[RATELIMIT].to_str()?;
+/// assert!(quota.starts_with(r#""api";r=99;t="#), "{quota}");
+/// # Ok(()) }
+/// ```
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
 /// Which answers of the rate-limit layer carry the `RateLimit-Policy` / `RateLimit`

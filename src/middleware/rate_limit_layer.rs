@@ -223,8 +223,55 @@ impl<C> RateLimitLayer<C, PeerIp, DefaultResponses> {
 
 impl<C, K, H> RateLimitLayer<C, K, H> {
     /// Status of a request refused by [`FailMode::Closed`](super::FailMode::Closed).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # // Lazy, and nothing listens there: every Redis call fails.
+    /// # let client = redis::Client::open("redis://127.0.0.1:1/")?;
+    /// # let conn = redis::aio::ConnectionManager::new_lazy_with_config(client, redkit::connect::manager_config(Default::default()))?;
+    /// use http::{Request, Response};
+    /// use redis::aio::ConnectionManager;
+    /// use redkit::middleware::{FailMode, RateLimitLayer};
+    /// use redkit::rate_limit::{FixedWindow, Rate};
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// // `conn`: a connection to a Redis that is down.
+    /// let layer = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_second(10)?)?, conn)
+    ///     .fail_mode(FailMode::Closed)
+    ///     .build()?;
+    /// let app = layer.layer(service_fn(|_req: Request<String>| async {
+    ///     Ok::<_, std::convert::Infallible>(Response::new(String::from("hello")))
+    /// }));
+    /// let res = app.oneshot(Request::new(String::new())).await?;
+    /// assert_eq!(res.status(), RateLimitLayer::<ConnectionManager>::FAIL_CLOSED_STATUS); // 503
+    /// # Ok(()) }
+    /// ```
     pub const FAIL_CLOSED_STATUS: http::StatusCode = http::StatusCode::SERVICE_UNAVAILABLE;
     /// Status of a request refused by [`UnknownClient::Reject`](super::UnknownClient::Reject).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let client = redis::Client::open("redis://127.0.0.1:1/")?;
+    /// # let conn = redis::aio::ConnectionManager::new_lazy_with_config(client, redkit::connect::manager_config(Default::default()))?;
+    /// use http::{Request, Response};
+    /// use redis::aio::ConnectionManager;
+    /// use redkit::middleware::{RateLimitLayer, UnknownClient};
+    /// use redkit::rate_limit::{FixedWindow, Rate};
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// let layer = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_second(10)?)?, conn)
+    ///     .unknown_client(UnknownClient::Reject)
+    ///     .build()?;
+    /// let app = layer.layer(service_fn(|_req: Request<String>| async {
+    ///     Ok::<_, std::convert::Infallible>(Response::new(String::from("hello")))
+    /// }));
+    /// // No peer address (a server without `ConnectInfo`): refused without a Redis call.
+    /// let res = app.oneshot(Request::new(String::new())).await?;
+    /// assert_eq!(res.status(), RateLimitLayer::<ConnectionManager>::UNKNOWN_CLIENT_STATUS); // 400
+    /// # Ok(()) }
+    /// ```
     pub const UNKNOWN_CLIENT_STATUS: http::StatusCode = http::StatusCode::BAD_REQUEST;
 
     /// The deny cache of the policies' limiters (from
@@ -394,6 +441,25 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
     }
 
     /// Longest wait for Redis per request before the [`FailMode`](super::FailMode) applies.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redkit::Result<()> {
+    /// # let client = redis::Client::open("redis://127.0.0.1:1/")?;
+    /// # let conn = redis::aio::ConnectionManager::new_lazy_with_config(client, redkit::connect::manager_config(Default::default()))?;
+    /// use std::time::Duration;
+    /// use redis::aio::ConnectionManager;
+    /// use redkit::middleware::{PeerIp, RateLimitBuilder, RateLimitLayer};
+    /// use redkit::rate_limit::{FixedWindow, Rate};
+    ///
+    /// type Builder = RateLimitBuilder<ConnectionManager, PeerIp>;
+    /// assert_eq!(Builder::DEFAULT_TIMEOUT, Duration::from_millis(250));
+    /// // Give up on Redis after 50 ms instead (then the fail mode decides).
+    /// let layer = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_second(10)?)?, conn)
+    ///     .timeout(Builder::DEFAULT_TIMEOUT / 5)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
 
     /// How to find the client (default [`PeerIp`]).
@@ -417,39 +483,17 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
     }
 
     common_setters! {
+        layer = RateLimitLayer;
+        policy = "redkit::rate_limit::FixedWindow::new(\"api\", redkit::rate_limit::Rate::per_second(10)?)?";
         /// Behaviour when Redis fails (default [`FailMode::Open`](super::FailMode::Open)).
-        ///
-        /// ```no_run
-        /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
-        /// let b = b.fail_mode(redkit::middleware::FailMode::Closed);
-        /// # }
-        /// ```
         fail_mode;
         /// Longest wait for Redis per request (default [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT));
         /// must be non-zero.
-        ///
-        /// ```no_run
-        /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
-        /// let b = b.timeout(std::time::Duration::from_millis(50));
-        /// # }
-        /// ```
         timeout;
         /// IPv6 addresses are grouped by this many leading bits (1..=128, default 64).
-        ///
-        /// ```no_run
-        /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
-        /// let b = b.ipv6_prefix(48);
-        /// # }
-        /// ```
         ipv6_prefix;
         /// Behaviour for requests whose client cannot be determined (default
         /// [`UnknownClient::SharedBucket`](super::UnknownClient::SharedBucket)).
-        ///
-        /// ```no_run
-        /// # async fn run(b: redkit::middleware::RateLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
-        /// let b = b.unknown_client(redkit::middleware::UnknownClient::Allow);
-        /// # }
-        /// ```
         unknown_client;
     }
 

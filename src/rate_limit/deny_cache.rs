@@ -150,6 +150,15 @@ pub struct DenyCacheStats {
 
 impl DenyCache {
     /// The largest capacity: 2^24 entries (a few GiB at most would be a mistake, not a cache).
+    ///
+    /// ```
+    /// use redkit::rate_limit::DenyCache;
+    /// // Entries take memory as refusals come in, not up front.
+    /// let largest = DenyCache::new(DenyCache::MAX_CAPACITY)?;
+    /// assert_eq!(largest.capacity(), 1 << 24);
+    /// assert!(DenyCache::new(DenyCache::MAX_CAPACITY + 1).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const MAX_CAPACITY: usize = 1 << 24;
 
     /// A cache holding at most `capacity` refusals. Errors: [`Error::InvalidInput`] for 0 or

@@ -65,9 +65,31 @@ pub struct Gcra {
 
 impl Gcra {
     /// Prefix of every key unless [`with_prefix`](Self::with_prefix) chooses another.
+    ///
+    /// ```
+    /// use redkit::rate_limit::{Gcra, LimitKey, Rate};
+    /// let limiter = Gcra::new("api", Rate::per_second(10)?)?;
+    /// assert_eq!(limiter.prefix(), Gcra::DEFAULT_PREFIX);
+    /// assert_eq!(limiter.redis_key(&LimitKey::text("u")?), "redkit:gcra:api:{k:u}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const DEFAULT_PREFIX: &'static str = "redkit:gcra";
     /// The largest bucket: `emission interval x burst` stays below 10^15 us (about 31.7
     /// years), so every time the script handles is exact as a Lua number.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::rate_limit::{Gcra, Rate};
+    ///
+    /// assert!(Gcra::new("slow", Rate::new(1, Gcra::MAX_BUCKET)?).is_ok());
+    /// let longer = Gcra::MAX_BUCKET + Duration::from_micros(1);
+    /// assert!(Gcra::new("slow", Rate::new(1, longer)?).is_err());
+    /// // One unit a day: a bucket of 11,574 days fits, one day more does not.
+    /// let daily = Rate::new(1, Duration::from_secs(86_400))?;
+    /// assert!(Gcra::new("daily", daily.with_burst(11_574)?).is_ok());
+    /// assert!(Gcra::new("daily", daily.with_burst(11_575)?).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const MAX_BUCKET: Duration = Duration::from_micros(999_999_999_999_999);
 
     /// A limiter named `name` (1..=64 bytes of `[A-Za-z0-9_:.-]`) refilling

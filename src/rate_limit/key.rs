@@ -8,6 +8,15 @@ use crate::keys::escape_part;
 
 /// How many leading bits of an IPv6 address identify one client, by default: a /64 is what
 /// one subscriber usually gets, so every address inside it shares one bucket.
+///
+/// ```
+/// use std::net::IpAddr;
+/// use redkit::rate_limit::{LimitKey, DEFAULT_IPV6_PREFIX};
+///
+/// let addr: IpAddr = "2001:db8:1:2:3:4:5:6".parse().unwrap();
+/// assert_eq!(LimitKey::ip(addr), LimitKey::ip_grouped(addr, DEFAULT_IPV6_PREFIX));
+/// assert_eq!(LimitKey::ip(addr).as_str(), "ip:2001:db8:1:2::/64");
+/// ```
 pub const DEFAULT_IPV6_PREFIX: u8 = 64;
 
 /// Who is being limited: a canonical IP (or IPv6 network) or a free-form text key.
@@ -66,6 +75,16 @@ impl std::hash::Hash for LimitKey {
 
 impl LimitKey {
     /// The key of an IP address, IPv6 grouped by [`DEFAULT_IPV6_PREFIX`] bits.
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use redkit::rate_limit::LimitKey;
+    ///
+    /// assert_eq!(LimitKey::ip([192, 0, 2, 7].into()).as_str(), "ip:192.0.2.7");
+    /// let a: IpAddr = "2001:db8::1".parse().unwrap();
+    /// let b: IpAddr = "2001:db8::ffff".parse().unwrap();
+    /// assert_eq!(LimitKey::ip(a), LimitKey::ip(b)); // one /64, one client
+    /// ```
     pub fn ip(addr: IpAddr) -> Self {
         Self::ip_grouped(addr, DEFAULT_IPV6_PREFIX)
     }

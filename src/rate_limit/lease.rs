@@ -79,9 +79,24 @@ impl From<QuotaLease> for LeaseSpec {
 
 impl QuotaLease {
     /// The largest `max_units`.
+    ///
+    /// ```
+    /// use redkit::rate_limit::QuotaLease;
+    /// let lease = QuotaLease::new(QuotaLease::MAX_UNITS)?;
+    /// assert_eq!(lease.max_units(), 1 << 20);
+    /// assert!(QuotaLease::new(QuotaLease::MAX_UNITS + 1).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const MAX_UNITS: u32 = 1 << 20;
     /// The most keys one limiter holds leases for at once (then further keys are checked
     /// without leasing until some of those windows end): bounded memory.
+    ///
+    /// ```
+    /// use redkit::rate_limit::QuotaLease;
+    /// // Per limiter and process: the 10,001st key checked in a window goes to Redis on
+    /// // every check, as without a lease, until a leased key's window ends.
+    /// assert_eq!(QuotaLease::MAX_KEYS, 10_000);
+    /// ```
     pub const MAX_KEYS: usize = 10_000;
 
     /// At most `max_units` (2 to [`MAX_UNITS`](Self::MAX_UNITS)) units per lease call, for one

@@ -67,10 +67,36 @@ pub struct SlidingWindow {
 
 impl SlidingWindow {
     /// Prefix of every key unless [`with_prefix`](Self::with_prefix) chooses another.
+    ///
+    /// ```
+    /// use redkit::rate_limit::{LimitKey, Rate, SlidingWindow};
+    /// let limiter = SlidingWindow::new("api", Rate::per_second(10)?)?;
+    /// assert_eq!(limiter.prefix(), SlidingWindow::DEFAULT_PREFIX);
+    /// assert_eq!(limiter.redis_key(&LimitKey::text("u")?), "redkit:sw:api:{k:u}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const DEFAULT_PREFIX: &'static str = "redkit:sw";
     /// The shortest window: 1 ms.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::rate_limit::{Rate, SlidingWindow};
+    /// assert!(SlidingWindow::new("burst", Rate::new(1, SlidingWindow::MIN_WINDOW)?).is_ok());
+    /// // Sub-millisecond parts are dropped: 999 us is no window at all.
+    /// assert!(SlidingWindow::new("burst", Rate::new(1, Duration::from_micros(999))?).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const MIN_WINDOW: Duration = Duration::from_millis(1);
     /// The longest window: two of them stay below 10^15 ms (exact as Lua numbers).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::rate_limit::{Rate, SlidingWindow};
+    /// assert!(SlidingWindow::new("epoch", Rate::new(1, SlidingWindow::MAX_WINDOW)?).is_ok());
+    /// let longer = SlidingWindow::MAX_WINDOW + Duration::from_millis(1);
+    /// assert!(SlidingWindow::new("epoch", Rate::new(1, longer)?).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const MAX_WINDOW: Duration = Duration::from_millis(499_999_999_999_999);
 
     /// A limiter named `name` (1..=64 bytes of `[A-Za-z0-9_:.-]`) allowing

@@ -93,10 +93,36 @@ pub struct FixedWindow {
 
 impl FixedWindow {
     /// Prefix of every key unless [`with_prefix`](Self::with_prefix) chooses another.
+    ///
+    /// ```
+    /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
+    /// let limiter = FixedWindow::new("api", Rate::per_second(10)?)?;
+    /// assert_eq!(limiter.prefix(), FixedWindow::DEFAULT_PREFIX);
+    /// assert_eq!(limiter.redis_key(&LimitKey::text("u")?), "redkit:rl:api:{k:u}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const DEFAULT_PREFIX: &'static str = "redkit:rl";
     /// The shortest window: 1 ms (windows are counted in whole milliseconds).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::rate_limit::{FixedWindow, Rate};
+    /// assert!(FixedWindow::new("burst", Rate::new(1, FixedWindow::MIN_WINDOW)?).is_ok());
+    /// // Sub-millisecond parts are dropped: 999 us is no window at all.
+    /// assert!(FixedWindow::new("burst", Rate::new(1, Duration::from_micros(999))?).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const MIN_WINDOW: Duration = Duration::from_millis(1);
     /// The longest window: 2^53 - 1 ms (what a Lua number holds exactly).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::rate_limit::{FixedWindow, Rate};
+    /// assert!(FixedWindow::new("epoch", Rate::new(1, FixedWindow::MAX_WINDOW)?).is_ok());
+    /// let longer = FixedWindow::MAX_WINDOW + Duration::from_millis(1);
+    /// assert!(FixedWindow::new("epoch", Rate::new(1, longer)?).is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const MAX_WINDOW: Duration = Duration::from_millis((1 << 53) - 1);
     /// A limiter named `name` (1..=64 bytes of `[A-Za-z0-9_:.-]`) allowing
     /// [`rate.limit()`](Rate::limit) units per window of [`rate.period()`](Rate::period) (at

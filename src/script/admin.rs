@@ -30,6 +30,17 @@ mod functions;
 pub use functions::LibraryState;
 
 /// Administers the script cache of one server or of every node of a Cluster.
+///
+/// Building one only parses the addresses; every operation connects to the nodes.
+///
+/// ```
+/// use redkit::script::admin::Admin;
+/// let admin = Admin::single("redis://ops:secret@10.0.0.7:6379/")?;
+/// // Its Debug output names the addresses, never the credentials.
+/// let shown = format!("{admin:?}");
+/// assert!(shown.contains("10.0.0.7:6379") && !shown.contains("secret"));
+/// # Ok::<(), redkit::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Admin {
     seeds: Vec<ConnectionInfo>,
@@ -53,6 +64,13 @@ impl fmt::Debug for Admin {
 
 /// The role of a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+///
+/// ```
+/// use redkit::script::admin::Role;
+/// // As the admin's JSON reports show it.
+/// assert_eq!(serde_json::to_string(&Role::Primary).unwrap(), r#""primary""#);
+/// assert_eq!(serde_json::to_string(&Role::Replica).unwrap(), r#""replica""#);
+/// ```
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Role {
@@ -63,6 +81,19 @@ pub enum Role {
 }
 
 /// One node, by address.
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// use redkit::script::admin::{Admin, Role};
+/// let admin = Admin::cluster(["redis://127.0.0.1:7000/"])?;
+/// let nodes = admin.nodes().await?;
+/// let primaries: Vec<&str> = nodes.iter()
+///     .filter(|n| n.role == Role::Primary)
+///     .map(|n| n.addr.as_str())
+///     .collect();
+/// assert!(!primaries.is_empty(), "a Cluster has at least one primary");
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Node {
@@ -73,6 +104,16 @@ pub struct Node {
 }
 
 /// Whether one script of the administered set is in one node's cache.
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// let admin = redkit::script::admin::Admin::single("redis://127.0.0.1:6379/")?;
+/// for node in admin.status().await? {
+///     let cold: Vec<&str> = node.scripts.iter().filter(|p| !p.loaded).map(|p| p.script.as_str()).collect();
+///     println!("{}: {} of {} scripts not cached: {}", node.node.addr, cold.len(), node.scripts.len(), cold.join(", "));
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct ScriptPresence {
@@ -233,6 +274,25 @@ impl<T> NodeReport<T> {
 }
 
 /// The state of one node.
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// let admin = redkit::script::admin::Admin::single("redis://127.0.0.1:6379/")?;
+/// for s in admin.status().await? {
+///     match &s.error {
+///         Some(e) => eprintln!("{}: {e}", s.node.addr),
+///         None => println!(
+///             "{} {:?} redis {}: {} retired scripts held, DELIFEQ: {}",
+///             s.node.addr,
+///             s.node.role,
+///             s.version.as_deref().unwrap_or("?"),
+///             s.retired.len(),
+///             s.native.is_some_and(|n| n.delifeq),
+///         ),
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct NodeStatus {
@@ -255,6 +315,22 @@ pub struct NodeStatus {
 }
 
 /// What [`Admin::prune`] did on one node.
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// use redkit::script::admin::{Admin, FlushMode};
+/// let admin = Admin::single("redis://127.0.0.1:6379/")?;
+/// for r in admin.prune(FlushMode::Async, false).await? {
+///     if let Some(p) = r.value {
+///         // Flushed only where a retired script was held; the set is then loaded again.
+///         assert_eq!(p.flushed, !p.retired.is_empty());
+///         if p.flushed {
+///             assert_eq!(p.loaded, admin.scripts().scripts().len());
+///         }
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Pruned {
@@ -268,6 +344,19 @@ pub struct Pruned {
 }
 
 /// What [`Admin::verify`] found on one primary.
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// let admin = redkit::script::admin::Admin::cluster(["redis://127.0.0.1:7000/"])?;
+/// for p in admin.verify().await?.primaries {
+///     match (&p.error, p.missing.is_empty()) {
+///         (Some(e), _) => eprintln!("{}: not asked: {e}", p.node.addr),
+///         (None, false) => eprintln!("{} lacks {}", p.node.addr, p.missing.join(", ")),
+///         (None, true) => println!("{}: ready", p.node.addr),
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct PrimaryVerification {
@@ -313,6 +402,16 @@ impl Verification {
 }
 
 /// How `SCRIPT FLUSH` frees memory.
+///
+/// ```
+/// use redkit::script::admin::{Admin, FlushMode};
+/// assert_eq!(FlushMode::default(), FlushMode::Async);
+///
+/// // Wait until the memory is freed before reloading, e.g. to measure it.
+/// async fn flush_now(admin: &Admin) -> redkit::Result<bool> {
+///     Ok(admin.flush(FlushMode::Sync).await?.iter().all(|r| r.is_ok()))
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum FlushMode {
@@ -355,9 +454,26 @@ pub enum KillOutcome {
 
 impl Admin {
     /// Default per-node connect and response timeout.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::script::admin::Admin;
+    /// assert_eq!(Admin::DEFAULT_TIMEOUT, Duration::from_secs(5));
+    /// let admin = Admin::single("redis://127.0.0.1:6379/")?; // until with_timeout says otherwise
+    /// assert!(format!("{admin:?}").contains(&format!("timeout: {:?}", Admin::DEFAULT_TIMEOUT)));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
     /// Administers one server.
+    ///
+    /// ```
+    /// use redkit::script::admin::Admin;
+    /// let admin = Admin::single("redis://127.0.0.1:6379/")?; // nothing is sent yet
+    /// assert!(format!("{admin:?}").contains("127.0.0.1:6379"));
+    /// assert!(Admin::single("not a url").is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn single(info: impl IntoConnectionInfo) -> Result<Self> {
         Ok(Self {
             seeds: vec![info.into_connection_info()?],
@@ -368,6 +484,15 @@ impl Admin {
     }
 
     /// Administers every node of a Cluster reachable from one of `seeds`.
+    ///
+    /// ```
+    /// use redkit::script::admin::Admin;
+    /// // Several seeds: one that is down or busy does not stop node discovery.
+    /// let admin = Admin::cluster(["redis://10.0.0.1:7000/", "redis://10.0.0.2:7000/"])?;
+    /// assert!(format!("{admin:?}").contains("10.0.0.2:7000"));
+    /// assert!(Admin::cluster(Vec::<String>::new()).is_err()); // at least one seed
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn cluster<T: IntoConnectionInfo>(seeds: impl IntoIterator<Item = T>) -> Result<Self> {
         let seeds = seeds
             .into_iter()
@@ -415,6 +540,14 @@ impl Admin {
     }
 
     /// Sets the per-node connect and response timeout.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::script::admin::Admin;
+    /// let admin = Admin::single("redis://127.0.0.1:6379/")?.with_timeout(Duration::from_millis(500));
+    /// assert!(format!("{admin:?}").contains("timeout: 500ms"));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -849,6 +982,13 @@ fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
 
 /// `host:port` of an address, for messages: never user names or passwords (those live
 /// elsewhere in `ConnectionInfo`).
+///
+/// ```
+/// use redkit::script::admin::describe_addr;
+/// let client = redis::Client::open("redis://ops:secret@cache.internal:6380/")?;
+/// assert_eq!(describe_addr(client.get_connection_info().addr()), "cache.internal:6380");
+/// # Ok::<(), redis::RedisError>(())
+/// ```
 pub fn describe_addr(addr: &ConnectionAddr) -> String {
     match addr {
         ConnectionAddr::Tcp(h, p)

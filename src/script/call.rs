@@ -52,6 +52,16 @@ impl<'s> Call<'s> {
     pub const MAX_KEYS: usize = 1 << 16;
 
     /// Starts a call of `script` with the script's declared key count.
+    ///
+    /// ```
+    /// use redkit::{Call, Registry};
+    /// let script = Registry::global().require("fixed_window", 8)?;
+    /// let mut call = Call::new(script);
+    /// assert!(call.validate().is_err()); // the script declares 1 key: none passed yet
+    /// call.key("rk:rl:api:{ip:192.0.2.1}").arg(10).arg(60_000).arg(1);
+    /// assert!(call.validate().is_ok());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn new(script: &'s Script) -> Self {
         Self::with_key_count(script, script.key_count())
     }
@@ -90,6 +100,19 @@ impl<'s> Call<'s> {
     }
 
     /// Adds one key (`KEYS[i]`). Keys must come before arguments.
+    ///
+    /// ```
+    /// use redkit::{Call, Script};
+    /// let script = Script::new("move", 1, 2, "return redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')")?;
+    /// let mut call = Call::new(&script);
+    /// call.key("{q}:todo").key(b"{q}:done".to_vec()); // &str, String, bytes
+    /// assert!(call.validate().is_ok());
+    ///
+    /// let mut late = Call::new(&script);
+    /// late.key("{q}:todo").arg(1).key("{q}:done"); // a key after an argument
+    /// assert!(late.validate().is_err());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn key<K: AsRef<[u8]>>(&mut self, key: K) -> &mut Self {
         self.cmd.arg(key.as_ref());
         self.count_key()
@@ -116,6 +139,15 @@ impl<'s> Call<'s> {
     }
 
     /// Adds an argument (`ARGV[i]`); a value that encodes as several arguments adds them all.
+    ///
+    /// ```
+    /// use redkit::{Call, Script};
+    /// let script = Script::new("push", 1, 1, "return redis.call('RPUSH', KEYS[1], unpack(ARGV))")?;
+    /// let mut call = Call::new(&script);
+    /// call.key("jobs").arg("a").arg(&["b", "c"][..]).arg(42); // ARGV = a, b, c, 42
+    /// assert!(format!("{call:?}").contains("args: 4"));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn arg<A: ToRedisArgs>(&mut self, arg: A) -> &mut Self {
         let before = self.cmd.args_iter().len();
         self.cmd.arg(arg);
@@ -124,6 +156,15 @@ impl<'s> Call<'s> {
     }
 
     /// The script this call runs.
+    ///
+    /// ```
+    /// use redkit::{Call, Registry};
+    /// let script = Registry::global().require("gcra", 3)?;
+    /// let call = Call::new(script);
+    /// assert_eq!(call.script().sha1(), script.sha1());
+    /// assert_eq!(call.script().id(), "gcra.v3");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn script(&self) -> &'s Script {
         self.script
     }

@@ -90,6 +90,16 @@ impl Library {
     ///
     /// Fails when the name is invalid, the set has no script, a script starts with its own
     /// `#!` line (it cannot be wrapped in a function), or a shared block is malformed.
+    ///
+    /// ```
+    /// use redkit::{script::Library, Registry};
+    /// let set = Registry::from_files([("hi.v1.lua", "--! keys: 1\nreturn 'hi ' .. KEYS[1]")]);
+    /// let library = Library::new("myapp", &set)?;
+    /// assert_eq!(library.functions(), 1);
+    /// assert!(Library::new("MyApp", &set).is_err()); // not [a-z0-9_]
+    /// assert!(Library::new("myapp", &Registry::from_files([("x.txt", "")])).is_err()); // no script
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn new(set: &str, scripts: &Registry) -> Result<Self> {
         if set.len() > 64 || !is_name(set) {
             return Err(Error::invalid(
@@ -171,16 +181,51 @@ impl Library {
     }
 
     /// `<set>_<hash8>`, the name Redis knows the library by.
+    ///
+    /// ```
+    /// use redkit::{script::Library, Registry};
+    /// let v1 = Registry::from_files([("hi.v1.lua", "--! keys: 1\nreturn 1")]);
+    /// let v2 = Registry::from_files([
+    ///     ("hi.v1.lua", "--! keys: 1\nreturn 1"),
+    ///     ("hi.v2.lua", "--! keys: 1\nreturn 2"),
+    /// ]);
+    /// let (old, new) = (Library::new("myapp", &v1)?, Library::new("myapp", &v2)?);
+    /// assert!(old.name().starts_with("myapp_") && new.name().starts_with("myapp_"));
+    /// assert_ne!(old.name(), new.name()); // a changed set is a new library, loaded beside the old
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn name(&self) -> &str {
         &self.inner.name
     }
 
     /// The code sent with `FUNCTION LOAD`.
+    ///
+    /// ```
+    /// use redkit::{script::Library, Registry};
+    /// let set = Registry::from_files([("hi.v1.lua", "--! keys: 1\nreturn 'hi'")]);
+    /// let library = Library::new("myapp", &set)?;
+    /// let function = library.function_name(set.require("hi", 1)?).unwrap();
+    /// assert!(library.code().starts_with(&format!("#!lua name={}\n", library.name())));
+    /// assert!(library.code().contains(&format!("function_name='{function}'")));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn code(&self) -> &str {
         &self.inner.code
     }
 
     /// The function that runs `script`, when this library holds a script with the same body.
+    ///
+    /// ```
+    /// use redkit::{script::Library, Registry, Script};
+    /// let set = Registry::from_files([("hi.v1.lua", "--! keys: 1\nreturn 'hi'")]);
+    /// let library = Library::new("myapp", &set)?;
+    /// let hi = set.require("hi", 1)?;
+    /// assert_eq!(library.function_name(hi), Some(format!("{}_hi_v1", library.name()).as_str()));
+    /// // Not in the library: a ScriptManager runs it with EVALSHA instead.
+    /// let other = Script::new("other", 1, 1, "return 0")?;
+    /// assert_eq!(library.function_name(&other), None);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn function_name(&self, script: &Script) -> Option<&str> {
         self.function_of(script).map(|(f, _)| f)
     }

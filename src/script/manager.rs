@@ -51,6 +51,15 @@ pub struct ScriptManager {
 }
 
 /// A snapshot of a [`ScriptManager`]'s counters.
+///
+/// ```
+/// use redkit::{ScriptManager, Stats};
+/// let manager = ScriptManager::new();
+/// let clone = manager.clone(); // clones share their counters
+/// assert_eq!(clone.stats(), Stats::default());
+/// let s = manager.stats();
+/// println!("{} EVAL fallbacks, {} batch re-runs", s.noscript_fallbacks, s.batch_reruns);
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
@@ -70,6 +79,13 @@ pub struct Stats {
 
 impl ScriptManager {
     /// A manager with zeroed counters.
+    ///
+    /// ```
+    /// use redkit::{script::Backend, ScriptManager, Stats};
+    /// let manager = ScriptManager::new();
+    /// assert_eq!(manager.stats(), Stats::default());
+    /// assert_eq!(manager.backend(), Backend::Scripts); // EVALSHA, EVAL on NOSCRIPT
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
@@ -118,6 +134,14 @@ impl ScriptManager {
     }
 
     /// The backend this manager uses.
+    ///
+    /// ```
+    /// use redkit::{script::Backend, ScriptManager};
+    /// let manager = ScriptManager::new();
+    /// assert_eq!(manager.backend(), Backend::Scripts);
+    /// let functions = manager.with_backend(Backend::Functions);
+    /// assert_eq!(functions.backend(), Backend::Functions);
+    /// ```
     pub fn backend(&self) -> Backend {
         if self.libraries.is_some() {
             Backend::Functions
@@ -176,6 +200,20 @@ impl ScriptManager {
     }
 
     /// The counters, for metrics and tests.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::{Call, Registry, ScriptManager};
+    /// let manager = ScriptManager::new();
+    /// manager.preload(&mut conn).await?;
+    /// let script = Registry::global().require("fixed_window", 8)?;
+    /// let mut call = Call::new(script);
+    /// call.key("rk:{demo}:fw").arg(10).arg(60_000).arg(1);
+    /// let _: redis::Value = manager.invoke(&mut conn, &call).await?;
+    /// // Preloaded, so EVALSHA found the script: no EVAL fallback was needed.
+    /// assert_eq!(manager.stats().noscript_fallbacks, 0);
+    /// # Ok(()) }
+    /// ```
     pub fn stats(&self) -> Stats {
         Stats {
             noscript_fallbacks: self.state.noscript_fallbacks.load(Ordering::Relaxed),
@@ -247,6 +285,15 @@ impl ScriptManager {
     /// does not replicate, so a promoted replica starts cold (one `EVAL` per script on first
     /// use). To load scripts on every node, replicas included, use
     /// [`Admin::load`](crate::script::admin::Admin::load) (`redkit scripts load`).
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::{Registry, ScriptManager};
+    /// let manager = ScriptManager::new();
+    /// let loaded = manager.preload(&mut conn).await?;
+    /// assert_eq!(loaded, Registry::global().scripts().len());
+    /// # Ok(()) }
+    /// ```
     pub async fn preload<C: ConnectionLike>(&self, conn: &mut C) -> Result<usize> {
         let loaded = self
             .preload_scripts(conn, Registry::global().scripts())
@@ -258,6 +305,18 @@ impl ScriptManager {
     }
 
     /// `SCRIPT LOAD` of the given scripts, checking each returned SHA1.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::{Registry, ScriptManager};
+    /// let mine = Registry::from_files([
+    ///     ("hello.v1.lua", "--! keys: 1\nreturn 'hello ' .. KEYS[1]"),
+    ///     ("bye.v1.lua", "--! keys: 1\nreturn 'bye ' .. KEYS[1]"),
+    /// ]);
+    /// let loaded = ScriptManager::new().preload_scripts(&mut conn, mine.scripts()).await?;
+    /// assert_eq!(loaded, 2);
+    /// # Ok(()) }
+    /// ```
     pub async fn preload_scripts<C: ConnectionLike>(
         &self,
         conn: &mut C,
@@ -276,6 +335,18 @@ impl ScriptManager {
 
     /// Runs one call: `EVALSHA`; on `NOSCRIPT`, `EVAL` with the full source (which caches the
     /// script again). At most one fallback per call; every other error is returned typed.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::{Call, Script, ScriptManager};
+    /// let script = Script::new("incr_by", 1, 1, "return redis.call('INCRBY', KEYS[1], ARGV[1])")?;
+    /// let manager = ScriptManager::new();
+    /// let mut call = Call::new(&script);
+    /// call.key("visits").arg(5);
+    /// let total: i64 = manager.invoke(&mut conn, &call).await?;
+    /// assert!(total >= 5);
+    /// # Ok(()) }
+    /// ```
     pub async fn invoke<T, C>(&self, conn: &mut C, call: &Call<'_>) -> Result<T>
     where
         T: FromRedisValue,

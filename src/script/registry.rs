@@ -45,6 +45,15 @@ impl Script {
     /// Builds a script from its source. `keys` is the number of `KEYS` every call passes.
     ///
     /// Fails when the name is empty or not `[a-z0-9_]`, or the version is 0.
+    ///
+    /// ```
+    /// use redkit::Script;
+    /// let script = Script::new("incr_by", 1, 1, "return redis.call('INCRBY', KEYS[1], ARGV[1])")?;
+    /// assert_eq!((script.key_count(), script.is_variadic()), (1, false));
+    /// assert!(Script::new("Incr-By", 1, 1, "return 1").is_err()); // not [a-z0-9_]
+    /// assert!(Script::new("incr_by", 0, 1, "return 1").is_err()); // versions start at 1
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn new(name: &str, version: u32, keys: usize, source: &str) -> Result<Self> {
         Self::build(name, version, keys, false, source)
     }
@@ -89,16 +98,35 @@ impl Script {
     }
 
     /// The script's name, e.g. `fixed_window`.
+    ///
+    /// ```
+    /// let script = redkit::Registry::global().require("fixed_window", 8)?;
+    /// assert_eq!(script.name(), "fixed_window");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }
 
     /// The script's version (the `N` of `name.vN.lua`).
+    ///
+    /// ```
+    /// let script = redkit::Script::new("counter", 3, 1, "return redis.call('INCR', KEYS[1])")?;
+    /// assert_eq!(script.version(), 3);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn version(&self) -> u32 {
         self.version
     }
 
     /// `name.vN`, the identifier used in logs, errors and the CLI.
+    ///
+    /// ```
+    /// let script = redkit::Registry::global().require("gcra", 3)?;
+    /// assert_eq!(script.id(), format!("{}.v{}", script.name(), script.version()));
+    /// assert_eq!(script.id(), "gcra.v3");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn id(&self) -> &str {
         &self.id
     }
@@ -111,11 +139,29 @@ impl Script {
 
     /// How many `KEYS` every call passes; for a [variadic](Self::is_variadic) script, the
     /// minimum (1).
+    ///
+    /// ```
+    /// use redkit::Script;
+    /// let transfer = Script::new("transfer", 1, 2, "return redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')")?;
+    /// assert_eq!(transfer.key_count(), 2);
+    /// assert_eq!(Script::new_variadic("del_all", 1, "return redis.call('DEL', unpack(KEYS))")?.key_count(), 1);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn key_count(&self) -> usize {
         self.keys
     }
 
     /// `true` when each call chooses its number of `KEYS` (header `--! keys: variadic`).
+    ///
+    /// ```
+    /// let set = redkit::Registry::from_files([
+    ///     ("del_all.v1.lua", "--! keys: variadic\nreturn redis.call('DEL', unpack(KEYS))"),
+    ///     ("get.v1.lua", "--! keys: 1\nreturn redis.call('GET', KEYS[1])"),
+    /// ]);
+    /// assert!(set.require("del_all", 1)?.is_variadic());
+    /// assert!(!set.require("get", 1)?.is_variadic());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn is_variadic(&self) -> bool {
         self.variadic
     }
@@ -138,11 +184,25 @@ impl Script {
     }
 
     /// Lower-case hex SHA1 of the source, as Redis computes it.
+    ///
+    /// ```
+    /// let script = redkit::Registry::global().require("fixed_window", 8)?;
+    /// // The hash Redis answers to SCRIPT LOAD and looks up on EVALSHA.
+    /// assert_eq!(script.sha1(), redis::Script::new(script.source()).get_hash());
+    /// assert_eq!(script.sha1().len(), 40);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn sha1(&self) -> &str {
         &self.sha1
     }
 
     /// The Lua source.
+    ///
+    /// ```
+    /// let script = redkit::Registry::global().require("gcra", 3)?;
+    /// assert!(script.source().starts_with("--! keys: 1\n"));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn source(&self) -> &str {
         &self.source
     }
@@ -169,6 +229,17 @@ pub(crate) fn is_name(name: &str) -> bool {
 }
 
 /// A file in `lua/` that could not be turned into a [`Script`].
+///
+/// ```
+/// let registry = redkit::Registry::from_files([
+///     ("ok.v1.lua", "--! keys: 1\nreturn 1"),
+///     ("no_header.v1.lua", "return 1"),
+/// ]);
+/// assert_eq!(registry.scripts().len(), 1);
+/// let problem = &registry.problems()[0];
+/// assert_eq!(problem.file, "no_header.v1.lua");
+/// assert!(problem.problem.contains("--! keys:"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RegistryProblem {
@@ -226,6 +297,14 @@ pub struct RetiredScript {
 
 impl Registry {
     /// The process-wide registry of embedded scripts (built on first use).
+    ///
+    /// ```
+    /// use redkit::Registry;
+    /// assert!(std::ptr::eq(Registry::global(), Registry::global())); // built once
+    /// assert!(Registry::global().problems().is_empty());
+    /// assert_eq!(Registry::global().require("gcra", 3)?.key_count(), 1);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub fn global() -> &'static Registry {
         &REGISTRY
     }
@@ -333,6 +412,16 @@ impl Registry {
     }
 
     /// All scripts, sorted by name then version.
+    ///
+    /// ```
+    /// let registry = redkit::Registry::from_files([
+    ///     ("b.v1.lua", "--! keys: 1\nreturn 'b1'"),
+    ///     ("a.v2.lua", "--! keys: 1\nreturn 'a2'"),
+    ///     ("a.v1.lua", "--! keys: 1\nreturn 'a1'"),
+    /// ]);
+    /// let ids: Vec<&str> = registry.scripts().iter().map(|s| s.id()).collect();
+    /// assert_eq!(ids, ["a.v1", "a.v2", "b.v1"]);
+    /// ```
     pub fn scripts(&self) -> &[Script] {
         &self.scripts
     }
@@ -373,6 +462,17 @@ impl Registry {
 
     /// Files in `lua/` that are not valid scripts (bad name, missing `--! keys:` header).
     /// Empty for every released build; a test keeps it so.
+    ///
+    /// ```
+    /// let registry = redkit::Registry::from_files([
+    ///     ("counter.lua", "--! keys: 1\nreturn 1"),    // no .v<N>
+    ///     ("counter.v1.lua", "return 1"),              // no --! keys: header
+    /// ]);
+    /// assert!(registry.scripts().is_empty());
+    /// let files: Vec<&str> = registry.problems().iter().map(|p| p.file.as_str()).collect();
+    /// assert_eq!(files, ["counter.lua", "counter.v1.lua"]);
+    /// assert!(redkit::Registry::global().problems().is_empty());
+    /// ```
     pub fn problems(&self) -> &[RegistryProblem] {
         &self.problems
     }
@@ -393,6 +493,16 @@ impl Registry {
 }
 
 /// The name of a script set's lock file, beside its `.lua` files.
+///
+/// ```
+/// use redkit::{script::LOCK_FILE, Registry};
+/// assert_eq!(LOCK_FILE, "scripts.lock");
+/// let registry = Registry::from_files([
+///     ("a.v1.lua", "--! keys: 1\nreturn 1"),
+///     (LOCK_FILE, "# the pins\n"),
+/// ]);
+/// assert_eq!(registry.lock_text(), Some("# the pins\n"));
+/// ```
 pub const LOCK_FILE: &str = "scripts.lock";
 
 /// Embeds a folder of versioned Lua scripts into your crate and returns its

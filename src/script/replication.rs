@@ -61,6 +61,13 @@ enum Fsync {
 
 impl Replication {
     /// The longest timeout accepted: a call must stay bounded.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::script::Replication;
+    /// assert!(Replication::new(1, Replication::MAX_TIMEOUT).is_ok());
+    /// assert!(Replication::new(1, Replication::MAX_TIMEOUT + Duration::from_millis(1)).is_err());
+    /// ```
     pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
 
     /// Wait for `replicas` (>= 1) replicas, at most `timeout` (1 ms ..= [`Self::MAX_TIMEOUT`],

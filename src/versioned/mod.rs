@@ -54,10 +54,46 @@ struct Inner {
 
 impl Versioned {
     /// Prefix of every key unless another is chosen.
+    ///
+    /// ```
+    /// use redkit::versioned::Versioned;
+    /// assert_eq!(Versioned::new().key("settings")?, format!("{}:{{settings}}", Versioned::DEFAULT_PREFIX));
+    /// assert_eq!(Versioned::new().key("settings")?, "redkit:ver:{settings}");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     pub const DEFAULT_PREFIX: &'static str = "redkit:ver";
     /// Highest version (and fencing token) a value can carry: 2^53 − 1.
+    ///
+    /// A value at this version takes no more writes: an expected version this high is refused
+    /// before anything is sent.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redkit::Result<()> {
+    /// # let client = redis::Client::open("redis://127.0.0.1:1/")?;
+    /// # let mut conn = redis::aio::ConnectionManager::new_lazy_with_config(client, redkit::connect::manager_config(Default::default()))?;
+    /// use redkit::versioned::Versioned;
+    /// let v = Versioned::new();
+    /// assert_eq!(Versioned::MAX_VERSION, 9_007_199_254_740_991);
+    /// // `conn`: any connection; nothing reaches Redis.
+    /// let refused = v.compare_and_set(&mut conn, "seq", Versioned::MAX_VERSION, b"x").await;
+    /// assert!(matches!(refused, Err(redkit::Error::InvalidInput { what: "expected", .. })));
+    /// # Ok(()) }
+    /// ```
     pub const MAX_VERSION: u64 = (1 << 53) - 1;
     /// Longest value accepted, in bytes (Redis's own limit: 512 MiB).
+    ///
+    /// A longer value is refused before anything is sent (not run here: it allocates 512 MiB):
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::versioned::Versioned;
+    /// let v = Versioned::new();
+    /// let too_long = vec![0u8; Versioned::MAX_VALUE_LEN + 1];
+    /// let refused = v.compare_and_set(&mut conn, "blob", 0, &too_long).await;
+    /// assert!(matches!(refused, Err(redkit::Error::InvalidInput { what: "value", .. })));
+    /// # Ok(()) }
+    /// ```
     pub const MAX_VALUE_LEN: usize = 512 * 1024 * 1024;
 
     /// Versioned values with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its own

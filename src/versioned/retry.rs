@@ -28,10 +28,37 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// Default number of compare-and-set attempts.
+    ///
+    /// ```
+    /// use redkit::versioned::RetryPolicy;
+    /// assert_eq!(RetryPolicy::new().get_attempts(), RetryPolicy::DEFAULT_ATTEMPTS);
+    /// // Twice the default attempts for a hot value.
+    /// let patient = RetryPolicy::new().attempts(2 * RetryPolicy::DEFAULT_ATTEMPTS);
+    /// assert_eq!(patient.get_attempts(), 20);
+    /// ```
     pub const DEFAULT_ATTEMPTS: u32 = 10;
     /// Default first backoff.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::versioned::RetryPolicy;
+    /// let default = RetryPolicy::new();
+    /// assert_eq!(default.backoff(RetryPolicy::DEFAULT_BACKOFF, RetryPolicy::DEFAULT_MAX_BACKOFF), default);
+    /// // The default first pause, a lower cap.
+    /// let capped = default.backoff(RetryPolicy::DEFAULT_BACKOFF, Duration::from_millis(20));
+    /// assert_ne!(capped, default);
+    /// ```
     pub const DEFAULT_BACKOFF: Duration = Duration::from_millis(2);
     /// Default longest backoff.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::versioned::RetryPolicy;
+    /// // Start at 10 ms, still capped at the default 100 ms.
+    /// let p = RetryPolicy::new().backoff(Duration::from_millis(10), RetryPolicy::DEFAULT_MAX_BACKOFF);
+    /// assert_eq!(RetryPolicy::DEFAULT_MAX_BACKOFF, Duration::from_millis(100));
+    /// assert_ne!(p, RetryPolicy::new());
+    /// ```
     pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_millis(100);
 
     /// 10 attempts, backoff from 2 ms up to 100 ms.

@@ -110,8 +110,28 @@ impl<C> Polling for Redlock<C> {}
 
 impl<C: ConnectionLike + Clone> Redlock<C> {
     /// Default bound on each node's answer.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis::aio::MultiplexedConnection;
+    /// use redkit::lock::Redlock;
+    /// assert_eq!(Redlock::<MultiplexedConnection>::DEFAULT_NODE_TIMEOUT, Duration::from_millis(50));
+    /// # fn demo(nodes: Vec<MultiplexedConnection>) -> redkit::Result<()> {
+    /// // masters in other regions: allow each four times the default
+    /// let slower = Redlock::<MultiplexedConnection>::DEFAULT_NODE_TIMEOUT * 4;
+    /// let redlock = Redlock::new(nodes)?.with_node_timeout(slower);
+    /// # let _ = redlock; Ok(()) }
+    /// ```
     pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
     /// Default key prefix.
+    ///
+    /// ```
+    /// use redis::aio::MultiplexedConnection;
+    /// use redkit::lock::Redlock;
+    /// // an ACL rule giving the locking user the Redlock keys
+    /// let keys = format!("~{}:*", Redlock::<MultiplexedConnection>::DEFAULT_PREFIX);
+    /// assert_eq!(keys, "~redkit:redlock:*");
+    /// ```
     pub const DEFAULT_PREFIX: &'static str = "redkit:redlock";
 
     /// A Redlock over `nodes`, one connection per independent master. Their number must be
@@ -173,12 +193,33 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
 
     /// Bounds each node's answer (default [`DEFAULT_NODE_TIMEOUT`](Self::DEFAULT_NODE_TIMEOUT));
     /// must be non-zero and shorter than the ttl (checked at acquire).
+    ///
+    /// ```no_run
+    /// # async fn run(nodes: Vec<redis::aio::MultiplexedConnection>) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::lock::{LockOptions, Redlock};
+    /// let redlock = Redlock::new(nodes)?.with_node_timeout(Duration::from_millis(200));
+    /// redlock.acquire("payout-9", &LockOptions::new().ttl(Duration::from_secs(10))).await?;
+    /// // a ttl not longer than the node timeout is refused before anything is sent
+    /// let short = LockOptions::new().ttl(Duration::from_millis(150));
+    /// let refused = redlock.acquire("payout-9", &short).await;
+    /// assert!(matches!(refused, Err(redkit::Error::InvalidInput { .. })));
+    /// # Ok(()) }
+    /// ```
     pub fn with_node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
         self
     }
 
     /// Number of nodes that must agree: N/2+1.
+    ///
+    /// ```
+    /// # use redis::aio::MultiplexedConnection;
+    /// # fn demo(a: MultiplexedConnection, b: MultiplexedConnection, c: MultiplexedConnection) -> redkit::Result<()> {
+    /// let redlock = redkit::lock::Redlock::new(vec![a, b, c])?;
+    /// assert_eq!(redlock.quorum(), 2); // one of three masters may be down
+    /// # Ok(()) }
+    /// ```
     pub fn quorum(&self) -> usize {
         self.nodes.len() / 2 + 1
     }
@@ -207,6 +248,14 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     }
 
     /// The key of `resource` on every node.
+    ///
+    /// ```
+    /// # fn demo(nodes: Vec<redis::aio::MultiplexedConnection>) -> redkit::Result<()> {
+    /// let redlock = redkit::lock::Redlock::new(nodes)?;
+    /// assert_eq!(redlock.key("payout-9")?, "redkit:redlock:{payout-9}");
+    /// assert!(redlock.key("").is_err());
+    /// # Ok(()) }
+    /// ```
     pub fn key(&self, resource: &str) -> Result<String> {
         schema::base(&self.prefix, resource)
     }

@@ -16,6 +16,22 @@ use crate::script::Library;
 
 /// What one node holds of a library.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+///
+/// ```no_run
+/// # async fn run() -> redkit::Result<()> {
+/// use redkit::script::{admin::{Admin, LibraryState}, Library};
+/// let admin = Admin::cluster(["redis://127.0.0.1:7000/"])?;
+/// for r in admin.verify_library(Library::redkit()).await? {
+///     match r.value {
+///         Some(LibraryState::Loaded) => {}
+///         Some(LibraryState::Missing) => eprintln!("{}: not loaded yet", r.node.addr),
+///         Some(LibraryState::Different) => eprintln!("{}: same name, other code", r.node.addr),
+///         Some(_) => eprintln!("{}: {:?}", r.node.addr, r.value),
+///         None => eprintln!("{}: {:?}", r.node.addr, r.error),
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum LibraryState {
