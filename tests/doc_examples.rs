@@ -1,0 +1,204 @@
+//! Every public item of the library carries an example in its docs.
+//!
+//! Reads the sources under `src/` (the `redkit` binaries aside) and lists each `pub` item
+//! (`fn`, `struct`, `enum`, `trait`, `type`, `const`, `static`) whose doc comment has no code
+//! block. Rustdoc's own lint for this (`missing_doc_code_examples`) is nightly-only. The
+//! examples themselves are doctests: `cargo test --doc` compiles each one and runs those
+//! that need no server.
+//!
+//! Left out on purpose: items marked `#[doc(hidden)]`, files that say `Not public API` in
+//! their first line (bench plumbing), the items of a `mod sealed` (traits that seal a public
+//! one: users can never name them), and a macro's items whose docs the macro's callers pass in (`$(#[$doc])*`; each
+//! call site's example is a doctest of its own).
+
+use std::path::{Path, PathBuf};
+
+const ITEM_KINDS: [&str; 7] = [
+    "fn ", "struct ", "enum ", "trait ", "type ", "const ", "static ",
+];
+
+/// The `.rs` files under `dir`, sorted, without the binaries' folder.
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|entry| entry.expect("a directory entry").path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            if path.file_name().is_some_and(|name| name == "bin") {
+                continue;
+            }
+            sources(&path, out);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The item a line declares, when it is a `pub` item of the kinds checked (`pub(crate)` and
+/// the like are not public; `pub use` re-exports are documented where they are defined).
+fn public_item(line: &str) -> Option<&str> {
+    let rest = line.trim_start().strip_prefix("pub ")?;
+    let rest = rest.strip_prefix("async ").unwrap_or(rest);
+    let rest = rest.strip_prefix("const fn ").map_or(rest, |_| &rest[6..]);
+    ITEM_KINDS
+        .iter()
+        .any(|kind| rest.starts_with(kind))
+        .then_some(rest)
+}
+
+/// How an item's docs are given.
+struct Docs {
+    /// The `///` lines right above it.
+    lines: Vec<String>,
+    /// An attribute says `doc(hidden)`.
+    hidden: bool,
+    /// A macro's item whose docs its callers pass in (`$(#[$doc])*`): each call site's
+    /// example is its own doctest, so the call sites carry them.
+    from_caller: bool,
+}
+
+/// The doc comment and attributes right above line `at`. Attributes may span lines; a blank
+/// line or code ends them.
+fn doc_above(lines: &[&str], at: usize) -> Docs {
+    let mut docs = Docs {
+        lines: Vec::new(),
+        hidden: false,
+        from_caller: false,
+    };
+    for line in lines[..at].iter().rev() {
+        let t = line.trim();
+        if let Some(text) = t.strip_prefix("///") {
+            docs.lines.push(text.to_string());
+        } else if t.starts_with("$(#[$") {
+            docs.from_caller = true;
+        } else if t.is_empty() || t.ends_with(';') || t.ends_with('{') || t.ends_with('}') {
+            break;
+        } else {
+            // An attribute, or a line of one spread over several lines.
+            docs.hidden |= t.contains("doc(hidden)");
+        }
+    }
+    docs.lines.reverse();
+    docs
+}
+
+/// `file:line: item` for each public item of `source` whose docs have no code block.
+fn missing_examples(file: &str, source: &str) -> Vec<String> {
+    if source
+        .lines()
+        .next()
+        .is_some_and(|first| first.contains("Not public API"))
+    {
+        return Vec::new();
+    }
+    let lines: Vec<&str> = source.lines().collect();
+    let mut missing = Vec::new();
+    // The indentation of the `mod sealed {` the scan is in, if any.
+    let mut sealed: Option<usize> = None;
+    for (i, line) in lines.iter().enumerate() {
+        let indent = line.len() - line.trim_start().len();
+        match sealed {
+            Some(at) if indent == at && line.trim() == "}" => sealed = None,
+            Some(_) => continue,
+            None if line.trim_end().ends_with("mod sealed {") => sealed = Some(indent),
+            None => {}
+        }
+        let Some(_) = public_item(line) else {
+            continue;
+        };
+        let docs = doc_above(&lines, i);
+        let example = docs.lines.iter().any(|l| l.trim_start().starts_with("```"));
+        if docs.hidden || docs.from_caller || example {
+            continue;
+        }
+        missing.push(format!("{file}:{}: {}", i + 1, line.trim()));
+    }
+    missing
+}
+
+#[test]
+fn every_public_item_has_an_example() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    sources(&root.join("src"), &mut files);
+    assert!(files.len() > 50, "found only {} source files", files.len());
+    let mut missing = Vec::new();
+    let mut items = 0;
+    for path in &files {
+        let source = std::fs::read_to_string(path).expect("a source file");
+        let name = path
+            .strip_prefix(root)
+            .unwrap_or(path)
+            .display()
+            .to_string();
+        items += source.lines().filter(|l| public_item(l).is_some()).count();
+        missing.extend(missing_examples(&name, &source));
+    }
+    assert!(
+        items > 300,
+        "found only {items} public items: is the scan broken?"
+    );
+    assert!(
+        missing.is_empty(),
+        "{} public items have no example in their docs (add a ``` block):\n{}",
+        missing.len(),
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn the_scan_finds_what_it_should() {
+    let source = "\
+/// Documented, with an example.
+///
+/// ```
+/// assert!(true);
+/// ```
+#[derive(Debug)]
+pub struct Good;
+
+/// Documented, no example.
+#[cfg_attr(
+    docsrs,
+    doc(cfg(feature = \"x\"))
+)]
+pub async fn bad() {}
+
+pub(crate) fn internal() {}
+
+#[doc(hidden)]
+pub const HIDDEN: u8 = 1;
+
+    /// A constant without one.
+    pub const LIMIT: usize = 3;
+
+pub use other::Thing;
+
+pub(super) mod sealed {
+    /// Never nameable outside.
+    pub trait Hooks {}
+}
+
+macro_rules! verbs {
+    ($(#[$doc:meta])*) => {
+        $(#[$doc])*
+        pub fn verb() {}
+    };
+}
+";
+    assert_eq!(
+        missing_examples("x.rs", source),
+        [
+            "x.rs:14: pub async fn bad() {}",
+            "x.rs:22: pub const LIMIT: usize = 3;"
+        ]
+    );
+    assert!(missing_examples("y.rs", &format!("//! Not public API\n{source}")).is_empty());
+    assert_eq!(
+        public_item("pub const fn get(self) -> u64 {"),
+        Some("fn get(self) -> u64 {")
+    );
+    assert_eq!(public_item("pub(super) fn f() {}"), None);
+}
