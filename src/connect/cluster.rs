@@ -410,13 +410,7 @@ async fn ask_slots(
     let started = Instant::now();
     // Each node once, then (all failed at once) a random one.
     for round in 0..=nodes.len() {
-        let next = match last {
-            Some(last) => nodes.iter().find(|node| *node > last),
-            None => None,
-        }
-        .or(nodes.first())
-        .filter(|_| round < nodes.len())
-        .cloned();
+        let next = next_node(nodes, last.as_ref(), round);
         let route = match &next {
             Some((host, port)) => SingleNodeRoutingInfo::ByAddress {
                 host: host.clone(),
@@ -441,6 +435,22 @@ async fn ask_slots(
         }
     }
     None
+}
+
+/// The node a round of [`ask_slots`] asks in its `round`-th try: the first of `nodes` (sorted)
+/// after `last`, from the start again past the end; `None`, a random node of the connection,
+/// once every node had its try (`round == nodes.len()`) or when there is none.
+fn next_node(
+    nodes: &[(String, u16)],
+    last: Option<&(String, u16)>,
+    round: usize,
+) -> Option<(String, u16)> {
+    if round >= nodes.len() {
+        return None;
+    }
+    last.and_then(|last| nodes.iter().find(|node| *node > last))
+        .or(nodes.first())
+        .cloned()
 }
 
 /// How to follow an error reply that means the single command did not run.
@@ -530,6 +540,29 @@ impl ConnectionLike for Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_watch_asks_each_node_in_turn_then_a_random_one() {
+        let node = |port: u16| ("127.0.0.1".to_owned(), port);
+        let nodes = [node(7000), node(7001), node(7002)];
+        // A round: from after the node asked last, each node once, wrapping, then random.
+        let mut last = Some(node(7001));
+        let mut asked = Vec::new();
+        for round in 0..=nodes.len() {
+            let next = next_node(&nodes, last.as_ref(), round);
+            if next.is_some() {
+                last.clone_from(&next);
+            }
+            asked.push(next.map(|(_, port)| port));
+        }
+        assert_eq!(asked, [Some(7002), Some(7000), Some(7001), None]);
+        // The first read knows no node: random. A node that left the list: the next one up.
+        assert_eq!(next_node(&[], None, 0), None);
+        assert_eq!(next_node(&nodes, None, 0), Some(node(7000)));
+        assert_eq!(next_node(&nodes, Some(&node(6999)), 0), Some(node(7000)));
+        assert_eq!(next_node(&nodes, Some(&node(7005)), 1), Some(node(7000)));
+        assert_eq!(next_node(&nodes, Some(&node(7000)), 3), None);
+    }
 
     #[test]
     fn a_fresh_map_is_built_after_anything_but_a_servers_reply() {
