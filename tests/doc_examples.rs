@@ -1,15 +1,15 @@
 //! Every public item of the library carries an example in its docs.
 //!
 //! Reads the sources under `src/` (the `redkit` binaries aside) and lists each `pub` item
-//! (`fn`, `struct`, `enum`, `trait`, `type`, `const`, `static`) whose doc comment has no code
-//! block. Rustdoc's own lint for this (`missing_doc_code_examples`) is nightly-only. The
-//! examples themselves are doctests: `cargo test --doc` compiles each one and runs those
-//! that need no server.
+//! (`fn`, `struct`, `enum`, `trait`, `type`, `const`, `static`), and each method declared in
+//! a public trait, whose doc comment has no code block. Rustdoc's own lint for this
+//! (`missing_doc_code_examples`) is nightly-only. The examples themselves are doctests:
+//! `cargo test --doc` compiles each one and runs those that need no server.
 //!
 //! Left out on purpose: items marked `#[doc(hidden)]`, files that say `Not public API` in
 //! their first line (bench plumbing), the items of a `mod sealed` (traits that seal a public
-//! one: users can never name them), and a macro's items whose docs the macro's callers pass in (`$(#[$doc])*`; each
-//! call site's example is a doctest of its own).
+//! one: users can never name them), and a macro's items whose docs the macro's callers pass
+//! in (`$(#[$doc])*`; each call site's example is a doctest of its own).
 
 use std::path::{Path, PathBuf};
 
@@ -59,6 +59,13 @@ struct Docs {
     from_caller: bool,
 }
 
+/// Whether a line in a trait's body declares a method (`fn`, `async fn`, `unsafe fn`).
+fn trait_method(line: &str) -> bool {
+    let t = line.trim_start();
+    let t = t.strip_prefix("async ").unwrap_or(t);
+    t.strip_prefix("unsafe ").unwrap_or(t).starts_with("fn ")
+}
+
 /// The doc comment and attributes right above line `at`. Attributes may span lines; a blank
 /// line or code ends them.
 fn doc_above(lines: &[&str], at: usize) -> Docs {
@@ -97,6 +104,11 @@ fn missing_examples(file: &str, source: &str) -> Vec<String> {
     let mut missing = Vec::new();
     // The indentation of the `mod sealed {` the scan is in, if any.
     let mut sealed: Option<usize> = None;
+    // The indentation of the `pub trait` whose body the scan is in, if any: its methods are
+    // public too.
+    let mut in_trait: Option<usize> = None;
+    // A `pub trait` whose bounds go on over several lines: its body opens at a later `{`.
+    let mut opening: Option<usize> = None;
     for (i, line) in lines.iter().enumerate() {
         let indent = line.len() - line.trim_start().len();
         match sealed {
@@ -105,9 +117,30 @@ fn missing_examples(file: &str, source: &str) -> Vec<String> {
             None if line.trim_end().ends_with("mod sealed {") => sealed = Some(indent),
             None => {}
         }
-        let Some(_) = public_item(line) else {
-            continue;
+        let method = match in_trait {
+            Some(at) if indent == at && line.trim_start().starts_with('}') => {
+                in_trait = None;
+                false
+            }
+            Some(at) => indent == at + 4 && trait_method(line),
+            None => false,
         };
+        if in_trait.is_none() {
+            let t = line.trim_end();
+            if opening == Some(indent) && t.ends_with('{') {
+                (in_trait, opening) = (Some(indent), None);
+            } else if public_item(line).is_some_and(|item| item.starts_with("trait ")) {
+                // A body opening here, none (`{}`), or one opening below the bounds.
+                if t.ends_with('{') {
+                    in_trait = Some(indent);
+                } else if !t.ends_with('}') && !t.ends_with(';') {
+                    opening = Some(indent);
+                }
+            }
+        }
+        if !method && public_item(line).is_none() {
+            continue;
+        }
         let docs = doc_above(&lines, i);
         let example = docs.lines.iter().any(|l| l.trim_start().starts_with("```"));
         if docs.hidden || docs.from_caller || example {
@@ -178,7 +211,37 @@ pub use other::Thing;
 
 pub(super) mod sealed {
     /// Never nameable outside.
-    pub trait Hooks {}
+    pub trait Hooks {
+        fn hook(&self);
+    }
+}
+
+/// A trait.
+///
+/// ```
+/// ```
+pub trait Kind {
+    /// With one.
+    ///
+    /// ```
+    /// ```
+    fn good(&self);
+
+    /// Without.
+    fn bad(&self) -> u8 {
+        0
+    }
+}
+
+/// Bounds over several lines.
+///
+/// ```
+/// ```
+pub trait Long:
+    Clone + Send
+{
+    /// Without.
+    fn also_bad(&self);
 }
 
 macro_rules! verbs {
@@ -192,7 +255,9 @@ macro_rules! verbs {
         missing_examples("x.rs", source),
         [
             "x.rs:14: pub async fn bad() {}",
-            "x.rs:22: pub const LIMIT: usize = 3;"
+            "x.rs:22: pub const LIMIT: usize = 3;",
+            "x.rs:45: fn bad(&self) -> u8 {",
+            "x.rs:58: fn also_bad(&self);"
         ]
     );
     assert!(missing_examples("y.rs", &format!("//! Not public API\n{source}")).is_empty());

@@ -144,6 +144,15 @@ impl<'a> RequestInfo<'a> {
 /// ```
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The client of `req`, or `None` when it cannot be determined.
+    ///
+    /// ```
+    /// use redkit::middleware::{ClientId, KeyExtractor, PeerIp, RequestInfo};
+    /// let mut req = http::Request::new(());
+    /// // no peer address (a server without `ConnectInfo`): the layer's `UnknownClient` applies
+    /// assert_eq!(PeerIp.extract(&RequestInfo::new(&req)), None);
+    /// req.extensions_mut().insert("192.0.2.7:4000".parse::<std::net::SocketAddr>().unwrap());
+    /// assert_eq!(PeerIp.extract(&RequestInfo::new(&req)), Some(ClientId::Ip([192, 0, 2, 7].into())));
+    /// ```
     fn extract(&self, req: &RequestInfo<'_>) -> Option<ClientId>;
 }
 

@@ -74,6 +74,16 @@ pub enum Rejection<'a> {
 /// ```
 pub trait Respond<B>: Send + Sync + 'static {
     /// Returns the response to send for `rejection`, given the layer's default one.
+    ///
+    /// ```
+    /// use http::{Response, StatusCode};
+    /// use redkit::middleware::{DefaultResponses, Rejection, Respond};
+    /// // the layer's default answer to a denied client, as it hands it to the hook
+    /// let mut default = Response::new(());
+    /// *default.status_mut() = StatusCode::FORBIDDEN;
+    /// let res = DefaultResponses.respond(&Rejection::Denied, default);
+    /// assert_eq!(res.status(), StatusCode::FORBIDDEN); // kept as it was
+    /// ```
     fn respond(&self, rejection: &Rejection<'_>, response: Response<B>) -> Response<B>;
 }
 

@@ -52,31 +52,101 @@ pub trait RateLimiter:
     sealed::Hooks + Into<super::Limiter> + Clone + fmt::Debug + Send + Sync + 'static
 {
     /// The limiter's name (its keys are its own).
+    ///
+    /// ```
+    /// use redkit::rate_limit::{Gcra, Limiter, Rate, RateLimiter};
+    /// fn label<L: RateLimiter>(l: &L) -> String {
+    ///     format!("limiter {}", l.name())
+    /// }
+    /// let api = Gcra::new("api", Rate::per_second(10)?)?;
+    /// assert_eq!(label(&api), "limiter api");
+    /// assert_eq!(label(&Limiter::from(api)), "limiter api");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     fn name(&self) -> &str;
 
     /// The rate it was built with, its period as the algorithm holds it (whole milliseconds
     /// for the windows, whole microseconds for GCRA).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::rate_limit::{FixedWindow, Rate, RateLimiter};
+    /// fn per_second<L: RateLimiter>(l: &L) -> f64 {
+    ///     f64::from(l.rate().burst()) / l.rate().period().as_secs_f64()
+    /// }
+    /// let exports = FixedWindow::new("exports", Rate::new(120, Duration::from_secs(60))?)?;
+    /// assert_eq!(per_second(&exports), 2.0);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     fn rate(&self) -> &Rate;
 
     /// The key prefix (the algorithm's `DEFAULT_PREFIX` unless `with_prefix` chose another).
+    ///
+    /// ```
+    /// use redkit::rate_limit::{FixedWindow, Rate, RateLimiter};
+    /// let login = FixedWindow::new("login", Rate::per_minute(5)?)?;
+    /// assert_eq!(RateLimiter::prefix(&login), FixedWindow::DEFAULT_PREFIX);
+    /// let scoped = login.with_prefix("shop:rl")?;
+    /// assert_eq!(RateLimiter::prefix(&scoped), "shop:rl");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     fn prefix(&self) -> &str;
 
     /// The most units that pass at once: a window's limit, or GCRA's burst.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::rate_limit::{FixedWindow, Gcra, Rate, RateLimiter};
+    /// let window = FixedWindow::new("w", Rate::new(100, Duration::from_secs(60))?)?;
+    /// assert_eq!(RateLimiter::limit(&window), 100);
+    /// let gcra = Gcra::new("g", Rate::per_second(10)?.with_burst(20)?)?;
+    /// assert_eq!(RateLimiter::limit(&gcra), 20); // the burst
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     fn limit(&self) -> u32 {
         self.rate().burst()
     }
 
     /// The time in which [`limit`](Self::limit) units are granted: the window, or for GCRA
     /// the time a bucket takes to refill from empty (emission interval x burst).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redkit::rate_limit::{FixedWindow, Gcra, Rate, RateLimiter};
+    /// let window = FixedWindow::new("w", Rate::new(100, Duration::from_secs(60))?)?;
+    /// assert_eq!(RateLimiter::window(&window), Duration::from_secs(60));
+    /// // 10 per second, bursts of 20: an empty bucket refills in 20 x 100 ms
+    /// let gcra = Gcra::new("g", Rate::per_second(10)?.with_burst(20)?)?;
+    /// assert_eq!(RateLimiter::window(&gcra), Duration::from_secs(2));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     fn window(&self) -> Duration {
         self.rate().period()
     }
 
     /// The Redis key holding `key`'s state: `<prefix>:<name>:{<client>}` (the client is the
     /// hash tag: every call is a single-slot call on a Cluster).
+    ///
+    /// ```
+    /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate, RateLimiter};
+    /// let login = FixedWindow::new("login", Rate::per_minute(5)?)?;
+    /// let key = RateLimiter::redis_key(&login, &LimitKey::text("user-42")?);
+    /// assert!(key.starts_with("redkit:rl:login:{") && key.ends_with('}'));
+    /// assert!(key.contains("user-42"));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     fn redis_key(&self, key: &LimitKey) -> String;
 
     /// The deny cache checks are answered from, when one is attached.
+    ///
+    /// ```
+    /// use redkit::rate_limit::{DenyCache, FixedWindow, Rate, RateLimiter};
+    /// let login = FixedWindow::new("login", Rate::per_minute(5)?)?;
+    /// assert!(RateLimiter::deny_cache(&login).is_none());
+    /// let cached = login.with_deny_cache(DenyCache::new(10_000)?);
+    /// assert!(RateLimiter::deny_cache(&cached).is_some());
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
     fn deny_cache(&self) -> Option<&DenyCache> {
         None
     }
@@ -84,6 +154,21 @@ pub trait RateLimiter:
     /// Counts `cost` units for `key` in one round trip, if they fit. A cost above
     /// [`limit`](Self::limit) is [`Decision::CostExceedsLimit`]; a zero cost is
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) (nothing sent).
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::rate_limit::{Decision, FixedWindow, LimitKey, Rate, RateLimiter};
+    /// // a budget of 500 MB a minute per tenant; this upload is 40 MB
+    /// let megabytes = FixedWindow::new("upload-mb", Rate::per_minute(500)?)?;
+    /// let tenant = LimitKey::text("tenant-3")?;
+    /// match RateLimiter::check_n(&megabytes, &mut conn, &tenant, 40).await? {
+    ///     Decision::Allowed(_) => { /* accept the upload */ }
+    ///     Decision::Limited { retry_after, .. } => println!("over budget: retry in {retry_after:?}"),
+    ///     _ => println!("40 MB can never pass in one minute"),
+    /// }
+    /// assert!(RateLimiter::check_n(&megabytes, &mut conn, &tenant, 0).await.is_err());
+    /// # Ok(()) }
+    /// ```
     fn check_n<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
@@ -92,6 +177,17 @@ pub trait RateLimiter:
     ) -> impl Future<Output = Result<Decision>> + Send;
 
     /// Counts one unit for `key`. See [`check_n`](Self::check_n).
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::rate_limit::{Gcra, LimitKey, Rate, RateLimiter};
+    /// let api = Gcra::new("api", Rate::per_second(10)?)?;
+    /// let decision = RateLimiter::check(&api, &mut conn, &LimitKey::text("user-42")?).await?;
+    /// if !decision.is_allowed() {
+    ///     println!("429: {decision:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
     fn check<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
@@ -175,6 +271,17 @@ pub trait RateLimiter:
     }
 
     /// Deletes `key`'s state (and its deny-cache entry). Returns whether it existed.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate, RateLimiter};
+    /// let login = FixedWindow::new("login", Rate::per_minute(5)?)?;
+    /// let user = LimitKey::text("user-42")?;
+    /// // after a successful password reset, forget the failed attempts
+    /// RateLimiter::reset(&login, &mut conn, &user).await?;
+    /// assert!(!RateLimiter::reset(&login, &mut conn, &user).await?); // nothing left
+    /// # Ok(()) }
+    /// ```
     fn reset<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
