@@ -11,30 +11,14 @@
 //! one: users can never name them), and a macro's items whose docs the macro's callers pass
 //! in (`$(#[$doc])*`; each call site's example is a doctest of its own).
 
-use std::path::{Path, PathBuf};
+#[path = "support/sources.rs"]
+mod sources;
+
+use std::path::Path;
 
 const ITEM_KINDS: [&str; 7] = [
     "fn ", "struct ", "enum ", "trait ", "type ", "const ", "static ",
 ];
-
-/// The `.rs` files under `dir`, sorted, without the binaries' folder.
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-        .map(|entry| entry.expect("a directory entry").path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            if path.file_name().is_some_and(|name| name == "bin") {
-                continue;
-            }
-            sources(&path, out);
-        } else if path.extension().is_some_and(|ext| ext == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// The item a line declares, when it is a `pub` item of the kinds checked (`pub(crate)` and
 /// the like are not public; `pub use` re-exports are documented where they are defined).
@@ -154,8 +138,12 @@ fn missing_examples(file: &str, source: &str) -> Vec<String> {
 #[test]
 fn every_public_item_has_an_example() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    sources(&root.join("src"), &mut files);
+    // The library's sources: the `redkit` binaries are not its public API.
+    let bin = root.join("src").join("bin");
+    let files: Vec<_> = sources::rust_files(&root.join("src"))
+        .into_iter()
+        .filter(|path| !path.starts_with(&bin))
+        .collect();
     assert!(files.len() > 50, "found only {} source files", files.len());
     let mut missing = Vec::new();
     let mut items = 0;

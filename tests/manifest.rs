@@ -18,6 +18,8 @@ use redkit::Registry;
 
 #[path = "fixtures/mod.rs"]
 mod fixtures;
+#[path = "support/sources.rs"]
+mod sources;
 
 const LOCK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/lua/scripts.lock");
 const LUA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
@@ -30,18 +32,6 @@ fn lua_files(dir: &str) -> BTreeSet<String> {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter_map(|n| n.strip_suffix(".lua").map(str::to_owned))
         .collect()
-}
-
-/// Every `.rs` file under `dir`, recursively.
-fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 /// The script look-ups of some Rust code, as `name.vN`: `require("name", N)` and
@@ -81,8 +71,7 @@ fn look_ups(code: &str) -> Vec<String> {
 
 /// `name.vN` -> the files of `src/` that look it up.
 fn callers_in_src() -> std::collections::BTreeMap<String, Vec<String>> {
-    let mut files = Vec::new();
-    rust_files(Path::new(SRC), &mut files);
+    let files = sources::rust_files(Path::new(SRC));
     let mut callers = std::collections::BTreeMap::<String, Vec<String>>::new();
     for file in files {
         let code = std::fs::read_to_string(&file).unwrap();
