@@ -255,3 +255,246 @@ async fn acked_function_call_without_its_library_waits_once() {
     assert_eq!(command_calls(&pair.primary, "function|list").await, lists);
     assert_eq!(m.stats().function_reloads, 1);
 }
+
+/// A replicated operation of the public API, run by [`replicated_op`].
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Invoke,
+    Decrement,
+    Restock,
+    Order,
+    Reserve,
+    Commit,
+    Cancel,
+    LockAcquire,
+    FencedAcquire,
+    LockRenew,
+    FencedSet,
+    SemaphoreAcquire,
+    FairAcquire,
+    RwAcquire,
+    ReentrantAcquire,
+}
+
+const OPS: [Op; 15] = [
+    Op::Invoke,
+    Op::Decrement,
+    Op::Restock,
+    Op::Order,
+    Op::Reserve,
+    Op::Commit,
+    Op::Cancel,
+    Op::LockAcquire,
+    Op::FencedAcquire,
+    Op::LockRenew,
+    Op::FencedSet,
+    Op::SemaphoreAcquire,
+    Op::FairAcquire,
+    Op::RwAcquire,
+    Op::ReentrantAcquire,
+];
+
+/// What `op` needs in place before its replicated call (a stock, a reservation, a held lock),
+/// made with a manager of its own; `Some` guard for a renewal.
+async fn prepare(
+    op: Op,
+    conn: &mut redis::aio::MultiplexedConnection,
+    run: usize,
+) -> Option<redkit::lock::LockGuard<redkit::lock::Lock>> {
+    use redkit::inventory::Inventory;
+    use redkit::lock::{Acquire, Lock, LockOptions};
+    let store = Inventory::new("t:inv").unwrap().store("s").unwrap();
+    store.set(conn, "a", 1_000).await.unwrap();
+    store.set(conn, "b", 1_000).await.unwrap();
+    match op {
+        Op::Commit | Op::Cancel => {
+            let id = format!("cart-{run}");
+            let hold = store
+                .reserve(conn, "a", 1, Duration::from_secs(60), &id)
+                .await
+                .unwrap();
+            assert!(hold.is_held());
+            None
+        }
+        Op::LockRenew | Op::FencedSet => {
+            let options = LockOptions::new()
+                .ttl(Duration::from_secs(30))
+                .fencing(matches!(op, Op::FencedSet));
+            match Lock::new()
+                .try_acquire(conn, &format!("held-{run}"), &options)
+                .await
+                .unwrap()
+            {
+                Acquire::Acquired(guard) => Some(guard),
+                other => panic!("{other:?}"),
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Runs `op` once with `manager`, waiting for `wait`; the operation's outcome is only checked
+/// for being answered (the link is down: nothing is acknowledged).
+async fn replicated_op(
+    op: Op,
+    manager: &ScriptManager,
+    conn: &mut redis::aio::MultiplexedConnection,
+    run: usize,
+    guard: Option<redkit::lock::LockGuard<redkit::lock::Lock>>,
+    wait: Replication,
+) -> u32 {
+    use redkit::inventory::Inventory;
+    use redkit::lock::{
+        Acquire, FairLock, Lock, LockOptions, Mode, Owner, ReentrantLock, RwLock, Semaphore,
+    };
+    let inventory = Inventory::builder()
+        .prefix("t:inv")
+        .with_manager(manager.clone())
+        .build()
+        .unwrap();
+    let store = inventory.store("s").unwrap();
+    let id = format!("r-{run}");
+    let cart = format!("cart-{run}");
+    let resource = format!("res-{run}");
+    let not_replicated = |replicas: u32| replicas;
+    let acquired = |outcome: String| {
+        assert!(outcome.contains("NotReplicated"), "{outcome}");
+        0
+    };
+    let ttl = Duration::from_secs(30);
+    match op {
+        Op::Invoke => {
+            let a = manager
+                .invoke_acked::<(i64, i64, i64), _>(conn, &hit(&format!("{{i}}:{run}")), wait)
+                .await
+                .unwrap();
+            not_replicated(a.replicas)
+        }
+        Op::Decrement => {
+            let a = store.decrement_acked(conn, "a", 1, Some(&id), wait);
+            not_replicated(a.await.unwrap().replicas)
+        }
+        Op::Restock => {
+            let a = store.restock_acked(conn, "a", 1, Some(&id), wait);
+            not_replicated(a.await.unwrap().replicas)
+        }
+        Op::Order => {
+            let lines = [store.line("a", 1).unwrap(), store.line("b", 1).unwrap()];
+            let a = inventory.place_order_acked(conn, &lines, Some(&id), wait);
+            not_replicated(a.await.unwrap().replicas)
+        }
+        Op::Reserve => {
+            let a = store.reserve_acked(conn, "a", 1, ttl, &cart, wait);
+            not_replicated(a.await.unwrap().replicas)
+        }
+        Op::Commit => {
+            let a = store.commit_acked(conn, "a", &cart, wait);
+            not_replicated(a.await.unwrap().replicas)
+        }
+        Op::Cancel => {
+            let a = store.cancel_acked(conn, "a", &cart, wait);
+            not_replicated(a.await.unwrap().replicas)
+        }
+        Op::LockAcquire | Op::FencedAcquire => {
+            let lock = Lock::new().with_manager(manager.clone());
+            let options = LockOptions::new()
+                .ttl(ttl)
+                .fencing(matches!(op, Op::FencedAcquire))
+                .require_replicas(wait);
+            acquired(format!(
+                "{:?}",
+                lock.try_acquire(conn, &resource, &options).await.unwrap()
+            ))
+        }
+        Op::LockRenew => {
+            let lock = Lock::new().with_manager(manager.clone());
+            let mut guard = guard.expect("a held lock");
+            let a = lock.renew_acked(conn, &mut guard, wait).await.unwrap();
+            not_replicated(a.replicas)
+        }
+        Op::FencedSet => {
+            let lock = Lock::new().with_manager(manager.clone());
+            let guard = guard.expect("a held lock");
+            let a = lock
+                .fenced_set_acked(conn, "{app}:v", guard.fencing_token(), b"x", wait)
+                .await
+                .unwrap();
+            not_replicated(a.replicas)
+        }
+        Op::SemaphoreAcquire => {
+            let sem = Semaphore::new().with_manager(manager.clone());
+            let options = LockOptions::new().ttl(ttl).require_replicas(wait);
+            acquired(format!(
+                "{:?}",
+                sem.try_acquire(conn, &resource, 2, &options).await.unwrap()
+            ))
+        }
+        Op::FairAcquire => {
+            let fair = FairLock::new().with_manager(manager.clone());
+            let options = LockOptions::new().ttl(ttl).require_replicas(wait);
+            acquired(format!(
+                "{:?}",
+                fair.acquire(conn, &resource, &options).await.unwrap()
+            ))
+        }
+        Op::RwAcquire => {
+            let rw = RwLock::new().with_manager(manager.clone());
+            let options = LockOptions::new().ttl(ttl).require_replicas(wait);
+            acquired(format!(
+                "{:?}",
+                rw.acquire(conn, &resource, Mode::Write, &options)
+                    .await
+                    .unwrap()
+            ))
+        }
+        Op::ReentrantAcquire => {
+            let lock = ReentrantLock::new().with_manager(manager.clone());
+            let options = LockOptions::new().ttl(ttl).require_replicas(wait);
+            let me = Owner::new();
+            let outcome = lock.acquire(conn, &resource, &me, &options).await.unwrap();
+            if let Acquire::Acquired(_) = outcome {
+                panic!("acquired without the replica");
+            }
+            acquired(format!("{outcome:?}"))
+        }
+    }
+}
+
+/// Every replicated call of the API waits about its timeout, once, whatever the script cache
+/// held: with a manager that never saw the script (on a flushed server), with the script
+/// cached, and on a server flushed after the manager saw it (whose `EVALSHA` is answered
+/// `NOSCRIPT` after its `WAIT` blocked: the recovery's `WAIT` gets only what is left).
+/// The replica's link is down, so each `WAIT` blocks its whole timeout.
+#[tokio::test]
+async fn every_replicated_call_waits_about_its_timeout_cold_and_warm() {
+    const WAIT: Duration = Duration::from_millis(600);
+    // A blocked WAIT ends on the server's timer (hz 10: up to 100 ms late), and the
+    // recovery's WAIT of what is left ends on the next tick; plus the round trips (SCRIPT
+    // EXISTS, EVALSHA, EVAL, SCRIPT LOAD, a give-back) on a loaded 2-core machine. Measured
+    // without the recovery's budget: about 2 x WAIT + 100 ms, well above WAIT + SLACK.
+    const SLACK: Duration = Duration::from_millis(450);
+    let pair = without_replica().await;
+    let mut conn = pair.primary.patient_conn().await;
+    let wait = Replication::new(1, WAIT).unwrap();
+    let mut run = 0;
+    for op in OPS {
+        let manager = ScriptManager::new();
+        for state in ["never seen", "cached", "flushed after seen"] {
+            run += 1;
+            let guard = prepare(op, &mut conn, run).await;
+            if state != "cached" {
+                let _: () = pair.primary.cmd(&["SCRIPT", "FLUSH"]).await;
+            }
+            let started = Instant::now();
+            let replicas = replicated_op(op, &manager, &mut conn, run, guard, wait).await;
+            let took = started.elapsed();
+            println!("{op:?}, {state}: {took:?}");
+            assert_eq!(replicas, 0, "{op:?}, {state}: the link is down");
+            assert!(took >= WAIT, "{op:?}, {state}: {took:?}");
+            assert!(
+                took < WAIT + SLACK,
+                "{op:?}, {state}: {took:?}, waited more than once"
+            );
+        }
+    }
+}

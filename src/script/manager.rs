@@ -395,7 +395,10 @@ impl ScriptManager {
     /// pipeline is routed by the call's first key). On `NOSCRIPT` the pair is sent once more
     /// with `EVAL`, and the script is loaded again like after a single call's fallback. A
     /// script the manager has not seen cached since the last `NOSCRIPT` is asked for with
-    /// `SCRIPT EXISTS` first, so a cold cache costs one wait, not two. A script error is
+    /// `SCRIPT EXISTS` first, so a cold cache costs one wait, not two; a script flushed after
+    /// the manager saw it is found missing only by the `EVALSHA`, whose wait blocks for
+    /// nothing, and the recovery's wait then has what is left of the timeout: a call waits
+    /// about `replication.timeout()` in all, whatever the cache held. A script error is
     /// returned as the typed error (the script wrote nothing).
     ///
     /// `WAIT` counts the replicas that have every write of *this connection* so far, so on a

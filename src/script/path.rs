@@ -42,10 +42,13 @@
 //! `FUNCTION LIST LIBRARYNAME`): a missing one goes straight to the recovery (`EVAL` + wait,
 //! then `SCRIPT LOAD`; or `FUNCTION LOAD REPLACE`, then the call + wait), one wait in all. A
 //! server flushed after the manager saw the script still answers `NOSCRIPT` (or "Function not
-//! found") with the wait behind it; the recovery then waits a second time (bounded by twice
-//! the timeout), once.
+//! found") with the wait behind it, which blocks for nothing the call wrote; the recovery's
+//! wait then gets only what is left of the call's timeout (at least 1 ms), so a replicated
+//! call waits about its timeout in all, whatever the cache held. With replicas that keep up,
+//! the refused request's wait answers at once and the recovery's wait has nearly all of it.
 
 use std::borrow::Cow;
+use std::time::Instant;
 
 use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisError, RedisResult, Value};
@@ -110,6 +113,20 @@ impl<'c> Request<'c> {
             route: Route::Script,
             cmd: Cow::Owned(Call::eval_from(self.script, &self.cmd)),
             wait: self.wait,
+        }
+    }
+
+    /// The same request whose wait has only what is left of its budget, which a wait sent
+    /// at `since` began to spend (the whole budget when no wait was sent yet).
+    fn budgeted(&self, since: Option<Instant>) -> Request<'c> {
+        Request {
+            script: self.script,
+            route: self.route,
+            cmd: self.cmd.clone(),
+            wait: match (self.wait, since) {
+                (Some(wait), Some(since)) => Some(wait.after(since.elapsed())),
+                (wait, _) => wait,
+            },
         }
     }
 }
@@ -207,11 +224,12 @@ impl<'m> Path<'m> {
             && !self.state.cached.contains(req.script.sha1())
             && Box::pin(present(conn, req, self.server)).await == Some(false)
         {
-            return Box::pin(self.recover(conn, req)).await;
+            return Box::pin(self.recover(conn, req, None)).await;
         }
+        let sent = watch.then(Instant::now);
         let answer = send(conn, req, self.server).await?;
         match &answer.reply {
-            Err(e) if req.is_missing(e) => Box::pin(self.recover(conn, req)).await,
+            Err(e) if req.is_missing(e) => Box::pin(self.recover(conn, req, sent)).await,
             Ok(_) if watch => {
                 self.state.cached.insert(req.script.sha1());
                 Ok(answer)
@@ -220,14 +238,22 @@ impl<'m> Path<'m> {
         }
     }
 
-    /// The one recovery of a request whose script or function the server lacks.
-    async fn recover<C: ConnectionLike>(&self, conn: &mut C, req: &Request<'_>) -> Result<Answer> {
+    /// The one recovery of a request whose script or function the server lacks. `waited`:
+    /// when the refused request's own wait was sent (it blocked for nothing the call wrote,
+    /// and spent part of the call's budget): the recovery's wait gets what is left, so a
+    /// replicated call waits about its timeout in all, whatever the cache held.
+    async fn recover<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        req: &Request<'_>,
+        waited: Option<Instant>,
+    ) -> Result<Answer> {
         let Route::Function { library, .. } = req.route else {
-            return self.eval_and_load(conn, req).await;
+            return self.eval_and_load(conn, req, waited).await;
         };
         self.state.cached.forget_all();
         self.reload_library(conn, req.script, library).await?;
-        let answer = send(conn, req, self.server).await?;
+        let answer = send(conn, &req.budgeted(waited), self.server).await?;
         if answer.reply.is_ok() {
             self.state.cached.insert(req.script.sha1());
         }
@@ -241,13 +267,14 @@ impl<'m> Path<'m> {
         &self,
         conn: &mut C,
         req: &Request<'_>,
+        waited: Option<Instant>,
     ) -> Result<Answer> {
         let script = req.script;
         State::bump(&self.state.noscript_fallbacks);
         metric::reload(Reload::EvalFallback, script);
         self.state.cached.forget_all();
         tracing::debug!(script = script.id(), "NOSCRIPT: falling back to EVAL");
-        let answer = send(conn, &req.as_eval(), self.server).await?;
+        let answer = send(conn, &req.budgeted(waited).as_eval(), self.server).await?;
         if answer.reply.is_err() {
             return Ok(answer);
         }

@@ -202,6 +202,20 @@ impl Replication {
         self.replicas >= other.replicas && rank(self.fsync) >= rank(other.fsync)
     }
 
+    /// The same wait with what is left of its timeout once `spent` has passed (at least 1 ms:
+    /// `WAIT n 0` would block forever). A call whose first wait went behind a command that did
+    /// not run waits only for the rest of its budget after the recovery: at most about its
+    /// timeout in all.
+    pub(crate) fn after(&self, spent: Duration) -> Replication {
+        Replication {
+            timeout: self
+                .timeout
+                .saturating_sub(spent)
+                .max(Duration::from_millis(1)),
+            ..*self
+        }
+    }
+
     /// Refuses a wait that waits for nothing (`fsynced(0, ..)` without the local fsync).
     pub(crate) fn validate(&self) -> Result<()> {
         if self.replicas == 0 && !self.local_fsync() {
