@@ -498,3 +498,34 @@ async fn every_replicated_call_waits_about_its_timeout_cold_and_warm() {
         }
     }
 }
+
+/// The same with the Functions backend: after `FUNCTION FLUSH` the manager still believes its
+/// library loaded, so its `FCALL` is answered "Function not found" after its `WAIT` blocked;
+/// the reload's `FCALL` waits only for what is left.
+#[tokio::test]
+async fn a_function_call_after_function_flush_waits_about_its_timeout() {
+    const WAIT: Duration = Duration::from_millis(600);
+    // As in every_replicated_call_waits_about_its_timeout_cold_and_warm.
+    const SLACK: Duration = Duration::from_millis(450);
+    let pair = without_replica().await;
+    let mut conn = pair.primary.patient_conn().await;
+    let m = ScriptManager::new().with_backend(Backend::Functions);
+    let script = Registry::global().require("fixed_window", 8).unwrap();
+    let mut call = Call::new(script);
+    call.key("{f}:c").arg(100).arg(600_000).arg(1);
+    let wait = Replication::new(1, WAIT).unwrap();
+    m.invoke_acked::<i64, _>(&mut conn, &call, wait)
+        .await
+        .unwrap();
+    let _: () = pair.primary.cmd(&["FUNCTION", "FLUSH"]).await;
+    let started = Instant::now();
+    let a = m
+        .invoke_acked::<i64, _>(&mut conn, &call, wait)
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(a.outcome % 101, 2, "counted once more");
+    assert_eq!(m.stats().function_reloads, 2, "loaded, then reloaded");
+    assert!(took >= WAIT, "{took:?}");
+    assert!(took < WAIT + SLACK, "{took:?}: waited more than once");
+}
