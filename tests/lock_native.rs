@@ -383,6 +383,74 @@ on_both_servers!(
     without_wake_ups
 );
 
+/// A release whose wake-up cannot be pushed answers what the key holds, on both servers.
+/// Two causes: the wake-up list overwritten by another type, and an ACL that refuses `LPUSH`.
+/// Redis 7 (the script) refuses before deleting: the typed error, the key still held. Valkey
+/// (`DELIFEQ`, then the wake-up as a second step): `Released`, the key gone. On both, nothing
+/// is written to the wake-up key.
+async fn failed_wake_ups(server: RedisServer) {
+    let mut conn = server.conn().await;
+    let manager = ScriptManager::new();
+    let native = manager.capabilities(&mut conn).await.unwrap().delifeq;
+    let _: String = server
+        .cmd(&[
+            "ACL", "SETUSER", "nolpush", "on", ">pw", "~*", "+@all", "-lpush",
+        ])
+        .await;
+    let url = format!("redis://nolpush:pw@127.0.0.1:{}/", server.port());
+    let mut denied = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let lock = Lock::new().with_manager(manager);
+    for cause in ["wrong type", "acl"] {
+        let resource = format!("w-{cause}");
+        let key = lock.key(&resource).unwrap();
+        let (flag, wake) = (format!("{key}:waiting"), format!("{key}:wake"));
+        let conn: &mut MultiplexedConnection = if cause == "acl" {
+            &mut denied
+        } else {
+            let _: () = server.cmd(&["SET", &wake, "not a list"]).await;
+            &mut conn
+        };
+        let guard = held(&lock, conn, &resource, 10_000).await;
+        // A blocked acquirer registered: the release must wake it.
+        let _: () = server.cmd(&["SET", &flag, "1", "PX", "10000"]).await;
+        let outcome = lock.release(conn, guard).await;
+        let held_now: i64 = server.cmd(&["EXISTS", &key]).await;
+        match (&outcome, cause) {
+            (Ok(Release::Released), _) => assert_eq!(held_now, 0, "{cause}: Released, key gone"),
+            (Err(Error::WrongType { .. }), "wrong type")
+            | (Err(Error::PermissionDenied { .. }), "acl") => {
+                assert_eq!(held_now, 1, "{cause}: an error, and the key still held")
+            }
+            other => panic!("{cause}: {other:?}"),
+        }
+        assert_eq!(
+            outcome.is_ok(),
+            native,
+            "{cause}: Released where DELIFEQ deleted it, refused where the script checked first"
+        );
+        if cause == "wrong type" {
+            let kept: String = server.cmd(&["GET", &wake]).await;
+            assert_eq!(kept, "not a list", "nothing written to the wake-up key");
+            assert_eq!(pttl(&server, &wake).await, -1, "no expiry set on it");
+        } else {
+            assert_eq!(
+                server.cmd::<i64>(&["EXISTS", &wake]).await,
+                0,
+                "no wake-up pushed"
+            );
+        }
+        let _: i64 = server.cmd(&["DEL", &key, &flag, &wake]).await;
+    }
+}
+on_both_servers!(
+    a_release_whose_wake_up_fails_answers_what_the_key_holds,
+    failed_wake_ups
+);
+
 /// `EVALSHA` + `EVAL` calls of one plain cycle (acquire, renew, release) on `server`, through
 /// a fresh manager whose capabilities are returned too.
 async fn cycle(server: &RedisServer) -> (u64, redkit::script::Capabilities) {

@@ -22,10 +22,13 @@
 //! Two differences with the scripts, both outside a lock's contract: the transaction is
 //! atomic but the wake-up is a second step, so a release whose wake-up list was overwritten
 //! by something else than a list (`WRONGTYPE`), or whose wake-up commands the ACL refuses,
-//! has already deleted the lock key when it answers that error (the script refuses before
-//! deleting; either way the blocked acquirer's `BLPOP` fails or waits out the lease). And a
-//! renewal rewrites the key with the same value where the script sends `PEXPIRE`
-//! (keyspace notifications differ).
+//! has deleted the lock key when the wake-up fails: it answers [`Release::Released`] (what
+//! the key holds), writes nothing to the wake-up list, and reports the failed wake-up on its
+//! own (a `WARN` event, and `redkit.lock.operations` with operation `wake` and outcome
+//! `error`); the blocked acquirer finds the lock free at its next poll (its `BLPOP` times
+//! out, or fails). The script refuses before deleting: an error there means the key is still
+//! held. Either way the answer matches what the key holds. And a renewal rewrites the key
+//! with the same value where the script sends `PEXPIRE` (keyspace notifications differ).
 
 use std::time::Duration;
 
@@ -37,6 +40,7 @@ use super::schema;
 use super::wait::ms;
 use crate::error::{Error, Result};
 use crate::script::{Acked, Native, Replication, ScriptManager};
+use crate::telemetry::metric::{self, LockKind, LockOp, LockOutcome};
 
 /// What the errors of a native release name (the script path names its script).
 const RELEASE: &str = "lock release (DELIFEQ)";
@@ -91,10 +95,22 @@ pub(crate) async fn release<C: ConnectionLike>(
             return Some(Err(typed(RELEASE, e)));
         }
     };
-    Some(match replies {
-        (1, 1) => wake(conn, key).await.map(|()| Release::Released),
-        (deleted, _) => deleted_or_not(deleted),
-    })
+    if replies == (1, 1) {
+        // Released: the key is gone, whatever the wake-up meets. A wake-up that fails (its
+        // list overwritten by another type, its commands refused by the ACL) is reported on
+        // its own; the blocked acquirer then finds the lock free at its next poll.
+        if let Err(e) = wake(conn, key).await {
+            metric::lock_operation(LockKind::Lock, LockOp::Wake, LockOutcome::Error);
+            tracing::warn!(
+                key,
+                error = %e,
+                "lock released, but its wake-up could not be pushed: a blocked acquirer \
+                 takes the lock at its next poll"
+            );
+        }
+        return Some(Ok(Release::Released));
+    }
+    Some(deleted_or_not(replies.0))
 }
 
 /// What `DELIFEQ` answered: 1 deleted, 0 not the owner.

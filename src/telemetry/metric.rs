@@ -322,6 +322,9 @@ label_values! {
         Release => "release",
         /// A watchdog found its lease lost.
         LeaseLost => "lease_lost",
+        /// The wake-up of a blocked acquirer, pushed after a native release deleted the key
+        /// (counted only when it fails: outcome `error`).
+        Wake => "wake",
     }
 }
 
