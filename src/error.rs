@@ -134,8 +134,11 @@ pub enum Error {
         needed: usize,
         /// All nodes.
         total: usize,
-        /// Per failed node: its index and why it failed (no passwords).
+        /// Per node that did not agree: its index and its answer (no passwords).
         failed: Vec<(usize, String)>,
+        /// For an acquire: what each node answered when the attempt gave its key back (an
+        /// unreached node may keep it until its TTL); `None` for a renewal or release.
+        rollback: Option<crate::lock::Nodes>,
     },
 
     /// The Redis user may not run a command the script needs (ACL), found by the script's

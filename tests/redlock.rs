@@ -5,7 +5,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redkit::lock::{Acquire, Held, LockOptions, Redlock, RedlockGuard, Release, Renew};
+use redkit::lock::{Acquire, Held, LockOptions, NodeAnswer, Redlock, RedlockGuard, Release, Renew};
 use redkit::Error;
 use support::RedisMasters;
 
@@ -79,26 +79,55 @@ async fn succeeds_with_two_of_five_masters_paused_and_validity_counts_elapsed_ti
     assert_eq!(exists(&masters, &[0, 2, 4], guard.key()).await, [1, 1, 1]);
 
     // Renew with the same quorum.
+    // Each node's answer, by index: the frozen ones timed out.
+    let paused = [
+        NodeAnswer::Done,
+        NodeAnswer::TimedOut,
+        NodeAnswer::Done,
+        NodeAnswer::TimedOut,
+        NodeAnswer::Done,
+    ];
+    assert_eq!(guard.nodes().answers(), paused);
+    assert_eq!(guard.nodes().unreached().collect::<Vec<_>>(), [1, 3]);
     let mut guard = guard;
-    assert_eq!(redlock.renew(&mut guard).await.unwrap(), Renew::Renewed);
+    let renewed = redlock.renew(&mut guard).await.unwrap();
+    assert_eq!(renewed.outcome, Renew::Renewed);
+    assert_eq!(renewed.nodes.answers(), paused, "renewed on 0, 2, 4 only");
     assert!(guard.is_valid());
 
     // A second contender finds it held on 3 nodes: no quorum possible even if the 2 frozen
     // nodes had agreed, so the answer is the Busy outcome, not an error.
+    // Its give-back found another owner's key on 0, 2, 4 (left untouched) and could not
+    // reach 1 and 3.
     match redlock.acquire("payout", &options).await {
         Ok(Acquire::Busy(Held {
             held_on: Some(3),
             nodes: Some(5),
             ttl: None,
+            rollback: Some(rollback),
             ..
-        })) => {}
+        })) => {
+            let n = NodeAnswer::NotOwner;
+            assert_eq!(
+                rollback.answers(),
+                [
+                    n.clone(),
+                    NodeAnswer::TimedOut,
+                    n.clone(),
+                    NodeAnswer::TimedOut,
+                    n
+                ]
+            );
+        }
         other => panic!("{other:?}"),
     }
 
     let key = guard.key().to_owned();
     // Released on the quorum of 3 (nodes 1 and 3 are frozen: their keys end by TTL, or by
     // the queued release once they wake).
-    assert_eq!(redlock.release(guard).await.unwrap(), Release::Released);
+    let released = redlock.release(guard).await.unwrap();
+    assert_eq!(released.outcome, Release::Released);
+    assert_eq!(released.nodes.answers(), paused, "the report names 1 and 3");
     assert_eq!(exists(&masters, &[0, 2, 4], &key).await, [0, 0, 0]);
 
     masters.nodes[1].resume().await;
@@ -126,11 +155,15 @@ async fn fails_with_three_of_five_paused_and_leaves_no_key_on_the_healthy_ones()
             needed,
             total,
             failed,
+            rollback: Some(rollback),
         }) => {
             assert_eq!((agreed, needed, total), (2, 3, 5));
             let nodes: Vec<usize> = failed.iter().map(|(i, _)| *i).collect();
             assert_eq!(nodes, [0, 2, 4]);
             assert!(failed.iter().all(|(_, why)| why.contains("timed out")));
+            // Given back on 1 and 3; 0, 2, 4 may keep a queued SET until they resume.
+            assert_eq!(rollback.done(), 2);
+            assert_eq!(rollback.unreached().collect::<Vec<_>>(), [0, 2, 4]);
         }
         other => panic!("{other:?}"),
     }
@@ -148,7 +181,10 @@ async fn fails_with_three_of_five_paused_and_leaves_no_key_on_the_healthy_ones()
     assert_eq!(exists(&masters, &[0, 1, 2, 3, 4], &key).await, [0; 5]);
     // And the lock is free again.
     let guard = held(&redlock, "payout", &options).await;
-    assert_eq!(redlock.release(guard).await.unwrap(), Release::Released);
+    assert_eq!(
+        redlock.release(guard).await.unwrap().outcome,
+        Release::Released
+    );
     assert_eq!(exists(&masters, &[0, 1, 2, 3, 4], &key).await, [0; 5]);
 }
 
@@ -159,16 +195,25 @@ async fn renew_needs_a_quorum_and_a_lost_lease_is_an_outcome() {
     let options = LockOptions::new().ttl(Duration::from_secs(5));
     let mut guard = held(&redlock, "job", &options).await;
     let key = guard.key().to_owned();
-    assert_eq!(redlock.renew(&mut guard).await.unwrap(), Renew::Renewed);
+    assert_eq!(
+        redlock.renew(&mut guard).await.unwrap().outcome,
+        Renew::Renewed
+    );
     // Two of three nodes lose the key: a renewal can no longer reach a quorum.
     for i in [0, 2] {
         let _: i64 = masters.nodes[i].cmd(&["DEL", &key]).await;
     }
-    assert_eq!(redlock.renew(&mut guard).await.unwrap(), Renew::Lost);
+    assert_eq!(
+        redlock.renew(&mut guard).await.unwrap().outcome,
+        Renew::Lost
+    );
     assert!(!guard.is_valid());
     // The key is left on node 1 only: not the owner on a majority.
     assert_eq!(exists(&masters, &[0, 1, 2], &key).await, [0, 1, 0]);
-    assert_eq!(redlock.release(guard).await.unwrap(), Release::NotOwner);
+    assert_eq!(
+        redlock.release(guard).await.unwrap().outcome,
+        Release::NotOwner
+    );
     assert_eq!(
         exists(&masters, &[0, 1, 2], &key).await,
         [0, 0, 0],
@@ -238,7 +283,10 @@ async fn busy_is_an_outcome_and_no_quorum_stays_an_error_when_unreachable_nodes_
     ));
     assert!(started.elapsed() < Duration::from_millis(900), "no retry");
     let key = guard.key().to_owned();
-    assert_eq!(redlock.release(guard).await.unwrap(), Release::Released);
+    assert_eq!(
+        redlock.release(guard).await.unwrap().outcome,
+        Release::Released
+    );
     // Another owner on node 0, node 1 frozen, node 2 agrees: 1 yes, 1 held, 1 unknown. The
     // frozen node could have decided either way: an error, not Busy.
     let _: () = masters.nodes[0]
@@ -251,7 +299,13 @@ async fn busy_is_an_outcome_and_no_quorum_stays_an_error_when_unreachable_nodes_
             needed: 2,
             total: 3,
             failed,
-        }) => assert_eq!(failed.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [0, 1]),
+            rollback: Some(rollback),
+        }) => {
+            assert_eq!(failed.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [0, 1]);
+            // Node 0 holds another owner's key (untouched), node 1 is frozen, 2 gave it back.
+            let answers = [NodeAnswer::NotOwner, NodeAnswer::TimedOut, NodeAnswer::Done];
+            assert_eq!(rollback.answers(), answers);
+        }
         other => panic!("{other:?}"),
     }
     assert_eq!(exists(&masters, &[2], &key).await, [0], "released again");
@@ -343,6 +397,7 @@ async fn two_refusals_of_five_with_a_frozen_node_are_no_quorum_three_are_busy() 
             needed: 3,
             total: 5,
             failed,
+            ..
         }) => assert_eq!(
             failed.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
             [0, 1, 2]
@@ -406,8 +461,14 @@ async fn renew_and_release_count_refusals_against_what_the_unreachable_could_dec
 
     let mut guard = held(&redlock, "desk", &options).await;
     steal(&masters, &[0, 1, 2], guard.key()).await;
-    assert_eq!(redlock.renew(&mut guard).await.unwrap(), Renew::Lost);
-    assert_eq!(redlock.release(guard).await.unwrap(), Release::NotOwner);
+    assert_eq!(
+        redlock.renew(&mut guard).await.unwrap().outcome,
+        Renew::Lost
+    );
+    assert_eq!(
+        redlock.release(guard).await.unwrap().outcome,
+        Release::NotOwner
+    );
 }
 
 /// An attempt that reaches too few nodes (`NoQuorum`) is tried again, like a busy lock,
@@ -436,7 +497,10 @@ async fn no_quorum_is_tried_again_while_the_retries_allow() {
     });
     match acquired {
         Ok(Acquire::Acquired(guard)) => {
-            assert_eq!(redlock.release(guard).await.unwrap(), Release::Released)
+            assert_eq!(
+                redlock.release(guard).await.unwrap().outcome,
+                Release::Released
+            )
         }
         other => panic!("thawed nodes within the retries: {other:?}"),
     }

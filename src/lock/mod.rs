@@ -54,7 +54,7 @@ pub use guard::LockGuard;
 pub use options::{LockOptions, OwnerToken, Polling, Replicated};
 pub use outcome::{Acquire, Fence, FencedWrite, Held, LeaseLoss, Release, Renew};
 pub use permit::PermitGuard;
-pub use redlock::{Redlock, RedlockGuard};
+pub use redlock::{NodeAnswer, Nodes, Quorum, Redlock, RedlockGuard};
 pub use reentrant::{Owner, ReentrantLock};
 pub use rw::{Mode, RwLock};
 pub use semaphore::Semaphore;

@@ -79,7 +79,7 @@ impl<G> Acquire<G> {
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Held {
     /// How long until a hold ends, as last seen (by the server's clock): the holder's lease
@@ -95,6 +95,9 @@ pub struct Held {
     pub held_on: Option<usize>,
     /// All nodes (a [`Redlock`](super::Redlock)).
     pub nodes: Option<usize>,
+    /// What each node answered when the failed attempt gave its key back (a
+    /// [`Redlock`](super::Redlock)): an unreached node may keep it until its TTL.
+    pub rollback: Option<super::Nodes>,
 }
 
 impl Held {
@@ -119,6 +122,12 @@ impl Held {
             holders: Some(holders),
             ..Self::default()
         }
+    }
+
+    /// The same, with the report of the give-back of the attempt's key.
+    pub(crate) fn with_rollback(mut self, rollback: super::Nodes) -> Self {
+        self.rollback = Some(rollback);
+        self
     }
 
     /// Held by another owner on `held_on` of `nodes` nodes.
@@ -292,7 +301,7 @@ pub(crate) fn acquire_label<G>(answer: &crate::error::Result<Acquire<G>>) -> Loc
 }
 
 /// The `redkit.outcome` metric label of a renewal's answer.
-pub(crate) fn renew_label(answer: &crate::error::Result<Renew>) -> LockOutcome {
+pub(crate) fn renew_label<E>(answer: &std::result::Result<Renew, E>) -> LockOutcome {
     match answer {
         Ok(Renew::Renewed) => LockOutcome::Renewed,
         Ok(Renew::NotReplicated { .. }) => LockOutcome::NotReplicated,
@@ -302,7 +311,7 @@ pub(crate) fn renew_label(answer: &crate::error::Result<Renew>) -> LockOutcome {
 }
 
 /// The `redkit.outcome` metric label of a release's answer.
-pub(crate) fn release_label(answer: &crate::error::Result<Release>) -> LockOutcome {
+pub(crate) fn release_label<E>(answer: &std::result::Result<Release, E>) -> LockOutcome {
     match answer {
         Ok(Release::Released) => LockOutcome::Released,
         Ok(_) => LockOutcome::NotOwner,

@@ -20,6 +20,8 @@ pub struct RedlockGuard {
     pub(super) ttl: Duration,
     pub(super) drift: Duration,
     pub(super) valid_until: Instant,
+    /// Each node's answer to the acquire, or to the last renewal.
+    pub(super) nodes: super::Nodes,
 }
 
 impl RedlockGuard {
@@ -74,13 +76,29 @@ impl RedlockGuard {
         self.valid_until.saturating_duration_since(Instant::now())
     }
 
+    /// What each node answered to the acquire (or to the last renewal): which masters do
+    /// not hold the key (an acquire can succeed on a quorum while others are unreachable).
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redkit::lock::Redlock<redis::aio::MultiplexedConnection>) -> redkit::Result<()> {
+    /// use redkit::lock::{Acquire, LockOptions};
+    /// if let Acquire::Acquired(guard) = redlock.try_acquire("payout-9", &LockOptions::new()).await? {
+    ///     assert!(guard.nodes().done() >= redlock.quorum());
+    ///     redlock.release(guard).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn nodes(&self) -> &super::Nodes {
+        &self.nodes
+    }
+
     /// `true` while some validity is left.
     ///
     /// ```no_run
     /// # async fn run(redlock: redkit::lock::Redlock<redis::aio::MultiplexedConnection>, mut guard: redkit::lock::RedlockGuard) -> redkit::Result<()> {
     /// use redkit::lock::Renew;
     /// for _ in 0..10 {
-    ///     if !guard.is_valid() || redlock.renew(&mut guard).await? != Renew::Renewed {
+    ///     if !guard.is_valid() || redlock.renew(&mut guard).await?.outcome != Renew::Renewed {
     ///         return Ok(()); // the lease may be gone: stop working
     ///     }
     ///     // ... one step of the work ...
@@ -100,6 +118,7 @@ impl fmt::Debug for RedlockGuard {
             .field("key", &self.key)
             .field("ttl", &self.ttl)
             .field("validity", &self.validity())
+            .field("nodes", &self.nodes)
             .finish_non_exhaustive()
     }
 }

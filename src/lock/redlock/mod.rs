@@ -1,9 +1,10 @@
 //! [`Redlock`]: a lock over N independent Redis masters, held with a quorum of N/2+1.
 
 mod guard;
-mod tally;
+mod report;
 
 pub use guard::RedlockGuard;
+pub use report::{NodeAnswer, Nodes, Quorum};
 
 use std::fmt;
 use std::future::Future;
@@ -12,7 +13,6 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use redis::Value;
 
-use self::tally::{Answer, Tally};
 use super::lease::deadline;
 use super::options::{LockOptions, Polling};
 use super::outcome::{release_label, renew_label, Acquire, Held, Release, Renew};
@@ -31,16 +31,20 @@ use crate::telemetry::metric::{self, LockKind, LockOp};
 ///   costs little). Success needs a quorum of N/2+1 *and* a validity left:
 ///   `ttl − elapsed − drift` (drift: 1 % of the ttl + 2 ms unless
 ///   [`LockOptions::drift`] says otherwise), measured with [`Instant`] from before the first
-///   request. Otherwise the key is released on all nodes, and the answer is
+///   request. Otherwise the key is given back on all nodes, and the answer is
 ///   [`Acquire::Busy`] when enough nodes said "held by another owner" that no quorum
 ///   was possible, else [`Error::NoQuorum`] saying how many agreed and why each other node
-///   failed.
+///   failed; both carry what each node answered to the give-back ([`Held::rollback`],
+///   `NoQuorum { rollback, .. }`).
 /// - **renew**: compare-and-PEXPIRE on every node; [`Renew::Renewed`] only with a quorum.
 /// - **release**: compare-and-delete on every node.
 ///
-/// The verbs and outcomes are those of every other kind: [`try_acquire`](Self::try_acquire)
-/// and [`acquire`](Self::acquire) answer [`Acquire`], [`renew`](Self::renew) [`Renew`],
-/// [`release`](Self::release) [`Release`].
+/// The verbs are those of every other kind: [`try_acquire`](Self::try_acquire)
+/// and [`acquire`](Self::acquire) answer [`Acquire`]; [`renew`](Self::renew) and
+/// [`release`](Self::release) answer a [`Quorum`]: the [`Renew`] or [`Release`] the quorum
+/// decided, with each node's answer ([`Nodes`]), so the masters that could not be reached
+/// (and may keep the key until its TTL) are known even when the quorum decided. The guard
+/// holds the acquire's report ([`RedlockGuard::nodes`]).
 ///
 /// Redlock gives no fencing tokens: counters on independent nodes cannot be made strictly
 /// increasing without consensus. Use [`Lock`](crate::lock::Lock) on one server (or Cluster) when the
@@ -285,7 +289,9 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     /// another owner on so many nodes that no quorum was possible; fails with
     /// [`Error::NoQuorum`] (how many agreed, which failed and why) when unreachable nodes
     /// prevented the quorum, with [`Error::Timeout`] when it was reached but no validity was
-    /// left; in these cases the key was released on all reachable nodes.
+    /// left; in these cases the key was given back on all reachable nodes, and
+    /// [`Held::rollback`] (for `Busy`) or `NoQuorum`'s `rollback` says what each node
+    /// answered to that (a `WARN` event names the unreached ones).
     /// [`Error::InvalidInput`] (nothing sent) for bad input.
     ///
     /// ```no_run
@@ -331,79 +337,88 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     ) -> Result<Acquire<RedlockGuard>> {
         let token = owner_token();
         let started = Instant::now();
-        let answers = self
+        let nodes = self
             .on_all_nodes(|mut conn| {
                 let mut set = redis::cmd("SET");
                 set.arg(key).arg(&token).arg("NX").arg("PX").arg(ttl_ms);
                 async move {
                     match set.query_async::<Value>(&mut conn).await {
-                        Ok(Value::Okay) => Answer::Yes,
-                        Ok(Value::Nil) => Answer::No("held by another owner"),
-                        Ok(other) => Answer::Failed(format!("unexpected reply {other:?}")),
-                        Err(e) => Answer::Failed(e.to_string()),
+                        Ok(Value::Okay) => NodeAnswer::Done,
+                        Ok(Value::Nil) => NodeAnswer::NotOwner,
+                        Ok(other) => NodeAnswer::Failed(format!("unexpected reply {other:?}")),
+                        Err(e) => NodeAnswer::Failed(e.to_string()),
                     }
                 }
             })
             .await;
         let ttl = Duration::from_millis(ttl_ms);
         let drift = options.drift_allowance();
+        let (agreed, refused) = (nodes.done(), nodes.not_owner());
         let guard = RedlockGuard {
             key: key.to_owned(),
             token,
             ttl,
             drift,
             valid_until: deadline(started, ttl, drift),
+            nodes,
         };
-        let tally = Tally::of(answers);
-        if tally.agreed >= self.quorum() && guard.is_valid() {
+        if agreed >= self.quorum() && guard.is_valid() {
             return Ok(Acquire::Acquired(guard));
         }
         let elapsed = started.elapsed();
-        let cleanup = self.release_on_all(guard).await;
-        if cleanup.agreed + cleanup.refused < self.nodes.len() {
-            tracing::debug!(failed = ?cleanup.failed, "cleanup after a failed Redlock acquire");
+        let attempt = guard.nodes.clone();
+        let rollback = self.release_on_all(&guard).await;
+        if rollback.unreached().next().is_some() {
+            tracing::warn!(
+                key,
+                unreached = ?rollback.unreached().collect::<Vec<_>>(),
+                "Redlock: a failed acquire could not give its key back on every node: \
+                 those may keep it until its TTL"
+            );
         }
-        if tally.agreed >= self.quorum() {
+        if agreed >= self.quorum() {
             return Err(Error::Timeout(elapsed));
         }
         // Even if every node that failed had agreed, the refusals leave no quorum.
-        if tally.refused > self.nodes.len() - self.quorum() {
-            return Ok(Acquire::Busy(Held::on_nodes(
-                tally.refused,
-                self.nodes.len(),
-            )));
+        if refused > self.nodes.len() - self.quorum() {
+            return Ok(Acquire::Busy(
+                Held::on_nodes(refused, self.nodes.len()).with_rollback(rollback),
+            ));
         }
-        Err(self.no_quorum(tally))
+        Err(self.no_quorum(&attempt, Some(rollback)))
     }
 
     /// Compare-and-PEXPIRE on every node, resetting the TTL to the guard's ttl (the same
     /// renewal script as [`Lock::renew`](super::Lock::renew)). [`Renew::Renewed`] with a
     /// quorum and validity left (the guard's validity is `ttl − elapsed − drift` again);
     /// [`Renew::Lost`] when so many nodes answered "not the owner" that no quorum was
-    /// possible. Otherwise (unreachable nodes decided) [`Error::NoQuorum`], or
+    /// possible; with each node's answer ([`Quorum::nodes`], also kept in the guard).
+    /// Otherwise (unreachable nodes decided) [`Error::NoQuorum`], or
     /// [`Error::Timeout`] when the quorum came too late. Except on `Renewed`, the guard is no
     /// longer valid.
     ///
     /// ```no_run
     /// # async fn run(redlock: redkit::lock::Redlock<redis::aio::MultiplexedConnection>, mut guard: redkit::lock::RedlockGuard) -> redkit::Result<()> {
     /// use redkit::lock::Renew;
-    /// if redlock.renew(&mut guard).await? == Renew::Lost {
+    /// let renewed = redlock.renew(&mut guard).await?;
+    /// if renewed.outcome == Renew::Lost {
     ///     return Ok(()); // stop: another owner may hold the lock now
     /// }
+    /// let stale: Vec<usize> = renewed.nodes.unreached().collect(); // not renewed there
     /// # Ok(()) }
     /// ```
-    pub async fn renew(&self, guard: &mut RedlockGuard) -> Result<Renew> {
+    pub async fn renew(&self, guard: &mut RedlockGuard) -> Result<Quorum<Renew>> {
         let renewed = self.renew_quorum(guard).await;
-        let label = renew_label(&renewed);
+        let label = renew_label(&renewed.as_ref().map(|q| q.outcome));
         metric::lock_operation(LockKind::Redlock, LockOp::Renew, label);
         renewed
     }
 
     /// [`renew`](Self::renew) on every node, decided by quorum.
-    async fn renew_quorum(&self, guard: &mut RedlockGuard) -> Result<Renew> {
+    async fn renew_quorum(&self, guard: &mut RedlockGuard) -> Result<Quorum<Renew>> {
         let started = Instant::now();
         let ttl_ms = ms(guard.ttl);
-        let answers = self
+        let nodes = self
             .on_all_nodes(|mut conn| {
                 let mut call = Call::new(self.renew);
                 call.key(&guard.key)
@@ -411,31 +426,39 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
                     .arg(&guard.token)
                     .arg(ttl_ms)
                     .arg(schema::fence_ttl_ms(ttl_ms));
-                async move { Answer::of_status(self.manager.invoke::<i64, _>(&mut conn, &call).await) }
+                async move { of_status(self.manager.invoke::<i64, _>(&mut conn, &call).await) }
             })
             .await;
-        let tally = Tally::of(answers);
         let valid_until = deadline(started, guard.ttl, guard.drift);
-        if tally.agreed >= self.quorum() && valid_until > Instant::now() {
+        let (agreed, refused) = (nodes.done(), nodes.not_owner());
+        guard.nodes = nodes.clone();
+        if agreed >= self.quorum() && valid_until > Instant::now() {
             guard.valid_until = valid_until;
-            return Ok(Renew::Renewed);
+            return Ok(Quorum {
+                outcome: Renew::Renewed,
+                nodes,
+            });
         }
         guard.valid_until = Instant::now();
-        if tally.agreed >= self.quorum() {
+        if agreed >= self.quorum() {
             return Err(Error::Timeout(started.elapsed()));
         }
-        if tally.refused > self.nodes.len() - self.quorum() {
-            return Ok(Renew::Lost);
+        if refused > self.nodes.len() - self.quorum() {
+            return Ok(Quorum {
+                outcome: Renew::Lost,
+                nodes,
+            });
         }
-        Err(self.no_quorum(tally))
+        Err(self.no_quorum(&nodes, None))
     }
 
     /// Compare-and-delete on every node (a node where another owner holds the key is left
     /// untouched). [`Release::Released`] when the key was deleted on a quorum,
     /// [`Release::NotOwner`] when so many nodes did not hold it (expired, or another owner's)
     /// that no quorum was possible; otherwise (unreachable nodes decided)
-    /// [`Error::NoQuorum`] naming each node that failed and why. Keys a release could not
-    /// reach end by their TTL.
+    /// [`Error::NoQuorum`] naming each node that failed and why. The answer carries each
+    /// node's answer ([`Quorum::nodes`]): a master it could not reach (failed, timed out)
+    /// keeps the key until its TTL; a `WARN` event names them too.
     ///
     /// The release is sent as `EVAL` with the script source, not `EVALSHA`: a node that did
     /// not answer in time (frozen, overloaded) runs our queued `SET` later and then this
@@ -445,57 +468,65 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     /// ```no_run
     /// # async fn run(redlock: redkit::lock::Redlock<redis::aio::MultiplexedConnection>, guard: redkit::lock::RedlockGuard) -> redkit::Result<()> {
     /// use redkit::lock::Release;
-    /// if redlock.release(guard).await? == Release::NotOwner {
+    /// let released = redlock.release(guard).await?;
+    /// if released.outcome == Release::NotOwner {
     ///     eprintln!("the lease had ended: the work may have overlapped with another owner");
+    /// }
+    /// for node in released.nodes.unreached() {
+    ///     eprintln!("master {node} was not reached: it keeps the key until its TTL");
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn release(&self, guard: RedlockGuard) -> Result<Release> {
+    pub async fn release(&self, guard: RedlockGuard) -> Result<Quorum<Release>> {
         let released = self.release_quorum(guard).await;
-        let label = release_label(&released);
+        let label = release_label(&released.as_ref().map(|q| q.outcome));
         metric::lock_operation(LockKind::Redlock, LockOp::Release, label);
         released
     }
 
     /// [`release`](Self::release) on every node, decided by quorum.
-    async fn release_quorum(&self, guard: RedlockGuard) -> Result<Release> {
-        let tally = self.release_on_all(guard).await;
-        if tally.agreed >= self.quorum() {
-            if !tally.failed.is_empty() {
-                tracing::debug!(failed = ?tally.failed, "Redlock release: some nodes did not release");
-            }
-            return Ok(Release::Released);
+    async fn release_quorum(&self, guard: RedlockGuard) -> Result<Quorum<Release>> {
+        let nodes = self.release_on_all(&guard).await;
+        if nodes.unreached().next().is_some() {
+            tracing::warn!(
+                key = guard.key,
+                unreached = ?nodes.unreached().collect::<Vec<_>>(),
+                "Redlock release: some nodes could not be reached: they may keep the key \
+                 until its TTL"
+            );
         }
-        if tally.refused > self.nodes.len() - self.quorum() {
-            return Ok(Release::NotOwner);
-        }
-        Err(self.no_quorum(tally))
+        let outcome = if nodes.done() >= self.quorum() {
+            Release::Released
+        } else if nodes.not_owner() > self.nodes.len() - self.quorum() {
+            Release::NotOwner
+        } else {
+            return Err(self.no_quorum(&nodes, None));
+        };
+        Ok(Quorum { outcome, nodes })
     }
 
-    /// Compare-and-delete on every node, answers counted.
-    async fn release_on_all(&self, guard: RedlockGuard) -> Tally {
-        let answers = self
-            .on_all_nodes(|mut conn| {
-                let mut call = Call::new(self.release);
-                call.key(&guard.key).arg(&guard.token);
-                let eval = Call::eval_from(self.release, call.evalsha());
-                async move {
-                    let reply = eval
-                        .query_async::<i64>(&mut conn)
-                        .await
-                        .map_err(|e| script_error(self.release, e));
-                    Answer::of_status(reply)
-                }
-            })
-            .await;
-        Tally::of(answers)
+    /// Compare-and-delete on every node, each node's answer.
+    async fn release_on_all(&self, guard: &RedlockGuard) -> Nodes {
+        self.on_all_nodes(|mut conn| {
+            let mut call = Call::new(self.release);
+            call.key(&guard.key).arg(&guard.token);
+            let eval = Call::eval_from(self.release, call.evalsha());
+            async move {
+                let reply = eval
+                    .query_async::<i64>(&mut conn)
+                    .await
+                    .map_err(|e| script_error(self.release, e));
+                of_status(reply)
+            }
+        })
+        .await
     }
 
     /// Runs `op` on every node concurrently, each bounded by the node timeout.
-    async fn on_all_nodes<'a, F, Fut>(&'a self, op: F) -> Vec<Answer>
+    async fn on_all_nodes<'a, F, Fut>(&'a self, op: F) -> Nodes
     where
         F: Fn(C) -> Fut,
-        Fut: Future<Output = Answer> + 'a,
+        Fut: Future<Output = NodeAnswer> + 'a,
     {
         let timeout = self.node_timeout;
         let runs = self.nodes.iter().map(|conn| {
@@ -503,18 +534,29 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
             async move {
                 tokio::time::timeout(timeout, fut)
                     .await
-                    .unwrap_or_else(|_| Answer::Failed(format!("timed out after {timeout:?}")))
+                    .unwrap_or(NodeAnswer::TimedOut)
             }
         });
-        futures_util::future::join_all(runs).await
+        Nodes::from(futures_util::future::join_all(runs).await)
     }
 
-    fn no_quorum(&self, tally: Tally) -> Error {
+    fn no_quorum(&self, nodes: &Nodes, rollback: Option<Nodes>) -> Error {
         Error::NoQuorum {
-            agreed: tally.agreed,
+            agreed: nodes.done(),
             needed: self.quorum(),
             total: self.nodes.len(),
-            failed: tally.failed,
+            failed: nodes.failed(),
+            rollback,
         }
+    }
+}
+
+/// A node's answer to a 1/0 compare-and-act script (`0` = not the owner).
+fn of_status(reply: Result<i64>) -> NodeAnswer {
+    match reply {
+        Ok(1) => NodeAnswer::Done,
+        Ok(0) => NodeAnswer::NotOwner,
+        Ok(other) => NodeAnswer::Failed(format!("unexpected status {other}")),
+        Err(e) => NodeAnswer::Failed(e.to_string()),
     }
 }
