@@ -1,6 +1,5 @@
 //! The concurrency-limit layer against a real Redis: exactly N in flight, cancelled requests
 //! give their slot back, a crashed instance's slots come back after the lease, fail modes.
-#![cfg(feature = "tower")]
 
 mod support;
 

@@ -280,7 +280,6 @@ async fn batches_skip_cached_keys_and_reset_clears_the_entry() {
 
 /// The middleware with `deny_cache_capacity`: a limited client is answered 429 (with
 /// `Retry-After` and `RateLimit`) without a Redis call.
-#[cfg(feature = "tower")]
 #[tokio::test]
 async fn the_middleware_skips_redis_for_a_known_limited_client() {
     use redkit::middleware::RateLimitLayer;

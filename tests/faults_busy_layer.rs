@@ -2,7 +2,6 @@
 //! blocks Redis, the layer answers within its timeout by its fail mode (open: the request goes
 //! through unchecked; closed: 503 + `Retry-After: 1`), and checks again once `Admin::kill`
 //! stopped the script. Counted.
-#![cfg(feature = "tower")]
 
 mod support;
 

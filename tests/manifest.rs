@@ -21,9 +21,9 @@ mod fixtures;
 #[path = "support/sources.rs"]
 mod sources;
 
-const LOCK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/lua/scripts.lock");
-const LUA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
-const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+const LOCK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../redkit/lua/scripts.lock");
+const LUA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../redkit/lua");
+const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../redkit/src");
 
 /// `name.vN` of every `.lua` file in `dir`.
 fn lua_files(dir: &str) -> BTreeSet<String> {
@@ -76,7 +76,7 @@ fn callers_in_src() -> std::collections::BTreeMap<String, Vec<String>> {
     for file in files {
         let code = std::fs::read_to_string(&file).unwrap();
         for id in look_ups(&code) {
-            let shown = file.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap();
+            let shown = file.strip_prefix(SRC).unwrap();
             callers
                 .entry(id)
                 .or_default()
@@ -159,7 +159,7 @@ fn fixtures_are_retired_versions_unchanged() {
     assert!(fixtures::registry().problems().is_empty());
     assert_eq!(
         fixtures::registry().scripts().len(),
-        lua_files(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/lua")).len()
+        lua_files(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/lua")).len()
     );
     for script in fixtures::registry().scripts() {
         let pin = retired
@@ -179,14 +179,14 @@ fn every_file_is_a_valid_script() {
 #[test]
 fn lock_pins_every_shipped_script() {
     // The files on disk (not the embedded copy, which is as old as the last build).
-    let registry = Registry::from_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/lua")).unwrap();
+    let registry = Registry::from_dir(LUA).unwrap();
     if std::env::var_os("REDKIT_BLESS").is_some() {
         match lockfile::bless(&registry, registry.lock_text()) {
             Ok(text) => std::fs::write(LOCK, text).expect("write lock"),
             Err(problems) => panic!("{}", lockfile::report(&problems)),
         }
     }
-    let registry = Registry::from_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/lua")).unwrap();
+    let registry = Registry::from_dir(LUA).unwrap();
     let problems = lockfile::check(&registry);
     assert!(problems.is_empty(), "{}", lockfile::report(&problems));
     // The embedded set is the same set (its lock is as old as the build: not when blessing).

@@ -1,7 +1,6 @@
 //! Metrics (feature `metrics`) through a recorder installed in the test, against a real Redis:
 //! each count equals what the test did. The names, labels and units are the README's
 //! "Metrics and traces" table.
-#![cfg(feature = "metrics-tests")]
 
 mod support;
 

@@ -2,7 +2,6 @@
 //! `/metrics` endpoint (`metrics-exporter-prometheus`), driven with allowed and limited
 //! requests, then with Redis frozen (SIGSTOP) for a fail-open stretch; the scraped counts
 //! equal what the clients saw.
-#![cfg(feature = "metrics-tests")]
 
 mod support;
 

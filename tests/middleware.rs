@@ -1,6 +1,5 @@
 //! The tower/axum layer on a real axum server on loopback, driven by a real HTTP client,
 //! against a real Redis.
-#![cfg(feature = "tower")]
 
 mod support;
 

@@ -3,7 +3,6 @@
 //! refused), policies replaced while requests flow (no half-old, half-new request; counters
 //! kept), and the local fallback while Redis is frozen (each instance its share, bounded, back
 //! on Redis with its first answer).
-#![cfg(feature = "tower")]
 
 mod support;
 

@@ -693,7 +693,6 @@ proptest! {
     }
 }
 
-#[cfg(feature = "tower")]
 mod middleware {
     use super::*;
     use redkit::middleware::{
@@ -1300,10 +1299,8 @@ mod shield {
     use redkit::rate_limit::DenyCache;
 
     /// `(name, permits, lease, timeout, ipv6 bits, full status)` of a concurrency layer.
-    #[cfg(feature = "tower")]
     pub(crate) type LayerInput = (String, u32, Duration, Duration, u8, u16);
 
-    #[cfg(feature = "tower")]
     pub(crate) fn layer_input() -> impl Strategy<Value = LayerInput> {
         (
             prop_oneof![4 => "[a-zA-Z0-9:._-]{1,58}", 1 => "[a-zA-Z0-9:._-]{0,70}", 1 => ".{0,70}"],
@@ -1321,7 +1318,6 @@ mod shield {
     }
 
     /// What `ConcurrencyLimitLayer`'s builder documents as valid.
-    #[cfg(feature = "tower")]
     pub(crate) fn layer_ok((name, permits, lease, timeout, bits, status): &LayerInput) -> bool {
         let status = http::StatusCode::from_u16(*status).unwrap();
         let lease_ok = !lease.is_zero()
@@ -1359,7 +1355,6 @@ mod shield {
         }
     }
 
-    #[cfg(feature = "tower")]
     proptest! {
         #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -1532,7 +1527,6 @@ mod coverage {
         );
     }
 
-    #[cfg(feature = "tower")]
     #[test]
     fn middleware_generators_reach_accepted_and_refused_inputs() {
         assert_mixed(

@@ -17,8 +17,8 @@ mod support;
 
 use std::path::Path;
 
-const README: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
-const THIS_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/readme.rs");
+const README: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+const THIS_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/readme.rs");
 const BEGIN: &str = "// @generated README recipes: begin";
 const END: &str = "// @generated README recipes: end";
 const BLESS: &str = "run REDKIT_BLESS=1 cargo test --all-features --test readme";

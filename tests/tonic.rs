@@ -3,7 +3,6 @@
 //! comes from an `FnKey` reading it; refusals are answered as gRPC statuses
 //! (`RESOURCE_EXHAUSTED` / `UNAVAILABLE`) through the `respond_with` hook, since a gRPC client
 //! reads `grpc-status`, not the HTTP status.
-#![cfg(feature = "tower")]
 
 mod support;
 

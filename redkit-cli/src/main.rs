@@ -21,11 +21,8 @@ use redkit::Registry;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-#[path = "redkit/exit.rs"]
 mod exit;
-#[path = "redkit/outcome.rs"]
 mod outcome;
-#[path = "redkit/output.rs"]
 mod output;
 
 use exit::{Failure, EXIT_BROKEN_PIPE, EXIT_USAGE};

@@ -2,6 +2,7 @@
 //! pinned by `scripts.lock`, run through the `ScriptManager`, administered with the `Admin`
 //! API and the `redkit --scripts-dir` CLI against real servers.
 
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::path::Path;

@@ -1,7 +1,8 @@
 //! The `redkit` binary end to end, spawned as a process against real Redis servers.
 
-#[path = "fixtures/mod.rs"]
+#[path = "../../tests/fixtures/mod.rs"]
 mod fixtures;
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::process::{Command, Output};
@@ -646,41 +647,6 @@ async fn a_closed_pipe_ends_redkit_quietly_with_141() {
         let out = run_with_closed(redkit_command(args), Closed::Stderr);
         assert_quiet_broken_pipe(&out, &format!("stderr closed: {args:?}"));
     }
-}
-
-/// `redkit-demo | head -1` ends quietly too (after stopping its own server, if any).
-#[cfg(feature = "demo")]
-#[tokio::test]
-async fn a_closed_pipe_ends_the_demo_quietly_with_141() {
-    let server = RedisServer::spawn().await;
-    let demo = || {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_redkit-demo"));
-        command.env("REDIS_URL", server.url());
-        command
-    };
-    // It runs to the end against this server when someone reads...
-    let out = demo().output().expect("run the demo");
-    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
-    let first = format!("using Redis at 127.0.0.1:{}", server.port());
-    assert!(stdout(&out).starts_with(&first), "{}", stdout(&out));
-    // ...and stops at its first line when nobody does.
-    let out = run_with_closed(demo(), Closed::Stdout);
-    assert_quiet_broken_pipe(&out, "demo, stdout closed");
-    // An error it reports on a closed stderr (REDIS_URL names no server).
-    let mut unreachable = demo();
-    unreachable.env(
-        "REDIS_URL",
-        format!("redis://127.0.0.1:{}/", support::free_port()),
-    );
-    let out = unreachable.output().expect("run the demo");
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("no Redis answered"),
-        "{}",
-        stderr(&out)
-    );
-    let out = run_with_closed(unreachable, Closed::Stderr);
-    assert_quiet_broken_pipe(&out, "demo, stderr closed");
 }
 
 /// `-q` prints nothing on stdout, even with `--json`, in either order; the exit code and

@@ -1,13 +1,20 @@
-// The README is the front page. Its recipes are doctests, one of them an axum server that needs
-// the `tower` feature, so it is the crate doc when that feature is on (docs.rs builds with
-// every feature); without it a short page points there.
-#![cfg_attr(feature = "tower", doc = include_str!("../README.md"))]
+#![doc = include_str!("lib.md")]
+// Items behind a feature this build lacks: their links go to docs.rs (built with every feature).
 #![cfg_attr(
     not(feature = "tower"),
-    doc = "Safe, fast Redis Lua scripting from async Rust: rate limiting, atomic inventory, locks \
-           and coordination primitives, a script manager and a Functions backend.\n\n\
-           The front page with its recipes (the README) is part of the docs built with the \
-           `tower` feature, e.g. `cargo doc --all-features`."
+    doc = "[`middleware`]: https://docs.rs/redkit/latest/redkit/middleware/"
+)]
+#![cfg_attr(
+    not(feature = "metrics"),
+    doc = "[`describe_metrics`]: https://docs.rs/redkit/latest/redkit/fn.describe_metrics.html"
+)]
+#![cfg_attr(
+    not(feature = "sentinel"),
+    doc = "[`connect::sentinel_primary`]: https://docs.rs/redkit/latest/redkit/connect/fn.sentinel_primary.html"
+)]
+#![cfg_attr(
+    not(feature = "lockfile"),
+    doc = "[`script::lockfile`]: https://docs.rs/redkit/latest/redkit/script/lockfile/"
 )]
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
@@ -49,11 +56,6 @@ pub fn describe_metrics() {
 
 /// The redis-rs version redkit is built on, re-exported so versions always match.
 pub use redis;
-
-/// Not public API: the metric recordings `benches/metrics.rs` measures.
-#[cfg(all(feature = "bench", feature = "metrics"))]
-#[doc(hidden)]
-pub use telemetry::bench as __bench;
 
 /// Not public API: what [`embed_scripts!`] expands to needs.
 #[doc(hidden)]

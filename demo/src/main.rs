@@ -19,6 +19,7 @@ use std::time::Duration;
 use redkit::inventory::Inventory;
 use redkit::lock::{Acquire, Lock, LockOptions};
 use redkit::rate_limit::{Decision, FixedWindow, LimitKey, Rate};
+use redkit::redis;
 use redkit::{Call, Registry, ScriptManager};
 
 /// A redis-server this demo started, killed on drop.

@@ -7,7 +7,5 @@
 //! Labels never carry a key, a client address or a SKU: only names that come from code or
 //! configuration (script ids, limiter names, outcomes), so their number stays bounded.
 
-#[cfg(all(feature = "bench", feature = "metrics"))]
-pub mod bench;
 pub(crate) mod metric;
 pub(crate) mod round_trip;
