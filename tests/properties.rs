@@ -103,6 +103,22 @@ fn group_commit_ok(&(max_batch, in_flight): &(usize, usize)) -> bool {
         && (1..=GroupCommit::MAX_IN_FLIGHT).contains(&in_flight)
 }
 
+/// `(max batch, in flight)` of [`Coalescing::with_limits`](redkit::connect::Coalescing::with_limits).
+fn coalescing_input() -> impl Strategy<Value = (usize, usize)> {
+    use redkit::connect::Coalescing;
+    (
+        usize_around(1, Coalescing::<()>::MAX_BATCH),
+        usize_around(1, Coalescing::<()>::MAX_IN_FLIGHT),
+    )
+}
+
+/// Its documented ranges: 1 ..= MAX_BATCH, 1 ..= MAX_IN_FLIGHT.
+fn coalescing_ok(&(max_batch, in_flight): &(usize, usize)) -> bool {
+    use redkit::connect::Coalescing;
+    (1..=Coalescing::<()>::MAX_BATCH).contains(&max_batch)
+        && (1..=Coalescing::<()>::MAX_IN_FLIGHT).contains(&in_flight)
+}
+
 /// [`u64_around`] for `usize` settings.
 fn usize_around(min: usize, max: usize) -> BoxedStrategy<usize> {
     assert!(min <= max && max < usize::MAX);
@@ -219,6 +235,11 @@ fn replicas() -> impl Strategy<Value = u32> {
         1u32..8,
         any::<u32>()
     ]
+}
+
+/// `(acked, requested)` replicas of an [`Acked`] answer.
+fn acked_counts() -> impl Strategy<Value = (u32, u32)> {
+    (0u32..4, 0u32..4)
 }
 
 fn replication_timeout() -> BoxedStrategy<Duration> {
@@ -355,6 +376,113 @@ fn script_ok((name, version, _, _, flags): &ScriptInput) -> bool {
         && flags.is_none_or(|i| FLAGS[i].1)
 }
 
+/// Shared blocks a script of a library may carry (src/script/shared.rs), and whether
+/// `Library::new` accepts them: none, a well-formed block, and one of each refused shape.
+const SHARED: [(&str, bool); 8] = [
+    ("", true),
+    (
+        "--! shared: sum\nlocal a, b = 1, 2\n--! end shared: sum\n",
+        true,
+    ),
+    // No end marker.
+    ("--! shared: open\nlocal a = 1\n", false),
+    // No top-level local.
+    ("--! shared: bare\nreturn 1\n--! end shared: bare\n", false),
+    // KEYS inside the block.
+    (
+        "--! shared: keys\nlocal k = KEYS[1]\n--! end shared: keys\n",
+        false,
+    ),
+    // An end marker that closes no block.
+    ("--! end shared: none\n", false),
+    // A block name that is not [a-z0-9_].
+    ("--! shared: Bad\nlocal a = 1\n--! end shared: Bad\n", false),
+    // One of the block's locals assigned after it.
+    (
+        "--! shared: late\nlocal a = 1\n--! end shared: late\na = 2\n",
+        false,
+    ),
+];
+
+/// `(path, contents, shared)` of one file given to `Registry::from_files`: `shared` indexes
+/// [`SHARED`] when the file is a script of the registry, `None` when it never is one.
+type LibraryFile = (String, String, Option<usize>);
+
+/// `(set name, files)` for `Library::new`.
+type LibraryInput = (String, Vec<LibraryFile>);
+
+/// Library names: mostly valid (up to 64 bytes), some empty, too long or with a character
+/// outside `[a-z0-9_]`.
+fn library_set() -> impl Strategy<Value = String> {
+    prop_oneof![
+        8 => "[a-z0-9_]{1,64}",
+        1 => Just(String::new()),
+        1 => "[a-z0-9_]{65,70}",
+        2 => "[a-z0-9_]{0,10}[A-Z .:{-][a-z0-9_]{0,10}",
+    ]
+}
+
+/// Files of a script set: mostly scripts (few names, so versions and duplicates meet; fixed
+/// or variadic keys, some read-only, some with a shared block, well-formed or not), and
+/// files that never become scripts (version 0, no `--! keys:` header, not `.lua`).
+fn library_file() -> impl Strategy<Value = LibraryFile> {
+    let script = (
+        "[a-c]{1,2}",
+        1u32..=3,
+        prop_oneof!["[0-3]", Just("variadic".to_owned())],
+        any::<bool>(),
+        prop_oneof![4 => Just(0usize), 5 => Just(1usize), 2 => 2..SHARED.len()],
+        "return [a-z0-9_ +]{0,20}",
+    )
+        .prop_map(|(name, version, keys, read_only, shared, body)| {
+            let flags = if read_only {
+                "--! flags: no-writes\n"
+            } else {
+                ""
+            };
+            let source = format!("--! keys: {keys}\n{flags}{}{body}", SHARED[shared].0);
+            (format!("{name}.v{version}.lua"), source, Some(shared))
+        });
+    let never = prop_oneof![
+        "[a-c]{1,2}".prop_map(|n| (
+            format!("{n}.v0.lua"),
+            "--! keys: 1\nreturn 1".to_owned(),
+            None
+        )),
+        "[a-c]{1,2}".prop_map(|n| (format!("{n}.v1.lua"), "return 1".to_owned(), None)),
+        "[a-c]{1,2}".prop_map(|n| (
+            format!("{n}.v1.txt"),
+            "--! keys: 1\nreturn 1".to_owned(),
+            None
+        )),
+    ];
+    prop_oneof![4 => script, 1 => never]
+}
+
+/// In range: a set name and a few files as above. Random: any name, any file names, any
+/// contents that do not start with `-` (so never a `--! keys:` header: never a script).
+fn library_input() -> impl Strategy<Value = LibraryInput> {
+    let random_file =
+        (".{0,30}", "([^-].{0,119})?").prop_map(|(n, c)| (format!("{n}.lua"), c, None));
+    prop_oneof![
+        4 => (library_set(), proptest::collection::vec(library_file(), 1..5)),
+        1 => (".{0,80}", proptest::collection::vec(random_file, 0..6)),
+    ]
+}
+
+/// `Library::new`: a name of 1..=64 `[a-z0-9_]`, at least one script, every shared block
+/// well-formed.
+fn library_ok((set, files): &LibraryInput) -> bool {
+    (1..=64).contains(&set.len())
+        && set
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && files.iter().any(|(_, _, shared)| shared.is_some())
+        && files
+            .iter()
+            .all(|(_, _, shared)| shared.is_none_or(|i| SHARED[i].1))
+}
+
 /// Redis URLs (some with a password, whose text must never be shown) and junk.
 fn url_like() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -398,7 +526,7 @@ proptest! {
     fn replication_accepts_exactly_its_documented_range(
         replicas in replicas(),
         timeout in replication_timeout(),
-        (acked, requested) in (0u32..4, 0u32..4),
+        (acked, requested) in acked_counts(),
     ) {
         let ok = replicas >= 1 && replication_timeout_ok(timeout);
         let built = Replication::new(replicas, timeout);
@@ -415,6 +543,7 @@ proptest! {
             Err(e) => prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}"),
         }
         let a = Acked::new((), acked, requested);
+        prop_assert_eq!((a.replicas, a.requested, a.local_fsync), (acked, requested, None));
         prop_assert_eq!(a.is_replicated(), acked >= requested);
     }
 
@@ -505,13 +634,10 @@ proptest! {
     }
 
     #[test]
-    fn coalescing_limits_are_checked_without_panicking(
-        max_batch in usize_around(1, redkit::connect::Coalescing::<()>::MAX_BATCH),
-        in_flight in usize_around(1, redkit::connect::Coalescing::<()>::MAX_IN_FLIGHT),
-    ) {
+    fn coalescing_limits_are_checked_without_panicking(input in coalescing_input()) {
         use redkit::connect::Coalescing;
-        let ok = (1..=Coalescing::<()>::MAX_BATCH).contains(&max_batch)
-            && (1..=Coalescing::<()>::MAX_IN_FLIGHT).contains(&in_flight);
+        let ok = coalescing_ok(&input);
+        let (max_batch, in_flight) = input;
         match Coalescing::with_limits((), max_batch, in_flight) {
             Ok(c) => {
                 prop_assert!(ok);
@@ -634,23 +760,72 @@ proptest! {
         }
     }
 
+    /// Accepts exactly a valid name, a set with a script and well-formed shared blocks. The
+    /// library is `<set>_<8 hex digits>`, the digits the set's alone (the same scripts under
+    /// another name: the same digits); one function per script, `<library>_<script>_v<N>`
+    /// (a body given twice: the first script's), flagged `no-writes` when read-only, running
+    /// the body unchanged, or with its shared block replaced by a call of one shared function.
     #[test]
-    fn library_constructor_never_panics_and_names_are_redis_safe(
-        set in ".{0,80}",
-        files in proptest::collection::vec((".{0,30}", ".{0,120}"), 0..6),
+    fn library_constructor_accepts_exactly_valid_sets_and_names_one_function_per_script(
+        input in library_input(),
         backend in prop_oneof![Just(Backend::Scripts), Just(Backend::Functions)],
     ) {
-        let registry = Registry::from_files(files.iter().map(|(n, c)| (format!("{n}.lua"), c.clone())));
-        if let Ok(library) = Library::new(&set, &registry) {
-            prop_assert!(library.name().bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
-            prop_assert!(library.code().starts_with("#!lua name="));
-            for script in registry.scripts() {
-                let function = library.function_name(script);
-                prop_assert!(function.is_some_and(|f| f.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')));
+        let ok = library_ok(&input);
+        let (set, files) = input;
+        let registry = Registry::from_files(files.iter().map(|(n, c, _)| (n.clone(), c.clone())));
+        let built = Library::new(&set, &registry);
+        prop_assert_eq!(built.is_ok(), ok, "{:?} {:?}", set, built.as_ref().err());
+        let library = match built {
+            Ok(library) => library,
+            Err(e) => {
+                prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}");
+                return Ok(());
             }
-            let manager = ScriptManager::new().with_library(library).with_backend(backend);
-            prop_assert_eq!(manager.backend(), backend);
+        };
+        let name = library.name().to_owned();
+        let hash = name
+            .strip_prefix(&format!("{set}_"))
+            .ok_or_else(|| TestCaseError::fail(format!("library {name:?} of set {set:?}")))?;
+        prop_assert!(
+            hash.len() == 8 && hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+            "{}", name
+        );
+        let code = library.code();
+        prop_assert!(code.starts_with(&format!("#!lua name={name}\n")), "{}", code);
+        prop_assert_eq!(library.functions(), registry.scripts().len());
+        let renamed = Library::new("other", &registry).unwrap();
+        prop_assert_eq!(renamed.name(), format!("other_{hash}"));
+        let again = Library::new(&set, &registry).unwrap();
+        prop_assert_eq!(again.code(), code);
+        for script in registry.scripts() {
+            let first = registry.scripts().iter().find(|s| s.sha1() == script.sha1()).unwrap();
+            let function = format!("{name}_{}_v{}", first.name(), first.version());
+            prop_assert_eq!(library.function_name(script), Some(function.as_str()));
+            let flags = if first.is_read_only() { "{'no-writes'}" } else { "{}" };
+            prop_assert!(
+                code.contains(&format!("function_name='{function}', flags={flags}, ")),
+                "{} {}\n{}", function, flags, code
+            );
+            if !script.source().contains("--! shared:") {
+                let body = format!("callback=function(KEYS, ARGV)\n{}\nend}}", script.source());
+                prop_assert!(code.contains(&body), "{:?} not in\n{}", script.source(), code);
+            }
         }
+        // The well-formed block: defined once, called by each script that carries it.
+        let carrying = registry
+            .scripts()
+            .iter()
+            .filter(|s| s.source().contains(SHARED[1].0))
+            .count();
+        prop_assert_eq!(
+            code.matches("local function redkit_shared_sum_").count(),
+            usize::from(carrying > 0),
+            "{}", code
+        );
+        prop_assert_eq!(code.matches("local a, b = redkit_shared_sum_").count(), carrying, "{}", code);
+        prop_assert!(!code.contains(SHARED[1].0), "{}", code);
+        let manager = ScriptManager::new().with_library(library).with_backend(backend);
+        prop_assert_eq!(manager.backend(), backend);
     }
 
     /// `Admin::single` takes exactly what redis-rs parses as connection info, `cluster`
@@ -889,18 +1064,66 @@ mod calls {
         ]
     }
 
+    /// The number of keys a call passes against the count it declared: the same mostly, one
+    /// fewer or one more.
+    fn near(declared: usize) -> impl Strategy<Value = usize> {
+        prop_oneof![
+            3 => Just(declared),
+            1 => Just(declared.saturating_sub(1)),
+            1 => Just(declared + 1),
+        ]
+    }
+
+    /// `(declared, keys, args, misorder)`: a variadic call declaring `declared` keys, passing
+    /// `keys` keys and `args`, with one argument before the keys when `misorder`.
+    pub(crate) type VariadicInput = (usize, usize, Vec<i64>, bool);
+
+    /// Random: any declared count, up to 7 keys, misordered half the time. In range: a count
+    /// of 1..=16 with as many keys (or one fewer or more), rarely misordered.
+    pub(crate) fn variadic_input() -> impl Strategy<Value = VariadicInput> {
+        let args = || proptest::collection::vec(any::<i64>(), 0..8);
+        prop_oneof![
+            1 => (any_count(), 0usize..8, args(), any::<bool>()),
+            2 => (1usize..=16)
+                .prop_flat_map(move |d| (Just(d), near(d), args(), proptest::bool::weighted(0.2))),
+        ]
+    }
+
+    /// `Call::validate` of a variadic call: keys before arguments, 1..=MAX_KEYS declared and
+    /// passed.
+    pub(crate) fn variadic_ok((declared, keys, _, misorder): &VariadicInput) -> bool {
+        !misorder && (1..=Call::MAX_KEYS).contains(declared) && keys == declared
+    }
+
+    /// `(script keys, declared, key, arg)`: a fixed script of `script keys` keys, a call
+    /// declaring `declared` and passing as many keys as both allow, of any bytes.
+    pub(crate) type FixedInput = (usize, usize, Vec<u8>, Vec<u8>);
+
+    /// Random: any declared count. In range: the script's count, one fewer or one more.
+    pub(crate) fn fixed_input() -> impl Strategy<Value = FixedInput> {
+        let bytes = || proptest::collection::vec(any::<u8>(), 0..64);
+        prop_oneof![
+            (0usize..4, any_count(), bytes(), bytes()),
+            (0usize..4).prop_flat_map(move |k| (Just(k), near(k), bytes(), bytes())),
+        ]
+    }
+
+    /// `Call::validate` of a fixed script's call: exactly the script's count declared.
+    pub(crate) fn fixed_ok((script_keys, declared, ..): &FixedInput) -> bool {
+        declared == script_keys && *declared <= Call::MAX_KEYS
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
         /// Any declared count with any (small) number of keys and args: building never
-        /// panics, and validation accepts exactly what the script and the cap allow.
+        /// panics, and validation accepts exactly what the script and the cap allow. An
+        /// accepted call holds the keys and arguments given; a refused one says why: a key
+        /// after an argument, or the count expected against the count got.
         #[test]
-        fn variadic_calls_never_panic_and_validate_exactly(
-            declared in any_count(),
-            keys in 0usize..8,
-            args in proptest::collection::vec(any::<i64>(), 0..8),
-            misorder in any::<bool>(),
-        ) {
+        fn variadic_calls_never_panic_and_validate_exactly(input in variadic_input()) {
+            let ok = variadic_ok(&input);
+            let (declared, keys, args, misorder) = input;
             let v = Script::new_variadic("v", 1, "return #KEYS").unwrap();
             let mut call = Call::with_key_count(&v, declared);
             if misorder {
@@ -912,30 +1135,62 @@ mod calls {
             for a in &args {
                 call.arg(*a);
             }
-            let ok = !misorder && (1..=Call::MAX_KEYS).contains(&declared) && keys == declared;
-            match call.validate() {
-                Ok(()) => prop_assert!(ok),
-                Err(Error::KeyCount { .. }) | Err(Error::InvalidInput { .. }) => prop_assert!(!ok),
+            let validated = call.validate();
+            prop_assert_eq!(validated.is_ok(), ok, "{:?}", validated);
+            match validated {
+                Ok(()) => {
+                    prop_assert_eq!(call.script().sha1(), v.sha1());
+                    prop_assert_eq!(
+                        format!("{call:?}"),
+                        format!("Call {{ script: \"v.v1\", keys: {keys}, args: {} }}", args.len())
+                    );
+                }
+                // A key after an argument (misordered without keys: no key came after it).
+                Err(Error::InvalidInput { .. }) => prop_assert!(misorder && keys > 0),
+                Err(Error::KeyCount { script, expected, got }) => {
+                    prop_assert!(!misorder || keys == 0);
+                    prop_assert_eq!(script, "v.v1");
+                    let counts = if declared > Call::MAX_KEYS {
+                        (Call::MAX_KEYS, declared)
+                    } else if declared == 0 {
+                        (1, 0)
+                    } else {
+                        (declared, keys)
+                    };
+                    prop_assert_eq!((expected, got), counts);
+                }
                 Err(e) => prop_assert!(false, "unexpected error {e}"),
             }
         }
 
         /// Fixed scripts: only the declared count passes; keys and args of any bytes.
         #[test]
-        fn fixed_calls_never_panic(
-            script_keys in 0usize..4,
-            declared in any_count(),
-            key in proptest::collection::vec(any::<u8>(), 0..64),
-            arg in proptest::collection::vec(any::<u8>(), 0..64),
-        ) {
+        fn fixed_calls_never_panic(input in fixed_input()) {
+            let ok = fixed_ok(&input);
+            let (script_keys, declared, key, arg) = input;
             let s = Script::new("f", 1, script_keys, "return 1").unwrap();
             let mut call = Call::with_key_count(&s, declared);
             for _ in 0..script_keys.min(declared) {
                 call.key(&key);
             }
             call.arg(&arg[..]).arg(u64::MAX).arg(i64::MIN).arg(f64::NAN);
-            let ok = declared == script_keys && declared <= Call::MAX_KEYS;
-            prop_assert_eq!(call.validate().is_ok(), ok);
+            let validated = call.validate();
+            prop_assert_eq!(validated.is_ok(), ok, "{:?}", validated);
+            match validated {
+                Ok(()) => prop_assert_eq!(
+                    format!("{call:?}"),
+                    format!("Call {{ script: \"f.v1\", keys: {script_keys}, args: 4 }}")
+                ),
+                Err(Error::KeyCount { expected, got, .. }) => {
+                    let counts = if declared > Call::MAX_KEYS {
+                        (Call::MAX_KEYS, declared)
+                    } else {
+                        (script_keys, declared)
+                    };
+                    prop_assert_eq!((expected, got), counts);
+                }
+                Err(e) => prop_assert!(false, "unexpected error {e}"),
+            }
             let mut plain = Call::new(&s);
             for _ in 0..script_keys {
                 plain.key(&key);
@@ -964,7 +1219,7 @@ mod lock {
         bool,
     );
 
-    fn default_parts() -> Parts {
+    pub(crate) fn default_parts() -> Parts {
         (
             LockOptions::<Lock>::DEFAULT_TTL,
             LockOptions::<Lock>::DEFAULT_RETRIES,
@@ -993,6 +1248,12 @@ mod lock {
             proptest::option::of(".{0,200}"),
             any::<bool>(),
         )
+    }
+
+    /// Settings for the setters: the defaults a quarter of the time (so options equal to the
+    /// default are compared), else [`any_parts`].
+    pub(crate) fn setter_parts() -> impl Strategy<Value = Parts> {
+        prop_oneof![1 => Just(default_parts()), 3 => any_parts()]
     }
 
     fn build(parts: &Parts) -> LockOptions<Lock> {
@@ -1050,7 +1311,7 @@ mod lock {
 
         #[test]
         fn lock_options_setters_never_panic_and_debug_hides_the_token(
-            parts in any_parts(),
+            parts in setter_parts(),
             token in "[a-z]{16,40}",
         ) {
             let options = build(&parts);
@@ -1442,6 +1703,12 @@ mod coverage {
             MIN_SHARE,
         );
         assert_mixed(
+            "Acked::is_replicated",
+            acked_counts(),
+            |(acked, requested)| acked >= requested,
+            MIN_SHARE,
+        );
+        assert_mixed(
             "Replication::fsynced",
             replication_timeout(),
             |t| replication_timeout_ok(*t),
@@ -1476,8 +1743,34 @@ mod coverage {
             group_commit_ok,
             MIN_SHARE,
         );
+        assert_mixed(
+            "Coalescing::with_limits",
+            coalescing_input(),
+            coalescing_ok,
+            MIN_SHARE,
+        );
         assert_mixed("LimitKey::text", text_key_like(), |t| part_ok(t), MIN_SHARE);
         assert_mixed("Script::new", script_input(), script_ok, MIN_SHARE);
+        assert_mixed("Library::new", library_input(), library_ok, MIN_SHARE);
+        // Accepted libraries with the well-formed shared block (so its calls are checked).
+        assert_mixed(
+            "Library::new with a shared block",
+            library_input(),
+            |i| library_ok(i) && i.1.iter().any(|f| f.2 == Some(1)),
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "Call::validate, variadic",
+            calls::variadic_input(),
+            calls::variadic_ok,
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "Call::validate, fixed",
+            calls::fixed_input(),
+            calls::fixed_ok,
+            MIN_SHARE,
+        );
         assert_mixed("Admin::single", url_like(), |u| parses(u), MIN_SHARE);
         assert_mixed(
             "Admin::cluster",
@@ -1501,8 +1794,14 @@ mod coverage {
         );
         assert_mixed(
             "LockOptions drift set",
-            lock::any_parts(),
+            lock::setter_parts(),
             |p| p.5.is_some(),
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "LockOptions equal to the default",
+            lock::setter_parts(),
+            |p| *p == lock::default_parts(),
             MIN_SHARE,
         );
         assert_mixed(
