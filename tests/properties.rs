@@ -1539,12 +1539,21 @@ mod coordination {
             }
             let leased = FairLock::new().with_waiter_lease(lease);
             prop_assert_eq!(leased.is_ok(), waiter_lease_ok(lease), "{:?}", lease);
-            prop_assert!(leased.is_ok() || is_invalid_input(&leased));
-            prop_assert_eq!(
-                Owner::from_token(&token).is_ok(),
-                (16..=128).contains(&token.len()),
-                "{} bytes", token.len()
-            );
+            match leased {
+                Ok(fair) => {
+                    let shown = format!("{fair:?}");
+                    prop_assert!(shown.contains(&format!("waiter_lease: {lease:?}")), "{}", shown);
+                    prop_assert_eq!(fair.prefix(), FairLock::DEFAULT_PREFIX);
+                }
+                Err(e) => prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}"),
+            }
+            let owner = Owner::from_token(&token);
+            prop_assert_eq!(owner.is_ok(), (16..=128).contains(&token.len()), "{} bytes", token.len());
+            match owner {
+                // The token is a secret: never shown.
+                Ok(owner) => prop_assert_eq!(format!("{owner:?}"), "Owner { .. }"),
+                Err(e) => prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}"),
+            }
             let policy = RetryPolicy::new().attempts(attempts).backoff(first, max);
             prop_assert_eq!(policy.get_attempts(), attempts);
             prop_assert_eq!(policy, RetryPolicy::new().backoff(first, max).attempts(attempts));
@@ -1649,7 +1658,16 @@ mod shield {
                     .full_status(http::StatusCode::from_u16(status).unwrap())
                     .build()
             });
-            prop_assert_eq!(built.is_ok(), ok, "{:?}", built.err());
+            prop_assert_eq!(built.is_ok(), ok, "{:?}", built.as_ref().err());
+            match built {
+                Ok(layer) => {
+                    prop_assert_eq!((layer.name(), layer.policy().permits()), (name.as_str(), permits));
+                    prop_assert_eq!(layer.stats(), redkit::middleware::ConcurrencyStats::default());
+                    let key = LimitKey::text("u").unwrap();
+                    prop_assert_eq!(layer.resource(&key), "k:u");
+                }
+                Err(e) => prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}"),
+            }
         }
     }
 }
