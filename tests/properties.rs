@@ -9,7 +9,10 @@
 //! `part_like`) that draw the boundaries (min-1, min, min+1, max-1, max, max+1), values inside
 //! and values outside; `coverage::generators_reach_accepted_and_refused_inputs` samples each
 //! property's input strategy and asserts that both accepted and refused inputs make up a
-//! substantial share, so neither branch can silently stop running.
+//! substantial share (at least 20 % each), so neither branch can silently stop running. Where
+//! random input is almost never accepted (library sources, proxy networks, script calls), the
+//! strategy mixes an in-range arm of valid inputs and near misses with the random arm, which
+//! still shows that no input panics.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -871,6 +874,7 @@ proptest! {
 #[cfg(feature = "tower")]
 mod middleware {
     use super::*;
+    use ipnet::IpNet;
     use redkit::middleware::{
         ClientId, ForwardedHeader, KeyExtractor, Policies, PolicyConfig, PolicySpec, RequestInfo,
         TrustedProxies,
@@ -888,6 +892,131 @@ mod middleware {
             req.extensions_mut().insert(peer);
         }
         req
+    }
+
+    /// One trusted-proxy entry as text, and the network it stands for (`None`: none).
+    pub(crate) type CidrEntry = (String, Option<IpNet>);
+
+    /// `ip` as the limiter sees it: an IPv4-mapped IPv6 address is its IPv4 address.
+    fn canonical(ip: IpAddr) -> IpAddr {
+        match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        }
+    }
+
+    /// `text` as the notation reads it: a network, or a bare address (that one host).
+    fn reads(text: &str) -> Option<IpNet> {
+        let text = text.trim();
+        text.parse::<IpNet>()
+            .ok()
+            .or_else(|| text.parse::<IpAddr>().ok().map(IpNet::from))
+    }
+
+    /// Networks as documented (`a.b.c.d/p`, `<ipv6>/p`, host bits set or not; a bare address,
+    /// that one host), prefixes just past the longest, text with a letter no address has
+    /// (`g` to `z`), and any text (its network, if any, as the notation reads it).
+    fn cidr_entry() -> impl Strategy<Value = CidrEntry> {
+        let net = |ip: IpAddr, p: u8| (format!("{ip}/{p}"), IpNet::new(ip, p).ok());
+        prop_oneof![
+            3 => (any::<[u8; 4]>(), 0u8..=32).prop_map(move |(a, p)| net(a.into(), p)),
+            2 => (any::<[u8; 16]>(), 0u8..=128).prop_map(move |(a, p)| net(a.into(), p)),
+            2 => any_ip().prop_map(|ip| (ip.to_string(), Some(IpNet::from(ip)))),
+            1 => (any::<[u8; 4]>(), 33u8..=40).prop_map(move |(a, p)| net(a.into(), p)),
+            1 => (any::<[u8; 16]>(), 129u8..=255).prop_map(move |(a, p)| net(a.into(), p)),
+            1 => ("[0-9a-f:./]{0,12}", "[g-z]", "[0-9a-f:./]{0,12}")
+                .prop_map(|(a, z, b)| (format!("{a}{z}{b}"), None)),
+        ]
+    }
+
+    /// In range: one to three entries as above. Random: up to three texts of any characters
+    /// (an empty list among them: accepted, trusting no one).
+    pub(crate) fn cidr_entries() -> impl Strategy<Value = Vec<CidrEntry>> {
+        let random = ".{0,40}".prop_map(|t: String| {
+            let net = reads(&t);
+            (t, net)
+        });
+        prop_oneof![
+            3 => proptest::collection::vec(cidr_entry(), 1..4),
+            1 => proptest::collection::vec(random, 0..4),
+        ]
+    }
+
+    /// `TrustedProxies::parse_cidrs`: every entry a network; `Some(networks)` when accepted.
+    pub(crate) fn cidrs_model(entries: &[CidrEntry]) -> Option<Vec<IpNet>> {
+        entries.iter().map(|(_, net)| *net).collect()
+    }
+
+    /// Where an address of a request lies: `(where, network, host bits, any address)`, read by
+    /// [`address`].
+    pub(crate) type Pick = (u8, proptest::sample::Index, u128, IpAddr);
+
+    /// The picks of a request's peer, farther hop and nearer hop.
+    pub(crate) type Picks = (Pick, Pick, Pick);
+
+    pub(crate) fn pick() -> impl Strategy<Value = Pick> {
+        (
+            prop_oneof![4 => Just(0u8), 2 => Just(1u8), 2 => Just(2u8), 2 => Just(3u8)],
+            any::<proptest::sample::Index>(),
+            any::<u128>(),
+            any_ip(),
+        )
+    }
+
+    /// 0: inside one of `nets`; 1: just past its last address (wrapping); 2: inside, written
+    /// as an IPv4-mapped IPv6 address when the network is IPv4; 3, or no network: anywhere.
+    pub(crate) fn address(&(at, network, bits, any): &Pick, nets: &[IpNet]) -> IpAddr {
+        if nets.is_empty() || at == 3 {
+            return any;
+        }
+        let net = nets[network.index(nets.len())];
+        let (first, host, last) = match net {
+            IpNet::V4(n) => (
+                u128::from(u32::from(n.network())),
+                u128::from(u32::from(n.hostmask())),
+                u128::from(u32::from(n.broadcast())),
+            ),
+            IpNet::V6(n) => (
+                u128::from(n.network()),
+                u128::from(n.hostmask()),
+                u128::from(n.broadcast()),
+            ),
+        };
+        let value = if at == 1 {
+            last.wrapping_add(1)
+        } else {
+            first | (bits & host)
+        };
+        match net {
+            IpNet::V4(_) => {
+                let v4 = std::net::Ipv4Addr::from(value as u32);
+                if at == 2 {
+                    IpAddr::V6(v4.to_ipv6_mapped())
+                } else {
+                    IpAddr::V4(v4)
+                }
+            }
+            IpNet::V6(_) => IpAddr::V6(value.into()),
+        }
+    }
+
+    /// Whether the limiter trusts `ip` as a proxy of `nets`.
+    pub(crate) fn trusted(nets: &[IpNet], ip: IpAddr) -> bool {
+        let ip = canonical(ip);
+        nets.iter().any(|n| n.contains(&ip))
+    }
+
+    /// The client of a request from `peer` with `X-Forwarded-For: far, near`, trusting
+    /// `nets` (see `TrustedProxies`): the peer unless trusted; else the first untrusted hop
+    /// from the right, or the left-most when all are trusted.
+    pub(crate) fn client(nets: &[IpNet], peer: IpAddr, far: IpAddr, near: IpAddr) -> IpAddr {
+        if !trusted(nets, peer) {
+            peer
+        } else if trusted(nets, near) {
+            far
+        } else {
+            near
+        }
     }
 
     /// One fixed-window policy: `(name, limit, window)`.
@@ -972,14 +1101,20 @@ mod middleware {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
+        /// Any hop count, any trusted-proxy text, any headers: never a panic. `parse_cidrs`
+        /// accepts exactly a list of networks (a bare address: that host) and refuses naming
+        /// the first other entry; the proxies it gives trust exactly those networks: a
+        /// request from an untrusted peer is the peer's, from a trusted one the first
+        /// untrusted hop's from the right (the left-most when every hop is trusted).
         #[test]
-        fn trusted_proxies_never_panic(
+        fn trusted_proxies_never_panic_and_trust_exactly_the_networks_given(
             hops in prop_oneof![Just(usize::MAX), Just(usize::MAX - 1), any::<usize>(), 0usize..8],
-            cidrs in proptest::collection::vec(".{0,40}", 0..4),
+            entries in cidr_entries(),
             values in proptest::collection::vec("[0-9a-fA-F:.,\\[\\] ;=\"forFOR]{0,80}", 0..4),
             peer_ip in any_ip(),
             port in any::<u16>(),
             forwarded in any::<bool>(),
+            picks in (pick(), pick(), pick()),
         ) {
             let (name, kind) = if forwarded {
                 ("forwarded", ForwardedHeader::Forwarded)
@@ -990,12 +1125,41 @@ mod middleware {
             let info = RequestInfo::new(&req);
             let by_hops = TrustedProxies::hops(hops).header(kind);
             prop_assert!(matches!(by_hops.extract(&info), Some(ClientId::Ip(_))));
-            if let Ok(by_cidr) = TrustedProxies::parse_cidrs(&cidrs) {
-                prop_assert!(matches!(by_cidr.header(kind).extract(&info), Some(ClientId::Ip(_))));
-            }
             // No peer: no client, never a guess from client-controlled headers.
             let bare = request(name, &values, None);
             prop_assert_eq!(TrustedProxies::hops(hops).extract(&RequestInfo::new(&bare)), None);
+
+            let expected = cidrs_model(&entries);
+            let by_cidr = TrustedProxies::parse_cidrs(entries.iter().map(|(text, _)| text));
+            prop_assert_eq!(by_cidr.is_ok(), expected.is_some(), "{:?}", entries);
+            let (by_cidr, nets) = match (by_cidr, expected) {
+                (Ok(p), Some(nets)) => (p, nets),
+                (Err(e), _) => {
+                    let (bad, _) = entries.iter().find(|(_, net)| net.is_none()).unwrap();
+                    let named = format!("{:?}", bad.trim());
+                    prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}");
+                    prop_assert!(e.to_string().contains(&named), "{} does not name {}", e, named);
+                    return Ok(());
+                }
+                (Ok(_), None) => unreachable!(),
+            };
+            prop_assert!(matches!(by_cidr.clone().header(kind).extract(&info), Some(ClientId::Ip(_))));
+            prop_assert_eq!(by_cidr.extract(&RequestInfo::new(&bare)), None);
+            let (peer, far, near) = (
+                address(&picks.0, &nets),
+                address(&picks.1, &nets),
+                address(&picks.2, &nets),
+            );
+            let req = request(
+                "x-forwarded-for",
+                &[format!("{far}, {near}")],
+                Some(SocketAddr::new(peer, port)),
+            );
+            prop_assert_eq!(
+                by_cidr.extract(&RequestInfo::new(&req)),
+                Some(ClientId::Ip(client(&nets, peer, far, near))),
+                "peer {} far {} near {} nets {:?}", peer, far, near, nets
+            );
         }
 
         /// Builds exactly the configurations `Policies::from_config` documents as valid, and
@@ -1864,6 +2028,53 @@ mod coverage {
             middleware::policies_input(),
             |i| middleware::policies_model(i).is_some_and(|r| !r.is_empty()),
             0.1,
+        );
+        assert_mixed(
+            "TrustedProxies::parse_cidrs",
+            middleware::cidr_entries(),
+            |e| middleware::cidrs_model(e).is_some(),
+            MIN_SHARE,
+        );
+        // Accepted with networks (an empty list trusts no one: nothing to check).
+        assert_mixed(
+            "TrustedProxies::parse_cidrs with networks",
+            middleware::cidr_entries(),
+            |e| middleware::cidrs_model(e).is_some_and(|nets| !nets.is_empty()),
+            MIN_SHARE,
+        );
+        // Among accepted lists, each of the three clients of a request `far, near` from
+        // `peer`: the peer (untrusted), the nearest hop (untrusted behind a trusted peer), the
+        // farther hop (both trusted).
+        let requests = || {
+            (
+                middleware::cidr_entries()
+                    .prop_filter_map("refused", |e| middleware::cidrs_model(&e)),
+                (middleware::pick(), middleware::pick(), middleware::pick()),
+            )
+        };
+        let client = |(nets, (p, f, n)): &(Vec<ipnet::IpNet>, middleware::Picks)| {
+            use middleware::address;
+            let (peer, far, near) = (address(p, nets), address(f, nets), address(n, nets));
+            let client = middleware::client(nets, peer, far, near);
+            (client == peer, client == near, client == far)
+        };
+        assert_mixed(
+            "TrustedProxies: the peer",
+            requests(),
+            |r| client(r).0,
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "TrustedProxies: the near hop",
+            requests(),
+            |r| client(r).1,
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "TrustedProxies: the far hop",
+            requests(),
+            |r| client(r).2,
+            MIN_SHARE,
         );
         assert_mixed(
             "ConcurrencyLimitLayer::build",
