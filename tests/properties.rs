@@ -9,7 +9,10 @@
 //! `part_like`) that draw the boundaries (min-1, min, min+1, max-1, max, max+1), values inside
 //! and values outside; `coverage::generators_reach_accepted_and_refused_inputs` samples each
 //! property's input strategy and asserts that both accepted and refused inputs make up a
-//! substantial share, so neither branch can silently stop running.
+//! substantial share (at least 20 % each), so neither branch can silently stop running. Where
+//! random input is almost never accepted (library sources, proxy networks, script calls), the
+//! strategy mixes an in-range arm of valid inputs and near misses with the random arm, which
+//! still shows that no input panics.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -101,6 +104,22 @@ fn u64_around(min: u64, max: u64) -> BoxedStrategy<u64> {
 fn group_commit_ok(&(max_batch, in_flight): &(usize, usize)) -> bool {
     (2..=GroupCommit::MAX_BATCH).contains(&max_batch)
         && (1..=GroupCommit::MAX_IN_FLIGHT).contains(&in_flight)
+}
+
+/// `(max batch, in flight)` of [`Coalescing::with_limits`](redkit::connect::Coalescing::with_limits).
+fn coalescing_input() -> impl Strategy<Value = (usize, usize)> {
+    use redkit::connect::Coalescing;
+    (
+        usize_around(1, Coalescing::<()>::MAX_BATCH),
+        usize_around(1, Coalescing::<()>::MAX_IN_FLIGHT),
+    )
+}
+
+/// Its documented ranges: 1 ..= MAX_BATCH, 1 ..= MAX_IN_FLIGHT.
+fn coalescing_ok(&(max_batch, in_flight): &(usize, usize)) -> bool {
+    use redkit::connect::Coalescing;
+    (1..=Coalescing::<()>::MAX_BATCH).contains(&max_batch)
+        && (1..=Coalescing::<()>::MAX_IN_FLIGHT).contains(&in_flight)
 }
 
 /// [`u64_around`] for `usize` settings.
@@ -219,6 +238,11 @@ fn replicas() -> impl Strategy<Value = u32> {
         1u32..8,
         any::<u32>()
     ]
+}
+
+/// `(acked, requested)` replicas of an [`Acked`] answer.
+fn acked_counts() -> impl Strategy<Value = (u32, u32)> {
+    (0u32..4, 0u32..4)
 }
 
 fn replication_timeout() -> BoxedStrategy<Duration> {
@@ -355,6 +379,113 @@ fn script_ok((name, version, _, _, flags): &ScriptInput) -> bool {
         && flags.is_none_or(|i| FLAGS[i].1)
 }
 
+/// Shared blocks a script of a library may carry (src/script/shared.rs), and whether
+/// `Library::new` accepts them: none, a well-formed block, and one of each refused shape.
+const SHARED: [(&str, bool); 8] = [
+    ("", true),
+    (
+        "--! shared: sum\nlocal a, b = 1, 2\n--! end shared: sum\n",
+        true,
+    ),
+    // No end marker.
+    ("--! shared: open\nlocal a = 1\n", false),
+    // No top-level local.
+    ("--! shared: bare\nreturn 1\n--! end shared: bare\n", false),
+    // KEYS inside the block.
+    (
+        "--! shared: keys\nlocal k = KEYS[1]\n--! end shared: keys\n",
+        false,
+    ),
+    // An end marker that closes no block.
+    ("--! end shared: none\n", false),
+    // A block name that is not [a-z0-9_].
+    ("--! shared: Bad\nlocal a = 1\n--! end shared: Bad\n", false),
+    // One of the block's locals assigned after it.
+    (
+        "--! shared: late\nlocal a = 1\n--! end shared: late\na = 2\n",
+        false,
+    ),
+];
+
+/// `(path, contents, shared)` of one file given to `Registry::from_files`: `shared` indexes
+/// [`SHARED`] when the file is a script of the registry, `None` when it never is one.
+type LibraryFile = (String, String, Option<usize>);
+
+/// `(set name, files)` for `Library::new`.
+type LibraryInput = (String, Vec<LibraryFile>);
+
+/// Library names: mostly valid (up to 64 bytes), some empty, too long or with a character
+/// outside `[a-z0-9_]`.
+fn library_set() -> impl Strategy<Value = String> {
+    prop_oneof![
+        8 => "[a-z0-9_]{1,64}",
+        1 => Just(String::new()),
+        1 => "[a-z0-9_]{65,70}",
+        2 => "[a-z0-9_]{0,10}[A-Z .:{-][a-z0-9_]{0,10}",
+    ]
+}
+
+/// Files of a script set: mostly scripts (few names, so versions and duplicates meet; fixed
+/// or variadic keys, some read-only, some with a shared block, well-formed or not), and
+/// files that never become scripts (version 0, no `--! keys:` header, not `.lua`).
+fn library_file() -> impl Strategy<Value = LibraryFile> {
+    let script = (
+        "[a-c]{1,2}",
+        1u32..=3,
+        prop_oneof!["[0-3]", Just("variadic".to_owned())],
+        any::<bool>(),
+        prop_oneof![4 => Just(0usize), 5 => Just(1usize), 2 => 2..SHARED.len()],
+        "return [a-z0-9_ +]{0,20}",
+    )
+        .prop_map(|(name, version, keys, read_only, shared, body)| {
+            let flags = if read_only {
+                "--! flags: no-writes\n"
+            } else {
+                ""
+            };
+            let source = format!("--! keys: {keys}\n{flags}{}{body}", SHARED[shared].0);
+            (format!("{name}.v{version}.lua"), source, Some(shared))
+        });
+    let never = prop_oneof![
+        "[a-c]{1,2}".prop_map(|n| (
+            format!("{n}.v0.lua"),
+            "--! keys: 1\nreturn 1".to_owned(),
+            None
+        )),
+        "[a-c]{1,2}".prop_map(|n| (format!("{n}.v1.lua"), "return 1".to_owned(), None)),
+        "[a-c]{1,2}".prop_map(|n| (
+            format!("{n}.v1.txt"),
+            "--! keys: 1\nreturn 1".to_owned(),
+            None
+        )),
+    ];
+    prop_oneof![4 => script, 1 => never]
+}
+
+/// In range: a set name and a few files as above. Random: any name, any file names, any
+/// contents that do not start with `-` (so never a `--! keys:` header: never a script).
+fn library_input() -> impl Strategy<Value = LibraryInput> {
+    let random_file =
+        (".{0,30}", "([^-].{0,119})?").prop_map(|(n, c)| (format!("{n}.lua"), c, None));
+    prop_oneof![
+        4 => (library_set(), proptest::collection::vec(library_file(), 1..5)),
+        1 => (".{0,80}", proptest::collection::vec(random_file, 0..6)),
+    ]
+}
+
+/// `Library::new`: a name of 1..=64 `[a-z0-9_]`, at least one script, every shared block
+/// well-formed.
+fn library_ok((set, files): &LibraryInput) -> bool {
+    (1..=64).contains(&set.len())
+        && set
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && files.iter().any(|(_, _, shared)| shared.is_some())
+        && files
+            .iter()
+            .all(|(_, _, shared)| shared.is_none_or(|i| SHARED[i].1))
+}
+
 /// Redis URLs (some with a password, whose text must never be shown) and junk.
 fn url_like() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -398,7 +529,7 @@ proptest! {
     fn replication_accepts_exactly_its_documented_range(
         replicas in replicas(),
         timeout in replication_timeout(),
-        (acked, requested) in (0u32..4, 0u32..4),
+        (acked, requested) in acked_counts(),
     ) {
         let ok = replicas >= 1 && replication_timeout_ok(timeout);
         let built = Replication::new(replicas, timeout);
@@ -415,6 +546,7 @@ proptest! {
             Err(e) => prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}"),
         }
         let a = Acked::new((), acked, requested);
+        prop_assert_eq!((a.replicas, a.requested, a.local_fsync), (acked, requested, None));
         prop_assert_eq!(a.is_replicated(), acked >= requested);
     }
 
@@ -505,13 +637,10 @@ proptest! {
     }
 
     #[test]
-    fn coalescing_limits_are_checked_without_panicking(
-        max_batch in usize_around(1, redkit::connect::Coalescing::<()>::MAX_BATCH),
-        in_flight in usize_around(1, redkit::connect::Coalescing::<()>::MAX_IN_FLIGHT),
-    ) {
+    fn coalescing_limits_are_checked_without_panicking(input in coalescing_input()) {
         use redkit::connect::Coalescing;
-        let ok = (1..=Coalescing::<()>::MAX_BATCH).contains(&max_batch)
-            && (1..=Coalescing::<()>::MAX_IN_FLIGHT).contains(&in_flight);
+        let ok = coalescing_ok(&input);
+        let (max_batch, in_flight) = input;
         match Coalescing::with_limits((), max_batch, in_flight) {
             Ok(c) => {
                 prop_assert!(ok);
@@ -634,23 +763,72 @@ proptest! {
         }
     }
 
+    /// Accepts exactly a valid name, a set with a script and well-formed shared blocks. The
+    /// library is `<set>_<8 hex digits>`, the digits the set's alone (the same scripts under
+    /// another name: the same digits); one function per script, `<library>_<script>_v<N>`
+    /// (a body given twice: the first script's), flagged `no-writes` when read-only, running
+    /// the body unchanged, or with its shared block replaced by a call of one shared function.
     #[test]
-    fn library_constructor_never_panics_and_names_are_redis_safe(
-        set in ".{0,80}",
-        files in proptest::collection::vec((".{0,30}", ".{0,120}"), 0..6),
+    fn library_constructor_accepts_exactly_valid_sets_and_names_one_function_per_script(
+        input in library_input(),
         backend in prop_oneof![Just(Backend::Scripts), Just(Backend::Functions)],
     ) {
-        let registry = Registry::from_files(files.iter().map(|(n, c)| (format!("{n}.lua"), c.clone())));
-        if let Ok(library) = Library::new(&set, &registry) {
-            prop_assert!(library.name().bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
-            prop_assert!(library.code().starts_with("#!lua name="));
-            for script in registry.scripts() {
-                let function = library.function_name(script);
-                prop_assert!(function.is_some_and(|f| f.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')));
+        let ok = library_ok(&input);
+        let (set, files) = input;
+        let registry = Registry::from_files(files.iter().map(|(n, c, _)| (n.clone(), c.clone())));
+        let built = Library::new(&set, &registry);
+        prop_assert_eq!(built.is_ok(), ok, "{:?} {:?}", set, built.as_ref().err());
+        let library = match built {
+            Ok(library) => library,
+            Err(e) => {
+                prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}");
+                return Ok(());
             }
-            let manager = ScriptManager::new().with_library(library).with_backend(backend);
-            prop_assert_eq!(manager.backend(), backend);
+        };
+        let name = library.name().to_owned();
+        let hash = name
+            .strip_prefix(&format!("{set}_"))
+            .ok_or_else(|| TestCaseError::fail(format!("library {name:?} of set {set:?}")))?;
+        prop_assert!(
+            hash.len() == 8 && hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+            "{}", name
+        );
+        let code = library.code();
+        prop_assert!(code.starts_with(&format!("#!lua name={name}\n")), "{}", code);
+        prop_assert_eq!(library.functions(), registry.scripts().len());
+        let renamed = Library::new("other", &registry).unwrap();
+        prop_assert_eq!(renamed.name(), format!("other_{hash}"));
+        let again = Library::new(&set, &registry).unwrap();
+        prop_assert_eq!(again.code(), code);
+        for script in registry.scripts() {
+            let first = registry.scripts().iter().find(|s| s.sha1() == script.sha1()).unwrap();
+            let function = format!("{name}_{}_v{}", first.name(), first.version());
+            prop_assert_eq!(library.function_name(script), Some(function.as_str()));
+            let flags = if first.is_read_only() { "{'no-writes'}" } else { "{}" };
+            prop_assert!(
+                code.contains(&format!("function_name='{function}', flags={flags}, ")),
+                "{} {}\n{}", function, flags, code
+            );
+            if !script.source().contains("--! shared:") {
+                let body = format!("callback=function(KEYS, ARGV)\n{}\nend}}", script.source());
+                prop_assert!(code.contains(&body), "{:?} not in\n{}", script.source(), code);
+            }
         }
+        // The well-formed block: defined once, called by each script that carries it.
+        let carrying = registry
+            .scripts()
+            .iter()
+            .filter(|s| s.source().contains(SHARED[1].0))
+            .count();
+        prop_assert_eq!(
+            code.matches("local function redkit_shared_sum_").count(),
+            usize::from(carrying > 0),
+            "{}", code
+        );
+        prop_assert_eq!(code.matches("local a, b = redkit_shared_sum_").count(), carrying, "{}", code);
+        prop_assert!(!code.contains(SHARED[1].0), "{}", code);
+        let manager = ScriptManager::new().with_library(library).with_backend(backend);
+        prop_assert_eq!(manager.backend(), backend);
     }
 
     /// `Admin::single` takes exactly what redis-rs parses as connection info, `cluster`
@@ -695,6 +873,7 @@ proptest! {
 
 mod middleware {
     use super::*;
+    use ipnet::IpNet;
     use redkit::middleware::{
         ClientId, ForwardedHeader, KeyExtractor, Policies, PolicyConfig, PolicySpec, RequestInfo,
         TrustedProxies,
@@ -712,6 +891,131 @@ mod middleware {
             req.extensions_mut().insert(peer);
         }
         req
+    }
+
+    /// One trusted-proxy entry as text, and the network it stands for (`None`: none).
+    pub(crate) type CidrEntry = (String, Option<IpNet>);
+
+    /// `ip` as the limiter sees it: an IPv4-mapped IPv6 address is its IPv4 address.
+    fn canonical(ip: IpAddr) -> IpAddr {
+        match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        }
+    }
+
+    /// `text` as the notation reads it: a network, or a bare address (that one host).
+    fn reads(text: &str) -> Option<IpNet> {
+        let text = text.trim();
+        text.parse::<IpNet>()
+            .ok()
+            .or_else(|| text.parse::<IpAddr>().ok().map(IpNet::from))
+    }
+
+    /// Networks as documented (`a.b.c.d/p`, `<ipv6>/p`, host bits set or not; a bare address,
+    /// that one host), prefixes just past the longest, text with a letter no address has
+    /// (`g` to `z`), and any text (its network, if any, as the notation reads it).
+    fn cidr_entry() -> impl Strategy<Value = CidrEntry> {
+        let net = |ip: IpAddr, p: u8| (format!("{ip}/{p}"), IpNet::new(ip, p).ok());
+        prop_oneof![
+            3 => (any::<[u8; 4]>(), 0u8..=32).prop_map(move |(a, p)| net(a.into(), p)),
+            2 => (any::<[u8; 16]>(), 0u8..=128).prop_map(move |(a, p)| net(a.into(), p)),
+            2 => any_ip().prop_map(|ip| (ip.to_string(), Some(IpNet::from(ip)))),
+            1 => (any::<[u8; 4]>(), 33u8..=40).prop_map(move |(a, p)| net(a.into(), p)),
+            1 => (any::<[u8; 16]>(), 129u8..=255).prop_map(move |(a, p)| net(a.into(), p)),
+            1 => ("[0-9a-f:./]{0,12}", "[g-z]", "[0-9a-f:./]{0,12}")
+                .prop_map(|(a, z, b)| (format!("{a}{z}{b}"), None)),
+        ]
+    }
+
+    /// In range: one to three entries as above. Random: up to three texts of any characters
+    /// (an empty list among them: accepted, trusting no one).
+    pub(crate) fn cidr_entries() -> impl Strategy<Value = Vec<CidrEntry>> {
+        let random = ".{0,40}".prop_map(|t: String| {
+            let net = reads(&t);
+            (t, net)
+        });
+        prop_oneof![
+            3 => proptest::collection::vec(cidr_entry(), 1..4),
+            1 => proptest::collection::vec(random, 0..4),
+        ]
+    }
+
+    /// `TrustedProxies::parse_cidrs`: every entry a network; `Some(networks)` when accepted.
+    pub(crate) fn cidrs_model(entries: &[CidrEntry]) -> Option<Vec<IpNet>> {
+        entries.iter().map(|(_, net)| *net).collect()
+    }
+
+    /// Where an address of a request lies: `(where, network, host bits, any address)`, read by
+    /// [`address`].
+    pub(crate) type Pick = (u8, proptest::sample::Index, u128, IpAddr);
+
+    /// The picks of a request's peer, farther hop and nearer hop.
+    pub(crate) type Picks = (Pick, Pick, Pick);
+
+    pub(crate) fn pick() -> impl Strategy<Value = Pick> {
+        (
+            prop_oneof![4 => Just(0u8), 2 => Just(1u8), 2 => Just(2u8), 2 => Just(3u8)],
+            any::<proptest::sample::Index>(),
+            any::<u128>(),
+            any_ip(),
+        )
+    }
+
+    /// 0: inside one of `nets`; 1: just past its last address (wrapping); 2: inside, written
+    /// as an IPv4-mapped IPv6 address when the network is IPv4; 3, or no network: anywhere.
+    pub(crate) fn address(&(at, network, bits, any): &Pick, nets: &[IpNet]) -> IpAddr {
+        if nets.is_empty() || at == 3 {
+            return any;
+        }
+        let net = nets[network.index(nets.len())];
+        let (first, host, last) = match net {
+            IpNet::V4(n) => (
+                u128::from(u32::from(n.network())),
+                u128::from(u32::from(n.hostmask())),
+                u128::from(u32::from(n.broadcast())),
+            ),
+            IpNet::V6(n) => (
+                u128::from(n.network()),
+                u128::from(n.hostmask()),
+                u128::from(n.broadcast()),
+            ),
+        };
+        let value = if at == 1 {
+            last.wrapping_add(1)
+        } else {
+            first | (bits & host)
+        };
+        match net {
+            IpNet::V4(_) => {
+                let v4 = std::net::Ipv4Addr::from(value as u32);
+                if at == 2 {
+                    IpAddr::V6(v4.to_ipv6_mapped())
+                } else {
+                    IpAddr::V4(v4)
+                }
+            }
+            IpNet::V6(_) => IpAddr::V6(value.into()),
+        }
+    }
+
+    /// Whether the limiter trusts `ip` as a proxy of `nets`.
+    pub(crate) fn trusted(nets: &[IpNet], ip: IpAddr) -> bool {
+        let ip = canonical(ip);
+        nets.iter().any(|n| n.contains(&ip))
+    }
+
+    /// The client of a request from `peer` with `X-Forwarded-For: far, near`, trusting
+    /// `nets` (see `TrustedProxies`): the peer unless trusted; else the first untrusted hop
+    /// from the right, or the left-most when all are trusted.
+    pub(crate) fn client(nets: &[IpNet], peer: IpAddr, far: IpAddr, near: IpAddr) -> IpAddr {
+        if !trusted(nets, peer) {
+            peer
+        } else if trusted(nets, near) {
+            far
+        } else {
+            near
+        }
     }
 
     /// One fixed-window policy: `(name, limit, window)`.
@@ -796,14 +1100,20 @@ mod middleware {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
+        /// Any hop count, any trusted-proxy text, any headers: never a panic. `parse_cidrs`
+        /// accepts exactly a list of networks (a bare address: that host) and refuses naming
+        /// the first other entry; the proxies it gives trust exactly those networks: a
+        /// request from an untrusted peer is the peer's, from a trusted one the first
+        /// untrusted hop's from the right (the left-most when every hop is trusted).
         #[test]
-        fn trusted_proxies_never_panic(
+        fn trusted_proxies_never_panic_and_trust_exactly_the_networks_given(
             hops in prop_oneof![Just(usize::MAX), Just(usize::MAX - 1), any::<usize>(), 0usize..8],
-            cidrs in proptest::collection::vec(".{0,40}", 0..4),
+            entries in cidr_entries(),
             values in proptest::collection::vec("[0-9a-fA-F:.,\\[\\] ;=\"forFOR]{0,80}", 0..4),
             peer_ip in any_ip(),
             port in any::<u16>(),
             forwarded in any::<bool>(),
+            picks in (pick(), pick(), pick()),
         ) {
             let (name, kind) = if forwarded {
                 ("forwarded", ForwardedHeader::Forwarded)
@@ -814,12 +1124,41 @@ mod middleware {
             let info = RequestInfo::new(&req);
             let by_hops = TrustedProxies::hops(hops).header(kind);
             prop_assert!(matches!(by_hops.extract(&info), Some(ClientId::Ip(_))));
-            if let Ok(by_cidr) = TrustedProxies::parse_cidrs(&cidrs) {
-                prop_assert!(matches!(by_cidr.header(kind).extract(&info), Some(ClientId::Ip(_))));
-            }
             // No peer: no client, never a guess from client-controlled headers.
             let bare = request(name, &values, None);
             prop_assert_eq!(TrustedProxies::hops(hops).extract(&RequestInfo::new(&bare)), None);
+
+            let expected = cidrs_model(&entries);
+            let by_cidr = TrustedProxies::parse_cidrs(entries.iter().map(|(text, _)| text));
+            prop_assert_eq!(by_cidr.is_ok(), expected.is_some(), "{:?}", entries);
+            let (by_cidr, nets) = match (by_cidr, expected) {
+                (Ok(p), Some(nets)) => (p, nets),
+                (Err(e), _) => {
+                    let (bad, _) = entries.iter().find(|(_, net)| net.is_none()).unwrap();
+                    let named = format!("{:?}", bad.trim());
+                    prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}");
+                    prop_assert!(e.to_string().contains(&named), "{} does not name {}", e, named);
+                    return Ok(());
+                }
+                (Ok(_), None) => unreachable!(),
+            };
+            prop_assert!(matches!(by_cidr.clone().header(kind).extract(&info), Some(ClientId::Ip(_))));
+            prop_assert_eq!(by_cidr.extract(&RequestInfo::new(&bare)), None);
+            let (peer, far, near) = (
+                address(&picks.0, &nets),
+                address(&picks.1, &nets),
+                address(&picks.2, &nets),
+            );
+            let req = request(
+                "x-forwarded-for",
+                &[format!("{far}, {near}")],
+                Some(SocketAddr::new(peer, port)),
+            );
+            prop_assert_eq!(
+                by_cidr.extract(&RequestInfo::new(&req)),
+                Some(ClientId::Ip(client(&nets, peer, far, near))),
+                "peer {} far {} near {} nets {:?}", peer, far, near, nets
+            );
         }
 
         /// Builds exactly the configurations `Policies::from_config` documents as valid, and
@@ -888,18 +1227,66 @@ mod calls {
         ]
     }
 
+    /// The number of keys a call passes against the count it declared: the same mostly, one
+    /// fewer or one more.
+    fn near(declared: usize) -> impl Strategy<Value = usize> {
+        prop_oneof![
+            3 => Just(declared),
+            1 => Just(declared.saturating_sub(1)),
+            1 => Just(declared + 1),
+        ]
+    }
+
+    /// `(declared, keys, args, misorder)`: a variadic call declaring `declared` keys, passing
+    /// `keys` keys and `args`, with one argument before the keys when `misorder`.
+    pub(crate) type VariadicInput = (usize, usize, Vec<i64>, bool);
+
+    /// Random: any declared count, up to 7 keys, misordered half the time. In range: a count
+    /// of 1..=16 with as many keys (or one fewer or more), rarely misordered.
+    pub(crate) fn variadic_input() -> impl Strategy<Value = VariadicInput> {
+        let args = || proptest::collection::vec(any::<i64>(), 0..8);
+        prop_oneof![
+            1 => (any_count(), 0usize..8, args(), any::<bool>()),
+            2 => (1usize..=16)
+                .prop_flat_map(move |d| (Just(d), near(d), args(), proptest::bool::weighted(0.2))),
+        ]
+    }
+
+    /// `Call::validate` of a variadic call: keys before arguments, 1..=MAX_KEYS declared and
+    /// passed.
+    pub(crate) fn variadic_ok((declared, keys, _, misorder): &VariadicInput) -> bool {
+        !misorder && (1..=Call::MAX_KEYS).contains(declared) && keys == declared
+    }
+
+    /// `(script keys, declared, key, arg)`: a fixed script of `script keys` keys, a call
+    /// declaring `declared` and passing as many keys as both allow, of any bytes.
+    pub(crate) type FixedInput = (usize, usize, Vec<u8>, Vec<u8>);
+
+    /// Random: any declared count. In range: the script's count, one fewer or one more.
+    pub(crate) fn fixed_input() -> impl Strategy<Value = FixedInput> {
+        let bytes = || proptest::collection::vec(any::<u8>(), 0..64);
+        prop_oneof![
+            (0usize..4, any_count(), bytes(), bytes()),
+            (0usize..4).prop_flat_map(move |k| (Just(k), near(k), bytes(), bytes())),
+        ]
+    }
+
+    /// `Call::validate` of a fixed script's call: exactly the script's count declared.
+    pub(crate) fn fixed_ok((script_keys, declared, ..): &FixedInput) -> bool {
+        declared == script_keys && *declared <= Call::MAX_KEYS
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
         /// Any declared count with any (small) number of keys and args: building never
-        /// panics, and validation accepts exactly what the script and the cap allow.
+        /// panics, and validation accepts exactly what the script and the cap allow. An
+        /// accepted call holds the keys and arguments given; a refused one says why: a key
+        /// after an argument, or the count expected against the count got.
         #[test]
-        fn variadic_calls_never_panic_and_validate_exactly(
-            declared in any_count(),
-            keys in 0usize..8,
-            args in proptest::collection::vec(any::<i64>(), 0..8),
-            misorder in any::<bool>(),
-        ) {
+        fn variadic_calls_never_panic_and_validate_exactly(input in variadic_input()) {
+            let ok = variadic_ok(&input);
+            let (declared, keys, args, misorder) = input;
             let v = Script::new_variadic("v", 1, "return #KEYS").unwrap();
             let mut call = Call::with_key_count(&v, declared);
             if misorder {
@@ -911,30 +1298,62 @@ mod calls {
             for a in &args {
                 call.arg(*a);
             }
-            let ok = !misorder && (1..=Call::MAX_KEYS).contains(&declared) && keys == declared;
-            match call.validate() {
-                Ok(()) => prop_assert!(ok),
-                Err(Error::KeyCount { .. }) | Err(Error::InvalidInput { .. }) => prop_assert!(!ok),
+            let validated = call.validate();
+            prop_assert_eq!(validated.is_ok(), ok, "{:?}", validated);
+            match validated {
+                Ok(()) => {
+                    prop_assert_eq!(call.script().sha1(), v.sha1());
+                    prop_assert_eq!(
+                        format!("{call:?}"),
+                        format!("Call {{ script: \"v.v1\", keys: {keys}, args: {} }}", args.len())
+                    );
+                }
+                // A key after an argument (misordered without keys: no key came after it).
+                Err(Error::InvalidInput { .. }) => prop_assert!(misorder && keys > 0),
+                Err(Error::KeyCount { script, expected, got }) => {
+                    prop_assert!(!misorder || keys == 0);
+                    prop_assert_eq!(script, "v.v1");
+                    let counts = if declared > Call::MAX_KEYS {
+                        (Call::MAX_KEYS, declared)
+                    } else if declared == 0 {
+                        (1, 0)
+                    } else {
+                        (declared, keys)
+                    };
+                    prop_assert_eq!((expected, got), counts);
+                }
                 Err(e) => prop_assert!(false, "unexpected error {e}"),
             }
         }
 
         /// Fixed scripts: only the declared count passes; keys and args of any bytes.
         #[test]
-        fn fixed_calls_never_panic(
-            script_keys in 0usize..4,
-            declared in any_count(),
-            key in proptest::collection::vec(any::<u8>(), 0..64),
-            arg in proptest::collection::vec(any::<u8>(), 0..64),
-        ) {
+        fn fixed_calls_never_panic(input in fixed_input()) {
+            let ok = fixed_ok(&input);
+            let (script_keys, declared, key, arg) = input;
             let s = Script::new("f", 1, script_keys, "return 1").unwrap();
             let mut call = Call::with_key_count(&s, declared);
             for _ in 0..script_keys.min(declared) {
                 call.key(&key);
             }
             call.arg(&arg[..]).arg(u64::MAX).arg(i64::MIN).arg(f64::NAN);
-            let ok = declared == script_keys && declared <= Call::MAX_KEYS;
-            prop_assert_eq!(call.validate().is_ok(), ok);
+            let validated = call.validate();
+            prop_assert_eq!(validated.is_ok(), ok, "{:?}", validated);
+            match validated {
+                Ok(()) => prop_assert_eq!(
+                    format!("{call:?}"),
+                    format!("Call {{ script: \"f.v1\", keys: {script_keys}, args: 4 }}")
+                ),
+                Err(Error::KeyCount { expected, got, .. }) => {
+                    let counts = if declared > Call::MAX_KEYS {
+                        (Call::MAX_KEYS, declared)
+                    } else {
+                        (script_keys, declared)
+                    };
+                    prop_assert_eq!((expected, got), counts);
+                }
+                Err(e) => prop_assert!(false, "unexpected error {e}"),
+            }
             let mut plain = Call::new(&s);
             for _ in 0..script_keys {
                 plain.key(&key);
@@ -963,7 +1382,7 @@ mod lock {
         bool,
     );
 
-    fn default_parts() -> Parts {
+    pub(crate) fn default_parts() -> Parts {
         (
             LockOptions::<Lock>::DEFAULT_TTL,
             LockOptions::<Lock>::DEFAULT_RETRIES,
@@ -992,6 +1411,12 @@ mod lock {
             proptest::option::of(".{0,200}"),
             any::<bool>(),
         )
+    }
+
+    /// Settings for the setters: the defaults a quarter of the time (so options equal to the
+    /// default are compared), else [`any_parts`].
+    pub(crate) fn setter_parts() -> impl Strategy<Value = Parts> {
+        prop_oneof![1 => Just(default_parts()), 3 => any_parts()]
     }
 
     fn build(parts: &Parts) -> LockOptions<Lock> {
@@ -1049,7 +1474,7 @@ mod lock {
 
         #[test]
         fn lock_options_setters_never_panic_and_debug_hides_the_token(
-            parts in any_parts(),
+            parts in setter_parts(),
             token in "[a-z]{16,40}",
         ) {
             let options = build(&parts);
@@ -1277,12 +1702,21 @@ mod coordination {
             }
             let leased = FairLock::new().with_waiter_lease(lease);
             prop_assert_eq!(leased.is_ok(), waiter_lease_ok(lease), "{:?}", lease);
-            prop_assert!(leased.is_ok() || is_invalid_input(&leased));
-            prop_assert_eq!(
-                Owner::from_token(&token).is_ok(),
-                (16..=128).contains(&token.len()),
-                "{} bytes", token.len()
-            );
+            match leased {
+                Ok(fair) => {
+                    let shown = format!("{fair:?}");
+                    prop_assert!(shown.contains(&format!("waiter_lease: {lease:?}")), "{}", shown);
+                    prop_assert_eq!(fair.prefix(), FairLock::DEFAULT_PREFIX);
+                }
+                Err(e) => prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}"),
+            }
+            let owner = Owner::from_token(&token);
+            prop_assert_eq!(owner.is_ok(), (16..=128).contains(&token.len()), "{} bytes", token.len());
+            match owner {
+                // The token is a secret: never shown.
+                Ok(owner) => prop_assert_eq!(format!("{owner:?}"), "Owner { .. }"),
+                Err(e) => prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}"),
+            }
             let policy = RetryPolicy::new().attempts(attempts).backoff(first, max);
             prop_assert_eq!(policy.get_attempts(), attempts);
             prop_assert_eq!(policy, RetryPolicy::new().backoff(first, max).attempts(attempts));
@@ -1383,7 +1817,16 @@ mod shield {
                     .full_status(http::StatusCode::from_u16(status).unwrap())
                     .build()
             });
-            prop_assert_eq!(built.is_ok(), ok, "{:?}", built.err());
+            prop_assert_eq!(built.is_ok(), ok, "{:?}", built.as_ref().err());
+            match built {
+                Ok(layer) => {
+                    prop_assert_eq!((layer.name(), layer.policy().permits()), (name.as_str(), permits));
+                    prop_assert_eq!(layer.stats(), redkit::middleware::ConcurrencyStats::default());
+                    let key = LimitKey::text("u").unwrap();
+                    prop_assert_eq!(layer.resource(&key), "k:u");
+                }
+                Err(e) => prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}"),
+            }
         }
     }
 }
@@ -1437,6 +1880,12 @@ mod coverage {
             MIN_SHARE,
         );
         assert_mixed(
+            "Acked::is_replicated",
+            acked_counts(),
+            |(acked, requested)| acked >= requested,
+            MIN_SHARE,
+        );
+        assert_mixed(
             "Replication::fsynced",
             replication_timeout(),
             |t| replication_timeout_ok(*t),
@@ -1471,8 +1920,34 @@ mod coverage {
             group_commit_ok,
             MIN_SHARE,
         );
+        assert_mixed(
+            "Coalescing::with_limits",
+            coalescing_input(),
+            coalescing_ok,
+            MIN_SHARE,
+        );
         assert_mixed("LimitKey::text", text_key_like(), |t| part_ok(t), MIN_SHARE);
         assert_mixed("Script::new", script_input(), script_ok, MIN_SHARE);
+        assert_mixed("Library::new", library_input(), library_ok, MIN_SHARE);
+        // Accepted libraries with the well-formed shared block (so its calls are checked).
+        assert_mixed(
+            "Library::new with a shared block",
+            library_input(),
+            |i| library_ok(i) && i.1.iter().any(|f| f.2 == Some(1)),
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "Call::validate, variadic",
+            calls::variadic_input(),
+            calls::variadic_ok,
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "Call::validate, fixed",
+            calls::fixed_input(),
+            calls::fixed_ok,
+            MIN_SHARE,
+        );
         assert_mixed("Admin::single", url_like(), |u| parses(u), MIN_SHARE);
         assert_mixed(
             "Admin::cluster",
@@ -1496,8 +1971,14 @@ mod coverage {
         );
         assert_mixed(
             "LockOptions drift set",
-            lock::any_parts(),
+            lock::setter_parts(),
             |p| p.5.is_some(),
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "LockOptions equal to the default",
+            lock::setter_parts(),
+            |p| *p == lock::default_parts(),
             MIN_SHARE,
         );
         assert_mixed(
@@ -1541,6 +2022,53 @@ mod coverage {
             middleware::policies_input(),
             |i| middleware::policies_model(i).is_some_and(|r| !r.is_empty()),
             0.1,
+        );
+        assert_mixed(
+            "TrustedProxies::parse_cidrs",
+            middleware::cidr_entries(),
+            |e| middleware::cidrs_model(e).is_some(),
+            MIN_SHARE,
+        );
+        // Accepted with networks (an empty list trusts no one: nothing to check).
+        assert_mixed(
+            "TrustedProxies::parse_cidrs with networks",
+            middleware::cidr_entries(),
+            |e| middleware::cidrs_model(e).is_some_and(|nets| !nets.is_empty()),
+            MIN_SHARE,
+        );
+        // Among accepted lists, each of the three clients of a request `far, near` from
+        // `peer`: the peer (untrusted), the nearest hop (untrusted behind a trusted peer), the
+        // farther hop (both trusted).
+        let requests = || {
+            (
+                middleware::cidr_entries()
+                    .prop_filter_map("refused", |e| middleware::cidrs_model(&e)),
+                (middleware::pick(), middleware::pick(), middleware::pick()),
+            )
+        };
+        let client = |(nets, (p, f, n)): &(Vec<ipnet::IpNet>, middleware::Picks)| {
+            use middleware::address;
+            let (peer, far, near) = (address(p, nets), address(f, nets), address(n, nets));
+            let client = middleware::client(nets, peer, far, near);
+            (client == peer, client == near, client == far)
+        };
+        assert_mixed(
+            "TrustedProxies: the peer",
+            requests(),
+            |r| client(r).0,
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "TrustedProxies: the near hop",
+            requests(),
+            |r| client(r).1,
+            MIN_SHARE,
+        );
+        assert_mixed(
+            "TrustedProxies: the far hop",
+            requests(),
+            |r| client(r).2,
+            MIN_SHARE,
         );
         assert_mixed(
             "ConcurrencyLimitLayer::build",
