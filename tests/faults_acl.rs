@@ -839,9 +839,9 @@ async fn locks(bench: &mut Bench) -> Run {
     else {
         return Err("redlock: not acquired".into());
     };
-    let r = redlock.renew(&mut g).await.at("redlock renew")?;
+    let r = redlock.renew(&mut g).await.at("redlock renew")?.outcome;
     ensure!(r == Renew::Renewed, "{r:?}");
-    let r = redlock.release(g).await.at("redlock release")?;
+    let r = redlock.release(g).await.at("redlock release")?.outcome;
     ensure!(r == Release::Released, "{r:?}");
     Ok(())
 }
