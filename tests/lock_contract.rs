@@ -3,6 +3,8 @@
 //! fencing tokens that never go backwards (expiry, DEL, restart, failover to a lagging
 //! replica), replication acknowledgement, and no panic on extreme options.
 
+#[path = "support/harness.rs"]
+mod harness;
 mod support;
 
 use std::collections::BTreeMap;
@@ -99,7 +101,6 @@ const BAD_VALUES: [&str; 9] = [
     "1e3",
 ];
 
-#[tokio::test]
 async fn a_poisoned_fence_key_is_refused_before_any_write() {
     let server = RedisServer::spawn().await;
     let mut admin = server.conn().await;
@@ -136,7 +137,6 @@ async fn a_poisoned_fence_key_is_refused_before_any_write() {
     }
 }
 
-#[tokio::test]
 async fn a_poisoned_lock_key_or_fenced_value_changes_nothing() {
     let server = RedisServer::spawn().await;
     let mut admin = server.conn().await;
@@ -212,7 +212,6 @@ async fn denied_conn(server: &RedisServer, user: &str, denied: &str) -> Multiple
         .unwrap()
 }
 
-#[tokio::test]
 async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothing() {
     let server = RedisServer::spawn().await;
     let mut admin = server.conn().await;
@@ -380,7 +379,6 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
     }
 }
 
-#[tokio::test]
 async fn a_retry_with_the_same_owner_token_finds_its_own_lock() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
@@ -445,7 +443,6 @@ async fn a_retry_with_the_same_owner_token_finds_its_own_lock() {
     lock.release(&mut conn, next).await.unwrap();
 }
 
-#[tokio::test]
 async fn fencing_tokens_grow_across_fence_loss_restart_and_expiry_and_the_fence_key_expires() {
     let mut server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
@@ -495,7 +492,6 @@ async fn fencing_tokens_grow_across_fence_loss_restart_and_expiry_and_the_fence_
     assert!(left.is_empty(), "no forever-key left: {left:?}");
 }
 
-#[tokio::test]
 async fn failover_to_a_lagging_replica_still_issues_a_larger_fencing_token() {
     let mut pair = ReplicatedPair::spawn().await;
     let mut conn = pair.primary.patient_conn().await;
@@ -584,7 +580,6 @@ async fn failover_to_a_lagging_replica_still_issues_a_larger_fencing_token() {
     lock.release(&mut promoted, g2).await.unwrap();
 }
 
-#[tokio::test]
 async fn extreme_options_never_panic_against_a_real_server() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
@@ -685,7 +680,6 @@ async fn extreme_options_never_panic_against_a_real_server() {
     );
 }
 
-#[tokio::test]
 async fn acked_acquire_and_fenced_write_on_a_cluster() {
     let cluster = support::RedisCluster::spawn().await;
     let mut conn = cluster.conn().await;
@@ -741,7 +735,6 @@ const FREE_LOCK_BOUND: Duration = Duration::from_millis(3 * 500 + 1_000);
 /// Property: any options, on a free and on a busy lock of a real server, never panic; invalid
 /// ones are `InvalidInput` before anything is sent; valid ones acquire the free lock and find
 /// the busy one busy (or are still waiting when the test stops waiting).
-#[test]
 fn any_options_against_a_real_server_never_panic() {
     use proptest::prelude::*;
     use proptest::test_runner::{Config, TestRunner};
@@ -832,7 +825,6 @@ fn any_options_against_a_real_server_never_panic() {
     );
 }
 
-#[tokio::test]
 async fn require_replicas_releases_an_acquisition_the_replica_did_not_confirm() {
     let pair = ReplicatedPair::spawn().await;
     let mut conn = pair.primary.patient_conn().await;
@@ -876,7 +868,6 @@ async fn require_replicas_releases_an_acquisition_the_replica_did_not_confirm() 
     lock.release(&mut conn, guard).await.unwrap();
 }
 
-#[tokio::test]
 async fn a_reply_lost_to_a_client_timeout_is_recovered_by_retrying_with_the_same_token() {
     let mut server = RedisServer::spawn().await;
     let lock = lock();
@@ -1055,14 +1046,8 @@ async fn default_acquire_contract(server: RedisServer) {
     assert!(fenced.is_fenced() && fenced.fencing_token().get() > 0);
 }
 
-on_both_servers!(
-    by_default_acquire_is_one_set_without_fencing_and_keeps_the_contract,
-    default_acquire_contract
-);
-
 /// `Lock::fence`: a lock acquired without fencing gets a token later, only while it is held,
 /// in one increasing sequence with fenced acquisitions; refusals write nothing.
-#[tokio::test]
 async fn fence_issues_a_token_only_to_the_holder_in_one_sequence_with_fenced_acquires() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
@@ -1171,4 +1156,25 @@ async fn fence_issues_a_token_only_to_the_holder_in_one_sequence_with_fenced_acq
         support::same_dumps(&before, &support::snapshot(&mut conn).await, denied);
     }
     drop((a, key));
+}
+
+fn main() -> std::process::ExitCode {
+    let mut tests = harness::Tests::new();
+    harness::add!(
+        tests,
+        a_poisoned_fence_key_is_refused_before_any_write,
+        a_poisoned_lock_key_or_fenced_value_changes_nothing,
+        every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothing,
+        a_retry_with_the_same_owner_token_finds_its_own_lock,
+        fencing_tokens_grow_across_fence_loss_restart_and_expiry_and_the_fence_key_expires,
+        failover_to_a_lagging_replica_still_issues_a_larger_fencing_token,
+        extreme_options_never_panic_against_a_real_server,
+        acked_acquire_and_fenced_write_on_a_cluster,
+        require_replicas_releases_an_acquisition_the_replica_did_not_confirm,
+        a_reply_lost_to_a_client_timeout_is_recovered_by_retrying_with_the_same_token,
+        fence_issues_a_token_only_to_the_holder_in_one_sequence_with_fenced_acquires
+    );
+    harness::add!(tests, sync: any_options_against_a_real_server_never_panic);
+    harness::add!(tests, both: by_default_acquire_is_one_set_without_fencing_and_keeps_the_contract, default_acquire_contract);
+    tests.run()
 }

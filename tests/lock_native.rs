@@ -7,6 +7,8 @@
 //! cycle, wake-up included, runs no script either; on a Cluster half-way through an upgrade
 //! (one primary without `DELIFEQ`) every call answers as on one server.
 
+#[path = "support/harness.rs"]
+mod harness;
 mod support;
 
 use std::time::{Duration, Instant};
@@ -15,7 +17,7 @@ use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redkit::lock::{Acquire, LeaseLoss, Lock, LockGuard, LockOptions, Release, Renew};
 use redkit::script::Replication;
 use redkit::{Error, ScriptManager};
-use support::{RedisCluster, RedisServer};
+use support::{RedisCluster, RedisServer, Valkey};
 
 fn plain(ms: u64) -> LockOptions<Lock> {
     LockOptions::new().ttl(Duration::from_millis(ms))
@@ -99,16 +101,11 @@ async fn script_calls(server: &RedisServer) -> u64 {
 async fn same_outcomes(server: RedisServer) {
     outcomes_of(&server, &Lock::new()).await;
 }
-on_both_servers!(renewal_and_release_answer_the_same, same_outcomes);
 
 /// The same outcomes from a lock that does not wake waiters (a bare compare-and-delete).
 async fn same_outcomes_without_wake_ups(server: RedisServer) {
     outcomes_of(&server, &Lock::new().wake_on_release(false)).await;
 }
-on_both_servers!(
-    a_lock_without_wake_ups_answers_the_same,
-    same_outcomes_without_wake_ups
-);
 
 async fn outcomes_of(server: &RedisServer, lock: &Lock) {
     let mut conn = server.conn().await;
@@ -205,7 +202,6 @@ async fn watchdog_loss(server: RedisServer) {
         let _: i64 = server.cmd(&["DEL", &key]).await;
     }
 }
-on_both_servers!(the_watchdog_signals_loss, watchdog_loss);
 
 /// A release without a waiter flag writes no wake-up; with one, the wake-up list holds one
 /// entry with a TTL of at most 60 s; a stale holder neither deletes nor wakes; a blocked
@@ -256,7 +252,6 @@ async fn wake_ups(server: RedisServer) {
         Release::Released
     );
 }
-on_both_servers!(blocked_acquirers_are_woken, wake_ups);
 
 /// A lock built with `wake_on_release(false)`: its release never reads the waiter flag
 /// (`EXISTS`, counted by `INFO commandstats` also when a script calls it; the default lock's
@@ -378,10 +373,6 @@ async fn without_wake_ups(server: RedisServer) {
         Release::Released
     );
 }
-on_both_servers!(
-    a_lock_without_wake_ups_polls_and_never_reads_the_flag,
-    without_wake_ups
-);
 
 /// A release whose wake-up cannot be pushed answers what the key holds, on both servers.
 /// Two causes: the wake-up list overwritten by another type, and an ACL that refuses `LPUSH`.
@@ -446,10 +437,6 @@ async fn failed_wake_ups(server: RedisServer) {
         let _: i64 = server.cmd(&["DEL", &key, &flag, &wake]).await;
     }
 }
-on_both_servers!(
-    a_release_whose_wake_up_fails_answers_what_the_key_holds,
-    failed_wake_ups
-);
 
 /// `EVALSHA` + `EVAL` calls of one plain cycle (acquire, renew, release) on `server`, through
 /// a fresh manager whose capabilities are returned too.
@@ -464,10 +451,8 @@ async fn cycle(server: &RedisServer) -> (u64, redkit::script::Capabilities) {
     (calls, manager.capabilities(&mut conn).await.unwrap())
 }
 
-#[tokio::test]
-async fn a_plain_cycle_sends_no_script_on_valkey() {
-    require_valkey!();
-    let server = RedisServer::spawn_valkey(&[]).await;
+async fn a_plain_cycle_sends_no_script_on_valkey(valkey: Valkey) {
+    let server = RedisServer::spawn_valkey(&valkey, &[]).await;
     let (calls, found) = cycle(&server).await;
     println!("Valkey 9: EVALSHA + EVAL calls of acquire + renew + release: {calls}; {found:?}");
     assert!(found.delifeq && found.set_ifeq, "{found:?}");
@@ -497,7 +482,6 @@ async fn a_plain_cycle_sends_no_script_on_valkey() {
     );
 }
 
-#[tokio::test]
 async fn a_plain_cycle_runs_scripts_on_redis_7() {
     let server = RedisServer::spawn().await;
     let (calls, found) = cycle(&server).await;
@@ -510,11 +494,9 @@ async fn a_plain_cycle_runs_scripts_on_redis_7() {
 /// (a stale probe): the release answers `Released` through the script, the probe is
 /// refreshed (no `DELIFEQ` now), and the next release goes straight to the script. A fresh
 /// manager on the renamed server never claims `DELIFEQ`.
-#[tokio::test]
-async fn a_renamed_delifeq_falls_back_to_the_script_and_a_stale_probe_recovers() {
-    require_valkey!();
-    let full = RedisServer::spawn_valkey(&[]).await;
-    let renamed = RedisServer::spawn_valkey(&["--rename-command", "DELIFEQ", ""]).await;
+async fn a_renamed_delifeq_falls_back_to_the_script_and_a_stale_probe_recovers(valkey: Valkey) {
+    let full = RedisServer::spawn_valkey(&valkey, &[]).await;
+    let renamed = RedisServer::spawn_valkey(&valkey, &["--rename-command", "DELIFEQ", ""]).await;
     let manager = ScriptManager::new();
     let lock = Lock::new().with_manager(manager.clone());
     let found = manager.capabilities(&mut full.conn().await).await.unwrap();
@@ -553,10 +535,8 @@ async fn a_renamed_delifeq_falls_back_to_the_script_and_a_stale_probe_recovers()
 
 /// A user whose ACL refuses `DELIFEQ` (but allows the script): the release answers
 /// `Released` through the script, and the manager stops sending `DELIFEQ`.
-#[tokio::test]
-async fn a_delifeq_refused_by_the_acl_falls_back_to_the_script() {
-    require_valkey!();
-    let server = RedisServer::spawn_valkey(&[]).await;
+async fn a_delifeq_refused_by_the_acl_falls_back_to_the_script(valkey: Valkey) {
+    let server = RedisServer::spawn_valkey(&valkey, &[]).await;
     let mut conn = support::denied_conn(&server, "delifeq").await;
     let lock = Lock::new();
     for round in 0..2 {
@@ -575,10 +555,8 @@ async fn a_delifeq_refused_by_the_acl_falls_back_to_the_script() {
 
 /// On a Valkey Cluster: a plain cycle and a release with a registered waiter (its wake-up
 /// pushed, one entry) run no script on any node; the key's primary answered the `DELIFEQ`s.
-#[tokio::test]
-async fn a_plain_lock_on_a_valkey_cluster_runs_no_script() {
-    require_valkey!();
-    let cluster = RedisCluster::spawn_valkey().await;
+async fn a_plain_lock_on_a_valkey_cluster_runs_no_script(valkey: Valkey) {
+    let cluster = RedisCluster::spawn_valkey(&valkey).await;
     let mut conn = cluster.conn().await;
     let manager = ScriptManager::new();
     let lock = Lock::new().with_manager(manager.clone());
@@ -623,10 +601,9 @@ async fn a_plain_lock_on_a_valkey_cluster_runs_no_script() {
 /// `DELIFEQ`), so plain locks on keys of every primary release by script and answer as on
 /// one server (renewed, released, another owner's key not released): no "unknown command"
 /// is ever sent by a lock call, let alone seen by its caller.
-#[tokio::test]
-async fn a_cluster_half_way_through_an_upgrade_uses_what_every_primary_offers() {
-    require_valkey!();
-    let cluster = RedisCluster::spawn_valkey_first_with(&["--rename-command", "DELIFEQ", ""]).await;
+async fn a_cluster_half_way_through_an_upgrade_uses_what_every_primary_offers(valkey: Valkey) {
+    let cluster =
+        RedisCluster::spawn_valkey_first_with(&valkey, &["--rename-command", "DELIFEQ", ""]).await;
     let primaries = cluster.primaries().await;
     let mut old = None;
     for node in &primaries {
@@ -717,10 +694,8 @@ async fn delifeq_calls(cluster: &RedisCluster) -> u64 {
 /// A probe older than the manager's re-check interval is redone by the next call that asks:
 /// on a Cluster whose layout has not changed, with `CLUSTER SLOTS` alone (no primary asked
 /// again); after a failover changed it, on every primary again.
-#[tokio::test]
-async fn a_stale_probe_asks_the_primaries_again_only_after_the_layout_changed() {
-    require_valkey!();
-    let cluster = RedisCluster::spawn_valkey().await;
+async fn a_stale_probe_asks_the_primaries_again_only_after_the_layout_changed(valkey: Valkey) {
+    let cluster = RedisCluster::spawn_valkey(&valkey).await;
     let mut conn = cluster.conn().await;
     let every = Duration::from_millis(300);
     let manager = ScriptManager::new()
@@ -774,4 +749,17 @@ async fn a_stale_probe_asks_the_primaries_again_only_after_the_layout_changed() 
     let again = delifeq_calls(&cluster).await;
     println!("probe DELIFEQs: first {first}, after the failover {again}");
     assert_eq!(again, first + 3, "every primary asked again");
+}
+
+fn main() -> std::process::ExitCode {
+    let mut tests = harness::Tests::new();
+    harness::add!(tests, a_plain_cycle_runs_scripts_on_redis_7);
+    harness::add!(tests, valkey: a_plain_cycle_sends_no_script_on_valkey, a_renamed_delifeq_falls_back_to_the_script_and_a_stale_probe_recovers, a_delifeq_refused_by_the_acl_falls_back_to_the_script, a_plain_lock_on_a_valkey_cluster_runs_no_script, a_cluster_half_way_through_an_upgrade_uses_what_every_primary_offers, a_stale_probe_asks_the_primaries_again_only_after_the_layout_changed);
+    harness::add!(tests, both: renewal_and_release_answer_the_same, same_outcomes);
+    harness::add!(tests, both: a_lock_without_wake_ups_answers_the_same, same_outcomes_without_wake_ups);
+    harness::add!(tests, both: the_watchdog_signals_loss, watchdog_loss);
+    harness::add!(tests, both: blocked_acquirers_are_woken, wake_ups);
+    harness::add!(tests, both: a_lock_without_wake_ups_polls_and_never_reads_the_flag, without_wake_ups);
+    harness::add!(tests, both: a_release_whose_wake_up_fails_answers_what_the_key_holds, failed_wake_ups);
+    tests.run()
 }

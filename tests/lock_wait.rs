@@ -4,6 +4,8 @@
 //! sections, fencing tokens strictly increasing), a release without waiters writes no wake-up,
 //! and the wake-up path of the release script is all-or-nothing (poisoned key, ACL denial).
 
+#[path = "support/harness.rs"]
+mod harness;
 mod support;
 
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -50,7 +52,6 @@ async fn blocked_acquire(
     })
 }
 
-#[tokio::test]
 async fn a_blocked_acquire_wakes_on_release_not_at_the_lease_end() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
@@ -82,7 +83,6 @@ async fn a_blocked_acquire_wakes_on_release_not_at_the_lease_end() {
     assert!(max < Duration::from_secs(1), "{max:?}");
 }
 
-#[tokio::test]
 async fn a_crashed_holders_lock_is_taken_right_after_its_lease_and_the_deadline_is_honoured() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
@@ -123,7 +123,6 @@ async fn a_crashed_holders_lock_is_taken_right_after_its_lease_and_the_deadline_
     );
 }
 
-#[tokio::test]
 async fn bad_input_is_refused_before_anything_is_sent() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
@@ -223,7 +222,6 @@ fn strictly_increasing(fences: &[u64]) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_wake_up_is_lost_under_churn() {
     let server = RedisServer::spawn().await;
     let (tasks, cycles) = (16, 8);
@@ -261,9 +259,7 @@ async fn plain_churn(server: RedisServer) {
     assert_eq!(count, (tasks * cycles) as i64, "exact count");
     assert!(took < Duration::from_secs(20), "{took:?}");
 }
-on_both_servers!(no_wake_up_is_lost_under_churn_without_fencing, plain_churn);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_and_wake_ups_on_a_cluster() {
     let cluster = RedisCluster::spawn().await;
     let (tasks, cycles) = (8, 4);
@@ -288,7 +284,6 @@ async fn run(cmd: &mut redis::Cmd, conn: &mut MultiplexedConnection) {
     let _: redis::Value = cmd.query_async(conn).await.unwrap();
 }
 
-#[tokio::test]
 async fn a_release_without_waiters_writes_no_wake_up_and_one_with_a_waiter_does() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
@@ -336,7 +331,6 @@ async fn a_release_without_waiters_writes_no_wake_up_and_one_with_a_waiter_does(
     assert_eq!(exists, 0);
 }
 
-#[tokio::test]
 async fn the_wake_up_path_of_release_is_all_or_nothing() {
     let server = RedisServer::spawn().await;
     let mut admin = server.conn().await;
@@ -404,4 +398,19 @@ async fn the_wake_up_path_of_release_is_all_or_nothing() {
             "-{denied}"
         );
     }
+}
+
+fn main() -> std::process::ExitCode {
+    let mut tests = harness::Tests::new();
+    harness::add!(
+        tests,
+        a_blocked_acquire_wakes_on_release_not_at_the_lease_end,
+        a_crashed_holders_lock_is_taken_right_after_its_lease_and_the_deadline_is_honoured,
+        bad_input_is_refused_before_anything_is_sent,
+        a_release_without_waiters_writes_no_wake_up_and_one_with_a_waiter_does,
+        the_wake_up_path_of_release_is_all_or_nothing
+    );
+    harness::add!(tests, multi_thread: no_wake_up_is_lost_under_churn, mutual_exclusion_and_wake_ups_on_a_cluster);
+    harness::add!(tests, both: no_wake_up_is_lost_under_churn_without_fencing, plain_churn);
+    tests.run()
 }

@@ -7,6 +7,8 @@
 //! kept renewing alone) leaves no overlap between the old holder's validity and a new owner on
 //! the promoted node; the same scenario without the requirement is measured and printed.
 
+#[path = "support/harness.rs"]
+mod harness;
 mod support;
 
 // Connections to the primary are `patient_conn`s (10 s response timeout): a renewal and its
@@ -20,7 +22,7 @@ use redkit::lock::{
     Replicated, RwLock, Semaphore,
 };
 use redkit::script::Replication;
-use support::{RedisServer, ReplicatedPair};
+use support::{RedisServer, ReplicatedPair, Valkey};
 
 const NOT_REPLICATED: Renew = Renew::NotReplicated {
     replicas: 0,
@@ -84,16 +86,14 @@ fn calls(list: &[(&str, u64)]) -> BTreeMap<String, u64> {
     list.iter().map(|&(c, n)| (c.to_owned(), n)).collect()
 }
 
-#[tokio::test]
 async fn a_renewal_moves_the_validity_only_when_the_replica_acknowledged_it() {
     renewal_moves_the_validity_only_when_acknowledged(ReplicatedPair::spawn().await).await;
 }
 
 /// The same on Valkey 9, where a plain lock's renewal is `SET ... IFEQ ... PX` and `WAIT`.
-#[tokio::test]
-async fn a_native_renewal_moves_the_validity_only_when_the_replica_acknowledged_it() {
-    require_valkey!();
-    renewal_moves_the_validity_only_when_acknowledged(ReplicatedPair::spawn_valkey().await).await;
+async fn a_native_renewal_moves_the_validity_only_when_the_replica_acknowledged_it(valkey: Valkey) {
+    renewal_moves_the_validity_only_when_acknowledged(ReplicatedPair::spawn_valkey(&valkey).await)
+        .await;
 }
 
 async fn renewal_moves_the_validity_only_when_acknowledged(pair: ReplicatedPair) {
@@ -210,7 +210,6 @@ async fn renewal_moves_the_validity_only_when_acknowledged(pair: ReplicatedPair)
     assert!(tried >= 1, "the watchdog renewed (with WAIT) {tried} times");
 }
 
-#[tokio::test]
 async fn every_replicated_kind_renews_only_with_the_replica() {
     let pair = ReplicatedPair::spawn().await;
     let mut conn = pair.primary.patient_conn().await;
@@ -353,13 +352,11 @@ async fn failover_overlap(require: bool, renewing: Duration) -> f64 {
     overlap_ms
 }
 
-#[tokio::test]
 async fn failover_after_renewing_longer_than_the_ttl_leaves_no_overlap() {
     let overlap = failover_overlap(true, Duration::from_millis(2_500)).await;
     assert!(overlap <= 0.0, "overlap {overlap:.1} ms");
 }
 
-#[tokio::test]
 async fn failover_right_after_the_cut_leaves_no_overlap() {
     // The second owner waits for the key to expire on the promoted replica: the holder's
     // validity must have ended first.
@@ -367,9 +364,22 @@ async fn failover_right_after_the_cut_leaves_no_overlap() {
     assert!(overlap <= 0.0, "overlap {overlap:.1} ms");
 }
 
-#[tokio::test]
 async fn failover_without_require_replicas_is_measured() {
     // Not an assertion: the before figure (the holder renewed on the primary alone).
     let overlap = failover_overlap(false, Duration::from_millis(2_500)).await;
     eprintln!("without require_replicas: overlap {overlap:.1} ms");
+}
+
+fn main() -> std::process::ExitCode {
+    let mut tests = harness::Tests::new();
+    harness::add!(
+        tests,
+        a_renewal_moves_the_validity_only_when_the_replica_acknowledged_it,
+        every_replicated_kind_renews_only_with_the_replica,
+        failover_after_renewing_longer_than_the_ttl_leaves_no_overlap,
+        failover_right_after_the_cut_leaves_no_overlap,
+        failover_without_require_replicas_is_measured
+    );
+    harness::add!(tests, valkey: a_native_renewal_moves_the_validity_only_when_the_replica_acknowledged_it);
+    tests.run()
 }

@@ -3,6 +3,8 @@
 
 #[path = "fixtures/mod.rs"]
 mod fixtures;
+#[path = "support/harness.rs"]
+mod harness;
 mod support;
 
 // Connections to the primary are `patient_conn`s (10 s response timeout): a call and its
@@ -14,7 +16,7 @@ use std::time::{Duration, Instant};
 use redkit::script::Backend;
 use redkit::script::Replication;
 use redkit::{Call, Error, Registry, ScriptManager};
-use support::{RedisCluster, ReplicatedPair};
+use support::{RedisCluster, ReplicatedPair, Valkey};
 
 fn hit(key: &str) -> Call<'static> {
     let script = fixtures::sample();
@@ -23,7 +25,6 @@ fn hit(key: &str) -> Call<'static> {
     call
 }
 
-#[tokio::test]
 async fn acked_counts_the_replica_and_reports_zero_when_it_is_frozen() {
     let mut pair = ReplicatedPair::spawn().await;
     let mut conn = pair.primary.patient_conn().await;
@@ -59,7 +60,6 @@ async fn acked_counts_the_replica_and_reports_zero_when_it_is_frozen() {
     pair.replica.resume().await;
 }
 
-#[tokio::test]
 async fn acked_script_error_is_typed_and_writes_nothing() {
     let pair = ReplicatedPair::spawn().await;
     let mut conn = pair.primary.patient_conn().await;
@@ -74,7 +74,6 @@ async fn acked_script_error_is_typed_and_writes_nothing() {
     assert_eq!(v, "x");
 }
 
-#[tokio::test]
 async fn acked_on_a_cluster_waits_on_the_node_that_ran_the_script() {
     let cluster = RedisCluster::spawn().await;
     let mut conn = cluster.conn().await;
@@ -105,17 +104,20 @@ async fn command_calls(server: &support::RedisServer, command: &str) -> u64 {
 /// The replicated path recovers from `NOSCRIPT` like a plain call: `EVAL`, then one
 /// `SCRIPT LOAD`, so the script is not left in Valkey's (Redis 8's) 500-entry `EVAL` eviction
 /// list. Valkey primary + replica; a flood of 600 other `EVAL`s must not evict it.
-#[tokio::test]
-async fn acked_call_after_script_flush_leaves_its_script_loaded() {
-    let primary = support::RedisServer::spawn_valkey(&["--repl-diskless-sync-delay", "0"]).await;
+async fn acked_call_after_script_flush_leaves_its_script_loaded(valkey: Valkey) {
+    let primary =
+        support::RedisServer::spawn_valkey(&valkey, &["--repl-diskless-sync-delay", "0"]).await;
     let port = primary.port().to_string();
-    let replica = support::RedisServer::spawn_valkey(&[
-        "--replicaof",
-        "127.0.0.1",
-        &port,
-        "--repl-diskless-sync-delay",
-        "0",
-    ])
+    let replica = support::RedisServer::spawn_valkey(
+        &valkey,
+        &[
+            "--replicaof",
+            "127.0.0.1",
+            &port,
+            "--repl-diskless-sync-delay",
+            "0",
+        ],
+    )
     .await;
     let pair = ReplicatedPair { primary, replica };
     pair.wait_in_sync(Duration::from_secs(20)).await;
@@ -169,7 +171,6 @@ async fn acked_call_after_script_flush_leaves_its_script_loaded() {
 /// On a cold script cache a replicated call waits for its `WAIT` once: the `WAIT` goes behind
 /// the command that runs the script, never behind an `EVALSHA` answered `NOSCRIPT` (whose
 /// `WAIT` would block its whole timeout for nothing, with the replica's link down).
-#[tokio::test]
 async fn acked_call_on_a_cold_cache_waits_once() {
     const WAIT: Duration = Duration::from_millis(300);
     // Slack for the round trips, SCRIPT EXISTS / EVAL / SCRIPT LOAD included, on a loaded
@@ -215,7 +216,6 @@ async fn without_replica() -> ReplicatedPair {
 /// The same with the Functions backend on a server without redkit's library: the library is
 /// loaded first (its function was not listed), so the `WAIT` goes behind the `FCALL` that
 /// runs, never behind one answered "Function not found".
-#[tokio::test]
 async fn acked_function_call_without_its_library_waits_once() {
     const WAIT: Duration = Duration::from_millis(300);
     // As above: the round trips (FUNCTION LIST, FUNCTION LOAD, FCALL), far below a second WAIT.
@@ -465,7 +465,6 @@ async fn replicated_op(
 /// cached, and on a server flushed after the manager saw it (whose `EVALSHA` is answered
 /// `NOSCRIPT` after its `WAIT` blocked: the recovery's `WAIT` gets only what is left).
 /// The replica's link is down, so each `WAIT` blocks its whole timeout.
-#[tokio::test]
 async fn every_replicated_call_waits_about_its_timeout_cold_and_warm() {
     const WAIT: Duration = Duration::from_millis(600);
     // A blocked WAIT ends on the server's timer (hz 10: up to 100 ms late), and the
@@ -502,7 +501,6 @@ async fn every_replicated_call_waits_about_its_timeout_cold_and_warm() {
 /// The same with the Functions backend: after `FUNCTION FLUSH` the manager still believes its
 /// library loaded, so its `FCALL` is answered "Function not found" after its `WAIT` blocked;
 /// the reload's `FCALL` waits only for what is left.
-#[tokio::test]
 async fn a_function_call_after_function_flush_waits_about_its_timeout() {
     const WAIT: Duration = Duration::from_millis(600);
     // As in every_replicated_call_waits_about_its_timeout_cold_and_warm.
@@ -528,4 +526,20 @@ async fn a_function_call_after_function_flush_waits_about_its_timeout() {
     assert_eq!(m.stats().function_reloads, 2, "loaded, then reloaded");
     assert!(took >= WAIT, "{took:?}");
     assert!(took < WAIT + SLACK, "{took:?}: waited more than once");
+}
+
+fn main() -> std::process::ExitCode {
+    let mut tests = harness::Tests::new();
+    harness::add!(
+        tests,
+        acked_counts_the_replica_and_reports_zero_when_it_is_frozen,
+        acked_script_error_is_typed_and_writes_nothing,
+        acked_on_a_cluster_waits_on_the_node_that_ran_the_script,
+        acked_call_on_a_cold_cache_waits_once,
+        acked_function_call_without_its_library_waits_once,
+        every_replicated_call_waits_about_its_timeout_cold_and_warm,
+        a_function_call_after_function_flush_waits_about_its_timeout
+    );
+    harness::add!(tests, valkey: acked_call_after_script_flush_leaves_its_script_loaded);
+    tests.run()
 }

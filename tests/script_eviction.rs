@@ -7,10 +7,12 @@
 
 #[path = "fixtures/mod.rs"]
 mod fixtures;
+#[path = "support/harness.rs"]
+mod harness;
 mod support;
 
 use redkit::{Call, ScriptManager};
-use support::RedisServer;
+use support::{RedisServer, Valkey};
 
 fn hit() -> Call<'static> {
     let script = fixtures::sample();
@@ -35,10 +37,8 @@ async fn cached(server: &RedisServer) -> bool {
     exists == [1]
 }
 
-#[tokio::test]
-async fn a_script_loaded_after_its_eval_fallback_survives_the_eval_eviction() {
-    require_valkey!();
-    let server = RedisServer::spawn_valkey(&[]).await;
+async fn a_script_loaded_after_its_eval_fallback_survives_the_eval_eviction(valkey: Valkey) {
+    let server = RedisServer::spawn_valkey(&valkey, &[]).await;
     let mut conn = server.conn().await;
     let m = ScriptManager::new();
     let _: (i64, i64, i64) = m.invoke(&mut conn, &hit()).await.unwrap();
@@ -60,10 +60,8 @@ async fn a_script_loaded_after_its_eval_fallback_survives_the_eval_eviction() {
     assert_eq!(m.stats().noscript_fallbacks, 1, "still an EVALSHA hit");
 }
 
-#[tokio::test]
-async fn without_script_load_the_eval_copy_is_evicted_control() {
-    require_valkey!();
-    let server = RedisServer::spawn_valkey(&[]).await;
+async fn without_script_load_the_eval_copy_is_evicted_control(valkey: Valkey) {
+    let server = RedisServer::spawn_valkey(&valkey, &[]).await;
     let mut conn = support::denied_conn(&server, "script|load").await;
     let m = ScriptManager::new();
     let _: (i64, i64, i64) = m.invoke(&mut conn, &hit()).await.unwrap();
@@ -77,4 +75,10 @@ async fn without_script_load_the_eval_copy_is_evicted_control() {
     let (n, _, _): (i64, i64, i64) = m.invoke(&mut conn, &hit()).await.unwrap();
     assert_eq!(n, 2, "still answered, through the fallback");
     assert_eq!(m.stats().noscript_fallbacks, 2);
+}
+
+fn main() -> std::process::ExitCode {
+    let mut tests = harness::Tests::new();
+    harness::add!(tests, valkey: a_script_loaded_after_its_eval_fallback_survives_the_eval_eviction, without_script_load_the_eval_copy_is_evicted_control);
+    tests.run()
 }

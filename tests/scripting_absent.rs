@@ -6,6 +6,8 @@
 //! On Valkey 9 without scripting, a plain lock's whole cycle works: its release and renewal
 //! use the server's `DELIFEQ` and `SET ... IFEQ`, and the release wakes blocked acquirers.
 
+#[path = "support/harness.rs"]
+mod harness;
 mod support;
 
 use std::time::Duration;
@@ -16,7 +18,7 @@ use std::time::Instant;
 use redkit::lock::{Acquire, Lock, LockGuard, LockOptions, Release, Renew};
 use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
 use redkit::{Error, ScriptManager};
-use support::RedisServer;
+use support::{RedisServer, Valkey};
 
 /// `--rename-command C ""` for every scripting command.
 fn no_scripting_args() -> Vec<&'static str> {
@@ -41,7 +43,6 @@ fn assert_no_scripting<T: std::fmt::Debug>(what: &str, outcome: redkit::Result<T
     }
 }
 
-#[tokio::test]
 async fn every_component_says_the_server_has_no_lua_scripting_and_writes_nothing() {
     let server = without_scripting().await;
     let mut conn = server.conn().await;
@@ -102,10 +103,8 @@ fn acquired(outcome: redkit::Result<Acquire<LockGuard<Lock>>>) -> LockGuard<Lock
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_plain_lock_works_on_valkey_without_scripting() {
-    require_valkey!();
-    let server = RedisServer::spawn_valkey(&no_scripting_args()).await;
+async fn a_plain_lock_works_on_valkey_without_scripting(valkey: Valkey) {
+    let server = RedisServer::spawn_valkey(&valkey, &no_scripting_args()).await;
     let mut conn = server.conn().await;
     let lock = Lock::new();
     let key = lock.key("job").unwrap();
@@ -174,4 +173,14 @@ async fn a_plain_lock_works_on_valkey_without_scripting() {
         let pttl: i64 = server.cmd(&["PTTL", k]).await;
         assert!(pttl > 0 && pttl <= 60_000, "{k}: {pttl}");
     }
+}
+
+fn main() -> std::process::ExitCode {
+    let mut tests = harness::Tests::new();
+    harness::add!(
+        tests,
+        every_component_says_the_server_has_no_lua_scripting_and_writes_nothing
+    );
+    harness::add!(tests, valkey_multi_thread: a_plain_lock_works_on_valkey_without_scripting);
+    tests.run()
 }

@@ -11,6 +11,8 @@
 
 #[path = "fixtures/mod.rs"]
 mod fixtures;
+#[path = "support/harness.rs"]
+mod harness;
 mod support;
 
 use std::time::Duration;
@@ -19,7 +21,7 @@ use redkit::inventory::{Decrement, Inventory};
 use redkit::lock::{Acquire, Lock, LockOptions};
 use redkit::script::Replication;
 use redkit::{Call, Error, ScriptManager};
-use support::{snapshot, RedisServer, ReplicatedPair};
+use support::{snapshot, RedisServer, ReplicatedPair, Valkey};
 
 fn hit(key: &str) -> Call<'static> {
     let script = fixtures::sample();
@@ -32,10 +34,8 @@ fn fsynced(replicas: u32, ms: u64) -> Replication {
     Replication::fsynced(replicas, Duration::from_millis(ms)).unwrap()
 }
 
-#[tokio::test]
-async fn waitaof_counts_the_replicas_fsync_and_the_primarys_own() {
-    require_valkey!();
-    let pair = ReplicatedPair::spawn_valkey_aof().await;
+async fn waitaof_counts_the_replicas_fsync_and_the_primarys_own(valkey: Valkey) {
+    let pair = ReplicatedPair::spawn_valkey_aof(&valkey).await;
     let mut conn = pair.primary.patient_conn().await;
     let m = ScriptManager::new();
 
@@ -86,10 +86,8 @@ async fn waitaof_counts_the_replicas_fsync_and_the_primarys_own() {
     assert!(a.is_replicated());
 }
 
-#[tokio::test]
-async fn inventory_and_a_required_lock_use_waitaof() {
-    require_valkey!();
-    let pair = ReplicatedPair::spawn_valkey_aof().await;
+async fn inventory_and_a_required_lock_use_waitaof(valkey: Valkey) {
+    let pair = ReplicatedPair::spawn_valkey_aof(&valkey).await;
     let mut conn = pair.primary.patient_conn().await;
     let store = Inventory::new("t:aof").unwrap().store("s").unwrap();
     store.set(&mut conn, "mug", 5).await.unwrap();
@@ -159,7 +157,6 @@ async fn probe_waitaof(server: &RedisServer) -> bool {
     waitaof
 }
 
-#[tokio::test]
 async fn waitaof_on_the_default_server_is_refused_by_7_0_and_acknowledged_by_7_2() {
     let server = RedisServer::spawn().await; // redis-server: 7.0 here, maybe 7.2+ elsewhere
     let waitaof = probe_waitaof(&server).await;
@@ -220,10 +217,10 @@ async fn waitaof_on_the_default_server_is_refused_by_7_0_and_acknowledged_by_7_2
     assert_eq!(d.outcome, Decrement::Decremented { remaining: left });
 }
 
-#[tokio::test]
-async fn local_fsync_without_appendonly_is_unsupported_and_an_empty_wait_is_invalid() {
-    require_valkey!();
-    let server = RedisServer::spawn_valkey(&[]).await; // appendonly no
+async fn local_fsync_without_appendonly_is_unsupported_and_an_empty_wait_is_invalid(
+    valkey: Valkey,
+) {
+    let server = RedisServer::spawn_valkey(&valkey, &[]).await; // appendonly no
     let mut conn = server.conn().await;
     let m = ScriptManager::new();
     let err = m
@@ -249,7 +246,6 @@ async fn local_fsync_without_appendonly_is_unsupported_and_an_empty_wait_is_inva
     assert_eq!((a.outcome.0, a.replicas, a.local_fsync), (1, 0, None));
 }
 
-#[tokio::test]
 async fn a_refused_wait_counts_as_zero_and_keeps_the_applied_outcome() {
     let server = RedisServer::spawn().await;
     let mut conn = support::denied_conn(&server, "wait").await;
@@ -293,10 +289,8 @@ async fn a_refused_wait_counts_as_zero_and_keeps_the_applied_outcome() {
     }
 }
 
-#[tokio::test]
-async fn on_a_cluster_waitaof_waits_on_the_node_that_ran_the_script() {
-    require_valkey!();
-    let cluster = support::RedisCluster::spawn_valkey_aof().await;
+async fn on_a_cluster_waitaof_waits_on_the_node_that_ran_the_script(valkey: Valkey) {
+    let cluster = support::RedisCluster::spawn_valkey_aof(&valkey).await;
     let mut conn = cluster.conn().await;
     let inventory = Inventory::new("t:aofc").unwrap();
     let both = fsynced(1, 2_000).with_local_fsync();
@@ -313,7 +307,6 @@ async fn on_a_cluster_waitaof_waits_on_the_node_that_ran_the_script() {
     }
 }
 
-#[tokio::test]
 async fn on_a_default_cluster_waitaof_is_refused_by_7_0_and_acknowledged_by_7_2() {
     let cluster = support::RedisCluster::spawn().await;
     let waitaof = probe_waitaof(&cluster.nodes[0]).await;
@@ -347,4 +340,16 @@ async fn on_a_default_cluster_waitaof_is_refused_by_7_0_and_acknowledged_by_7_2(
             assert_eq!(&after, before, "nothing written on {}", primary.port());
         }
     }
+}
+
+fn main() -> std::process::ExitCode {
+    let mut tests = harness::Tests::new();
+    harness::add!(
+        tests,
+        waitaof_on_the_default_server_is_refused_by_7_0_and_acknowledged_by_7_2,
+        a_refused_wait_counts_as_zero_and_keeps_the_applied_outcome,
+        on_a_default_cluster_waitaof_is_refused_by_7_0_and_acknowledged_by_7_2
+    );
+    harness::add!(tests, valkey: waitaof_counts_the_replicas_fsync_and_the_primarys_own, inventory_and_a_required_lock_use_waitaof, local_fsync_without_appendonly_is_unsupported_and_an_empty_wait_is_invalid, on_a_cluster_waitaof_waits_on_the_node_that_ran_the_script);
+    tests.run()
 }

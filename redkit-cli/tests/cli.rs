@@ -2,13 +2,15 @@
 
 #[path = "../../tests/fixtures/mod.rs"]
 mod fixtures;
+#[path = "../../tests/support/harness.rs"]
+mod harness;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::process::{Command, Output};
 
 use redkit::Registry;
-use support::{RedisCluster, RedisServer};
+use support::{RedisCluster, RedisServer, Valkey};
 
 fn redkit(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_redkit"))
@@ -26,7 +28,6 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-#[test]
 fn list_shows_every_embedded_script() {
     let out = redkit(&["scripts", "list"]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -51,7 +52,6 @@ fn list_shows_every_embedded_script() {
     assert_eq!(rows[0]["sha1"], Registry::global().scripts()[0].sha1());
 }
 
-#[tokio::test]
 async fn status_verify_load_flush_on_one_server() {
     let server = RedisServer::spawn().await;
     let url = server.url();
@@ -115,7 +115,6 @@ async fn status_verify_load_flush_on_one_server() {
     assert!(stdout(&out).contains("not busy"), "{}", stdout(&out));
 }
 
-#[tokio::test]
 async fn cluster_status_and_verify_see_one_flushed_primary() {
     let cluster = RedisCluster::spawn().await;
     let seed = cluster.nodes[0].url();
@@ -153,7 +152,6 @@ async fn cluster_status_and_verify_see_one_flushed_primary() {
     assert_eq!(out.status.code(), Some(0));
 }
 
-#[test]
 fn unreachable_server_gives_exit_3_and_one_line_without_password() {
     // A port nothing listens on.
     let port = support::free_port();
@@ -176,7 +174,6 @@ fn unreachable_server_gives_exit_3_and_one_line_without_password() {
     assert!(!stderr(&out).contains("s3cr3t-pw"));
 }
 
-#[test]
 fn usage_errors_exit_2_and_say_what_is_wrong_with_the_url() {
     let out = redkit(&["scripts", "nonsense"]);
     assert_eq!(out.status.code(), Some(2));
@@ -200,7 +197,6 @@ fn usage_errors_exit_2_and_say_what_is_wrong_with_the_url() {
     assert_eq!(doc["error"]["kind"], "usage");
 }
 
-#[tokio::test]
 async fn one_cluster_node_url_acts_on_the_whole_cluster() {
     let cluster = RedisCluster::spawn().await;
     // No --cluster: the node says cluster_enabled:1, so every node is administered.
@@ -222,7 +218,6 @@ async fn one_cluster_node_url_acts_on_the_whole_cluster() {
     assert!(stdout(&out).contains(&format!("127.0.0.1:{}", victim.port())));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flush_goes_on_past_a_frozen_primary_and_names_it() {
     let mut cluster = RedisCluster::spawn().await;
     let seed = cluster.nodes[0].url();
@@ -275,7 +270,6 @@ async fn flush_goes_on_past_a_frozen_primary_and_names_it() {
         .await;
 }
 
-#[tokio::test]
 async fn authentication_failures_exit_5_with_a_hint() {
     let server = RedisServer::spawn().await;
     // Set after start: the harness's readiness PING needs no password.
@@ -297,7 +291,6 @@ async fn authentication_failures_exit_5_with_a_hint() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_of_a_busy_node_is_not_success() {
     let server = RedisServer::spawn_with(&["--busy-reply-threshold", "50"]).await;
     let _task = start_busy_script(&server, false).await;
@@ -345,7 +338,6 @@ async fn start_busy_script(server: &RedisServer, write: bool) -> tokio::task::Jo
     panic!("the busy script never made the server report BUSY");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_stops_a_read_only_busy_script() {
     let server = RedisServer::spawn_with(&["--busy-reply-threshold", "50"]).await;
     let task = start_busy_script(&server, false).await;
@@ -363,7 +355,6 @@ async fn kill_stops_a_read_only_busy_script() {
     assert_eq!(pong, "PONG", "the server serves again");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_reports_unkillable_and_never_shuts_the_server_down() {
     let server = RedisServer::spawn_with(&["--busy-reply-threshold", "50"]).await;
     let _task = start_busy_script(&server, true).await;
@@ -389,7 +380,6 @@ async fn kill_reports_unkillable_and_never_shuts_the_server_down() {
     // The harness kills the server when the test ends.
 }
 
-#[tokio::test]
 async fn functions_load_verify_list_delete_flush_on_every_cluster_node() {
     let cluster = RedisCluster::spawn().await;
     let url = cluster.nodes[0].url();
@@ -453,7 +443,6 @@ async fn functions_load_verify_list_delete_flush_on_every_cluster_node() {
 /// `status` counts the retired redkit scripts a server still caches (SHA1s from the embedded
 /// scripts.lock); `prune` drops them (SCRIPT FLUSH + SCRIPT LOAD of the live set) and refuses
 /// when there is nothing to prune, unless --force.
-#[tokio::test]
 async fn status_counts_retired_scripts_and_prune_drops_them() {
     let server = RedisServer::spawn().await;
     let url = server.url();
@@ -528,7 +517,6 @@ async fn status_counts_retired_scripts_and_prune_drops_them() {
 
 /// Callers during a prune never fail: a flushed script answers NOSCRIPT, and the manager
 /// runs it with EVAL once.
-#[tokio::test]
 async fn calls_during_a_prune_recover_through_eval() {
     let server = RedisServer::spawn().await;
     let url = server.url();
@@ -612,7 +600,6 @@ fn assert_quiet_broken_pipe(out: &Output, what: &str) {
 
 /// `redkit ... | head -1`: every command, data, help, usage error or failure, ends with exit
 /// 141 and no panic text when stdout or stderr is closed.
-#[tokio::test]
 async fn a_closed_pipe_ends_redkit_quietly_with_141() {
     let server = RedisServer::spawn().await;
     let url = server.url();
@@ -651,7 +638,6 @@ async fn a_closed_pipe_ends_redkit_quietly_with_141() {
 
 /// `-q` prints nothing on stdout, even with `--json`, in either order; the exit code and
 /// stderr still tell.
-#[test]
 fn quiet_wins_over_json_in_either_order() {
     let dead = format!("redis://127.0.0.1:{}/", support::free_port());
     for flags in [["-q", "--json"], ["--json", "-q"], ["--quiet", "--json"]] {
@@ -706,7 +692,6 @@ fn json_error(out: &Output, kind: &str, code: i32) -> serde_json::Value {
 
 /// Under `--json` every error is one JSON document on stdout with a stable `error.kind`:
 /// usage errors found by the argument parser included.
-#[tokio::test]
 async fn every_error_under_json_is_one_document_with_a_kind() {
     for args in [
         &["--json", "scripts", "bogus"][..],
@@ -792,7 +777,6 @@ fn http_listener() -> u16 {
 
 /// A peer that does not speak RESP is "not a Redis server", with its own exit code (6) and
 /// `error.kind` (`not_redis`), not an unreachable server.
-#[test]
 fn a_non_redis_peer_is_not_a_redis_server() {
     let port = http_listener();
     let url = format!("redis://127.0.0.1:{port}/");
@@ -811,7 +795,6 @@ fn a_non_redis_peer_is_not_a_redis_server() {
 
 /// `scripts status` of a node missing every script prints one short line per node: a count
 /// and the first names; `--json` keeps every name.
-#[tokio::test]
 async fn status_counts_missing_scripts_on_one_short_line() {
     let server = RedisServer::spawn().await;
     let url = server.url();
@@ -859,7 +842,6 @@ async fn status_counts_missing_scripts_on_one_short_line() {
 /// `scripts verify` checks the scripts this build calls (the live set), not the retired pins
 /// of scripts.lock: a server holding every live script passes, one lacking a live script
 /// fails naming it (and `status` names it in full).
-#[tokio::test]
 async fn verify_checks_the_live_scripts_and_names_a_missing_one() {
     let server = RedisServer::spawn().await;
     let url = server.url();
@@ -919,7 +901,6 @@ async fn verify_checks_the_live_scripts_and_names_a_missing_one() {
 
 /// Another write failure on stdout (a full disk: /dev/full) is said on stderr and exits 1
 /// (`io`), without a panic.
-#[test]
 fn a_full_stdout_is_an_io_error_not_a_panic() {
     for args in [&["scripts", "list"][..], &["--json", "scripts", "list"]] {
         let full = std::fs::File::create("/dev/full").expect("/dev/full");
@@ -939,7 +920,6 @@ fn a_full_stdout_is_an_io_error_not_a_panic() {
 /// A node without Lua scripting (`EVAL`, `EVALSHA`, `SCRIPT` renamed away) is reported as such,
 /// with its own exit code (7) and `error.kind` (`no_scripting`), by `status`, `verify` and
 /// `load` alike.
-#[tokio::test]
 async fn a_node_without_lua_scripting_is_reported_as_such() {
     let mut args = Vec::new();
     for command in ["EVAL", "EVALSHA", "SCRIPT"] {
@@ -961,11 +941,9 @@ async fn a_node_without_lua_scripting_is_reported_as_such() {
 /// `scripts status` names the native commands each node offers in place of scripts (what a
 /// plain lock releases and renews with): none on Redis 7, `DELIFEQ, SET IFEQ` on Valkey 9;
 /// `--json` gives them as `native`.
-#[tokio::test]
-async fn status_names_the_native_commands_of_each_node() {
-    require_valkey!();
+async fn status_names_the_native_commands_of_each_node(valkey: Valkey) {
     let redis = RedisServer::spawn().await;
-    let valkey = RedisServer::spawn_valkey(&[]).await;
+    let valkey = RedisServer::spawn_valkey(&valkey, &[]).await;
     for (server, expected) in [(&redis, None), (&valkey, Some("native: DELIFEQ, SET IFEQ"))] {
         let url = server.url();
         let out = redkit(&["--url", &url, "scripts", "status"]);
@@ -984,4 +962,27 @@ async fn status_names_the_native_commands_of_each_node() {
             "{doc}"
         );
     }
+}
+
+fn main() -> std::process::ExitCode {
+    let mut tests = harness::Tests::new();
+    harness::add!(
+        tests,
+        status_verify_load_flush_on_one_server,
+        cluster_status_and_verify_see_one_flushed_primary,
+        one_cluster_node_url_acts_on_the_whole_cluster,
+        authentication_failures_exit_5_with_a_hint,
+        functions_load_verify_list_delete_flush_on_every_cluster_node,
+        status_counts_retired_scripts_and_prune_drops_them,
+        calls_during_a_prune_recover_through_eval,
+        a_closed_pipe_ends_redkit_quietly_with_141,
+        every_error_under_json_is_one_document_with_a_kind,
+        status_counts_missing_scripts_on_one_short_line,
+        verify_checks_the_live_scripts_and_names_a_missing_one,
+        a_node_without_lua_scripting_is_reported_as_such
+    );
+    harness::add!(tests, multi_thread: flush_goes_on_past_a_frozen_primary_and_names_it, status_of_a_busy_node_is_not_success, kill_stops_a_read_only_busy_script, kill_reports_unkillable_and_never_shuts_the_server_down);
+    harness::add!(tests, sync: list_shows_every_embedded_script, unreachable_server_gives_exit_3_and_one_line_without_password, usage_errors_exit_2_and_say_what_is_wrong_with_the_url, quiet_wins_over_json_in_either_order, a_non_redis_peer_is_not_a_redis_server, a_full_stdout_is_an_io_error_not_a_panic);
+    harness::add!(tests, valkey: status_names_the_native_commands_of_each_node);
+    tests.run()
 }

