@@ -1132,39 +1132,44 @@ async fn replicated(conn: &mut MultiplexedConnection, fsync: bool) -> Run {
         else {
             return Err("acquire: not acquired".into());
         };
-        lock.renew_acked(conn, &mut guard, wait)
-            .await
-            .at("renew_acked")?;
+        lock.renew(conn, &mut guard).await.at("renew")?;
         let token = guard.fencing_token();
-        lock.fenced_set_acked(conn, "app:{s}:data", token, "v", wait)
+        lock.replicated(wait)
+            .fenced_set(conn, "app:{s}:data", token, "v")
             .await
-            .at("fenced_set_acked")?;
+            .at("replicated fenced_set")?;
         lock.release(conn, guard).await.at("release")?;
         let sku = format!("sku-{i}");
         store.set(conn, &sku, 10).await.at("set")?;
         store
-            .decrement_acked(conn, &sku, 1, None, wait)
+            .replicated(wait)
+            .decrement(conn, &sku, 1, None)
             .await
             .at("decrement_acked")?;
         store
-            .restock_acked(conn, &sku, 1, None, wait)
+            .replicated(wait)
+            .restock(conn, &sku, 1, None)
             .await
             .at("restock_acked")?;
         let hold = Duration::from_secs(60);
         store
-            .reserve_acked(conn, &sku, 1, hold, "c", wait)
+            .replicated(wait)
+            .reserve(conn, &sku, 1, hold, "c")
             .await
             .at("reserve_acked")?;
         store
-            .commit_acked(conn, &sku, "c", wait)
+            .replicated(wait)
+            .commit(conn, &sku, "c")
             .await
             .at("commit_acked")?;
         store
-            .reserve_acked(conn, &sku, 1, hold, "d", wait)
+            .replicated(wait)
+            .reserve(conn, &sku, 1, hold, "d")
             .await
             .at("reserve_acked")?;
         store
-            .cancel_acked(conn, &sku, "d", wait)
+            .replicated(wait)
+            .cancel(conn, &sku, "d")
             .await
             .at("cancel_acked")?;
     }
@@ -1478,7 +1483,8 @@ async fn the_functions_backend_uses_exactly_its_row() {
         run = async {
             store.set(&mut conn, "mug", 5).await.at("set")?;
             store
-                .restock_acked(&mut conn, "mug", 1, None, wait)
+                .replicated(wait)
+                .restock(&mut conn, "mug", 1, None)
                 .await
                 .at("restock_acked")?;
             Ok(())

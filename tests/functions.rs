@@ -819,7 +819,8 @@ async fn acked_fcall_after_function_flush_reloads_once_and_runs_once() {
         let _: () = pair.primary.cmd(&["FUNCTION", "FLUSH"]).await;
         let reloads = manager.stats().function_reloads;
         let acked = manager
-            .invoke_acked::<(i64, i64, i64), _>(&mut conn, &call, one)
+            .replicated(one)
+            .invoke::<(i64, i64, i64), _>(&mut conn, &call)
             .await
             .unwrap();
         assert_eq!(acked.outcome.0, expected, "applied once");

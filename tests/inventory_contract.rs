@@ -858,7 +858,8 @@ async fn acked_operations_report_replica_acknowledgement() {
     let one = Replication::new(1, Duration::from_millis(2_000)).unwrap();
 
     let d = s
-        .decrement_acked(&mut conn, "a", 1, Some("o-1"), one)
+        .replicated(one)
+        .decrement(&mut conn, "a", 1, Some("o-1"))
         .await
         .unwrap();
     assert_eq!(
@@ -866,13 +867,15 @@ async fn acked_operations_report_replica_acknowledgement() {
         (Decrement::Decremented { remaining: 9 }, 1, 1)
     );
     let r = s
-        .restock_acked(&mut conn, "a", 1, Some("r-1"), one)
+        .replicated(one)
+        .restock(&mut conn, "a", 1, Some("r-1"))
         .await
         .unwrap();
     assert_eq!((r.outcome.stock(), r.replicas), (Some(10), 1));
     let lines = [s.line("a", 1).unwrap(), s.line("b", 2).unwrap()];
     let o = inventory
-        .place_order_acked(&mut conn, &lines, Some("o-2"), one)
+        .replicated(one)
+        .place_order(&mut conn, &lines, Some("o-2"))
         .await
         .unwrap();
     assert_eq!(
@@ -885,11 +888,16 @@ async fn acked_operations_report_replica_acknowledgement() {
         )
     );
     let h = s
-        .reserve_acked(&mut conn, "a", 2, MINUTE, "cart", one)
+        .replicated(one)
+        .reserve(&mut conn, "a", 2, MINUTE, "cart")
         .await
         .unwrap();
     assert!(h.outcome.is_held() && h.is_replicated());
-    let c = s.commit_acked(&mut conn, "a", "cart", one).await.unwrap();
+    let c = s
+        .replicated(one)
+        .commit(&mut conn, "a", "cart")
+        .await
+        .unwrap();
     assert_eq!(
         (c.outcome, c.replicas),
         (Commit::Committed { quantity: 2 }, 1)
@@ -897,7 +905,11 @@ async fn acked_operations_report_replica_acknowledgement() {
     s.reserve(&mut conn, "a", 1, MINUTE, "cart-2")
         .await
         .unwrap();
-    let l = s.cancel_acked(&mut conn, "a", "cart-2", one).await.unwrap();
+    let l = s
+        .replicated(one)
+        .cancel(&mut conn, "a", "cart-2")
+        .await
+        .unwrap();
     assert!(l.outcome.is_cancelled() && l.is_replicated());
     // The replica has every write.
     let on_replica: Option<String> = pair.replica.cmd(&["GET", &s.key("a").unwrap()]).await;
@@ -908,7 +920,8 @@ async fn acked_operations_report_replica_acknowledgement() {
     let short = Replication::new(1, Duration::from_millis(200)).unwrap();
     let started = Instant::now();
     let d = s
-        .decrement_acked(&mut conn, "a", 1, Some("o-3"), short)
+        .replicated(short)
+        .decrement(&mut conn, "a", 1, Some("o-3"))
         .await
         .unwrap();
     let took = started.elapsed();
@@ -921,14 +934,16 @@ async fn acked_operations_report_replica_acknowledgement() {
         "{took:?}"
     );
     let h = s
-        .reserve_acked(&mut conn, "a", 1, MINUTE, "cart-3", short)
+        .replicated(short)
+        .reserve(&mut conn, "a", 1, MINUTE, "cart-3")
         .await
         .unwrap();
     assert!(h.outcome.is_held() && h.replicas == 0);
     // A retry with the same request id answers the original outcome and deducts nothing.
     pair.replica.resume().await;
     let again = s
-        .decrement_acked(&mut conn, "a", 1, Some("o-3"), one)
+        .replicated(one)
+        .decrement(&mut conn, "a", 1, Some("o-3"))
         .await
         .unwrap();
     assert_eq!(
@@ -945,7 +960,8 @@ async fn acked_operations_report_replica_acknowledgement() {
         .await
         .unwrap();
     let d = s
-        .decrement_acked(&mut conn, "a", 2, Some("o-4"), one)
+        .replicated(one)
+        .decrement(&mut conn, "a", 2, Some("o-4"))
         .await
         .unwrap();
     assert_eq!(
@@ -1021,7 +1037,8 @@ async fn acked_operations_work_on_a_cluster() {
         s.set(&mut conn, "a", 10).await.unwrap();
         s.set(&mut conn, "b", 10).await.unwrap();
         let d = s
-            .decrement_acked(&mut conn, "a", 1, Some("o"), one)
+            .replicated(one)
+            .decrement(&mut conn, "a", 1, Some("o"))
             .await
             .unwrap();
         assert_eq!(
@@ -1030,16 +1047,18 @@ async fn acked_operations_work_on_a_cluster() {
         );
         let lines = [s.line("a", 1).unwrap(), s.line("b", 1).unwrap()];
         let o = inventory
-            .place_order_acked(&mut conn, &lines, Some("o2"), one)
+            .replicated(one)
+            .place_order(&mut conn, &lines, Some("o2"))
             .await
             .unwrap();
         assert!(o.outcome.is_applied() && o.is_replicated(), "{o:?}");
         let h = s
-            .reserve_acked(&mut conn, "a", 1, MINUTE, "c", one)
+            .replicated(one)
+            .reserve(&mut conn, "a", 1, MINUTE, "c")
             .await
             .unwrap();
         assert!(h.outcome.is_held() && h.is_replicated(), "{h:?}");
-        let c = s.commit_acked(&mut conn, "a", "c", one).await.unwrap();
+        let c = s.replicated(one).commit(&mut conn, "a", "c").await.unwrap();
         assert!(c.outcome.is_committed() && c.is_replicated(), "{c:?}");
         assert_eq!(s.stock(&mut conn, "a").await.unwrap(), 7);
     }

@@ -500,42 +500,49 @@ async fn failover_to_a_lagging_replica_still_issues_a_larger_fencing_token() {
         .fencing(true)
         .ttl(Duration::from_secs(10));
     let one = Replication::new(1, Duration::from_millis(2_000)).unwrap();
-    // t0: acknowledged by the replica.
-    let acked = lock
-        .acquire_acked(&mut conn, "acct", &options, one)
-        .await
-        .unwrap();
-    assert_eq!((acked.replicas, acked.requested), (1, 1));
-    let Acquire::Acquired(g0) = acked.outcome else {
+    // t0: acknowledged by the replica (the acquire requires it).
+    let required = options.clone().require_replicas(one);
+    let Acquire::Acquired(g0) = lock.acquire(&mut conn, "acct", &required).await.unwrap() else {
         panic!("expected the lock");
     };
     let t0 = g0.fencing_token();
     let data = "acct:{data}";
     let w = lock
-        .fenced_set_acked(&mut conn, data, t0, "v0", one)
+        .replicated(one)
+        .fenced_set(&mut conn, data, t0, "v0")
         .await
         .unwrap();
     assert!(w.outcome.is_written() && w.is_replicated());
     lock.release(&mut conn, g0).await.unwrap();
-    // The replica's link goes down (see cut_link); t1 is acquired on the primary only, and
-    // WAIT says so.
+    // The replica's link goes down (see cut_link): an acquire requiring the replica is
+    // refused (the loss is detectable); t1 is then acquired on the primary only, without the
+    // requirement.
     pair.cut_link().await;
     let short = Replication::new(1, Duration::from_millis(200)).unwrap();
-    let acked = lock
-        .acquire_acked(&mut conn, "acct", &options, short)
+    let refused = lock
+        .acquire(&mut conn, "acct", &options.clone().require_replicas(short))
         .await
         .unwrap();
-    assert_eq!(acked.replicas, 0, "the loss is detectable");
-    assert!(!acked.is_replicated());
-    let Acquire::Acquired(mut g1) = acked.outcome else {
+    assert!(
+        matches!(
+            refused,
+            Acquire::NotReplicated {
+                replicas: 0,
+                requested: 1
+            }
+        ),
+        "{refused:?}"
+    );
+    let Acquire::Acquired(mut g1) = lock.acquire(&mut conn, "acct", &options).await.unwrap() else {
         panic!("expected the lock");
     };
     let t1 = g1.fencing_token();
     assert!(t1 > t0);
-    let r = lock.renew_acked(&mut conn, &mut g1, short).await.unwrap();
-    assert_eq!((r.outcome, r.replicas), (Renew::Renewed, 0));
+    let r = lock.renew(&mut conn, &mut g1).await.unwrap();
+    assert_eq!(r, Renew::Renewed);
     let w = lock
-        .fenced_set_acked(&mut conn, data, t1, "v1", short)
+        .replicated(short)
+        .fenced_set(&mut conn, data, t1, "v1")
         .await
         .unwrap();
     assert!(w.outcome.is_written());
@@ -686,20 +693,18 @@ async fn acked_acquire_and_fenced_write_on_a_cluster() {
     let lock = lock();
     let one = Replication::new(1, Duration::from_millis(2_000)).unwrap();
     for resource in ["a", "b", "c", "d"] {
+        // Required: acquired and renewed only when its primary's replica acknowledged.
         let options = LockOptions::new().fencing(true).require_replicas(one);
-        let acked = lock
-            .acquire_acked(&mut conn, resource, &options, one)
-            .await
-            .unwrap();
-        assert_eq!(acked.replicas, 1, "{resource}: its primary's replica");
-        let Acquire::Acquired(mut guard) = acked.outcome else {
-            panic!("{resource}: expected the lock");
+        let acquired = lock.acquire(&mut conn, resource, &options).await.unwrap();
+        let Acquire::Acquired(mut guard) = acquired else {
+            panic!("{resource}: expected the lock, got {acquired:?}");
         };
-        let r = lock.renew_acked(&mut conn, &mut guard, one).await.unwrap();
-        assert_eq!((r.outcome, r.replicas), (Renew::Renewed, 1));
+        let r = lock.renew(&mut conn, &mut guard).await.unwrap();
+        assert_eq!(r, Renew::Renewed, "{resource}");
         let data = format!("{}:data", guard.key());
         let w = lock
-            .fenced_set_acked(&mut conn, &data, guard.fencing_token(), "x", one)
+            .replicated(one)
+            .fenced_set(&mut conn, &data, guard.fencing_token(), "x")
             .await
             .unwrap();
         assert!(w.outcome.is_written() && w.is_replicated());
@@ -856,16 +861,6 @@ async fn require_replicas_releases_an_acquisition_the_replica_did_not_confirm() 
         0,
         "released"
     );
-    // acquire_acked reports instead of enforcing when no requirement is set.
-    let acked = lock
-        .acquire_acked(&mut conn, "acct", &LockOptions::new().fencing(true), short)
-        .await
-        .unwrap();
-    assert_eq!((acked.replicas, acked.requested), (0, 1));
-    let Acquire::Acquired(guard) = acked.outcome else {
-        panic!("expected the lock");
-    };
-    lock.release(&mut conn, guard).await.unwrap();
 }
 
 async fn a_reply_lost_to_a_client_timeout_is_recovered_by_retrying_with_the_same_token() {

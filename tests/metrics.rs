@@ -427,7 +427,8 @@ async fn reservation_outcomes_are_counted_as_they_happened() {
     let wait = Replication::new(1, Duration::from_millis(1)).unwrap();
     assert_eq!(
         store
-            .cancel_acked(c, "a", "c3", wait)
+            .replicated(wait)
+            .cancel(c, "a", "c3")
             .await
             .unwrap()
             .outcome,
@@ -439,7 +440,8 @@ async fn reservation_outcomes_are_counted_as_they_happened() {
     );
     assert_eq!(
         store
-            .reserve_acked(c, "a", 1, ttl, "c3", wait)
+            .replicated(wait)
+            .reserve(c, "a", 1, ttl, "c3")
             .await
             .unwrap()
             .outcome,
@@ -447,7 +449,8 @@ async fn reservation_outcomes_are_counted_as_they_happened() {
     );
     assert_eq!(
         store
-            .commit_acked(c, "a", "never", wait)
+            .replicated(wait)
+            .commit(c, "a", "never")
             .await
             .unwrap()
             .outcome,

@@ -33,7 +33,8 @@ async fn acked_counts_the_replica_and_reports_zero_when_it_is_frozen() {
 
     // Not loaded yet: NOSCRIPT, then EVAL + WAIT once more; the replica acknowledges.
     let a = m
-        .invoke_acked::<(i64, i64, i64), _>(&mut conn, &hit("{r}:c"), one)
+        .replicated(one)
+        .invoke::<(i64, i64, i64), _>(&mut conn, &hit("{r}:c"))
         .await
         .unwrap();
     assert_eq!(a.outcome.0, 1);
@@ -48,7 +49,8 @@ async fn acked_counts_the_replica_and_reports_zero_when_it_is_frozen() {
     let short = Replication::new(1, Duration::from_millis(200)).unwrap();
     let started = Instant::now();
     let a = m
-        .invoke_acked::<(i64, i64, i64), _>(&mut conn, &hit("{r}:c"), short)
+        .replicated(short)
+        .invoke::<(i64, i64, i64), _>(&mut conn, &hit("{r}:c"))
         .await
         .unwrap();
     let took = started.elapsed();
@@ -66,7 +68,8 @@ async fn acked_script_error_is_typed_and_writes_nothing() {
     let _: () = pair.primary.cmd(&["SET", "{r}:bad", "x"]).await;
     let one = Replication::new(1, Duration::from_millis(500)).unwrap();
     let err = ScriptManager::new()
-        .invoke_acked::<(i64, i64, i64), _>(&mut conn, &hit("{r}:bad"), one)
+        .replicated(one)
+        .invoke::<(i64, i64, i64), _>(&mut conn, &hit("{r}:bad"))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::CorruptData { .. }), "{err:?}");
@@ -82,7 +85,8 @@ async fn acked_on_a_cluster_waits_on_the_node_that_ran_the_script() {
     for tag in ["a", "b", "c", "d", "e", "f"] {
         let key = format!("{{{tag}}}:c");
         let a = m
-            .invoke_acked::<(i64, i64, i64), _>(&mut conn, &hit(&key), one)
+            .replicated(one)
+            .invoke::<(i64, i64, i64), _>(&mut conn, &hit(&key))
             .await
             .unwrap();
         assert_eq!(a.outcome.0, 1, "{key}");
@@ -127,7 +131,8 @@ async fn acked_call_after_script_flush_leaves_its_script_loaded(valkey: Valkey) 
     let call = hit("{f}:c");
     let sha = call.script().sha1().to_owned();
     let a = m
-        .invoke_acked::<(i64, i64, i64), _>(&mut conn, &call, one)
+        .replicated(one)
+        .invoke::<(i64, i64, i64), _>(&mut conn, &call)
         .await
         .unwrap();
     assert_eq!((a.outcome.0, a.replicas), (1, 1));
@@ -135,7 +140,8 @@ async fn acked_call_after_script_flush_leaves_its_script_loaded(valkey: Valkey) 
     let _: () = pair.primary.cmd(&["SCRIPT", "FLUSH"]).await;
     let before = m.stats();
     let a = m
-        .invoke_acked::<(i64, i64, i64), _>(&mut conn, &call, one)
+        .replicated(one)
+        .invoke::<(i64, i64, i64), _>(&mut conn, &call)
         .await
         .unwrap();
     assert_eq!((a.outcome.0, a.replicas), (2, 1));
@@ -157,7 +163,8 @@ async fn acked_call_after_script_flush_leaves_its_script_loaded(valkey: Valkey) 
     let exists: Vec<i64> = pair.primary.cmd(&["SCRIPT", "EXISTS", &sha]).await;
     assert_eq!(exists, [1], "SCRIPT LOADed: not evicted by the EVAL flood");
     let a = m
-        .invoke_acked::<(i64, i64, i64), _>(&mut conn, &call, one)
+        .replicated(one)
+        .invoke::<(i64, i64, i64), _>(&mut conn, &call)
         .await
         .unwrap();
     assert_eq!(a.outcome.0, 3);
@@ -183,7 +190,8 @@ async fn acked_call_on_a_cold_cache_waits_once() {
     let waits = command_calls(&pair.primary, "wait").await;
     let started = Instant::now();
     let a = m
-        .invoke_acked::<(i64, i64, i64), _>(&mut conn, &hit("{w}:c"), wait)
+        .replicated(wait)
+        .invoke::<(i64, i64, i64), _>(&mut conn, &hit("{w}:c"))
         .await
         .unwrap();
     let took = started.elapsed();
@@ -230,7 +238,8 @@ async fn acked_function_call_without_its_library_waits_once() {
     let waits = command_calls(&pair.primary, "wait").await;
     let started = Instant::now();
     let a = m
-        .invoke_acked::<i64, _>(&mut conn, &call, wait)
+        .replicated(wait)
+        .invoke::<i64, _>(&mut conn, &call)
         .await
         .unwrap();
     let took = started.elapsed();
@@ -249,7 +258,8 @@ async fn acked_function_call_without_its_library_waits_once() {
     // Known loaded now: the next call asks nothing first.
     let lists = command_calls(&pair.primary, "function|list").await;
     assert_eq!(lists, 1, "the first call asked once");
-    m.invoke_acked::<i64, _>(&mut conn, &call, wait)
+    m.replicated(wait)
+        .invoke::<i64, _>(&mut conn, &call)
         .await
         .unwrap();
     assert_eq!(command_calls(&pair.primary, "function|list").await, lists);
@@ -268,7 +278,6 @@ enum Op {
     Cancel,
     LockAcquire,
     FencedAcquire,
-    LockRenew,
     FencedSet,
     SemaphoreAcquire,
     FairAcquire,
@@ -276,7 +285,7 @@ enum Op {
     ReentrantAcquire,
 }
 
-const OPS: [Op; 15] = [
+const OPS: [Op; 14] = [
     Op::Invoke,
     Op::Decrement,
     Op::Restock,
@@ -286,7 +295,6 @@ const OPS: [Op; 15] = [
     Op::Cancel,
     Op::LockAcquire,
     Op::FencedAcquire,
-    Op::LockRenew,
     Op::FencedSet,
     Op::SemaphoreAcquire,
     Op::FairAcquire,
@@ -316,10 +324,10 @@ async fn prepare(
             assert!(hold.is_held());
             None
         }
-        Op::LockRenew | Op::FencedSet => {
+        Op::FencedSet => {
             let options = LockOptions::new()
                 .ttl(Duration::from_secs(30))
-                .fencing(matches!(op, Op::FencedSet));
+                .fencing(true);
             match Lock::new()
                 .try_acquire(conn, &format!("held-{run}"), &options)
                 .await
@@ -365,34 +373,37 @@ async fn replicated_op(
     match op {
         Op::Invoke => {
             let a = manager
-                .invoke_acked::<(i64, i64, i64), _>(conn, &hit(&format!("{{i}}:{run}")), wait)
+                .replicated(wait)
+                .invoke::<(i64, i64, i64), _>(conn, &hit(&format!("{{i}}:{run}")))
                 .await
                 .unwrap();
             not_replicated(a.replicas)
         }
         Op::Decrement => {
-            let a = store.decrement_acked(conn, "a", 1, Some(&id), wait);
+            let a = store.replicated(wait).decrement(conn, "a", 1, Some(&id));
             not_replicated(a.await.unwrap().replicas)
         }
         Op::Restock => {
-            let a = store.restock_acked(conn, "a", 1, Some(&id), wait);
+            let a = store.replicated(wait).restock(conn, "a", 1, Some(&id));
             not_replicated(a.await.unwrap().replicas)
         }
         Op::Order => {
             let lines = [store.line("a", 1).unwrap(), store.line("b", 1).unwrap()];
-            let a = inventory.place_order_acked(conn, &lines, Some(&id), wait);
+            let a = inventory
+                .replicated(wait)
+                .place_order(conn, &lines, Some(&id));
             not_replicated(a.await.unwrap().replicas)
         }
         Op::Reserve => {
-            let a = store.reserve_acked(conn, "a", 1, ttl, &cart, wait);
+            let a = store.replicated(wait).reserve(conn, "a", 1, ttl, &cart);
             not_replicated(a.await.unwrap().replicas)
         }
         Op::Commit => {
-            let a = store.commit_acked(conn, "a", &cart, wait);
+            let a = store.replicated(wait).commit(conn, "a", &cart);
             not_replicated(a.await.unwrap().replicas)
         }
         Op::Cancel => {
-            let a = store.cancel_acked(conn, "a", &cart, wait);
+            let a = store.replicated(wait).cancel(conn, "a", &cart);
             not_replicated(a.await.unwrap().replicas)
         }
         Op::LockAcquire | Op::FencedAcquire => {
@@ -406,17 +417,12 @@ async fn replicated_op(
                 lock.try_acquire(conn, &resource, &options).await.unwrap()
             ))
         }
-        Op::LockRenew => {
-            let lock = Lock::new().with_manager(manager.clone());
-            let mut guard = guard.expect("a held lock");
-            let a = lock.renew_acked(conn, &mut guard, wait).await.unwrap();
-            not_replicated(a.replicas)
-        }
         Op::FencedSet => {
             let lock = Lock::new().with_manager(manager.clone());
             let guard = guard.expect("a held lock");
             let a = lock
-                .fenced_set_acked(conn, "{app}:v", guard.fencing_token(), b"x", wait)
+                .replicated(wait)
+                .fenced_set(conn, "{app}:v", guard.fencing_token(), b"x")
                 .await
                 .unwrap();
             not_replicated(a.replicas)
@@ -512,13 +518,15 @@ async fn a_function_call_after_function_flush_waits_about_its_timeout() {
     let mut call = Call::new(script);
     call.key("{f}:c").arg(100).arg(600_000).arg(1);
     let wait = Replication::new(1, WAIT).unwrap();
-    m.invoke_acked::<i64, _>(&mut conn, &call, wait)
+    m.replicated(wait)
+        .invoke::<i64, _>(&mut conn, &call)
         .await
         .unwrap();
     let _: () = pair.primary.cmd(&["FUNCTION", "FLUSH"]).await;
     let started = Instant::now();
     let a = m
-        .invoke_acked::<i64, _>(&mut conn, &call, wait)
+        .replicated(wait)
+        .invoke::<i64, _>(&mut conn, &call)
         .await
         .unwrap();
     let took = started.elapsed();
@@ -540,6 +548,57 @@ fn main() -> std::process::ExitCode {
         every_replicated_call_waits_about_its_timeout_cold_and_warm,
         a_function_call_after_function_flush_waits_about_its_timeout
     );
+    harness::add!(
+        tests,
+        a_required_renewal_waits_about_its_timeout_cold_and_warm
+    );
     harness::add!(tests, valkey: acked_call_after_script_flush_leaves_its_script_loaded);
     tests.run()
+}
+
+/// The renewal of a lease acquired with `require_replicas` waits about its timeout too,
+/// whatever the script cache held: the replica frozen after the acquire (it acknowledges
+/// nothing), each renewal's `WAIT` blocks its whole timeout and answers `NotReplicated`.
+async fn a_required_renewal_waits_about_its_timeout_cold_and_warm() {
+    use redkit::lock::{Acquire, Lock, LockOptions, Renew};
+    const WAIT: Duration = Duration::from_millis(600);
+    // As in every_replicated_call_waits_about_its_timeout_cold_and_warm.
+    const SLACK: Duration = Duration::from_millis(450);
+    let mut pair = ReplicatedPair::spawn().await;
+    let mut conn = pair.primary.patient_conn().await;
+    let wait = Replication::new(1, WAIT).unwrap();
+    let lock = Lock::new().with_manager(ScriptManager::new());
+    let options = LockOptions::new()
+        .ttl(Duration::from_secs(30))
+        .fencing(true)
+        .require_replicas(wait);
+    let Acquire::Acquired(mut guard) = lock.acquire(&mut conn, "r", &options).await.unwrap() else {
+        panic!("acquired with the replica in sync");
+    };
+    pair.replica.pause().await;
+    for state in ["never seen", "cached", "flushed after seen"] {
+        if state == "flushed after seen" {
+            let _: () = pair.primary.cmd(&["SCRIPT", "FLUSH"]).await;
+        }
+        let started = Instant::now();
+        let renewed = lock.renew(&mut conn, &mut guard).await.unwrap();
+        let took = started.elapsed();
+        println!("required renewal, {state}: {took:?}");
+        assert!(
+            matches!(
+                renewed,
+                Renew::NotReplicated {
+                    replicas: 0,
+                    requested: 1
+                }
+            ),
+            "{state}: {renewed:?}"
+        );
+        assert!(took >= WAIT, "{state}: {took:?}");
+        assert!(
+            took < WAIT + SLACK,
+            "{state}: {took:?}, waited more than once"
+        );
+    }
+    pair.replica.resume().await;
 }

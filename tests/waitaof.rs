@@ -41,7 +41,8 @@ async fn waitaof_counts_the_replicas_fsync_and_the_primarys_own(valkey: Valkey) 
 
     let both = fsynced(1, 2_000).with_local_fsync();
     let a = m
-        .invoke_acked::<(i64, i64, i64), _>(&mut conn, &hit("{w}:c"), both)
+        .replicated(both)
+        .invoke::<(i64, i64, i64), _>(&mut conn, &hit("{w}:c"))
         .await
         .unwrap();
     assert_eq!(a.outcome.0, 1);
@@ -55,7 +56,8 @@ async fn waitaof_counts_the_replicas_fsync_and_the_primarys_own(valkey: Valkey) 
 
     // Replicas only: the local fsync is not asked (None), the replica's is counted.
     let a = m
-        .invoke_acked::<(i64, i64, i64), _>(&mut conn, &hit("{w}:c"), fsynced(1, 2_000))
+        .replicated(fsynced(1, 2_000))
+        .invoke::<(i64, i64, i64), _>(&mut conn, &hit("{w}:c"))
         .await
         .unwrap();
     assert_eq!((a.outcome.0, a.replicas, a.local_fsync), (2, 1, None));
@@ -63,11 +65,8 @@ async fn waitaof_counts_the_replicas_fsync_and_the_primarys_own(valkey: Valkey) 
     // Replica link down: applied and fsynced on the primary, no replica: a shortfall.
     pair.cut_link().await;
     let a = m
-        .invoke_acked::<(i64, i64, i64), _>(
-            &mut conn,
-            &hit("{w}:c"),
-            fsynced(1, 200).with_local_fsync(),
-        )
+        .replicated(fsynced(1, 200).with_local_fsync())
+        .invoke::<(i64, i64, i64), _>(&mut conn, &hit("{w}:c"))
         .await
         .unwrap();
     assert_eq!(a.outcome.0, 3, "applied on the primary");
@@ -75,11 +74,8 @@ async fn waitaof_counts_the_replicas_fsync_and_the_primarys_own(valkey: Valkey) 
     assert!(!a.is_replicated());
     // The local fsync alone is confirmed without any replica.
     let a = m
-        .invoke_acked::<(i64, i64, i64), _>(
-            &mut conn,
-            &hit("{w}:c"),
-            fsynced(0, 200).with_local_fsync(),
-        )
+        .replicated(fsynced(0, 200).with_local_fsync())
+        .invoke::<(i64, i64, i64), _>(&mut conn, &hit("{w}:c"))
         .await
         .unwrap();
     assert_eq!((a.outcome.0, a.replicas, a.requested), (4, 0, 0));
@@ -92,13 +88,8 @@ async fn inventory_and_a_required_lock_use_waitaof(valkey: Valkey) {
     let store = Inventory::new("t:aof").unwrap().store("s").unwrap();
     store.set(&mut conn, "mug", 5).await.unwrap();
     let d = store
-        .decrement_acked(
-            &mut conn,
-            "mug",
-            2,
-            Some("o-1"),
-            fsynced(1, 2_000).with_local_fsync(),
-        )
+        .replicated(fsynced(1, 2_000).with_local_fsync())
+        .decrement(&mut conn, "mug", 2, Some("o-1"))
         .await
         .unwrap();
     assert_eq!(d.outcome, Decrement::Decremented { remaining: 3 });
@@ -170,7 +161,8 @@ async fn waitaof_on_the_default_server_is_refused_by_7_0_and_acknowledged_by_7_2
     if waitaof {
         // 7.2+: applied, and the count is the server's: no replica here, 0 of 1.
         let d = store
-            .decrement_acked(&mut conn, "mug", 1, Some("o-1"), fsynced(1, 100))
+            .replicated(fsynced(1, 100))
+            .decrement(&mut conn, "mug", 1, Some("o-1"))
             .await
             .unwrap();
         assert_eq!(d.outcome, Decrement::Decremented { remaining: 4 });
@@ -192,7 +184,8 @@ async fn waitaof_on_the_default_server_is_refused_by_7_0_and_acknowledged_by_7_2
     } else {
         // 7.0: a typed error before anything is written.
         let err = store
-            .decrement_acked(&mut conn, "mug", 1, Some("o-1"), fsynced(1, 100))
+            .replicated(fsynced(1, 100))
+            .decrement(&mut conn, "mug", 1, Some("o-1"))
             .await
             .unwrap_err();
         assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
@@ -204,13 +197,8 @@ async fn waitaof_on_the_default_server_is_refused_by_7_0_and_acknowledged_by_7_2
     }
     // WAIT works on both: one unit more.
     let d = store
-        .decrement_acked(
-            &mut conn,
-            "mug",
-            1,
-            Some("o-2"),
-            Replication::new(1, Duration::from_millis(10)).unwrap(),
-        )
+        .replicated(Replication::new(1, Duration::from_millis(10)).unwrap())
+        .decrement(&mut conn, "mug", 1, Some("o-2"))
         .await
         .unwrap();
     let left = if waitaof { 3 } else { 4 };
@@ -224,23 +212,22 @@ async fn local_fsync_without_appendonly_is_unsupported_and_an_empty_wait_is_inva
     let mut conn = server.conn().await;
     let m = ScriptManager::new();
     let err = m
-        .invoke_acked::<(i64, i64, i64), _>(
-            &mut conn,
-            &hit("{w}:c"),
-            fsynced(0, 100).with_local_fsync(),
-        )
+        .replicated(fsynced(0, 100).with_local_fsync())
+        .invoke::<(i64, i64, i64), _>(&mut conn, &hit("{w}:c"))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
     let err = m
-        .invoke_acked::<(i64, i64, i64), _>(&mut conn, &hit("{w}:c"), fsynced(0, 100))
+        .replicated(fsynced(0, 100))
+        .invoke::<(i64, i64, i64), _>(&mut conn, &hit("{w}:c"))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
     assert_eq!(server.cmd::<i64>(&["DBSIZE"]).await, 0, "nothing written");
     // Replicas' fsync alone needs no local AOF: no replica here, so 0 of 1 after the timeout.
     let a = m
-        .invoke_acked::<(i64, i64, i64), _>(&mut conn, &hit("{w}:c"), fsynced(1, 50))
+        .replicated(fsynced(1, 50))
+        .invoke::<(i64, i64, i64), _>(&mut conn, &hit("{w}:c"))
         .await
         .unwrap();
     assert_eq!((a.outcome.0, a.replicas, a.local_fsync), (1, 0, None));
@@ -253,7 +240,8 @@ async fn a_refused_wait_counts_as_zero_and_keeps_the_applied_outcome() {
     let store = Inventory::new("t:aof").unwrap().store("s").unwrap();
     store.set(&mut conn, "mug", 5).await.unwrap();
     let d = store
-        .decrement_acked(&mut conn, "mug", 1, Some("o-1"), one)
+        .replicated(one)
+        .decrement(&mut conn, "mug", 1, Some("o-1"))
         .await
         .unwrap();
     assert_eq!(d.outcome, Decrement::Decremented { remaining: 4 });
@@ -261,7 +249,8 @@ async fn a_refused_wait_counts_as_zero_and_keeps_the_applied_outcome() {
     assert!(!d.is_replicated());
     // The retry with the same id finds the outcome instead of deducting again.
     let d = store
-        .decrement_acked(&mut conn, "mug", 1, Some("o-1"), one)
+        .replicated(one)
+        .decrement(&mut conn, "mug", 1, Some("o-1"))
         .await
         .unwrap();
     assert!(matches!(d.outcome, Decrement::Duplicate { .. }), "{d:?}");
@@ -274,18 +263,20 @@ async fn a_refused_wait_counts_as_zero_and_keeps_the_applied_outcome() {
     let lock = Lock::new();
     for fencing in [true, false] {
         let name = format!("job-{fencing}");
-        let a = lock
-            .acquire_acked(&mut conn, &name, &LockOptions::new().fencing(fencing), one)
-            .await
-            .unwrap();
-        assert_eq!((a.replicas, a.requested), (0, 1));
-        let Acquire::Acquired(guard) = a.outcome else {
-            panic!(
-                "the lock was taken: the outcome must say so, got {:?}",
-                a.outcome
-            );
-        };
-        lock.release(&mut conn, guard).await.unwrap();
+        let options = LockOptions::new().fencing(fencing).require_replicas(one);
+        let a = lock.acquire(&mut conn, &name, &options).await.unwrap();
+        assert!(
+            matches!(
+                a,
+                Acquire::NotReplicated {
+                    replicas: 0,
+                    requested: 1
+                }
+            ),
+            "no replica fsynced it: refused and given back, got {a:?}"
+        );
+        let key = lock.key(&name).unwrap();
+        assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0, "given back");
     }
 }
 
@@ -299,7 +290,8 @@ async fn on_a_cluster_waitaof_waits_on_the_node_that_ran_the_script(valkey: Valk
         let store = inventory.store(name).unwrap();
         store.set(&mut conn, "mug", 5).await.unwrap();
         let d = store
-            .decrement_acked(&mut conn, "mug", 1, Some("o-1"), both)
+            .replicated(both)
+            .decrement(&mut conn, "mug", 1, Some("o-1"))
             .await
             .unwrap();
         assert_eq!(d.outcome, Decrement::Decremented { remaining: 4 }, "{name}");
@@ -324,7 +316,8 @@ async fn on_a_default_cluster_waitaof_is_refused_by_7_0_and_acknowledged_by_7_2(
         "the stock key"
     );
     let result = store
-        .decrement_acked(&mut conn, "mug", 1, Some("o-1"), fsynced(1, 100))
+        .replicated(fsynced(1, 100))
+        .decrement(&mut conn, "mug", 1, Some("o-1"))
         .await;
     if waitaof {
         // 7.2+: applied on the owner; its replica has no AOF, so no fsync is acknowledged.

@@ -89,7 +89,7 @@ impl Engine {
         match replication {
             None => Ok(Acked::new(self.manager.invoke(conn, call).await?, 0, 0)),
             // Boxed: the calls without WAIT keep a small future.
-            Some(r) => Box::pin(self.manager.invoke_acked(conn, call, r)).await,
+            Some(r) => Box::pin(self.manager.replicated(r).invoke(conn, call)).await,
         }
     }
 

@@ -14,7 +14,7 @@ use super::store::Store;
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
 use crate::keys;
-use crate::script::{Acked, Replication, ScriptManager};
+use crate::script::{Replicated, Replication, ScriptManager};
 use crate::telemetry::metric::InventoryOp;
 
 /// Atomic stock counters under one key prefix. Cheap to clone (an `Arc`).
@@ -272,12 +272,12 @@ impl Inventory {
         counted(InventoryOp::Order, placed.map(|a| a.outcome))
     }
 
-    /// [`place_order`](Self::place_order), then `WAIT` for `replication` in the same round
-    /// trip: the outcome with how many replicas acknowledged the write. A caller can refuse to
-    /// confirm an order whose deduction is on the primary only (it could be lost in a
-    /// failover). `WAIT` does not roll anything back: an order acknowledged by fewer replicas
-    /// than asked is still placed on the primary; retry with the same request id to learn its
-    /// outcome.
+    /// A view of this inventory whose orders wait for `wait` (`WAIT` or `WAITAOF` in the same
+    /// round trip): [`Replicated::place_order`] answers the outcome with how many replicas
+    /// acknowledged it. A caller can refuse to confirm an order whose deduction is on the
+    /// primary only (it could be lost in a failover). The wait rolls nothing back: an order
+    /// acknowledged by fewer replicas than asked is still placed on the primary; retry with
+    /// the same request id to learn its outcome.
     ///
     /// ```no_run
     /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -288,21 +288,18 @@ impl Inventory {
     /// let berlin = inventory.store("berlin")?;
     /// let lines = [berlin.line("sku-1", 2)?];
     /// let wait = Replication::new(1, Duration::from_millis(200))?;
-    /// let acked = inventory.place_order_acked(&mut conn, &lines, Some("order-1001"), wait).await?;
+    /// let acked = inventory.replicated(wait).place_order(&mut conn, &lines, Some("order-1001")).await?;
     /// if acked.outcome.is_applied() && !acked.is_replicated() {
     ///     println!("placed on the primary only; confirm later");
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn place_order_acked<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        lines: &[OrderLine],
-        request_id: Option<&str>,
-        replication: Replication,
-    ) -> Result<Acked<Order>> {
-        let placed = order::place(&self.engine, conn, lines, request_id, Some(replication)).await;
-        counted(InventoryOp::Order, placed)
+    pub fn replicated(&self, wait: Replication) -> Replicated<'_, Inventory> {
+        Replicated::new(self, wait)
+    }
+
+    pub(super) fn engine(&self) -> &Engine {
+        &self.engine
     }
 }
 
@@ -400,7 +397,7 @@ impl InventoryBuilder {
     /// in flight, the others get [`Error::Interrupted`] (it may have run): where futures may
     /// be dropped (an HTTP handler whose client went away), run each decrement in a task of
     /// its own (`tokio::spawn`) so the call is read for the group. Other operations
-    /// (`decrement_acked`, restocks, orders, reservations) are never grouped.
+    /// (`replicated(wait)` decrements, restocks, orders, reservations) are never grouped.
     ///
     /// ```
     /// use redkit::{inventory::Inventory, GroupCommit};

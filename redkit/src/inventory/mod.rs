@@ -21,8 +21,9 @@
 //! available. Decrements, restocks and orders may carry a request id (e.g. the order id): the
 //! same request sent again within the retention returns its original outcome as `Duplicate`
 //! and changes nothing, so a client that timed out can retry safely *with the same id* (a retry
-//! without one can deduct twice). Every write has an `_acked` sibling that also reports how many
-//! replicas acknowledged it (`WAIT`, in the same round trip).
+//! without one can deduct twice). [`Store::replicated`] and [`Inventory::replicated`] give every
+//! write with the same arguments, also reporting how many replicas acknowledged it (`WAIT`, in
+//! the same round trip).
 //!
 //! Nothing is half-applied: every script parses stored numbers strictly and checks every write
 //! against the caller's ACL before the first one, so it applies completely or writes nothing.
@@ -60,6 +61,7 @@ mod group;
 mod inventory;
 mod order;
 mod outcome;
+mod replicated;
 mod reply;
 mod reservation;
 mod store;

@@ -242,37 +242,9 @@ impl Store {
             .map(|a| a.outcome)
     }
 
-    /// [`reserve`](Self::reserve), then `WAIT` for `replication` in the same round trip: the
-    /// outcome with how many replicas acknowledged the hold.
-    ///
-    /// ```no_run
-    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use std::time::Duration;
-    /// use redkit::script::Replication;
-    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
-    /// let wait = Replication::new(1, Duration::from_millis(200))?;
-    /// let acked = store
-    ///     .reserve_acked(&mut conn, "sku-1", 2, Duration::from_secs(900), "cart-7", wait)
-    ///     .await?;
-    /// println!("{:?} on {} replicas", acked.outcome, acked.replicas);
-    /// # Ok(()) }
-    /// ```
-    pub async fn reserve_acked<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        sku: &str,
-        quantity: u64,
-        ttl: Duration,
-        reservation_id: &str,
-        replication: Replication,
-    ) -> Result<Acked<Reserve>> {
-        self.reserve_with(conn, sku, quantity, ttl, reservation_id, Some(replication))
-            .await
-    }
-
-    /// [`reserve_acked`](Self::reserve_acked) (without `WAIT` when `replication` is `None`),
+    /// [`reserve`](Self::reserve), with `WAIT` behind it when `replication` is given,
     /// counted in `redkit.inventory.operations` under `reserve`.
-    async fn reserve_with<C: ConnectionLike>(
+    pub(super) async fn reserve_with<C: ConnectionLike>(
         &self,
         conn: &mut C,
         sku: &str,
@@ -357,33 +329,9 @@ impl Store {
             .map(|a| a.outcome)
     }
 
-    /// [`commit`](Self::commit), then `WAIT` for `replication` in the same round trip: the
-    /// outcome with how many replicas acknowledged it.
-    ///
-    /// ```no_run
-    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use std::time::Duration;
-    /// use redkit::script::Replication;
-    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
-    /// let wait = Replication::new(1, Duration::from_millis(200))?;
-    /// let acked = store.commit_acked(&mut conn, "sku-1", "cart-7", wait).await?;
-    /// if acked.outcome.is_committed() && acked.is_replicated() { /* safe to ship */ }
-    /// # Ok(()) }
-    /// ```
-    pub async fn commit_acked<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        sku: &str,
-        reservation_id: &str,
-        replication: Replication,
-    ) -> Result<Acked<Commit>> {
-        self.commit_with(conn, sku, reservation_id, Some(replication))
-            .await
-    }
-
-    /// [`commit_acked`](Self::commit_acked) (without `WAIT` when `replication` is `None`),
+    /// [`commit`](Self::commit), with `WAIT` behind it when `replication` is given,
     /// counted in `redkit.inventory.operations` under `commit`.
-    async fn commit_with<C: ConnectionLike>(
+    pub(super) async fn commit_with<C: ConnectionLike>(
         &self,
         conn: &mut C,
         sku: &str,
@@ -440,33 +388,9 @@ impl Store {
             .map(|a| a.outcome)
     }
 
-    /// [`cancel`](Self::cancel), then `WAIT` for `replication` in the same round trip: the
-    /// outcome with how many replicas acknowledged it.
-    ///
-    /// ```no_run
-    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use std::time::Duration;
-    /// use redkit::script::Replication;
-    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
-    /// let wait = Replication::new(1, Duration::from_millis(200))?;
-    /// let acked = store.cancel_acked(&mut conn, "sku-1", "cart-7", wait).await?;
-    /// println!("{:?}, replicated: {}", acked.outcome, acked.is_replicated());
-    /// # Ok(()) }
-    /// ```
-    pub async fn cancel_acked<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        sku: &str,
-        reservation_id: &str,
-        replication: Replication,
-    ) -> Result<Acked<Cancel>> {
-        self.cancel_with(conn, sku, reservation_id, Some(replication))
-            .await
-    }
-
-    /// [`cancel_acked`](Self::cancel_acked) (without `WAIT` when `replication` is `None`),
+    /// [`cancel`](Self::cancel), with `WAIT` behind it when `replication` is given,
     /// counted in `redkit.inventory.operations` under `cancel`.
-    async fn cancel_with<C: ConnectionLike>(
+    pub(super) async fn cancel_with<C: ConnectionLike>(
         &self,
         conn: &mut C,
         sku: &str,

@@ -11,7 +11,7 @@ use super::outcome::{counted, Decrement, Original, Restock};
 use super::reply::{self, Reply};
 use crate::error::{Error, Result};
 use crate::keys;
-use crate::script::{Acked, Call, Replication, Script};
+use crate::script::{Acked, Call, Replicated, Replication, Script};
 use crate::telemetry::metric::InventoryOp;
 
 /// One store of an [`Inventory`](super::Inventory) (get it with
@@ -221,10 +221,26 @@ impl Store {
         quantity: u64,
         request_id: Option<&str>,
     ) -> Result<Decrement> {
+        self.decrement_with(conn, sku, quantity, request_id, None)
+            .await
+            .map(|acked| acked.outcome)
+    }
+
+    /// One decrement call, with `replication`'s wait behind it when given (without it, the
+    /// counts of the [`Acked`] are 0 of 0).
+    pub(super) async fn decrement_with<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        quantity: u64,
+        request_id: Option<&str>,
+        replication: Option<Replication>,
+    ) -> Result<Acked<Decrement>> {
         let acked = self
-            .apply_one(conn, Mode::Take, sku, quantity, request_id, None)
+            .apply_one(conn, Mode::Take, sku, quantity, request_id, replication)
             .await?;
-        decrement_outcome(self.engine.apply, sku, acked.outcome)
+        let (reply, ack) = acked.split();
+        decrement_outcome(self.engine.apply, sku, reply).map(|outcome| ack.map(|()| outcome))
     }
 
     /// [`decrement`](Self::decrement) with group commit (see
@@ -298,10 +314,13 @@ impl Store {
         }
     }
 
-    /// [`decrement`](Self::decrement), then `WAIT` for `replication` in the same round trip:
-    /// the outcome with how many replicas acknowledged it. Fewer than asked means the
-    /// deduction is applied on the primary but could be lost in a failover (nothing is rolled
-    /// back); a retry with the same request id answers the original outcome.
+    /// A view of this store whose writes wait for `wait` (`WAIT` or `WAITAOF` in the same
+    /// round trip) and answer how many replicas have them: the same verbs and arguments
+    /// ([`Replicated::decrement`], `restock`, `reserve`, `commit`, `cancel`). Fewer replicas
+    /// than asked means the write is applied on the primary but could be lost in a failover
+    /// (nothing is rolled back); a retry with the same request id answers the original
+    /// outcome. A replicated decrement is never grouped (group commit answers each caller
+    /// separately; its wait would count the whole group).
     ///
     /// ```no_run
     /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -309,34 +328,12 @@ impl Store {
     /// use redkit::script::Replication;
     /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
     /// let wait = Replication::new(1, Duration::from_millis(200))?;
-    /// let acked = store.decrement_acked(&mut conn, "sku-1", 1, Some("order-17"), wait).await?;
+    /// let acked = store.replicated(wait).decrement(&mut conn, "sku-1", 1, Some("order-17")).await?;
     /// println!("{:?}, {} of {} replicas", acked.outcome, acked.replicas, acked.requested);
     /// # Ok(()) }
     /// ```
-    pub async fn decrement_acked<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        sku: &str,
-        quantity: u64,
-        request_id: Option<&str>,
-        replication: Replication,
-    ) -> Result<Acked<Decrement>> {
-        let acked = self
-            .apply_one(
-                conn,
-                Mode::Take,
-                sku,
-                quantity,
-                request_id,
-                Some(replication),
-            )
-            .await?;
-        let (reply, ack) = acked.split();
-        let outcome = decrement_outcome(self.engine.apply, sku, reply);
-        counted(
-            InventoryOp::Decrement,
-            outcome.map(|outcome| ack.map(|()| outcome)),
-        )
+    pub fn replicated(&self, wait: Replication) -> Replicated<'_, Store> {
+        Replicated::new(self, wait)
     }
 
     /// Adds `quantity` to the stock of `sku` (which must have been [`set`](Self::set) first: an
@@ -358,53 +355,24 @@ impl Store {
         quantity: u64,
         request_id: Option<&str>,
     ) -> Result<Restock> {
-        let outcome = match self
-            .apply_one(conn, Mode::Put, sku, quantity, request_id, None)
-            .await
-        {
-            Ok(acked) => restock_outcome(self.engine.apply, sku, acked.outcome),
-            Err(e) => Err(e),
-        };
-        counted(InventoryOp::Restock, outcome)
+        let restocked = self.restock_with(conn, sku, quantity, request_id, None);
+        counted(InventoryOp::Restock, restocked.await.map(|a| a.outcome))
     }
 
-    /// [`restock`](Self::restock), then `WAIT` for `replication` in the same round trip (see
-    /// [`decrement_acked`](Self::decrement_acked)).
-    ///
-    /// ```no_run
-    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use std::time::Duration;
-    /// use redkit::script::Replication;
-    /// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
-    /// let wait = Replication::new(1, Duration::from_millis(200))?;
-    /// let acked = store.restock_acked(&mut conn, "sku-1", 5, Some("delivery-3"), wait).await?;
-    /// assert!(acked.outcome.stock() >= Some(5));
-    /// # Ok(()) }
-    /// ```
-    pub async fn restock_acked<C: ConnectionLike>(
+    /// One restock call, with `replication`'s wait behind it when given.
+    pub(super) async fn restock_with<C: ConnectionLike>(
         &self,
         conn: &mut C,
         sku: &str,
         quantity: u64,
         request_id: Option<&str>,
-        replication: Replication,
+        replication: Option<Replication>,
     ) -> Result<Acked<Restock>> {
         let acked = self
-            .apply_one(
-                conn,
-                Mode::Put,
-                sku,
-                quantity,
-                request_id,
-                Some(replication),
-            )
+            .apply_one(conn, Mode::Put, sku, quantity, request_id, replication)
             .await?;
         let (reply, ack) = acked.split();
-        let outcome = restock_outcome(self.engine.apply, sku, reply);
-        counted(
-            InventoryOp::Restock,
-            outcome.map(|outcome| ack.map(|()| outcome)),
-        )
+        restock_outcome(self.engine.apply, sku, reply).map(|outcome| ack.map(|()| outcome))
     }
 
     pub(super) fn engine(&self) -> &Engine {

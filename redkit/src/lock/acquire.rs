@@ -76,46 +76,9 @@ impl Lock {
         resource: &str,
         options: &LockOptions<Lock>,
     ) -> Result<Acquire<LockGuard<Lock>>> {
-        LockAttempts::new(self, resource, options, None)?
+        LockAttempts::new(self, resource, options)?
             .run(conn, Pace::Poll(options.settings()))
             .await
-    }
-
-    /// Like [`acquire`](Self::acquire), and every attempt is followed by `WAIT` for
-    /// `replication` in the same round trip ([`ScriptManager::invoke_acked`](crate::ScriptManager::invoke_acked)). The answer says
-    /// how many replicas have the lock and fence keys: with fewer than requested, a failover
-    /// now could promote a replica where the lock is free (another owner could acquire it;
-    /// its fencing token would still be larger, see [`FencingToken`](super::FencingToken)).
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use std::time::Duration;
-    /// use redkit::lock::{Acquire, LockOptions};
-    /// use redkit::script::Replication;
-    /// let acked = lock
-    ///     .acquire_acked(&mut conn, "ledger", &LockOptions::new(), Replication::new(1, Duration::from_millis(100))?)
-    ///     .await?;
-    /// if let Acquire::Acquired(guard) = acked.outcome {
-    ///     if acked.replicas < acked.requested {
-    ///         eprintln!("the lock is on the primary only");
-    ///     }
-    ///     lock.release(&mut conn, guard).await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn acquire_acked<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        resource: &str,
-        options: &LockOptions<Lock>,
-        replication: Replication,
-    ) -> Result<Acked<Acquire<LockGuard<Lock>>>> {
-        let mut attempts = LockAttempts::new(self, resource, options, Some(replication))?;
-        let outcome = attempts.run(conn, Pace::Poll(options.settings())).await?;
-        Ok(attempts
-            .replicas
-            .unwrap_or_else(|| Acked::new((), 0, replication.replicas()))
-            .map(|()| outcome))
     }
 }
 
@@ -136,13 +99,12 @@ pub(super) struct LockAttempts<'a> {
 
 impl<'a> LockAttempts<'a> {
     /// The attempts of an acquire of `resource`, every one with the same owner token and
-    /// followed by `WAIT` for `replication` (else the options' replication) when given; or
-    /// the typed error of bad input (nothing sent).
+    /// followed by `WAIT` when the options require replicas; or the typed error of bad input
+    /// (nothing sent).
     pub(super) fn new(
         lock: &'a Lock,
         resource: &str,
         options: &'a LockOptions<Lock>,
-        replication: Option<Replication>,
     ) -> Result<Self> {
         let ttl_ms = options.validate()?;
         Ok(Self {
@@ -151,7 +113,7 @@ impl<'a> LockAttempts<'a> {
             token: options.owner_token(),
             ttl_ms,
             options,
-            wait: replication.or(options.get_replication()),
+            wait: options.get_replication(),
             replicas: None,
             flagged: false,
         })

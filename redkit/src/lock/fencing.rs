@@ -10,7 +10,7 @@ use super::single::Lock;
 use super::token::{issued, FencingToken};
 use super::wait::ms;
 use crate::error::{Error, Result};
-use crate::script::{Acked, Call, Replication};
+use crate::script::{Acked, Call, Replicated, Replication};
 
 /// Longest key accepted for a fenced value, in bytes.
 ///
@@ -128,37 +128,27 @@ impl Lock {
         self.fenced_outcome(written, last)
     }
 
-    /// Like [`fenced_set`](Self::fenced_set), followed by `WAIT` for `replication` in the same
-    /// round trip: the answer says how many replicas have the write.
+    /// This lock's fenced writes followed by `WAIT` for `wait` in the same round trip:
+    /// [`Replicated::fenced_set`] answers how many replicas have the write. (The lock's own
+    /// acquire and renewals wait for replicas through
+    /// [`LockOptions::require_replicas`](super::LockOptions::require_replicas).)
     ///
     /// ```no_run
     /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
     /// use std::time::Duration;
     /// use redkit::script::Replication;
+    /// let wait = Replication::new(1, Duration::from_millis(100))?;
     /// let acked = lock
-    ///     .fenced_set_acked(&mut conn, "report:{q3}", guard.fencing_token(), "v2", Replication::new(1, Duration::from_millis(100))?)
+    ///     .replicated(wait)
+    ///     .fenced_set(&mut conn, "report:{q3}", guard.fencing_token(), "v2")
     ///     .await?;
     /// if acked.outcome.is_written() && !acked.is_replicated() {
     ///     eprintln!("written on the primary only");
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn fenced_set_acked<C: ConnectionLike, V: AsRef<[u8]>>(
-        &self,
-        conn: &mut C,
-        key: &str,
-        fence: FencingToken,
-        value: V,
-        replication: Replication,
-    ) -> Result<Acked<FencedWrite>> {
-        let call = self.fenced_call(key, fence, value.as_ref())?;
-        let ((written, last), ack) = self
-            .manager()
-            .invoke_acked::<(i64, u64), _>(conn, &call, replication)
-            .await?
-            .split();
-        let outcome = self.fenced_outcome(written, last)?;
-        Ok(ack.map(|()| outcome))
+    pub fn replicated(&self, wait: Replication) -> Replicated<'_, Lock> {
+        Replicated::new(self, wait)
     }
 
     fn fenced_call(&self, key: &str, fence: FencingToken, value: &[u8]) -> Result<Call<'static>> {
@@ -230,6 +220,39 @@ impl Lock {
             }
             _ => Err(corrupt("fenced value lacks its value or fence field")),
         }
+    }
+}
+
+impl Replicated<'_, Lock> {
+    /// [`Lock::fenced_set`], followed by the wait: the outcome with how many replicas have the
+    /// write (see [`Lock::replicated`]).
+    ///
+    /// ```no_run
+    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::script::Replication;
+    /// let wait = Replication::new(1, Duration::from_millis(100))?;
+    /// let acked = lock.replicated(wait).fenced_set(&mut conn, "report:{q3}", guard.fencing_token(), "v2").await?;
+    /// println!("{:?} on {} replicas", acked.outcome, acked.replicas);
+    /// # Ok(()) }
+    /// ```
+    pub async fn fenced_set<C: ConnectionLike, V: AsRef<[u8]>>(
+        self,
+        conn: &mut C,
+        key: &str,
+        fence: FencingToken,
+        value: V,
+    ) -> Result<Acked<FencedWrite>> {
+        let lock = self.of();
+        let call = lock.fenced_call(key, fence, value.as_ref())?;
+        let ((written, last), ack) = lock
+            .manager()
+            .replicated(self.wait())
+            .invoke::<(i64, u64), _>(conn, &call)
+            .await?
+            .split();
+        let outcome = lock.fenced_outcome(written, last)?;
+        Ok(ack.map(|()| outcome))
     }
 }
 

@@ -68,7 +68,7 @@ impl Lock {
         wait: Duration,
     ) -> Result<Acquire<LockGuard<Lock>>> {
         let give_up = wait_deadline(wait)?;
-        LockAttempts::new(self, resource, options, None)?
+        LockAttempts::new(self, resource, options)?
             .run(conn, Pace::Until(Some(give_up)))
             .await
     }

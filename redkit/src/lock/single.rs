@@ -2,7 +2,7 @@
 //! compare-and-PEXPIRE renewal, watchdog).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
@@ -15,7 +15,7 @@ use super::outcome::{renew_status, Renew};
 use super::schema;
 use super::wait::ms;
 use crate::error::Result;
-use crate::script::{Acked, Call, Registry, Replication, Script, ScriptManager};
+use crate::script::{Call, Registry, Script, ScriptManager};
 use crate::telemetry::metric::LockKind;
 
 lock_kind! {
@@ -171,7 +171,8 @@ impl Lock {
         /// the waiter flag in one transaction, then, only when it deleted the key and a caller
         /// waits, the same wake-up by plain commands. Same outcomes; one difference: a wake-up
         /// list key holding another type, or wake-up commands the ACL refuses, are found after
-        /// the delete, so the lock is released when that typed error is answered.
+        /// the delete: the answer is then `Released` (what the key holds), and the failed
+        /// wake-up is reported as a `WARN` event (the script refuses before deleting instead).
         ///
         /// On an error the lease ends by its TTL.
         ///
@@ -186,8 +187,10 @@ impl Lock {
         release;
         /// Compare-and-PEXPIRE: resets the TTL to the guard's lease length only if the key still
         /// holds its token, and moves the local validity forward. [`Renew::Lost`] otherwise (the
-        /// guard is then no longer valid). See [`renew_acked`](Self::renew_acked) to learn how
-        /// many replicas have the new TTL. A guard acquired without fencing is renewed without a
+        /// guard is then no longer valid). A guard acquired with
+        /// [`LockOptions::require_replicas`] renews with its wait behind it, and moves the
+        /// validity only when the replicas acknowledged ([`Renew::NotReplicated`] otherwise).
+        /// A guard acquired without fencing is renewed without a
         /// script where the server has `SET ... IFEQ` (Valkey 8.1+): `SET key token IFEQ token
         /// PX ttl`, same outcomes (the fence key, which only fencing needs, is not touched).
         ///
@@ -220,54 +223,6 @@ impl Lock {
         /// # Ok(()) }
         /// ```
         watch;
-    }
-
-    /// Like [`renew`](Self::renew), followed by `WAIT` for `replication` in the same round
-    /// trip: the answer says how many replicas have the new TTL. For a guard acquired without
-    /// [`LockOptions::require_replicas`] it reports (a renewal moves the validity whatever the
-    /// count); for one acquired with it, the validity moves only when this wait asks for at
-    /// least what the acquire required and was acknowledged, else the outcome is
-    /// [`Renew::NotReplicated`] (as [`renew`](Self::renew) answers).
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, mut guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
-    /// use std::time::Duration;
-    /// use redkit::script::Replication;
-    /// let acked = lock.renew_acked(&mut conn, &mut guard, Replication::new(1, Duration::from_millis(50))?).await?;
-    /// println!("{:?}, on {} replica(s)", acked.outcome, acked.replicas);
-    /// # Ok(()) }
-    /// ```
-    pub async fn renew_acked<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        guard: &mut LockGuard<Lock>,
-        replication: Replication,
-    ) -> Result<Acked<Renew>> {
-        let started = Instant::now();
-        let held = &guard.held;
-        let manager = &self.inner.base.manager;
-        let (key, token, wait) = (held.key.as_str(), held.token.as_str(), Some(replication));
-        let native = match held.plain {
-            true => native::renew(manager, conn, key, token, held.ttl, wait).await,
-            false => None,
-        };
-        let (outcome, ack) = match native {
-            Some(renewed) => {
-                let (outcome, ack) = renewed?;
-                let none = || Acked::new((), 0, replication.replicas());
-                (outcome, ack.unwrap_or_else(none))
-            }
-            None => {
-                let call = self.renew_call_of(key, token, held.ttl);
-                let (renewed, ack) = manager
-                    .invoke_acked::<i64, _>(conn, &call, replication)
-                    .await?
-                    .split();
-                (renew_status(self.inner.renew, renewed)?, ack)
-            }
-        };
-        let outcome = held.confirmed(outcome, Some((&replication, &ack)));
-        Ok(ack.map(|()| held.renewed(started, outcome)))
     }
 
     fn renew_call_of<'a>(&'a self, key: &str, token: &str, ttl: Duration) -> Call<'a> {

@@ -15,7 +15,7 @@ use super::errors::{check_sha, function_error, unsupported_or};
 use super::functions::{Backend, Library};
 use super::path::{in_span, load_library, script_load, Path};
 use super::registry::{Registry, Script};
-use super::replication::{Acked, Replication};
+use super::replication::{Acked, Replicated, Replication};
 use super::state::State;
 use crate::error::{Error, Result};
 use crate::telemetry::round_trip::Server;
@@ -65,7 +65,7 @@ pub struct ScriptManager {
 pub struct Stats {
     /// Single calls (replicated ones included) that were answered `NOSCRIPT` and re-sent as
     /// `EVAL`; and replicated calls sent as `EVAL` at once because `SCRIPT EXISTS` said the
-    /// script is missing (see [`invoke_acked`](ScriptManager::invoke_acked)).
+    /// script is missing (see [`replicated`](ScriptManager::replicated)).
     pub noscript_fallbacks: u64,
     /// Calls of batches that were answered `NOSCRIPT` and re-run after `SCRIPT LOAD`.
     pub batch_reruns: u64,
@@ -352,54 +352,22 @@ impl ScriptManager {
         T: FromRedisValue,
         C: ConnectionLike,
     {
-        call.validate()?;
-        let script = call.script();
-        let span = tracing::debug_span!(
-            "redkit.invoke",
-            script = script.name(),
-            version = script.version()
-        );
-        let call = async {
-            let path = self.path();
-            let answer = path.run(conn, &path.request(call, None)).await?;
-            let value = answer.reply.map_err(|e| function_error(script, e))?;
-            T::from_redis_value(value).map_err(|e| Error::unexpected(script.id(), e.to_string()))
-        };
-        in_span(span, call).await
+        self.invoke_waiting(conn, call, None)
+            .await
+            .map(|(outcome, _)| outcome)
     }
 
-    /// Runs one call like [`invoke`](Self::invoke), or like [`invoke_acked`](Self::invoke_acked)
-    /// when `replication` is given: the outcome, and the acknowledgement (`None` when no wait
-    /// was sent).
-    pub(crate) async fn invoke_waiting<T, C>(
-        &self,
-        conn: &mut C,
-        call: &Call<'_>,
-        replication: Option<Replication>,
-    ) -> Result<(T, Option<Acked<()>>)>
-    where
-        T: FromRedisValue,
-        C: ConnectionLike,
-    {
-        Ok(match replication {
-            None => (self.invoke(conn, call).await?, None),
-            Some(r) => {
-                let (outcome, ack) = self.invoke_acked(conn, call, r).await?.split();
-                (outcome, Some(ack))
-            }
-        })
-    }
-
-    /// Runs one call like [`invoke`](Self::invoke), then `WAIT` for `replication`, both in one
-    /// pipeline (one round trip) on the node that ran the script (on a Cluster connection the
-    /// pipeline is routed by the call's first key). On `NOSCRIPT` the pair is sent once more
-    /// with `EVAL`, and the script is loaded again like after a single call's fallback. A
-    /// script the manager has not seen cached since the last `NOSCRIPT` is asked for with
-    /// `SCRIPT EXISTS` first, so a cold cache costs one wait, not two; a script flushed after
-    /// the manager saw it is found missing only by the `EVALSHA`, whose wait blocks for
-    /// nothing, and the recovery's wait then has what is left of the timeout: a call waits
-    /// about `replication.timeout()` in all, whatever the cache held. A script error is
-    /// returned as the typed error (the script wrote nothing).
+    /// This manager's calls followed by `WAIT` for `wait` (or `WAITAOF`), both in one pipeline
+    /// (one round trip) on the node that ran the script (on a Cluster connection the pipeline is
+    /// routed by the call's first key): [`Replicated::invoke`] answers the outcome with how many
+    /// replicas have the write. On `NOSCRIPT` the pair is sent once more with `EVAL`, and the
+    /// script is loaded again like after a single call's fallback. A script the manager has not
+    /// seen cached since the last `NOSCRIPT` is asked for with `SCRIPT EXISTS` first, so a cold
+    /// cache costs one wait, not two; a script flushed after the manager saw it is found
+    /// missing only by the `EVALSHA`, whose wait blocks for nothing, and the recovery's wait
+    /// then has what is left of the timeout: a call waits about `wait.timeout()` in all,
+    /// whatever the cache held. A script error is returned as the typed error (the script
+    /// wrote nothing).
     ///
     /// `WAIT` counts the replicas that have every write of *this connection* so far, so on a
     /// shared (multiplexed) connection the count is conservative, never optimistic.
@@ -414,40 +382,53 @@ impl ScriptManager {
     /// let script = Registry::global().require("fixed_window", 8)?;
     /// let mut call = Call::new(script);
     /// call.key("rk:{demo}:fw").arg(10).arg(60_000).arg(1);
+    /// let wait = Replication::new(1, Duration::from_millis(100))?;
     /// let acked = ScriptManager::new()
-    ///     .invoke_acked::<redis::Value, _>(&mut conn, &call, Replication::new(1, Duration::from_millis(100))?)
+    ///     .replicated(wait)
+    ///     .invoke::<redis::Value, _>(&mut conn, &call)
     ///     .await?;
     /// if !acked.is_replicated() { /* applied on the primary only: could be lost in a failover */ }
     /// # Ok(()) }
     /// ```
-    pub async fn invoke_acked<T, C>(
+    pub fn replicated(&self, wait: Replication) -> Replicated<'_, ScriptManager> {
+        Replicated::new(self, wait)
+    }
+
+    /// The one call path of a single call: checked, sent (with `replication`'s wait behind it
+    /// when given), recovered once, decoded. The outcome, and the acknowledgement (`None` when
+    /// no wait was sent).
+    pub(crate) async fn invoke_waiting<T, C>(
         &self,
         conn: &mut C,
         call: &Call<'_>,
-        replication: Replication,
-    ) -> Result<Acked<T>>
+        replication: Option<Replication>,
+    ) -> Result<(T, Option<Acked<()>>)>
     where
         T: FromRedisValue,
         C: ConnectionLike,
     {
         call.validate()?;
-        self.check_wait(conn, &replication).await?;
+        if let Some(r) = &replication {
+            self.check_wait(conn, r).await?;
+        }
         let script = call.script();
         let span = tracing::debug_span!(
             "redkit.invoke",
             script = script.name(),
             version = script.version(),
-            wait = replication.replicas()
+            wait = tracing::field::Empty
         );
+        if let Some(r) = &replication {
+            span.record("wait", r.replicas());
+        }
         let call = async {
             let path = self.path();
-            let answer = path
-                .run(conn, &path.request(call, Some(replication)))
-                .await?;
+            let answer = path.run(conn, &path.request(call, replication)).await?;
             let value = answer.reply.map_err(|e| function_error(script, e))?;
             let outcome = T::from_redis_value(value)
                 .map_err(|e| Error::unexpected(script.id(), e.to_string()))?;
-            Ok(replication.acked(outcome, &answer.ack.unwrap_or(Value::Nil)))
+            let ack = replication.map(|r| r.acked((), &answer.ack.unwrap_or(Value::Nil)));
+            Ok((outcome, ack))
         };
         in_span(span, call).await
     }
@@ -465,5 +446,34 @@ impl ScriptManager {
         self.state
             .batch_reruns
             .fetch_add(calls as u64, Ordering::Relaxed);
+    }
+}
+
+impl Replicated<'_, ScriptManager> {
+    /// [`ScriptManager::invoke`], then the wait: the outcome with how many replicas
+    /// acknowledged the write (see [`ScriptManager::replicated`]).
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// use redkit::script::Replication;
+    /// use redkit::{Call, Script, ScriptManager};
+    /// let script = Script::new("incr_by", 1, 1, "return redis.call('INCRBY', KEYS[1], ARGV[1])")?;
+    /// let mut call = Call::new(&script);
+    /// call.key("visits").arg(5);
+    /// let wait = Replication::new(1, Duration::from_millis(100))?;
+    /// let acked = ScriptManager::new().replicated(wait).invoke::<i64, _>(&mut conn, &call).await?;
+    /// println!("{} on {} of {} replicas", acked.outcome, acked.replicas, acked.requested);
+    /// # Ok(()) }
+    /// ```
+    pub async fn invoke<T, C>(self, conn: &mut C, call: &Call<'_>) -> Result<Acked<T>>
+    where
+        T: FromRedisValue,
+        C: ConnectionLike,
+    {
+        let wait = self.wait();
+        let (outcome, ack) = self.of().invoke_waiting(conn, call, Some(wait)).await?;
+        let ack = ack.unwrap_or_else(|| Acked::new((), 0, wait.replicas()));
+        Ok(ack.map(|()| outcome))
     }
 }

@@ -53,4 +53,4 @@ pub use functions::{Backend, Library};
 pub use manager::{ScriptManager, Stats};
 pub use outcome::CallOutcome;
 pub use registry::{Registry, RegistryProblem, RetiredScript, Script, LOCK_FILE};
-pub use replication::{Acked, Replication};
+pub use replication::{Acked, Replicated, Replication};

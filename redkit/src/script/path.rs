@@ -1,6 +1,6 @@
 //! The one call path: how a [`Call`] goes out, and the one recovery when the server lacks its
 //! script. Single calls ([`invoke`](super::ScriptManager::invoke)), replicated calls
-//! ([`invoke_acked`](super::ScriptManager::invoke_acked): locks, semaphores, the inventory)
+//! ([`replicated`](super::ScriptManager::replicated): locks, semaphores, the inventory)
 //! and batches (their missing calls, their re-run's loads, their calls run one by one after a
 //! redirect) all go through here.
 //!

@@ -399,6 +399,56 @@ impl<T> Acked<T> {
     }
 }
 
+/// A view of a component whose writes wait for replication: the same verbs with the same
+/// arguments, each followed by `WAIT` (or `WAITAOF`) in the same round trip and answering
+/// [`Acked`] (the outcome and how many replicas have it). Made by `replicated(wait)` on the
+/// component: [`ScriptManager`](super::ScriptManager),
+/// [`Store`](crate::inventory::Store), [`Inventory`](crate::inventory::Inventory),
+/// [`Lock`](crate::lock::Lock) (its fenced writes). A lock's own acquire and renewals wait for
+/// replicas through [`LockOptions::require_replicas`](crate::lock::LockOptions::require_replicas)
+/// instead, which also refuses what fewer replicas acknowledged.
+///
+/// ```no_run
+/// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+/// use std::time::Duration;
+/// use redkit::script::Replication;
+/// let store = redkit::inventory::Inventory::new("inv")?.store("s1")?;
+/// let wait = Replication::new(1, Duration::from_millis(200))?;
+/// let acked = store.replicated(wait).decrement(&mut conn, "sku-1", 1, Some("order-17")).await?;
+/// if !acked.is_replicated() { /* applied on the primary only: could be lost in a failover */ }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Replicated<'a, T> {
+    of: &'a T,
+    wait: Replication,
+}
+
+impl<'a, T> Replicated<'a, T> {
+    pub(crate) fn new(of: &'a T, wait: Replication) -> Self {
+        Self { of, wait }
+    }
+
+    /// The component viewed.
+    pub(crate) fn of(&self) -> &'a T {
+        self.of
+    }
+
+    /// What every write of this view waits for.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use redkit::script::{Replication, ScriptManager};
+    /// let wait = Replication::new(1, Duration::from_millis(100))?;
+    /// let manager = ScriptManager::new();
+    /// assert_eq!(manager.replicated(wait).wait(), wait);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn wait(&self) -> Replication {
+        self.wait
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

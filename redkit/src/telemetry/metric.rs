@@ -373,17 +373,17 @@ pub(crate) fn lock_operation(kind: LockKind, operation: LockOp, outcome: LockOut
 label_values! {
     /// An inventory write (`redkit.operation` of `redkit.inventory.operations`).
     pub(crate) enum InventoryOp {
-        /// [`Store::decrement`](crate::inventory::Store::decrement) and `_acked`.
+        /// [`Store::decrement`](crate::inventory::Store::decrement) and its replicated form.
         Decrement => "decrement",
-        /// [`Store::restock`](crate::inventory::Store::restock) and `_acked`.
+        /// [`Store::restock`](crate::inventory::Store::restock) and its replicated form.
         Restock => "restock",
-        /// [`Inventory::place_order`](crate::inventory::Inventory::place_order) and `_acked`.
+        /// [`Inventory::place_order`](crate::inventory::Inventory::place_order) and its replicated form.
         Order => "order",
-        /// [`Store::reserve`](crate::inventory::Store::reserve) and `_acked`.
+        /// [`Store::reserve`](crate::inventory::Store::reserve) and its replicated form.
         Reserve => "reserve",
-        /// [`Store::commit`](crate::inventory::Store::commit) and `_acked`.
+        /// [`Store::commit`](crate::inventory::Store::commit) and its replicated form.
         Commit => "commit",
-        /// [`Store::cancel`](crate::inventory::Store::cancel) and `_acked`.
+        /// [`Store::cancel`](crate::inventory::Store::cancel) and its replicated form.
         Cancel => "cancel",
     }
 }
