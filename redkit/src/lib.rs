@@ -1,21 +1,4 @@
 #![doc = include_str!("lib.md")]
-// Items behind a feature this build lacks: their links go to docs.rs (built with every feature).
-#![cfg_attr(
-    not(feature = "tower"),
-    doc = "[`middleware`]: https://docs.rs/redkit/latest/redkit/middleware/"
-)]
-#![cfg_attr(
-    not(feature = "metrics"),
-    doc = "[`describe_metrics`]: https://docs.rs/redkit/latest/redkit/fn.describe_metrics.html"
-)]
-#![cfg_attr(
-    not(feature = "sentinel"),
-    doc = "[`connect::sentinel_primary`]: https://docs.rs/redkit/latest/redkit/connect/fn.sentinel_primary.html"
-)]
-#![cfg_attr(
-    not(feature = "lockfile"),
-    doc = "[`script::lockfile`]: https://docs.rs/redkit/latest/redkit/script/lockfile/"
-)]
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -24,41 +24,27 @@
 //! [`Release`], [`Renew`]; and [`FencedWrite`], [`WithLock`]); errors are for bad input and
 //! for not being able to find out.
 
-mod acquire;
 mod fair;
-mod fencing;
-mod grant;
-mod guard;
-mod kind;
 mod lease;
-mod lock_wait;
-mod native;
 mod options;
 mod outcome;
-mod permit;
 mod redlock;
 mod reentrant;
 mod rw;
-mod schema;
 mod semaphore;
-mod semaphore_wait;
 mod single;
-mod token;
-mod wait;
-mod watchdog;
-mod with_lock;
 
 pub use fair::FairLock;
-pub use fencing::MAX_FENCED_KEY_LEN;
-pub use guard::LockGuard;
+pub use lease::guard::LockGuard;
+pub use lease::token::FencingToken;
+pub use lease::watchdog::LeaseSignal;
 pub use options::{LockOptions, OwnerToken, Polling, Replicated};
 pub use outcome::{Acquire, Fence, FencedWrite, Held, LeaseLoss, Release, Renew};
-pub use permit::PermitGuard;
 pub use redlock::{NodeAnswer, Nodes, Quorum, Redlock, RedlockGuard};
 pub use reentrant::{Owner, ReentrantLock};
 pub use rw::{Mode, RwLock};
+pub use semaphore::permit::PermitGuard;
 pub use semaphore::Semaphore;
+pub use single::fencing::MAX_FENCED_KEY_LEN;
+pub use single::with_lock::{Lease, WithLock};
 pub use single::Lock;
-pub use token::FencingToken;
-pub use watchdog::LeaseSignal;
-pub use with_lock::{Lease, WithLock};

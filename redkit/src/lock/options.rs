@@ -6,7 +6,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
-use super::token::owner_token;
+use super::lease::token::owner_token;
 use crate::error::{Error, Result};
 use crate::script::{Acked, Replication};
 

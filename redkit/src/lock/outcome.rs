@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::token::FencingToken;
+use super::lease::token::FencingToken;
 use crate::error::{Error, Result};
 use crate::script::Script;
 use crate::telemetry::metric::LockOutcome;

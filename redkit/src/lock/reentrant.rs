@@ -6,15 +6,15 @@ use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
 
-use super::grant::Granting;
-use super::guard::LockGuard;
-use super::kind::{lease_verbs, lock_kind, try_acquire, Base};
+use super::lease::grant::Granting;
+use super::lease::guard::LockGuard;
+use super::lease::kind::{lease_verbs, lock_kind, try_acquire, Base};
+use super::lease::schema;
+use super::lease::token::owner_token;
+use super::lease::wait::{self, ms, Pace};
 use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, Polling, Replicated};
 use super::outcome::{Acquire, Release};
-use super::schema;
-use super::token::owner_token;
-use super::wait::{self, ms, Pace};
 use crate::error::{Error, Result};
 use crate::script::{Call, Registry, Script, ScriptManager};
 use crate::telemetry::metric::LockKind;

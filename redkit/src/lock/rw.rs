@@ -5,14 +5,14 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::grant::Granting;
-use super::guard::LockGuard;
-use super::kind::{lease_verbs, lock_kind, try_acquire, Base};
+use super::lease::grant::Granting;
+use super::lease::guard::LockGuard;
+use super::lease::kind::{lease_verbs, lock_kind, try_acquire, Base};
+use super::lease::schema;
+use super::lease::wait::{self, ms, Pace};
 use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicated, Settings};
 use super::outcome::{status, Acquire};
-use super::schema;
-use super::wait::{self, ms, Pace};
 use crate::error::Result;
 use crate::script::{Call, Registry, Script, ScriptManager};
 use crate::telemetry::metric::LockKind;

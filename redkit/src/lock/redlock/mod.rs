@@ -14,11 +14,11 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::lease::deadline;
+use super::lease::schema;
+use super::lease::token::owner_token;
+use super::lease::wait::{self, ms, Attempts, Pace, Step};
 use super::options::{LockOptions, Polling};
 use super::outcome::{release_label, renew_label, Acquire, Held, Release, Renew};
-use super::schema;
-use super::token::owner_token;
-use super::wait::{self, ms, Attempts, Pace, Step};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::script::{script_error, Call, Registry, Script, ScriptManager};

@@ -1,4 +1,4 @@
-//! Release and renewal of a plain, unfenced [`Lock`](super::Lock) lease with the server's own
+//! Release and renewal of a plain, unfenced [`Lock`](crate::lock::Lock) lease with the server's own
 //! commands instead of a script, where the server offers them
 //! ([`Capabilities`](crate::script::Capabilities), probed once per manager):
 //!
@@ -6,7 +6,7 @@
 //!   only when it deleted the key and a blocked acquirer has set the flag, the wake-up the
 //!   release script pushes (`TYPE` of the list, then `MULTI`, `LPUSH wake 1`,
 //!   `LTRIM wake 0 0`, `PEXPIRE wake 60000`, `EXEC`: the same list, one entry, 60 s); for a
-//!   lock that does not wake waiters ([`Lock::wake_on_release`](super::Lock::wake_on_release)),
+//!   lock that does not wake waiters ([`Lock::wake_on_release`](crate::lock::Lock::wake_on_release)),
 //!   `DELIFEQ key token` alone;
 //! - renewal: `SET key token IFEQ token PX ttl`, with `WAIT` behind it in the same pipeline
 //!   when the lease requires replicas (as the script path sends it).
@@ -35,10 +35,10 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{RedisError, Value};
 
-use super::outcome::{Release, Renew};
-use super::schema;
-use super::wait::ms;
 use crate::error::{Error, Result};
+use crate::lock::lease::schema;
+use crate::lock::lease::wait::ms;
+use crate::lock::outcome::{Release, Renew};
 use crate::script::{Acked, Native, Replication, ScriptManager};
 use crate::telemetry::metric::{self, LockKind, LockOp, LockOutcome};
 
@@ -233,7 +233,7 @@ fn first_error(err: RedisError) -> RedisError {
 }
 
 /// The typed error of a plain command's refusal, as the script path types its own.
-pub(super) fn typed(what: &str, err: RedisError) -> Error {
+pub(in crate::lock) fn typed(what: &str, err: RedisError) -> Error {
     match err.code() {
         Some("WRONGTYPE") => Error::WrongType {
             script: what.to_owned(),

@@ -5,27 +5,27 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
-use super::lease::{HeldLease, LeaseGuard, LeaseKind};
-use super::options::Settings;
-use super::token::{issued, FencingToken};
-use super::watchdog::WatchdogHandle;
 use crate::error::Result;
+use crate::lock::lease::token::{issued, FencingToken};
+use crate::lock::lease::watchdog::WatchdogHandle;
+use crate::lock::lease::{HeldLease, LeaseGuard, LeaseKind};
+use crate::lock::options::Settings;
 use crate::script::Script;
 
 /// A held lock: key, owner token, fencing token and a local validity deadline. `K` is the
-/// kind that granted it ([`Lock`](super::Lock), [`FairLock`](super::FairLock),
-/// [`RwLock`](super::RwLock), [`ReentrantLock`](super::ReentrantLock)): only that kind's
+/// kind that granted it ([`Lock`](crate::lock::Lock), [`FairLock`](crate::lock::FairLock),
+/// [`RwLock`](crate::lock::RwLock), [`ReentrantLock`](crate::lock::ReentrantLock)): only that kind's
 /// `release`, `renew` and `watch` take it.
 ///
-/// Give it back with the kind's `release` (e.g. [`Lock::release`](super::Lock::release),
+/// Give it back with the kind's `release` (e.g. [`Lock::release`](crate::lock::Lock::release),
 /// compare-and-delete). Renew it with the kind's `renew`, or let a watchdog do it (`watch`).
 ///
 /// The validity is measured locally with [`Instant`]: `ttl − (time the acquire took) − drift`,
 /// moved forward by every successful renewal (for a hold acquired with
-/// [`LockOptions::require_replicas`](super::LockOptions::require_replicas): every renewal
-/// the replicas acknowledged, see [`Renew::NotReplicated`](super::Renew::NotReplicated)). While [`is_valid`](Self::is_valid) is `true`
+/// [`LockOptions::require_replicas`](crate::lock::LockOptions::require_replicas): every renewal
+/// the replicas acknowledged, see [`Renew::NotReplicated`](crate::lock::Renew::NotReplicated)). While [`is_valid`](Self::is_valid) is `true`
 /// no other owner can hold the lock (barring clock jumps on the Redis server beyond the drift
-/// allowance). Acquire with [`LockOptions::fencing(true)`](super::LockOptions::fencing) and use
+/// allowance). Acquire with [`LockOptions::fencing(true)`](crate::lock::LockOptions::fencing) and use
 /// the [`fencing_token`](Self::fencing_token) for writes that must be safe even
 /// when that assumption fails.
 ///
@@ -78,7 +78,7 @@ impl<K> LockGuard<K> {
 
     /// The fencing token of this acquisition; `0` (never issued, refused by the fenced
     /// writes) unless the lock was acquired with
-    /// [`LockOptions::fencing(true)`](super::LockOptions::fencing).
+    /// [`LockOptions::fencing(true)`](crate::lock::LockOptions::fencing).
     ///
     /// ```no_run
     /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -97,7 +97,7 @@ impl<K> LockGuard<K> {
     }
 
     /// `false` unless the lock was acquired with
-    /// [`LockOptions::fencing(true)`](super::LockOptions::fencing) (no fencing token).
+    /// [`LockOptions::fencing(true)`](crate::lock::LockOptions::fencing) (no fencing token).
     ///
     /// ```no_run
     /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -227,4 +227,4 @@ macro_rules! lease_getters {
     };
 }
 
-pub(super) use lease_getters;
+pub(in crate::lock) use lease_getters;

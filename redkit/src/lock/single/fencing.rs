@@ -3,13 +3,13 @@
 use redis::aio::ConnectionLike;
 use redis::Value;
 
-use super::guard::LockGuard;
-use super::outcome::{Fence, FencedWrite};
-use super::schema;
-use super::single::Lock;
-use super::token::{issued, FencingToken};
-use super::wait::ms;
 use crate::error::{Error, Result};
+use crate::lock::lease::guard::LockGuard;
+use crate::lock::lease::schema;
+use crate::lock::lease::token::{issued, FencingToken};
+use crate::lock::lease::wait::ms;
+use crate::lock::outcome::{Fence, FencedWrite};
+use crate::lock::single::Lock;
 use crate::script::{Acked, Call, Replicated, Replication};
 
 /// Longest key accepted for a fenced value, in bytes.
@@ -131,7 +131,7 @@ impl Lock {
     /// This lock's fenced writes followed by `WAIT` for `wait` in the same round trip:
     /// [`Replicated::fenced_set`] answers how many replicas have the write. (The lock's own
     /// acquire and renewals wait for replicas through
-    /// [`LockOptions::require_replicas`](super::LockOptions::require_replicas).)
+    /// [`LockOptions::require_replicas`](crate::lock::LockOptions::require_replicas).)
     ///
     /// ```no_run
     /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
@@ -169,7 +169,7 @@ impl Lock {
 
     fn fenced_outcome(&self, written: i64, last: u64) -> Result<FencedWrite> {
         Ok(
-            if super::outcome::status(self.fenced_set_script(), written)? {
+            if crate::lock::outcome::status(self.fenced_set_script(), written)? {
                 FencedWrite::Written
             } else {
                 FencedWrite::Stale {
@@ -214,7 +214,7 @@ impl Lock {
             [Value::BulkString(value), Value::BulkString(fence)] => {
                 let fence = std::str::from_utf8(fence)
                     .ok()
-                    .and_then(super::token::parse_positive)
+                    .and_then(crate::lock::lease::token::parse_positive)
                     .ok_or_else(|| corrupt("stored fence is not a positive integer"))?;
                 Ok(Some((value.clone(), FencingToken::new(fence))))
             }

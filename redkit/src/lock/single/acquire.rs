@@ -6,17 +6,17 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Value};
 
-use super::grant::settle;
-use super::guard::LockGuard;
-use super::kind::try_acquire;
-use super::native;
-use super::options::LockOptions;
-use super::outcome::{Acquire, Held, Renew};
-use super::schema;
-use super::single::Lock;
-use super::token::{issued, FencingToken};
-use super::wait::{self, Attempts, Pace, Step};
 use crate::error::{Error, Result};
+use crate::lock::lease::grant::settle;
+use crate::lock::lease::guard::LockGuard;
+use crate::lock::lease::kind::try_acquire;
+use crate::lock::lease::native;
+use crate::lock::lease::schema;
+use crate::lock::lease::token::{issued, FencingToken};
+use crate::lock::lease::wait::{self, Attempts, Pace, Step};
+use crate::lock::options::LockOptions;
+use crate::lock::outcome::{Acquire, Held, Renew};
+use crate::lock::single::Lock;
 use crate::script::{Acked, Call, Replication};
 use crate::telemetry::metric::LockKind;
 
@@ -48,7 +48,7 @@ impl Lock {
     /// acquire repeated after a lost reply answers [`Acquire::Acquired`] with the same fencing
     /// token), else a fresh random one.
     ///
-    /// Fencing tokens are `max(last issued + 1, server TIME in µs)`: see [`FencingToken`](super::FencingToken).
+    /// Fencing tokens are `max(last issued + 1, server TIME in µs)`: see [`FencingToken`](crate::lock::FencingToken).
     ///
     /// Fails with [`Error::InvalidInput`] (nothing sent) for an empty or too long resource
     /// name or invalid options, with [`Error::CorruptData`] / [`Error::WrongType`] when the
@@ -84,24 +84,24 @@ impl Lock {
 
 /// The attempts of one acquire of a [`Lock`]: a hold refused for too few replicas may be
 /// tried again, like a busy lock.
-pub(super) struct LockAttempts<'a> {
-    pub(super) lock: &'a Lock,
-    pub(super) key: String,
+pub(in crate::lock) struct LockAttempts<'a> {
+    pub(in crate::lock) lock: &'a Lock,
+    pub(in crate::lock) key: String,
     token: String,
     ttl_ms: u64,
-    pub(super) options: &'a LockOptions<Lock>,
+    pub(in crate::lock) options: &'a LockOptions<Lock>,
     wait: Option<Replication>,
     /// What the last attempt's `WAIT` answered.
     replicas: Option<Acked<()>>,
     /// Whether this acquire has set the resource's waiter flag (blocking acquires only).
-    pub(super) flagged: bool,
+    pub(in crate::lock) flagged: bool,
 }
 
 impl<'a> LockAttempts<'a> {
     /// The attempts of an acquire of `resource`, every one with the same owner token and
     /// followed by `WAIT` when the options require replicas; or the typed error of bad input
     /// (nothing sent).
-    pub(super) fn new(
+    pub(in crate::lock) fn new(
         lock: &'a Lock,
         resource: &str,
         options: &'a LockOptions<Lock>,
@@ -120,7 +120,7 @@ impl<'a> LockAttempts<'a> {
     }
 
     /// Checks that the server can `WAIT` (when asked to), then attempts at `pace`.
-    pub(super) async fn run<C: ConnectionLike>(
+    pub(in crate::lock) async fn run<C: ConnectionLike>(
         &mut self,
         conn: &mut C,
         pace: Pace<'_>,

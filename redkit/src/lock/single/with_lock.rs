@@ -4,12 +4,12 @@ use std::future::Future;
 
 use redis::aio::ConnectionLike;
 
-use super::options::LockOptions;
-use super::outcome::{Acquire, LeaseLoss, Release};
-use super::single::Lock;
-use super::token::FencingToken;
-use super::watchdog::LeaseSignal;
 use crate::error::Result;
+use crate::lock::lease::token::FencingToken;
+use crate::lock::lease::watchdog::LeaseSignal;
+use crate::lock::options::LockOptions;
+use crate::lock::outcome::{Acquire, LeaseLoss, Release};
+use crate::lock::single::Lock;
 
 /// What the work run by [`Lock::with_lock`] receives: the fencing token and the loss signal.
 ///
@@ -31,7 +31,7 @@ pub struct Lease {
 
 impl Lease {
     /// The fencing token of this acquisition; `0` unless the lock was acquired with
-    /// [`LockOptions::fencing(true)`](super::LockOptions::fencing).
+    /// [`LockOptions::fencing(true)`](crate::lock::LockOptions::fencing).
     ///
     /// ```no_run
     /// # async fn run(lock: redkit::lock::Lock, conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -100,7 +100,7 @@ pub enum WithLock<T> {
     /// not run.
     Busy,
     /// The acquisition was not confirmed by the replicas
-    /// [`LockOptions::require_replicas`](super::LockOptions::require_replicas) asked for, and
+    /// [`LockOptions::require_replicas`](crate::lock::LockOptions::require_replicas) asked for, and
     /// was released again; the work did not run.
     NotReplicated {
         /// Replicas that acknowledged.

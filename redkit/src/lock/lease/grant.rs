@@ -6,30 +6,30 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
-use super::guard::LockGuard;
-use super::kind::Base;
-use super::lease::{self, LeaseGuard, LeaseKind};
-use super::options::Settings;
-use super::outcome::{Acquire, Held};
-use super::wait::{Attempts, Step};
 use crate::error::{Error, Result};
+use crate::lock::lease::guard::LockGuard;
+use crate::lock::lease::kind::Base;
+use crate::lock::lease::wait::{Attempts, Step};
+use crate::lock::lease::{self, LeaseGuard, LeaseKind};
+use crate::lock::options::Settings;
+use crate::lock::outcome::{Acquire, Held};
 use crate::script::{Acked, Call, Replication};
 use crate::telemetry::metric::LockKind;
 
 /// The attempts of a kind whose script answers `[1, fence, …]` (`granted` values) for a
-/// hold and `[0, ms]` while held elsewhere ([`RwLock`](super::RwLock),
-/// [`ReentrantLock`](super::ReentrantLock)): every attempt sends the same `call`.
-pub(super) struct Granting<'a, K> {
-    pub(super) kind: &'a K,
-    pub(super) base: &'a Base,
-    pub(super) call: Call<'a>,
-    pub(super) key: &'a str,
-    pub(super) token: &'a str,
-    pub(super) ttl_ms: u64,
-    pub(super) options: &'a Settings,
-    pub(super) replication: Option<Replication>,
+/// hold and `[0, ms]` while held elsewhere ([`RwLock`](crate::lock::RwLock),
+/// [`ReentrantLock`](crate::lock::ReentrantLock)): every attempt sends the same `call`.
+pub(in crate::lock) struct Granting<'a, K> {
+    pub(in crate::lock) kind: &'a K,
+    pub(in crate::lock) base: &'a Base,
+    pub(in crate::lock) call: Call<'a>,
+    pub(in crate::lock) key: &'a str,
+    pub(in crate::lock) token: &'a str,
+    pub(in crate::lock) ttl_ms: u64,
+    pub(in crate::lock) options: &'a Settings,
+    pub(in crate::lock) replication: Option<Replication>,
     /// The length of a granted reply, and the replies expected (for the error).
-    pub(super) granted: (usize, &'static str),
+    pub(in crate::lock) granted: (usize, &'static str),
 }
 
 impl<K: LeaseKind<Extra = ()>, C: ConnectionLike> Attempts<C> for Granting<'_, K> {
@@ -67,7 +67,7 @@ impl<K: LeaseKind<Extra = ()>, C: ConnectionLike> Attempts<C> for Granting<'_, K
 /// [`Acquire::Acquired`] with `guard`, or, when [`Refused::check`] refuses the hold, the
 /// guard given back at once and the refusal's answer. What every kind's acquire does with a
 /// grant.
-pub(super) async fn settle<G: LeaseGuard, C: ConnectionLike>(
+pub(in crate::lock) async fn settle<G: LeaseGuard, C: ConnectionLike>(
     kind: &G::Kind,
     conn: &mut C,
     guard: G,
@@ -87,7 +87,7 @@ pub(super) async fn settle<G: LeaseGuard, C: ConnectionLike>(
 
 /// Why a granted hold must be given back at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Refused {
+pub(in crate::lock) enum Refused {
     /// The acquire took the whole lease (elapsed since the request was sent).
     Timeout(Duration),
     /// Fewer replicas than required acknowledged the grant.
@@ -97,7 +97,7 @@ pub(super) enum Refused {
 impl Refused {
     /// The check of a hold on `key` granted to a request sent at `started`: `valid` is the
     /// guard's local validity, `replicas` what the wait answered (`None`: not sent).
-    pub(super) fn check(
+    pub(in crate::lock) fn check(
         key: &str,
         valid: bool,
         started: Instant,
@@ -123,7 +123,7 @@ impl Refused {
     }
 
     /// The answer of an acquire whose hold was given back for this reason.
-    pub(super) fn acquire<G>(self) -> Result<Acquire<G>> {
+    pub(in crate::lock) fn acquire<G>(self) -> Result<Acquire<G>> {
         match self {
             Self::Timeout(elapsed) => Err(Error::Timeout(elapsed)),
             Self::NotReplicated {

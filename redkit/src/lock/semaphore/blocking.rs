@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::options::LockOptions;
-use super::outcome::{Acquire, Held, Renew};
-use super::permit::PermitGuard;
-use super::schema;
-use super::semaphore::{PermitAttempts, Semaphore};
-use super::wait::{self, block_on, wait_deadline, Pace};
 use crate::error::Result;
+use crate::lock::lease::schema;
+use crate::lock::lease::wait::{self, block_on, wait_deadline, Pace};
+use crate::lock::options::LockOptions;
+use crate::lock::outcome::{Acquire, Held, Renew};
+use crate::lock::semaphore::permit::PermitGuard;
+use crate::lock::semaphore::{PermitAttempts, Semaphore};
 
 /// The lease of a fair acquire's place at the gate: a caller that dies there delays the ones
 /// behind it by at most this long. Renewed about every third of it while waiting.
@@ -63,7 +63,7 @@ impl Semaphore {
     }
 
     /// Acquires a permit **in arrival order**: callers of `acquire_fair` on one resource get
-    /// permits in the order they called, like [`FairLock`](super::FairLock) with `permits`
+    /// permits in the order they called, like [`FairLock`](crate::lock::FairLock) with `permits`
     /// holders. The caller first queues at the resource's gate, a `FairLock` under
     /// `<prefix>:gate` (waiting without polling, a dead caller skipped after its 2 s place
     /// lease); at the head of the gate it waits for a permit as
@@ -125,7 +125,7 @@ impl PermitAttempts<'_> {
     /// After `answer`: when every permit is held, renews the caller's place at the gate (if
     /// any), then blocks on the wake-up list for at most `left`, or until the earliest lease
     /// ends (+1 ms: it must have ended). `false` for any other answer: it ends the acquire.
-    pub(super) async fn wait_for_release<C: ConnectionLike>(
+    pub(in crate::lock) async fn wait_for_release<C: ConnectionLike>(
         &mut self,
         conn: &mut C,
         answer: &Acquire<PermitGuard>,

@@ -63,13 +63,13 @@ macro_rules! lock_kind {
         $(#[$doc])*
         #[derive(Debug, Clone)]
         pub struct $kind {
-            pub(super) inner: ::std::sync::Arc<Inner>,
+            pub(in crate::lock) inner: ::std::sync::Arc<Inner>,
         }
 
         /// What the kind shares between its clones: the [`Base`] and its own fields.
         #[derive(Debug, Clone)]
-        pub(super) struct Inner {
-            pub(super) base: $crate::lock::kind::Base,
+        pub(in crate::lock) struct Inner {
+            pub(in crate::lock) base: $crate::lock::lease::kind::Base,
             $($(#[$field_doc])* $vis $field: $ty,)*
         }
 
@@ -134,7 +134,7 @@ macro_rules! lock_kind {
             #[doc = concat!("assert!(redkit::lock::", stringify!($kind), "::new().key(\"\").is_err());")]
             /// ```
             pub fn key(&self, resource: &str) -> $crate::error::Result<String> {
-                $crate::lock::schema::base(&self.inner.base.prefix, resource)
+                $crate::lock::lease::schema::base(&self.inner.base.prefix, resource)
             }
         }
 
@@ -147,10 +147,10 @@ macro_rules! lock_kind {
     };
 }
 
-pub(super) use lock_kind;
+pub(in crate::lock) use lock_kind;
 
 /// The lease verbs of a kind (`release`, `renew`, `watch`), inside its `impl` block: one body
-/// for every kind, through its [`LeaseKind`](super::lease::LeaseKind) impl, each verb with the
+/// for every kind, through its [`LeaseKind`](crate::lock::lease::LeaseKind) impl, each verb with the
 /// kind's own docs. `$guard` is the kind's guard type.
 macro_rules! lease_verbs {
     (
@@ -205,12 +205,12 @@ macro_rules! lease_verbs {
         where
             C: ::redis::aio::ConnectionLike + Clone + Send + 'static,
         {
-            $crate::lock::watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
+            $crate::lock::lease::watchdog::watch(self, conn, &mut guard.watchdog, &guard.held)
         }
     };
 }
 
-pub(super) use lease_verbs;
+pub(in crate::lock) use lease_verbs;
 
 /// A kind's `try_acquire`, inside its `impl` block: one attempt, the kind's `acquire` with
 /// no retries and no `max_wait`. `$guard` is the kind's guard type, `$arg: $ty` what its
@@ -230,4 +230,4 @@ macro_rules! try_acquire {
     };
 }
 
-pub(super) use try_acquire;
+pub(in crate::lock) use try_acquire;

@@ -6,14 +6,22 @@
 //! kernel here runs it, decodes the answer and moves the local validity. The watchdog,
 //! [`renew`] and [`release`] depend on this trait only, never on a list of kinds.
 
+pub(crate) mod grant;
+pub(crate) mod guard;
+pub(crate) mod kind;
+pub(crate) mod native;
+pub(crate) mod schema;
+pub(crate) mod token;
+pub(crate) mod wait;
+pub(crate) mod watchdog;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
-use super::native;
-use super::outcome::{release_label, renew_label, renew_status, status, Release, Renew};
 use crate::error::Result;
+use crate::lock::outcome::{release_label, renew_label, renew_status, status, Release, Renew};
 use crate::script::{Acked, Call, Replication, ScriptManager};
 use crate::telemetry::metric::{self, LockKind, LockOp};
 
@@ -67,10 +75,10 @@ pub(crate) struct HeldLease {
     pub(crate) token: String,
     pub(crate) ttl: Duration,
     pub(crate) drift: Duration,
-    /// What the acquire required ([`LockOptions::require_replicas`](super::LockOptions::require_replicas)):
+    /// What the acquire required ([`LockOptions::require_replicas`](crate::lock::LockOptions::require_replicas)):
     /// every renewal is followed by this wait, and moves the validity only when acknowledged.
     pub(crate) replication: Option<Replication>,
-    /// A plain, unfenced [`Lock`](super::Lock) lease: nothing beside the lock key to keep, so
+    /// A plain, unfenced [`Lock`](crate::lock::Lock) lease: nothing beside the lock key to keep, so
     /// its renewal and release may use the server's native commands ([`native`]).
     pub(crate) plain: bool,
     pub(crate) clock: Arc<Clock>,
@@ -149,9 +157,9 @@ impl HeldLease {
 }
 
 /// What a lock kind tells the kernel about its leases: the script call that renews one and
-/// the one that releases one. Every kind ([`Lock`](super::Lock), [`FairLock`](super::FairLock),
-/// [`RwLock`](super::RwLock), [`ReentrantLock`](super::ReentrantLock),
-/// [`Semaphore`](super::Semaphore)) implements it; a new kind is one more `impl`.
+/// the one that releases one. Every kind ([`Lock`](crate::lock::Lock), [`FairLock`](crate::lock::FairLock),
+/// [`RwLock`](crate::lock::RwLock), [`ReentrantLock`](crate::lock::ReentrantLock),
+/// [`Semaphore`](crate::lock::Semaphore)) implements it; a new kind is one more `impl`.
 pub(crate) trait LeaseKind: Clone + Send + Sync + 'static {
     /// What a guard of this kind holds beyond the lease (a semaphore: its permit count).
     type Extra;
@@ -169,7 +177,7 @@ pub(crate) trait LeaseKind: Clone + Send + Sync + 'static {
     fn release_call(&self, held: &HeldLease, extra: &Self::Extra) -> Call<'_>;
 
     /// Whether a release wakes callers blocked on the resource (default `true`; a
-    /// [`Lock`](super::Lock) built with [`wake_on_release(false)`](super::Lock::wake_on_release)
+    /// [`Lock`](crate::lock::Lock) built with [`wake_on_release(false)`](crate::lock::Lock::wake_on_release)
     /// does not, and its native release is `DELIFEQ` alone).
     fn wakes_waiters(&self) -> bool {
         true

@@ -1,21 +1,24 @@
 //! [`Semaphore`]: N leased permits per resource, one script round trip per step.
 
+mod blocking;
+pub(crate) mod permit;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::fair::FairLock;
-use super::grant::settle;
-use super::guard::LockGuard;
-use super::kind::{lease_verbs, lock_kind, try_acquire, Base};
-use super::lease::{HeldLease, LeaseGuard, LeaseKind};
-use super::options::{LockOptions, OwnerToken, Polling, Replicated};
-use super::outcome::{Acquire, Held};
-use super::permit::PermitGuard;
-use super::schema;
-use super::wait::{self, ms, Attempts, Pace, Step};
 use crate::error::{Error, Result};
+use crate::lock::fair::FairLock;
+use crate::lock::lease::grant::settle;
+use crate::lock::lease::guard::LockGuard;
+use crate::lock::lease::kind::{lease_verbs, lock_kind, try_acquire, Base};
+use crate::lock::lease::schema;
+use crate::lock::lease::wait::{self, ms, Attempts, Pace, Step};
+use crate::lock::lease::{HeldLease, LeaseGuard, LeaseKind};
+use crate::lock::options::{LockOptions, OwnerToken, Polling, Replicated};
+use crate::lock::outcome::{Acquire, Held};
+use crate::lock::semaphore::permit::PermitGuard;
 use crate::script::{Call, Registry, Script, ScriptManager};
 use crate::telemetry::metric::LockKind;
 
@@ -61,7 +64,7 @@ lock_kind! {
     inner {
         /// The arrival-order queue in front of [`Semaphore::acquire_fair`] (keys under
         /// `<prefix>:gate`).
-        pub(super) gate: FairLock,
+        pub(in crate::lock) gate: FairLock,
         acquire: &'static Script,
         renew: &'static Script,
         release: &'static Script,
@@ -161,7 +164,7 @@ impl Semaphore {
 
     /// The attempts of an acquire of one of `permits` permits of `resource`, all with one
     /// owner token, or the typed error of its bad input (nothing sent).
-    pub(super) fn attempts<'a>(
+    pub(in crate::lock) fn attempts<'a>(
         &'a self,
         resource: &str,
         permits: u32,
@@ -245,7 +248,7 @@ impl Semaphore {
     lease_verbs! {
         PermitGuard;
         /// Gives the permit back at once (and stops its watchdog), and wakes one caller blocked
-        /// in [`acquire_blocking`](Self::acquire_blocking). [`Release::NotOwner`](super::Release::NotOwner) when the
+        /// in [`acquire_blocking`](Self::acquire_blocking). [`Release::NotOwner`](crate::lock::Release::NotOwner) when the
         /// lease had already ended (the permit may have been given to someone else meanwhile).
         ///
         /// ```no_run
@@ -258,7 +261,7 @@ impl Semaphore {
         /// ```
         release;
         /// Extends the permit's lease to its ttl from now (server time) if it has not ended, and
-        /// moves the local validity forward; [`Renew::Lost`](super::Renew::Lost) otherwise (the guard is then no
+        /// moves the local validity forward; [`Renew::Lost`](crate::lock::Renew::Lost) otherwise (the guard is then no
         /// longer valid).
         ///
         /// ```no_run
@@ -329,16 +332,16 @@ impl LeaseKind for Semaphore {
 }
 
 /// The attempts of one acquire of a permit.
-pub(super) struct PermitAttempts<'a> {
-    pub(super) sem: &'a Semaphore,
-    pub(super) key: String,
+pub(in crate::lock) struct PermitAttempts<'a> {
+    pub(in crate::lock) sem: &'a Semaphore,
+    pub(in crate::lock) key: String,
     token: String,
     permits: u32,
     ttl_ms: u64,
     options: &'a LockOptions<Semaphore>,
     /// The caller's place at the fair gate, renewed while it waits
     /// ([`Semaphore::acquire_fair`]).
-    pub(super) gate: Option<&'a mut LockGuard<FairLock>>,
+    pub(in crate::lock) gate: Option<&'a mut LockGuard<FairLock>>,
 }
 
 impl<C: ConnectionLike> Attempts<C> for PermitAttempts<'_> {
@@ -384,7 +387,7 @@ impl LeaseGuard for PermitGuard {
     }
 }
 
-impl super::options::sealed::Sealed for Semaphore {}
+impl crate::lock::options::sealed::Sealed for Semaphore {}
 impl Polling for Semaphore {}
 impl OwnerToken for Semaphore {}
 impl Replicated for Semaphore {}

@@ -2,15 +2,15 @@
 
 use std::fmt;
 
-use super::guard::lease_getters;
-use super::lease::HeldLease;
-use super::watchdog::WatchdogHandle;
+use crate::lock::lease::guard::lease_getters;
+use crate::lock::lease::watchdog::WatchdogHandle;
+use crate::lock::lease::HeldLease;
 
 /// A held semaphore permit: the semaphore key, the owner token and a local validity deadline.
 ///
-/// Give it back with [`Semaphore::release`](super::Semaphore::release); renew it with
-/// [`Semaphore::renew`](super::Semaphore::renew) or a watchdog
-/// ([`Semaphore::watch`](super::Semaphore::watch)). The validity is measured locally from
+/// Give it back with [`Semaphore::release`](crate::lock::Semaphore::release); renew it with
+/// [`Semaphore::renew`](crate::lock::Semaphore::renew) or a watchdog
+/// ([`Semaphore::watch`](crate::lock::Semaphore::watch)). The validity is measured locally from
 /// before the acquire was sent: `ttl − elapsed − drift`, moved forward by every renewal (with
 /// `require_replicas`: every renewal the replicas acknowledged).
 ///

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
-use super::options::Settings;
-use super::outcome::{acquire_label, Acquire};
 use crate::error::{Error, Result};
+use crate::lock::options::Settings;
+use crate::lock::outcome::{acquire_label, Acquire};
 use crate::telemetry::metric::{self, LockKind, LockOp};
 
 /// A duration in whole milliseconds for a script argument (saturating; leases are validated
@@ -56,7 +56,7 @@ impl<'a> Retry<'a> {
 }
 
 /// What one attempt of an acquire answered, for [`acquire`].
-pub(super) enum Step<G> {
+pub(in crate::lock) enum Step<G> {
     /// The acquire's answer: no other attempt follows.
     Done(Acquire<G>),
     /// The acquire's answer unless the pace allows another attempt (e.g. the lock is held
@@ -69,7 +69,7 @@ pub(super) enum Step<G> {
 
 impl<G> Step<G> {
     /// Done when `answer` is a hold; any other answer may be tried again.
-    pub(super) fn unless_acquired(answer: Acquire<G>) -> Self {
+    pub(in crate::lock) fn unless_acquired(answer: Acquire<G>) -> Self {
         if answer.is_acquired() {
             Self::Done(answer)
         } else {
@@ -80,7 +80,7 @@ impl<G> Step<G> {
 
 /// How an acquire paces its attempts.
 #[derive(Clone, Copy)]
-pub(super) enum Pace<'a> {
+pub(in crate::lock) enum Pace<'a> {
     /// Polling: up to [`LockOptions::retries`] more attempts, each after a jittered pause,
     /// none started after [`LockOptions::max_wait`] ([`Retry`]).
     Poll(&'a Settings),
@@ -89,7 +89,7 @@ pub(super) enum Pace<'a> {
 }
 
 /// One acquire's attempts, as a kind sends them over a `C` (see [`acquire`]).
-pub(super) trait Attempts<C> {
+pub(in crate::lock) trait Attempts<C> {
     /// The guard of a hold.
     type Guard;
 
@@ -125,7 +125,7 @@ pub(super) trait Attempts<C> {
 /// The acquire loop of every kind: sends attempts until one answers [`Step::Done`], or
 /// answers [`Step::Again`] / [`Step::Failed`] when `pace` allows no further attempt; that
 /// answer is the acquire's. Records the acquire's outcome (one metric per acquire).
-pub(super) async fn acquire<A: Attempts<C>, C>(
+pub(in crate::lock) async fn acquire<A: Attempts<C>, C>(
     pace: Pace<'_>,
     conn: &mut C,
     attempts: &mut A,
@@ -171,7 +171,7 @@ async fn attempt_until<A: Attempts<C>, C>(
 }
 
 /// The deadline `wait` from now: [`Error::InvalidInput`] for zero or an unrepresentable one.
-pub(super) fn wait_deadline(wait: Duration) -> Result<Instant> {
+pub(in crate::lock) fn wait_deadline(wait: Duration) -> Result<Instant> {
     Instant::now()
         .checked_add(wait)
         .filter(|_| !wait.is_zero())
@@ -191,7 +191,7 @@ const MAX_BLPOP: Duration = Duration::from_millis(250);
 /// A `BLPOP` whose reply misses the connection's response timeout also ends the block: the
 /// caller's next attempt tells whether the server is there (it fails if not), and a wake-up
 /// popped by the late reply is not lost for this caller, who tries again anyway.
-pub(super) async fn block_on<C: ConnectionLike, K: redis::ToRedisArgs + Copy>(
+pub(in crate::lock) async fn block_on<C: ConnectionLike, K: redis::ToRedisArgs + Copy>(
     conn: &mut C,
     key: K,
     block: Duration,

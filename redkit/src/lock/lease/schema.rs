@@ -16,7 +16,7 @@ pub(crate) fn base(prefix: &str, resource: &str) -> Result<String> {
 /// What [`fence`] appends: the last fencing token issued (Lock, FairLock, RwLock,
 /// ReentrantLock).
 const FENCE: &str = ":fence";
-/// What [`waiting`] appends: the waiter flag of a [`Lock`](super::Lock).
+/// What [`waiting`] appends: the waiter flag of a [`Lock`](crate::lock::Lock).
 pub(crate) const WAITING: &str = ":waiting";
 /// What [`wake`] appends: the wake-up list of a lock or semaphore.
 pub(crate) const WAKE: &str = ":wake";

@@ -32,7 +32,7 @@ pub(crate) fn parse_positive(s: &str) -> Option<u64> {
 
 /// A fencing token: strictly increasing per resource, one per successful acquisition.
 ///
-/// [`Lock`](super::Lock) issues `max(last issued + 1, server TIME in microseconds)`, stored
+/// [`Lock`](crate::lock::Lock) issues `max(last issued + 1, server TIME in microseconds)`, stored
 /// in the resource's fence key with an expiry. So tokens keep growing even when the fence key
 /// is gone (expired, deleted, lost in a restart without persistence, or behind on a promoted
 /// replica), **as long as** the clock of the server issuing the next token is not behind the
@@ -40,7 +40,7 @@ pub(crate) fn parse_positive(s: &str) -> Option<u64> {
 /// synchronised servers and leases of milliseconds or more satisfy this). A retry with the
 /// same owner token while the lock is held answers the token already issued.
 ///
-/// Pass it to the storage you protect (e.g. [`Lock::fenced_set`](super::Lock::fenced_set)),
+/// Pass it to the storage you protect (e.g. [`Lock::fenced_set`](crate::lock::Lock::fenced_set)),
 /// which refuses writes carrying a token older than one it has already seen, so a holder
 /// that paused past its lease cannot overwrite newer work.
 ///

@@ -9,9 +9,9 @@ use redis::aio::ConnectionLike;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::lease::{deadline, renew_once, HeldLease, LeaseKind};
-use super::outcome::{LeaseLoss, Renew};
 use crate::error::{Error, Result};
+use crate::lock::lease::{deadline, renew_once, HeldLease, LeaseKind};
+use crate::lock::outcome::{LeaseLoss, Renew};
 use crate::telemetry::metric::{self, LockOp, LockOutcome};
 
 /// The running watchdog's signal from `slot`, or a new watchdog renewing `held` through
@@ -42,7 +42,7 @@ where
 /// Fired once, by the watchdog, the moment a renewal answers [`Renew::Lost`]
 /// ([`LeaseLoss::NotOwner`]) or when renewals kept failing until the local validity ran out
 /// ([`LeaseLoss::Expired`]). For a hold acquired with
-/// [`LockOptions::require_replicas`](super::LockOptions::require_replicas), a renewal the
+/// [`LockOptions::require_replicas`](crate::lock::LockOptions::require_replicas), a renewal the
 /// replicas did not acknowledge in time ([`Renew::NotReplicated`]) counts as failed: it does
 /// not move the validity, and is tried again sooner.
 ///

@@ -4,14 +4,14 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::acquire::LockAttempts;
-use super::guard::LockGuard;
-use super::options::LockOptions;
-use super::outcome::Acquire;
-use super::schema;
-use super::single::Lock;
-use super::wait::{block_on, wait_deadline, Pace};
 use crate::error::Result;
+use crate::lock::lease::guard::LockGuard;
+use crate::lock::lease::schema;
+use crate::lock::lease::wait::{block_on, wait_deadline, Pace};
+use crate::lock::options::LockOptions;
+use crate::lock::outcome::Acquire;
+use crate::lock::single::acquire::LockAttempts;
+use crate::lock::single::Lock;
 
 /// Longest life of the waiter flag (the longest lease [`LockOptions`] allows): a longer wait
 /// still works, woken at the holder's lease end when its flag has gone.
@@ -82,7 +82,7 @@ impl LockAttempts<'_> {
     /// does not wake waiters ([`Lock::wake_on_release`]) sleeps the options' pause instead
     /// (no longer than that either). `false` for any other answer (e.g. not replicated): it
     /// ends the acquire.
-    pub(super) async fn wait_for_release<C: ConnectionLike>(
+    pub(in crate::lock) async fn wait_for_release<C: ConnectionLike>(
         &mut self,
         conn: &mut C,
         answer: &Acquire<LockGuard<Lock>>,

@@ -1,20 +1,25 @@
 //! [`Lock`]: the single-node lock (acquire with fencing, compare-and-delete release,
 //! compare-and-PEXPIRE renewal, watchdog).
 
+mod acquire;
+mod blocking;
+pub(crate) mod fencing;
+pub(crate) mod with_lock;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::guard::LockGuard;
-use super::kind::{lease_verbs, lock_kind, Base};
-use super::lease::{HeldLease, LeaseKind};
-use super::native;
-use super::options::{LockOptions, OwnerToken, Polling, Replicated};
-use super::outcome::{renew_status, Renew};
-use super::schema;
-use super::wait::ms;
 use crate::error::Result;
+use crate::lock::lease::guard::LockGuard;
+use crate::lock::lease::kind::{lease_verbs, lock_kind, Base};
+use crate::lock::lease::native;
+use crate::lock::lease::schema;
+use crate::lock::lease::wait::ms;
+use crate::lock::lease::{HeldLease, LeaseKind};
+use crate::lock::options::{LockOptions, OwnerToken, Polling, Replicated};
+use crate::lock::outcome::{renew_status, Renew};
 use crate::script::{Call, Registry, Script, ScriptManager};
 use crate::telemetry::metric::LockKind;
 
@@ -26,7 +31,7 @@ lock_kind! {
     /// Keys: `<prefix>:{<resource>}` holds the owner token (with the lease as TTL), and
     /// `<prefix>:{<resource>}:fence` the last fencing token issued (TTL `2 × lease + 10 s`,
     /// refreshed by every acquire and renewal, so per-entity locks leave no forever-keys; the
-    /// tokens themselves never go backwards, see [`FencingToken`](super::FencingToken)). Blocked
+    /// tokens themselves never go backwards, see [`FencingToken`](crate::lock::FencingToken)). Blocked
     /// acquirers ([`acquire_blocking`](Self::acquire_blocking)) add `<prefix>:{<resource>}:waiting`
     /// (a flag that lives as long as the longest wait) and `<prefix>:{<resource>}:wake` (a wake-up
     /// list of at most one entry, 60 s TTL). All share one hash tag, so they live in one Cluster
@@ -53,14 +58,14 @@ lock_kind! {
     pub struct Lock;
     key = "The key holding the owner token of `resource`.";
     inner {
-        pub(super) acquire: &'static Script,
+        pub(in crate::lock) acquire: &'static Script,
         release: &'static Script,
         /// Whether a release wakes callers blocked in `acquire_blocking` (see
         /// [`Lock::wake_on_release`]).
-        pub(super) wakes: bool,
+        pub(in crate::lock) wakes: bool,
         renew: &'static Script,
         fenced_set: &'static Script,
-        pub(super) fence: &'static Script,
+        pub(in crate::lock) fence: &'static Script,
     }
 }
 
@@ -160,7 +165,7 @@ impl Lock {
     lease_verbs! {
         LockGuard<Lock>;
         /// Compare-and-delete: deletes the key only if it still holds this guard's token.
-        /// [`Release::NotOwner`](super::Release::NotOwner) when the lease had expired (and maybe another owner holds the
+        /// [`Release::NotOwner`](crate::lock::Release::NotOwner) when the lease had expired (and maybe another owner holds the
         /// lock now, whose key is left untouched). Stops the guard's watchdog first. When a caller
         /// is blocked in [`acquire_blocking`](Self::acquire_blocking), the same script pushes it a
         /// wake-up (without one, the release costs one `EXISTS` more than a bare
@@ -239,7 +244,7 @@ impl Lock {
 
     /// Renews the lease of `key` held with `token` (an unfenced acquire finding its own
     /// token): `SET ... IFEQ` where the server offers it, else the renewal script.
-    pub(super) async fn renew_raw<C: ConnectionLike>(
+    pub(in crate::lock) async fn renew_raw<C: ConnectionLike>(
         &self,
         conn: &mut C,
         key: &str,
@@ -255,7 +260,7 @@ impl Lock {
         renew_status(self.inner.renew, renewed)
     }
 
-    pub(super) fn fenced_set_script(&self) -> &'static Script {
+    pub(in crate::lock) fn fenced_set_script(&self) -> &'static Script {
         self.inner.fenced_set
     }
 }
@@ -289,7 +294,7 @@ impl LeaseKind for Lock {
     }
 }
 
-impl super::options::sealed::Sealed for Lock {}
+impl crate::lock::options::sealed::Sealed for Lock {}
 impl Polling for Lock {}
 impl OwnerToken for Lock {}
 impl Replicated for Lock {}
