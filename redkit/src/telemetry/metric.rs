@@ -697,7 +697,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(LOCK_KEYS.len(), 6 * 4 * 9);
+        assert_eq!(LOCK_KEYS.len(), 6 * 5 * 9);
         for (o, operation) in InventoryOp::VALUES.iter().enumerate() {
             for (r, outcome) in InventoryOutcome::VALUES.iter().enumerate() {
                 let expected = built(
