@@ -101,8 +101,8 @@ impl Engine {
         conn: &mut C,
         mode: Mode,
         keys: &[&str],
-        reservations: &[String],
-        expiries: &[String],
+        reservations: &[&str],
+        expiries: &[&str],
         quantities: &[u64],
         record_key: Option<String>,
         replication: Option<Replication>,
@@ -121,7 +121,7 @@ impl Engine {
             call.key(*key);
         }
         for key in reservations.iter().chain(expiries) {
-            call.key(key);
+            call.key(*key);
         }
         if let Some(record) = &record_key {
             call.key(record);

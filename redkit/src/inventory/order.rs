@@ -5,7 +5,7 @@ use redis::aio::ConnectionLike;
 use super::engine::{self, check_quantity, Engine, Mode};
 use super::outcome::{Order, Original, Shortage};
 use super::reply::Reply;
-use super::store::{unknown_sku, Store};
+use super::store::{unknown_sku, SkuKeys, Store};
 use crate::error::{Error, Result};
 use crate::script::{Acked, Replication, Script};
 
@@ -22,16 +22,17 @@ use crate::script::{Acked, Replication, Script};
 pub struct OrderLine {
     store: Store,
     sku: String,
-    key: String,
+    /// Its keys, built (the SKU checked and escaped) once, when the line was.
+    keys: SkuKeys,
     quantity: u64,
 }
 
 impl OrderLine {
-    pub(super) fn new(store: Store, sku: String, key: String, quantity: u64) -> Self {
+    pub(super) fn new(store: Store, sku: String, keys: SkuKeys, quantity: u64) -> Self {
         Self {
             store,
             sku,
-            key,
+            keys,
             quantity,
         }
     }
@@ -91,7 +92,7 @@ impl Store {
         Ok(OrderLine::new(
             self.clone(),
             sku.to_owned(),
-            self.key(sku)?,
+            self.sku_keys(sku)?,
             quantity,
         ))
     }
@@ -162,7 +163,7 @@ pub(super) async fn place<C: ConnectionLike>(
             "its lines belong to a store of another inventory (prefix)",
         ));
     }
-    let keys: Vec<&str> = lines.iter().map(|l| l.key.as_str()).collect();
+    let keys: Vec<&str> = lines.iter().map(|l| l.keys.stock.as_str()).collect();
     for (i, key) in keys.iter().enumerate() {
         if keys[..i].contains(key) {
             return Err(Error::invalid(
@@ -172,14 +173,8 @@ pub(super) async fn place<C: ConnectionLike>(
         }
     }
     let quantities: Vec<u64> = lines.iter().map(|l| l.quantity).collect();
-    let reservations = lines
-        .iter()
-        .map(|l| store.reservation_key(&l.sku))
-        .collect::<Result<Vec<_>>>()?;
-    let expiries = lines
-        .iter()
-        .map(|l| store.reservation_expiry_key(&l.sku))
-        .collect::<Result<Vec<_>>>()?;
+    let reservations: Vec<&str> = lines.iter().map(|l| l.keys.reservations.as_str()).collect();
+    let expiries: Vec<&str> = lines.iter().map(|l| l.keys.expiries.as_str()).collect();
     let record = request_id.map(|id| store.request_key(id)).transpose()?;
     let acked = engine
         .apply(

@@ -446,10 +446,8 @@ impl Store {
         sku: &str,
     ) -> Result<u64> {
         let script = self.engine().migrate;
-        let (hash, zset) = (
-            self.reservation_key(sku)?,
-            self.reservation_expiry_key(sku)?,
-        );
+        let keys = self.sku_keys(sku)?;
+        let (hash, zset) = (keys.reservations, keys.expiries);
         let mut cursor = String::from("0");
         let mut moved: u64 = 0;
         loop {
@@ -484,12 +482,12 @@ impl Store {
             self.base(),
             sku_part.len()
         );
-        let [key, reservations, expiries] = self.sku_keys_of_part(&sku_part);
+        let keys = self.sku_keys_of_part(&sku_part);
         let mut call = Call::new(self.engine().reserve);
-        call.key(key)
-            .key(reservations)
+        call.key(keys.stock)
+            .key(keys.reservations)
             .key(settlement)
-            .key(expiries)
+            .key(keys.expiries)
             .arg(op)
             .arg(id);
         Ok(call)

@@ -104,17 +104,23 @@ impl Store {
     /// [`key`](Self::key), [`reservation_key`](Self::reservation_key) and
     /// [`reservation_expiry_key`](Self::reservation_expiry_key)), the SKU checked and escaped
     /// once: every call on one SKU sends all three.
-    pub(super) fn sku_keys(&self, sku: &str) -> Result<[String; 3]> {
+    pub(super) fn sku_keys(&self, sku: &str) -> Result<SkuKeys> {
         Ok(self.sku_keys_of_part(&keys::escape_part("sku", sku)?))
     }
 
     /// [`sku_keys`](Self::keys) of a SKU already escaped (`keys::escape_part`).
-    pub(super) fn sku_keys_of_part(&self, part: &str) -> [String; 3] {
-        [
-            self.key_of("sku", part),
-            self.key_of("resv", part),
-            self.key_of("resv-exp", part),
-        ]
+    pub(super) fn sku_keys_of_part(&self, part: &str) -> SkuKeys {
+        SkuKeys {
+            stock: self.key_of("sku", part),
+            reservations: self.key_of("resv", part),
+            expiries: self.key_of("resv-exp", part),
+        }
+    }
+
+    /// The key of the record of `request_id`, when there is one (checked and escaped here,
+    /// once per call).
+    fn record_key(&self, request_id: Option<&str>) -> Result<Option<String>> {
+        request_id.map(|id| self.request_key(id)).transpose()
     }
 
     /// `<base>:<kind>:<part>` (`part` already escaped), in one allocation.
@@ -167,9 +173,11 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub async fn stock<C: ConnectionLike>(&self, conn: &mut C, sku: &str) -> Result<u64> {
-        let [key, reservations, expiries] = self.sku_keys(sku)?;
+        let keys = self.sku_keys(sku)?;
         let mut call = Call::new(self.engine.get);
-        call.key(key).key(reservations).key(expiries);
+        call.key(keys.stock)
+            .key(keys.reservations)
+            .key(keys.expiries);
         let stock: Option<u64> = self.engine.manager.invoke(conn, &call).await?;
         stock.ok_or_else(|| unknown_sku(sku))
     }
@@ -236,8 +244,25 @@ impl Store {
         request_id: Option<&str>,
         replication: Option<Replication>,
     ) -> Result<Acked<Decrement>> {
+        check_quantity(quantity)?;
+        let keys = self.sku_keys(sku)?;
+        let record = self.record_key(request_id)?;
+        self.decrement_keys(conn, sku, &keys, quantity, record, replication)
+            .await
+    }
+
+    /// One decrement call on keys built where the call entered.
+    async fn decrement_keys<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        sku: &str,
+        keys: &SkuKeys,
+        quantity: u64,
+        record: Option<String>,
+        replication: Option<Replication>,
+    ) -> Result<Acked<Decrement>> {
         let acked = self
-            .apply_one(conn, Mode::Take, sku, quantity, request_id, replication)
+            .apply_one(conn, Mode::Take, keys, quantity, record, replication)
             .await?;
         let (reply, ack) = acked.split();
         decrement_outcome(self.engine.apply, sku, reply).map(|outcome| ack.map(|()| outcome))
@@ -255,23 +280,20 @@ impl Store {
         request_id: Option<&str>,
     ) -> Result<Decrement> {
         check_quantity(quantity)?;
-        let key = self.key(sku)?;
         // The SKU and id are checked now, so bad input fails before queueing (never a group).
-        let record = match request_id {
-            Some(id) => {
-                let fingerprint = reply::fingerprint(Mode::Take.as_str(), &[&key], &[quantity]);
-                Some((self.request_key(id)?, fingerprint))
-            }
-            None => None,
-        };
+        let keys = self.sku_keys(sku)?;
+        let record = self.record_key(request_id)?.map(|record| {
+            let fingerprint = reply::fingerprint(Mode::Take.as_str(), &[&keys.stock], &[quantity]);
+            (record, fingerprint)
+        });
         let member = Member::new(Take { quantity, record });
-        let lead = match groups.turn(&key, member).await {
+        let lead = match groups.turn(&keys.stock, member).await {
             Turn::Done(outcome) => return outcome,
             Turn::Lead(lead) => lead,
         };
         // Boxed: only a batch's leader sends a call, so a waiter's future (most callers of
         // a hot SKU) stays small and is never copied into an allocation.
-        Box::pin(self.lead_batch(conn, sku, &key, request_id, lead)).await
+        Box::pin(self.lead_batch(conn, sku, &keys, lead)).await
     }
 
     /// Sends `lead`'s batch (after [gathering](Lead::gather) it, if it may) and answers its
@@ -280,28 +302,25 @@ impl Store {
         &self,
         conn: &mut C,
         sku: &str,
-        key: &str,
-        request_id: Option<&str>,
+        keys: &SkuKeys,
         mut lead: Lead,
     ) -> Result<Decrement> {
         lead.gather().await;
         lead.sending();
         if let [alone] = lead.members() {
+            let record = alone.record.as_ref().map(|(record, _)| record.clone());
             let outcome = self
-                .decrement_alone(conn, sku, alone.quantity, request_id)
-                .await;
+                .decrement_keys(conn, sku, keys, alone.quantity, record, None)
+                .await
+                .map(|acked| acked.outcome);
             return lead.settle(vec![outcome]);
         }
-        // Built by the leader only (the SKU passed `key`, so these do not fail).
-        let (reservations, expiries) =
-            match (self.reservation_key(sku), self.reservation_expiry_key(sku)) {
-                (Ok(r), Ok(e)) => (r, e),
-                (Err(e), _) | (_, Err(e)) => return lead.fail(e),
-            };
-        let replies = self
-            .engine
-            .apply_group(conn, [key, &reservations, &expiries], lead.members())
-            .await;
+        let group = [
+            keys.stock.as_str(),
+            keys.reservations.as_str(),
+            keys.expiries.as_str(),
+        ];
+        let replies = self.engine.apply_group(conn, group, lead.members()).await;
         match replies {
             Ok(replies) => {
                 let outcomes = replies
@@ -368,8 +387,11 @@ impl Store {
         request_id: Option<&str>,
         replication: Option<Replication>,
     ) -> Result<Acked<Restock>> {
+        check_quantity(quantity)?;
+        let keys = self.sku_keys(sku)?;
+        let record = self.record_key(request_id)?;
         let acked = self
-            .apply_one(conn, Mode::Put, sku, quantity, request_id, replication)
+            .apply_one(conn, Mode::Put, &keys, quantity, record, replication)
             .await?;
         let (reply, ack) = acked.split();
         restock_outcome(self.engine.apply, sku, reply).map(|outcome| ack.map(|()| outcome))
@@ -387,27 +409,34 @@ impl Store {
         &self,
         conn: &mut C,
         mode: Mode,
-        sku: &str,
+        keys: &SkuKeys,
         quantity: u64,
-        request_id: Option<&str>,
+        record: Option<String>,
         replication: Option<Replication>,
     ) -> Result<Acked<Reply>> {
-        check_quantity(quantity)?;
-        let [key, reservations, expiries] = self.sku_keys(sku)?;
-        let record = request_id.map(|id| self.request_key(id)).transpose()?;
         self.engine
             .apply(
                 conn,
                 mode,
-                &[key.as_str()],
-                std::slice::from_ref(&reservations),
-                std::slice::from_ref(&expiries),
+                &[keys.stock.as_str()],
+                &[keys.reservations.as_str()],
+                &[keys.expiries.as_str()],
                 &[quantity],
                 record,
                 replication,
             )
             .await
     }
+}
+
+/// The three keys of one SKU ([`Store::key`], [`Store::reservation_key`],
+/// [`Store::reservation_expiry_key`]), built once where the SKU enters a call; every call on
+/// one SKU sends all three.
+#[derive(Clone, Debug)]
+pub(super) struct SkuKeys {
+    pub(super) stock: String,
+    pub(super) reservations: String,
+    pub(super) expiries: String,
 }
 
 /// The error for a SKU without stock.
