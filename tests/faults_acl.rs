@@ -1101,7 +1101,7 @@ async fn versioned(conn: &mut MultiplexedConnection, manager: ScriptManager) -> 
     Ok(())
 }
 
-/// The `*_acked` calls and `require_replicas` (on a server without replicas: each wait answers
+/// The `replicated(wait)` calls and `require_replicas` (on a server without replicas: each wait answers
 /// 0 at its timeout), and with `fsynced` the fsync waits (Valkey with `appendonly`).
 async fn replicated(conn: &mut MultiplexedConnection, fsync: bool) -> Run {
     let mut waits = vec![Replication::new(1, Duration::from_millis(5)).unwrap()];
@@ -1145,33 +1145,33 @@ async fn replicated(conn: &mut MultiplexedConnection, fsync: bool) -> Run {
             .replicated(wait)
             .decrement(conn, &sku, 1, None)
             .await
-            .at("decrement_acked")?;
+            .at("replicated decrement")?;
         store
             .replicated(wait)
             .restock(conn, &sku, 1, None)
             .await
-            .at("restock_acked")?;
+            .at("replicated restock")?;
         let hold = Duration::from_secs(60);
         store
             .replicated(wait)
             .reserve(conn, &sku, 1, hold, "c")
             .await
-            .at("reserve_acked")?;
+            .at("replicated reserve")?;
         store
             .replicated(wait)
             .commit(conn, &sku, "c")
             .await
-            .at("commit_acked")?;
+            .at("replicated commit")?;
         store
             .replicated(wait)
             .reserve(conn, &sku, 1, hold, "d")
             .await
-            .at("reserve_acked")?;
+            .at("replicated reserve")?;
         store
             .replicated(wait)
             .cancel(conn, &sku, "d")
             .await
-            .at("cancel_acked")?;
+            .at("replicated cancel")?;
     }
     Ok(())
 }
@@ -1385,7 +1385,7 @@ async fn versioned_values_use_exactly_their_row() {
 }
 
 async fn replicated_calls_use_exactly_their_row() {
-    let (base, r) = (base(), row("require_replicas, *_acked calls"));
+    let (base, r) = (base(), row("require_replicas, replicated(wait) calls"));
     let (locks, inv) = (row("locks"), row("inventory"));
     let mut bench = Bench::new(
         RedisServer::spawn().await,
@@ -1410,7 +1410,7 @@ async fn replicated_calls_use_exactly_their_row() {
 async fn fsynced_calls_use_exactly_their_rows(valkey: Valkey) {
     let (base, r, f) = (
         base(),
-        row("require_replicas, *_acked calls"),
+        row("require_replicas, replicated(wait) calls"),
         row("Replication::fsynced"),
     );
     let (locks, native, inv) = (
@@ -1465,7 +1465,7 @@ async fn the_functions_backend_uses_exactly_its_row() {
         row("every call, Functions backend"),
         row("versioned values"),
     );
-    let (acked, inv) = (row("require_replicas, *_acked calls"), row("inventory"));
+    let (acked, inv) = (row("require_replicas, replicated(wait) calls"), row("inventory"));
     let mut bench = Bench::new(RedisServer::spawn().await, &f, &[&v, &acked, &inv], &[]).await;
     let mut conn = bench.conn().await;
     let manager = ScriptManager::new().with_backend(Backend::Functions);
@@ -1486,7 +1486,7 @@ async fn the_functions_backend_uses_exactly_its_row() {
                 .replicated(wait)
                 .restock(&mut conn, "mug", 1, None)
                 .await
-                .at("restock_acked")?;
+                .at("replicated restock")?;
             Ok(())
         }
         .await;
@@ -1669,7 +1669,7 @@ const TESTED_ROWS: &[&str] = &[
     "read-write lock",
     "reentrant lock",
     "versioned values",
-    "require_replicas, *_acked calls",
+    "require_replicas, replicated(wait) calls",
     "Replication::fsynced",
     "preload",
     "admin API / CLI",

@@ -1,7 +1,7 @@
 //! The inventory failure contract against real Redis (issue 8): a script applies completely
 //! or writes nothing, for every poisoned stored value and every ACL-denied inner command
 //! (the whole keyspace is compared before and after); reclaim is bounded; a settled
-//! reservation stays settled; `_acked` reports replica acknowledgement.
+//! reservation stays settled; `replicated(wait)` reports replica acknowledgement.
 
 #[path = "fixtures/mod.rs"]
 mod fixtures;

@@ -372,7 +372,7 @@ async fn lock_and_inventory_outcomes_are_counted_as_they_happened() {
 
 /// Every outcome of reserve, commit and cancel (each refusal included, and an error before
 /// any round trip), counted once per call under its operation, through the plain and the
-/// `_acked` calls alike. The only test of this binary making reservations.
+/// `replicated(wait)` calls alike. The only test of this binary making reservations.
 #[tokio::test]
 async fn reservation_outcomes_are_counted_as_they_happened() {
     use redkit::inventory::{Cancel, Commit, Inventory, Reserve};
@@ -423,7 +423,7 @@ async fn reservation_outcomes_are_counted_as_they_happened() {
             stock: 3
         }
     );
-    // The `_acked` calls are counted as the plain ones (no replica: `WAIT` answers 0).
+    // The `replicated(wait)` calls are counted as the plain ones (no replica: `WAIT` answers 0).
     let wait = Replication::new(1, Duration::from_millis(1)).unwrap();
     assert_eq!(
         store
