@@ -249,7 +249,11 @@ async fn lock_and_inventory_outcomes_are_counted_as_they_happened() {
     };
     let mut own = server.conn().await;
     let woken = lock
-        .acquire_blocking(&mut own, "b", &options, Duration::from_secs(5))
+        .acquire_blocking(
+            &mut own,
+            "b",
+            &options.clone().max_wait(Duration::from_secs(5)),
+        )
         .await
         .unwrap();
     releaser.await.unwrap();

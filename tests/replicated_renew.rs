@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use redkit::lock::{
     Acquire, FairLock, LeaseLoss, Lock, LockGuard, LockOptions, Mode, Owner, ReentrantLock, Renew,
-    Replicated, RwLock, Semaphore,
+    Replicable, RwLock, Semaphore,
 };
 use redkit::script::Replication;
 use support::{RedisServer, ReplicatedPair, Valkey};
@@ -29,7 +29,7 @@ const NOT_REPLICATED: Renew = Renew::NotReplicated {
     requested: 1,
 };
 
-fn required<K: Replicated>(ttl: Duration, wait_ms: u64) -> LockOptions<K> {
+fn required<K: Replicable>(ttl: Duration, wait_ms: u64) -> LockOptions<K> {
     let one = Replication::new(1, Duration::from_millis(wait_ms)).unwrap();
     LockOptions::new().ttl(ttl).require_replicas(one)
 }

@@ -85,7 +85,7 @@ where
                         .fences
                         .lock()
                         .unwrap()
-                        .push(guard.fencing_token().get());
+                        .push(guard.fencing_token().unwrap().get());
                     let n: Option<i64> = redis::cmd("GET")
                         .arg("data:{mix}")
                         .query_async(&mut own)

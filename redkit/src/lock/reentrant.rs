@@ -13,7 +13,7 @@ use super::lease::schema;
 use super::lease::token::owner_token;
 use super::lease::wait::{self, ms, Pace};
 use super::lease::{HeldLease, LeaseKind};
-use super::options::{LockOptions, Polling, Replicated};
+use super::options::{LockOptions, Polling, Replicable};
 use super::outcome::{Acquire, Release};
 use crate::error::{Error, Result};
 use crate::script::{Call, Registry, Script, ScriptManager};
@@ -323,4 +323,4 @@ impl LeaseKind for ReentrantLock {
 
 impl super::options::sealed::Sealed for ReentrantLock {}
 impl Polling for ReentrantLock {}
-impl Replicated for ReentrantLock {}
+impl Replicable for ReentrantLock {}

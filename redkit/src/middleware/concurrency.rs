@@ -480,7 +480,7 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
     }
 
     /// Lease of each slot (default [`DEFAULT_LEASE`](Self::DEFAULT_LEASE); whole milliseconds,
-    /// at most [`LockOptions::MAX_TTL`]). Renewed while the request runs.
+    /// at most [`limits::MAX_TTL`](crate::lock::limits::MAX_TTL)). Renewed while the request runs.
     ///
     /// ```no_run
     /// # async fn run(b: redkit::middleware::ConcurrencyLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
