@@ -183,10 +183,10 @@ where
                     panic!("{outcome:?}")
                 };
                 assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
-                fences
-                    .lock()
-                    .unwrap()
-                    .push(guard.fencing_token().unwrap().get());
+                // Unfenced options: no token to record.
+                if let Some(token) = guard.fencing_token() {
+                    fences.lock().unwrap().push(token.get());
+                }
                 let n: i64 = redis::cmd("GET")
                     .arg(&counter)
                     .query_async::<Option<i64>>(&mut own)
