@@ -338,8 +338,14 @@ async fn without_wake_ups(server: RedisServer) {
         .retry_delay(Duration::from_millis(20))
         .jitter(Duration::ZERO);
     let blpops = server.command_calls("blpop").await;
+    let sets = server.command_calls("set").await;
     let waiter = waiter(&server, &lock, "n", options).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Three SETs from the waiter: attempt, (the flag, were it set), attempt.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.command_calls("set").await < sets + 3 {
+        assert!(Instant::now() < deadline, "the waiter never tried again");
+        tokio::task::yield_now().await;
+    }
     assert_eq!(server.cmd::<i64>(&["EXISTS", &flag]).await, 0, "no flag");
     let (next, after, waiter_lock, mut own) = hand_over(&lock, &mut conn, holder, waiter).await;
     println!("release -> polling waiter holds: {after:?}");
