@@ -9,3 +9,4 @@
 
 pub(crate) mod metric;
 pub(crate) mod round_trip;
+pub(crate) mod script_metrics;

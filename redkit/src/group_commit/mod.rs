@@ -10,6 +10,8 @@
 //! [`InventoryBuilder::with_group_commit`](crate::inventory::InventoryBuilder::with_group_commit)
 //! and [`FixedWindow::with_group_commit`](crate::rate_limit::FixedWindow::with_group_commit).
 
+pub(crate) mod metrics;
+
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -18,8 +20,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
+use self::metrics::GroupOperation;
 use crate::error::{Error, Result};
-use crate::telemetry::metric::GroupOperation;
 
 /// The settings of group commit, validated once: at most `max_batch` calls settled by one
 /// script call, and at most `max_in_flight` such calls of one key (an inventory's SKU, a
@@ -325,7 +327,7 @@ impl<G: Grouped> Lead<G> {
     /// [`Error::Interrupted`] instead of queued.
     pub(crate) fn sending(&mut self) {
         self.sent = true;
-        crate::telemetry::metric::group_sent(G::WHAT, self.members.len());
+        metrics::group_sent(G::WHAT, self.members.len());
     }
 
     /// Answers the members with `outcomes` (one per member, in order) and returns the
