@@ -83,9 +83,12 @@ fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     v
 }
 
-/// A recorder that keeps what `describe_*` told it: each metric's name, kind, unit and help.
+/// What `describe_*` told of one metric: its name, kind, unit and help.
+type Description = (String, MetricKind, Option<metrics::Unit>, String);
+
+/// A recorder that keeps what `describe_*` told it.
 #[derive(Default)]
-struct Described(Mutex<Vec<(String, MetricKind, Option<metrics::Unit>, String)>>);
+struct Described(Mutex<Vec<Description>>);
 
 impl Described {
     fn push(&self, kind: MetricKind, name: KeyName, unit: Option<metrics::Unit>, help: &str) {
