@@ -13,7 +13,7 @@ use crate::telemetry::metric::{key_table, label_values, Description, Kind, Unit}
 /// Counter: inventory writes by operation and outcome.
 pub(crate) const INVENTORY_OPERATIONS: &str = "redkit.inventory.operations";
 
-/// The inventory metrics, for [`describe`](crate::inventory::metrics::describe).
+/// The inventory metrics, for [`describe`](crate::telemetry::metric::describe).
 pub(crate) const METRICS: &[Description] = &[Description {
     name: INVENTORY_OPERATIONS,
     kind: Kind::Counter,

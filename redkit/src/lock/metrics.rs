@@ -13,7 +13,7 @@ use crate::telemetry::metric::{key_table, label_values, Description, Kind, Unit}
 /// Counter: lock operations by kind, operation and outcome.
 pub(crate) const LOCK_OPERATIONS: &str = "redkit.lock.operations";
 
-/// The lock metrics, for [`describe`](crate::lock::metrics::describe).
+/// The lock metrics, for [`describe`](crate::telemetry::metric::describe).
 pub(crate) const METRICS: &[Description] = &[Description {
     name: LOCK_OPERATIONS,
     kind: Kind::Counter,
