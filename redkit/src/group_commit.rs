@@ -541,18 +541,17 @@ pub(crate) mod metrics {
 
     #[cfg(feature = "metrics")]
     use crate::telemetry::metric::observe;
-    use crate::telemetry::metric::{key_table, label_values, Description, Kind, Unit};
+    use crate::telemetry::metric::{key_table, label_values, Description, Unit};
 
     /// Histogram, calls: the calls one group-commit script call settled (1: a call alone).
     pub(crate) const GROUP_SIZE: &str = "redkit.group_commit.size";
 
     /// Group commit's metrics, for [`describe`](crate::telemetry::metric::describe).
-    pub(crate) const METRICS: &[Description] = &[Description {
-        name: GROUP_SIZE,
-        kind: Kind::Histogram,
-        unit: Unit::Count,
-        help: "Calls settled by one group-commit script call",
-    }];
+    pub(crate) const METRICS: &[Description] = &[Description::histogram(
+        GROUP_SIZE,
+        Unit::Count,
+        "Calls settled by one group-commit script call",
+    )];
 
     label_values! {
         /// What a group-commit group's calls are (`redkit.operation` of [`GROUP_SIZE`]).

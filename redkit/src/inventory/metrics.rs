@@ -8,18 +8,16 @@
 
 #[cfg(feature = "metrics")]
 use crate::telemetry::metric::count;
-use crate::telemetry::metric::{key_table, label_values, Description, Kind, Unit};
+use crate::telemetry::metric::{key_table, label_values, Description};
 
 /// Counter: inventory writes by operation and outcome.
 pub(crate) const INVENTORY_OPERATIONS: &str = "redkit.inventory.operations";
 
 /// The inventory metrics, for [`describe`](crate::telemetry::metric::describe).
-pub(crate) const METRICS: &[Description] = &[Description {
-    name: INVENTORY_OPERATIONS,
-    kind: Kind::Counter,
-    unit: Unit::Count,
-    help: "Inventory writes by operation and outcome",
-}];
+pub(crate) const METRICS: &[Description] = &[Description::counter(
+    INVENTORY_OPERATIONS,
+    "Inventory writes by operation and outcome",
+)];
 
 label_values! {
     /// An inventory write (`redkit.operation` of `redkit.inventory.operations`).

@@ -8,18 +8,16 @@
 
 #[cfg(feature = "metrics")]
 use crate::telemetry::metric::count;
-use crate::telemetry::metric::{key_table, label_values, Description, Kind, Unit};
+use crate::telemetry::metric::{key_table, label_values, Description};
 
 /// Counter: lock operations by kind, operation and outcome.
 pub(crate) const LOCK_OPERATIONS: &str = "redkit.lock.operations";
 
 /// The lock metrics, for [`describe`](crate::telemetry::metric::describe).
-pub(crate) const METRICS: &[Description] = &[Description {
-    name: LOCK_OPERATIONS,
-    kind: Kind::Counter,
-    unit: Unit::Count,
-    help: "Lock operations by kind, operation and outcome",
-}];
+pub(crate) const METRICS: &[Description] = &[Description::counter(
+    LOCK_OPERATIONS,
+    "Lock operations by kind, operation and outcome",
+)];
 
 label_values! {
     /// A lock kind (`redkit.lock.kind`).

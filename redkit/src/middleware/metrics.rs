@@ -12,7 +12,7 @@ use ::metrics::{Key, Label, SharedString};
 
 #[cfg(feature = "metrics")]
 use crate::telemetry::metric::{count, gauge};
-use crate::telemetry::metric::{label_values, Description, Kind, Unit};
+use crate::telemetry::metric::{label_values, Description};
 
 /// Counter: requests the rate-limit layer decided on, by policy and result.
 pub(crate) const RATE_LIMITING_REQUESTS: &str = "redkit.rate_limiting.requests";
@@ -23,24 +23,18 @@ pub(crate) const CONCURRENCY_ACTIVE: &str = "redkit.concurrency_limiting.active_
 
 /// The middleware's metrics, for [`describe`](crate::telemetry::metric::describe).
 pub(crate) const METRICS: &[Description] = &[
-    Description {
-        name: RATE_LIMITING_REQUESTS,
-        kind: Kind::Counter,
-        unit: Unit::Count,
-        help: "Requests the rate-limit layer decided on, by policy and result",
-    },
-    Description {
-        name: CONCURRENCY_REQUESTS,
-        kind: Kind::Counter,
-        unit: Unit::Count,
-        help: "Requests the concurrency-limit layer decided on, by policy and result",
-    },
-    Description {
-        name: CONCURRENCY_ACTIVE,
-        kind: Kind::Gauge,
-        unit: Unit::Count,
-        help: "Requests holding a concurrency-limit slot of this process",
-    },
+    Description::counter(
+        RATE_LIMITING_REQUESTS,
+        "Requests the rate-limit layer decided on, by policy and result",
+    ),
+    Description::counter(
+        CONCURRENCY_REQUESTS,
+        "Requests the concurrency-limit layer decided on, by policy and result",
+    ),
+    Description::gauge(
+        CONCURRENCY_ACTIVE,
+        "Requests holding a concurrency-limit slot of this process",
+    ),
 ];
 
 label_values! {

@@ -414,7 +414,7 @@ pub(crate) mod metrics {
 
     #[cfg(feature = "metrics")]
     use crate::telemetry::metric::{count, gauge};
-    use crate::telemetry::metric::{key_table, Description, Kind, Unit};
+    use crate::telemetry::metric::{key_table, Description};
 
     /// Counter: deny-cache lookups, by result (`hit`: answered locally; `miss`: asked Redis).
     pub(crate) const DENY_CACHE_LOOKUPS: &str = "redkit.deny_cache.lookups";
@@ -423,18 +423,11 @@ pub(crate) mod metrics {
 
     /// The deny cache's metrics, for [`describe`](crate::telemetry::metric::describe).
     pub(crate) const METRICS: &[Description] = &[
-        Description {
-            name: DENY_CACHE_LOOKUPS,
-            kind: Kind::Counter,
-            unit: Unit::Count,
-            help: "Deny-cache lookups: hit (answered locally) or miss (asked Redis)",
-        },
-        Description {
-            name: DENY_CACHE_ENTRIES,
-            kind: Kind::Gauge,
-            unit: Unit::Count,
-            help: "Refusals held by the deny cache",
-        },
+        Description::counter(
+            DENY_CACHE_LOOKUPS,
+            "Deny-cache lookups: hit (answered locally) or miss (asked Redis)",
+        ),
+        Description::gauge(DENY_CACHE_ENTRIES, "Refusals held by the deny cache"),
     ];
 
     key_table! {

@@ -43,6 +43,38 @@ pub(crate) struct Description {
     pub(crate) help: &'static str,
 }
 
+impl Description {
+    /// A counter (unit: a count).
+    pub(crate) const fn counter(name: &'static str, help: &'static str) -> Self {
+        Self {
+            name,
+            kind: Kind::Counter,
+            unit: Unit::Count,
+            help,
+        }
+    }
+
+    /// A gauge (unit: a count).
+    pub(crate) const fn gauge(name: &'static str, help: &'static str) -> Self {
+        Self {
+            name,
+            kind: Kind::Gauge,
+            unit: Unit::Count,
+            help,
+        }
+    }
+
+    /// A histogram of values in `unit`.
+    pub(crate) const fn histogram(name: &'static str, unit: Unit, help: &'static str) -> Self {
+        Self {
+            name,
+            kind: Kind::Histogram,
+            unit,
+            help,
+        }
+    }
+}
+
 /// A metric's type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {

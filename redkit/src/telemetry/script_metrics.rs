@@ -14,7 +14,7 @@ use metrics::{Key, Label, SharedString};
 
 #[cfg(feature = "metrics")]
 use super::metric::{count, observe};
-use super::metric::{key_table, label_values, Description, Kind, Unit};
+use super::metric::{key_table, label_values, Description, Unit};
 use crate::Script;
 
 /// Histogram, seconds: one Redis round trip of a script call or batch (OpenTelemetry's
@@ -25,18 +25,15 @@ pub(crate) const SCRIPT_RELOADS: &str = "redkit.script.reloads";
 
 /// The round trips' metrics, for [`describe`](super::metric::describe).
 pub(crate) const METRICS: &[Description] = &[
-    Description {
-        name: OPERATION_DURATION,
-        kind: Kind::Histogram,
-        unit: Unit::Seconds,
-        help: "Duration of one Redis round trip of a script call or batch",
-    },
-    Description {
-        name: SCRIPT_RELOADS,
-        kind: Kind::Counter,
-        unit: Unit::Count,
-        help: "Recoveries of a script or function the server lacked",
-    },
+    Description::histogram(
+        OPERATION_DURATION,
+        Unit::Seconds,
+        "Duration of one Redis round trip of a script call or batch",
+    ),
+    Description::counter(
+        SCRIPT_RELOADS,
+        "Recoveries of a script or function the server lacked",
+    ),
 ];
 
 label_values! {
