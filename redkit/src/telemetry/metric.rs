@@ -17,8 +17,7 @@
 //! returning an empty handle. The facade (0.24) has no public way to ask whether a recorder is
 //! installed, so that is the floor. Still built when recorded: the key of a failed round trip
 //! (its `error.type`). And a round trip reads the clock twice for its duration
-//! ([`round_trip`](super::round_trip)). Measured: `benches/metrics.rs`, recorded in
-//! `docs/benchmarks.md`.
+//! ([`round_trip`](super::round_trip)).
 
 // Without the feature the machinery and the descriptions go unused.
 #![cfg_attr(not(feature = "metrics"), allow(dead_code, unused_variables))]
