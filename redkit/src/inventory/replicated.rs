@@ -10,8 +10,8 @@ use super::outcome::{counted, Decrement, Order, Restock};
 use super::reservation::{Cancel, Commit, Reserve};
 use super::{Inventory, OrderLine, Store};
 use crate::error::Result;
+use crate::inventory::metrics::InventoryOp;
 use crate::script::{Acked, Replicated};
-use crate::telemetry::metric::InventoryOp;
 
 impl Replicated<'_, Store> {
     /// [`Store::decrement`], then the wait: the outcome with how many replicas acknowledged

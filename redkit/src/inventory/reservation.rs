@@ -12,9 +12,9 @@ use super::engine::{self, check_quantity};
 use super::outcome::{counted, Labelled};
 use super::store::{unknown_sku, Store};
 use crate::error::{Error, Result};
+use crate::inventory::metrics::{InventoryOp, InventoryOutcome};
 use crate::keys;
 use crate::script::{Acked, Call, Replication, Script};
-use crate::telemetry::metric::{InventoryOp, InventoryOutcome};
 
 /// The outcome of [`Store::reserve`].
 ///

@@ -16,8 +16,8 @@ use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Replicable, Settings};
 use super::outcome::{status, Acquire, Held};
 use crate::error::{Error, Result};
+use crate::lock::metrics::LockKind;
 use crate::script::{Call, Registry, Script, ScriptManager};
-use crate::telemetry::metric::LockKind;
 
 lock_kind! {
     /// A fair lock on one Redis server or a Redis Cluster: callers hold it one at a time **in the

@@ -27,6 +27,7 @@
 mod fair;
 mod lease;
 pub mod limits;
+pub(crate) mod metrics;
 mod options;
 mod outcome;
 mod redlock;

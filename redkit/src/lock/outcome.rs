@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::lease::token::FencingToken;
 use crate::error::{Error, Result};
+use crate::lock::metrics::LockOutcome;
 use crate::script::Script;
-use crate::telemetry::metric::LockOutcome;
 
 /// Result of an acquire, the same for every kind: `G` is the kind's guard
 /// ([`LockGuard<Lock>`](super::LockGuard), [`LockGuard<FairLock>`](super::LockGuard),

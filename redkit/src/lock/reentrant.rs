@@ -16,8 +16,8 @@ use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, Polling, Replicable};
 use super::outcome::{Acquire, Release};
 use crate::error::{Error, Result};
+use crate::lock::metrics::LockKind;
 use crate::script::{Call, Registry, Script, ScriptManager};
-use crate::telemetry::metric::LockKind;
 
 /// Who holds a [`ReentrantLock`]: an explicit handle (a tokio task has no thread id), cloned
 /// into the nested code that may take the lock again. Its token is a secret, never printed.

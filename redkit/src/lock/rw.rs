@@ -14,8 +14,8 @@ use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicable, Settings};
 use super::outcome::{status, Acquire};
 use crate::error::Result;
+use crate::lock::metrics::LockKind;
 use crate::script::{Call, Registry, Script, ScriptManager};
-use crate::telemetry::metric::LockKind;
 
 /// Which hold an [`RwLock`] acquire asks for.
 ///

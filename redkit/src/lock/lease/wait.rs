@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use crate::error::{Error, Result};
+use crate::lock::metrics::{self, LockKind, LockOp};
 use crate::lock::options::Settings;
 use crate::lock::outcome::{acquire_label, Acquire};
-use crate::telemetry::metric::{self, LockKind, LockOp};
 
 /// A duration in whole milliseconds for a script argument (saturating; leases are validated
 /// to at most 30 days before they get here).
@@ -132,7 +132,7 @@ pub(in crate::lock) async fn acquire<A: Attempts<C>, C>(
 ) -> Result<Acquire<A::Guard>> {
     let answer = attempt_until(pace, conn, attempts).await;
     let label = acquire_label(&answer);
-    metric::lock_operation(A::KIND, LockOp::Acquire, label);
+    metrics::lock_operation(A::KIND, LockOp::Acquire, label);
     answer
 }
 

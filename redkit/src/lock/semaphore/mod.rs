@@ -16,11 +16,11 @@ use crate::lock::lease::kind::{lease_verbs, lock_kind, try_acquire, Base};
 use crate::lock::lease::schema;
 use crate::lock::lease::wait::{self, ms, Attempts, Pace, Step};
 use crate::lock::lease::{HeldLease, LeaseGuard, LeaseKind};
+use crate::lock::metrics::LockKind;
 use crate::lock::options::{LockOptions, OwnerToken, Polling, Replicable};
 use crate::lock::outcome::{Acquire, Held};
 use crate::lock::semaphore::permit::PermitGuard;
 use crate::script::{Call, Registry, Script, ScriptManager};
-use crate::telemetry::metric::LockKind;
 
 lock_kind! {
     /// A counting semaphore on one Redis server or a Redis Cluster: at most `permits` owners hold

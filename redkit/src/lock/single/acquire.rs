@@ -14,11 +14,11 @@ use crate::lock::lease::native;
 use crate::lock::lease::schema;
 use crate::lock::lease::token::{issued, FencingToken};
 use crate::lock::lease::wait::{self, Attempts, Pace, Step};
+use crate::lock::metrics::LockKind;
 use crate::lock::options::LockOptions;
 use crate::lock::outcome::{Acquire, Held, Renew};
 use crate::lock::single::Lock;
 use crate::script::{Acked, Call, Replication};
-use crate::telemetry::metric::LockKind;
 
 impl Lock {
     try_acquire! {

@@ -18,10 +18,10 @@ use crate::lock::lease::native;
 use crate::lock::lease::schema;
 use crate::lock::lease::wait::ms;
 use crate::lock::lease::{HeldLease, LeaseKind};
+use crate::lock::metrics::LockKind;
 use crate::lock::options::{LockOptions, OwnerToken, Polling, Replicable};
 use crate::lock::outcome::{renew_status, Renew};
 use crate::script::{Call, Registry, Script, ScriptManager};
-use crate::telemetry::metric::LockKind;
 
 lock_kind! {
     /// A lock on one Redis server or Redis Cluster: one round trip per operation (a script, or
