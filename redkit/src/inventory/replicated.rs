@@ -111,7 +111,9 @@ impl Replicated<'_, Store> {
         reservation_id: &str,
     ) -> Result<Acked<Commit>> {
         let wait = Some(self.wait());
-        self.of().settle::<Commit, _>(conn, sku, reservation_id, wait).await
+        self.of()
+            .settle::<Commit, _>(conn, sku, reservation_id, wait)
+            .await
     }
 
     /// [`Store::cancel`], then the wait.
@@ -133,7 +135,9 @@ impl Replicated<'_, Store> {
         reservation_id: &str,
     ) -> Result<Acked<Cancel>> {
         let wait = Some(self.wait());
-        self.of().settle::<Cancel, _>(conn, sku, reservation_id, wait).await
+        self.of()
+            .settle::<Cancel, _>(conn, sku, reservation_id, wait)
+            .await
     }
 }
 
