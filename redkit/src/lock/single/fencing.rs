@@ -109,7 +109,8 @@ impl Lock {
     /// ```no_run
     /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection, guard: redkit::lock::LockGuard<redkit::lock::Lock>) -> redkit::Result<()> {
     /// use redkit::lock::FencedWrite;
-    /// match lock.fenced_set(&mut conn, "report:{q3}", guard.fencing_token(), "v2").await? {
+    /// let token = guard.fencing_token().expect("acquired with fencing(true)");
+    /// match lock.fenced_set(&mut conn, "report:{q3}", token, "v2").await? {
     ///     FencedWrite::Written => {}
     ///     FencedWrite::Stale { newer } => eprintln!("token {newer} already wrote: giving up"),
     ///     _ => {}
@@ -138,9 +139,10 @@ impl Lock {
     /// use std::time::Duration;
     /// use redkit::script::Replication;
     /// let wait = Replication::new(1, Duration::from_millis(100))?;
+    /// let token = guard.fencing_token().expect("acquired with fencing(true)");
     /// let acked = lock
     ///     .replicated(wait)
-    ///     .fenced_set(&mut conn, "report:{q3}", guard.fencing_token(), "v2")
+    ///     .fenced_set(&mut conn, "report:{q3}", token, "v2")
     ///     .await?;
     /// if acked.outcome.is_written() && !acked.is_replicated() {
     ///     eprintln!("written on the primary only");
@@ -229,7 +231,8 @@ impl Replicated<'_, Lock> {
     /// use std::time::Duration;
     /// use redkit::script::Replication;
     /// let wait = Replication::new(1, Duration::from_millis(100))?;
-    /// let acked = lock.replicated(wait).fenced_set(&mut conn, "report:{q3}", guard.fencing_token(), "v2").await?;
+    /// let token = guard.fencing_token().expect("acquired with fencing(true)");
+    /// let acked = lock.replicated(wait).fenced_set(&mut conn, "report:{q3}", token, "v2").await?;
     /// println!("{:?} on {} replicas", acked.outcome, acked.replicas);
     /// # Ok(()) }
     /// ```

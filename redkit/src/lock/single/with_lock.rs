@@ -119,7 +119,7 @@ impl<T> WithLock<T> {
     /// let done = WithLock::Completed { value: 42, fencing_token: FencingToken::new(7) };
     /// assert_eq!(done.into_value(), Some(42));
     /// let unfenced = WithLock::Completed { value: 42, fencing_token: None };
-    /// assert_eq!(done.into_value(), Some(42));
+    /// assert_eq!(unfenced.into_value(), Some(42));
     /// // it ran, but not under the lock throughout: still its value
     /// let lost = WithLock::LeaseLost { value: 42, loss: LeaseLoss::Expired };
     /// assert_eq!(lost.into_value(), Some(42));
