@@ -16,7 +16,7 @@ use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Replicated, Settings};
 use super::outcome::{status, Acquire, Held};
 use crate::error::{Error, Result};
-use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::script::{embedded, Call, Script, ScriptManager};
 use crate::telemetry::metric::LockKind;
 
 lock_kind! {
@@ -106,9 +106,9 @@ impl FairLock {
             inner: Arc::new(Inner {
                 base: Base::new(Self::DEFAULT_PREFIX),
                 waiter_lease: Self::DEFAULT_WAITER_LEASE,
-                acquire: Registry::embedded("fair_acquire", 1),
-                renew: Registry::embedded("fair_renew", 1),
-                release: Registry::embedded("fair_release", 1),
+                acquire: embedded::FAIR_ACQUIRE.script(),
+                renew: embedded::FAIR_RENEW.script(),
+                release: embedded::FAIR_RELEASE.script(),
             }),
         }
     }

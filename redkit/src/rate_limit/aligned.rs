@@ -105,10 +105,10 @@ impl Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::script::Registry;
+    use crate::script::embedded;
 
     fn script() -> &'static Script {
-        Registry::embedded("fixed_window_aligned", 2)
+        embedded::FIXED_WINDOW_ALIGNED.script()
     }
 
     #[test]

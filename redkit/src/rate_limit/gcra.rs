@@ -13,7 +13,7 @@ use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
 use super::reply::{ints, non_negative};
 use crate::error::{Error, Result};
-use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::script::{embedded, Call, Script, ScriptManager};
 
 /// A GCRA (generic cell rate algorithm) limiter: token-bucket semantics, shared by every
 /// instance of a service.
@@ -138,7 +138,7 @@ impl Gcra {
             rate: rate.with_period(Duration::from_micros(period_us)),
             burst,
             interval_us,
-            script: Registry::embedded("gcra", 3),
+            script: embedded::GCRA.script(),
             manager: ScriptManager::new(),
             deny_cache: None,
         })

@@ -12,7 +12,7 @@ use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
 use super::reply::{ints, non_negative};
 use crate::error::{Error, Result};
-use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::script::{embedded, Call, Script, ScriptManager};
 
 /// A sliding-window limiter (the two-counter approximation of python `limits`' moving window
 /// and Cloudflare's), shared by every instance of a service.
@@ -130,7 +130,7 @@ impl SlidingWindow {
             rate: rate.with_period(Duration::from_millis(window_ms)),
             limit: rate.limit(),
             window_ms,
-            script: Registry::embedded("sliding_window", 3),
+            script: embedded::SLIDING_WINDOW.script(),
             manager: ScriptManager::new(),
         })
     }

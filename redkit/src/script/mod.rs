@@ -31,6 +31,7 @@ mod aof_support;
 mod batch;
 mod call;
 mod capabilities;
+pub(crate) mod embedded;
 mod errors;
 pub(crate) mod functions;
 #[cfg(feature = "lockfile")]

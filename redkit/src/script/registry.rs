@@ -309,16 +309,6 @@ impl Registry {
         &REGISTRY
     }
 
-    /// One of redkit's own embedded scripts, for the types that call it when they are built
-    /// (the one lookup inside the crate; users call [`require`](Self::require)). Embedded at
-    /// compile time from `lua/`; `tests/manifest.rs` checks that every script named by a call
-    /// of it in `src/` is embedded, so a missing one is a build defect, never an input.
-    pub(crate) fn embedded(name: &str, version: u32) -> &'static Script {
-        Self::global()
-            .find(name, version)
-            .unwrap_or_else(|| panic!("{name}.v{version} is embedded in lua/"))
-    }
-
     /// A registry of the given files: `(file name, contents)`. Files named `*.lua` become
     /// scripts (or [`problems`](Self::problems)); `scripts.lock` is kept as the set's
     /// [`lock_text`](Self::lock_text); other files are ignored.
@@ -442,20 +432,22 @@ impl Registry {
 
     /// The script `name` at `version`: the one way to look a script up.
     ///
-    /// Errors: [`Error::InvalidInput`] naming the script when the set does not hold it.
+    /// Errors: [`Error::InvalidInput`] naming the script and saying the set does not hold
+    /// it (the set may be redkit's own, your crate's embedded folder or one read at run time,
+    /// so the error names no folder).
     ///
     /// ```
     /// let registry = redkit::Registry::global();
     /// assert_eq!(registry.require("fixed_window", 8)?.id(), "fixed_window.v8");
     /// let missing = registry.require("fixed_window", 999).unwrap_err();
-    /// assert!(missing.to_string().contains("fixed_window.v999"));
+    /// assert!(missing.to_string().contains("fixed_window.v999 is not in this registry's scripts"));
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn require(&self, name: &str, version: u32) -> Result<&Script> {
         self.find(name, version).ok_or_else(|| {
             Error::invalid(
                 "script",
-                format!("{name}.v{version} is not embedded in lua/"),
+                format!("{name}.v{version} is not in this registry's scripts"),
             )
         })
     }
