@@ -335,7 +335,7 @@ fn the_reservation_reclaim_block_is_marked_shared_and_identical_in_every_script(
         .collect();
     assert_eq!(
         ids,
-        ["inventory_get.v4", "inventory_reserve.v4"],
+        ["inventory_get.v5", "inventory_reserve.v5"],
         "get and reserve carry the block (inventory_apply.v4 and later have their own ZCARD-gated reclaim)"
     );
     let blocks: Vec<&str> = ids
@@ -375,13 +375,13 @@ fn the_reservation_reclaim_block_is_marked_shared_and_identical_in_every_script(
         1 + inline
     );
     // A later version with another text of the block: a second function, the first kept.
-    let get = Registry::global().require("inventory_get", 4).unwrap();
+    let get = Registry::global().require("inventory_get", 5).unwrap();
     let edited = get
         .source()
         .replace("local RECLAIM = 16", "local RECLAIM = 17");
     let set = Registry::from_files([
-        ("inventory_get.v4.lua", get.source().to_owned()),
-        ("inventory_get.v5.lua", edited),
+        ("inventory_get.v5.lua", get.source().to_owned()),
+        ("inventory_get.v6.lua", edited),
     ]);
     let library = redkit::script::Library::new("t", &set).unwrap();
     assert_eq!(

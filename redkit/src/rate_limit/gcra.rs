@@ -34,7 +34,7 @@ use crate::script::{embedded, Call, Script, ScriptManager};
 /// **Storage and time.** One key per client, `<prefix>:<name>:{<canonical key>}` (prefix [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) unless [`with_prefix`](Self::with_prefix) chooses another), holding the
 /// theoretical arrival time (TAT) in microseconds of the server's `TIME`, with a TTL equal to
 /// the time until the bucket is full (a full bucket is no key). Each check is one `EVALSHA`
-/// of `lua/gcra.v3.lua`: no client clock is involved. Cheap to clone.
+/// of `lua/gcra.v4.lua`: no client clock is involved. Cheap to clone.
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
@@ -468,7 +468,7 @@ mod tests {
             "limit: 10",
             "burst: 20",
             "1s",
-            "gcra.v3",
+            "gcra.v4",
             "redkit:gcra",
         ] {
             assert!(debug.contains(part), "{part} in {debug}");

@@ -40,7 +40,7 @@ use crate::script::{embedded, Call, Script, ScriptManager};
 /// **Storage and time.** One key per client, `<prefix>:<name>:{<canonical key>}` (prefix [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) unless [`with_prefix`](Self::with_prefix) chooses another), a string
 /// `"<current>:<previous>"` whose TTL (end of the current window plus one window) tells the
 /// script where in the window it is: no clock at all, neither client nor server. Each check is
-/// one `EVALSHA` of `lua/sliding_window.v3.lua`. Cheap to clone.
+/// one `EVALSHA` of `lua/sliding_window.v4.lua`. Cheap to clone.
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
@@ -365,7 +365,7 @@ mod tests {
             "\"api\"",
             "limit: 5",
             "2s",
-            "sliding_window.v3",
+            "sliding_window.v4",
         ] {
             assert!(debug.contains(part), "{part} in {debug}");
         }

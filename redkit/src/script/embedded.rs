@@ -61,19 +61,19 @@ macro_rules! embedded {
 
 embedded! {
     // Rate limiters.
-    FIXED_WINDOW => "fixed_window", 8;
-    FIXED_WINDOW_ALIGNED => "fixed_window_aligned", 2;
-    FIXED_WINDOW_GROUP => "fixed_window_group", 2;
-    FIXED_WINDOW_ALIGNED_GROUP => "fixed_window_aligned_group", 3;
-    FIXED_WINDOW_LEASE => "fixed_window_lease", 1;
-    GCRA => "gcra", 3;
-    SLIDING_WINDOW => "sliding_window", 3;
+    FIXED_WINDOW => "fixed_window", 9;
+    FIXED_WINDOW_ALIGNED => "fixed_window_aligned", 3;
+    FIXED_WINDOW_GROUP => "fixed_window_group", 3;
+    FIXED_WINDOW_ALIGNED_GROUP => "fixed_window_aligned_group", 4;
+    FIXED_WINDOW_LEASE => "fixed_window_lease", 2;
+    GCRA => "gcra", 4;
+    SLIDING_WINDOW => "sliding_window", 4;
     // Locks.
-    LOCK_ACQUIRE => "lock_acquire", 3;
-    LOCK_RELEASE => "lock_release", 4;
-    LOCK_RELEASE_WAKE => "lock_release_wake", 2;
+    LOCK_ACQUIRE => "lock_acquire", 4;
+    LOCK_RELEASE => "lock_release", 5;
+    LOCK_RELEASE_WAKE => "lock_release_wake", 3;
     LOCK_RENEW => "lock_renew", 2;
-    LOCK_FENCE => "lock_fence", 1;
+    LOCK_FENCE => "lock_fence", 2;
     FENCED_SET => "fenced_set", 2;
     FAIR_ACQUIRE => "fair_acquire", 1;
     FAIR_RENEW => "fair_renew", 1;
@@ -88,14 +88,14 @@ embedded! {
     SEMAPHORE_RENEW => "semaphore_renew", 1;
     SEMAPHORE_RELEASE => "semaphore_release", 2;
     // Inventory.
-    INVENTORY_SET => "inventory_set", 2;
-    INVENTORY_GET => "inventory_get", 4;
-    INVENTORY_APPLY => "inventory_apply", 13;
-    INVENTORY_RESERVE => "inventory_reserve", 4;
-    INVENTORY_MIGRATE => "inventory_migrate", 1;
-    INVENTORY_GROUP => "inventory_group", 6;
+    INVENTORY_SET => "inventory_set", 3;
+    INVENTORY_GET => "inventory_get", 5;
+    INVENTORY_APPLY => "inventory_apply", 14;
+    INVENTORY_RESERVE => "inventory_reserve", 5;
+    INVENTORY_MIGRATE => "inventory_migrate", 2;
+    INVENTORY_GROUP => "inventory_group", 7;
     // Versioned values.
-    VERSIONED_READ => "versioned_read", 2;
+    VERSIONED_READ => "versioned_read", 3;
     VERSIONED_CAS => "versioned_cas", 1;
 }
 
