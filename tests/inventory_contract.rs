@@ -1670,13 +1670,13 @@ async fn v8_with_a_request_id_a_refused_record_puts_the_take_back() {
     }
     // A retention the record's SET will not parse, straight through the script: a typed
     // input error, nothing net written.
-    // v8 to v12 (retired, kept in tests/fixtures/lua/) and v13 (shipped) alike, and v13's
-    // short form of a take of 1 (retention, fingerprint).
+    // v8 to v12 (retired, kept in tests/fixtures/lua/) and v14 (shipped, v13's code) alike,
+    // and the short form of a take of 1 (retention, fingerprint).
     let sku = s.key("c").unwrap();
     let holds = s.reservation_key("c").unwrap();
     let expiry = s.reservation_expiry_key("c").unwrap();
     let record = s.request_key("v8").unwrap();
-    let scripts = [8, 9, 10, 11, 12, 13].map(|v| {
+    let scripts = [8, 9, 10, 11, 12, 14].map(|v| {
         Registry::global()
             .require("inventory_apply", v)
             .unwrap_or_else(|_| fixtures::script("inventory_apply", v))
