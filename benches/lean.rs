@@ -1034,7 +1034,7 @@ async fn other_cases(
     let options = Arc::new(LockOptions::new());
     let redkit = lock_cycle(&conn, pid, secs, &lock, &options, "res").await;
     // The seed lock uses the same lease as LockOptions' default.
-    let ttl_ms = LockOptions::<Lock>::DEFAULT_TTL.as_millis() as u64;
+    let ttl_ms = redkit::lock::limits::DEFAULT_TTL.as_millis() as u64;
     let seed = run_op(&conn, pid, secs, &seed_lock_op("seed:lock")).await;
     row(
         "lock acquire + release, default options (no fencing)",
@@ -1774,7 +1774,7 @@ async fn sequential_case(conn: MultiplexedConnection) {
 
     let lock = Arc::new(Lock::new());
     let unlock = Arc::new(redis::Script::new(SEED_UNLOCK));
-    let ttl_ms = LockOptions::<Lock>::DEFAULT_TTL.as_millis() as u64;
+    let ttl_ms = redkit::lock::limits::DEFAULT_TTL.as_millis() as u64;
     for (name, options) in [
         (
             "lock acquire + release, default options (no fencing)",

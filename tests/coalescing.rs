@@ -66,24 +66,49 @@ async fn commands_waiting_behind_a_frozen_send_go_out_as_one_pipeline() {
     let _: String = redis::cmd("PING").query_async(&mut c).await.unwrap();
     assert_eq!(conn.stats().sends, 1);
     server.pause().await;
-    let mut tasks = Vec::new();
-    for i in 0..10 {
-        let mut c = conn.clone();
-        tasks.push(tokio::spawn(async move {
-            let v: String = redis::cmd("ECHO")
-                .arg(format!("m{i}"))
-                .query_async(&mut c)
-                .await
-                .unwrap();
-            assert_eq!(v, format!("m{i}"));
-        }));
-        // The first goes out alone and hangs; the next nine queue behind it.
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    // The first goes out alone (its send counted) and hangs on the frozen server.
+    let mut first = conn.clone();
+    let first = tokio::spawn(async move {
+        let v: String = redis::cmd("ECHO")
+            .arg("m0")
+            .query_async(&mut first)
+            .await
+            .unwrap();
+        assert_eq!(v, "m0");
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while conn.stats().sends < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the first command was never sent"
+        );
+        tokio::task::yield_now().await;
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The next nine are polled once each here: a first poll puts the command in the queue,
+    // so all nine wait behind the first before the server resumes.
+    let mut clones: Vec<_> = (1..10).map(|_| conn.clone()).collect();
+    let mut queued: Vec<_> = clones
+        .iter_mut()
+        .enumerate()
+        .map(|(i, c)| {
+            Box::pin(async move {
+                let v: String = redis::cmd("ECHO")
+                    .arg(format!("m{}", i + 1))
+                    .query_async(c)
+                    .await
+                    .unwrap();
+                (i + 1, v)
+            })
+        })
+        .collect();
+    for f in &mut queued {
+        assert!(futures_util::poll!(f.as_mut()).is_pending(), "queued");
+    }
+    assert_eq!(conn.stats().sends, 2, "the nine wait behind the first");
     server.resume().await;
-    for t in tasks {
-        t.await.unwrap();
+    first.await.unwrap();
+    for (i, v) in futures_util::future::join_all(queued).await {
+        assert_eq!(v, format!("m{i}"));
     }
     let s = conn.stats();
     assert_eq!(s.commands, 11);

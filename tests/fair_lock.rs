@@ -80,7 +80,7 @@ fn waiter(
         let mut own = server_conn;
         let guard = acquired(&fair, &mut own, resource, &ttl(10_000)).await;
         let at = Instant::now();
-        let fence = guard.fencing_token().get();
+        let fence = guard.fencing_token().unwrap().get();
         tokio::time::sleep(hold).await;
         let released = Instant::now();
         log.lock().unwrap().push((index, at, released, fence));
@@ -177,7 +177,7 @@ async fn sixty_four_tasks_under_churn_exclude_with_increasing_fences_and_lose_no
                 let guard = acquired(&fair, &mut own, "churn", &ttl(20_000)).await;
                 let at = Instant::now();
                 let n = support::bump(&mut own, "n:{churn}").await;
-                seen.push((n, guard.fencing_token().get(), at));
+                seen.push((n, guard.fencing_token().unwrap().get(), at));
                 assert_eq!(
                     fair.release(&mut own, guard).await.unwrap(),
                     Release::Released
@@ -416,7 +416,7 @@ async fn mutual_exclusion_on_a_cluster_with_an_exact_count() {
                     assert_eq!(*n, 0, "two holders");
                     *n += 1;
                 }
-                fences.push(guard.fencing_token().get());
+                fences.push(guard.fencing_token().unwrap().get());
                 let n: Option<i64> = redis::cmd("GET")
                     .arg("n:{cx}")
                     .query_async(&mut own)

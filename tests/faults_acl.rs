@@ -754,7 +754,7 @@ async fn locks(bench: &mut Bench) -> Run {
         .await
         .at("fenced_set")?;
     ensure!(w == FencedWrite::Written, "{w:?}");
-    let stale = redkit::lock::FencingToken::new(token.get() - 1);
+    let stale = redkit::lock::FencingToken::new(token.get() - 1).unwrap();
     let w = lock
         .fenced_set(conn, "app:{job}:data", stale, "old")
         .await
@@ -779,7 +779,11 @@ async fn locks(bench: &mut Bench) -> Run {
             let (lock, options) = (lock.clone(), options.clone());
             tokio::spawn(async move {
                 let got = lock
-                    .acquire_blocking(&mut own, "queue", &options, Duration::from_secs(10))
+                    .acquire_blocking(
+                        &mut own,
+                        "queue",
+                        &options.clone().max_wait(Duration::from_secs(10)),
+                    )
                     .await;
                 match got {
                     Ok(Acquire::Acquired(g)) => lock
@@ -813,7 +817,7 @@ async fn locks(bench: &mut Bench) -> Run {
         return Err("quiet acquire: not acquired".into());
     };
     let polled = quiet
-        .acquire_blocking(conn, "p", &plain, Duration::from_secs(10))
+        .acquire_blocking(conn, "p", &plain.clone().max_wait(Duration::from_secs(10)))
         .await
         .at("polling waiter")?;
     let Acquire::Acquired(polled) = polled else {
@@ -823,12 +827,9 @@ async fn locks(bench: &mut Bench) -> Run {
 
     // The watchdog renews in the background while the work runs.
     let outcome = lock
-        .with_lock(
-            conn,
-            "wd",
-            &fenced,
-            |lease| async move { lease.fencing_token() },
-        )
+        .with_lock(conn, "wd", &fenced, |lease| async move {
+            lease.fencing_token().unwrap()
+        })
         .await
         .at("with_lock")?;
     ensure!(matches!(outcome, WithLock::Completed { .. }), "{outcome:?}");
@@ -874,7 +875,12 @@ async fn semaphore(bench: &mut Bench) -> Run {
         let (sem, options) = (sem.clone(), options.clone());
         tokio::spawn(async move {
             let got = sem
-                .acquire_blocking(&mut own, "job", 1, &options, Duration::from_secs(10))
+                .acquire_blocking(
+                    &mut own,
+                    "job",
+                    1,
+                    &options.clone().max_wait(Duration::from_secs(10)),
+                )
                 .await;
             match got {
                 Ok(Acquire::Acquired(p)) => sem
@@ -912,7 +918,7 @@ async fn fair_semaphore(bench: &mut Bench) -> Run {
     let options = LockOptions::new().ttl(Duration::from_secs(5));
     let wait = Duration::from_secs(10);
     let got = sem
-        .acquire_fair(conn, "job", 1, &options, wait)
+        .acquire_fair(conn, "job", 1, &options.clone().max_wait(wait))
         .await
         .at("acquire_fair")?;
     let Acquire::Acquired(holder) = got else {
@@ -921,7 +927,10 @@ async fn fair_semaphore(bench: &mut Bench) -> Run {
     let spawn_waiter = |mut own: MultiplexedConnection| {
         let (sem, options) = (sem.clone(), options.clone());
         tokio::spawn(async move {
-            match sem.acquire_fair(&mut own, "job", 1, &options, wait).await {
+            match sem
+                .acquire_fair(&mut own, "job", 1, &options.clone().max_wait(wait))
+                .await
+            {
                 Ok(Acquire::Acquired(p)) => Ok::<_, String>((own, p)),
                 Ok(other) => Err(format!("waiter: {other:?}")),
                 Err(e) => Err(format!("waiter: {e:?}")),
@@ -1078,13 +1087,13 @@ async fn versioned(conn: &mut MultiplexedConnection, manager: ScriptManager) -> 
     ensure!(c.is_set(), "{c:?}");
     let c = v.compare_and_set(conn, "cfg", 0, b"b").await.at("cas")?;
     ensure!(matches!(c, Cas::Conflict(_)), "{c:?}");
-    let fence = redkit::lock::FencingToken::new(5);
+    let fence = redkit::lock::FencingToken::new(5).unwrap();
     let c = v
         .compare_and_set_fenced(conn, "cfg", 1, b"c", fence)
         .await
         .at("cas fenced")?;
     ensure!(c.is_set(), "{c:?}");
-    let older = redkit::lock::FencingToken::new(3);
+    let older = redkit::lock::FencingToken::new(3).unwrap();
     let c = v
         .compare_and_set_fenced(conn, "cfg", 2, b"d", older)
         .await
@@ -1133,7 +1142,7 @@ async fn replicated(conn: &mut MultiplexedConnection, fsync: bool) -> Run {
             return Err("acquire: not acquired".into());
         };
         lock.renew(conn, &mut guard).await.at("renew")?;
-        let token = guard.fencing_token();
+        let token = guard.fencing_token().unwrap();
         lock.replicated(wait)
             .fenced_set(conn, "app:{s}:data", token, "v")
             .await
@@ -1465,7 +1474,10 @@ async fn the_functions_backend_uses_exactly_its_row() {
         row("every call, Functions backend"),
         row("versioned values"),
     );
-    let (acked, inv) = (row("require_replicas, replicated(wait) calls"), row("inventory"));
+    let (acked, inv) = (
+        row("require_replicas, replicated(wait) calls"),
+        row("inventory"),
+    );
     let mut bench = Bench::new(RedisServer::spawn().await, &f, &[&v, &acked, &inv], &[]).await;
     let mut conn = bench.conn().await;
     let manager = ScriptManager::new().with_backend(Backend::Functions);

@@ -517,7 +517,7 @@ async fn cluster_failover_and_primary_kill_with_buyers_limiter_and_locks() {
             while !stop.load(Ordering::Relaxed) {
                 let r = match lock.try_acquire(&mut conn, "k:w", &options).await {
                     Ok(Acquire::Acquired(guard)) => {
-                        let token = guard.fencing_token().get();
+                        let token = guard.fencing_token().unwrap().get();
                         assert!(token > 0, "a fenced acquire without a token");
                         let regressed = token <= highest;
                         highest = highest.max(token);

@@ -176,15 +176,31 @@ async fn aof_always_keeps_every_acknowledged_decrement_across_a_crash() {
     // Every acknowledged id is remembered: retrying it answers Duplicate and changes nothing.
     let mut conn = server.conn().await;
     let mut lost = 0;
+    // A retry is what a client does after an error: bounded, on a machine slow to fsync.
+    async fn retried(
+        s: &Store,
+        conn: &mut redis::aio::MultiplexedConnection,
+        id: &str,
+    ) -> Decrement {
+        let mut last = None;
+        for _ in 0..20 {
+            match s.decrement(conn, "aof", 1, Some(id)).await {
+                Ok(d) => return d,
+                Err(e) => last = Some(e),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("{id}: 20 retries failed, last {last:?}")
+    }
     for id in &acked {
-        match s.decrement(&mut conn, "aof", 1, Some(id)).await.unwrap() {
+        match retried(&s, &mut conn, id).await {
             Decrement::Duplicate { .. } => {}
             _ => lost += 1,
         }
     }
     // The errored ids may or may not have run: retrying each with its id applies it once.
     for id in &errored {
-        s.decrement(&mut conn, "aof", 1, Some(id)).await.unwrap();
+        retried(&s, &mut conn, id).await;
     }
     let applied = 1_000_000 - s.stock(&mut conn, "aof").await.unwrap();
     let expected = (acked.len() + errored.len()) as u64 - lost;

@@ -65,7 +65,7 @@ async fn mutual_exclusion_over_64_tasks_and_strictly_increasing_fences() {
             for _ in 0..25 {
                 let guard = acquired(&lock, &mut conn, "counter", &options).await;
                 let value = support::bump(&mut conn, "plain-counter").await;
-                seen.push((value, guard.fencing_token()));
+                seen.push((value, guard.fencing_token().unwrap()));
                 assert_eq!(
                     lock.release(&mut conn, guard).await.unwrap(),
                     Release::Released
@@ -90,7 +90,10 @@ async fn mutual_exclusion_over_64_tasks_and_strictly_increasing_fences() {
     // The fence key holds the last token issued, with an expiry of 2 × lease + 10 s.
     let fence_key = lock.fence_key("counter").unwrap();
     let stored: u64 = server.cmd(&["GET", &fence_key]).await;
-    assert_eq!(seen.last().map(|s| s.1), Some(FencingToken::new(stored)));
+    assert_eq!(
+        seen.last().map(|s| s.1),
+        Some(FencingToken::new(stored).unwrap())
+    );
     let fence_ttl: i64 = server.cmd(&["PTTL", &fence_key]).await;
     assert!(fence_ttl > 40_000 && fence_ttl <= 50_000, "{fence_ttl}");
 }
@@ -116,7 +119,7 @@ async fn stale_holder_cannot_release_or_renew_the_new_owners_lock() {
         .fencing(true)
         .ttl(Duration::from_secs(30));
     let owner = acquired(&lock, &mut conn, "report", &long).await;
-    assert!(owner.fencing_token() > stale.fencing_token());
+    assert!(owner.fencing_token().unwrap() > stale.fencing_token().unwrap());
 
     assert_eq!(
         lock.renew(&mut conn, &mut stale).await.unwrap(),
@@ -281,7 +284,7 @@ async fn with_lock_reports_completion_and_loss() {
     let done = lock
         .with_lock(&conn, "batch", &options, |lease| async move {
             tokio::time::sleep(Duration::from_millis(700)).await;
-            lease.fencing_token()
+            lease.fencing_token().unwrap()
         })
         .await
         .unwrap();
@@ -289,7 +292,7 @@ async fn with_lock_reports_completion_and_loss() {
         WithLock::Completed {
             value,
             fencing_token,
-        } => assert_eq!(value, fencing_token),
+        } => assert_eq!(Some(value), fencing_token),
         other => panic!("{other:?}"),
     }
     assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0, "released");
@@ -343,7 +346,7 @@ async fn fenced_write_with_an_older_token_is_rejected() {
     let stale = acquired(&lock, &mut conn, "doc", &short).await;
     let data = "doc:{42}:content";
     assert_eq!(
-        lock.fenced_set(&mut conn, data, stale.fencing_token(), "v1")
+        lock.fenced_set(&mut conn, data, stale.fencing_token().unwrap(), "v1")
             .await
             .unwrap(),
         FencedWrite::Written
@@ -351,47 +354,47 @@ async fn fenced_write_with_an_older_token_is_rejected() {
     // The holder pauses past its lease; a new owner acquires and writes.
     wait_gone(&server, stale.key()).await;
     let owner = acquired(&lock, &mut conn, "doc", &LockOptions::new().fencing(true)).await;
-    assert!(owner.fencing_token() > stale.fencing_token());
+    assert!(owner.fencing_token().unwrap() > stale.fencing_token().unwrap());
     assert_eq!(
-        lock.fenced_set(&mut conn, data, owner.fencing_token(), "v2")
+        lock.fenced_set(&mut conn, data, owner.fencing_token().unwrap(), "v2")
             .await
             .unwrap(),
         FencedWrite::Written
     );
     // The paused holder wakes up and writes: refused, the newer value stays.
     assert_eq!(
-        lock.fenced_set(&mut conn, data, stale.fencing_token(), "stale")
+        lock.fenced_set(&mut conn, data, stale.fencing_token().unwrap(), "stale")
             .await
             .unwrap(),
         FencedWrite::Stale {
-            newer: owner.fencing_token()
+            newer: owner.fencing_token().unwrap()
         }
     );
     assert_eq!(
         lock.fenced_get(&mut conn, data).await.unwrap(),
-        Some((b"v2".to_vec(), owner.fencing_token()))
+        Some((b"v2".to_vec(), owner.fencing_token().unwrap()))
     );
     // The same token may write again.
     assert!(lock
-        .fenced_set(&mut conn, data, owner.fencing_token(), "v3")
+        .fenced_set(&mut conn, data, owner.fencing_token().unwrap(), "v3")
         .await
         .unwrap()
         .is_written());
     assert_eq!(
         lock.fenced_get(&mut conn, data).await.unwrap(),
-        Some((b"v3".to_vec(), owner.fencing_token()))
+        Some((b"v3".to_vec(), owner.fencing_token().unwrap()))
     );
     // Token numbers are compared as integers, not strings ("10" > "9").
     let other = "doc:{43}:content";
-    lock.fenced_set(&mut conn, other, FencingToken::new(10), "ten")
+    lock.fenced_set(&mut conn, other, FencingToken::new(10).unwrap(), "ten")
         .await
         .unwrap();
     assert_eq!(
-        lock.fenced_set(&mut conn, other, FencingToken::new(9), "nine")
+        lock.fenced_set(&mut conn, other, FencingToken::new(9).unwrap(), "nine")
             .await
             .unwrap(),
         FencedWrite::Stale {
-            newer: FencingToken::new(10)
+            newer: FencingToken::new(10).unwrap()
         }
     );
     assert_eq!(
@@ -424,7 +427,7 @@ async fn works_on_a_cluster_with_lock_and_fence_in_one_slot() {
             "same node"
         );
         assert_eq!(node.cmd::<i64>(&["EXISTS", &key, &fence]).await, 2);
-        let first_token = first.fencing_token();
+        let first_token = first.fencing_token().unwrap();
         let signal = lock.watch(&conn, &mut first).unwrap();
         tokio::time::sleep(Duration::from_millis(1_000)).await;
         assert!(!signal.is_lost());
@@ -443,10 +446,10 @@ async fn works_on_a_cluster_with_lock_and_fence_in_one_slot() {
             Release::Released
         );
         let second = acquired(&lock, &mut conn, resource, &options).await;
-        assert!(second.fencing_token() > first_token);
+        assert!(second.fencing_token().unwrap() > first_token);
         let data = format!("{key}:data");
         assert!(lock
-            .fenced_set(&mut conn, &data, second.fencing_token(), "x")
+            .fenced_set(&mut conn, &data, second.fencing_token().unwrap(), "x")
             .await
             .unwrap()
             .is_written());
@@ -507,15 +510,12 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         }
     }
     assert!(matches!(
-        lock.fenced_set(&mut conn, "", FencingToken::new(1), "v")
+        lock.fenced_set(&mut conn, "", FencingToken::new(1).unwrap(), "v")
             .await,
         Err(Error::InvalidInput { what: "key", .. })
     ));
-    assert!(matches!(
-        lock.fenced_set(&mut conn, "k", FencingToken::new(0), "v")
-            .await,
-        Err(Error::InvalidInput { .. })
-    ));
+    // A token is never 0: there is no value for "none issued" to pass.
+    assert_eq!(FencingToken::new(0), None);
     assert!(matches!(
         Lock::new().with_prefix("bad{prefix}"),
         Err(Error::InvalidInput { what: "prefix", .. })
@@ -596,7 +596,7 @@ async fn corrupt_data_is_refused_without_writing() {
         .cmd(&["HSET", "data", "value", "v", "fence", "x1"])
         .await;
     assert!(matches!(
-        lock.fenced_set(&mut conn, "data", FencingToken::new(3), "w")
+        lock.fenced_set(&mut conn, "data", FencingToken::new(3).unwrap(), "w")
             .await,
         Err(Error::CorruptData { .. })
     ));
@@ -606,7 +606,7 @@ async fn corrupt_data_is_refused_without_writing() {
     ));
     let _: () = server.cmd(&["SET", "plain", "v"]).await;
     assert!(matches!(
-        lock.fenced_set(&mut conn, "plain", FencingToken::new(3), "w")
+        lock.fenced_set(&mut conn, "plain", FencingToken::new(3).unwrap(), "w")
             .await,
         Err(Error::WrongType { .. })
     ));
@@ -614,8 +614,8 @@ async fn corrupt_data_is_refused_without_writing() {
     let _: () = server.cmd(&["SET", &fence, "9007199254740990"]).await;
     let guard = acquired(&lock, &mut conn, "res", &LockOptions::new().fencing(true)).await;
     assert_eq!(
-        guard.fencing_token(),
-        FencingToken::new(9_007_199_254_740_991)
+        guard.fencing_token().unwrap(),
+        FencingToken::new(9_007_199_254_740_991).unwrap()
     );
     lock.release(&mut conn, guard).await.unwrap();
     // The next one would not fit a Lua number exactly: refused, nothing written.
@@ -627,7 +627,7 @@ async fn corrupt_data_is_refused_without_writing() {
     // A stored token behind the clock gives way to the time floor.
     let _: () = server.cmd(&["SET", &fence, "41"]).await;
     let guard = acquired(&lock, &mut conn, "res", &LockOptions::new().fencing(true)).await;
-    assert!(guard.fencing_token() > FencingToken::new(1_700_000_000_000_000));
+    assert!(guard.fencing_token().unwrap() > FencingToken::new(1_700_000_000_000_000).unwrap());
 }
 
 /// The futures users spawn are `Send` (checked at compile time).

@@ -221,7 +221,12 @@ async fn a_semaphore_keeps_to_its_prefix_and_its_manager() {
     // The fair path: its gate (a fair lock) keeps to the prefix and the manager too.
     flush(&server).await;
     let acquired = sem
-        .acquire_fair(&mut conn, "q", 1, &options(), Duration::from_secs(5))
+        .acquire_fair(
+            &mut conn,
+            "q",
+            1,
+            &options().max_wait(Duration::from_secs(5)),
+        )
         .await
         .unwrap();
     let Acquire::Acquired(permit) = acquired else {

@@ -65,7 +65,11 @@ async fn waiter(
     let (lock, resource, mut own) = (lock.clone(), resource.to_owned(), server.conn().await);
     tokio::spawn(async move {
         let outcome = lock
-            .acquire_blocking(&mut own, &resource, &options, Duration::from_secs(5))
+            .acquire_blocking(
+                &mut own,
+                &resource,
+                &options.clone().max_wait(Duration::from_secs(5)),
+            )
             .await;
         (outcome, Instant::now(), lock, own)
     })
@@ -309,7 +313,7 @@ async fn without_wake_ups(server: RedisServer) {
     let fenced = plain(10_000).fencing(true);
     let guard = lock.acquire(&mut conn, "n", &fenced).await.unwrap();
     let guard = guard.acquired().expect("the lock is free");
-    assert!(guard.is_fenced());
+    assert!(guard.fencing_token().is_some());
     let (exists, scripts) = (
         server.command_calls("exists").await,
         script_calls(&server).await,
@@ -334,8 +338,14 @@ async fn without_wake_ups(server: RedisServer) {
         .retry_delay(Duration::from_millis(20))
         .jitter(Duration::ZERO);
     let blpops = server.command_calls("blpop").await;
+    let sets = server.command_calls("set").await;
     let waiter = waiter(&server, &lock, "n", options).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Three SETs from the waiter: attempt, (the flag, were it set), attempt.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.command_calls("set").await < sets + 3 {
+        assert!(Instant::now() < deadline, "the waiter never tried again");
+        tokio::task::yield_now().await;
+    }
     assert_eq!(server.cmd::<i64>(&["EXISTS", &flag]).await, 0, "no flag");
     let (next, after, waiter_lock, mut own) = hand_over(&lock, &mut conn, holder, waiter).await;
     println!("release -> polling waiter holds: {after:?}");
@@ -351,7 +361,11 @@ async fn without_wake_ups(server: RedisServer) {
         .jitter(Duration::ZERO);
     let sets = server.command_calls("set").await;
     let outcome = lock
-        .acquire_blocking(&mut conn, "n", &options, Duration::from_millis(300))
+        .acquire_blocking(
+            &mut conn,
+            "n",
+            &options.clone().max_wait(Duration::from_millis(300)),
+        )
         .await
         .unwrap();
     let waited = started.elapsed();

@@ -4,9 +4,10 @@
 
 mod support;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, OnceLock};
 
+use metrics::{KeyName, SharedString};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
 use redkit::rate_limit::{DenyCache, FixedWindow, LimitKey, Rate};
@@ -80,6 +81,110 @@ fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect();
     v.sort();
     v
+}
+
+/// What `describe_*` told of one metric: its name, kind, unit and help.
+type Description = (String, MetricKind, Option<metrics::Unit>, String);
+
+/// A recorder that keeps what `describe_*` told it.
+#[derive(Default)]
+struct Described(Mutex<Vec<Description>>);
+
+impl Described {
+    fn push(&self, kind: MetricKind, name: KeyName, unit: Option<metrics::Unit>, help: &str) {
+        let entry = (name.as_str().to_owned(), kind, unit, help.to_owned());
+        self.0.lock().unwrap().push(entry);
+    }
+}
+
+impl metrics::Recorder for Described {
+    fn describe_counter(&self, name: KeyName, unit: Option<metrics::Unit>, help: SharedString) {
+        self.push(MetricKind::Counter, name, unit, &help);
+    }
+
+    fn describe_gauge(&self, name: KeyName, unit: Option<metrics::Unit>, help: SharedString) {
+        self.push(MetricKind::Gauge, name, unit, &help);
+    }
+
+    fn describe_histogram(&self, name: KeyName, unit: Option<metrics::Unit>, help: SharedString) {
+        self.push(MetricKind::Histogram, name, unit, &help);
+    }
+
+    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        metrics::Counter::noop()
+    }
+
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+/// The README's "Metrics and traces" table: each metric's name, kind and unit (`seconds`, or
+/// a count: `calls` or no unit given). A row may name two metrics (`a.b` / `.c`: `a.c`), with
+/// a kind each (`counter / gauge`).
+fn readme_metrics() -> BTreeMap<String, (MetricKind, metrics::Unit)> {
+    let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
+    let rows = readme
+        .lines()
+        .skip_while(|line| !line.starts_with("| metric | type, unit |"))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'));
+    let mut table = BTreeMap::new();
+    for row in rows {
+        let cells: Vec<&str> = row.trim_matches('|').split(" | ").map(str::trim).collect();
+        let (kinds, unit) = match cells[1].split_once(", ") {
+            Some((kinds, unit)) => (kinds, unit),
+            None => (cells[1], ""),
+        };
+        let unit = match unit {
+            "seconds" => metrics::Unit::Seconds,
+            "" | "calls" => metrics::Unit::Count,
+            other => panic!("a unit the test does not know: {other}"),
+        };
+        let names: Vec<&str> = cells[0].split(" / ").map(|n| n.trim_matches('`')).collect();
+        let kinds: Vec<&str> = kinds.split(" / ").collect();
+        assert_eq!(names.len(), kinds.len(), "a kind per name: {row}");
+        let first = names[0];
+        for (name, kind) in names.iter().zip(kinds) {
+            let name = match name.strip_prefix('.') {
+                Some(suffix) => format!("{}.{suffix}", &first[..first.rfind('.').unwrap()]),
+                None => (*name).to_owned(),
+            };
+            let kind = match kind {
+                "counter" => MetricKind::Counter,
+                "gauge" => MetricKind::Gauge,
+                "histogram" => MetricKind::Histogram,
+                other => panic!("a kind the test does not know: {other}"),
+            };
+            assert!(table.insert(name, (kind, unit)).is_none(), "{row}");
+        }
+    }
+    table
+}
+
+#[test]
+fn every_metric_of_the_readme_is_described_with_its_kind_and_unit() {
+    let expected = readme_metrics();
+    assert_eq!(expected.len(), 10, "the README's table: {expected:?}");
+
+    let described = Described::default();
+    metrics::with_local_recorder(&described, redkit::describe_metrics);
+    let described = described.0.into_inner().unwrap();
+    let mut seen = BTreeMap::new();
+    for (name, kind, unit, help) in described {
+        assert!(!help.is_empty(), "{name} has a help text");
+        let previous = seen.insert(name.clone(), (kind, unit.expect("a unit")));
+        assert!(previous.is_none(), "{name} described once");
+    }
+    assert_eq!(seen, expected);
 }
 
 #[tokio::test]
@@ -249,7 +354,11 @@ async fn lock_and_inventory_outcomes_are_counted_as_they_happened() {
     };
     let mut own = server.conn().await;
     let woken = lock
-        .acquire_blocking(&mut own, "b", &options, Duration::from_secs(5))
+        .acquire_blocking(
+            &mut own,
+            "b",
+            &options.clone().max_wait(Duration::from_secs(5)),
+        )
         .await
         .unwrap();
     releaser.await.unwrap();

@@ -1384,10 +1384,10 @@ mod lock {
 
     pub(crate) fn default_parts() -> Parts {
         (
-            LockOptions::<Lock>::DEFAULT_TTL,
-            LockOptions::<Lock>::DEFAULT_RETRIES,
-            LockOptions::<Lock>::DEFAULT_RETRY_DELAY,
-            LockOptions::<Lock>::DEFAULT_JITTER,
+            redkit::lock::limits::DEFAULT_TTL,
+            redkit::lock::limits::DEFAULT_RETRIES,
+            redkit::lock::limits::DEFAULT_RETRY_DELAY,
+            redkit::lock::limits::DEFAULT_JITTER,
             None,
             None,
             None,
@@ -1402,10 +1402,10 @@ mod lock {
 
     pub(crate) fn any_parts() -> impl Strategy<Value = Parts> {
         (
-            or_default(LockOptions::<Lock>::DEFAULT_TTL),
-            prop_oneof![Just(LockOptions::<Lock>::DEFAULT_RETRIES), any::<u32>()],
-            or_default(LockOptions::<Lock>::DEFAULT_RETRY_DELAY),
-            or_default(LockOptions::<Lock>::DEFAULT_JITTER),
+            or_default(redkit::lock::limits::DEFAULT_TTL),
+            prop_oneof![Just(redkit::lock::limits::DEFAULT_RETRIES), any::<u32>()],
+            or_default(redkit::lock::limits::DEFAULT_RETRY_DELAY),
+            or_default(redkit::lock::limits::DEFAULT_JITTER),
             proptest::option::of(any_duration()),
             proptest::option::of(any_duration()),
             proptest::option::of(".{0,200}"),
@@ -1481,7 +1481,7 @@ mod lock {
             // The drift allowance: as set, else 1 % of the ttl + DRIFT_FLOOR.
             let expected = parts
                 .5
-                .unwrap_or_else(|| (parts.0 / 100).saturating_add(LockOptions::<Lock>::DRIFT_FLOOR));
+                .unwrap_or_else(|| (parts.0 / 100).saturating_add(redkit::lock::limits::DRIFT_FLOOR));
             prop_assert_eq!(options.drift_allowance(), expected);
             let with = options.clone().token(token.clone());
             let shown = format!("{with:?}");
@@ -1540,8 +1540,13 @@ mod lock {
             }
             let none: Vec<redis::aio::MultiplexedConnection> = Vec::new();
             prop_assert!(Redlock::new(none).is_err());
-            prop_assert_eq!(FencingToken::new(f) < FencingToken::new(g), f < g);
-            prop_assert_eq!(FencingToken::new(f).to_string(), f.to_string());
+            // Zero is never a token; every other value is, ordered and printed as the number.
+            prop_assert_eq!(FencingToken::new(f).is_none(), f == 0);
+            if let (Some(a), Some(b)) = (FencingToken::new(f), FencingToken::new(g)) {
+                prop_assert_eq!(a < b, f < g);
+                prop_assert_eq!(a.get(), f);
+                prop_assert_eq!(a.to_string(), f.to_string());
+            }
         }
     }
 
@@ -1551,7 +1556,7 @@ mod lock {
         assert_eq!(build(&default_parts()), LockOptions::default());
         assert_eq!(
             LockOptions::<Lock>::default().drift_allowance(),
-            LockOptions::<Lock>::DEFAULT_TTL / 100 + LockOptions::<Lock>::DRIFT_FLOOR
+            redkit::lock::limits::DEFAULT_TTL / 100 + redkit::lock::limits::DRIFT_FLOOR
         );
     }
 }
@@ -1639,18 +1644,18 @@ mod inventory {
 
 mod coordination {
     use super::*;
-    use redkit::lock::{FairLock, LockOptions, Owner, ReentrantLock, RwLock, Semaphore};
+    use redkit::lock::{FairLock, Owner, ReentrantLock, RwLock, Semaphore};
     use redkit::versioned::{RetryPolicy, Snapshot, Versioned};
 
-    /// FairLock's waiter lease: 30 ms ..= `LockOptions::<Lock>::MAX_TTL`.
+    /// FairLock's waiter lease: 30 ms ..= `redkit::lock::limits::MAX_TTL`.
     pub(crate) const MIN_WAITER_LEASE: Duration = Duration::from_millis(30);
 
     pub(crate) fn waiter_lease() -> BoxedStrategy<Duration> {
-        duration_around(MIN_WAITER_LEASE, LockOptions::<redkit::lock::Lock>::MAX_TTL)
+        duration_around(MIN_WAITER_LEASE, redkit::lock::limits::MAX_TTL)
     }
 
     pub(crate) fn waiter_lease_ok(lease: Duration) -> bool {
-        (MIN_WAITER_LEASE..=LockOptions::<redkit::lock::Lock>::MAX_TTL).contains(&lease)
+        (MIN_WAITER_LEASE..=redkit::lock::limits::MAX_TTL).contains(&lease)
     }
 
     /// Owner tokens: 16..=128 bytes accepted; lengths around both ends, some multi-byte.
@@ -1718,7 +1723,7 @@ mod coordination {
                 Err(e) => prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}"),
             }
             let policy = RetryPolicy::new().attempts(attempts).backoff(first, max);
-            prop_assert_eq!(policy.get_attempts(), attempts);
+            prop_assert_eq!(policy.max_attempts(), attempts);
             prop_assert_eq!(policy, RetryPolicy::new().backoff(first, max).attempts(attempts));
             let s = Snapshot { value: None, version: u64::from(attempts) };
             prop_assert_eq!(s.exists(), attempts > 0);
@@ -1755,7 +1760,7 @@ mod shield {
     pub(crate) fn layer_ok((name, permits, lease, timeout, bits, status): &LayerInput) -> bool {
         let status = http::StatusCode::from_u16(*status).unwrap();
         let lease_ok = !lease.is_zero()
-            && *lease <= redkit::lock::LockOptions::<redkit::lock::Lock>::MAX_TTL
+            && *lease <= redkit::lock::limits::MAX_TTL
             && lease.subsec_nanos() % 1_000_000 == 0;
         let name_ok = !name.is_empty()
             && name.len() <= 64 - "redkit:cc:".len()

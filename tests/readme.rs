@@ -420,7 +420,7 @@ async fn main() -> Result<(), BoxError> {
                 _ = tokio::time::sleep(Duration::from_millis(2_500)) => {}
             }
             // A write a newer holder's token would have made stale.
-            let token = lease.fencing_token();
+            let token = lease.fencing_token().ok_or("acquired with fencing(true)")?;
             let written = other
                 .fenced_set(&mut other_conn, "report:{nightly}", token, "done")
                 .await?;

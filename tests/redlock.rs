@@ -53,6 +53,19 @@ async fn exists(masters: &RedisMasters, nodes: &[usize], key: &str) -> Vec<i64> 
     out
 }
 
+/// Waits until `key` is gone from `nodes`, failing at `deadline` (chosen well before any TTL
+/// that could end the key: only a command removes it in time).
+async fn gone_before(masters: &RedisMasters, nodes: &[usize], key: &str, deadline: Instant) {
+    loop {
+        let left = exists(masters, nodes, key).await;
+        if left.iter().all(|&n| n == 0) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "still there: {left:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test]
 async fn succeeds_with_two_of_five_masters_paused_and_validity_counts_elapsed_time() {
     let mut masters = RedisMasters::spawn(5).await;
@@ -132,12 +145,8 @@ async fn succeeds_with_two_of_five_masters_paused_and_validity_counts_elapsed_ti
 
     masters.nodes[1].resume().await;
     masters.nodes[3].resume().await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(
-        exists(&masters, &[1, 3], &key).await,
-        [0, 0],
-        "queued release ran"
-    );
+    // The keys go well before their 10 s TTL could end them: the queued release ran.
+    gone_before(&masters, &[1, 3], &key, before + ttl / 2).await;
 }
 
 #[tokio::test]
@@ -174,11 +183,18 @@ async fn fails_with_three_of_five_paused_and_leaves_no_key_on_the_healthy_ones()
     );
 
     // Once the frozen nodes wake up, their queued SET is followed by the queued release.
+    let sent = Instant::now();
     for i in [0, 2, 4] {
         masters.nodes[i].resume().await;
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(exists(&masters, &[0, 1, 2, 3, 4], &key).await, [0; 5]);
+    // Gone well before the 10 s TTL of the queued SET could end them.
+    gone_before(
+        &masters,
+        &[0, 1, 2, 3, 4],
+        &key,
+        sent + Duration::from_secs(5),
+    )
+    .await;
     // And the lock is free again.
     let guard = held(&redlock, "payout", &options).await;
     assert_eq!(

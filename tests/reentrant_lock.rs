@@ -42,8 +42,8 @@ async fn nested_holds_are_counted_and_another_owner_waits_until_zero() {
     let third = held(&lock, &mut conn, "r", &me, &ttl(10_000)).await;
     assert_eq!(lock.holds(&mut conn, "r", &me).await.unwrap(), 3);
     assert_eq!(
-        first.fencing_token(),
-        third.fencing_token(),
+        first.fencing_token().unwrap(),
+        third.fencing_token().unwrap(),
         "nested holds share the token"
     );
     for (guard, left) in [(third, 2), (second, 1)] {
@@ -71,7 +71,7 @@ async fn nested_holds_are_counted_and_another_owner_waits_until_zero() {
             .unwrap(),
         Acquire::Busy { .. }
     ));
-    let token = first.fencing_token();
+    let token = first.fencing_token().unwrap();
     assert_eq!(
         lock.release(&mut conn, first).await.unwrap(),
         Release::Released
@@ -80,7 +80,7 @@ async fn nested_holds_are_counted_and_another_owner_waits_until_zero() {
     assert_eq!(exists, 0, "free at zero");
     let theirs = held(&lock, &mut conn, "r", &other, &ttl(10_000)).await;
     assert!(
-        theirs.fencing_token() > token,
+        theirs.fencing_token().unwrap() > token,
         "the next owner's token is larger"
     );
     // A hold of a lock that is no longer ours: NotOwner, and the new owner's holds untouched.
@@ -197,13 +197,13 @@ async fn sixty_four_owners_with_nested_holds_exclude_with_increasing_fences() {
                 let outer = held(&lock, &mut conn, "ctr", &me, &wait).await;
                 let inner = held(&lock, &mut conn, "ctr", &me, &wait).await;
                 assert_eq!(
-                    inner.fencing_token(),
-                    outer.fencing_token(),
+                    inner.fencing_token().unwrap(),
+                    outer.fencing_token().unwrap(),
                     "nested: same fence"
                 );
                 lock.release(&mut conn, inner).await.unwrap(); // the outer hold remains
                 let n = support::bump(&mut conn, "n:{ctr}").await;
-                seen.push((n, outer.fencing_token().get()));
+                seen.push((n, outer.fencing_token().unwrap().get()));
                 assert_eq!(
                     lock.release(&mut conn, outer).await.unwrap(),
                     Release::Released

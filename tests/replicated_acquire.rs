@@ -16,12 +16,12 @@ mod support;
 use std::time::Duration;
 
 use redkit::lock::{
-    Acquire, FairLock, LockOptions, Mode, Owner, ReentrantLock, Replicated, RwLock,
+    Acquire, FairLock, LockOptions, Mode, Owner, ReentrantLock, Replicable, RwLock,
 };
 use support::ReplicatedPair;
 
 /// Options of any kind that can wait for replicas.
-fn required<K: Replicated>(wait_ms: u64) -> LockOptions<K> {
+fn required<K: Replicable>(wait_ms: u64) -> LockOptions<K> {
     let one = redkit::script::Replication::new(1, Duration::from_millis(wait_ms)).unwrap();
     LockOptions::new()
         .ttl(Duration::from_secs(10))

@@ -422,7 +422,7 @@ async fn replicated_op(
             let guard = guard.expect("a held lock");
             let a = lock
                 .replicated(wait)
-                .fenced_set(conn, "{app}:v", guard.fencing_token(), b"x")
+                .fenced_set(conn, "{app}:v", guard.fencing_token().unwrap(), b"x")
                 .await
                 .unwrap();
             not_replicated(a.replicas)

@@ -7,7 +7,7 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -85,7 +85,7 @@ where
                         .fences
                         .lock()
                         .unwrap()
-                        .push(guard.fencing_token().get());
+                        .push(guard.fencing_token().unwrap().get());
                     let n: Option<i64> = redis::cmd("GET")
                         .arg("data:{mix}")
                         .query_async(&mut own)
@@ -182,10 +182,11 @@ async fn mutual_exclusion_on_a_cluster() {
 async fn a_writer_gets_in_under_continuous_readers() {
     let server = RedisServer::spawn().await;
     let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicUsize::new(0));
     let mut readers = Vec::new();
     for _ in 0..6 {
         let mut own = server.conn().await;
-        let stop = Arc::clone(&stop);
+        let (stop, done) = (Arc::clone(&stop), Arc::clone(&done));
         readers.push(tokio::spawn(async move {
             let rw = RwLock::new();
             let mut reads = 0;
@@ -194,11 +195,19 @@ async fn a_writer_gets_in_under_continuous_readers() {
                 tokio::time::sleep(Duration::from_millis(30)).await;
                 rw.release(&mut own, guard).await.unwrap();
                 reads += 1;
+                done.fetch_add(1, Ordering::SeqCst);
             }
             reads
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The readers overlap continuously once each has read at least once and one holds now.
+    let readers_key = format!("{}:readers", RwLock::new().key("hot").unwrap());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while done.load(Ordering::SeqCst) < 6 || server.cmd::<i64>(&["ZCARD", &readers_key]).await == 0
+    {
+        assert!(Instant::now() < deadline, "the readers never got going");
+        tokio::task::yield_now().await;
+    }
     let rw = RwLock::new();
     let mut conn = server.conn().await;
     let started = Instant::now();

@@ -136,7 +136,11 @@ async fn a_plain_lock_works_on_valkey_without_scripting(valkey: Valkey) {
     let mut own = server.conn().await;
     let waiter = tokio::spawn(async move {
         let outcome = waiter_lock
-            .acquire_blocking(&mut own, "job", &waiter_options, Duration::from_secs(4))
+            .acquire_blocking(
+                &mut own,
+                "job",
+                &waiter_options.clone().max_wait(Duration::from_secs(4)),
+            )
             .await;
         (outcome, Instant::now(), own)
     });

@@ -610,7 +610,7 @@ async fn blocked_acquire(
     let resource = resource.to_owned();
     tokio::spawn(async move {
         let outcome = sem
-            .acquire_blocking(&mut own, &resource, permits, &ttl(10_000), wait)
+            .acquire_blocking(&mut own, &resource, permits, &ttl(10_000).max_wait(wait))
             .await;
         (outcome, Instant::now())
     })
@@ -697,13 +697,22 @@ async fn a_blocked_acquire_takes_a_crashed_holders_permit_at_its_lease_end_and_h
         waited >= Duration::from_millis(300) && waited < Duration::from_secs(1),
         "{waited:?}"
     );
-    let zero = sem
-        .acquire_blocking(&mut conn, "c", 1, &ttl(1_000), Duration::ZERO)
-        .await;
-    assert!(matches!(
-        zero,
-        Err(Error::InvalidInput { what: "wait", .. })
-    ));
+    // No time to wait (a zero max_wait, or none set): one attempt, answered Busy at once.
+    for options in [ttl(1_000).max_wait(Duration::ZERO), ttl(1_000)] {
+        let asked = Instant::now();
+        let once = sem.acquire_blocking(&mut conn, "c", 1, &options).await;
+        assert!(
+            matches!(
+                once,
+                Ok(Acquire::Busy(Held {
+                    holders: Some(1),
+                    ..
+                }))
+            ),
+            "{once:?}"
+        );
+        assert!(asked.elapsed() < Duration::from_millis(250), "did not wait");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -722,8 +731,7 @@ async fn sixty_four_blocked_acquirers_under_churn_all_get_a_permit_and_never_exc
                     &mut own,
                     "churn",
                     permits,
-                    &ttl(20_000),
-                    Duration::from_secs(60),
+                    &ttl(20_000).max_wait(Duration::from_secs(60)),
                 )
                 .await
                 .unwrap();
@@ -779,8 +787,7 @@ async fn a_blocked_acquire_on_a_cluster_wakes_on_release() {
                     &mut own,
                     "c-handoff",
                     1,
-                    &ttl(10_000),
-                    Duration::from_secs(8),
+                    &ttl(10_000).max_wait(Duration::from_secs(8)),
                 )
                 .await
                 .unwrap();
@@ -874,8 +881,7 @@ async fn fair_acquirers_get_permits_in_arrival_order_and_never_exceed_them() {
                     &mut own,
                     "fifo",
                     permits,
-                    &ttl(10_000),
-                    Duration::from_secs(30),
+                    &ttl(10_000).max_wait(Duration::from_secs(30)),
                 )
                 .await
                 .unwrap();
@@ -910,14 +916,11 @@ async fn fair_acquirers_get_permits_in_arrival_order_and_never_exceed_them() {
     assert_eq!(server.cmd::<i64>(&["EXISTS", &gate]).await, 0, "gate empty");
     // Bad input is refused before anything is sent (not even the gate).
     let before = support::snapshot(&mut conn).await;
-    for (permits, wait, what) in [
-        (0, Duration::from_secs(1), "permits"),
-        (1, Duration::ZERO, "wait"),
+    for (permits, options, what) in [
+        (0, ttl(1_000).max_wait(Duration::from_secs(1)), "permits"),
+        (1, ttl(0).max_wait(Duration::from_secs(1)), "ttl"),
     ] {
-        match sem
-            .acquire_fair(&mut conn, "fifo", permits, &ttl(1_000), wait)
-            .await
-        {
+        match sem.acquire_fair(&mut conn, "fifo", permits, &options).await {
             Err(Error::InvalidInput { what: w, .. }) => assert_eq!(w, what),
             other => panic!("{what}: {other:?}"),
         }
@@ -934,7 +937,12 @@ async fn a_fair_acquirer_killed_at_the_head_of_the_gate_is_skipped_after_its_pla
     let held = acquired(&sem, &mut conn, "kill", 1, &ttl(20_000)).await;
     let fair = |sem: Semaphore, mut own: MultiplexedConnection| async move {
         let outcome = sem
-            .acquire_fair(&mut own, "kill", 1, &ttl(20_000), Duration::from_secs(30))
+            .acquire_fair(
+                &mut own,
+                "kill",
+                1,
+                &ttl(20_000).max_wait(Duration::from_secs(30)),
+            )
             .await
             .unwrap();
         (outcome, Instant::now())

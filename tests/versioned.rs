@@ -239,7 +239,7 @@ async fn fenced_writes_refuse_older_tokens_and_accept_a_locks_token() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let v = ver();
-    let f = FencingToken::new;
+    let f = |n: u64| FencingToken::new(n).unwrap();
     assert!(v
         .compare_and_set_fenced(&mut conn, "d", 0, b"a", f(10))
         .await
@@ -282,7 +282,7 @@ async fn fenced_writes_refuse_older_tokens_and_accept_a_locks_token() {
     else {
         panic!("lock")
     };
-    let token = guard.fencing_token();
+    let token = guard.fencing_token().unwrap();
     assert!(token > f(11));
     assert_eq!(
         v.compare_and_set_fenced(&mut conn, "d", 2, b"locked", token)
@@ -367,9 +367,11 @@ async fn bad_input_is_refused_before_anything_is_sent() {
         v.compare_and_set(&mut conn, "n", u64::MAX, b"x").await,
         "expected u64::MAX",
     );
-    for fence in [0, max + 1, u64::MAX] {
+    // Fence 0 cannot be built (FencingToken::new(0) is None); beyond 2^53-1 is refused.
+    assert_eq!(FencingToken::new(0), None);
+    for fence in [max + 1, u64::MAX] {
         let r = v
-            .compare_and_set_fenced(&mut conn, "n", 0, b"x", FencingToken::new(fence))
+            .compare_and_set_fenced(&mut conn, "n", 0, b"x", FencingToken::new(fence).unwrap())
             .await;
         invalid(r, &format!("fence {fence}"));
     }
@@ -448,7 +450,13 @@ async fn poisoned_keys_change_nothing() {
         let before = support::snapshot(&mut admin).await;
         for expected in [0, 1] {
             match v
-                .compare_and_set_fenced(&mut conn, "p", expected, b"new", FencingToken::new(5))
+                .compare_and_set_fenced(
+                    &mut conn,
+                    "p",
+                    expected,
+                    b"new",
+                    FencingToken::new(5).unwrap(),
+                )
                 .await
             {
                 Err(Error::CorruptData { script, .. }) => assert_eq!(script, "versioned_cas.v1"),
@@ -516,7 +524,7 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
             run(redis::cmd("FLUSHALL").arg("SYNC"), &mut admin).await;
             if exists {
                 assert!(v
-                    .compare_and_set_fenced(&mut admin, "p", 0, b"v", FencingToken::new(3))
+                    .compare_and_set_fenced(&mut admin, "p", 0, b"v", FencingToken::new(3).unwrap())
                     .await
                     .unwrap()
                     .is_set());
@@ -526,8 +534,14 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
             for fenced in [false, true] {
                 let expected = u64::from(exists);
                 let outcome = if fenced {
-                    v.compare_and_set_fenced(&mut conn, "p", expected, b"w", FencingToken::new(4))
-                        .await
+                    v.compare_and_set_fenced(
+                        &mut conn,
+                        "p",
+                        expected,
+                        b"w",
+                        FencingToken::new(4).unwrap(),
+                    )
+                    .await
                 } else {
                     v.compare_and_set(&mut conn, "p", expected, b"w").await
                 };

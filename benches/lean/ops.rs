@@ -287,7 +287,7 @@ pub(crate) fn lock_op(
 /// [`LockOptions`], then the compare-and-delete script.
 pub(crate) fn seed_lock_op(prefix: &'static str) -> Op {
     let u = Arc::new(redis::Script::new(SEED_UNLOCK));
-    let ttl_ms = LockOptions::<Lock>::DEFAULT_TTL.as_millis() as u64;
+    let ttl_ms = redkit::lock::limits::DEFAULT_TTL.as_millis() as u64;
     op(move |mut c, t, _| {
         let u = u.clone();
         async move { seed_lock_cycle(&u, &mut c, &format!("{prefix}:{t}"), ttl_ms).await }

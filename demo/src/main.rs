@@ -227,7 +227,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let options = LockOptions::new().fencing(true).ttl(Duration::from_secs(5));
     say!("\nlock on {resource}:");
     if let Acquire::Acquired(guard) = lock.try_acquire(&mut conn, &resource, &options).await? {
-        say!("  acquired, fencing token {}", guard.fencing_token());
+        if let Some(token) = guard.fencing_token() {
+            say!("  acquired, fencing token {token}");
+        }
         let second = lock.try_acquire(&mut conn, &resource, &options).await?;
         say!(
             "  a second caller gets: {}",

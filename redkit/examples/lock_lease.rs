@@ -65,7 +65,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         other => return Err(format!("unexpected outcome {other:?}").into()),
     };
-    let fence = guard.fencing_token();
+    let fence = guard
+        .fencing_token()
+        .ok_or("acquired with fencing(true): a token is issued")?;
     println!("acquired {RESOURCE} with fencing token {fence}");
 
     // The watchdog renews the 3 s lease every second over its own connection.

@@ -23,9 +23,11 @@ pub use group_commit::GroupCommit;
 pub use script::{Call, CallOutcome, Registry, Script, ScriptManager, Stats};
 
 /// Describes every redkit metric to the installed `metrics` recorder (type, unit, help text:
-/// a Prometheus exporter's `# HELP` / `# TYPE` lines). Call it once after installing the
-/// recorder; metrics are recorded without it too. The metrics and their labels: the README's
-/// "Metrics and traces".
+/// a Prometheus exporter's `# HELP` / `# TYPE` lines): all ten of the README's "Metrics and
+/// traces" table (the metrics and their labels), the middleware's three only with the `tower`
+/// feature, which records them. Each area declares its own list; a test checks that together
+/// they are the README's table. Call it once after installing the recorder; metrics are
+/// recorded without it too.
 ///
 /// ```
 /// // e.g. after metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()

@@ -5,8 +5,8 @@
 //! [`Inventory`]: super::Inventory
 
 use super::outcome::Decrement;
+use crate::group_commit::metrics::GroupOperation;
 use crate::group_commit::{self, Grouped};
-use crate::telemetry::metric::GroupOperation;
 
 /// One queued decrement.
 #[derive(Debug)]

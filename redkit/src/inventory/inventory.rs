@@ -13,9 +13,9 @@ use super::outcome::{counted, Order};
 use super::store::Store;
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
+use crate::inventory::metrics::InventoryOp;
 use crate::keys;
 use crate::script::{Replicated, Replication, ScriptManager};
-use crate::telemetry::metric::InventoryOp;
 
 /// Atomic stock counters under one key prefix. Cheap to clone (an `Arc`).
 ///

@@ -59,6 +59,7 @@ mod group;
 // Named for the type it holds (re-exported as `inventory::Inventory`).
 #[allow(clippy::module_inception)]
 mod inventory;
+pub(crate) mod metrics;
 mod order;
 mod outcome;
 mod replicated;

@@ -3,7 +3,7 @@
 use std::ops::Deref;
 
 use crate::error::{Error, Result};
-use crate::telemetry::metric::{InventoryOp, InventoryOutcome};
+use crate::inventory::metrics::{InventoryOp, InventoryOutcome};
 
 /// The outcome of the first request with a request id, carried by a `Duplicate` answer.
 ///
@@ -321,6 +321,6 @@ pub(crate) fn counted<T: Labelled>(operation: InventoryOp, result: Result<T>) ->
         Err(Error::NotFound { .. }) => InventoryOutcome::NotFound,
         Err(_) => InventoryOutcome::Error,
     };
-    crate::telemetry::metric::inventory_operation(operation, label);
+    super::metrics::inventory_operation(operation, label);
     result
 }

@@ -10,8 +10,8 @@ use super::outcome::{counted, Decrement, Order, Restock};
 use super::reservation::{Cancel, Commit, Reserve};
 use super::{Inventory, OrderLine, Store};
 use crate::error::Result;
+use crate::inventory::metrics::InventoryOp;
 use crate::script::{Acked, Replicated};
-use crate::telemetry::metric::InventoryOp;
 
 impl Replicated<'_, Store> {
     /// [`Store::decrement`], then the wait: the outcome with how many replicas acknowledged
@@ -111,7 +111,7 @@ impl Replicated<'_, Store> {
         reservation_id: &str,
     ) -> Result<Acked<Commit>> {
         let wait = Some(self.wait());
-        self.of().commit_with(conn, sku, reservation_id, wait).await
+        self.of().settle::<Commit, _>(conn, sku, reservation_id, wait).await
     }
 
     /// [`Store::cancel`], then the wait.
@@ -133,7 +133,7 @@ impl Replicated<'_, Store> {
         reservation_id: &str,
     ) -> Result<Acked<Cancel>> {
         let wait = Some(self.wait());
-        self.of().cancel_with(conn, sku, reservation_id, wait).await
+        self.of().settle::<Cancel, _>(conn, sku, reservation_id, wait).await
     }
 }
 

@@ -12,9 +12,9 @@ use super::engine::{self, check_quantity};
 use super::outcome::{counted, Labelled};
 use super::store::{unknown_sku, Store};
 use crate::error::{Error, Result};
+use crate::inventory::metrics::{InventoryOp, InventoryOutcome};
 use crate::keys;
 use crate::script::{Acked, Call, Replication, Script};
-use crate::telemetry::metric::{InventoryOp, InventoryOutcome};
 
 /// The outcome of [`Store::reserve`].
 ///
@@ -324,44 +324,9 @@ impl Store {
         sku: &str,
         reservation_id: &str,
     ) -> Result<Commit> {
-        self.commit_with(conn, sku, reservation_id, None)
+        self.settle::<Commit, _>(conn, sku, reservation_id, None)
             .await
             .map(|a| a.outcome)
-    }
-
-    /// [`commit`](Self::commit), with `WAIT` behind it when `replication` is given,
-    /// counted in `redkit.inventory.operations` under `commit`.
-    pub(super) async fn commit_with<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        sku: &str,
-        reservation_id: &str,
-        replication: Option<Replication>,
-    ) -> Result<Acked<Commit>> {
-        counted(
-            InventoryOp::Commit,
-            async {
-                let mut call = self.reservation_call(sku, "commit", reservation_id)?;
-                call.arg(self.engine().retention_ms);
-                let (script, tag, numbers, acked) = self.run(conn, &call, replication).await?;
-                let outcome = match (tag.as_str(), numbers.as_slice()) {
-                    ("ok", [quantity]) => Ok(Commit::Committed {
-                        quantity: *quantity,
-                    }),
-                    ("committed", [quantity]) => Ok(Commit::AlreadyCommitted {
-                        quantity: *quantity,
-                    }),
-                    ("released", [quantity]) => Ok(Commit::AlreadyCancelled {
-                        quantity: *quantity,
-                    }),
-                    ("none", []) => Ok(Commit::Unknown),
-                    ("unknown", []) => Err(unknown_sku(sku)),
-                    _ => Err(malformed(script, &tag, &numbers)),
-                }?;
-                Ok(acked.map(|()| outcome))
-            }
-            .await,
-        )
     }
 
     /// Cancels the live reservation `reservation_id` of `sku`: its units go back to stock.
@@ -383,41 +348,36 @@ impl Store {
         sku: &str,
         reservation_id: &str,
     ) -> Result<Cancel> {
-        self.cancel_with(conn, sku, reservation_id, None)
+        self.settle::<Cancel, _>(conn, sku, reservation_id, None)
             .await
             .map(|a| a.outcome)
     }
 
-    /// [`cancel`](Self::cancel), with `WAIT` behind it when `replication` is given,
-    /// counted in `redkit.inventory.operations` under `cancel`.
-    pub(super) async fn cancel_with<C: ConnectionLike>(
+    /// Settles the reservation `reservation_id` of `sku` as `S` says (commit or cancel): one
+    /// script call, its reply read once for both (a repeat and a missing reservation answer
+    /// alike), counted under `S`'s operation.
+    pub(super) async fn settle<S: Settlement, C: ConnectionLike>(
         &self,
         conn: &mut C,
         sku: &str,
         reservation_id: &str,
         replication: Option<Replication>,
-    ) -> Result<Acked<Cancel>> {
+    ) -> Result<Acked<S>> {
         counted(
-            InventoryOp::Cancel,
+            S::OPERATION,
             async {
-                let mut call = self.reservation_call(sku, "release", reservation_id)?;
+                let mut call = self.reservation_call(sku, S::ACTION, reservation_id)?;
                 call.arg(self.engine().retention_ms);
                 let (script, tag, numbers, acked) = self.run(conn, &call, replication).await?;
                 let outcome = match (tag.as_str(), numbers.as_slice()) {
-                    ("ok", [quantity, stock]) => Ok(Cancel::Cancelled {
-                        quantity: *quantity,
-                        stock: *stock,
-                    }),
-                    ("released", [quantity]) => Ok(Cancel::AlreadyCancelled {
-                        quantity: *quantity,
-                    }),
-                    ("committed", [quantity]) => Ok(Cancel::AlreadyCommitted {
-                        quantity: *quantity,
-                    }),
-                    ("none", []) => Ok(Cancel::Unknown),
-                    ("unknown", []) => Err(unknown_sku(sku)),
-                    _ => Err(malformed(script, &tag, &numbers)),
-                }?;
+                    ("ok", settled) => S::settled(settled),
+                    ("committed", [quantity]) => Some(S::already_committed(*quantity)),
+                    ("released", [quantity]) => Some(S::already_cancelled(*quantity)),
+                    ("none", []) => Some(S::unknown()),
+                    ("unknown", []) => return Err(unknown_sku(sku)),
+                    _ => None,
+                }
+                .ok_or_else(|| malformed(script, &tag, &numbers))?;
                 Ok(acked.map(|()| outcome))
             }
             .await,
@@ -537,6 +497,68 @@ impl Labelled for Reserve {
             Self::AlreadyCommitted { .. } => InventoryOutcome::AlreadyCommitted,
             Self::AlreadyCancelled { .. } => InventoryOutcome::AlreadyCancelled,
         }
+    }
+}
+
+/// What settling a reservation answers: [`Commit`] or [`Cancel`]. The script's action and
+/// the reply to a first settlement differ; a repeat and a missing reservation read alike.
+pub(super) trait Settlement: Labelled + Sized {
+    /// The operation it is counted under.
+    const OPERATION: InventoryOp;
+    /// The script's action argument.
+    const ACTION: &'static str;
+    /// A first settlement's reply numbers (tag `ok`); `None` when malformed.
+    fn settled(numbers: &[u64]) -> Option<Self>;
+    /// Committed before, `quantity` units.
+    fn already_committed(quantity: u64) -> Self;
+    /// Cancelled before, `quantity` units.
+    fn already_cancelled(quantity: u64) -> Self;
+    /// No such reservation.
+    fn unknown() -> Self;
+}
+
+impl Settlement for Commit {
+    const OPERATION: InventoryOp = InventoryOp::Commit;
+    const ACTION: &'static str = "commit";
+    fn settled(numbers: &[u64]) -> Option<Self> {
+        match numbers {
+            [quantity] => Some(Self::Committed {
+                quantity: *quantity,
+            }),
+            _ => None,
+        }
+    }
+    fn already_committed(quantity: u64) -> Self {
+        Self::AlreadyCommitted { quantity }
+    }
+    fn already_cancelled(quantity: u64) -> Self {
+        Self::AlreadyCancelled { quantity }
+    }
+    fn unknown() -> Self {
+        Self::Unknown
+    }
+}
+
+impl Settlement for Cancel {
+    const OPERATION: InventoryOp = InventoryOp::Cancel;
+    const ACTION: &'static str = "release";
+    fn settled(numbers: &[u64]) -> Option<Self> {
+        match numbers {
+            [quantity, stock] => Some(Self::Cancelled {
+                quantity: *quantity,
+                stock: *stock,
+            }),
+            _ => None,
+        }
+    }
+    fn already_committed(quantity: u64) -> Self {
+        Self::AlreadyCommitted { quantity }
+    }
+    fn already_cancelled(quantity: u64) -> Self {
+        Self::AlreadyCancelled { quantity }
+    }
+    fn unknown() -> Self {
+        Self::Unknown
     }
 }
 

@@ -10,9 +10,9 @@ use super::group::{Groups, Lead, Member, Take, Turn};
 use super::outcome::{counted, Decrement, Original, Restock};
 use super::reply::{self, Reply};
 use crate::error::{Error, Result};
+use crate::inventory::metrics::InventoryOp;
 use crate::keys;
 use crate::script::{Acked, Call, Replicated, Replication, Script};
-use crate::telemetry::metric::InventoryOp;
 
 /// One store of an [`Inventory`](super::Inventory) (get it with
 /// [`Inventory::store`](super::Inventory::store)). All its keys share the hash tag `{<store id>}`,

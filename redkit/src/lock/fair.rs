@@ -2,7 +2,7 @@
 //! its predecessor leaving, not by polling.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::Value;
@@ -13,11 +13,11 @@ use super::lease::kind::{lease_verbs, lock_kind, try_acquire, Base};
 use super::lease::schema;
 use super::lease::wait::{self, block_on, ms, Attempts, Pace, Step};
 use super::lease::{HeldLease, LeaseKind};
-use super::options::{LockOptions, OwnerToken, Replicated, Settings};
+use super::options::{LockOptions, OwnerToken, Replicable, Settings};
 use super::outcome::{status, Acquire, Held};
 use crate::error::{Error, Result};
+use crate::lock::metrics::LockKind;
 use crate::script::{embedded, Call, Script, ScriptManager};
-use crate::telemetry::metric::LockKind;
 
 lock_kind! {
     /// A fair lock on one Redis server or a Redis Cluster: callers hold it one at a time **in the
@@ -199,11 +199,7 @@ impl FairLock {
         resource: &str,
         options: &LockOptions<FairLock>,
     ) -> Result<Acquire<LockGuard<FairLock>>> {
-        // No max_wait: give up after the first attempt; one beyond an Instant: never.
-        let give_up = match options.get_max_wait() {
-            None => Some(Instant::now()),
-            Some(wait) => Instant::now().checked_add(wait),
-        };
+        let give_up = wait::give_up(options.get_max_wait());
         let ttl_ms = options.validate()?;
         let key = self.key(resource)?;
         let token = options.owner_token();
@@ -408,4 +404,4 @@ impl<C: ConnectionLike> Attempts<C> for Turns<'_> {
 
 impl super::options::sealed::Sealed for FairLock {}
 impl OwnerToken for FairLock {}
-impl Replicated for FairLock {}
+impl Replicable for FairLock {}

@@ -26,6 +26,8 @@
 
 mod fair;
 mod lease;
+pub mod limits;
+pub(crate) mod metrics;
 mod options;
 mod outcome;
 mod redlock;
@@ -38,7 +40,7 @@ pub use fair::FairLock;
 pub use lease::guard::LockGuard;
 pub use lease::token::FencingToken;
 pub use lease::watchdog::LeaseSignal;
-pub use options::{LockOptions, OwnerToken, Polling, Replicated};
+pub use options::{LockOptions, OwnerToken, Polling, Replicable};
 pub use outcome::{Acquire, Fence, FencedWrite, Held, LeaseLoss, Release, Renew};
 pub use redlock::{NodeAnswer, Nodes, Quorum, Redlock, RedlockGuard};
 pub use reentrant::{Owner, ReentrantLock};

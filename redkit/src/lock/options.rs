@@ -7,6 +7,7 @@ use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
 use super::lease::token::owner_token;
+use super::limits;
 use crate::error::{Error, Result};
 use crate::script::{Acked, Replication};
 
@@ -19,7 +20,7 @@ use crate::script::{Acked, Replication};
 /// | [`ttl`](Self::ttl), [`max_wait`](Self::max_wait), [`drift`](Self::drift) | every kind |
 /// | [`retries`](Self::retries), [`retry_delay`](Self::retry_delay), [`jitter`](Self::jitter) | kinds that wait by retrying ([`Polling`]): all but [`FairLock`](super::FairLock), which waits in its queue |
 /// | [`token`](Self::token) | kinds with caller-supplied owner tokens ([`OwnerToken`]): [`Lock`](super::Lock), [`FairLock`](super::FairLock), [`RwLock`](super::RwLock), [`Semaphore`](super::Semaphore) |
-/// | [`require_replicas`](Self::require_replicas) | single-server kinds ([`Replicated`]): all but [`Redlock`](super::Redlock) |
+/// | [`require_replicas`](Self::require_replicas) | single-server kinds ([`Replicable`]): all but [`Redlock`](super::Redlock) |
 /// | [`fencing`](Self::fencing) | [`Lock`](super::Lock) only (the others always issue a fencing token, or never can) |
 ///
 /// Private fields, defaults as associated consts, by-value setters. Checked when used: an
@@ -97,10 +98,10 @@ pub trait OwnerToken: sealed::Sealed {}
 ///
 /// ```
 /// use std::time::Duration;
-/// use redkit::lock::{LockOptions, Replicated, RwLock, Semaphore};
+/// use redkit::lock::{LockOptions, Replicable, RwLock, Semaphore};
 /// use redkit::script::Replication;
 /// // holds that survive a failover, for any single-server kind
-/// fn durable<K: Replicated>(options: LockOptions<K>) -> redkit::Result<LockOptions<K>> {
+/// fn durable<K: Replicable>(options: LockOptions<K>) -> redkit::Result<LockOptions<K>> {
 ///     Ok(options.require_replicas(Replication::new(1, Duration::from_millis(100))?))
 /// }
 /// let rw_options = durable(LockOptions::<RwLock>::new())?;
@@ -109,7 +110,7 @@ pub trait OwnerToken: sealed::Sealed {}
 /// assert_ne!(permit_options, LockOptions::new());
 /// # Ok::<(), redkit::Error>(())
 /// ```
-pub trait Replicated: sealed::Sealed {}
+pub trait Replicable: sealed::Sealed {}
 
 impl<K> Clone for LockOptions<K> {
     fn clone(&self) -> Self {
@@ -143,105 +144,6 @@ impl<K> Default for LockOptions<K> {
 }
 
 impl<K> LockOptions<K> {
-    /// Default lease length.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use redkit::lock::{Lock, LockOptions};
-    /// type Options = LockOptions<Lock>;
-    /// assert_eq!(Options::DEFAULT_TTL, Duration::from_secs(30));
-    /// assert_eq!(Options::new(), Options::new().ttl(Options::DEFAULT_TTL));
-    /// // a slow job: twice the default lease
-    /// let slow = Options::new().ttl(Options::DEFAULT_TTL * 2);
-    /// assert_ne!(slow, Options::new());
-    /// ```
-    pub const DEFAULT_TTL: Duration = Settings::DEFAULT_TTL;
-    /// Default number of retries after the first attempt (0: try once).
-    ///
-    /// ```
-    /// use redkit::lock::{Lock, LockOptions};
-    /// type Options = LockOptions<Lock>;
-    /// // by default a busy lock answers `Acquire::Busy` after one attempt
-    /// assert_eq!(Options::DEFAULT_RETRIES, 0);
-    /// assert_eq!(Options::new(), Options::new().retries(Options::DEFAULT_RETRIES));
-    /// ```
-    pub const DEFAULT_RETRIES: u32 = Settings::DEFAULT_RETRIES;
-    /// Default pause between attempts (before jitter).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use redkit::lock::{Lock, LockOptions};
-    /// type Options = LockOptions<Lock>;
-    /// assert_eq!(Options::DEFAULT_RETRY_DELAY, Duration::from_millis(50));
-    /// // wait about 2 s for the lock at the default pace (plus jitter)
-    /// let retries = (Duration::from_secs(2).as_millis() / Options::DEFAULT_RETRY_DELAY.as_millis()) as u32;
-    /// assert_eq!(retries, 40);
-    /// let options = Options::new().retries(retries);
-    /// # let _ = options;
-    /// ```
-    pub const DEFAULT_RETRY_DELAY: Duration = Settings::DEFAULT_RETRY_DELAY;
-    /// Default upper bound of the random delay added to each pause.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use redkit::lock::{Lock, LockOptions};
-    /// type Options = LockOptions<Lock>;
-    /// assert_eq!(Options::DEFAULT_JITTER, Duration::from_millis(50));
-    /// // many contenders on one hot lock: spread them out more than the default does
-    /// let spread = Options::new().retries(20).jitter(Options::DEFAULT_JITTER * 4);
-    /// assert_ne!(spread, Options::new().retries(20));
-    /// ```
-    pub const DEFAULT_JITTER: Duration = Settings::DEFAULT_JITTER;
-    /// Longest lease accepted (30 days).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use redkit::lock::{Lock, LockOptions};
-    /// type Options = LockOptions<Lock>;
-    /// assert_eq!(Options::MAX_TTL, Duration::from_secs(30 * 24 * 3600));
-    /// // a lease from configuration, kept within what an acquire accepts
-    /// let configured = Duration::from_secs(90 * 24 * 3600);
-    /// let options = Options::new().ttl(configured.min(Options::MAX_TTL));
-    /// assert_eq!(options, Options::new().ttl(Options::MAX_TTL));
-    /// ```
-    pub const MAX_TTL: Duration = Settings::MAX_TTL;
-    /// Fixed part of the default drift allowance (the variable part is 1 % of the ttl).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use redkit::lock::{Lock, LockOptions};
-    /// type Options = LockOptions<Lock>;
-    /// assert_eq!(Options::DRIFT_FLOOR, Duration::from_millis(2));
-    /// // a 1 s lease: 1 % of it (10 ms) plus the floor
-    /// let options = Options::new().ttl(Duration::from_secs(1));
-    /// assert_eq!(options.drift_allowance(), Duration::from_millis(10) + Options::DRIFT_FLOOR);
-    /// ```
-    pub const DRIFT_FLOOR: Duration = Settings::DRIFT_FLOOR;
-    /// Shortest owner token accepted by [`token`](Self::token), in bytes.
-    ///
-    /// ```
-    /// use redkit::lock::{Lock, LockOptions};
-    /// type Options = LockOptions<Lock>;
-    /// assert_eq!(Options::MIN_TOKEN_LEN, 16);
-    /// // a request id as owner token: long enough to be accepted at acquire
-    /// let token = format!("req-{}", "7f3a9c2e51d04b8a");
-    /// assert!((Options::MIN_TOKEN_LEN..=Options::MAX_TOKEN_LEN).contains(&token.len()));
-    /// let options = Options::new().token(token);
-    /// # let _ = options;
-    /// ```
-    pub const MIN_TOKEN_LEN: usize = Settings::MIN_TOKEN_LEN;
-    /// Longest owner token accepted by [`token`](Self::token), in bytes.
-    ///
-    /// ```
-    /// use redkit::lock::{Lock, LockOptions};
-    /// type Options = LockOptions<Lock>;
-    /// assert_eq!(Options::MAX_TOKEN_LEN, 128);
-    /// // too long to be a token (refused at acquire): use a shorter unique id instead
-    /// let caller_id = "tenant-42/".repeat(20);
-    /// assert!(caller_id.len() > Options::MAX_TOKEN_LEN);
-    /// ```
-    pub const MAX_TOKEN_LEN: usize = Settings::MAX_TOKEN_LEN;
-
     /// The defaults: a 30 s lease, one attempt, no overall deadline.
     ///
     /// ```
@@ -261,7 +163,7 @@ impl<K> LockOptions<K> {
         self
     }
 
-    /// Lease length (whole milliseconds, 1 ms to [`MAX_TTL`](Self::MAX_TTL)).
+    /// Lease length (whole milliseconds, 1 ms to [`MAX_TTL`](super::limits::MAX_TTL)).
     ///
     /// ```
     /// # use std::time::Duration;
@@ -273,10 +175,12 @@ impl<K> LockOptions<K> {
         self.with(|s| s.ttl(ttl))
     }
 
-    /// Overall deadline for waiting: no new attempt starts after it has passed (a
-    /// [`FairLock`](super::FairLock): how long to wait in the queue; none set, one attempt).
-    /// An attempt in flight is not cut short (its result would be unknown and the lock
-    /// possibly held). [`Duration::MAX`] means no deadline.
+    /// Overall deadline for waiting, the one every way of waiting reads: retries stop when it
+    /// has passed, a [`FairLock`](super::FairLock) leaves its queue, and the blocking acquires
+    /// (`Lock::acquire_blocking`, `Semaphore::acquire_blocking` and `acquire_fair`) stop
+    /// blocking. None set (or zero): a blocking acquire or a fair lock makes one attempt. An
+    /// attempt in flight is not cut short (its result would be unknown and the lock possibly
+    /// held). [`Duration::MAX`] means no deadline.
     ///
     /// ```
     /// # use std::time::Duration;
@@ -289,7 +193,7 @@ impl<K> LockOptions<K> {
     }
 
     /// Overrides the clock-drift allowance subtracted from the local validity (default:
-    /// 1 % of the ttl + [`DRIFT_FLOOR`](Self::DRIFT_FLOOR)).
+    /// 1 % of the ttl + [`DRIFT_FLOOR`](super::limits::DRIFT_FLOOR)).
     ///
     /// ```
     /// # use std::time::Duration;
@@ -401,7 +305,7 @@ impl<K: Polling> LockOptions<K> {
 
 impl<K: OwnerToken> LockOptions<K> {
     /// The owner token to acquire with, instead of a fresh random one
-    /// ([`MIN_TOKEN_LEN`](Self::MIN_TOKEN_LEN) to [`MAX_TOKEN_LEN`](Self::MAX_TOKEN_LEN)
+    /// ([`MIN_TOKEN_LEN`](super::limits::MIN_TOKEN_LEN) to [`MAX_TOKEN_LEN`](super::limits::MAX_TOKEN_LEN)
     /// bytes, checked at acquire).
     ///
     /// An acquire finding the lock held by **this same token** answers
@@ -422,7 +326,7 @@ impl<K: OwnerToken> LockOptions<K> {
     }
 }
 
-impl<K: Replicated> LockOptions<K> {
+impl<K: Replicable> LockOptions<K> {
     /// Requires `replication` for an acquisition: every attempt is followed by `WAIT` in the
     /// same round trip, and an acquisition that fewer replicas than requested acknowledged in
     /// time is released again and answered with
@@ -494,12 +398,12 @@ impl Default for Settings {
 }
 
 impl Settings {
-    pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(30);
-    pub(crate) const DEFAULT_RETRIES: u32 = 0;
-    pub(crate) const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
-    pub(crate) const DEFAULT_JITTER: Duration = Duration::from_millis(50);
-    pub(crate) const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
-    pub(crate) const DRIFT_FLOOR: Duration = Duration::from_millis(2);
+    pub(crate) const DEFAULT_TTL: Duration = limits::DEFAULT_TTL;
+    pub(crate) const DEFAULT_RETRIES: u32 = limits::DEFAULT_RETRIES;
+    pub(crate) const DEFAULT_RETRY_DELAY: Duration = limits::DEFAULT_RETRY_DELAY;
+    pub(crate) const DEFAULT_JITTER: Duration = limits::DEFAULT_JITTER;
+    pub(crate) const MAX_TTL: Duration = limits::MAX_TTL;
+    pub(crate) const DRIFT_FLOOR: Duration = limits::DRIFT_FLOOR;
 
     pub(crate) fn new() -> Self {
         Self {
@@ -515,8 +419,8 @@ impl Settings {
         }
     }
 
-    pub(crate) const MIN_TOKEN_LEN: usize = 16;
-    pub(crate) const MAX_TOKEN_LEN: usize = 128;
+    pub(crate) const MIN_TOKEN_LEN: usize = limits::MIN_TOKEN_LEN;
+    pub(crate) const MAX_TOKEN_LEN: usize = limits::MAX_TOKEN_LEN;
 
     pub(crate) fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;

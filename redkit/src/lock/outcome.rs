@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::lease::token::FencingToken;
 use crate::error::{Error, Result};
+use crate::lock::metrics::LockOutcome;
 use crate::script::Script;
-use crate::telemetry::metric::LockOutcome;
 
 /// Result of an acquire, the same for every kind: `G` is the kind's guard
 /// ([`LockGuard<Lock>`](super::LockGuard), [`LockGuard<FairLock>`](super::LockGuard),
@@ -206,7 +206,7 @@ impl Renew {
 ///
 /// ```
 /// use redkit::lock::{Fence, FencingToken};
-/// assert_ne!(Fence::Issued(FencingToken::new(7)), Fence::Lost);
+/// assert_ne!(Fence::Issued(FencingToken::new(7).unwrap()), Fence::Lost);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -222,7 +222,7 @@ pub enum Fence {
 ///
 /// ```
 /// use redkit::lock::{FencedWrite, FencingToken};
-/// let refused = FencedWrite::Stale { newer: FencingToken::new(9) };
+/// let refused = FencedWrite::Stale { newer: FencingToken::new(9).unwrap() };
 /// assert!(!refused.is_written());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -243,7 +243,7 @@ impl FencedWrite {
     /// ```
     /// use redkit::lock::{FencedWrite, FencingToken};
     /// assert!(FencedWrite::Written.is_written());
-    /// assert!(!FencedWrite::Stale { newer: FencingToken::new(9) }.is_written());
+    /// assert!(!FencedWrite::Stale { newer: FencingToken::new(9).unwrap() }.is_written());
     /// ```
     pub fn is_written(&self) -> bool {
         matches!(self, Self::Written)

@@ -13,11 +13,11 @@ use super::lease::schema;
 use super::lease::token::owner_token;
 use super::lease::wait::{self, ms, Pace};
 use super::lease::{HeldLease, LeaseKind};
-use super::options::{LockOptions, Polling, Replicated};
+use super::options::{LockOptions, Polling, Replicable};
 use super::outcome::{Acquire, Release};
 use crate::error::{Error, Result};
+use crate::lock::metrics::LockKind;
 use crate::script::{embedded, Call, Script, ScriptManager};
-use crate::telemetry::metric::LockKind;
 
 /// Who holds a [`ReentrantLock`]: an explicit handle (a tokio task has no thread id), cloned
 /// into the nested code that may take the lock again. Its token is a secret, never printed.
@@ -323,4 +323,4 @@ impl LeaseKind for ReentrantLock {
 
 impl super::options::sealed::Sealed for ReentrantLock {}
 impl Polling for ReentrantLock {}
-impl Replicated for ReentrantLock {}
+impl Replicable for ReentrantLock {}

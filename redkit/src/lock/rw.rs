@@ -11,11 +11,11 @@ use super::lease::kind::{lease_verbs, lock_kind, try_acquire, Base};
 use super::lease::schema;
 use super::lease::wait::{self, ms, Pace};
 use super::lease::{HeldLease, LeaseKind};
-use super::options::{LockOptions, OwnerToken, Polling, Replicated, Settings};
+use super::options::{LockOptions, OwnerToken, Polling, Replicable, Settings};
 use super::outcome::{status, Acquire};
 use crate::error::Result;
+use crate::lock::metrics::LockKind;
 use crate::script::{embedded, Call, Script, ScriptManager};
-use crate::telemetry::metric::LockKind;
 
 /// Which hold an [`RwLock`] acquire asks for.
 ///
@@ -287,4 +287,4 @@ impl LeaseKind for RwLock {
 impl super::options::sealed::Sealed for RwLock {}
 impl Polling for RwLock {}
 impl OwnerToken for RwLock {}
-impl Replicated for RwLock {}
+impl Replicable for RwLock {}

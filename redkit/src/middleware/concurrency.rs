@@ -22,8 +22,8 @@ use super::respond::{DefaultResponses, Rejection, Respond, RespondWith};
 use crate::error::{Error, Result};
 use crate::keys::{validate_prefix, MAX_PART_LEN};
 use crate::lock::{Acquire, LockOptions, PermitGuard, Semaphore};
+use crate::middleware::metrics::{self, PolicyMetrics, Verdict};
 use crate::rate_limit::LimitKey;
-use crate::telemetry::metric::{self, PolicyMetrics, Verdict};
 
 /// Counters of a [`ConcurrencyLimitLayer`] (shared by all its clones).
 ///
@@ -480,7 +480,7 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
     }
 
     /// Lease of each slot (default [`DEFAULT_LEASE`](Self::DEFAULT_LEASE); whole milliseconds,
-    /// at most [`LockOptions::MAX_TTL`]). Renewed while the request runs.
+    /// at most [`limits::MAX_TTL`](crate::lock::limits::MAX_TTL)). Renewed while the request runs.
     ///
     /// ```no_run
     /// # async fn run(b: redkit::middleware::ConcurrencyLimitBuilder<redis::aio::ConnectionManager, redkit::middleware::PeerIp>) {
@@ -669,7 +669,7 @@ async fn release<C, K, H>(shared: Arc<Shared<C, K, H>>, permit: PermitGuard)
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    metric::concurrency_active(&shared.metrics, -1.0);
+    metrics::concurrency_active(&shared.metrics, -1.0);
     let mut conn = shared.common.conn.clone();
     let outcome = tokio::time::timeout(
         shared.common.timeout,
@@ -724,7 +724,7 @@ where
                 Some(ClientId::Key(key)) => key,
                 None => {
                     bump(&stats.common.unknown_clients);
-                    metric::concurrency_limited(&shared.metrics, Verdict::UnknownClient);
+                    metrics::concurrency_limited(&shared.metrics, Verdict::UnknownClient);
                     match shared.common.unknown {
                         UnknownClient::Allow => return inner.call(req).await,
                         UnknownClient::Reject => {
@@ -754,8 +754,8 @@ where
                         tracing::warn!(%error, "concurrency limit: no watchdog for the slot");
                     }
                     bump(&stats.admitted);
-                    metric::concurrency_limited(&shared.metrics, Verdict::Allowed);
-                    metric::concurrency_active(&shared.metrics, 1.0);
+                    metrics::concurrency_limited(&shared.metrics, Verdict::Allowed);
+                    metrics::concurrency_active(&shared.metrics, 1.0);
                     let slot = Slot {
                         shared: Arc::clone(&shared),
                         permit: Some(permit),
@@ -775,7 +775,7 @@ where
                 }
                 Ok(Acquire::Busy(held)) => {
                     bump(&stats.rejected);
-                    metric::concurrency_limited(&shared.metrics, Verdict::Limited);
+                    metrics::concurrency_limited(&shared.metrics, Verdict::Limited);
                     let retry_after = held.ttl.unwrap_or_default();
                     let response = refuse(shared.full_status, retry_after_secs(retry_after));
                     let rejection = Rejection::Full {
@@ -787,7 +787,7 @@ where
                 // Only with `require_replicas` in the options: the permit was given back.
                 Ok(_) => {
                     bump(&stats.rejected);
-                    metric::concurrency_limited(&shared.metrics, Verdict::Limited);
+                    metrics::concurrency_limited(&shared.metrics, Verdict::Limited);
                     let rejection = Rejection::Full {
                         limiter: &policy.name,
                         retry_after: Duration::from_secs(1),
@@ -802,7 +802,7 @@ where
                     match shared.common.fail_mode {
                         FailMode::Closed => {
                             bump(&stats.common.failed_closed);
-                            metric::concurrency_limited(&shared.metrics, Verdict::FailClosed);
+                            metrics::concurrency_limited(&shared.metrics, Verdict::FailClosed);
                             tracing::warn!(%error, name = %policy.name, "concurrency limit failed: refusing (fail-closed)");
                             let response = refuse(StatusCode::SERVICE_UNAVAILABLE, 1);
                             Ok(shared
@@ -812,7 +812,7 @@ where
                         }
                         _ => {
                             bump(&stats.common.failed_open);
-                            metric::concurrency_limited(&shared.metrics, Verdict::FailOpen);
+                            metrics::concurrency_limited(&shared.metrics, Verdict::FailOpen);
                             tracing::warn!(%error, name = %policy.name, "concurrency limit failed: letting request through (fail-open)");
                             inner.call(req).await
                         }

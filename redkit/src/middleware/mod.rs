@@ -36,6 +36,7 @@ mod fallback;
 mod future;
 mod headers;
 mod key;
+pub(crate) mod metrics;
 mod outcome;
 mod policy;
 mod rate_limit_layer;

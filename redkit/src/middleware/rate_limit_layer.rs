@@ -14,9 +14,9 @@ use super::key::{KeyExtractor, PeerIp};
 use super::policy::Policies;
 use super::respond::{DefaultResponses, RespondWith};
 use crate::error::{Error, Result};
+use crate::middleware::metrics::PolicyMetrics;
 use crate::padded::Striped;
 use crate::rate_limit::DenyCache;
-use crate::telemetry::metric::PolicyMetrics;
 
 /// Counters of a layer (shared by all its clones), for metrics and tests.
 ///

@@ -18,8 +18,8 @@ use super::outcome::{LimitOutcome, Unchecked};
 use super::rate_limit_layer::{Live, RateLimitLayer, Shared};
 use super::respond::{DefaultResponses, Rejection, Respond};
 use crate::error::{Error, Result};
+use crate::middleware::metrics::{self, Verdict};
 use crate::rate_limit::{Decision, LimitKey, Limiter};
-use crate::telemetry::metric::{self, Verdict};
 
 /// The rate-limiting service wrapping `S` (see [`RateLimitLayer`](super::RateLimitLayer)).
 ///
@@ -306,7 +306,7 @@ where
 /// (target `redkit::middleware`).
 fn decided(live: &Live, route: usize, verdict: Verdict) {
     let policy = live.policies.limiter(route).name();
-    metric::rate_limited(&live.metrics[route], verdict);
+    metrics::rate_limited(&live.metrics[route], verdict);
     tracing::event!(
         target: "redkit::middleware",
         tracing::Level::DEBUG,

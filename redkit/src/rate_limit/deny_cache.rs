@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use super::decision::{Decision, Quota};
 use crate::error::{Error, Result};
 use crate::padded::{Padded, Striped};
-use crate::telemetry::metric;
 
 /// Shards of a cache: enough that tasks on different cores rarely wait on each other.
 const SHARDS: usize = 16;
@@ -307,7 +306,7 @@ impl DenyCache {
         let counts = self.inner.counts.mine();
         let counter = if hit { &counts.hits } else { &counts.misses };
         counter.fetch_add(1, Ordering::Relaxed);
-        metric::deny_cache_lookup(hit);
+        metrics::deny_cache_lookup(hit);
     }
 
     /// Which [`clear`](Self::clear) the cache is at: a leased limiter keeps the refusals of its
@@ -369,7 +368,7 @@ impl DenyCache {
         let counts = self.inner.counts.mine();
         counts.inserts.fetch_add(1, Ordering::Relaxed);
         counts.evictions.fetch_add(evicted, Ordering::Relaxed);
-        metric::deny_cache_entries(|| self.len());
+        metrics::deny_cache_entries(|| self.len());
     }
 
     /// Raises the counter stored for `key`, if any, to `count` (an allowed request counted
@@ -400,6 +399,76 @@ impl fmt::Debug for DenyCache {
             .field("capacity", &self.inner.capacity)
             .field("stats", &self.stats())
             .finish()
+    }
+}
+
+/// The deny cache's metrics (feature `metrics`): its lookups, by result, and the refusals it
+/// holds. Without the feature the recording functions are empty.
+pub(crate) mod metrics {
+    // Without the feature the recording functions are empty: their arguments, the names and
+    // the tables go unused.
+    #![cfg_attr(not(feature = "metrics"), allow(dead_code, unused_variables))]
+
+    #[cfg(feature = "metrics")]
+    use ::metrics::Key;
+
+    #[cfg(feature = "metrics")]
+    use crate::telemetry::metric::{count, gauge};
+    use crate::telemetry::metric::{key_table, Description};
+
+    /// Counter: deny-cache lookups, by result (`hit`: answered locally; `miss`: asked Redis).
+    pub(crate) const DENY_CACHE_LOOKUPS: &str = "redkit.deny_cache.lookups";
+    /// Gauge: refusals a deny cache holds.
+    pub(crate) const DENY_CACHE_ENTRIES: &str = "redkit.deny_cache.entries";
+
+    /// The deny cache's metrics, for [`describe`](crate::telemetry::metric::describe).
+    pub(crate) const METRICS: &[Description] = &[
+        Description::counter(
+            DENY_CACHE_LOOKUPS,
+            "Deny-cache lookups: hit (answered locally) or miss (asked Redis)",
+        ),
+        Description::gauge(DENY_CACHE_ENTRIES, "Refusals held by the deny cache"),
+    ];
+
+    key_table! {
+        /// `redkit.deny_cache.lookups`: a hit, a miss.
+        static DENY_CACHE_KEYS = DENY_CACHE_LOOKUPS, ["redkit.result": &["hit", "miss"]];
+    }
+
+    /// `redkit.deny_cache.entries`.
+    #[cfg(feature = "metrics")]
+    static DENY_CACHE_ENTRIES_KEY: Key = Key::from_static_name(DENY_CACHE_ENTRIES);
+
+    /// Counts one deny-cache lookup.
+    pub(crate) fn deny_cache_lookup(hit: bool) {
+        #[cfg(feature = "metrics")]
+        count(&DENY_CACHE_KEYS[usize::from(!hit)]);
+    }
+
+    /// Sets the number of refusals a deny cache holds (`len` is only called with the feature).
+    pub(crate) fn deny_cache_entries(len: impl FnOnce() -> usize) {
+        #[cfg(feature = "metrics")]
+        gauge(&DENY_CACHE_ENTRIES_KEY).set(len() as f64);
+    }
+
+    #[cfg(all(test, feature = "metrics"))]
+    mod tests {
+        use super::*;
+        use crate::telemetry::metric::test_support::{assert_same, built};
+
+        #[test]
+        fn every_static_key_is_the_key_its_labels_name() {
+            // A hit is 0, a miss 1 (`deny_cache_lookup`).
+            assert_same(
+                &DENY_CACHE_KEYS[0],
+                &built(DENY_CACHE_LOOKUPS, &[("redkit.result", "hit")]),
+            );
+            assert_same(
+                &DENY_CACHE_KEYS[1],
+                &built(DENY_CACHE_LOOKUPS, &[("redkit.result", "miss")]),
+            );
+            assert_same(&DENY_CACHE_ENTRIES_KEY, &built(DENY_CACHE_ENTRIES, &[]));
+        }
     }
 }
 

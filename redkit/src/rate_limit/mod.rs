@@ -32,7 +32,7 @@
 
 mod aligned;
 mod decision;
-mod deny_cache;
+pub(crate) mod deny_cache;
 mod flight;
 mod gcra;
 mod key;

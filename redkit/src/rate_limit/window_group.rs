@@ -11,9 +11,9 @@ use redis::cluster_routing::Slot;
 use redis::{ErrorKind, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
+use crate::group_commit::metrics::GroupOperation;
 use crate::group_commit::{self, GroupCommit, Grouped, Turn};
 use crate::script::{script_error, Call, Script, ScriptManager};
-use crate::telemetry::metric::GroupOperation;
 
 /// What a group needs of its limiter (a [`FixedWindow`](super::FixedWindow)).
 pub(super) trait GroupSender: Sync {

@@ -61,8 +61,8 @@ use super::registry::Script;
 use super::replication::Replication;
 use super::state::State;
 use crate::error::{Error, Result};
-use crate::telemetry::metric::{self, Operation, Reload};
 use crate::telemetry::round_trip::{operation, RoundTrip, Server};
+use crate::telemetry::script_metrics::{self, Operation, Reload};
 
 /// Where a script lives on the server.
 #[derive(Clone, Copy, Debug)]
@@ -271,7 +271,7 @@ impl<'m> Path<'m> {
     ) -> Result<Answer> {
         let script = req.script;
         State::bump(&self.state.noscript_fallbacks);
-        metric::reload(Reload::EvalFallback, script);
+        script_metrics::reload(Reload::EvalFallback, script);
         self.state.cached.forget_all();
         tracing::debug!(script = script.id(), "NOSCRIPT: falling back to EVAL");
         let answer = send(conn, &req.budgeted(waited).as_eval(), self.server).await?;
@@ -285,7 +285,7 @@ impl<'m> Path<'m> {
         match traced(trip, query(conn, &script_load(script))).await {
             Ok(_) => {
                 State::bump(&self.state.fallback_loads);
-                metric::reload(Reload::ScriptLoad, script);
+                script_metrics::reload(Reload::ScriptLoad, script);
                 self.state.cached.insert(script.sha1());
             }
             Err(e) => {
@@ -304,7 +304,7 @@ impl<'m> Path<'m> {
         library: &Library,
     ) -> Result<()> {
         State::bump(&self.state.function_reloads);
-        metric::reload(Reload::FunctionLoad, script);
+        script_metrics::reload(Reload::FunctionLoad, script);
         tracing::debug!(
             script = script.id(),
             library = library.name(),
@@ -333,7 +333,7 @@ impl<'m> Path<'m> {
                 Route::Function { library, .. } if !libraries.contains(&library.name()) => {
                     libraries.push(library.name());
                     State::bump(&self.state.function_reloads);
-                    metric::reload(Reload::FunctionLoad, req.script);
+                    script_metrics::reload(Reload::FunctionLoad, req.script);
                     cmds.push(library.load_cmd());
                 }
                 Route::Script if !scripts.contains(&req.script.sha1()) => {
@@ -341,7 +341,7 @@ impl<'m> Path<'m> {
                         self.state.cached.forget_all();
                     }
                     scripts.push(req.script.sha1());
-                    metric::reload(Reload::ScriptLoad, req.script);
+                    script_metrics::reload(Reload::ScriptLoad, req.script);
                     cmds.push(script_load(req.script));
                 }
                 _ => {}

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use include_dir::{include_dir, Dir};
 
 use crate::error::{Error, Result};
-use crate::telemetry::metric::ScriptMetrics;
+use crate::telemetry::script_metrics::ScriptMetrics;
 
 static LUA_DIR: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/lua");
 

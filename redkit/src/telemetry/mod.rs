@@ -1,7 +1,10 @@
 //! What redkit reports about its own work, in the ecosystem's conventions: a `tracing` span per
 //! Redis round trip in OpenTelemetry's database-client shape ([`round_trip`]), and with the
-//! `metrics` feature, metrics through the [`metrics`](https://docs.rs/metrics) facade
-//! ([`metric`]; names, types, labels and units in the README's "Metrics and traces" table).
+//! `metrics` feature, metrics through the [`metrics`](https://docs.rs/metrics) facade: the
+//! machinery every area shares and the description of every metric ([`metric`]), and the
+//! round trips' own metrics ([`script_metrics`]). Each other area declares its metrics next to
+//! its code, in a `metrics` module of its own. Names, types, labels and units: the README's
+//! "Metrics and traces" table.
 //!
 //! Without the `metrics` feature every recording function here is empty and compiles away.
 //! Labels never carry a key, a client address or a SKU: only names that come from code or
@@ -9,3 +12,4 @@
 
 pub(crate) mod metric;
 pub(crate) mod round_trip;
+pub(crate) mod script_metrics;

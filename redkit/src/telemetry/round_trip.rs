@@ -16,7 +16,8 @@ use std::time::Instant;
 use redis::{Cmd, ConnectionAddr, RedisError};
 use tracing::field::Empty;
 
-use super::metric::{self, Operation};
+use super::metric;
+use super::script_metrics::{self, Operation};
 use crate::Script;
 
 /// Where the manager's connection goes, as the spans report it (`server.address`,
@@ -202,7 +203,7 @@ impl<'s> RoundTrip<'s> {
             self.span.record("error.type", error_type);
             self.span.record("otel.status_code", "ERROR");
         }
-        metric::round_trip(
+        script_metrics::round_trip(
             self.operation,
             self.script,
             error_type,

@@ -213,9 +213,12 @@ impl Versioned {
     /// ```no_run
     /// # async fn run(v: redkit::versioned::Versioned, lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
     /// use redkit::lock::{Acquire, LockOptions};
-    /// if let Acquire::Acquired(guard) = lock.acquire(&mut conn, "doc-9", &LockOptions::new()).await? {
+    /// let fenced = LockOptions::new().fencing(true);
+    /// if let Acquire::Acquired(guard) = lock.acquire(&mut conn, "doc-9", &fenced).await? {
     ///     let seen = v.read(&mut conn, "doc-9").await?;
-    ///     v.compare_and_set_fenced(&mut conn, "doc-9", seen.version, b"edited", guard.fencing_token()).await?;
+    ///     if let Some(token) = guard.fencing_token() {
+    ///         v.compare_and_set_fenced(&mut conn, "doc-9", seen.version, b"edited", token).await?;
+    ///     }
     ///     lock.release(&mut conn, guard).await?;
     /// }
     /// # Ok(()) }
@@ -228,7 +231,7 @@ impl Versioned {
         value: &[u8],
         fence: FencingToken,
     ) -> Result<Cas> {
-        if fence.get() == 0 || fence.get() > Self::MAX_VERSION {
+        if fence.get() > Self::MAX_VERSION {
             return Err(Error::invalid("fence", "must be in 1..=2^53-1"));
         }
         self.cas(conn, name, expected, value, Some(fence)).await
@@ -272,7 +275,8 @@ impl Versioned {
                 }))
             }
             [Value::Int(2), Value::Int(f)] => Ok(Cas::Stale {
-                newer: FencingToken::new(version(script, *f)?),
+                newer: FencingToken::new(version(script, *f)?)
+                    .ok_or_else(|| Error::unexpected(script.id(), "newer fence is 0"))?,
             }),
             other => Err(Error::unexpected(script.id(), format!("reply {other:?}"))),
         }
@@ -326,7 +330,7 @@ impl Versioned {
                 Cas::Conflict(now) => current = now,
                 Cas::Stale { .. } => current = self.read(conn, name).await?,
             }
-            if attempts >= policy.get_attempts() {
+            if attempts >= policy.max_attempts() {
                 return Ok(Update::GaveUp { attempts, current });
             }
             tokio::time::sleep(policy.pause(attempts)).await;

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 /// use std::time::Duration;
 /// use redkit::versioned::RetryPolicy;
 /// let p = RetryPolicy::new().attempts(20).backoff(Duration::from_millis(1), Duration::from_millis(50));
-/// assert_eq!(p.get_attempts(), 20);
+/// assert_eq!(p.max_attempts(), 20);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -31,10 +31,10 @@ impl RetryPolicy {
     ///
     /// ```
     /// use redkit::versioned::RetryPolicy;
-    /// assert_eq!(RetryPolicy::new().get_attempts(), RetryPolicy::DEFAULT_ATTEMPTS);
+    /// assert_eq!(RetryPolicy::new().max_attempts(), RetryPolicy::DEFAULT_ATTEMPTS);
     /// // Twice the default attempts for a hot value.
     /// let patient = RetryPolicy::new().attempts(2 * RetryPolicy::DEFAULT_ATTEMPTS);
-    /// assert_eq!(patient.get_attempts(), 20);
+    /// assert_eq!(patient.max_attempts(), 20);
     /// ```
     pub const DEFAULT_ATTEMPTS: u32 = 10;
     /// Default first backoff.
@@ -64,7 +64,7 @@ impl RetryPolicy {
     /// 10 attempts, backoff from 2 ms up to 100 ms.
     ///
     /// ```
-    /// assert_eq!(redkit::versioned::RetryPolicy::new().get_attempts(), 10);
+    /// assert_eq!(redkit::versioned::RetryPolicy::new().max_attempts(), 10);
     /// ```
     pub fn new() -> Self {
         Self {
@@ -101,9 +101,9 @@ impl RetryPolicy {
     /// The number of attempts.
     ///
     /// ```
-    /// assert_eq!(redkit::versioned::RetryPolicy::new().attempts(4).get_attempts(), 4);
+    /// assert_eq!(redkit::versioned::RetryPolicy::new().attempts(4).max_attempts(), 4);
     /// ```
-    pub fn get_attempts(&self) -> u32 {
+    pub fn max_attempts(&self) -> u32 {
         self.attempts
     }
 

@@ -11,10 +11,10 @@ use crate::lock::lease::guard::LockGuard;
 use crate::lock::lease::kind::Base;
 use crate::lock::lease::wait::{Attempts, Step};
 use crate::lock::lease::{self, LeaseGuard, LeaseKind};
+use crate::lock::metrics::LockKind;
 use crate::lock::options::Settings;
 use crate::lock::outcome::{Acquire, Held};
 use crate::script::{Acked, Call, Replication};
-use crate::telemetry::metric::LockKind;
 
 /// The attempts of a kind whose script answers `[1, fence, …]` (`granted` values) for a
 /// hold and `[0, ms]` while held elsewhere ([`RwLock`](crate::lock::RwLock),

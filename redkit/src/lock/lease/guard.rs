@@ -39,7 +39,7 @@ use crate::script::Script;
 /// use redkit::lock::{Acquire, LockOptions};
 /// let fenced = LockOptions::new().fencing(true);
 /// if let Acquire::Acquired(guard) = lock.acquire(&mut conn, "job-7", &fenced).await? {
-///     println!("fencing token {}, valid for {:?}", guard.fencing_token(), guard.validity());
+///     println!("fencing token {:?}, valid for {:?}", guard.fencing_token(), guard.validity());
 ///     lock.release(&mut conn, guard).await?;
 /// }
 /// # Ok(()) }
@@ -68,7 +68,7 @@ use crate::script::Script;
 /// ```
 pub struct LockGuard<K> {
     pub(crate) held: HeldLease,
-    pub(crate) fence: FencingToken,
+    pub(crate) fence: Option<FencingToken>,
     pub(crate) watchdog: Option<WatchdogHandle>,
     kind: PhantomData<fn() -> K>,
 }
@@ -76,41 +76,24 @@ pub struct LockGuard<K> {
 impl<K> LockGuard<K> {
     lease_getters!("lock", "redkit::lock::LockGuard<redkit::lock::Lock>");
 
-    /// The fencing token of this acquisition; `0` (never issued, refused by the fenced
-    /// writes) unless the lock was acquired with
-    /// [`LockOptions::fencing(true)`](crate::lock::LockOptions::fencing).
+    /// The fencing token of this acquisition: `None` unless the lock was acquired with
+    /// [`LockOptions::fencing(true)`](crate::lock::LockOptions::fencing) or a token was issued
+    /// later by [`Lock::fence`](crate::lock::Lock::fence).
     ///
     /// ```no_run
     /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
     /// use redkit::lock::{Acquire, LockOptions};
     /// let fenced = LockOptions::new().fencing(true);
     /// if let Acquire::Acquired(guard) = lock.acquire(&mut conn, "invoice-17", &fenced).await? {
-    ///     let token = guard.fencing_token();
-    ///     assert!(token.get() > 0);
-    ///     lock.fenced_set(&mut conn, "invoice:{17}", token, "paid").await?;
+    ///     if let Some(token) = guard.fencing_token() {
+    ///         lock.fenced_set(&mut conn, "invoice:{17}", token, "paid").await?;
+    ///     }
     ///     lock.release(&mut conn, guard).await?;
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn fencing_token(&self) -> FencingToken {
+    pub fn fencing_token(&self) -> Option<FencingToken> {
         self.fence
-    }
-
-    /// `false` unless the lock was acquired with
-    /// [`LockOptions::fencing(true)`](crate::lock::LockOptions::fencing) (no fencing token).
-    ///
-    /// ```no_run
-    /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use redkit::lock::{Acquire, LockOptions};
-    /// let cheap = LockOptions::new(); // no fencing token by default
-    /// if let Acquire::Acquired(guard) = lock.acquire(&mut conn, "cache-warmup", &cheap).await? {
-    ///     assert!(!guard.is_fenced());
-    ///     lock.release(&mut conn, guard).await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn is_fenced(&self) -> bool {
-        self.fence.get() != 0
     }
 
     /// The guard of a grant: `script` answered fencing token `fence` (must be positive) to an
@@ -125,14 +108,21 @@ impl<K> LockGuard<K> {
         started: Instant,
     ) -> Result<Self> {
         let fence = issued(script, fence)?;
-        Ok(Self::held(key, token, fence, ttl_ms, options, started))
+        Ok(Self::held(
+            key,
+            token,
+            Some(fence),
+            ttl_ms,
+            options,
+            started,
+        ))
     }
 
-    /// The guard of a hold granted to a request sent at `started` (fence 0: no fencing).
+    /// The guard of a hold granted to a request sent at `started` (no fence: no fencing).
     pub(crate) fn held(
         key: String,
         token: String,
-        fence: FencingToken,
+        fence: Option<FencingToken>,
         ttl_ms: u64,
         options: &Settings,
         started: Instant,

@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use crate::error::Result;
+use crate::lock::metrics::{self, LockKind, LockOp};
 use crate::lock::outcome::{release_label, renew_label, renew_status, status, Release, Renew};
 use crate::script::{Acked, Call, Replication, ScriptManager};
-use crate::telemetry::metric::{self, LockKind, LockOp};
 
 /// The local validity deadline of a lease, shared with its watchdog.
 #[derive(Debug)]
@@ -241,7 +241,7 @@ pub(crate) async fn renew<K: LeaseKind, C: ConnectionLike>(
     let started = Instant::now();
     let outcome = renew_once(kind, conn, held).await;
     let label = renew_label(&outcome);
-    metric::lock_operation(K::KIND, LockOp::Renew, label);
+    metrics::lock_operation(K::KIND, LockOp::Renew, label);
     Ok(held.renewed(started, outcome?))
 }
 
@@ -261,7 +261,7 @@ pub(crate) async fn release<K: LeaseKind, C: ConnectionLike>(
         let (key, token) = (held.key.as_str(), held.token.as_str());
         let wake = kind.wakes_waiters();
         if let Some(released) = native::release(kind.manager(), conn, (key, token), wake).await {
-            metric::lock_operation(K::KIND, LockOp::Release, release_label(&released));
+            metrics::lock_operation(K::KIND, LockOp::Release, release_label(&released));
             return released;
         }
     }
@@ -271,6 +271,6 @@ pub(crate) async fn release<K: LeaseKind, C: ConnectionLike>(
         Err(e) => Err(e),
     };
     let label = release_label(&released);
-    metric::lock_operation(K::KIND, LockOp::Release, label);
+    metrics::lock_operation(K::KIND, LockOp::Release, label);
     released
 }

@@ -38,9 +38,9 @@ use redis::{RedisError, Value};
 use crate::error::{Error, Result};
 use crate::lock::lease::schema;
 use crate::lock::lease::wait::ms;
+use crate::lock::metrics::{self, LockKind, LockOp, LockOutcome};
 use crate::lock::outcome::{Release, Renew};
 use crate::script::{Acked, Native, Replication, ScriptManager};
-use crate::telemetry::metric::{self, LockKind, LockOp, LockOutcome};
 
 /// What the errors of a native release name (the script path names its script).
 const RELEASE: &str = "lock release (DELIFEQ)";
@@ -100,7 +100,7 @@ pub(crate) async fn release<C: ConnectionLike>(
         // list overwritten by another type, its commands refused by the ACL) is reported on
         // its own; the blocked acquirer then finds the lock free at its next poll.
         if let Err(e) = wake(conn, key).await {
-            metric::lock_operation(LockKind::Lock, LockOp::Wake, LockOutcome::Error);
+            metrics::lock_operation(LockKind::Lock, LockOp::Wake, LockOutcome::Error);
             tracing::warn!(
                 key,
                 error = %e,

@@ -1,6 +1,7 @@
 //! Owner tokens (who holds a lease) and fencing tokens (which acquisition came later).
 
 use std::fmt;
+use std::num::NonZeroU64;
 
 use crate::error::{Error, Result};
 use crate::script::Script;
@@ -15,8 +16,7 @@ pub(crate) fn owner_token() -> String {
 pub(crate) fn issued(script: &Script, n: i64) -> Result<FencingToken> {
     u64::try_from(n)
         .ok()
-        .filter(|&f| f > 0)
-        .map(FencingToken::new)
+        .and_then(FencingToken::new)
         .ok_or_else(|| Error::unexpected(script.id(), "fencing token is not positive"))
 }
 
@@ -44,28 +44,36 @@ pub(crate) fn parse_positive(s: &str) -> Option<u64> {
 /// which refuses writes carrying a token older than one it has already seen, so a holder
 /// that paused past its lease cannot overwrite newer work.
 ///
+/// A token is never zero: an acquisition without fencing has none
+/// ([`LockGuard::fencing_token`](crate::lock::LockGuard::fencing_token) is `None`).
+///
 /// ```
 /// use redkit::lock::FencingToken;
-/// let older = FencingToken::new(7);
-/// let newer = FencingToken::new(8);
+/// let older = FencingToken::new(7).unwrap();
+/// let newer = FencingToken::new(8).unwrap();
 /// assert!(older < newer);
 /// assert_eq!(newer.get(), 8);
 /// assert_eq!(newer.to_string(), "8");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FencingToken(u64);
+pub struct FencingToken(NonZeroU64);
 
 impl FencingToken {
-    /// Wraps a raw token (e.g. one read back from storage).
+    /// Wraps a raw token (e.g. one read back from storage); `None` for `0`, which is never
+    /// issued.
     ///
     /// ```
     /// use redkit::lock::FencingToken;
     /// let stored: u64 = "1795435488341871".parse().unwrap(); // e.g. read from your database
-    /// let last_written = FencingToken::new(stored);
-    /// assert!(FencingToken::new(stored + 1) > last_written);
+    /// let last_written = FencingToken::new(stored).unwrap();
+    /// assert!(FencingToken::new(stored + 1).unwrap() > last_written);
+    /// assert_eq!(FencingToken::new(0), None);
     /// ```
-    pub const fn new(token: u64) -> Self {
-        Self(token)
+    pub const fn new(token: u64) -> Option<Self> {
+        match NonZeroU64::new(token) {
+            Some(n) => Some(Self(n)),
+            None => None,
+        }
     }
 
     /// The raw value.
@@ -73,12 +81,12 @@ impl FencingToken {
     /// ```
     /// use redkit::lock::FencingToken;
     /// let last_seen: u64 = 41; // the token stored with the data
-    /// let token = FencingToken::new(42);
+    /// let token = FencingToken::new(42).unwrap();
     /// // storage that checks tokens accepts a write only from a token not older than the last
     /// assert!(token.get() >= last_seen);
     /// ```
     pub const fn get(self) -> u64 {
-        self.0
+        self.0.get()
     }
 }
 

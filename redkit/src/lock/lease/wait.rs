@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use crate::error::{Error, Result};
+use crate::lock::metrics::{self, LockKind, LockOp};
 use crate::lock::options::Settings;
 use crate::lock::outcome::{acquire_label, Acquire};
-use crate::telemetry::metric::{self, LockKind, LockOp};
 
 /// A duration in whole milliseconds for a script argument (saturating; leases are validated
 /// to at most 30 days before they get here).
@@ -132,7 +132,7 @@ pub(in crate::lock) async fn acquire<A: Attempts<C>, C>(
 ) -> Result<Acquire<A::Guard>> {
     let answer = attempt_until(pace, conn, attempts).await;
     let label = acquire_label(&answer);
-    metric::lock_operation(A::KIND, LockOp::Acquire, label);
+    metrics::lock_operation(A::KIND, LockOp::Acquire, label);
     answer
 }
 
@@ -170,12 +170,16 @@ async fn attempt_until<A: Attempts<C>, C>(
     }
 }
 
-/// The deadline `wait` from now: [`Error::InvalidInput`] for zero or an unrepresentable one.
-pub(in crate::lock) fn wait_deadline(wait: Duration) -> Result<Instant> {
-    Instant::now()
-        .checked_add(wait)
-        .filter(|_| !wait.is_zero())
-        .ok_or_else(|| Error::invalid("wait", "must be positive and representable"))
+/// When a wait that may last `max_wait` ([`LockOptions::max_wait`](crate::lock::LockOptions::max_wait))
+/// gives up: none set (or zero) is now, after one attempt; `None` is never (a deadline beyond
+/// what an [`Instant`] can hold, e.g. [`Duration::MAX`]). Every way of waiting for a lease
+/// reads it from here.
+pub(in crate::lock) fn give_up(max_wait: Option<Duration>) -> Option<Instant> {
+    let now = Instant::now();
+    match max_wait {
+        None => Some(now),
+        Some(wait) => now.checked_add(wait),
+    }
 }
 
 /// Longest single `BLPOP`: well below redis-rs's default 500 ms response timeout, so a

@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::lock::lease::{deadline, renew_once, HeldLease, LeaseKind};
+use crate::lock::metrics::{self, LockOp, LockOutcome};
 use crate::lock::outcome::{LeaseLoss, Renew};
-use crate::telemetry::metric::{self, LockOp, LockOutcome};
 
 /// The running watchdog's signal from `slot`, or a new watchdog renewing `held` through
 /// `kind` stored there: what every `watch` does. [`Error::InvalidInput`] outside a tokio
@@ -222,7 +222,7 @@ async fn run<K: LeaseKind, C: ConnectionLike>(
                 not_replicated = unconfirmed,
                 "lease ran out before a renewal succeeded"
             );
-            metric::lock_operation(K::KIND, LockOp::LeaseLost, LockOutcome::Expired);
+            metrics::lock_operation(K::KIND, LockOp::LeaseLost, LockOutcome::Expired);
             signal.fire(LeaseLoss::Expired);
             return;
         }
@@ -252,7 +252,7 @@ async fn run<K: LeaseKind, C: ConnectionLike>(
             }
             Ok(Ok(_lost)) => {
                 tracing::warn!(key = %lease.key, "lease lost: another owner or no key");
-                metric::lock_operation(K::KIND, LockOp::LeaseLost, LockOutcome::NotOwner);
+                metrics::lock_operation(K::KIND, LockOp::LeaseLost, LockOutcome::NotOwner);
                 lease.clock.expire();
                 signal.fire(LeaseLoss::NotOwner);
                 return;

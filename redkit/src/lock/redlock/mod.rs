@@ -21,8 +21,8 @@ use super::options::{LockOptions, Polling};
 use super::outcome::{release_label, renew_label, Acquire, Held, Release, Renew};
 use crate::error::{Error, Result};
 use crate::keys;
+use crate::lock::metrics::{self, LockKind, LockOp};
 use crate::script::{embedded, script_error, Call, Script, ScriptManager};
-use crate::telemetry::metric::{self, LockKind, LockOp};
 
 /// The Redlock algorithm over N independent masters (N odd: 3 or 5 typically).
 ///
@@ -410,7 +410,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     pub async fn renew(&self, guard: &mut RedlockGuard) -> Result<Quorum<Renew>> {
         let renewed = self.renew_quorum(guard).await;
         let label = renew_label(&renewed.as_ref().map(|q| q.outcome));
-        metric::lock_operation(LockKind::Redlock, LockOp::Renew, label);
+        metrics::lock_operation(LockKind::Redlock, LockOp::Renew, label);
         renewed
     }
 
@@ -480,7 +480,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     pub async fn release(&self, guard: RedlockGuard) -> Result<Quorum<Release>> {
         let released = self.release_quorum(guard).await;
         let label = release_label(&released.as_ref().map(|q| q.outcome));
-        metric::lock_operation(LockKind::Redlock, LockOp::Release, label);
+        metrics::lock_operation(LockKind::Redlock, LockOp::Release, label);
         released
     }
 

@@ -7,7 +7,7 @@ use redis::aio::ConnectionLike;
 
 use crate::error::Result;
 use crate::lock::lease::schema;
-use crate::lock::lease::wait::{self, block_on, wait_deadline, Pace};
+use crate::lock::lease::wait::{self, block_on, give_up, Pace};
 use crate::lock::options::LockOptions;
 use crate::lock::outcome::{Acquire, Held, Renew};
 use crate::lock::semaphore::permit::PermitGuard;
@@ -18,12 +18,13 @@ use crate::lock::semaphore::{PermitAttempts, Semaphore};
 const GATE_LEASE: Duration = Duration::from_secs(2);
 
 impl Semaphore {
-    /// Acquires a permit, waiting up to `wait` without polling: after an attempt finds every
+    /// Acquires a permit, waiting up to the options' [`max_wait`](LockOptions::max_wait)
+    /// without polling (none set: one attempt): after an attempt finds every
     /// permit held, the caller blocks on the resource's wake-up list (`BLPOP`) until a release
     /// pushes to it or the earliest lease ends (a crashed holder's permit), then tries again.
-    /// Answers [`Acquire::Busy`] when `wait` has passed. Every attempt uses one owner
-    /// token ([`LockOptions::token`], else a fresh random one); the options' own retries and
-    /// `max_wait` are not used.
+    /// Answers [`Acquire::Busy`] when `max_wait` has passed ([`Duration::MAX`](std::time::Duration::MAX):
+    /// no deadline). Every attempt uses one owner token ([`LockOptions::token`], else a fresh
+    /// random one); the options' `retries` are not used (the wait is paced by releases).
     ///
     /// `BLPOP` holds the connection for the wait: pass a connection of its own (a multiplexed
     /// connection shared with other work would queue that work behind it) whose response
@@ -33,17 +34,15 @@ impl Semaphore {
     /// Not fair: a caller arriving later may take a freed permit first
     /// ([`acquire_fair`](Self::acquire_fair) serves callers in arrival order).
     ///
-    /// Fails like [`acquire`](Self::acquire), and with [`Error::InvalidInput`](crate::Error::InvalidInput) for a `wait`
-    /// that is zero or beyond what an [`Instant`](std::time::Instant) can hold.
+    /// Fails like [`acquire`](Self::acquire).
     ///
     /// ```no_run
     /// # async fn run(sem: redkit::lock::Semaphore, client: redis::Client) -> redkit::Result<()> {
     /// use std::time::Duration;
     /// use redkit::lock::{Acquire, LockOptions};
     /// let mut own = client.get_multiplexed_async_connection().await?;
-    /// let outcome = sem
-    ///     .acquire_blocking(&mut own, "gpu", 2, &LockOptions::new(), Duration::from_secs(30))
-    ///     .await?;
+    /// let options = LockOptions::new().max_wait(Duration::from_secs(30));
+    /// let outcome = sem.acquire_blocking(&mut own, "gpu", 2, &options).await?;
     /// if let Acquire::Acquired(permit) = outcome {
     ///     sem.release(&mut own, permit).await?;
     /// }
@@ -55,11 +54,10 @@ impl Semaphore {
         resource: &str,
         permits: u32,
         options: &LockOptions<Semaphore>,
-        wait: Duration,
     ) -> Result<Acquire<PermitGuard>> {
-        let give_up = wait_deadline(wait)?;
+        let give_up = give_up(options.get_max_wait());
         let mut attempts = self.attempts(resource, permits, options)?;
-        wait::acquire(Pace::Until(Some(give_up)), conn, &mut attempts).await
+        wait::acquire(Pace::Until(give_up), conn, &mut attempts).await
     }
 
     /// Acquires a permit **in arrival order**: callers of `acquire_fair` on one resource get
@@ -68,7 +66,8 @@ impl Semaphore {
     /// `<prefix>:gate` (waiting without polling, a dead caller skipped after its 2 s place
     /// lease); at the head of the gate it waits for a permit as
     /// [`acquire_blocking`](Self::acquire_blocking) does, renewing its place, then leaves the
-    /// gate (waking the next in line). Both waits share `wait`; after it the caller leaves the
+    /// gate (waking the next in line). Both waits share the options'
+    /// [`max_wait`](LockOptions::max_wait) (none set: one attempt at each); after it the caller leaves the
     /// queue and gets [`Acquire::Busy`] (`holders`: `permits`, `ttl`: `None` when
     /// it was still behind earlier arrivals).
     ///
@@ -84,9 +83,11 @@ impl Semaphore {
     /// use std::time::Duration;
     /// use redkit::lock::{Acquire, LockOptions};
     /// let mut own = client.get_multiplexed_async_connection().await?;
-    /// let lease = LockOptions::new().ttl(Duration::from_secs(60));
+    /// let lease = LockOptions::new()
+    ///     .ttl(Duration::from_secs(60))
+    ///     .max_wait(Duration::from_secs(300));
     /// // 8 report builds at once, started in the order they were asked for
-    /// match sem.acquire_fair(&mut own, "reports", 8, &lease, Duration::from_secs(300)).await? {
+    /// match sem.acquire_fair(&mut own, "reports", 8, &lease).await? {
     ///     Acquire::Acquired(permit) => { sem.release(&mut own, permit).await?; }
     ///     _ => eprintln!("still queued after 5 minutes: gave up our place"),
     /// }
@@ -98,12 +99,14 @@ impl Semaphore {
         resource: &str,
         permits: u32,
         options: &LockOptions<Semaphore>,
-        wait: Duration,
     ) -> Result<Acquire<PermitGuard>> {
-        let give_up = wait_deadline(wait)?;
+        let give_up = give_up(options.get_max_wait());
         let mut attempts = self.attempts(resource, permits, options)?;
         let gate = &self.inner.gate;
-        let mut place = LockOptions::new().ttl(GATE_LEASE).max_wait(wait);
+        let mut place = LockOptions::new().ttl(GATE_LEASE);
+        if let Some(wait) = options.get_max_wait() {
+            place = place.max_wait(wait);
+        }
         if let Some(token) = options.get_token() {
             place = place.token(token);
         }
@@ -112,7 +115,7 @@ impl Semaphore {
             _ => return Ok(Acquire::Busy(Held::by(permits, None))),
         };
         attempts.gate = Some(&mut turn);
-        let outcome = wait::acquire(Pace::Until(Some(give_up)), conn, &mut attempts).await;
+        let outcome = wait::acquire(Pace::Until(give_up), conn, &mut attempts).await;
         if let Err(e) = gate.release(conn, turn).await {
             // The place ends with its lease (2 s); the permit, if any, is the caller's.
             tracing::warn!(resource, error = %e, "leaving the fair semaphore's gate failed");

@@ -16,11 +16,11 @@ use crate::lock::lease::kind::{lease_verbs, lock_kind, try_acquire, Base};
 use crate::lock::lease::schema;
 use crate::lock::lease::wait::{self, ms, Attempts, Pace, Step};
 use crate::lock::lease::{HeldLease, LeaseGuard, LeaseKind};
-use crate::lock::options::{LockOptions, OwnerToken, Polling, Replicated};
+use crate::lock::metrics::LockKind;
+use crate::lock::options::{LockOptions, OwnerToken, Polling, Replicable};
 use crate::lock::outcome::{Acquire, Held};
 use crate::lock::semaphore::permit::PermitGuard;
 use crate::script::{embedded, Call, Script, ScriptManager};
-use crate::telemetry::metric::LockKind;
 
 lock_kind! {
     /// A counting semaphore on one Redis server or a Redis Cluster: at most `permits` owners hold
@@ -390,4 +390,4 @@ impl LeaseGuard for PermitGuard {
 impl crate::lock::options::sealed::Sealed for Semaphore {}
 impl Polling for Semaphore {}
 impl OwnerToken for Semaphore {}
-impl Replicated for Semaphore {}
+impl Replicable for Semaphore {}

@@ -14,11 +14,11 @@ use crate::lock::lease::native;
 use crate::lock::lease::schema;
 use crate::lock::lease::token::{issued, FencingToken};
 use crate::lock::lease::wait::{self, Attempts, Pace, Step};
+use crate::lock::metrics::LockKind;
 use crate::lock::options::LockOptions;
 use crate::lock::outcome::{Acquire, Held, Renew};
 use crate::lock::single::Lock;
 use crate::script::{Acked, Call, Replication};
-use crate::telemetry::metric::LockKind;
 
 impl Lock {
     try_acquire! {
@@ -160,7 +160,7 @@ impl<'a> LockAttempts<'a> {
                 holder_ttl: u64::try_from(n).ok().map(Duration::from_millis),
             },
             1 => Attempt::Granted {
-                fence: issued(script, n)?,
+                fence: Some(issued(script, n)?),
                 started,
             },
             other => {
@@ -234,7 +234,7 @@ impl<'a> LockAttempts<'a> {
                 return Box::pin(self.unfenced(conn)).await;
             }
             _ => Attempt::Granted {
-                fence: FencingToken::new(0),
+                fence: None,
                 started,
             },
         };
@@ -280,7 +280,7 @@ impl<C: ConnectionLike> Attempts<C> for LockAttempts<'_> {
 enum Attempt {
     /// The lock is ours since a request sent at `started`.
     Granted {
-        fence: FencingToken,
+        fence: Option<FencingToken>,
         started: Instant,
     },
     /// Another owner holds it.

@@ -7,7 +7,7 @@ use redis::aio::ConnectionLike;
 use crate::error::Result;
 use crate::lock::lease::guard::LockGuard;
 use crate::lock::lease::schema;
-use crate::lock::lease::wait::{block_on, wait_deadline, Pace};
+use crate::lock::lease::wait::{block_on, give_up, Pace};
 use crate::lock::options::LockOptions;
 use crate::lock::outcome::Acquire;
 use crate::lock::single::acquire::LockAttempts;
@@ -23,14 +23,16 @@ const FLAG_MARGIN_MS: u64 = 1_000;
 const MIN_POLL: Duration = Duration::from_millis(1);
 
 impl Lock {
-    /// Acquires, waiting up to `wait` without polling (the database lock's behaviour): after
+    /// Acquires, waiting up to the options' [`max_wait`](LockOptions::max_wait) without polling
+    /// (the database lock's behaviour; none set: one attempt, as [`acquire`](Self::acquire)): after
     /// an attempt finds the lock held, the caller sets the resource's waiter flag (its TTL the
     /// longest wait of all waiters), tries once more, then blocks on the resource's wake-up
     /// list (`BLPOP`) until a [`release`](Self::release) pushes to it or the holder's lease
-    /// ends (a crashed holder), and tries again. Answers [`Acquire::Busy`] when `wait` has
-    /// passed. Every attempt uses one owner token ([`LockOptions::token`], else a fresh
-    /// random one) and honours [`LockOptions::require_replicas`]; the options' own retries
-    /// and `max_wait` are not used.
+    /// ends (a crashed holder), and tries again. Answers [`Acquire::Busy`] when `max_wait` has
+    /// passed ([`Duration::MAX`](std::time::Duration::MAX): no deadline). Every attempt uses
+    /// one owner token ([`LockOptions::token`], else a fresh random one) and honours
+    /// [`LockOptions::require_replicas`]; the options' `retries` are not used (the wait is
+    /// paced by releases, not by a count).
     ///
     /// A lock built with [`wake_on_release(false)`](Lock::wake_on_release) sets no flag and
     /// does not block: it polls at the options' `retry_delay` plus `jitter` (at least 1 ms).
@@ -45,16 +47,17 @@ impl Lock {
     /// timeout, if any, is above 400 ms (each `BLPOP` asks for at most 250 ms, and Redis may answer up to `1000 / hz` ms later; a longer wait
     /// is several in a row).
     ///
-    /// Fails like [`acquire`](Self::acquire), and with [`Error::InvalidInput`](crate::Error::InvalidInput) (nothing sent)
-    /// for a `wait` that is zero or beyond what an [`Instant`](std::time::Instant) can hold.
+    /// Fails like [`acquire`](Self::acquire).
     ///
     /// ```no_run
     /// # async fn run(lock: redkit::lock::Lock, client: redis::Client) -> redkit::Result<()> {
     /// use std::time::Duration;
     /// use redkit::lock::{Acquire, LockOptions};
     /// let mut own = client.get_multiplexed_async_connection().await?;
-    /// let options = LockOptions::new().ttl(Duration::from_secs(10));
-    /// match lock.acquire_blocking(&mut own, "ledger", &options, Duration::from_secs(30)).await? {
+    /// let options = LockOptions::new()
+    ///     .ttl(Duration::from_secs(10))
+    ///     .max_wait(Duration::from_secs(30));
+    /// match lock.acquire_blocking(&mut own, "ledger", &options).await? {
     ///     Acquire::Acquired(guard) => { lock.release(&mut own, guard).await?; }
     ///     other => println!("still held after 30 s: {other:?}"),
     /// }
@@ -65,11 +68,10 @@ impl Lock {
         conn: &mut C,
         resource: &str,
         options: &LockOptions<Lock>,
-        wait: Duration,
     ) -> Result<Acquire<LockGuard<Lock>>> {
-        let give_up = wait_deadline(wait)?;
+        let give_up = give_up(options.get_max_wait());
         LockAttempts::new(self, resource, options)?
-            .run(conn, Pace::Until(Some(give_up)))
+            .run(conn, Pace::Until(give_up))
             .await
     }
 }

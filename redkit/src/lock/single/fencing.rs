@@ -69,8 +69,8 @@ impl Lock {
         conn: &mut C,
         guard: &mut LockGuard<Lock>,
     ) -> Result<Fence> {
-        if guard.is_fenced() {
-            return Ok(Fence::Issued(guard.fencing_token()));
+        if let Some(token) = guard.fencing_token() {
+            return Ok(Fence::Issued(token));
         }
         let ttl_ms = ms(guard.ttl());
         let script = self.inner.fence;
@@ -84,7 +84,7 @@ impl Lock {
             [0] => Ok(Fence::Lost),
             [1, n] => {
                 let token = issued(script, *n)?;
-                guard.fence = token;
+                guard.fence = Some(token);
                 // Fenced now: its renewals keep the fence key alive again (the script; a
                 // watchdog started before keeps its copy of the lease, and renews natively:
                 // the fence key may then expire first, which the time floor of the next
@@ -153,12 +153,6 @@ impl Lock {
 
     fn fenced_call(&self, key: &str, fence: FencingToken, value: &[u8]) -> Result<Call<'static>> {
         check_key(key)?;
-        if fence.get() == 0 {
-            return Err(Error::invalid(
-                "fencing token",
-                "is 0 (none issued): acquire with LockOptions::fencing(true), or call Lock::fence",
-            ));
-        }
         if i64::try_from(fence.get()).is_err() {
             return Err(Error::invalid("fencing token", "must be in 1..=i64::MAX"));
         }
@@ -173,7 +167,9 @@ impl Lock {
                 FencedWrite::Written
             } else {
                 FencedWrite::Stale {
-                    newer: FencingToken::new(last),
+                    newer: FencingToken::new(last).ok_or_else(|| {
+                        Error::unexpected(self.fenced_set_script().id(), "newer fence is 0")
+                    })?,
                 }
             },
         )
@@ -215,8 +211,9 @@ impl Lock {
                 let fence = std::str::from_utf8(fence)
                     .ok()
                     .and_then(crate::lock::lease::token::parse_positive)
+                    .and_then(FencingToken::new)
                     .ok_or_else(|| corrupt("stored fence is not a positive integer"))?;
-                Ok(Some((value.clone(), FencingToken::new(fence))))
+                Ok(Some((value.clone(), fence)))
             }
             _ => Err(corrupt("fenced value lacks its value or fence field")),
         }

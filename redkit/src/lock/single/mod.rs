@@ -18,10 +18,10 @@ use crate::lock::lease::native;
 use crate::lock::lease::schema;
 use crate::lock::lease::wait::ms;
 use crate::lock::lease::{HeldLease, LeaseKind};
-use crate::lock::options::{LockOptions, OwnerToken, Polling, Replicated};
+use crate::lock::metrics::LockKind;
+use crate::lock::options::{LockOptions, OwnerToken, Polling, Replicable};
 use crate::lock::outcome::{renew_status, Renew};
 use crate::script::{embedded, Call, Script, ScriptManager};
-use crate::telemetry::metric::LockKind;
 
 lock_kind! {
     /// A lock on one Redis server or Redis Cluster: one round trip per operation (a script, or
@@ -297,7 +297,7 @@ impl LeaseKind for Lock {
 impl crate::lock::options::sealed::Sealed for Lock {}
 impl Polling for Lock {}
 impl OwnerToken for Lock {}
-impl Replicated for Lock {}
+impl Replicable for Lock {}
 
 impl LockOptions<Lock> {
     /// Whether the acquisition issues a fencing token (default `false`; only a [`Lock`] has
@@ -305,10 +305,9 @@ impl LockOptions<Lock> {
     ///
     /// Without fencing (the default) an attempt on a free lock is one plain
     /// `SET key token NX PX ttl GET` command: the cheapest lock Redis offers, the same work as
-    /// a hand-written `SET NX PX` lock. The guard then has no fencing token:
-    /// [`LockGuard::is_fenced`] is `false` and [`LockGuard::fencing_token`] is `0`, which
-    /// [`Lock::fenced_set`] and the fenced versioned writes refuse (`Error::InvalidInput`,
-    /// nothing written). A busy lock (or a retry by the same owner token) costs a second round
+    /// a hand-written `SET NX PX` lock. The guard then has no fencing token
+    /// ([`LockGuard::fencing_token`] is `None`), so it has nothing to pass to
+    /// [`Lock::fenced_set`] or the fenced versioned writes until [`Lock::fence`] issues one. A busy lock (or a retry by the same owner token) costs a second round
     /// trip (`PTTL`, or the compare-and-`PEXPIRE` renewal).
     ///
     /// `fencing(true)` runs a script that also reads the fence key and the server clock and

@@ -18,19 +18,19 @@ use crate::lock::single::Lock;
 /// tokio::select! {
 ///     _ = lease.signal().lost() => { /* stop: another owner may hold the lock */ }
 ///     _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
-///         println!("done with fencing token {}", lease.fencing_token());
+///         println!("done with fencing token {:?}", lease.fencing_token());
 ///     }
 /// }
 /// # }
 /// ```
 #[derive(Debug, Clone)]
 pub struct Lease {
-    fence: FencingToken,
+    fence: Option<FencingToken>,
     signal: LeaseSignal,
 }
 
 impl Lease {
-    /// The fencing token of this acquisition; `0` unless the lock was acquired with
+    /// The fencing token of this acquisition: `None` unless the lock was acquired with
     /// [`LockOptions::fencing(true)`](crate::lock::LockOptions::fencing).
     ///
     /// ```no_run
@@ -40,7 +40,7 @@ impl Lease {
     /// let (writer, mut write_conn) = (lock.clone(), conn.clone());
     /// let outcome = lock
     ///     .with_lock(&conn, "invoice-17", &fenced, |lease| async move {
-    ///         let token = lease.fencing_token();
+    ///         let token = lease.fencing_token().expect("acquired with fencing");
     ///         writer.fenced_set(&mut write_conn, "invoice:{17}", token, "paid").await
     ///     })
     ///     .await?;
@@ -49,7 +49,7 @@ impl Lease {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn fencing_token(&self) -> FencingToken {
+    pub fn fencing_token(&self) -> Option<FencingToken> {
         self.fence
     }
 
@@ -85,8 +85,9 @@ pub enum WithLock<T> {
     Completed {
         /// What the work returned.
         value: T,
-        /// The fencing token of the acquisition.
-        fencing_token: FencingToken,
+        /// The fencing token of the acquisition (`None` without
+        /// [`LockOptions::fencing`](crate::lock::LockOptions::fencing)).
+        fencing_token: Option<FencingToken>,
     },
     /// The work ran but the lease was lost while it did: another owner may have run at the
     /// same time. Treat its effects as unprotected (fenced writes were still checked).
@@ -116,6 +117,8 @@ impl<T> WithLock<T> {
     /// ```
     /// use redkit::lock::{FencingToken, LeaseLoss, WithLock};
     /// let done = WithLock::Completed { value: 42, fencing_token: FencingToken::new(7) };
+    /// assert_eq!(done.into_value(), Some(42));
+    /// let unfenced = WithLock::Completed { value: 42, fencing_token: None };
     /// assert_eq!(done.into_value(), Some(42));
     /// // it ran, but not under the lock throughout: still its value
     /// let lost = WithLock::LeaseLost { value: 42, loss: LeaseLoss::Expired };
