@@ -677,7 +677,7 @@ async fn fixed_case(
 }
 
 /// Case `bodies`: Lua bodies through raw `redis::Script` on both sides (no redkit code on
-/// the client) against the seed limiter: `fixed_window.v8`'s body, and the seed with one
+/// the client) against the seed limiter: `fixed_window.v9`'s body, and the seed with one
 /// `PTTL` added. Their ratios against the seed, with one worker per client CPU and with more
 /// workers than CPUs (`REDKIT_LEAN_WORKERS`), show what a script's server time alone does to
 /// a row.
@@ -697,7 +697,7 @@ async fn bodies_case(
     let (_, seed_op) = limiter_ops(&limiter, ips);
     let seed = run_op(conn, pid, secs, &seed_op).await;
     let shipped = run_op(conn, pid, secs, &ops::raw_body_op(&limiter, ips, true)).await;
-    row("fixed_window.v8's body, raw redis::Script", &shipped, &seed);
+    row("fixed_window.v9's body, raw redis::Script", &shipped, &seed);
     let pttl = run_op(conn, pid, secs, &ops::raw_body_op(&limiter, ips, false)).await;
     row(
         "the seed with one PTTL added, raw redis::Script",
@@ -911,10 +911,10 @@ async fn limiter_ceilings(server: &support::RedisServer, conn: &mut MultiplexedC
         .collect();
     cases.extend([
         (
-            "gcra.v3".into(),
+            "gcra.v4".into(),
             vec![
                 "EVALSHA",
-                Registry::global().require("gcra", 3).unwrap().sha1(),
+                Registry::global().require("gcra", 4).unwrap().sha1(),
                 "1",
                 "ceil:gcra:{a}",
                 &interval,
@@ -922,11 +922,11 @@ async fn limiter_ceilings(server: &support::RedisServer, conn: &mut MultiplexedC
             ],
         ),
         (
-            "sliding_window.v3".into(),
+            "sliding_window.v4".into(),
             vec![
                 "EVALSHA",
                 Registry::global()
-                    .require("sliding_window", 3)
+                    .require("sliding_window", 4)
                     .unwrap()
                     .sha1(),
                 "1",
@@ -940,7 +940,7 @@ async fn limiter_ceilings(server: &support::RedisServer, conn: &mut MultiplexedC
         print_ceiling(name, ceiling(port, args));
     }
     let aligned = Registry::global()
-        .require("fixed_window_aligned", 2)
+        .require("fixed_window_aligned", 3)
         .unwrap();
     let args = [
         "EVALSHA",

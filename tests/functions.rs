@@ -344,7 +344,7 @@ async fn read_only_calls_are_served_by_a_replica_where_writing_calls_are_refused
     })
     .await;
 
-    // versioned_read.v2 is declared read-only: EVALSHA_RO (EVAL_RO after NOSCRIPT) runs here.
+    // versioned_read.v3 is declared read-only: EVALSHA_RO (EVAL_RO after NOSCRIPT) runs here.
     let snap = scripts.read(&mut ro, "cfg").await.unwrap();
     assert_eq!((snap.version, snap.value.as_deref()), (1, Some(&b"a"[..])));
     let snap = functions.read(&mut ro, "cfg").await.unwrap();

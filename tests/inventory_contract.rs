@@ -1332,7 +1332,7 @@ async fn parse_like_redis(conn: &mut MultiplexedConnection, version: u32) {
     assert_eq!(accepted, 28);
 }
 
-/// A decrement of 1 goes out in `inventory_apply.v13`'s short form (no argument at all, or
+/// A decrement of 1 goes out in `inventory_apply.v14`'s short form (no argument at all, or
 /// only the record's retention and fingerprint: read from the server's slow log), and the
 /// short form answers and writes exactly as the full form ('take', 1, 1, ...) from the same
 /// states: a SKU with and without holds, short, unknown, a stored stock out of range or
@@ -1341,7 +1341,7 @@ async fn parse_like_redis(conn: &mut MultiplexedConnection, version: u32) {
 async fn a_take_of_one_is_sent_short_and_answers_as_the_full_form() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let shipped = Registry::global().require("inventory_apply", 13).unwrap();
+    let shipped = Registry::global().require("inventory_apply", 14).unwrap();
     let s = Inventory::new("short").unwrap().store("w").unwrap();
     let manager = ScriptManager::new();
     // (sku, stored stock or none, holds one unit, with a request id)
@@ -1670,13 +1670,13 @@ async fn v8_with_a_request_id_a_refused_record_puts_the_take_back() {
     }
     // A retention the record's SET will not parse, straight through the script: a typed
     // input error, nothing net written.
-    // v8 to v12 (retired, kept in tests/fixtures/lua/) and v13 (shipped) alike, and v13's
-    // short form of a take of 1 (retention, fingerprint).
+    // v8 to v12 (retired, kept in tests/fixtures/lua/) and v14 (shipped, v13's code) alike,
+    // and the short form of a take of 1 (retention, fingerprint).
     let sku = s.key("c").unwrap();
     let holds = s.reservation_key("c").unwrap();
     let expiry = s.reservation_expiry_key("c").unwrap();
     let record = s.request_key("v8").unwrap();
-    let scripts = [8, 9, 10, 11, 12, 13].map(|v| {
+    let scripts = [8, 9, 10, 11, 12, 14].map(|v| {
         Registry::global()
             .require("inventory_apply", v)
             .unwrap_or_else(|_| fixtures::script("inventory_apply", v))
@@ -1705,7 +1705,7 @@ async fn v8_with_a_request_id_a_refused_record_puts_the_take_back() {
         );
         assert!(before == keyspace(&mut admin).await, "{retention:?}");
     }
-    let shipped = Registry::global().require("inventory_apply", 13).unwrap();
+    let shipped = Registry::global().require("inventory_apply", 14).unwrap();
     for retention in ["1e3", "0x10", " 5", "5.0", "0"] {
         let before = keyspace(&mut admin).await;
         let mut call = Call::with_key_count(shipped, 4);

@@ -383,7 +383,7 @@ async fn a_group_without_request_ids_answers_each_buyer_as_if_sent_alone() {
 }
 
 /// A group of buyers of 1 without request ids (a flash sale's common call) sends no
-/// quantities (`inventory_group.v6` then counts 1 per member; read from the server's slow
+/// quantities (`inventory_group.v7` then counts 1 per member; read from the server's slow
 /// log), and each buyer is answered as if sent alone: all served, some short, none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_of_single_units_sends_no_quantities_and_answers_each_as_alone() {
@@ -394,7 +394,7 @@ async fn a_group_of_single_units_sends_no_quantities_and_answers_each_as_alone()
     let sequential = plain().store("w2").unwrap();
     let ones = [(1, None); 7];
     let group_sha = redkit::Registry::global()
-        .require("inventory_group", 6)
+        .require("inventory_group", 7)
         .unwrap()
         .sha1()
         .to_owned();
@@ -504,7 +504,7 @@ async fn a_group_without_request_ids_that_fails_changes_nothing() {
     // answers REDKIT_INPUT, nothing written.
     let _: () = server.cmd(&["SET", &key, "20"]).await;
     let script = redkit::Registry::global()
-        .require("inventory_group", 6)
+        .require("inventory_group", 7)
         .unwrap();
     let bad_quantities = ["05", "1.0", "0x10", " 1", "0", "100000000000000"]
         .map(|quantity| vec!["0", "2", "1", quantity]);

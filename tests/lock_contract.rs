@@ -278,7 +278,7 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
                     ref script,
                     ref detail,
                 }) if uses => {
-                    assert_eq!(script, "lock_acquire.v3", "{case}");
+                    assert_eq!(script, "lock_acquire.v4", "{case}");
                     assert!(!detail.contains("res"), "{case}: no key in {detail}");
                 }
                 Ok(_) if !uses => {}
@@ -370,7 +370,7 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
                 Err(Error::PermissionDenied { ref script, .. })
                     if ["get", "del"].contains(&denied) =>
                 {
-                    assert_eq!(script, "lock_release.v4", "{case}");
+                    assert_eq!(script, "lock_release.v5", "{case}");
                     assert_unchanged(
                         &before_ops,
                         &support::snapshot(&mut admin).await,

@@ -352,7 +352,7 @@ async fn the_wake_up_path_of_release_is_all_or_nothing() {
     run(redis::cmd("HSET").arg(&wake).arg("f").arg("1"), &mut admin).await;
     let before = support::snapshot(&mut admin).await;
     match lock.release(&mut admin, guard).await {
-        Err(Error::WrongType { script }) => assert_eq!(script, "lock_release_wake.v2"),
+        Err(Error::WrongType { script }) => assert_eq!(script, "lock_release_wake.v3"),
         other => panic!("{other:?}"),
     }
     support::same_dumps(
@@ -373,7 +373,7 @@ async fn the_wake_up_path_of_release_is_all_or_nothing() {
         let before = support::snapshot(&mut admin).await;
         match lock.release(&mut conn, guard).await {
             Err(Error::PermissionDenied { script, detail }) => {
-                assert_eq!(script, "lock_release_wake.v2", "-{denied}");
+                assert_eq!(script, "lock_release_wake.v3", "-{denied}");
                 assert!(!detail.contains("{p}"), "no key in {detail}");
             }
             other => panic!("-{denied}: {other:?}"),
@@ -390,7 +390,7 @@ async fn the_wake_up_path_of_release_is_all_or_nothing() {
         let before = support::snapshot(&mut admin).await;
         match lock.release(&mut conn, guard).await {
             Err(Error::PermissionDenied { script, .. }) => {
-                assert_eq!(script, "lock_release_wake.v2", "-{denied}")
+                assert_eq!(script, "lock_release_wake.v3", "-{denied}")
             }
             other => panic!("-{denied}: {other:?}"),
         }

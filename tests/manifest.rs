@@ -1,29 +1,31 @@
 //! The lock file `lua/scripts.lock` pins name, version, key count and SHA1 of every shipped
-//! script. A shipped script is immutable: change its body and this test fails until the change
-//! is shipped as a new version (`<name>.v<N+1>.lua`) and pinned with
-//! `cargo run --features cli -- scripts lock --scripts-dir lua` (or
-//! `REDKIT_BLESS=1 cargo test --all-features --test manifest`). Both only append pins, and
-//! mark `retired = true` the pin of a version whose file left `lua/`.
+//! script. A shipped script is immutable: change its body (or its header: a comment is part of
+//! the SHA1) and this test fails until the change is shipped as a new version
+//! (`<name>.v<N+1>.lua`) and pinned with
+//! `cargo run -p redkit-cli -- scripts lock --scripts-dir redkit/lua` (or
+//! `REDKIT_BLESS=1 cargo test -p redkit-tests --all-features --test manifest`). Both only
+//! append pins, and mark `retired = true` the pin of a version whose file left `lua/`.
 //!
-//! `lua/` ships only what runs: every file there has a caller in `src/`
-//! (`Registry::embedded("name", N)`, the crate's one internal look-up, or the public
-//! `require`), and every look-up names a file there. A version no caller uses leaves `lua/` (its pin stays, retired);
-//! a test that still needs one runs it from `tests/fixtures/lua/`.
+//! `lua/` ships only what runs: each file is declared by one handle in
+//! `redkit/src/script/embedded.rs`, which includes it at compile time (a missing file does not
+//! compile), a handle no code uses does not compile either, and a unit test there keeps every
+//! file of `lua/` declared. A version no handle names leaves `lua/` (its pin stays, retired); a
+//! test that still needs one runs it from `tests/fixtures/lua/`.
+//!
+//! A header (the leading comment block) holds the contract only: keys, arguments, reply,
+//! errors and what the script writes. History (what an older version did, measurements)
+//! belongs in the changelog; no comment names a version.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 
 use redkit::script::lockfile;
 use redkit::Registry;
 
 #[path = "fixtures/mod.rs"]
 mod fixtures;
-#[path = "support/sources.rs"]
-mod sources;
 
 const LOCK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../redkit/lua/scripts.lock");
 const LUA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../redkit/lua");
-const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../redkit/src");
 
 /// `name.vN` of every `.lua` file in `dir`.
 fn lua_files(dir: &str) -> BTreeSet<String> {
@@ -34,92 +36,131 @@ fn lua_files(dir: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The script look-ups of some Rust code, as `name.vN`: `require("name", N)` and
-/// `embedded("name", N)`, on one line or several; comment lines (doc examples included) are
-/// not callers and are skipped.
-fn look_ups(code: &str) -> Vec<String> {
-    let code: String = code
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("//"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let mut out = Vec::new();
-    for call in ["require(", "embedded("] {
-        for (at, _) in code.match_indices(call) {
-            let rest = code[at + call.len()..].trim_start();
-            let Some(rest) = rest.strip_prefix('"') else {
-                continue;
-            };
-            let Some((name, rest)) = rest.split_once('"') else {
-                continue;
-            };
-            let Some(rest) = rest.trim_start().strip_prefix(',') else {
-                continue;
-            };
-            let digits: String = rest
-                .trim_start()
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect();
-            if !digits.is_empty() {
-                out.push(format!("{name}.v{digits}"));
-            }
-        }
-    }
-    out
+/// Words that tell a script's history or measurements rather than its contract.
+const HISTORY_WORDS: &[&str] = &[
+    "previously",
+    "formerly",
+    "no longer",
+    "used to",
+    "unchanged",
+    "as before",
+    "bench",
+    "measured",
+    "faster",
+    "slower",
+    "ratio",
+    "server cpu",
+];
+
+/// `true` when `text` names a script version: `v8`, `v8's`, `fixed_window.v7` (a `v` that
+/// starts a word or follows a `.`, then digits that end the word).
+fn names_a_version(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    (0..bytes.len()).any(|i| {
+        let starts = i == 0
+            || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_')
+            || bytes[i - 1] == b'.';
+        let digits = bytes[i + 1..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        let ends = bytes
+            .get(i + 1 + digits)
+            .is_none_or(|b| !(b.is_ascii_alphanumeric() || *b == b'_'));
+        bytes[i] == b'v' && starts && digits > 0 && ends
+    })
 }
 
-/// `name.vN` -> the files of `src/` that look it up.
-fn callers_in_src() -> std::collections::BTreeMap<String, Vec<String>> {
-    let files = sources::rust_files(Path::new(SRC));
-    let mut callers = std::collections::BTreeMap::<String, Vec<String>>::new();
-    for file in files {
-        let code = std::fs::read_to_string(&file).unwrap();
-        for id in look_ups(&code) {
-            let shown = file.strip_prefix(SRC).unwrap();
-            callers
-                .entry(id)
-                .or_default()
-                .push(shown.display().to_string());
+/// `true` when `text` gives a speed ratio, as `0.83x`.
+fn gives_a_ratio(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    (1..bytes.len()).any(|i| {
+        bytes[i] == b'x'
+            && bytes[i - 1].is_ascii_digit()
+            && bytes
+                .get(i + 1)
+                .is_none_or(|b| !(b.is_ascii_alphanumeric() || *b == b'_'))
+    })
+}
+
+/// The history a script's comments carry, one entry per offending line: in the header (the
+/// leading `--` block) a version named, a history word or a ratio; in the body's comments a
+/// version named.
+fn history_in(source: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut in_header = true;
+    for (n, line) in source.lines().enumerate() {
+        in_header &= line.starts_with("--");
+        // A comment line, or a comment after code.
+        let Some(text) = line
+            .trim_start()
+            .strip_prefix("--")
+            .or_else(|| line.split_once(" -- ").map(|(_, c)| c))
+        else {
+            continue;
+        };
+        let lower = text.to_ascii_lowercase();
+        let why = if names_a_version(text) {
+            Some("names a version")
+        } else if in_header && gives_a_ratio(text) {
+            Some("gives a ratio")
+        } else if in_header {
+            HISTORY_WORDS
+                .iter()
+                .find(|w| lower.contains(*w))
+                .map(|_| "tells history")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            found.push(format!("line {}: {why}: {}", n + 1, line.trim()));
         }
     }
-    callers
+    found
 }
 
 #[test]
-fn the_scan_finds_look_ups_and_skips_comments() {
-    let code = "let a = Registry::global().require(\"gcra\", 1)?;\n\
-                /// let d = Registry::global().require(\"fixed_window\", 1)?;\n\
-                acquire: Registry::embedded(\"lock_acquire\", 3),\n\
-                set: registry\n    .require(\n        \"inventory_set\",\n        2,\n    )?,\n\
-                map.get(\"not_a_look_up\")";
-    assert_eq!(
-        look_ups(code),
-        ["gcra.v1", "inventory_set.v2", "lock_acquire.v3"]
-    );
+fn the_history_rules_read_words_not_parts_of_words() {
+    assert!(names_a_version("as in v8, below"));
+    assert!(names_a_version("v7's steps"));
+    assert!(names_a_version("the counter is fixed_window.v7's"));
+    assert!(!names_a_version("KEYS[1] = window counter; ARGV[2] = v"));
+    assert!(!names_a_version("evals and lv8x, dev2"));
+    assert!(gives_a_ratio("costs 0.83x of the other"));
+    assert!(!gives_a_ratio("'0x10' is refused"));
+    let old = "--! keys: 1\n--! Counter, v2: as v1, 0.9x faster.\nreturn 1 -- no longer v1\n";
+    assert_eq!(history_in(old).len(), 2, "{:?}", history_in(old));
+    assert!(history_in("--! keys: 1\n--! A counter.\nlocal was = 1 -- a count\n").is_empty());
 }
 
+/// Every shipped script's header holds its contract only, and no comment names a version.
 #[test]
-fn lua_holds_exactly_the_versions_src_calls() {
-    let files = lua_files(LUA);
-    let callers = callers_in_src();
-    let uncalled: Vec<&String> = files.iter().filter(|f| !callers.contains_key(*f)).collect();
-    assert!(
-        uncalled.is_empty(),
-        "lua/ ships {} files no code in src/ calls: {uncalled:?}. Move a version no caller uses \
-         out of lua/ (to tests/fixtures/lua/ when a test still runs it) and run \
-         `REDKIT_BLESS=1 cargo test --all-features --test manifest` to mark it retired",
-        uncalled.len()
-    );
-    let missing: Vec<String> = callers
+fn headers_hold_the_contract_not_history() {
+    let registry = Registry::from_dir(LUA).unwrap();
+    let found: Vec<String> = registry
+        .scripts()
         .iter()
-        .filter(|(id, _)| !files.contains(*id))
-        .map(|(id, at)| format!("{id} (called in {})", at.join(", ")))
+        .flat_map(|s| {
+            history_in(s.source())
+                .into_iter()
+                .map(move |f| format!("{}.lua {f}", s.id()))
+        })
         .collect();
     assert!(
-        missing.is_empty(),
-        "src/ looks up versions lua/ does not ship: {missing:?}"
+        found.is_empty(),
+        "a header holds the contract (keys, arguments, reply, errors, writes); history goes to \
+         CHANGELOG.md, and a cleaned header is a new version:\n{}",
+        found.join("\n")
     );
+}
+
+/// The rules catch the headers that carried history (kept byte for byte as fixtures).
+#[test]
+fn the_history_rules_fail_the_retired_headers() {
+    for id in [("fixed_window", 7), ("inventory_apply", 12)] {
+        let script = fixtures::script(id.0, id.1);
+        assert!(!history_in(script.source()).is_empty(), "{}", script.id());
+    }
 }
 
 #[test]
@@ -134,7 +175,7 @@ fn no_retired_version_is_embedded() {
         let version: u32 = version.parse().unwrap();
         assert!(
             registry.require(name, version).is_err(),
-            "{} is pinned retired but embedded in lua/",
+            "{} is pinned retired but in the registry's scripts",
             retired.id
         );
         assert!(
@@ -294,7 +335,7 @@ fn the_reservation_reclaim_block_is_marked_shared_and_identical_in_every_script(
         .collect();
     assert_eq!(
         ids,
-        ["inventory_get.v4", "inventory_reserve.v4"],
+        ["inventory_get.v5", "inventory_reserve.v5"],
         "get and reserve carry the block (inventory_apply.v4 and later have their own ZCARD-gated reclaim)"
     );
     let blocks: Vec<&str> = ids
@@ -334,13 +375,13 @@ fn the_reservation_reclaim_block_is_marked_shared_and_identical_in_every_script(
         1 + inline
     );
     // A later version with another text of the block: a second function, the first kept.
-    let get = Registry::global().require("inventory_get", 4).unwrap();
+    let get = Registry::global().require("inventory_get", 5).unwrap();
     let edited = get
         .source()
         .replace("local RECLAIM = 16", "local RECLAIM = 17");
     let set = Registry::from_files([
-        ("inventory_get.v4.lua", get.source().to_owned()),
-        ("inventory_get.v5.lua", edited),
+        ("inventory_get.v5.lua", get.source().to_owned()),
+        ("inventory_get.v6.lua", edited),
     ]);
     let library = redkit::script::Library::new("t", &set).unwrap();
     assert_eq!(

@@ -266,9 +266,9 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     }
     // v7 converts the window only where it uses it: a bad limit or cost is refused on every
     // path; a bad window where a window starts or a counter lacks a TTL (nothing written),
-    // while a call in a running window does not read it. v8 (shipped) the same.
+    // while a call in a running window does not read it. v8 and v9 (shipped: v8's body) the same.
     let v7 = fixtures::script("fixed_window", 7);
-    let v8 = Registry::global().require("fixed_window", 8).unwrap();
+    let v9 = Registry::global().require("fixed_window", 9).unwrap(); // v8's body
     let bad_limit_or_cost = [
         ("0", "1000", "1"),
         ("x", "1000", "1"),
@@ -296,7 +296,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     let states = [(None, None), (Some("3"), None), (Some("3"), Some("60000"))];
     for ((stored, px), (version, v7)) in states
         .into_iter()
-        .flat_map(|state| [(7, v7), (8, v8)].map(|script| (state, script)))
+        .flat_map(|state| [(7, v7), (9, v9)].map(|script| (state, script)))
     {
         let key = "redkit:rl:raw7:{k:x}";
         let set = |v: &'static str| match px {
@@ -929,7 +929,7 @@ async fn v5_packs_the_v4_reply_into_one_integer_when_it_fits() {
     let v5 = fixtures::script("fixed_window", 5);
     let v6 = fixtures::script("fixed_window", 6);
     let v7 = fixtures::script("fixed_window", 7);
-    let v8 = Registry::global().require("fixed_window", 8).unwrap();
+    let v9 = Registry::global().require("fixed_window", 9).unwrap(); // v8's body
     let big = "100000000000000"; // 10^14 ms: 10^14 * 2^32 does not fit 2^53
                                  // (stored, its PX, limit, window, cost, v5 answers one integer)
     let cases = [
@@ -954,7 +954,7 @@ async fn v5_packs_the_v4_reply_into_one_integer_when_it_fits() {
     ];
     for (i, (stored, px, limit, window, cost, packed)) in cases.into_iter().enumerate() {
         let mut replies = Vec::new();
-        for script in [v4, v5, v6, v7, v8] {
+        for script in [v4, v5, v6, v7, v9] {
             let key = format!("pack:{{{i}}}:{}", script.version());
             if let Some(v) = stored {
                 let _: () = match px {
@@ -964,7 +964,7 @@ async fn v5_packs_the_v4_reply_into_one_integer_when_it_fits() {
             }
             let mut call = Call::new(script);
             call.key(&key).arg(limit).arg(window);
-            // v8 counts 1 without a cost, as the limiter calls it.
+            // v8 and later count 1 without a cost, as the limiter calls it.
             if script.version() < 8 || cost != "1" {
                 call.arg(cost);
             }
@@ -974,7 +974,7 @@ async fn v5_packs_the_v4_reply_into_one_integer_when_it_fits() {
         let case = format!("case {i}: {stored:?} {px:?} limit {limit} cost {cost}");
         let l: i64 = limit.parse().unwrap();
         let a = window_reply(&replies[0], l);
-        // v5 to v8 answer alike.
+        // v5 to v9 answer alike.
         for reply in &replies[1..] {
             assert_eq!(
                 matches!(reply, redis::Value::Int(_)),

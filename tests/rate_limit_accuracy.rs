@@ -42,7 +42,7 @@ async fn keyspace(conn: &mut MultiplexedConnection) -> BTreeMap<Vec<u8>, (Vec<u8
 
 // ---------------------------------------------------------------- GCRA
 
-/// The GCRA of `lua/gcra.v3.lua` in Rust: the same integer arithmetic on microseconds.
+/// The GCRA of `lua/gcra.v4.lua` in Rust: the same integer arithmetic on microseconds.
 struct GcraModel {
     interval: i64,
     burst: i64,
@@ -88,7 +88,7 @@ async fn gcra_raw(
     burst: i64,
     cost: i64,
 ) -> [i64; 5] {
-    let script = Registry::global().require("gcra", 3).unwrap();
+    let script = Registry::global().require("gcra", 4).unwrap();
     let mut call = Call::new(script);
     call.key(key).arg(interval_us).arg(burst);
     // A cost of 1 left out, as the limiter sends it.
@@ -376,7 +376,7 @@ async fn gcra_refuses_bad_stored_values_and_wrong_types_writing_nothing() {
     // The script validates its arguments again (second line of defence), as numbers: nothing
     // written for a value that is not an integer 1..10^15 (cost included, on its own path
     // when it is not "1"), or a bucket of 10^15 us or more.
-    let script = Registry::global().require("gcra", 3).unwrap();
+    let script = Registry::global().require("gcra", 4).unwrap();
     for (interval, burst, cost) in [
         ("0", "1", "1"),
         ("1", "0", "1"),
@@ -739,7 +739,7 @@ async fn sliding_window_refuses_bad_state_and_wrong_types_writing_nothing() {
 
     // The script checks its arguments as numbers: an integer 1..10^15, the cost on its own
     // path when it is not "1"; nothing written otherwise.
-    let script = Registry::global().require("sliding_window", 3).unwrap();
+    let script = Registry::global().require("sliding_window", 4).unwrap();
     for (limit, window, cost) in [
         ("0", "1000", "1"),
         ("5", "0", "1"),

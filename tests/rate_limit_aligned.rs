@@ -1,4 +1,4 @@
-//! Fixed windows aligned to the clock (`FixedWindow::aligned_to_clock`, fixed_window_aligned.v2)
+//! Fixed windows aligned to the clock (`FixedWindow::aligned_to_clock`, fixed_window_aligned.v3)
 //! against a real Redis: counts, resets at the window's end, nothing half-applied whatever is
 //! stored and whatever the ACL denies.
 
@@ -309,7 +309,7 @@ async fn the_script_refuses_bad_arguments_before_writing() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let script = Registry::global()
-        .require("fixed_window_aligned", 2)
+        .require("fixed_window_aligned", 3)
         .unwrap();
     let manager = ScriptManager::new();
     let _: () = server.cmd(&["SET", "redkit:rl:x:{k:b}:1", "3"]).await;

@@ -1,5 +1,5 @@
 //! Group commit of fixed-window checks (`FixedWindow::with_group_commit`) against real Redis:
-//! `fixed_window_group.v2` answers and writes per key exactly what `fixed_window.v8` does, a
+//! `fixed_window_group.v3` answers and writes per key exactly what `fixed_window.v9` does, a
 //! group answers each check as if sent alone, a bad counter fails only its own check (nothing
 //! written), counts hold under a flood, and a Cluster run (groups spanning slots are refused
 //! by Redis before they run, then formed per slot).
@@ -260,7 +260,7 @@ async fn groups_work_on_a_cluster() {
     }
 }
 
-/// `fixed_window_group.v2` against `fixed_window.v8`, key by key, from the same states:
+/// `fixed_window_group.v3` against `fixed_window.v9`, key by key, from the same states:
 /// the same reply (count, allowed; the TTL within a second) or the same error, and the same
 /// counter afterwards. Twice: every cost sent to both, then the states of cost 1 with no cost
 /// sent to either (as the limiter sends them).
@@ -269,8 +269,8 @@ async fn the_group_script_is_the_single_key_script_per_key() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let manager = ScriptManager::new();
-    let single = Registry::global().require("fixed_window", 8).unwrap();
-    let group = Registry::global().require("fixed_window_group", 2).unwrap();
+    let single = Registry::global().require("fixed_window", 9).unwrap();
+    let group = Registry::global().require("fixed_window_group", 3).unwrap();
     let limit = 3i64;
     // (name, setup of the key as a redis-cli line with `K` for the key, cost)
     let states: [(&str, &str, u32); 12] = [
@@ -523,7 +523,7 @@ async fn a_frozen_server_fails_every_check_of_a_group_in_bounded_time() {
         .is_allowed());
 }
 
-/// `fixed_window_aligned_group.v3` against `fixed_window_aligned.v2`, key by key, from the
+/// `fixed_window_aligned_group.v4` against `fixed_window_aligned.v3`, key by key, from the
 /// same states: the same reply (one integer) or the same error, and the same counter after.
 /// Four times: every cost sent to both, then the states of cost 1 with no cost sent to either
 /// (as the limiter sends them); each with a TTL per check, then with one TTL for the group
@@ -534,10 +534,10 @@ async fn the_aligned_group_script_is_the_aligned_script_per_key() {
     let mut conn = server.conn().await;
     let manager = ScriptManager::new();
     let single = Registry::global()
-        .require("fixed_window_aligned", 2)
+        .require("fixed_window_aligned", 3)
         .unwrap();
     let group = Registry::global()
-        .require("fixed_window_aligned_group", 3)
+        .require("fixed_window_aligned_group", 4)
         .unwrap();
     let limit = 3i64;
     // (name, setup with `K` for the key, TTL for a new counter, cost)
@@ -729,7 +729,7 @@ async fn the_aligned_group_script_refuses_bad_arguments_and_writes_nothing() {
     let mut conn = server.conn().await;
     let manager = ScriptManager::new();
     let group = Registry::global()
-        .require("fixed_window_aligned_group", 3)
+        .require("fixed_window_aligned_group", 4)
         .unwrap();
     let keys = ["bad:1", "bad:2", "bad:3"];
     let call = |args: &[&str]| {

@@ -231,7 +231,7 @@ async fn acked_function_call_without_its_library_waits_once() {
     let pair = without_replica().await;
     let mut conn = pair.primary.patient_conn().await;
     let m = ScriptManager::new().with_backend(Backend::Functions);
-    let script = Registry::global().require("fixed_window", 8).unwrap();
+    let script = Registry::global().require("fixed_window", 9).unwrap();
     let mut call = Call::new(script);
     call.key("{f}:c").arg(100).arg(600_000).arg(1);
     let wait = Replication::new(1, WAIT).unwrap();
@@ -514,7 +514,7 @@ async fn a_function_call_after_function_flush_waits_about_its_timeout() {
     let pair = without_replica().await;
     let mut conn = pair.primary.patient_conn().await;
     let m = ScriptManager::new().with_backend(Backend::Functions);
-    let script = Registry::global().require("fixed_window", 8).unwrap();
+    let script = Registry::global().require("fixed_window", 9).unwrap();
     let mut call = Call::new(script);
     call.key("{f}:c").arg(100).arg(600_000).arg(1);
     let wait = Replication::new(1, WAIT).unwrap();

@@ -468,7 +468,7 @@ async fn poisoned_keys_change_nothing() {
             }
         }
         match v.read(&mut conn, "p").await {
-            Err(Error::CorruptData { script, .. }) => assert_eq!(script, "versioned_read.v2"),
+            Err(Error::CorruptData { script, .. }) => assert_eq!(script, "versioned_read.v3"),
             other => panic!("{case}: {other:?}"),
         }
         assert_unchanged(&before, &support::snapshot(&mut admin).await, case);
@@ -558,7 +558,7 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
             match (denied, read) {
                 ("hset", Ok(_)) => {}
                 (_, Err(Error::PermissionDenied { script, .. })) => {
-                    assert_eq!(script, "versioned_read.v2")
+                    assert_eq!(script, "versioned_read.v3")
                 }
                 (_, other) => panic!("{case}: read {other:?}"),
             }

@@ -150,7 +150,7 @@ pub(crate) fn hot_key_ops(limiter: &Arc<FixedWindow>, key: &LimitKey) -> (Op, Op
 }
 
 /// A Lua body through raw `redis::Script` (no redkit code on the client), called as the
-/// limiter rows call theirs over the 10k IPs: `fixed_window.v8`'s body with the limiter's key
+/// limiter rows call theirs over the 10k IPs: `fixed_window.v9`'s body with the limiter's key
 /// and arguments when `shipped`, else the seed limiter with one `PTTL` before it (the seed's
 /// arguments). Case `bodies`: what a script's server time alone does to a row.
 pub(crate) fn raw_body_op(
@@ -160,7 +160,7 @@ pub(crate) fn raw_body_op(
 ) -> Op {
     let source = if shipped {
         Registry::global()
-            .require("fixed_window", 8)
+            .require("fixed_window", 9)
             .unwrap()
             .source()
             .to_owned()

@@ -172,8 +172,8 @@ pub(crate) fn comparisons(ips: &Arc<Vec<LimitKey>>) -> Vec<Comparison> {
         ),
         // Before and after, the same calls: this row's "seed" is the previous version.
         Comparison {
-            name: "fixed-window script alone: v8 / v7 (before), not the seed",
-            redkit: window_version_op(&default, ips, 8),
+            name: "fixed-window script alone: v9 (v8's code) / v7 (before), not the seed",
+            redkit: window_version_op(&default, ips, 9),
             seed: window_version_op(&default, ips, 7),
             stocked: false,
         },

@@ -172,11 +172,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let run = std::process::id();
 
     // 1. The script manager itself: one EVALSHA per call, EVAL once if the server lacks it.
-    let script = Registry::global().require("fixed_window", 8)?;
+    let script = Registry::global().require("fixed_window", 9)?;
     let raw_key = format!("redkit:demo:{{{run}}}:raw");
     let mut call = Call::new(script);
     call.key(&raw_key).arg(10).arg(10_000).arg(1);
-    // fixed_window.v8 packs an allowed hit into one integer: pttl_ms * (limit + 1) + count.
+    // fixed_window.v9 packs an allowed hit into one integer: pttl_ms * (limit + 1) + count.
     let packed: i64 = manager.invoke(&mut conn, &call).await?;
     let (count, pttl) = (packed % 11, packed / 11);
     say!("\nraw script call: count {count}, window resets in {pttl} ms");

@@ -12,7 +12,7 @@ use super::group::{Groups, Member};
 use super::reply::{self, Reply};
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
-use crate::script::{Acked, Call, Registry, Replication, Script, ScriptManager};
+use crate::script::{embedded, Acked, Call, Replication, Script, ScriptManager};
 
 /// The largest stock and the largest quantity of one line: 14 decimal digits, so every value
 /// is exact in Lua's numbers.
@@ -68,12 +68,12 @@ impl Engine {
             prefix,
             retention_ms,
             manager,
-            set: Registry::embedded("inventory_set", 2),
-            get: Registry::embedded("inventory_get", 4),
-            apply: Registry::embedded("inventory_apply", 13),
-            reserve: Registry::embedded("inventory_reserve", 4),
-            migrate: Registry::embedded("inventory_migrate", 1),
-            group: Registry::embedded("inventory_group", 6),
+            set: embedded::INVENTORY_SET.script(),
+            get: embedded::INVENTORY_GET.script(),
+            apply: embedded::INVENTORY_APPLY.script(),
+            reserve: embedded::INVENTORY_RESERVE.script(),
+            migrate: embedded::INVENTORY_MIGRATE.script(),
+            group: embedded::INVENTORY_GROUP.script(),
             groups,
         }
     }

@@ -17,7 +17,7 @@ use super::options::{LockOptions, OwnerToken, Replicable, Settings};
 use super::outcome::{status, Acquire, Held};
 use crate::error::{Error, Result};
 use crate::lock::metrics::LockKind;
-use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::script::{embedded, Call, Script, ScriptManager};
 
 lock_kind! {
     /// A fair lock on one Redis server or a Redis Cluster: callers hold it one at a time **in the
@@ -106,9 +106,9 @@ impl FairLock {
             inner: Arc::new(Inner {
                 base: Base::new(Self::DEFAULT_PREFIX),
                 waiter_lease: Self::DEFAULT_WAITER_LEASE,
-                acquire: Registry::embedded("fair_acquire", 1),
-                renew: Registry::embedded("fair_renew", 1),
-                release: Registry::embedded("fair_release", 1),
+                acquire: embedded::FAIR_ACQUIRE.script(),
+                renew: embedded::FAIR_RENEW.script(),
+                release: embedded::FAIR_RELEASE.script(),
             }),
         }
     }

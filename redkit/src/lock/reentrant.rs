@@ -17,7 +17,7 @@ use super::options::{LockOptions, Polling, Replicable};
 use super::outcome::{Acquire, Release};
 use crate::error::{Error, Result};
 use crate::lock::metrics::LockKind;
-use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::script::{embedded, Call, Script, ScriptManager};
 
 /// Who holds a [`ReentrantLock`]: an explicit handle (a tokio task has no thread id), cloned
 /// into the nested code that may take the lock again. Its token is a secret, never printed.
@@ -151,9 +151,9 @@ impl ReentrantLock {
         Self {
             inner: Arc::new(Inner {
                 base: Base::new(Self::DEFAULT_PREFIX),
-                acquire: Registry::embedded("reentrant_acquire", 1),
-                renew: Registry::embedded("reentrant_renew", 1),
-                release: Registry::embedded("reentrant_release", 1),
+                acquire: embedded::REENTRANT_ACQUIRE.script(),
+                renew: embedded::REENTRANT_RENEW.script(),
+                release: embedded::REENTRANT_RELEASE.script(),
             }),
         }
     }

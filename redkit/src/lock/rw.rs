@@ -15,7 +15,7 @@ use super::options::{LockOptions, OwnerToken, Polling, Replicable, Settings};
 use super::outcome::{status, Acquire};
 use crate::error::Result;
 use crate::lock::metrics::LockKind;
-use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::script::{embedded, Call, Script, ScriptManager};
 
 /// Which hold an [`RwLock`] acquire asks for.
 ///
@@ -120,9 +120,9 @@ impl RwLock {
         Self {
             inner: Arc::new(Inner {
                 base: Base::new(Self::DEFAULT_PREFIX),
-                acquire: Registry::embedded("rw_acquire", 1),
-                renew: Registry::embedded("rw_renew", 1),
-                release: Registry::embedded("rw_release", 1),
+                acquire: embedded::RW_ACQUIRE.script(),
+                renew: embedded::RW_RENEW.script(),
+                release: embedded::RW_RELEASE.script(),
             }),
         }
     }

@@ -1,6 +1,6 @@
 //! Windows aligned to the clock ([`FixedWindow::aligned_to_clock`](super::FixedWindow::aligned_to_clock)):
 //! which window a check falls in, its key, its reset, and the decoding of
-//! `fixed_window_aligned.v2`'s one-integer reply.
+//! `fixed_window_aligned.v3`'s one-integer reply.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -62,7 +62,7 @@ impl Slot {
         tagged
     }
 
-    /// `fixed_window_aligned.v2`'s reply -> [`Decision`]: `c >= 0` counted (the counter
+    /// `fixed_window_aligned.v3`'s reply -> [`Decision`]: `c >= 0` counted (the counter
     /// afterwards, at most `limit`), `c < 0` not counted (the counter is `-c - 1`).
     pub(crate) fn decode(
         &self,
@@ -105,10 +105,10 @@ impl Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::script::Registry;
+    use crate::script::embedded;
 
     fn script() -> &'static Script {
-        Registry::embedded("fixed_window_aligned", 2)
+        embedded::FIXED_WINDOW_ALIGNED.script()
     }
 
     #[test]

@@ -13,7 +13,7 @@ use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
 use super::reply::{ints, non_negative};
 use crate::error::{Error, Result};
-use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::script::{embedded, Call, Script, ScriptManager};
 
 /// A GCRA (generic cell rate algorithm) limiter: token-bucket semantics, shared by every
 /// instance of a service.
@@ -34,7 +34,7 @@ use crate::script::{Call, Registry, Script, ScriptManager};
 /// **Storage and time.** One key per client, `<prefix>:<name>:{<canonical key>}` (prefix [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) unless [`with_prefix`](Self::with_prefix) chooses another), holding the
 /// theoretical arrival time (TAT) in microseconds of the server's `TIME`, with a TTL equal to
 /// the time until the bucket is full (a full bucket is no key). Each check is one `EVALSHA`
-/// of `lua/gcra.v3.lua`: no client clock is involved. Cheap to clone.
+/// of `lua/gcra.v4.lua`: no client clock is involved. Cheap to clone.
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
@@ -138,7 +138,7 @@ impl Gcra {
             rate: rate.with_period(Duration::from_micros(period_us)),
             burst,
             interval_us,
-            script: Registry::embedded("gcra", 3),
+            script: embedded::GCRA.script(),
             manager: ScriptManager::new(),
             deny_cache: None,
         })
@@ -468,7 +468,7 @@ mod tests {
             "limit: 10",
             "burst: 20",
             "1s",
-            "gcra.v3",
+            "gcra.v4",
             "redkit:gcra",
         ] {
             assert!(debug.contains(part), "{part} in {debug}");

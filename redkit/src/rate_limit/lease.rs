@@ -14,7 +14,7 @@ use super::decision::{Decision, Quota};
 use super::deny_cache::DenyCache;
 use super::flight::{Flights, Leader, Turn};
 use crate::error::{Error, Result};
-use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::script::{embedded, Call, Script, ScriptManager};
 
 /// The settings of leased quota ([`FixedWindow::with_lease`](super::FixedWindow::with_lease)):
 /// at most `max_units` units taken by one lease call, and how many instances share the limit
@@ -236,7 +236,7 @@ impl Leases {
     pub(super) fn new(settings: QuotaLease) -> Arc<Self> {
         Arc::new(Self {
             settings,
-            script: Registry::embedded("fixed_window_lease", 1),
+            script: embedded::FIXED_WINDOW_LEASE.script(),
             held: Mutex::new(HashMap::new()),
             flights: Flights::default(),
         })

@@ -34,10 +34,10 @@ pub(crate) fn non_negative(script: &Script, what: &str, v: i64) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Registry;
+    use crate::script::embedded;
 
     fn script() -> &'static Script {
-        Registry::embedded("sliding_window", 3)
+        embedded::SLIDING_WINDOW.script()
     }
 
     #[test]

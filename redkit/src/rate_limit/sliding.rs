@@ -12,7 +12,7 @@ use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
 use super::reply::{ints, non_negative};
 use crate::error::{Error, Result};
-use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::script::{embedded, Call, Script, ScriptManager};
 
 /// A sliding-window limiter (the two-counter approximation of python `limits`' moving window
 /// and Cloudflare's), shared by every instance of a service.
@@ -40,7 +40,7 @@ use crate::script::{Call, Registry, Script, ScriptManager};
 /// **Storage and time.** One key per client, `<prefix>:<name>:{<canonical key>}` (prefix [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) unless [`with_prefix`](Self::with_prefix) chooses another), a string
 /// `"<current>:<previous>"` whose TTL (end of the current window plus one window) tells the
 /// script where in the window it is: no clock at all, neither client nor server. Each check is
-/// one `EVALSHA` of `lua/sliding_window.v3.lua`. Cheap to clone.
+/// one `EVALSHA` of `lua/sliding_window.v4.lua`. Cheap to clone.
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
@@ -130,7 +130,7 @@ impl SlidingWindow {
             rate: rate.with_period(Duration::from_millis(window_ms)),
             limit: rate.limit(),
             window_ms,
-            script: Registry::embedded("sliding_window", 3),
+            script: embedded::SLIDING_WINDOW.script(),
             manager: ScriptManager::new(),
         })
     }
@@ -365,7 +365,7 @@ mod tests {
             "\"api\"",
             "limit: 5",
             "2s",
-            "sliding_window.v3",
+            "sliding_window.v4",
         ] {
             assert!(debug.contains(part), "{part} in {debug}");
         }

@@ -20,7 +20,7 @@ use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateL
 use super::window_group::{GroupSender, WindowGroups};
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
-use crate::script::{Call, CallOutcome, Registry, Script, ScriptManager};
+use crate::script::{embedded, Call, CallOutcome, Script, ScriptManager};
 
 mod reply;
 
@@ -153,19 +153,19 @@ impl FixedWindow {
             "window",
             "must be between 1 ms and 2^53 - 1 ms",
         )?;
-        let script = Registry::embedded("fixed_window", 8);
+        let script = embedded::FIXED_WINDOW.script();
         Ok(Self {
             keys,
             rate: rate.with_period(Duration::from_millis(window_ms)),
             limit: rate.limit(),
             window_ms,
             script,
-            aligned_script: Registry::embedded("fixed_window_aligned", 2),
+            aligned_script: embedded::FIXED_WINDOW_ALIGNED.script(),
             aligned: false,
             manager: ScriptManager::new(),
             deny_cache: None,
-            group_script: Registry::embedded("fixed_window_group", 2),
-            aligned_group_script: Registry::embedded("fixed_window_aligned_group", 3),
+            group_script: embedded::FIXED_WINDOW_GROUP.script(),
+            aligned_group_script: embedded::FIXED_WINDOW_ALIGNED_GROUP.script(),
             groups: None,
             leases: None,
         })

@@ -227,10 +227,10 @@ fn is_cross_slot(e: &Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Registry;
+    use crate::script::embedded;
 
     fn script() -> &'static Script {
-        Registry::embedded("fixed_window_group", 2)
+        embedded::FIXED_WINDOW_GROUP.script()
     }
 
     #[test]

@@ -55,7 +55,7 @@ impl<'s> Call<'s> {
     ///
     /// ```
     /// use redkit::{Call, Registry};
-    /// let script = Registry::global().require("fixed_window", 8)?;
+    /// let script = Registry::global().require("fixed_window", 9)?;
     /// let mut call = Call::new(script);
     /// assert!(call.validate().is_err()); // the script declares 1 key: none passed yet
     /// call.key("rk:rl:api:{ip:192.0.2.1}").arg(10).arg(60_000).arg(1);
@@ -159,10 +159,10 @@ impl<'s> Call<'s> {
     ///
     /// ```
     /// use redkit::{Call, Registry};
-    /// let script = Registry::global().require("gcra", 3)?;
+    /// let script = Registry::global().require("gcra", 4)?;
     /// let call = Call::new(script);
     /// assert_eq!(call.script().sha1(), script.sha1());
-    /// assert_eq!(call.script().id(), "gcra.v3");
+    /// assert_eq!(call.script().id(), "gcra.v4");
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn script(&self) -> &'s Script {

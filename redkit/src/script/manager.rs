@@ -35,7 +35,7 @@ use crate::telemetry::round_trip::Server;
 /// let manager = ScriptManager::new();
 /// manager.preload(&mut conn).await?; // optional: SCRIPT LOAD every embedded script up front
 ///
-/// let script = Registry::global().require("fixed_window", 8)?;
+/// let script = Registry::global().require("fixed_window", 9)?;
 /// let mut call = Call::new(script);
 /// call.key("rk:{demo}:fw").arg(10).arg(60_000).arg(1);
 /// let reply: redis::Value = manager.invoke(&mut conn, &call).await?;
@@ -206,7 +206,7 @@ impl ScriptManager {
     /// use redkit::{Call, Registry, ScriptManager};
     /// let manager = ScriptManager::new();
     /// manager.preload(&mut conn).await?;
-    /// let script = Registry::global().require("fixed_window", 8)?;
+    /// let script = Registry::global().require("fixed_window", 9)?;
     /// let mut call = Call::new(script);
     /// call.key("rk:{demo}:fw").arg(10).arg(60_000).arg(1);
     /// let _: redis::Value = manager.invoke(&mut conn, &call).await?;
@@ -379,7 +379,7 @@ impl ScriptManager {
     /// use redkit::{Call, Registry, ScriptManager};
     /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
     /// let mut conn = client.get_multiplexed_async_connection().await?;
-    /// let script = Registry::global().require("fixed_window", 8)?;
+    /// let script = Registry::global().require("fixed_window", 9)?;
     /// let mut call = Call::new(script);
     /// call.key("rk:{demo}:fw").arg(10).arg(60_000).arg(1);
     /// let wait = Replication::new(1, Duration::from_millis(100))?;

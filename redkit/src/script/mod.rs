@@ -18,7 +18,7 @@
 //! let client = redis::Client::open("redis://127.0.0.1:6379/")?;
 //! let mut conn = client.get_multiplexed_async_connection().await?;
 //! let manager = ScriptManager::new();
-//! let script = Registry::global().require("fixed_window", 8)?;
+//! let script = Registry::global().require("fixed_window", 9)?;
 //! let mut call = Call::new(script);
 //! call.key("rk:rl:demo:{ip:192.0.2.1}").arg(10).arg(60_000).arg(1);
 //! // EVALSHA; after a restart or SCRIPT FLUSH, one EVAL that caches the script again.
@@ -31,6 +31,7 @@ mod aof_support;
 mod batch;
 mod call;
 mod capabilities;
+pub(crate) mod embedded;
 mod errors;
 pub(crate) mod functions;
 #[cfg(feature = "lockfile")]

@@ -100,7 +100,7 @@ impl Script {
     /// The script's name, e.g. `fixed_window`.
     ///
     /// ```
-    /// let script = redkit::Registry::global().require("fixed_window", 8)?;
+    /// let script = redkit::Registry::global().require("fixed_window", 9)?;
     /// assert_eq!(script.name(), "fixed_window");
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -122,9 +122,9 @@ impl Script {
     /// `name.vN`, the identifier used in logs, errors and the CLI.
     ///
     /// ```
-    /// let script = redkit::Registry::global().require("gcra", 3)?;
+    /// let script = redkit::Registry::global().require("gcra", 4)?;
     /// assert_eq!(script.id(), format!("{}.v{}", script.name(), script.version()));
-    /// assert_eq!(script.id(), "gcra.v3");
+    /// assert_eq!(script.id(), "gcra.v4");
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn id(&self) -> &str {
@@ -186,7 +186,7 @@ impl Script {
     /// Lower-case hex SHA1 of the source, as Redis computes it.
     ///
     /// ```
-    /// let script = redkit::Registry::global().require("fixed_window", 8)?;
+    /// let script = redkit::Registry::global().require("fixed_window", 9)?;
     /// // The hash Redis answers to SCRIPT LOAD and looks up on EVALSHA.
     /// assert_eq!(script.sha1(), redis::Script::new(script.source()).get_hash());
     /// assert_eq!(script.sha1().len(), 40);
@@ -199,7 +199,7 @@ impl Script {
     /// The Lua source.
     ///
     /// ```
-    /// let script = redkit::Registry::global().require("gcra", 3)?;
+    /// let script = redkit::Registry::global().require("gcra", 4)?;
     /// assert!(script.source().starts_with("--! keys: 1\n"));
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -259,7 +259,7 @@ pub struct RegistryProblem {
 ///
 /// ```
 /// let registry = redkit::Registry::global();
-/// let script = registry.require("gcra", 3)?;
+/// let script = registry.require("gcra", 4)?;
 /// assert_eq!(script.key_count(), 1);
 /// assert!(registry.problems().is_empty());
 /// # Ok::<(), redkit::Error>(())
@@ -302,21 +302,11 @@ impl Registry {
     /// use redkit::Registry;
     /// assert!(std::ptr::eq(Registry::global(), Registry::global())); // built once
     /// assert!(Registry::global().problems().is_empty());
-    /// assert_eq!(Registry::global().require("gcra", 3)?.key_count(), 1);
+    /// assert_eq!(Registry::global().require("gcra", 4)?.key_count(), 1);
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn global() -> &'static Registry {
         &REGISTRY
-    }
-
-    /// One of redkit's own embedded scripts, for the types that call it when they are built
-    /// (the one lookup inside the crate; users call [`require`](Self::require)). Embedded at
-    /// compile time from `lua/`; `tests/manifest.rs` checks that every script named by a call
-    /// of it in `src/` is embedded, so a missing one is a build defect, never an input.
-    pub(crate) fn embedded(name: &str, version: u32) -> &'static Script {
-        Self::global()
-            .find(name, version)
-            .unwrap_or_else(|| panic!("{name}.v{version} is embedded in lua/"))
     }
 
     /// A registry of the given files: `(file name, contents)`. Files named `*.lua` become
@@ -442,20 +432,22 @@ impl Registry {
 
     /// The script `name` at `version`: the one way to look a script up.
     ///
-    /// Errors: [`Error::InvalidInput`] naming the script when the set does not hold it.
+    /// Errors: [`Error::InvalidInput`] naming the script and saying the set does not hold
+    /// it (the set may be redkit's own, your crate's embedded folder or one read at run time,
+    /// so the error names no folder).
     ///
     /// ```
     /// let registry = redkit::Registry::global();
-    /// assert_eq!(registry.require("fixed_window", 8)?.id(), "fixed_window.v8");
+    /// assert_eq!(registry.require("fixed_window", 9)?.id(), "fixed_window.v9");
     /// let missing = registry.require("fixed_window", 999).unwrap_err();
-    /// assert!(missing.to_string().contains("fixed_window.v999"));
+    /// assert!(missing.to_string().contains("fixed_window.v999 is not in this registry's scripts"));
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn require(&self, name: &str, version: u32) -> Result<&Script> {
         self.find(name, version).ok_or_else(|| {
             Error::invalid(
                 "script",
-                format!("{name}.v{version} is not embedded in lua/"),
+                format!("{name}.v{version} is not in this registry's scripts"),
             )
         })
     }

@@ -2,7 +2,7 @@
 //! duration as the `db.client.operation.duration` histogram (feature `metrics`).
 //!
 //! The span (target `redkit::redis`, level `DEBUG`, name `redis`) carries `otel.name`
-//! (`EVALSHA fixed_window.v8`), `otel.kind = "client"`, `db.system.name = "redis"`,
+//! (`EVALSHA fixed_window.v9`), `otel.kind = "client"`, `db.system.name = "redis"`,
 //! `db.operation.name` (`EVALSHA`, `EVALSHA_RO`, `EVAL`, `EVAL_RO`, `FCALL`, `FCALL_RO`, or
 //! `MULTI` for a batch, with `db.operation.batch.size`), `db.stored_procedure.name` (the
 //! script's `name.vN`), and when the manager knows it `server.address` / `server.port` (from

@@ -17,7 +17,7 @@ use redis::Value;
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::lock::FencingToken;
-use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::script::{embedded, Call, Script, ScriptManager};
 
 pub use outcome::{Cas, Snapshot, Update};
 pub use retry::RetryPolicy;
@@ -109,8 +109,8 @@ impl Versioned {
             inner: Arc::new(Inner {
                 prefix: Self::DEFAULT_PREFIX.to_owned(),
                 manager: ScriptManager::new(),
-                read: Registry::embedded("versioned_read", 2),
-                cas: Registry::embedded("versioned_cas", 1),
+                read: embedded::VERSIONED_READ.script(),
+                cas: embedded::VERSIONED_CAS.script(),
             }),
         }
     }

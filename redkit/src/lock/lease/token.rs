@@ -102,7 +102,7 @@ mod tests {
 
     #[test]
     fn an_issued_token_is_positive() {
-        let script = crate::Registry::embedded("lock_fence", 1);
+        let script = crate::script::embedded::LOCK_FENCE.script();
         assert_eq!(issued(script, 1).unwrap().get(), 1);
         for bad in [0, -1, i64::MIN] {
             assert!(

@@ -22,7 +22,7 @@ use super::outcome::{release_label, renew_label, Acquire, Held, Release, Renew};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::lock::metrics::{self, LockKind, LockOp};
-use crate::script::{script_error, Call, Registry, Script, ScriptManager};
+use crate::script::{embedded, script_error, Call, Script, ScriptManager};
 
 /// The Redlock algorithm over N independent masters (N odd: 3 or 5 typically).
 ///
@@ -159,8 +159,8 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         Ok(Self {
             nodes,
             manager: ScriptManager::new(),
-            release: Registry::embedded("lock_release", 4),
-            renew: Registry::embedded("lock_renew", 2),
+            release: embedded::LOCK_RELEASE.script(),
+            renew: embedded::LOCK_RENEW.script(),
             prefix: Self::DEFAULT_PREFIX.to_owned(),
             node_timeout: Self::DEFAULT_NODE_TIMEOUT,
         })

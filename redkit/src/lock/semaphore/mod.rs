@@ -20,7 +20,7 @@ use crate::lock::metrics::LockKind;
 use crate::lock::options::{LockOptions, OwnerToken, Polling, Replicable};
 use crate::lock::outcome::{Acquire, Held};
 use crate::lock::semaphore::permit::PermitGuard;
-use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::script::{embedded, Call, Script, ScriptManager};
 
 lock_kind! {
     /// A counting semaphore on one Redis server or a Redis Cluster: at most `permits` owners hold
@@ -106,9 +106,9 @@ impl Semaphore {
             inner: Arc::new(Inner {
                 base: Base::new(Self::DEFAULT_PREFIX),
                 gate: FairLock::new().gated(Self::DEFAULT_PREFIX, None),
-                acquire: Registry::embedded("semaphore_acquire", 1),
-                renew: Registry::embedded("semaphore_renew", 1),
-                release: Registry::embedded("semaphore_release", 2),
+                acquire: embedded::SEMAPHORE_ACQUIRE.script(),
+                renew: embedded::SEMAPHORE_RENEW.script(),
+                release: embedded::SEMAPHORE_RELEASE.script(),
             }),
         }
     }

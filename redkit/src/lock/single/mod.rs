@@ -21,7 +21,7 @@ use crate::lock::lease::{HeldLease, LeaseKind};
 use crate::lock::metrics::LockKind;
 use crate::lock::options::{LockOptions, OwnerToken, Polling, Replicable};
 use crate::lock::outcome::{renew_status, Renew};
-use crate::script::{Call, Registry, Script, ScriptManager};
+use crate::script::{embedded, Call, Script, ScriptManager};
 
 lock_kind! {
     /// A lock on one Redis server or Redis Cluster: one round trip per operation (a script, or
@@ -93,12 +93,12 @@ impl Lock {
         Self {
             inner: Arc::new(Inner {
                 base: Base::new(Self::DEFAULT_PREFIX),
-                acquire: Registry::embedded("lock_acquire", 3),
-                release: Registry::embedded("lock_release_wake", 2),
+                acquire: embedded::LOCK_ACQUIRE.script(),
+                release: embedded::LOCK_RELEASE_WAKE.script(),
                 wakes: true,
-                renew: Registry::embedded("lock_renew", 2),
-                fenced_set: Registry::embedded("fenced_set", 2),
-                fence: Registry::embedded("lock_fence", 1),
+                renew: embedded::LOCK_RENEW.script(),
+                fenced_set: embedded::FENCED_SET.script(),
+                fence: embedded::LOCK_FENCE.script(),
             }),
         }
     }
@@ -131,9 +131,9 @@ impl Lock {
         let inner = Arc::make_mut(&mut self.inner);
         inner.wakes = wake;
         inner.release = if wake {
-            Registry::embedded("lock_release_wake", 2)
+            embedded::LOCK_RELEASE_WAKE.script()
         } else {
-            Registry::embedded("lock_release", 4)
+            embedded::LOCK_RELEASE.script()
         };
         self
     }

@@ -4,7 +4,7 @@
 --! Returns {0} when the key does not exist, else {version, value}.
 --! The stored version must be an integer in 1..2^53-1 by Redis's integer rules, the value
 --! present, and the fence (if any) an integer in 1..2^53-1: else REDKIT_DATA.
---! v2: the same body, declared read-only: sent as EVALSHA_RO / FCALL_RO (replicas may serve it).
+--! Declared read-only: sent as EVALSHA_RO / FCALL_RO (replicas may serve it).
 local key = KEYS[1]
 for _, c in ipairs({{'TYPE', key}, {'HMGET', key, 'value', 'version', 'fence'}}) do
   if not redis.acl_check_cmd(unpack(c)) then

@@ -4,7 +4,7 @@
 --! hash slot). ARGV[1] = the owner token (16 to 128 bytes), ARGV[2] = the fence key's ttl in
 --! ms (a positive integer below 10^15).
 --! Returns {1, token} when the lock key holds this owner token: the fence key is set to
---! max(stored + 1, server TIME in microseconds) with the ttl, the same rule as lock_acquire.v3,
+--! max(stored + 1, server TIME in microseconds) with the ttl, the same rule as lock_acquire,
 --! so tokens issued here and at fenced acquisitions share one increasing sequence. Returns {0}
 --! when the lock key is gone or holds another owner's token: nothing written (a holder whose
 --! lease ran out gets no token, so a token is only ever issued within its holder's tenure).

@@ -1,6 +1,6 @@
 --! keys: 2
---! Acquires a lock, idempotently for its owner token; v3: the v2 contract with fewer server
---! steps. KEYS[1] = lock key, KEYS[2] = fence key of the same resource (same hash slot): the
+--! Acquires a lock, idempotently for its owner token.
+--! KEYS[1] = lock key, KEYS[2] = fence key of the same resource (same hash slot): the
 --! last fencing token issued, with an expiry. ARGV[1] = owner token (16 to 128 bytes),
 --! ARGV[2] = ttl in ms, ARGV[3] = fence key ttl in ms (integers, 1 <= ttl <= fence ttl < 10^15).
 --! Returns {1, fencing_token} when acquired: the lock was free (SET NX PX, then the fence key

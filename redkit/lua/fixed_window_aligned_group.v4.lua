@@ -1,35 +1,24 @@
 --! keys: variadic
---! Group commit of checks of windows aligned to the clock, v3: v2 with one TTL for the whole
---! group when its checks share a window (the common case: ARGV = limit, TTL[, costs]), and
---! each TTL formatted only where a new counter gets it. Each EVALSHA argument costs the server
---! about 5 % of a hand-written limiter's time per call; a group of 8 checks of one window
---! costs 0.83x v2's server CPU per call (benches/twin-scripts.sh).
+--! Group commit of checks of windows aligned to the clock: n checks of ONE limiter (same
+--! limit), each on its own counter (the window's number in the key, each with its TTL), in
+--! one call. Each check is exactly fixed_window_aligned's on its key (same steps, writes and
+--! reply), so a key's outcome is the one it would give; the checks run in order, atomically
+--! together. Server cost: one script call for n checks instead of n.
 --! KEYS[1..n] = window counters (one slot on a Cluster). ARGV[1] = limit, then either ONE TTL
 --! in ms for every new counter (ARGV[2]) or each check's (ARGV[2..n+1]), then (optional, all
 --! or none; none: each 1) each check's cost. #ARGV tells the forms apart: 2 (one TTL),
 --! n + 2 (one TTL and the costs), n + 1 (the TTLs), 2n + 1 (the TTLs and the costs); for
---! n = 1 the forms that share a count mean the same. Otherwise v2's contract, below.
---! v2: group commit of checks of windows aligned to the clock: v1's contract with the costs
---! optional: a call without them counts 1 for every key (each EVALSHA argument costs the
---! server about 5 % of a hand-written limiter's time per call, and a group's checks almost
---! always cost 1). n checks of ONE limiter (same limit), each on its own counter (the
---! window's number in the key, each with its TTL), in one call. Each check is exactly
---! fixed_window_aligned.v2 on its key (same steps, writes and reply), so a key's outcome is
---! the one it would give; the checks run in order, atomically together. Server cost: one
---! script call for n checks instead of n.
---! KEYS[1..n] = window counters (one slot on a Cluster). ARGV[1] = limit, ARGV[2..n+1] = each
---! check's TTL in ms for a new counter, ARGV[n+2..2n+1] (optional, all or none; none: each 1)
---! = each check's cost: each an integer 1..=2^53-1, the cost the string '1' or a canonical
---! decimal integer.
+--! n = 1 the forms that share a count mean the same. Each limit, TTL and cost is an integer
+--! 1..=2^53-1, the cost the string '1' or a canonical decimal integer. A TTL is formatted
+--! only where a new counter gets it.
 --! Checked before anything is written (else an error for the whole call, nothing written):
---! the limit, #ARGV = n + 1 or 2n + 1, every TTL and cost.
---! Reply: an array of n elements, element i = fixed_window_aligned.v2's reply for KEYS[i]
+--! the limit, #ARGV (one of the forms above), every TTL and cost.
+--! Reply: an array of n elements, element i = fixed_window_aligned's reply for KEYS[i]
 --! (one integer), or its error for that key as a STRING element holding the error text
 --! (REDKIT_NOPERM, REDKIT_DATA, WRONGTYPE ...; not an error element, which clients such as
 --! redis-rs turn into an error for the whole reply): a key answered with an error has
 --! nothing written, and the other keys' checks run as usual. Every write after a key's first
---! is one the ACL and memory checks already allowed (as in v1), so no command fails after a
---! write.
+--! is one the ACL and memory checks already allowed, so no command fails after a write.
 local MAX = 9007199254740991
 local n = #KEYS
 local limit = tonumber(ARGV[1])
@@ -75,7 +64,7 @@ if with_costs then
 end
 local bad_data = 'REDKIT_DATA window counter is not a non-negative integer'
 
--- v2's path for a cost above the limit: never counted, the counter is only read.
+-- A cost above the limit: never counted, the counter is only read.
 local function over(key)
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' then
@@ -99,7 +88,7 @@ local function over(key)
   return -c - 1
 end
 
--- v2's steps after the common path, for a count INCRBY answered (or its error).
+-- The steps after the common path, for a count INCRBY answered (or its error).
 local function general(key, cost_arg, cost, ttl, count)
   if type(count) == 'table' then
     local err = count.err

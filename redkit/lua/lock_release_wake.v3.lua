@@ -1,7 +1,5 @@
 --! keys: 3
 --! Releases a lock by compare-and-delete and wakes a blocked acquirer when one registered.
---! v2: v1's contract, with a common path (the token matches, no waiter flag, nothing refused)
---! that creates no closure: GET, EXISTS, DEL, return 1. Anything else takes v1's path.
 --! KEYS[1] = lock key, KEYS[2] = its waiter flag (set by a blocked acquire before it tries),
 --! KEYS[3] = its wake-up list (all three in one hash slot). ARGV[1] = the owner token returned
 --! at acquire (16 to 128 bytes).

@@ -1,23 +1,22 @@
 --! keys: variadic
---! Group commit of fixed-window checks, v2: v1's contract with the costs optional: a call
---! with only the limit and the window counts 1 for every key (each EVALSHA argument costs the
---! server about 5 % of a hand-written limiter's time per call, and a group's checks almost
---! always cost 1). n checks of ONE limiter (same limit and window), each on its own counter,
---! in one call. Each check is exactly fixed_window.v8 on its key (same steps, writes and
---! reply), so a key's outcome is the one v8 would give; the checks run in order, atomically
---! together. Server cost: one script call for n checks instead of n.
+--! Group commit of fixed-window checks: n checks of ONE limiter (same limit and window), each
+--! on its own counter, in one call. Each check is exactly fixed_window's on its key (same
+--! steps, writes and reply), so a key's outcome is the one fixed_window would give; the
+--! checks run in order, atomically together. Server cost: one script call for n checks
+--! instead of n.
 --! KEYS[1..n] = window counters (one slot on a Cluster). ARGV[1] = limit, ARGV[2] = window in
 --! ms, ARGV[3..n+2] (optional, all or none; none: each 1) = the checks' costs: the limit and
---! the window as in v8, each cost the string '1' or a canonical decimal integer 1..=2^53-1.
+--! the window as fixed_window reads them, each cost the string '1' or a canonical decimal
+--! integer 1..=2^53-1.
 --! Checked before anything is written (else an error for the whole call, nothing written):
 --! the limit, #ARGV = 2 or n + 2, every cost.
---! Reply: an array of n elements, element i = v8's reply for KEYS[i] with cost ARGV[2+i] (the
---! packed integer, or {count, pttl_ms, allowed}), or v8's error for that key as a STRING
---! element holding the error text (REDKIT_NOPERM, REDKIT_INPUT for a bad window where a key
---! needs it, REDKIT_DATA, WRONGTYPE ...; not an error element, which clients such as
---! redis-rs turn into an error for the whole reply): a key answered with an error has
---! nothing written, and the other keys' checks run as usual. Every write after a key's first
---! is one the ACL and memory checks already allowed (as in v8), so no command fails after a
+--! Reply: an array of n elements, element i = fixed_window's reply for KEYS[i] with cost
+--! ARGV[2+i] (the packed integer, or {count, pttl_ms, allowed}), or fixed_window's error for
+--! that key as a STRING element holding the error text (REDKIT_NOPERM, REDKIT_INPUT for a bad
+--! window where a key needs it, REDKIT_DATA, WRONGTYPE ...; not an error element, which
+--! clients such as redis-rs turn into an error for the whole reply): a key answered with an
+--! error has nothing written, and the other keys' checks run as usual. Every write after a
+--! key's first is one the ACL and memory checks already allowed, so no command fails after a
 --! write and the call never stops half-way.
 local MAX = 9007199254740991
 local n = #KEYS
@@ -44,7 +43,7 @@ if sent > 2 then
 end
 local b = limit + 1
 
--- The reply {c, t, allowed}, packed as in v8 when it fits (c <= limit).
+-- The reply {c, t, allowed}, packed as fixed_window packs it when it fits (c <= limit).
 local function answer(c, t, allowed)
   local packed = t * b + c
   if c > limit or packed > MAX then
@@ -66,7 +65,7 @@ local function refused(r, cmd)
   end
   return r.err
 end
--- The window, read where a key uses it (as v8): nil when it is not valid.
+-- The window, read where a key uses it (as fixed_window reads it): nil when it is not valid.
 local window, window_arg
 local function window_ms()
   if window == nil then
@@ -81,7 +80,7 @@ local function window_ms()
 end
 local bad_window = 'REDKIT_INPUT limit, window and cost must be integers 1..=2^53-1'
 
--- v8's path after the fast one, for KEYS[i]: ttl is PTTL's reply, count INCRBY's when the
+-- fixed_window's path after the fast one, for KEYS[i]: ttl is PTTL's reply, count INCRBY's when the
 -- fast path ran it.
 local function general(key, cost_arg, cost, ttl, count)
   if type(ttl) == 'table' then

@@ -1,11 +1,5 @@
 --! keys: 1
---! GCRA (generic cell rate algorithm: token-bucket semantics), v3: v2's steps, reply, errors
---! and writes at less Lua work per call: the cost is optional (a call without ARGV[3] counts
---! 1; each EVALSHA argument costs the server about 5 % of a hand-written limiter's time per
---! call), numbers are written with '%d' (an integer printf; v2's '%.0f' ran the C library's
---! floating-point printf twice a call) and no helper closure is built on the allowed path.
---! v2: the arguments each converted once with tonumber and checked as a number, the cost only
---! when it is not "1" (compared as a string, which Lua interns).
+--! GCRA (generic cell rate algorithm: token-bucket semantics).
 --! KEYS[1] = the client's theoretical arrival time (TAT), in microseconds of the server's
 --! TIME, as a canonical decimal integer. ARGV[1] = emission interval in us (one unit per
 --! interval), ARGV[2] = burst (units a full bucket holds), ARGV[3] (optional, 1 when left out)

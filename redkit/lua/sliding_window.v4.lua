@@ -1,11 +1,5 @@
 --! keys: 1
---! Sliding window (two-counter weighted approximation), v3: v2's steps, reply, errors and
---! writes at less Lua work per call: numbers are written with '%d' (an integer printf; v2's
---! '%.0f' ran the C library's floating-point printf, three times a call), the TTL is written
---! out only on the paths that send it, no helper closure is built per call, and the state's
---! two counters are checked for their canonical form without a second pattern match. The
---! cost is optional: a call without ARGV[3] counts 1 (each EVALSHA argument costs the server
---! about 5 % of a hand-written limiter's time per call).
+--! Sliding window (two-counter weighted approximation).
 --! KEYS[1] = the client's window state: "<current>:<previous>" (two canonical decimal
 --! counters) whose TTL is the time until the current window ends plus one window.
 --! ARGV[1] = limit, ARGV[2] = window in ms, ARGV[3] (optional, 1 when left out) = cost; each

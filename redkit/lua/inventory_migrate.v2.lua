@@ -1,10 +1,11 @@
 --! keys: 2
---! Moves reservations made by the v1 inventory scripts into the v2 layout, a bounded batch per
---! call: v1 kept holds in a hash ('<id>' -> '<qty> <expires_ms>') with a '{next}' field; v2
---! also needs each id in the expiry ZSET, or an expired v1 hold never returns to stock.
+--! Moves reservations kept in the hash-only layout into the layout with an expiry ZSET, a
+--! bounded batch per call: the hash-only layout kept holds in a hash ('<id>' ->
+--! '<qty> <expires_ms>') with a '{next}' field; the ZSET layout also needs each id in the
+--! expiry ZSET, or an expired hold never returns to stock.
 --! KEYS[1] = the SKU's reservation hash, KEYS[2] = its reservation expiry ZSET.
 --! ARGV[1] = HSCAN cursor ('0' to start), ARGV[2] = COUNT hint (1..=1000).
---! Reply: {next_cursor, moved}; next_cursor '0' when the scan is complete (then the v1
+--! Reply: {next_cursor, moved}; next_cursor '0' when the scan is complete (then the
 --! '{next}' field is dropped); moved = ids added to the ZSET by this call (ids already in it
 --! keep their score: ZADD NX).
 --! Every hold of the batch is parsed strictly and the writes are checked with

@@ -1,42 +1,15 @@
 --! keys: variadic
---! Group commit of a hot SKU, v6: v5 with the quantities optional for a group without request
---! records: when there are no record keys and only ARGV[1] ('0') and ARGV[2] (m) are sent,
---! each of the m members (1..=1024, GroupCommit's largest batch) asks for 1 (a flash sale's
---! common call; each EVALSHA argument costs the server about 5 % of a hand-written script's
---! time per call). Otherwise v5's contract, arguments, reply and writes, below.
---! Group commit of a hot SKU, v5: v4 with a fast path for a group without request records
---! (the flash sale's common call). When ARGV[1] is '0', no record keys are given, ARGV[2]
---! reads (tonumber) as the number m of quantities that follow, every quantity is a canonical
---! decimal integer (the string '1', or checked against '^[1-9]%d*$' when it is not) and their
---! total is at most 99999999999999, and EXISTS of (stock, stock,
---! expiry ZSET) = 2 says the SKU exists and holds no reservations, ONE DECRBY takes the
---! total (Redis parses the stored stock and refuses anything but an integer before it writes,
---! under pcall: nothing written). When every member is served (stock after >= 0, stock before
---! <= 99999999999999) the reply is {'group', stock before}. When some member is short, the
---! members are settled in order on the stock before, and the same DECRBY by a negative amount
---! puts back exactly what was not taken, then the same reply: the stock ends as v4 leaves
---! it, but the stock key was written twice (a WATCH on it fails; keyspace notifications,
---! replicas and the AOF see both DECRBYs, inside the script's MULTI/EXEC), as
---! inventory_apply.v7 and later do for a short take. A stock outside 0..=99999999999999 is
---! put back whole. Anything else (request records, holds, an unknown SKU, a refused EXISTS or
---! DECRBY, a quantity in another form) takes v4's path below, which reads again and answers
---! exactly as v4 (typed error, nothing written). Fast path: EXISTS + DECRBY, no tables, no
---! closures, no number formatting (v4: GET + ZCARD + DECRBY, a pattern on the stock, and
---! helper closures built on every call).
---! v4's header follows: its contract, arguments, reply and writes are v5's.
 --! Group commit of a hot SKU: settles m queued decrements of ONE SKU in arrival order, each
 --! with its own quantity and optional request id, in one call; the caller replays the same
---! settlement to answer each member (v2: the reply is the starting stock and the records
---! found, not one table per member; v3: v2 with no per-member text built for a member
---! without a request record, which only counts; v4: v3's contract, arguments, reply and
---! writes with less Lua per member: a quantity string is checked once per call however many
---! members repeat it, no table is built per planned write (the record texts are kept in one
---! list, the other writes are named), and each record's SET is ACL-checked from that list).
+--! settlement to answer each member.
 --! KEYS[1] = the SKU's stock counter, KEYS[2] = its reservation hash, KEYS[3] = its
 --! reservation expiry ZSET, KEYS[4..] = request records, one per member with a request id.
 --! ARGV[1] = retention of request records in ms ('0' when there are none), ARGV[2] = m,
 --! ARGV[3..m+2] = quantities (1..=99999999999999), then per record key k (KEYS[3+k]) two
 --! arguments: the member it belongs to (1..m, increasing) and its request fingerprint.
+--! A group without request records may leave the quantities out: with no record keys and
+--! only ARGV[1] ('0') and ARGV[2] (m) sent, each of the m members (1..=1024, GroupCommit's
+--! largest batch) asks for 1.
 --! Members are settled in order on the running stock: a member whose record is found (or was
 --! written for a member before it in this call) takes nothing; otherwise it takes its
 --! quantity if the stock covers it ('ok <stock after>') or nothing ('short 1 <stock>'), and
@@ -45,12 +18,28 @@
 --!   {'group', s, f1, .., fr}   s = the stock before the first member (after the reclaim),
 --!                              fk = the text found under record k before this call, or 0
 --!   {'unknown', f1, .., fr}    the SKU has no stock recorded: nothing written
---! Expired reservations are first returned to the stock (at most 16 per call), as in
---! inventory_apply (v4 and later).
+--! Expired reservations are first returned to the stock (at most 16 per call), as
+--! inventory_apply does.
+--! Fast path, for a group without request records: when ARGV[1] is '0', no record keys are
+--! given, ARGV[2] reads (tonumber) as the number m of quantities that follow, every quantity
+--! is a canonical decimal integer (the string '1', or checked against '^[1-9]%d*$' when it is
+--! not) and their total is at most 99999999999999, and EXISTS of (stock, stock, expiry ZSET)
+--! = 2 says the SKU exists and holds no reservations, ONE DECRBY takes the total (Redis
+--! parses the stored stock and refuses anything but an integer before it writes, under
+--! pcall: nothing written). When every member is served (stock after >= 0, stock before
+--! <= 99999999999999) the reply is {'group', stock before}. When some member is short, the
+--! members are settled in order on the stock before, and the same DECRBY by a negative
+--! amount puts back exactly what was not taken, then the same reply: the stock ends as the
+--! general path leaves it, but the stock key was written twice (a WATCH on it fails;
+--! keyspace notifications, replicas and the AOF see both DECRBYs, inside the script's
+--! MULTI/EXEC), as inventory_apply's short take does. A stock outside 0..=99999999999999 is
+--! put back whole. Anything else (request records, holds, an unknown SKU, a refused EXISTS or
+--! DECRBY, a quantity in another form) takes the general path, which reads again and
+--! answers as the contract above says (typed error, nothing written).
 --! Everything (arguments, the stock, reservations, records, ACL of every write) is checked
 --! before the first write: an error (REDKIT_INPUT, REDKIT_DATA, REDKIT_NOPERM, WRONGTYPE)
 --! changes nothing. Writes: one SET PX per new record, the reclaim, ONE DECRBY of the total.
--- v5 fast path (see the header). Nothing is written before v4's path is taken.
+-- Fast path (see the header). Nothing is written before the general path is taken.
 -- `ones`: the quantities were left out, each is 1.
 local ones = #ARGV == 2 and #KEYS == 3
 if #KEYS == 3 and ARGV[1] == '0' then
@@ -98,14 +87,14 @@ if #KEYS == 3 and ARGV[1] == '0' then
           redis.call('DECRBY', KEYS[1], start - stock - total)
           return {'group', start}
         end
-        -- A stock outside 0..=99999999999999: put back everything; v4's path answers.
+        -- A stock outside 0..=99999999999999: put back everything; the general path answers.
         redis.call('DECRBY', KEYS[1], -total)
       end
     end
   end
 end
 
--- v4's path (the general one).
+-- The general path.
 local MAX = 99999999999999
 local m = tonumber(ARGV[2])
 local records = #KEYS - 3

@@ -3,11 +3,11 @@
 --! call). KEYS[1] = SKU stock counter, KEYS[2] = the SKU's reservation hash, KEYS[3] = its
 --! reservation expiry ZSET. No ARGV.
 --! Returns the stock (integer), or nil when the SKU has no stock recorded.
---! v2: strict parsing, ACL checks of the reclaim's writes before the first one, bounded work.
+--! Strict parsing, ACL checks of the reclaim's writes before the first one, bounded work.
 --! A value that is not an integer 0..=99999999999999 is refused (REDKIT_DATA), as is a
 --! malformed reservation; REDKIT_NOPERM when the user may not run the reclaim's writes;
 --! none of them changes anything.
---! v4: v3's body, the reclaim block marked `--! shared: reclaim` (in a Functions library it is
+--! The reclaim block is marked `--! shared: reclaim` (in a Functions library it is
 --! one function that every script carrying the block calls).
 --! shared: reclaim
 -- Lazy reclaim of expired reservations (the same block in every script that reads stock).
@@ -38,7 +38,7 @@ local writes = {}
 local function write(role, ...)
   writes[#writes + 1] = {role = role, args = {...}}
 end
--- v3: the first write is not prechecked: it runs under redis.pcall and a refusal of it
+-- The first write is not prechecked: it runs under redis.pcall and a refusal of it
 -- (nothing written yet) is the same REDKIT_NOPERM; only the writes after it are prechecked.
 local function apply_writes()
   for i = 2, #writes do
@@ -77,7 +77,7 @@ local function now_ms()
 end
 local function plan(rkey, zkey)
   redis.call('HLEN', rkey) -- WRONGTYPE unless a hash (or missing), before any write
-  -- v3: the clock and the range are read only when the SKU holds reservations at all.
+  -- The clock and the range are read only when the SKU holds reservations at all.
   local first = redis.call('ZRANGE', zkey, 0, 0, 'WITHSCORES')
   if #first == 0 then
     return 0, first

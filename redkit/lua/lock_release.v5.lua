@@ -1,7 +1,5 @@
 --! keys: 1
---! Releases a lock by compare-and-delete; v4: v3's contract with a fast path first that
---! builds no helper closure (GET, compare, DEL: the hand-written compare-and-delete's work);
---! a refused GET or DEL takes v3's path, which answers the typed error.
+--! Releases a lock by compare-and-delete.
 --! KEYS[1] = lock key. ARGV[1] = the owner token returned at acquire (16 to 128 bytes).
 --! Returns 1 when the key held this token and was deleted, 0 when it did not (expired or
 --! taken by another owner): a stale holder never deletes the new owner's key.

@@ -1,19 +1,16 @@
 --! keys: 1
---! Fixed-window counter, v8: v7's steps, reply and errors, with the cost optional: a call
---! without ARGV[3] counts 1. Each argument of an EVALSHA costs the server about 5 % of a
---! hand-written limiter's time per call (parsed from the request, then made a Lua string);
---! the common cost of 1 is no longer sent. v7 (unchanged below): the limit is converted on
---! every call; the cost only when it is not "1" (compared as a string, which Lua interns, so
---! the comparison is one pointer test); and the window only where it is used: when a window
---! starts (SET PX) or a counter lacks a TTL (PEXPIRE). A call that counts in a running window
---! does not read the window, so it does not check it either; a call that would use a bad
---! window refuses it before it writes anything.
+--! Fixed-window counter.
 --! KEYS[1] = window counter. ARGV[1] = limit, ARGV[2] = window in ms, ARGV[3] (optional,
 --! 1 when left out) = cost: each an integer 1..=2^53-1 (the limit and the window in any form
---! Lua's tonumber reads as that number; the cost canonical decimal). A request that would exceed the limit is not counted.
---! Reply (as v5 and v6): with b = limit + 1, allowed: pttl_ms * b + count; not allowed:
+--! Lua's tonumber reads as that number; the cost canonical decimal). A request that would
+--! exceed the limit is not counted.
+--! Reply: with b = limit + 1, allowed: pttl_ms * b + count; not allowed:
 --! -(pttl_ms * b + count) - 1; when count > limit (a limited request's stored count) or
 --! pttl_ms * b + count > 2^53 - 1, the table {count, pttl_ms, allowed (1|0)}.
+--! The window is checked only where it is used: when a window starts (SET PX) or a counter
+--! lacks a TTL (PEXPIRE). A call that counts in a running window does not read the window,
+--! so it does not check it either; a call that would use a bad window refuses it before it
+--! writes anything.
 --! Steps: the limit and the cost are checked, then PTTL (a read; -2 = no counter) decides the
 --! path, then ONE write:
 --!  - no counter: the window is checked, then SET key cost PX window;
@@ -21,8 +18,8 @@
 --!    (Redis's string2ll refuses "05", "-0", " 5", "5.0", "1e3", 20 digits, a hash or a list)
 --!    before it writes anything. When the new count passes the limit, or the stored count was
 --!    negative, the script puts back exactly what it added (INCRBY by -cost: the same command
---!    on the same key, so the ACL that allowed the first allows it): the keyspace is as before
---!    (the request is not counted);
+--!    on the same key, so the ACL that allowed the first allows it): the keyspace is as the
+--!    call found it (the request is not counted);
 --!  - a counter without a TTL: the window is checked, and PEXPIRE with
 --!    redis.acl_check_cmd, before INCRBY; PEXPIRE runs after it.
 --! A refused write is answered as REDKIT_NOPERM (ACL), REDKIT_INPUT (a cost INCRBY will not

@@ -1,16 +1,13 @@
 --! keys: 1
---! Fixed window aligned to the clock, v2: v1 with the cost optional (a call without ARGV[3]
---! counts 1; each EVALSHA argument costs the server about 5 % of a hand-written limiter's
---! time per call) and a cost of "1" taken without converting it. One counter per client AND
---! window. The caller names
+--! Fixed window aligned to the clock: one counter per client AND window. The caller names
 --! the window in the key (`rk:rl:<name>:{<client>}:<window number>`, the number from its
 --! clock), so it knows when the window ends and the script need not read the TTL: ONE
---! command (INCRBY) on the common path, like the seed `INCR; EXPIRE on the first hit` script.
+--! command (INCRBY) on the common path.
 --! KEYS[1] = the window's counter. ARGV[1] = limit, ARGV[2] = TTL in ms for a new counter,
---! ARGV[3] (optional, 1 when left out) = cost: each an integer 1..=2^53-1 (canonical decimal: INCRBY refuses anything
---! else for the cost; the TTL is passed on as the number it parses to).
+--! ARGV[3] (optional, 1 when left out) = cost: each an integer 1..=2^53-1 (canonical decimal:
+--! INCRBY refuses anything else for the cost; the TTL is passed on as the number it parses to).
 --! Reply, one integer: c >= 0: counted, c = the counter afterwards; c < 0: NOT counted, the
---! counter is -c - 1 (unchanged: capped at 2^53-1). A cost above the limit is never counted
+--! counter is -c - 1 (left as it is: capped at 2^53-1). A cost above the limit is never counted
 --! (the counter is only read, with GET). Errors (nothing written): REDKIT_INPUT for bad
 --! arguments, REDKIT_DATA when the counter is not a non-negative integer, REDKIT_NOPERM when
 --! the ACL user may not run INCRBY or PEXPIRE, WRONGTYPE as Redis says it.
@@ -21,7 +18,7 @@
 --!    "05", " 5", "5.0", "1e3", a hash are refused) before it writes anything;
 --!  - a new counter (INCRBY answered the cost) gets the TTL (PEXPIRE, allowed: checked above);
 --!  - a count past the limit, or a stored count that was negative, is put back with INCRBY by
---!    -cost (the same command on the same key): the keyspace is as before.
+--!    -cost (the same command on the same key): the keyspace is as the call found it.
 --! A counter found without a TTL (made by hand) is not given one on the common path; its key
 --! is only used during its window.
 local key = KEYS[1]

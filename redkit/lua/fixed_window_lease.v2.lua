@@ -1,7 +1,7 @@
 --! keys: 1
---! Fixed-window lease, v1: takes up to `want` units of a counter's current window at once, so
+--! Fixed-window lease: takes up to `want` units of a counter's current window at once, so
 --! an instance can answer the next checks of its key from the units it holds. The counter is
---! fixed_window.v7's (same key, same count): the units are counted here, so the sum over
+--! fixed_window's (same key, same count): the units are counted here, so the sum over
 --! every instance, leasing or not, never passes the limit.
 --! KEYS[1] = window counter. ARGV[1] = limit, ARGV[2] = window in ms, ARGV[3] = cost (the
 --! units this call needs), ARGV[4] = want (the units it asks for): canonical decimal integers

@@ -1,21 +1,4 @@
 --! keys: variadic
---! v13: v12 with the take of 1 of one SKU sent without the operation's name: no ARGV at all
---! (KEYS = stock, reservation hash, expiry ZSET), or ARGV = retention, fingerprint (the same
---! keys and a request record), stand for 'take', '1', '1'[, retention, fingerprint]; and the
---! form without a record answered by a block of its own that reads nothing else (EXISTS,
---! DECRBY, as v12's fast path). Each EVALSHA argument costs the server about 5 % of a
---! hand-written script's time per call. The forms are recognised by their counts alone (v12
---! refused both: three keys need at least one argument, four keys at least three). v12's own
---! short form ('take' alone) is not read. Otherwise v12's contract, below.
---! v12 (its short form replaced in v13, above): v11 with a short form for a single take of 1 (the common decrement): ARGV = 'take'
---! alone (KEYS = stock, reservation hash, expiry ZSET), or 'take', retention, fingerprint
---! (the same keys and a request record), stands for 'take', '1', '1'[, retention,
---! fingerprint]. Each EVALSHA argument costs the server about 5 % of a hand-written script's
---! time per call: two fewer, 0.93x v11's server CPU per take of 1 (benches/twin-scripts.sh).
---! The short form is recognised by its counts alone (v11 refused both: with a record the full
---! form has at least 5 arguments, without one at least 3). Otherwise v11's contract,
---! arguments, replies, records and writes, below (the record's fingerprint is the caller's,
---! as before).
 --! Takes (decrements) or puts back (restocks) the stock of n SKUs, all or nothing, optionally
 --! idempotent by request id. All keys share the store's hash tag. Expired reservations of
 --! each SKU are first returned to its stock (lazy reclaim, at most 16 per SKU and call).
@@ -23,6 +6,9 @@
 --! KEYS[2n+1..3n] = their reservation expiry ZSETs; KEYS[3n+1] (optional) = request record.
 --! ARGV[1] = 'take' | 'put', ARGV[2] = n, ARGV[3..n+2] = quantities (1..=99999999999999);
 --! with a request record: ARGV[n+3] = retention in ms, ARGV[n+4] = request fingerprint.
+--! Short forms of a take of 1 of one SKU, recognised by their counts alone: no ARGV at all
+--! (KEYS = stock, reservation hash, expiry ZSET), or ARGV = retention, fingerprint (the same
+--! keys and a request record), stand for 'take', '1', '1'[, retention, fingerprint].
 --! Reply, an array:
 --!   {'ok', s1, .., sn}       applied; s = stock of each line afterwards
 --!   {'short', i, a, ...}     take refused, nothing changed; line i has only a units
@@ -30,61 +16,29 @@
 --!                            the first reply as text ('ok s1 .. sn' or 'short i a ...')
 --!   {'conflict'}             request id seen for a different request: nothing changed
 --!   {'unknown', i}           line i's SKU has no stock recorded: nothing changed, nothing recorded
+--! except that an applied take of ONE line answers the bare integer s1 (the stock afterwards)
+--! instead of {'ok', s1} (the record still stores 'ok s1').
 --! The record stored under the request key is '<fingerprint> <original>'.
---! v11: v10 with a fast-path quantity of "1" taken as the number 1 without converting it
---! (tonumber is a strtod, the largest share of the fast path's own time): 0.95x v10's server
---! CPU per one-SKU take of 1 on twin servers (benches/twin-scripts.sh), 0.99x with a request
---! id (its record SET dominates). Contract, replies, records and writes as in v10.
---! v10: v9 with the fast paths' quantity checked as a number (tonumber, integral,
---! 1..=99999999999999) instead of against the pattern '^[1-9]%d*$': its canonical form is
---! left to DECRBY, which refuses any other form before it writes; the call then takes the
---! general path, whose strict check answers REDKIT_INPUT (nothing written). Measured on twin
---! servers (benches/twin-scripts.sh): 0.97x v9's server CPU per one-SKU take, 0.98x with a
---! request id. Contract, replies, records and writes as in v9.
---! v9: v8 with cheaper number handling on its fast paths (measured inside Redis: formatting a
---! Lua number, as `tostring` and `..` do, runs the C library's floating-point printf, ~0.4 us
---! a time on the reference machine): the quantity is checked with the pattern '^[1-9]%d*$'
---! (at most 14 characters; the same set of strings v8's tostring round trip accepted) and a
---! record's outcome text is built with string.format('%d'). Contract, replies, records and
---! writes as in v8.
---! v8: v7 with a leaner fast path WITH a request record (one line, take, no holds): EXISTS
---! of (stock, stock, expiry ZSET, record) = 2 says the SKU exists, holds no reservations and
---! the request id was not seen; then DECRBY (as v7: a short take or a stock outside
---! 0..=99999999999999 is put back by the same DECRBY by -quantity); then ONE record write,
---! `SET record '<fingerprint> <outcome>' PX retention` (a short take is recorded, as before).
---! Should that SET be refused (ACL; a retention it will not parse), the take is put back and
---! the general path answers (typed error, nothing net written). Three commands instead of
---! v7's GET + ZCARD + ACL check + SET NX GET + DECRBY. Anything else (a record exists: dup
---! or conflict; holds; unknown SKU) goes to the general path before any write, as in v7.
---! v7: v6 with a fast path without a request record that does not read the stock: EXISTS of
---! (stock, stock, expiry ZSET) = 2 says the SKU exists and holds no reservations, then
---! DECRBY (Redis parses the stored stock and refuses anything but an integer, under pcall:
---! nothing written). When the result shows a short take or a stock outside
---! 0..=99999999999999, the same DECRBY by -quantity puts back exactly what was taken before
---! the script answers (a short take: {'short', 1, stock}; anything else: the general path,
---! which reads again and answers as v6). The keyspace is as before, but the stock key was
---! written twice: a WATCH on it fails, and keyspace notifications, replicas and the AOF see
---! both DECRBYs (inside the script's MULTI/EXEC). Two commands on the common path, as in the
---! seed `GET; compare; DECRBY` script. With a request record: as v6.
---! v6: the replies above, except that an applied take of ONE line answers the bare integer
---! s1 (the stock afterwards) instead of {'ok', s1} (the record still stores 'ok s1'). Fast paths for one line, take, a SKU
---! without holds (ZCARD of its expiry ZSET = 0), with or without a request record:
---!  - without a record: GET + ZCARD + DECRBY. The stored stock is only compared as a Lua
---!    number here; DECRBY parses it with Redis's own rules before it writes ("05", "5.0",
---!    " 5", "1e3", a hash are refused by DECRBY itself, under pcall, nothing written) and any
---!    refusal, a short take or a value outside 1..=99999999999999 continues on the general
---!    path, which reads again and answers exactly as v4 (typed error, 'short' etc.);
---!  - with a record: the stock is checked strictly first (canonical integer, 0..=MAX), then
---!    DECRBY is checked with redis.acl_check_cmd, then the ONE record write
---!    `SET record outcome NX PX retention GET` (the first write; a refusal or an existing
---!    record writes nothing), then DECRBY. Anything unexpected goes to the general path
---!    before any write.
---! v5: v4 with a fast path first (one line, take, no request record, no holds): GET + ZCARD +
---! DECRBY without helper closures, tables or patterns; anything else takes the v4 path.
---! v4 (the v3 contract, fewer server steps):
+--! Writes, on the fast path (one line, take, a SKU without holds):
+--!  - EXISTS of (stock, stock, expiry ZSET) = 2 (with a request record: of (stock, stock,
+--!    expiry ZSET, record) = 2, the id not seen) says the SKU exists and holds no
+--!    reservations; then ONE DECRBY (Redis parses the stored stock and refuses anything but an
+--!    integer, under pcall: nothing written; the quantity is a number 1..=99999999999999 to
+--!    Lua and its canonical form is DECRBY's to check: any other form takes the general path,
+--!    which answers REDKIT_INPUT, nothing written);
+--!  - a short take or a stock outside 0..=99999999999999 is put back by the same DECRBY by
+--!    -quantity before the script answers (a short take: 'short'; anything else: the general
+--!    path, which reads again). The keyspace is then as the call found it, but the stock key
+--!    was written twice: a WATCH on it fails, and keyspace notifications, replicas and the AOF
+--!    see both DECRBYs (inside the script's MULTI/EXEC);
+--!  - with a request record, ONE record write follows, `SET record '<fingerprint> <outcome>'
+--!    PX retention` (a short take is recorded too). Should that SET be refused (ACL; a
+--!    retention it will not parse), the take is put back and the general path answers (typed
+--!    error, nothing net written).
+--! Anything else (a record exists: dup or conflict; holds; unknown SKU) takes the general path
+--! before any write:
 --!  - one ZCARD per line tells whether the SKU holds reservations at all; only then are the
---!    hold hash (HLEN), the clock (TIME) and the expired holds (ZRANGEBYSCORE, HMGET) read.
---!    A SKU without holds costs GET + ZCARD + DECRBY;
+--!    hold hash (HLEN), the clock (TIME) and the expired holds (ZRANGEBYSCORE, HMGET) read;
 --!  - the request record is read and written in ONE step, `SET record outcome NX PX retention
 --!    GET`, the first write, under redis.pcall: it writes only when no record exists (and then
 --!    the stock writes follow) and otherwise answers the stored record (dup / conflict,
@@ -94,13 +48,13 @@
 --! Errors: REDKIT_DATA when a stock is not an integer 0..=99999999999999 or a reservation is
 --! malformed, REDKIT_NOPERM when the ACL user may not run one of the writes, REDKIT_INPUT for
 --! bad arguments or a put that would exceed the maximum; none of them changes anything.
--- v6 fast paths (see the header). Nothing is written before the general path is taken.
+-- Fast paths (see the header). Nothing is written before the general path is taken.
 -- The quantity: a number 1..=99999999999999 to Lua; its form is DECRBY's to check ('05',
 -- ' 5', '5.0', '1e3', '0x10' are refused by it before it writes, and the general path then
 -- answers REDKIT_INPUT).
 local nkeys, nargs = #KEYS, #ARGV
 if nargs == 0 and nkeys == 3 then
-  -- v13's take of 1 without a record (the common decrement): as the fast path below.
+  -- The short take of 1 without a record (the common decrement): as the fast path below.
   if redis.pcall('EXISTS', KEYS[1], KEYS[1], KEYS[3]) == 2 then
     local r = redis.pcall('DECRBY', KEYS[1], '1')
     if type(r) == 'number' then
@@ -114,7 +68,7 @@ if nargs == 0 and nkeys == 3 then
     end
   end
 end
--- v13's take of 1 with a record (see the header), read as 'take', '1', '1' here and on the
+-- The short take of 1 with a record (see the header), read as 'take', '1', '1' here and on the
 -- general path.
 local short_form = (nargs == 0 and nkeys == 3) or (nargs == 2 and nkeys == 4)
 local a1, a2, a3 = ARGV[1], ARGV[2], ARGV[3]
@@ -247,7 +201,7 @@ local function plan(rkey, zkey)
   return freed, ids
 end
 
--- The general path reads the arguments in v11's form.
+-- The general path reads the arguments in the full form.
 local ARGV = ARGV
 if short_form then
   ARGV = {'take', '1', '1', ARGV[1], ARGV[2]}

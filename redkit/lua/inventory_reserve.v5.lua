@@ -22,12 +22,12 @@
 --!   any:     {'unknown'} when the SKU has no stock recorded (nothing changed)
 --! 'none': no live reservation and no settlement with this id (never made, or expired and
 --! already returned to stock). Nothing changed beyond the reclaim.
---! v2: strict parsing of every stored number, ACL checks of every write before the first one,
+--! Strict parsing of every stored number, ACL checks of every write before the first one,
 --! bounded reclaim (ZSET + LIMIT), settled stays settled.
 --! Errors: REDKIT_INPUT for bad arguments, REDKIT_DATA for a stock that is not an integer
 --! or a malformed reservation or settlement, REDKIT_NOPERM when the ACL user may not run one
 --! of the writes; nothing changed.
---! v4: v3's body, the reclaim block marked `--! shared: reclaim` (in a Functions library it is
+--! The reclaim block is marked `--! shared: reclaim` (in a Functions library it is
 --! one function that every script carrying the block calls).
 local MAX_TTL = 2592000000
 --! shared: reclaim
@@ -59,7 +59,7 @@ local writes = {}
 local function write(role, ...)
   writes[#writes + 1] = {role = role, args = {...}}
 end
--- v3: the first write is not prechecked: it runs under redis.pcall and a refusal of it
+-- The first write is not prechecked: it runs under redis.pcall and a refusal of it
 -- (nothing written yet) is the same REDKIT_NOPERM; only the writes after it are prechecked.
 local function apply_writes()
   for i = 2, #writes do
@@ -98,7 +98,7 @@ local function now_ms()
 end
 local function plan(rkey, zkey)
   redis.call('HLEN', rkey) -- WRONGTYPE unless a hash (or missing), before any write
-  -- v3: the clock and the range are read only when the SKU holds reservations at all.
+  -- The clock and the range are read only when the SKU holds reservations at all.
   local first = redis.call('ZRANGE', zkey, 0, 0, 'WITHSCORES')
   if #first == 0 then
     return 0, first
