@@ -160,7 +160,7 @@ async fn deny_cache_lookups_and_group_sizes_add_up_to_the_checks_made() {
 
     let grouped = FixedWindow::new("metrics-group", Rate::per_minute(1_000).unwrap())
         .unwrap()
-        .with_group_commit(GroupCommit::for_checks());
+        .grouped(GroupCommit::for_checks());
     ScriptManager::new().preload(&mut conn).await.unwrap(); // no NOSCRIPT: one call per group
     let before = server.evalsha_calls().await;
     let checks: Vec<_> = (0..50)

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redkit::rate_limit::{Decision, FixedWindow, LimitKey, Rate};
+use redkit::rate_limit::{Decision, FixedWindow, LimitKey, Limiter, Rate};
 use redkit::{Call, CallOutcome, Error, Registry, ScriptManager};
 use support::{RedisCluster, RedisServer};
 
@@ -533,7 +533,7 @@ async fn works_on_a_cluster() {
 /// slot, no CROSSSLOT; the limit holds per client.
 #[tokio::test]
 async fn every_algorithm_works_on_a_cluster() {
-    use redkit::rate_limit::{Gcra, Limiter, SlidingWindow};
+    use redkit::rate_limit::{Gcra, SlidingWindow};
     let cluster = RedisCluster::spawn().await;
     let mut conn = cluster.conn().await;
     let period = Duration::from_secs(30);
@@ -542,12 +542,11 @@ async fn every_algorithm_works_on_a_cluster() {
             .unwrap()
             .into(),
         // Aligned to the clock: a window far longer than the test, so it never rolls over.
-        FixedWindow::new(
+        redkit::rate_limit::AlignedWindow::new(
             "c-aligned",
             Rate::new(3, Duration::from_secs(1 << 40)).unwrap(),
         )
         .unwrap()
-        .aligned_to_clock()
         .into(),
         Gcra::new("c-gcra", Rate::new(3, period).unwrap())
             .unwrap()
@@ -1033,18 +1032,22 @@ async fn a_full_counter_in_its_last_millisecond_is_refused_for_milliseconds_only
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let window = Duration::from_secs(60);
-    let plain = FixedWindow::new("edge", Rate::new(5, window).unwrap()).unwrap();
-    let grouped = FixedWindow::new("edge-g", Rate::new(5, window).unwrap())
+    let plain: Limiter = FixedWindow::new("edge", Rate::new(5, window).unwrap())
         .unwrap()
-        .with_group_commit(redkit::GroupCommit::for_checks());
-    let leased = FixedWindow::new("edge-l", Rate::new(5, window).unwrap())
+        .into();
+    let grouped: Limiter = FixedWindow::new("edge-g", Rate::new(5, window).unwrap())
         .unwrap()
-        .with_lease(redkit::rate_limit::QuotaLease::new(4).unwrap())
-        .unwrap();
+        .grouped(redkit::GroupCommit::for_checks())
+        .into();
+    let leased: Limiter = FixedWindow::new("edge-l", Rate::new(5, window).unwrap())
+        .unwrap()
+        .leased(redkit::rate_limit::QuotaLease::new(4).unwrap())
+        .into();
     let cache = redkit::rate_limit::DenyCache::new(1_000).unwrap();
-    let cached = FixedWindow::new("edge-c", Rate::new(5, window).unwrap())
+    let cached: Limiter = FixedWindow::new("edge-c", Rate::new(5, window).unwrap())
         .unwrap()
-        .with_deny_cache(cache.clone());
+        .with_deny_cache(cache.clone())
+        .into();
     let key = LimitKey::text("edge").unwrap();
     for limiter in [&plain, &grouped, &leased, &cached] {
         let rk = limiter.redis_key(&key);

@@ -28,12 +28,15 @@ pub(super) fn push_cost(call: &mut Call<'_>, cost: u32) {
 /// (a refusal does not turn into an allow before it elapses, unless the key is reset), in one
 /// round trip.
 ///
-/// Implemented by [`FixedWindow`](super::FixedWindow), [`Gcra`](super::Gcra),
-/// [`SlidingWindow`](super::SlidingWindow) and [`Limiter`](super::Limiter) (any of them as
-/// one type: what the middleware's policies hold), and sealed. Each also has the accessors,
-/// `check`, `check_n` and `reset` as its own, so calling them needs no import of the trait;
-/// waiting for a permit ([`check_within`](Self::check_within)) comes from the trait. Write
-/// code generic over the algorithm with it.
+/// Implemented by [`FixedWindow`](super::FixedWindow), [`AlignedWindow`](super::AlignedWindow),
+/// [`Gcra`](super::Gcra), [`SlidingWindow`](super::SlidingWindow), the wrappers
+/// [`Grouped`](super::Grouped) and [`Leased`](super::Leased) of the windows they allow, and
+/// [`Limiter`](super::Limiter) (any of them as one type: what the middleware's policies
+/// hold), and sealed. Each algorithm also has the accessors, `check`, `check_n` and `reset`
+/// as its own, so calling them needs no import of the trait (a wrapper has `check`,
+/// `check_n` and `reset`, its accessors through the trait or its `limiter()`); waiting for a
+/// permit ([`check_within`](Self::check_within)) comes from the trait. Write code generic
+/// over the algorithm with it.
 ///
 /// ```no_run
 /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
