@@ -294,42 +294,43 @@ pub trait RateLimiter:
 
 /// Implements the [`RateLimiter`] methods an algorithm has as its own (`name`, `rate`,
 /// `prefix`, `redis_key`, `check_n`, `reset`, and those listed after the type among
-/// `deny_cache`, `limit`, `window`) by calling them; inside an `impl RateLimiter`.
+/// `deny_cache`, `limit`, `window`) by calling them; inside an `impl RateLimiter`. A wrapper
+/// of a limiter (`via limiter: Inner, Wrapper`) takes the accessors (and `deny_cache`) from
+/// the limiter its method `limiter()` returns, `check_n` and `reset` its own.
 macro_rules! delegate_rate_limiter {
-    (@ $ty:ty, deny_cache) => {
+    (@ $ty:ty, $view:expr, deny_cache) => {
         fn deny_cache(&self) -> Option<&$crate::rate_limit::DenyCache> {
-            <$ty>::deny_cache(self)
+            <$ty>::deny_cache(($view)(self))
         }
     };
-    (@ $ty:ty, limit) => {
+    (@ $ty:ty, $view:expr, limit) => {
         fn limit(&self) -> u32 {
-            <$ty>::limit(self)
+            <$ty>::limit(($view)(self))
         }
     };
-    (@ $ty:ty, window) => {
+    (@ $ty:ty, $view:expr, window) => {
         fn window(&self) -> std::time::Duration {
-            <$ty>::window(self)
+            <$ty>::window(($view)(self))
         }
     };
-    ($ty:ty $(, $own:ident)*) => {
-        $( delegate_rate_limiter!(@ $ty, $own); )*
-
+    (@accessors $ty:ty, $view:expr) => {
         fn name(&self) -> &str {
-            <$ty>::name(self)
+            <$ty>::name(($view)(self))
         }
 
         fn rate(&self) -> &$crate::rate_limit::Rate {
-            <$ty>::rate(self)
+            <$ty>::rate(($view)(self))
         }
 
         fn prefix(&self) -> &str {
-            <$ty>::prefix(self)
+            <$ty>::prefix(($view)(self))
         }
 
         fn redis_key(&self, key: &$crate::rate_limit::LimitKey) -> String {
-            <$ty>::redis_key(self, key)
+            <$ty>::redis_key(($view)(self), key)
         }
-
+    };
+    (@checks $ty:ty) => {
         fn check_n<C: redis::aio::ConnectionLike + Send>(
             &self,
             conn: &mut C,
@@ -347,6 +348,16 @@ macro_rules! delegate_rate_limiter {
         ) -> impl std::future::Future<Output = $crate::Result<bool>> + Send {
             <$ty>::reset(self, conn, key)
         }
+    };
+    (via limiter: $inner:ty, $ty:ty) => {
+        delegate_rate_limiter!(@ $inner, <$ty>::limiter, deny_cache);
+        delegate_rate_limiter!(@accessors $inner, <$ty>::limiter);
+        delegate_rate_limiter!(@checks $ty);
+    };
+    ($ty:ty $(, $own:ident)*) => {
+        $( delegate_rate_limiter!(@ $ty, std::convert::identity, $own); )*
+        delegate_rate_limiter!(@accessors $ty, std::convert::identity);
+        delegate_rate_limiter!(@checks $ty);
     };
 }
 pub(super) use delegate_rate_limiter;

@@ -9,9 +9,8 @@ use super::queue::WindowGroups;
 use super::{Window, WindowKind};
 use crate::error::Result;
 use crate::group_commit::GroupCommit;
-use crate::rate_limit::rate_limiter::{sealed::Hooks, RateLimiter};
-use crate::rate_limit::{Decision, DenyCache, LimitKey, Limiter, Rate};
-use crate::script::ScriptManager;
+use crate::rate_limit::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
+use crate::rate_limit::{Decision, DenyCache, LimitKey, Limiter};
 
 /// A fixed-window limiter with **group commit**: concurrent checks through it (or any clone
 /// of it) are coalesced, each still on its own counter. Built by
@@ -40,7 +39,8 @@ use crate::script::ScriptManager;
 /// batch calls of the [`limiter`](Self::limiter) are never grouped.
 ///
 /// The accessors (`name`, `limit`, `redis_key`, ...) are the [`limiter`](Self::limiter)'s,
-/// and [`RateLimiter`]'s.
+/// and [`RateLimiter`]'s. Configure the window (`with_prefix`, `with_deny_cache`,
+/// `with_manager`), then group it: one order, so no setter's effect depends on it.
 ///
 /// ```no_run
 /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -111,55 +111,11 @@ impl<K: WindowKind> Grouped<Window<K>> {
         self.groups.settings()
     }
 
-    /// The same with the limiter's keys under `prefix` (see [`Window::with_prefix`]); its
-    /// queues are its own (not shared with clones under the old prefix), as when the prefix
-    /// is set before grouping.
-    ///
-    /// ```
-    /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate, RateLimiter};
-    /// use redkit::GroupCommit;
-    /// let l = FixedWindow::new("api", Rate::per_minute(100)?)?
-    ///     .grouped(GroupCommit::for_checks())
-    ///     .with_prefix("app:rl")?;
-    /// assert_eq!(l.redis_key(&LimitKey::text("u")?), "app:rl:api:{k:u}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_prefix(self, prefix: &str) -> Result<Self> {
+    /// The same with the limiter's keys under `prefix` (for [`Limiter::with_prefix`]): queues
+    /// of its own, as when the prefix is set before grouping.
+    pub(crate) fn with_prefix(self, prefix: &str) -> Result<Self> {
         let settings = self.group_commit();
         Ok(Self::new(self.limiter.with_prefix(prefix)?, settings))
-    }
-
-    /// The same answering known-limited clients from `cache` (see
-    /// [`Window::with_deny_cache`]).
-    ///
-    /// ```
-    /// use redkit::rate_limit::{DenyCache, FixedWindow, Rate, RateLimiter};
-    /// use redkit::GroupCommit;
-    /// let l = FixedWindow::new("api", Rate::per_minute(100)?)?
-    ///     .grouped(GroupCommit::for_checks())
-    ///     .with_deny_cache(DenyCache::new(1_000)?);
-    /// assert!(l.deny_cache().is_some());
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_deny_cache(mut self, cache: DenyCache) -> Self {
-        self.limiter = self.limiter.with_deny_cache(cache);
-        self
-    }
-
-    /// The same running its calls with `manager` (see [`Window::with_manager`]).
-    ///
-    /// ```
-    /// use redkit::rate_limit::{FixedWindow, Rate};
-    /// use redkit::{GroupCommit, ScriptManager};
-    /// let l = FixedWindow::new("api", Rate::per_minute(100)?)?
-    ///     .grouped(GroupCommit::for_checks())
-    ///     .with_manager(ScriptManager::new());
-    /// assert_eq!(l.limiter().manager().stats().noscript_fallbacks, 0);
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
-        self.limiter = self.limiter.with_manager(manager);
-        self
     }
 
     /// Counts one unit for `key`. See [`check_n`](Self::check_n).
@@ -214,47 +170,15 @@ impl<K: WindowKind> fmt::Debug for Grouped<Window<K>> {
 }
 
 impl<K: WindowKind> RateLimiter for Grouped<Window<K>> {
-    fn name(&self) -> &str {
-        self.limiter.name()
-    }
-
-    fn rate(&self) -> &Rate {
-        self.limiter.rate()
-    }
-
-    fn prefix(&self) -> &str {
-        self.limiter.prefix()
-    }
-
-    fn redis_key(&self, key: &LimitKey) -> String {
-        self.limiter.redis_key(key)
-    }
-
-    fn deny_cache(&self) -> Option<&DenyCache> {
-        self.limiter.deny_cache()
-    }
-
-    fn check_n<C: ConnectionLike + Send>(
-        &self,
-        conn: &mut C,
-        key: &LimitKey,
-        cost: u32,
-    ) -> impl std::future::Future<Output = Result<Decision>> + Send {
-        Grouped::check_n(self, conn, key, cost)
-    }
-
-    fn reset<C: ConnectionLike + Send>(
-        &self,
-        conn: &mut C,
-        key: &LimitKey,
-    ) -> impl std::future::Future<Output = Result<bool>> + Send {
-        Grouped::reset(self, conn, key)
-    }
+    delegate_rate_limiter!(via limiter: Window<K>, Grouped<Window<K>>);
 }
 
 impl<K: WindowKind> Hooks for Grouped<Window<K>> {
     fn attach_deny_cache(self, cache: DenyCache) -> Self {
-        self.with_deny_cache(cache)
+        Self {
+            limiter: self.limiter.with_deny_cache(cache),
+            ..self
+        }
     }
 
     fn is_grouped(&self) -> bool {
@@ -279,36 +203,34 @@ mod tests {
     use crate::rate_limit::{AlignedWindow, FixedWindow};
 
     #[test]
-    fn setters_have_the_same_effect_in_any_order() {
-        let rate = Rate::per_minute(100).unwrap();
+    fn each_kind_groups_with_its_own_script_and_its_own_queues() {
+        let rate = crate::rate_limit::Rate::per_minute(100).unwrap();
         let settings = GroupCommit::for_checks();
         let cache = DenyCache::new(8).unwrap();
-        let before = FixedWindow::new("t", rate)
+        let fixed = FixedWindow::new("t", rate)
             .unwrap()
             .with_prefix("p")
             .unwrap()
-            .with_deny_cache(cache.clone())
             .grouped(settings);
-        let after = FixedWindow::new("t", rate)
-            .unwrap()
-            .grouped(settings)
-            .with_deny_cache(cache)
-            .with_prefix("p")
-            .unwrap();
-        assert_eq!(format!("{before:?}"), format!("{after:?}"));
         let k = LimitKey::text("u").unwrap();
-        assert_eq!(before.redis_key(&k), "p:t:{k:u}");
+        assert_eq!(fixed.redis_key(&k), "p:t:{k:u}");
+        let cached = Hooks::attach_deny_cache(fixed.clone(), cache);
+        assert!(cached.deny_cache().is_some() && fixed.deny_cache().is_none());
+        assert!(
+            Arc::ptr_eq(&cached.groups, &fixed.groups),
+            "the same queues"
+        );
         // A new prefix: queues of its own.
-        let moved = before.clone().with_prefix("q").unwrap();
-        assert!(Arc::ptr_eq(&before.groups, &before.clone().groups));
-        assert!(!Arc::ptr_eq(&before.groups, &moved.groups));
+        let moved = fixed.clone().with_prefix("q").unwrap();
+        assert!(!Arc::ptr_eq(&fixed.groups, &moved.groups));
+        assert_eq!(moved.group_commit(), settings);
         let aligned = AlignedWindow::new("t", rate).unwrap().grouped(settings);
         assert_eq!(
             aligned.groups.script().id().to_string(),
             "fixed_window_aligned_group.v3"
         );
         assert_eq!(
-            before.groups.script().id().to_string(),
+            fixed.groups.script().id().to_string(),
             "fixed_window_group.v2"
         );
         assert!(Hooks::is_grouped(&aligned));

@@ -11,9 +11,8 @@ use super::flight::Turn;
 use super::lease::{Ask, Leases, Local, QuotaLease};
 use super::{remember, FixedWindow};
 use crate::error::Result;
-use crate::rate_limit::rate_limiter::{sealed::Hooks, RateLimiter};
-use crate::rate_limit::{Decision, DenyCache, LimitKey, Limiter, Rate};
-use crate::script::ScriptManager;
+use crate::rate_limit::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
+use crate::rate_limit::{Decision, DenyCache, LimitKey, Limiter};
 
 /// A [`FixedWindow`] answering checks from **leased quota**: a check that finds no units held
 /// here takes up to [`max_units`](QuotaLease::max_units) units of the key's window from Redis
@@ -27,7 +26,8 @@ use crate::script::ScriptManager;
 /// [`Leased::new`]).
 ///
 /// The accessors (`name`, `limit`, `redis_key`, ...) are the [`limiter`](Self::limiter)'s,
-/// and [`RateLimiter`]'s.
+/// and [`RateLimiter`]'s. Configure the window (`with_prefix`, `with_deny_cache`,
+/// `with_manager`), then lease: one order, so no setter's effect depends on it.
 ///
 /// ```no_run
 /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -110,54 +110,12 @@ impl Leased<FixedWindow> {
         self.leases.settings()
     }
 
-    /// The same with the limiter's keys under `prefix` (see [`Window::with_prefix`](super::Window::with_prefix)).
-    /// Leases are held per client key, so the units held under the old prefix are not these:
-    /// the new limiter holds none yet, as when the prefix is set before leasing.
-    ///
-    /// ```
-    /// use redkit::rate_limit::{FixedWindow, LimitKey, QuotaLease, Rate, RateLimiter};
-    /// let l = FixedWindow::new("api", Rate::per_second(1_000)?)?
-    ///     .leased(QuotaLease::new(32)?)
-    ///     .with_prefix("app:rl")?;
-    /// assert_eq!(l.redis_key(&LimitKey::text("u")?), "app:rl:api:{k:u}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_prefix(self, prefix: &str) -> Result<Self> {
+    /// The same with the limiter's keys under `prefix` (for [`Limiter::with_prefix`]). Leases
+    /// are held per client key, so the units held under the old prefix are not these: the
+    /// new limiter holds none yet, as when the prefix is set before leasing.
+    pub(crate) fn with_prefix(self, prefix: &str) -> Result<Self> {
         let lease = self.lease();
         Ok(Self::new(self.limiter.with_prefix(prefix)?, lease))
-    }
-
-    /// The same answering known-limited clients from `cache` (see
-    /// [`Window::with_deny_cache`](super::Window::with_deny_cache)).
-    ///
-    /// ```
-    /// use redkit::rate_limit::{DenyCache, FixedWindow, QuotaLease, Rate, RateLimiter};
-    /// let l = FixedWindow::new("api", Rate::per_second(1_000)?)?
-    ///     .leased(QuotaLease::new(32)?)
-    ///     .with_deny_cache(DenyCache::new(1_000)?);
-    /// assert!(l.deny_cache().is_some());
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_deny_cache(mut self, cache: DenyCache) -> Self {
-        self.limiter = self.limiter.with_deny_cache(cache);
-        self
-    }
-
-    /// The same running its calls with `manager` (see
-    /// [`Window::with_manager`](super::Window::with_manager)).
-    ///
-    /// ```
-    /// use redkit::rate_limit::{FixedWindow, QuotaLease, Rate};
-    /// use redkit::ScriptManager;
-    /// let l = FixedWindow::new("api", Rate::per_second(1_000)?)?
-    ///     .leased(QuotaLease::new(32)?)
-    ///     .with_manager(ScriptManager::new());
-    /// assert_eq!(l.limiter().manager().stats().noscript_fallbacks, 0);
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
-        self.limiter = self.limiter.with_manager(manager);
-        self
     }
 
     /// Counts one unit for `key`. See [`check_n`](Self::check_n).
@@ -297,47 +255,15 @@ impl fmt::Debug for Leased<FixedWindow> {
 }
 
 impl RateLimiter for Leased<FixedWindow> {
-    fn name(&self) -> &str {
-        self.limiter.name()
-    }
-
-    fn rate(&self) -> &Rate {
-        self.limiter.rate()
-    }
-
-    fn prefix(&self) -> &str {
-        self.limiter.prefix()
-    }
-
-    fn redis_key(&self, key: &LimitKey) -> String {
-        self.limiter.redis_key(key)
-    }
-
-    fn deny_cache(&self) -> Option<&DenyCache> {
-        self.limiter.deny_cache()
-    }
-
-    fn check_n<C: ConnectionLike + Send>(
-        &self,
-        conn: &mut C,
-        key: &LimitKey,
-        cost: u32,
-    ) -> impl std::future::Future<Output = Result<Decision>> + Send {
-        Leased::check_n(self, conn, key, cost)
-    }
-
-    fn reset<C: ConnectionLike + Send>(
-        &self,
-        conn: &mut C,
-        key: &LimitKey,
-    ) -> impl std::future::Future<Output = Result<bool>> + Send {
-        Leased::reset(self, conn, key)
-    }
+    delegate_rate_limiter!(via limiter: FixedWindow, Leased<FixedWindow>);
 }
 
 impl Hooks for Leased<FixedWindow> {
     fn attach_deny_cache(self, cache: DenyCache) -> Self {
-        self.with_deny_cache(cache)
+        Self {
+            limiter: self.limiter.with_deny_cache(cache),
+            ..self
+        }
     }
 
     /// From the units of a lease held here (never leading a refill: that is the round
@@ -360,6 +286,7 @@ impl From<Leased<FixedWindow>> for Limiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rate_limit::Rate;
 
     fn limiter() -> FixedWindow {
         FixedWindow::new("t", Rate::per_second(10).unwrap()).unwrap()
@@ -376,21 +303,10 @@ mod tests {
     }
 
     #[test]
-    fn setters_have_the_same_effect_in_any_order() {
-        let lease = QuotaLease::new(8).unwrap();
-        let cache = DenyCache::new(8).unwrap();
-        let before = limiter()
-            .with_prefix("p")
-            .unwrap()
-            .with_deny_cache(cache.clone())
-            .leased(lease);
-        let after = limiter()
-            .leased(lease)
-            .with_deny_cache(cache)
-            .with_prefix("p")
-            .unwrap();
-        assert_eq!(format!("{before:?}"), format!("{after:?}"));
-        assert_eq!(before.redis_key(&LimitKey::text("u").unwrap()), "p:t:{k:u}");
-        assert!(before.deny_cache().is_some() && after.deny_cache().is_some());
+    fn a_deny_cache_attached_later_keeps_the_leases() {
+        let leased = limiter().leased(QuotaLease::new(8).unwrap());
+        let cached = Hooks::attach_deny_cache(leased.clone(), DenyCache::new(8).unwrap());
+        assert!(cached.deny_cache().is_some() && leased.deny_cache().is_none());
+        assert!(Arc::ptr_eq(&cached.leases, &leased.leases));
     }
 }
