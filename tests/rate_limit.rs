@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use redkit::keys::Prefix;
 use redkit::rate_limit::{Decision, FixedWindow, LimitKey, Limiter, Rate};
 use redkit::{Call, CallOutcome, Error, Registry, ScriptManager};
 use support::{RedisCluster, RedisServer};
@@ -557,8 +558,7 @@ async fn every_algorithm_works_on_a_cluster() {
         // A chosen prefix keeps the hash tag: still one slot per client.
         Gcra::new("c-prefixed", Rate::new(3, period).unwrap())
             .unwrap()
-            .with_prefix("app:gcra")
-            .unwrap()
+            .with_prefix(Prefix::new("app:gcra").unwrap())
             .into(),
     ];
     let keys: Vec<LimitKey> = (1..=12u8).map(|i| ip(&format!("10.2.0.{i}"))).collect();
@@ -612,7 +612,7 @@ async fn keys_live_under_the_prefix_on_the_server() {
         let exists: i64 = server.cmd(&["EXISTS", expected]).await;
         assert_eq!(exists, 1, "{expected}");
         // The same limiter under another prefix has its own state.
-        let moved = limiter.clone().with_prefix("app:x").unwrap();
+        let moved = limiter.clone().with_prefix(Prefix::new("app:x").unwrap());
         let moved_key = moved.redis_key(&key);
         assert!(moved_key.starts_with("app:x:d:{k:u}"), "{moved_key}");
         let d = moved.check(&mut conn, &key).await.unwrap();
@@ -637,18 +637,17 @@ async fn keys_live_under_the_prefix_on_the_server() {
         .await;
     let old = FixedWindow::new("old", rate)
         .unwrap()
-        .with_prefix("rk:rl")
-        .unwrap();
+        .with_prefix(Prefix::new("rk:rl").unwrap());
     assert_eq!(old.prefix(), "rk:rl");
     assert!(old.check(&mut conn, &key).await.unwrap().is_allowed());
     assert!(!old.check(&mut conn, &key).await.unwrap().is_allowed());
     let fresh = FixedWindow::new("old", rate).unwrap();
     let d = fresh.check(&mut conn, &key).await.unwrap();
     assert_eq!(d.quota().remaining(), 4, "the default prefix starts afresh");
-    // A bad prefix is refused before anything is sent.
+    // A bad prefix is refused before a limiter can have it.
     for bad in ["", "a b", "a{b}", &"p".repeat(65)] {
         assert!(matches!(
-            FixedWindow::new("x", rate).unwrap().with_prefix(bad),
+            Prefix::new(bad),
             Err(Error::InvalidInput { what: "prefix", .. })
         ));
     }

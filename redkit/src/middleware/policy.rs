@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::access::AccessList;
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
+use crate::keys::Prefix;
 use crate::rate_limit::{Algorithm, DenyCache, Limiter, QuotaLease, Rate, RateLimiter};
 
 /// Whether `algorithm` is the default one (left out when written).
@@ -108,7 +109,7 @@ impl PolicySpec {
     /// The limiter of this policy, under `prefix` when given (else its algorithm's default),
     /// with the file's `options`. An option the algorithm cannot honour is
     /// [`Error::UnsupportedOption`].
-    fn build(&self, prefix: Option<&str>, options: Options) -> Result<Limiter> {
+    fn build(&self, prefix: Option<&Prefix>, options: Options) -> Result<Limiter> {
         let unsupported = |option, reason| Error::UnsupportedOption {
             policy: self.name.clone(),
             option,
@@ -127,7 +128,7 @@ impl PolicySpec {
         }
         let limiter = Limiter::new(self.algorithm, &self.name, rate)?;
         let limiter = match prefix {
-            Some(prefix) => limiter.with_prefix(prefix)?,
+            Some(prefix) => limiter.with_prefix(prefix.clone()),
             None => limiter,
         };
         Ok(match (limiter, options.group_commit, options.lease) {
@@ -675,7 +676,8 @@ impl Policies {
     /// assert!(Policies::from_config(&bad).is_err());
     /// ```
     pub fn from_config(config: &PolicyConfig) -> Result<Self> {
-        let prefix = config.prefix.as_deref();
+        let prefix = config.prefix.as_deref().map(Prefix::new).transpose()?;
+        let prefix = prefix.as_ref();
         let options = Options {
             group_commit: config.group_commit,
             lease: config.lease,

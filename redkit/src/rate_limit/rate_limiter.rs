@@ -89,7 +89,7 @@ pub trait RateLimiter:
     /// use redkit::rate_limit::{FixedWindow, Rate, RateLimiter};
     /// let login = FixedWindow::new("login", Rate::per_minute(5)?)?;
     /// assert_eq!(RateLimiter::prefix(&login), FixedWindow::DEFAULT_PREFIX);
-    /// let scoped = login.with_prefix("shop:rl")?;
+    /// let scoped = login.with_prefix(redkit::keys::Prefix::new("shop:rl")?);
     /// assert_eq!(RateLimiter::prefix(&scoped), "shop:rl");
     /// # Ok::<(), redkit::Error>(())
     /// ```

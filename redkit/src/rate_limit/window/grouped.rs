@@ -9,6 +9,7 @@ use super::queue::WindowGroups;
 use super::{Window, WindowKind};
 use crate::error::Result;
 use crate::group_commit::GroupCommit;
+use crate::keys::Prefix;
 use crate::rate_limit::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
 use crate::rate_limit::{Decision, DenyCache, LimitKey, Limiter};
 
@@ -113,9 +114,9 @@ impl<K: WindowKind> Grouped<Window<K>> {
 
     /// The same with the limiter's keys under `prefix` (for [`Limiter::with_prefix`]): queues
     /// of its own, as when the prefix is set before grouping.
-    pub(crate) fn with_prefix(self, prefix: &str) -> Result<Self> {
+    pub(crate) fn with_prefix(self, prefix: Prefix) -> Self {
         let settings = self.group_commit();
-        Ok(Self::new(self.limiter.with_prefix(prefix)?, settings))
+        Self::new(self.limiter.with_prefix(prefix), settings)
     }
 
     /// Counts one unit for `key`. See [`check_n`](Self::check_n).
@@ -209,8 +210,7 @@ mod tests {
         let cache = DenyCache::new(8).unwrap();
         let fixed = FixedWindow::new("t", rate)
             .unwrap()
-            .with_prefix("p")
-            .unwrap()
+            .with_prefix(Prefix::new("p").unwrap())
             .grouped(settings);
         let k = LimitKey::text("u").unwrap();
         assert_eq!(fixed.redis_key(&k), "p:t:{k:u}");
@@ -221,7 +221,7 @@ mod tests {
             "the same queues"
         );
         // A new prefix: queues of its own.
-        let moved = fixed.clone().with_prefix("q").unwrap();
+        let moved = fixed.clone().with_prefix(Prefix::new("q").unwrap());
         assert!(!Arc::ptr_eq(&fixed.groups, &moved.groups));
         assert_eq!(moved.group_commit(), settings);
         let aligned = AlignedWindow::new("t", rate).unwrap().grouped(settings);

@@ -11,6 +11,7 @@ use super::flight::Turn;
 use super::lease::{Ask, Leases, Local, QuotaLease};
 use super::{remember, FixedWindow};
 use crate::error::Result;
+use crate::keys::Prefix;
 use crate::rate_limit::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
 use crate::rate_limit::{Decision, DenyCache, LimitKey, Limiter};
 
@@ -113,9 +114,9 @@ impl Leased<FixedWindow> {
     /// The same with the limiter's keys under `prefix` (for [`Limiter::with_prefix`]). Leases
     /// are held per client key, so the units held under the old prefix are not these: the
     /// new limiter holds none yet, as when the prefix is set before leasing.
-    pub(crate) fn with_prefix(self, prefix: &str) -> Result<Self> {
+    pub(crate) fn with_prefix(self, prefix: Prefix) -> Self {
         let lease = self.lease();
-        Ok(Self::new(self.limiter.with_prefix(prefix)?, lease))
+        Self::new(self.limiter.with_prefix(prefix), lease)
     }
 
     /// Counts one unit for `key`. See [`check_n`](Self::check_n).
@@ -296,7 +297,7 @@ mod tests {
     fn a_new_prefix_does_not_share_the_leases_of_the_old_one() {
         let leased = limiter().leased(QuotaLease::new(8).unwrap());
         let same = leased.clone();
-        let moved = leased.clone().with_prefix("other").unwrap();
+        let moved = leased.clone().with_prefix(Prefix::new("other").unwrap());
         assert!(Arc::ptr_eq(&same.leases, &leased.leases));
         assert!(!Arc::ptr_eq(&moved.leases, &leased.leases));
         assert_eq!(moved.lease(), leased.lease());

@@ -23,6 +23,7 @@ use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
+use crate::keys::Prefix;
 use crate::script::{Call, CallOutcome, Registry, Script, ScriptManager};
 
 mod aligned;
@@ -307,21 +308,22 @@ impl<K: WindowKind> Window<K> {
         })
     }
 
-    /// Puts the keys under `prefix` (1..=64 bytes of `[A-Za-z0-9_:.-]`) instead of
+    /// Puts the keys under `prefix` (a validated [`Prefix`]) instead of
     /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX): `<prefix>:<name>:{<client>}`.
-    /// `with_prefix("rk:rl")` keeps the keys used before 0.2.
+    /// `with_prefix(Prefix::new("rk:rl")?)` keeps the keys used before 0.2.
     ///
     /// ```
+    /// use redkit::keys::Prefix;
     /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
-    /// let l = FixedWindow::new("api", Rate::per_second(10)?)?.with_prefix("app:rl")?;
+    /// let l = FixedWindow::new("api", Rate::per_second(10)?)?.with_prefix(Prefix::new("app:rl")?);
     /// assert_eq!(l.prefix(), "app:rl");
     /// assert_eq!(l.redis_key(&LimitKey::text("u")?), "app:rl:api:{k:u}");
-    /// assert!(FixedWindow::new("api", Rate::per_second(10)?)?.with_prefix("bad prefix").is_err());
+    /// assert!(Prefix::new("bad prefix").is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
-        self.keys = self.keys.with_prefix(prefix)?;
-        Ok(self)
+    pub fn with_prefix(mut self, prefix: Prefix) -> Self {
+        self.keys = self.keys.with_prefix(&prefix);
+        self
     }
 
     /// Group commit with `settings` ([`GroupCommit::for_checks()`] is the recommended one):
@@ -900,7 +902,7 @@ mod tests {
         let ab = FixedWindow::new("a:b", Rate::per_second(1).unwrap()).unwrap();
         assert_ne!(a.redis_key(&k), ab.redis_key(&k));
         assert_eq!(a.redis_key(&k), "redkit:rl:a:{k:x}");
-        let old = a.with_prefix("rk:rl").unwrap();
+        let old = a.with_prefix(Prefix::new("rk:rl").unwrap());
         assert_eq!(old.redis_key(&k), "rk:rl:a:{k:x}");
     }
 
