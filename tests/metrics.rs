@@ -9,7 +9,7 @@ use std::sync::{Mutex, OnceLock};
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
-use redkit::rate_limit::{DenyCache, FixedWindow, LimitKey, Rate};
+use redkit::rate_limit::{DenyCache, FixedWindow, LimitKey, Rate, RateLimiter};
 use redkit::{Call, GroupCommit, Registry, ScriptManager};
 
 /// A metric's name and its sorted labels.

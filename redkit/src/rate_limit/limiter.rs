@@ -161,7 +161,7 @@ macro_rules! limiters {
             ) -> Result<Decision> {
                 match self {
                     $( Self::$variant(l) => l.check_n(conn, key, cost).await, )+
-                    $( Self::$wvariant(l) => l.check_n(conn, key, cost).await, )+
+                    $( Self::$wvariant(l) => l.count(conn, key, cost).await, )+
                 }
             }
 
@@ -175,7 +175,7 @@ macro_rules! limiters {
             pub async fn reset<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<bool> {
                 match self {
                     $( Self::$variant(l) => l.reset(conn, key).await, )+
-                    $( Self::$wvariant(l) => l.reset(conn, key).await, )+
+                    $( Self::$wvariant(l) => l.forget(conn, key).await, )+
                 }
             }
 

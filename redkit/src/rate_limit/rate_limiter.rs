@@ -33,10 +33,10 @@ pub(super) fn push_cost(call: &mut Call<'_>, cost: u32) {
 /// [`Grouped`](super::Grouped) and [`Leased`](super::Leased) of the windows they allow, and
 /// [`Limiter`](super::Limiter) (any of them as one type: what the middleware's policies
 /// hold), and sealed. Each algorithm also has the accessors, `check`, `check_n` and `reset`
-/// as its own, so calling them needs no import of the trait (a wrapper has `check`,
-/// `check_n` and `reset`, its accessors through the trait or its `limiter()`); waiting for a
-/// permit ([`check_within`](Self::check_within)) comes from the trait. Write code generic
-/// over the algorithm with it.
+/// as its own, so calling them needs no import of the trait (a wrapper's come from this
+/// trait, its window's accessors also from its `limiter()`); waiting for a permit
+/// ([`check_within`](Self::check_within)) comes from the trait. Write code generic over the
+/// algorithm with it.
 ///
 /// ```no_run
 /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -296,7 +296,8 @@ pub trait RateLimiter:
 /// `prefix`, `redis_key`, `check_n`, `reset`, and those listed after the type among
 /// `deny_cache`, `limit`, `window`) by calling them; inside an `impl RateLimiter`. A wrapper
 /// of a limiter (`via limiter: Inner, Wrapper`) takes the accessors (and `deny_cache`) from
-/// the limiter its method `limiter()` returns, `check_n` and `reset` its own.
+/// the limiter its method `limiter()` returns, `check_n` and `reset` from its own `count`
+/// and `forget`.
 macro_rules! delegate_rate_limiter {
     (@ $ty:ty, $view:expr, deny_cache) => {
         fn deny_cache(&self) -> Option<&$crate::rate_limit::DenyCache> {
@@ -330,7 +331,7 @@ macro_rules! delegate_rate_limiter {
             <$ty>::redis_key(($view)(self), key)
         }
     };
-    (@checks $ty:ty) => {
+    (@checks $ty:ty, $check_n:ident, $reset:ident) => {
         fn check_n<C: redis::aio::ConnectionLike + Send>(
             &self,
             conn: &mut C,
@@ -338,7 +339,7 @@ macro_rules! delegate_rate_limiter {
             cost: u32,
         ) -> impl std::future::Future<Output = $crate::Result<$crate::rate_limit::Decision>> + Send
         {
-            <$ty>::check_n(self, conn, key, cost)
+            <$ty>::$check_n(self, conn, key, cost)
         }
 
         fn reset<C: redis::aio::ConnectionLike + Send>(
@@ -346,18 +347,18 @@ macro_rules! delegate_rate_limiter {
             conn: &mut C,
             key: &$crate::rate_limit::LimitKey,
         ) -> impl std::future::Future<Output = $crate::Result<bool>> + Send {
-            <$ty>::reset(self, conn, key)
+            <$ty>::$reset(self, conn, key)
         }
     };
     (via limiter: $inner:ty, $ty:ty) => {
         delegate_rate_limiter!(@ $inner, <$ty>::limiter, deny_cache);
         delegate_rate_limiter!(@accessors $inner, <$ty>::limiter);
-        delegate_rate_limiter!(@checks $ty);
+        delegate_rate_limiter!(@checks $ty, count, forget);
     };
     ($ty:ty $(, $own:ident)*) => {
         $( delegate_rate_limiter!(@ $ty, std::convert::identity, $own); )*
         delegate_rate_limiter!(@accessors $ty, std::convert::identity);
-        delegate_rate_limiter!(@checks $ty);
+        delegate_rate_limiter!(@checks $ty, check_n, reset);
     };
 }
 pub(super) use delegate_rate_limiter;

@@ -39,13 +39,14 @@ use crate::rate_limit::{Decision, DenyCache, LimitKey, Limiter};
 /// checks are then sent one by one and from then on groups are formed per hash slot. The
 /// batch calls of the [`limiter`](Self::limiter) are never grouped.
 ///
-/// The accessors (`name`, `limit`, `redis_key`, ...) are the [`limiter`](Self::limiter)'s,
-/// and [`RateLimiter`]'s. Configure the window (`with_prefix`, `with_deny_cache`,
+/// Its checks (`check`, `check_n`, `check_within`), `reset` and accessors (`name`, `limit`,
+/// `redis_key`, ...) are [`RateLimiter`]'s; the accessors are also the
+/// [`limiter`](Self::limiter)'s. Configure the window (`with_prefix`, `with_deny_cache`,
 /// `with_manager`), then group it: one order, so no setter's effect depends on it.
 ///
 /// ```no_run
 /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-/// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
+/// use redkit::rate_limit::{FixedWindow, LimitKey, Rate, RateLimiter};
 /// use redkit::GroupCommit;
 /// let limiter = FixedWindow::new("api", Rate::per_minute(100)?)?.grouped(GroupCommit::for_checks());
 /// let decision = limiter.check(&mut conn, &LimitKey::text("user-42")?).await?;
@@ -119,26 +120,9 @@ impl<K: WindowKind> Grouped<Window<K>> {
         Self::new(self.limiter.with_prefix(prefix), settings)
     }
 
-    /// Counts one unit for `key`. See [`check_n`](Self::check_n).
-    ///
-    /// ```no_run
-    /// # async fn run(l: redkit::rate_limit::Grouped<redkit::rate_limit::FixedWindow>, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// let d = l.check(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?).await?;
-    /// # let _ = d; Ok(()) }
-    /// ```
-    pub async fn check<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<Decision> {
-        self.check_n(conn, key, 1).await
-    }
-
-    /// Counts `cost` units for `key` as [`Window::check_n`] does, the call grouped with the
-    /// concurrent checks of this limiter.
-    ///
-    /// ```no_run
-    /// # async fn run(l: redkit::rate_limit::Grouped<redkit::rate_limit::AlignedWindow>, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// let d = l.check_n(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?, 3).await?;
-    /// # let _ = d; Ok(()) }
-    /// ```
-    pub async fn check_n<C: ConnectionLike>(
+    /// [`RateLimiter::check_n`]: `cost` units for `key` as [`Window::check_n`] counts them,
+    /// the call grouped with the concurrent checks of this limiter.
+    pub(crate) async fn count<C: ConnectionLike>(
         &self,
         conn: &mut C,
         key: &LimitKey,
@@ -149,14 +133,12 @@ impl<K: WindowKind> Grouped<Window<K>> {
             .await
     }
 
-    /// Deletes `key`'s counter (see [`Window::reset`]).
-    ///
-    /// ```no_run
-    /// # async fn run(l: redkit::rate_limit::Grouped<redkit::rate_limit::FixedWindow>, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// l.reset(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn reset<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<bool> {
+    /// [`RateLimiter::reset`]: [`Window::reset`].
+    pub(crate) async fn forget<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+    ) -> Result<bool> {
         self.limiter.reset(conn, key).await
     }
 }

@@ -22,17 +22,18 @@ use crate::rate_limit::{Decision, DenyCache, LimitKey, Limiter};
 /// with no round trip, until they are spent or the window ends. How leases grow and what
 /// they cost (units unused at a window's end are not admitted by anyone): [`QuotaLease`].
 /// Checks of a cost above the limit, the [`limiter`](Self::limiter)'s batches and
-/// [`reset`](Self::reset) are as without leasing. A [`DenyCache`] still answers
+/// [`reset`](RateLimiter::reset) are as without leasing. A [`DenyCache`] still answers
 /// known-limited clients. Built by [`FixedWindow::leased`](super::Window::leased) (or
 /// [`Leased::new`]).
 ///
-/// The accessors (`name`, `limit`, `redis_key`, ...) are the [`limiter`](Self::limiter)'s,
-/// and [`RateLimiter`]'s. Configure the window (`with_prefix`, `with_deny_cache`,
+/// Its checks (`check`, `check_n`, `check_within`), `reset` and accessors (`name`, `limit`,
+/// `redis_key`, ...) are [`RateLimiter`]'s; the accessors are also the
+/// [`limiter`](Self::limiter)'s. Configure the window (`with_prefix`, `with_deny_cache`,
 /// `with_manager`), then lease: one order, so no setter's effect depends on it.
 ///
 /// ```no_run
 /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-/// use redkit::rate_limit::{FixedWindow, LimitKey, QuotaLease, Rate};
+/// use redkit::rate_limit::{FixedWindow, LimitKey, QuotaLease, Rate, RateLimiter};
 /// let limiter = FixedWindow::new("api", Rate::per_second(1_000)?)?.leased(QuotaLease::new(32)?.instances(4)?);
 /// let decision = limiter.check(&mut conn, &LimitKey::text("tenant-3")?).await?;
 /// # let _ = decision; Ok(()) }
@@ -119,27 +120,10 @@ impl Leased<FixedWindow> {
         Self::new(self.limiter.with_prefix(prefix), lease)
     }
 
-    /// Counts one unit for `key`. See [`check_n`](Self::check_n).
-    ///
-    /// ```no_run
-    /// # async fn run(l: redkit::rate_limit::Leased<redkit::rate_limit::FixedWindow>, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// let d = l.check(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?).await?;
-    /// # let _ = d; Ok(()) }
-    /// ```
-    pub async fn check<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<Decision> {
-        self.check_n(conn, key, 1).await
-    }
-
-    /// Counts `cost` units for `key`: from the units held here, else (unless the deny cache
-    /// knows the client is limited) by one lease call. A cost above the limit is checked as
-    /// without leasing ([`Window::check_n`](super::Window::check_n)).
-    ///
-    /// ```no_run
-    /// # async fn run(l: redkit::rate_limit::Leased<redkit::rate_limit::FixedWindow>, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// let d = l.check_n(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?, 3).await?;
-    /// # let _ = d; Ok(()) }
-    /// ```
-    pub async fn check_n<C: ConnectionLike>(
+    /// [`RateLimiter::check_n`]: `cost` units for `key` from the units held here, else
+    /// (unless the deny cache knows the client is limited) by one lease call. A cost above
+    /// the limit is checked as without leasing ([`Window::check_n`](super::Window::check_n)).
+    pub(crate) async fn count<C: ConnectionLike>(
         &self,
         conn: &mut C,
         key: &LimitKey,
@@ -232,15 +216,13 @@ impl Leased<FixedWindow> {
         Ok(granted.decision)
     }
 
-    /// Deletes `key`'s counter and forgets the units held here of it (see
-    /// [`Window::reset`](super::Window::reset)).
-    ///
-    /// ```no_run
-    /// # async fn run(l: redkit::rate_limit::Leased<redkit::rate_limit::FixedWindow>, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// l.reset(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn reset<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<bool> {
+    /// [`RateLimiter::reset`]: deletes `key`'s counter and forgets the units held here of it
+    /// (see [`Window::reset`](super::Window::reset)).
+    pub(crate) async fn forget<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+    ) -> Result<bool> {
         self.leases.forget(key.as_str());
         self.limiter.reset(conn, key).await
     }
