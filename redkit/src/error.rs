@@ -189,7 +189,10 @@ pub enum Error {
     /// }
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    #[error("policy {policy:?}: option {option} is not supported by {algorithm:?}: {reason}")]
+    #[error(
+        "policy {policy:?}: option {option} is not supported by {}: {reason}",
+        algorithm.as_str()
+    )]
     UnsupportedOption {
         /// The policy's name (its limiter's name).
         policy: String,

@@ -936,13 +936,19 @@ mod tests {
             ..PolicyConfig::new(spec)
         };
         let refused = |config: PolicyConfig| match Policies::from_config(&config) {
-            Err(Error::UnsupportedOption {
-                policy,
-                option,
-                algorithm,
-                reason,
-            }) => {
-                assert!(!reason.is_empty());
+            Err(e @ Error::UnsupportedOption { .. }) => {
+                let text = e.to_string();
+                let Error::UnsupportedOption {
+                    policy,
+                    option,
+                    algorithm,
+                    reason,
+                } = e
+                else {
+                    unreachable!()
+                };
+                let says = format!("option {option} is not supported by {}", algorithm.as_str());
+                assert!(text.contains(&says) && text.ends_with(reason), "{text}");
                 (policy, option, algorithm)
             }
             other => panic!("{config:?}: {other:?}"),
