@@ -856,6 +856,69 @@ async fn a_hook_shapes_the_429_and_503_responses() {
     assert_eq!(body["title"], "Service Unavailable");
 }
 
+/// A policy file asking an algorithm for an option it cannot honour is refused when the
+/// policies are built, naming the policy, the option and the algorithm: never ignored.
+#[test]
+fn a_policy_file_option_the_algorithm_cannot_honour_is_refused() {
+    use redkit::middleware::PolicyConfig;
+    use redkit::rate_limit::Algorithm;
+    let refused = |file: &str| {
+        let config: PolicyConfig = toml::from_str(file).unwrap();
+        match Policies::from_config(&config) {
+            Err(redkit::Error::UnsupportedOption {
+                policy,
+                option,
+                algorithm,
+                ..
+            }) => (policy, option, algorithm),
+            other => panic!("{file}: {other:?}"),
+        }
+    };
+    let base = "[default]\nname = \"api\"\nlimit = 10\nwindow_ms = 1000\n";
+    let route = |algorithm: &str| {
+        format!(
+            "{base}[[routes]]\npath = \"/r\"\nname = \"r\"\nlimit = 5\nwindow_ms = 1000\nalgorithm = \"{algorithm}\"\n"
+        )
+    };
+    let r = || "r".to_owned();
+    assert_eq!(
+        refused(&format!("group_commit = true\n{}", route("gcra"))),
+        (r(), "group_commit", Algorithm::Gcra)
+    );
+    assert_eq!(
+        refused(&format!("group_commit = true\n{}", route("sliding_window"))),
+        (r(), "group_commit", Algorithm::SlidingWindow)
+    );
+    assert_eq!(
+        refused(&format!(
+            "lease = {{ max_units = 8 }}\n{}",
+            route("aligned_window")
+        )),
+        (r(), "lease", Algorithm::AlignedWindow)
+    );
+    assert_eq!(
+        refused(&format!("lease = {{ max_units = 8 }}\n{}", route("gcra"))),
+        (r(), "lease", Algorithm::Gcra)
+    );
+    assert_eq!(
+        refused(&format!(
+            "group_commit = true\nlease = {{ max_units = 8 }}\n{base}"
+        )),
+        ("api".to_owned(), "group_commit", Algorithm::FixedWindow)
+    );
+    assert_eq!(
+        refused(&format!("{}burst = 20\n", route("sliding_window"))),
+        (r(), "burst", Algorithm::SlidingWindow)
+    );
+    // What the algorithms honour is built: the aligned window groups.
+    let grouped: PolicyConfig =
+        toml::from_str(&format!("group_commit = true\n{}", route("aligned_window"))).unwrap();
+    assert!(matches!(
+        Policies::from_config(&grouped).unwrap().for_path("/r"),
+        Limiter::AlignedGrouped(_)
+    ));
+}
+
 /// `group_commit` in a policy file: `true` is `GroupCommit::for_checks()`, a table gives both
 /// settings (checked by `GroupCommit::new` while parsing), and the config round-trips.
 #[test]
