@@ -146,8 +146,7 @@ fn main() {
             GovernorLayer::new(config)
         };
         let grouped = |name: &str, limit: u32| {
-            let limiter = fw(name, limit)
-                .with_group_commit(GroupCommit::new(64, 4).unwrap());
+            let limiter = fw(name, limit).grouped(GroupCommit::new(64, 4).unwrap());
             RateLimitLayer::new(limiter, conn.clone())
         };
         let redkit = |name: &str, limit: u32, cache: bool| {
@@ -161,9 +160,7 @@ fn main() {
         };
         // Leased quota: one instance here, at most `LEASE_UNITS` units per lease call.
         let leased_with = |name: &str, limit: u32, cache: bool, headers: QuotaHeaders| {
-            let limiter = fw(name, limit)
-                .with_lease(QuotaLease::new(lease_units()).unwrap())
-                .unwrap();
+            let limiter = fw(name, limit).leased(QuotaLease::new(lease_units()).unwrap());
             let builder = RateLimitLayer::builder(limiter, conn.clone()).quota_headers(headers);
             let builder = if cache {
                 builder.deny_cache_capacity(100_000)

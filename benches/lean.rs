@@ -111,7 +111,8 @@ use redkit::lock::{
     Acquire, FairLock, Lock, LockOptions, Mode, Owner, ReentrantLock, Release, RwLock, Semaphore,
 };
 use redkit::rate_limit::{
-    Decision, FixedWindow, Gcra, LimitKey, Limiter, QuotaLease, Rate, SlidingWindow,
+    AlignedWindow, Decision, FixedWindow, Gcra, LimitKey, Limiter, QuotaLease, Rate, RateLimiter,
+    SlidingWindow,
 };
 use redkit::script::{Backend, Library};
 use redkit::{Call, GroupCommit, Registry, ScriptManager};
@@ -568,8 +569,7 @@ async fn lease_case(conn: &MultiplexedConnection, pid: Option<u32>, secs: f64) {
     let leased = Arc::new(
         FixedWindow::new("lean-lease", rate)
             .unwrap()
-            .with_lease(QuotaLease::new(64).unwrap())
-            .unwrap(),
+            .leased(QuotaLease::new(64).unwrap()),
     );
     let (leased_op, _) = hot_key_ops(&leased, &key);
     let redkit_leased = run_op(conn, pid, secs, &leased_op).await;
@@ -613,12 +613,11 @@ async fn fixed_case(
     row("fixed-window check, 10k IPs", &redkit, &seed);
     // Windows aligned to the clock: one INCRBY on the common path (fixed_window_aligned.v1).
     let aligned = Arc::new(
-        FixedWindow::new(
+        AlignedWindow::new(
             "lean-al",
             Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
         )
-        .unwrap()
-        .aligned_to_clock(),
+        .unwrap(),
     );
     let redkit_aligned = checks(conn, pid, secs, &aligned, ips).await;
     row(
@@ -634,7 +633,7 @@ async fn fixed_case(
             Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
         )
         .unwrap()
-        .with_group_commit(GroupCommit::new(64, group_in_flight()).unwrap()),
+        .grouped(GroupCommit::new(64, group_in_flight()).unwrap()),
     );
     let calls_before = evalsha_calls(conn.clone()).await;
     let redkit_grouped = checks(conn, pid, secs, &grouped, ips).await;
@@ -654,13 +653,12 @@ async fn fixed_case(
         &seed,
     );
     let aligned_grouped = Arc::new(
-        FixedWindow::new(
+        AlignedWindow::new(
             "lean-al-gc",
             Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
         )
         .unwrap()
-        .with_group_commit(GroupCommit::new(64, group_in_flight()).unwrap())
-        .aligned_to_clock(),
+        .grouped(GroupCommit::new(64, group_in_flight()).unwrap()),
     );
     let redkit_aligned_grouped = checks(conn, pid, secs, &aligned_grouped, ips).await;
     row(
@@ -875,11 +873,11 @@ async fn pipeline_case(
 }
 
 /// 64 tasks of `FixedWindow::check` over the 10k IPs, every check allowed.
-async fn checks(
+async fn checks<L: RateLimiter>(
     conn: &MultiplexedConnection,
     pid: Option<u32>,
     secs: f64,
-    limiter: &Arc<FixedWindow>,
+    limiter: &Arc<L>,
     ips: &Arc<Vec<LimitKey>>,
 ) -> Measured {
     run_op(conn, pid, secs, &limiter_ops(limiter, ips).0).await
@@ -1645,7 +1643,7 @@ async fn sequential_case(conn: MultiplexedConnection) {
     let mut cases: Vec<(&str, Op, Op)> = Vec::new();
 
     // One limiter's checks against the seed's, each on its own 10k keys.
-    let limiter_case = |name, limiter: FixedWindow, ips: u32, seed_prefix: &'static str| {
+    let limiter_case = |name, limiter: Limiter, ips: u32, seed_prefix: &'static str| {
         let (limiter, seed) = (
             Arc::new(limiter),
             Arc::new(redis::Script::new(SEED_LIMITER)),
@@ -1671,7 +1669,9 @@ async fn sequential_case(conn: MultiplexedConnection) {
     let window = Duration::from_millis(WINDOW_MS);
     cases.push(limiter_case(
         "fixed-window check",
-        FixedWindow::new("seq", Rate::new(LIMIT, window).unwrap()).unwrap(),
+        FixedWindow::new("seq", Rate::new(LIMIT, window).unwrap())
+            .unwrap()
+            .into(),
         0x0c00_0000,
         "seq:rl",
     ));
@@ -1680,7 +1680,8 @@ async fn sequential_case(conn: MultiplexedConnection) {
         "fixed-window check, with_group_commit(64, 4)",
         FixedWindow::new("seq-gc", Rate::new(LIMIT, window).unwrap())
             .unwrap()
-            .with_group_commit(GroupCommit::new(64, 4).unwrap()),
+            .grouped(GroupCommit::new(64, 4).unwrap())
+            .into(),
         0x0d00_0000,
         "seq:rl2",
     ));

@@ -19,8 +19,8 @@ use redkit::lock::{
     Release, Renew, RwLock, Semaphore, WithLock,
 };
 use redkit::rate_limit::{
-    Algorithm, Decision, FixedWindow, Gcra, LimitKey, Limiter, QuotaLease, Rate, RateLimiter,
-    SlidingWindow,
+    Algorithm, AlignedWindow, Decision, FixedWindow, Gcra, LimitKey, Limiter, QuotaLease, Rate,
+    RateLimiter, SlidingWindow,
 };
 use redkit::script::admin::{Admin, FlushMode, LibraryState, NodeReport};
 use redkit::script::{Backend, Library, Replication};
@@ -508,31 +508,32 @@ async fn rate_limiting(conn: &mut MultiplexedConnection) -> Run {
         .await
         .at("batch")?;
     ensure!(all_ran(&batch), "check_batch on a cold cache: {batch:?}");
-    let windows = [
-        ("fixed window", FixedWindow::new("fw", rate).unwrap()),
+    let windows: [(&str, Limiter); 5] = [
+        ("fixed window", FixedWindow::new("fw", rate).unwrap().into()),
         (
             "aligned window",
-            FixedWindow::new("al", rate).unwrap().aligned_to_clock(),
+            AlignedWindow::new("al", rate).unwrap().into(),
         ),
         (
             "group commit",
             FixedWindow::new("gc", rate)
                 .unwrap()
-                .with_group_commit(GroupCommit::for_checks()),
+                .grouped(GroupCommit::for_checks())
+                .into(),
         ),
         (
             "aligned group commit",
-            FixedWindow::new("ag", rate)
+            AlignedWindow::new("ag", rate)
                 .unwrap()
-                .aligned_to_clock()
-                .with_group_commit(GroupCommit::for_checks()),
+                .grouped(GroupCommit::for_checks())
+                .into(),
         ),
         (
             "quota lease",
             FixedWindow::new("le", rate)
                 .unwrap()
-                .with_lease(QuotaLease::new(2).unwrap())
-                .unwrap(),
+                .leased(QuotaLease::new(2).unwrap())
+                .into(),
         ),
     ];
     for (what, w) in &windows {
@@ -551,7 +552,9 @@ async fn rate_limiting(conn: &mut MultiplexedConnection) -> Run {
             d.at(what)?;
         }
     }
-    let fw = &windows[0].1;
+    let Limiter::Fixed(fw) = &windows[0].1 else {
+        unreachable!("the first is the plain window")
+    };
     let batch = fw
         .check_batch(conn, &[key("x"), key("y")])
         .await

@@ -10,7 +10,7 @@ use std::sync::{Mutex, OnceLock};
 use metrics::{KeyName, SharedString};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
-use redkit::rate_limit::{DenyCache, FixedWindow, LimitKey, Rate};
+use redkit::rate_limit::{DenyCache, FixedWindow, LimitKey, Rate, RateLimiter};
 use redkit::{Call, GroupCommit, Registry, ScriptManager};
 
 /// A metric's name and its sorted labels.
@@ -265,7 +265,7 @@ async fn deny_cache_lookups_and_group_sizes_add_up_to_the_checks_made() {
 
     let grouped = FixedWindow::new("metrics-group", Rate::per_minute(1_000).unwrap())
         .unwrap()
-        .with_group_commit(GroupCommit::for_checks());
+        .grouped(GroupCommit::for_checks());
     ScriptManager::new().preload(&mut conn).await.unwrap(); // no NOSCRIPT: one call per group
     let before = server.evalsha_calls().await;
     let checks: Vec<_> = (0..50)

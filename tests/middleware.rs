@@ -16,7 +16,7 @@ use redkit::middleware::{
     ClientId, FailMode, FnKey, LimitOutcome, Policies, PolicyConfig, QuotaHeaders, RateLimitLayer,
     TrustedProxies, Unchecked, UnknownClient,
 };
-use redkit::rate_limit::{FixedWindow, LimitKey, QuotaLease, Rate};
+use redkit::rate_limit::{FixedWindow, LimitKey, Limiter, QuotaLease, Rate};
 use reqwest::StatusCode;
 use support::RedisServer;
 
@@ -519,7 +519,7 @@ async fn a_dropped_request_leading_a_group_leaves_the_others_checked() {
     let mut server = RedisServer::spawn().await;
     let conn = patient_conn(&server).await;
     let limiter = limiter("dropped", 100, Duration::from_secs(60))
-        .with_group_commit(redkit::GroupCommit::new(64, 1).unwrap());
+        .grouped(redkit::GroupCommit::new(64, 1).unwrap());
     let layer = RateLimitLayer::builder(limiter, conn)
         .key_extractor(FnKey::new(|_| {
             LimitKey::text("one").ok().map(ClientId::Key)
@@ -588,7 +588,7 @@ async fn grouped_requests_to_a_frozen_redis_are_answered_at_the_layer_timeout() 
     let mut server = RedisServer::spawn().await;
     let conn = patient_conn(&server).await;
     let limiter = limiter("frozen", 100, Duration::from_secs(60))
-        .with_group_commit(redkit::GroupCommit::new(64, 2).unwrap());
+        .grouped(redkit::GroupCommit::new(64, 2).unwrap());
     let timeout = Duration::from_secs(1);
     let layer = RateLimitLayer::builder(limiter, conn)
         .timeout(timeout)
@@ -856,12 +856,74 @@ async fn a_hook_shapes_the_429_and_503_responses() {
     assert_eq!(body["title"], "Service Unavailable");
 }
 
+/// A policy file asking an algorithm for an option it cannot honour is refused when the
+/// policies are built, naming the policy, the option and the algorithm: never ignored.
+#[test]
+fn a_policy_file_option_the_algorithm_cannot_honour_is_refused() {
+    use redkit::middleware::PolicyConfig;
+    use redkit::rate_limit::Algorithm;
+    let refused = |file: &str| {
+        let config: PolicyConfig = toml::from_str(file).unwrap();
+        match Policies::from_config(&config) {
+            Err(redkit::Error::UnsupportedOption {
+                policy,
+                option,
+                algorithm,
+                ..
+            }) => (policy, option, algorithm),
+            other => panic!("{file}: {other:?}"),
+        }
+    };
+    let base = "[default]\nname = \"api\"\nlimit = 10\nwindow_ms = 1000\n";
+    let route = |algorithm: &str| {
+        format!(
+            "{base}[[routes]]\npath = \"/r\"\nname = \"r\"\nlimit = 5\nwindow_ms = 1000\nalgorithm = \"{algorithm}\"\n"
+        )
+    };
+    let r = || "r".to_owned();
+    assert_eq!(
+        refused(&format!("group_commit = true\n{}", route("gcra"))),
+        (r(), "group_commit", Algorithm::Gcra)
+    );
+    assert_eq!(
+        refused(&format!("group_commit = true\n{}", route("sliding_window"))),
+        (r(), "group_commit", Algorithm::SlidingWindow)
+    );
+    assert_eq!(
+        refused(&format!(
+            "lease = {{ max_units = 8 }}\n{}",
+            route("aligned_window")
+        )),
+        (r(), "lease", Algorithm::AlignedWindow)
+    );
+    assert_eq!(
+        refused(&format!("lease = {{ max_units = 8 }}\n{}", route("gcra"))),
+        (r(), "lease", Algorithm::Gcra)
+    );
+    assert_eq!(
+        refused(&format!(
+            "group_commit = true\nlease = {{ max_units = 8 }}\n{base}"
+        )),
+        ("api".to_owned(), "group_commit", Algorithm::FixedWindow)
+    );
+    assert_eq!(
+        refused(&format!("{}burst = 20\n", route("sliding_window"))),
+        (r(), "burst", Algorithm::SlidingWindow)
+    );
+    // What the algorithms honour is built: the aligned window groups.
+    let grouped: PolicyConfig =
+        toml::from_str(&format!("group_commit = true\n{}", route("aligned_window"))).unwrap();
+    assert!(matches!(
+        Policies::from_config(&grouped).unwrap().for_path("/r"),
+        Limiter::AlignedGrouped(_)
+    ));
+}
+
 /// `group_commit` in a policy file: `true` is `GroupCommit::for_checks()`, a table gives both
 /// settings (checked by `GroupCommit::new` while parsing), and the config round-trips.
 #[test]
 fn group_commit_in_a_policy_file_is_one_groupcommit_value() {
     use redkit::middleware::{PolicyConfig, PolicySpec};
-    use redkit::rate_limit::Limiter;
     use redkit::GroupCommit;
     let parse = |setting: &str| {
         toml::from_str::<PolicyConfig>(&format!(
@@ -870,7 +932,8 @@ fn group_commit_in_a_policy_file_is_one_groupcommit_value() {
     };
     let grouped = |config: &PolicyConfig| match Policies::from_config(config).unwrap().for_path("/")
     {
-        Limiter::Fixed(f) => f.group_commit(),
+        Limiter::FixedGrouped(g) => Some(g.group_commit()),
+        Limiter::Fixed(_) => None,
         other => panic!("{other:?}"),
     };
     let on = parse("true").unwrap();
@@ -961,9 +1024,7 @@ async fn the_service_gives_access_to_the_inner_one() {
 #[tokio::test]
 async fn checks_answered_in_process_answer_as_the_round_trip_does() {
     let server = RedisServer::spawn().await;
-    let leased = limiter("ip", 40, Duration::from_secs(60))
-        .with_lease(QuotaLease::new(16).unwrap())
-        .unwrap();
+    let leased = limiter("ip", 40, Duration::from_secs(60)).leased(QuotaLease::new(16).unwrap());
     let layer = RateLimitLayer::builder(leased, manager(&server).await)
         .deny_cache_capacity(100)
         .build()
@@ -1014,10 +1075,10 @@ async fn checks_answered_in_process_answer_as_the_round_trip_does() {
 async fn quota_headers_on_refusal_leave_allowed_answers_alone() {
     let server = RedisServer::spawn().await;
     let conn = manager(&server).await;
-    let plain = limiter("plain", 3, Duration::from_secs(60));
-    let leased = limiter("leased", 3, Duration::from_secs(60))
-        .with_lease(QuotaLease::new(4).unwrap())
-        .unwrap();
+    let plain: Limiter = limiter("plain", 3, Duration::from_secs(60)).into();
+    let leased: Limiter = limiter("leased", 3, Duration::from_secs(60))
+        .leased(QuotaLease::new(4).unwrap())
+        .into();
     for limiter in [plain, leased] {
         let name = limiter.name().to_owned();
         let layer = RateLimitLayer::builder(limiter, conn.clone())
@@ -1104,10 +1165,10 @@ async fn the_inner_service_called_is_always_the_one_made_ready() {
         }
         req
     };
-    let plain = limiter("ready", 5, Duration::from_secs(60));
-    let leased = limiter("ready_leased", 5, Duration::from_secs(60))
-        .with_lease(QuotaLease::new(4).unwrap())
-        .unwrap();
+    let plain: Limiter = limiter("ready", 5, Duration::from_secs(60)).into();
+    let leased: Limiter = limiter("ready_leased", 5, Duration::from_secs(60))
+        .leased(QuotaLease::new(4).unwrap())
+        .into();
     for limiter in [plain, leased] {
         let name = limiter.name().to_owned();
         let layer = RateLimitLayer::builder(limiter, conn.clone())

@@ -585,14 +585,11 @@ proptest! {
         prop_assert_eq!(l.name(), name.as_str());
         prop_assert_eq!(l.limit(), limit);
         prop_assert_eq!(l.window(), Duration::from_millis(window_ms));
-        prop_assert!(!l.is_aligned_to_clock());
-        prop_assert_eq!(l.group_commit(), None);
         let key = LimitKey::text("u").unwrap();
         let base = format!("redkit:rl:{name}:{{k:u}}");
         prop_assert_eq!(l.redis_key(&key), base.clone());
         // Aligned to the clock: the key ends with the number of the current window.
-        let aligned = l.aligned_to_clock();
-        prop_assert!(aligned.is_aligned_to_clock());
+        let aligned = redkit::rate_limit::AlignedWindow::new(&name, Rate::new(limit, window).unwrap()).unwrap();
         let before = now_ms();
         let key = aligned.redis_key(&key);
         let after = now_ms();
@@ -612,7 +609,6 @@ proptest! {
     ) {
         let ok = group_commit_ok(&(max_batch, in_flight));
         let limiter = FixedWindow::new("g", Rate::per_second(10).unwrap()).unwrap();
-        prop_assert_eq!(limiter.group_commit(), None);
         match GroupCommit::new(max_batch, in_flight) {
             Ok(settings) => {
                 prop_assert!(ok);
@@ -620,8 +616,8 @@ proptest! {
                     (settings.max_batch(), settings.max_in_flight()),
                     (max_batch, in_flight)
                 );
-                let l = limiter.with_group_commit(settings);
-                prop_assert_eq!(l.group_commit(), Some(settings));
+                let l = limiter.grouped(settings);
+                prop_assert_eq!(l.group_commit(), settings);
                 let inventory = redkit::inventory::Inventory::builder()
                     .prefix("inv")
                     .with_group_commit(settings)

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redkit::rate_limit::{Decision, FixedWindow, LimitKey, Rate};
+use redkit::keys::Prefix;
+use redkit::rate_limit::{Decision, FixedWindow, LimitKey, Limiter, Rate};
 use redkit::{Call, CallOutcome, Error, Registry, ScriptManager};
 use support::{RedisCluster, RedisServer};
 
@@ -533,7 +534,7 @@ async fn works_on_a_cluster() {
 /// slot, no CROSSSLOT; the limit holds per client.
 #[tokio::test]
 async fn every_algorithm_works_on_a_cluster() {
-    use redkit::rate_limit::{Gcra, Limiter, SlidingWindow};
+    use redkit::rate_limit::{Gcra, SlidingWindow};
     let cluster = RedisCluster::spawn().await;
     let mut conn = cluster.conn().await;
     let period = Duration::from_secs(30);
@@ -542,12 +543,11 @@ async fn every_algorithm_works_on_a_cluster() {
             .unwrap()
             .into(),
         // Aligned to the clock: a window far longer than the test, so it never rolls over.
-        FixedWindow::new(
+        redkit::rate_limit::AlignedWindow::new(
             "c-aligned",
             Rate::new(3, Duration::from_secs(1 << 40)).unwrap(),
         )
         .unwrap()
-        .aligned_to_clock()
         .into(),
         Gcra::new("c-gcra", Rate::new(3, period).unwrap())
             .unwrap()
@@ -558,8 +558,7 @@ async fn every_algorithm_works_on_a_cluster() {
         // A chosen prefix keeps the hash tag: still one slot per client.
         Gcra::new("c-prefixed", Rate::new(3, period).unwrap())
             .unwrap()
-            .with_prefix("app:gcra")
-            .unwrap()
+            .with_prefix(Prefix::new("app:gcra").unwrap())
             .into(),
     ];
     let keys: Vec<LimitKey> = (1..=12u8).map(|i| ip(&format!("10.2.0.{i}"))).collect();
@@ -613,7 +612,7 @@ async fn keys_live_under_the_prefix_on_the_server() {
         let exists: i64 = server.cmd(&["EXISTS", expected]).await;
         assert_eq!(exists, 1, "{expected}");
         // The same limiter under another prefix has its own state.
-        let moved = limiter.clone().with_prefix("app:x").unwrap();
+        let moved = limiter.clone().with_prefix(Prefix::new("app:x").unwrap());
         let moved_key = moved.redis_key(&key);
         assert!(moved_key.starts_with("app:x:d:{k:u}"), "{moved_key}");
         let d = moved.check(&mut conn, &key).await.unwrap();
@@ -638,18 +637,17 @@ async fn keys_live_under_the_prefix_on_the_server() {
         .await;
     let old = FixedWindow::new("old", rate)
         .unwrap()
-        .with_prefix("rk:rl")
-        .unwrap();
+        .with_prefix(Prefix::new("rk:rl").unwrap());
     assert_eq!(old.prefix(), "rk:rl");
     assert!(old.check(&mut conn, &key).await.unwrap().is_allowed());
     assert!(!old.check(&mut conn, &key).await.unwrap().is_allowed());
     let fresh = FixedWindow::new("old", rate).unwrap();
     let d = fresh.check(&mut conn, &key).await.unwrap();
     assert_eq!(d.quota().remaining(), 4, "the default prefix starts afresh");
-    // A bad prefix is refused before anything is sent.
+    // A bad prefix is refused before a limiter can have it.
     for bad in ["", "a b", "a{b}", &"p".repeat(65)] {
         assert!(matches!(
-            FixedWindow::new("x", rate).unwrap().with_prefix(bad),
+            Prefix::new(bad),
             Err(Error::InvalidInput { what: "prefix", .. })
         ));
     }
@@ -1033,18 +1031,22 @@ async fn a_full_counter_in_its_last_millisecond_is_refused_for_milliseconds_only
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let window = Duration::from_secs(60);
-    let plain = FixedWindow::new("edge", Rate::new(5, window).unwrap()).unwrap();
-    let grouped = FixedWindow::new("edge-g", Rate::new(5, window).unwrap())
+    let plain: Limiter = FixedWindow::new("edge", Rate::new(5, window).unwrap())
         .unwrap()
-        .with_group_commit(redkit::GroupCommit::for_checks());
-    let leased = FixedWindow::new("edge-l", Rate::new(5, window).unwrap())
+        .into();
+    let grouped: Limiter = FixedWindow::new("edge-g", Rate::new(5, window).unwrap())
         .unwrap()
-        .with_lease(redkit::rate_limit::QuotaLease::new(4).unwrap())
-        .unwrap();
+        .grouped(redkit::GroupCommit::for_checks())
+        .into();
+    let leased: Limiter = FixedWindow::new("edge-l", Rate::new(5, window).unwrap())
+        .unwrap()
+        .leased(redkit::rate_limit::QuotaLease::new(4).unwrap())
+        .into();
     let cache = redkit::rate_limit::DenyCache::new(1_000).unwrap();
-    let cached = FixedWindow::new("edge-c", Rate::new(5, window).unwrap())
+    let cached: Limiter = FixedWindow::new("edge-c", Rate::new(5, window).unwrap())
         .unwrap()
-        .with_deny_cache(cache.clone());
+        .with_deny_cache(cache.clone())
+        .into();
     let key = LimitKey::text("edge").unwrap();
     for limiter in [&plain, &grouped, &leased, &cached] {
         let rk = limiter.redis_key(&key);

@@ -1,4 +1,4 @@
-//! Fixed windows aligned to the clock (`FixedWindow::aligned_to_clock`, fixed_window_aligned.v3)
+//! Fixed windows aligned to the clock (`AlignedWindow`, fixed_window_aligned.v3)
 //! against a real Redis: counts, resets at the window's end, nothing half-applied whatever is
 //! stored and whatever the ACL denies.
 
@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redkit::rate_limit::{Decision, DenyCache, FixedWindow, LimitKey, Rate};
+use redkit::rate_limit::{AlignedWindow, Decision, DenyCache, LimitKey, Rate};
 use redkit::{Call, Error, Registry, ScriptManager};
 use support::RedisServer;
 
@@ -25,10 +25,8 @@ fn now_ms() -> u64 {
     .unwrap()
 }
 
-fn aligned(name: &str, limit: u32, window: Duration) -> FixedWindow {
-    FixedWindow::new(name, Rate::new(limit, window).unwrap())
-        .unwrap()
-        .aligned_to_clock()
+fn aligned(name: &str, limit: u32, window: Duration) -> AlignedWindow {
+    AlignedWindow::new(name, Rate::new(limit, window).unwrap()).unwrap()
 }
 
 /// Every key of the (private) server with its DUMP and whether it has a TTL

@@ -1,4 +1,4 @@
-//! Group commit of fixed-window checks (`FixedWindow::with_group_commit`) against real Redis:
+//! Group commit of fixed-window checks (`FixedWindow::grouped`, `Grouped`) against real Redis:
 //! `fixed_window_group.v3` answers and writes per key exactly what `fixed_window.v9` does, a
 //! group answers each check as if sent alone, a bad counter fails only its own check (nothing
 //! written), counts hold under a flood, and a Cluster run (groups spanning slots are refused
@@ -15,7 +15,9 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
 use redis::Value;
-use redkit::rate_limit::{Decision, FixedWindow, LimitKey, Rate};
+use redkit::rate_limit::{
+    AlignedWindow, Decision, FixedWindow, Grouped, LimitKey, Rate, RateLimiter,
+};
 use redkit::script::{Call, Registry};
 use redkit::{Error, GroupCommit, ScriptManager};
 use support::{RedisCluster, RedisServer};
@@ -24,10 +26,10 @@ const WINDOW: Duration = Duration::from_secs(600);
 
 /// Group commit with ONE call in flight: every check queued behind a frozen first call joins
 /// one group, in arrival order.
-fn grouped(name: &str, limit: u32) -> FixedWindow {
+fn grouped(name: &str, limit: u32) -> Grouped<FixedWindow> {
     FixedWindow::new(name, Rate::new(limit, WINDOW).unwrap())
         .unwrap()
-        .with_group_commit(GroupCommit::new(64, 1).unwrap())
+        .grouped(GroupCommit::new(64, 1).unwrap())
 }
 
 fn key(k: &str) -> LimitKey {
@@ -54,9 +56,9 @@ fn gist(d: &Decision) -> (&'static str, u32, u32) {
 /// Runs a first check alone and then `checks` while the server is frozen, so all of `checks`
 /// queue behind the first; returns every outcome (the first first) and the `EVALSHA` calls
 /// the server answered for them.
-async fn frozen_group(
+async fn frozen_group<L: RateLimiter>(
     server: &mut RedisServer,
-    limiter: &FixedWindow,
+    limiter: &L,
     conn: &MultiplexedConnection,
     checks: &[(&str, u32)],
 ) -> (Vec<redkit::Result<Decision>>, u64) {
@@ -180,7 +182,7 @@ async fn counts_hold_under_a_flood() {
     let conn = preloaded(&server).await;
     let limiter = FixedWindow::new("flood", Rate::new(50, WINDOW).unwrap())
         .unwrap()
-        .with_group_commit(GroupCommit::new(64, 4).unwrap());
+        .grouped(GroupCommit::new(64, 4).unwrap());
     let before = server.evalsha_calls().await;
     let checks = (0..1200u32).map(|i| {
         let (limiter, mut c) = (limiter.clone(), conn.clone());
@@ -228,7 +230,7 @@ async fn groups_work_on_a_cluster() {
     let conn = cluster.conn().await;
     let limiter = FixedWindow::new("cl", Rate::new(3, WINDOW).unwrap())
         .unwrap()
-        .with_group_commit(GroupCommit::new(64, 1).unwrap());
+        .grouped(GroupCommit::new(64, 1).unwrap());
     let primaries = cluster.primaries().await;
     // Two rounds: the first meets a group spanning slots (refused, then sent one by one).
     for round in 0..2 {
@@ -459,7 +461,7 @@ async fn groups_work_with_the_functions_backend() {
     let limiter = FixedWindow::new("fn", Rate::new(20, WINDOW).unwrap())
         .unwrap()
         .with_manager(ScriptManager::new().with_backend(Backend::Functions))
-        .with_group_commit(GroupCommit::new(64, 1).unwrap());
+        .grouped(GroupCommit::new(64, 1).unwrap());
     // The library is loaded by the first call.
     let mut c = conn.clone();
     assert!(limiter
@@ -644,18 +646,15 @@ async fn aligned_windows_group_too() {
     let conn = preloaded(&server).await;
     // Day-long windows: no window edge passes during the test (but at midnight UTC).
     const DAY: Duration = Duration::from_secs(86_400);
-    let limiter = FixedWindow::new("al", Rate::new(3, DAY).unwrap())
+    let limiter = AlignedWindow::new("al", Rate::new(3, DAY).unwrap())
         .unwrap()
-        .with_group_commit(GroupCommit::new(64, 1).unwrap())
-        .aligned_to_clock();
+        .grouped(GroupCommit::new(64, 1).unwrap());
     let (outcomes, calls) = frozen_group(&mut server, &limiter, &conn, &CHECKS).await;
     assert_eq!(
         calls, 2,
         "the first alone, then ONE call for the nine queued"
     );
-    let alone = FixedWindow::new("al-s", Rate::new(3, DAY).unwrap())
-        .unwrap()
-        .aligned_to_clock();
+    let alone = AlignedWindow::new("al-s", Rate::new(3, DAY).unwrap()).unwrap();
     let mut c = conn.clone();
     let mut expected = Vec::new();
     for (k, cost) in std::iter::once(("first", 1)).chain(CHECKS) {

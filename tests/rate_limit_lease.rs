@@ -1,4 +1,4 @@
-//! Leased quota (`FixedWindow::with_lease`) against a real Redis: 4 instances (their own
+//! Leased quota (`FixedWindow::leased`, `Leased`) against a real Redis: 4 instances (their own
 //! managers and connections) hammering one key never admit more than the limit in a window and
 //! admit at least `limit - 4 x max_units` when demand exceeds it; a lease is never used after
 //! its window; cold keys take no lease; a restart mid-window drops what was held of the lost
@@ -10,21 +10,20 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redkit::rate_limit::{FixedWindow, LimitKey, QuotaLease, Rate};
+use redkit::rate_limit::{FixedWindow, Leased, LimitKey, QuotaLease, Rate, RateLimiter};
 use redkit::ScriptManager;
 use support::RedisServer;
 
 const MAX_UNITS: u32 = 8;
 
-fn leased(limit: u32, window_ms: u64) -> FixedWindow {
+fn leased(limit: u32, window_ms: u64) -> Leased<FixedWindow> {
     FixedWindow::new(
         "lease",
         Rate::new(limit, Duration::from_millis(window_ms)).unwrap(),
     )
     .unwrap()
     .with_manager(ScriptManager::new())
-    .with_lease(QuotaLease::new(MAX_UNITS).unwrap().instances(4).unwrap())
-    .unwrap()
+    .leased(QuotaLease::new(MAX_UNITS).unwrap().instances(4).unwrap())
 }
 
 /// Bursts of 32 tasks over 4 instances, each burst inside one window: it starts once the last
@@ -34,7 +33,7 @@ fn leased(limit: u32, window_ms: u64) -> FixedWindow {
 async fn four_instances_never_admit_more_than_the_limit_in_a_window() {
     let server = RedisServer::spawn().await;
     let limit = 60;
-    let instances: Vec<FixedWindow> = (0..4).map(|_| leased(limit, 400)).collect();
+    let instances: Vec<Leased<FixedWindow>> = (0..4).map(|_| leased(limit, 400)).collect();
     let key = LimitKey::text("hot").unwrap();
     let redis_key = instances[0].redis_key(&key);
     let mut conns = Vec::new();
@@ -246,8 +245,7 @@ async fn a_hot_key_takes_one_lease_call_per_many_checks() {
     )
     .unwrap()
     .with_manager(ScriptManager::new())
-    .with_lease(QuotaLease::new(64).unwrap())
-    .unwrap();
+    .leased(QuotaLease::new(64).unwrap());
     let conn = server.conn().await;
     let key = LimitKey::text("hot").unwrap();
     let before = server.evalsha_calls().await;

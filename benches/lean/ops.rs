@@ -43,7 +43,7 @@ pub(crate) async fn run_op(
 }
 
 /// The limiter ops: `limiter.check` over the 10k IPs, and the seed limiter (key per call).
-pub(crate) fn limiter_ops(limiter: &Arc<FixedWindow>, ips: &Arc<Vec<LimitKey>>) -> (Op, Op) {
+pub(crate) fn limiter_ops<L: RateLimiter>(limiter: &Arc<L>, ips: &Arc<Vec<LimitKey>>) -> (Op, Op) {
     let (l, k) = (limiter.clone(), ips.clone());
     let redkit = op(move |mut c, t, i| {
         let (l, k) = (l.clone(), k.clone());
@@ -129,7 +129,7 @@ pub(crate) fn sliding_ops(ips: &Arc<Vec<LimitKey>>) -> (Op, Op) {
 }
 
 /// The limiter ops on ONE hot key: `limiter.check`, and the seed limiter on the same key.
-pub(crate) fn hot_key_ops(limiter: &Arc<FixedWindow>, key: &LimitKey) -> (Op, Op) {
+pub(crate) fn hot_key_ops<L: RateLimiter>(limiter: &Arc<L>, key: &LimitKey) -> (Op, Op) {
     let (l, k) = (limiter.clone(), Arc::new(key.clone()));
     let redkit = op(move |mut c, _, _| {
         let (l, k) = (l.clone(), k.clone());

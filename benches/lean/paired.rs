@@ -136,15 +136,12 @@ pub(crate) fn paired_header(how: &str, pairs: u64, secs: f64) {
 pub(crate) fn comparisons(ips: &Arc<Vec<LimitKey>>) -> Vec<Comparison> {
     let window = Duration::from_millis(WINDOW_MS);
     let default = Arc::new(FixedWindow::new("pair", Rate::new(LIMIT, window).unwrap()).unwrap());
-    let aligned = Arc::new(
-        FixedWindow::new("pair-al", Rate::new(LIMIT, window).unwrap())
-            .unwrap()
-            .aligned_to_clock(),
-    );
+    let aligned =
+        Arc::new(AlignedWindow::new("pair-al", Rate::new(LIMIT, window).unwrap()).unwrap());
     let grouped = Arc::new(
         FixedWindow::new("pair-gc", Rate::new(LIMIT, window).unwrap())
             .unwrap()
-            .with_group_commit(GroupCommit::new(64, 4).unwrap()),
+            .grouped(GroupCommit::new(64, 4).unwrap()),
     );
     let store = Arc::new(Inventory::new("lean:inv").unwrap().store("w1").unwrap());
     let seed_limiter = limiter_ops(&default, ips).1;

@@ -172,6 +172,38 @@ pub enum Error {
         detail: String,
     },
 
+    /// A policy asks its algorithm for an option the algorithm cannot honour (group commit
+    /// or a lease on GCRA, a lease on windows aligned to the clock, a burst on anything but
+    /// GCRA, ...): refused when the policies are built, never ignored. Nothing was built.
+    ///
+    /// ```
+    /// use redkit::middleware::{Policies, PolicyConfig, PolicySpec};
+    /// use redkit::rate_limit::{Algorithm, QuotaLease, Rate};
+    /// let gcra = PolicySpec::new("api", Rate::per_second(10)?).algorithm(Algorithm::Gcra);
+    /// let config = PolicyConfig::new(gcra).with_lease(QuotaLease::new(8)?);
+    /// match Policies::from_config(&config) {
+    ///     Err(redkit::Error::UnsupportedOption { policy, option, algorithm, .. }) => {
+    ///         assert_eq!((policy.as_str(), option, algorithm), ("api", "lease", Algorithm::Gcra));
+    ///     }
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    #[error(
+        "policy {policy:?}: option {option} is not supported by {}: {reason}",
+        algorithm.as_str()
+    )]
+    UnsupportedOption {
+        /// The policy's name (its limiter's name).
+        policy: String,
+        /// The option, as written in configuration (`"group_commit"`, `"lease"`, `"burst"`).
+        option: &'static str,
+        /// The policy's algorithm.
+        algorithm: crate::rate_limit::Algorithm,
+        /// Why the algorithm cannot honour it.
+        reason: &'static str,
+    },
+
     /// The server lacks a feature the call needs: Redis Functions (`FCALL`) on a server older
     /// than 7.0, or Lua scripting itself (`EVALSHA` / `EVAL` / `SCRIPT` unknown: a server
     /// without its Lua engine, or the commands renamed away; said once in the log). Nothing

@@ -8,7 +8,7 @@
 //! queue behind it, and it takes them into its call. A `std::sync::Mutex` guards the queues;
 //! it is never held across an `.await`. Switched on with one [`GroupCommit`] value:
 //! [`InventoryBuilder::with_group_commit`](crate::inventory::InventoryBuilder::with_group_commit)
-//! and [`FixedWindow::with_group_commit`](crate::rate_limit::FixedWindow::with_group_commit).
+//! and [`FixedWindow::grouped`](crate::rate_limit::Window::grouped).
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Debug;
@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 /// limiter) travelling at once. The one switch of both components that group:
 /// [`InventoryBuilder::with_group_commit`](crate::inventory::InventoryBuilder::with_group_commit)
 /// (concurrent decrements of one SKU) and
-/// [`FixedWindow::with_group_commit`](crate::rate_limit::FixedWindow::with_group_commit)
+/// [`FixedWindow::grouped`](crate::rate_limit::Window::grouped)
 /// (concurrent checks of one limiter); each reads it back with `group_commit()`.
 ///
 /// [`GroupCommit::default()`] is the setting recommended for both: batches of up to

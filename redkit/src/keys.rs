@@ -49,6 +49,62 @@ pub(crate) fn validate_prefix(what: &'static str, prefix: &str) -> Result<()> {
     Ok(())
 }
 
+/// A validated key prefix: 1..=[`MAX_PREFIX_LEN`] bytes of `[A-Za-z0-9_:.-]`, checked once
+/// where it is made, so the setters that take one (`with_prefix` of the rate limiters)
+/// cannot fail.
+///
+/// ```
+/// use redkit::keys::Prefix;
+/// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
+/// let prefix = Prefix::new("app:rl")?;
+/// assert_eq!(prefix.as_str(), "app:rl");
+/// let l = FixedWindow::new("api", Rate::per_second(10)?)?.with_prefix(prefix);
+/// assert_eq!(l.redis_key(&LimitKey::text("u")?), "app:rl:api:{k:u}");
+/// assert!(Prefix::new("bad prefix").is_err());
+/// assert!(Prefix::new("").is_err());
+/// # Ok::<(), redkit::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Prefix(String);
+
+impl Prefix {
+    /// `prefix` if it is 1..=[`MAX_PREFIX_LEN`] bytes of `[A-Za-z0-9_:.-]`, else
+    /// [`Error::InvalidInput`].
+    ///
+    /// ```
+    /// assert!(redkit::keys::Prefix::new("rk:rl").is_ok());
+    /// assert!(redkit::keys::Prefix::new("a{b}").is_err());
+    /// ```
+    pub fn new(prefix: &str) -> Result<Self> {
+        validate_prefix("prefix", prefix)?;
+        Ok(Self(prefix.to_owned()))
+    }
+
+    /// The prefix.
+    ///
+    /// ```
+    /// assert_eq!(redkit::keys::Prefix::new("rk:rl")?.as_str(), "rk:rl");
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::str::FromStr for Prefix {
+    type Err = Error;
+
+    fn from_str(prefix: &str) -> Result<Self> {
+        Self::new(prefix)
+    }
+}
+
+impl std::fmt::Display for Prefix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// Escapes a user-supplied part: `%` -> `%25`, `{` -> `%7B`, `}` -> `%7D`. Injective, so two
 /// different parts never map to one key, and the result never contains a brace.
 /// Rejects empty parts and parts longer than [`MAX_PART_LEN`] bytes.

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::access::AccessList;
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
+use crate::keys::Prefix;
 use crate::rate_limit::{Algorithm, DenyCache, Limiter, QuotaLease, Rate, RateLimiter};
 
 /// Whether `algorithm` is the default one (left out when written).
@@ -105,18 +106,67 @@ impl PolicySpec {
         self
     }
 
-    /// The limiter of this policy, under `prefix` when given (else its algorithm's default).
-    fn build(&self, prefix: Option<&str>) -> Result<Limiter> {
+    /// The limiter of this policy, under `prefix` when given (else its algorithm's default),
+    /// with the file's `options`. An option the algorithm cannot honour is
+    /// [`Error::UnsupportedOption`].
+    fn build(&self, prefix: Option<&Prefix>, options: Options) -> Result<Limiter> {
+        let unsupported = |option, reason| Error::UnsupportedOption {
+            policy: self.name.clone(),
+            option,
+            algorithm: self.algorithm,
+            reason,
+        };
         let mut rate = Rate::new(self.limit, Duration::from_millis(self.window_ms))?;
         if let Some(burst) = self.burst {
             rate = rate.with_burst(burst)?;
         }
-        let limiter = Limiter::new(self.algorithm, &self.name, rate)?;
-        match prefix {
-            Some(prefix) => limiter.with_prefix(prefix),
-            None => Ok(limiter),
+        if rate.burst() != rate.limit() && self.algorithm != Algorithm::Gcra {
+            return Err(unsupported(
+                "burst",
+                "only gcra has a burst (a window allows its limit at once)",
+            ));
         }
+        let limiter = Limiter::new(self.algorithm, &self.name, rate)?;
+        let limiter = match prefix {
+            Some(prefix) => limiter.with_prefix(prefix.clone()),
+            None => limiter,
+        };
+        Ok(match (limiter, options.group_commit, options.lease) {
+            (limiter, None, None) => limiter,
+            (Limiter::Fixed(f), Some(settings), None) => f.grouped(settings).into(),
+            (Limiter::Aligned(a), Some(settings), None) => a.grouped(settings).into(),
+            (Limiter::Fixed(f), None, Some(lease)) => f.leased(lease).into(),
+            (Limiter::Fixed(_), Some(_), Some(_)) => {
+                return Err(unsupported(
+                    "group_commit",
+                    "a leased window answers its checks from the units held in process, \
+                     which group commit cannot group: choose group_commit or lease",
+                ))
+            }
+            (Limiter::Aligned(_), _, Some(_)) => {
+                return Err(unsupported(
+                    "lease",
+                    "leasing needs windows that start at the first hit (fixed_window)",
+                ))
+            }
+            (_, Some(_), _) => {
+                return Err(unsupported(
+                    "group_commit",
+                    "only the fixed windows (fixed_window, aligned_window) have a group script",
+                ))
+            }
+            (_, None, Some(_)) => {
+                return Err(unsupported("lease", "only fixed_window has a lease script"))
+            }
+        })
     }
+}
+
+/// The options of a [`PolicyConfig`] every one of its policies gets.
+#[derive(Debug, Clone, Copy)]
+struct Options {
+    group_commit: Option<GroupCommit>,
+    lease: Option<QuotaLease>,
 }
 
 /// A route override: requests whose path is `path` or lies below it (`/api` matches `/api`
@@ -190,7 +240,7 @@ pub struct PolicyConfig {
     /// One [`DenyCache`] of this many entries for every limiter (none when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     deny_cache_capacity: Option<usize>,
-    /// Group commit for every fixed-window limiter (off when absent): `true` for
+    /// Group commit for every limiter (off when absent): `true` for
     /// [`GroupCommit::for_checks()`], or a table `{ max_batch, max_in_flight }`.
     #[serde(
         default,
@@ -201,7 +251,7 @@ pub struct PolicyConfig {
     /// The key prefix of every limiter (each algorithm's default when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     prefix: Option<String>,
-    /// Leased quota for every fixed-window limiter (off when absent).
+    /// Leased quota for every limiter (off when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     lease: Option<QuotaLease>,
     /// Client networks never limited (see [`AccessList`]).
@@ -349,15 +399,17 @@ impl PolicyConfig {
         self
     }
 
-    /// Group commit for every fixed-window limiter with `settings` (TOML / JSON at the top
+    /// Group commit for every limiter with `settings` (TOML / JSON at the top
     /// level: `group_commit = true` for [`GroupCommit::for_checks()`], or
     /// `group_commit = { max_batch = 64, max_in_flight = 4 }`): concurrent checks of one
-    /// policy are settled by one script call (see [`FixedWindow::with_group_commit`](crate::rate_limit::FixedWindow::with_group_commit) for what
-    /// it changes). GCRA and sliding-window policies are not grouped.
+    /// policy are settled by one script call (see [`Grouped`](crate::rate_limit::Grouped) for
+    /// what it changes). Only the fixed windows (`fixed_window`, `aligned_window`) group:
+    /// [`Policies::from_config`] refuses it for another algorithm, or beside a lease, with
+    /// [`Error::UnsupportedOption`].
     ///
     /// ```
     /// use redkit::middleware::{Policies, PolicyConfig, PolicySpec};
-    /// use redkit::rate_limit::{Limiter, Rate};
+    /// use redkit::rate_limit::{Algorithm, Limiter, Rate};
     /// use redkit::GroupCommit;
     /// let config: PolicyConfig = toml::from_str(r#"
     ///     group_commit = true
@@ -368,10 +420,14 @@ impl PolicyConfig {
     /// "#).unwrap();
     /// let policies = Policies::from_config(&config)?;
     /// assert!(matches!(policies.for_path("/"),
-    ///     Limiter::Fixed(f) if f.group_commit() == Some(GroupCommit::for_checks())));
+    ///     Limiter::FixedGrouped(g) if g.group_commit() == GroupCommit::for_checks()));
     /// let built = PolicyConfig::new(PolicySpec::new("api", Rate::per_minute(100)?))
     ///     .with_group_commit(GroupCommit::for_checks());
     /// assert_eq!(built, config);
+    /// let gcra = PolicySpec::new("api", Rate::per_minute(100)?).algorithm(Algorithm::Gcra);
+    /// let refused = PolicyConfig::new(gcra).with_group_commit(GroupCommit::for_checks());
+    /// assert!(matches!(Policies::from_config(&refused),
+    ///     Err(redkit::Error::UnsupportedOption { option: "group_commit", .. })));
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn with_group_commit(mut self, settings: GroupCommit) -> Self {
@@ -379,10 +435,11 @@ impl PolicyConfig {
         self
     }
 
-    /// Leased quota for every fixed-window limiter (TOML / JSON at the top level:
-    /// `lease = { max_units = 32, instances = 4 }`): see
-    /// [`FixedWindow::with_lease`](crate::rate_limit::FixedWindow::with_lease). GCRA and
-    /// sliding-window policies do not lease.
+    /// Leased quota for every limiter (TOML / JSON at the top level:
+    /// `lease = { max_units = 32, instances = 4 }`): see [`Leased`](crate::rate_limit::Leased).
+    /// Only `fixed_window` leases: [`Policies::from_config`] refuses it for another
+    /// algorithm (`aligned_window` included), or beside group commit, with
+    /// [`Error::UnsupportedOption`].
     ///
     /// ```
     /// use redkit::middleware::{Policies, PolicyConfig};
@@ -396,7 +453,7 @@ impl PolicyConfig {
     /// "#).unwrap();
     /// let policies = Policies::from_config(&config)?;
     /// assert!(matches!(policies.for_path("/"),
-    ///     Limiter::Fixed(f) if f.lease() == Some(QuotaLease::new(32)?.instances(4)?)));
+    ///     Limiter::FixedLeased(l) if l.lease() == QuotaLease::new(32)?.instances(4)?));
     /// assert!(toml::from_str::<PolicyConfig>(r#"
     ///     lease = { max_units = 1 }
     ///     [default]
@@ -607,7 +664,10 @@ impl Policies {
         Ok(self)
     }
 
-    /// Builds the limiters of a [`PolicyConfig`], validating every entry.
+    /// Builds the limiters of a [`PolicyConfig`], validating every entry. An option a
+    /// policy's algorithm cannot honour (`group_commit` or `lease` on GCRA or the sliding
+    /// window, `lease` on `aligned_window`, both on one window, `burst` on anything but GCRA)
+    /// is [`Error::UnsupportedOption`], never ignored.
     ///
     /// ```
     /// use redkit::middleware::{PolicyConfig, Policies};
@@ -616,10 +676,16 @@ impl Policies {
     /// assert!(Policies::from_config(&bad).is_err());
     /// ```
     pub fn from_config(config: &PolicyConfig) -> Result<Self> {
-        let prefix = config.prefix.as_deref();
-        let mut policies = Self::new(config.default.build(prefix)?);
+        let prefix = config.prefix.as_deref().map(Prefix::new).transpose()?;
+        let prefix = prefix.as_ref();
+        let options = Options {
+            group_commit: config.group_commit,
+            lease: config.lease,
+        };
+        let mut policies = Self::new(config.default.build(prefix, options)?);
         for route in &config.routes {
-            policies = policies.route(route.path.clone(), route.policy().build(prefix)?)?;
+            let limiter = route.policy().build(prefix, options)?;
+            policies = policies.route(route.path.clone(), limiter)?;
         }
         let specs = std::iter::once(config.default.clone())
             .chain(config.routes.iter().map(RouteSpec::policy));
@@ -641,12 +707,6 @@ impl Policies {
         }
         if let Some(capacity) = config.deny_cache_capacity {
             policies = policies.with_deny_cache(DenyCache::new(capacity)?);
-        }
-        if let Some(settings) = config.group_commit {
-            policies = policies.with_group_commit(settings);
-        }
-        if let Some(lease) = config.lease {
-            policies = policies.with_lease(lease)?;
         }
         Ok(policies.with_access(AccessList::parse(&config.allow, &config.deny)?))
     }
@@ -709,46 +769,6 @@ impl Policies {
             access: self.access,
             shadow: self.shadow,
         }
-    }
-}
-
-impl Policies {
-    /// Every fixed-window limiter with group commit.
-    fn with_group_commit(self, settings: GroupCommit) -> Self {
-        let group = |l: Limiter| match l {
-            Limiter::Fixed(f) => Limiter::Fixed(f.with_group_commit(settings)),
-            other => other,
-        };
-        Self {
-            default: group(self.default),
-            routes: self
-                .routes
-                .into_iter()
-                .map(|(path, l)| (path, group(l)))
-                .collect(),
-            access: self.access,
-            shadow: self.shadow,
-        }
-    }
-}
-
-impl Policies {
-    /// Every fixed-window limiter with leased quota.
-    fn with_lease(self, lease: QuotaLease) -> Result<Self> {
-        let leased = |l: Limiter| match l {
-            Limiter::Fixed(f) => f.with_lease(lease).map(Limiter::Fixed),
-            other => Ok(other),
-        };
-        Ok(Self {
-            default: leased(self.default)?,
-            routes: self
-                .routes
-                .into_iter()
-                .map(|(path, l)| Ok((path, leased(l)?)))
-                .collect::<Result<_>>()?,
-            access: self.access,
-            shadow: self.shadow,
-        })
     }
 }
 
@@ -901,6 +921,84 @@ mod tests {
             PolicySpec::new("d", Rate::per_second(1).unwrap()).algorithm(Algorithm::SlidingWindow),
         );
         assert!(Policies::from_config(&clash).is_err());
+    }
+
+    /// Each option an algorithm cannot honour is refused by name, wherever the policy is.
+    #[test]
+    fn an_option_the_algorithm_cannot_honour_is_a_typed_error() {
+        let rate = Rate::per_second(10).unwrap();
+        let lease = Some(QuotaLease::new(8).unwrap());
+        let group = Some(GroupCommit::for_checks());
+        let spec = |algorithm| PolicySpec::new("p", rate).algorithm(algorithm);
+        let config = |spec: PolicySpec, group_commit, lease| PolicyConfig {
+            group_commit,
+            lease,
+            ..PolicyConfig::new(spec)
+        };
+        let refused = |config: PolicyConfig| match Policies::from_config(&config) {
+            Err(e @ Error::UnsupportedOption { .. }) => {
+                let text = e.to_string();
+                let Error::UnsupportedOption {
+                    policy,
+                    option,
+                    algorithm,
+                    reason,
+                } = e
+                else {
+                    unreachable!()
+                };
+                let says = format!("option {option} is not supported by {}", algorithm.as_str());
+                assert!(text.contains(&says) && text.ends_with(reason), "{text}");
+                (policy, option, algorithm)
+            }
+            other => panic!("{config:?}: {other:?}"),
+        };
+        let p = || "p".to_owned();
+        for (algorithm, group_commit, lease, option) in [
+            (Algorithm::Gcra, group, None, "group_commit"),
+            (Algorithm::Gcra, None, lease, "lease"),
+            (Algorithm::SlidingWindow, group, None, "group_commit"),
+            (Algorithm::SlidingWindow, None, lease, "lease"),
+            (Algorithm::AlignedWindow, None, lease, "lease"),
+            (Algorithm::AlignedWindow, group, lease, "lease"),
+            (Algorithm::FixedWindow, group, lease, "group_commit"),
+        ] {
+            assert_eq!(
+                refused(config(spec(algorithm), group_commit, lease)),
+                (p(), option, algorithm)
+            );
+        }
+        let burst = rate.with_burst(20).unwrap();
+        for algorithm in [
+            Algorithm::FixedWindow,
+            Algorithm::AlignedWindow,
+            Algorithm::SlidingWindow,
+        ] {
+            let spec = PolicySpec::new("p", burst).algorithm(algorithm);
+            assert_eq!(refused(config(spec, None, None)), (p(), "burst", algorithm));
+        }
+        // In a route: the route's policy is named.
+        let routed = config(spec(Algorithm::FixedWindow), None, lease)
+            .route("/g", PolicySpec::new("g", rate).algorithm(Algorithm::Gcra));
+        assert_eq!(refused(routed), ("g".to_owned(), "lease", Algorithm::Gcra));
+        // What each algorithm honours is applied.
+        let built = |config: PolicyConfig| Policies::from_config(&config).unwrap().default;
+        assert!(matches!(
+            built(config(spec(Algorithm::FixedWindow), group, None)),
+            Limiter::FixedGrouped(_)
+        ));
+        assert!(matches!(
+            built(config(spec(Algorithm::AlignedWindow), group, None)),
+            Limiter::AlignedGrouped(_)
+        ));
+        assert!(matches!(
+            built(config(spec(Algorithm::FixedWindow), None, lease)),
+            Limiter::FixedLeased(_)
+        ));
+        let gcra = PolicySpec::new("p", burst).algorithm(Algorithm::Gcra);
+        assert_eq!(built(config(gcra, None, None)).limit(), 20);
+        let aligned = built(config(spec(Algorithm::AlignedWindow), None, None));
+        assert!(matches!(aligned, Limiter::Aligned(_)));
     }
 
     #[test]

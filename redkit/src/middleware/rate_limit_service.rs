@@ -44,7 +44,7 @@ limit_service!(RateLimitLayer => RateLimit);
 
 /// Checks `key` within `timeout`: in process when the limiter can answer so (leased units,
 /// a deny-cache refusal: no timer, no connection), else over a clone of `conn`. A grouped check (a fixed window with
-/// [group commit](crate::rate_limit::FixedWindow::with_group_commit)) runs in a task of its
+/// [group commit](crate::rate_limit::Grouped)) runs in a task of its
 /// own: the request's future is dropped when its client goes away, and a check that leads a
 /// group must still read the reply that settles the other requests in it. That task is
 /// given twice `timeout`, so the reply is read for the others even after the leader's own

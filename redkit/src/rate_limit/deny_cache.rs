@@ -249,7 +249,7 @@ impl DenyCache {
     }
 
     /// Drops every entry (counters are kept), and with them the refusals a
-    /// [leased](super::FixedWindow::with_lease) limiter keeps beside its units for this cache.
+    /// [leased](super::Leased) limiter keeps beside its units for this cache.
     ///
     /// ```
     /// let cache = redkit::rate_limit::DenyCache::new(5)?;

@@ -5,7 +5,7 @@ use redis::aio::ConnectionLike;
 use super::deny_cache::DenyCache;
 use super::key::LimitKey;
 use crate::error::Result;
-use crate::keys::{tagged, validate_prefix};
+use crate::keys::{tagged, validate_prefix, Prefix};
 
 /// A limiter's prefix and name, and the base of its keys (`<prefix>:<name>`), built once.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,14 +26,13 @@ impl KeySpace {
         })
     }
 
-    /// The same name under `prefix` (1..=64 bytes of `[A-Za-z0-9_:.-]`).
-    pub(crate) fn with_prefix(&self, prefix: &str) -> Result<Self> {
-        validate_prefix("prefix", prefix)?;
-        Ok(Self {
+    /// The same name under `prefix`.
+    pub(crate) fn with_prefix(&self, prefix: &Prefix) -> Self {
+        Self {
             base: format!("{prefix}:{}", self.name),
-            prefix: prefix.to_owned(),
+            prefix: prefix.as_str().to_owned(),
             name: self.name.clone(),
-        })
+        }
     }
 
     pub(crate) fn prefix(&self) -> &str {
@@ -74,11 +73,9 @@ mod tests {
         let s = KeySpace::new("redkit:rl", "api").unwrap();
         assert_eq!((s.prefix(), s.name()), ("redkit:rl", "api"));
         assert_eq!(s.key(&k), "redkit:rl:api:{k:u}");
-        let moved = s.with_prefix("rk:rl").unwrap();
+        let moved = s.with_prefix(&Prefix::new("rk:rl").unwrap());
         assert_eq!(moved.key(&k), "rk:rl:api:{k:u}");
         assert_eq!(moved.name(), "api");
-        assert!(s.with_prefix("bad prefix").is_err());
-        assert!(s.with_prefix("").is_err());
         assert!(KeySpace::new("p", "a{b}").is_err());
         assert!(KeySpace::new("p", "").is_err());
     }

@@ -12,22 +12,29 @@ use super::key::LimitKey;
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
 use super::sliding::SlidingWindow;
-use super::window::FixedWindow;
+use super::window::{AlignedWindow, FixedWindow, Grouped, Leased};
 use crate::error::Result;
+use crate::keys::Prefix;
 
-/// Declares [`Limiter`] (one variant per algorithm), [`Algorithm`] (its name in
-/// configuration) and their dispatch: a new algorithm is its file (a type implementing
-/// [`RateLimiter`]) plus one line here.
+/// Declares [`Limiter`] (one variant per algorithm, and one per wrapper of an algorithm),
+/// [`Algorithm`] (its name in configuration) and their dispatch: a new algorithm is its file
+/// (a type implementing [`RateLimiter`]) plus one line here.
 macro_rules! limiters {
-    ($(
-        $(#[$doc:meta])*
-        $variant:ident($ty:ident) = $kind:ident, $config:literal;
-    )+) => {
+    (
+        algorithms {$(
+            $(#[$doc:meta])*
+            $variant:ident($ty:ty) = $kind:ident, $config:literal;
+        )+}
+        wrapped {$(
+            $(#[$wdoc:meta])*
+            $wvariant:ident($wty:ty) = $wkind:ident;
+        )+}
+    ) => {
         /// One of redkit's rate-limiting algorithms, as one type: a match per call, no
         /// allocation, and the middleware's `Policies` (feature `tower`) stays one concrete
         /// type whatever the mix of algorithms per route. Build it with `.into()` from any
-        /// limiter, or with [`Limiter::new`] from an [`Algorithm`]. Every method is the
-        /// algorithm's own ([`RateLimiter`]).
+        /// limiter (grouped and leased windows included), or with [`Limiter::new`] from an
+        /// [`Algorithm`]. Every method is the algorithm's own ([`RateLimiter`]).
         ///
         /// ```no_run
         /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -48,10 +55,12 @@ macro_rules! limiters {
         #[non_exhaustive]
         pub enum Limiter {
             $( $(#[$doc])* $variant($ty), )+
+            $( $(#[$wdoc])* $wvariant($wty), )+
         }
 
-        /// The name of an algorithm in configuration (`algorithm = "fixed_window" | "gcra" |
-        /// "sliding_window"` in a policy's TOML; fixed window when left out).
+        /// The name of an algorithm in configuration (`algorithm = "fixed_window" |
+        /// "aligned_window" | "gcra" | "sliding_window"` in a policy's TOML; fixed window when
+        /// left out).
         ///
         /// ```
         /// use redkit::rate_limit::Algorithm;
@@ -66,6 +75,20 @@ macro_rules! limiters {
             $( $(#[$doc])* #[serde(rename = $config)] $kind, )+
         }
 
+        impl Algorithm {
+            /// The algorithm's name in configuration.
+            ///
+            /// ```
+            /// use redkit::rate_limit::Algorithm;
+            /// assert_eq!(Algorithm::AlignedWindow.as_str(), "aligned_window");
+            /// ```
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $( Self::$kind => $config, )+
+                }
+            }
+        }
+
         impl Limiter {
             /// A limiter of `algorithm` named `name`: the algorithm's own `new(name, rate)`.
             ///
@@ -78,21 +101,24 @@ macro_rules! limiters {
             /// ```
             pub fn new(algorithm: Algorithm, name: &str, rate: Rate) -> Result<Self> {
                 match algorithm {
-                    $( Algorithm::$kind => $ty::new(name, rate).map(Self::$variant), )+
+                    $( Algorithm::$kind => <$ty>::new(name, rate).map(Self::$variant), )+
                 }
             }
 
-            /// The limiter's algorithm.
+            /// The limiter's algorithm (a grouped or leased window's is its window's).
             ///
             /// ```
-            /// use redkit::rate_limit::{Algorithm, Gcra, Limiter, Rate};
+            /// use redkit::rate_limit::{Algorithm, FixedWindow, Gcra, Limiter, Rate};
             /// let l: Limiter = Gcra::new("api", Rate::per_second(10)?)?.into();
             /// assert_eq!(l.algorithm(), Algorithm::Gcra);
+            /// let grouped = FixedWindow::new("api", Rate::per_second(10)?)?.grouped(redkit::GroupCommit::for_checks());
+            /// assert_eq!(Limiter::from(grouped).algorithm(), Algorithm::FixedWindow);
             /// # Ok::<(), redkit::Error>(())
             /// ```
             pub fn algorithm(&self) -> Algorithm {
                 match self {
                     $( Self::$variant(_) => Algorithm::$kind, )+
+                    $( Self::$wvariant(_) => Algorithm::$wkind, )+
                 }
             }
 
@@ -101,13 +127,14 @@ macro_rules! limiters {
             /// ```
             /// use redkit::rate_limit::{LimitKey, Limiter, Rate, SlidingWindow};
             /// let l: Limiter = SlidingWindow::new("api", Rate::per_second(10)?)?.into();
-            /// let l = l.with_prefix("app:sw")?;
+            /// let l = l.with_prefix(redkit::keys::Prefix::new("app:sw")?);
             /// assert_eq!(l.redis_key(&LimitKey::text("a")?), "app:sw:api:{k:a}");
             /// # Ok::<(), redkit::Error>(())
             /// ```
-            pub fn with_prefix(self, prefix: &str) -> Result<Self> {
+            pub fn with_prefix(self, prefix: Prefix) -> Self {
                 match self {
-                    $( Self::$variant(l) => l.with_prefix(prefix).map(Self::$variant), )+
+                    $( Self::$variant(l) => Self::$variant(l.with_prefix(prefix)), )+
+                    $( Self::$wvariant(l) => Self::$wvariant(l.with_prefix(prefix)), )+
                 }
             }
 
@@ -115,6 +142,7 @@ macro_rules! limiters {
             fn inner(&self) -> &dyn Dispatch {
                 match self {
                     $( Self::$variant(l) => l, )+
+                    $( Self::$wvariant(l) => l, )+
                 }
             }
 
@@ -133,6 +161,7 @@ macro_rules! limiters {
             ) -> Result<Decision> {
                 match self {
                     $( Self::$variant(l) => l.check_n(conn, key, cost).await, )+
+                    $( Self::$wvariant(l) => l.count(conn, key, cost).await, )+
                 }
             }
 
@@ -146,6 +175,7 @@ macro_rules! limiters {
             pub async fn reset<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<bool> {
                 match self {
                     $( Self::$variant(l) => l.reset(conn, key).await, )+
+                    $( Self::$wvariant(l) => l.forget(conn, key).await, )+
                 }
             }
 
@@ -154,27 +184,45 @@ macro_rules! limiters {
             pub(crate) fn attach_deny_cache(self, cache: DenyCache) -> Self {
                 match self {
                     $( Self::$variant(l) => Self::$variant(l.attach_deny_cache(cache)), )+
+                    $( Self::$wvariant(l) => Self::$wvariant(l.attach_deny_cache(cache)), )+
                 }
             }
         }
-
-        $(
-            impl From<$ty> for Limiter {
-                fn from(l: $ty) -> Self {
-                    Self::$variant(l)
-                }
-            }
-        )+
     };
 }
 
 limiters! {
-    /// [`FixedWindow`]: counter per window; up to 2 x limit around a window edge.
-    Fixed(FixedWindow) = FixedWindow, "fixed_window";
-    /// [`Gcra`]: token bucket (rate and burst), exact retry-after.
-    Gcra(Gcra) = Gcra, "gcra";
-    /// [`SlidingWindow`]: two-counter weighted sliding window.
-    Sliding(SlidingWindow) = SlidingWindow, "sliding_window";
+    algorithms {
+        /// [`FixedWindow`]: counter per window from the first hit; up to 2 x limit around a
+        /// window edge.
+        Fixed(FixedWindow) = FixedWindow, "fixed_window";
+        /// [`AlignedWindow`]: counter per window aligned to the clock.
+        Aligned(AlignedWindow) = AlignedWindow, "aligned_window";
+        /// [`Gcra`]: token bucket (rate and burst), exact retry-after.
+        Gcra(Gcra) = Gcra, "gcra";
+        /// [`SlidingWindow`]: two-counter weighted sliding window.
+        Sliding(SlidingWindow) = SlidingWindow, "sliding_window";
+    }
+    wrapped {
+        /// A [`FixedWindow`] with group commit.
+        FixedGrouped(Grouped<FixedWindow>) = FixedWindow;
+        /// An [`AlignedWindow`] with group commit.
+        AlignedGrouped(Grouped<AlignedWindow>) = AlignedWindow;
+        /// A [`FixedWindow`] answering from leased quota.
+        FixedLeased(Leased<FixedWindow>) = FixedWindow;
+    }
+}
+
+impl From<Gcra> for Limiter {
+    fn from(l: Gcra) -> Self {
+        Self::Gcra(l)
+    }
+}
+
+impl From<SlidingWindow> for Limiter {
+    fn from(l: SlidingWindow) -> Self {
+        Self::Sliding(l)
+    }
 }
 
 // By hand: the variants come from the registry above.
@@ -319,7 +367,7 @@ impl Limiter {
         self.inner().deny_cache()
     }
 
-    /// Whether concurrent checks are grouped (see [`FixedWindow::with_group_commit`]).
+    /// Whether concurrent checks are grouped (see [`Grouped`]).
     #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) fn is_grouped(&self) -> bool {
         self.inner().is_grouped()
@@ -398,11 +446,10 @@ mod tests {
             assert_eq!(l.window(), Duration::from_secs(2));
             assert_eq!(l.redis_key(&key), format!("{prefix}:t:{{k:u}}"));
             assert!(l.deny_cache().is_none() && !l.is_grouped());
-            let moved = l.clone().with_prefix("p").unwrap();
+            let moved = l.clone().with_prefix(Prefix::new("p").unwrap());
             assert_eq!(moved.redis_key(&key), "p:t:{k:u}");
             assert_eq!(moved.algorithm(), l.algorithm());
             assert!(moved.same_config(&l));
-            assert!(l.clone().with_prefix("a b").is_err());
         }
     }
 

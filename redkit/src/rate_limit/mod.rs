@@ -1,6 +1,9 @@
 //! Rate limiting shared by every instance of a service.
 //!
-//! - [`FixedWindow`]: counter per window (one atomic script call per check, batches, reset).
+//! - [`FixedWindow`]: counter per window from a client's first hit (one atomic script call
+//!   per check, batches, reset); [`AlignedWindow`]: windows aligned to the clock. Both are a
+//!   [`Window`]; [`Grouped`] (group commit) and [`Leased`] (leased quota) wrap them where
+//!   their scripts allow (`.grouped(..)`, `.leased(..)`).
 //! - [`Gcra`]: smooth, token-bucket semantics (rate and burst), exact retry-after.
 //! - [`SlidingWindow`]: two-counter weighted sliding window, no clock at all.
 //! - [`Rate`]: what every limiter is built from (`X::new(name, rate)`): N per period, with a
@@ -8,11 +11,11 @@
 //! - [`RateLimiter`]: what every algorithm provides; [`Limiter`]: any of them, one type (what
 //!   the middleware's policies hold), chosen by [`Algorithm`] in configuration.
 //! - Keys: `<prefix>:<name>:{<client>}`, the prefix each algorithm's `DEFAULT_PREFIX`
-//!   (`redkit:rl`, `redkit:gcra`, `redkit:sw`) unless `with_prefix` chooses another.
+//!   (`redkit:rl` for both windows, `redkit:gcra`, `redkit:sw`) unless `with_prefix` chooses another.
 //! - [`LimitKey`]: canonical client identity (IP with IPv6 grouping, or bounded text).
 //! - [`Decision`] / [`Quota`]: the outcome of a check.
 //! - [`DenyCache`]: answers clients known to be limited locally, until their reset.
-//! - [`QuotaLease`]: leased quota for [`FixedWindow`], a shared limit answered in process.
+//! - [`QuotaLease`]: the settings of [`Leased`], a shared limit answered in process.
 //!
 //! ```no_run
 //! # async fn run() -> redkit::Result<()> {
@@ -30,14 +33,11 @@
 //! # Ok(()) }
 //! ```
 
-mod aligned;
 mod decision;
 pub(crate) mod deny_cache;
-mod flight;
 mod gcra;
 mod key;
 mod key_space;
-mod lease;
 mod limiter;
 mod rate;
 mod rate_limiter;
@@ -45,7 +45,6 @@ mod reply;
 mod sliding;
 mod wait;
 mod window;
-mod window_group;
 
 pub use decision::{Decision, Quota};
 pub use deny_cache::{DenyCache, DenyCacheStats};
@@ -53,9 +52,11 @@ pub use gcra::Gcra;
 #[allow(unused_imports)]
 pub(crate) use key::{canonical, validate_ipv6_prefix};
 pub use key::{LimitKey, DEFAULT_IPV6_PREFIX};
-pub use lease::QuotaLease;
 pub use limiter::{Algorithm, Limiter};
 pub use rate::Rate;
 pub use rate_limiter::RateLimiter;
 pub use sliding::SlidingWindow;
-pub use window::FixedWindow;
+pub use window::{
+    AlignedWindow, ClockAligned, FirstHit, FixedWindow, Grouped, Leased, QuotaLease, Window,
+    WindowKind,
+};

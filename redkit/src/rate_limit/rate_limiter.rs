@@ -28,12 +28,15 @@ pub(super) fn push_cost(call: &mut Call<'_>, cost: u32) {
 /// (a refusal does not turn into an allow before it elapses, unless the key is reset), in one
 /// round trip.
 ///
-/// Implemented by [`FixedWindow`](super::FixedWindow), [`Gcra`](super::Gcra),
-/// [`SlidingWindow`](super::SlidingWindow) and [`Limiter`](super::Limiter) (any of them as
-/// one type: what the middleware's policies hold), and sealed. Each also has the accessors,
-/// `check`, `check_n` and `reset` as its own, so calling them needs no import of the trait;
-/// waiting for a permit ([`check_within`](Self::check_within)) comes from the trait. Write
-/// code generic over the algorithm with it.
+/// Implemented by [`FixedWindow`](super::FixedWindow), [`AlignedWindow`](super::AlignedWindow),
+/// [`Gcra`](super::Gcra), [`SlidingWindow`](super::SlidingWindow), the wrappers
+/// [`Grouped`](super::Grouped) and [`Leased`](super::Leased) of the windows they allow, and
+/// [`Limiter`](super::Limiter) (any of them as one type: what the middleware's policies
+/// hold), and sealed. Each algorithm also has the accessors, `check`, `check_n` and `reset`
+/// as its own, so calling them needs no import of the trait (a wrapper's come from this
+/// trait, its window's accessors also from its `limiter()`); waiting for a permit
+/// ([`check_within`](Self::check_within)) comes from the trait. Write code generic over the
+/// algorithm with it.
 ///
 /// ```no_run
 /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -86,7 +89,7 @@ pub trait RateLimiter:
     /// use redkit::rate_limit::{FixedWindow, Rate, RateLimiter};
     /// let login = FixedWindow::new("login", Rate::per_minute(5)?)?;
     /// assert_eq!(RateLimiter::prefix(&login), FixedWindow::DEFAULT_PREFIX);
-    /// let scoped = login.with_prefix("shop:rl")?;
+    /// let scoped = login.with_prefix(redkit::keys::Prefix::new("shop:rl")?);
     /// assert_eq!(RateLimiter::prefix(&scoped), "shop:rl");
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -291,42 +294,44 @@ pub trait RateLimiter:
 
 /// Implements the [`RateLimiter`] methods an algorithm has as its own (`name`, `rate`,
 /// `prefix`, `redis_key`, `check_n`, `reset`, and those listed after the type among
-/// `deny_cache`, `limit`, `window`) by calling them; inside an `impl RateLimiter`.
+/// `deny_cache`, `limit`, `window`) by calling them; inside an `impl RateLimiter`. A wrapper
+/// of a limiter (`via limiter: Inner, Wrapper`) takes the accessors (and `deny_cache`) from
+/// the limiter its method `limiter()` returns, `check_n` and `reset` from its own `count`
+/// and `forget`.
 macro_rules! delegate_rate_limiter {
-    (@ $ty:ty, deny_cache) => {
+    (@ $ty:ty, $view:expr, deny_cache) => {
         fn deny_cache(&self) -> Option<&$crate::rate_limit::DenyCache> {
-            <$ty>::deny_cache(self)
+            <$ty>::deny_cache(($view)(self))
         }
     };
-    (@ $ty:ty, limit) => {
+    (@ $ty:ty, $view:expr, limit) => {
         fn limit(&self) -> u32 {
-            <$ty>::limit(self)
+            <$ty>::limit(($view)(self))
         }
     };
-    (@ $ty:ty, window) => {
+    (@ $ty:ty, $view:expr, window) => {
         fn window(&self) -> std::time::Duration {
-            <$ty>::window(self)
+            <$ty>::window(($view)(self))
         }
     };
-    ($ty:ty $(, $own:ident)*) => {
-        $( delegate_rate_limiter!(@ $ty, $own); )*
-
+    (@accessors $ty:ty, $view:expr) => {
         fn name(&self) -> &str {
-            <$ty>::name(self)
+            <$ty>::name(($view)(self))
         }
 
         fn rate(&self) -> &$crate::rate_limit::Rate {
-            <$ty>::rate(self)
+            <$ty>::rate(($view)(self))
         }
 
         fn prefix(&self) -> &str {
-            <$ty>::prefix(self)
+            <$ty>::prefix(($view)(self))
         }
 
         fn redis_key(&self, key: &$crate::rate_limit::LimitKey) -> String {
-            <$ty>::redis_key(self, key)
+            <$ty>::redis_key(($view)(self), key)
         }
-
+    };
+    (@checks $ty:ty, $check_n:ident, $reset:ident) => {
         fn check_n<C: redis::aio::ConnectionLike + Send>(
             &self,
             conn: &mut C,
@@ -334,7 +339,7 @@ macro_rules! delegate_rate_limiter {
             cost: u32,
         ) -> impl std::future::Future<Output = $crate::Result<$crate::rate_limit::Decision>> + Send
         {
-            <$ty>::check_n(self, conn, key, cost)
+            <$ty>::$check_n(self, conn, key, cost)
         }
 
         fn reset<C: redis::aio::ConnectionLike + Send>(
@@ -342,8 +347,18 @@ macro_rules! delegate_rate_limiter {
             conn: &mut C,
             key: &$crate::rate_limit::LimitKey,
         ) -> impl std::future::Future<Output = $crate::Result<bool>> + Send {
-            <$ty>::reset(self, conn, key)
+            <$ty>::$reset(self, conn, key)
         }
+    };
+    (via limiter: $inner:ty, $ty:ty) => {
+        delegate_rate_limiter!(@ $inner, <$ty>::limiter, deny_cache);
+        delegate_rate_limiter!(@accessors $inner, <$ty>::limiter);
+        delegate_rate_limiter!(@checks $ty, count, forget);
+    };
+    ($ty:ty $(, $own:ident)*) => {
+        $( delegate_rate_limiter!(@ $ty, std::convert::identity, $own); )*
+        delegate_rate_limiter!(@accessors $ty, std::convert::identity);
+        delegate_rate_limiter!(@checks $ty, check_n, reset);
     };
 }
 pub(super) use delegate_rate_limiter;

@@ -12,6 +12,7 @@ use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
 use super::reply::{ints, non_negative};
 use crate::error::{Error, Result};
+use crate::keys::Prefix;
 use crate::script::{embedded, Call, Script, ScriptManager};
 
 /// A sliding-window limiter (the two-counter approximation of python `limits`' moving window
@@ -135,20 +136,21 @@ impl SlidingWindow {
         })
     }
 
-    /// Puts the keys under `prefix` (1..=64 bytes of `[A-Za-z0-9_:.-]`) instead of
+    /// Puts the keys under `prefix` (a validated [`Prefix`]) instead of
     /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX): `<prefix>:<name>:{<client>}`.
-    /// `with_prefix("rk:sw")` keeps the keys used before 0.2.
+    /// `with_prefix(Prefix::new("rk:sw")?)` keeps the keys used before 0.2.
     ///
     /// ```
     /// use redkit::rate_limit::{LimitKey, Rate, SlidingWindow};
-    /// let l = SlidingWindow::new("api", Rate::per_second(10)?)?.with_prefix("app:sw")?;
+    /// use redkit::keys::Prefix;
+    /// let l = SlidingWindow::new("api", Rate::per_second(10)?)?.with_prefix(Prefix::new("app:sw")?);
     /// assert_eq!(l.prefix(), "app:sw");
     /// assert_eq!(l.redis_key(&LimitKey::text("u")?), "app:sw:api:{k:u}");
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
-        self.keys = self.keys.with_prefix(prefix)?;
-        Ok(self)
+    pub fn with_prefix(mut self, prefix: Prefix) -> Self {
+        self.keys = self.keys.with_prefix(&prefix);
+        self
     }
 
     /// The key prefix.

@@ -1,4 +1,4 @@
-//! Leased quota for [`FixedWindow`](super::FixedWindow): an instance takes several units of a
+//! Leased quota for a [`FixedWindow`](super::FixedWindow) ([`Leased`](super::Leased)): an instance takes several units of a
 //! key's current window from Redis in one call (counted there at once, so the sum over every
 //! instance never passes the limit) and answers that key's next checks from them in process,
 //! until they are spent or the window ends.
@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use redis::Value;
 
-use super::decision::{Decision, Quota};
-use super::deny_cache::DenyCache;
 use super::flight::{Flights, Leader, Turn};
 use crate::error::{Error, Result};
+use crate::rate_limit::decision::{Decision, Quota};
+use crate::rate_limit::deny_cache::DenyCache;
 use crate::script::{embedded, Call, Script, ScriptManager};
 
-/// The settings of leased quota ([`FixedWindow::with_lease`](super::FixedWindow::with_lease)):
+/// The settings of leased quota ([`FixedWindow::leased`](super::Window::leased)):
 /// at most `max_units` units taken by one lease call, and how many instances share the limit
 /// (each takes at most a `1 / (2 x instances)` share of what is left, so a busy window is not
 /// starved by units held idle elsewhere).
@@ -246,7 +246,7 @@ impl Leases {
         self.settings
     }
 
-    /// Joins the lease call in flight for `client` (a [`LimitKey`](super::LimitKey)'s text: the
+    /// Joins the lease call in flight for `client` (a [`LimitKey`](crate::rate_limit::LimitKey)'s text: the
     /// leases are one limiter's, so it names one counter), or becomes it.
     pub(super) fn join(&self, client: &str) -> Turn<'_> {
         self.flights.join(client)

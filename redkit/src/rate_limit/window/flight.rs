@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
-use super::decision::Decision;
+use crate::rate_limit::decision::Decision;
 
 /// A lease call on its way, as its followers see it.
 #[derive(Debug, Default)]

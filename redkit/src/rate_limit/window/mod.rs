@@ -1,61 +1,68 @@
-//! [`FixedWindow`]: one atomic script call per check.
+//! The fixed-window family, each behaviour a type: [`FixedWindow`] (windows from a client's
+//! first hit), [`AlignedWindow`] (windows aligned to the clock), and two wrappers:
+//! [`Grouped`] (group commit, for either kind) and [`Leased`] (leased quota, for windows
+//! from the first hit: what `fixed_window_lease` runs). A combination no script can run has
+//! no constructor, and no setter's effect depends on the order of setters.
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 use redis::Value;
 
-use super::aligned::Slot;
+use self::aligned::Slot;
+use self::queue::{GroupSender, WindowGroups};
 use super::decision::Decision;
 use super::deny_cache::DenyCache;
-use super::flight::Turn;
 use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
-use super::lease::{Ask, Leases, Local, QuotaLease};
+use super::limiter::Limiter;
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
-use super::window_group::{GroupSender, WindowGroups};
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
+use crate::keys::Prefix;
 use crate::script::{embedded, Call, CallOutcome, Script, ScriptManager};
 
+mod aligned;
+mod flight;
+mod grouped;
+mod lease;
+mod leased;
+mod queue;
 mod reply;
 
-/// A fixed-window rate limiter shared by every instance of a service.
+pub use grouped::Grouped;
+pub use lease::QuotaLease;
+pub use leased::Leased;
+
+/// A fixed-window limiter whose windows start at each client's first counted hit: the
+/// classic `INCR` + `EXPIRE` design, done atomically (a [`Window`] of kind [`FirstHit`]).
 ///
-/// Each check is one `EVALSHA` of `lua/fixed_window.v8.lua`, which atomically reads the
+/// Each check is one `EVALSHA` of `lua/fixed_window.v9.lua`, which atomically reads the
 /// counter's TTL, adds the cost if it fits under the limit (`INCRBY`, undone when it does
 /// not), gives a new counter (or one found without a TTL) its expiry, and answers the count
-/// and the remaining milliseconds (PTTL).
-/// Limit, remaining and reset all come from that one round trip; time comes from Redis.
+/// and the remaining milliseconds (PTTL). Limit, remaining and reset all come from that one
+/// round trip; time comes from Redis.
 ///
 /// **Window semantics.** A window starts at the first counted hit of a key and lasts
-/// `window`; then the key expires and the next hit starts a new window (the classic
-/// `INCR` + `EXPIRE` design, done atomically). Windows are not aligned to the clock, and a
-/// client can get up to `2 x limit` through in a short span around a window edge (`limit` at
-/// the end of one window and `limit` again at the start of the next). Requests that are
-/// limited are not counted, so a client that keeps retrying is not locked out longer.
+/// `window`; then the key expires and the next hit starts a new window. Windows are not
+/// aligned to the clock (see [`AlignedWindow`] for that), and a client can get up to
+/// `2 x limit` through in a short span around a window edge (`limit` at the end of one window
+/// and `limit` again at the start of the next). Requests that are limited are not counted, so
+/// a client that keeps retrying is not locked out longer.
 ///
-/// **Windows aligned to the clock** ([`aligned_to_clock`](Self::aligned_to_clock)): every
-/// client's windows start at multiples of `window` since the Unix epoch (by the calling
-/// process's clock), each in its own key, and a check is ONE `INCRBY` on the server
-/// (`lua/fixed_window_aligned.v2.lua`): about the cost of the hand-written `INCR` + `EXPIRE`
-/// script, against two commands (PTTL + INCRBY) for windows that start at the first hit.
-/// The reset is the window's end by the caller's clock, so it needs the clocks of your
-/// service's instances to agree (NTP): a clock that is off by `d` moves that instance's
-/// window edges by `d`.
+/// **Keys.** `<prefix>:<name>:{<canonical key>}` (prefix
+/// [`DEFAULT_PREFIX`](Window::DEFAULT_PREFIX) unless [`with_prefix`](Window::with_prefix)
+/// chooses another): limiters with different names never share a counter, and the client
+/// part is the hash tag, so every call is a single-slot call on a Cluster. Cheap to clone.
 ///
-/// **Keys.** `<prefix>:<name>:{<canonical key>}` (prefix [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX)
-/// unless [`with_prefix`](Self::with_prefix) chooses another): limiters with different names never share a
-/// counter, and the client part is the hash tag, so every call is a single-slot call on a
-/// Cluster. Cheap to clone.
+/// Group commit: [`grouped`](Window::grouped); leased quota: [`leased`](Window::leased).
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
-/// use std::time::Duration;
 /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
 ///
 /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
@@ -67,33 +74,167 @@ mod reply;
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct FixedWindow {
+pub type FixedWindow = Window<FirstHit>;
+
+/// A fixed-window limiter whose windows are aligned to the clock (a [`Window`] of kind
+/// [`ClockAligned`]): every client's windows start at multiples of `window` since the Unix
+/// epoch (by the calling process's clock), each in its own key,
+/// `<prefix>:<name>:{<client>}:<window number>`.
+///
+/// A check is ONE `INCRBY` on the server (plus `PEXPIRE` on a window's first hit;
+/// `lua/fixed_window_aligned.v3.lua`): about the cost of the hand-written `INCR` + `EXPIRE`
+/// script, against two commands (PTTL + INCRBY) for a [`FixedWindow`], and every client's
+/// windows end together (like `X-RateLimit-Reset` of most public APIs). The reset comes from
+/// the caller's clock, so run NTP on your instances: an instance whose clock is off by `d`
+/// counts in the right window only `d` late or early. A window's counter expires at most
+/// `min(window, 5 s)` after the window ends, so an instance whose clock lags by up to that
+/// still finds it.
+///
+/// The counters are different keys from those of a [`FixedWindow`] of the same name:
+/// switching a limiter between the two starts every client afresh. Aligned windows can be
+/// [grouped](Window::grouped), not leased (leasing needs windows that start at the first hit).
+///
+/// ```
+/// use redkit::rate_limit::{AlignedWindow, LimitKey, Rate};
+/// let l = AlignedWindow::new("api", Rate::per_minute(100)?)?;
+/// // The key names the current minute since the epoch.
+/// assert!(l.redis_key(&LimitKey::text("u")?).starts_with("redkit:rl:api:{k:u}:"));
+/// # Ok::<(), redkit::Error>(())
+/// ```
+pub type AlignedWindow = Window<ClockAligned>;
+
+/// Windows that start at a client's first counted hit ([`FixedWindow`]).
+///
+/// ```
+/// use redkit::rate_limit::{FirstHit, FixedWindow, Rate, Window};
+/// let l: Window<FirstHit> = FixedWindow::new("api", Rate::per_second(10)?)?;
+/// # let _ = l; Ok::<(), redkit::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirstHit {}
+
+/// Windows aligned to the clock ([`AlignedWindow`]).
+///
+/// ```
+/// use redkit::rate_limit::{AlignedWindow, ClockAligned, Rate, Window};
+/// let l: Window<ClockAligned> = AlignedWindow::new("api", Rate::per_second(10)?)?;
+/// # let _ = l; Ok::<(), redkit::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockAligned {}
+
+/// Where a [`Window`]'s windows start: [`FirstHit`] or [`ClockAligned`]. Sealed: each kind
+/// is one script (and one group script).
+///
+/// ```
+/// use redkit::rate_limit::{LimitKey, Window, WindowKind};
+/// fn key_of<K: WindowKind>(l: &Window<K>) -> String {
+///     l.redis_key(&LimitKey::text("u").unwrap())
+/// }
+/// let l = redkit::rate_limit::FixedWindow::new("api", redkit::rate_limit::Rate::per_second(1)?)?;
+/// assert_eq!(key_of(&l), "redkit:rl:api:{k:u}");
+/// # Ok::<(), redkit::Error>(())
+/// ```
+pub trait WindowKind: sealed::Kind {}
+
+impl WindowKind for FirstHit {}
+impl WindowKind for ClockAligned {}
+
+pub(crate) mod sealed {
+    use super::{Grouped, Limiter, Script, Window};
+
+    /// What a kind of window is made of: its scripts and its place in [`Limiter`].
+    #[allow(unreachable_pub)]
+    pub trait Kind: Sized + Send + Sync + 'static {
+        /// The type's name in `Debug`.
+        const NAME: &'static str;
+        /// Whether windows are aligned to the clock (each check then has its own window).
+        const ALIGNED: bool;
+        /// The script of one check.
+        fn script() -> &'static Script;
+        /// The script of a group of checks.
+        fn group_script() -> &'static Script;
+        /// The window as one [`Limiter`].
+        fn limiter(window: Window<Self>) -> Limiter;
+        /// The grouped window as one [`Limiter`].
+        fn grouped(grouped: Grouped<Window<Self>>) -> Limiter;
+    }
+}
+
+impl sealed::Kind for FirstHit {
+    const NAME: &'static str = "FixedWindow";
+    const ALIGNED: bool = false;
+    fn script() -> &'static Script {
+        embedded::FIXED_WINDOW.script()
+    }
+    fn group_script() -> &'static Script {
+        embedded::FIXED_WINDOW_GROUP.script()
+    }
+    fn limiter(window: Window<Self>) -> Limiter {
+        Limiter::Fixed(window)
+    }
+    fn grouped(grouped: Grouped<Window<Self>>) -> Limiter {
+        Limiter::FixedGrouped(grouped)
+    }
+}
+
+impl sealed::Kind for ClockAligned {
+    const NAME: &'static str = "AlignedWindow";
+    const ALIGNED: bool = true;
+    fn script() -> &'static Script {
+        embedded::FIXED_WINDOW_ALIGNED.script()
+    }
+    fn group_script() -> &'static Script {
+        embedded::FIXED_WINDOW_ALIGNED_GROUP.script()
+    }
+    fn limiter(window: Window<Self>) -> Limiter {
+        Limiter::Aligned(window)
+    }
+    fn grouped(grouped: Grouped<Window<Self>>) -> Limiter {
+        Limiter::AlignedGrouped(grouped)
+    }
+}
+
+/// A fixed-window rate limiter shared by every instance of a service: [`FixedWindow`]
+/// (windows from the first hit) or [`AlignedWindow`] (windows aligned to the clock), one
+/// atomic script call per check, batches and reset. Build it with the alias's `new`.
+///
+/// ```
+/// use redkit::rate_limit::{AlignedWindow, FixedWindow, Rate};
+/// let plain = FixedWindow::new("api", Rate::per_minute(100)?)?;
+/// let aligned = AlignedWindow::new("api", Rate::per_minute(100)?)?;
+/// assert_eq!((plain.limit(), aligned.limit()), (100, 100));
+/// # Ok::<(), redkit::Error>(())
+/// ```
+pub struct Window<K> {
     keys: KeySpace,
     /// The rate, its period in whole milliseconds.
     rate: Rate,
     limit: u32,
     window_ms: u64,
-    /// `fixed_window.v8` (windows from the first hit) or, aligned to the clock,
-    /// `fixed_window_aligned.v2`.
+    /// The kind's script, resolved up front.
     script: &'static Script,
-    /// `fixed_window_aligned.v2`, resolved up front.
-    aligned_script: &'static Script,
-    aligned: bool,
     manager: ScriptManager,
     deny_cache: Option<DenyCache>,
-    /// The script of a group: `fixed_window_group.v2`, or aligned to the clock
-    /// `fixed_window_aligned_group.v3`.
-    group_script: &'static Script,
-    /// `fixed_window_aligned_group.v3`, resolved up front.
-    aligned_group_script: &'static Script,
-    /// The queues of group commit, when enabled (shared by clones).
-    groups: Option<Arc<WindowGroups>>,
-    /// Leased quota, when enabled (shared by clones).
-    leases: Option<Arc<Leases>>,
+    kind: PhantomData<fn() -> K>,
 }
 
-impl FixedWindow {
+impl<K> Clone for Window<K> {
+    fn clone(&self) -> Self {
+        Self {
+            keys: self.keys.clone(),
+            rate: self.rate,
+            limit: self.limit,
+            window_ms: self.window_ms,
+            script: self.script,
+            manager: self.manager.clone(),
+            deny_cache: self.deny_cache.clone(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K: WindowKind> Window<K> {
     /// Prefix of every key unless [`with_prefix`](Self::with_prefix) chooses another.
     ///
     /// ```
@@ -126,6 +267,7 @@ impl FixedWindow {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub const MAX_WINDOW: Duration = Duration::from_millis((1 << 53) - 1);
+
     /// A limiter named `name` (1..=64 bytes of `[A-Za-z0-9_:.-]`) allowing
     /// [`rate.limit()`](Rate::limit) units per window of [`rate.period()`](Rate::period) (at
     /// least 1 ms; sub-millisecond parts are dropped), with keys under
@@ -137,8 +279,9 @@ impl FixedWindow {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redkit::rate_limit::{FixedWindow, Rate};
+    /// use redkit::rate_limit::{AlignedWindow, FixedWindow, Rate};
     /// assert!(FixedWindow::new("login", Rate::per_minute(5)?).is_ok());
+    /// assert!(AlignedWindow::new("login", Rate::per_minute(5)?).is_ok());
     /// assert!(FixedWindow::new("login", Rate::new(5, Duration::from_micros(10))?).is_err());
     /// assert!(FixedWindow::new("login", Rate::per_minute(5)?.with_burst(10)?).is_err());
     /// assert!(FixedWindow::new("a{b}", Rate::per_second(5)?).is_err());
@@ -153,43 +296,50 @@ impl FixedWindow {
             "window",
             "must be between 1 ms and 2^53 - 1 ms",
         )?;
-        let script = embedded::FIXED_WINDOW.script();
         Ok(Self {
             keys,
             rate: rate.with_period(Duration::from_millis(window_ms)),
             limit: rate.limit(),
             window_ms,
-            script,
-            aligned_script: embedded::FIXED_WINDOW_ALIGNED.script(),
-            aligned: false,
+            script: K::script(),
             manager: ScriptManager::new(),
             deny_cache: None,
-            group_script: embedded::FIXED_WINDOW_GROUP.script(),
-            aligned_group_script: embedded::FIXED_WINDOW_ALIGNED_GROUP.script(),
-            groups: None,
-            leases: None,
+            kind: PhantomData,
         })
     }
 
-    /// Puts the keys under `prefix` (1..=64 bytes of `[A-Za-z0-9_:.-]`) instead of
+    /// Puts the keys under `prefix` (a validated [`Prefix`]) instead of
     /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX): `<prefix>:<name>:{<client>}`.
-    /// `with_prefix("rk:rl")` keeps the keys used before 0.2.
+    /// `with_prefix(Prefix::new("rk:rl")?)` keeps the keys used before 0.2.
     ///
     /// ```
+    /// use redkit::keys::Prefix;
     /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
-    /// let l = FixedWindow::new("api", Rate::per_second(10)?)?.with_prefix("app:rl")?;
+    /// let l = FixedWindow::new("api", Rate::per_second(10)?)?.with_prefix(Prefix::new("app:rl")?);
     /// assert_eq!(l.prefix(), "app:rl");
     /// assert_eq!(l.redis_key(&LimitKey::text("u")?), "app:rl:api:{k:u}");
-    /// assert!(FixedWindow::new("api", Rate::per_second(10)?)?.with_prefix("bad prefix").is_err());
+    /// assert!(Prefix::new("bad prefix").is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
-        self.keys = self.keys.with_prefix(prefix)?;
-        // Leases are held per client key: units of the old prefix's counters are not these.
-        if let Some(leases) = &self.leases {
-            self.leases = Some(Leases::new(leases.settings()));
-        }
-        Ok(self)
+    pub fn with_prefix(mut self, prefix: Prefix) -> Self {
+        self.keys = self.keys.with_prefix(&prefix);
+        self
+    }
+
+    /// Group commit with `settings` ([`GroupCommit::for_checks()`] is the recommended one):
+    /// the same limiter, its concurrent checks coalesced into one script call. What it
+    /// changes: [`Grouped`].
+    ///
+    /// ```
+    /// use redkit::rate_limit::{AlignedWindow, FixedWindow, Rate};
+    /// use redkit::GroupCommit;
+    /// let limiter = FixedWindow::new("api", Rate::per_minute(100)?)?.grouped(GroupCommit::for_checks());
+    /// assert_eq!(limiter.group_commit(), GroupCommit::for_checks());
+    /// let aligned = AlignedWindow::new("api", Rate::per_minute(100)?)?.grouped(GroupCommit::for_checks());
+    /// # let _ = aligned; Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn grouped(self, settings: GroupCommit) -> Grouped<Self> {
+        Grouped::new(self, settings)
     }
 
     /// The key prefix.
@@ -216,144 +366,6 @@ impl FixedWindow {
         &self.rate
     }
 
-    /// Group commit (off by default) with `settings` ([`GroupCommit::for_checks()`] is the
-    /// recommended one): concurrent checks through this limiter (or any clone of it) are
-    /// coalesced, each still on its own counter. A check alone goes straight through (the
-    /// ordinary call, no timer, no added latency); checks arriving while
-    /// [`max_in_flight`](GroupCommit::max_in_flight) calls are in flight queue up, and when one
-    /// returns the first of them sends ONE script call (`lua/fixed_window_group.v2.lua`;
-    /// aligned to the clock `lua/fixed_window_aligned_group.v3.lua`) settling the next
-    /// [`max_batch`](GroupCommit::max_batch) in arrival order: each gets the decision it would
-    /// have got alone (the script runs `fixed_window.v8`'s, or `fixed_window_aligned.v2`'s,
-    /// steps per key). Under a flood the limiter then keeps up with a hand-written `INCR` +
-    /// `EXPIRE` script (measured in `docs/benchmarks.md`, "Group commit for the limiter").
-    ///
-    /// The group's call uses the connection of the caller that leads it, so every caller of
-    /// one limiter must use connections to the same Redis deployment. If the call fails,
-    /// every check in it gets the error (a lost reply: each may have been counted, as for a
-    /// single check); if the leading caller's future is dropped while the call is in flight,
-    /// the others get [`Error::Interrupted`]: where futures may be dropped (a request whose
-    /// client went away), run each check in a task of its own (`tokio::spawn`), as the
-    /// middleware (feature `tower`) does. On a Cluster the first group whose keys span
-    /// hash slots is refused by Redis before it runs (nothing counted); its checks are then
-    /// sent one by one and from then on groups are formed per hash slot. The batch calls
-    /// ([`check_batch`](Self::check_batch), [`check_batch_by_slot`](Self::check_batch_by_slot))
-    /// are never grouped.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use redkit::rate_limit::{FixedWindow, Rate};
-    /// use redkit::GroupCommit;
-    /// let limiter = FixedWindow::new("api", Rate::per_minute(100)?)?
-    ///     .with_group_commit(GroupCommit::for_checks());
-    /// assert_eq!(limiter.group_commit(), Some(GroupCommit::for_checks()));
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_group_commit(mut self, settings: GroupCommit) -> Self {
-        self.groups = Some(Arc::new(WindowGroups::new(settings)));
-        self
-    }
-
-    /// The settings of [group commit](Self::with_group_commit), or `None` when checks are not
-    /// grouped (the default).
-    ///
-    /// ```
-    /// # use redkit::rate_limit::Rate;
-    /// # use std::time::Duration;
-    /// let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
-    /// assert_eq!(l.group_commit(), None);
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn group_commit(&self) -> Option<GroupCommit> {
-        self.groups.as_ref().map(|g| g.settings())
-    }
-
-    /// Aligns windows to the clock: each window starts at a multiple of
-    /// [`window`](Self::window) since the Unix epoch (the calling process's clock) and has its
-    /// own counter key, `<prefix>:<name>:{<client>}:<window number>`. A check is then one
-    /// `INCRBY` on the server (plus `PEXPIRE` on a window's first hit): the cheapest design,
-    /// and every client's windows end together (like `X-RateLimit-Reset` of most public
-    /// APIs). The reset comes from the caller's clock, so run NTP on your instances: an
-    /// instance whose clock is off by `d` counts in the right window only `d` late or early.
-    /// A window's counter expires at most `min(window, 5 s)` after the window ends, so an
-    /// instance whose clock lags by up to that still finds it.
-    ///
-    /// The counters are different keys from those of the default windows (which start at a
-    /// client's first hit): switching a limiter between the two starts every client afresh.
-    /// It drops a [`QuotaLease`] (leasing needs windows that start at the first hit).
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
-    /// let l = FixedWindow::new("api", Rate::per_minute(100)?)?.aligned_to_clock();
-    /// assert!(l.is_aligned_to_clock());
-    /// // The key names the current minute since the epoch.
-    /// assert!(l.redis_key(&LimitKey::text("u")?).starts_with("redkit:rl:api:{k:u}:"));
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn aligned_to_clock(mut self) -> Self {
-        self.aligned = true;
-        self.leases = None;
-        self.script = self.aligned_script;
-        self.group_script = self.aligned_group_script;
-        self
-    }
-
-    /// Answers checks from **leased quota**: a check that finds no units held here takes up
-    /// to `lease.max_units()` units of the key's window from Redis in one call (counted there
-    /// at once: the sum over every instance never passes the limit) and answers the key's next
-    /// checks from them in process, with no round trip, until they are spent or the window
-    /// ends. How leases grow and what they cost (units unused at a window's end are not
-    /// admitted by anyone): [`QuotaLease`]. Checks of a cost above the limit, batches and
-    /// [`reset`](Self::reset) are as without leasing; group commit no longer applies to the
-    /// checks leasing answers. A [`DenyCache`] still answers known-limited clients.
-    ///
-    /// Errors: [`Error::InvalidInput`] for windows aligned to the clock.
-    ///
-    /// ```
-    /// use redkit::rate_limit::{FixedWindow, QuotaLease, Rate};
-    /// let l = FixedWindow::new("api", Rate::per_second(1_000)?)?.with_lease(QuotaLease::new(32)?.instances(4)?)?;
-    /// assert_eq!(l.lease().map(|l| l.max_units()), Some(32));
-    /// let aligned = FixedWindow::new("api", Rate::per_second(1_000)?)?.aligned_to_clock();
-    /// assert!(aligned.with_lease(QuotaLease::new(32)?).is_err());
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_lease(mut self, lease: QuotaLease) -> Result<Self> {
-        if self.aligned {
-            return Err(Error::invalid(
-                "lease",
-                "leasing needs windows that start at the first hit, not aligned to the clock",
-            ));
-        }
-        self.leases = Some(Leases::new(lease));
-        Ok(self)
-    }
-
-    /// The lease settings, when leasing is on ([`with_lease`](Self::with_lease)).
-    ///
-    /// ```
-    /// # use redkit::rate_limit::Rate;
-    /// let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
-    /// assert!(l.lease().is_none());
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn lease(&self) -> Option<QuotaLease> {
-        self.leases.as_ref().map(|l| l.settings())
-    }
-
-    /// Whether windows are aligned to the clock ([`aligned_to_clock`](Self::aligned_to_clock)).
-    ///
-    /// ```
-    /// # use redkit::rate_limit::Rate;
-    /// # use std::time::Duration;
-    /// let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
-    /// assert!(!l.is_aligned_to_clock());
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn is_aligned_to_clock(&self) -> bool {
-        self.aligned
-    }
-
     /// Answers checks of clients known to be limited from `cache`, without a Redis call,
     /// until their window resets (see [`DenyCache`] for why this is exact). Applies to
     /// [`check`](Self::check), [`check_n`](Self::check_n) and both batch calls (keys answered
@@ -361,7 +373,6 @@ impl FixedWindow {
     /// One cache may be shared by many limiters.
     ///
     /// ```
-    /// # use std::time::Duration;
     /// use redkit::rate_limit::{DenyCache, FixedWindow, Rate};
     /// let cache = DenyCache::new(100_000)?;
     /// let limiter = FixedWindow::new("api", Rate::per_minute(100)?)?.with_deny_cache(cache.clone());
@@ -377,7 +388,6 @@ impl FixedWindow {
     ///
     /// ```
     /// # use redkit::rate_limit::Rate;
-    /// # use std::time::Duration;
     /// let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
     /// assert!(l.deny_cache().is_none());
     /// # Ok::<(), redkit::Error>(())
@@ -390,7 +400,6 @@ impl FixedWindow {
     ///
     /// ```
     /// # use redkit::rate_limit::Rate;
-    /// # use std::time::Duration;
     /// use redkit::{rate_limit::FixedWindow, ScriptManager};
     /// let shared = ScriptManager::new();
     /// let limiter = FixedWindow::new("api", Rate::per_second(10)?)?.with_manager(shared.clone());
@@ -406,7 +415,6 @@ impl FixedWindow {
     ///
     /// ```
     /// # use redkit::rate_limit::Rate;
-    /// # use std::time::Duration;
     /// let limiter = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
     /// let _stats = limiter.manager().stats();
     /// # Ok::<(), redkit::Error>(())
@@ -419,7 +427,6 @@ impl FixedWindow {
     ///
     /// ```
     /// # use redkit::rate_limit::Rate;
-    /// # use std::time::Duration;
     /// # let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
     /// assert_eq!(l.name(), "api");
     /// # Ok::<(), redkit::Error>(())
@@ -432,7 +439,6 @@ impl FixedWindow {
     ///
     /// ```
     /// # use redkit::rate_limit::Rate;
-    /// # use std::time::Duration;
     /// # let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
     /// assert_eq!(l.limit(), 10);
     /// # Ok::<(), redkit::Error>(())
@@ -454,10 +460,10 @@ impl FixedWindow {
         self.rate.period()
     }
 
-    /// The Redis key holding `key`'s counter (for inspection and operations).
+    /// The Redis key holding `key`'s counter (for inspection and operations); for an
+    /// [`AlignedWindow`], the counter of the current window.
     ///
     /// ```
-    /// # use std::time::Duration;
     /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
     /// let l = FixedWindow::new("api", Rate::per_second(10)?)?;
     /// assert_eq!(l.redis_key(&LimitKey::ip([10, 0, 0, 1].into())), "redkit:rl:api:{ip:10.0.0.1}");
@@ -465,15 +471,6 @@ impl FixedWindow {
     /// ```
     pub fn redis_key(&self, key: &LimitKey) -> String {
         self.counter_key(key, self.slot().ok().flatten().as_ref())
-    }
-
-    /// The current window, when windows are aligned to the clock.
-    fn slot(&self) -> Result<Option<Slot>> {
-        if self.aligned {
-            Slot::now(self.window_ms).map(Some)
-        } else {
-            Ok(None)
-        }
     }
 
     /// Counts one unit for `key`. See [`check_n`](Self::check_n).
@@ -509,116 +506,59 @@ impl FixedWindow {
         key: &LimitKey,
         cost: u32,
     ) -> Result<Decision> {
+        self.check_through(conn, key, cost, None).await
+    }
+
+    /// A check of `cost` units for `key`, sent through `groups` when given (a [`Grouped`]
+    /// limiter's queues), else alone.
+    async fn check_through<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+        cost: u32,
+        groups: Option<&WindowGroups>,
+    ) -> Result<Decision> {
         let slot = self.slot()?;
         let redis_key = self.target(key, cost, slot.as_ref())?;
-        if let Some(leases) = self.leases.as_ref().filter(|_| cost <= self.limit) {
-            return self
-                .check_leased(leases, conn, (key.as_str(), &redis_key), cost)
-                .await;
-        }
         let Some(cache) = self.cache_for(cost) else {
-            let reply = self.send(conn, &redis_key, cost, slot.as_ref()).await?;
+            let reply = self
+                .send(conn, &redis_key, cost, slot.as_ref(), groups)
+                .await?;
             return self.decode(reply, cost, slot.as_ref());
         };
         if let Some(decision) = cache.lookup(&redis_key, self.limit, cost) {
             return Ok(decision);
         }
         let sent = Instant::now();
-        let reply = self.send(conn, &redis_key, cost, slot.as_ref()).await?;
+        let reply = self
+            .send(conn, &redis_key, cost, slot.as_ref(), groups)
+            .await?;
         let decision = self.decode(reply, cost, slot.as_ref())?;
         remember(cache, &redis_key, sent, &decision);
         Ok(decision)
     }
 
-    /// A check answered from leased quota: from the units held here, else (unless the deny
-    /// cache knows the client is limited) by one lease call. One lease call per key is in
-    /// flight at a time: a check that finds another on its way waits for it and looks again
-    /// (taking its refusal when it asked at least as much); the next call asks for at least
-    /// what the checks that waited need. After two waits a check asks on its own (a bounded
-    /// wait, also near the limit where grants are small). A check that finds the units running
-    /// low sends the next call while the others take what is left.
-    async fn check_leased<C: ConnectionLike>(
-        &self,
-        leases: &Leases,
-        conn: &mut C,
-        (client, redis_key): (&str, &str),
-        cost: u32,
-    ) -> Result<Decision> {
-        const MOST_WAITS: u32 = 2;
-        let cache = self.cache_for(cost);
-        let (mut waits, mut demand) = (0, cost);
-        let mut refill = false;
-        let leader = loop {
-            match leases.take_local(client, (self.limit, cost), cache) {
-                Local::Taken(decision) | Local::Refused(decision) => return Ok(decision),
-                Local::Refill(leader) => {
-                    refill = true;
-                    break Some(leader);
-                }
-                Local::Empty => {}
-            }
-            if let Some(decision) = cache.and_then(|c| c.lookup(redis_key, self.limit, cost)) {
-                return Ok(decision);
-            }
-            match leases.join(client) {
-                Turn::Lead(leader) => break Some(leader),
-                Turn::Follow(_) if waits == MOST_WAITS => break None,
-                Turn::Follow(flight) => {
-                    flight.wait().await;
-                    if let Some(refusal) = flight.refusal_for(cost) {
-                        return Ok(refusal);
-                    }
-                    waits += 1;
-                    demand = flight.followers().saturating_mul(cost).max(cost);
-                }
-            }
-        };
-        let sent = Instant::now();
-        let granted = leases
-            .lease(
-                &self.manager,
-                conn,
-                (client, redis_key),
-                (self.limit, self.window_ms),
-                Ask {
-                    cost,
-                    demand,
-                    cache: cache.map(DenyCache::generation),
-                },
-            )
-            .await;
-        let refused = match &granted {
-            Ok(g) => matches!(g.decision, Decision::Limited { .. }),
-            Err(_) => true,
-        };
-        if refill && refused {
-            // A refill refused or failed: this check still has the units held here (its own
-            // call is in flight, so it takes them without leading another).
-            if let Local::Taken(decision) = leases.take_local(client, (self.limit, cost), None) {
-                return Ok(decision);
-            }
+    /// The current window, when windows are aligned to the clock.
+    fn slot(&self) -> Result<Option<Slot>> {
+        if K::ALIGNED {
+            Slot::now(self.window_ms).map(Some)
+        } else {
+            Ok(None)
         }
-        let granted = granted?;
-        if let Some(cache) = cache {
-            remember(cache, redis_key, sent, &granted.decision);
-        }
-        if let (Some(leader), Decision::Limited { .. }) = (&leader, granted.decision) {
-            leader.refused(cost, granted.decision);
-        }
-        Ok(granted.decision)
     }
 
     /// Sends one check of `cost` on `redis_key` (`slot` its window when aligned to the
-    /// clock): grouped when group commit is on, else alone.
+    /// clock): through `groups` when given, else alone.
     async fn send<C: ConnectionLike>(
         &self,
         conn: &mut C,
         redis_key: &str,
         cost: u32,
         slot: Option<&Slot>,
+        groups: Option<&WindowGroups>,
     ) -> Result<Value> {
         let ttl_ms = self.window_arg(slot);
-        match &self.groups {
+        match groups {
             Some(groups) => {
                 let window = slot.map_or(0, |slot| slot.number);
                 groups
@@ -747,9 +687,10 @@ impl FixedWindow {
             .await
     }
 
-    /// Deletes `key`'s counter: its next check starts a new window. Returns whether a counter
-    /// existed. Clears the key's entry in this limiter's [`DenyCache`] (other processes' caches
-    /// keep refusing it until the window they saw ends).
+    /// Deletes `key`'s counter (for an [`AlignedWindow`], the current window's): its next
+    /// check starts a new window. Returns whether a counter existed. Clears the key's entry
+    /// in this limiter's [`DenyCache`] (other processes' caches keep refusing it until the
+    /// window they saw ends).
     ///
     /// ```no_run
     /// # async fn run(l: redkit::rate_limit::FixedWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -758,11 +699,7 @@ impl FixedWindow {
     /// # Ok(()) }
     /// ```
     pub async fn reset<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<bool> {
-        let redis_key = self.redis_key(key);
-        if let Some(leases) = &self.leases {
-            leases.forget(key.as_str());
-        }
-        delete(conn, redis_key, self.deny_cache.as_ref()).await
+        delete(conn, self.redis_key(key), self.deny_cache.as_ref()).await
     }
 
     /// The call checking `cost` units of `key` (in `slot`, when windows are aligned to the
@@ -831,25 +768,46 @@ impl FixedWindow {
             None => reply::decode(self.script, self.limit, self.window(), reply, cost),
         }
     }
+
+    /// A one-unit check answered from the deny cache, when it holds a refusal of `key`.
+    fn cached_refusal(&self, key: &LimitKey) -> Option<Decision> {
+        let cache = self.cache_for(1)?;
+        let slot = self.slot().ok()?;
+        let redis_key = self.target(key, 1, slot.as_ref()).ok()?;
+        cache.lookup(&redis_key, self.limit, 1)
+    }
 }
 
-impl fmt::Debug for FixedWindow {
+impl FixedWindow {
+    /// Answers checks from **leased quota** with `lease`: the same limiter, most checks of a
+    /// hot key answered in process. What it changes: [`Leased`]. Only windows that start at
+    /// the first hit lease (an [`AlignedWindow`] has no `leased`).
+    ///
+    /// ```
+    /// use redkit::rate_limit::{FixedWindow, QuotaLease, Rate};
+    /// let l = FixedWindow::new("api", Rate::per_second(1_000)?)?.leased(QuotaLease::new(32)?.instances(4)?);
+    /// assert_eq!(l.lease().max_units(), 32);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn leased(self, lease: QuotaLease) -> Leased<Self> {
+        Leased::new(self, lease)
+    }
+}
+
+impl<K: WindowKind> fmt::Debug for Window<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FixedWindow")
+        f.debug_struct(K::NAME)
             .field("name", &self.name())
             .field("prefix", &self.prefix())
             .field("limit", &self.limit)
             .field("window", &self.window())
-            .field("aligned_to_clock", &self.aligned)
             .field("script", &self.script.id())
             .field("deny_cache", &self.deny_cache)
-            .field("group_commit", &self.group_commit())
-            .field("lease", &self.lease())
             .finish()
     }
 }
 
-impl GroupSender for FixedWindow {
+impl<K: WindowKind> GroupSender for Window<K> {
     fn limit(&self) -> u32 {
         self.limit
     }
@@ -859,11 +817,7 @@ impl GroupSender for FixedWindow {
     }
 
     fn is_aligned_to_clock(&self) -> bool {
-        self.aligned
-    }
-
-    fn group_script(&self) -> &'static Script {
-        self.group_script
+        K::ALIGNED
     }
 
     fn manager(&self) -> &ScriptManager {
@@ -871,38 +825,28 @@ impl GroupSender for FixedWindow {
     }
 
     fn single_call(&self, redis_key: &str, cost: u32, ttl_ms: u64) -> Call<'static> {
-        FixedWindow::single_call(self, redis_key, cost, ttl_ms)
+        Window::single_call(self, redis_key, cost, ttl_ms)
     }
 }
 
-impl RateLimiter for FixedWindow {
-    delegate_rate_limiter!(FixedWindow, deny_cache);
+impl<K: WindowKind> RateLimiter for Window<K> {
+    delegate_rate_limiter!(Window<K>, deny_cache);
 }
 
-impl Hooks for FixedWindow {
+impl<K: WindowKind> Hooks for Window<K> {
     fn attach_deny_cache(self, cache: DenyCache) -> Self {
         self.with_deny_cache(cache)
     }
 
-    fn is_grouped(&self) -> bool {
-        self.groups.is_some()
-    }
-
-    /// From the units of a lease held here (never leading a refill: that is the round
-    /// trip's; looked up by the client's key, so no counter key is built), else from a
-    /// refusal the deny cache holds.
+    /// From a refusal the deny cache holds.
     fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {
-        let cache = self.cache_for(1);
-        let leased = self.leases.as_ref();
-        if let Some(decision) =
-            leased.and_then(|l| l.take_held(key.as_str(), (self.limit, 1), cache))
-        {
-            return Some(decision);
-        }
-        let cache = cache?;
-        let slot = self.slot().ok()?;
-        let redis_key = self.target(key, 1, slot.as_ref()).ok()?;
-        cache.lookup(&redis_key, self.limit, 1)
+        self.cached_refusal(key)
+    }
+}
+
+impl<K: WindowKind> From<Window<K>> for Limiter {
+    fn from(window: Window<K>) -> Self {
+        K::limiter(window)
     }
 }
 
@@ -926,17 +870,6 @@ mod tests {
 
     fn limiter() -> FixedWindow {
         FixedWindow::new("t", Rate::per_second(10).unwrap()).unwrap()
-    }
-
-    #[test]
-    fn a_new_prefix_does_not_share_the_leases_of_the_old_one() {
-        let leased = limiter().with_lease(QuotaLease::new(8).unwrap()).unwrap();
-        let same = leased.clone();
-        let moved = leased.clone().with_prefix("other").unwrap();
-        let held = |l: &FixedWindow| Arc::as_ptr(l.leases.as_ref().unwrap());
-        assert_eq!(held(&same), held(&leased));
-        assert_ne!(held(&moved), held(&leased));
-        assert_eq!(moved.lease(), leased.lease());
     }
 
     #[test]
@@ -969,7 +902,22 @@ mod tests {
         let ab = FixedWindow::new("a:b", Rate::per_second(1).unwrap()).unwrap();
         assert_ne!(a.redis_key(&k), ab.redis_key(&k));
         assert_eq!(a.redis_key(&k), "redkit:rl:a:{k:x}");
-        let old = a.with_prefix("rk:rl").unwrap();
+        let old = a.with_prefix(Prefix::new("rk:rl").unwrap());
         assert_eq!(old.redis_key(&k), "rk:rl:a:{k:x}");
+    }
+
+    #[test]
+    fn each_kind_runs_its_own_scripts_under_the_same_prefix() {
+        let rate = Rate::per_minute(100).unwrap();
+        let plain = FixedWindow::new("t", rate).unwrap();
+        let aligned = AlignedWindow::new("t", rate).unwrap();
+        assert_eq!(plain.script.id().to_string(), "fixed_window.v9");
+        assert_eq!(aligned.script.id().to_string(), "fixed_window_aligned.v3");
+        assert_eq!(aligned.prefix(), FixedWindow::DEFAULT_PREFIX);
+        let k = LimitKey::text("u").unwrap();
+        let key = aligned.redis_key(&k);
+        assert!(key.starts_with("redkit:rl:t:{k:u}:"), "{key}");
+        assert!(format!("{aligned:?}").starts_with("AlignedWindow"));
+        assert!(format!("{plain:?}").starts_with("FixedWindow"));
     }
 }

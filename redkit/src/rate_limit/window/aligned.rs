@@ -1,4 +1,4 @@
-//! Windows aligned to the clock ([`FixedWindow::aligned_to_clock`](super::FixedWindow::aligned_to_clock)):
+//! Windows aligned to the clock ([`AlignedWindow`](super::AlignedWindow)):
 //! which window a check falls in, its key, its reset, and the decoding of
 //! `fixed_window_aligned.v3`'s one-integer reply.
 
@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::Value;
 
-use super::decision::{Decision, Quota};
 use crate::error::{Error, Result};
+use crate::rate_limit::decision::{Decision, Quota};
 use crate::script::{script_error, Script};
 
 /// How long a window's counter outlives the window, at most: clients whose clocks lag by up to

@@ -1,4 +1,4 @@
-//! Group commit of [`FixedWindow`](super::FixedWindow) checks: concurrent checks through one limiter (and its
+//! Group commit of fixed-window checks ([`Grouped`](super::Grouped)): concurrent checks through one limiter (and its
 //! clones) are settled by ONE `fixed_window_group` (aligned to the clock:
 //! `fixed_window_aligned_group`) call, each on its own counter (the queues:
 //! [`crate::group_commit`]).
@@ -15,7 +15,7 @@ use crate::group_commit::metrics::GroupOperation;
 use crate::group_commit::{self, GroupCommit, Grouped, Turn};
 use crate::script::{script_error, Call, Script, ScriptManager};
 
-/// What a group needs of its limiter (a [`FixedWindow`](super::FixedWindow)).
+/// What a group needs of its limiter (a [`Window`](super::Window) of either kind).
 pub(super) trait GroupSender: Sync {
     /// The limit of every counter.
     fn limit(&self) -> u32;
@@ -23,8 +23,6 @@ pub(super) trait GroupSender: Sync {
     fn window_ms(&self) -> u64;
     /// Whether windows are aligned to the clock (each check then has its own TTL).
     fn is_aligned_to_clock(&self) -> bool;
-    /// The group script (aligned to the clock or not).
-    fn group_script(&self) -> &'static Script;
     /// The manager running the calls.
     fn manager(&self) -> &ScriptManager;
     /// The call of one check alone.
@@ -49,7 +47,7 @@ pub(super) enum Checks {}
 impl Grouped for Checks {
     type Key = Option<Slot>;
     type Payload = Check;
-    /// The check's reply (as `fixed_window.v8` answers it); errors already mapped.
+    /// The check's reply (as `fixed_window.v9` answers it); errors already mapped.
     type Outcome = Value;
     const WHAT: GroupOperation = GroupOperation::RateLimitCheck;
 }
@@ -61,21 +59,30 @@ type Member = group_commit::Member<Checks>;
 #[derive(Debug)]
 pub(super) struct WindowGroups {
     groups: Arc<group_commit::Groups<Checks>>,
+    /// The group script (aligned to the clock or not).
+    script: &'static Script,
     /// Set once Redis refused a group for spanning hash slots: from then on each slot has its
     /// own queue, so a group's keys share one slot.
     by_slot: AtomicBool,
 }
 
 impl WindowGroups {
-    pub(super) fn new(settings: GroupCommit) -> Self {
+    pub(super) fn new(settings: GroupCommit, script: &'static Script) -> Self {
         Self {
             groups: Arc::new(group_commit::Groups::new(settings)),
+            script,
             by_slot: AtomicBool::new(false),
         }
     }
 
     pub(super) fn settings(&self) -> GroupCommit {
         self.groups.settings()
+    }
+
+    /// The group script.
+    #[cfg(test)]
+    pub(super) fn script(&self) -> &'static Script {
+        self.script
     }
 
     fn queue(&self, redis_key: &str) -> Option<Slot> {
@@ -129,7 +136,7 @@ impl WindowGroups {
             let outcome = limiter.manager().invoke(conn, &call).await;
             return lead.settle(vec![outcome]);
         }
-        let script = limiter.group_script();
+        let script = self.script;
         let members = lead.members();
         let group = group_call(limiter, script, members);
         match limiter.manager().invoke::<Value, _>(conn, &group).await {
@@ -255,10 +262,8 @@ mod tests {
     /// (the latest clock reading); a group across a window's end sends each check's.
     #[test]
     fn an_aligned_group_of_one_window_sends_one_ttl() {
-        use crate::rate_limit::{FixedWindow, Rate};
-        let limiter = FixedWindow::new("t", Rate::per_minute(100).unwrap())
-            .unwrap()
-            .aligned_to_clock();
+        use crate::rate_limit::{AlignedWindow, Rate};
+        let limiter = AlignedWindow::new("t", Rate::per_minute(100).unwrap()).unwrap();
         let check = |key: &str, ttl_ms, window| {
             Member::new(Check {
                 key: key.to_owned(),
@@ -269,7 +274,8 @@ mod tests {
         };
         // EVALSHA, sha, key count, the two keys, then the arguments.
         let args = |members: &[Member]| -> Vec<String> {
-            let call = group_call(&limiter, limiter.group_script(), members);
+            let script = embedded::FIXED_WINDOW_ALIGNED_GROUP.script();
+            let call = group_call(&limiter, script, members);
             call.evalsha()
                 .args_iter()
                 .skip(5)

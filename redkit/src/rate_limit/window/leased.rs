@@ -1,0 +1,295 @@
+//! [`Leased`]: a fixed window answering most checks of a hot key from quota leased in
+//! process.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Instant;
+
+use redis::aio::ConnectionLike;
+
+use super::flight::Turn;
+use super::lease::{Ask, Leases, Local, QuotaLease};
+use super::{remember, FixedWindow};
+use crate::error::Result;
+use crate::keys::Prefix;
+use crate::rate_limit::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
+use crate::rate_limit::{Decision, DenyCache, LimitKey, Limiter};
+
+/// A [`FixedWindow`] answering checks from **leased quota**: a check that finds no units held
+/// here takes up to [`max_units`](QuotaLease::max_units) units of the key's window from Redis
+/// in one call (`lua/fixed_window_lease.v2.lua`; counted there at once: the sum over every
+/// instance never passes the limit) and answers the key's next checks from them in process,
+/// with no round trip, until they are spent or the window ends. How leases grow and what
+/// they cost (units unused at a window's end are not admitted by anyone): [`QuotaLease`].
+/// Checks of a cost above the limit, the [`limiter`](Self::limiter)'s batches and
+/// [`reset`](RateLimiter::reset) are as without leasing. A [`DenyCache`] still answers
+/// known-limited clients. Built by [`FixedWindow::leased`](super::Window::leased) (or
+/// [`Leased::new`]).
+///
+/// Its checks (`check`, `check_n`, `check_within`), `reset` and accessors (`name`, `limit`,
+/// `redis_key`, ...) are [`RateLimiter`]'s; the accessors are also the
+/// [`limiter`](Self::limiter)'s. Configure the window (`with_prefix`, `with_deny_cache`,
+/// `with_manager`), then lease: one order, so no setter's effect depends on it.
+///
+/// ```no_run
+/// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+/// use redkit::rate_limit::{FixedWindow, LimitKey, QuotaLease, Rate, RateLimiter};
+/// let limiter = FixedWindow::new("api", Rate::per_second(1_000)?)?.leased(QuotaLease::new(32)?.instances(4)?);
+/// let decision = limiter.check(&mut conn, &LimitKey::text("tenant-3")?).await?;
+/// # let _ = decision; Ok(()) }
+/// ```
+///
+/// Leasing needs windows that start at the first hit (the lease script's): windows aligned
+/// to the clock do not lease, and a leased limiter is not grouped (its checks are answered
+/// in process):
+///
+/// ```compile_fail
+/// use redkit::rate_limit::{AlignedWindow, QuotaLease, Rate};
+/// let l = AlignedWindow::new("api", Rate::per_second(10)?)?.leased(QuotaLease::new(8)?);
+/// # Ok::<(), redkit::Error>(())
+/// ```
+///
+/// ```compile_fail
+/// use redkit::rate_limit::{AlignedWindow, Leased, QuotaLease, Rate};
+/// let l = Leased::new(AlignedWindow::new("api", Rate::per_second(10)?)?, QuotaLease::new(8)?);
+/// # Ok::<(), redkit::Error>(())
+/// ```
+///
+/// ```compile_fail
+/// use redkit::rate_limit::{FixedWindow, QuotaLease, Rate};
+/// let l = FixedWindow::new("api", Rate::per_second(10)?)?
+///     .grouped(redkit::GroupCommit::for_checks())
+///     .leased(QuotaLease::new(8)?);
+/// # Ok::<(), redkit::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Leased<W> {
+    limiter: W,
+    /// The units held here, per client (shared by clones).
+    leases: Arc<Leases>,
+}
+
+impl Leased<FixedWindow> {
+    /// `limiter` answering from leased quota with `lease`; the same as
+    /// [`limiter.leased(lease)`](super::Window::leased).
+    ///
+    /// ```
+    /// use redkit::rate_limit::{FixedWindow, Leased, QuotaLease, Rate};
+    /// let l = Leased::new(FixedWindow::new("api", Rate::per_second(1_000)?)?, QuotaLease::new(32)?);
+    /// assert_eq!(l.lease(), QuotaLease::new(32)?);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn new(limiter: FixedWindow, lease: QuotaLease) -> Self {
+        Self {
+            limiter,
+            leases: Leases::new(lease),
+        }
+    }
+
+    /// The limiter whose quota is leased (its accessors, and its batch calls, which do not
+    /// lease).
+    ///
+    /// ```
+    /// use redkit::rate_limit::{FixedWindow, QuotaLease, Rate};
+    /// let l = FixedWindow::new("api", Rate::per_second(1_000)?)?.leased(QuotaLease::new(32)?);
+    /// assert_eq!(l.limiter().limit(), 1_000);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn limiter(&self) -> &FixedWindow {
+        &self.limiter
+    }
+
+    /// The lease settings.
+    ///
+    /// ```
+    /// use redkit::rate_limit::{FixedWindow, QuotaLease, Rate};
+    /// let lease = QuotaLease::new(32)?.instances(4)?;
+    /// let l = FixedWindow::new("api", Rate::per_second(1_000)?)?.leased(lease);
+    /// assert_eq!(l.lease(), lease);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn lease(&self) -> QuotaLease {
+        self.leases.settings()
+    }
+
+    /// The same with the limiter's keys under `prefix` (for [`Limiter::with_prefix`]). Leases
+    /// are held per client key, so the units held under the old prefix are not these: the
+    /// new limiter holds none yet, as when the prefix is set before leasing.
+    pub(crate) fn with_prefix(self, prefix: Prefix) -> Self {
+        let lease = self.lease();
+        Self::new(self.limiter.with_prefix(prefix), lease)
+    }
+
+    /// [`RateLimiter::check_n`]: `cost` units for `key` from the units held here, else
+    /// (unless the deny cache knows the client is limited) by one lease call. A cost above
+    /// the limit is checked as without leasing ([`Window::check_n`](super::Window::check_n)).
+    pub(crate) async fn count<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+        cost: u32,
+    ) -> Result<Decision> {
+        let redis_key = self.limiter.target(key, cost, None)?;
+        if cost > self.limiter.limit {
+            return self.limiter.check_n(conn, key, cost).await;
+        }
+        self.check_leased(conn, (key.as_str(), &redis_key), cost)
+            .await
+    }
+
+    /// A check answered from leased quota: from the units held here, else (unless the deny
+    /// cache knows the client is limited) by one lease call. One lease call per key is in
+    /// flight at a time: a check that finds another on its way waits for it and looks again
+    /// (taking its refusal when it asked at least as much); the next call asks for at least
+    /// what the checks that waited need. After two waits a check asks on its own (a bounded
+    /// wait, also near the limit where grants are small). A check that finds the units running
+    /// low sends the next call while the others take what is left.
+    async fn check_leased<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        (client, redis_key): (&str, &str),
+        cost: u32,
+    ) -> Result<Decision> {
+        const MOST_WAITS: u32 = 2;
+        let (leases, limiter) = (&self.leases, &self.limiter);
+        let limit = limiter.limit;
+        let cache = limiter.cache_for(cost);
+        let (mut waits, mut demand) = (0, cost);
+        let mut refill = false;
+        let leader = loop {
+            match leases.take_local(client, (limit, cost), cache) {
+                Local::Taken(decision) | Local::Refused(decision) => return Ok(decision),
+                Local::Refill(leader) => {
+                    refill = true;
+                    break Some(leader);
+                }
+                Local::Empty => {}
+            }
+            if let Some(decision) = cache.and_then(|c| c.lookup(redis_key, limit, cost)) {
+                return Ok(decision);
+            }
+            match leases.join(client) {
+                Turn::Lead(leader) => break Some(leader),
+                Turn::Follow(_) if waits == MOST_WAITS => break None,
+                Turn::Follow(flight) => {
+                    flight.wait().await;
+                    if let Some(refusal) = flight.refusal_for(cost) {
+                        return Ok(refusal);
+                    }
+                    waits += 1;
+                    demand = flight.followers().saturating_mul(cost).max(cost);
+                }
+            }
+        };
+        let sent = Instant::now();
+        let granted = leases
+            .lease(
+                &limiter.manager,
+                conn,
+                (client, redis_key),
+                (limit, limiter.window_ms),
+                Ask {
+                    cost,
+                    demand,
+                    cache: cache.map(DenyCache::generation),
+                },
+            )
+            .await;
+        let refused = match &granted {
+            Ok(g) => matches!(g.decision, Decision::Limited { .. }),
+            Err(_) => true,
+        };
+        if refill && refused {
+            // A refill refused or failed: this check still has the units held here (its own
+            // call is in flight, so it takes them without leading another).
+            if let Local::Taken(decision) = leases.take_local(client, (limit, cost), None) {
+                return Ok(decision);
+            }
+        }
+        let granted = granted?;
+        if let Some(cache) = cache {
+            remember(cache, redis_key, sent, &granted.decision);
+        }
+        if let (Some(leader), Decision::Limited { .. }) = (&leader, granted.decision) {
+            leader.refused(cost, granted.decision);
+        }
+        Ok(granted.decision)
+    }
+
+    /// [`RateLimiter::reset`]: deletes `key`'s counter and forgets the units held here of it
+    /// (see [`Window::reset`](super::Window::reset)).
+    pub(crate) async fn forget<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+    ) -> Result<bool> {
+        self.leases.forget(key.as_str());
+        self.limiter.reset(conn, key).await
+    }
+}
+
+impl fmt::Debug for Leased<FixedWindow> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leased")
+            .field("limiter", &self.limiter)
+            .field("lease", &self.lease())
+            .finish()
+    }
+}
+
+impl RateLimiter for Leased<FixedWindow> {
+    delegate_rate_limiter!(via limiter: FixedWindow, Leased<FixedWindow>);
+}
+
+impl Hooks for Leased<FixedWindow> {
+    fn attach_deny_cache(self, cache: DenyCache) -> Self {
+        Self {
+            limiter: self.limiter.with_deny_cache(cache),
+            ..self
+        }
+    }
+
+    /// From the units of a lease held here (never leading a refill: that is the round
+    /// trip's; looked up by the client's key, so no counter key is built), else from a
+    /// refusal the deny cache holds.
+    fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {
+        let cache = self.limiter.cache_for(1);
+        self.leases
+            .take_held(key.as_str(), (self.limiter.limit, 1), cache)
+            .or_else(|| self.limiter.cached_refusal(key))
+    }
+}
+
+impl From<Leased<FixedWindow>> for Limiter {
+    fn from(leased: Leased<FixedWindow>) -> Self {
+        Limiter::FixedLeased(leased)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rate_limit::Rate;
+
+    fn limiter() -> FixedWindow {
+        FixedWindow::new("t", Rate::per_second(10).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_new_prefix_does_not_share_the_leases_of_the_old_one() {
+        let leased = limiter().leased(QuotaLease::new(8).unwrap());
+        let same = leased.clone();
+        let moved = leased.clone().with_prefix(Prefix::new("other").unwrap());
+        assert!(Arc::ptr_eq(&same.leases, &leased.leases));
+        assert!(!Arc::ptr_eq(&moved.leases, &leased.leases));
+        assert_eq!(moved.lease(), leased.lease());
+    }
+
+    #[test]
+    fn a_deny_cache_attached_later_keeps_the_leases() {
+        let leased = limiter().leased(QuotaLease::new(8).unwrap());
+        let cached = Hooks::attach_deny_cache(leased.clone(), DenyCache::new(8).unwrap());
+        assert!(cached.deny_cache().is_some() && leased.deny_cache().is_none());
+        assert!(Arc::ptr_eq(&cached.leases, &leased.leases));
+    }
+}
