@@ -546,7 +546,7 @@ pub(crate) mod metrics {
     /// Histogram, calls: the calls one group-commit script call settled (1: a call alone).
     pub(crate) const GROUP_SIZE: &str = "redkit.group_commit.size";
 
-    /// Group commit's metrics, for [`describe`](crate::telemetry::metric::describe).
+    /// Group commit's metrics, for [`describe`](crate::telemetry::catalog::describe).
     pub(crate) const METRICS: &[Description] = &[Description::histogram(
         GROUP_SIZE,
         Unit::Count,

@@ -36,7 +36,7 @@ pub use script::{Call, CallOutcome, Registry, Script, ScriptManager, Stats};
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub fn describe_metrics() {
-    telemetry::metric::describe();
+    telemetry::catalog::describe();
 }
 
 /// The redis-rs version redkit is built on, re-exported so versions always match.

@@ -13,7 +13,7 @@ use crate::telemetry::metric::{key_table, label_values, Description};
 /// Counter: inventory writes by operation and outcome.
 pub(crate) const INVENTORY_OPERATIONS: &str = "redkit.inventory.operations";
 
-/// The inventory metrics, for [`describe`](crate::telemetry::metric::describe).
+/// The inventory metrics, for [`describe`](crate::telemetry::catalog::describe).
 pub(crate) const METRICS: &[Description] = &[Description::counter(
     INVENTORY_OPERATIONS,
     "Inventory writes by operation and outcome",

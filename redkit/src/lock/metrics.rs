@@ -13,7 +13,7 @@ use crate::telemetry::metric::{key_table, label_values, Description};
 /// Counter: lock operations by kind, operation and outcome.
 pub(crate) const LOCK_OPERATIONS: &str = "redkit.lock.operations";
 
-/// The lock metrics, for [`describe`](crate::telemetry::metric::describe).
+/// The lock metrics, for [`describe`](crate::telemetry::catalog::describe).
 pub(crate) const METRICS: &[Description] = &[Description::counter(
     LOCK_OPERATIONS,
     "Lock operations by kind, operation and outcome",

@@ -21,7 +21,7 @@ pub(crate) const CONCURRENCY_REQUESTS: &str = "redkit.concurrency_limiting.reque
 /// Gauge: requests holding a concurrency-limit slot of this process.
 pub(crate) const CONCURRENCY_ACTIVE: &str = "redkit.concurrency_limiting.active_requests";
 
-/// The middleware's metrics, for [`describe`](crate::telemetry::metric::describe).
+/// The middleware's metrics, for [`describe`](crate::telemetry::catalog::describe).
 pub(crate) const METRICS: &[Description] = &[
     Description::counter(
         RATE_LIMITING_REQUESTS,

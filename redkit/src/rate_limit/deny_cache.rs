@@ -421,7 +421,7 @@ pub(crate) mod metrics {
     /// Gauge: refusals a deny cache holds.
     pub(crate) const DENY_CACHE_ENTRIES: &str = "redkit.deny_cache.entries";
 
-    /// The deny cache's metrics, for [`describe`](crate::telemetry::metric::describe).
+    /// The deny cache's metrics, for [`describe`](crate::telemetry::catalog::describe).
     pub(crate) const METRICS: &[Description] = &[
         Description::counter(
             DENY_CACHE_LOOKUPS,

@@ -23,7 +23,7 @@ pub(crate) const OPERATION_DURATION: &str = "db.client.operation.duration";
 /// Counter: recoveries of a script the server lacked.
 pub(crate) const SCRIPT_RELOADS: &str = "redkit.script.reloads";
 
-/// The round trips' metrics, for [`describe`](super::metric::describe).
+/// The round trips' metrics, for [`describe`](super::catalog::describe).
 pub(crate) const METRICS: &[Description] = &[
     Description::histogram(
         OPERATION_DURATION,
