@@ -12,6 +12,7 @@ use axum::routing::get;
 use axum::Router;
 use http::{Request, StatusCode};
 use redis::aio::ConnectionManager;
+use redkit::keys::Prefix;
 use redkit::middleware::{ClientId, ConcurrencyLimitLayer, ConcurrencyPolicy, FailMode, FnKey};
 use redkit::rate_limit::LimitKey;
 use support::RedisServer;
@@ -373,8 +374,7 @@ async fn slots_live_under_the_policy_prefix() {
     let go = Arc::new(tokio::sync::Mutex::new(Some(go_rx)));
     let policy = ConcurrencyPolicy::new("pfx", 1)
         .unwrap()
-        .with_prefix("app:cc")
-        .unwrap();
+        .with_prefix(Prefix::new("app:cc").unwrap());
     assert_eq!(policy.key("k:c").unwrap(), "app:cc:pfx:{k:c}");
     let layer = ConcurrencyLimitLayer::builder(policy, conn)
         .key_extractor(one_client())
@@ -417,10 +417,13 @@ async fn slots_live_under_the_policy_prefix() {
     let default = ConcurrencyPolicy::new("pfx", 1).unwrap();
     assert_eq!(default.prefix(), "redkit:cc");
     assert_eq!(default.key("k:c").unwrap(), "redkit:cc:pfx:{k:c}");
-    assert!(default.clone().with_prefix("bad prefix").is_err());
-    // Name and prefix share the 64 bytes of a key prefix.
-    assert!(default.clone().with_prefix(&"p".repeat(60)).is_ok());
-    assert!(default.with_prefix(&"p".repeat(61)).is_err());
+    assert!(Prefix::new("bad prefix").is_err());
+    // Name and prefix each have their 64 bytes.
+    let longest = default.with_prefix(Prefix::new(&"p".repeat(64)).unwrap());
+    assert_eq!(
+        longest.key("k:c").unwrap(),
+        format!("{}:pfx:{{k:c}}", "p".repeat(64))
+    );
 }
 
 /// Every response the concurrency layer writes itself goes through `respond_with`, as for

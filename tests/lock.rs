@@ -517,7 +517,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     // A token is never 0: there is no value for "none issued" to pass.
     assert_eq!(FencingToken::new(0), None);
     assert!(matches!(
-        Lock::new().with_prefix("bad{prefix}"),
+        redkit::keys::Prefix::new("bad{prefix}"),
         Err(Error::InvalidInput { what: "prefix", .. })
     ));
     // The scripts check again (a caller going around the Rust API).

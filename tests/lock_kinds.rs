@@ -9,6 +9,7 @@ mod support;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
+use redkit::keys::Prefix;
 use redkit::lock::{
     Acquire, FairLock, Lock, LockOptions, Mode, Owner, Redlock, ReentrantLock, Release, Renew,
     RwLock, Semaphore,
@@ -68,8 +69,7 @@ async fn a_lock_keeps_to_its_prefix_and_its_manager() {
     let server = RedisServer::spawn().await;
     let (mut conn, manager) = conn_and_manager(&server).await;
     let lock = Lock::new()
-        .with_prefix("t:lock")
-        .unwrap()
+        .with_prefix(Prefix::new("t:lock").unwrap())
         .with_manager(manager.clone());
     assert_eq!(lock.prefix(), "t:lock");
     assert!(lock.key("r").unwrap().starts_with("t:lock:"));
@@ -97,8 +97,7 @@ async fn a_fair_lock_keeps_to_its_prefix_and_its_manager() {
     let server = RedisServer::spawn().await;
     let (mut conn, manager) = conn_and_manager(&server).await;
     let lock = FairLock::new()
-        .with_prefix("t:fair")
-        .unwrap()
+        .with_prefix(Prefix::new("t:fair").unwrap())
         .with_manager(manager.clone());
     assert!(lock.key("r").unwrap().starts_with("t:fair:"));
     let acquired = lock
@@ -127,8 +126,7 @@ async fn a_rw_lock_keeps_to_its_prefix_and_its_manager() {
     let server = RedisServer::spawn().await;
     let (mut conn, manager) = conn_and_manager(&server).await;
     let lock = RwLock::new()
-        .with_prefix("t:rw")
-        .unwrap()
+        .with_prefix(Prefix::new("t:rw").unwrap())
         .with_manager(manager.clone());
     assert!(lock.key("r").unwrap().starts_with("t:rw:"));
     let Acquire::Acquired(mut guard) = lock
@@ -157,8 +155,7 @@ async fn a_reentrant_lock_keeps_to_its_prefix_and_its_manager() {
     let server = RedisServer::spawn().await;
     let (mut conn, manager) = conn_and_manager(&server).await;
     let lock = ReentrantLock::new()
-        .with_prefix("t:re")
-        .unwrap()
+        .with_prefix(Prefix::new("t:re").unwrap())
         .with_manager(manager.clone());
     assert!(lock.key("r").unwrap().starts_with("t:re:"));
     let owner = Owner::new();
@@ -188,8 +185,7 @@ async fn a_semaphore_keeps_to_its_prefix_and_its_manager() {
     let server = RedisServer::spawn().await;
     let (mut conn, manager) = conn_and_manager(&server).await;
     let sem = Semaphore::new()
-        .with_prefix("t:sem")
-        .unwrap()
+        .with_prefix(Prefix::new("t:sem").unwrap())
         .with_manager(manager.clone());
     assert!(sem.key("r").unwrap().starts_with("t:sem:"));
     let acquired = sem
@@ -252,8 +248,7 @@ async fn a_redlock_keeps_to_its_prefix_and_its_manager() {
     let manager = ScriptManager::new();
     let redlock = Redlock::new(conns)
         .unwrap()
-        .with_prefix("t:red")
-        .unwrap()
+        .with_prefix(Prefix::new("t:red").unwrap())
         .with_manager(manager.clone());
     assert!(redlock.key("r").unwrap().starts_with("t:red:"));
     let Acquire::Acquired(mut guard) = redlock.acquire("r", &options()).await.unwrap() else {

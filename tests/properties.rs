@@ -18,6 +18,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use proptest::prelude::*;
+use redkit::keys::Prefix;
 use redkit::rate_limit::{FixedWindow, Gcra, LimitKey, Rate, SlidingWindow};
 use redkit::script::admin::Admin;
 use redkit::script::{Acked, Replication};
@@ -1512,7 +1513,7 @@ mod lock {
             f in any::<u64>(),
             g in any::<u64>(),
         ) {
-            let lock = Lock::new().with_prefix(&prefix);
+            let lock = Prefix::new(&prefix).map(|p| Lock::new().with_prefix(p));
             prop_assert_eq!(lock.is_ok(), prefix_ok(&prefix), "{:?}", prefix);
             let lock = match lock {
                 Ok(lock) => {
@@ -1681,11 +1682,11 @@ mod coordination {
             max in any_duration(),
         ) {
             let keys = [
-                ("semaphore", Semaphore::new().with_prefix(&prefix).and_then(|s| s.key(&name))),
-                ("versioned", Versioned::new().with_prefix(&prefix).and_then(|v| v.key(&name))),
-                ("rw", RwLock::new().with_prefix(&prefix).and_then(|r| r.key(&name))),
-                ("reentrant", ReentrantLock::new().with_prefix(&prefix).and_then(|r| r.key(&name))),
-                ("fair", FairLock::new().with_prefix(&prefix).and_then(|f| f.key(&name))),
+                ("semaphore", Prefix::new(&prefix).and_then(|p| Semaphore::new().with_prefix(p).key(&name))),
+                ("versioned", Prefix::new(&prefix).and_then(|p| Versioned::new().with_prefix(p).key(&name))),
+                ("rw", Prefix::new(&prefix).and_then(|p| RwLock::new().with_prefix(p).key(&name))),
+                ("reentrant", Prefix::new(&prefix).and_then(|p| ReentrantLock::new().with_prefix(p).key(&name))),
+                ("fair", Prefix::new(&prefix).and_then(|p| FairLock::new().with_prefix(p).key(&name))),
             ];
             let ok = prefix_ok(&prefix) && part_ok(&name);
             let expected = format!("{prefix}:{{{}}}", escaped(&name));

@@ -262,9 +262,10 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         }
     }
     assert!(matches!(
-        redlock.with_prefix("no spaces"),
+        redkit::keys::Prefix::new("no spaces"),
         Err(Error::InvalidInput { what: "prefix", .. })
     ));
+    drop(redlock);
     for node in &masters.nodes {
         assert_eq!(node.cmd::<i64>(&["DBSIZE"]).await, 0);
     }

@@ -22,12 +22,13 @@ pub const MAX_PART_LEN: usize = 256;
 /// Longest prefix accepted, in bytes.
 ///
 /// ```
-/// use redkit::{inventory::Inventory, keys::MAX_PREFIX_LEN, versioned::Versioned};
+/// use redkit::{inventory::Inventory, keys::{Prefix, MAX_PREFIX_LEN}};
 ///
 /// let longest = "p".repeat(MAX_PREFIX_LEN);
 /// assert!(Inventory::new(&longest).is_ok());
 /// assert!(Inventory::new(&format!("{longest}p")).is_err());
-/// assert!(Versioned::new().with_prefix(&format!("{longest}p")).is_err());
+/// assert!(Prefix::new(&longest).is_ok());
+/// assert!(Prefix::new(&format!("{longest}p")).is_err());
 /// ```
 pub const MAX_PREFIX_LEN: usize = 64;
 
@@ -88,6 +89,17 @@ impl Prefix {
     /// ```
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The prefix, owned.
+    pub(crate) fn into_string(self) -> String {
+        self.0
+    }
+
+    /// `self:part`, where `part` passed [`validate_prefix`]: made of the same characters,
+    /// at most 129 bytes (a namespace under a prefix, e.g. a policy's own keys).
+    pub(crate) fn join(&self, part: &str) -> Self {
+        Self(format!("{}:{part}", self.0))
     }
 }
 

@@ -20,7 +20,7 @@ use super::headers::retry_after_secs;
 use super::key::{ClientId, KeyExtractor, PeerIp, RequestInfo};
 use super::respond::{DefaultResponses, Rejection, Respond, RespondWith};
 use crate::error::{Error, Result};
-use crate::keys::{validate_prefix, MAX_PART_LEN};
+use crate::keys::{validate_prefix, Prefix, MAX_PART_LEN};
 use crate::lock::{Acquire, LockOptions, PermitGuard, Semaphore};
 use crate::middleware::metrics::{self, PolicyMetrics, Verdict};
 use crate::rate_limit::LimitKey;
@@ -97,7 +97,7 @@ impl ConcurrencyPolicy {
     pub const DEFAULT_PREFIX: &'static str = "redkit:cc";
 
     /// At most `permits` (1..=[`Semaphore::MAX_PERMITS`]) requests in flight per client,
-    /// named `name` (`[A-Za-z0-9_:.-]`, at most 64 bytes with the prefix and a `:`).
+    /// named `name` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
     /// Errors: [`Error::InvalidInput`] for either out of range.
     ///
     /// ```
@@ -112,34 +112,36 @@ impl ConcurrencyPolicy {
             ));
         }
         validate_prefix("name", name)?;
-        Self::under(Self::DEFAULT_PREFIX, name, permits)
+        Ok(Self::under(
+            Prefix::new(Self::DEFAULT_PREFIX)?,
+            name.to_owned(),
+            permits,
+        ))
     }
 
     /// The policy's keys under `prefix` instead of [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX)
-    /// (`[A-Za-z0-9_:.-]`; at most 64 bytes with the name and a `:`).
-    /// `with_prefix("rk:cc")` keeps the keys used before 0.2.
+    /// (a [`Prefix`], checked where it was made, so this cannot fail).
+    /// `with_prefix(Prefix::new("rk:cc")?)` keeps the keys used before 0.2.
     ///
     /// ```
-    /// use redkit::middleware::ConcurrencyPolicy;
-    /// let policy = ConcurrencyPolicy::new("uploads", 2)?.with_prefix("app:cc")?;
+    /// use redkit::{keys::Prefix, middleware::ConcurrencyPolicy};
+    /// let policy = ConcurrencyPolicy::new("uploads", 2)?.with_prefix(Prefix::new("app:cc")?);
     /// assert_eq!(policy.prefix(), "app:cc");
     /// assert_eq!(policy.key("k:a")?, "app:cc:uploads:{k:a}");
-    /// assert!(ConcurrencyPolicy::new("uploads", 2)?.with_prefix("bad prefix").is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn with_prefix(self, prefix: &str) -> Result<Self> {
-        validate_prefix("prefix", prefix)?;
-        Self::under(prefix, &self.name, self.permits)
+    pub fn with_prefix(self, prefix: Prefix) -> Self {
+        Self::under(prefix, self.name, self.permits)
     }
 
-    fn under(prefix: &str, name: &str, permits: u32) -> Result<Self> {
-        let semaphore = Semaphore::new().with_prefix(&format!("{prefix}:{name}"))?;
-        Ok(Self {
-            name: name.to_owned(),
-            prefix: prefix.to_owned(),
+    fn under(prefix: Prefix, name: String, permits: u32) -> Self {
+        let semaphore = Semaphore::new().with_prefix(prefix.join(&name));
+        Self {
+            name,
+            prefix: prefix.into_string(),
             permits,
             semaphore,
-        })
+        }
     }
 
     /// The name.

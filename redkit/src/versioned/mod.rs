@@ -115,16 +115,18 @@ impl Versioned {
         }
     }
 
-    /// Puts the keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
+    /// Puts the keys under `prefix` (a [`Prefix`](crate::keys::Prefix), checked where it was
+    /// made, so this cannot fail).
     ///
     /// ```
-    /// assert!(redkit::versioned::Versioned::new().with_prefix("app:x").is_ok());
-    /// assert!(redkit::versioned::Versioned::new().with_prefix("bad prefix").is_err());
+    /// use redkit::{keys::Prefix, versioned::Versioned};
+    /// let values = Versioned::new().with_prefix(Prefix::new("app:x")?);
+    /// assert_eq!(values.key("cfg")?, "app:x:{cfg}");
+    /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
-        keys::validate_prefix("prefix", prefix)?;
-        Arc::make_mut(&mut self.inner).prefix = prefix.to_owned();
-        Ok(self)
+    pub fn with_prefix(mut self, prefix: keys::Prefix) -> Self {
+        Arc::make_mut(&mut self.inner).prefix = prefix.into_string();
+        self
     }
 
     /// Runs every call through `manager` (e.g. one shared by the whole application).

@@ -74,21 +74,21 @@ macro_rules! lock_kind {
         }
 
         impl $kind {
-            /// Puts the keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
+            /// Puts the keys under `prefix` (a [`Prefix`](crate::keys::Prefix), checked where
+            /// it was made, so this cannot fail).
             ///
             /// ```
+            /// use redkit::keys::Prefix;
             #[doc = concat!("use redkit::lock::", stringify!($kind), ";")]
-            #[doc = concat!("let x = ", stringify!($kind), "::new().with_prefix(\"app:x\")?;")]
+            #[doc = concat!("let x = ", stringify!($kind), "::new().with_prefix(Prefix::new(\"app:x\")?);")]
             /// assert_eq!(x.prefix(), "app:x");
-            #[doc = concat!("assert!(", stringify!($kind), "::new().with_prefix(\"bad prefix\").is_err());")]
             /// # Ok::<(), redkit::Error>(())
             /// ```
-            pub fn with_prefix(mut self, prefix: &str) -> $crate::error::Result<Self> {
-                $crate::keys::validate_prefix("prefix", prefix)?;
+            pub fn with_prefix(mut self, prefix: $crate::keys::Prefix) -> Self {
                 let inner = ::std::sync::Arc::make_mut(&mut self.inner);
-                inner.base.prefix = prefix.to_owned();
+                inner.base.prefix = prefix.into_string();
                 $($rebase(inner, None);)?
-                Ok(self)
+                self
             }
 
             /// Runs every call through `manager` (e.g. one shared by the whole application,

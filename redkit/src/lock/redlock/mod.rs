@@ -166,21 +166,22 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         })
     }
 
-    /// Puts keys under `prefix` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
+    /// Puts keys under `prefix` (a [`Prefix`](crate::keys::Prefix), checked where it was
+    /// made, so this cannot fail).
     ///
     /// ```
     /// # fn demo(nodes: Vec<redis::aio::MultiplexedConnection>) -> redkit::Result<()> {
     /// use std::time::Duration;
+    /// use redkit::keys::Prefix;
     /// let redlock = redkit::lock::Redlock::new(nodes)?
-    ///     .with_prefix("app:redlock")?
+    ///     .with_prefix(Prefix::new("app:redlock")?)
     ///     .with_node_timeout(Duration::from_millis(30));
     /// assert_eq!(redlock.key("job")?, "app:redlock:{job}");
     /// # Ok(()) }
     /// ```
-    pub fn with_prefix(mut self, prefix: &str) -> Result<Self> {
-        keys::validate_prefix("prefix", prefix)?;
-        self.prefix = prefix.to_owned();
-        Ok(self)
+    pub fn with_prefix(mut self, prefix: keys::Prefix) -> Self {
+        self.prefix = prefix.into_string();
+        self
     }
 
     /// Runs every call through `manager` (e.g. one shared by the whole application).
