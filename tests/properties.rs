@@ -1739,7 +1739,7 @@ mod shield {
 
     pub(crate) fn layer_input() -> impl Strategy<Value = LayerInput> {
         (
-            prop_oneof![4 => "[a-zA-Z0-9:._-]{1,58}", 1 => "[a-zA-Z0-9:._-]{0,70}", 1 => ".{0,70}"],
+            prop_oneof![4 => "[a-zA-Z0-9:._-]{1,64}", 1 => "[a-zA-Z0-9:._-]{0,70}", 1 => ".{0,70}"],
             prop_oneof![
                 4 => 1u32..=redkit::lock::Semaphore::MAX_PERMITS,
                 1 => Just(0u32),
@@ -1760,7 +1760,7 @@ mod shield {
             && *lease <= redkit::lock::limits::MAX_TTL
             && lease.subsec_nanos() % 1_000_000 == 0;
         let name_ok = !name.is_empty()
-            && name.len() <= 64 - "redkit:cc:".len()
+            && name.len() <= 64
             && name
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"_:.-".contains(&b));
