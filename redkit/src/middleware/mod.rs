@@ -32,15 +32,11 @@
 mod access;
 mod common;
 mod concurrency;
-mod fallback;
 mod future;
 mod headers;
 mod key;
 pub(crate) mod metrics;
-mod outcome;
-mod policy;
-mod rate_limit_layer;
-mod rate_limit_service;
+mod rate_limit;
 mod respond;
 
 pub use access::{Access, AccessList};
@@ -54,8 +50,8 @@ pub use headers::{QuotaHeaders, RATELIMIT, RATELIMIT_POLICY};
 pub use key::{
     ClientId, FnKey, ForwardedHeader, KeyExtractor, PeerIp, RequestInfo, TrustedProxies,
 };
-pub use outcome::{LimitOutcome, Unchecked};
-pub use policy::{Policies, PolicyConfig, PolicySpec};
-pub use rate_limit_layer::{MiddlewareStats, RateLimitBuilder, RateLimitLayer};
-pub use rate_limit_service::RateLimit;
+pub use rate_limit::{
+    LimitOutcome, MiddlewareStats, Policies, PolicyConfig, PolicySpec, RateLimit, RateLimitBuilder,
+    RateLimitLayer, Unchecked,
+};
 pub use respond::{DefaultResponses, Rejection, Respond, RespondWith};

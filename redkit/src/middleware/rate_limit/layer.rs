@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use http::HeaderValue;
 
-use super::common::{common_setters, Common, CommonCounters, FailMode};
 use super::fallback::LocalLimits;
-use super::headers::{self, QuotaHeaders};
-use super::key::{KeyExtractor, PeerIp};
 use super::policy::Policies;
-use super::respond::{DefaultResponses, RespondWith};
 use crate::error::{Error, Result};
+use crate::middleware::common::{common_setters, Common, CommonCounters, FailMode};
+use crate::middleware::headers::{self, QuotaHeaders};
+use crate::middleware::key::{KeyExtractor, PeerIp};
 use crate::middleware::metrics::PolicyMetrics;
+use crate::middleware::respond::{DefaultResponses, RespondWith};
 use crate::padded::Striped;
 use crate::rate_limit::DenyCache;
 
@@ -35,9 +35,9 @@ pub struct MiddlewareStats {
     pub limited: u64,
     /// Checks that failed (Redis error or timeout), whatever the fail mode.
     pub redis_failures: u64,
-    /// Requests let through unchecked because of [`FailMode::Open`](super::FailMode::Open).
+    /// Requests let through unchecked because of [`FailMode::Open`](crate::middleware::FailMode::Open).
     pub failed_open: u64,
-    /// Requests refused because of [`FailMode::Closed`](super::FailMode::Closed).
+    /// Requests refused because of [`FailMode::Closed`](crate::middleware::FailMode::Closed).
     pub failed_closed: u64,
     /// Requests whose client could not be determined.
     pub unknown_clients: u64,
@@ -150,17 +150,17 @@ impl<C, K, H> Shared<C, K, H> {
 ///
 /// Per request: the [`KeyExtractor`] finds the client, the policy for the path is checked
 /// (one round trip, bounded by the timeout), and then
-/// - allowed: [`LimitOutcome::Checked`](super::LimitOutcome) with the
+/// - allowed: [`LimitOutcome::Checked`](crate::middleware::LimitOutcome) with the
 ///   [`Decision`](crate::rate_limit::Decision) is put in the request extensions, the inner
 ///   service runs, and `RateLimit-Policy` / `RateLimit` headers are added (unless
 ///   [`quota_headers`](RateLimitBuilder::quota_headers) says refusals only);
 /// - limited: `429 Too Many Requests` with `Retry-After` (whole seconds, rounded up, never
 ///   below one second) and the same two headers; the inner service does not run;
-/// - Redis failed or timed out: [`FailMode`](super::FailMode); under [`FailMode::Open`](super::FailMode::Open) the request goes
-///   through with [`LimitOutcome::Unchecked`](super::LimitOutcome) in its extensions.
+/// - Redis failed or timed out: [`FailMode`](crate::middleware::FailMode); under [`FailMode::Open`](crate::middleware::FailMode::Open) the request goes
+///   through with [`LimitOutcome::Unchecked`](crate::middleware::LimitOutcome) in its extensions.
 ///
 /// Every request that reaches the inner service carries exactly one
-/// [`LimitOutcome`](super::LimitOutcome) extension, so handlers can extract it unconditionally.
+/// [`LimitOutcome`](crate::middleware::LimitOutcome) extension, so handlers can extract it unconditionally.
 ///
 /// ```no_run
 /// # use redkit::rate_limit::Rate;
@@ -222,7 +222,7 @@ impl<C> RateLimitLayer<C, PeerIp, DefaultResponses> {
 }
 
 impl<C, K, H> RateLimitLayer<C, K, H> {
-    /// Status of a request refused by [`FailMode::Closed`](super::FailMode::Closed).
+    /// Status of a request refused by [`FailMode::Closed`](crate::middleware::FailMode::Closed).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -248,7 +248,7 @@ impl<C, K, H> RateLimitLayer<C, K, H> {
     /// # Ok(()) }
     /// ```
     pub const FAIL_CLOSED_STATUS: http::StatusCode = http::StatusCode::SERVICE_UNAVAILABLE;
-    /// Status of a request refused by [`UnknownClient::Reject`](super::UnknownClient::Reject).
+    /// Status of a request refused by [`UnknownClient::Reject`](crate::middleware::UnknownClient::Reject).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -275,7 +275,7 @@ impl<C, K, H> RateLimitLayer<C, K, H> {
     pub const UNKNOWN_CLIENT_STATUS: http::StatusCode = http::StatusCode::BAD_REQUEST;
 
     /// The deny cache of the policies' limiters (from
-    /// [`RateLimitBuilder::deny_cache_capacity`] or the [`PolicyConfig`](super::PolicyConfig)),
+    /// [`RateLimitBuilder::deny_cache_capacity`] or the [`PolicyConfig`](crate::middleware::PolicyConfig)),
     /// for its hit / miss counters. `None` when there is none.
     ///
     /// ```
@@ -411,7 +411,7 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
     /// Answers clients known to be limited locally, without a Redis call, until their window
     /// resets: one [`DenyCache`] of at most `capacity` entries, shared by every limiter of the
     /// policies (replacing a cache set with
-    /// [`PolicyConfig::deny_cache_capacity`](super::PolicyConfig::deny_cache_capacity)). Its
+    /// [`PolicyConfig::deny_cache_capacity`](crate::middleware::PolicyConfig::deny_cache_capacity)). Its
     /// counters: [`RateLimitLayer::deny_cache`]. Validated by [`build`](Self::build)
     /// (1..=[`DenyCache::MAX_CAPACITY`]).
     ///
@@ -440,7 +440,7 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
         self
     }
 
-    /// Longest wait for Redis per request before the [`FailMode`](super::FailMode) applies.
+    /// Longest wait for Redis per request before the [`FailMode`](crate::middleware::FailMode) applies.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -485,7 +485,7 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
     common_setters! {
         layer = RateLimitLayer;
         policy = "redkit::rate_limit::FixedWindow::new(\"api\", redkit::rate_limit::Rate::per_second(10)?)?";
-        /// Behaviour when Redis fails (default [`FailMode::Open`](super::FailMode::Open)).
+        /// Behaviour when Redis fails (default [`FailMode::Open`](crate::middleware::FailMode::Open)).
         fail_mode;
         /// Longest wait for Redis per request (default [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT));
         /// must be non-zero.
@@ -493,13 +493,13 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
         /// IPv6 addresses are grouped by this many leading bits (1..=128, default 64).
         ipv6_prefix;
         /// Behaviour for requests whose client cannot be determined (default
-        /// [`UnknownClient::SharedBucket`](super::UnknownClient::SharedBucket)).
+        /// [`UnknownClient::SharedBucket`](crate::middleware::UnknownClient::SharedBucket)).
         unknown_client;
     }
 
     /// Shapes the responses the layer writes itself (429 over the limit, 503 when Redis
-    /// fails under [`FailMode::Closed`](super::FailMode::Closed), 400 for [`UnknownClient::Reject`](super::UnknownClient::Reject)): `f` gets the
-    /// [`Rejection`](super::Rejection) and the default response (status and headers set,
+    /// fails under [`FailMode::Closed`](crate::middleware::FailMode::Closed), 400 for [`UnknownClient::Reject`](crate::middleware::UnknownClient::Reject)): `f` gets the
+    /// [`Rejection`](crate::middleware::Rejection) and the default response (status and headers set,
     /// empty body) and returns the response to send. `B` is the response body type of the
     /// service stack (`axum::body::Body` in axum).
     ///

@@ -4,10 +4,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::access::AccessList;
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
 use crate::keys::Prefix;
+use crate::middleware::access::AccessList;
 use crate::rate_limit::{Algorithm, DenyCache, Limiter, QuotaLease, Rate, RateLimiter};
 
 /// Whether `algorithm` is the default one (left out when written).
@@ -77,7 +77,7 @@ impl PolicySpec {
     /// Runs the policy in **shadow mode** (TOML / JSON: `shadow = true`): requests are
     /// counted and get the `RateLimit` headers as if it were enforced, but it never refuses;
     /// a request it would have refused reaches the handler with
-    /// [`LimitOutcome::WouldLimit`](super::LimitOutcome::WouldLimit) and is counted as
+    /// [`LimitOutcome::WouldLimit`](crate::middleware::LimitOutcome::WouldLimit) and is counted as
     /// `shadow_limited` (see [`Policies::shadow`]). Try a limit on live traffic, then remove
     /// the flag to enforce it with the counters it already has.
     ///

@@ -6,7 +6,7 @@ use crate::rate_limit::Decision;
 ///
 /// The layer puts exactly one `LimitOutcome` in the request extensions of **every** request it
 /// lets through, so a handler can always extract it (axum: `Extension<LimitOutcome>`), also
-/// during a Redis outage under [`FailMode::Open`](super::FailMode::Open), which is exactly the
+/// during a Redis outage under [`FailMode::Open`](crate::middleware::FailMode::Open), which is exactly the
 /// time a missing extension must not turn into a 500.
 ///
 /// ```
@@ -30,7 +30,7 @@ pub enum LimitOutcome {
     Checked(Decision),
     /// The request was let through without a decision.
     Unchecked(Unchecked),
-    /// A policy in shadow mode ([`PolicySpec::shadow`](super::PolicySpec::shadow)) would have
+    /// A policy in shadow mode ([`PolicySpec::shadow`](crate::middleware::PolicySpec::shadow)) would have
     /// refused the request (the decision says why) and let it through: it was counted as a
     /// refused request is (not at all, for a window or bucket that was full).
     WouldLimit(Decision),
@@ -71,15 +71,15 @@ impl LimitOutcome {
 #[non_exhaustive]
 pub enum Unchecked {
     /// Redis failed or did not answer within the layer's timeout, and the layer is
-    /// [`FailMode::Open`](super::FailMode::Open).
+    /// [`FailMode::Open`](crate::middleware::FailMode::Open).
     RedisUnavailable,
     /// The client could not be identified and the layer is
-    /// [`UnknownClient::Allow`](super::UnknownClient::Allow).
+    /// [`UnknownClient::Allow`](crate::middleware::UnknownClient::Allow).
     UnknownClient,
     /// The client's address is in the policies' allow list
-    /// ([`AccessList`](super::AccessList)): never limited, no Redis call.
+    /// ([`AccessList`](crate::middleware::AccessList)): never limited, no Redis call.
     Allowlisted,
-    /// Redis failed and [`FailMode::Local`](super::FailMode::Local) let the request through
+    /// Redis failed and [`FailMode::Local`](crate::middleware::FailMode::Local) let the request through
     /// on this instance's share of the limit.
     LocalFallback,
 }

@@ -1,208 +1,38 @@
-//! [`ConcurrencyLimitLayer`]: at most N requests in flight per client, across every instance,
-//! on leased [`Semaphore`] permits.
+//! [`ConcurrencyLimitLayer`] and its builder, and the state their services share.
 
 use std::fmt;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Request, Response, StatusCode};
-use redis::aio::ConnectionLike;
-use tower::Service;
+use http::StatusCode;
 
-use super::common::{
-    bump, common_setters, limit_service, read, refusal, Common, CommonCounters, FailMode,
-    UnknownClient,
-};
-use super::future::ResponseFuture;
-use super::headers::retry_after_secs;
-use super::key::{ClientId, KeyExtractor, PeerIp, RequestInfo};
-use super::respond::{DefaultResponses, Rejection, Respond, RespondWith};
 use crate::error::{Error, Result};
-use crate::keys::{validate_prefix, Prefix, MAX_PART_LEN};
-use crate::lock::{Acquire, LockOptions, PermitGuard, Semaphore};
-use crate::middleware::metrics::{self, PolicyMetrics, Verdict};
+use crate::keys::MAX_PART_LEN;
+use crate::lock::{LockOptions, Semaphore};
+use crate::middleware::common::{common_setters, read, Common, FailMode};
+use crate::middleware::key::{KeyExtractor, PeerIp};
+use crate::middleware::metrics::PolicyMetrics;
+use crate::middleware::respond::{DefaultResponses, RespondWith};
 use crate::rate_limit::LimitKey;
 
-/// Counters of a [`ConcurrencyLimitLayer`] (shared by all its clones).
-///
-/// ```
-/// # fn show<C, K>(layer: &redkit::middleware::ConcurrencyLimitLayer<C, K>) {
-/// let s = layer.stats();
-/// println!("{} in flight, {} refused", s.admitted - s.finished, s.rejected);
-/// # }
-/// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ConcurrencyStats {
-    /// Requests that got a permit and reached the inner service.
-    pub admitted: u64,
-    /// Admitted requests whose response future completed or was dropped (permit given back).
-    pub finished: u64,
-    /// Requests refused because every permit of their client was held.
-    pub rejected: u64,
-    /// Acquires or releases that failed (Redis error or timeout), whatever the fail mode.
-    pub redis_failures: u64,
-    /// Requests let through without a permit because of [`FailMode::Open`](super::FailMode::Open).
-    pub failed_open: u64,
-    /// Requests refused because of [`FailMode::Closed`](super::FailMode::Closed).
-    pub failed_closed: u64,
-    /// Requests whose client could not be determined.
-    pub unknown_clients: u64,
-}
+use super::policy::ConcurrencyPolicy;
+use super::{ConcurrencyStats, Stats};
 
-#[derive(Debug, Default)]
-struct Stats {
-    admitted: AtomicU64,
-    finished: AtomicU64,
-    rejected: AtomicU64,
-    common: CommonCounters,
-}
-
-/// What a [`ConcurrencyLimitLayer`] limits: a name (its slots are its own), the requests in
-/// flight per client, and the key prefix. Valid once built, so the layer's `new` cannot fail.
-///
-/// Keys: `<prefix>:<name>:{<client>}` (a sorted set of holders) and `...:wake`, the prefix
-/// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) unless [`with_prefix`](Self::with_prefix) chooses
-/// another; a client key longer than 256 bytes is replaced by its SHA-1 (`h:<hex>`).
-///
-/// ```
-/// use redkit::middleware::ConcurrencyPolicy;
-/// let policy = ConcurrencyPolicy::new("reports", 4)?;
-/// assert_eq!((policy.name(), policy.permits()), ("reports", 4));
-/// assert_eq!(policy.prefix(), ConcurrencyPolicy::DEFAULT_PREFIX);
-/// assert!(ConcurrencyPolicy::new("reports", 0).is_err());
-/// assert!(ConcurrencyPolicy::new("a b", 1).is_err());
-/// # Ok::<(), redkit::Error>(())
-/// ```
-#[derive(Debug, Clone)]
-pub struct ConcurrencyPolicy {
-    name: String,
-    prefix: String,
-    permits: u32,
-    semaphore: Semaphore,
-}
-
-impl ConcurrencyPolicy {
-    /// Prefix of every key unless [`with_prefix`](Self::with_prefix) chooses another.
-    ///
-    /// ```
-    /// use redkit::middleware::ConcurrencyPolicy;
-    /// let policy = ConcurrencyPolicy::new("uploads", 2)?;
-    /// assert_eq!(policy.prefix(), ConcurrencyPolicy::DEFAULT_PREFIX);
-    /// assert_eq!(policy.key("k:a")?, "redkit:cc:uploads:{k:a}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub const DEFAULT_PREFIX: &'static str = "redkit:cc";
-
-    /// At most `permits` (1..=[`Semaphore::MAX_PERMITS`]) requests in flight per client,
-    /// named `name` (1 to 64 bytes of `[A-Za-z0-9_:.-]`).
-    /// Errors: [`Error::InvalidInput`] for either out of range.
-    ///
-    /// ```
-    /// let policy = redkit::middleware::ConcurrencyPolicy::new("uploads", 2)?;
-    /// # let _ = policy; Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn new(name: &str, permits: u32) -> Result<Self> {
-        if permits == 0 || permits > Semaphore::MAX_PERMITS {
-            return Err(Error::invalid(
-                "permits",
-                format!("must be 1 to {}", Semaphore::MAX_PERMITS),
-            ));
-        }
-        validate_prefix("name", name)?;
-        Ok(Self::under(
-            Prefix::new(Self::DEFAULT_PREFIX)?,
-            name.to_owned(),
-            permits,
-        ))
-    }
-
-    /// The policy's keys under `prefix` instead of [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX)
-    /// (a [`Prefix`], checked where it was made, so this cannot fail).
-    /// `with_prefix(Prefix::new("rk:cc")?)` keeps the keys used before 0.2.
-    ///
-    /// ```
-    /// use redkit::{keys::Prefix, middleware::ConcurrencyPolicy};
-    /// let policy = ConcurrencyPolicy::new("uploads", 2)?.with_prefix(Prefix::new("app:cc")?);
-    /// assert_eq!(policy.prefix(), "app:cc");
-    /// assert_eq!(policy.key("k:a")?, "app:cc:uploads:{k:a}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_prefix(self, prefix: Prefix) -> Self {
-        Self::under(prefix, self.name, self.permits)
-    }
-
-    fn under(prefix: Prefix, name: String, permits: u32) -> Self {
-        let semaphore = Semaphore::new().with_prefix(prefix.join(&name));
-        Self {
-            name,
-            prefix: prefix.into_string(),
-            permits,
-            semaphore,
-        }
-    }
-
-    /// The name.
-    ///
-    /// ```
-    /// assert_eq!(redkit::middleware::ConcurrencyPolicy::new("api", 1)?.name(), "api");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Requests in flight allowed per client.
-    ///
-    /// ```
-    /// assert_eq!(redkit::middleware::ConcurrencyPolicy::new("api", 3)?.permits(), 3);
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn permits(&self) -> u32 {
-        self.permits
-    }
-
-    /// The key prefix.
-    ///
-    /// ```
-    /// let p = redkit::middleware::ConcurrencyPolicy::new("api", 3)?;
-    /// assert_eq!(p.prefix(), "redkit:cc");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
-    /// The Redis key holding the slots of the client `resource` (see
-    /// [`ConcurrencyLimitLayer::resource`]).
-    ///
-    /// ```
-    /// let p = redkit::middleware::ConcurrencyPolicy::new("api", 3)?;
-    /// assert_eq!(p.key("ip:10.0.0.1")?, "redkit:cc:api:{ip:10.0.0.1}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn key(&self, resource: &str) -> Result<String> {
-        self.semaphore.key(resource)
-    }
-}
-
-struct Shared<C, K, H> {
-    policy: ConcurrencyPolicy,
+pub(super) struct Shared<C, K, H> {
+    pub(super) policy: ConcurrencyPolicy,
     /// The policy's metric keys, built with the layer.
-    metrics: PolicyMetrics,
-    options: LockOptions<Semaphore>,
-    common: Common<C, K, H>,
-    full_status: StatusCode,
-    stats: Stats,
+    pub(super) metrics: PolicyMetrics,
+    pub(super) options: LockOptions<Semaphore>,
+    pub(super) common: Common<C, K, H>,
+    pub(super) full_status: StatusCode,
+    pub(super) stats: Stats,
 }
 
 /// Tower layer allowing at most `permits` requests in flight per client, counted in Redis so
 /// that every instance of a service shares the limit.
 ///
 /// Per request: the [`KeyExtractor`] finds the client (as in
-/// [`RateLimitLayer`](super::RateLimitLayer)), then one [`Semaphore`] permit of the client's
+/// [`RateLimitLayer`](crate::middleware::RateLimitLayer)), then one [`Semaphore`] permit of the client's
 /// resource is taken (one round trip, bounded by the timeout) with a lease (default 30 s).
 /// - a permit: a watchdog renews its lease about every lease/3 while the inner service runs;
 ///   the permit is given back when the response future completes (before the response is
@@ -210,7 +40,7 @@ struct Shared<C, K, H> {
 /// - every permit held: [`DEFAULT_FULL_STATUS`](Self::DEFAULT_FULL_STATUS) (429, or the
 ///   builder's `full_status`, e.g. 503) with `Retry-After` = when the earliest lease ends
 ///   (whole seconds, rounded up, at least 1); the inner service does not run;
-/// - Redis failed or timed out: [`FailMode`](super::FailMode) (as `RateLimitLayer`: open lets the request
+/// - Redis failed or timed out: [`FailMode`](crate::middleware::FailMode) (as `RateLimitLayer`: open lets the request
 ///   through without a permit, closed answers 503 with `Retry-After: 1`).
 ///
 /// **A crashed instance's slots come back** when their lease ends (nothing renews them any
@@ -239,7 +69,7 @@ struct Shared<C, K, H> {
 /// # Ok(()) }
 /// ```
 pub struct ConcurrencyLimitLayer<C, K = PeerIp, H = DefaultResponses> {
-    shared: Arc<Shared<C, K, H>>,
+    pub(super) shared: Arc<Shared<C, K, H>>,
 }
 
 impl<C> ConcurrencyLimitLayer<C, PeerIp, DefaultResponses> {
@@ -300,7 +130,7 @@ impl<C, K, H> ConcurrencyLimitLayer<C, K, H> {
     /// ```
     pub const DEFAULT_FULL_STATUS: StatusCode = StatusCode::TOO_MANY_REQUESTS;
 
-    fn shared(&self) -> &Arc<Shared<C, K, H>> {
+    pub(super) fn shared(&self) -> &Arc<Shared<C, K, H>> {
         &self.shared
     }
 
@@ -370,7 +200,7 @@ impl<C, K, H> ConcurrencyLimitLayer<C, K, H> {
 }
 
 /// The client key as a semaphore resource: as is, or its SHA-1 when too long for a key part.
-fn resource_of(key: &LimitKey) -> String {
+pub(super) fn resource_of(key: &LimitKey) -> String {
     let text = key.as_str();
     if text.len() <= MAX_PART_LEN {
         text.to_owned()
@@ -439,7 +269,7 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
     /// # Ok(()) }
     /// ```
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
-    /// Longest wait for Redis per acquire before the [`FailMode`](super::FailMode) applies.
+    /// Longest wait for Redis per acquire before the [`FailMode`](crate::middleware::FailMode) applies.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -497,7 +327,7 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
     common_setters! {
         layer = ConcurrencyLimitLayer;
         policy = "redkit::middleware::ConcurrencyPolicy::new(\"api\", 8)?";
-        /// Behaviour when Redis fails (default [`FailMode::Open`](super::FailMode::Open)).
+        /// Behaviour when Redis fails (default [`FailMode::Open`](crate::middleware::FailMode::Open)).
         fail_mode;
         /// Longest wait for Redis per acquire (default
         /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT)); must be non-zero.
@@ -505,7 +335,7 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
         /// IPv6 addresses are grouped by this many leading bits (1..=128, default 64).
         ipv6_prefix;
         /// Behaviour for requests whose client cannot be determined (default
-        /// [`UnknownClient::SharedBucket`](super::UnknownClient::SharedBucket): they share one pool of slots).
+        /// [`UnknownClient::SharedBucket`](crate::middleware::UnknownClient::SharedBucket): they share one pool of slots).
         unknown_client;
     }
 
@@ -522,9 +352,9 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
     }
 
     /// Shapes the responses the layer writes itself (the full status when every slot of the
-    /// client is held, 503 when Redis fails under [`FailMode::Closed`](super::FailMode::Closed), 400 for
-    /// [`UnknownClient::Reject`](super::UnknownClient::Reject)), as [`RateLimitBuilder::respond_with`](super::RateLimitBuilder::respond_with)
-    /// does: `f` gets the [`Rejection`](super::Rejection) (here [`Rejection::Full`](super::Rejection::Full) when the slots are taken) and
+    /// client is held, 503 when Redis fails under [`FailMode::Closed`](crate::middleware::FailMode::Closed), 400 for
+    /// [`UnknownClient::Reject`](crate::middleware::UnknownClient::Reject)), as [`RateLimitBuilder::respond_with`](crate::middleware::RateLimitBuilder::respond_with)
+    /// does: `f` gets the [`Rejection`](crate::middleware::Rejection) (here [`Rejection::Full`](crate::middleware::Rejection::Full) when the slots are taken) and
     /// the default response, and returns the response to send.
     ///
     /// ```no_run
@@ -600,228 +430,6 @@ impl<C, K: fmt::Debug, H> fmt::Debug for ConcurrencyLimitBuilder<C, K, H> {
             .field("fail_mode", &self.common.fail_mode)
             .field("timeout", &self.common.timeout)
             .finish_non_exhaustive()
-    }
-}
-
-/// The service built by [`ConcurrencyLimitLayer`].
-///
-/// ```no_run
-/// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
-/// use tower::Layer;
-/// use redkit::middleware::{ConcurrencyLimitLayer, ConcurrencyPolicy};
-/// let layer = ConcurrencyLimitLayer::new(ConcurrencyPolicy::new("api", 4)?, conn);
-/// let service = layer.layer(tower::service_fn(|_req: http::Request<String>| async {
-///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
-/// }));
-/// # let _ = service; Ok(()) }
-/// ```
-pub struct ConcurrencyLimit<S, C, K, H = DefaultResponses> {
-    inner: S,
-    shared: Arc<Shared<C, K, H>>,
-}
-
-limit_service!(ConcurrencyLimitLayer => ConcurrencyLimit);
-
-/// A held slot: given back by [`release`](Self::release), or from a spawned task when dropped
-/// (a cancelled request).
-struct Slot<C, K, H>
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-    K: Send + Sync + 'static,
-    H: Send + Sync + 'static,
-{
-    shared: Arc<Shared<C, K, H>>,
-    permit: Option<PermitGuard>,
-}
-
-impl<C, K, H> Slot<C, K, H>
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-    K: Send + Sync + 'static,
-    H: Send + Sync + 'static,
-{
-    async fn release(mut self) {
-        if let Some(permit) = self.permit.take() {
-            release(Arc::clone(&self.shared), permit).await;
-        }
-    }
-}
-
-impl<C, K, H> Drop for Slot<C, K, H>
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-    K: Send + Sync + 'static,
-    H: Send + Sync + 'static,
-{
-    fn drop(&mut self) {
-        let Some(permit) = self.permit.take() else {
-            return;
-        };
-        let shared = Arc::clone(&self.shared);
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn(release(shared, permit))),
-            // No runtime any more: the lease ends the slot.
-            Err(_) => finish::<()>(&shared.stats, Ok(Err(Error::invalid("runtime", "gone")))),
-        }
-    }
-}
-
-/// Gives `permit` back (bounded by the timeout) and counts the request as finished.
-async fn release<C, K, H>(shared: Arc<Shared<C, K, H>>, permit: PermitGuard)
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
-    metrics::concurrency_active(&shared.metrics, -1.0);
-    let mut conn = shared.common.conn.clone();
-    let outcome = tokio::time::timeout(
-        shared.common.timeout,
-        shared.policy.semaphore.release(&mut conn, permit),
-    )
-    .await;
-    finish(
-        &shared.stats,
-        outcome.map_err(|_| Error::Timeout(shared.common.timeout)),
-    );
-}
-
-fn finish<T>(stats: &Stats, outcome: std::result::Result<Result<T>, Error>) {
-    bump(&stats.finished);
-    if let Err(error) | Ok(Err(error)) = outcome {
-        bump(&stats.common.redis_failures);
-        tracing::warn!(%error, "concurrency limit: release failed (the slot comes back when its lease ends)");
-    }
-}
-
-fn refuse<B: Default>(status: StatusCode, retry_after: u64) -> Response<B> {
-    refusal(status, Some(retry_after))
-}
-
-impl<S, C, K, H, ReqBody, ResBody> Service<Request<ReqBody>> for ConcurrencyLimit<S, C, K, H>
-where
-    H: Respond<ResBody>,
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    ReqBody: Send + 'static,
-    ResBody: Default + Send + 'static,
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-    K: KeyExtractor,
-{
-    type Response = Response<ResBody>;
-    type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::result::Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        // The ready service goes into the future; a fresh clone stays for the next call.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let shared = Arc::clone(&self.shared);
-        ResponseFuture::boxed(async move {
-            let stats = &shared.stats;
-            let key = match shared.common.extractor.extract(&RequestInfo::new(&req)) {
-                Some(ClientId::Ip(ip)) => LimitKey::ip_grouped(ip, shared.common.ipv6_prefix),
-                Some(ClientId::Key(key)) => key,
-                None => {
-                    bump(&stats.common.unknown_clients);
-                    metrics::concurrency_limited(&shared.metrics, Verdict::UnknownClient);
-                    match shared.common.unknown {
-                        UnknownClient::Allow => return inner.call(req).await,
-                        UnknownClient::Reject => {
-                            let response = refusal(StatusCode::BAD_REQUEST, None);
-                            return Ok(shared
-                                .common
-                                .respond
-                                .respond(&Rejection::UnknownClient, response));
-                        }
-                        _ => LimitKey::unknown_client(),
-                    }
-                }
-            };
-            let resource = resource_of(&key);
-            let mut conn = shared.common.conn.clone();
-            let policy = &shared.policy;
-            let acquire =
-                policy
-                    .semaphore
-                    .acquire(&mut conn, &resource, policy.permits, &shared.options);
-            let acquired = tokio::time::timeout(shared.common.timeout, acquire)
-                .await
-                .unwrap_or(Err(Error::Timeout(shared.common.timeout)));
-            match acquired {
-                Ok(Acquire::Acquired(mut permit)) => {
-                    if let Err(error) = policy.semaphore.watch(&shared.common.conn, &mut permit) {
-                        tracing::warn!(%error, "concurrency limit: no watchdog for the slot");
-                    }
-                    bump(&stats.admitted);
-                    metrics::concurrency_limited(&shared.metrics, Verdict::Allowed);
-                    metrics::concurrency_active(&shared.metrics, 1.0);
-                    let slot = Slot {
-                        shared: Arc::clone(&shared),
-                        permit: Some(permit),
-                    };
-                    let response = match inner.call(req).await {
-                        Ok(response) => response,
-                        // Released from a spawned task (the error need not be `Send`).
-                        Err(error) => {
-                            drop(slot);
-                            return Err(error);
-                        }
-                    };
-                    // Given back before the response leaves: a client that sends its next
-                    // request on receipt finds its slot free.
-                    slot.release().await;
-                    Ok(response)
-                }
-                Ok(Acquire::Busy(held)) => {
-                    bump(&stats.rejected);
-                    metrics::concurrency_limited(&shared.metrics, Verdict::Limited);
-                    let retry_after = held.ttl.unwrap_or_default();
-                    let response = refuse(shared.full_status, retry_after_secs(retry_after));
-                    let rejection = Rejection::Full {
-                        limiter: &policy.name,
-                        retry_after,
-                    };
-                    Ok(shared.common.respond.respond(&rejection, response))
-                }
-                // Only with `require_replicas` in the options: the permit was given back.
-                Ok(_) => {
-                    bump(&stats.rejected);
-                    metrics::concurrency_limited(&shared.metrics, Verdict::Limited);
-                    let rejection = Rejection::Full {
-                        limiter: &policy.name,
-                        retry_after: Duration::from_secs(1),
-                    };
-                    Ok(shared
-                        .common
-                        .respond
-                        .respond(&rejection, refuse(shared.full_status, 1)))
-                }
-                Err(error) => {
-                    bump(&stats.common.redis_failures);
-                    match shared.common.fail_mode {
-                        FailMode::Closed => {
-                            bump(&stats.common.failed_closed);
-                            metrics::concurrency_limited(&shared.metrics, Verdict::FailClosed);
-                            tracing::warn!(%error, name = %policy.name, "concurrency limit failed: refusing (fail-closed)");
-                            let response = refuse(StatusCode::SERVICE_UNAVAILABLE, 1);
-                            Ok(shared
-                                .common
-                                .respond
-                                .respond(&Rejection::RedisUnavailable, response))
-                        }
-                        _ => {
-                            bump(&stats.common.failed_open);
-                            metrics::concurrency_limited(&shared.metrics, Verdict::FailOpen);
-                            tracing::warn!(%error, name = %policy.name, "concurrency limit failed: letting request through (fail-open)");
-                            inner.call(req).await
-                        }
-                    }
-                }
-            }
-        })
     }
 }
 

@@ -1,4 +1,4 @@
-//! [`RateLimit`]: the service built by [`RateLimitLayer`](super::RateLimitLayer).
+//! [`RateLimit`]: the service built by [`RateLimitLayer`](crate::middleware::RateLimitLayer).
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -9,19 +9,19 @@ use http::{Request, Response, StatusCode};
 use redis::aio::ConnectionLike;
 use tower::Service;
 
-use super::access::Access;
-use super::common::{bump, limit_service, refusal, FailMode, UnknownClient};
-use super::future::ResponseFuture;
-use super::headers::{self, QuotaHeaders};
-use super::key::{ClientId, KeyExtractor, RequestInfo};
+use super::layer::{Live, RateLimitLayer, Shared};
 use super::outcome::{LimitOutcome, Unchecked};
-use super::rate_limit_layer::{Live, RateLimitLayer, Shared};
-use super::respond::{DefaultResponses, Rejection, Respond};
 use crate::error::{Error, Result};
+use crate::middleware::access::Access;
+use crate::middleware::common::{bump, limit_service, refusal, FailMode, UnknownClient};
+use crate::middleware::future::ResponseFuture;
+use crate::middleware::headers::{self, QuotaHeaders};
+use crate::middleware::key::{ClientId, KeyExtractor, RequestInfo};
 use crate::middleware::metrics::{self, Verdict};
+use crate::middleware::respond::{DefaultResponses, Rejection, Respond};
 use crate::rate_limit::{Decision, LimitKey, Limiter};
 
-/// The rate-limiting service wrapping `S` (see [`RateLimitLayer`](super::RateLimitLayer)).
+/// The rate-limiting service wrapping `S` (see [`RateLimitLayer`](crate::middleware::RateLimitLayer)).
 ///
 /// ```no_run
 /// # use redkit::rate_limit::Rate;

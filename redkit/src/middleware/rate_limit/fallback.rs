@@ -1,4 +1,4 @@
-//! The state of [`FailMode::Local`](super::FailMode::Local): while Redis cannot answer, each
+//! The state of [`FailMode::Local`](crate::middleware::FailMode::Local): while Redis cannot answer, each
 //! instance enforces its share of every policy's limit in process, with governor's keyed GCRA
 //! limiter (the ecosystem's in-process limiter, as tower_governor uses it).
 

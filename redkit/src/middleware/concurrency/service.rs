@@ -1,0 +1,244 @@
+//! [`ConcurrencyLimit`]: the service built by [`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer).
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use redis::aio::ConnectionLike;
+use tower::Service;
+
+use crate::error::{Error, Result};
+use crate::lock::{Acquire, PermitGuard};
+use crate::middleware::common::{bump, limit_service, refusal, FailMode, UnknownClient};
+use crate::middleware::future::ResponseFuture;
+use crate::middleware::headers::retry_after_secs;
+use crate::middleware::key::{ClientId, KeyExtractor, RequestInfo};
+use crate::middleware::metrics::{self, Verdict};
+use crate::middleware::respond::{DefaultResponses, Rejection, Respond};
+use crate::rate_limit::LimitKey;
+
+use super::layer::{resource_of, ConcurrencyLimitLayer, Shared};
+use super::Stats;
+
+/// The service built by [`ConcurrencyLimitLayer`].
+///
+/// ```no_run
+/// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
+/// use tower::Layer;
+/// use redkit::middleware::{ConcurrencyLimitLayer, ConcurrencyPolicy};
+/// let layer = ConcurrencyLimitLayer::new(ConcurrencyPolicy::new("api", 4)?, conn);
+/// let service = layer.layer(tower::service_fn(|_req: http::Request<String>| async {
+///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+/// }));
+/// # let _ = service; Ok(()) }
+/// ```
+pub struct ConcurrencyLimit<S, C, K, H = DefaultResponses> {
+    inner: S,
+    shared: Arc<Shared<C, K, H>>,
+}
+
+limit_service!(ConcurrencyLimitLayer => ConcurrencyLimit);
+
+/// A held slot: given back by [`release`](Self::release), or from a spawned task when dropped
+/// (a cancelled request).
+struct Slot<C, K, H>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    K: Send + Sync + 'static,
+    H: Send + Sync + 'static,
+{
+    shared: Arc<Shared<C, K, H>>,
+    permit: Option<PermitGuard>,
+}
+
+impl<C, K, H> Slot<C, K, H>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    K: Send + Sync + 'static,
+    H: Send + Sync + 'static,
+{
+    async fn release(mut self) {
+        if let Some(permit) = self.permit.take() {
+            release(Arc::clone(&self.shared), permit).await;
+        }
+    }
+}
+
+impl<C, K, H> Drop for Slot<C, K, H>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    K: Send + Sync + 'static,
+    H: Send + Sync + 'static,
+{
+    fn drop(&mut self) {
+        let Some(permit) = self.permit.take() else {
+            return;
+        };
+        let shared = Arc::clone(&self.shared);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(release(shared, permit))),
+            // No runtime any more: the lease ends the slot.
+            Err(_) => finish::<()>(&shared.stats, Ok(Err(Error::invalid("runtime", "gone")))),
+        }
+    }
+}
+
+/// Gives `permit` back (bounded by the timeout) and counts the request as finished.
+async fn release<C, K, H>(shared: Arc<Shared<C, K, H>>, permit: PermitGuard)
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    metrics::concurrency_active(&shared.metrics, -1.0);
+    let mut conn = shared.common.conn.clone();
+    let outcome = tokio::time::timeout(
+        shared.common.timeout,
+        shared.policy.semaphore.release(&mut conn, permit),
+    )
+    .await;
+    finish(
+        &shared.stats,
+        outcome.map_err(|_| Error::Timeout(shared.common.timeout)),
+    );
+}
+
+fn finish<T>(stats: &Stats, outcome: std::result::Result<Result<T>, Error>) {
+    bump(&stats.finished);
+    if let Err(error) | Ok(Err(error)) = outcome {
+        bump(&stats.common.redis_failures);
+        tracing::warn!(%error, "concurrency limit: release failed (the slot comes back when its lease ends)");
+    }
+}
+
+fn refuse<B: Default>(status: StatusCode, retry_after: u64) -> Response<B> {
+    refusal(status, Some(retry_after))
+}
+
+impl<S, C, K, H, ReqBody, ResBody> Service<Request<ReqBody>> for ConcurrencyLimit<S, C, K, H>
+where
+    H: Respond<ResBody>,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Default + Send + 'static,
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    K: KeyExtractor,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::result::Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        // The ready service goes into the future; a fresh clone stays for the next call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let shared = Arc::clone(&self.shared);
+        ResponseFuture::boxed(async move {
+            let stats = &shared.stats;
+            let key = match shared.common.extractor.extract(&RequestInfo::new(&req)) {
+                Some(ClientId::Ip(ip)) => LimitKey::ip_grouped(ip, shared.common.ipv6_prefix),
+                Some(ClientId::Key(key)) => key,
+                None => {
+                    bump(&stats.common.unknown_clients);
+                    metrics::concurrency_limited(&shared.metrics, Verdict::UnknownClient);
+                    match shared.common.unknown {
+                        UnknownClient::Allow => return inner.call(req).await,
+                        UnknownClient::Reject => {
+                            let response = refusal(StatusCode::BAD_REQUEST, None);
+                            return Ok(shared
+                                .common
+                                .respond
+                                .respond(&Rejection::UnknownClient, response));
+                        }
+                        _ => LimitKey::unknown_client(),
+                    }
+                }
+            };
+            let resource = resource_of(&key);
+            let mut conn = shared.common.conn.clone();
+            let policy = &shared.policy;
+            let acquire =
+                policy
+                    .semaphore
+                    .acquire(&mut conn, &resource, policy.permits(), &shared.options);
+            let acquired = tokio::time::timeout(shared.common.timeout, acquire)
+                .await
+                .unwrap_or(Err(Error::Timeout(shared.common.timeout)));
+            match acquired {
+                Ok(Acquire::Acquired(mut permit)) => {
+                    if let Err(error) = policy.semaphore.watch(&shared.common.conn, &mut permit) {
+                        tracing::warn!(%error, "concurrency limit: no watchdog for the slot");
+                    }
+                    bump(&stats.admitted);
+                    metrics::concurrency_limited(&shared.metrics, Verdict::Allowed);
+                    metrics::concurrency_active(&shared.metrics, 1.0);
+                    let slot = Slot {
+                        shared: Arc::clone(&shared),
+                        permit: Some(permit),
+                    };
+                    let response = match inner.call(req).await {
+                        Ok(response) => response,
+                        // Released from a spawned task (the error need not be `Send`).
+                        Err(error) => {
+                            drop(slot);
+                            return Err(error);
+                        }
+                    };
+                    // Given back before the response leaves: a client that sends its next
+                    // request on receipt finds its slot free.
+                    slot.release().await;
+                    Ok(response)
+                }
+                Ok(Acquire::Busy(held)) => {
+                    bump(&stats.rejected);
+                    metrics::concurrency_limited(&shared.metrics, Verdict::Limited);
+                    let retry_after = held.ttl.unwrap_or_default();
+                    let response = refuse(shared.full_status, retry_after_secs(retry_after));
+                    let rejection = Rejection::Full {
+                        limiter: &policy.name,
+                        retry_after,
+                    };
+                    Ok(shared.common.respond.respond(&rejection, response))
+                }
+                // Only with `require_replicas` in the options: the permit was given back.
+                Ok(_) => {
+                    bump(&stats.rejected);
+                    metrics::concurrency_limited(&shared.metrics, Verdict::Limited);
+                    let rejection = Rejection::Full {
+                        limiter: &policy.name,
+                        retry_after: Duration::from_secs(1),
+                    };
+                    Ok(shared
+                        .common
+                        .respond
+                        .respond(&rejection, refuse(shared.full_status, 1)))
+                }
+                Err(error) => {
+                    bump(&stats.common.redis_failures);
+                    match shared.common.fail_mode {
+                        FailMode::Closed => {
+                            bump(&stats.common.failed_closed);
+                            metrics::concurrency_limited(&shared.metrics, Verdict::FailClosed);
+                            tracing::warn!(%error, name = %policy.name, "concurrency limit failed: refusing (fail-closed)");
+                            let response = refuse(StatusCode::SERVICE_UNAVAILABLE, 1);
+                            Ok(shared
+                                .common
+                                .respond
+                                .respond(&Rejection::RedisUnavailable, response))
+                        }
+                        _ => {
+                            bump(&stats.common.failed_open);
+                            metrics::concurrency_limited(&shared.metrics, Verdict::FailOpen);
+                            tracing::warn!(%error, name = %policy.name, "concurrency limit failed: letting request through (fail-open)");
+                            inner.call(req).await
+                        }
+                    }
+                }
+            }
+        })
+    }
+}
