@@ -213,6 +213,37 @@ limiters! {
     }
 }
 
+// Each limiter type's place in the enum, here beside the enum: the types know nothing of it.
+impl From<FixedWindow> for Limiter {
+    fn from(l: FixedWindow) -> Self {
+        Self::Fixed(l)
+    }
+}
+
+impl From<AlignedWindow> for Limiter {
+    fn from(l: AlignedWindow) -> Self {
+        Self::Aligned(l)
+    }
+}
+
+impl From<Grouped<FixedWindow>> for Limiter {
+    fn from(l: Grouped<FixedWindow>) -> Self {
+        Self::FixedGrouped(l)
+    }
+}
+
+impl From<Grouped<AlignedWindow>> for Limiter {
+    fn from(l: Grouped<AlignedWindow>) -> Self {
+        Self::AlignedGrouped(l)
+    }
+}
+
+impl From<Leased<FixedWindow>> for Limiter {
+    fn from(l: Leased<FixedWindow>) -> Self {
+        Self::FixedLeased(l)
+    }
+}
+
 impl From<Gcra> for Limiter {
     fn from(l: Gcra) -> Self {
         Self::Gcra(l)

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use redis::aio::ConnectionLike;
 
 use super::queue::WindowGroups;
-use super::{Window, WindowKind};
+use super::{AlignedWindow, FixedWindow, Window, WindowKind};
 use crate::error::Result;
 use crate::group_commit::GroupCommit;
 use crate::keys::Prefix;
 use crate::rate_limit::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
-use crate::rate_limit::{Decision, DenyCache, LimitKey, Limiter};
+use crate::rate_limit::{Decision, DenyCache, LimitKey};
 
 /// A fixed-window limiter with **group commit**: concurrent checks through it (or any clone
 /// of it) are coalesced, each still on its own counter. Built by
@@ -152,8 +152,12 @@ impl<K: WindowKind> fmt::Debug for Grouped<Window<K>> {
     }
 }
 
-impl<K: WindowKind> RateLimiter for Grouped<Window<K>> {
-    delegate_rate_limiter!(via limiter: Window<K>, Grouped<Window<K>>);
+impl RateLimiter for Grouped<FixedWindow> {
+    delegate_rate_limiter!(via limiter: FixedWindow, Grouped<FixedWindow>);
+}
+
+impl RateLimiter for Grouped<AlignedWindow> {
+    delegate_rate_limiter!(via limiter: AlignedWindow, Grouped<AlignedWindow>);
 }
 
 impl<K: WindowKind> Hooks for Grouped<Window<K>> {
@@ -171,12 +175,6 @@ impl<K: WindowKind> Hooks for Grouped<Window<K>> {
     /// From a refusal the deny cache holds.
     fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {
         self.limiter.cached_refusal(key)
-    }
-}
-
-impl<K: WindowKind> From<Grouped<Window<K>>> for Limiter {
-    fn from(grouped: Grouped<Window<K>>) -> Self {
-        K::grouped(grouped)
     }
 }
 

@@ -13,7 +13,7 @@ use super::{remember, FixedWindow};
 use crate::error::Result;
 use crate::keys::Prefix;
 use crate::rate_limit::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
-use crate::rate_limit::{Decision, DenyCache, LimitKey, Limiter};
+use crate::rate_limit::{Decision, DenyCache, LimitKey};
 
 /// A [`FixedWindow`] answering checks from **leased quota**: a check that finds no units held
 /// here takes up to [`max_units`](QuotaLease::max_units) units of the key's window from Redis
@@ -257,12 +257,6 @@ impl Hooks for Leased<FixedWindow> {
         self.leases
             .take_held(key.as_str(), (self.limiter.limit, 1), cache)
             .or_else(|| self.limiter.cached_refusal(key))
-    }
-}
-
-impl From<Leased<FixedWindow>> for Limiter {
-    fn from(leased: Leased<FixedWindow>) -> Self {
-        Limiter::FixedLeased(leased)
     }
 }
 

@@ -18,7 +18,6 @@ use super::decision::Decision;
 use super::deny_cache::DenyCache;
 use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
-use super::limiter::Limiter;
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
 use crate::error::{Error, Result};
@@ -141,9 +140,9 @@ impl WindowKind for FirstHit {}
 impl WindowKind for ClockAligned {}
 
 pub(crate) mod sealed {
-    use super::{Grouped, Limiter, Script, Window};
+    use super::Script;
 
-    /// What a kind of window is made of: its scripts and its place in [`Limiter`].
+    /// What a kind of window is made of: its scripts.
     #[allow(unreachable_pub)]
     pub trait Kind: Sized + Send + Sync + 'static {
         /// The type's name in `Debug`.
@@ -154,10 +153,6 @@ pub(crate) mod sealed {
         fn script() -> &'static Script;
         /// The script of a group of checks.
         fn group_script() -> &'static Script;
-        /// The window as one [`Limiter`].
-        fn limiter(window: Window<Self>) -> Limiter;
-        /// The grouped window as one [`Limiter`].
-        fn grouped(grouped: Grouped<Window<Self>>) -> Limiter;
     }
 }
 
@@ -170,12 +165,6 @@ impl sealed::Kind for FirstHit {
     fn group_script() -> &'static Script {
         embedded::FIXED_WINDOW_GROUP.script()
     }
-    fn limiter(window: Window<Self>) -> Limiter {
-        Limiter::Fixed(window)
-    }
-    fn grouped(grouped: Grouped<Window<Self>>) -> Limiter {
-        Limiter::FixedGrouped(grouped)
-    }
 }
 
 impl sealed::Kind for ClockAligned {
@@ -186,12 +175,6 @@ impl sealed::Kind for ClockAligned {
     }
     fn group_script() -> &'static Script {
         embedded::FIXED_WINDOW_ALIGNED_GROUP.script()
-    }
-    fn limiter(window: Window<Self>) -> Limiter {
-        Limiter::Aligned(window)
-    }
-    fn grouped(grouped: Grouped<Window<Self>>) -> Limiter {
-        Limiter::AlignedGrouped(grouped)
     }
 }
 
@@ -829,8 +812,14 @@ impl<K: WindowKind> GroupSender for Window<K> {
     }
 }
 
-impl<K: WindowKind> RateLimiter for Window<K> {
-    delegate_rate_limiter!(Window<K>, deny_cache);
+// One impl per kind: `RateLimiter` needs the type's place in `Limiter`, which `limiter.rs`
+// gives per concrete type (the window module knows nothing of the enum).
+impl RateLimiter for FixedWindow {
+    delegate_rate_limiter!(FixedWindow, deny_cache);
+}
+
+impl RateLimiter for AlignedWindow {
+    delegate_rate_limiter!(AlignedWindow, deny_cache);
 }
 
 impl<K: WindowKind> Hooks for Window<K> {
@@ -841,12 +830,6 @@ impl<K: WindowKind> Hooks for Window<K> {
     /// From a refusal the deny cache holds.
     fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {
         self.cached_refusal(key)
-    }
-}
-
-impl<K: WindowKind> From<Window<K>> for Limiter {
-    fn from(window: Window<K>) -> Self {
-        K::limiter(window)
     }
 }
 
