@@ -353,17 +353,12 @@ async fn gcra_refusals_from_the_cache_are_refusals_redis_gives() {
     let mut conn = server.conn().await;
     let cache = DenyCache::new(100).unwrap();
     let period = Duration::from_millis(200);
-    let with = Gcra::new(
-        "gcra-dc",
-        Rate::new(10, period).unwrap().with_burst(5).unwrap(),
-    )
-    .unwrap()
-    .with_deny_cache(cache.clone());
-    let without = Gcra::new(
-        "gcra-dc",
-        Rate::new(10, period).unwrap().with_burst(5).unwrap(),
-    )
-    .unwrap();
+    let burst = std::num::NonZeroU32::new(5).unwrap();
+    let rate = Rate::new(10, period).unwrap();
+    let with = Gcra::bursting("gcra-dc", rate, burst)
+        .unwrap()
+        .with_deny_cache(cache.clone());
+    let without = Gcra::bursting("gcra-dc", rate, burst).unwrap();
     let client = key("flooder");
     let mut seed: u32 = 0x9e37_79b9;
     let mut next = || {

@@ -664,24 +664,26 @@ proptest! {
         };
         let interval = gcra_interval_us(rate, period).unwrap();
         prop_assert_eq!(l.name(), name.as_str());
-        prop_assert_eq!((l.rate().limit(), l.rate().burst()), (rate, rate));
+        prop_assert_eq!((l.rate().limit(), l.burst()), (rate, rate));
         prop_assert_eq!(l.rate().period(), Duration::from_micros(u64::try_from(period.as_micros()).unwrap()));
         prop_assert_eq!(l.emission_interval(), Duration::from_micros(interval));
         prop_assert_eq!(
             l.redis_key(&LimitKey::text("u").unwrap()),
             format!("redkit:gcra:{name}:{{k:u}}")
         );
-        // The same rate with a burst: only the bucket of that burst must fit.
-        let with = Rate::new(rate, period)
-            .and_then(|r| r.with_burst(burst))
-            .and_then(|r| Gcra::new(&name, r));
-        prop_assert_eq!(with.is_ok(), burst_ok, "burst {} interval {} us", burst, interval);
+        // The same rate with a burst: only the bucket of that burst must fit (a burst of 0
+        // cannot be built: `NonZeroU32`).
+        let with = std::num::NonZeroU32::new(burst)
+            .map(|b| Rate::new(rate, period).and_then(|r| Gcra::bursting(&name, r, b)));
+        let accepted = matches!(with, Some(Ok(_)));
+        prop_assert_eq!(accepted, burst_ok, "burst {} interval {} us", burst, interval);
         match with {
-            Ok(b) => {
-                prop_assert_eq!((b.rate().limit(), b.rate().burst()), (rate, burst));
+            Some(Ok(b)) => {
+                prop_assert_eq!((b.rate().limit(), b.burst()), (rate, burst));
                 prop_assert_eq!(b.emission_interval(), Duration::from_micros(interval));
             }
-            Err(e) => prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}"),
+            Some(Err(e)) => prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{e:?}"),
+            None => prop_assert_eq!(burst, 0),
         }
     }
 
@@ -1908,7 +1910,7 @@ mod coverage {
         assert_mixed("Gcra::new", gcra_input(), gcra_new_ok, MIN_SHARE);
         // Among accepted limiters, bursts accepted and refused.
         assert_mixed(
-            "Rate::with_burst for Gcra::new",
+            "Gcra::bursting",
             gcra_input().prop_filter("accepted", gcra_new_ok),
             gcra_burst_ok,
             MIN_SHARE,

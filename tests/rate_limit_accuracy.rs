@@ -104,17 +104,15 @@ async fn gcra_decisions_equal_the_model_and_never_exceed_the_bound() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     // The arguments the public type would send: 10 per 200 ms (20 ms interval), burst 4.
-    let limiter = Gcra::new(
+    let limiter = Gcra::bursting(
         "model",
-        Rate::new(10, Duration::from_millis(200))
-            .unwrap()
-            .with_burst(4)
-            .unwrap(),
+        Rate::new(10, Duration::from_millis(200)).unwrap(),
+        std::num::NonZeroU32::new(4).unwrap(),
     )
     .unwrap();
     let interval = i64::try_from(limiter.emission_interval().as_micros()).unwrap();
     assert_eq!(interval, 20_000);
-    let burst = i64::from(limiter.rate().burst());
+    let burst = i64::from(limiter.burst());
     for seed in [1u64, 2, 3] {
         let mut rng = Rng(seed);
         let key = format!("redkit:gcra:model:{{seed{seed}}}");
@@ -185,12 +183,10 @@ async fn gcra_retry_after_is_exact_to_the_millisecond() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     // 100 ms interval, burst 2.
-    let limiter = Gcra::new(
+    let limiter = Gcra::bursting(
         "exact",
-        Rate::new(5, Duration::from_millis(500))
-            .unwrap()
-            .with_burst(2)
-            .unwrap(),
+        Rate::new(5, Duration::from_millis(500)).unwrap(),
+        std::num::NonZeroU32::new(2).unwrap(),
     )
     .unwrap();
     let key = LimitKey::text("client").unwrap();
@@ -261,12 +257,10 @@ async fn gcra_token_bucket_semantics_through_the_public_api() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     // 1 per 10 s: nothing refills during the test.
-    let limiter = Gcra::new(
+    let limiter = Gcra::bursting(
         "bucket",
-        Rate::new(1, Duration::from_secs(10))
-            .unwrap()
-            .with_burst(5)
-            .unwrap(),
+        Rate::new(1, Duration::from_secs(10)).unwrap(),
+        std::num::NonZeroU32::new(5).unwrap(),
     )
     .unwrap();
     let key = LimitKey::ip([192, 0, 2, 7].into());

@@ -87,9 +87,13 @@ async fn a_waiter_checks_again_only_after_the_retry_after_and_then_passes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn waiters_on_r_per_second_are_let_through_at_r_per_second() {
     let server = RedisServer::spawn().await;
-    let gcra: Limiter = Gcra::new("wait", Rate::per_second(20).unwrap().with_burst(1).unwrap())
-        .unwrap()
-        .into();
+    let gcra: Limiter = Gcra::bursting(
+        "wait",
+        Rate::per_second(20).unwrap(),
+        std::num::NonZeroU32::MIN,
+    )
+    .unwrap()
+    .into();
     warm(&server, &gcra).await;
     let k = Arc::new(key("crowd"));
     let before = server.evalsha_calls().await;

@@ -286,7 +286,7 @@ pub(super) fn run() -> Result<(), String> {
 }
 /// README.md's rust block 3.
 mod recipe_03 {
-use std::time::Duration;
+use std::{num::NonZeroU32, time::Duration};
 
 use redkit::rate_limit::{Gcra, LimitKey, Rate, SlidingWindow};
 
@@ -299,7 +299,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let user = LimitKey::text("user-42")?;
 
     // GCRA: 10 per second on average, up to 5 at once.
-    let gcra = Gcra::new("search", Rate::per_second(10)?.with_burst(5)?)?;
+    let gcra = Gcra::bursting("search", Rate::per_second(10)?, NonZeroU32::new(5).unwrap())?;
     gcra.reset(&mut conn, &user).await?;
     for _ in 0..5 {
         assert!(gcra.check(&mut conn, &user).await?.is_allowed());

@@ -245,8 +245,10 @@ mod tests {
         assert_eq!(v(sw.into()), "\"s\";q=7;w=10");
         // GCRA: 10/s with bursts of 20: q=20 per w=2 s.
         let g = |burst| {
-            let rate = Rate::per_second(10).unwrap().with_burst(burst).unwrap();
-            Gcra::new("g", rate).unwrap().into()
+            let burst = std::num::NonZeroU32::new(burst).unwrap();
+            Gcra::bursting("g", Rate::per_second(10).unwrap(), burst)
+                .unwrap()
+                .into()
         };
         assert_eq!(v(g(20)), "\"g\";q=20;w=2");
         assert_eq!(v(g(5)), "\"g\";q=5");

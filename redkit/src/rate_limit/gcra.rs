@@ -1,6 +1,7 @@
 //! [`Gcra`]: smooth rate limiting with token-bucket semantics, one key per client.
 
 use std::fmt;
+use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
@@ -39,13 +40,13 @@ use crate::script::{embedded, Call, Script, ScriptManager};
 ///
 /// ```no_run
 /// # async fn run() -> redkit::Result<()> {
-/// use std::time::Duration;
+/// use std::num::NonZeroU32;
 /// use redkit::rate_limit::{Gcra, LimitKey, Rate};
 ///
 /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
 /// let mut conn = client.get_multiplexed_async_connection().await?;
 /// // 10 requests per second on average, bursts of up to 20.
-/// let limiter = Gcra::new("api", Rate::per_second(10)?.with_burst(20)?)?;
+/// let limiter = Gcra::bursting("api", Rate::per_second(10)?, NonZeroU32::new(20).unwrap())?;
 /// let decision = limiter.check(&mut conn, &LimitKey::ip([192, 0, 2, 1].into())).await?;
 /// if let Some(wait) = decision.retry_after() {
 ///     println!("retry after {wait:?}");
@@ -87,16 +88,17 @@ impl Gcra {
     /// assert!(Gcra::new("slow", Rate::new(1, longer)?).is_err());
     /// // One unit a day: a bucket of 11,574 days fits, one day more does not.
     /// let daily = Rate::new(1, Duration::from_secs(86_400))?;
-    /// assert!(Gcra::new("daily", daily.with_burst(11_574)?).is_ok());
-    /// assert!(Gcra::new("daily", daily.with_burst(11_575)?).is_err());
+    /// let days = |n| std::num::NonZeroU32::new(n).unwrap();
+    /// assert!(Gcra::bursting("daily", daily, days(11_574)).is_ok());
+    /// assert!(Gcra::bursting("daily", daily, days(11_575)).is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub const MAX_BUCKET: Duration = Duration::from_micros(999_999_999_999_999);
 
     /// A limiter named `name` (1..=64 bytes of `[A-Za-z0-9_:.-]`) refilling
     /// [`rate.limit()`](Rate::limit) units per [`rate.period()`](Rate::period) (whole
-    /// microseconds), with a bucket of [`rate.burst()`](Rate::burst) units (the limit unless
-    /// set with [`Rate::with_burst`]: a full bucket is one period's worth), keys under
+    /// microseconds), with a bucket of [`rate.limit()`](Rate::limit) units (a full bucket is
+    /// one period's worth; [`bursting`](Self::bursting) chooses another), keys under
     /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX).
     ///
     /// Errors: [`Error::InvalidInput`] for a period under 1 us, a bucket
@@ -107,14 +109,31 @@ impl Gcra {
     /// use redkit::rate_limit::{Gcra, Rate};
     /// let l = Gcra::new("login", Rate::per_minute(5)?)?;
     /// assert_eq!(l.emission_interval(), Duration::from_secs(12));
-    /// assert_eq!(l.rate().burst(), 5);
-    /// // One request per second, never two in a row without waiting.
-    /// let strict = Gcra::new("strict", Rate::per_second(1)?.with_burst(1)?)?;
-    /// assert_eq!(strict.rate().burst(), 1);
+    /// assert_eq!(l.burst(), 5);
     /// assert!(Gcra::new("login", Rate::new(5, Duration::from_nanos(999))?).is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn new(name: &str, rate: Rate) -> Result<Self> {
+        Self::bursting(name, rate, rate.limit_nonzero())
+    }
+
+    /// As [`new`](Self::new), with a bucket of `burst` units: at most `burst` pass at once,
+    /// refilled at the rate (only GCRA has a burst: a window lets its limit through at once).
+    ///
+    /// Errors: as [`new`](Self::new), the bucket being `emission interval x burst`.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use redkit::rate_limit::{Gcra, Rate};
+    /// // 10 per second on average, at most 20 at once.
+    /// let api = Gcra::bursting("api", Rate::per_second(10)?, NonZeroU32::new(20).unwrap())?;
+    /// assert_eq!((api.rate().limit(), api.burst()), (10, 20));
+    /// // One request per second, never two in a row without waiting.
+    /// let strict = Gcra::bursting("strict", Rate::per_second(1)?, NonZeroU32::MIN)?;
+    /// assert_eq!(strict.burst(), 1);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn bursting(name: &str, rate: Rate, burst: NonZeroU32) -> Result<Self> {
         let keys = KeySpace::new(Self::DEFAULT_PREFIX, name)?;
         let max_us = u64::try_from(Self::MAX_BUCKET.as_micros()).unwrap_or(u64::MAX);
         let period_us = rate.period_in(
@@ -124,7 +143,7 @@ impl Gcra {
             "must be between 1 us and MAX_BUCKET",
         )?;
         let interval_us = period_us.div_ceil(u64::from(rate.limit()));
-        let burst = rate.burst();
+        let burst = burst.get();
         match interval_us.checked_mul(u64::from(burst)) {
             Some(bucket) if bucket <= max_us => {}
             _ => {
@@ -245,16 +264,31 @@ impl Gcra {
     }
 
     /// The rate: [`limit`](Rate::limit) units refilled per [`period`](Rate::period) (whole
-    /// microseconds), a full bucket holding [`burst`](Rate::burst) units.
+    /// microseconds).
     ///
     /// ```
     /// use redkit::rate_limit::{Gcra, Rate};
-    /// let l = Gcra::new("api", Rate::per_second(10)?.with_burst(20)?)?;
-    /// assert_eq!((l.rate().limit(), l.rate().burst()), (10, 20));
+    /// let l = Gcra::new("api", Rate::per_second(10)?)?;
+    /// assert_eq!(l.rate().limit(), 10);
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn rate(&self) -> &Rate {
         &self.rate
+    }
+
+    /// The most units that pass at once: a full bucket (the rate's limit unless built with
+    /// [`bursting`](Self::bursting)).
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use redkit::rate_limit::{Gcra, Rate};
+    /// assert_eq!(Gcra::new("api", Rate::per_second(10)?)?.burst(), 10);
+    /// let bursty = Gcra::bursting("api", Rate::per_second(10)?, NonZeroU32::new(20).unwrap())?;
+    /// assert_eq!(bursty.burst(), 20);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn burst(&self) -> u32 {
+        self.burst
     }
 
     /// The time a bucket takes to refill from empty: emission interval x burst.
@@ -262,7 +296,7 @@ impl Gcra {
     /// ```
     /// use std::time::Duration;
     /// use redkit::rate_limit::{Gcra, Rate};
-    /// let l = Gcra::new("api", Rate::per_second(10)?.with_burst(20)?)?;
+    /// let l = Gcra::bursting("api", Rate::per_second(10)?, std::num::NonZeroU32::new(20).unwrap())?;
     /// assert_eq!(l.bucket(), Duration::from_secs(2));
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -310,7 +344,7 @@ impl Gcra {
 
     /// Takes `cost` units for `key` in one round trip, if the bucket holds them.
     ///
-    /// A cost above the burst ([`Rate::burst`]) is [`Decision::CostExceedsLimit`] (nothing
+    /// A cost above the [`burst`](Self::burst) is [`Decision::CostExceedsLimit`] (nothing
     /// changes). Errors: [`Error::InvalidInput`] for a zero cost (nothing sent),
     /// [`Error::WrongType`] / [`Error::CorruptData`] when the key holds something that is not
     /// a TAT (nothing written), [`Error::PermissionDenied`] when an ACL refuses `TIME`, `GET`
@@ -393,6 +427,7 @@ impl fmt::Debug for Gcra {
             .field("name", &self.name())
             .field("prefix", &self.prefix())
             .field("rate", &self.rate)
+            .field("burst", &self.burst)
             .field("script", &self.script.id())
             .field("deny_cache", &self.deny_cache)
             .finish()
@@ -401,6 +436,10 @@ impl fmt::Debug for Gcra {
 
 impl RateLimiter for Gcra {
     delegate_rate_limiter!(Gcra, deny_cache);
+
+    fn limit(&self) -> u32 {
+        self.burst
+    }
 
     fn window(&self) -> Duration {
         self.bucket()
@@ -442,7 +481,7 @@ mod tests {
         assert!(l.deny_cache().is_some());
         assert_eq!(l.rate().period(), Duration::from_millis(1500));
         assert_eq!(l.rate().limit(), 10);
-        assert_eq!(l.rate().burst(), 10);
+        assert_eq!(l.burst(), 10);
         assert_eq!(l.emission_interval(), Duration::from_millis(150));
         assert_eq!(l.bucket(), Duration::from_millis(1500));
     }
@@ -461,8 +500,12 @@ mod tests {
 
     #[test]
     fn debug_shows_the_settings() {
-        let rate = Rate::per_second(10).unwrap().with_burst(20).unwrap();
-        let l = Gcra::new("api", rate).unwrap();
+        let l = Gcra::bursting(
+            "api",
+            Rate::per_second(10).unwrap(),
+            NonZeroU32::new(20).unwrap(),
+        )
+        .unwrap();
         let debug = format!("{l:?}");
         for part in [
             "Gcra",
@@ -522,10 +565,11 @@ mod tests {
             .and_then(|r| Gcra::new("t", r))
             .is_err());
         let us = Duration::from_micros(1);
-        let max_burst = |period| Rate::new(1, period).unwrap().with_burst(u32::MAX).unwrap();
-        assert!(Gcra::new("t", max_burst(us)).is_ok());
+        let max_burst =
+            |period| Gcra::bursting("t", Rate::new(1, period).unwrap(), NonZeroU32::MAX);
+        assert!(max_burst(us).is_ok());
         assert!(matches!(
-            Gcra::new("t", max_burst(Duration::from_secs(1_000_000))),
+            max_burst(Duration::from_secs(1_000_000)),
             Err(Error::InvalidInput { what: "burst", .. })
         ));
         // The period is kept in whole microseconds.

@@ -38,12 +38,12 @@ macro_rules! limiters {
         ///
         /// ```no_run
         /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-        /// use std::time::Duration;
+        /// use std::{num::NonZeroU32, time::Duration};
         /// use redkit::rate_limit::{FixedWindow, Gcra, LimitKey, Limiter, Rate};
         ///
         /// let limiters: Vec<Limiter> = vec![
         ///     FixedWindow::new("daily", Rate::new(10_000, Duration::from_secs(86_400))?)?.into(),
-        ///     Gcra::new("burst", Rate::per_second(10)?.with_burst(20)?)?.into(),
+        ///     Gcra::bursting("burst", Rate::per_second(10)?, NonZeroU32::new(20).unwrap())?.into(),
         /// ];
         /// let key = LimitKey::text("user-42")?;
         /// for l in &limiters {
@@ -96,7 +96,6 @@ macro_rules! limiters {
             /// use redkit::rate_limit::{Algorithm, Limiter, Rate};
             /// let l = Limiter::new(Algorithm::SlidingWindow, "api", Rate::per_second(10)?)?;
             /// assert!(matches!(l, Limiter::Sliding(_)));
-            /// assert!(Limiter::new(Algorithm::FixedWindow, "api", Rate::per_second(1)?.with_burst(5)?).is_err());
             /// # Ok::<(), redkit::Error>(())
             /// ```
             pub fn new(algorithm: Algorithm, name: &str, rate: Rate) -> Result<Self> {
@@ -325,8 +324,8 @@ impl Limiter {
     ///
     /// ```
     /// use redkit::rate_limit::{Gcra, Limiter, Rate};
-    /// let l: Limiter = Gcra::new("api", Rate::per_second(10)?.with_burst(25)?)?.into();
-    /// assert_eq!(l.rate().burst(), 25);
+    /// let l: Limiter = Gcra::new("api", Rate::per_second(10)?)?.into();
+    /// assert_eq!(l.rate(), &Rate::per_second(10)?);
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn rate(&self) -> &Rate {
@@ -349,7 +348,8 @@ impl Limiter {
     ///
     /// ```
     /// use redkit::rate_limit::{Gcra, Limiter, Rate};
-    /// let l: Limiter = Gcra::new("api", Rate::per_second(10)?.with_burst(25)?)?.into();
+    /// let burst = std::num::NonZeroU32::new(25).unwrap();
+    /// let l: Limiter = Gcra::bursting("api", Rate::per_second(10)?, burst)?.into();
     /// assert_eq!(l.limit(), 25);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -363,7 +363,8 @@ impl Limiter {
     /// ```
     /// # use std::time::Duration;
     /// use redkit::rate_limit::{Gcra, Limiter, Rate};
-    /// let l: Limiter = Gcra::new("api", Rate::per_second(10)?.with_burst(20)?)?.into();
+    /// let burst = std::num::NonZeroU32::new(20).unwrap();
+    /// let l: Limiter = Gcra::bursting("api", Rate::per_second(10)?, burst)?.into();
     /// assert_eq!(l.window(), Duration::from_secs(2));
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -425,7 +426,9 @@ impl Limiter {
     /// Whether `other` is the same algorithm with the same rate (names and prefixes aside).
     #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) fn same_config(&self, other: &Self) -> bool {
-        self.algorithm() == other.algorithm() && self.rate() == other.rate()
+        self.algorithm() == other.algorithm()
+            && self.rate() == other.rate()
+            && self.limit() == other.limit()
     }
 }
 
@@ -487,11 +490,8 @@ mod tests {
     #[test]
     fn as_a_rate_limiter_it_answers_as_its_algorithm() {
         // GCRA's window is its bucket (interval x burst), not the rate's period.
-        let rate = Rate::new(4, Duration::from_secs(2))
-            .unwrap()
-            .with_burst(6)
-            .unwrap();
-        let gcra = Gcra::new("g", rate).unwrap();
+        let rate = Rate::new(4, Duration::from_secs(2)).unwrap();
+        let gcra = Gcra::bursting("g", rate, std::num::NonZeroU32::new(6).unwrap()).unwrap();
         let cache = DenyCache::new(8).unwrap();
         let l: Limiter = gcra.clone().with_deny_cache(cache).into();
         assert_eq!(RateLimiter::window(&l), RateLimiter::window(&gcra));
@@ -524,7 +524,9 @@ mod tests {
         let one = Rate::per_second(1).unwrap();
         let [f, g, s] = <[Limiter; 3]>::try_from(each(one)).unwrap();
         assert!(!f.same_config(&g) && !f.same_config(&s) && !g.same_config(&s));
-        let g2 = Limiter::new(Algorithm::Gcra, "x", one.with_burst(2).unwrap()).unwrap();
+        let g2: Limiter = Gcra::bursting("x", one, std::num::NonZeroU32::new(2).unwrap())
+            .unwrap()
+            .into();
         assert!(!g.same_config(&g2));
         let f2 = Limiter::new(Algorithm::FixedWindow, "x", Rate::per_second(2).unwrap()).unwrap();
         assert!(!f.same_config(&f2));

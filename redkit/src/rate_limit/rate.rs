@@ -1,4 +1,4 @@
-//! [`Rate`]: "N units per period (with a burst)", the one argument every limiter is built from.
+//! [`Rate`]: "N units per period", the one argument every limiter is built from.
 
 use std::fmt;
 use std::num::NonZeroU32;
@@ -6,14 +6,13 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
-/// How much a limiter lets through: `limit` units per `period`, and for
-/// [`Gcra`](super::Gcra) a `burst` (the most units a full bucket holds; `limit` unless set
-/// with [`with_burst`](Self::with_burst)).
+/// How much a limiter lets through: `limit` units per `period`. (A burst belongs to the one
+/// algorithm that has one: [`Gcra::bursting`](super::Gcra::bursting).)
 ///
-/// A `Rate` cannot be built invalid: the limit and the burst are at least 1 and the period is
-/// not zero. Each algorithm checks the range it can honour when it is built (a window of at
-/// least 1 ms, a GCRA bucket below [`Gcra::MAX_BUCKET`](super::Gcra::MAX_BUCKET), a burst only
-/// where the algorithm has one) and answers [`Error::InvalidInput`] otherwise.
+/// A `Rate` cannot be built invalid: the limit is at least 1 and the period is not zero.
+/// Each algorithm checks the range it can honour when it is built (a window of at least
+/// 1 ms, a GCRA bucket below [`Gcra::MAX_BUCKET`](super::Gcra::MAX_BUCKET)) and answers
+/// [`Error::InvalidInput`] otherwise.
 ///
 /// ```
 /// use std::time::Duration;
@@ -21,25 +20,20 @@ use crate::error::{Error, Result};
 ///
 /// let api = Rate::per_minute(100)?;
 /// assert_eq!((api.limit(), api.period()), (100, Duration::from_secs(60)));
-/// assert_eq!(api.burst(), 100);
-/// let bursty = Rate::per_second(10)?.with_burst(20)?;
-/// assert_eq!(bursty.burst(), 20);
 /// assert_eq!(Rate::new(5, Duration::from_secs(60))?, Rate::per_minute(5)?);
 ///
 /// assert!(Rate::new(0, Duration::from_secs(1)).is_err());
 /// assert!(Rate::new(1, Duration::ZERO).is_err());
-/// assert!(Rate::per_second(1)?.with_burst(0).is_err());
 /// # Ok::<(), redkit::Error>(())
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Rate {
     limit: NonZeroU32,
     period: Duration,
-    burst: NonZeroU32,
 }
 
 impl Rate {
-    /// `limit` units per `period`, burst `limit`. Errors: [`Error::InvalidInput`] for a zero
+    /// `limit` units per `period`. Errors: [`Error::InvalidInput`] for a zero
     /// limit or a zero period.
     ///
     /// ```
@@ -54,11 +48,7 @@ impl Rate {
         if period.is_zero() {
             return Err(Error::invalid("period", "must not be zero"));
         }
-        Ok(Self {
-            limit,
-            period,
-            burst: limit,
-        })
+        Ok(Self { limit, period })
     }
 
     /// `limit` units per second. Errors: as [`new`](Self::new).
@@ -93,21 +83,6 @@ impl Rate {
         Self::new(limit, Duration::from_secs(3_600))
     }
 
-    /// The same rate with a burst of `burst` units (only [`Gcra`](super::Gcra) has one: the
-    /// window limiters refuse a burst other than the limit). Errors: [`Error::InvalidInput`]
-    /// for 0.
-    ///
-    /// ```
-    /// let rate = redkit::rate_limit::Rate::per_second(1)?.with_burst(5)?;
-    /// assert_eq!((rate.limit(), rate.burst()), (1, 5));
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_burst(mut self, burst: u32) -> Result<Self> {
-        self.burst =
-            NonZeroU32::new(burst).ok_or_else(|| Error::invalid("burst", "must be at least 1"))?;
-        Ok(self)
-    }
-
     /// Units per [`period`](Self::period).
     ///
     /// ```
@@ -129,20 +104,9 @@ impl Rate {
         self.period
     }
 
-    /// The most units that pass at once (GCRA's bucket size): the limit unless set with
-    /// [`with_burst`](Self::with_burst).
-    ///
-    /// ```
-    /// assert_eq!(redkit::rate_limit::Rate::per_second(3)?.burst(), 3);
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn burst(&self) -> u32 {
-        self.burst.get()
-    }
-
-    /// Whether a burst other than the limit was set.
-    pub(crate) fn has_burst(&self) -> bool {
-        self.burst != self.limit
+    /// The limit, as the type holds it.
+    pub(crate) fn limit_nonzero(&self) -> NonZeroU32 {
+        self.limit
     }
 
     /// The same rate with `period` (already checked non-zero by the caller's truncation).
@@ -168,27 +132,14 @@ impl Rate {
             .filter(|n| *n >= 1 && self.period <= max)
             .ok_or_else(|| Error::invalid(what, range))
     }
-
-    /// Refuses a burst on an algorithm that has none.
-    pub(crate) fn without_burst(self, algorithm: &str) -> Result<Self> {
-        if self.has_burst() {
-            return Err(Error::invalid(
-                "burst",
-                format!("only GCRA has a burst, not the {algorithm}"),
-            ));
-        }
-        Ok(self)
-    }
 }
 
 impl fmt::Debug for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut s = f.debug_struct("Rate");
-        s.field("limit", &self.limit).field("period", &self.period);
-        if self.has_burst() {
-            s.field("burst", &self.burst);
-        }
-        s.finish()
+        f.debug_struct("Rate")
+            .field("limit", &self.limit)
+            .field("period", &self.period)
+            .finish()
     }
 }
 
@@ -206,10 +157,6 @@ mod tests {
         assert!(matches!(
             Rate::new(1, Duration::ZERO),
             Err(Error::InvalidInput { what: "period", .. })
-        ));
-        assert!(matches!(
-            Rate::new(1, s).unwrap().with_burst(0),
-            Err(Error::InvalidInput { what: "burst", .. })
         ));
         assert!(Rate::per_second(0).is_err());
         assert!(Rate::per_minute(0).is_err());
@@ -232,23 +179,6 @@ mod tests {
             Rate::per_hour(7).unwrap(),
             Rate::new(7, Duration::from_secs(3600)).unwrap()
         );
-    }
-
-    #[test]
-    fn a_burst_is_kept_and_refused_where_there_is_none() {
-        let r = Rate::per_second(2).unwrap();
-        assert!(!r.has_burst());
-        assert!(r.without_burst("fixed window").is_ok());
-        // A burst equal to the limit is no burst.
-        assert_eq!(r.with_burst(2).unwrap(), r);
-        let b = r.with_burst(9).unwrap();
-        assert!(b.has_burst() && b.burst() == 9 && b.limit() == 2);
-        assert!(matches!(
-            b.without_burst("fixed window"),
-            Err(Error::InvalidInput { what: "burst", .. })
-        ));
-        assert!(format!("{b:?}").contains("burst: 9"));
-        assert!(!format!("{r:?}").contains("burst"));
     }
 
     #[test]

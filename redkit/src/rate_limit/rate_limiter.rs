@@ -48,7 +48,7 @@ pub(super) fn push_cost(call: &mut Call<'_>, cost: u32) {
 ///     Ok(())
 /// }
 /// show(&FixedWindow::new("daily", Rate::new(10_000, std::time::Duration::from_secs(86_400))?)?, &mut conn).await?;
-/// show(&Gcra::new("burst", Rate::per_second(10)?.with_burst(20)?)?, &mut conn).await?;
+/// show(&Gcra::new("smooth", Rate::per_second(10)?)?, &mut conn).await?;
 /// # Ok(()) }
 /// ```
 pub trait RateLimiter:
@@ -75,7 +75,7 @@ pub trait RateLimiter:
     /// use std::time::Duration;
     /// use redkit::rate_limit::{FixedWindow, Rate, RateLimiter};
     /// fn per_second<L: RateLimiter>(l: &L) -> f64 {
-    ///     f64::from(l.rate().burst()) / l.rate().period().as_secs_f64()
+    ///     f64::from(l.rate().limit()) / l.rate().period().as_secs_f64()
     /// }
     /// let exports = FixedWindow::new("exports", Rate::new(120, Duration::from_secs(60))?)?;
     /// assert_eq!(per_second(&exports), 2.0);
@@ -102,12 +102,12 @@ pub trait RateLimiter:
     /// use redkit::rate_limit::{FixedWindow, Gcra, Rate, RateLimiter};
     /// let window = FixedWindow::new("w", Rate::new(100, Duration::from_secs(60))?)?;
     /// assert_eq!(RateLimiter::limit(&window), 100);
-    /// let gcra = Gcra::new("g", Rate::per_second(10)?.with_burst(20)?)?;
+    /// let gcra = Gcra::bursting("g", Rate::per_second(10)?, std::num::NonZeroU32::new(20).unwrap())?;
     /// assert_eq!(RateLimiter::limit(&gcra), 20); // the burst
     /// # Ok::<(), redkit::Error>(())
     /// ```
     fn limit(&self) -> u32 {
-        self.rate().burst()
+        self.rate().limit()
     }
 
     /// The time in which [`limit`](Self::limit) units are granted: the window, or for GCRA
@@ -119,7 +119,7 @@ pub trait RateLimiter:
     /// let window = FixedWindow::new("w", Rate::new(100, Duration::from_secs(60))?)?;
     /// assert_eq!(RateLimiter::window(&window), Duration::from_secs(60));
     /// // 10 per second, bursts of 20: an empty bucket refills in 20 x 100 ms
-    /// let gcra = Gcra::new("g", Rate::per_second(10)?.with_burst(20)?)?;
+    /// let gcra = Gcra::bursting("g", Rate::per_second(10)?, std::num::NonZeroU32::new(20).unwrap())?;
     /// assert_eq!(RateLimiter::window(&gcra), Duration::from_secs(2));
     /// # Ok::<(), redkit::Error>(())
     /// ```

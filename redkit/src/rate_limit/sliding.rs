@@ -106,20 +106,17 @@ impl SlidingWindow {
     /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX).
     ///
     /// Errors: [`Error::InvalidInput`] for a window outside
-    /// [`MIN_WINDOW`](Self::MIN_WINDOW)..=[`MAX_WINDOW`](Self::MAX_WINDOW), a rate with a
-    /// burst (only [`Gcra`](super::Gcra) has one) or a bad name.
+    /// [`MIN_WINDOW`](Self::MIN_WINDOW)..=[`MAX_WINDOW`](Self::MAX_WINDOW) or a bad name.
     ///
     /// ```
     /// use std::time::Duration;
     /// use redkit::rate_limit::{Rate, SlidingWindow};
     /// assert!(SlidingWindow::new("login", Rate::per_minute(5)?).is_ok());
     /// assert!(SlidingWindow::new("login", Rate::new(5, Duration::from_micros(1))?).is_err());
-    /// assert!(SlidingWindow::new("login", Rate::per_minute(5)?.with_burst(9)?).is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn new(name: &str, rate: Rate) -> Result<Self> {
         let keys = KeySpace::new(Self::DEFAULT_PREFIX, name)?;
-        let rate = rate.without_burst("sliding window")?;
         let window_ms = rate.period_in(
             Duration::from_millis(1),
             Self::MAX_WINDOW,

@@ -1,5 +1,6 @@
 //! Policies: which limiter applies to which route, loadable with serde.
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -8,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
 use crate::keys::Prefix;
 use crate::middleware::access::AccessList;
-use crate::rate_limit::{Algorithm, DenyCache, Limiter, QuotaLease, Rate, RateLimiter};
+use crate::rate_limit::{Algorithm, DenyCache, Gcra, Limiter, QuotaLease, Rate, RateLimiter};
 
 /// Whether `algorithm` is the default one (left out when written).
 fn is_default(algorithm: &Algorithm) -> bool {
@@ -31,8 +32,8 @@ fn is_default(algorithm: &Algorithm) -> bool {
 ///     algorithm = "gcra"
 ///     burst = 20
 /// "#).unwrap();
-/// assert_eq!(gcra, PolicySpec::new("api", Rate::per_second(10)?.with_burst(20)?)
-///     .algorithm(Algorithm::Gcra));
+/// let burst = std::num::NonZeroU32::new(20).unwrap();
+/// assert_eq!(gcra, PolicySpec::new("api", Rate::per_second(10)?).algorithm(Algorithm::Gcra).burst(burst));
 /// # Ok::<(), redkit::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,7 +45,7 @@ pub struct PolicySpec {
     #[serde(default, skip_serializing_if = "is_default")]
     algorithm: Algorithm,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    burst: Option<u32>,
+    burst: Option<NonZeroU32>,
     #[serde(default, skip_serializing_if = "is_false")]
     shadow: bool,
 }
@@ -55,8 +56,7 @@ fn is_false(flag: &bool) -> bool {
 }
 
 impl PolicySpec {
-    /// `rate` with a fixed window (the algorithm is checked against the rate when the
-    /// policies are built: a burst is only for GCRA).
+    /// `rate` with a fixed window.
     ///
     /// ```
     /// use redkit::{middleware::PolicySpec, rate_limit::Rate};
@@ -69,7 +69,7 @@ impl PolicySpec {
             limit: rate.limit(),
             window_ms: u64::try_from(rate.period().as_millis()).unwrap_or(u64::MAX),
             algorithm: Algorithm::default(),
-            burst: (rate.burst() != rate.limit()).then_some(rate.burst()),
+            burst: None,
             shadow: false,
         }
     }
@@ -91,6 +91,25 @@ impl PolicySpec {
     /// ```
     pub fn shadow(mut self) -> Self {
         self.shadow = true;
+        self
+    }
+
+    /// A bucket of `burst` units (TOML / JSON: `burst = 20`): only GCRA has one, so the
+    /// policies refuse it on another algorithm when they are built
+    /// ([`Error::UnsupportedOption`]).
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use redkit::middleware::{Policies, PolicyConfig, PolicySpec};
+    /// use redkit::rate_limit::{Algorithm, Rate};
+    /// let spec = PolicySpec::new("api", Rate::per_second(10)?).burst(NonZeroU32::new(20).unwrap());
+    /// assert!(Policies::from_config(&PolicyConfig::new(spec.clone())).is_err());
+    /// let gcra = Policies::from_config(&PolicyConfig::new(spec.algorithm(Algorithm::Gcra)))?;
+    /// assert_eq!(gcra.for_path("/").limit(), 20);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn burst(mut self, burst: NonZeroU32) -> Self {
+        self.burst = Some(burst);
         self
     }
 
@@ -116,17 +135,17 @@ impl PolicySpec {
             algorithm: self.algorithm,
             reason,
         };
-        let mut rate = Rate::new(self.limit, Duration::from_millis(self.window_ms))?;
-        if let Some(burst) = self.burst {
-            rate = rate.with_burst(burst)?;
-        }
-        if rate.burst() != rate.limit() && self.algorithm != Algorithm::Gcra {
-            return Err(unsupported(
-                "burst",
-                "only gcra has a burst (a window allows its limit at once)",
-            ));
-        }
-        let limiter = Limiter::new(self.algorithm, &self.name, rate)?;
+        let rate = Rate::new(self.limit, Duration::from_millis(self.window_ms))?;
+        let limiter = match (self.burst, self.algorithm) {
+            (None, algorithm) => Limiter::new(algorithm, &self.name, rate)?,
+            (Some(burst), Algorithm::Gcra) => Gcra::bursting(&self.name, rate, burst)?.into(),
+            (Some(_), _) => {
+                return Err(unsupported(
+                    "burst",
+                    "only gcra has a burst (a window allows its limit at once)",
+                ))
+            }
+        };
         let limiter = match prefix {
             Some(prefix) => limiter.with_prefix(prefix.clone()),
             None => limiter,
@@ -181,7 +200,7 @@ struct RouteSpec {
     #[serde(default, skip_serializing_if = "is_default")]
     algorithm: Algorithm,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    burst: Option<u32>,
+    burst: Option<NonZeroU32>,
     #[serde(default, skip_serializing_if = "is_false")]
     shadow: bool,
 }
@@ -520,7 +539,7 @@ impl PolicyConfig {
 /// use std::time::Duration;
 /// use redkit::{middleware::Policies, rate_limit::{FixedWindow, Gcra}};
 /// let policies = Policies::new(FixedWindow::new("default", Rate::per_minute(100)?)?)
-///     .route("/login", Gcra::new("login", Rate::per_minute(5)?.with_burst(2)?)?)?;
+///     .route("/login", Gcra::new("login", Rate::per_minute(5)?)?)?;
 /// assert_eq!(policies.for_path("/login/otp").name(), "login");
 /// # Ok::<(), redkit::Error>(())
 /// ```
@@ -901,16 +920,15 @@ mod tests {
         let p = Policies::from_config(&c).unwrap();
         assert!(matches!(p.for_path("/x"), Limiter::Fixed(_)));
         assert!(
-            matches!(p.for_path("/g"), Limiter::Gcra(g) if g.rate().burst() == 7 && g.rate().limit() == 5)
+            matches!(p.for_path("/g"), Limiter::Gcra(g) if g.burst() == 7 && g.rate().limit() == 5)
         );
         assert!(matches!(p.for_path("/s"), Limiter::Sliding(_)));
         let json = serde_json::to_string(&c).unwrap();
         assert_eq!(serde_json::from_str::<PolicyConfig>(&json).unwrap(), c);
         // burst without gcra, unknown algorithm, a name reused by another algorithm: refused.
-        let bad = PolicyConfig::new(PolicySpec::new(
-            "d",
-            Rate::per_second(1).unwrap().with_burst(2).unwrap(),
-        ));
+        let bad = PolicyConfig::new(
+            PolicySpec::new("d", Rate::per_second(1).unwrap()).burst(NonZeroU32::MIN),
+        );
         assert!(Policies::from_config(&bad).is_err());
         assert!(serde_json::from_str::<PolicySpec>(
             r#"{"name":"d","limit":1,"window_ms":1,"algorithm":"leaky"}"#
@@ -968,13 +986,13 @@ mod tests {
                 (p(), option, algorithm)
             );
         }
-        let burst = rate.with_burst(20).unwrap();
         for algorithm in [
             Algorithm::FixedWindow,
             Algorithm::AlignedWindow,
             Algorithm::SlidingWindow,
         ] {
-            let spec = PolicySpec::new("p", burst).algorithm(algorithm);
+            let burst = NonZeroU32::new(20).unwrap();
+            let spec = PolicySpec::new("p", rate).algorithm(algorithm).burst(burst);
             assert_eq!(refused(config(spec, None, None)), (p(), "burst", algorithm));
         }
         // In a route: the route's policy is named.
@@ -995,7 +1013,9 @@ mod tests {
             built(config(spec(Algorithm::FixedWindow), None, lease)),
             Limiter::FixedLeased(_)
         ));
-        let gcra = PolicySpec::new("p", burst).algorithm(Algorithm::Gcra);
+        let gcra = PolicySpec::new("p", rate)
+            .algorithm(Algorithm::Gcra)
+            .burst(NonZeroU32::new(20).unwrap());
         assert_eq!(built(config(gcra, None, None)).limit(), 20);
         let aligned = built(config(spec(Algorithm::AlignedWindow), None, None));
         assert!(matches!(aligned, Limiter::Aligned(_)));

@@ -257,8 +257,7 @@ impl<K: WindowKind> Window<K> {
     /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX).
     ///
     /// Errors: [`Error::InvalidInput`] for a window outside
-    /// [`MIN_WINDOW`](Self::MIN_WINDOW)..=[`MAX_WINDOW`](Self::MAX_WINDOW), a rate with a
-    /// burst (only [`Gcra`](super::Gcra) has one) or a bad name.
+    /// [`MIN_WINDOW`](Self::MIN_WINDOW)..=[`MAX_WINDOW`](Self::MAX_WINDOW) or a bad name.
     ///
     /// ```
     /// use std::time::Duration;
@@ -266,13 +265,11 @@ impl<K: WindowKind> Window<K> {
     /// assert!(FixedWindow::new("login", Rate::per_minute(5)?).is_ok());
     /// assert!(AlignedWindow::new("login", Rate::per_minute(5)?).is_ok());
     /// assert!(FixedWindow::new("login", Rate::new(5, Duration::from_micros(10))?).is_err());
-    /// assert!(FixedWindow::new("login", Rate::per_minute(5)?.with_burst(10)?).is_err());
     /// assert!(FixedWindow::new("a{b}", Rate::per_second(5)?).is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn new(name: &str, rate: Rate) -> Result<Self> {
         let keys = KeySpace::new(Self::DEFAULT_PREFIX, name)?;
-        let rate = rate.without_burst("fixed window")?;
         let window_ms = rate.period_in(
             Duration::from_millis(1),
             Self::MAX_WINDOW,
