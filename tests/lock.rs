@@ -402,6 +402,20 @@ async fn fenced_write_with_an_older_token_is_rejected() {
         None
     );
     lock.release(&mut conn, owner).await.unwrap();
+
+    // The negative control: the same pause without fencing (a plain write after holding the
+    // lock) lets the paused holder overwrite the new owner's value. The lock alone cannot
+    // stop it; the fenced write above did.
+    let plain = "doc:{44}:content";
+    let stale = acquired(&lock, &mut conn, "doc", &short).await;
+    let _: () = server.cmd(&["SET", plain, "v1"]).await;
+    wait_gone(&server, stale.key()).await;
+    let owner = acquired(&lock, &mut conn, "doc", &LockOptions::new()).await;
+    let _: () = server.cmd(&["SET", plain, "v2"]).await;
+    let _: () = server.cmd(&["SET", plain, "stale"]).await; // the paused holder wakes up
+    let value: String = server.cmd(&["GET", plain]).await;
+    assert_eq!(value, "stale", "unfenced, the stale holder's write wins");
+    lock.release(&mut conn, owner).await.unwrap();
 }
 
 #[tokio::test]

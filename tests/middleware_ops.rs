@@ -363,6 +363,13 @@ async fn the_local_fallback_enforces_each_instances_share_while_redis_is_frozen(
         "each instance its share at least: {allowed}"
     );
     assert!(refused > 0);
+    // The negative control: `FailMode::Open` would have let every request through, more than
+    // the bound, so the bound above is one the fallback kept.
+    assert!(
+        (allowed + refused) as f64 > bound,
+        "{} requests in all: the outage never pressed on the bound {bound}",
+        allowed + refused
+    );
     let stats: u64 = instances.iter().map(|l| l.stats().fallback_allowed).sum();
     assert_eq!(stats, allowed);
     println!(

@@ -52,14 +52,17 @@ async fn four_instances_never_admit_more_than_the_limit_in_a_window() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let admitted = Arc::new(AtomicU64::new(0));
+        let attempted = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
         for t in 0..32 {
             let limiter = instances[t % 4].clone();
             let mut conn = conns[t % 4].clone();
             let (key, admitted, stop) = (key.clone(), admitted.clone(), stop.clone());
+            let attempted = attempted.clone();
             tasks.push(tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
+                    attempted.fetch_add(1, Ordering::Relaxed);
                     if limiter.check(&mut conn, &key).await.unwrap().is_allowed() {
                         admitted.fetch_add(1, Ordering::Relaxed);
                     }
@@ -76,6 +79,13 @@ async fn four_instances_never_admit_more_than_the_limit_in_a_window() {
             .await
             .unwrap_or(0);
         let admitted = admitted.load(Ordering::Relaxed);
+        // The negative control: without the limit, the burst would have let through every
+        // request it made, more than the limit, so the bound below is exercised.
+        let attempted = attempted.load(Ordering::Relaxed);
+        assert!(
+            attempted > u64::from(limit),
+            "only {attempted} requests: the burst never pressed on the limit"
+        );
         assert!(counted <= u64::from(limit), "Redis counted {counted}");
         assert!(
             admitted <= counted,

@@ -62,6 +62,44 @@ async fn acked_counts_the_replica_and_reports_zero_when_it_is_frozen() {
     pair.replica.resume().await;
 }
 
+/// What the acknowledgement is for, and its negative control in one failover: the write the
+/// replica acknowledged survives the primary's death, the one it did not (`replicas == 0`,
+/// the link down) is lost. Without the lever the caller could not tell the two apart.
+async fn an_unacknowledged_write_is_lost_in_a_failover_and_an_acknowledged_one_is_not() {
+    let mut pair = ReplicatedPair::spawn().await;
+    let mut conn = pair.primary.patient_conn().await;
+    let m = ScriptManager::new();
+    let wait = Replication::new(1, Duration::from_millis(2_000)).unwrap();
+    let kept = m
+        .replicated(wait)
+        .invoke::<(i64, i64, i64), _>(&mut conn, &hit("{f}:c"))
+        .await
+        .unwrap();
+    assert_eq!((kept.outcome.0, kept.replicas), (1, 1));
+    pair.cut_link().await;
+    let short = Replication::new(1, Duration::from_millis(100)).unwrap();
+    let unconfirmed = m
+        .replicated(short)
+        .invoke::<(i64, i64, i64), _>(&mut conn, &hit("{f}:c"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (unconfirmed.outcome.0, unconfirmed.replicas),
+        (2, 0),
+        "applied on the primary, acknowledged by no replica"
+    );
+    let on_primary: String = pair.primary.cmd(&["GET", "{f}:c"]).await;
+    assert_eq!(on_primary, "2");
+    // The failover: the primary dies, its replica is promoted.
+    pair.primary.stop().await;
+    let _: () = pair.replica.cmd(&["REPLICAOF", "NO", "ONE"]).await;
+    let promoted: String = pair.replica.cmd(&["GET", "{f}:c"]).await;
+    assert_eq!(
+        promoted, "1",
+        "the acknowledged write survived; the unacknowledged one was lost"
+    );
+}
+
 async fn acked_script_error_is_typed_and_writes_nothing() {
     let pair = ReplicatedPair::spawn().await;
     let mut conn = pair.primary.patient_conn().await;
@@ -541,6 +579,7 @@ fn main() -> std::process::ExitCode {
     harness::add!(
         tests,
         acked_counts_the_replica_and_reports_zero_when_it_is_frozen,
+        an_unacknowledged_write_is_lost_in_a_failover_and_an_acknowledged_one_is_not,
         acked_script_error_is_typed_and_writes_nothing,
         acked_on_a_cluster_waits_on_the_node_that_ran_the_script,
         acked_call_on_a_cold_cache_waits_once,
