@@ -1381,7 +1381,7 @@ async fn coordination_rows(
     fn released(r: redkit::Result<Release>) {
         assert_eq!(r.unwrap(), Release::Released);
     }
-    fn held<G: std::fmt::Debug>(a: Acquire<G>) -> G {
+    fn held<G: std::fmt::Debug, H: std::fmt::Debug>(a: Acquire<G, H>) -> G {
         match a {
             Acquire::Acquired(g) => g,
             other => panic!("{other:?}"),

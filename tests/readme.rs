@@ -442,7 +442,7 @@ pub(super) fn run() -> Result<(), String> {
 mod recipe_06 {
 use std::time::Duration;
 
-use redkit::lock::{Acquire, Held, LockOptions, Semaphore};
+use redkit::lock::{Acquire, HeldPermits, LockOptions, Semaphore};
 use redkit::versioned::{Cas, Versioned};
 
 #[tokio::main]
@@ -464,7 +464,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let third = semaphore.acquire(&mut conn, "video-encode", 2, &lease).await?;
-    assert!(matches!(third, Acquire::Busy(Held { holders: Some(2), .. })));
+    assert!(matches!(third, Acquire::Busy(HeldPermits { holders: 2, .. })));
     for permit in permits {
         semaphore.release(&mut conn, permit).await?;
     }

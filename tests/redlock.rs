@@ -5,7 +5,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redkit::lock::{Acquire, Held, LockOptions, NodeAnswer, Redlock, RedlockGuard, Release, Renew};
+use redkit::lock::{
+    Acquire, HeldOnNodes, LockOptions, NodeAnswer, Redlock, RedlockGuard, Release, Renew,
+};
 use redkit::Error;
 use support::RedisMasters;
 
@@ -113,11 +115,10 @@ async fn succeeds_with_two_of_five_masters_paused_and_validity_counts_elapsed_ti
     // Its give-back found another owner's key on 0, 2, 4 (left untouched) and could not
     // reach 1 and 3.
     match redlock.acquire("payout", &options).await {
-        Ok(Acquire::Busy(Held {
-            held_on: Some(3),
-            nodes: Some(5),
-            ttl: None,
-            rollback: Some(rollback),
+        Ok(Acquire::Busy(HeldOnNodes {
+            held_on: 3,
+            nodes: 5,
+            rollback,
             ..
         })) => {
             let n = NodeAnswer::NotOwner;
@@ -278,9 +279,9 @@ async fn busy_is_an_outcome_and_no_quorum_stays_an_error_when_unreachable_nodes_
     let options = LockOptions::new().ttl(Duration::from_secs(5)).retries(2);
     let guard = held(&redlock, "job", &options).await;
     match redlock.acquire("job", &options).await {
-        Ok(Acquire::Busy(Held {
-            held_on: Some(3),
-            nodes: Some(3),
+        Ok(Acquire::Busy(HeldOnNodes {
+            held_on: 3,
+            nodes: 3,
             ..
         })) => {}
         other => panic!("{other:?}"),
@@ -293,10 +294,7 @@ async fn busy_is_an_outcome_and_no_quorum_stays_an_error_when_unreachable_nodes_
     let started = Instant::now();
     assert!(matches!(
         redlock.try_acquire("job", &slow).await,
-        Ok(Acquire::Busy(Held {
-            held_on: Some(3),
-            ..
-        }))
+        Ok(Acquire::Busy(HeldOnNodes { held_on: 3, .. }))
     ));
     assert!(started.elapsed() < Duration::from_millis(900), "no retry");
     let key = guard.key().to_owned();
@@ -331,7 +329,9 @@ async fn busy_is_an_outcome_and_no_quorum_stays_an_error_when_unreachable_nodes_
 
 /// Kleppmann's scenario: A holds on masters 0, 1, 2 (3 and 4 are down), master 2 crashes and
 /// restarts, then B asks all five. What B gets depends only on whether master 2 kept A's key.
-async fn second_contender_after_a_restart(persistence: &[&str]) -> Acquire<RedlockGuard> {
+async fn second_contender_after_a_restart(
+    persistence: &[&str],
+) -> Acquire<RedlockGuard, HeldOnNodes> {
     let mut nodes = Vec::new();
     for _ in 0..5 {
         nodes.push(support::RedisServer::spawn_with(persistence).await);
@@ -377,9 +377,9 @@ async fn a_master_restarted_without_persistence_lets_a_second_holder_in() {
 async fn a_master_restarted_with_fsync_always_keeps_its_vote() {
     let aof = ["--appendonly", "yes", "--appendfsync", "always"];
     match second_contender_after_a_restart(&aof).await {
-        Acquire::Busy(Held {
-            held_on: Some(3),
-            nodes: Some(5),
+        Acquire::Busy(HeldOnNodes {
+            held_on: 3,
+            nodes: 5,
             ..
         }) => {}
         other => panic!("expected Busy (held on 3 of 5), got {other:?}"),
@@ -432,9 +432,9 @@ async fn two_refusals_of_five_with_a_frozen_node_are_no_quorum_three_are_busy() 
         .await;
     assert!(matches!(
         redlock.try_acquire("ledger", &options).await,
-        Ok(Acquire::Busy(Held {
-            held_on: Some(3),
-            nodes: Some(5),
+        Ok(Acquire::Busy(HeldOnNodes {
+            held_on: 3,
+            nodes: 5,
             ..
         }))
     ));

@@ -28,14 +28,14 @@ fn required<K: Replicable>(wait_ms: u64) -> LockOptions<K> {
         .require_replicas(one)
 }
 
-fn granted<G: std::fmt::Debug>(outcome: redkit::Result<Acquire<G>>) -> G {
+fn granted<G: std::fmt::Debug, H: std::fmt::Debug>(outcome: redkit::Result<Acquire<G, H>>) -> G {
     match outcome.unwrap() {
         Acquire::Acquired(guard) => guard,
         other => panic!("expected the lock, got {other:?}"),
     }
 }
 
-fn not_replicated<G: std::fmt::Debug>(outcome: redkit::Result<Acquire<G>>) {
+fn not_replicated<G: std::fmt::Debug, H: std::fmt::Debug>(outcome: redkit::Result<Acquire<G, H>>) {
     match outcome.unwrap() {
         Acquire::NotReplicated {
             replicas: 0,

@@ -34,7 +34,7 @@ fn required<K: Replicable>(ttl: Duration, wait_ms: u64) -> LockOptions<K> {
     LockOptions::new().ttl(ttl).require_replicas(one)
 }
 
-fn granted<G: std::fmt::Debug>(outcome: redkit::Result<Acquire<G>>) -> G {
+fn granted<G: std::fmt::Debug, H: std::fmt::Debug>(outcome: redkit::Result<Acquire<G, H>>) -> G {
     match outcome.unwrap() {
         Acquire::Acquired(guard) => guard,
         other => panic!("expected the lock, got {other:?}"),

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redkit::lock::{Acquire, Held, LeaseLoss, LockOptions, PermitGuard, Release, Renew, Semaphore};
+use redkit::lock::{
+    Acquire, HeldPermits, LeaseLoss, LockOptions, PermitGuard, Release, Renew, Semaphore,
+};
 use redkit::script::Replication;
 use redkit::Error;
 use support::{RedisCluster, RedisServer, ReplicatedPair};
@@ -162,7 +164,7 @@ async fn poll_until_acquired(
                     acquired: Instant::now(),
                 }
             }
-            Acquire::Busy(Held { holders, .. }) => assert_eq!(holders, Some(permits)),
+            Acquire::Busy(HeldPermits { holders, .. }) => assert_eq!(holders, permits),
             other => panic!("{other:?}"),
         }
         last_full_sent = Some(sent);
@@ -198,12 +200,12 @@ async fn a_dropped_permit_comes_back_after_its_lease_not_later() {
         .await
         .unwrap()
     {
-        Acquire::Busy(Held {
+        Acquire::Busy(HeldPermits {
             holders,
             ttl: Some(retry_after),
             ..
         }) => {
-            assert_eq!(holders, Some(1));
+            assert_eq!(holders, 1);
             assert!(
                 retry_after <= lease && retry_after >= lease / 2,
                 "{retry_after:?}"
@@ -318,9 +320,7 @@ async fn the_same_owner_token_finds_its_own_permit() {
         .await
         .unwrap()
     {
-        Acquire::Busy(Held {
-            holders: Some(1), ..
-        }) => {}
+        Acquire::Busy(HeldPermits { holders: 1, .. }) => {}
         other => panic!("{other:?}"),
     }
     let members: Vec<String> = redis::cmd("ZRANGE")
@@ -604,7 +604,7 @@ async fn blocked_acquire(
     resource: &str,
     permits: u32,
     wait: Duration,
-) -> tokio::task::JoinHandle<(redkit::Result<Acquire<PermitGuard>>, Instant)> {
+) -> tokio::task::JoinHandle<(redkit::Result<Acquire<PermitGuard, HeldPermits>>, Instant)> {
     let sem = sem();
     let mut own = server.conn().await;
     let resource = resource.to_owned();
@@ -687,10 +687,7 @@ async fn a_blocked_acquire_takes_a_crashed_holders_permit_at_its_lease_end_and_h
         .unwrap();
     assert!(matches!(
         outcome.unwrap(),
-        Acquire::Busy(Held {
-            holders: Some(1),
-            ..
-        })
+        Acquire::Busy(HeldPermits { holders: 1, .. })
     ));
     let waited = gave_up - started;
     assert!(
@@ -702,13 +699,7 @@ async fn a_blocked_acquire_takes_a_crashed_holders_permit_at_its_lease_end_and_h
         let asked = Instant::now();
         let once = sem.acquire_blocking(&mut conn, "c", 1, &options).await;
         assert!(
-            matches!(
-                once,
-                Ok(Acquire::Busy(Held {
-                    holders: Some(1),
-                    ..
-                }))
-            ),
+            matches!(once, Ok(Acquire::Busy(HeldPermits { holders: 1, .. }))),
             "{once:?}"
         );
         assert!(asked.elapsed() < Duration::from_millis(250), "did not wait");

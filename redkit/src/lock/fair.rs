@@ -326,6 +326,7 @@ struct Turns<'a> {
 
 impl<C: ConnectionLike> Attempts<C> for Turns<'_> {
     type Guard = LockGuard<FairLock>;
+    type Held = Held;
 
     const KIND: LockKind = LockKind::FairLock;
 

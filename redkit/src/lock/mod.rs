@@ -20,7 +20,8 @@
 //! accessors (`key`, `prefix`, `manager`, `with_prefix`, `with_manager`). A guard is typed
 //! by the kind that granted it, so it cannot be given to another kind.
 //!
-//! Outcomes are values, the same for every kind ([`Acquire`] with [`Held`] details,
+//! Outcomes are values, the same for every kind ([`Acquire`], busy with what the kind knows:
+//! [`Held`], [`HeldPermits`], [`HeldOnNodes`];
 //! [`Release`], [`Renew`]; and [`FencedWrite`], [`WithLock`]); errors are for bad input and
 //! for not being able to find out.
 
@@ -41,7 +42,9 @@ pub use lease::guard::LockGuard;
 pub use lease::token::FencingToken;
 pub use lease::watchdog::LeaseSignal;
 pub use options::{LockOptions, OwnerToken, Polling, Replicable};
-pub use outcome::{Acquire, Fence, FencedWrite, Held, LeaseLoss, Release, Renew};
+pub use outcome::{
+    Acquire, Fence, FencedWrite, Held, HeldOnNodes, HeldPermits, LeaseLoss, Release, Renew,
+};
 pub use redlock::{NodeAnswer, Nodes, Quorum, Redlock, RedlockGuard};
 pub use reentrant::{Owner, ReentrantLock};
 pub use rw::{Mode, RwLock};

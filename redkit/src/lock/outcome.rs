@@ -9,9 +9,12 @@ use crate::error::{Error, Result};
 use crate::lock::metrics::LockOutcome;
 use crate::script::Script;
 
-/// Result of an acquire, the same for every kind: `G` is the kind's guard
+/// Result of an acquire, the same shape for every kind: `G` is the kind's guard
 /// ([`LockGuard<Lock>`](super::LockGuard), [`LockGuard<FairLock>`](super::LockGuard),
-/// [`PermitGuard`](super::PermitGuard), [`RedlockGuard`](super::RedlockGuard), ...).
+/// [`PermitGuard`](super::PermitGuard), [`RedlockGuard`](super::RedlockGuard), ...) and `H`
+/// what it can tell of the holders when busy: [`Held`] (a single-node lock: the holder's
+/// TTL), [`HeldPermits`] (a semaphore: the holders and the earliest TTL), [`HeldOnNodes`]
+/// (Redlock: the masters that refused, and the give-back).
 ///
 /// ```no_run
 /// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
@@ -25,12 +28,12 @@ use crate::script::Script;
 /// ```
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum Acquire<G> {
+pub enum Acquire<G, H = Held> {
     /// Ours until the guard's validity runs out (or it is released).
     Acquired(G),
     /// Held elsewhere (after all the waiting the options allow): what was seen of the
     /// holders.
-    Busy(Held),
+    Busy(H),
     /// Acquired, but fewer replicas than `require_replicas` asked for acknowledged it in
     /// time: it was given back at once (it could have been lost in a failover).
     NotReplicated {
@@ -41,12 +44,12 @@ pub enum Acquire<G> {
     },
 }
 
-impl<G> Acquire<G> {
+impl<G, H> Acquire<G, H> {
     /// `true` for [`Acquire::Acquired`].
     ///
     /// ```
-    /// use redkit::lock::{Acquire, PermitGuard};
-    /// let refused: Acquire<PermitGuard> = Acquire::NotReplicated { replicas: 0, requested: 1 };
+    /// use redkit::lock::{Acquire, HeldPermits, PermitGuard};
+    /// let refused: Acquire<PermitGuard, HeldPermits> = Acquire::NotReplicated { replicas: 0, requested: 1 };
     /// assert!(!refused.is_acquired());
     /// ```
     pub fn is_acquired(&self) -> bool {
@@ -56,8 +59,8 @@ impl<G> Acquire<G> {
     /// The guard, if acquired.
     ///
     /// ```
-    /// use redkit::lock::{Acquire, PermitGuard};
-    /// let refused: Acquire<PermitGuard> = Acquire::NotReplicated { replicas: 0, requested: 1 };
+    /// use redkit::lock::{Acquire, HeldPermits, PermitGuard};
+    /// let refused: Acquire<PermitGuard, HeldPermits> = Acquire::NotReplicated { replicas: 0, requested: 1 };
     /// assert!(refused.acquired().is_none());
     /// ```
     pub fn acquired(self) -> Option<G> {
@@ -68,45 +71,33 @@ impl<G> Acquire<G> {
     }
 }
 
-/// What an acquire saw of the holders when it answered [`Acquire::Busy`]; a field a kind
-/// cannot know is `None`.
+/// What an acquire of a single-node lock ([`Lock`](super::Lock),
+/// [`FairLock`](super::FairLock), [`RwLock`](super::RwLock),
+/// [`ReentrantLock`](super::ReentrantLock)) saw of the holder when it answered
+/// [`Acquire::Busy`].
 ///
 /// ```no_run
-/// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+/// # async fn run(lock: redkit::lock::Lock, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
 /// use redkit::lock::{Acquire, LockOptions};
-/// if let Acquire::Busy(held) = sem.try_acquire(&mut conn, "export", 3, &LockOptions::new()).await? {
-///     println!("{:?} holders; the first lease ends in {:?}", held.holders, held.ttl);
+/// if let Acquire::Busy(held) = lock.try_acquire(&mut conn, "export", &LockOptions::new()).await? {
+///     println!("held; the lease ends in {:?}", held.ttl);
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Held {
-    /// How long until a hold ends, as last seen (by the server's clock): the holder's lease
+    /// How long until the hold ends, as last seen (by the server's clock): the holder's lease
     /// (a [`Lock`](super::Lock), [`ReentrantLock`](super::ReentrantLock)), the blocking
-    /// writer's lease or intent (an [`RwLock`](super::RwLock)), the earliest lease of the
-    /// holders (a [`Semaphore`](super::Semaphore)). `None` when unknown (a
-    /// [`FairLock`](super::FairLock) waiter behind others, a Redlock, a key without TTL).
+    /// writer's lease or intent (an [`RwLock`](super::RwLock)). `None` when unknown (a
+    /// [`FairLock`](super::FairLock) waiter behind others, a key without TTL).
     pub ttl: Option<Duration>,
-    /// Unexpired holders (a [`Semaphore`](super::Semaphore)).
-    pub holders: Option<u32>,
-    /// Nodes that answered "held by another owner" in the last attempt (a
-    /// [`Redlock`](super::Redlock)).
-    pub held_on: Option<usize>,
-    /// All nodes (a [`Redlock`](super::Redlock)).
-    pub nodes: Option<usize>,
-    /// What each node answered when the failed attempt gave its key back (a
-    /// [`Redlock`](super::Redlock)): an unreached node may keep it until its TTL.
-    pub rollback: Option<super::Nodes>,
 }
 
 impl Held {
     /// Held by one owner whose lease ends in `ttl` (`None`: unknown or no TTL).
     pub(crate) fn until(ttl: Option<Duration>) -> Self {
-        Self {
-            ttl,
-            ..Self::default()
-        }
+        Self { ttl }
     }
 
     /// Held by one owner whose lease ends in `ms` milliseconds, as a script or `PTTL`
@@ -114,28 +105,68 @@ impl Held {
     pub(crate) fn until_ms(ms: i64) -> Self {
         Self::until(u64::try_from(ms).ok().map(Duration::from_millis))
     }
+}
 
+/// What an acquire of a [`Semaphore`](super::Semaphore) saw of the holders when it answered
+/// [`Acquire::Busy`]: every permit held.
+///
+/// ```no_run
+/// # async fn run(sem: redkit::lock::Semaphore, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+/// use redkit::lock::{Acquire, LockOptions};
+/// if let Acquire::Busy(held) = sem.try_acquire(&mut conn, "export", 3, &LockOptions::new()).await? {
+///     println!("{} holders; the first lease ends in {:?}", held.holders, held.ttl);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HeldPermits {
+    /// Unexpired holders.
+    pub holders: u32,
+    /// How long until the earliest of their leases ends (by the server's clock); `None` when
+    /// unknown (a fair acquire that gave up in the queue before it could count).
+    pub ttl: Option<Duration>,
+}
+
+impl HeldPermits {
     /// Held by `holders` holders, the earliest lease ending in `ttl`.
     pub(crate) fn by(holders: u32, ttl: Option<Duration>) -> Self {
-        Self {
-            ttl,
-            holders: Some(holders),
-            ..Self::default()
-        }
+        Self { holders, ttl }
     }
+}
 
-    /// The same, with the report of the give-back of the attempt's key.
-    pub(crate) fn with_rollback(mut self, rollback: super::Nodes) -> Self {
-        self.rollback = Some(rollback);
-        self
-    }
+/// What a [`Redlock`](super::Redlock) acquire saw when it answered [`Acquire::Busy`]: so
+/// many masters answered "held by another owner" in its last attempt that no quorum was
+/// possible.
+///
+/// ```no_run
+/// # async fn run(redlock: redkit::lock::Redlock) -> redkit::Result<()> {
+/// use redkit::lock::{Acquire, LockOptions};
+/// if let Acquire::Busy(held) = redlock.acquire("report", &LockOptions::new()).await? {
+///     println!("held on {} of {} masters", held.held_on, held.nodes);
+///     println!("give-back of our attempt: {:?}", held.rollback);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HeldOnNodes {
+    /// Masters that answered "held by another owner" in the last attempt.
+    pub held_on: usize,
+    /// All masters.
+    pub nodes: usize,
+    /// What each master answered when the failed attempt gave its key back: an unreached one
+    /// may keep it until its TTL.
+    pub rollback: super::Nodes,
+}
 
-    /// Held by another owner on `held_on` of `nodes` nodes.
-    pub(crate) fn on_nodes(held_on: usize, nodes: usize) -> Self {
+impl HeldOnNodes {
+    /// Held by another owner on `held_on` of `nodes` masters; `rollback` the give-back.
+    pub(crate) fn on(held_on: usize, nodes: usize, rollback: super::Nodes) -> Self {
         Self {
-            held_on: Some(held_on),
-            nodes: Some(nodes),
-            ..Self::default()
+            held_on,
+            nodes,
+            rollback,
         }
     }
 }
@@ -291,7 +322,7 @@ pub(crate) fn status(script: &Script, status: i64) -> Result<bool> {
 }
 
 /// The `redkit.outcome` metric label of an acquire's answer.
-pub(crate) fn acquire_label<G>(answer: &crate::error::Result<Acquire<G>>) -> LockOutcome {
+pub(crate) fn acquire_label<G, H>(answer: &crate::error::Result<Acquire<G, H>>) -> LockOutcome {
     match answer {
         Ok(Acquire::Acquired(_)) => LockOutcome::Acquired,
         Ok(Acquire::Busy(_)) => LockOutcome::Busy,

@@ -34,6 +34,7 @@ pub(in crate::lock) struct Granting<'a, K> {
 
 impl<K: LeaseKind<Extra = ()>, C: ConnectionLike> Attempts<C> for Granting<'_, K> {
     type Guard = LockGuard<K>;
+    type Held = Held;
 
     const KIND: LockKind = K::KIND;
 
@@ -67,14 +68,14 @@ impl<K: LeaseKind<Extra = ()>, C: ConnectionLike> Attempts<C> for Granting<'_, K
 /// [`Acquire::Acquired`] with `guard`, or, when [`Refused::check`] refuses the hold, the
 /// guard given back at once and the refusal's answer. What every kind's acquire does with a
 /// grant.
-pub(in crate::lock) async fn settle<G: LeaseGuard, C: ConnectionLike>(
+pub(in crate::lock) async fn settle<G: LeaseGuard, H, C: ConnectionLike>(
     kind: &G::Kind,
     conn: &mut C,
     guard: G,
     started: Instant,
     options: &Settings,
     replicas: Option<&Acked<()>>,
-) -> Result<Acquire<G>> {
+) -> Result<Acquire<G, H>> {
     let held = guard.held();
     let valid = !held.remaining().is_zero();
     let Some(refused) = Refused::check(&held.key, valid, started, options, replicas) else {
@@ -123,7 +124,7 @@ impl Refused {
     }
 
     /// The answer of an acquire whose hold was given back for this reason.
-    pub(in crate::lock) fn acquire<G>(self) -> Result<Acquire<G>> {
+    pub(in crate::lock) fn acquire<G, H>(self) -> Result<Acquire<G, H>> {
         match self {
             Self::Timeout(elapsed) => Err(Error::Timeout(elapsed)),
             Self::NotReplicated {

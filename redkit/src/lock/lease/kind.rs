@@ -214,9 +214,10 @@ pub(in crate::lock) use lease_verbs;
 
 /// A kind's `try_acquire`, inside its `impl` block: one attempt, the kind's `acquire` with
 /// no retries and no `max_wait`. `$guard` is the kind's guard type, `$arg: $ty` what its
-/// acquire takes between the resource and the options; the docs are the kind's own.
+/// acquire takes between the resource and the options (`=> $held`: its busy answer's type when
+/// not [`Held`](crate::lock::Held)); the docs are the kind's own.
 macro_rules! try_acquire {
-    ($guard:ty $(, $arg:ident: $ty:ty)*; $(#[$doc:meta])*) => {
+    ($guard:ty $(=> $held:ty)? $(, $arg:ident: $ty:ty)*; $(#[$doc:meta])*) => {
         $(#[$doc])*
         pub async fn try_acquire<C: ::redis::aio::ConnectionLike>(
             &self,
@@ -224,7 +225,7 @@ macro_rules! try_acquire {
             resource: &str,
             $($arg: $ty,)*
             options: &$crate::lock::LockOptions<Self>,
-        ) -> $crate::error::Result<$crate::lock::Acquire<$guard>> {
+        ) -> $crate::error::Result<$crate::lock::Acquire<$guard $(, $held)?>> {
             self.acquire(conn, resource, $($arg,)* &options.once()).await
         }
     };

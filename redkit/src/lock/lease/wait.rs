@@ -11,7 +11,7 @@ use redis::aio::ConnectionLike;
 use crate::error::{Error, Result};
 use crate::lock::metrics::{self, LockKind, LockOp};
 use crate::lock::options::Settings;
-use crate::lock::outcome::{acquire_label, Acquire};
+use crate::lock::outcome::{acquire_label, Acquire, Held};
 
 /// A duration in whole milliseconds for a script argument (saturating; leases are validated
 /// to at most 30 days before they get here).
@@ -56,20 +56,20 @@ impl<'a> Retry<'a> {
 }
 
 /// What one attempt of an acquire answered, for [`acquire`].
-pub(in crate::lock) enum Step<G> {
+pub(in crate::lock) enum Step<G, H = Held> {
     /// The acquire's answer: no other attempt follows.
-    Done(Acquire<G>),
+    Done(Acquire<G, H>),
     /// The acquire's answer unless the pace allows another attempt (e.g. the lock is held
     /// elsewhere).
-    Again(Acquire<G>),
+    Again(Acquire<G, H>),
     /// The acquire's error unless the pace allows another attempt (Redlock: too few nodes
     /// answered, which a later attempt may cure).
     Failed(Error),
 }
 
-impl<G> Step<G> {
+impl<G, H> Step<G, H> {
     /// Done when `answer` is a hold; any other answer may be tried again.
-    pub(in crate::lock) fn unless_acquired(answer: Acquire<G>) -> Self {
+    pub(in crate::lock) fn unless_acquired(answer: Acquire<G, H>) -> Self {
         if answer.is_acquired() {
             Self::Done(answer)
         } else {
@@ -92,12 +92,14 @@ pub(in crate::lock) enum Pace<'a> {
 pub(in crate::lock) trait Attempts<C> {
     /// The guard of a hold.
     type Guard;
+    /// What a busy answer tells of the holders ([`Held`], or the kind's own).
+    type Held;
 
     /// The lock kind (a metric label).
     const KIND: LockKind;
 
     /// One attempt.
-    async fn attempt(&mut self, conn: &mut C) -> Result<Step<Self::Guard>>;
+    async fn attempt(&mut self, conn: &mut C) -> Result<Step<Self::Guard, Self::Held>>;
 
     /// Under [`Pace::Until`], after `answer` (not a hold): waits at most `left` for a
     /// notification that the hold may have ended, and answers `true` to attempt again, or
@@ -105,7 +107,7 @@ pub(in crate::lock) trait Attempts<C> {
     async fn wait(
         &mut self,
         _conn: &mut C,
-        _answer: &Acquire<Self::Guard>,
+        _answer: &Acquire<Self::Guard, Self::Held>,
         _left: Duration,
     ) -> Result<bool> {
         Ok(false)
@@ -116,8 +118,8 @@ pub(in crate::lock) trait Attempts<C> {
     async fn give_up(
         &mut self,
         _conn: &mut C,
-        answer: Acquire<Self::Guard>,
-    ) -> Result<Acquire<Self::Guard>> {
+        answer: Acquire<Self::Guard, Self::Held>,
+    ) -> Result<Acquire<Self::Guard, Self::Held>> {
         Ok(answer)
     }
 }
@@ -129,7 +131,7 @@ pub(in crate::lock) async fn acquire<A: Attempts<C>, C>(
     pace: Pace<'_>,
     conn: &mut C,
     attempts: &mut A,
-) -> Result<Acquire<A::Guard>> {
+) -> Result<Acquire<A::Guard, A::Held>> {
     let answer = attempt_until(pace, conn, attempts).await;
     let label = acquire_label(&answer);
     metrics::lock_operation(A::KIND, LockOp::Acquire, label);
@@ -140,7 +142,7 @@ async fn attempt_until<A: Attempts<C>, C>(
     pace: Pace<'_>,
     conn: &mut C,
     attempts: &mut A,
-) -> Result<Acquire<A::Guard>> {
+) -> Result<Acquire<A::Guard, A::Held>> {
     let mut retry = match pace {
         Pace::Poll(options) => Some(Retry::new(options)),
         Pace::Until(_) => None,

@@ -18,7 +18,7 @@ use super::lease::schema;
 use super::lease::token::owner_token;
 use super::lease::wait::{self, ms, Attempts, Pace, Step};
 use super::options::{LockOptions, Polling};
-use super::outcome::{release_label, renew_label, Acquire, Held, Release, Renew};
+use super::outcome::{release_label, renew_label, Acquire, HeldOnNodes, Release, Renew};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::lock::metrics::{self, LockKind, LockOp};
@@ -34,7 +34,7 @@ use crate::script::{embedded, script_error, Call, Script, ScriptManager};
 ///   request. Otherwise the key is given back on all nodes, and the answer is
 ///   [`Acquire::Busy`] when enough nodes said "held by another owner" that no quorum
 ///   was possible, else [`Error::NoQuorum`] saying how many agreed and why each other node
-///   failed; both carry what each node answered to the give-back ([`Held::rollback`],
+///   failed; both carry what each node answered to the give-back ([`HeldOnNodes::rollback`],
 ///   `NoQuorum { rollback, .. }`).
 /// - **renew**: compare-and-PEXPIRE on every node; [`Renew::Renewed`] only with a quorum.
 /// - **release**: compare-and-delete on every node.
@@ -87,10 +87,11 @@ struct Quorums<'a, C> {
 
 impl<C: ConnectionLike + Clone> Attempts<()> for Quorums<'_, C> {
     type Guard = RedlockGuard;
+    type Held = HeldOnNodes;
 
     const KIND: LockKind = LockKind::Redlock;
 
-    async fn attempt(&mut self, (): &mut ()) -> Result<Step<RedlockGuard>> {
+    async fn attempt(&mut self, (): &mut ()) -> Result<Step<RedlockGuard, HeldOnNodes>> {
         let attempt = self.redlock.attempt(self.key, self.ttl_ms, self.options);
         Ok(match attempt.await {
             Ok(answer) => Step::unless_acquired(answer),
@@ -281,7 +282,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         &self,
         resource: &str,
         options: &LockOptions<Redlock<C>>,
-    ) -> Result<Acquire<RedlockGuard>> {
+    ) -> Result<Acquire<RedlockGuard, HeldOnNodes>> {
         self.acquire(resource, &options.clone().retries(0)).await
     }
 
@@ -291,7 +292,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     /// [`Error::NoQuorum`] (how many agreed, which failed and why) when unreachable nodes
     /// prevented the quorum, with [`Error::Timeout`] when it was reached but no validity was
     /// left; in these cases the key was given back on all reachable nodes, and
-    /// [`Held::rollback`] (for `Busy`) or `NoQuorum`'s `rollback` says what each node
+    /// [`HeldOnNodes::rollback`] (for `Busy`) or `NoQuorum`'s `rollback` says what each node
     /// answered to that (a `WARN` event names the unreached ones).
     /// [`Error::InvalidInput`] (nothing sent) for bad input.
     ///
@@ -312,7 +313,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         &self,
         resource: &str,
         options: &LockOptions<Redlock<C>>,
-    ) -> Result<Acquire<RedlockGuard>> {
+    ) -> Result<Acquire<RedlockGuard, HeldOnNodes>> {
         let ttl_ms = options.validate()?;
         if self.node_timeout.is_zero() || self.node_timeout >= options.lease() {
             return Err(Error::invalid(
@@ -335,7 +336,7 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         key: &str,
         ttl_ms: u64,
         options: &LockOptions<Redlock<C>>,
-    ) -> Result<Acquire<RedlockGuard>> {
+    ) -> Result<Acquire<RedlockGuard, HeldOnNodes>> {
         let token = owner_token();
         let started = Instant::now();
         let nodes = self
@@ -382,9 +383,11 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
         }
         // Even if every node that failed had agreed, the refusals leave no quorum.
         if refused > self.nodes.len() - self.quorum() {
-            return Ok(Acquire::Busy(
-                Held::on_nodes(refused, self.nodes.len()).with_rollback(rollback),
-            ));
+            return Ok(Acquire::Busy(HeldOnNodes::on(
+                refused,
+                self.nodes.len(),
+                rollback,
+            )));
         }
         Err(self.no_quorum(&attempt, Some(rollback)))
     }

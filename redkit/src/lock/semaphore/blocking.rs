@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::lock::lease::schema;
 use crate::lock::lease::wait::{self, block_on, give_up, Pace};
 use crate::lock::options::LockOptions;
-use crate::lock::outcome::{Acquire, Held, Renew};
+use crate::lock::outcome::{Acquire, HeldPermits, Renew};
 use crate::lock::semaphore::permit::PermitGuard;
 use crate::lock::semaphore::{PermitAttempts, Semaphore};
 
@@ -54,7 +54,7 @@ impl Semaphore {
         resource: &str,
         permits: u32,
         options: &LockOptions<Semaphore>,
-    ) -> Result<Acquire<PermitGuard>> {
+    ) -> Result<Acquire<PermitGuard, HeldPermits>> {
         let give_up = give_up(options.get_max_wait());
         let mut attempts = self.attempts(resource, permits, options)?;
         wait::acquire(Pace::Until(give_up), conn, &mut attempts).await
@@ -99,7 +99,7 @@ impl Semaphore {
         resource: &str,
         permits: u32,
         options: &LockOptions<Semaphore>,
-    ) -> Result<Acquire<PermitGuard>> {
+    ) -> Result<Acquire<PermitGuard, HeldPermits>> {
         let give_up = give_up(options.get_max_wait());
         let mut attempts = self.attempts(resource, permits, options)?;
         let gate = &self.inner.gate;
@@ -112,7 +112,7 @@ impl Semaphore {
         }
         let mut turn = match gate.acquire(conn, resource, &place).await? {
             Acquire::Acquired(turn) => turn,
-            _ => return Ok(Acquire::Busy(Held::by(permits, None))),
+            _ => return Ok(Acquire::Busy(HeldPermits::by(permits, None))),
         };
         attempts.gate = Some(&mut turn);
         let outcome = wait::acquire(Pace::Until(give_up), conn, &mut attempts).await;
@@ -131,10 +131,10 @@ impl PermitAttempts<'_> {
     pub(in crate::lock) async fn wait_for_release<C: ConnectionLike>(
         &mut self,
         conn: &mut C,
-        answer: &Acquire<PermitGuard>,
+        answer: &Acquire<PermitGuard, HeldPermits>,
         left: Duration,
     ) -> Result<bool> {
-        let Acquire::Busy(Held {
+        let Acquire::Busy(HeldPermits {
             ttl: Some(retry_after),
             ..
         }) = answer

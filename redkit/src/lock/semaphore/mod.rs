@@ -18,7 +18,7 @@ use crate::lock::lease::wait::{self, ms, Attempts, Pace, Step};
 use crate::lock::lease::{HeldLease, LeaseGuard, LeaseKind};
 use crate::lock::metrics::LockKind;
 use crate::lock::options::{LockOptions, OwnerToken, Polling, Replicable};
-use crate::lock::outcome::{Acquire, Held};
+use crate::lock::outcome::{Acquire, HeldPermits};
 use crate::lock::semaphore::permit::PermitGuard;
 use crate::script::{embedded, Call, Script, ScriptManager};
 
@@ -114,7 +114,7 @@ impl Semaphore {
     }
 
     try_acquire! {
-        PermitGuard, permits: u32;
+        PermitGuard => HeldPermits, permits: u32;
         /// One attempt: takes a permit when fewer than `permits` unexpired holders exist (or this
         /// attempt's owner token already holds one: its lease is refreshed), else
         /// [`Acquire::Busy`]. Same as [`acquire`](Self::acquire) with no retries.
@@ -157,7 +157,7 @@ impl Semaphore {
         resource: &str,
         permits: u32,
         options: &LockOptions<Semaphore>,
-    ) -> Result<Acquire<PermitGuard>> {
+    ) -> Result<Acquire<PermitGuard, HeldPermits>> {
         let mut attempts = self.attempts(resource, permits, options)?;
         wait::acquire(Pace::Poll(options.settings()), conn, &mut attempts).await
     }
@@ -196,7 +196,7 @@ impl Semaphore {
         permits: u32,
         ttl_ms: u64,
         options: &LockOptions<Semaphore>,
-    ) -> Result<Acquire<PermitGuard>> {
+    ) -> Result<Acquire<PermitGuard, HeldPermits>> {
         let script = self.inner.acquire;
         let mut call = Call::new(script);
         call.key(key).arg(token).arg(permits).arg(ttl_ms);
@@ -232,7 +232,7 @@ impl Semaphore {
                 )
                 .await
             }
-            [0, holders, retry_after] => Ok(Acquire::Busy(Held::by(
+            [0, holders, retry_after] => Ok(Acquire::Busy(HeldPermits::by(
                 count(*holders)?,
                 Some(Duration::from_millis(
                     u64::try_from(*retry_after).unwrap_or(0),
@@ -346,19 +346,20 @@ pub(in crate::lock) struct PermitAttempts<'a> {
 
 impl<C: ConnectionLike> Attempts<C> for PermitAttempts<'_> {
     type Guard = PermitGuard;
+    type Held = HeldPermits;
 
     const KIND: LockKind = LockKind::Semaphore;
 
     async fn wait(
         &mut self,
         conn: &mut C,
-        answer: &Acquire<PermitGuard>,
+        answer: &Acquire<PermitGuard, HeldPermits>,
         left: Duration,
     ) -> Result<bool> {
         self.wait_for_release(conn, answer, left).await
     }
 
-    async fn attempt(&mut self, conn: &mut C) -> Result<Step<PermitGuard>> {
+    async fn attempt(&mut self, conn: &mut C) -> Result<Step<PermitGuard, HeldPermits>> {
         let answer = self
             .sem
             .attempt(

@@ -244,6 +244,7 @@ impl<'a> LockAttempts<'a> {
 
 impl<C: ConnectionLike> Attempts<C> for LockAttempts<'_> {
     type Guard = LockGuard<Lock>;
+    type Held = Held;
 
     const KIND: LockKind = LockKind::Lock;
 
