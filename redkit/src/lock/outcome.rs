@@ -140,7 +140,7 @@ impl HeldPermits {
 /// possible.
 ///
 /// ```no_run
-/// # async fn run(redlock: redkit::lock::Redlock) -> redkit::Result<()> {
+/// # async fn run(redlock: redkit::lock::Redlock<redis::aio::MultiplexedConnection>) -> redkit::Result<()> {
 /// use redkit::lock::{Acquire, LockOptions};
 /// if let Acquire::Busy(held) = redlock.acquire("report", &LockOptions::new()).await? {
 ///     println!("held on {} of {} masters", held.held_on, held.nodes);
