@@ -409,7 +409,8 @@ impl ScriptManager {
     {
         call.validate()?;
         if let Some(r) = &replication {
-            self.check_wait(conn, r).await?;
+            // Boxed: only a replicated call checks; every other call's future stays small.
+            Box::pin(self.check_wait(conn, r)).await?;
         }
         let script = call.script();
         let span = tracing::debug_span!(

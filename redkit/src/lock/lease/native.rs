@@ -99,7 +99,8 @@ pub(crate) async fn release<C: ConnectionLike>(
         // Released: the key is gone, whatever the wake-up meets. A wake-up that fails (its
         // list overwritten by another type, its commands refused by the ACL) is reported on
         // its own; the blocked acquirer then finds the lock free at its next poll.
-        if let Err(e) = wake(conn, key).await {
+        // Boxed: only a release with a waiter runs it; the common release's future stays small.
+        if let Err(e) = Box::pin(wake(conn, key)).await {
             metrics::lock_operation(LockKind::Lock, LockOp::Wake, LockOutcome::Error);
             tracing::warn!(
                 key,
