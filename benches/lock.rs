@@ -373,12 +373,14 @@ fn main() {
             .lines()
             .find_map(|l| l.strip_prefix("process_id:"))
             .and_then(|p| p.trim().parse().ok());
-        let version = info(&mut conn, "server")
-            .await
+        let server_info = info(&mut conn, "server").await;
+        let version = server_info
             .lines()
-            .find_map(|l| {
-                l.strip_prefix("valkey_version:")
-                    .or_else(|| l.strip_prefix("redis_version:"))
+            .find_map(|l| l.strip_prefix("valkey_version:"))
+            .or_else(|| {
+                server_info
+                    .lines()
+                    .find_map(|l| l.strip_prefix("redis_version:"))
             })
             .unwrap_or("?")
             .trim()

@@ -243,7 +243,7 @@ impl Probe {
     }
 
     /// An earlier probe found one server, not a Cluster.
-    fn one_server(&self) -> bool {
+    pub(crate) fn one_server(&self) -> bool {
         self.bits.load(Ordering::Acquire) & ONE_SERVER != 0
     }
 
