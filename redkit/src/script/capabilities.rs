@@ -180,7 +180,9 @@ impl Probe {
             return offered;
         }
         let _probing = Probing(self);
-        match self.refresh(conn).await {
+        // Boxed: a probe runs about once a minute, and inline its future (a Cluster's probe of
+        // every primary) would be carried by every lock release's.
+        match Box::pin(self.refresh(conn)).await {
             Ok(_) => {
                 let bits = self.bits.load(Ordering::Acquire);
                 bits & PROBED != 0 && bits & command.offered() != 0
@@ -241,7 +243,7 @@ impl Probe {
     }
 
     /// An earlier probe found one server, not a Cluster.
-    fn one_server(&self) -> bool {
+    pub(crate) fn one_server(&self) -> bool {
         self.bits.load(Ordering::Acquire) & ONE_SERVER != 0
     }
 

@@ -2,7 +2,8 @@
 //! commands instead of a script, where the server offers them
 //! ([`Capabilities`](crate::script::Capabilities), probed once per manager):
 //!
-//! - release: `MULTI`, `DELIFEQ key token`, `EXISTS <waiter flag>`, `EXEC` (one round trip);
+//! - release: `DELIFEQ key token` and `EXISTS <waiter flag>` in one round trip: on one
+//!   server a plain pipeline, on a Cluster in a transaction (`MULTI` ... `EXEC`);
 //!   only when it deleted the key and a blocked acquirer has set the flag, the wake-up the
 //!   release script pushes (`TYPE` of the list, then `MULTI`, `LPUSH wake 1`,
 //!   `LTRIM wake 0 0`, `PEXPIRE wake 60000`, `EXEC`: the same list, one entry, 60 s); for a
@@ -72,6 +73,15 @@ pub(crate) async fn release<C: ConnectionLike>(
         };
     }
     let waiting = schema::waiting(key);
+    if manager.native_one_server() {
+        return Some(
+            match release_pipelined(manager, conn, (key, token), &waiting).await? {
+                Ok((1, waiters)) => woken(conn, key, waiters).await,
+                Ok((deleted, _)) => deleted_or_not(deleted),
+                Err(e) => Err(e),
+            },
+        );
+    }
     // No wake-up is lost: a blocked acquirer sets the waiter flag *before* its last attempt
     // and only then blocks. The `EXISTS` runs after the `DELIFEQ` (in one transaction): when
     // it finds no flag, the acquirer's attempt comes after the delete and finds the lock free;
@@ -95,22 +105,78 @@ pub(crate) async fn release<C: ConnectionLike>(
             return Some(Err(typed(RELEASE, e)));
         }
     };
-    if replies == (1, 1) {
-        // Released: the key is gone, whatever the wake-up meets. A wake-up that fails (its
-        // list overwritten by another type, its commands refused by the ACL) is reported on
-        // its own; the blocked acquirer then finds the lock free at its next poll.
-        if let Err(e) = wake(conn, key).await {
-            metrics::lock_operation(LockKind::Lock, LockOp::Wake, LockOutcome::Error);
-            tracing::warn!(
-                key,
-                error = %e,
-                "lock released, but its wake-up could not be pushed: a blocked acquirer \
-                 takes the lock at its next poll"
-            );
-        }
-        return Some(Ok(Release::Released));
+    if replies.0 == 1 {
+        return Some(woken(conn, key, Ok(replies.1 == 1)).await);
     }
     Some(deleted_or_not(replies.0))
+}
+
+/// The answer of a release whose `DELIFEQ` deleted the key: `Released`, after the wake-up
+/// when the flag read found a waiter (`Ok(true)`) or could not be read (`Err`: a waiter is
+/// not ruled out, and the wake-up is reported as failed).
+async fn woken<C: ConnectionLike>(
+    conn: &mut C,
+    key: &str,
+    waiters: std::result::Result<bool, RedisError>,
+) -> Result<Release> {
+    // Released: the key is gone, whatever the wake-up meets. A wake-up that fails (its list
+    // overwritten by another type, its commands refused by the ACL, the flag unreadable) is
+    // reported on its own; the blocked acquirer then finds the lock free at its next poll.
+    // The wake-up is boxed: only a release with a waiter runs it.
+    let failed = match waiters {
+        Ok(false) => None,
+        Ok(true) => Box::pin(wake(conn, key)).await.err(),
+        Err(e) => Some(typed(RELEASE, e)),
+    };
+    if let Some(e) = failed {
+        metrics::lock_operation(LockKind::Lock, LockOp::Wake, LockOutcome::Error);
+        tracing::warn!(
+            key,
+            error = %e,
+            "lock released, but its wake-up could not be pushed: a blocked acquirer \
+             takes the lock at its next poll"
+        );
+    }
+    Ok(Release::Released)
+}
+
+/// On one server (no Cluster: nothing redirects a command), `DELIFEQ key token` and `EXISTS
+/// <waiter flag>` as a plain pipeline: one round trip without `MULTI` / `EXEC` (in the bench
+/// the transaction's two more commands and replies cost more than the release itself). No
+/// wake-up is lost without the transaction: one connection's commands run in order, so the
+/// `EXISTS` reads the flag after the delete, as in the transaction (a flag set between the
+/// two only adds a stale wake-up, which makes a waiter try once more). Each reply is read on
+/// its own: what `DELIFEQ` answered, and the flag or the error of its read. `None`:
+/// `DELIFEQ` did not run (not offered, refused by the ACL): run the script.
+async fn release_pipelined<C: ConnectionLike>(
+    manager: &ScriptManager,
+    conn: &mut C,
+    (key, token): (&str, &str),
+    waiting: &str,
+) -> Option<Result<(i64, std::result::Result<bool, RedisError>)>> {
+    let mut pipe = redis::pipe();
+    pipe.cmd("DELIFEQ")
+        .arg(key)
+        .arg(token)
+        .cmd("EXISTS")
+        .arg(waiting)
+        .ignore_errors();
+    let replies = match pipe.query_async::<Vec<redis::RedisResult<i64>>>(conn).await {
+        Ok(replies) => replies,
+        Err(e) => return Some(Err(typed(RELEASE, e))),
+    };
+    let mut replies = replies.into_iter();
+    let (Some(deleted), Some(waiters)) = (replies.next(), replies.next()) else {
+        return Some(Err(Error::unexpected(
+            RELEASE,
+            "DELIFEQ + EXISTS: missing replies",
+        )));
+    };
+    match deleted {
+        Err(e) if manager.native_falls_back(Native::DelIfEq, &e) => None,
+        Err(e) => Some(Err(typed(RELEASE, e))),
+        Ok(deleted) => Some(Ok((deleted, waiters.map(|n| n == 1)))),
+    }
 }
 
 /// What `DELIFEQ` answered: 1 deleted, 0 not the owner.

@@ -160,7 +160,11 @@ async fn attempt_until<A: Attempts<C>, C>(
                     g.saturating_duration_since(Instant::now())
                 });
                 match &answer {
-                    Ok(held) if !left.is_zero() => attempts.wait(conn, held, left).await?,
+                    // Boxed: only a blocking acquire waits; the future of every other acquire
+                    // stays small.
+                    Ok(held) if !left.is_zero() => {
+                        Box::pin(attempts.wait(conn, held, left)).await?
+                    }
                     _ => false,
                 }
             }

@@ -264,7 +264,17 @@ impl<C: ConnectionLike> Attempts<C> for LockAttempts<'_> {
             Attempt::Busy { holder_ttl } => Acquire::Busy(Held::until(holder_ttl)),
             Attempt::Granted { fence, started } => {
                 let settings = self.options.settings();
-                let (key, token) = (self.key.clone(), self.token.clone());
+                // Without a replication requirement a hold is the acquire's answer, or (no
+                // validity left) its error: no later attempt needs the key and the token, so
+                // the guard takes them instead of copies.
+                let (key, token) = if self.wait.is_none() {
+                    (
+                        std::mem::take(&mut self.key),
+                        std::mem::take(&mut self.token),
+                    )
+                } else {
+                    (self.key.clone(), self.token.clone())
+                };
                 let mut guard = LockGuard::held(key, token, fence, self.ttl_ms, settings, started);
                 if !self.options.get_fencing() {
                     guard.held = guard.held.into_plain();

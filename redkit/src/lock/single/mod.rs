@@ -173,7 +173,8 @@ impl Lock {
         ///
         /// A guard acquired without fencing is released without a script where the server has
         /// `DELIFEQ` (Valkey 9+, see [`ScriptManager::capabilities`](crate::ScriptManager::capabilities)): `DELIFEQ` and `EXISTS` of
-        /// the waiter flag in one transaction, then, only when it deleted the key and a caller
+        /// the waiter flag in one round trip (a plain pipeline on one server, a transaction on a
+        /// Cluster), then, only when it deleted the key and a caller
         /// waits, the same wake-up by plain commands. Same outcomes; one difference: a wake-up
         /// list key holding another type, or wake-up commands the ACL refuses, are found after
         /// the delete: the answer is then `Released` (what the key holds), and the failed
