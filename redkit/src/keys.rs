@@ -244,4 +244,13 @@ mod tests {
             Slot::for_key(format!("{base}:req:x"))
         );
     }
+
+    #[test]
+    fn a_prefix_reads_back_parses_and_displays_as_given() {
+        let prefix = Prefix::new("app:rl-1").unwrap();
+        assert_eq!(prefix.as_str(), "app:rl-1");
+        assert_eq!(prefix.to_string(), "app:rl-1");
+        assert_eq!("app:rl-1".parse::<Prefix>().unwrap(), prefix);
+        assert!("a{b}".parse::<Prefix>().is_err());
+    }
 }

@@ -324,3 +324,53 @@ pub(crate) fn counted<T: Labelled>(operation: InventoryOp, result: Result<T>) ->
     super::metrics::inventory_operation(operation, label);
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duplicate_answers_as_its_original() {
+        let done = Decrement::Decremented { remaining: 4 };
+        let dup = Decrement::Duplicate {
+            original: Original::new(done.clone()),
+        };
+        assert_eq!(dup.original(), Some(&done));
+        assert_eq!(done.original(), None);
+        assert!(done.is_applied() && dup.is_applied());
+        let short = Decrement::Insufficient { available: 1 };
+        assert!(!short.is_applied());
+        let dup_short = Decrement::Duplicate {
+            original: Original::new(short),
+        };
+        assert!(!dup_short.is_applied());
+        assert!(!Decrement::IdReused.is_applied());
+
+        let restocked = Restock::Restocked { stock: 12 };
+        let dup = Restock::Duplicate {
+            original: Original::new(restocked.clone()),
+        };
+        assert_eq!(dup.original(), Some(&restocked));
+        assert_eq!(restocked.original(), None);
+        assert_eq!(restocked.stock(), Some(12));
+        assert_eq!(dup.stock(), Some(12));
+        assert_eq!(Restock::IdReused.stock(), None);
+
+        let placed = Order::Placed {
+            remaining: vec![3, 0],
+        };
+        let dup = Order::Duplicate {
+            original: Original::new(placed.clone()),
+        };
+        assert_eq!(dup.original(), Some(&placed));
+        assert_eq!(placed.original(), None);
+        assert!(placed.is_applied() && dup.is_applied());
+        let short = Order::Insufficient { short: vec![] };
+        assert!(!short.is_applied());
+        let dup_short = Order::Duplicate {
+            original: Original::new(short),
+        };
+        assert!(!dup_short.is_applied());
+        assert!(!Order::IdReused.is_applied());
+    }
+}

@@ -253,4 +253,43 @@ mod tests {
         assert_eq!(v(g(20)), "\"g\";q=20;w=2");
         assert_eq!(v(g(5)), "\"g\";q=5");
     }
+
+    #[test]
+    fn apply_adds_the_policy_the_state_and_retry_after_only_when_limited() {
+        use crate::rate_limit::Quota;
+        use crate::rate_limit::{FixedWindow, Rate};
+        let limiter: Limiter = FixedWindow::new("api", Rate::per_minute(100).unwrap())
+            .unwrap()
+            .into();
+        let policy = policy_value(&limiter);
+        let quota = Quota::new(100, 97, Duration::from_millis(2_500));
+
+        let mut headers = HeaderMap::new();
+        apply(
+            &mut headers,
+            policy.as_ref(),
+            &limiter,
+            &Decision::Allowed(quota),
+        );
+        assert_eq!(headers[RATELIMIT_POLICY], "\"api\";q=100;w=60");
+        assert_eq!(headers[RATELIMIT], "\"api\";r=3;t=3");
+        assert!(!headers.contains_key(RETRY_AFTER), "{headers:?}");
+
+        let limited = Decision::Limited {
+            quota,
+            retry_after: Duration::from_millis(1_200),
+        };
+        let mut headers = HeaderMap::new();
+        apply(&mut headers, policy.as_ref(), &limiter, &limited);
+        assert_eq!(headers[RATELIMIT_POLICY], "\"api\";q=100;w=60");
+        assert_eq!(headers[RATELIMIT], "\"api\";r=3;t=3");
+        assert_eq!(headers[RETRY_AFTER], "2");
+
+        // Without a policy value (a window of no whole seconds builds none): the other two.
+        let mut headers = HeaderMap::new();
+        Answer::of(None, &limiter, &limited).insert(&mut headers);
+        assert!(!headers.contains_key(RATELIMIT_POLICY));
+        assert_eq!(headers[RATELIMIT], "\"api\";r=3;t=3");
+        assert_eq!(headers[RETRY_AFTER], "2");
+    }
 }

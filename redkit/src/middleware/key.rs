@@ -538,4 +538,54 @@ mod tests {
         assert_eq!(PeerIp.extract(&RequestInfo::new(&r)), None);
         assert_eq!(run(&TrustedProxies::hops(1), &r), None);
     }
+
+    #[test]
+    fn request_info_is_a_view_of_the_request() {
+        let mut r = Request::builder()
+            .method(Method::POST)
+            .uri("/v1/items?x=1")
+            .header("x-api-key", "k1")
+            .body(())
+            .unwrap();
+        r.extensions_mut().insert(7u8);
+        let info = RequestInfo::new(&r);
+        assert_eq!(info.method(), Method::POST);
+        assert_eq!(info.uri().path(), "/v1/items");
+        assert_eq!(info.headers()["x-api-key"], "k1");
+        assert_eq!(info.extensions().get::<u8>(), Some(&7));
+    }
+
+    #[test]
+    fn the_peer_is_connect_info_first_then_a_socket_addr() {
+        let connect: SocketAddr = "192.0.2.9:80".parse().unwrap();
+        let plain: SocketAddr = "198.51.100.3:81".parse().unwrap();
+        let mut r = Request::new(());
+        r.extensions_mut().insert(plain);
+        assert_eq!(RequestInfo::new(&r).peer(), Some(plain));
+        r.extensions_mut()
+            .insert(axum::extract::ConnectInfo(connect));
+        assert_eq!(RequestInfo::new(&r).peer(), Some(connect));
+        assert_eq!(PeerIp.extract(&RequestInfo::new(&r)), ip("192.0.2.9"));
+    }
+
+    #[test]
+    fn fn_key_is_its_closure() {
+        let by_header = FnKey::new(|req: &RequestInfo<'_>| {
+            let v = req.headers().get("x-api-key")?.to_str().ok()?;
+            LimitKey::text(v).ok().map(ClientId::Key)
+        });
+        let r = Request::builder()
+            .header("x-api-key", "k1")
+            .body(())
+            .unwrap();
+        assert_eq!(
+            by_header.extract(&RequestInfo::new(&r)),
+            Some(ClientId::Key(LimitKey::text("k1").unwrap()))
+        );
+        assert_eq!(
+            by_header.extract(&RequestInfo::new(&Request::new(()))),
+            None
+        );
+        assert_eq!(format!("{by_header:?}"), "FnKey(..)");
+    }
 }

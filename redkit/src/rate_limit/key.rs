@@ -324,4 +324,17 @@ mod tests {
         assert_eq!(format!("{key:?}"), r#"LimitKey("k:a%7Db")"#);
         assert_eq!(LimitKey::ip(ip("192.0.2.7")).to_string(), "ip:192.0.2.7");
     }
+
+    #[test]
+    fn different_keys_hash_apart() {
+        // Equal keys hash alike (above); different ones must not all share one hash, or every
+        // map keyed by client (the deny cache, the leases) degrades to one bucket.
+        let state = std::hash::RandomState::new();
+        let hash = |k: &LimitKey| std::hash::BuildHasher::hash_one(&state, k);
+        let a = LimitKey::ip(ip("192.0.2.1"));
+        let b = LimitKey::ip(ip("192.0.2.2"));
+        let c = LimitKey::text("user-1").unwrap();
+        assert_ne!(hash(&a), hash(&b));
+        assert_ne!(hash(&a), hash(&c));
+    }
 }

@@ -1036,4 +1036,48 @@ mod tests {
         )
         .is_err());
     }
+
+    #[test]
+    fn group_commit_and_shadow_are_written_and_read_back() {
+        let base = || PolicyConfig::new(PolicySpec::new("d", Rate::per_second(10).unwrap()));
+        let json = |c: &PolicyConfig| serde_json::to_value(c).unwrap();
+        // Off: left out; the settings for checks: `true`; other settings: the table.
+        assert!(json(&base()).get("group_commit").is_none());
+        let on = base().with_group_commit(GroupCommit::for_checks());
+        assert_eq!(json(&on)["group_commit"], serde_json::json!(true));
+        let custom = base().with_group_commit(GroupCommit::new(3, 2).unwrap());
+        assert_eq!(
+            json(&custom)["group_commit"],
+            serde_json::json!({"max_batch": 3, "max_in_flight": 2})
+        );
+        for c in [&on, &custom] {
+            assert_eq!(&serde_json::from_value::<PolicyConfig>(json(c)).unwrap(), c);
+        }
+        // Read from a file: `true`, `false`, the table, and a table GroupCommit::new refuses.
+        let read = |gc: &str| {
+            serde_json::from_str::<PolicyConfig>(&format!(
+                r#"{{"default":{{"name":"d","limit":10,"window_ms":1000}},"group_commit":{gc}}}"#
+            ))
+        };
+        assert_eq!(read("true").unwrap(), on);
+        assert_eq!(read("false").unwrap(), base());
+        assert_eq!(
+            read(r#"{"max_batch":3,"max_in_flight":2}"#).unwrap(),
+            custom
+        );
+        assert!(read(r#"{"max_batch":1,"max_in_flight":2}"#).is_err());
+        // Shadow: written only when on.
+        let shadow =
+            PolicyConfig::new(PolicySpec::new("d", Rate::per_second(10).unwrap()).shadow());
+        assert_eq!(json(&shadow)["default"]["shadow"], serde_json::json!(true));
+        assert!(json(&base())["default"].get("shadow").is_none());
+    }
+
+    #[test]
+    fn policies_keep_their_access_list() {
+        let list = AccessList::parse(["10.0.0.0/8"], ["203.0.113.9"]).unwrap();
+        let p = Policies::new(fw("api", 10)).with_access(list.clone());
+        assert_eq!(p.access(), &list);
+        assert!(Policies::new(fw("api", 10)).access().is_empty());
+    }
 }
