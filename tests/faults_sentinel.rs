@@ -114,7 +114,7 @@ async fn sentinel_failover_and_primary_kill_are_counted() {
 
     let sentinel = SentinelClient::build(
         set.urls(),
-        SERVICE.to_owned(),
+        String::from(SERVICE),
         None,
         SentinelServerType::Master,
     )
@@ -200,7 +200,7 @@ async fn sentinel_failover_and_primary_kill_are_counted() {
     }
     let mut sentinel = SentinelClient::build(
         set.urls(),
-        SERVICE.to_owned(),
+        String::from(SERVICE),
         None,
         SentinelServerType::Master,
     )
