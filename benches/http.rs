@@ -125,7 +125,7 @@ fn main() {
         let client = redis::Client::open(format!("{}?protocol=resp3", server.url())).unwrap();
         let conn = ConnectionManager::new(client).await.unwrap();
         let window = Duration::from_secs(1);
-        let fw = |name: &str, limit: u32| FixedWindow::new(name, Rate::new(limit, window).unwrap()).unwrap();
+        let fw = |name: &str, limit: u32| FixedWindow::new(name, Rate::new(support::nz(limit), window).unwrap()).unwrap();
         let governor = |per_ms: u64, burst: u32| {
             let config = GovernorConfigBuilder::default()
                 .per_millisecond(per_ms)

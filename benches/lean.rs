@@ -559,7 +559,7 @@ async fn bench(secs: f64) {
 /// One hot key, 64 callers: the seed limiter against `FixedWindow` plain and with a lease of
 /// up to 64 units (the limit is never reached, so every check is allowed).
 async fn lease_case(conn: &MultiplexedConnection, pid: Option<u32>, secs: f64) {
-    let rate = Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap();
+    let rate = Rate::new(support::nz(LIMIT), Duration::from_millis(WINDOW_MS)).unwrap();
     let key = LimitKey::text("hot-client").unwrap();
     let plain = Arc::new(FixedWindow::new("lean-hot", rate).unwrap());
     let (plain_op, seed_op) = hot_key_ops(&plain, &key);
@@ -602,7 +602,7 @@ async fn fixed_case(
     let limiter = Arc::new(
         FixedWindow::new(
             "lean",
-            Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
+            Rate::new(support::nz(LIMIT), Duration::from_millis(WINDOW_MS)).unwrap(),
         )
         .unwrap(),
     );
@@ -615,7 +615,7 @@ async fn fixed_case(
     let aligned = Arc::new(
         AlignedWindow::new(
             "lean-al",
-            Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
+            Rate::new(support::nz(LIMIT), Duration::from_millis(WINDOW_MS)).unwrap(),
         )
         .unwrap(),
     );
@@ -630,7 +630,7 @@ async fn fixed_case(
     let grouped = Arc::new(
         FixedWindow::new(
             "lean-gc",
-            Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
+            Rate::new(support::nz(LIMIT), Duration::from_millis(WINDOW_MS)).unwrap(),
         )
         .unwrap()
         .grouped(GroupCommit::new(64, group_in_flight()).unwrap()),
@@ -655,7 +655,7 @@ async fn fixed_case(
     let aligned_grouped = Arc::new(
         AlignedWindow::new(
             "lean-al-gc",
-            Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
+            Rate::new(support::nz(LIMIT), Duration::from_millis(WINDOW_MS)).unwrap(),
         )
         .unwrap()
         .grouped(GroupCommit::new(64, group_in_flight()).unwrap()),
@@ -688,7 +688,7 @@ async fn bodies_case(
     let limiter = Arc::new(
         FixedWindow::new(
             "lean-body",
-            Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
+            Rate::new(support::nz(LIMIT), Duration::from_millis(WINDOW_MS)).unwrap(),
         )
         .unwrap(),
     );
@@ -793,7 +793,7 @@ async fn pipeline_case(
     let limiter = Arc::new(
         FixedWindow::new(
             "pipe",
-            Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
+            Rate::new(support::nz(LIMIT), Duration::from_millis(WINDOW_MS)).unwrap(),
         )
         .unwrap(),
     );
@@ -892,7 +892,7 @@ async fn limiter_ceilings(server: &support::RedisServer, conn: &mut MultiplexedC
     let (limit, window) = (LIMIT.to_string(), WINDOW_MS.to_string());
     let gcra = Gcra::new(
         "c",
-        Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
+        Rate::new(support::nz(LIMIT), Duration::from_millis(WINDOW_MS)).unwrap(),
     )
     .unwrap();
     let interval = gcra.emission_interval().as_micros().to_string();
@@ -1229,7 +1229,7 @@ async fn backends(
             let limiter = Arc::new(
                 FixedWindow::new(
                     "backend",
-                    Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
+                    Rate::new(support::nz(LIMIT), Duration::from_millis(WINDOW_MS)).unwrap(),
                 )
                 .unwrap()
                 .with_manager(manager),
@@ -1669,7 +1669,7 @@ async fn sequential_case(conn: MultiplexedConnection) {
     let window = Duration::from_millis(WINDOW_MS);
     cases.push(limiter_case(
         "fixed-window check",
-        FixedWindow::new("seq", Rate::new(LIMIT, window).unwrap())
+        FixedWindow::new("seq", Rate::new(support::nz(LIMIT), window).unwrap())
             .unwrap()
             .into(),
         0x0c00_0000,
@@ -1678,7 +1678,7 @@ async fn sequential_case(conn: MultiplexedConnection) {
     // A lone caller with group commit on goes straight through (one queue entry, no timer).
     cases.push(limiter_case(
         "fixed-window check, with_group_commit(64, 4)",
-        FixedWindow::new("seq-gc", Rate::new(LIMIT, window).unwrap())
+        FixedWindow::new("seq-gc", Rate::new(support::nz(LIMIT), window).unwrap())
             .unwrap()
             .grouped(GroupCommit::new(64, 4).unwrap())
             .into(),

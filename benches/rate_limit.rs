@@ -34,7 +34,7 @@ fn setup(rt: &tokio::runtime::Runtime) -> Setup {
         let conn = server.conn().await;
         let limiter = FixedWindow::new(
             "bench",
-            Rate::new(LIMIT, Duration::from_millis(WINDOW_MS)).unwrap(),
+            Rate::new(support::nz(LIMIT), Duration::from_millis(WINDOW_MS)).unwrap(),
         )
         .unwrap();
         let script = fixtures::script("fixed_window", 3);

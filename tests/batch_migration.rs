@@ -249,7 +249,7 @@ where
     //    that ran counts one unit.
     let limiter = FixedWindow::new(
         "mig",
-        Rate::new(1_000_000, Duration::from_secs(600)).unwrap(),
+        Rate::new(redkit::nonzero!(1_000_000), Duration::from_secs(600)).unwrap(),
     )
     .unwrap();
     let lkeys: Vec<LimitKey> = (0..128)
@@ -348,7 +348,7 @@ where
 {
     let limiter = FixedWindow::new(
         "mig",
-        Rate::new(1_000_000, Duration::from_secs(600)).unwrap(),
+        Rate::new(redkit::nonzero!(1_000_000), Duration::from_secs(600)).unwrap(),
     )
     .unwrap();
     let lkeys: Vec<LimitKey> = (0..128)

@@ -232,8 +232,13 @@ async fn redkit_calls_work_through_it_and_recover_from_noscript() {
     let conn = Coalescing::new(server.conn().await);
     let store = Arc::new(Inventory::new("co:inv").unwrap().store("w").unwrap());
     store.set(&mut conn.clone(), "sku", 1_000).await.unwrap();
-    let limiter =
-        Arc::new(FixedWindow::new("co", Rate::new(50, Duration::from_secs(600)).unwrap()).unwrap());
+    let limiter = Arc::new(
+        FixedWindow::new(
+            "co",
+            Rate::new(redkit::nonzero!(50), Duration::from_secs(600)).unwrap(),
+        )
+        .unwrap(),
+    );
     // The scripts are not loaded yet: the first calls answer NOSCRIPT and fall back.
     let _: () = server.cmd(&["SCRIPT", "FLUSH"]).await;
     let mut tasks = Vec::new();

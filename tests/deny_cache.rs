@@ -15,7 +15,7 @@ fn key(s: &str) -> LimitKey {
 
 fn cached(name: &str, limit: u32, window: Duration, capacity: usize) -> (FixedWindow, DenyCache) {
     let cache = DenyCache::new(capacity).unwrap();
-    let limiter = FixedWindow::new(name, Rate::new(limit, window).unwrap())
+    let limiter = FixedWindow::new(name, Rate::new(support::nz(limit), window).unwrap())
         .unwrap()
         .with_deny_cache(cache.clone());
     (limiter, cache)
@@ -102,7 +102,8 @@ async fn decisions_with_the_cache_equal_those_without() {
     let mut conn = server.conn().await;
     let window = Duration::from_millis(700);
     let (with, cache) = cached("same", 10, window, 100);
-    let without = FixedWindow::new("same", Rate::new(10, window).unwrap()).unwrap();
+    let without =
+        FixedWindow::new("same", Rate::new(redkit::nonzero!(10), window).unwrap()).unwrap();
     let (a, b) = (key("with"), key("without"));
     let mut seed: u32 = 0x2545_f491;
     let mut next = || {
@@ -114,8 +115,14 @@ async fn decisions_with_the_cache_equal_those_without() {
         let mut last = None;
         for _ in 0..14 {
             let cost = next() + 1;
-            let x = with.check_n(&mut conn, &a, cost).await.unwrap();
-            let y = without.check_n(&mut conn, &b, cost).await.unwrap();
+            let x = with
+                .check_n(&mut conn, &a, support::nz(cost))
+                .await
+                .unwrap();
+            let y = without
+                .check_n(&mut conn, &b, support::nz(cost))
+                .await
+                .unwrap();
             assert_eq!(
                 x.is_allowed(),
                 y.is_allowed(),
@@ -267,7 +274,10 @@ async fn batches_skip_cached_keys_and_reset_clears_the_entry() {
     let allowed: Vec<bool> = decisions.iter().map(Decision::is_allowed).collect();
     assert_eq!(allowed, [false, true, false]);
     // A cost above the limit is never answered from the cache.
-    let huge = limiter.check_n(&mut conn, &busy, 2).await.unwrap();
+    let huge = limiter
+        .check_n(&mut conn, &busy, redkit::nonzero!(2))
+        .await
+        .unwrap();
     assert!(
         matches!(huge, Decision::CostExceedsLimit { .. }),
         "{huge:?}"
@@ -287,13 +297,13 @@ async fn the_middleware_skips_redis_for_a_known_limited_client() {
     let server = RedisServer::spawn().await;
     let client = redis::Client::open(format!("{}?protocol=resp3", server.url())).unwrap();
     let conn = redis::aio::ConnectionManager::new(client).await.unwrap();
-    let limiter = FixedWindow::new("mw", Rate::per_minute(3).unwrap()).unwrap();
+    let limiter = FixedWindow::new("mw", Rate::per_minute(redkit::nonzero!(3))).unwrap();
     let layer = RateLimitLayer::builder(limiter, conn)
         .deny_cache_capacity(100)
         .build()
         .unwrap();
     assert!(RateLimitLayer::builder(
-        FixedWindow::new("x", Rate::per_second(1).unwrap()).unwrap(),
+        FixedWindow::new("x", Rate::per_second(redkit::nonzero!(1))).unwrap(),
         0
     )
     .deny_cache_capacity(0)
@@ -353,8 +363,8 @@ async fn gcra_refusals_from_the_cache_are_refusals_redis_gives() {
     let mut conn = server.conn().await;
     let cache = DenyCache::new(100).unwrap();
     let period = Duration::from_millis(200);
-    let burst = std::num::NonZeroU32::new(5).unwrap();
-    let rate = Rate::new(10, period).unwrap();
+    let burst = redkit::nonzero!(5);
+    let rate = Rate::new(redkit::nonzero!(10), period).unwrap();
     let with = Gcra::bursting("gcra-dc", rate, burst)
         .unwrap()
         .with_deny_cache(cache.clone());
@@ -379,7 +389,10 @@ async fn gcra_refusals_from_the_cache_are_refusals_redis_gives() {
         // (An instant taken after the return made the claim look later than it was whenever
         // the task was descheduled in between: seen once, by 0.6 ms, on a loaded machine.)
         let asked = Instant::now();
-        let x = with.check_n(&mut conn, &client, cost).await.unwrap();
+        let x = with
+            .check_n(&mut conn, &client, support::nz(cost))
+            .await
+            .unwrap();
         if cache.stats().hits > hits {
             local += 1;
             let Decision::Limited { retry_after, .. } = x else {
@@ -387,7 +400,10 @@ async fn gcra_refusals_from_the_cache_are_refusals_redis_gives() {
             };
             // Redis, asked now, may only disagree once that moment has passed (its answer
             // arrives after it).
-            let y = without.check_n(&mut conn, &client, cost).await.unwrap();
+            let y = without
+                .check_n(&mut conn, &client, support::nz(cost))
+                .await
+                .unwrap();
             let since = asked.elapsed();
             match y {
                 Decision::Limited {
@@ -423,7 +439,7 @@ async fn gcra_cached_refusal_ends_at_its_retry_after() {
     let cache = DenyCache::new(100).unwrap();
     let l = Gcra::new(
         "gcra-end",
-        Rate::new(5, Duration::from_millis(500)).unwrap(),
+        Rate::new(redkit::nonzero!(5), Duration::from_millis(500)).unwrap(),
     )
     .unwrap()
     .with_deny_cache(cache.clone());
@@ -461,19 +477,29 @@ async fn gcra_cached_refusal_covers_exactly_the_costs_that_cannot_fit() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let cache = DenyCache::new(100).unwrap();
-    let l = Gcra::new("gcra-cost", Rate::per_minute(10).unwrap())
+    let l = Gcra::new("gcra-cost", Rate::per_minute(redkit::nonzero!(10)))
         .unwrap()
         .with_deny_cache(cache.clone());
     let client = key("c");
     // 9 of the 10 units: 1 left, refilled one per 6 s.
-    assert!(l.check_n(&mut conn, &client, 9).await.unwrap().is_allowed());
-    let d = l.check_n(&mut conn, &client, 3).await.unwrap();
+    assert!(l
+        .check_n(&mut conn, &client, redkit::nonzero!(9))
+        .await
+        .unwrap()
+        .is_allowed());
+    let d = l
+        .check_n(&mut conn, &client, redkit::nonzero!(3))
+        .await
+        .unwrap();
     assert!(matches!(d, Decision::Limited { .. }), "{d:?}");
     let calls = server.evalsha_calls().await;
     let hits = cache.stats().hits;
     // The same cost, and a larger one: refused locally.
     for cost in [3, 4] {
-        let d = l.check_n(&mut conn, &client, cost).await.unwrap();
+        let d = l
+            .check_n(&mut conn, &client, support::nz(cost))
+            .await
+            .unwrap();
         assert!(matches!(d, Decision::Limited { .. }), "{d:?}");
     }
     assert_eq!(cache.stats().hits, hits + 2, "costs >= 3 answered locally");
@@ -483,7 +509,11 @@ async fn gcra_cached_refusal_covers_exactly_the_costs_that_cannot_fit() {
         "no script call for them"
     );
     // A smaller cost goes to Redis, which allows it (1 unit left).
-    assert!(l.check_n(&mut conn, &client, 1).await.unwrap().is_allowed());
+    assert!(l
+        .check_n(&mut conn, &client, redkit::nonzero!(1))
+        .await
+        .unwrap()
+        .is_allowed());
     assert_eq!(cache.stats().hits, hits + 2);
     assert_eq!(server.evalsha_calls().await, calls + 1);
 }

@@ -499,7 +499,7 @@ fn all_ran<T: std::fmt::Debug>(outcomes: &[redkit::CallOutcome<T>]) -> bool {
 async fn rate_limiting(conn: &mut MultiplexedConnection) -> Run {
     // Windows of a day: the aligned ones start at midnight UTC, so four hits in a row are in
     // one window (short of one in ten million).
-    let rate = Rate::new(3, Duration::from_secs(86_400)).unwrap();
+    let rate = Rate::new(redkit::nonzero!(3), Duration::from_secs(86_400)).unwrap();
     // A batch on a cold script cache: EVALSHA answered NOSCRIPT inside the transaction, the
     // calls re-run in a second one.
     let cold = FixedWindow::new("cold", rate).unwrap();
@@ -541,7 +541,10 @@ async fn rate_limiting(conn: &mut MultiplexedConnection) -> Run {
             let d = w.check(conn, &key("a")).await.at(what)?;
             ensure!(allowed(&d) == (i < 3), "{what}: hit {i}: {d:?}");
         }
-        let d = w.check_n(conn, &key("b"), 2).await.at(what)?;
+        let d = w
+            .check_n(conn, &key("b"), redkit::nonzero!(2))
+            .await
+            .at(what)?;
         ensure!(allowed(&d), "{what}: cost 2: {d:?}");
         ensure!(w.reset(conn, &key("a")).await.at(what)?, "{what}: reset");
         // Concurrent checks (what group commit gathers into one call).
@@ -574,12 +577,20 @@ async fn rate_limiting(conn: &mut MultiplexedConnection) -> Run {
             let d = l.check(conn, &key("a")).await.at(&what)?;
             ensure!(allowed(&d) == (i < 3), "{what}: hit {i}: {d:?}");
         }
-        let d = l.check_n(conn, &key("b"), 2).await.at(&what)?;
+        let d = l
+            .check_n(conn, &key("b"), redkit::nonzero!(2))
+            .await
+            .at(&what)?;
         ensure!(allowed(&d), "{what}: cost 2: {d:?}");
         ensure!(l.reset(conn, &key("a")).await.at(&what)?, "{what}: reset");
     }
     // A wait for a permit: allowed at once; then refused, and allowed after the window.
-    let l = Limiter::new(Algorithm::FixedWindow, "w", Rate::per_second(1).unwrap()).unwrap();
+    let l = Limiter::new(
+        Algorithm::FixedWindow,
+        "w",
+        Rate::per_second(redkit::nonzero!(1)),
+    )
+    .unwrap();
     let d = l
         .check_within(conn, &key("a"), Duration::from_secs(3))
         .await
@@ -1454,7 +1465,7 @@ async fn preload_uses_exactly_its_row() {
     let mut conn = bench.conn().await;
     let run = async {
         // A first call: EVALSHA answered NOSCRIPT, EVAL, then SCRIPT LOAD.
-        let fw = FixedWindow::new("fw", Rate::per_minute(3).unwrap()).unwrap();
+        let fw = FixedWindow::new("fw", Rate::per_minute(redkit::nonzero!(3))).unwrap();
         fw.check(&mut conn, &key("a")).await.at("check")?;
         let loaded = ScriptManager::new()
             .preload(&mut conn)
@@ -1740,7 +1751,7 @@ async fn one_permission_less_is_refused_and_writes_nothing() {
     assert!(limiter.commands.remove("set"));
     let mut bench = Bench::new(server, &base, &[&limiter], &[]).await;
     let mut conn = bench.conn().await;
-    let fw = FixedWindow::new("api", Rate::per_minute(10).unwrap()).unwrap();
+    let fw = FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(10))).unwrap();
     let r = fw.check(&mut conn, &key("c")).await;
     assert!(
         matches!(r, Err(redkit::Error::PermissionDenied { .. })),

@@ -72,8 +72,11 @@ async fn busy_server_refuses_calls_until_the_script_is_killed_or_ends() {
     let server = RedisServer::spawn_with(&["--busy-reply-threshold", "100"]).await;
     let t = Timeouts::new(Duration::from_millis(300), Duration::from_millis(300)).unwrap();
     let mut conn = connect::manager(server.client(), t).await.unwrap();
-    let limiter =
-        FixedWindow::new("fb", Rate::new(1_000, Duration::from_secs(600)).unwrap()).unwrap();
+    let limiter = FixedWindow::new(
+        "fb",
+        Rate::new(redkit::nonzero!(1_000), Duration::from_secs(600)).unwrap(),
+    )
+    .unwrap();
     let client = LimitKey::text("c").unwrap();
     let hits = |d: Decision| match d {
         Decision::Allowed(q) => 1_000 - q.remaining(),

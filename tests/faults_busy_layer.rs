@@ -26,8 +26,11 @@ async fn handler(Extension(outcome): Extension<LimitOutcome>) -> String {
 }
 
 async fn serve(mode: FailMode, conn: redis::aio::ConnectionManager) -> String {
-    let limiter =
-        FixedWindow::new("fbl", Rate::new(1_000, Duration::from_secs(600)).unwrap()).unwrap();
+    let limiter = FixedWindow::new(
+        "fbl",
+        Rate::new(redkit::nonzero!(1_000), Duration::from_secs(600)).unwrap(),
+    )
+    .unwrap();
     let layer = RateLimitLayer::builder(limiter, conn)
         .fail_mode(mode)
         .timeout(Duration::from_millis(250))

@@ -320,7 +320,7 @@ async fn redirects_are_followed_and_each_call_applied_once() {
     let mut conn = connect::cluster(cluster.urls(), t).await.unwrap();
     let limiter = FixedWindow::new(
         "fx",
-        Rate::new(1_000_000, Duration::from_secs(600)).unwrap(),
+        Rate::new(redkit::nonzero!(1_000_000), Duration::from_secs(600)).unwrap(),
     )
     .unwrap();
     let client = LimitKey::text("m").unwrap();
@@ -488,7 +488,7 @@ async fn cluster_failover_and_primary_kill_with_buyers_limiter_and_locks() {
         workers.push(tokio::spawn(async move {
             let limiter = FixedWindow::new(
                 "fw",
-                Rate::new(1_000_000_000, Duration::from_secs(600)).unwrap(),
+                Rate::new(redkit::nonzero!(1_000_000_000), Duration::from_secs(600)).unwrap(),
             )
             .unwrap();
             let client = LimitKey::text("w").unwrap();
@@ -596,7 +596,7 @@ async fn cluster_failover_and_primary_kill_with_buyers_limiter_and_locks() {
             .filter(|id| !seen.acked.contains(id))
             .count() as u64;
     let applied = BIG - s.stock(&mut check, "sku").await.unwrap();
-    let limiter_key = FixedWindow::new("fw", Rate::per_second(1).unwrap())
+    let limiter_key = FixedWindow::new("fw", Rate::per_second(redkit::nonzero!(1)))
         .unwrap()
         .redis_key(&LimitKey::text("w").unwrap());
     let counted: u64 = redis::cmd("GET")

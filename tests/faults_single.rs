@@ -229,7 +229,7 @@ async fn oom_under_noeviction_refuses_each_script_with_a_typed_error_and_writes_
     let s = Inventory::new("fs").unwrap().store("s").unwrap();
     s.set(&mut conn, "oom", 100).await.unwrap();
     let lock = Lock::new().with_manager(manager.clone());
-    let limiter = FixedWindow::new("fs", Rate::per_minute(100).unwrap()).unwrap();
+    let limiter = FixedWindow::new("fs", Rate::per_minute(redkit::nonzero!(100))).unwrap();
 
     // Fill up to the limit.
     let used: String = redis::cmd("INFO")

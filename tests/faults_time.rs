@@ -24,7 +24,7 @@ fn timeouts() -> Timeouts {
 fn limiter() -> FixedWindow {
     FixedWindow::new(
         "faults",
-        Rate::new(1_000_000, Duration::from_secs(600)).unwrap(),
+        Rate::new(redkit::nonzero!(1_000_000), Duration::from_secs(600)).unwrap(),
     )
     .unwrap()
 }

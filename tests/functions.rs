@@ -64,7 +64,7 @@ async fn limiter_runs_as_fcall_and_a_flushed_library_is_reloaded_once() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let manager = functions();
-    let limiter = FixedWindow::new("fn", Rate::per_minute(100).unwrap())
+    let limiter = FixedWindow::new("fn", Rate::per_minute(redkit::nonzero!(100)))
         .unwrap()
         .with_manager(manager.clone());
     // Nothing loaded yet: the first call loads the library once.
@@ -265,7 +265,7 @@ async fn server_without_functions_gives_a_typed_error() {
     // What Redis < 7.0 answers: "unknown command 'FCALL'".
     let server = RedisServer::spawn_with(&["--rename-command", "FCALL", "\"\""]).await;
     let mut conn = server.conn().await;
-    let limiter = FixedWindow::new("old", Rate::per_second(10).unwrap())
+    let limiter = FixedWindow::new("old", Rate::per_second(redkit::nonzero!(10)))
         .unwrap()
         .with_manager(functions());
     let err = limiter
@@ -524,9 +524,12 @@ async fn functions_survive_an_aof_restart_without_a_reload() {
     let mut server =
         RedisServer::spawn_with(&["--appendonly", "yes", "--appendfsync", "always"]).await;
     let manager = functions();
-    let limiter = FixedWindow::new("aof", Rate::new(100, Duration::from_secs(600)).unwrap())
-        .unwrap()
-        .with_manager(manager.clone());
+    let limiter = FixedWindow::new(
+        "aof",
+        Rate::new(redkit::nonzero!(100), Duration::from_secs(600)).unwrap(),
+    )
+    .unwrap()
+    .with_manager(manager.clone());
     let mut conn = server.conn().await;
     assert_eq!(hit(&limiter, &mut conn).await, 99);
     assert_eq!(manager.stats().function_reloads, 1, "first load");
@@ -546,9 +549,12 @@ async fn functions_survive_an_aof_restart_without_a_reload() {
 
     // The script cache, by contrast, is empty after the restart.
     let scripts = ScriptManager::new();
-    let plain = FixedWindow::new("aof", Rate::new(100, Duration::from_secs(600)).unwrap())
-        .unwrap()
-        .with_manager(scripts.clone());
+    let plain = FixedWindow::new(
+        "aof",
+        Rate::new(redkit::nonzero!(100), Duration::from_secs(600)).unwrap(),
+    )
+    .unwrap()
+    .with_manager(scripts.clone());
     scripts.preload(&mut conn).await.unwrap();
     server.restart().await;
     let mut conn = server.conn().await;
@@ -564,12 +570,18 @@ async fn a_promoted_replica_answers_the_first_fcall_without_a_reload() {
     let scripts = ScriptManager::new();
     manager.preload(&mut conn).await.unwrap();
     scripts.preload(&mut conn).await.unwrap();
-    let on_functions = FixedWindow::new("fo", Rate::new(100, Duration::from_secs(600)).unwrap())
-        .unwrap()
-        .with_manager(manager.clone());
-    let on_scripts = FixedWindow::new("fo", Rate::new(100, Duration::from_secs(600)).unwrap())
-        .unwrap()
-        .with_manager(scripts.clone());
+    let on_functions = FixedWindow::new(
+        "fo",
+        Rate::new(redkit::nonzero!(100), Duration::from_secs(600)).unwrap(),
+    )
+    .unwrap()
+    .with_manager(manager.clone());
+    let on_scripts = FixedWindow::new(
+        "fo",
+        Rate::new(redkit::nonzero!(100), Duration::from_secs(600)).unwrap(),
+    )
+    .unwrap()
+    .with_manager(scripts.clone());
     let key = LimitKey::ip("192.0.2.9".parse().unwrap());
     let remaining = |d: Decision| match d {
         Decision::Allowed(q) => q.remaining(),

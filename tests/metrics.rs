@@ -253,7 +253,7 @@ async fn deny_cache_lookups_and_group_sizes_add_up_to_the_checks_made() {
     recorder();
     let server = support::RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let cached = FixedWindow::new("metrics-deny", Rate::per_minute(2).unwrap())
+    let cached = FixedWindow::new("metrics-deny", Rate::per_minute(redkit::nonzero!(2)))
         .unwrap()
         .with_deny_cache(DenyCache::new(100).unwrap());
     let key = LimitKey::text("client").unwrap();
@@ -263,7 +263,7 @@ async fn deny_cache_lookups_and_group_sizes_add_up_to_the_checks_made() {
     }
     assert_eq!(allowed, 2);
 
-    let grouped = FixedWindow::new("metrics-group", Rate::per_minute(1_000).unwrap())
+    let grouped = FixedWindow::new("metrics-group", Rate::per_minute(redkit::nonzero!(1_000)))
         .unwrap()
         .grouped(GroupCommit::for_checks());
     ScriptManager::new().preload(&mut conn).await.unwrap(); // no NOSCRIPT: one call per group

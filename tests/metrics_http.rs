@@ -40,7 +40,7 @@ async fn scraped_counts_match_what_the_clients_saw() {
     let conn = redkit::connect::manager(server.client(), redkit::connect::Timeouts::default())
         .await
         .unwrap();
-    let limiter = FixedWindow::new("api", Rate::per_minute(5).unwrap()).unwrap();
+    let limiter = FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(5))).unwrap();
     let layer = RateLimitLayer::builder(limiter, conn)
         .fail_mode(FailMode::Open)
         .timeout(Duration::from_millis(200))

@@ -99,7 +99,7 @@ async fn patient_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection
 }
 
 fn limiter(name: &str, limit: u32, window: Duration) -> FixedWindow {
-    FixedWindow::new(name, Rate::new(limit, window).unwrap()).unwrap()
+    FixedWindow::new(name, Rate::new(support::nz(limit), window).unwrap()).unwrap()
 }
 
 fn header<'a>(r: &'a reqwest::Response, name: &str) -> Option<&'a str> {
@@ -944,7 +944,7 @@ fn group_commit_in_a_policy_file_is_one_groupcommit_value() {
     assert_eq!(grouped(&table), Some(settings));
     let spec = PolicySpec::new(
         "api",
-        redkit::rate_limit::Rate::new(10, Duration::from_secs(1)).unwrap(),
+        redkit::rate_limit::Rate::new(redkit::nonzero!(10), Duration::from_secs(1)).unwrap(),
     );
     assert_eq!(
         table,

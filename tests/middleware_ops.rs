@@ -194,7 +194,7 @@ async fn a_shadow_policy_counts_and_heads_as_if_enforced_but_never_refuses() {
 async fn policies_replaced_while_serving_keep_counters() {
     let server = RedisServer::spawn().await;
     let limited = |limit: u32| {
-        Policies::new(FixedWindow::new("api", Rate::per_minute(limit).unwrap()).unwrap())
+        Policies::new(FixedWindow::new("api", Rate::per_minute(support::nz(limit))).unwrap())
     };
     let layer = RateLimitLayer::builder(limited(3), manager(&server).await)
         .key_extractor(by_header())
@@ -231,7 +231,7 @@ async fn policies_replaced_while_serving_keep_counters() {
 async fn a_swap_under_load_never_mixes_two_sets() {
     let server = RedisServer::spawn().await;
     let set = |limit: u32| {
-        Policies::new(FixedWindow::new("api", Rate::per_minute(limit).unwrap()).unwrap())
+        Policies::new(FixedWindow::new("api", Rate::per_minute(support::nz(limit))).unwrap())
     };
     let layer = RateLimitLayer::builder(set(100_000), manager(&server).await)
         .key_extractor(by_header())
@@ -294,8 +294,9 @@ async fn the_local_fallback_enforces_each_instances_share_while_redis_is_frozen(
     let (limit, window) = (20u32, Duration::from_secs(1));
     let mut instances = Vec::new();
     for _ in 0..4 {
-        let policies =
-            Policies::new(FixedWindow::new("api", Rate::new(limit, window).unwrap()).unwrap());
+        let policies = Policies::new(
+            FixedWindow::new("api", Rate::new(support::nz(limit), window).unwrap()).unwrap(),
+        );
         let layer = RateLimitLayer::builder(policies, manager(&server).await)
             .key_extractor(by_header())
             .fail_mode(FailMode::Local { instances: 4 })

@@ -15,6 +15,7 @@
 //! still shows that no input panics.
 
 use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -576,7 +577,12 @@ proptest! {
     fn fixed_window_accepts_exactly_its_documented_range(input in fixed_window_input()) {
         let ok = fixed_window_ok(&input);
         let (name, limit, window) = input;
-        let built = Rate::new(limit, window).and_then(|r| FixedWindow::new(&name, r));
+        // A zero limit cannot be a rate: `NonZeroU32` refuses it.
+        let Some(nz) = NonZeroU32::new(limit) else {
+            prop_assert!(!ok);
+            return Ok(());
+        };
+        let built = Rate::new(nz, window).and_then(|r| FixedWindow::new(&name, r));
         prop_assert_eq!(built.is_ok(), ok, "{:?} {} {:?}", name, limit, window);
         let Ok(l) = built else {
             prop_assert!(is_invalid_input(&built));
@@ -590,7 +596,7 @@ proptest! {
         let base = format!("redkit:rl:{name}:{{k:u}}");
         prop_assert_eq!(l.redis_key(&key), base.clone());
         // Aligned to the clock: the key ends with the number of the current window.
-        let aligned = redkit::rate_limit::AlignedWindow::new(&name, Rate::new(limit, window).unwrap()).unwrap();
+        let aligned = redkit::rate_limit::AlignedWindow::new(&name, Rate::new(nz, window).unwrap()).unwrap();
         let before = now_ms();
         let key = aligned.redis_key(&key);
         let after = now_ms();
@@ -609,7 +615,7 @@ proptest! {
         in_flight in usize_around(1, GroupCommit::MAX_IN_FLIGHT),
     ) {
         let ok = group_commit_ok(&(max_batch, in_flight));
-        let limiter = FixedWindow::new("g", Rate::per_second(10).unwrap()).unwrap();
+        let limiter = FixedWindow::new("g", Rate::per_second(redkit::nonzero!(10))).unwrap();
         match GroupCommit::new(max_batch, in_flight) {
             Ok(settings) => {
                 prop_assert!(ok);
@@ -656,7 +662,11 @@ proptest! {
         let burst = gcra_burst(&input);
         let burst_ok = gcra_burst_ok(&input);
         let (name, rate, period, _) = input;
-        let built = Rate::new(rate, period).and_then(|r| Gcra::new(&name, r));
+        let Some(nz) = NonZeroU32::new(rate) else {
+            prop_assert!(!ok && !burst_ok);
+            return Ok(());
+        };
+        let built = Rate::new(nz, period).and_then(|r| Gcra::new(&name, r));
         prop_assert_eq!(built.is_ok(), ok, "{:?} {} {:?}", name, rate, period);
         let Ok(l) = built else {
             prop_assert!(is_invalid_input(&built));
@@ -673,8 +683,8 @@ proptest! {
         );
         // The same rate with a burst: only the bucket of that burst must fit (a burst of 0
         // cannot be built: `NonZeroU32`).
-        let with = std::num::NonZeroU32::new(burst)
-            .map(|b| Rate::new(rate, period).and_then(|r| Gcra::bursting(&name, r, b)));
+        let with = NonZeroU32::new(burst)
+            .map(|b| Rate::new(nz, period).and_then(|r| Gcra::bursting(&name, r, b)));
         let accepted = matches!(with, Some(Ok(_)));
         prop_assert_eq!(accepted, burst_ok, "burst {} interval {} us", burst, interval);
         match with {
@@ -691,7 +701,11 @@ proptest! {
     fn sliding_window_accepts_exactly_its_documented_range(input in sliding_window_input()) {
         let ok = sliding_window_ok(&input);
         let (name, limit, window) = input;
-        let built = Rate::new(limit, window).and_then(|r| SlidingWindow::new(&name, r));
+        let Some(nz) = NonZeroU32::new(limit) else {
+            prop_assert!(!ok);
+            return Ok(());
+        };
+        let built = Rate::new(nz, window).and_then(|r| SlidingWindow::new(&name, r));
         prop_assert_eq!(built.is_ok(), ok, "{:?} {} {:?}", name, limit, window);
         let Ok(l) = built else {
             prop_assert!(is_invalid_input(&built));
@@ -1787,7 +1801,7 @@ mod shield {
             if let Ok(cache) = cache {
                 prop_assert_eq!(cache.capacity(), capacity);
                 prop_assert!(cache.is_empty());
-                let limiter = FixedWindow::new("p", Rate::per_second(1).unwrap()).unwrap().with_deny_cache(cache);
+                let limiter = FixedWindow::new("p", Rate::per_second(redkit::nonzero!(1))).unwrap().with_deny_cache(cache);
                 prop_assert!(limiter.deny_cache().is_some());
             }
         }
@@ -1799,7 +1813,7 @@ mod shield {
         #[test]
         fn deny_cache_capacity_option_is_validated(capacity in usize_around(1, DenyCache::MAX_CAPACITY)) {
             use redkit::middleware::{Policies, PolicyConfig, PolicySpec};
-            let spec = PolicySpec::new("d", Rate::per_second(10).unwrap());
+            let spec = PolicySpec::new("d", Rate::per_second(redkit::nonzero!(10)));
             let built = Policies::from_config(&PolicyConfig::new(spec).deny_cache_capacity(capacity));
             let ok = (1..=DenyCache::MAX_CAPACITY).contains(&capacity);
             prop_assert_eq!(built.is_ok(), ok);

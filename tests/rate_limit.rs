@@ -28,7 +28,7 @@ async fn exactly_n_pass_then_the_window_elapses() {
     let mut conn = server.conn().await;
     // Short, but long enough that 8 round trips fit in it even on a loaded machine.
     let window = Duration::from_millis(1000);
-    let limiter = FixedWindow::new("seq", Rate::new(5, window).unwrap()).unwrap();
+    let limiter = FixedWindow::new("seq", Rate::new(redkit::nonzero!(5), window).unwrap()).unwrap();
     let key = ip("192.0.2.1");
 
     let mut decisions = Vec::new();
@@ -75,7 +75,8 @@ async fn sixty_four_clients_on_four_connections_get_exactly_the_limit() {
     for _ in 0..4 {
         conns.push(server.conn().await);
     }
-    let limiter = Arc::new(FixedWindow::new("burst", Rate::per_minute(100).unwrap()).unwrap());
+    let limiter =
+        Arc::new(FixedWindow::new("burst", Rate::per_minute(redkit::nonzero!(100))).unwrap());
     let allowed = Arc::new(AtomicU32::new(0));
     let limited = Arc::new(AtomicU32::new(0));
     let key = ip("198.51.100.7");
@@ -111,7 +112,8 @@ async fn a_counter_without_ttl_gets_one_on_the_next_check() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let window = Duration::from_secs(30);
-    let limiter = FixedWindow::new("heal", Rate::new(3, window).unwrap()).unwrap();
+    let limiter =
+        FixedWindow::new("heal", Rate::new(redkit::nonzero!(3), window).unwrap()).unwrap();
 
     // Allowed path: a counter someone PERSISTed.
     let key = ip("203.0.113.1");
@@ -140,19 +142,16 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     assert!(matches!(
-        Rate::per_second(0).and_then(|r| FixedWindow::new("x", r)),
-        Err(Error::InvalidInput { what: "limit", .. })
-    ));
-    assert!(matches!(
-        Rate::new(1, Duration::ZERO).and_then(|r| FixedWindow::new("x", r)),
+        Rate::new(redkit::nonzero!(1), Duration::ZERO).and_then(|r| FixedWindow::new("x", r)),
         Err(Error::InvalidInput { what: "period", .. })
     ));
     assert!(matches!(
-        Rate::new(1, Duration::from_micros(999)).and_then(|r| FixedWindow::new("x", r)),
+        Rate::new(redkit::nonzero!(1), Duration::from_micros(999))
+            .and_then(|r| FixedWindow::new("x", r)),
         Err(Error::InvalidInput { what: "window", .. })
     ));
     assert!(matches!(
-        Rate::per_second(1).and_then(|r| FixedWindow::new("x{y}", r)),
+        FixedWindow::new("x{y}", Rate::per_second(redkit::nonzero!(1))),
         Err(Error::InvalidInput { what: "name", .. })
     ));
     assert!(matches!(
@@ -160,14 +159,12 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         Err(Error::InvalidInput { .. })
     ));
 
-    let limiter = FixedWindow::new("bad", Rate::new(10, Duration::from_secs(10)).unwrap()).unwrap();
-    let key = ip("192.0.2.9");
-    assert!(matches!(
-        limiter.check_n(&mut conn, &key, 0).await,
-        Err(Error::InvalidInput { what: "cost", .. })
-    ));
-    let exists: i64 = server.cmd(&["EXISTS", &limiter.redis_key(&key)]).await;
-    assert_eq!(exists, 0, "cost 0 wrote nothing");
+    // A zero cost does not compile (the cost is a NonZeroU32).
+    let limiter = FixedWindow::new(
+        "bad",
+        Rate::new(redkit::nonzero!(10), Duration::from_secs(10)).unwrap(),
+    )
+    .unwrap();
 
     // A key of another type.
     let hkey = LimitKey::text("hash").unwrap();
@@ -363,11 +360,17 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
 async fn costs_count_and_a_cost_above_the_limit_can_never_pass() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let limiter =
-        FixedWindow::new("cost", Rate::new(10, Duration::from_secs(10)).unwrap()).unwrap();
+    let limiter = FixedWindow::new(
+        "cost",
+        Rate::new(redkit::nonzero!(10), Duration::from_secs(10)).unwrap(),
+    )
+    .unwrap();
     let key = LimitKey::text("user-1").unwrap();
 
-    let d = limiter.check_n(&mut conn, &key, 11).await.unwrap();
+    let d = limiter
+        .check_n(&mut conn, &key, redkit::nonzero!(11))
+        .await
+        .unwrap();
     assert!(
         matches!(d, Decision::CostExceedsLimit { cost: 11, .. }),
         "{d:?}"
@@ -377,14 +380,26 @@ async fn costs_count_and_a_cost_above_the_limit_can_never_pass() {
     let exists: i64 = server.cmd(&["EXISTS", &limiter.redis_key(&key)]).await;
     assert_eq!(exists, 0, "nothing counted");
 
-    let d = limiter.check_n(&mut conn, &key, 4).await.unwrap();
+    let d = limiter
+        .check_n(&mut conn, &key, redkit::nonzero!(4))
+        .await
+        .unwrap();
     assert_eq!((d.is_allowed(), d.quota().remaining()), (true, 6));
-    let d = limiter.check_n(&mut conn, &key, 7).await.unwrap();
+    let d = limiter
+        .check_n(&mut conn, &key, redkit::nonzero!(7))
+        .await
+        .unwrap();
     assert!(matches!(d, Decision::Limited { .. }));
     assert_eq!(d.quota().remaining(), 6, "a refused cost is not counted");
-    let d = limiter.check_n(&mut conn, &key, 6).await.unwrap();
+    let d = limiter
+        .check_n(&mut conn, &key, redkit::nonzero!(6))
+        .await
+        .unwrap();
     assert_eq!((d.is_allowed(), d.quota().remaining()), (true, 0));
-    let d = limiter.check_n(&mut conn, &key, 11).await.unwrap();
+    let d = limiter
+        .check_n(&mut conn, &key, redkit::nonzero!(11))
+        .await
+        .unwrap();
     assert!(matches!(d, Decision::CostExceedsLimit { .. }));
     assert_eq!(d.quota().remaining(), 0);
 }
@@ -393,8 +408,16 @@ async fn costs_count_and_a_cost_above_the_limit_can_never_pass() {
 async fn names_keep_counters_apart_and_reset_starts_over() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let a = FixedWindow::new("a", Rate::new(1, Duration::from_secs(10)).unwrap()).unwrap();
-    let b = FixedWindow::new("b", Rate::new(1, Duration::from_secs(10)).unwrap()).unwrap();
+    let a = FixedWindow::new(
+        "a",
+        Rate::new(redkit::nonzero!(1), Duration::from_secs(10)).unwrap(),
+    )
+    .unwrap();
+    let b = FixedWindow::new(
+        "b",
+        Rate::new(redkit::nonzero!(1), Duration::from_secs(10)).unwrap(),
+    )
+    .unwrap();
     let key = ip("192.0.2.50");
     assert!(a.check(&mut conn, &key).await.unwrap().is_allowed());
     assert!(b.check(&mut conn, &key).await.unwrap().is_allowed());
@@ -411,8 +434,11 @@ async fn names_keep_counters_apart_and_reset_starts_over() {
 async fn ip_keys_are_canonical() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let limiter =
-        FixedWindow::new("canon", Rate::new(3, Duration::from_secs(10)).unwrap()).unwrap();
+    let limiter = FixedWindow::new(
+        "canon",
+        Rate::new(redkit::nonzero!(3), Duration::from_secs(10)).unwrap(),
+    )
+    .unwrap();
     // IPv4 and its IPv4-mapped IPv6 form share a bucket.
     for addr in ["10.9.8.7", "::ffff:10.9.8.7", "::ffff:a09:807"] {
         assert!(limiter
@@ -457,8 +483,11 @@ async fn ip_keys_are_canonical() {
 async fn batch_checks_many_keys_in_one_round_trip() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let limiter =
-        FixedWindow::new("batch", Rate::new(2, Duration::from_secs(10)).unwrap()).unwrap();
+    let limiter = FixedWindow::new(
+        "batch",
+        Rate::new(redkit::nonzero!(2), Duration::from_secs(10)).unwrap(),
+    )
+    .unwrap();
     let (a, b) = (ip("192.0.2.1"), ip("192.0.2.2"));
     let results = limiter
         .check_batch(&mut conn, &[a.clone(), a.clone(), a.clone(), b.clone()])
@@ -489,7 +518,11 @@ async fn works_over_a_connection_manager() {
     let mut conn = redis::aio::ConnectionManager::new(server.client())
         .await
         .unwrap();
-    let limiter = FixedWindow::new("cm", Rate::new(2, Duration::from_secs(10)).unwrap()).unwrap();
+    let limiter = FixedWindow::new(
+        "cm",
+        Rate::new(redkit::nonzero!(2), Duration::from_secs(10)).unwrap(),
+    )
+    .unwrap();
     let key = ip("192.0.2.3");
     assert!(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
     assert!(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
@@ -500,8 +533,11 @@ async fn works_over_a_connection_manager() {
 async fn works_on_a_cluster() {
     let cluster = RedisCluster::spawn().await;
     let mut conn = cluster.conn().await;
-    let limiter =
-        FixedWindow::new("cluster", Rate::new(3, Duration::from_secs(30)).unwrap()).unwrap();
+    let limiter = FixedWindow::new(
+        "cluster",
+        Rate::new(redkit::nonzero!(3), Duration::from_secs(30)).unwrap(),
+    )
+    .unwrap();
     let keys: Vec<LimitKey> = (1..=20u8).map(|i| ip(&format!("10.0.0.{i}"))).collect();
     for key in &keys {
         for _ in 0..3 {
@@ -539,27 +575,30 @@ async fn every_algorithm_works_on_a_cluster() {
     let mut conn = cluster.conn().await;
     let period = Duration::from_secs(30);
     let limiters: Vec<Limiter> = vec![
-        FixedWindow::new("c-fixed", Rate::new(3, period).unwrap())
+        FixedWindow::new("c-fixed", Rate::new(redkit::nonzero!(3), period).unwrap())
             .unwrap()
             .into(),
         // Aligned to the clock: a window far longer than the test, so it never rolls over.
         redkit::rate_limit::AlignedWindow::new(
             "c-aligned",
-            Rate::new(3, Duration::from_secs(1 << 40)).unwrap(),
+            Rate::new(redkit::nonzero!(3), Duration::from_secs(1 << 40)).unwrap(),
         )
         .unwrap()
         .into(),
-        Gcra::new("c-gcra", Rate::new(3, period).unwrap())
+        Gcra::new("c-gcra", Rate::new(redkit::nonzero!(3), period).unwrap())
             .unwrap()
             .into(),
-        SlidingWindow::new("c-sliding", Rate::new(3, period).unwrap())
+        SlidingWindow::new("c-sliding", Rate::new(redkit::nonzero!(3), period).unwrap())
             .unwrap()
             .into(),
         // A chosen prefix keeps the hash tag: still one slot per client.
-        Gcra::new("c-prefixed", Rate::new(3, period).unwrap())
-            .unwrap()
-            .with_prefix(Prefix::new("app:gcra").unwrap())
-            .into(),
+        Gcra::new(
+            "c-prefixed",
+            Rate::new(redkit::nonzero!(3), period).unwrap(),
+        )
+        .unwrap()
+        .with_prefix(Prefix::new("app:gcra").unwrap())
+        .into(),
     ];
     let keys: Vec<LimitKey> = (1..=12u8).map(|i| ip(&format!("10.2.0.{i}"))).collect();
     for limiter in &limiters {
@@ -593,7 +632,7 @@ async fn keys_live_under_the_prefix_on_the_server() {
     use redkit::rate_limit::{Gcra, Limiter, SlidingWindow};
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let rate = Rate::per_minute(5).unwrap();
+    let rate = Rate::per_minute(redkit::nonzero!(5));
     let key = LimitKey::text("u").unwrap();
     let defaults: [(Limiter, &str); 3] = [
         (
@@ -685,8 +724,11 @@ async fn keyspace(server: &RedisServer) -> Vec<(Vec<u8>, Vec<u8>, bool)> {
 async fn v2_refuses_every_poisoned_counter_and_writes_nothing() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let limiter =
-        FixedWindow::new("poison", Rate::new(10, Duration::from_secs(10)).unwrap()).unwrap();
+    let limiter = FixedWindow::new(
+        "poison",
+        Rate::new(redkit::nonzero!(10), Duration::from_secs(10)).unwrap(),
+    )
+    .unwrap();
     let key = LimitKey::text("victim").unwrap();
     let rk = limiter.redis_key(&key);
     let _: () = server.cmd(&["SET", "rk:other", "untouched"]).await;
@@ -745,7 +787,7 @@ async fn v3_a_poisoned_counter_that_looks_small_is_refused_by_incrby_and_nothing
     let mut conn = server.conn().await;
     let limiter = FixedWindow::new(
         "poison3",
-        Rate::new(1_000_000, Duration::from_secs(10)).unwrap(),
+        Rate::new(redkit::nonzero!(1_000_000), Duration::from_secs(10)).unwrap(),
     )
     .unwrap();
     let key = LimitKey::text("victim").unwrap();
@@ -800,7 +842,7 @@ async fn set_state(server: &RedisServer, rk: &str, state: &str) {
 #[tokio::test]
 async fn v2_under_an_acl_user_denied_any_inner_command_writes_nothing() {
     let server = RedisServer::spawn().await;
-    let limiter = FixedWindow::new("acl", Rate::per_minute(2).unwrap()).unwrap();
+    let limiter = FixedWindow::new("acl", Rate::per_minute(redkit::nonzero!(2))).unwrap();
     let key = LimitKey::text("u").unwrap();
     let rk = limiter.redis_key(&key);
     let _: () = server.cmd(&["SET", "rk:other", "untouched"]).await;
@@ -882,14 +924,17 @@ async fn v4_a_limited_request_is_put_back_and_the_keyspace_is_unchanged() {
     // its encoding and its TTL must be exactly as before, for a cost of 1 and one above 1.
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let limiter = FixedWindow::new("back", Rate::per_minute(10).unwrap()).unwrap();
+    let limiter = FixedWindow::new("back", Rate::per_minute(redkit::nonzero!(10))).unwrap();
     let key = LimitKey::text("full").unwrap();
     let rk = limiter.redis_key(&key);
     let _: () = server.cmd(&["SET", "rk:other", "untouched"]).await;
     for (stored, cost) in [("10", 1), ("8", 3), ("0", 11)] {
         let _: () = server.cmd(&["SET", &rk, stored, "PX", "60000"]).await;
         let before = keyspace(&server).await;
-        let d = limiter.check_n(&mut conn, &key, cost).await.unwrap();
+        let d = limiter
+            .check_n(&mut conn, &key, support::nz(cost))
+            .await
+            .unwrap();
         assert!(!d.is_allowed(), "{stored} + {cost}: {d:?}");
         assert_eq!(keyspace(&server).await, before, "{stored} + {cost}");
         let v: String = server.cmd(&["GET", &rk]).await;
@@ -897,7 +942,10 @@ async fn v4_a_limited_request_is_put_back_and_the_keyspace_is_unchanged() {
     }
     // What fits is counted, up to the limit exactly.
     let _: () = server.cmd(&["SET", &rk, "7", "PX", "60000"]).await;
-    let d = limiter.check_n(&mut conn, &key, 3).await.unwrap();
+    let d = limiter
+        .check_n(&mut conn, &key, redkit::nonzero!(3))
+        .await
+        .unwrap();
     assert!(d.is_allowed(), "{d:?}");
     assert_eq!(d.quota().remaining(), 0);
     let v: String = server.cmd(&["GET", &rk]).await;
@@ -985,7 +1033,7 @@ async fn v5_packs_the_v4_reply_into_one_integer_when_it_fits() {
         }
     }
     // The limiter decodes both forms alike: packed (limit 10) and table (a stored count above it).
-    let limiter = FixedWindow::new("pk", Rate::per_minute(10).unwrap()).unwrap();
+    let limiter = FixedWindow::new("pk", Rate::per_minute(redkit::nonzero!(10))).unwrap();
     let key = LimitKey::text("k").unwrap();
     let d = limiter.check(&mut conn, &key).await.unwrap();
     assert!(d.is_allowed() && d.quota().remaining() == 9, "{d:?}");
@@ -1031,22 +1079,25 @@ async fn a_full_counter_in_its_last_millisecond_is_refused_for_milliseconds_only
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let window = Duration::from_secs(60);
-    let plain: Limiter = FixedWindow::new("edge", Rate::new(5, window).unwrap())
+    let plain: Limiter = FixedWindow::new("edge", Rate::new(redkit::nonzero!(5), window).unwrap())
         .unwrap()
         .into();
-    let grouped: Limiter = FixedWindow::new("edge-g", Rate::new(5, window).unwrap())
-        .unwrap()
-        .grouped(redkit::GroupCommit::for_checks())
-        .into();
-    let leased: Limiter = FixedWindow::new("edge-l", Rate::new(5, window).unwrap())
-        .unwrap()
-        .leased(redkit::rate_limit::QuotaLease::new(4).unwrap())
-        .into();
+    let grouped: Limiter =
+        FixedWindow::new("edge-g", Rate::new(redkit::nonzero!(5), window).unwrap())
+            .unwrap()
+            .grouped(redkit::GroupCommit::for_checks())
+            .into();
+    let leased: Limiter =
+        FixedWindow::new("edge-l", Rate::new(redkit::nonzero!(5), window).unwrap())
+            .unwrap()
+            .leased(redkit::rate_limit::QuotaLease::new(4).unwrap())
+            .into();
     let cache = redkit::rate_limit::DenyCache::new(1_000).unwrap();
-    let cached: Limiter = FixedWindow::new("edge-c", Rate::new(5, window).unwrap())
-        .unwrap()
-        .with_deny_cache(cache.clone())
-        .into();
+    let cached: Limiter =
+        FixedWindow::new("edge-c", Rate::new(redkit::nonzero!(5), window).unwrap())
+            .unwrap()
+            .with_deny_cache(cache.clone())
+            .into();
     let key = LimitKey::text("edge").unwrap();
     for limiter in [&plain, &grouped, &leased, &cached] {
         let rk = limiter.redis_key(&key);

@@ -106,8 +106,8 @@ async fn gcra_decisions_equal_the_model_and_never_exceed_the_bound() {
     // The arguments the public type would send: 10 per 200 ms (20 ms interval), burst 4.
     let limiter = Gcra::bursting(
         "model",
-        Rate::new(10, Duration::from_millis(200)).unwrap(),
-        std::num::NonZeroU32::new(4).unwrap(),
+        Rate::new(redkit::nonzero!(10), Duration::from_millis(200)).unwrap(),
+        redkit::nonzero!(4),
     )
     .unwrap();
     let interval = i64::try_from(limiter.emission_interval().as_micros()).unwrap();
@@ -185,8 +185,8 @@ async fn gcra_retry_after_is_exact_to_the_millisecond() {
     // 100 ms interval, burst 2.
     let limiter = Gcra::bursting(
         "exact",
-        Rate::new(5, Duration::from_millis(500)).unwrap(),
-        std::num::NonZeroU32::new(2).unwrap(),
+        Rate::new(redkit::nonzero!(5), Duration::from_millis(500)).unwrap(),
+        redkit::nonzero!(2),
     )
     .unwrap();
     let key = LimitKey::text("client").unwrap();
@@ -259,8 +259,8 @@ async fn gcra_token_bucket_semantics_through_the_public_api() {
     // 1 per 10 s: nothing refills during the test.
     let limiter = Gcra::bursting(
         "bucket",
-        Rate::new(1, Duration::from_secs(10)).unwrap(),
-        std::num::NonZeroU32::new(5).unwrap(),
+        Rate::new(redkit::nonzero!(1), Duration::from_secs(10)).unwrap(),
+        redkit::nonzero!(5),
     )
     .unwrap();
     let key = LimitKey::ip([192, 0, 2, 7].into());
@@ -282,7 +282,10 @@ async fn gcra_token_bucket_semantics_through_the_public_api() {
     assert!(pttl > 49_000 && pttl <= 50_000, "{pttl}");
     // Costs: above the burst can never pass, nothing changes.
     let before = keyspace(&mut conn).await;
-    let d = limiter.check_n(&mut conn, &key, 6).await.unwrap();
+    let d = limiter
+        .check_n(&mut conn, &key, redkit::nonzero!(6))
+        .await
+        .unwrap();
     assert!(
         matches!(d, Decision::CostExceedsLimit { cost: 6, .. }),
         "{d:?}"
@@ -291,22 +294,24 @@ async fn gcra_token_bucket_semantics_through_the_public_api() {
     assert_eq!(keyspace(&mut conn).await, before);
     // A cost of 3 on a fresh key leaves 2; reset empties it.
     let other = LimitKey::text("other").unwrap();
-    let d = limiter.check_n(&mut conn, &other, 3).await.unwrap();
+    let d = limiter
+        .check_n(&mut conn, &other, redkit::nonzero!(3))
+        .await
+        .unwrap();
     assert_eq!(d.quota().remaining(), 2);
     assert!(limiter.reset(&mut conn, &other).await.unwrap());
-    let d = limiter.check_n(&mut conn, &other, 5).await.unwrap();
+    let d = limiter
+        .check_n(&mut conn, &other, redkit::nonzero!(5))
+        .await
+        .unwrap();
     assert!(d.is_allowed());
-    assert!(matches!(
-        limiter.check_n(&mut conn, &other, 0).await,
-        Err(Error::InvalidInput { what: "cost", .. })
-    ));
 }
 
 #[tokio::test]
 async fn gcra_refuses_bad_stored_values_and_wrong_types_writing_nothing() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let limiter = Gcra::new("poison", Rate::per_second(100).unwrap()).unwrap();
+    let limiter = Gcra::new("poison", Rate::per_second(redkit::nonzero!(100))).unwrap();
     let key = LimitKey::text("victim").unwrap();
     let rk = limiter.redis_key(&key);
     let _: () = server.cmd(&["SET", "rk:other", "untouched"]).await;
@@ -443,7 +448,7 @@ async fn conn_without(server: &RedisServer, denied: &str) -> MultiplexedConnecti
 async fn gcra_under_an_acl_user_denied_any_inner_command_writes_nothing() {
     let server = RedisServer::spawn().await;
     let mut admin = server.conn().await;
-    let limiter = Gcra::new("acl", Rate::per_minute(1).unwrap()).unwrap();
+    let limiter = Gcra::new("acl", Rate::per_minute(redkit::nonzero!(1))).unwrap();
     let key = LimitKey::text("u").unwrap();
     let rk = limiter.redis_key(&key);
     let _: () = server.cmd(&["SET", "rk:other", "untouched"]).await;
@@ -487,7 +492,8 @@ async fn sliding_window_never_admits_more_than_the_bound_over_any_span() {
     let mut conn = server.conn().await;
     let window = Duration::from_millis(300);
     let limit = 8u32;
-    let limiter = SlidingWindow::new("span", Rate::new(limit, window).unwrap()).unwrap();
+    let limiter =
+        SlidingWindow::new("span", Rate::new(support::nz(limit), window).unwrap()).unwrap();
     for seed in [11u64, 12] {
         let mut rng = Rng(seed);
         let key = LimitKey::text(&format!("seed{seed}")).unwrap();
@@ -501,7 +507,10 @@ async fn sliding_window_never_admits_more_than_the_bound_over_any_span() {
             }
             let cost = if rng.below(5) == 0 { 2 } else { 1 };
             let sent = Instant::now();
-            let d = limiter.check_n(&mut conn, &key, cost).await.unwrap();
+            let d = limiter
+                .check_n(&mut conn, &key, support::nz(cost))
+                .await
+                .unwrap();
             let received = Instant::now();
             assert!(d.quota().remaining() <= limit);
             assert!(d.quota().reset_after() <= 2 * window, "{d:?}");
@@ -539,7 +548,7 @@ async fn sliding_window_weights_the_previous_window_by_the_time_left() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     // A long window: the few ms the test takes do not move the weights.
-    let limiter = SlidingWindow::new("weights", Rate::per_minute(10).unwrap()).unwrap();
+    let limiter = SlidingWindow::new("weights", Rate::per_minute(redkit::nonzero!(10))).unwrap();
     let key = LimitKey::text("k").unwrap();
     let rk = limiter.redis_key(&key);
     let pttl = |conn: &mut MultiplexedConnection| {
@@ -568,7 +577,10 @@ async fn sliding_window_weights_the_previous_window_by_the_time_left() {
     };
 
     // A fresh key: a window of 60 s starts, the key lives two windows.
-    let d = limiter.check_n(&mut conn, &key, 3).await.unwrap();
+    let d = limiter
+        .check_n(&mut conn, &key, redkit::nonzero!(3))
+        .await
+        .unwrap();
     assert_eq!(d.quota().remaining(), 7);
     assert_eq!(get(&mut conn).await, "3:0");
     let p = pttl(&mut conn).await;
@@ -625,14 +637,17 @@ async fn sliding_window_weights_the_previous_window_by_the_time_left() {
         assert!(p > 119_000 && p <= 120_000, "{state}: {p}");
     }
     // Costs: above the limit can never pass.
-    let d = limiter.check_n(&mut conn, &key, 11).await.unwrap();
+    let d = limiter
+        .check_n(&mut conn, &key, redkit::nonzero!(11))
+        .await
+        .unwrap();
     assert!(
         matches!(d, Decision::CostExceedsLimit { cost: 11, .. }),
         "{d:?}"
     );
     assert!(limiter.reset(&mut conn, &key).await.unwrap());
     assert!(limiter
-        .check_n(&mut conn, &key, 10)
+        .check_n(&mut conn, &key, redkit::nonzero!(10))
         .await
         .unwrap()
         .is_allowed());
@@ -642,8 +657,11 @@ async fn sliding_window_weights_the_previous_window_by_the_time_left() {
 async fn sliding_window_retry_after_is_enough() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let limiter =
-        SlidingWindow::new("retry", Rate::new(3, Duration::from_millis(200)).unwrap()).unwrap();
+    let limiter = SlidingWindow::new(
+        "retry",
+        Rate::new(redkit::nonzero!(3), Duration::from_millis(200)).unwrap(),
+    )
+    .unwrap();
     let key = LimitKey::text("k").unwrap();
     for round in 0..6 {
         let d = loop {
@@ -667,8 +685,11 @@ async fn sliding_window_retry_after_is_enough() {
 async fn sliding_window_refuses_bad_state_and_wrong_types_writing_nothing() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let limiter =
-        SlidingWindow::new("poison", Rate::new(1000, Duration::from_secs(10)).unwrap()).unwrap();
+    let limiter = SlidingWindow::new(
+        "poison",
+        Rate::new(redkit::nonzero!(1000), Duration::from_secs(10)).unwrap(),
+    )
+    .unwrap();
     let key = LimitKey::text("victim").unwrap();
     let rk = limiter.redis_key(&key);
     let _: () = server.cmd(&["SET", "rk:other", "untouched"]).await;
@@ -790,7 +811,7 @@ async fn sliding_window_refuses_bad_state_and_wrong_types_writing_nothing() {
 async fn sliding_window_under_an_acl_user_denied_any_inner_command_writes_nothing() {
     let server = RedisServer::spawn().await;
     let mut admin = server.conn().await;
-    let limiter = SlidingWindow::new("acl", Rate::per_minute(2).unwrap()).unwrap();
+    let limiter = SlidingWindow::new("acl", Rate::per_minute(redkit::nonzero!(2))).unwrap();
     let key = LimitKey::text("u").unwrap();
     let rk = limiter.redis_key(&key);
     let _: () = server.cmd(&["SET", "rk:other", "untouched"]).await;

@@ -26,7 +26,7 @@ fn now_ms() -> u64 {
 }
 
 fn aligned(name: &str, limit: u32, window: Duration) -> AlignedWindow {
-    AlignedWindow::new(name, Rate::new(limit, window).unwrap()).unwrap()
+    AlignedWindow::new(name, Rate::new(support::nz(limit), window).unwrap()).unwrap()
 }
 
 /// Every key of the (private) server with its DUMP and whether it has a TTL
@@ -160,7 +160,10 @@ async fn a_limited_request_or_a_cost_above_the_limit_leaves_the_keyspace_unchang
     for (stored, cost) in [("10", 1), ("8", 3), ("0", 11), ("4", 11)] {
         let _: () = server.cmd(&["SET", &rk, stored, "PX", "600000"]).await;
         let before = keyspace(&server).await;
-        let d = limiter.check_n(&mut conn, &key, cost).await.unwrap();
+        let d = limiter
+            .check_n(&mut conn, &key, support::nz(cost))
+            .await
+            .unwrap();
         assert!(!d.is_allowed(), "{stored} + {cost}: {d:?}");
         let count: u32 = stored.parse().unwrap();
         assert_eq!(d.quota().remaining(), 10 - count, "{stored} + {cost}");
@@ -172,13 +175,19 @@ async fn a_limited_request_or_a_cost_above_the_limit_leaves_the_keyspace_unchang
     }
     // A cost above the limit with no counter: nothing created.
     let _: () = server.cmd(&["DEL", &rk]).await;
-    let d = limiter.check_n(&mut conn, &key, 11).await.unwrap();
+    let d = limiter
+        .check_n(&mut conn, &key, redkit::nonzero!(11))
+        .await
+        .unwrap();
     assert!(matches!(d, Decision::CostExceedsLimit { .. }), "{d:?}");
     assert_eq!(d.quota().remaining(), 10);
     let exists: i64 = server.cmd(&["EXISTS", &rk]).await;
     assert_eq!(exists, 0);
     // What fits is counted, up to the limit exactly; a new counter gets a TTL.
-    let d = limiter.check_n(&mut conn, &key, 10).await.unwrap();
+    let d = limiter
+        .check_n(&mut conn, &key, redkit::nonzero!(10))
+        .await
+        .unwrap();
     assert!(d.is_allowed());
     assert_eq!(d.quota().remaining(), 0);
     let pttl: i64 = server.cmd(&["PTTL", &rk]).await;
@@ -204,7 +213,7 @@ async fn a_poisoned_counter_is_refused_and_nothing_is_written() {
                 }
                 let before = keyspace(&server).await;
                 for cost in [1, limit + 1] {
-                    let r = limiter.check_n(&mut conn, &key, cost).await;
+                    let r = limiter.check_n(&mut conn, &key, support::nz(cost)).await;
                     assert!(
                         matches!(r, Err(Error::CorruptData { .. })),
                         "{bad:?} limit {limit} cost {cost} ttl={with_ttl}: {r:?}"
@@ -220,7 +229,7 @@ async fn a_poisoned_counter_is_refused_and_nothing_is_written() {
                 let _: i64 = server.cmd(&args).await;
                 let before = keyspace(&server).await;
                 for cost in [1, limit + 1] {
-                    let r = limiter.check_n(&mut conn, &key, cost).await;
+                    let r = limiter.check_n(&mut conn, &key, support::nz(cost)).await;
                     assert!(matches!(r, Err(Error::WrongType { .. })), "{kind}: {r:?}");
                     assert_eq!(keyspace(&server).await, before, "{kind}");
                 }
@@ -283,7 +292,7 @@ async fn under_an_acl_user_denied_any_inner_command_nothing_is_written() {
                 _ => {}
             }
             let before = keyspace(&server).await;
-            let r = limiter.check_n(&mut conn, &key, cost).await;
+            let r = limiter.check_n(&mut conn, &key, support::nz(cost)).await;
             if runs.contains(&denied) {
                 assert!(
                     matches!(r, Err(Error::PermissionDenied { .. })),

@@ -27,7 +27,7 @@ const WINDOW: Duration = Duration::from_secs(600);
 /// Group commit with ONE call in flight: every check queued behind a frozen first call joins
 /// one group, in arrival order.
 fn grouped(name: &str, limit: u32) -> Grouped<FixedWindow> {
-    FixedWindow::new(name, Rate::new(limit, WINDOW).unwrap())
+    FixedWindow::new(name, Rate::new(support::nz(limit), WINDOW).unwrap())
         .unwrap()
         .grouped(GroupCommit::new(64, 1).unwrap())
 }
@@ -68,7 +68,7 @@ async fn frozen_group<L: RateLimiter>(
         .chain(checks.iter().copied())
         .map(|(k, cost)| {
             let mut c = conn.clone();
-            async move { limiter.check_n(&mut c, &key(k), cost).await }
+            async move { limiter.check_n(&mut c, &key(k), support::nz(cost)).await }
         });
     // join_all polls in order: the first call is sent, the others queue in this order (all
     // in its first poll). Resumed once the first call has reached the frozen server.
@@ -107,11 +107,14 @@ async fn a_group_answers_each_check_as_if_sent_alone() {
     );
 
     // The reference: the same checks one call each, in the same order, on other counters.
-    let alone = FixedWindow::new("s", Rate::new(3, WINDOW).unwrap()).unwrap();
+    let alone = FixedWindow::new("s", Rate::new(redkit::nonzero!(3), WINDOW).unwrap()).unwrap();
     let mut c = conn.clone();
     let mut expected = Vec::new();
     for (k, cost) in std::iter::once(("first", 1)).chain(CHECKS) {
-        let d = alone.check_n(&mut c, &key(k), cost).await.unwrap();
+        let d = alone
+            .check_n(&mut c, &key(k), support::nz(cost))
+            .await
+            .unwrap();
         expected.push(gist(&d));
     }
     let got: Vec<_> = outcomes.iter().map(|o| gist(o.as_ref().unwrap())).collect();
@@ -180,7 +183,7 @@ async fn a_bad_counter_fails_only_its_own_check() {
 async fn counts_hold_under_a_flood() {
     let server = RedisServer::spawn().await;
     let conn = preloaded(&server).await;
-    let limiter = FixedWindow::new("flood", Rate::new(50, WINDOW).unwrap())
+    let limiter = FixedWindow::new("flood", Rate::new(redkit::nonzero!(50), WINDOW).unwrap())
         .unwrap()
         .grouped(GroupCommit::new(64, 4).unwrap());
     let before = server.evalsha_calls().await;
@@ -228,7 +231,7 @@ async fn evalsha_on(nodes: &[&RedisServer]) -> u64 {
 async fn groups_work_on_a_cluster() {
     let cluster = RedisCluster::spawn().await;
     let conn = cluster.conn().await;
-    let limiter = FixedWindow::new("cl", Rate::new(3, WINDOW).unwrap())
+    let limiter = FixedWindow::new("cl", Rate::new(redkit::nonzero!(3), WINDOW).unwrap())
         .unwrap()
         .grouped(GroupCommit::new(64, 1).unwrap());
     let primaries = cluster.primaries().await;
@@ -458,7 +461,7 @@ async fn groups_work_with_the_functions_backend() {
             .and_then(|n| n.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    let limiter = FixedWindow::new("fn", Rate::new(20, WINDOW).unwrap())
+    let limiter = FixedWindow::new("fn", Rate::new(redkit::nonzero!(20), WINDOW).unwrap())
         .unwrap()
         .with_manager(ScriptManager::new().with_backend(Backend::Functions))
         .grouped(GroupCommit::new(64, 1).unwrap());
@@ -646,7 +649,7 @@ async fn aligned_windows_group_too() {
     let conn = preloaded(&server).await;
     // Day-long windows: no window edge passes during the test (but at midnight UTC).
     const DAY: Duration = Duration::from_secs(86_400);
-    let limiter = AlignedWindow::new("al", Rate::new(3, DAY).unwrap())
+    let limiter = AlignedWindow::new("al", Rate::new(redkit::nonzero!(3), DAY).unwrap())
         .unwrap()
         .grouped(GroupCommit::new(64, 1).unwrap());
     let (outcomes, calls) = frozen_group(&mut server, &limiter, &conn, &CHECKS).await;
@@ -654,11 +657,16 @@ async fn aligned_windows_group_too() {
         calls, 2,
         "the first alone, then ONE call for the nine queued"
     );
-    let alone = AlignedWindow::new("al-s", Rate::new(3, DAY).unwrap()).unwrap();
+    let alone = AlignedWindow::new("al-s", Rate::new(redkit::nonzero!(3), DAY).unwrap()).unwrap();
     let mut c = conn.clone();
     let mut expected = Vec::new();
     for (k, cost) in std::iter::once(("first", 1)).chain(CHECKS) {
-        expected.push(gist(&alone.check_n(&mut c, &key(k), cost).await.unwrap()));
+        expected.push(gist(
+            &alone
+                .check_n(&mut c, &key(k), support::nz(cost))
+                .await
+                .unwrap(),
+        ));
     }
     let got: Vec<_> = outcomes.iter().map(|o| gist(o.as_ref().unwrap())).collect();
     assert_eq!(got, expected);

@@ -19,7 +19,7 @@ const MAX_UNITS: u32 = 8;
 fn leased(limit: u32, window_ms: u64) -> Leased<FixedWindow> {
     FixedWindow::new(
         "lease",
-        Rate::new(limit, Duration::from_millis(window_ms)).unwrap(),
+        Rate::new(support::nz(limit), Duration::from_millis(window_ms)).unwrap(),
     )
     .unwrap()
     .with_manager(ScriptManager::new())
@@ -251,7 +251,7 @@ async fn a_hot_key_takes_one_lease_call_per_many_checks() {
     let server = RedisServer::spawn().await;
     let limiter = FixedWindow::new(
         "hot",
-        Rate::new(1_000_000, Duration::from_secs(10)).unwrap(),
+        Rate::new(redkit::nonzero!(1_000_000), Duration::from_secs(10)).unwrap(),
     )
     .unwrap()
     .with_manager(ScriptManager::new())

@@ -208,6 +208,7 @@ fn every_recipe_runs() {
 mod recipes {
 /// README.md's rust block 1.
 mod recipe_01 {
+use redkit::nonzero;
 use redkit::rate_limit::{Decision, FixedWindow, LimitKey, Rate};
 
 #[tokio::main]
@@ -216,7 +217,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = redkit::redis::Client::open(url)?;
     let mut conn = client.get_multiplexed_async_connection().await?;
 
-    let limiter = FixedWindow::new("quickstart", Rate::per_minute(3)?)?;
+    // nonzero!: a limit of 0 does not compile (as governor's Quota)
+    let limiter = FixedWindow::new("quickstart", Rate::per_minute(nonzero!(3)))?;
     let user = LimitKey::text("user-42")?;
     limiter.reset(&mut conn, &user).await?; // a fresh count, so this runs twice in a minute
 
@@ -242,6 +244,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use axum::{routing::get, Router};
+use redkit::nonzero;
 use redkit::connect::{self, Timeouts};
 use redkit::middleware::{FailMode, RateLimitLayer};
 use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
@@ -253,7 +256,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let conn = connect::manager(redkit::redis::Client::open(url)?, Timeouts::default()).await?;
 
     // 3 requests per client IP per minute, shared by every instance of the service.
-    let limiter = FixedWindow::new("api", Rate::per_minute(3)?)?;
+    let limiter = FixedWindow::new("api", Rate::per_minute(nonzero!(3)))?;
     let localhost = LimitKey::ip(Ipv4Addr::LOCALHOST.into());
     limiter.reset(&mut conn.clone(), &localhost).await?; // a fresh count for this demo
 
@@ -286,8 +289,9 @@ pub(super) fn run() -> Result<(), String> {
 }
 /// README.md's rust block 3.
 mod recipe_03 {
-use std::{num::NonZeroU32, time::Duration};
+use std::time::Duration;
 
+use redkit::nonzero;
 use redkit::rate_limit::{Gcra, LimitKey, Rate, SlidingWindow};
 
 #[tokio::main]
@@ -299,7 +303,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let user = LimitKey::text("user-42")?;
 
     // GCRA: 10 per second on average, up to 5 at once.
-    let gcra = Gcra::bursting("search", Rate::per_second(10)?, NonZeroU32::new(5).unwrap())?;
+    let gcra = Gcra::bursting("search", Rate::per_second(nonzero!(10)), nonzero!(5))?;
     gcra.reset(&mut conn, &user).await?;
     for _ in 0..5 {
         assert!(gcra.check(&mut conn, &user).await?.is_allowed());
@@ -311,7 +315,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert!(gcra.check(&mut conn, &user).await?.is_allowed()); // exact: it passes now
 
     // Sliding window: 5 per minute, whatever the window edges.
-    let sliding = SlidingWindow::new("login", Rate::per_minute(5)?)?;
+    let sliding = SlidingWindow::new("login", Rate::per_minute(nonzero!(5)))?;
     sliding.reset(&mut conn, &user).await?;
     let mut allowed = 0;
     for _ in 0..8 {
@@ -516,6 +520,7 @@ pub(super) fn run() -> Result<(), String> {
 }
 /// README.md's rust block 8.
 mod recipe_08 {
+use redkit::nonzero;
 use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
 use redkit::script::{Backend, Library};
 use redkit::{Call, Registry, ScriptManager};
@@ -537,7 +542,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_library(library);
 
     // redkit's own components take the manager: the same typed API, sent as FCALL.
-    let limiter = FixedWindow::new("api", Rate::per_minute(100)?)?.with_manager(manager.clone());
+    let limiter = FixedWindow::new("api", Rate::per_minute(nonzero!(100)))?.with_manager(manager.clone());
     assert!(limiter.check(&mut conn, &LimitKey::text("user-42")?).await?.is_allowed());
 
     let mut call = Call::new(mine.require("counter_add", 1)?);

@@ -435,9 +435,11 @@ async fn empty_batches_make_no_round_trip() {
         .await
         .unwrap()
         .is_empty());
-    let limiter =
-        redkit::rate_limit::FixedWindow::new("e", redkit::rate_limit::Rate::per_second(1).unwrap())
-            .unwrap();
+    let limiter = redkit::rate_limit::FixedWindow::new(
+        "e",
+        redkit::rate_limit::Rate::per_second(redkit::nonzero!(1)),
+    )
+    .unwrap();
     assert!(limiter
         .check_batch(&mut conn, &[])
         .await

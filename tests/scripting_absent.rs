@@ -56,7 +56,7 @@ async fn every_component_says_the_server_has_no_lua_scripting_and_writes_nothing
         "the server under test has no EVALSHA"
     );
 
-    let limiter = FixedWindow::new("api", Rate::per_minute(10).unwrap()).unwrap();
+    let limiter = FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(10))).unwrap();
     let key = LimitKey::text("client").unwrap();
     assert_no_scripting("rate limit", limiter.check(&mut conn, &key).await);
     assert_no_scripting("rate limit, again", limiter.check(&mut conn, &key).await);

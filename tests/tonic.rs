@@ -151,7 +151,7 @@ fn metadata<'a>(map: &'a tonic::metadata::MetadataMap, name: &str) -> Option<&'a
 async fn tonic_peers_are_limited_by_their_socket_address_and_refused_as_grpc_statuses() {
     let mut server = RedisServer::spawn().await;
     let conn = ConnectionManager::new(server.client()).await.unwrap();
-    let limiter = FixedWindow::new("grpc", Rate::per_minute(3).unwrap()).unwrap();
+    let limiter = FixedWindow::new("grpc", Rate::per_minute(redkit::nonzero!(3))).unwrap();
     let layer = RateLimitLayer::builder(limiter, conn)
         .key_extractor(tonic_peer())
         .fail_mode(FailMode::Closed)
@@ -198,7 +198,7 @@ async fn without_the_recipe_every_tonic_client_shares_one_bucket() {
     // default extractor reads (then the recipe is no longer needed and the README must say so).
     let server = RedisServer::spawn().await;
     let conn = ConnectionManager::new(server.client()).await.unwrap();
-    let limiter = FixedWindow::new("grpc", Rate::per_minute(2).unwrap()).unwrap();
+    let limiter = FixedWindow::new("grpc", Rate::per_minute(redkit::nonzero!(2))).unwrap();
     let layer = RateLimitLayer::builder(limiter, conn)
         .respond_with(grpc_status)
         .build()

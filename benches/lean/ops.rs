@@ -81,7 +81,11 @@ pub(crate) fn check_op(limiter: Limiter, ips: &Arc<Vec<LimitKey>>) -> Op {
 /// call).
 pub(crate) fn gcra_ops(ips: &Arc<Vec<LimitKey>>) -> (Op, Op) {
     let period = Duration::from_millis(WINDOW_MS);
-    let limiter = Gcra::new("lean", Rate::new(LIMIT, period).unwrap()).unwrap();
+    let limiter = Gcra::new(
+        "lean",
+        Rate::new(crate::support::nz(LIMIT), period).unwrap(),
+    )
+    .unwrap();
     let (s, k) = (Arc::new(redis::Script::new(SEED_GCRA)), ips.clone());
     let seed = op(move |mut c, t, i| {
         let (s, k) = (s.clone(), k.clone());
@@ -106,7 +110,11 @@ pub(crate) fn gcra_ops(ips: &Arc<Vec<LimitKey>>) -> (Op, Op) {
 /// two-key script.
 pub(crate) fn sliding_ops(ips: &Arc<Vec<LimitKey>>) -> (Op, Op) {
     let window = Duration::from_millis(WINDOW_MS);
-    let limiter = SlidingWindow::new("lean", Rate::new(LIMIT, window).unwrap()).unwrap();
+    let limiter = SlidingWindow::new(
+        "lean",
+        Rate::new(crate::support::nz(LIMIT), window).unwrap(),
+    )
+    .unwrap();
     let (s, k) = (Arc::new(redis::Script::new(SEED_SLIDING)), ips.clone());
     let seed = op(move |mut c, t, i| {
         let (s, k) = (s.clone(), k.clone());

@@ -135,13 +135,27 @@ pub(crate) fn paired_header(how: &str, pairs: u64, secs: f64) {
 /// The rows against the seed script, each redkit's op against the seed's.
 pub(crate) fn comparisons(ips: &Arc<Vec<LimitKey>>) -> Vec<Comparison> {
     let window = Duration::from_millis(WINDOW_MS);
-    let default = Arc::new(FixedWindow::new("pair", Rate::new(LIMIT, window).unwrap()).unwrap());
-    let aligned =
-        Arc::new(AlignedWindow::new("pair-al", Rate::new(LIMIT, window).unwrap()).unwrap());
+    let default = Arc::new(
+        FixedWindow::new(
+            "pair",
+            Rate::new(crate::support::nz(LIMIT), window).unwrap(),
+        )
+        .unwrap(),
+    );
+    let aligned = Arc::new(
+        AlignedWindow::new(
+            "pair-al",
+            Rate::new(crate::support::nz(LIMIT), window).unwrap(),
+        )
+        .unwrap(),
+    );
     let grouped = Arc::new(
-        FixedWindow::new("pair-gc", Rate::new(LIMIT, window).unwrap())
-            .unwrap()
-            .grouped(GroupCommit::new(64, 4).unwrap()),
+        FixedWindow::new(
+            "pair-gc",
+            Rate::new(crate::support::nz(LIMIT), window).unwrap(),
+        )
+        .unwrap()
+        .grouped(GroupCommit::new(64, 4).unwrap()),
     );
     let store = Arc::new(Inventory::new("lean:inv").unwrap().store("w1").unwrap());
     let seed_limiter = limiter_ops(&default, ips).1;

@@ -186,8 +186,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
 
     // 2. Per-client fixed-window rate limiting: 3 requests per 10 s.
-    let limiter = FixedWindow::new("demo", Rate::new(3, Duration::from_secs(10))?)?
-        .with_manager(manager.clone());
+    let limiter = FixedWindow::new(
+        "demo",
+        Rate::new(redkit::nonzero!(3), Duration::from_secs(10))?,
+    )?
+    .with_manager(manager.clone());
     let client_ip = LimitKey::ip(format!("192.0.2.{}", run % 250 + 1).parse()?);
     say!("\nrate limit, 3 per 10 s for one client IP:");
     for i in 1..=5 {

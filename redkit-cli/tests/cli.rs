@@ -522,7 +522,11 @@ async fn calls_during_a_prune_recover_through_eval() {
     let url = server.url();
     let limiter = redkit::rate_limit::FixedWindow::new(
         "prune",
-        redkit::rate_limit::Rate::new(1_000_000, std::time::Duration::from_secs(600)).unwrap(),
+        redkit::rate_limit::Rate::new(
+            redkit::nonzero!(1_000_000),
+            std::time::Duration::from_secs(600),
+        )
+        .unwrap(),
     )
     .unwrap();
     let manager = redkit::ScriptManager::new();

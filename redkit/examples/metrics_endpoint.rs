@@ -36,8 +36,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         redkit::ScriptManager::new().with_server_address(client.get_connection_info().addr());
     let conn = redis::aio::ConnectionManager::new(client).await?;
 
-    let limiter = FixedWindow::new("api", Rate::new(5, std::time::Duration::from_secs(10))?)?
-        .with_manager(manager);
+    let limiter = FixedWindow::new(
+        "api",
+        Rate::new(redkit::nonzero!(5), std::time::Duration::from_secs(10))?,
+    )?
+    .with_manager(manager);
     let app = Router::new()
         .route("/", get(|| async { "hello\n" }))
         .layer(RateLimitLayer::new(limiter, conn))

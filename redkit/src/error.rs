@@ -179,7 +179,7 @@ pub enum Error {
     /// ```
     /// use redkit::middleware::{Policies, PolicyConfig, PolicySpec};
     /// use redkit::rate_limit::{Algorithm, QuotaLease, Rate};
-    /// let gcra = PolicySpec::new("api", Rate::per_second(10)?).algorithm(Algorithm::Gcra);
+    /// let gcra = PolicySpec::new("api", Rate::per_second(redkit::nonzero!(10))).algorithm(Algorithm::Gcra);
     /// let config = PolicyConfig::new(gcra).with_lease(QuotaLease::new(8)?);
     /// match Policies::from_config(&config) {
     ///     Err(redkit::Error::UnsupportedOption { policy, option, algorithm, .. }) => {

@@ -59,7 +59,7 @@ pub(crate) fn validate_prefix(what: &'static str, prefix: &str) -> Result<()> {
 /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
 /// let prefix = Prefix::new("app:rl")?;
 /// assert_eq!(prefix.as_str(), "app:rl");
-/// let l = FixedWindow::new("api", Rate::per_second(10)?)?.with_prefix(prefix);
+/// let l = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?.with_prefix(prefix);
 /// assert_eq!(l.redis_key(&LimitKey::text("u")?), "app:rl:api:{k:u}");
 /// assert!(Prefix::new("bad prefix").is_err());
 /// assert!(Prefix::new("").is_err());

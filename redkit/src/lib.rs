@@ -39,6 +39,35 @@ pub fn describe_metrics() {
     telemetry::catalog::describe();
 }
 
+/// A [`NonZeroU32`](std::num::NonZeroU32) from a constant, checked at compile time: what
+/// [`Rate`](rate_limit::Rate)'s `const` shorthands and the limiters' costs take, without
+/// an `unwrap` (as governor's `nonzero!`). A zero, or a value that is not a constant, does
+/// not compile; a value known only at run time goes through `NonZeroU32::new`.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use redkit::nonzero;
+///
+/// const LIMIT: NonZeroU32 = nonzero!(100);
+/// assert_eq!(LIMIT.get(), 100);
+/// assert_eq!(nonzero!(1_000).get(), 1_000);
+/// ```
+///
+/// ```compile_fail
+/// let zero = redkit::nonzero!(0);
+/// ```
+#[macro_export]
+macro_rules! nonzero {
+    ($n:expr) => {
+        const {
+            match ::core::num::NonZeroU32::new($n) {
+                ::core::option::Option::Some(n) => n,
+                ::core::option::Option::None => panic!("redkit::nonzero!: the value is zero"),
+            }
+        }
+    };
+}
+
 /// The redis-rs version redkit is built on, re-exported so versions always match.
 pub use redis;
 

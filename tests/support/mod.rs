@@ -17,6 +17,12 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 
+/// A test's count or cost as the `NonZeroU32` a limiter takes (a table of test cases holds
+/// plain numbers; a constant is `redkit::nonzero!`).
+pub fn nz(n: u32) -> std::num::NonZeroU32 {
+    std::num::NonZeroU32::new(n).expect("a test value of at least 1")
+}
+
 /// How a node is run.
 enum Backend {
     Process(process::Process),

@@ -45,7 +45,7 @@ use crate::error::{Error, Result};
 ///
 /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
 /// let conn = Coalescing::new(connect::multiplexed(&client, Timeouts::default()).await?);
-/// let limiter = FixedWindow::new("api", Rate::per_minute(100)?)?;
+/// let limiter = FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?;
 /// // Each request handler uses a clone; concurrent checks share pipelines.
 /// let mut c = conn.clone();
 /// let d = limiter.check(&mut c, &LimitKey::text("user-1")?).await?;

@@ -18,7 +18,7 @@ use crate::rate_limit::{Decision, Limiter};
 /// use tower::{service_fn, Layer, ServiceExt};
 /// use redkit::middleware::{RateLimitLayer, RATELIMIT_POLICY};
 ///
-/// let layer = RateLimitLayer::new(FixedWindow::new("api", Rate::per_minute(100)?)?, conn);
+/// let layer = RateLimitLayer::new(FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?, conn);
 /// let app = layer.layer(service_fn(|_req: Request<String>| async {
 ///     Ok::<_, std::convert::Infallible>(Response::new(String::new()))
 /// }));
@@ -40,7 +40,7 @@ pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-poli
 /// use tower::{service_fn, Layer, ServiceExt};
 /// use redkit::middleware::{RateLimitLayer, RATELIMIT};
 ///
-/// let layer = RateLimitLayer::new(FixedWindow::new("api", Rate::per_minute(100)?)?, conn);
+/// let layer = RateLimitLayer::new(FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?, conn);
 /// let app = layer.layer(service_fn(|_req: Request<String>| async {
 ///     Ok::<_, std::convert::Infallible>(Response::new(String::new()))
 /// }));
@@ -233,20 +233,27 @@ mod tests {
         use crate::rate_limit::{FixedWindow, Gcra, Rate, SlidingWindow};
         let v = |l: Limiter| policy_value(&l).unwrap().to_str().unwrap().to_owned();
         let fw = |ms| {
-            FixedWindow::new("api", Rate::new(5, Duration::from_millis(ms)).unwrap())
-                .unwrap()
-                .into()
+            FixedWindow::new(
+                "api",
+                Rate::new(crate::nonzero!(5), Duration::from_millis(ms)).unwrap(),
+            )
+            .unwrap()
+            .into()
         };
         assert_eq!(v(fw(60_000)), "\"api\";q=5;w=60");
         assert_eq!(v(fw(1_000)), "\"api\";q=5;w=1");
         assert_eq!(v(fw(500)), "\"api\";q=5");
         assert_eq!(v(fw(1_500)), "\"api\";q=5");
-        let sw = SlidingWindow::new("s", Rate::new(7, Duration::from_secs(10)).unwrap()).unwrap();
+        let sw = SlidingWindow::new(
+            "s",
+            Rate::new(crate::nonzero!(7), Duration::from_secs(10)).unwrap(),
+        )
+        .unwrap();
         assert_eq!(v(sw.into()), "\"s\";q=7;w=10");
         // GCRA: 10/s with bursts of 20: q=20 per w=2 s.
         let g = |burst| {
             let burst = std::num::NonZeroU32::new(burst).unwrap();
-            Gcra::bursting("g", Rate::per_second(10).unwrap(), burst)
+            Gcra::bursting("g", Rate::per_second(crate::nonzero!(10)), burst)
                 .unwrap()
                 .into()
         };
@@ -258,7 +265,7 @@ mod tests {
     fn apply_adds_the_policy_the_state_and_retry_after_only_when_limited() {
         use crate::rate_limit::Quota;
         use crate::rate_limit::{FixedWindow, Rate};
-        let limiter: Limiter = FixedWindow::new("api", Rate::per_minute(100).unwrap())
+        let limiter: Limiter = FixedWindow::new("api", Rate::per_minute(crate::nonzero!(100)))
             .unwrap()
             .into();
         let policy = policy_value(&limiter);

@@ -18,7 +18,7 @@
 //!
 //! let client = redis::Client::open("redis://127.0.0.1:6379/?protocol=resp3")?;
 //! let conn = redis::aio::ConnectionManager::new(client).await?;
-//! let layer = RateLimitLayer::new(FixedWindow::new("api", Rate::per_minute(100)?)?, conn);
+//! let layer = RateLimitLayer::new(FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?, conn);
 //! let app: Router = Router::new()
 //!     .route("/", get(|Extension(o): Extension<LimitOutcome>| async move {
 //!         format!("{:?}", o.decision().map(|d| d.quota().remaining()))

@@ -46,7 +46,7 @@ use crate::script::{embedded, Call, Script, ScriptManager};
 /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
 /// let mut conn = client.get_multiplexed_async_connection().await?;
 /// // 10 requests per second on average, bursts of up to 20.
-/// let limiter = Gcra::bursting("api", Rate::per_second(10)?, NonZeroU32::new(20).unwrap())?;
+/// let limiter = Gcra::bursting("api", Rate::per_second(redkit::nonzero!(10)), redkit::nonzero!(20))?;
 /// let decision = limiter.check(&mut conn, &LimitKey::ip([192, 0, 2, 1].into())).await?;
 /// if let Some(wait) = decision.retry_after() {
 ///     println!("retry after {wait:?}");
@@ -70,7 +70,7 @@ impl Gcra {
     ///
     /// ```
     /// use redkit::rate_limit::{Gcra, LimitKey, Rate};
-    /// let limiter = Gcra::new("api", Rate::per_second(10)?)?;
+    /// let limiter = Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// assert_eq!(limiter.prefix(), Gcra::DEFAULT_PREFIX);
     /// assert_eq!(limiter.redis_key(&LimitKey::text("u")?), "redkit:gcra:api:{k:u}");
     /// # Ok::<(), redkit::Error>(())
@@ -83,11 +83,11 @@ impl Gcra {
     /// use std::time::Duration;
     /// use redkit::rate_limit::{Gcra, Rate};
     ///
-    /// assert!(Gcra::new("slow", Rate::new(1, Gcra::MAX_BUCKET)?).is_ok());
+    /// assert!(Gcra::new("slow", Rate::new(redkit::nonzero!(1), Gcra::MAX_BUCKET)?).is_ok());
     /// let longer = Gcra::MAX_BUCKET + Duration::from_micros(1);
-    /// assert!(Gcra::new("slow", Rate::new(1, longer)?).is_err());
+    /// assert!(Gcra::new("slow", Rate::new(redkit::nonzero!(1), longer)?).is_err());
     /// // One unit a day: a bucket of 11,574 days fits, one day more does not.
-    /// let daily = Rate::new(1, Duration::from_secs(86_400))?;
+    /// let daily = Rate::new(redkit::nonzero!(1), Duration::from_secs(86_400))?;
     /// let days = |n| std::num::NonZeroU32::new(n).unwrap();
     /// assert!(Gcra::bursting("daily", daily, days(11_574)).is_ok());
     /// assert!(Gcra::bursting("daily", daily, days(11_575)).is_err());
@@ -107,10 +107,10 @@ impl Gcra {
     /// ```
     /// use std::time::Duration;
     /// use redkit::rate_limit::{Gcra, Rate};
-    /// let l = Gcra::new("login", Rate::per_minute(5)?)?;
+    /// let l = Gcra::new("login", Rate::per_minute(redkit::nonzero!(5)))?;
     /// assert_eq!(l.emission_interval(), Duration::from_secs(12));
     /// assert_eq!(l.burst(), 5);
-    /// assert!(Gcra::new("login", Rate::new(5, Duration::from_nanos(999))?).is_err());
+    /// assert!(Gcra::new("login", Rate::new(redkit::nonzero!(5), Duration::from_nanos(999))?).is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn new(name: &str, rate: Rate) -> Result<Self> {
@@ -126,10 +126,10 @@ impl Gcra {
     /// use std::num::NonZeroU32;
     /// use redkit::rate_limit::{Gcra, Rate};
     /// // 10 per second on average, at most 20 at once.
-    /// let api = Gcra::bursting("api", Rate::per_second(10)?, NonZeroU32::new(20).unwrap())?;
+    /// let api = Gcra::bursting("api", Rate::per_second(redkit::nonzero!(10)), redkit::nonzero!(20))?;
     /// assert_eq!((api.rate().limit(), api.burst()), (10, 20));
     /// // One request per second, never two in a row without waiting.
-    /// let strict = Gcra::bursting("strict", Rate::per_second(1)?, NonZeroU32::MIN)?;
+    /// let strict = Gcra::bursting("strict", Rate::per_second(redkit::nonzero!(1)), NonZeroU32::MIN)?;
     /// assert_eq!(strict.burst(), 1);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -171,7 +171,7 @@ impl Gcra {
     /// ```
     /// use redkit::rate_limit::{Gcra, LimitKey, Rate};
     /// use redkit::keys::Prefix;
-    /// let l = Gcra::new("api", Rate::per_second(10)?)?.with_prefix(Prefix::new("app:gcra")?);
+    /// let l = Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?.with_prefix(Prefix::new("app:gcra")?);
     /// assert_eq!(l.prefix(), "app:gcra");
     /// assert_eq!(l.redis_key(&LimitKey::text("u")?), "app:gcra:api:{k:u}");
     /// # Ok::<(), redkit::Error>(())
@@ -185,7 +185,7 @@ impl Gcra {
     ///
     /// ```
     /// use redkit::rate_limit::{Gcra, Rate};
-    /// assert_eq!(Gcra::new("api", Rate::per_second(10)?)?.prefix(), Gcra::DEFAULT_PREFIX);
+    /// assert_eq!(Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?.prefix(), Gcra::DEFAULT_PREFIX);
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn prefix(&self) -> &str {
@@ -198,7 +198,7 @@ impl Gcra {
     /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
     /// use redkit::{rate_limit::Gcra, ScriptManager};
-    /// let limiter = Gcra::new("api", Rate::per_second(10)?)?.with_manager(ScriptManager::new());
+    /// let limiter = Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?.with_manager(ScriptManager::new());
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn with_manager(mut self, manager: ScriptManager) -> Self {
@@ -211,7 +211,7 @@ impl Gcra {
     /// ```
     /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// let limiter = redkit::rate_limit::Gcra::new("api", Rate::per_second(10)?)?;
+    /// let limiter = redkit::rate_limit::Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// let _stats = limiter.manager().stats();
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -229,7 +229,7 @@ impl Gcra {
     /// ```
     /// # use std::time::Duration;
     /// use redkit::rate_limit::{DenyCache, Gcra, Rate};
-    /// let l = Gcra::new("api", Rate::per_second(10)?)?.with_deny_cache(DenyCache::new(10_000)?);
+    /// let l = Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?.with_deny_cache(DenyCache::new(10_000)?);
     /// assert!(l.deny_cache().is_some());
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -243,7 +243,7 @@ impl Gcra {
     /// ```
     /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// let l = redkit::rate_limit::Gcra::new("api", Rate::per_second(10)?)?;
+    /// let l = redkit::rate_limit::Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// assert!(l.deny_cache().is_none());
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -255,7 +255,7 @@ impl Gcra {
     ///
     /// ```
     /// # use redkit::rate_limit::Rate;
-    /// # let l = redkit::rate_limit::Gcra::new("api", Rate::per_second(10)?)?;
+    /// # let l = redkit::rate_limit::Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// assert_eq!(l.name(), "api");
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -268,7 +268,7 @@ impl Gcra {
     ///
     /// ```
     /// use redkit::rate_limit::{Gcra, Rate};
-    /// let l = Gcra::new("api", Rate::per_second(10)?)?;
+    /// let l = Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// assert_eq!(l.rate().limit(), 10);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -282,8 +282,8 @@ impl Gcra {
     /// ```
     /// use std::num::NonZeroU32;
     /// use redkit::rate_limit::{Gcra, Rate};
-    /// assert_eq!(Gcra::new("api", Rate::per_second(10)?)?.burst(), 10);
-    /// let bursty = Gcra::bursting("api", Rate::per_second(10)?, NonZeroU32::new(20).unwrap())?;
+    /// assert_eq!(Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?.burst(), 10);
+    /// let bursty = Gcra::bursting("api", Rate::per_second(redkit::nonzero!(10)), redkit::nonzero!(20))?;
     /// assert_eq!(bursty.burst(), 20);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -296,7 +296,7 @@ impl Gcra {
     /// ```
     /// use std::time::Duration;
     /// use redkit::rate_limit::{Gcra, Rate};
-    /// let l = Gcra::bursting("api", Rate::per_second(10)?, std::num::NonZeroU32::new(20).unwrap())?;
+    /// let l = Gcra::bursting("api", Rate::per_second(redkit::nonzero!(10)), redkit::nonzero!(20))?;
     /// assert_eq!(l.bucket(), Duration::from_secs(2));
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -309,7 +309,7 @@ impl Gcra {
     /// ```
     /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// let l = redkit::rate_limit::Gcra::new("api", Rate::new(3, Duration::from_millis(1))?)?;
+    /// let l = redkit::rate_limit::Gcra::new("api", Rate::new(redkit::nonzero!(3), Duration::from_millis(1))?)?;
     /// assert_eq!(l.emission_interval(), Duration::from_micros(334));
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -322,7 +322,7 @@ impl Gcra {
     /// ```
     /// # use std::time::Duration;
     /// use redkit::rate_limit::{Gcra, LimitKey, Rate};
-    /// let l = Gcra::new("api", Rate::per_second(10)?)?;
+    /// let l = Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// assert_eq!(l.redis_key(&LimitKey::ip([10, 0, 0, 1].into())), "redkit:gcra:api:{ip:10.0.0.1}");
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -339,32 +339,29 @@ impl Gcra {
     /// # let _ = d; Ok(()) }
     /// ```
     pub async fn check<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<Decision> {
-        self.check_n(conn, key, 1).await
+        self.check_n(conn, key, NonZeroU32::MIN).await
     }
 
     /// Takes `cost` units for `key` in one round trip, if the bucket holds them.
     ///
     /// A cost above the [`burst`](Self::burst) is [`Decision::CostExceedsLimit`] (nothing
-    /// changes). Errors: [`Error::InvalidInput`] for a zero cost (nothing sent),
-    /// [`Error::WrongType`] / [`Error::CorruptData`] when the key holds something that is not
+    /// changes). Errors: [`Error::WrongType`] / [`Error::CorruptData`] when the key holds something that is not
     /// a TAT (nothing written), [`Error::PermissionDenied`] when an ACL refuses `TIME`, `GET`
     /// or `SET` (nothing written), and connection errors.
     ///
     /// ```no_run
     /// # async fn run(l: redkit::rate_limit::Gcra, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
     /// use redkit::rate_limit::LimitKey;
-    /// let d = l.check_n(&mut conn, &LimitKey::text("user-42")?, 5).await?;
+    /// let d = l.check_n(&mut conn, &LimitKey::text("user-42")?, redkit::nonzero!(5)).await?;
     /// # let _ = d; Ok(()) }
     /// ```
     pub async fn check_n<C: ConnectionLike>(
         &self,
         conn: &mut C,
         key: &LimitKey,
-        cost: u32,
+        cost: NonZeroU32,
     ) -> Result<Decision> {
-        if cost == 0 {
-            return Err(Error::invalid("cost", "must be at least 1"));
-        }
+        let cost = cost.get();
         let redis_key = self.redis_key(key);
         // A cost above the burst is answered by Redis (CostExceedsLimit), never cached.
         let cache = self.deny_cache.as_ref().filter(|_| cost <= self.burst);
@@ -471,7 +468,11 @@ mod tests {
     fn accessors_return_what_was_set() {
         use crate::rate_limit::DenyCache;
         use crate::script::{Backend, ScriptManager};
-        let l = Gcra::new("t", Rate::new(10, Duration::from_millis(1500)).unwrap()).unwrap();
+        let l = Gcra::new(
+            "t",
+            Rate::new(crate::nonzero!(10), Duration::from_millis(1500)).unwrap(),
+        )
+        .unwrap();
         assert!(l.deny_cache().is_none());
         assert_eq!(l.manager().backend(), Backend::Scripts);
         let l = l
@@ -488,7 +489,7 @@ mod tests {
 
     #[test]
     fn a_refused_cost_of_exactly_the_burst_is_limited_not_impossible() {
-        let l = Gcra::new("t", Rate::per_second(10).unwrap()).unwrap();
+        let l = Gcra::new("t", Rate::per_second(crate::nonzero!(10))).unwrap();
         let d = l.decode(reply([0, 0, 100_000, 100_000, 5]), 10).unwrap();
         assert!(matches!(d, Decision::Limited { .. }), "{d:?}");
         let d = l.decode(reply([0, 0, 0, 100_000, 5]), 11).unwrap();
@@ -502,8 +503,8 @@ mod tests {
     fn debug_shows_the_settings() {
         let l = Gcra::bursting(
             "api",
-            Rate::per_second(10).unwrap(),
-            NonZeroU32::new(20).unwrap(),
+            Rate::per_second(crate::nonzero!(10)),
+            crate::nonzero!(20),
         )
         .unwrap();
         let debug = format!("{l:?}");
@@ -522,7 +523,7 @@ mod tests {
 
     #[test]
     fn decodes_outcomes() {
-        let l = Gcra::new("t", Rate::per_second(10).unwrap()).unwrap();
+        let l = Gcra::new("t", Rate::per_second(crate::nonzero!(10))).unwrap();
         let d = l.decode(reply([1, 9, 0, 100_000, 5]), 1).unwrap();
         assert!(d.is_allowed());
         assert_eq!(d.quota().remaining(), 9);
@@ -536,7 +537,7 @@ mod tests {
 
     #[test]
     fn rejects_bad_replies_without_panicking() {
-        let l = Gcra::new("t", Rate::per_second(10).unwrap()).unwrap();
+        let l = Gcra::new("t", Rate::per_second(crate::nonzero!(10))).unwrap();
         for v in [
             Value::Nil,
             reply([2, 0, 0, 0, 0]),
@@ -552,29 +553,43 @@ mod tests {
     #[test]
     fn validates_before_sending() {
         let s = Duration::from_secs(1);
-        assert!(Rate::new(1, Duration::from_nanos(999))
+        assert!(Rate::new(crate::nonzero!(1), Duration::from_nanos(999))
             .and_then(|r| Gcra::new("t", r))
             .is_err());
-        assert!(Rate::new(u32::MAX, Duration::from_micros(1))
+        assert!(Rate::new(NonZeroU32::MAX, Duration::from_micros(1))
             .and_then(|r| Gcra::new("t", r))
             .is_ok());
-        assert!(Rate::new(1, Gcra::MAX_BUCKET)
+        assert!(Rate::new(crate::nonzero!(1), Gcra::MAX_BUCKET)
             .and_then(|r| Gcra::new("t", r))
             .is_ok());
-        assert!(Rate::new(1, Gcra::MAX_BUCKET + Duration::from_micros(1))
-            .and_then(|r| Gcra::new("t", r))
-            .is_err());
+        assert!(Rate::new(
+            crate::nonzero!(1),
+            Gcra::MAX_BUCKET + Duration::from_micros(1)
+        )
+        .and_then(|r| Gcra::new("t", r))
+        .is_err());
         let us = Duration::from_micros(1);
-        let max_burst =
-            |period| Gcra::bursting("t", Rate::new(1, period).unwrap(), NonZeroU32::MAX);
+        let max_burst = |period| {
+            Gcra::bursting(
+                "t",
+                Rate::new(crate::nonzero!(1), period).unwrap(),
+                NonZeroU32::MAX,
+            )
+        };
         assert!(max_burst(us).is_ok());
         assert!(matches!(
             max_burst(Duration::from_secs(1_000_000)),
             Err(Error::InvalidInput { what: "burst", .. })
         ));
         // The period is kept in whole microseconds.
-        let l = Gcra::new("t", Rate::new(3, Duration::from_nanos(1_999)).unwrap()).unwrap();
+        let l = Gcra::new(
+            "t",
+            Rate::new(crate::nonzero!(3), Duration::from_nanos(1_999)).unwrap(),
+        )
+        .unwrap();
         assert_eq!(l.rate().period(), us);
-        assert!(Rate::new(1, s).and_then(|r| Gcra::new("a{b}", r)).is_err());
+        assert!(Rate::new(crate::nonzero!(1), s)
+            .and_then(|r| Gcra::new("a{b}", r))
+            .is_err());
     }
 }

@@ -1,5 +1,6 @@
 //! [`Limiter`] and [`Algorithm`]: the registry of the algorithms, one line each.
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -42,8 +43,8 @@ macro_rules! limiters {
         /// use redkit::rate_limit::{FixedWindow, Gcra, LimitKey, Limiter, Rate};
         ///
         /// let limiters: Vec<Limiter> = vec![
-        ///     FixedWindow::new("daily", Rate::new(10_000, Duration::from_secs(86_400))?)?.into(),
-        ///     Gcra::bursting("burst", Rate::per_second(10)?, NonZeroU32::new(20).unwrap())?.into(),
+        ///     FixedWindow::new("daily", Rate::new(redkit::nonzero!(10_000), Duration::from_secs(86_400))?)?.into(),
+        ///     Gcra::bursting("burst", Rate::per_second(redkit::nonzero!(10)), redkit::nonzero!(20))?.into(),
         /// ];
         /// let key = LimitKey::text("user-42")?;
         /// for l in &limiters {
@@ -94,7 +95,7 @@ macro_rules! limiters {
             ///
             /// ```
             /// use redkit::rate_limit::{Algorithm, Limiter, Rate};
-            /// let l = Limiter::new(Algorithm::SlidingWindow, "api", Rate::per_second(10)?)?;
+            /// let l = Limiter::new(Algorithm::SlidingWindow, "api", Rate::per_second(redkit::nonzero!(10)))?;
             /// assert!(matches!(l, Limiter::Sliding(_)));
             /// # Ok::<(), redkit::Error>(())
             /// ```
@@ -108,9 +109,9 @@ macro_rules! limiters {
             ///
             /// ```
             /// use redkit::rate_limit::{Algorithm, FixedWindow, Gcra, Limiter, Rate};
-            /// let l: Limiter = Gcra::new("api", Rate::per_second(10)?)?.into();
+            /// let l: Limiter = Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?.into();
             /// assert_eq!(l.algorithm(), Algorithm::Gcra);
-            /// let grouped = FixedWindow::new("api", Rate::per_second(10)?)?.grouped(redkit::GroupCommit::for_checks());
+            /// let grouped = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?.grouped(redkit::GroupCommit::for_checks());
             /// assert_eq!(Limiter::from(grouped).algorithm(), Algorithm::FixedWindow);
             /// # Ok::<(), redkit::Error>(())
             /// ```
@@ -125,7 +126,7 @@ macro_rules! limiters {
             ///
             /// ```
             /// use redkit::rate_limit::{LimitKey, Limiter, Rate, SlidingWindow};
-            /// let l: Limiter = SlidingWindow::new("api", Rate::per_second(10)?)?.into();
+            /// let l: Limiter = SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?.into();
             /// let l = l.with_prefix(redkit::keys::Prefix::new("app:sw")?);
             /// assert_eq!(l.redis_key(&LimitKey::text("a")?), "app:sw:api:{k:a}");
             /// # Ok::<(), redkit::Error>(())
@@ -149,14 +150,14 @@ macro_rules! limiters {
             ///
             /// ```no_run
             /// # async fn run(l: redkit::rate_limit::Limiter, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-            /// let d = l.check_n(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?, 3).await?;
+            /// let d = l.check_n(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?, redkit::nonzero!(3)).await?;
             /// # let _ = d; Ok(()) }
             /// ```
             pub async fn check_n<C: ConnectionLike>(
                 &self,
                 conn: &mut C,
                 key: &LimitKey,
-                cost: u32,
+                cost: NonZeroU32,
             ) -> Result<Decision> {
                 match self {
                     $( Self::$variant(l) => l.check_n(conn, key, cost).await, )+
@@ -312,7 +313,7 @@ impl Limiter {
     ///
     /// ```
     /// use redkit::rate_limit::{Gcra, Limiter, Rate};
-    /// let l: Limiter = Gcra::new("api", Rate::per_second(10)?)?.into();
+    /// let l: Limiter = Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?.into();
     /// assert_eq!(l.name(), "api");
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -324,8 +325,8 @@ impl Limiter {
     ///
     /// ```
     /// use redkit::rate_limit::{Gcra, Limiter, Rate};
-    /// let l: Limiter = Gcra::new("api", Rate::per_second(10)?)?.into();
-    /// assert_eq!(l.rate(), &Rate::per_second(10)?);
+    /// let l: Limiter = Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?.into();
+    /// assert_eq!(l.rate(), &Rate::per_second(redkit::nonzero!(10)));
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn rate(&self) -> &Rate {
@@ -336,7 +337,7 @@ impl Limiter {
     ///
     /// ```
     /// use redkit::rate_limit::{FixedWindow, Limiter, Rate};
-    /// let l: Limiter = FixedWindow::new("api", Rate::per_second(10)?)?.into();
+    /// let l: Limiter = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?.into();
     /// assert_eq!(l.prefix(), FixedWindow::DEFAULT_PREFIX);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -348,8 +349,8 @@ impl Limiter {
     ///
     /// ```
     /// use redkit::rate_limit::{Gcra, Limiter, Rate};
-    /// let burst = std::num::NonZeroU32::new(25).unwrap();
-    /// let l: Limiter = Gcra::bursting("api", Rate::per_second(10)?, burst)?.into();
+    /// let burst = redkit::nonzero!(25);
+    /// let l: Limiter = Gcra::bursting("api", Rate::per_second(redkit::nonzero!(10)), burst)?.into();
     /// assert_eq!(l.limit(), 25);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -363,8 +364,8 @@ impl Limiter {
     /// ```
     /// # use std::time::Duration;
     /// use redkit::rate_limit::{Gcra, Limiter, Rate};
-    /// let burst = std::num::NonZeroU32::new(20).unwrap();
-    /// let l: Limiter = Gcra::bursting("api", Rate::per_second(10)?, burst)?.into();
+    /// let burst = redkit::nonzero!(20);
+    /// let l: Limiter = Gcra::bursting("api", Rate::per_second(redkit::nonzero!(10)), burst)?.into();
     /// assert_eq!(l.window(), Duration::from_secs(2));
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -376,7 +377,7 @@ impl Limiter {
     ///
     /// ```
     /// use redkit::rate_limit::{LimitKey, Limiter, Rate, SlidingWindow};
-    /// let l: Limiter = SlidingWindow::new("api", Rate::per_second(10)?)?.into();
+    /// let l: Limiter = SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?.into();
     /// assert_eq!(l.redis_key(&LimitKey::text("a")?), "redkit:sw:api:{k:a}");
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -390,7 +391,7 @@ impl Limiter {
     ///
     /// ```
     /// use redkit::rate_limit::{DenyCache, FixedWindow, Limiter, Rate};
-    /// let fixed = FixedWindow::new("api", Rate::per_second(10)?)?;
+    /// let fixed = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// let l: Limiter = fixed.with_deny_cache(DenyCache::new(1000)?).into();
     /// assert!(l.deny_cache().is_some());
     /// # Ok::<(), redkit::Error>(())
@@ -420,7 +421,7 @@ impl Limiter {
     /// # let _ = d; Ok(()) }
     /// ```
     pub async fn check<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<Decision> {
-        self.check_n(conn, key, 1).await
+        self.check_n(conn, key, NonZeroU32::MIN).await
     }
 
     /// Whether `other` is the same algorithm with the same rate (names and prefixes aside).
@@ -469,7 +470,7 @@ mod tests {
 
     #[test]
     fn every_algorithm_is_built_from_its_name_and_answers_as_itself() {
-        let rate = Rate::new(4, Duration::from_secs(2)).unwrap();
+        let rate = Rate::new(crate::nonzero!(4), Duration::from_secs(2)).unwrap();
         let key = LimitKey::text("u").unwrap();
         let prefixes = ["redkit:rl", "redkit:gcra", "redkit:sw"];
         for (l, prefix) in each(rate).into_iter().zip(prefixes) {
@@ -490,8 +491,8 @@ mod tests {
     #[test]
     fn as_a_rate_limiter_it_answers_as_its_algorithm() {
         // GCRA's window is its bucket (interval x burst), not the rate's period.
-        let rate = Rate::new(4, Duration::from_secs(2)).unwrap();
-        let gcra = Gcra::bursting("g", rate, std::num::NonZeroU32::new(6).unwrap()).unwrap();
+        let rate = Rate::new(crate::nonzero!(4), Duration::from_secs(2)).unwrap();
+        let gcra = Gcra::bursting("g", rate, crate::nonzero!(6)).unwrap();
         let cache = DenyCache::new(8).unwrap();
         let l: Limiter = gcra.clone().with_deny_cache(cache).into();
         assert_eq!(RateLimiter::window(&l), RateLimiter::window(&gcra));
@@ -501,7 +502,7 @@ mod tests {
         assert_eq!(RateLimiter::name(&l), "g");
         assert_eq!(RateLimiter::prefix(&l), "redkit:gcra");
         assert!(!Hooks::is_grouped(&l));
-        let fixed: Limiter = FixedWindow::new("f", Rate::per_second(3).unwrap())
+        let fixed: Limiter = FixedWindow::new("f", Rate::per_second(crate::nonzero!(3)))
             .unwrap()
             .into();
         let fixed = Hooks::attach_deny_cache(fixed, DenyCache::new(8).unwrap());
@@ -512,7 +513,7 @@ mod tests {
     #[test]
     fn a_deny_cache_attaches_where_the_algorithm_has_one() {
         let cache = DenyCache::new(8).unwrap();
-        let attached: Vec<bool> = each(Rate::per_second(1).unwrap())
+        let attached: Vec<bool> = each(Rate::per_second(crate::nonzero!(1)))
             .into_iter()
             .map(|l| l.attach_deny_cache(cache.clone()).deny_cache().is_some())
             .collect();
@@ -521,14 +522,17 @@ mod tests {
 
     #[test]
     fn same_config_compares_algorithm_and_rate() {
-        let one = Rate::per_second(1).unwrap();
+        let one = Rate::per_second(crate::nonzero!(1));
         let [f, g, s] = <[Limiter; 3]>::try_from(each(one)).unwrap();
         assert!(!f.same_config(&g) && !f.same_config(&s) && !g.same_config(&s));
-        let g2: Limiter = Gcra::bursting("x", one, std::num::NonZeroU32::new(2).unwrap())
-            .unwrap()
-            .into();
+        let g2: Limiter = Gcra::bursting("x", one, crate::nonzero!(2)).unwrap().into();
         assert!(!g.same_config(&g2));
-        let f2 = Limiter::new(Algorithm::FixedWindow, "x", Rate::per_second(2).unwrap()).unwrap();
+        let f2 = Limiter::new(
+            Algorithm::FixedWindow,
+            "x",
+            Rate::per_second(crate::nonzero!(2)),
+        )
+        .unwrap();
         assert!(!f.same_config(&f2));
     }
 

@@ -23,7 +23,7 @@
 //!
 //! let client = redis::Client::open("redis://127.0.0.1:6379/")?;
 //! let mut conn = client.get_multiplexed_async_connection().await?;
-//! let limiter = FixedWindow::new("login", Rate::per_minute(5)?)?;
+//! let limiter = FixedWindow::new("login", Rate::per_minute(redkit::nonzero!(5)))?;
 //! let key = LimitKey::ip("203.0.113.9".parse().unwrap());
 //! match limiter.check(&mut conn, &key).await? {
 //!     Decision::Allowed(q) => println!("{} left", q.remaining()),

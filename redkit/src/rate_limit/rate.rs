@@ -9,22 +9,30 @@ use crate::error::{Error, Result};
 /// How much a limiter lets through: `limit` units per `period`. (A burst belongs to the one
 /// algorithm that has one: [`Gcra::bursting`](super::Gcra::bursting).)
 ///
-/// A `Rate` cannot be built invalid: the limit is at least 1 and the period is not zero.
-/// Each algorithm checks the range it can honour when it is built (a window of at least
-/// 1 ms, a GCRA bucket below [`Gcra::MAX_BUCKET`](super::Gcra::MAX_BUCKET)) and answers
-/// [`Error::InvalidInput`] otherwise.
+/// A `Rate` cannot be built invalid: the limit is a [`NonZeroU32`] (write a literal with
+/// [`nonzero!`](crate::nonzero), which refuses 0 at compile time) and the period is not zero.
+/// The shorthands are `const`, as governor's `Quota`. Each algorithm checks the range it can
+/// honour when it is built (a window of at least 1 ms, a GCRA bucket below
+/// [`Gcra::MAX_BUCKET`](super::Gcra::MAX_BUCKET)) and answers [`Error::InvalidInput`]
+/// otherwise.
 ///
 /// ```
 /// use std::time::Duration;
+/// use redkit::nonzero;
 /// use redkit::rate_limit::Rate;
 ///
-/// let api = Rate::per_minute(100)?;
-/// assert_eq!((api.limit(), api.period()), (100, Duration::from_secs(60)));
-/// assert_eq!(Rate::new(5, Duration::from_secs(60))?, Rate::per_minute(5)?);
+/// const API: Rate = Rate::per_minute(nonzero!(100));
+/// assert_eq!((API.limit(), API.period()), (100, Duration::from_secs(60)));
+/// assert_eq!(Rate::new(nonzero!(5), Duration::from_secs(60))?, Rate::per_minute(nonzero!(5)));
 ///
-/// assert!(Rate::new(0, Duration::from_secs(1)).is_err());
-/// assert!(Rate::new(1, Duration::ZERO).is_err());
+/// assert!(Rate::new(nonzero!(1), Duration::ZERO).is_err());
 /// # Ok::<(), redkit::Error>(())
+/// ```
+///
+/// A zero limit does not compile:
+///
+/// ```compile_fail
+/// let never = redkit::rate_limit::Rate::per_second(redkit::nonzero!(0));
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Rate {
@@ -33,60 +41,68 @@ pub struct Rate {
 }
 
 impl Rate {
-    /// `limit` units per `period`. Errors: [`Error::InvalidInput`] for a zero
-    /// limit or a zero period.
+    /// `limit` units per `period`. Errors: [`Error::InvalidInput`] for a zero period.
     ///
     /// ```
     /// use std::time::Duration;
-    /// let rate = redkit::rate_limit::Rate::new(5, Duration::from_millis(1500))?;
+    /// use redkit::{nonzero, rate_limit::Rate};
+    /// let rate = Rate::new(nonzero!(5), Duration::from_millis(1500))?;
     /// assert_eq!(rate.period(), Duration::from_millis(1500));
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn new(limit: u32, period: Duration) -> Result<Self> {
-        let limit =
-            NonZeroU32::new(limit).ok_or_else(|| Error::invalid("limit", "must be at least 1"))?;
+    pub fn new(limit: NonZeroU32, period: Duration) -> Result<Self> {
         if period.is_zero() {
             return Err(Error::invalid("period", "must not be zero"));
         }
         Ok(Self { limit, period })
     }
 
-    /// `limit` units per second. Errors: as [`new`](Self::new).
+    /// `limit` units per second.
     ///
     /// ```
-    /// assert_eq!(redkit::rate_limit::Rate::per_second(10)?.limit(), 10);
-    /// # Ok::<(), redkit::Error>(())
+    /// use redkit::{nonzero, rate_limit::Rate};
+    /// const SEARCH: Rate = Rate::per_second(nonzero!(10));
+    /// assert_eq!(SEARCH.limit(), 10);
     /// ```
-    pub fn per_second(limit: u32) -> Result<Self> {
-        Self::new(limit, Duration::from_secs(1))
+    pub const fn per_second(limit: NonZeroU32) -> Self {
+        Self {
+            limit,
+            period: Duration::from_secs(1),
+        }
     }
 
-    /// `limit` units per minute. Errors: as [`new`](Self::new).
+    /// `limit` units per minute.
     ///
     /// ```
-    /// let rate = redkit::rate_limit::Rate::per_minute(100)?;
+    /// use redkit::{nonzero, rate_limit::Rate};
+    /// let rate = Rate::per_minute(nonzero!(100));
     /// assert_eq!(rate.period(), std::time::Duration::from_secs(60));
-    /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn per_minute(limit: u32) -> Result<Self> {
-        Self::new(limit, Duration::from_secs(60))
+    pub const fn per_minute(limit: NonZeroU32) -> Self {
+        Self {
+            limit,
+            period: Duration::from_secs(60),
+        }
     }
 
-    /// `limit` units per hour. Errors: as [`new`](Self::new).
+    /// `limit` units per hour.
     ///
     /// ```
-    /// let rate = redkit::rate_limit::Rate::per_hour(1_000)?;
+    /// use redkit::{nonzero, rate_limit::Rate};
+    /// let rate = Rate::per_hour(nonzero!(1_000));
     /// assert_eq!(rate.period(), std::time::Duration::from_secs(3_600));
-    /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn per_hour(limit: u32) -> Result<Self> {
-        Self::new(limit, Duration::from_secs(3_600))
+    pub const fn per_hour(limit: NonZeroU32) -> Self {
+        Self {
+            limit,
+            period: Duration::from_secs(3_600),
+        }
     }
 
     /// Units per [`period`](Self::period).
     ///
     /// ```
-    /// assert_eq!(redkit::rate_limit::Rate::per_second(3)?.limit(), 3);
+    /// assert_eq!(redkit::rate_limit::Rate::per_second(redkit::nonzero!(3)).limit(), 3);
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn limit(&self) -> u32 {
@@ -96,7 +112,7 @@ impl Rate {
     /// The period of the limit (a window, or GCRA's refill period).
     ///
     /// ```
-    /// let period = redkit::rate_limit::Rate::per_second(3)?.period();
+    /// let period = redkit::rate_limit::Rate::per_second(redkit::nonzero!(3)).period();
     /// assert_eq!(period, std::time::Duration::from_secs(1));
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -149,42 +165,34 @@ mod tests {
 
     #[test]
     fn rejects_what_cannot_be_a_rate() {
-        let s = Duration::from_secs(1);
         assert!(matches!(
-            Rate::new(0, s),
-            Err(Error::InvalidInput { what: "limit", .. })
-        ));
-        assert!(matches!(
-            Rate::new(1, Duration::ZERO),
+            Rate::new(crate::nonzero!(1), Duration::ZERO),
             Err(Error::InvalidInput { what: "period", .. })
         ));
-        assert!(Rate::per_second(0).is_err());
-        assert!(Rate::per_minute(0).is_err());
-        assert!(Rate::per_hour(0).is_err());
-        assert!(Rate::new(1, Duration::from_nanos(1)).is_ok());
-        assert!(Rate::new(u32::MAX, Duration::MAX).is_ok());
+        assert!(Rate::new(crate::nonzero!(1), Duration::from_nanos(1)).is_ok());
+        assert!(Rate::new(NonZeroU32::MAX, Duration::MAX).is_ok());
     }
 
     #[test]
     fn the_shorthands_are_their_periods() {
         assert_eq!(
-            Rate::per_second(7).unwrap(),
-            Rate::new(7, Duration::from_secs(1)).unwrap()
+            Rate::per_second(crate::nonzero!(7)),
+            Rate::new(crate::nonzero!(7), Duration::from_secs(1)).unwrap()
         );
         assert_eq!(
-            Rate::per_minute(7).unwrap(),
-            Rate::new(7, Duration::from_secs(60)).unwrap()
+            Rate::per_minute(crate::nonzero!(7)),
+            Rate::new(crate::nonzero!(7), Duration::from_secs(60)).unwrap()
         );
         assert_eq!(
-            Rate::per_hour(7).unwrap(),
-            Rate::new(7, Duration::from_secs(3600)).unwrap()
+            Rate::per_hour(crate::nonzero!(7)),
+            Rate::new(crate::nonzero!(7), Duration::from_secs(3600)).unwrap()
         );
     }
 
     #[test]
     fn periods_in_units_are_truncated_and_bounded() {
         let ms = Duration::from_millis(1);
-        let r = Rate::new(1, Duration::from_micros(2_500)).unwrap();
+        let r = Rate::new(crate::nonzero!(1), Duration::from_micros(2_500)).unwrap();
         let max = Duration::from_millis(10);
         assert_eq!(r.period_in(ms, max, "window", "x").unwrap(), 2);
         // The longest period is compared before truncation: 1 ns more is too long.
@@ -194,7 +202,7 @@ mod tests {
         assert!(r
             .period_in(ms, Duration::from_micros(2_499), "window", "x")
             .is_err());
-        let tiny = Rate::new(1, Duration::from_micros(999)).unwrap();
+        let tiny = Rate::new(crate::nonzero!(1), Duration::from_micros(999)).unwrap();
         assert!(tiny.period_in(ms, max, "window", "x").is_err());
         assert_eq!(
             r.with_period(Duration::from_millis(2)).period(),

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
@@ -47,8 +48,8 @@ pub(super) fn push_cost(call: &mut Call<'_>, cost: u32) {
 ///     println!("{} ({:?} under {}): {d:?}", l.name(), l.rate(), l.prefix());
 ///     Ok(())
 /// }
-/// show(&FixedWindow::new("daily", Rate::new(10_000, std::time::Duration::from_secs(86_400))?)?, &mut conn).await?;
-/// show(&Gcra::new("smooth", Rate::per_second(10)?)?, &mut conn).await?;
+/// show(&FixedWindow::new("daily", Rate::new(redkit::nonzero!(10_000), std::time::Duration::from_secs(86_400))?)?, &mut conn).await?;
+/// show(&Gcra::new("smooth", Rate::per_second(redkit::nonzero!(10)))?, &mut conn).await?;
 /// # Ok(()) }
 /// ```
 pub trait RateLimiter:
@@ -61,7 +62,7 @@ pub trait RateLimiter:
     /// fn label<L: RateLimiter>(l: &L) -> String {
     ///     format!("limiter {}", l.name())
     /// }
-    /// let api = Gcra::new("api", Rate::per_second(10)?)?;
+    /// let api = Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// assert_eq!(label(&api), "limiter api");
     /// assert_eq!(label(&Limiter::from(api)), "limiter api");
     /// # Ok::<(), redkit::Error>(())
@@ -77,7 +78,7 @@ pub trait RateLimiter:
     /// fn per_second<L: RateLimiter>(l: &L) -> f64 {
     ///     f64::from(l.rate().limit()) / l.rate().period().as_secs_f64()
     /// }
-    /// let exports = FixedWindow::new("exports", Rate::new(120, Duration::from_secs(60))?)?;
+    /// let exports = FixedWindow::new("exports", Rate::new(redkit::nonzero!(120), Duration::from_secs(60))?)?;
     /// assert_eq!(per_second(&exports), 2.0);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -87,7 +88,7 @@ pub trait RateLimiter:
     ///
     /// ```
     /// use redkit::rate_limit::{FixedWindow, Rate, RateLimiter};
-    /// let login = FixedWindow::new("login", Rate::per_minute(5)?)?;
+    /// let login = FixedWindow::new("login", Rate::per_minute(redkit::nonzero!(5)))?;
     /// assert_eq!(RateLimiter::prefix(&login), FixedWindow::DEFAULT_PREFIX);
     /// let scoped = login.with_prefix(redkit::keys::Prefix::new("shop:rl")?);
     /// assert_eq!(RateLimiter::prefix(&scoped), "shop:rl");
@@ -100,9 +101,9 @@ pub trait RateLimiter:
     /// ```
     /// use std::time::Duration;
     /// use redkit::rate_limit::{FixedWindow, Gcra, Rate, RateLimiter};
-    /// let window = FixedWindow::new("w", Rate::new(100, Duration::from_secs(60))?)?;
+    /// let window = FixedWindow::new("w", Rate::new(redkit::nonzero!(100), Duration::from_secs(60))?)?;
     /// assert_eq!(RateLimiter::limit(&window), 100);
-    /// let gcra = Gcra::bursting("g", Rate::per_second(10)?, std::num::NonZeroU32::new(20).unwrap())?;
+    /// let gcra = Gcra::bursting("g", Rate::per_second(redkit::nonzero!(10)), redkit::nonzero!(20))?;
     /// assert_eq!(RateLimiter::limit(&gcra), 20); // the burst
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -116,10 +117,10 @@ pub trait RateLimiter:
     /// ```
     /// use std::time::Duration;
     /// use redkit::rate_limit::{FixedWindow, Gcra, Rate, RateLimiter};
-    /// let window = FixedWindow::new("w", Rate::new(100, Duration::from_secs(60))?)?;
+    /// let window = FixedWindow::new("w", Rate::new(redkit::nonzero!(100), Duration::from_secs(60))?)?;
     /// assert_eq!(RateLimiter::window(&window), Duration::from_secs(60));
     /// // 10 per second, bursts of 20: an empty bucket refills in 20 x 100 ms
-    /// let gcra = Gcra::bursting("g", Rate::per_second(10)?, std::num::NonZeroU32::new(20).unwrap())?;
+    /// let gcra = Gcra::bursting("g", Rate::per_second(redkit::nonzero!(10)), redkit::nonzero!(20))?;
     /// assert_eq!(RateLimiter::window(&gcra), Duration::from_secs(2));
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -132,7 +133,7 @@ pub trait RateLimiter:
     ///
     /// ```
     /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate, RateLimiter};
-    /// let login = FixedWindow::new("login", Rate::per_minute(5)?)?;
+    /// let login = FixedWindow::new("login", Rate::per_minute(redkit::nonzero!(5)))?;
     /// let key = RateLimiter::redis_key(&login, &LimitKey::text("user-42")?);
     /// assert!(key.starts_with("redkit:rl:login:{") && key.ends_with('}'));
     /// assert!(key.contains("user-42"));
@@ -144,7 +145,7 @@ pub trait RateLimiter:
     ///
     /// ```
     /// use redkit::rate_limit::{DenyCache, FixedWindow, Rate, RateLimiter};
-    /// let login = FixedWindow::new("login", Rate::per_minute(5)?)?;
+    /// let login = FixedWindow::new("login", Rate::per_minute(redkit::nonzero!(5)))?;
     /// assert!(RateLimiter::deny_cache(&login).is_none());
     /// let cached = login.with_deny_cache(DenyCache::new(10_000)?);
     /// assert!(RateLimiter::deny_cache(&cached).is_some());
@@ -155,28 +156,30 @@ pub trait RateLimiter:
     }
 
     /// Counts `cost` units for `key` in one round trip, if they fit. A cost above
-    /// [`limit`](Self::limit) is [`Decision::CostExceedsLimit`]; a zero cost is
-    /// [`Error::InvalidInput`](crate::Error::InvalidInput) (nothing sent).
+    /// [`limit`](Self::limit) is [`Decision::CostExceedsLimit`]. The cost is a [`NonZeroU32`]: write a
+    /// constant with [`nonzero!`](crate::nonzero).
     ///
     /// ```no_run
     /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
     /// use redkit::rate_limit::{Decision, FixedWindow, LimitKey, Rate, RateLimiter};
     /// // a budget of 500 MB a minute per tenant; this upload is 40 MB
-    /// let megabytes = FixedWindow::new("upload-mb", Rate::per_minute(500)?)?;
+    /// let megabytes = FixedWindow::new("upload-mb", Rate::per_minute(redkit::nonzero!(500)))?;
     /// let tenant = LimitKey::text("tenant-3")?;
-    /// match RateLimiter::check_n(&megabytes, &mut conn, &tenant, 40).await? {
+    /// let upload_mb: u32 = 40; // known at run time
+    /// // an empty upload costs nothing: no check at all
+    /// let Some(cost) = std::num::NonZeroU32::new(upload_mb) else { return Ok(()) };
+    /// match RateLimiter::check_n(&megabytes, &mut conn, &tenant, cost).await? {
     ///     Decision::Allowed(_) => { /* accept the upload */ }
     ///     Decision::Limited { retry_after, .. } => println!("over budget: retry in {retry_after:?}"),
     ///     _ => println!("40 MB can never pass in one minute"),
     /// }
-    /// assert!(RateLimiter::check_n(&megabytes, &mut conn, &tenant, 0).await.is_err());
     /// # Ok(()) }
     /// ```
     fn check_n<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
         key: &LimitKey,
-        cost: u32,
+        cost: NonZeroU32,
     ) -> impl Future<Output = Result<Decision>> + Send;
 
     /// Counts one unit for `key`. See [`check_n`](Self::check_n).
@@ -184,7 +187,7 @@ pub trait RateLimiter:
     /// ```no_run
     /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
     /// use redkit::rate_limit::{Gcra, LimitKey, Rate, RateLimiter};
-    /// let api = Gcra::new("api", Rate::per_second(10)?)?;
+    /// let api = Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// let decision = RateLimiter::check(&api, &mut conn, &LimitKey::text("user-42")?).await?;
     /// if !decision.is_allowed() {
     ///     println!("429: {decision:?}");
@@ -196,7 +199,7 @@ pub trait RateLimiter:
         conn: &mut C,
         key: &LimitKey,
     ) -> impl Future<Output = Result<Decision>> + Send {
-        self.check_n(conn, key, 1)
+        self.check_n(conn, key, NonZeroU32::MIN)
     }
 
     /// Waits for `cost` units for `key`, up to `max_wait`: checks, and while refused sleeps
@@ -214,9 +217,9 @@ pub trait RateLimiter:
     /// use std::time::Duration;
     /// use redkit::rate_limit::{Decision, Gcra, LimitKey, Rate, RateLimiter};
     ///
-    /// let outbound = Gcra::new("partner-api", Rate::per_second(20)?)?;
+    /// let outbound = Gcra::new("partner-api", Rate::per_second(redkit::nonzero!(20)))?;
     /// let key = LimitKey::text("partner-7")?;
-    /// match outbound.check_n_within(&mut conn, &key, 2, Duration::from_secs(5)).await? {
+    /// match outbound.check_n_within(&mut conn, &key, redkit::nonzero!(2), Duration::from_secs(5)).await? {
     ///     Decision::Allowed(_) => { /* call the partner */ }
     ///     Decision::Limited { retry_after, .. } => println!("no room within 5 s ({retry_after:?} more)"),
     ///     _ => println!("2 units can never pass"),
@@ -227,7 +230,7 @@ pub trait RateLimiter:
         &self,
         conn: &mut C,
         key: &LimitKey,
-        cost: u32,
+        cost: NonZeroU32,
         max_wait: Duration,
     ) -> impl Future<Output = Result<Decision>> + Send {
         async move {
@@ -257,7 +260,7 @@ pub trait RateLimiter:
     /// use std::time::Duration;
     /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate, RateLimiter};
     ///
-    /// let mails = FixedWindow::new("mails", Rate::per_minute(60)?)?;
+    /// let mails = FixedWindow::new("mails", Rate::per_minute(redkit::nonzero!(60)))?;
     /// let allowed = mails
     ///     .check_within(&mut conn, &LimitKey::text("tenant-3")?, Duration::from_secs(30))
     ///     .await?
@@ -270,7 +273,7 @@ pub trait RateLimiter:
         key: &LimitKey,
         max_wait: Duration,
     ) -> impl Future<Output = Result<Decision>> + Send {
-        self.check_n_within(conn, key, 1, max_wait)
+        self.check_n_within(conn, key, NonZeroU32::MIN, max_wait)
     }
 
     /// Deletes `key`'s state (and its deny-cache entry). Returns whether it existed.
@@ -278,7 +281,7 @@ pub trait RateLimiter:
     /// ```no_run
     /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
     /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate, RateLimiter};
-    /// let login = FixedWindow::new("login", Rate::per_minute(5)?)?;
+    /// let login = FixedWindow::new("login", Rate::per_minute(redkit::nonzero!(5)))?;
     /// let user = LimitKey::text("user-42")?;
     /// // after a successful password reset, forget the failed attempts
     /// RateLimiter::reset(&login, &mut conn, &user).await?;
@@ -336,7 +339,7 @@ macro_rules! delegate_rate_limiter {
             &self,
             conn: &mut C,
             key: &$crate::rate_limit::LimitKey,
-            cost: u32,
+            cost: std::num::NonZeroU32,
         ) -> impl std::future::Future<Output = $crate::Result<$crate::rate_limit::Decision>> + Send
         {
             <$ty>::$check_n(self, conn, key, cost)

@@ -1,6 +1,7 @@
 //! [`SlidingWindow`]: the two-counter weighted approximation of a sliding window.
 
 use std::fmt;
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -50,7 +51,7 @@ use crate::script::{embedded, Call, Script, ScriptManager};
 ///
 /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
 /// let mut conn = client.get_multiplexed_async_connection().await?;
-/// let limiter = SlidingWindow::new("api", Rate::per_minute(100)?)?;
+/// let limiter = SlidingWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?;
 /// let decision = limiter.check(&mut conn, &LimitKey::ip([192, 0, 2, 1].into())).await?;
 /// println!("{} left", decision.quota().remaining());
 /// # Ok(()) }
@@ -71,7 +72,7 @@ impl SlidingWindow {
     ///
     /// ```
     /// use redkit::rate_limit::{LimitKey, Rate, SlidingWindow};
-    /// let limiter = SlidingWindow::new("api", Rate::per_second(10)?)?;
+    /// let limiter = SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// assert_eq!(limiter.prefix(), SlidingWindow::DEFAULT_PREFIX);
     /// assert_eq!(limiter.redis_key(&LimitKey::text("u")?), "redkit:sw:api:{k:u}");
     /// # Ok::<(), redkit::Error>(())
@@ -82,9 +83,9 @@ impl SlidingWindow {
     /// ```
     /// use std::time::Duration;
     /// use redkit::rate_limit::{Rate, SlidingWindow};
-    /// assert!(SlidingWindow::new("burst", Rate::new(1, SlidingWindow::MIN_WINDOW)?).is_ok());
+    /// assert!(SlidingWindow::new("burst", Rate::new(redkit::nonzero!(1), SlidingWindow::MIN_WINDOW)?).is_ok());
     /// // Sub-millisecond parts are dropped: 999 us is no window at all.
-    /// assert!(SlidingWindow::new("burst", Rate::new(1, Duration::from_micros(999))?).is_err());
+    /// assert!(SlidingWindow::new("burst", Rate::new(redkit::nonzero!(1), Duration::from_micros(999))?).is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub const MIN_WINDOW: Duration = Duration::from_millis(1);
@@ -93,9 +94,9 @@ impl SlidingWindow {
     /// ```
     /// use std::time::Duration;
     /// use redkit::rate_limit::{Rate, SlidingWindow};
-    /// assert!(SlidingWindow::new("epoch", Rate::new(1, SlidingWindow::MAX_WINDOW)?).is_ok());
+    /// assert!(SlidingWindow::new("epoch", Rate::new(redkit::nonzero!(1), SlidingWindow::MAX_WINDOW)?).is_ok());
     /// let longer = SlidingWindow::MAX_WINDOW + Duration::from_millis(1);
-    /// assert!(SlidingWindow::new("epoch", Rate::new(1, longer)?).is_err());
+    /// assert!(SlidingWindow::new("epoch", Rate::new(redkit::nonzero!(1), longer)?).is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub const MAX_WINDOW: Duration = Duration::from_millis(499_999_999_999_999);
@@ -111,8 +112,8 @@ impl SlidingWindow {
     /// ```
     /// use std::time::Duration;
     /// use redkit::rate_limit::{Rate, SlidingWindow};
-    /// assert!(SlidingWindow::new("login", Rate::per_minute(5)?).is_ok());
-    /// assert!(SlidingWindow::new("login", Rate::new(5, Duration::from_micros(1))?).is_err());
+    /// assert!(SlidingWindow::new("login", Rate::per_minute(redkit::nonzero!(5))).is_ok());
+    /// assert!(SlidingWindow::new("login", Rate::new(redkit::nonzero!(5), Duration::from_micros(1))?).is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn new(name: &str, rate: Rate) -> Result<Self> {
@@ -140,7 +141,7 @@ impl SlidingWindow {
     /// ```
     /// use redkit::rate_limit::{LimitKey, Rate, SlidingWindow};
     /// use redkit::keys::Prefix;
-    /// let l = SlidingWindow::new("api", Rate::per_second(10)?)?.with_prefix(Prefix::new("app:sw")?);
+    /// let l = SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?.with_prefix(Prefix::new("app:sw")?);
     /// assert_eq!(l.prefix(), "app:sw");
     /// assert_eq!(l.redis_key(&LimitKey::text("u")?), "app:sw:api:{k:u}");
     /// # Ok::<(), redkit::Error>(())
@@ -154,7 +155,7 @@ impl SlidingWindow {
     ///
     /// ```
     /// use redkit::rate_limit::{Rate, SlidingWindow};
-    /// let l = SlidingWindow::new("api", Rate::per_second(10)?)?;
+    /// let l = SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// assert_eq!(l.prefix(), SlidingWindow::DEFAULT_PREFIX);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -166,8 +167,8 @@ impl SlidingWindow {
     ///
     /// ```
     /// use redkit::rate_limit::{Rate, SlidingWindow};
-    /// let l = SlidingWindow::new("api", Rate::per_second(10)?)?;
-    /// assert_eq!(*l.rate(), Rate::per_second(10)?);
+    /// let l = SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
+    /// assert_eq!(*l.rate(), Rate::per_second(redkit::nonzero!(10)));
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn rate(&self) -> &Rate {
@@ -180,7 +181,7 @@ impl SlidingWindow {
     /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
     /// use redkit::{rate_limit::SlidingWindow, ScriptManager};
-    /// let l = SlidingWindow::new("api", Rate::per_second(10)?)?.with_manager(ScriptManager::new());
+    /// let l = SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?.with_manager(ScriptManager::new());
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn with_manager(mut self, manager: ScriptManager) -> Self {
@@ -192,7 +193,7 @@ impl SlidingWindow {
     ///
     /// ```
     /// # use redkit::rate_limit::Rate;
-    /// # let l = redkit::rate_limit::SlidingWindow::new("api", Rate::per_second(10)?)?;
+    /// # let l = redkit::rate_limit::SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// let _stats = l.manager().stats();
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -204,7 +205,7 @@ impl SlidingWindow {
     ///
     /// ```
     /// # use redkit::rate_limit::Rate;
-    /// # let l = redkit::rate_limit::SlidingWindow::new("api", Rate::per_second(10)?)?;
+    /// # let l = redkit::rate_limit::SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// assert_eq!(l.name(), "api");
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -216,7 +217,7 @@ impl SlidingWindow {
     ///
     /// ```
     /// # use redkit::rate_limit::Rate;
-    /// # let l = redkit::rate_limit::SlidingWindow::new("api", Rate::per_second(10)?)?;
+    /// # let l = redkit::rate_limit::SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// assert_eq!(l.limit(), 10);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -228,7 +229,7 @@ impl SlidingWindow {
     ///
     /// ```
     /// # use redkit::rate_limit::Rate;
-    /// # let l = redkit::rate_limit::SlidingWindow::new("api", Rate::per_second(10)?)?;
+    /// # let l = redkit::rate_limit::SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// assert_eq!(l.window(), std::time::Duration::from_secs(1));
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -241,7 +242,7 @@ impl SlidingWindow {
     /// ```
     /// # use std::time::Duration;
     /// use redkit::rate_limit::{LimitKey, Rate, SlidingWindow};
-    /// let l = SlidingWindow::new("api", Rate::per_second(10)?)?;
+    /// let l = SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// assert_eq!(l.redis_key(&LimitKey::ip([10, 0, 0, 1].into())), "redkit:sw:api:{ip:10.0.0.1}");
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -257,31 +258,29 @@ impl SlidingWindow {
     /// # let _ = d; Ok(()) }
     /// ```
     pub async fn check<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<Decision> {
-        self.check_n(conn, key, 1).await
+        self.check_n(conn, key, NonZeroU32::MIN).await
     }
 
     /// Counts `cost` units for `key` in one round trip, if they fit.
     ///
     /// A cost above the limit is [`Decision::CostExceedsLimit`] (nothing counted). Errors:
-    /// [`Error::InvalidInput`] for a zero cost (nothing sent), [`Error::WrongType`] /
+    /// [`Error::WrongType`] /
     /// [`Error::CorruptData`] when the key holds something that is not this limiter's state,
     /// [`Error::PermissionDenied`] when an ACL refuses an inner command (nothing written in
     /// each case), and connection errors.
     ///
     /// ```no_run
     /// # async fn run(l: redkit::rate_limit::SlidingWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// let d = l.check_n(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?, 5).await?;
+    /// let d = l.check_n(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?, redkit::nonzero!(5)).await?;
     /// # let _ = d; Ok(()) }
     /// ```
     pub async fn check_n<C: ConnectionLike>(
         &self,
         conn: &mut C,
         key: &LimitKey,
-        cost: u32,
+        cost: NonZeroU32,
     ) -> Result<Decision> {
-        if cost == 0 {
-            return Err(Error::invalid("cost", "must be at least 1"));
-        }
+        let cost = cost.get();
         let mut call = Call::new(self.script);
         call.key(self.redis_key(key))
             .arg(self.limit)
@@ -357,7 +356,11 @@ mod tests {
 
     #[test]
     fn debug_shows_the_settings() {
-        let l = SlidingWindow::new("api", Rate::new(5, Duration::from_secs(2)).unwrap()).unwrap();
+        let l = SlidingWindow::new(
+            "api",
+            Rate::new(crate::nonzero!(5), Duration::from_secs(2)).unwrap(),
+        )
+        .unwrap();
         let debug = format!("{l:?}");
         for part in [
             "SlidingWindow",
@@ -373,7 +376,11 @@ mod tests {
     #[test]
     fn accessors_return_what_was_set() {
         use crate::script::{Backend, ScriptManager};
-        let l = SlidingWindow::new("t", Rate::new(5, Duration::from_secs(2)).unwrap()).unwrap();
+        let l = SlidingWindow::new(
+            "t",
+            Rate::new(crate::nonzero!(5), Duration::from_secs(2)).unwrap(),
+        )
+        .unwrap();
         assert_eq!(l.manager().backend(), Backend::Scripts);
         let l = l.with_manager(ScriptManager::new().with_backend(Backend::Functions));
         assert_eq!(l.manager().backend(), Backend::Functions);
@@ -382,7 +389,7 @@ mod tests {
 
     #[test]
     fn decodes_outcomes_and_rejects_bad_replies() {
-        let l = SlidingWindow::new("t", Rate::per_second(10).unwrap()).unwrap();
+        let l = SlidingWindow::new("t", Rate::per_second(crate::nonzero!(10))).unwrap();
         let d = l.decode(reply([1, 4, 0, 1500]), 1).unwrap();
         assert!(d.is_allowed() && d.quota().remaining() == 4);
         assert_eq!(d.quota().reset_after(), Duration::from_millis(1500));
@@ -399,11 +406,11 @@ mod tests {
         ] {
             assert!(matches!(l.decode(v, 1), Err(Error::UnexpectedReply { .. })));
         }
-        assert!(Rate::new(1, SlidingWindow::MAX_WINDOW)
+        assert!(Rate::new(crate::nonzero!(1), SlidingWindow::MAX_WINDOW)
             .and_then(|r| SlidingWindow::new("t", r))
             .is_ok());
         let too_long = SlidingWindow::MAX_WINDOW + Duration::from_millis(1);
-        assert!(Rate::new(1, too_long)
+        assert!(Rate::new(crate::nonzero!(1), too_long)
             .and_then(|r| SlidingWindow::new("t", r))
             .is_err());
     }

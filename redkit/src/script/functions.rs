@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 /// # async fn run() -> redkit::Result<()> {
 /// use redkit::script::Backend;
 /// let manager = redkit::ScriptManager::new().with_backend(Backend::Functions);
-/// let limiter = redkit::rate_limit::FixedWindow::new("api", Rate::per_minute(100)?)?
+/// let limiter = redkit::rate_limit::FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?
 ///     .with_manager(manager); // same typed API, calls go out as FCALL
 /// # let _ = limiter; Ok(()) }
 /// ```

@@ -94,10 +94,12 @@ mod tests {
 
     #[test]
     fn each_instance_takes_its_share_then_waits_for_the_refill() {
-        let limiter: Limiter =
-            FixedWindow::new("api", Rate::new(100, Duration::from_secs(10)).unwrap())
-                .unwrap()
-                .into();
+        let limiter: Limiter = FixedWindow::new(
+            "api",
+            Rate::new(crate::nonzero!(100), Duration::from_secs(10)).unwrap(),
+        )
+        .unwrap()
+        .into();
         let local = LocalLimits::new(4);
         assert_eq!(local.share(&limiter), 25);
         let key = LimitKey::text("client").unwrap();

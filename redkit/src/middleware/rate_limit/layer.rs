@@ -171,7 +171,7 @@ impl<C, K, H> Shared<C, K, H> {
 ///
 /// let client = redis::Client::open("redis://127.0.0.1:6379/?protocol=resp3")?;
 /// let conn = redis::aio::ConnectionManager::new(client).await?;
-/// let layer = RateLimitLayer::new(FixedWindow::new("api", Rate::per_minute(100)?)?, conn);
+/// let layer = RateLimitLayer::new(FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?, conn);
 /// let app: Router = Router::new().route("/", get(|| async { "hi" })).layer(layer);
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await.unwrap();
 /// axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap();
@@ -190,7 +190,7 @@ impl<C> RateLimitLayer<C, PeerIp, DefaultResponses> {
     /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
     /// # use std::time::Duration;
     /// use redkit::{middleware::RateLimitLayer, rate_limit::FixedWindow};
-    /// let layer = RateLimitLayer::new(FixedWindow::new("api", Rate::per_minute(100)?)?, conn);
+    /// let layer = RateLimitLayer::new(FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?, conn);
     /// # Ok(()) }
     /// ```
     pub fn new(policies: impl Into<Policies>, conn: C) -> Self {
@@ -204,7 +204,7 @@ impl<C> RateLimitLayer<C, PeerIp, DefaultResponses> {
     /// # use std::time::Duration;
     /// use redkit::middleware::{FailMode, RateLimitLayer, TrustedProxies};
     /// use redkit::rate_limit::{FixedWindow, Rate};
-    /// let layer = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_minute(100)?)?, conn)
+    /// let layer = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?, conn)
     ///     .key_extractor(TrustedProxies::parse_cidrs(["10.0.0.0/8"])?)
     ///     .fail_mode(FailMode::Closed)
     ///     .timeout(Duration::from_millis(100))
@@ -237,7 +237,7 @@ impl<C, K, H> RateLimitLayer<C, K, H> {
     /// use tower::{service_fn, Layer, ServiceExt};
     ///
     /// // `conn`: a connection to a Redis that is down.
-    /// let layer = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_second(10)?)?, conn)
+    /// let layer = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?, conn)
     ///     .fail_mode(FailMode::Closed)
     ///     .build()?;
     /// let app = layer.layer(service_fn(|_req: Request<String>| async {
@@ -261,7 +261,7 @@ impl<C, K, H> RateLimitLayer<C, K, H> {
     /// use redkit::rate_limit::{FixedWindow, Rate};
     /// use tower::{service_fn, Layer, ServiceExt};
     ///
-    /// let layer = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_second(10)?)?, conn)
+    /// let layer = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?, conn)
     ///     .unknown_client(UnknownClient::Reject)
     ///     .build()?;
     /// let app = layer.layer(service_fn(|_req: Request<String>| async {
@@ -394,7 +394,7 @@ impl<C, K: fmt::Debug, H> fmt::Debug for RateLimitLayer<C, K, H> {
 /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
 /// # use std::time::Duration;
 /// use redkit::{middleware::{RateLimitLayer, UnknownClient}, rate_limit::FixedWindow};
-/// let layer = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_second(10)?)?, conn)
+/// let layer = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?, conn)
 ///     .ipv6_prefix(56)
 ///     .unknown_client(UnknownClient::Reject)
 ///     .build()?;
@@ -455,7 +455,7 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
     /// type Builder = RateLimitBuilder<ConnectionManager, PeerIp>;
     /// assert_eq!(Builder::DEFAULT_TIMEOUT, Duration::from_millis(250));
     /// // Give up on Redis after 50 ms instead (then the fail mode decides).
-    /// let layer = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_second(10)?)?, conn)
+    /// let layer = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?, conn)
     ///     .timeout(Builder::DEFAULT_TIMEOUT / 5)
     ///     .build()?;
     /// # Ok(()) }
@@ -469,7 +469,7 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
     /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
     /// # use std::time::Duration;
     /// use redkit::{middleware::{RateLimitLayer, TrustedProxies}, rate_limit::FixedWindow};
-    /// let b = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_second(10)?)?, conn)
+    /// let b = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?, conn)
     ///     .key_extractor(TrustedProxies::hops(1));
     /// # Ok(()) }
     /// ```
@@ -484,7 +484,7 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
 
     common_setters! {
         layer = RateLimitLayer;
-        policy = "redkit::rate_limit::FixedWindow::new(\"api\", redkit::rate_limit::Rate::per_second(10)?)?";
+        policy = "redkit::rate_limit::FixedWindow::new(\"api\", redkit::rate_limit::Rate::per_second(crate::nonzero!(10)))?";
         /// Behaviour when Redis fails (default [`FailMode::Open`](crate::middleware::FailMode::Open)).
         fail_mode;
         /// Longest wait for Redis per request (default [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT));
@@ -511,7 +511,7 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
     /// use redkit::middleware::{RateLimitLayer, Rejection};
     /// use redkit::rate_limit::{FixedWindow, Rate};
     ///
-    /// let layer = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_minute(100)?)?, conn)
+    /// let layer = RateLimitLayer::builder(FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?, conn)
     ///     .respond_with(|rejection: &Rejection<'_>, mut res: Response<Body>| {
     ///         let detail = match rejection {
     ///             Rejection::Limited { limiter, .. } => format!("limit {limiter} exceeded"),
@@ -615,7 +615,7 @@ mod tests {
     use crate::rate_limit::{FixedWindow, Rate};
 
     fn policies(limit: u32) -> Policies {
-        FixedWindow::new("p", Rate::per_second(limit).unwrap())
+        FixedWindow::new("p", Rate::per_second(limit.try_into().unwrap()))
             .unwrap()
             .into()
     }

@@ -24,7 +24,7 @@ fn is_default(algorithm: &Algorithm) -> bool {
 /// use redkit::middleware::PolicySpec;
 /// use redkit::rate_limit::{Algorithm, Rate};
 /// let spec: PolicySpec = serde_json::from_str(r#"{"name":"api","limit":100,"window_ms":60000}"#).unwrap();
-/// assert_eq!(spec, PolicySpec::new("api", Rate::per_minute(100)?));
+/// assert_eq!(spec, PolicySpec::new("api", Rate::per_minute(redkit::nonzero!(100))));
 /// let gcra: PolicySpec = toml::from_str(r#"
 ///     name = "api"
 ///     limit = 10
@@ -32,15 +32,15 @@ fn is_default(algorithm: &Algorithm) -> bool {
 ///     algorithm = "gcra"
 ///     burst = 20
 /// "#).unwrap();
-/// let burst = std::num::NonZeroU32::new(20).unwrap();
-/// assert_eq!(gcra, PolicySpec::new("api", Rate::per_second(10)?).algorithm(Algorithm::Gcra).burst(burst));
+/// let burst = redkit::nonzero!(20);
+/// assert_eq!(gcra, PolicySpec::new("api", Rate::per_second(redkit::nonzero!(10))).algorithm(Algorithm::Gcra).burst(burst));
 /// # Ok::<(), redkit::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicySpec {
     name: String,
-    limit: u32,
+    limit: NonZeroU32,
     window_ms: u64,
     #[serde(default, skip_serializing_if = "is_default")]
     algorithm: Algorithm,
@@ -60,13 +60,13 @@ impl PolicySpec {
     ///
     /// ```
     /// use redkit::{middleware::PolicySpec, rate_limit::Rate};
-    /// let spec = PolicySpec::new("login", Rate::per_minute(5)?);
+    /// let spec = PolicySpec::new("login", Rate::per_minute(redkit::nonzero!(5)));
     /// # let _ = spec; Ok::<(), redkit::Error>(())
     /// ```
     pub fn new(name: impl Into<String>, rate: Rate) -> Self {
         Self {
             name: name.into(),
-            limit: rate.limit(),
+            limit: rate.limit_nonzero(),
             window_ms: u64::try_from(rate.period().as_millis()).unwrap_or(u64::MAX),
             algorithm: Algorithm::default(),
             burst: None,
@@ -84,7 +84,7 @@ impl PolicySpec {
     /// ```
     /// use redkit::middleware::{Policies, PolicyConfig, PolicySpec};
     /// use redkit::rate_limit::Rate;
-    /// let spec = PolicySpec::new("search", Rate::per_second(10)?).shadow();
+    /// let spec = PolicySpec::new("search", Rate::per_second(redkit::nonzero!(10))).shadow();
     /// let policies = Policies::from_config(&PolicyConfig::new(spec))?;
     /// assert!(policies.is_shadow("search"));
     /// # Ok::<(), redkit::Error>(())
@@ -102,7 +102,7 @@ impl PolicySpec {
     /// use std::num::NonZeroU32;
     /// use redkit::middleware::{Policies, PolicyConfig, PolicySpec};
     /// use redkit::rate_limit::{Algorithm, Rate};
-    /// let spec = PolicySpec::new("api", Rate::per_second(10)?).burst(NonZeroU32::new(20).unwrap());
+    /// let spec = PolicySpec::new("api", Rate::per_second(redkit::nonzero!(10))).burst(redkit::nonzero!(20));
     /// assert!(Policies::from_config(&PolicyConfig::new(spec.clone())).is_err());
     /// let gcra = Policies::from_config(&PolicyConfig::new(spec.algorithm(Algorithm::Gcra)))?;
     /// assert_eq!(gcra.for_path("/").limit(), 20);
@@ -117,7 +117,7 @@ impl PolicySpec {
     ///
     /// ```
     /// use redkit::{middleware::PolicySpec, rate_limit::{Algorithm, Rate}};
-    /// let spec = PolicySpec::new("api", Rate::per_minute(100)?).algorithm(Algorithm::SlidingWindow);
+    /// let spec = PolicySpec::new("api", Rate::per_minute(redkit::nonzero!(100))).algorithm(Algorithm::SlidingWindow);
     /// # let _ = spec; Ok::<(), redkit::Error>(())
     /// ```
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
@@ -195,7 +195,7 @@ struct Options {
 struct RouteSpec {
     path: String,
     name: String,
-    limit: u32,
+    limit: NonZeroU32,
     window_ms: u64,
     #[serde(default, skip_serializing_if = "is_default")]
     algorithm: Algorithm,
@@ -334,8 +334,8 @@ impl PolicyConfig {
     /// ```
     /// use redkit::middleware::{PolicyConfig, PolicySpec};
     /// use redkit::rate_limit::Rate;
-    /// let config = PolicyConfig::new(PolicySpec::new("default", Rate::per_minute(100)?))
-    ///     .route("/login", PolicySpec::new("login", Rate::per_minute(5)?));
+    /// let config = PolicyConfig::new(PolicySpec::new("default", Rate::per_minute(redkit::nonzero!(100))))
+    ///     .route("/login", PolicySpec::new("login", Rate::per_minute(redkit::nonzero!(5))));
     /// # let _ = config; Ok::<(), redkit::Error>(())
     /// ```
     pub fn new(default: PolicySpec) -> Self {
@@ -383,7 +383,7 @@ impl PolicyConfig {
     /// ```
     /// use redkit::middleware::{Access, Policies, PolicyConfig, PolicySpec};
     /// use redkit::rate_limit::Rate;
-    /// let config = PolicyConfig::new(PolicySpec::new("api", Rate::per_minute(100)?))
+    /// let config = PolicyConfig::new(PolicySpec::new("api", Rate::per_minute(redkit::nonzero!(100))))
     ///     .deny(["203.0.113.0/24"]);
     /// let policies = Policies::from_config(&config)?;
     /// assert_eq!(policies.access().decide("203.0.113.9".parse().unwrap()), Some(Access::Denied));
@@ -440,10 +440,10 @@ impl PolicyConfig {
     /// let policies = Policies::from_config(&config)?;
     /// assert!(matches!(policies.for_path("/"),
     ///     Limiter::FixedGrouped(g) if g.group_commit() == GroupCommit::for_checks()));
-    /// let built = PolicyConfig::new(PolicySpec::new("api", Rate::per_minute(100)?))
+    /// let built = PolicyConfig::new(PolicySpec::new("api", Rate::per_minute(redkit::nonzero!(100))))
     ///     .with_group_commit(GroupCommit::for_checks());
     /// assert_eq!(built, config);
-    /// let gcra = PolicySpec::new("api", Rate::per_minute(100)?).algorithm(Algorithm::Gcra);
+    /// let gcra = PolicySpec::new("api", Rate::per_minute(redkit::nonzero!(100))).algorithm(Algorithm::Gcra);
     /// let refused = PolicyConfig::new(gcra).with_group_commit(GroupCommit::for_checks());
     /// assert!(matches!(Policies::from_config(&refused),
     ///     Err(redkit::Error::UnsupportedOption { option: "group_commit", .. })));
@@ -496,7 +496,7 @@ impl PolicyConfig {
     /// # use redkit::rate_limit::Rate;
     /// # use redkit::middleware::{Policies, PolicyConfig, PolicySpec};
     /// # use std::time::Duration;
-    /// let config = PolicyConfig::new(PolicySpec::new("d", Rate::per_second(100)?))
+    /// let config = PolicyConfig::new(PolicySpec::new("d", Rate::per_second(redkit::nonzero!(100))))
     ///     .deny_cache_capacity(10_000);
     /// let policies = Policies::from_config(&config)?;
     /// assert!(policies.for_path("/").deny_cache().is_some());
@@ -513,8 +513,8 @@ impl PolicyConfig {
     /// ```
     /// # use redkit::rate_limit::Rate;
     /// # use redkit::middleware::{PolicyConfig, PolicySpec};
-    /// let config = PolicyConfig::new(PolicySpec::new("d", Rate::per_second(100)?))
-    ///     .route("/upload", PolicySpec::new("upload", Rate::per_second(2)?));
+    /// let config = PolicyConfig::new(PolicySpec::new("d", Rate::per_second(redkit::nonzero!(100))))
+    ///     .route("/upload", PolicySpec::new("upload", Rate::per_second(redkit::nonzero!(2))));
     /// # let _ = config; Ok::<(), redkit::Error>(())
     /// ```
     pub fn route(mut self, path: impl Into<String>, policy: PolicySpec) -> Self {
@@ -538,8 +538,8 @@ impl PolicyConfig {
 /// # use redkit::rate_limit::Rate;
 /// use std::time::Duration;
 /// use redkit::{middleware::Policies, rate_limit::{FixedWindow, Gcra}};
-/// let policies = Policies::new(FixedWindow::new("default", Rate::per_minute(100)?)?)
-///     .route("/login", Gcra::new("login", Rate::per_minute(5)?)?)?;
+/// let policies = Policies::new(FixedWindow::new("default", Rate::per_minute(redkit::nonzero!(100)))?)
+///     .route("/login", Gcra::new("login", Rate::per_minute(redkit::nonzero!(5)))?)?;
 /// assert_eq!(policies.for_path("/login/otp").name(), "login");
 /// # Ok::<(), redkit::Error>(())
 /// ```
@@ -561,7 +561,7 @@ impl Policies {
     /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
     /// use redkit::{middleware::Policies, rate_limit::FixedWindow};
-    /// let p = Policies::new(FixedWindow::new("api", Rate::per_second(10)?)?);
+    /// let p = Policies::new(FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?);
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn new(default: impl Into<Limiter>) -> Self {
@@ -580,7 +580,7 @@ impl Policies {
     /// ```
     /// use redkit::middleware::Policies;
     /// use redkit::rate_limit::{FixedWindow, Rate};
-    /// let policies = Policies::new(FixedWindow::new("api", Rate::per_second(10)?)?).shadow("api");
+    /// let policies = Policies::new(FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?).shadow("api");
     /// assert!(policies.is_shadow("api") && !policies.is_shadow("other"));
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -597,7 +597,7 @@ impl Policies {
     /// ```
     /// use redkit::middleware::Policies;
     /// use redkit::rate_limit::{FixedWindow, Rate};
-    /// let policies = Policies::new(FixedWindow::new("api", Rate::per_second(10)?)?);
+    /// let policies = Policies::new(FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?);
     /// assert!(!policies.is_shadow("api"));
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -611,7 +611,7 @@ impl Policies {
     /// ```
     /// use redkit::middleware::{Access, AccessList, Policies};
     /// use redkit::rate_limit::{FixedWindow, Rate};
-    /// let policies = Policies::new(FixedWindow::new("api", Rate::per_second(10)?)?)
+    /// let policies = Policies::new(FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?)
     ///     .with_access(AccessList::parse(["10.0.0.0/8"], ["203.0.113.9"])?);
     /// assert_eq!(policies.access().len(), 2);
     /// # Ok::<(), redkit::Error>(())
@@ -626,7 +626,7 @@ impl Policies {
     /// ```
     /// use redkit::middleware::Policies;
     /// use redkit::rate_limit::{FixedWindow, Rate};
-    /// let policies = Policies::new(FixedWindow::new("api", Rate::per_second(10)?)?);
+    /// let policies = Policies::new(FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?);
     /// assert!(policies.access().is_empty());
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -642,8 +642,8 @@ impl Policies {
     /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
     /// use redkit::{middleware::Policies, rate_limit::FixedWindow};
-    /// let p = Policies::new(FixedWindow::new("api", Rate::per_second(10)?)?);
-    /// assert!(p.route("login", FixedWindow::new("l", Rate::per_second(1)?)?).is_err());
+    /// let p = Policies::new(FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?);
+    /// assert!(p.route("login", FixedWindow::new("l", Rate::per_second(redkit::nonzero!(1)))?).is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn route(mut self, path: impl Into<String>, limiter: impl Into<Limiter>) -> Result<Self> {
@@ -691,7 +691,7 @@ impl Policies {
     /// ```
     /// use redkit::middleware::{PolicyConfig, Policies};
     /// let bad: PolicyConfig = serde_json::from_str(
-    ///     r#"{"default":{"name":"d","limit":0,"window_ms":1000}}"#).unwrap();
+    ///     r#"{"default":{"name":"d","limit":10,"window_ms":0}}"#).unwrap();
     /// assert!(Policies::from_config(&bad).is_err());
     /// ```
     pub fn from_config(config: &PolicyConfig) -> Result<Self> {
@@ -736,7 +736,7 @@ impl Policies {
     /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
     /// use redkit::{middleware::Policies, rate_limit::FixedWindow};
-    /// let p = Policies::new(FixedWindow::new("api", Rate::per_second(10)?)?);
+    /// let p = Policies::new(FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?);
     /// assert_eq!(p.for_path("/anything").name(), "api");
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -803,7 +803,7 @@ mod tests {
     use crate::rate_limit::FixedWindow;
 
     fn fw(name: &str, limit: u32) -> FixedWindow {
-        FixedWindow::new(name, Rate::per_second(limit).unwrap()).unwrap()
+        FixedWindow::new(name, Rate::per_second(limit.try_into().unwrap())).unwrap()
     }
 
     #[test]
@@ -847,7 +847,7 @@ mod tests {
 
     #[test]
     fn the_default_algorithm_is_left_out_when_written() {
-        let spec = PolicySpec::new("api", Rate::per_second(10).unwrap());
+        let spec = PolicySpec::new("api", Rate::per_second(crate::nonzero!(10)));
         let json = serde_json::to_value(&spec).unwrap();
         assert!(json.get("algorithm").is_none(), "{json}");
         let json = serde_json::to_value(spec.algorithm(Algorithm::Gcra)).unwrap();
@@ -878,7 +878,7 @@ mod tests {
         // One limiter (one counter) shadowed in one place and enforced in another: refused.
         let half = config.route(
             "/other",
-            PolicySpec::new("search", Rate::per_second(5).unwrap()),
+            PolicySpec::new("search", Rate::per_second(crate::nonzero!(5))),
         );
         assert!(Policies::from_config(&half).is_err());
     }
@@ -927,24 +927,26 @@ mod tests {
         assert_eq!(serde_json::from_str::<PolicyConfig>(&json).unwrap(), c);
         // burst without gcra, unknown algorithm, a name reused by another algorithm: refused.
         let bad = PolicyConfig::new(
-            PolicySpec::new("d", Rate::per_second(1).unwrap()).burst(NonZeroU32::MIN),
+            PolicySpec::new("d", Rate::per_second(crate::nonzero!(1))).burst(NonZeroU32::MIN),
         );
         assert!(Policies::from_config(&bad).is_err());
         assert!(serde_json::from_str::<PolicySpec>(
             r#"{"name":"d","limit":1,"window_ms":1,"algorithm":"leaky"}"#
         )
         .is_err());
-        let clash = PolicyConfig::new(PolicySpec::new("d", Rate::per_second(1).unwrap())).route(
-            "/a",
-            PolicySpec::new("d", Rate::per_second(1).unwrap()).algorithm(Algorithm::SlidingWindow),
-        );
+        let clash = PolicyConfig::new(PolicySpec::new("d", Rate::per_second(crate::nonzero!(1))))
+            .route(
+                "/a",
+                PolicySpec::new("d", Rate::per_second(crate::nonzero!(1)))
+                    .algorithm(Algorithm::SlidingWindow),
+            );
         assert!(Policies::from_config(&clash).is_err());
     }
 
     /// Each option an algorithm cannot honour is refused by name, wherever the policy is.
     #[test]
     fn an_option_the_algorithm_cannot_honour_is_a_typed_error() {
-        let rate = Rate::per_second(10).unwrap();
+        let rate = Rate::per_second(crate::nonzero!(10));
         let lease = Some(QuotaLease::new(8).unwrap());
         let group = Some(GroupCommit::for_checks());
         let spec = |algorithm| PolicySpec::new("p", rate).algorithm(algorithm);
@@ -991,7 +993,7 @@ mod tests {
             Algorithm::AlignedWindow,
             Algorithm::SlidingWindow,
         ] {
-            let burst = NonZeroU32::new(20).unwrap();
+            let burst = crate::nonzero!(20);
             let spec = PolicySpec::new("p", rate).algorithm(algorithm).burst(burst);
             assert_eq!(refused(config(spec, None, None)), (p(), "burst", algorithm));
         }
@@ -1015,7 +1017,7 @@ mod tests {
         ));
         let gcra = PolicySpec::new("p", rate)
             .algorithm(Algorithm::Gcra)
-            .burst(NonZeroU32::new(20).unwrap());
+            .burst(crate::nonzero!(20));
         assert_eq!(built(config(gcra, None, None)).limit(), 20);
         let aligned = built(config(spec(Algorithm::AlignedWindow), None, None));
         assert!(matches!(aligned, Limiter::Aligned(_)));
@@ -1023,10 +1025,14 @@ mod tests {
 
     #[test]
     fn json_round_trip() {
-        let c = PolicyConfig::new(PolicySpec::new("d", Rate::per_second(10).unwrap())).route(
-            "/a",
-            PolicySpec::new("a", Rate::new(1, Duration::from_millis(300)).unwrap()),
-        );
+        let c = PolicyConfig::new(PolicySpec::new("d", Rate::per_second(crate::nonzero!(10))))
+            .route(
+                "/a",
+                PolicySpec::new(
+                    "a",
+                    Rate::new(crate::nonzero!(1), Duration::from_millis(300)).unwrap(),
+                ),
+            );
         let json = serde_json::to_string(&c).unwrap();
         assert_eq!(serde_json::from_str::<PolicyConfig>(&json).unwrap(), c);
         let p = Policies::from_config(&c).unwrap();
@@ -1039,7 +1045,8 @@ mod tests {
 
     #[test]
     fn group_commit_and_shadow_are_written_and_read_back() {
-        let base = || PolicyConfig::new(PolicySpec::new("d", Rate::per_second(10).unwrap()));
+        let base =
+            || PolicyConfig::new(PolicySpec::new("d", Rate::per_second(crate::nonzero!(10))));
         let json = |c: &PolicyConfig| serde_json::to_value(c).unwrap();
         // Off: left out; the settings for checks: `true`; other settings: the table.
         assert!(json(&base()).get("group_commit").is_none());
@@ -1068,7 +1075,7 @@ mod tests {
         assert!(read(r#"{"max_batch":1,"max_in_flight":2}"#).is_err());
         // Shadow: written only when on.
         let shadow =
-            PolicyConfig::new(PolicySpec::new("d", Rate::per_second(10).unwrap()).shadow());
+            PolicyConfig::new(PolicySpec::new("d", Rate::per_second(crate::nonzero!(10))).shadow());
         assert_eq!(json(&shadow)["default"]["shadow"], serde_json::json!(true));
         assert!(json(&base())["default"].get("shadow").is_none());
     }

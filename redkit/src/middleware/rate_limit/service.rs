@@ -29,7 +29,7 @@ use crate::rate_limit::{Decision, LimitKey, Limiter};
 /// # use std::time::Duration;
 /// use tower::Layer;
 /// use redkit::{middleware::RateLimitLayer, rate_limit::FixedWindow};
-/// let layer = RateLimitLayer::new(FixedWindow::new("api", Rate::per_second(10)?)?, conn);
+/// let layer = RateLimitLayer::new(FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?, conn);
 /// let service = layer.layer(tower::service_fn(|_req: http::Request<String>| async {
 ///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
 /// }));

@@ -1,6 +1,7 @@
 //! [`Grouped`]: a fixed window (either kind) whose concurrent checks are settled together.
 
 use std::fmt;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
@@ -48,7 +49,7 @@ use crate::rate_limit::{Decision, DenyCache, LimitKey};
 /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
 /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate, RateLimiter};
 /// use redkit::GroupCommit;
-/// let limiter = FixedWindow::new("api", Rate::per_minute(100)?)?.grouped(GroupCommit::for_checks());
+/// let limiter = FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?.grouped(GroupCommit::for_checks());
 /// let decision = limiter.check(&mut conn, &LimitKey::text("user-42")?).await?;
 /// # let _ = decision; Ok(()) }
 /// ```
@@ -57,7 +58,7 @@ use crate::rate_limit::{Decision, DenyCache, LimitKey};
 ///
 /// ```compile_fail
 /// use redkit::rate_limit::{Gcra, Rate};
-/// let g = Gcra::new("api", Rate::per_second(10)?)?.grouped(redkit::GroupCommit::for_checks());
+/// let g = Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?.grouped(redkit::GroupCommit::for_checks());
 /// # Ok::<(), redkit::Error>(())
 /// ```
 #[derive(Clone)]
@@ -74,7 +75,7 @@ impl<K: WindowKind> Grouped<Window<K>> {
     /// ```
     /// use redkit::rate_limit::{AlignedWindow, Grouped, Rate};
     /// use redkit::GroupCommit;
-    /// let l = Grouped::new(AlignedWindow::new("api", Rate::per_minute(100)?)?, GroupCommit::for_checks());
+    /// let l = Grouped::new(AlignedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?, GroupCommit::for_checks());
     /// assert_eq!(l.group_commit(), GroupCommit::for_checks());
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -91,7 +92,7 @@ impl<K: WindowKind> Grouped<Window<K>> {
     /// ```
     /// use redkit::rate_limit::{FixedWindow, Rate};
     /// use redkit::GroupCommit;
-    /// let l = FixedWindow::new("api", Rate::per_minute(100)?)?.grouped(GroupCommit::for_checks());
+    /// let l = FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?.grouped(GroupCommit::for_checks());
     /// assert_eq!((l.limiter().name(), l.limiter().limit()), ("api", 100));
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -105,7 +106,7 @@ impl<K: WindowKind> Grouped<Window<K>> {
     /// use redkit::rate_limit::{FixedWindow, Rate};
     /// use redkit::GroupCommit;
     /// let settings = GroupCommit::new(64, 4)?;
-    /// let l = FixedWindow::new("api", Rate::per_minute(100)?)?.grouped(settings);
+    /// let l = FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?.grouped(settings);
     /// assert_eq!(l.group_commit(), settings);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -126,10 +127,10 @@ impl<K: WindowKind> Grouped<Window<K>> {
         &self,
         conn: &mut C,
         key: &LimitKey,
-        cost: u32,
+        cost: NonZeroU32,
     ) -> Result<Decision> {
         self.limiter
-            .check_through(conn, key, cost, Some(&self.groups))
+            .check_through(conn, key, cost.get(), Some(&self.groups))
             .await
     }
 
@@ -185,7 +186,7 @@ mod tests {
 
     #[test]
     fn each_kind_groups_with_its_own_script_and_its_own_queues() {
-        let rate = crate::rate_limit::Rate::per_minute(100).unwrap();
+        let rate = crate::rate_limit::Rate::per_minute(crate::nonzero!(100));
         let settings = GroupCommit::for_checks();
         let cache = DenyCache::new(8).unwrap();
         let fixed = FixedWindow::new("t", rate)

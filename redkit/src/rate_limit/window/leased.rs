@@ -2,6 +2,7 @@
 //! process.
 
 use std::fmt;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -34,7 +35,7 @@ use crate::rate_limit::{Decision, DenyCache, LimitKey};
 /// ```no_run
 /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
 /// use redkit::rate_limit::{FixedWindow, LimitKey, QuotaLease, Rate, RateLimiter};
-/// let limiter = FixedWindow::new("api", Rate::per_second(1_000)?)?.leased(QuotaLease::new(32)?.instances(4)?);
+/// let limiter = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(1_000)))?.leased(QuotaLease::new(32)?.instances(4)?);
 /// let decision = limiter.check(&mut conn, &LimitKey::text("tenant-3")?).await?;
 /// # let _ = decision; Ok(()) }
 /// ```
@@ -45,19 +46,19 @@ use crate::rate_limit::{Decision, DenyCache, LimitKey};
 ///
 /// ```compile_fail
 /// use redkit::rate_limit::{AlignedWindow, QuotaLease, Rate};
-/// let l = AlignedWindow::new("api", Rate::per_second(10)?)?.leased(QuotaLease::new(8)?);
+/// let l = AlignedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?.leased(QuotaLease::new(8)?);
 /// # Ok::<(), redkit::Error>(())
 /// ```
 ///
 /// ```compile_fail
 /// use redkit::rate_limit::{AlignedWindow, Leased, QuotaLease, Rate};
-/// let l = Leased::new(AlignedWindow::new("api", Rate::per_second(10)?)?, QuotaLease::new(8)?);
+/// let l = Leased::new(AlignedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?, QuotaLease::new(8)?);
 /// # Ok::<(), redkit::Error>(())
 /// ```
 ///
 /// ```compile_fail
 /// use redkit::rate_limit::{FixedWindow, QuotaLease, Rate};
-/// let l = FixedWindow::new("api", Rate::per_second(10)?)?
+/// let l = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?
 ///     .grouped(redkit::GroupCommit::for_checks())
 ///     .leased(QuotaLease::new(8)?);
 /// # Ok::<(), redkit::Error>(())
@@ -75,7 +76,7 @@ impl Leased<FixedWindow> {
     ///
     /// ```
     /// use redkit::rate_limit::{FixedWindow, Leased, QuotaLease, Rate};
-    /// let l = Leased::new(FixedWindow::new("api", Rate::per_second(1_000)?)?, QuotaLease::new(32)?);
+    /// let l = Leased::new(FixedWindow::new("api", Rate::per_second(redkit::nonzero!(1_000)))?, QuotaLease::new(32)?);
     /// assert_eq!(l.lease(), QuotaLease::new(32)?);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -91,7 +92,7 @@ impl Leased<FixedWindow> {
     ///
     /// ```
     /// use redkit::rate_limit::{FixedWindow, QuotaLease, Rate};
-    /// let l = FixedWindow::new("api", Rate::per_second(1_000)?)?.leased(QuotaLease::new(32)?);
+    /// let l = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(1_000)))?.leased(QuotaLease::new(32)?);
     /// assert_eq!(l.limiter().limit(), 1_000);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -104,7 +105,7 @@ impl Leased<FixedWindow> {
     /// ```
     /// use redkit::rate_limit::{FixedWindow, QuotaLease, Rate};
     /// let lease = QuotaLease::new(32)?.instances(4)?;
-    /// let l = FixedWindow::new("api", Rate::per_second(1_000)?)?.leased(lease);
+    /// let l = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(1_000)))?.leased(lease);
     /// assert_eq!(l.lease(), lease);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -127,12 +128,13 @@ impl Leased<FixedWindow> {
         &self,
         conn: &mut C,
         key: &LimitKey,
-        cost: u32,
+        cost: NonZeroU32,
     ) -> Result<Decision> {
-        let redis_key = self.limiter.target(key, cost, None)?;
-        if cost > self.limiter.limit {
+        let redis_key = self.limiter.counter_key(key, None);
+        if cost.get() > self.limiter.limit {
             return self.limiter.check_n(conn, key, cost).await;
         }
+        let cost = cost.get();
         self.check_leased(conn, (key.as_str(), &redis_key), cost)
             .await
     }
@@ -266,7 +268,7 @@ mod tests {
     use crate::rate_limit::Rate;
 
     fn limiter() -> FixedWindow {
-        FixedWindow::new("t", Rate::per_second(10).unwrap()).unwrap()
+        FixedWindow::new("t", Rate::per_second(crate::nonzero!(10))).unwrap()
     }
 
     #[test]

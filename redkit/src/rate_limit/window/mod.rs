@@ -7,6 +7,7 @@
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
@@ -66,7 +67,7 @@ pub use leased::Leased;
 ///
 /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
 /// let mut conn = client.get_multiplexed_async_connection().await?;
-/// let limiter = FixedWindow::new("api", Rate::per_minute(100)?)?;
+/// let limiter = FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?;
 /// let decision = limiter.check(&mut conn, &LimitKey::ip([192, 0, 2, 1].into())).await?;
 /// if !decision.is_allowed() {
 ///     println!("retry after {:?}", decision.retry_after());
@@ -95,7 +96,7 @@ pub type FixedWindow = Window<FirstHit>;
 ///
 /// ```
 /// use redkit::rate_limit::{AlignedWindow, LimitKey, Rate};
-/// let l = AlignedWindow::new("api", Rate::per_minute(100)?)?;
+/// let l = AlignedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?;
 /// // The key names the current minute since the epoch.
 /// assert!(l.redis_key(&LimitKey::text("u")?).starts_with("redkit:rl:api:{k:u}:"));
 /// # Ok::<(), redkit::Error>(())
@@ -106,7 +107,7 @@ pub type AlignedWindow = Window<ClockAligned>;
 ///
 /// ```
 /// use redkit::rate_limit::{FirstHit, FixedWindow, Rate, Window};
-/// let l: Window<FirstHit> = FixedWindow::new("api", Rate::per_second(10)?)?;
+/// let l: Window<FirstHit> = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
 /// # let _ = l; Ok::<(), redkit::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,7 +117,7 @@ pub enum FirstHit {}
 ///
 /// ```
 /// use redkit::rate_limit::{AlignedWindow, ClockAligned, Rate, Window};
-/// let l: Window<ClockAligned> = AlignedWindow::new("api", Rate::per_second(10)?)?;
+/// let l: Window<ClockAligned> = AlignedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
 /// # let _ = l; Ok::<(), redkit::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,7 +131,7 @@ pub enum ClockAligned {}
 /// fn key_of<K: WindowKind>(l: &Window<K>) -> String {
 ///     l.redis_key(&LimitKey::text("u").unwrap())
 /// }
-/// let l = redkit::rate_limit::FixedWindow::new("api", redkit::rate_limit::Rate::per_second(1)?)?;
+/// let l = redkit::rate_limit::FixedWindow::new("api", redkit::rate_limit::Rate::per_second(redkit::nonzero!(1)))?;
 /// assert_eq!(key_of(&l), "redkit:rl:api:{k:u}");
 /// # Ok::<(), redkit::Error>(())
 /// ```
@@ -184,8 +185,8 @@ impl sealed::Kind for ClockAligned {
 ///
 /// ```
 /// use redkit::rate_limit::{AlignedWindow, FixedWindow, Rate};
-/// let plain = FixedWindow::new("api", Rate::per_minute(100)?)?;
-/// let aligned = AlignedWindow::new("api", Rate::per_minute(100)?)?;
+/// let plain = FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?;
+/// let aligned = AlignedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?;
 /// assert_eq!((plain.limit(), aligned.limit()), (100, 100));
 /// # Ok::<(), redkit::Error>(())
 /// ```
@@ -222,7 +223,7 @@ impl<K: WindowKind> Window<K> {
     ///
     /// ```
     /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
-    /// let limiter = FixedWindow::new("api", Rate::per_second(10)?)?;
+    /// let limiter = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// assert_eq!(limiter.prefix(), FixedWindow::DEFAULT_PREFIX);
     /// assert_eq!(limiter.redis_key(&LimitKey::text("u")?), "redkit:rl:api:{k:u}");
     /// # Ok::<(), redkit::Error>(())
@@ -233,9 +234,9 @@ impl<K: WindowKind> Window<K> {
     /// ```
     /// use std::time::Duration;
     /// use redkit::rate_limit::{FixedWindow, Rate};
-    /// assert!(FixedWindow::new("burst", Rate::new(1, FixedWindow::MIN_WINDOW)?).is_ok());
+    /// assert!(FixedWindow::new("burst", Rate::new(redkit::nonzero!(1), FixedWindow::MIN_WINDOW)?).is_ok());
     /// // Sub-millisecond parts are dropped: 999 us is no window at all.
-    /// assert!(FixedWindow::new("burst", Rate::new(1, Duration::from_micros(999))?).is_err());
+    /// assert!(FixedWindow::new("burst", Rate::new(redkit::nonzero!(1), Duration::from_micros(999))?).is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub const MIN_WINDOW: Duration = Duration::from_millis(1);
@@ -244,9 +245,9 @@ impl<K: WindowKind> Window<K> {
     /// ```
     /// use std::time::Duration;
     /// use redkit::rate_limit::{FixedWindow, Rate};
-    /// assert!(FixedWindow::new("epoch", Rate::new(1, FixedWindow::MAX_WINDOW)?).is_ok());
+    /// assert!(FixedWindow::new("epoch", Rate::new(redkit::nonzero!(1), FixedWindow::MAX_WINDOW)?).is_ok());
     /// let longer = FixedWindow::MAX_WINDOW + Duration::from_millis(1);
-    /// assert!(FixedWindow::new("epoch", Rate::new(1, longer)?).is_err());
+    /// assert!(FixedWindow::new("epoch", Rate::new(redkit::nonzero!(1), longer)?).is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub const MAX_WINDOW: Duration = Duration::from_millis((1 << 53) - 1);
@@ -262,10 +263,10 @@ impl<K: WindowKind> Window<K> {
     /// ```
     /// use std::time::Duration;
     /// use redkit::rate_limit::{AlignedWindow, FixedWindow, Rate};
-    /// assert!(FixedWindow::new("login", Rate::per_minute(5)?).is_ok());
-    /// assert!(AlignedWindow::new("login", Rate::per_minute(5)?).is_ok());
-    /// assert!(FixedWindow::new("login", Rate::new(5, Duration::from_micros(10))?).is_err());
-    /// assert!(FixedWindow::new("a{b}", Rate::per_second(5)?).is_err());
+    /// assert!(FixedWindow::new("login", Rate::per_minute(redkit::nonzero!(5))).is_ok());
+    /// assert!(AlignedWindow::new("login", Rate::per_minute(redkit::nonzero!(5))).is_ok());
+    /// assert!(FixedWindow::new("login", Rate::new(redkit::nonzero!(5), Duration::from_micros(10))?).is_err());
+    /// assert!(FixedWindow::new("a{b}", Rate::per_second(redkit::nonzero!(5))).is_err());
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn new(name: &str, rate: Rate) -> Result<Self> {
@@ -295,7 +296,7 @@ impl<K: WindowKind> Window<K> {
     /// ```
     /// use redkit::keys::Prefix;
     /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
-    /// let l = FixedWindow::new("api", Rate::per_second(10)?)?.with_prefix(Prefix::new("app:rl")?);
+    /// let l = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?.with_prefix(Prefix::new("app:rl")?);
     /// assert_eq!(l.prefix(), "app:rl");
     /// assert_eq!(l.redis_key(&LimitKey::text("u")?), "app:rl:api:{k:u}");
     /// assert!(Prefix::new("bad prefix").is_err());
@@ -313,9 +314,9 @@ impl<K: WindowKind> Window<K> {
     /// ```
     /// use redkit::rate_limit::{AlignedWindow, FixedWindow, Rate};
     /// use redkit::GroupCommit;
-    /// let limiter = FixedWindow::new("api", Rate::per_minute(100)?)?.grouped(GroupCommit::for_checks());
+    /// let limiter = FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?.grouped(GroupCommit::for_checks());
     /// assert_eq!(limiter.group_commit(), GroupCommit::for_checks());
-    /// let aligned = AlignedWindow::new("api", Rate::per_minute(100)?)?.grouped(GroupCommit::for_checks());
+    /// let aligned = AlignedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?.grouped(GroupCommit::for_checks());
     /// # let _ = aligned; Ok::<(), redkit::Error>(())
     /// ```
     pub fn grouped(self, settings: GroupCommit) -> Grouped<Self> {
@@ -326,7 +327,7 @@ impl<K: WindowKind> Window<K> {
     ///
     /// ```
     /// use redkit::rate_limit::{FixedWindow, Rate};
-    /// let l = FixedWindow::new("api", Rate::per_second(10)?)?;
+    /// let l = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// assert_eq!(l.prefix(), FixedWindow::DEFAULT_PREFIX);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -338,8 +339,8 @@ impl<K: WindowKind> Window<K> {
     ///
     /// ```
     /// use redkit::rate_limit::{FixedWindow, Rate};
-    /// let l = FixedWindow::new("api", Rate::per_second(10)?)?;
-    /// assert_eq!(*l.rate(), Rate::per_second(10)?);
+    /// let l = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
+    /// assert_eq!(*l.rate(), Rate::per_second(redkit::nonzero!(10)));
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn rate(&self) -> &Rate {
@@ -355,7 +356,7 @@ impl<K: WindowKind> Window<K> {
     /// ```
     /// use redkit::rate_limit::{DenyCache, FixedWindow, Rate};
     /// let cache = DenyCache::new(100_000)?;
-    /// let limiter = FixedWindow::new("api", Rate::per_minute(100)?)?.with_deny_cache(cache.clone());
+    /// let limiter = FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?.with_deny_cache(cache.clone());
     /// assert_eq!(cache.stats().hits, 0);
     /// # let _ = limiter; Ok::<(), redkit::Error>(())
     /// ```
@@ -368,7 +369,7 @@ impl<K: WindowKind> Window<K> {
     ///
     /// ```
     /// # use redkit::rate_limit::Rate;
-    /// let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
+    /// let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// assert!(l.deny_cache().is_none());
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -382,7 +383,7 @@ impl<K: WindowKind> Window<K> {
     /// # use redkit::rate_limit::Rate;
     /// use redkit::{rate_limit::FixedWindow, ScriptManager};
     /// let shared = ScriptManager::new();
-    /// let limiter = FixedWindow::new("api", Rate::per_second(10)?)?.with_manager(shared.clone());
+    /// let limiter = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?.with_manager(shared.clone());
     /// assert_eq!(limiter.manager().stats().noscript_fallbacks, 0);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -395,7 +396,7 @@ impl<K: WindowKind> Window<K> {
     ///
     /// ```
     /// # use redkit::rate_limit::Rate;
-    /// let limiter = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
+    /// let limiter = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// let _stats = limiter.manager().stats();
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -407,7 +408,7 @@ impl<K: WindowKind> Window<K> {
     ///
     /// ```
     /// # use redkit::rate_limit::Rate;
-    /// # let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
+    /// # let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// assert_eq!(l.name(), "api");
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -419,7 +420,7 @@ impl<K: WindowKind> Window<K> {
     ///
     /// ```
     /// # use redkit::rate_limit::Rate;
-    /// # let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(10)?)?;
+    /// # let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// assert_eq!(l.limit(), 10);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -432,7 +433,7 @@ impl<K: WindowKind> Window<K> {
     /// ```
     /// # use redkit::rate_limit::Rate;
     /// # use std::time::Duration;
-    /// # let l = redkit::rate_limit::FixedWindow::new("api", Rate::new(10, Duration::from_micros(1500))?)?;
+    /// # let l = redkit::rate_limit::FixedWindow::new("api", Rate::new(redkit::nonzero!(10), Duration::from_micros(1500))?)?;
     /// assert_eq!(l.window(), Duration::from_millis(1));
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -445,7 +446,7 @@ impl<K: WindowKind> Window<K> {
     ///
     /// ```
     /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
-    /// let l = FixedWindow::new("api", Rate::per_second(10)?)?;
+    /// let l = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
     /// assert_eq!(l.redis_key(&LimitKey::ip([10, 0, 0, 1].into())), "redkit:rl:api:{ip:10.0.0.1}");
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -462,21 +463,20 @@ impl<K: WindowKind> Window<K> {
     /// # let _ = d; Ok(()) }
     /// ```
     pub async fn check<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<Decision> {
-        self.check_n(conn, key, 1).await
+        self.check_n(conn, key, NonZeroU32::MIN).await
     }
 
     /// Counts `cost` units for `key` in one round trip, if they fit in the current window.
     ///
     /// A cost above the limit is [`Decision::CostExceedsLimit`] (it can never pass; nothing is
     /// counted). With a [`DenyCache`] attached, a client known to be limited for this cost is
-    /// answered locally (no round trip). Errors: [`Error::InvalidInput`] for a zero cost (nothing sent),
-    /// [`Error::WrongType`] / [`Error::CorruptData`] when the counter key holds something that
+    /// answered locally (no round trip). Errors: [`Error::WrongType`] / [`Error::CorruptData`] when the counter key holds something that
     /// is not a counter (nothing written), and connection errors.
     ///
     /// ```no_run
     /// # async fn run(l: redkit::rate_limit::FixedWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
     /// use redkit::rate_limit::LimitKey;
-    /// let upload_cost = 5;
+    /// let upload_cost = redkit::nonzero!(5);
     /// let d = l.check_n(&mut conn, &LimitKey::text("user-42")?, upload_cost).await?;
     /// # let _ = d; Ok(()) }
     /// ```
@@ -484,9 +484,9 @@ impl<K: WindowKind> Window<K> {
         &self,
         conn: &mut C,
         key: &LimitKey,
-        cost: u32,
+        cost: NonZeroU32,
     ) -> Result<Decision> {
-        self.check_through(conn, key, cost, None).await
+        self.check_through(conn, key, cost.get(), None).await
     }
 
     /// A check of `cost` units for `key`, sent through `groups` when given (a [`Grouped`]
@@ -499,7 +499,7 @@ impl<K: WindowKind> Window<K> {
         groups: Option<&WindowGroups>,
     ) -> Result<Decision> {
         let slot = self.slot()?;
-        let redis_key = self.target(key, cost, slot.as_ref())?;
+        let redis_key = self.counter_key(key, slot.as_ref());
         let Some(cache) = self.cache_for(cost) else {
             let reply = self
                 .send(conn, &redis_key, cost, slot.as_ref(), groups)
@@ -570,7 +570,7 @@ impl<K: WindowKind> Window<K> {
         let calls = keys
             .iter()
             .map(|k| self.call(k, 1, slot.as_ref()))
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<Vec<_>>();
         let Some(cache) = self.cache_for(1) else {
             let calls = calls.into_iter().map(|(call, _)| call).collect();
             return Ok(self.decode_all(send(calls).await?, slot.as_ref()));
@@ -684,24 +684,10 @@ impl<K: WindowKind> Window<K> {
 
     /// The call checking `cost` units of `key` (in `slot`, when windows are aligned to the
     /// clock), and the counter's key.
-    fn call(
-        &self,
-        key: &LimitKey,
-        cost: u32,
-        slot: Option<&Slot>,
-    ) -> Result<(Call<'static>, String)> {
-        let redis_key = self.target(key, cost, slot)?;
+    fn call(&self, key: &LimitKey, cost: u32, slot: Option<&Slot>) -> (Call<'static>, String) {
+        let redis_key = self.counter_key(key, slot);
         let call = self.single_call(&redis_key, cost, self.window_arg(slot));
-        Ok((call, redis_key))
-    }
-
-    /// The counter checking `cost` units of `key` (in `slot`, when windows are aligned to the
-    /// clock). A zero cost is refused.
-    fn target(&self, key: &LimitKey, cost: u32, slot: Option<&Slot>) -> Result<String> {
-        if cost == 0 {
-            return Err(Error::invalid("cost", "must be at least 1"));
-        }
-        Ok(self.counter_key(key, slot))
+        (call, redis_key)
     }
 
     /// The window's argument of a check in `slot`: the window, or aligned to the clock the
@@ -753,7 +739,7 @@ impl<K: WindowKind> Window<K> {
     fn cached_refusal(&self, key: &LimitKey) -> Option<Decision> {
         let cache = self.cache_for(1)?;
         let slot = self.slot().ok()?;
-        let redis_key = self.target(key, 1, slot.as_ref()).ok()?;
+        let redis_key = self.counter_key(key, slot.as_ref());
         cache.lookup(&redis_key, self.limit, 1)
     }
 }
@@ -765,7 +751,7 @@ impl FixedWindow {
     ///
     /// ```
     /// use redkit::rate_limit::{FixedWindow, QuotaLease, Rate};
-    /// let l = FixedWindow::new("api", Rate::per_second(1_000)?)?.leased(QuotaLease::new(32)?.instances(4)?);
+    /// let l = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(1_000)))?.leased(QuotaLease::new(32)?.instances(4)?);
     /// assert_eq!(l.lease().max_units(), 32);
     /// # Ok::<(), redkit::Error>(())
     /// ```
@@ -848,38 +834,28 @@ fn remember(cache: &DenyCache, redis_key: &str, sent: Instant, decision: &Decisi
 mod tests {
     use super::*;
 
-    fn limiter() -> FixedWindow {
-        FixedWindow::new("t", Rate::per_second(10).unwrap()).unwrap()
-    }
-
     #[test]
     fn validates_input_before_sending() {
-        let l = limiter();
-        assert!(matches!(
-            l.call(&LimitKey::ip([1, 2, 3, 4].into()), 0, None),
-            Err(Error::InvalidInput { what: "cost", .. })
-        ));
-        assert!(Rate::new(1, Duration::from_micros(999))
+        assert!(Rate::new(crate::nonzero!(1), Duration::from_micros(999))
             .and_then(|r| FixedWindow::new("t", r))
             .is_err());
-        assert!(Rate::new(1, FixedWindow::MAX_WINDOW)
+        assert!(Rate::new(crate::nonzero!(1), FixedWindow::MAX_WINDOW)
             .and_then(|r| FixedWindow::new("t", r))
             .is_ok());
-        assert!(
-            Rate::new(1, FixedWindow::MAX_WINDOW + Duration::from_millis(1))
-                .and_then(|r| FixedWindow::new("t", r))
-                .is_err()
-        );
-        assert!(Rate::per_second(1)
-            .and_then(|r| FixedWindow::new("", r))
-            .is_err());
+        assert!(Rate::new(
+            crate::nonzero!(1),
+            FixedWindow::MAX_WINDOW + Duration::from_millis(1)
+        )
+        .and_then(|r| FixedWindow::new("t", r))
+        .is_err());
+        assert!(FixedWindow::new("", Rate::per_second(crate::nonzero!(1))).is_err());
     }
 
     #[test]
     fn names_never_share_counters() {
         let k = LimitKey::text("x").unwrap();
-        let a = FixedWindow::new("a", Rate::per_second(1).unwrap()).unwrap();
-        let ab = FixedWindow::new("a:b", Rate::per_second(1).unwrap()).unwrap();
+        let a = FixedWindow::new("a", Rate::per_second(crate::nonzero!(1))).unwrap();
+        let ab = FixedWindow::new("a:b", Rate::per_second(crate::nonzero!(1))).unwrap();
         assert_ne!(a.redis_key(&k), ab.redis_key(&k));
         assert_eq!(a.redis_key(&k), "redkit:rl:a:{k:x}");
         let old = a.with_prefix(Prefix::new("rk:rl").unwrap());
@@ -888,7 +864,7 @@ mod tests {
 
     #[test]
     fn each_kind_runs_its_own_scripts_under_the_same_prefix() {
-        let rate = Rate::per_minute(100).unwrap();
+        let rate = Rate::per_minute(crate::nonzero!(100));
         let plain = FixedWindow::new("t", rate).unwrap();
         let aligned = AlignedWindow::new("t", rate).unwrap();
         assert_eq!(plain.script.id().to_string(), "fixed_window.v9");

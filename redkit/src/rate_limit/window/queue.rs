@@ -263,7 +263,7 @@ mod tests {
     #[test]
     fn an_aligned_group_of_one_window_sends_one_ttl() {
         use crate::rate_limit::{AlignedWindow, Rate};
-        let limiter = AlignedWindow::new("t", Rate::per_minute(100).unwrap()).unwrap();
+        let limiter = AlignedWindow::new("t", Rate::per_minute(crate::nonzero!(100))).unwrap();
         let check = |key: &str, ttl_ms, window| {
             Member::new(Check {
                 key: key.to_owned(),

@@ -68,7 +68,7 @@ mod tests {
     use crate::rate_limit::Rate;
 
     fn limiter() -> FixedWindow {
-        FixedWindow::new("t", Rate::per_second(10).unwrap()).unwrap()
+        FixedWindow::new("t", Rate::per_second(crate::nonzero!(10))).unwrap()
     }
 
     fn reply(c: i64, p: i64, a: i64) -> Value {
