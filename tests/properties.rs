@@ -331,7 +331,9 @@ fn gcra_burst((_, rate, period, (pick, raw)): &GcraInput) -> u32 {
 
 fn gcra_burst_ok(input: &GcraInput) -> bool {
     let burst = gcra_burst(input);
-    burst >= 1 && gcra_interval_us(input.1, input.2).is_some_and(|i| gcra_bucket_ok(i, burst))
+    input.1 >= 1
+        && burst >= 1
+        && gcra_interval_us(input.1, input.2).is_some_and(|i| gcra_bucket_ok(i, burst))
 }
 
 /// Lua sources with a header `--! flags:` line, and whether it is valid and read-only.
@@ -663,7 +665,7 @@ proptest! {
         let burst_ok = gcra_burst_ok(&input);
         let (name, rate, period, _) = input;
         let Some(nz) = NonZeroU32::new(rate) else {
-            prop_assert!(!ok && !burst_ok);
+            prop_assert!(!ok);
             return Ok(());
         };
         let built = Rate::new(nz, period).and_then(|r| Gcra::new(&name, r));
@@ -1181,16 +1183,27 @@ mod middleware {
         fn policies_accept_exactly_valid_configs_and_route_by_path(input in policies_input()) {
             let expected = policies_model(&input);
             let (default, routes) = input;
-            // As configuration: any limit and window, valid or not (a `Rate` refuses invalid ones).
-            let spec = |(n, l, w): &Spec| -> PolicySpec {
+            // As configuration: any limit and window, valid or not (a `Rate` refuses invalid
+            // ones; a zero limit is refused when the configuration is read: `NonZeroU32`).
+            let spec = |(n, l, w): &Spec| -> Option<PolicySpec> {
                 let window_ms = u64::try_from(w.as_millis()).unwrap_or(u64::MAX);
-                serde_json::from_value(serde_json::json!({"name": n, "limit": l, "window_ms": window_ms}))
-                    .unwrap()
+                let read = serde_json::from_value::<PolicySpec>(
+                    serde_json::json!({"name": n, "limit": l, "window_ms": window_ms}),
+                );
+                assert_eq!(read.is_err(), *l == 0, "{read:?}");
+                read.ok()
             };
-            let mut config = PolicyConfig::new(spec(&default));
-            for (path, s) in &routes {
-                config = config.route(path.clone(), spec(s));
-            }
+            let read = || -> Option<PolicyConfig> {
+                let mut config = PolicyConfig::new(spec(&default)?);
+                for (path, s) in &routes {
+                    config = config.route(path.clone(), spec(s)?);
+                }
+                Some(config)
+            };
+            let Some(config) = read() else {
+                prop_assert!(expected.is_none());
+                return Ok(());
+            };
             let built = Policies::from_config(&config);
             prop_assert_eq!(built.is_ok(), expected.is_some(), "{:?}", built.as_ref().err());
             let (Ok(p), Some(accepted)) = (built, expected) else {

@@ -1,5 +1,6 @@
 //! [`Decision`]: the outcome of one check, and the quota state it observed.
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 /// The state of one client's quota as Redis saw it during a check (a window's, or for
@@ -64,6 +65,33 @@ impl Quota {
     /// ```
     pub fn reset_after(&self) -> Duration {
         self.reset_after
+    }
+
+    /// Units counted against the limit: `limit - remaining` (for GCRA, the cost-1 requests
+    /// the bucket is short of full; for the sliding window, the weighted count).
+    ///
+    /// ```
+    /// # fn show(q: redkit::rate_limit::Quota) { assert_eq!(q.used() + q.remaining(), q.limit()); }
+    /// ```
+    pub fn used(&self) -> u32 {
+        self.limit.saturating_sub(self.remaining)
+    }
+
+    /// Whether a check of `cost` would pass against this state: `cost <= remaining`, exact
+    /// for every algorithm (a window's count plus the cost within the limit, a GCRA bucket
+    /// holding the cost, a sliding window's weighted count plus the cost within the limit).
+    /// What a [`peek`](super::RateLimiter::peek) answers is a diagnostic: another process may
+    /// count before a real check.
+    ///
+    /// ```
+    /// # fn show(q: redkit::rate_limit::Quota) {
+    /// if q.would_allow(redkit::nonzero!(5)) {
+    ///     println!("an upload of 5 would pass now");
+    /// }
+    /// # }
+    /// ```
+    pub fn would_allow(&self, cost: NonZeroU32) -> bool {
+        cost.get() <= self.remaining
     }
 }
 

@@ -6,15 +6,15 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
+use super::basics::limiter_basics;
 use super::decision::{Decision, Quota};
 use super::deny_cache::DenyCache;
 use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
-use super::reply::{ints, non_negative};
+use super::reply::{ints, quota_of, timed_decision};
 use crate::error::{Error, Result};
-use crate::keys::Prefix;
 use crate::script::{embedded, Call, Script, ScriptManager};
 
 /// A GCRA (generic cell rate algorithm) limiter: token-bucket semantics, shared by every
@@ -29,8 +29,8 @@ use crate::script::{embedded, Call, Script, ScriptManager};
 /// span of length `t`, at most `burst + rate * t / period` units pass. A cost above `burst` can
 /// never pass ([`Decision::CostExceedsLimit`]).
 ///
-/// In the [`Quota`], [`limit`](Quota::limit) is `burst`, [`remaining`](Quota::remaining) is
-/// how many cost-1 requests would pass right now, and [`reset_after`](Quota::reset_after) is
+/// In the [`Quota`](super::Quota), [`limit`](super::Quota::limit) is `burst`, [`remaining`](super::Quota::remaining) is
+/// how many cost-1 requests would pass right now, and [`reset_after`](super::Quota::reset_after) is
 /// the time until the bucket is full again.
 ///
 /// **Storage and time.** One key per client, `<prefix>:<name>:{<canonical key>}` (prefix [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) unless [`with_prefix`](Self::with_prefix) chooses another), holding the
@@ -66,6 +66,8 @@ pub struct Gcra {
 }
 
 impl Gcra {
+    limiter_basics!("Gcra", deny_cache);
+
     /// Prefix of every key unless [`with_prefix`](Self::with_prefix) chooses another.
     ///
     /// ```
@@ -164,118 +166,6 @@ impl Gcra {
         })
     }
 
-    /// Puts the keys under `prefix` (a validated [`Prefix`]) instead of
-    /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX): `<prefix>:<name>:{<client>}`.
-    /// `with_prefix(Prefix::new("rk:gcra")?)` keeps the keys used before 0.2.
-    ///
-    /// ```
-    /// use redkit::rate_limit::{Gcra, LimitKey, Rate};
-    /// use redkit::keys::Prefix;
-    /// let l = Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?.with_prefix(Prefix::new("app:gcra")?);
-    /// assert_eq!(l.prefix(), "app:gcra");
-    /// assert_eq!(l.redis_key(&LimitKey::text("u")?), "app:gcra:api:{k:u}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_prefix(mut self, prefix: Prefix) -> Self {
-        self.keys = self.keys.with_prefix(&prefix);
-        self
-    }
-
-    /// The key prefix.
-    ///
-    /// ```
-    /// use redkit::rate_limit::{Gcra, Rate};
-    /// assert_eq!(Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?.prefix(), Gcra::DEFAULT_PREFIX);
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn prefix(&self) -> &str {
-        self.keys.prefix()
-    }
-
-    /// Uses `manager` (e.g. one shared by the whole application, for its stats).
-    ///
-    /// ```
-    /// # use redkit::rate_limit::Rate;
-    /// # use std::time::Duration;
-    /// use redkit::{rate_limit::Gcra, ScriptManager};
-    /// let limiter = Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?.with_manager(ScriptManager::new());
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
-        self.manager = manager;
-        self
-    }
-
-    /// The script manager running the checks (for its [`Stats`](crate::Stats)).
-    ///
-    /// ```
-    /// # use redkit::rate_limit::Rate;
-    /// # use std::time::Duration;
-    /// let limiter = redkit::rate_limit::Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?;
-    /// let _stats = limiter.manager().stats();
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn manager(&self) -> &ScriptManager {
-        &self.manager
-    }
-
-    /// Answers checks from `cache` while a refusal it saw still holds, without a Redis call
-    /// (see [`DenyCache`]). Exact for GCRA: a request of cost `c` refused at `t` with
-    /// `retry_after` `r` cannot conform before `t + r` (the TAT only grows), so until then the
-    /// cache refuses the same or a larger cost locally, with the right `retry_after`; a
-    /// smaller cost may fit and goes to Redis. The end is measured from *before* the request
-    /// was sent, so it is never later than Redis's.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// use redkit::rate_limit::{DenyCache, Gcra, Rate};
-    /// let l = Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?.with_deny_cache(DenyCache::new(10_000)?);
-    /// assert!(l.deny_cache().is_some());
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_deny_cache(mut self, cache: DenyCache) -> Self {
-        self.deny_cache = Some(cache);
-        self
-    }
-
-    /// The deny cache, when one is attached.
-    ///
-    /// ```
-    /// # use redkit::rate_limit::Rate;
-    /// # use std::time::Duration;
-    /// let l = redkit::rate_limit::Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?;
-    /// assert!(l.deny_cache().is_none());
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn deny_cache(&self) -> Option<&DenyCache> {
-        self.deny_cache.as_ref()
-    }
-
-    /// The limiter's name.
-    ///
-    /// ```
-    /// # use redkit::rate_limit::Rate;
-    /// # let l = redkit::rate_limit::Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?;
-    /// assert_eq!(l.name(), "api");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn name(&self) -> &str {
-        self.keys.name()
-    }
-
-    /// The rate: [`limit`](Rate::limit) units refilled per [`period`](Rate::period) (whole
-    /// microseconds).
-    ///
-    /// ```
-    /// use redkit::rate_limit::{Gcra, Rate};
-    /// let l = Gcra::new("api", Rate::per_second(redkit::nonzero!(10)))?;
-    /// assert_eq!(l.rate().limit(), 10);
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn rate(&self) -> &Rate {
-        &self.rate
-    }
-
     /// The most units that pass at once: a full bucket (the rate's limit unless built with
     /// [`bursting`](Self::bursting)).
     ///
@@ -330,38 +220,15 @@ impl Gcra {
         self.keys.key(key)
     }
 
-    /// Takes one unit for `key`. See [`check_n`](Self::check_n).
-    ///
-    /// ```no_run
-    /// # async fn run(l: redkit::rate_limit::Gcra, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use redkit::rate_limit::LimitKey;
-    /// let d = l.check(&mut conn, &LimitKey::text("user-42")?).await?;
-    /// # let _ = d; Ok(()) }
-    /// ```
-    pub async fn check<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<Decision> {
-        self.check_n(conn, key, NonZeroU32::MIN).await
-    }
-
-    /// Takes `cost` units for `key` in one round trip, if the bucket holds them.
-    ///
-    /// A cost above the [`burst`](Self::burst) is [`Decision::CostExceedsLimit`] (nothing
-    /// changes). Errors: [`Error::WrongType`] / [`Error::CorruptData`] when the key holds something that is not
-    /// a TAT (nothing written), [`Error::PermissionDenied`] when an ACL refuses `TIME`, `GET`
-    /// or `SET` (nothing written), and connection errors.
-    ///
-    /// ```no_run
-    /// # async fn run(l: redkit::rate_limit::Gcra, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use redkit::rate_limit::LimitKey;
-    /// let d = l.check_n(&mut conn, &LimitKey::text("user-42")?, redkit::nonzero!(5)).await?;
-    /// # let _ = d; Ok(()) }
-    /// ```
-    pub async fn check_n<C: ConnectionLike>(
+    /// [`check_n`](Self::check_n): takes `cost` units for `key` in one round trip, if the
+    /// bucket holds them (a cost above the [`burst`](Self::burst) is answered
+    /// `CostExceedsLimit` by the script; the script reads the server's `TIME`).
+    async fn count<C: ConnectionLike>(
         &self,
         conn: &mut C,
         key: &LimitKey,
-        cost: NonZeroU32,
+        cost: u32,
     ) -> Result<Decision> {
-        let cost = cost.get();
         let redis_key = self.redis_key(key);
         // A cost above the burst is answered by Redis (CostExceedsLimit), never cached.
         let cache = self.deny_cache.as_ref().filter(|_| cost <= self.burst);
@@ -382,6 +249,34 @@ impl Gcra {
         Ok(decision)
     }
 
+    /// `key`'s bucket as a check would find it, read without taking from it: `remaining` the
+    /// cost-1 requests that would conform now, `reset_after` the time until the bucket is
+    /// full, `limit` the burst. One read-only script call (`EVALSHA_RO`: a replica may serve
+    /// it); it writes nothing and does not touch the deny cache. A diagnostic: another
+    /// process may take units before a real check.
+    ///
+    /// ```no_run
+    /// # async fn run(l: redkit::rate_limit::Gcra, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// let q = l.peek(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?).await?;
+    /// println!("{} of {} left, full again in {:?}", q.remaining(), q.limit(), q.reset_after());
+    /// # Ok(()) }
+    /// ```
+    pub async fn peek<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<Quota> {
+        let script = embedded::GCRA_PEEK.script();
+        let mut call = Call::new(script);
+        call.key(self.redis_key(key))
+            .arg(self.interval_us)
+            .arg(self.burst);
+        let reply = self.manager.invoke(conn, &call).await?;
+        let [remaining, reset, _now] = ints::<3>(script, reply)?;
+        quota_of(
+            script,
+            [remaining, reset],
+            Duration::from_micros,
+            self.burst,
+        )
+    }
+
     /// Deletes `key`'s TAT: its bucket is full again. Returns whether a key existed.
     ///
     /// ```no_run
@@ -395,26 +290,9 @@ impl Gcra {
 
     /// `{allowed, remaining, retry_after_us, reset_after_us, now_us}` -> [`Decision`].
     fn decode(&self, reply: redis::Value, cost: u32) -> Result<Decision> {
-        let s = self.script;
-        let [allowed, remaining, retry, reset, _now] = ints::<5>(s, reply)?;
-        let remaining = non_negative(s, "remaining", remaining)?;
-        let retry = Duration::from_micros(non_negative(s, "retry_after", retry)?);
-        let reset = Duration::from_micros(non_negative(s, "reset_after", reset)?);
-        let quota = Quota::with_remaining(self.burst, remaining, reset);
-        Ok(match allowed {
-            1 => Decision::Allowed(quota),
-            0 if cost > self.burst => Decision::CostExceedsLimit { quota, cost },
-            0 if !retry.is_zero() => Decision::Limited {
-                quota,
-                retry_after: retry,
-            },
-            _ => {
-                return Err(Error::unexpected(
-                    s.id(),
-                    "inconsistent allowed/retry fields",
-                ))
-            }
-        })
+        let [allowed, remaining, retry, reset, _now] = ints::<5>(self.script, reply)?;
+        let fields = [allowed, remaining, retry, reset];
+        timed_decision(self.script, fields, Duration::from_micros, self.burst, cost)
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use serde::{Deserialize, Serialize};
 
-use super::decision::Decision;
+use super::decision::{Decision, Quota};
 use super::deny_cache::DenyCache;
 use super::gcra::Gcra;
 use super::key::LimitKey;
@@ -162,6 +162,21 @@ macro_rules! limiters {
                 match self {
                     $( Self::$variant(l) => l.check_n(conn, key, cost).await, )+
                     $( Self::$wvariant(l) => l.count(conn, key, cost).await, )+
+                }
+            }
+
+            /// `key`'s state read without counting: the algorithm's own `peek` (a wrapper's,
+            /// its window's). See [`RateLimiter::peek`].
+            ///
+            /// ```no_run
+            /// # async fn run(l: redkit::rate_limit::Limiter, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+            /// let q = l.peek(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?).await?;
+            /// # let _ = q; Ok(()) }
+            /// ```
+            pub async fn peek<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<Quota> {
+                match self {
+                    $( Self::$variant(l) => l.peek(conn, key).await, )+
+                    $( Self::$wvariant(l) => l.limiter().peek(conn, key).await, )+
                 }
             }
 

@@ -33,6 +33,7 @@
 //! # Ok(()) }
 //! ```
 
+mod basics;
 mod decision;
 pub(crate) mod deny_cache;
 mod gcra;

@@ -133,6 +133,14 @@ impl Rate {
         self
     }
 
+    /// The rate as a window holds it: its period truncated to whole milliseconds, at least
+    /// 1 ms and at most `max` (else [`Error::InvalidInput`] for `"window"`, saying `range`),
+    /// with that number of milliseconds.
+    pub(crate) fn as_window(&self, max: Duration, range: &'static str) -> Result<(Self, u64)> {
+        let ms = self.period_in(Duration::from_millis(1), max, "window", range)?;
+        Ok((self.with_period(Duration::from_millis(ms)), ms))
+    }
+
     /// The period in whole units of `unit` (ms or us, truncated), at least one unit and at
     /// most `max`, else an error naming `what`: what a window or GCRA holds.
     pub(crate) fn period_in(

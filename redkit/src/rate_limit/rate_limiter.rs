@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
-use super::decision::Decision;
+use super::decision::{Decision, Quota};
 use super::deny_cache::DenyCache;
 use super::key::LimitKey;
 use super::rate::Rate;
@@ -276,6 +276,30 @@ pub trait RateLimiter:
         self.check_n_within(conn, key, NonZeroU32::MIN, max_wait)
     }
 
+    /// `key`'s state as a check would find it, read without counting: the [`Quota`] a
+    /// check of cost 1 would start from (`used`, `remaining`, `reset_after`, and
+    /// [`would_allow`](Quota::would_allow) for any cost). One read-only script call
+    /// (`EVALSHA_RO` / `FCALL_RO`: a replica may serve it); it writes nothing, and touches
+    /// neither the deny cache nor leases. A diagnostic by nature: another process may count
+    /// between a peek and a check, so never decide admission with it. A wrapper peeks its
+    /// window's counter (under [`Leased`](super::Leased), `used` counts the units leased to
+    /// every instance, spent or not).
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate, RateLimiter};
+    /// let login = FixedWindow::new("login", Rate::per_minute(redkit::nonzero!(5)))?;
+    /// let user = LimitKey::text("user-42")?;
+    /// let q = RateLimiter::peek(&login, &mut conn, &user).await?;
+    /// println!("{} of {} attempts used, window ends in {:?}", q.used(), q.limit(), q.reset_after());
+    /// # Ok(()) }
+    /// ```
+    fn peek<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+    ) -> impl Future<Output = Result<Quota>> + Send;
+
     /// Deletes `key`'s state (and its deny-cache entry). Returns whether it existed.
     ///
     /// ```no_run
@@ -296,7 +320,7 @@ pub trait RateLimiter:
 }
 
 /// Implements the [`RateLimiter`] methods an algorithm has as its own (`name`, `rate`,
-/// `prefix`, `redis_key`, `check_n`, `reset`, and those listed after the type among
+/// `prefix`, `redis_key`, `peek`, `check_n`, `reset`, and those listed after the type among
 /// `deny_cache`, `limit`, `window`) by calling them; inside an `impl RateLimiter`. A wrapper
 /// of a limiter (`via limiter: Inner, Wrapper`) takes the accessors (and `deny_cache`) from
 /// the limiter its method `limiter()` returns, `check_n` and `reset` from its own `count`
@@ -334,6 +358,15 @@ macro_rules! delegate_rate_limiter {
             <$ty>::redis_key(($view)(self), key)
         }
     };
+    (@peek $ty:ty, $view:expr) => {
+        fn peek<C: redis::aio::ConnectionLike + Send>(
+            &self,
+            conn: &mut C,
+            key: &$crate::rate_limit::LimitKey,
+        ) -> impl std::future::Future<Output = $crate::Result<$crate::rate_limit::Quota>> + Send {
+            <$ty>::peek(($view)(self), conn, key)
+        }
+    };
     (@checks $ty:ty, $check_n:ident, $reset:ident) => {
         fn check_n<C: redis::aio::ConnectionLike + Send>(
             &self,
@@ -356,11 +389,13 @@ macro_rules! delegate_rate_limiter {
     (via limiter: $inner:ty, $ty:ty) => {
         delegate_rate_limiter!(@ $inner, <$ty>::limiter, deny_cache);
         delegate_rate_limiter!(@accessors $inner, <$ty>::limiter);
+        delegate_rate_limiter!(@peek $inner, <$ty>::limiter);
         delegate_rate_limiter!(@checks $ty, count, forget);
     };
     ($ty:ty $(, $own:ident)*) => {
         $( delegate_rate_limiter!(@ $ty, std::convert::identity, $own); )*
         delegate_rate_limiter!(@accessors $ty, std::convert::identity);
+        delegate_rate_limiter!(@peek $ty, std::convert::identity);
         delegate_rate_limiter!(@checks $ty, check_n, reset);
     };
 }

@@ -1,6 +1,10 @@
 //! Decoding of the limiter scripts' integer-array replies, without trusting their shape.
 
+use std::time::Duration;
+
 use redis::Value;
+
+use super::decision::{Decision, Quota};
 
 use crate::error::{Error, Result};
 use crate::script::{script_error, Script};
@@ -29,6 +33,50 @@ pub(crate) fn ints<const N: usize>(script: &Script, reply: Value) -> Result<[i64
 /// A non-negative reply field, or an unexpected-reply error naming it.
 pub(crate) fn non_negative(script: &Script, what: &str, v: i64) -> Result<u64> {
     u64::try_from(v).map_err(|_| Error::unexpected(script.id(), format!("negative {what}")))
+}
+
+/// The `remaining` and `reset_after` fields of GCRA's and the sliding window's replies (a
+/// check's or a peek's) as the [`Quota`] of `limit`, times in whole units made a `Duration`
+/// by `unit`.
+pub(crate) fn quota_of(
+    script: &Script,
+    [remaining, reset]: [i64; 2],
+    unit: fn(u64) -> Duration,
+    limit: u32,
+) -> Result<Quota> {
+    let remaining = non_negative(script, "remaining", remaining)?;
+    let reset = unit(non_negative(script, "reset_after", reset)?);
+    Ok(Quota::with_remaining(limit, remaining, reset))
+}
+
+/// The `{allowed, remaining, retry_after, reset_after}` fields of GCRA's and the sliding
+/// window's replies as a [`Decision`]: times in whole units made a `Duration` by `unit`
+/// (`Duration::from_micros`, `from_millis`), `limit` the most units that pass at once. A
+/// refusal without a retry time, or an `allowed` flag that is neither 0 nor 1, is an
+/// unexpected reply.
+pub(crate) fn timed_decision(
+    script: &Script,
+    [allowed, remaining, retry, reset]: [i64; 4],
+    unit: fn(u64) -> Duration,
+    limit: u32,
+    cost: u32,
+) -> Result<Decision> {
+    let quota = quota_of(script, [remaining, reset], unit, limit)?;
+    let retry = unit(non_negative(script, "retry_after", retry)?);
+    Ok(match allowed {
+        1 => Decision::Allowed(quota),
+        0 if cost > limit => Decision::CostExceedsLimit { quota, cost },
+        0 if !retry.is_zero() => Decision::Limited {
+            quota,
+            retry_after: retry,
+        },
+        _ => {
+            return Err(Error::unexpected(
+                script.id(),
+                "inconsistent allowed/retry fields",
+            ))
+        }
+    })
 }
 
 #[cfg(test)]

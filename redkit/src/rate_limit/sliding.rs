@@ -1,19 +1,18 @@
 //! [`SlidingWindow`]: the two-counter weighted approximation of a sliding window.
 
 use std::fmt;
-use std::num::NonZeroU32;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
+use super::basics::limiter_basics;
 use super::decision::{Decision, Quota};
 use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
-use super::reply::{ints, non_negative};
-use crate::error::{Error, Result};
-use crate::keys::Prefix;
+use super::reply::{ints, quota_of, timed_decision};
+use crate::error::Result;
 use crate::script::{embedded, Call, Script, ScriptManager};
 
 /// A sliding-window limiter (the two-counter approximation of python `limits`' moving window
@@ -34,8 +33,8 @@ use crate::script::{embedded, Call, Script, ScriptManager};
 /// refused at a window edge is not let through with a fresh `limit` at once.
 /// `tests/rate_limit_accuracy.rs` checks the per-span bound for random arrivals.
 ///
-/// In the [`Quota`], [`remaining`](Quota::remaining) is the cost-1 requests that would pass
-/// now and [`reset_after`](Quota::reset_after) the time until every counted unit has left the
+/// In the [`Quota`](super::Quota), [`remaining`](super::Quota::remaining) is the cost-1 requests that would pass
+/// now and [`reset_after`](super::Quota::reset_after) the time until every counted unit has left the
 /// window (the key's TTL). [`Decision::Limited`]'s `retry_after` is the time until the request
 /// would pass if nothing else is counted meanwhile (whole milliseconds).
 ///
@@ -68,6 +67,8 @@ pub struct SlidingWindow {
 }
 
 impl SlidingWindow {
+    limiter_basics!("SlidingWindow");
+
     /// Prefix of every key unless [`with_prefix`](Self::with_prefix) chooses another.
     ///
     /// ```
@@ -106,7 +107,7 @@ impl SlidingWindow {
     /// [`rate.period()`](Rate::period) (sub-millisecond parts are dropped), keys under
     /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX).
     ///
-    /// Errors: [`Error::InvalidInput`] for a window outside
+    /// Errors: [`Error::InvalidInput`](crate::Error::InvalidInput) for a window outside
     /// [`MIN_WINDOW`](Self::MIN_WINDOW)..=[`MAX_WINDOW`](Self::MAX_WINDOW) or a bad name.
     ///
     /// ```
@@ -118,99 +119,16 @@ impl SlidingWindow {
     /// ```
     pub fn new(name: &str, rate: Rate) -> Result<Self> {
         let keys = KeySpace::new(Self::DEFAULT_PREFIX, name)?;
-        let window_ms = rate.period_in(
-            Duration::from_millis(1),
-            Self::MAX_WINDOW,
-            "window",
-            "must be between 1 ms and MAX_WINDOW",
-        )?;
+        let (held, window_ms) =
+            rate.as_window(Self::MAX_WINDOW, "must be between 1 ms and MAX_WINDOW")?;
         Ok(Self {
             keys,
-            rate: rate.with_period(Duration::from_millis(window_ms)),
+            rate: held,
             limit: rate.limit(),
             window_ms,
             script: embedded::SLIDING_WINDOW.script(),
             manager: ScriptManager::new(),
         })
-    }
-
-    /// Puts the keys under `prefix` (a validated [`Prefix`]) instead of
-    /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX): `<prefix>:<name>:{<client>}`.
-    /// `with_prefix(Prefix::new("rk:sw")?)` keeps the keys used before 0.2.
-    ///
-    /// ```
-    /// use redkit::rate_limit::{LimitKey, Rate, SlidingWindow};
-    /// use redkit::keys::Prefix;
-    /// let l = SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?.with_prefix(Prefix::new("app:sw")?);
-    /// assert_eq!(l.prefix(), "app:sw");
-    /// assert_eq!(l.redis_key(&LimitKey::text("u")?), "app:sw:api:{k:u}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_prefix(mut self, prefix: Prefix) -> Self {
-        self.keys = self.keys.with_prefix(&prefix);
-        self
-    }
-
-    /// The key prefix.
-    ///
-    /// ```
-    /// use redkit::rate_limit::{Rate, SlidingWindow};
-    /// let l = SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
-    /// assert_eq!(l.prefix(), SlidingWindow::DEFAULT_PREFIX);
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn prefix(&self) -> &str {
-        self.keys.prefix()
-    }
-
-    /// The rate: [`limit`](Self::limit) per sliding [`window`](Self::window).
-    ///
-    /// ```
-    /// use redkit::rate_limit::{Rate, SlidingWindow};
-    /// let l = SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
-    /// assert_eq!(*l.rate(), Rate::per_second(redkit::nonzero!(10)));
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn rate(&self) -> &Rate {
-        &self.rate
-    }
-
-    /// Uses `manager` (e.g. one shared by the whole application, for its stats).
-    ///
-    /// ```
-    /// # use redkit::rate_limit::Rate;
-    /// # use std::time::Duration;
-    /// use redkit::{rate_limit::SlidingWindow, ScriptManager};
-    /// let l = SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?.with_manager(ScriptManager::new());
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
-        self.manager = manager;
-        self
-    }
-
-    /// The script manager running the checks (for its [`Stats`](crate::Stats)).
-    ///
-    /// ```
-    /// # use redkit::rate_limit::Rate;
-    /// # let l = redkit::rate_limit::SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
-    /// let _stats = l.manager().stats();
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn manager(&self) -> &ScriptManager {
-        &self.manager
-    }
-
-    /// The limiter's name.
-    ///
-    /// ```
-    /// # use redkit::rate_limit::Rate;
-    /// # let l = redkit::rate_limit::SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
-    /// assert_eq!(l.name(), "api");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn name(&self) -> &str {
-        self.keys.name()
     }
 
     /// Units allowed per sliding window.
@@ -250,37 +168,14 @@ impl SlidingWindow {
         self.keys.key(key)
     }
 
-    /// Counts one unit for `key`. See [`check_n`](Self::check_n).
-    ///
-    /// ```no_run
-    /// # async fn run(l: redkit::rate_limit::SlidingWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// let d = l.check(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?).await?;
-    /// # let _ = d; Ok(()) }
-    /// ```
-    pub async fn check<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<Decision> {
-        self.check_n(conn, key, NonZeroU32::MIN).await
-    }
-
-    /// Counts `cost` units for `key` in one round trip, if they fit.
-    ///
-    /// A cost above the limit is [`Decision::CostExceedsLimit`] (nothing counted). Errors:
-    /// [`Error::WrongType`] /
-    /// [`Error::CorruptData`] when the key holds something that is not this limiter's state,
-    /// [`Error::PermissionDenied`] when an ACL refuses an inner command (nothing written in
-    /// each case), and connection errors.
-    ///
-    /// ```no_run
-    /// # async fn run(l: redkit::rate_limit::SlidingWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// let d = l.check_n(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?, redkit::nonzero!(5)).await?;
-    /// # let _ = d; Ok(()) }
-    /// ```
-    pub async fn check_n<C: ConnectionLike>(
+    /// [`check_n`](Self::check_n): counts `cost` units for `key` in one round trip, if they
+    /// fit in the weighted window.
+    async fn count<C: ConnectionLike>(
         &self,
         conn: &mut C,
         key: &LimitKey,
-        cost: NonZeroU32,
+        cost: u32,
     ) -> Result<Decision> {
-        let cost = cost.get();
         let mut call = Call::new(self.script);
         call.key(self.redis_key(key))
             .arg(self.limit)
@@ -288,6 +183,34 @@ impl SlidingWindow {
         push_cost(&mut call, cost);
         let reply = self.manager.invoke(conn, &call).await?;
         self.decode(reply, cost)
+    }
+
+    /// `key`'s window as a check would find it, read without counting: `used` the weighted
+    /// count, `remaining` the cost-1 requests that would pass now, `reset_after` the time
+    /// until every counted unit has left the window. One read-only script call
+    /// (`EVALSHA_RO`: a replica may serve it); it writes nothing. A diagnostic: another
+    /// process may count before a real check.
+    ///
+    /// ```no_run
+    /// # async fn run(l: redkit::rate_limit::SlidingWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// let q = l.peek(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?).await?;
+    /// println!("{} used, {} left", q.used(), q.remaining());
+    /// # Ok(()) }
+    /// ```
+    pub async fn peek<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<Quota> {
+        let script = embedded::SLIDING_WINDOW_PEEK.script();
+        let mut call = Call::new(script);
+        call.key(self.redis_key(key))
+            .arg(self.limit)
+            .arg(self.window_ms);
+        let reply = self.manager.invoke(conn, &call).await?;
+        let [_used, remaining, reset] = ints::<3>(script, reply)?;
+        quota_of(
+            script,
+            [remaining, reset],
+            Duration::from_millis,
+            self.limit,
+        )
     }
 
     /// Deletes `key`'s counters. Returns whether they existed.
@@ -303,26 +226,8 @@ impl SlidingWindow {
 
     /// `{allowed, remaining, retry_after_ms, reset_after_ms}` -> [`Decision`].
     fn decode(&self, reply: redis::Value, cost: u32) -> Result<Decision> {
-        let s = self.script;
-        let [allowed, remaining, retry, reset] = ints::<4>(s, reply)?;
-        let remaining = non_negative(s, "remaining", remaining)?;
-        let retry = Duration::from_millis(non_negative(s, "retry_after", retry)?);
-        let reset = Duration::from_millis(non_negative(s, "reset_after", reset)?);
-        let quota = Quota::with_remaining(self.limit, remaining, reset);
-        Ok(match allowed {
-            1 => Decision::Allowed(quota),
-            0 if cost > self.limit => Decision::CostExceedsLimit { quota, cost },
-            0 if !retry.is_zero() => Decision::Limited {
-                quota,
-                retry_after: retry,
-            },
-            _ => {
-                return Err(Error::unexpected(
-                    s.id(),
-                    "inconsistent allowed/retry fields",
-                ))
-            }
-        })
+        let fields = ints::<4>(self.script, reply)?;
+        timed_decision(self.script, fields, Duration::from_millis, self.limit, cost)
     }
 }
 
@@ -404,7 +309,10 @@ mod tests {
             reply([1, -1, 0, 1]),
             reply([1, 0, 0, -1]),
         ] {
-            assert!(matches!(l.decode(v, 1), Err(Error::UnexpectedReply { .. })));
+            assert!(matches!(
+                l.decode(v, 1),
+                Err(crate::Error::UnexpectedReply { .. })
+            ));
         }
         assert!(Rate::new(crate::nonzero!(1), SlidingWindow::MAX_WINDOW)
             .and_then(|r| SlidingWindow::new("t", r))

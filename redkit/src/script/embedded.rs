@@ -68,6 +68,9 @@ embedded! {
     FIXED_WINDOW_LEASE => "fixed_window_lease", 2;
     GCRA => "gcra", 4;
     SLIDING_WINDOW => "sliding_window", 4;
+    FIXED_WINDOW_PEEK => "fixed_window_peek", 1;
+    GCRA_PEEK => "gcra_peek", 1;
+    SLIDING_WINDOW_PEEK => "sliding_window_peek", 1;
     // Locks.
     LOCK_ACQUIRE => "lock_acquire", 4;
     LOCK_RELEASE => "lock_release", 5;

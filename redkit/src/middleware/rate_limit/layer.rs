@@ -484,7 +484,7 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
 
     common_setters! {
         layer = RateLimitLayer;
-        policy = "redkit::rate_limit::FixedWindow::new(\"api\", redkit::rate_limit::Rate::per_second(crate::nonzero!(10)))?";
+        policy = "redkit::rate_limit::FixedWindow::new(\"api\", redkit::rate_limit::Rate::per_second(redkit::nonzero!(10)))?";
         /// Behaviour when Redis fails (default [`FailMode::Open`](crate::middleware::FailMode::Open)).
         fail_mode;
         /// Longest wait for Redis per request (default [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT));

@@ -7,7 +7,6 @@
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
-use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
@@ -15,15 +14,16 @@ use redis::Value;
 
 use self::aligned::Slot;
 use self::queue::{GroupSender, WindowGroups};
-use super::decision::Decision;
+use super::basics::limiter_basics;
+use super::decision::{Decision, Quota};
 use super::deny_cache::DenyCache;
 use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
+use super::reply::{ints, non_negative};
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
-use crate::keys::Prefix;
 use crate::script::{embedded, Call, CallOutcome, Script, ScriptManager};
 
 mod aligned;
@@ -219,6 +219,8 @@ impl<K> Clone for Window<K> {
 }
 
 impl<K: WindowKind> Window<K> {
+    limiter_basics!("FixedWindow", deny_cache);
+
     /// Prefix of every key unless [`with_prefix`](Self::with_prefix) chooses another.
     ///
     /// ```
@@ -271,15 +273,11 @@ impl<K: WindowKind> Window<K> {
     /// ```
     pub fn new(name: &str, rate: Rate) -> Result<Self> {
         let keys = KeySpace::new(Self::DEFAULT_PREFIX, name)?;
-        let window_ms = rate.period_in(
-            Duration::from_millis(1),
-            Self::MAX_WINDOW,
-            "window",
-            "must be between 1 ms and 2^53 - 1 ms",
-        )?;
+        let (held, window_ms) =
+            rate.as_window(Self::MAX_WINDOW, "must be between 1 ms and 2^53 - 1 ms")?;
         Ok(Self {
             keys,
-            rate: rate.with_period(Duration::from_millis(window_ms)),
+            rate: held,
             limit: rate.limit(),
             window_ms,
             script: K::script(),
@@ -287,24 +285,6 @@ impl<K: WindowKind> Window<K> {
             deny_cache: None,
             kind: PhantomData,
         })
-    }
-
-    /// Puts the keys under `prefix` (a validated [`Prefix`]) instead of
-    /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX): `<prefix>:<name>:{<client>}`.
-    /// `with_prefix(Prefix::new("rk:rl")?)` keeps the keys used before 0.2.
-    ///
-    /// ```
-    /// use redkit::keys::Prefix;
-    /// use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
-    /// let l = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?.with_prefix(Prefix::new("app:rl")?);
-    /// assert_eq!(l.prefix(), "app:rl");
-    /// assert_eq!(l.redis_key(&LimitKey::text("u")?), "app:rl:api:{k:u}");
-    /// assert!(Prefix::new("bad prefix").is_err());
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_prefix(mut self, prefix: Prefix) -> Self {
-        self.keys = self.keys.with_prefix(&prefix);
-        self
     }
 
     /// Group commit with `settings` ([`GroupCommit::for_checks()`] is the recommended one):
@@ -321,99 +301,6 @@ impl<K: WindowKind> Window<K> {
     /// ```
     pub fn grouped(self, settings: GroupCommit) -> Grouped<Self> {
         Grouped::new(self, settings)
-    }
-
-    /// The key prefix.
-    ///
-    /// ```
-    /// use redkit::rate_limit::{FixedWindow, Rate};
-    /// let l = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
-    /// assert_eq!(l.prefix(), FixedWindow::DEFAULT_PREFIX);
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn prefix(&self) -> &str {
-        self.keys.prefix()
-    }
-
-    /// The rate: [`limit`](Self::limit) per [`window`](Self::window).
-    ///
-    /// ```
-    /// use redkit::rate_limit::{FixedWindow, Rate};
-    /// let l = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
-    /// assert_eq!(*l.rate(), Rate::per_second(redkit::nonzero!(10)));
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn rate(&self) -> &Rate {
-        &self.rate
-    }
-
-    /// Answers checks of clients known to be limited from `cache`, without a Redis call,
-    /// until their window resets (see [`DenyCache`] for why this is exact). Applies to
-    /// [`check`](Self::check), [`check_n`](Self::check_n) and both batch calls (keys answered
-    /// locally are left out of the round trip); [`reset`](Self::reset) clears the key's entry.
-    /// One cache may be shared by many limiters.
-    ///
-    /// ```
-    /// use redkit::rate_limit::{DenyCache, FixedWindow, Rate};
-    /// let cache = DenyCache::new(100_000)?;
-    /// let limiter = FixedWindow::new("api", Rate::per_minute(redkit::nonzero!(100)))?.with_deny_cache(cache.clone());
-    /// assert_eq!(cache.stats().hits, 0);
-    /// # let _ = limiter; Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_deny_cache(mut self, cache: DenyCache) -> Self {
-        self.deny_cache = Some(cache);
-        self
-    }
-
-    /// The deny cache, when one is attached.
-    ///
-    /// ```
-    /// # use redkit::rate_limit::Rate;
-    /// let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
-    /// assert!(l.deny_cache().is_none());
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn deny_cache(&self) -> Option<&DenyCache> {
-        self.deny_cache.as_ref()
-    }
-
-    /// Uses `manager` (e.g. one shared by the whole application, for its stats).
-    ///
-    /// ```
-    /// # use redkit::rate_limit::Rate;
-    /// use redkit::{rate_limit::FixedWindow, ScriptManager};
-    /// let shared = ScriptManager::new();
-    /// let limiter = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?.with_manager(shared.clone());
-    /// assert_eq!(limiter.manager().stats().noscript_fallbacks, 0);
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn with_manager(mut self, manager: ScriptManager) -> Self {
-        self.manager = manager;
-        self
-    }
-
-    /// The script manager running the checks (for its [`Stats`](crate::Stats)).
-    ///
-    /// ```
-    /// # use redkit::rate_limit::Rate;
-    /// let limiter = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
-    /// let _stats = limiter.manager().stats();
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn manager(&self) -> &ScriptManager {
-        &self.manager
-    }
-
-    /// The limiter's name.
-    ///
-    /// ```
-    /// # use redkit::rate_limit::Rate;
-    /// # let l = redkit::rate_limit::FixedWindow::new("api", Rate::per_second(redkit::nonzero!(10)))?;
-    /// assert_eq!(l.name(), "api");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn name(&self) -> &str {
-        self.keys.name()
     }
 
     /// Units allowed per window.
@@ -454,39 +341,15 @@ impl<K: WindowKind> Window<K> {
         self.counter_key(key, self.slot().ok().flatten().as_ref())
     }
 
-    /// Counts one unit for `key`. See [`check_n`](Self::check_n).
-    ///
-    /// ```no_run
-    /// # async fn run(l: redkit::rate_limit::FixedWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use redkit::rate_limit::LimitKey;
-    /// let d = l.check(&mut conn, &LimitKey::text("user-42")?).await?;
-    /// # let _ = d; Ok(()) }
-    /// ```
-    pub async fn check<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<Decision> {
-        self.check_n(conn, key, NonZeroU32::MIN).await
-    }
-
-    /// Counts `cost` units for `key` in one round trip, if they fit in the current window.
-    ///
-    /// A cost above the limit is [`Decision::CostExceedsLimit`] (it can never pass; nothing is
-    /// counted). With a [`DenyCache`] attached, a client known to be limited for this cost is
-    /// answered locally (no round trip). Errors: [`Error::WrongType`] / [`Error::CorruptData`] when the counter key holds something that
-    /// is not a counter (nothing written), and connection errors.
-    ///
-    /// ```no_run
-    /// # async fn run(l: redkit::rate_limit::FixedWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
-    /// use redkit::rate_limit::LimitKey;
-    /// let upload_cost = redkit::nonzero!(5);
-    /// let d = l.check_n(&mut conn, &LimitKey::text("user-42")?, upload_cost).await?;
-    /// # let _ = d; Ok(()) }
-    /// ```
-    pub async fn check_n<C: ConnectionLike>(
+    /// [`check_n`](Self::check_n): counts `cost` units for `key` in one round trip, if they
+    /// fit in the current window.
+    async fn count<C: ConnectionLike>(
         &self,
         conn: &mut C,
         key: &LimitKey,
-        cost: NonZeroU32,
+        cost: u32,
     ) -> Result<Decision> {
-        self.check_through(conn, key, cost.get(), None).await
+        self.check_through(conn, key, cost, None).await
     }
 
     /// A check of `cost` units for `key`, sent through `groups` when given (a [`Grouped`]
@@ -665,6 +528,41 @@ impl<K: WindowKind> Window<K> {
         }
         self.batch(keys, |calls| self.manager.invoke_batch_by_slot(conn, calls))
             .await
+    }
+
+    /// `key`'s counter in the current window as a check would find it, read without
+    /// counting: `used` the units counted, `remaining` what would still pass, `reset_after`
+    /// the time until the window ends (a full window when none has started). One read-only
+    /// script call (`EVALSHA_RO`: a replica may serve it); it writes nothing and does not
+    /// touch the deny cache. A diagnostic: another process may count before a real check.
+    /// Under leased quota ([`Leased`]), `used` counts the units leased to every instance,
+    /// spent or not.
+    ///
+    /// ```no_run
+    /// # async fn run(l: redkit::rate_limit::FixedWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// let q = l.peek(&mut conn, &redkit::rate_limit::LimitKey::text("user-42")?).await?;
+    /// if !q.would_allow(redkit::nonzero!(3)) {
+    ///     println!("3 more would be refused for {:?}", q.reset_after());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn peek<C: ConnectionLike>(&self, conn: &mut C, key: &LimitKey) -> Result<Quota> {
+        let script = embedded::FIXED_WINDOW_PEEK.script();
+        let slot = self.slot()?;
+        let mut call = Call::new(script);
+        call.key(self.counter_key(key, slot.as_ref()));
+        let reply = self.manager.invoke(conn, &call).await?;
+        let [count, pttl] = ints::<2>(script, reply)?;
+        let count = non_negative(script, "count", count)?;
+        let reset_after = match (slot, u64::try_from(pttl)) {
+            // Aligned to the clock: the window's end (the counter's TTL adds a grace).
+            (Some(slot), _) => Duration::from_millis(slot.reset_after_ms),
+            // PTTL 0: less than a millisecond left.
+            (None, Ok(ms)) => Duration::from_millis(ms.max(1)),
+            // No counter (or none with a TTL): the window a check would start.
+            (None, Err(_)) => Duration::from_millis(self.window_ms),
+        };
+        Ok(Quota::new(self.limit, count, reset_after))
     }
 
     /// Deletes `key`'s counter (for an [`AlignedWindow`], the current window's): its next
@@ -858,7 +756,7 @@ mod tests {
         let ab = FixedWindow::new("a:b", Rate::per_second(crate::nonzero!(1))).unwrap();
         assert_ne!(a.redis_key(&k), ab.redis_key(&k));
         assert_eq!(a.redis_key(&k), "redkit:rl:a:{k:x}");
-        let old = a.with_prefix(Prefix::new("rk:rl").unwrap());
+        let old = a.with_prefix(crate::keys::Prefix::new("rk:rl").unwrap());
         assert_eq!(old.redis_key(&k), "rk:rl:a:{k:x}");
     }
 
