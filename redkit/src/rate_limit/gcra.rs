@@ -13,7 +13,7 @@ use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
-use super::reply::{ints, quota_of, timed_decision};
+use super::reply::{int, ints, non_negative, quota_of, timed_decision};
 use crate::error::{Error, Result};
 use crate::script::{embedded, Call, Script, ScriptManager};
 
@@ -275,6 +275,57 @@ impl Gcra {
             Duration::from_micros,
             self.burst,
         )
+    }
+
+    /// Blocks `key` for `block`: its TAT moves so that every check is refused until the
+    /// block ends, with the exact `retry_after` (the check costs nothing more); afterwards
+    /// the bucket refills from empty. A block never shortens what the client already waits
+    /// for (a later TAT stays), and the block's length is returned: the time until a cost-1
+    /// request conforms. One script call, timed by the server's clock. Other processes' deny
+    /// caches only refuse, so they never let a blocked client through.
+    ///
+    /// Errors: [`Error::InvalidInput`] for a zero block or one that, with the bucket, reaches
+    /// 10^15 µs (nothing sent), [`Error::WrongType`] / [`Error::CorruptData`] when the key
+    /// holds something else, [`Error::PermissionDenied`] (nothing written in each case).
+    ///
+    /// ```no_run
+    /// # async fn run(l: redkit::rate_limit::Gcra, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// let key = redkit::rate_limit::LimitKey::text("tenant-9")?;
+    /// let blocked = l.block_for(&mut conn, &key, Duration::from_secs(60)).await?;
+    /// assert!(blocked >= Duration::from_secs(60));
+    /// # Ok(()) }
+    /// ```
+    pub async fn block_for<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+        block: Duration,
+    ) -> Result<Duration> {
+        let bucket_us = self.interval_us.saturating_mul(u64::from(self.burst));
+        let us = u64::try_from(block.as_micros())
+            .ok()
+            .filter(|us| {
+                *us >= 1
+                    && us
+                        .checked_add(bucket_us)
+                        .is_some_and(|t| t < 1_000_000_000_000_000)
+            })
+            .ok_or_else(|| {
+                Error::invalid(
+                    "block",
+                    "must be at least 1 µs, and below 10^15 µs with the bucket",
+                )
+            })?;
+        let script = embedded::GCRA_BLOCK.script();
+        let mut call = Call::new(script);
+        call.key(self.redis_key(key))
+            .arg(self.interval_us)
+            .arg(self.burst)
+            .arg(us);
+        let reply = self.manager.invoke(conn, &call).await?;
+        let blocked = non_negative(script, "block", int(script, reply)?)?;
+        Ok(Duration::from_micros(blocked))
     }
 
     /// Deletes `key`'s TAT: its bucket is full again. Returns whether a key existed.

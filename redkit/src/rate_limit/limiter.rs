@@ -14,7 +14,7 @@ use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
 use super::sliding::SlidingWindow;
 use super::window::{AlignedWindow, FixedWindow, Grouped, Leased};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::keys::Prefix;
 
 /// Declares [`Limiter`] (one variant per algorithm, and one per wrapper of an algorithm),
@@ -225,6 +225,54 @@ limiters! {
         AlignedGrouped(Grouped<AlignedWindow>) = AlignedWindow;
         /// A [`FixedWindow`] answering from leased quota.
         FixedLeased(Leased<FixedWindow>) = FixedWindow;
+    }
+}
+
+impl Limiter {
+    /// Blocks `key` for `block` where the algorithm can express it with the state its check
+    /// already reads: [`FixedWindow::block_for`] (also under group commit or leasing: the
+    /// same counter) and [`Gcra::block_for`]. Returns the block's length.
+    ///
+    /// Errors: [`Error::UnsupportedOption`] (option `"block_for"`, nothing sent) for an
+    /// [`AlignedWindow`] (its counter is per window: a block would span several) and a
+    /// [`SlidingWindow`] (a count weighted down over time cannot hold a client out for a
+    /// set time); else as the algorithm's.
+    ///
+    /// ```no_run
+    /// # async fn run(l: redkit::rate_limit::Limiter, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// let key = redkit::rate_limit::LimitKey::text("user-42")?;
+    /// match l.block_for(&mut conn, &key, Duration::from_secs(600)).await {
+    ///     Ok(blocked) => println!("blocked for {blocked:?}"),
+    ///     Err(redkit::Error::UnsupportedOption { algorithm, .. }) => println!("{algorithm:?} cannot block"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn block_for<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+        block: Duration,
+    ) -> Result<Duration> {
+        let reason = match self {
+            Self::Fixed(l) => return l.block_for(conn, key, block).await,
+            Self::FixedGrouped(l) => return l.limiter().block_for(conn, key, block).await,
+            Self::FixedLeased(l) => return l.limiter().block_for(conn, key, block).await,
+            Self::Gcra(l) => return l.block_for(conn, key, block).await,
+            Self::Aligned(_) | Self::AlignedGrouped(_) => {
+                "a counter per window aligned to the clock cannot hold a block across windows"
+            }
+            Self::Sliding(_) => {
+                "a count weighted down over time cannot hold a client out for a set time"
+            }
+        };
+        Err(Error::UnsupportedOption {
+            policy: self.name().to_owned(),
+            option: "block_for",
+            algorithm: self.algorithm(),
+            reason,
+        })
     }
 }
 

@@ -30,6 +30,15 @@ pub(crate) fn ints<const N: usize>(script: &Script, reply: Value) -> Result<[i64
     Ok(out)
 }
 
+/// `reply` as one integer, or the script's own error mapped to [`Error`].
+pub(crate) fn int(script: &Script, reply: Value) -> Result<i64> {
+    match reply {
+        Value::Int(i) => Ok(i),
+        Value::ServerError(e) => Err(script_error(script, e.into())),
+        _ => Err(Error::unexpected(script.id(), "expected an integer")),
+    }
+}
+
 /// A non-negative reply field, or an unexpected-reply error naming it.
 pub(crate) fn non_negative(script: &Script, what: &str, v: i64) -> Result<u64> {
     u64::try_from(v).map_err(|_| Error::unexpected(script.id(), format!("negative {what}")))

@@ -69,6 +69,8 @@ embedded! {
     GCRA => "gcra", 4;
     SLIDING_WINDOW => "sliding_window", 4;
     FIXED_WINDOW_PEEK => "fixed_window_peek", 1;
+    FIXED_WINDOW_BLOCK => "fixed_window_block", 1;
+    GCRA_BLOCK => "gcra_block", 1;
     GCRA_PEEK => "gcra_peek", 1;
     SLIDING_WINDOW_PEEK => "sliding_window_peek", 1;
     // Locks.

@@ -21,7 +21,7 @@ use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
-use super::reply::{ints, non_negative};
+use super::reply::{int, ints, non_negative};
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
 use crate::script::{embedded, Call, CallOutcome, Script, ScriptManager};
@@ -655,6 +655,47 @@ impl FixedWindow {
     /// ```
     pub fn leased(self, lease: QuotaLease) -> Leased<Self> {
         Leased::new(self, lease)
+    }
+
+    /// Blocks `key` for `block`: its counter holds at least the limit until the block ends,
+    /// so every check of it is refused with the block's end as its `retry_after` (the check
+    /// costs nothing more), and afterwards a new window starts. A block never shortens what
+    /// the client already waits for: it ends at the later of the block and the current
+    /// window's end, and that length is returned. One script call. What other processes
+    /// hold locally can lag it: units already leased to an instance ([`Leased`]) stay
+    /// usable until spent, at most the lease's size per instance; deny caches only refuse,
+    /// so they never let a blocked client through.
+    ///
+    /// Errors: [`Error::InvalidInput`] for a block outside 1 ms..=[`MAX_WINDOW`](Self::MAX_WINDOW)
+    /// (nothing sent), [`Error::WrongType`] / [`Error::CorruptData`] when the counter holds
+    /// something else, [`Error::PermissionDenied`] (nothing written in each case).
+    ///
+    /// ```no_run
+    /// # async fn run(l: redkit::rate_limit::FixedWindow, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// let abuser = redkit::rate_limit::LimitKey::ip("203.0.113.9".parse().unwrap());
+    /// let blocked = l.block_for(&mut conn, &abuser, Duration::from_secs(15 * 60)).await?;
+    /// assert!(blocked >= Duration::from_secs(15 * 60));
+    /// # Ok(()) }
+    /// ```
+    pub async fn block_for<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+        block: Duration,
+    ) -> Result<Duration> {
+        let ms = u64::try_from(block.as_millis())
+            .ok()
+            .filter(|ms| *ms >= 1 && block <= Self::MAX_WINDOW)
+            .ok_or_else(|| Error::invalid("block", "must be between 1 ms and MAX_WINDOW"))?;
+        let script = embedded::FIXED_WINDOW_BLOCK.script();
+        let mut call = Call::new(script);
+        call.key(self.counter_key(key, None))
+            .arg(self.limit)
+            .arg(ms);
+        let reply = self.manager.invoke(conn, &call).await?;
+        let blocked = non_negative(script, "block", int(script, reply)?)?;
+        Ok(Duration::from_millis(blocked))
     }
 }
 
