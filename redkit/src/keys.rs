@@ -98,6 +98,7 @@ impl Prefix {
 
     /// `self:part`, where `part` passed [`validate_prefix`]: made of the same characters,
     /// at most 129 bytes (a namespace under a prefix, e.g. a policy's own keys).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) fn join(&self, part: &str) -> Self {
         Self(format!("{}:{part}", self.0))
     }
