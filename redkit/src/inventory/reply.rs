@@ -34,13 +34,7 @@ pub(super) fn decode(script: &Script, value: Value, lines: usize) -> Result<Repl
             _ => Err(bad("a bare integer")),
         };
     }
-    let Value::Array(items) = &value else {
-        return Err(bad("not an array"));
-    };
-    let Some((tag, rest)) = items.split_first() else {
-        return Err(bad("no tag"));
-    };
-    let tag = text(tag).ok_or_else(|| bad("a bad tag"))?;
+    let (tag, rest) = tagged(&value).ok_or_else(|| bad("no tag"))?;
     if tag == "dup" {
         let original = match rest {
             [original] => text(original),
@@ -56,16 +50,30 @@ pub(super) fn decode(script: &Script, value: Value, lines: usize) -> Result<Repl
             _ => Err(bad("a bad original")),
         };
     }
-    let numbers: Option<Vec<u64>> = rest
+    numbers(rest)
+        .and_then(|n| outcome(tag, n, lines))
+        .ok_or_else(|| bad("a malformed outcome"))
+}
+
+/// The tag (a bulk or status string) of an array reply and the items after it; `None` for
+/// any other shape.
+pub(super) fn tagged(value: &Value) -> Option<(&str, &[Value])> {
+    let Value::Array(items) = value else {
+        return None;
+    };
+    let (tag, rest) = items.split_first()?;
+    Some((text(tag)?, rest))
+}
+
+/// Items that are all non-negative integers, as numbers; `None` when one is not.
+pub(super) fn numbers(items: &[Value]) -> Option<Vec<u64>> {
+    items
         .iter()
         .map(|v| match v {
             Value::Int(n) => u64::try_from(*n).ok(),
             _ => None,
         })
-        .collect();
-    numbers
-        .and_then(|n| outcome(tag, n, lines))
-        .ok_or_else(|| bad("a malformed outcome"))
+        .collect()
 }
 
 fn text(value: &Value) -> Option<&str> {
@@ -110,12 +118,9 @@ pub(super) fn settle_group(
     members: &[super::group::Member],
 ) -> Result<Vec<Reply>> {
     let bad = |what: &str| Error::unexpected(script.id(), format!("{what} in reply {value:?}"));
-    let Value::Array(items) = &value else {
-        return Err(bad("not an array"));
-    };
-    let (mut stock, found) = match items.split_first() {
-        Some((tag, rest)) if text(tag) == Some("unknown") => (None, rest),
-        Some((tag, [Value::Int(s), rest @ ..])) if text(tag) == Some("group") => (
+    let (mut stock, found) = match tagged(&value) {
+        Some(("unknown", rest)) => (None, rest),
+        Some(("group", [Value::Int(s), rest @ ..])) => (
             Some(u64::try_from(*s).map_err(|_| bad("a bad stock"))?),
             rest,
         ),

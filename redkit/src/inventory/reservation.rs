@@ -10,6 +10,7 @@ use redis::Value;
 
 use super::engine::{self, check_quantity};
 use super::outcome::{counted, Labelled};
+use super::reply;
 use super::store::{unknown_sku, Store};
 use crate::error::{Error, Result};
 use crate::inventory::metrics::{InventoryOp, InventoryOutcome};
@@ -271,31 +272,7 @@ impl Store {
                 call.arg(quantity)
                     .arg(ttl_ms)
                     .arg(engine::MAX_RESERVATIONS_PER_SKU);
-                let (script, tag, numbers, acked) = self.run(conn, &call, replication).await?;
-                let ms = Duration::from_millis;
-                let outcome = match (tag.as_str(), numbers.as_slice()) {
-                    ("ok", [remaining, ttl]) => Ok(Reserve::Reserved {
-                        remaining: *remaining,
-                        expires_in: ms(*ttl),
-                    }),
-                    ("short", [available]) => Ok(Reserve::Insufficient {
-                        available: *available,
-                    }),
-                    ("dup", [quantity, left]) => Ok(Reserve::AlreadyReserved {
-                        quantity: *quantity,
-                        expires_in: ms(*left),
-                    }),
-                    ("full", [limit]) => Ok(Reserve::Full { limit: *limit }),
-                    ("committed", [quantity]) => Ok(Reserve::AlreadyCommitted {
-                        quantity: *quantity,
-                    }),
-                    ("released", [quantity]) => Ok(Reserve::AlreadyCancelled {
-                        quantity: *quantity,
-                    }),
-                    ("unknown", []) => Err(unknown_sku(sku)),
-                    _ => Err(malformed(script, &tag, &numbers)),
-                }?;
-                Ok(acked.map(|()| outcome))
+                self.run(conn, &call, sku, replication, Reserve::read).await
             }
             .await,
         )
@@ -368,17 +345,7 @@ impl Store {
             async {
                 let mut call = self.reservation_call(sku, S::ACTION, reservation_id)?;
                 call.arg(self.engine().retention_ms);
-                let (script, tag, numbers, acked) = self.run(conn, &call, replication).await?;
-                let outcome = match (tag.as_str(), numbers.as_slice()) {
-                    ("ok", settled) => S::settled(settled),
-                    ("committed", [quantity]) => Some(S::already_committed(*quantity)),
-                    ("released", [quantity]) => Some(S::already_cancelled(*quantity)),
-                    ("none", []) => Some(S::unknown()),
-                    ("unknown", []) => return Err(unknown_sku(sku)),
-                    _ => None,
-                }
-                .ok_or_else(|| malformed(script, &tag, &numbers))?;
-                Ok(acked.map(|()| outcome))
+                self.run(conn, &call, sku, replication, S::read).await
             }
             .await,
         )
@@ -453,37 +420,55 @@ impl Store {
         Ok(call)
     }
 
-    /// Runs a reservation call (with `WAIT` when `replication` is given); returns the reply's
-    /// tag, its non-negative integers and the acknowledgement counts.
-    async fn run<C: ConnectionLike>(
+    /// Runs a reservation call on `sku` (with `WAIT` when `replication` is given) and reads
+    /// its reply, a tag and non-negative integers, with `read` (`None`: malformed); the tag
+    /// `unknown` is a SKU never set, whatever the call.
+    async fn run<T, C: ConnectionLike>(
         &self,
         conn: &mut C,
         call: &Call<'static>,
+        sku: &str,
         replication: Option<Replication>,
-    ) -> Result<(&'static Script, String, Vec<u64>, Acked<()>)> {
+        read: fn(&str, &[u64]) -> Option<T>,
+    ) -> Result<Acked<T>> {
         let script = self.engine().reserve;
         let (value, ack): (Value, _) = self.engine().run(conn, call, replication).await?.split();
         let bad = || Error::unexpected(script.id(), format!("malformed reply {value:?}"));
-        let Value::Array(items) = &value else {
-            return Err(bad());
+        let (tag, rest) = reply::tagged(&value).ok_or_else(bad)?;
+        let numbers = reply::numbers(rest).ok_or_else(bad)?;
+        let outcome = match (tag, numbers.as_slice()) {
+            ("unknown", []) => return Err(unknown_sku(sku)),
+            (tag, numbers) => read(tag, numbers).ok_or_else(|| malformed(script, tag, numbers))?,
         };
-        let Some((tag, rest)) = items.split_first() else {
-            return Err(bad());
-        };
-        let tag = match tag {
-            Value::BulkString(b) => std::str::from_utf8(b).map_err(|_| bad())?.to_owned(),
-            Value::SimpleString(s) => s.clone(),
-            _ => return Err(bad()),
-        };
-        let numbers = rest
-            .iter()
-            .map(|v| match v {
-                Value::Int(n) => u64::try_from(*n).ok(),
-                _ => None,
-            })
-            .collect::<Option<Vec<u64>>>()
-            .ok_or_else(bad)?;
-        Ok((script, tag, numbers, ack))
+        Ok(ack.map(|()| outcome))
+    }
+}
+
+impl Reserve {
+    /// A reserve's reply: its tag and numbers; `None` when they do not fit.
+    fn read(tag: &str, numbers: &[u64]) -> Option<Self> {
+        let ms = Duration::from_millis;
+        match (tag, numbers) {
+            ("ok", [remaining, ttl]) => Some(Self::Reserved {
+                remaining: *remaining,
+                expires_in: ms(*ttl),
+            }),
+            ("short", [available]) => Some(Self::Insufficient {
+                available: *available,
+            }),
+            ("dup", [quantity, left]) => Some(Self::AlreadyReserved {
+                quantity: *quantity,
+                expires_in: ms(*left),
+            }),
+            ("full", [limit]) => Some(Self::Full { limit: *limit }),
+            ("committed", [quantity]) => Some(Self::AlreadyCommitted {
+                quantity: *quantity,
+            }),
+            ("released", [quantity]) => Some(Self::AlreadyCancelled {
+                quantity: *quantity,
+            }),
+            _ => None,
+        }
     }
 }
 
@@ -515,6 +500,18 @@ pub(super) trait Settlement: Labelled + Sized {
     fn already_cancelled(quantity: u64) -> Self;
     /// No such reservation.
     fn unknown() -> Self;
+
+    /// A settlement's reply: its tag and numbers; `None` when they do not fit. A repeat and a
+    /// missing reservation read alike for commit and cancel.
+    fn read(tag: &str, numbers: &[u64]) -> Option<Self> {
+        match (tag, numbers) {
+            ("ok", settled) => Self::settled(settled),
+            ("committed", [quantity]) => Some(Self::already_committed(*quantity)),
+            ("released", [quantity]) => Some(Self::already_cancelled(*quantity)),
+            ("none", []) => Some(Self::unknown()),
+            _ => None,
+        }
+    }
 }
 
 impl Settlement for Commit {
