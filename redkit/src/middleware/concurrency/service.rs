@@ -10,13 +10,13 @@ use tower::Service;
 
 use crate::error::{Error, Result};
 use crate::lock::{Acquire, PermitGuard};
-use crate::middleware::common::{bump, limit_service, refusal, FailMode, UnknownClient};
+use crate::middleware::client::Client;
+use crate::middleware::common::{bump, limit_service, refusal, FailMode};
 use crate::middleware::future::ResponseFuture;
 use crate::middleware::headers::retry_after_secs;
-use crate::middleware::key::{ClientId, KeyExtractor, RequestInfo};
+use crate::middleware::key::{KeyExtractor, RequestInfo};
 use crate::middleware::metrics::{self, Verdict};
 use crate::middleware::respond::{DefaultResponses, Rejection, Respond};
-use crate::rate_limit::LimitKey;
 
 use super::layer::{resource_of, ConcurrencyLimitLayer, Shared};
 use super::Stats;
@@ -139,24 +139,12 @@ where
         let shared = Arc::clone(&self.shared);
         ResponseFuture::boxed(async move {
             let stats = &shared.stats;
-            let key = match shared.common.extractor.extract(&RequestInfo::new(&req)) {
-                Some(ClientId::Ip(ip)) => LimitKey::ip_grouped(ip, shared.common.ipv6_prefix),
-                Some(ClientId::Key(key)) => key,
-                None => {
-                    bump(&stats.common.unknown_clients);
-                    metrics::concurrency_limited(&shared.metrics, Verdict::UnknownClient);
-                    match shared.common.unknown {
-                        UnknownClient::Allow => return inner.call(req).await,
-                        UnknownClient::Reject => {
-                            let response = refusal(StatusCode::BAD_REQUEST, None);
-                            return Ok(shared
-                                .common
-                                .respond
-                                .respond(&Rejection::UnknownClient, response));
-                        }
-                        _ => LimitKey::unknown_client(),
-                    }
-                }
+            let id = shared.common.extractor.extract(&RequestInfo::new(&req));
+            let unknown = || metrics::concurrency_limited(&shared.metrics, Verdict::UnknownClient);
+            let key = match shared.common.client(id, &stats.common, unknown) {
+                Client::Key(key) => key,
+                Client::Pass => return inner.call(req).await,
+                Client::Refused(response) => return Ok(response),
             };
             let resource = resource_of(&key);
             let mut conn = shared.common.conn.clone();
