@@ -254,28 +254,42 @@ impl Store {
         reservation_id: &str,
         replication: Option<Replication>,
     ) -> Result<Acked<Reserve>> {
-        counted(
+        let call = self.reserve_call(sku, quantity, ttl, reservation_id);
+        self.run(
+            conn,
             InventoryOp::Reserve,
-            async {
-                check_quantity(quantity)?;
-                if ttl < Duration::from_millis(1) || ttl > engine::MAX_RESERVATION_TTL {
-                    return Err(Error::invalid(
-                        "ttl",
-                        format!(
-                            "must be 1 ms ..= {} days",
-                            engine::MAX_RESERVATION_TTL.as_secs() / 86_400
-                        ),
-                    ));
-                }
-                let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-                let mut call = self.reservation_call(sku, "reserve", reservation_id)?;
-                call.arg(quantity)
-                    .arg(ttl_ms)
-                    .arg(engine::MAX_RESERVATIONS_PER_SKU);
-                self.run(conn, &call, sku, replication, Reserve::read).await
-            }
-            .await,
+            sku,
+            call,
+            replication,
+            Reserve::read,
         )
+        .await
+    }
+
+    /// The call of a reserve, its input checked (nothing is sent when it is bad).
+    fn reserve_call(
+        &self,
+        sku: &str,
+        quantity: u64,
+        ttl: Duration,
+        reservation_id: &str,
+    ) -> Result<Call<'static>> {
+        check_quantity(quantity)?;
+        if ttl < Duration::from_millis(1) || ttl > engine::MAX_RESERVATION_TTL {
+            return Err(Error::invalid(
+                "ttl",
+                format!(
+                    "must be 1 ms ..= {} days",
+                    engine::MAX_RESERVATION_TTL.as_secs() / 86_400
+                ),
+            ));
+        }
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let mut call = self.reservation_call(sku, "reserve", reservation_id)?;
+        call.arg(quantity)
+            .arg(ttl_ms)
+            .arg(engine::MAX_RESERVATIONS_PER_SKU);
+        Ok(call)
     }
 
     /// Commits the live reservation `reservation_id` of `sku`: its units stay deducted and the
@@ -340,15 +354,13 @@ impl Store {
         reservation_id: &str,
         replication: Option<Replication>,
     ) -> Result<Acked<S>> {
-        counted(
-            S::OPERATION,
-            async {
-                let mut call = self.reservation_call(sku, S::ACTION, reservation_id)?;
-                call.arg(self.engine().retention_ms);
-                self.run(conn, &call, sku, replication, S::read).await
-            }
-            .await,
-        )
+        let call = self.reservation_call(sku, S::ACTION, reservation_id);
+        let call = call.map(|mut call| {
+            call.arg(self.engine().retention_ms);
+            call
+        });
+        self.run(conn, S::OPERATION, sku, call, replication, S::read)
+            .await
     }
 
     /// Moves the reservations of `sku` made by redkit's v1 inventory scripts into the
@@ -420,27 +432,35 @@ impl Store {
         Ok(call)
     }
 
-    /// Runs a reservation call on `sku` (with `WAIT` when `replication` is given) and reads
+    /// Runs a reservation `call` on `sku` (with `WAIT` when `replication` is given) and reads
     /// its reply, a tag and non-negative integers, with `read` (`None`: malformed); the tag
-    /// `unknown` is a SKU never set, whatever the call.
-    async fn run<T, C: ConnectionLike>(
+    /// `unknown` is a SKU never set, whatever the call. Counted under `operation`, a call
+    /// refused before sending (bad input) too.
+    async fn run<T: Labelled, C: ConnectionLike>(
         &self,
         conn: &mut C,
-        call: &Call<'static>,
+        operation: InventoryOp,
         sku: &str,
+        call: Result<Call<'static>>,
         replication: Option<Replication>,
         read: fn(&str, &[u64]) -> Option<T>,
     ) -> Result<Acked<T>> {
-        let script = self.engine().reserve;
-        let (value, ack): (Value, _) = self.engine().run(conn, call, replication).await?.split();
-        let bad = || Error::unexpected(script.id(), format!("malformed reply {value:?}"));
-        let (tag, rest) = reply::tagged(&value).ok_or_else(bad)?;
-        let numbers = reply::numbers(rest).ok_or_else(bad)?;
-        let outcome = match (tag, numbers.as_slice()) {
-            ("unknown", []) => return Err(unknown_sku(sku)),
-            (tag, numbers) => read(tag, numbers).ok_or_else(|| malformed(script, tag, numbers))?,
+        let sent = async {
+            let script = self.engine().reserve;
+            let acked = self.engine().run(conn, &call?, replication).await?;
+            let (value, ack): (Value, _) = acked.split();
+            let bad = || Error::unexpected(script.id(), format!("malformed reply {value:?}"));
+            let (tag, rest) = reply::tagged(&value).ok_or_else(bad)?;
+            let numbers = reply::numbers(rest).ok_or_else(bad)?;
+            let outcome = match (tag, numbers.as_slice()) {
+                ("unknown", []) => return Err(unknown_sku(sku)),
+                (tag, numbers) => {
+                    read(tag, numbers).ok_or_else(|| malformed(script, tag, numbers))?
+                }
+            };
+            Ok(ack.map(|()| outcome))
         };
-        Ok(ack.map(|()| outcome))
+        counted(operation, sent.await)
     }
 }
 

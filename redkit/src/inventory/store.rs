@@ -218,21 +218,12 @@ impl Store {
                 self.decrement_grouped(groups, conn, sku, quantity, request_id)
                     .await
             }
-            None => self.decrement_alone(conn, sku, quantity, request_id).await,
+            None => self
+                .write_with(conn, sku, quantity, request_id, None)
+                .await
+                .map(|acked| acked.outcome),
         };
         counted(InventoryOp::Decrement, outcome)
-    }
-
-    async fn decrement_alone<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        sku: &str,
-        quantity: u64,
-        request_id: Option<&str>,
-    ) -> Result<Decrement> {
-        self.write_with(conn, sku, quantity, request_id, None)
-            .await
-            .map(|acked| acked.outcome)
     }
 
     /// One single-SKU write (`T`: a decrement or a restock), with `replication`'s wait
