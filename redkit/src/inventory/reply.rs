@@ -206,10 +206,17 @@ pub(super) fn fingerprint(mode: &str, keys: &[&str], quantities: &[u64]) -> Stri
 
 #[cfg(test)]
 mod tests {
+    use super::super::group::{Member, Take};
     use super::*;
 
     fn script() -> Script {
         Script::new_variadic("inventory_apply", 1, "").unwrap()
+    }
+
+    /// A group member taking `quantity`, with the record key and fingerprint when given.
+    fn take(quantity: u64, record: Option<(&str, &str)>) -> Member {
+        let record = record.map(|(key, fp)| (key.to_owned(), fp.to_owned()));
+        Member::new(Take { quantity, record })
     }
 
     fn reply(tag: &str, rest: &[Value]) -> Value {
@@ -316,30 +323,13 @@ mod tests {
 
     #[test]
     fn settles_a_group_as_the_script_did_and_refuses_malformed_answers() {
-        use super::super::group::{Member, Take};
         let s = script();
-        let rec = |key: &str, fp: &str| Some((key.to_owned(), fp.to_owned()));
         let members = [
-            Member::new(Take {
-                quantity: 3,
-                record: rec("r1", "f1"),
-            }),
-            Member::new(Take {
-                quantity: 2,
-                record: None,
-            }),
-            Member::new(Take {
-                quantity: 3,
-                record: rec("r1", "f1"),
-            }),
-            Member::new(Take {
-                quantity: 9,
-                record: rec("r2", "f2"),
-            }),
-            Member::new(Take {
-                quantity: 1,
-                record: rec("r3", "f3"),
-            }),
+            take(3, Some(("r1", "f1"))),
+            take(2, None),
+            take(3, Some(("r1", "f1"))),
+            take(9, Some(("r2", "f2"))),
+            take(1, Some(("r3", "f3"))),
         ];
         let answer = |found: Vec<Value>| {
             let mut items = vec![Value::BulkString(b"group".to_vec()), Value::Int(6)];
@@ -415,22 +405,11 @@ mod tests {
 
     #[test]
     fn settles_an_unknown_sku_a_reused_id_and_refuses_other_tags() {
-        use super::super::group::{Member, Take};
         let s = script();
-        let rec = |key: &str, fp: &str| Some((key.to_owned(), fp.to_owned()));
         let members = [
-            Member::new(Take {
-                quantity: 1,
-                record: rec("r1", "f1"),
-            }),
-            Member::new(Take {
-                quantity: 1,
-                record: None,
-            }),
-            Member::new(Take {
-                quantity: 1,
-                record: rec("r1", "other"),
-            }),
+            take(1, Some(("r1", "f1"))),
+            take(1, None),
+            take(1, Some(("r1", "other"))),
         ];
         // No stock recorded: every member not answered by its record is Unknown; nothing is
         // written for them, so a later member with the same id is not a duplicate.
