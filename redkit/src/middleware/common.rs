@@ -11,7 +11,7 @@ use http::header::{HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
 
 use super::key::PeerIp;
-use super::respond::DefaultResponses;
+use super::respond::{DefaultResponses, Rejection, Respond};
 use crate::error::{Error, Result};
 use crate::rate_limit::{validate_ipv6_prefix, DEFAULT_IPV6_PREFIX};
 
@@ -134,6 +134,19 @@ impl<C, K, H> Common<C, K, H> {
             return Err(Error::invalid("timeout", "must be non-zero"));
         }
         Ok(())
+    }
+}
+
+impl<C, K, H> Common<C, K, H> {
+    /// The answer of [`FailMode::Closed`] to a request Redis could not answer for, counted in
+    /// `counters`: 503 with `Retry-After: 1`, shaped by the layer's [`Respond`].
+    pub(crate) fn fail_closed<B: Default>(&self, counters: &CommonCounters) -> Response<B>
+    where
+        H: Respond<B>,
+    {
+        bump(&counters.failed_closed);
+        let response = refusal(StatusCode::SERVICE_UNAVAILABLE, Some(1));
+        self.respond.respond(&Rejection::RedisUnavailable, response)
     }
 }
 

@@ -209,14 +209,9 @@ where
                     bump(&stats.common.redis_failures);
                     match shared.common.fail_mode {
                         FailMode::Closed => {
-                            bump(&stats.common.failed_closed);
                             metrics::concurrency_limited(&shared.metrics, Verdict::FailClosed);
                             tracing::warn!(%error, name = %policy.name, "concurrency limit failed: refusing (fail-closed)");
-                            let response = refuse(StatusCode::SERVICE_UNAVAILABLE, 1);
-                            Ok(shared
-                                .common
-                                .respond
-                                .respond(&Rejection::RedisUnavailable, response))
+                            Ok(shared.common.fail_closed(&stats.common))
                         }
                         _ => {
                             bump(&stats.common.failed_open);

@@ -146,14 +146,9 @@ where
                     bump(&stats.common.redis_failures);
                     match (shared.common.fail_mode, &shared.local) {
                         (FailMode::Closed, _) => {
-                            bump(&stats.common.failed_closed);
                             decide(Verdict::FailClosed);
                             tracing::warn!(%error, limiter = name, "rate limit check failed: refusing (fail-closed)");
-                            let response = refusal(StatusCode::SERVICE_UNAVAILABLE, Some(1));
-                            return Ok(shared
-                                .common
-                                .respond
-                                .respond(&Rejection::RedisUnavailable, response));
+                            return Ok(shared.common.fail_closed(&stats.common));
                         }
                         (FailMode::Local { .. }, Some(local)) => {
                             tracing::warn!(%error, limiter = name, "rate limit check failed: this instance's share, in process (local fallback)");
