@@ -312,7 +312,8 @@ pub(super) use common_setters;
 
 /// The service `$service` (a struct with `inner: S` and `shared: Arc<Shared<C, K, H>>`) that
 /// the layer `$layer` wraps around an inner service: `Layer` for the layer (through its
-/// `shared()`), the accessors of the inner service, `Clone` and `Debug`.
+/// `shared()`), the accessors of the inner service, taking the ready inner service for a
+/// call, `Clone` and `Debug`.
 macro_rules! limit_service {
     ($layer:ident => $service:ident) => {
         impl<S, C, K, H> ::tower::Layer<S> for $layer<C, K, H> {
@@ -352,6 +353,15 @@ macro_rules! limit_service {
             /// ```
             pub fn into_inner(self) -> S {
                 self.inner
+            }
+        }
+
+        impl<S: Clone, C, K, H> $service<S, C, K, H> {
+            /// The inner service made ready by `poll_ready`, for the future of one call; a
+            /// fresh clone stays for the next call.
+            fn take_ready(&mut self) -> S {
+                let clone = self.inner.clone();
+                ::std::mem::replace(&mut self.inner, clone)
             }
         }
 

@@ -133,9 +133,7 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        // The ready service goes into the future; a fresh clone stays for the next call.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = self.take_ready();
         let shared = Arc::clone(&self.shared);
         ResponseFuture::boxed(async move {
             let stats = &shared.stats;

@@ -127,9 +127,7 @@ where
         }
         let live = Arc::clone(&guard);
         drop(guard);
-        // The ready service goes into the future; a fresh clone stays for the next call.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = self.take_ready();
         let shared = Arc::clone(&self.shared);
         ResponseFuture::boxed(async move {
             let stats = shared.stats.mine();
