@@ -54,6 +54,7 @@
 //! # Ok(()) }
 //! ```
 
+mod applied;
 mod engine;
 mod group;
 // Named for the type it holds (re-exported as `inventory::Inventory`).

@@ -2,12 +2,12 @@
 
 use redis::aio::ConnectionLike;
 
+use super::applied;
 use super::engine::{self, check_quantity, Engine, Mode};
-use super::outcome::{Order, Original, Shortage};
-use super::reply::Reply;
-use super::store::{unknown_sku, SkuKeys, Store};
+use super::outcome::Order;
+use super::store::{SkuKeys, Store};
 use crate::error::{Error, Result};
-use crate::script::{Acked, Replication, Script};
+use crate::script::{Acked, Replication};
 
 /// One line of a multi-SKU order: a SKU of one [`Store`] and a quantity, checked when built
 /// with [`Store::line`].
@@ -189,33 +189,6 @@ pub(super) async fn place<C: ConnectionLike>(
         )
         .await?;
     let (reply, ack) = acked.split();
-    let order = order_outcome(engine.apply, lines, reply)?;
+    let order = applied::read(engine.apply, lines, reply)?;
     Ok(ack.map(|()| order))
-}
-
-fn order_outcome(script: &Script, lines: &[OrderLine], reply: Reply) -> Result<Order> {
-    match reply {
-        Reply::Applied(remaining) => Ok(Order::Placed { remaining }),
-        Reply::Short(short) => {
-            let short = short
-                .into_iter()
-                .map(|(i, available)| {
-                    let line = lines
-                        .get(i)
-                        .ok_or_else(|| Error::unexpected(script.id(), "line out of range"))?;
-                    Ok(Shortage {
-                        sku: line.sku.clone(),
-                        requested: line.quantity,
-                        available,
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Ok(Order::Insufficient { short })
-        }
-        Reply::Duplicate(original) => Ok(Order::Duplicate {
-            original: Original::new(order_outcome(script, lines, *original)?),
-        }),
-        Reply::Conflict => Ok(Order::IdReused),
-        Reply::Unknown(i) => Err(unknown_sku(lines.get(i).map_or("?", |l| l.sku.as_str()))),
-    }
 }

@@ -35,7 +35,7 @@ impl Replicated<'_, Store> {
         request_id: Option<&str>,
     ) -> Result<Acked<Decrement>> {
         let store = self.of();
-        let done = store.decrement_with(conn, sku, quantity, request_id, Some(self.wait()));
+        let done = store.write_with(conn, sku, quantity, request_id, Some(self.wait()));
         counted(InventoryOp::Decrement, done.await)
     }
 
@@ -59,7 +59,7 @@ impl Replicated<'_, Store> {
         request_id: Option<&str>,
     ) -> Result<Acked<Restock>> {
         let store = self.of();
-        let done = store.restock_with(conn, sku, quantity, request_id, Some(self.wait()));
+        let done = store.write_with(conn, sku, quantity, request_id, Some(self.wait()));
         counted(InventoryOp::Restock, done.await)
     }
 

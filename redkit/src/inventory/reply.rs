@@ -34,13 +34,7 @@ pub(super) fn decode(script: &Script, value: Value, lines: usize) -> Result<Repl
             _ => Err(bad("a bare integer")),
         };
     }
-    let Value::Array(items) = &value else {
-        return Err(bad("not an array"));
-    };
-    let Some((tag, rest)) = items.split_first() else {
-        return Err(bad("no tag"));
-    };
-    let tag = text(tag).ok_or_else(|| bad("a bad tag"))?;
+    let (tag, rest) = tagged(&value).ok_or_else(|| bad("no tag"))?;
     if tag == "dup" {
         let original = match rest {
             [original] => text(original),
@@ -56,16 +50,30 @@ pub(super) fn decode(script: &Script, value: Value, lines: usize) -> Result<Repl
             _ => Err(bad("a bad original")),
         };
     }
-    let numbers: Option<Vec<u64>> = rest
+    numbers(rest)
+        .and_then(|n| outcome(tag, n, lines))
+        .ok_or_else(|| bad("a malformed outcome"))
+}
+
+/// The tag (a bulk or status string) of an array reply and the items after it; `None` for
+/// any other shape.
+pub(super) fn tagged(value: &Value) -> Option<(&str, &[Value])> {
+    let Value::Array(items) = value else {
+        return None;
+    };
+    let (tag, rest) = items.split_first()?;
+    Some((text(tag)?, rest))
+}
+
+/// Items that are all non-negative integers, as numbers; `None` when one is not.
+pub(super) fn numbers(items: &[Value]) -> Option<Vec<u64>> {
+    items
         .iter()
         .map(|v| match v {
             Value::Int(n) => u64::try_from(*n).ok(),
             _ => None,
         })
-        .collect();
-    numbers
-        .and_then(|n| outcome(tag, n, lines))
-        .ok_or_else(|| bad("a malformed outcome"))
+        .collect()
 }
 
 fn text(value: &Value) -> Option<&str> {
@@ -110,12 +118,9 @@ pub(super) fn settle_group(
     members: &[super::group::Member],
 ) -> Result<Vec<Reply>> {
     let bad = |what: &str| Error::unexpected(script.id(), format!("{what} in reply {value:?}"));
-    let Value::Array(items) = &value else {
-        return Err(bad("not an array"));
-    };
-    let (mut stock, found) = match items.split_first() {
-        Some((tag, rest)) if text(tag) == Some("unknown") => (None, rest),
-        Some((tag, [Value::Int(s), rest @ ..])) if text(tag) == Some("group") => (
+    let (mut stock, found) = match tagged(&value) {
+        Some(("unknown", rest)) => (None, rest),
+        Some(("group", [Value::Int(s), rest @ ..])) => (
             Some(u64::try_from(*s).map_err(|_| bad("a bad stock"))?),
             rest,
         ),
@@ -201,10 +206,17 @@ pub(super) fn fingerprint(mode: &str, keys: &[&str], quantities: &[u64]) -> Stri
 
 #[cfg(test)]
 mod tests {
+    use super::super::group::{Member, Take};
     use super::*;
 
     fn script() -> Script {
         Script::new_variadic("inventory_apply", 1, "").unwrap()
+    }
+
+    /// A group member taking `quantity`, with the record key and fingerprint when given.
+    fn take(quantity: u64, record: Option<(&str, &str)>) -> Member {
+        let record = record.map(|(key, fp)| (key.to_owned(), fp.to_owned()));
+        Member::new(Take { quantity, record })
     }
 
     fn reply(tag: &str, rest: &[Value]) -> Value {
@@ -311,30 +323,13 @@ mod tests {
 
     #[test]
     fn settles_a_group_as_the_script_did_and_refuses_malformed_answers() {
-        use super::super::group::{Member, Take};
         let s = script();
-        let rec = |key: &str, fp: &str| Some((key.to_owned(), fp.to_owned()));
         let members = [
-            Member::new(Take {
-                quantity: 3,
-                record: rec("r1", "f1"),
-            }),
-            Member::new(Take {
-                quantity: 2,
-                record: None,
-            }),
-            Member::new(Take {
-                quantity: 3,
-                record: rec("r1", "f1"),
-            }),
-            Member::new(Take {
-                quantity: 9,
-                record: rec("r2", "f2"),
-            }),
-            Member::new(Take {
-                quantity: 1,
-                record: rec("r3", "f3"),
-            }),
+            take(3, Some(("r1", "f1"))),
+            take(2, None),
+            take(3, Some(("r1", "f1"))),
+            take(9, Some(("r2", "f2"))),
+            take(1, Some(("r3", "f3"))),
         ];
         let answer = |found: Vec<Value>| {
             let mut items = vec![Value::BulkString(b"group".to_vec()), Value::Int(6)];
@@ -410,22 +405,11 @@ mod tests {
 
     #[test]
     fn settles_an_unknown_sku_a_reused_id_and_refuses_other_tags() {
-        use super::super::group::{Member, Take};
         let s = script();
-        let rec = |key: &str, fp: &str| Some((key.to_owned(), fp.to_owned()));
         let members = [
-            Member::new(Take {
-                quantity: 1,
-                record: rec("r1", "f1"),
-            }),
-            Member::new(Take {
-                quantity: 1,
-                record: None,
-            }),
-            Member::new(Take {
-                quantity: 1,
-                record: rec("r1", "other"),
-            }),
+            take(1, Some(("r1", "f1"))),
+            take(1, None),
+            take(1, Some(("r1", "other"))),
         ];
         // No stock recorded: every member not answered by its record is Unknown; nothing is
         // written for them, so a later member with the same id is not a duplicate.

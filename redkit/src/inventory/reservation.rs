@@ -10,6 +10,7 @@ use redis::Value;
 
 use super::engine::{self, check_quantity};
 use super::outcome::{counted, Labelled};
+use super::reply;
 use super::store::{unknown_sku, Store};
 use crate::error::{Error, Result};
 use crate::inventory::metrics::{InventoryOp, InventoryOutcome};
@@ -253,52 +254,42 @@ impl Store {
         reservation_id: &str,
         replication: Option<Replication>,
     ) -> Result<Acked<Reserve>> {
-        counted(
+        let call = self.reserve_call(sku, quantity, ttl, reservation_id);
+        self.run(
+            conn,
             InventoryOp::Reserve,
-            async {
-                check_quantity(quantity)?;
-                if ttl < Duration::from_millis(1) || ttl > engine::MAX_RESERVATION_TTL {
-                    return Err(Error::invalid(
-                        "ttl",
-                        format!(
-                            "must be 1 ms ..= {} days",
-                            engine::MAX_RESERVATION_TTL.as_secs() / 86_400
-                        ),
-                    ));
-                }
-                let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-                let mut call = self.reservation_call(sku, "reserve", reservation_id)?;
-                call.arg(quantity)
-                    .arg(ttl_ms)
-                    .arg(engine::MAX_RESERVATIONS_PER_SKU);
-                let (script, tag, numbers, acked) = self.run(conn, &call, replication).await?;
-                let ms = Duration::from_millis;
-                let outcome = match (tag.as_str(), numbers.as_slice()) {
-                    ("ok", [remaining, ttl]) => Ok(Reserve::Reserved {
-                        remaining: *remaining,
-                        expires_in: ms(*ttl),
-                    }),
-                    ("short", [available]) => Ok(Reserve::Insufficient {
-                        available: *available,
-                    }),
-                    ("dup", [quantity, left]) => Ok(Reserve::AlreadyReserved {
-                        quantity: *quantity,
-                        expires_in: ms(*left),
-                    }),
-                    ("full", [limit]) => Ok(Reserve::Full { limit: *limit }),
-                    ("committed", [quantity]) => Ok(Reserve::AlreadyCommitted {
-                        quantity: *quantity,
-                    }),
-                    ("released", [quantity]) => Ok(Reserve::AlreadyCancelled {
-                        quantity: *quantity,
-                    }),
-                    ("unknown", []) => Err(unknown_sku(sku)),
-                    _ => Err(malformed(script, &tag, &numbers)),
-                }?;
-                Ok(acked.map(|()| outcome))
-            }
-            .await,
+            sku,
+            call,
+            replication,
+            Reserve::read,
         )
+        .await
+    }
+
+    /// The call of a reserve, its input checked (nothing is sent when it is bad).
+    fn reserve_call(
+        &self,
+        sku: &str,
+        quantity: u64,
+        ttl: Duration,
+        reservation_id: &str,
+    ) -> Result<Call<'static>> {
+        check_quantity(quantity)?;
+        if ttl < Duration::from_millis(1) || ttl > engine::MAX_RESERVATION_TTL {
+            return Err(Error::invalid(
+                "ttl",
+                format!(
+                    "must be 1 ms ..= {} days",
+                    engine::MAX_RESERVATION_TTL.as_secs() / 86_400
+                ),
+            ));
+        }
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let mut call = self.reservation_call(sku, "reserve", reservation_id)?;
+        call.arg(quantity)
+            .arg(ttl_ms)
+            .arg(engine::MAX_RESERVATIONS_PER_SKU);
+        Ok(call)
     }
 
     /// Commits the live reservation `reservation_id` of `sku`: its units stay deducted and the
@@ -363,25 +354,13 @@ impl Store {
         reservation_id: &str,
         replication: Option<Replication>,
     ) -> Result<Acked<S>> {
-        counted(
-            S::OPERATION,
-            async {
-                let mut call = self.reservation_call(sku, S::ACTION, reservation_id)?;
-                call.arg(self.engine().retention_ms);
-                let (script, tag, numbers, acked) = self.run(conn, &call, replication).await?;
-                let outcome = match (tag.as_str(), numbers.as_slice()) {
-                    ("ok", settled) => S::settled(settled),
-                    ("committed", [quantity]) => Some(S::already_committed(*quantity)),
-                    ("released", [quantity]) => Some(S::already_cancelled(*quantity)),
-                    ("none", []) => Some(S::unknown()),
-                    ("unknown", []) => return Err(unknown_sku(sku)),
-                    _ => None,
-                }
-                .ok_or_else(|| malformed(script, &tag, &numbers))?;
-                Ok(acked.map(|()| outcome))
-            }
-            .await,
-        )
+        let call = self.reservation_call(sku, S::ACTION, reservation_id);
+        let call = call.map(|mut call| {
+            call.arg(self.engine().retention_ms);
+            call
+        });
+        self.run(conn, S::OPERATION, sku, call, replication, S::read)
+            .await
     }
 
     /// Moves the reservations of `sku` made by redkit's v1 inventory scripts into the
@@ -453,37 +432,63 @@ impl Store {
         Ok(call)
     }
 
-    /// Runs a reservation call (with `WAIT` when `replication` is given); returns the reply's
-    /// tag, its non-negative integers and the acknowledgement counts.
-    async fn run<C: ConnectionLike>(
+    /// Runs a reservation `call` on `sku` (with `WAIT` when `replication` is given) and reads
+    /// its reply, a tag and non-negative integers, with `read` (`None`: malformed); the tag
+    /// `unknown` is a SKU never set, whatever the call. Counted under `operation`, a call
+    /// refused before sending (bad input) too.
+    async fn run<T: Labelled, C: ConnectionLike>(
         &self,
         conn: &mut C,
-        call: &Call<'static>,
+        operation: InventoryOp,
+        sku: &str,
+        call: Result<Call<'static>>,
         replication: Option<Replication>,
-    ) -> Result<(&'static Script, String, Vec<u64>, Acked<()>)> {
-        let script = self.engine().reserve;
-        let (value, ack): (Value, _) = self.engine().run(conn, call, replication).await?.split();
-        let bad = || Error::unexpected(script.id(), format!("malformed reply {value:?}"));
-        let Value::Array(items) = &value else {
-            return Err(bad());
+        read: fn(&str, &[u64]) -> Option<T>,
+    ) -> Result<Acked<T>> {
+        let sent = async {
+            let script = self.engine().reserve;
+            let acked = self.engine().run(conn, &call?, replication).await?;
+            let (value, ack): (Value, _) = acked.split();
+            let bad = || Error::unexpected(script.id(), format!("malformed reply {value:?}"));
+            let (tag, rest) = reply::tagged(&value).ok_or_else(bad)?;
+            let numbers = reply::numbers(rest).ok_or_else(bad)?;
+            let outcome = match (tag, numbers.as_slice()) {
+                ("unknown", []) => return Err(unknown_sku(sku)),
+                (tag, numbers) => {
+                    read(tag, numbers).ok_or_else(|| malformed(script, tag, numbers))?
+                }
+            };
+            Ok(ack.map(|()| outcome))
         };
-        let Some((tag, rest)) = items.split_first() else {
-            return Err(bad());
-        };
-        let tag = match tag {
-            Value::BulkString(b) => std::str::from_utf8(b).map_err(|_| bad())?.to_owned(),
-            Value::SimpleString(s) => s.clone(),
-            _ => return Err(bad()),
-        };
-        let numbers = rest
-            .iter()
-            .map(|v| match v {
-                Value::Int(n) => u64::try_from(*n).ok(),
-                _ => None,
-            })
-            .collect::<Option<Vec<u64>>>()
-            .ok_or_else(bad)?;
-        Ok((script, tag, numbers, ack))
+        counted(operation, sent.await)
+    }
+}
+
+impl Reserve {
+    /// A reserve's reply: its tag and numbers; `None` when they do not fit.
+    fn read(tag: &str, numbers: &[u64]) -> Option<Self> {
+        let ms = Duration::from_millis;
+        match (tag, numbers) {
+            ("ok", [remaining, ttl]) => Some(Self::Reserved {
+                remaining: *remaining,
+                expires_in: ms(*ttl),
+            }),
+            ("short", [available]) => Some(Self::Insufficient {
+                available: *available,
+            }),
+            ("dup", [quantity, left]) => Some(Self::AlreadyReserved {
+                quantity: *quantity,
+                expires_in: ms(*left),
+            }),
+            ("full", [limit]) => Some(Self::Full { limit: *limit }),
+            ("committed", [quantity]) => Some(Self::AlreadyCommitted {
+                quantity: *quantity,
+            }),
+            ("released", [quantity]) => Some(Self::AlreadyCancelled {
+                quantity: *quantity,
+            }),
+            _ => None,
+        }
     }
 }
 
@@ -515,6 +520,18 @@ pub(super) trait Settlement: Labelled + Sized {
     fn already_cancelled(quantity: u64) -> Self;
     /// No such reservation.
     fn unknown() -> Self;
+
+    /// A settlement's reply: its tag and numbers; `None` when they do not fit. A repeat and a
+    /// missing reservation read alike for commit and cancel.
+    fn read(tag: &str, numbers: &[u64]) -> Option<Self> {
+        match (tag, numbers) {
+            ("ok", settled) => Self::settled(settled),
+            ("committed", [quantity]) => Some(Self::already_committed(*quantity)),
+            ("released", [quantity]) => Some(Self::already_cancelled(*quantity)),
+            ("none", []) => Some(Self::unknown()),
+            _ => None,
+        }
+    }
 }
 
 impl Settlement for Commit {

@@ -5,14 +5,15 @@ use redis::aio::ConnectionLike;
 
 use std::sync::Arc;
 
+use super::applied::{self, SkuWrite};
 use super::engine::{self, check_quantity, Engine, Mode};
 use super::group::{Groups, Lead, Member, Take, Turn};
-use super::outcome::{counted, Decrement, Original, Restock};
-use super::reply::{self, Reply};
+use super::outcome::{counted, Decrement, Restock};
+use super::reply;
 use crate::error::{Error, Result};
 use crate::inventory::metrics::InventoryOp;
 use crate::keys;
-use crate::script::{Acked, Call, Replicated, Replication, Script};
+use crate::script::{Acked, Call, Replicated, Replication};
 
 /// One store of an [`Inventory`](super::Inventory) (get it with
 /// [`Inventory::store`](super::Inventory::store)). All its keys share the hash tag `{<store id>}`,
@@ -217,42 +218,33 @@ impl Store {
                 self.decrement_grouped(groups, conn, sku, quantity, request_id)
                     .await
             }
-            None => self.decrement_alone(conn, sku, quantity, request_id).await,
+            None => self
+                .write_with(conn, sku, quantity, request_id, None)
+                .await
+                .map(|acked| acked.outcome),
         };
         counted(InventoryOp::Decrement, outcome)
     }
 
-    async fn decrement_alone<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        sku: &str,
-        quantity: u64,
-        request_id: Option<&str>,
-    ) -> Result<Decrement> {
-        self.decrement_with(conn, sku, quantity, request_id, None)
-            .await
-            .map(|acked| acked.outcome)
-    }
-
-    /// One decrement call, with `replication`'s wait behind it when given (without it, the
-    /// counts of the [`Acked`] are 0 of 0).
-    pub(super) async fn decrement_with<C: ConnectionLike>(
+    /// One single-SKU write (`T`: a decrement or a restock), with `replication`'s wait
+    /// behind it when given (without it, the counts of the [`Acked`] are 0 of 0).
+    pub(super) async fn write_with<T: SkuWrite, C: ConnectionLike>(
         &self,
         conn: &mut C,
         sku: &str,
         quantity: u64,
         request_id: Option<&str>,
         replication: Option<Replication>,
-    ) -> Result<Acked<Decrement>> {
+    ) -> Result<Acked<T>> {
         check_quantity(quantity)?;
         let keys = self.sku_keys(sku)?;
         let record = self.record_key(request_id)?;
-        self.decrement_keys(conn, sku, &keys, quantity, record, replication)
+        self.write_keys(conn, sku, &keys, quantity, record, replication)
             .await
     }
 
-    /// One decrement call on keys built where the call entered.
-    async fn decrement_keys<C: ConnectionLike>(
+    /// One single-SKU write on keys built where the call entered.
+    async fn write_keys<T: SkuWrite, C: ConnectionLike>(
         &self,
         conn: &mut C,
         sku: &str,
@@ -260,12 +252,22 @@ impl Store {
         quantity: u64,
         record: Option<String>,
         replication: Option<Replication>,
-    ) -> Result<Acked<Decrement>> {
+    ) -> Result<Acked<T>> {
         let acked = self
-            .apply_one(conn, Mode::Take, keys, quantity, record, replication)
+            .engine
+            .apply(
+                conn,
+                T::MODE,
+                &[keys.stock.as_str()],
+                &[keys.reservations.as_str()],
+                &[keys.expiries.as_str()],
+                &[quantity],
+                record,
+                replication,
+            )
             .await?;
         let (reply, ack) = acked.split();
-        decrement_outcome(self.engine.apply, sku, reply).map(|outcome| ack.map(|()| outcome))
+        applied::read(self.engine.apply, sku, reply).map(|outcome| ack.map(|()| outcome))
     }
 
     /// [`decrement`](Self::decrement) with group commit (see
@@ -310,7 +312,7 @@ impl Store {
         if let [alone] = lead.members() {
             let record = alone.record.as_ref().map(|(record, _)| record.clone());
             let outcome = self
-                .decrement_keys(conn, sku, keys, alone.quantity, record, None)
+                .write_keys(conn, sku, keys, alone.quantity, record, None)
                 .await
                 .map(|acked| acked.outcome);
             return lead.settle(vec![outcome]);
@@ -325,7 +327,7 @@ impl Store {
             Ok(replies) => {
                 let outcomes = replies
                     .into_iter()
-                    .map(|r| decrement_outcome(self.engine.group, sku, r))
+                    .map(|r| applied::read(self.engine.group, sku, r))
                     .collect();
                 lead.settle(outcomes)
             }
@@ -374,27 +376,8 @@ impl Store {
         quantity: u64,
         request_id: Option<&str>,
     ) -> Result<Restock> {
-        let restocked = self.restock_with(conn, sku, quantity, request_id, None);
+        let restocked = self.write_with(conn, sku, quantity, request_id, None);
         counted(InventoryOp::Restock, restocked.await.map(|a| a.outcome))
-    }
-
-    /// One restock call, with `replication`'s wait behind it when given.
-    pub(super) async fn restock_with<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        sku: &str,
-        quantity: u64,
-        request_id: Option<&str>,
-        replication: Option<Replication>,
-    ) -> Result<Acked<Restock>> {
-        check_quantity(quantity)?;
-        let keys = self.sku_keys(sku)?;
-        let record = self.record_key(request_id)?;
-        let acked = self
-            .apply_one(conn, Mode::Put, &keys, quantity, record, replication)
-            .await?;
-        let (reply, ack) = acked.split();
-        restock_outcome(self.engine.apply, sku, reply).map(|outcome| ack.map(|()| outcome))
     }
 
     pub(super) fn engine(&self) -> &Engine {
@@ -403,29 +386,6 @@ impl Store {
 
     pub(super) fn base(&self) -> &str {
         &self.base
-    }
-
-    async fn apply_one<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        mode: Mode,
-        keys: &SkuKeys,
-        quantity: u64,
-        record: Option<String>,
-        replication: Option<Replication>,
-    ) -> Result<Acked<Reply>> {
-        self.engine
-            .apply(
-                conn,
-                mode,
-                &[keys.stock.as_str()],
-                &[keys.reservations.as_str()],
-                &[keys.expiries.as_str()],
-                &[quantity],
-                record,
-                replication,
-            )
-            .await
     }
 }
 
@@ -444,42 +404,5 @@ pub(super) fn unknown_sku(sku: &str) -> Error {
     Error::NotFound {
         what: "sku",
         detail: sku.to_owned(),
-    }
-}
-
-fn decrement_outcome(script: &Script, sku: &str, reply: Reply) -> Result<Decrement> {
-    match reply {
-        Reply::Applied(stocks) => match stocks.as_slice() {
-            [remaining] => Ok(Decrement::Decremented {
-                remaining: *remaining,
-            }),
-            _ => Err(Error::unexpected(script.id(), "not one line")),
-        },
-        Reply::Short(short) => match short.as_slice() {
-            [(0, available)] => Ok(Decrement::Insufficient {
-                available: *available,
-            }),
-            _ => Err(Error::unexpected(script.id(), "not one line")),
-        },
-        Reply::Duplicate(original) => Ok(Decrement::Duplicate {
-            original: Original::new(decrement_outcome(script, sku, *original)?),
-        }),
-        Reply::Conflict => Ok(Decrement::IdReused),
-        Reply::Unknown(_) => Err(unknown_sku(sku)),
-    }
-}
-
-fn restock_outcome(script: &Script, sku: &str, reply: Reply) -> Result<Restock> {
-    match reply {
-        Reply::Applied(stocks) => match stocks.as_slice() {
-            [stock] => Ok(Restock::Restocked { stock: *stock }),
-            _ => Err(Error::unexpected(script.id(), "not one line")),
-        },
-        Reply::Short(_) => Err(Error::unexpected(script.id(), "a restock cannot be short")),
-        Reply::Duplicate(original) => Ok(Restock::Duplicate {
-            original: Original::new(restock_outcome(script, sku, *original)?),
-        }),
-        Reply::Conflict => Ok(Restock::IdReused),
-        Reply::Unknown(_) => Err(unknown_sku(sku)),
     }
 }

@@ -11,7 +11,7 @@ use http::header::{HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
 
 use super::key::PeerIp;
-use super::respond::DefaultResponses;
+use super::respond::{DefaultResponses, Rejection, Respond};
 use crate::error::{Error, Result};
 use crate::rate_limit::{validate_ipv6_prefix, DEFAULT_IPV6_PREFIX};
 
@@ -134,6 +134,19 @@ impl<C, K, H> Common<C, K, H> {
             return Err(Error::invalid("timeout", "must be non-zero"));
         }
         Ok(())
+    }
+}
+
+impl<C, K, H> Common<C, K, H> {
+    /// The answer of [`FailMode::Closed`] to a request Redis could not answer for, counted in
+    /// `counters`: 503 with `Retry-After: 1`, shaped by the layer's [`Respond`].
+    pub(crate) fn fail_closed<B: Default>(&self, counters: &CommonCounters) -> Response<B>
+    where
+        H: Respond<B>,
+    {
+        bump(&counters.failed_closed);
+        let response = refusal(StatusCode::SERVICE_UNAVAILABLE, Some(1));
+        self.respond.respond(&Rejection::RedisUnavailable, response)
     }
 }
 
@@ -299,7 +312,8 @@ pub(super) use common_setters;
 
 /// The service `$service` (a struct with `inner: S` and `shared: Arc<Shared<C, K, H>>`) that
 /// the layer `$layer` wraps around an inner service: `Layer` for the layer (through its
-/// `shared()`), the accessors of the inner service, `Clone` and `Debug`.
+/// `shared()`), the accessors of the inner service, taking the ready inner service for a
+/// call, `Clone` and `Debug`.
 macro_rules! limit_service {
     ($layer:ident => $service:ident) => {
         impl<S, C, K, H> ::tower::Layer<S> for $layer<C, K, H> {
@@ -339,6 +353,15 @@ macro_rules! limit_service {
             /// ```
             pub fn into_inner(self) -> S {
                 self.inner
+            }
+        }
+
+        impl<S: Clone, C, K, H> $service<S, C, K, H> {
+            /// The inner service made ready by `poll_ready`, for the future of one call; a
+            /// fresh clone stays for the next call.
+            fn take_ready(&mut self) -> S {
+                let clone = self.inner.clone();
+                ::std::mem::replace(&mut self.inner, clone)
             }
         }
 

@@ -30,6 +30,7 @@
 //! ```
 
 mod access;
+mod client;
 mod common;
 mod concurrency;
 mod future;

@@ -426,16 +426,28 @@ impl Admin {
     /// # Ok(()) }
     /// ```
     pub async fn flush(&self, mode: FlushMode) -> Result<Vec<NodeReport<()>>> {
+        self.flush_each("SCRIPT", mode, false, Error::from).await
+    }
+
+    /// `<command> FLUSH <mode>` on every node (every primary when `primaries_only`),
+    /// concurrently; a node's failure made an error by `error`.
+    async fn flush_each(
+        &self,
+        command: &'static str,
+        mode: FlushMode,
+        primaries_only: bool,
+        error: fn(redis::RedisError) -> Error,
+    ) -> Result<Vec<NodeReport<()>>> {
         let mode = mode.arg();
-        self.each_node(|admin, node| async move {
+        self.each_node_where(primaries_only, |admin, node| async move {
             let result = async {
                 let mut conn = admin.connect_addr(&node.addr).await?;
-                redis::cmd("SCRIPT")
+                redis::cmd(command)
                     .arg("FLUSH")
                     .arg(mode)
                     .query_async::<()>(&mut conn)
                     .await
-                    .map_err(Error::from)
+                    .map_err(error)
             }
             .await;
             (node, result)

@@ -10,13 +10,13 @@ use tower::Service;
 
 use crate::error::{Error, Result};
 use crate::lock::{Acquire, PermitGuard};
-use crate::middleware::common::{bump, limit_service, refusal, FailMode, UnknownClient};
+use crate::middleware::client::Client;
+use crate::middleware::common::{bump, limit_service, refusal, FailMode};
 use crate::middleware::future::ResponseFuture;
 use crate::middleware::headers::retry_after_secs;
-use crate::middleware::key::{ClientId, KeyExtractor, RequestInfo};
+use crate::middleware::key::{KeyExtractor, RequestInfo};
 use crate::middleware::metrics::{self, Verdict};
 use crate::middleware::respond::{DefaultResponses, Rejection, Respond};
-use crate::rate_limit::LimitKey;
 
 use super::layer::{resource_of, ConcurrencyLimitLayer, Shared};
 use super::Stats;
@@ -133,30 +133,16 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        // The ready service goes into the future; a fresh clone stays for the next call.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = self.take_ready();
         let shared = Arc::clone(&self.shared);
         ResponseFuture::boxed(async move {
             let stats = &shared.stats;
-            let key = match shared.common.extractor.extract(&RequestInfo::new(&req)) {
-                Some(ClientId::Ip(ip)) => LimitKey::ip_grouped(ip, shared.common.ipv6_prefix),
-                Some(ClientId::Key(key)) => key,
-                None => {
-                    bump(&stats.common.unknown_clients);
-                    metrics::concurrency_limited(&shared.metrics, Verdict::UnknownClient);
-                    match shared.common.unknown {
-                        UnknownClient::Allow => return inner.call(req).await,
-                        UnknownClient::Reject => {
-                            let response = refusal(StatusCode::BAD_REQUEST, None);
-                            return Ok(shared
-                                .common
-                                .respond
-                                .respond(&Rejection::UnknownClient, response));
-                        }
-                        _ => LimitKey::unknown_client(),
-                    }
-                }
+            let id = shared.common.extractor.extract(&RequestInfo::new(&req));
+            let unknown = || metrics::concurrency_limited(&shared.metrics, Verdict::UnknownClient);
+            let key = match shared.common.client(id, &stats.common, unknown) {
+                Client::Key(key) => key,
+                Client::Pass => return inner.call(req).await,
+                Client::Refused(response) => return Ok(response),
             };
             let resource = resource_of(&key);
             let mut conn = shared.common.conn.clone();
@@ -221,14 +207,9 @@ where
                     bump(&stats.common.redis_failures);
                     match shared.common.fail_mode {
                         FailMode::Closed => {
-                            bump(&stats.common.failed_closed);
                             metrics::concurrency_limited(&shared.metrics, Verdict::FailClosed);
                             tracing::warn!(%error, name = %policy.name, "concurrency limit failed: refusing (fail-closed)");
-                            let response = refuse(StatusCode::SERVICE_UNAVAILABLE, 1);
-                            Ok(shared
-                                .common
-                                .respond
-                                .respond(&Rejection::RedisUnavailable, response))
+                            Ok(shared.common.fail_closed(&stats.common))
                         }
                         _ => {
                             bump(&stats.common.failed_open);

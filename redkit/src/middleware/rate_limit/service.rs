@@ -13,7 +13,8 @@ use super::layer::{Live, RateLimitLayer, Shared};
 use super::outcome::{LimitOutcome, Unchecked};
 use crate::error::{Error, Result};
 use crate::middleware::access::Access;
-use crate::middleware::common::{bump, limit_service, refusal, FailMode, UnknownClient};
+use crate::middleware::client::Client;
+use crate::middleware::common::{bump, limit_service, refusal, FailMode};
 use crate::middleware::future::ResponseFuture;
 use crate::middleware::headers::{self, QuotaHeaders};
 use crate::middleware::key::{ClientId, KeyExtractor, RequestInfo};
@@ -126,9 +127,7 @@ where
         }
         let live = Arc::clone(&guard);
         drop(guard);
-        // The ready service goes into the future; a fresh clone stays for the next call.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = self.take_ready();
         let shared = Arc::clone(&self.shared);
         ResponseFuture::boxed(async move {
             let stats = shared.stats.mine();
@@ -145,14 +144,9 @@ where
                     bump(&stats.common.redis_failures);
                     match (shared.common.fail_mode, &shared.local) {
                         (FailMode::Closed, _) => {
-                            bump(&stats.common.failed_closed);
                             decide(Verdict::FailClosed);
                             tracing::warn!(%error, limiter = name, "rate limit check failed: refusing (fail-closed)");
-                            let response = refusal(StatusCode::SERVICE_UNAVAILABLE, Some(1));
-                            return Ok(shared
-                                .common
-                                .respond
-                                .respond(&Rejection::RedisUnavailable, response));
+                            return Ok(shared.common.fail_closed(&stats.common));
                         }
                         (FailMode::Local { .. }, Some(local)) => {
                             tracing::warn!(%error, limiter = name, "rate limit check failed: this instance's share, in process (local fallback)");
@@ -195,17 +189,6 @@ where
     }
 }
 
-/// Who a request is from, settled before any check.
-enum Client<B> {
-    /// To be checked under this key.
-    Key(LimitKey),
-    /// Let through unchecked (allowlisted, or an unknown client let through): recorded in
-    /// the request's extensions.
-    Pass,
-    /// Refused unchecked (denied, or an unknown client refused).
-    Refused(Response<B>),
-}
-
 /// The client of `req` by the layer's key extractor, its access list and its unknown-client
 /// rule; what it decides without a check is counted and recorded here.
 fn client<C, K, H, ReqBody, B>(
@@ -221,46 +204,39 @@ where
 {
     let stats = shared.stats.mine();
     let decide = |verdict| decided(live, route, verdict);
-    match shared.common.extractor.extract(&RequestInfo::new(req)) {
-        Some(ClientId::Ip(ip)) => match live.policies.access().decide(ip) {
+    let id = shared.common.extractor.extract(&RequestInfo::new(req));
+    if let Some(ClientId::Ip(ip)) = &id {
+        match live.policies.access().decide(*ip) {
             Some(Access::Allowed) => {
                 bump(&stats.allowlisted);
                 decide(Verdict::Allowlisted);
                 req.extensions_mut()
                     .insert(LimitOutcome::Unchecked(Unchecked::Allowlisted));
-                Client::Pass
+                return Client::Pass;
             }
             Some(Access::Denied) => {
                 bump(&stats.denied);
                 decide(Verdict::Denied);
                 let response = refusal(StatusCode::FORBIDDEN, None);
-                Client::Refused(shared.common.respond.respond(&Rejection::Denied, response))
+                return Client::Refused(
+                    shared.common.respond.respond(&Rejection::Denied, response),
+                );
             }
-            _ => Client::Key(LimitKey::ip_grouped(ip, shared.common.ipv6_prefix)),
-        },
-        Some(ClientId::Key(key)) => Client::Key(key),
-        None => {
-            bump(&stats.common.unknown_clients);
-            decide(Verdict::UnknownClient);
-            tracing::debug!(path = req.uri().path(), "rate limit: client unknown");
-            match shared.common.unknown {
-                UnknownClient::Allow => {
-                    req.extensions_mut()
-                        .insert(LimitOutcome::Unchecked(Unchecked::UnknownClient));
-                    Client::Pass
-                }
-                UnknownClient::Reject => {
-                    let response = refusal(StatusCode::BAD_REQUEST, None);
-                    Client::Refused(
-                        shared
-                            .common
-                            .respond
-                            .respond(&Rejection::UnknownClient, response),
-                    )
-                }
-                _ => Client::Key(LimitKey::unknown_client()),
-            }
+            _ => {}
         }
+    }
+    let unknown = || {
+        decide(Verdict::UnknownClient);
+        tracing::debug!(path = req.uri().path(), "rate limit: client unknown");
+    };
+    match shared.common.client(id, &stats.common, unknown) {
+        // Only an unknown client passes here (under `UnknownClient::Allow`).
+        Client::Pass => {
+            req.extensions_mut()
+                .insert(LimitOutcome::Unchecked(Unchecked::UnknownClient));
+            Client::Pass
+        }
+        client => client,
     }
 }
 

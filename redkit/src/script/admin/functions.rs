@@ -163,21 +163,8 @@ impl Admin {
     /// # Ok(()) }
     /// ```
     pub async fn flush_functions(&self, mode: FlushMode) -> Result<Vec<NodeReport<()>>> {
-        let mode = mode.arg();
-        self.each_node_where(true, |admin, node| async move {
-            let result = async {
-                let mut conn = admin.connect_addr(&node.addr).await?;
-                redis::cmd("FUNCTION")
-                    .arg("FLUSH")
-                    .arg(mode)
-                    .query_async::<()>(&mut conn)
-                    .await
-                    .map_err(unsupported_or)
-            }
-            .await;
-            (node, result)
-        })
-        .await
+        self.flush_each("FUNCTION", mode, true, unsupported_or)
+            .await
     }
 }
 
