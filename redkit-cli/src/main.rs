@@ -22,6 +22,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 mod exit;
+mod limits;
 mod outcome;
 mod output;
 
@@ -84,6 +85,9 @@ enum Command {
     /// The script set as a Redis Functions library (`<set>_<hash8>`, Redis 7.0+).
     #[command(subcommand)]
     Functions(Functions),
+    /// A rate limiter's state for given clients: show (read-only), reset, block.
+    #[command(subcommand)]
+    Limits(limits::Limits),
 }
 
 #[derive(Subcommand, Debug, Clone)]
@@ -129,6 +133,7 @@ impl Command {
         match self {
             Self::Scripts(s) => s.name(),
             Self::Functions(f) => f.name(),
+            Self::Limits(l) => l.name(),
         }
     }
 }
@@ -211,6 +216,7 @@ fn main() -> ExitCode {
         Ok(runtime) => match &command {
             Command::Scripts(c) => runtime.block_on(run(&cli, *c)),
             Command::Functions(f) => runtime.block_on(run_functions(&cli, f)),
+            Command::Limits(l) => runtime.block_on(run_limits(&cli, l)),
         },
         Err(e) => Err(Failure::io(format!("cannot start runtime: {e}"))),
     };
@@ -516,6 +522,23 @@ fn admin(cli: &Cli) -> Result<Admin, Failure> {
         Admin::single(urls[0].as_str()).map_err(usage)?
     };
     Ok(admin.with_timeout(Duration::from_millis(cli.timeout_ms.max(1))))
+}
+
+/// `redkit limits ...`: one limiter's keys for the clients named.
+async fn run_limits(cli: &Cli, command: &limits::Limits) -> Result<u8, Failure> {
+    let urls = urls(cli);
+    for url in &urls {
+        check_url(url).map_err(|why| Failure::usage(format!("invalid Redis URL: {why}")))?;
+    }
+    if !cli.cluster && urls.len() > 1 {
+        return Err(Failure::usage(
+            "several --url given: add --cluster to treat them as Cluster seeds",
+        ));
+    }
+    let target = target_description(cli);
+    let timeout = Duration::from_millis(cli.timeout_ms.max(1));
+    let mut conn = limits::connect(&urls, cli.cluster, timeout, &target).await?;
+    limits::run(command, &mut conn, cli.mode(), &target).await
 }
 
 /// Says what is wrong with a URL, without repeating it (it may hold a password).

@@ -968,6 +968,182 @@ async fn status_names_the_native_commands_of_each_node(valkey: Valkey) {
     }
 }
 
+/// A command line held as `String`s, as `redkit` takes it.
+fn args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// The JSON document of a `limits` command that succeeded.
+fn limits_doc(args: &[&str]) -> serde_json::Value {
+    let out = redkit(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+async fn limits_show_reset_and_block_one_limiter() {
+    use redkit::nonzero;
+    use redkit::rate_limit::{FixedWindow, LimitKey, Rate};
+    let server = RedisServer::spawn().await;
+    let url = server.url();
+    let mut conn = server.conn().await;
+    let limiter = FixedWindow::new("cli-api", Rate::per_minute(nonzero!(5))).unwrap();
+    let user = LimitKey::text("user-42").unwrap();
+    limiter
+        .check_n(&mut conn, &user, nonzero!(2))
+        .await
+        .unwrap();
+    let described = ["--name", "cli-api", "--limit", "5", "--window", "1m"];
+    let with = |verb: &str, extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = ["--url", url.as_str(), "--json", "limits", verb]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        v.extend(described.iter().chain(extra).map(|s| s.to_string()));
+        v
+    };
+
+    // show: read-only, each client's state.
+    let before = support::snapshot(&mut conn).await;
+    let show = with("show", &["text:user-42", "ip:203.0.113.9"]);
+    let doc = limits_doc(&args(&show));
+    assert_eq!(doc["command"], "limits show");
+    let rows = &doc["clients"];
+    assert_eq!(
+        (&rows[0]["used"], &rows[0]["remaining"], &rows[0]["limit"]),
+        (&2.into(), &3.into(), &5.into()),
+        "{doc}"
+    );
+    assert_eq!(rows[0]["key"], limiter.redis_key(&user));
+    assert_eq!(
+        (&rows[1]["used"], &rows[1]["remaining"]),
+        (&0.into(), &5.into()),
+        "{doc}"
+    );
+    support::same_dumps(&before, &support::snapshot(&mut conn).await, "limits show");
+    let text = redkit(
+        &args(&show)
+            .into_iter()
+            .filter(|a| *a != "--json")
+            .collect::<Vec<_>>(),
+    );
+    assert!(stdout(&text).contains("used 2/5"), "{}", stdout(&text));
+
+    // reset: refused without --yes (exit 2, nothing changed), a dry run changes nothing.
+    let out = redkit(&args(&with("reset", &["text:user-42"])));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let doc = limits_doc(&args(&with("reset", &["--dry-run", "text:user-42"])));
+    assert_eq!(doc["clients"][0]["dry_run"], true);
+    support::same_dumps(
+        &before,
+        &support::snapshot(&mut conn).await,
+        "refused and dry-run resets",
+    );
+    let doc = limits_doc(&args(&with("reset", &["--yes", "text:user-42"])));
+    assert_eq!(doc["clients"][0]["existed"], true, "{doc}");
+    assert_eq!(limiter.peek(&mut conn, &user).await.unwrap().used(), 0);
+
+    // block: the client is refused until the block ends.
+    let doc = limits_doc(&args(&with(
+        "block",
+        &["--for", "10m", "--yes", "text:user-42"],
+    )));
+    assert!(
+        doc["clients"][0]["blocked_ms"].as_u64().unwrap() >= 600_000,
+        "{doc}"
+    );
+    let d = limiter.check(&mut conn, &user).await.unwrap();
+    assert!(d.retry_after().is_some_and(|r| r.as_secs() >= 590), "{d:?}");
+    // An algorithm that cannot block: a usage error, nothing sent.
+    let mut sliding = with("block", &["--for", "10m", "--yes", "text:user-42"]);
+    sliding.extend(["--algorithm".to_string(), "sliding_window".to_string()]);
+    let out = redkit(&args(&sliding));
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stdout(&out).contains("cannot block"), "{}", stdout(&out));
+    // A client not written as the limiter keys it.
+    let out = redkit(&args(&with("show", &["user-42"])));
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+}
+
+/// The read-only operator ACL of the docs: `limits show` works under it, `reset` and
+/// `block` are refused (exit 5) and change nothing.
+async fn a_read_only_operator_can_show_and_cannot_change() {
+    use redkit::nonzero;
+    use redkit::rate_limit::{Gcra, LimitKey, Rate};
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let limiter = Gcra::new("cli-gcra", Rate::per_minute(nonzero!(5))).unwrap();
+    let user = LimitKey::text("user-7").unwrap();
+    limiter.check(&mut conn, &user).await.unwrap();
+    // As docs/cli.md writes it.
+    let _: () = server
+        .cmd(&[
+            "ACL",
+            "SETUSER",
+            "operator",
+            "on",
+            ">op-pw",
+            "~redkit:*",
+            "resetchannels",
+            "-@all",
+            "+@read",
+            "+@connection",
+            "+info",
+            "+evalsha_ro",
+            "+eval_ro",
+            "+fcall_ro",
+            "+time",
+        ])
+        .await;
+    let url = format!("redis://operator:op-pw@127.0.0.1:{}/", server.port());
+    let base = ["--url", url.as_str(), "--json", "limits"];
+    let described = [
+        "--algorithm",
+        "gcra",
+        "--name",
+        "cli-gcra",
+        "--limit",
+        "5",
+        "--window",
+        "1m",
+        "text:user-7",
+    ];
+    let run = |verb: &str, extra: &[&str]| {
+        let mut a: Vec<&str> = base.to_vec();
+        a.push(verb);
+        a.extend(described);
+        a.extend(extra);
+        redkit(&a)
+    };
+    let out = run("show", &[]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["clients"][0]["remaining"], 4, "{doc}");
+    let before = support::snapshot(&mut conn).await;
+    for (verb, extra) in [
+        ("reset", &["--yes"][..]),
+        ("block", &["--for", "1m", "--yes"][..]),
+    ] {
+        let out = run(verb, extra);
+        assert_eq!(
+            out.status.code(),
+            Some(5),
+            "{verb}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+    }
+    support::same_dumps(
+        &before,
+        &support::snapshot(&mut conn).await,
+        "refused operator writes",
+    );
+}
+
 fn main() -> std::process::ExitCode {
     let mut tests = harness::Tests::new();
     harness::add!(
@@ -983,7 +1159,9 @@ fn main() -> std::process::ExitCode {
         every_error_under_json_is_one_document_with_a_kind,
         status_counts_missing_scripts_on_one_short_line,
         verify_checks_the_live_scripts_and_names_a_missing_one,
-        a_node_without_lua_scripting_is_reported_as_such
+        a_node_without_lua_scripting_is_reported_as_such,
+        limits_show_reset_and_block_one_limiter,
+        a_read_only_operator_can_show_and_cannot_change
     );
     harness::add!(tests, multi_thread: flush_goes_on_past_a_frozen_primary_and_names_it, status_of_a_busy_node_is_not_success, kill_stops_a_read_only_busy_script, kill_reports_unkillable_and_never_shuts_the_server_down);
     harness::add!(tests, sync: list_shows_every_embedded_script, unreachable_server_gives_exit_3_and_one_line_without_password, usage_errors_exit_2_and_say_what_is_wrong_with_the_url, quiet_wins_over_json_in_either_order, a_non_redis_peer_is_not_a_redis_server, a_full_stdout_is_an_io_error_not_a_panic);
