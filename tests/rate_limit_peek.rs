@@ -113,13 +113,7 @@ async fn a_peek_is_served_by_a_read_only_replica_and_a_check_is_not() {
             .check_n(&mut primary, &key, nonzero!(3))
             .await
             .unwrap();
-        let acked: i64 = redis::cmd("WAIT")
-            .arg(1)
-            .arg(5000)
-            .query_async(&mut primary)
-            .await
-            .unwrap();
-        assert_eq!(acked, 1, "{name}: the replica has the check");
+        support::until_replicated(&mut primary).await;
         let q = limiter.peek(&mut replica, &key).await.unwrap();
         assert_eq!(
             (q.used(), q.remaining()),

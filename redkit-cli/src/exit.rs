@@ -18,6 +18,9 @@ pub(crate) const EXIT_AUTH: u8 = 5;
 pub(crate) const EXIT_NOT_REDIS: u8 = 6;
 /// Exit code: the node has no Lua scripting (`EVAL`, `EVALSHA`, `SCRIPT` unknown).
 pub(crate) const EXIT_NO_SCRIPTING: u8 = 7;
+/// Exit code: nothing was done because the state changed under the command (a lock held by
+/// another owner than expected, or free, when asked to release it).
+pub(crate) const EXIT_STATE_CHANGED: u8 = 8;
 /// Exit code: stdout or stderr is a closed pipe (128 + SIGPIPE, what a shell shows for a
 /// process killed by SIGPIPE).
 pub(crate) const EXIT_BROKEN_PIPE: u8 = 141;

@@ -5,7 +5,8 @@
 //! Exit codes (see `exit`): 0 success, 1 a node answered an error (or is BUSY, or a script is
 //! UNKILLABLE), 2 usage error, 3 a node unreachable, 4 verification failed, 5 authentication
 //! or ACL refused, 6 not a Redis server, 141 stdout or stderr is a closed pipe. When nodes
-//! fail in several ways, the first of 5, 6, 3, 1 applies. Under `--json` every outcome,
+//! fail in several ways, the first of 5, 6, 3, 1 applies. 8: nothing done, the state changed
+//! (`locks release`). Under `--json` every outcome,
 //! usage errors included, is one JSON document with `error.kind`; `-q` prints nothing on
 //! stdout, even with `--json`.
 
@@ -21,8 +22,10 @@ use redkit::Registry;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+mod connection;
 mod exit;
 mod limits;
+mod locks;
 mod outcome;
 mod output;
 
@@ -37,12 +40,14 @@ use output::{diag, document, out, print_json, Mode};
 #[command(
     name = "redkit",
     version,
-    about = "Administer redkit's Lua scripts in Redis (one server, or every node of a Cluster)"
+    about = "Administer redkit's Lua scripts in Redis (one server, or every node of a Cluster), \
+             and inspect or repair its rate limits and locks"
 )]
 #[command(
     after_help = "Exit codes: 0 ok, 1 a node answered an error (or BUSY / UNKILLABLE), \
                         2 usage error, 3 a node unreachable, 4 verification failed, \
                         5 authentication or ACL refused, 6 not a Redis server, \
+                        7 no Lua scripting, 8 nothing done (the state changed), \
                         141 stdout or stderr closed.\n\
                         A URL naming one Cluster node acts on the whole Cluster."
 )]
@@ -88,6 +93,9 @@ enum Command {
     /// A rate limiter's state for given clients: show (read-only), reset, block.
     #[command(subcommand)]
     Limits(limits::Limits),
+    /// A lock's holder, lease and waiters (show, read-only), and releasing a stuck one.
+    #[command(subcommand)]
+    Locks(locks::Locks),
 }
 
 #[derive(Subcommand, Debug, Clone)]
@@ -134,6 +142,7 @@ impl Command {
             Self::Scripts(s) => s.name(),
             Self::Functions(f) => f.name(),
             Self::Limits(l) => l.name(),
+            Self::Locks(l) => l.name(),
         }
     }
 }
@@ -216,7 +225,14 @@ fn main() -> ExitCode {
         Ok(runtime) => match &command {
             Command::Scripts(c) => runtime.block_on(run(&cli, *c)),
             Command::Functions(f) => runtime.block_on(run_functions(&cli, f)),
-            Command::Limits(l) => runtime.block_on(run_limits(&cli, l)),
+            Command::Limits(l) => runtime.block_on(async {
+                let (mut conn, target) = data_connection(&cli).await?;
+                limits::run(l, &mut conn, cli.mode(), &target).await
+            }),
+            Command::Locks(l) => runtime.block_on(async {
+                let (mut conn, target) = data_connection(&cli).await?;
+                locks::run(l, &mut conn, cli.mode(), &target).await
+            }),
         },
         Err(e) => Err(Failure::io(format!("cannot start runtime: {e}"))),
     };
@@ -524,8 +540,9 @@ fn admin(cli: &Cli) -> Result<Admin, Failure> {
     Ok(admin.with_timeout(Duration::from_millis(cli.timeout_ms.max(1))))
 }
 
-/// `redkit limits ...`: one limiter's keys for the clients named.
-async fn run_limits(cli: &Cli, command: &limits::Limits) -> Result<u8, Failure> {
+/// The connection of a data command (`limits`, `locks`), as the options say, and how the
+/// target is described.
+async fn data_connection(cli: &Cli) -> Result<(connection::Conn, String), Failure> {
     let urls = urls(cli);
     for url in &urls {
         check_url(url).map_err(|why| Failure::usage(format!("invalid Redis URL: {why}")))?;
@@ -537,8 +554,8 @@ async fn run_limits(cli: &Cli, command: &limits::Limits) -> Result<u8, Failure> 
     }
     let target = target_description(cli);
     let timeout = Duration::from_millis(cli.timeout_ms.max(1));
-    let mut conn = limits::connect(&urls, cli.cluster, timeout, &target).await?;
-    limits::run(command, &mut conn, cli.mode(), &target).await
+    let conn = connection::connect(&urls, cli.cluster, timeout, &target).await?;
+    Ok((conn, target))
 }
 
 /// Says what is wrong with a URL, without repeating it (it may hold a password).

@@ -1142,6 +1142,134 @@ async fn a_read_only_operator_can_show_and_cannot_change() {
         &support::snapshot(&mut conn).await,
         "refused operator writes",
     );
+    // Locks: show works, a release is refused (exit 5) and the holder keeps its lock.
+    let lock = redkit::lock::Lock::new();
+    let options = redkit::lock::LockOptions::new().token("held-by-app-000000000");
+    assert!(matches!(
+        lock.acquire(&mut conn, "job", &options).await.unwrap(),
+        redkit::lock::Acquire::Acquired(_)
+    ));
+    let show = redkit(&["--url", url.as_str(), "--json", "locks", "show", "job"]);
+    assert!(show.status.success(), "{}{}", stdout(&show), stderr(&show));
+    let release = redkit(&[
+        "--url",
+        url.as_str(),
+        "locks",
+        "release",
+        "job",
+        "--any",
+        "--yes",
+    ]);
+    assert_eq!(
+        release.status.code(),
+        Some(5),
+        "{}{}",
+        stdout(&release),
+        stderr(&release)
+    );
+    let state = lock.inspect(&mut conn, "job").await.unwrap();
+    assert_eq!(
+        state.holder.map(|h| h.token),
+        Some("held-by-app-000000000".to_owned())
+    );
+}
+
+async fn locks_show_and_release_a_stuck_lock() {
+    use redkit::lock::{Acquire, Lock, LockOptions, Renew};
+    let server = RedisServer::spawn().await;
+    let url = server.url();
+    let mut conn = server.conn().await;
+    let lock = Lock::new();
+    let owner = "stuck-worker-0123456789";
+    let options = LockOptions::new()
+        .fencing(true)
+        .token(owner)
+        .ttl(std::time::Duration::from_secs(60));
+    let Acquire::Acquired(mut guard) = lock.acquire(&mut conn, "export", &options).await.unwrap()
+    else {
+        panic!("not acquired");
+    };
+    let run = |extra: &[&str]| {
+        let mut a = vec!["--url", url.as_str(), "--json", "locks"];
+        a.extend(extra);
+        redkit(&a)
+    };
+    // show: the holder, its lease, the fence; nothing written.
+    let before = support::snapshot(&mut conn).await;
+    let out = run(&["show", "export", "idle"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["command"], "locks show");
+    let rows = &doc["locks"];
+    assert_eq!(rows[0]["holder"]["token"], owner, "{doc}");
+    assert!(
+        rows[0]["holder"]["ttl_ms"].as_u64().unwrap() > 50_000,
+        "{doc}"
+    );
+    assert_eq!(
+        rows[0]["last_fencing_token"],
+        guard.fencing_token().unwrap().get()
+    );
+    assert_eq!(rows[0]["key"], lock.key("export").unwrap());
+    assert_eq!(
+        (&rows[1]["holder"], &rows[1]["waiters"]),
+        (&serde_json::Value::Null, &false.into())
+    );
+    support::same_dumps(&before, &support::snapshot(&mut conn).await, "locks show");
+
+    // release: refused without --yes; a dry run and another token change nothing.
+    let out = run(&["release", "export", "--any"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let out = run(&["release", "export", "--any", "--dry-run"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["would_release"], true, "{doc}");
+    let out = run(&[
+        "release",
+        "export",
+        "--token",
+        "another-worker-000000",
+        "--yes",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(8),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&doc["outcome"], &doc["error"]["kind"]),
+        (&"changed".into(), &"state_changed".into()),
+        "{doc}"
+    );
+    assert_eq!(doc["holder"]["token"], owner);
+    support::same_dumps(
+        &before,
+        &support::snapshot(&mut conn).await,
+        "refused releases",
+    );
+
+    // release with the holder's token: released; the holder's renewal reports the loss.
+    let out = run(&["release", "export", "--token", owner, "--yes"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&doc["outcome"], &doc["released"]),
+        (&"released".into(), &owner.into()),
+        "{doc}"
+    );
+    assert_eq!(
+        lock.renew(&mut conn, &mut guard).await.unwrap(),
+        Renew::Lost
+    );
+    // Again: it is free now, nothing done (exit 8).
+    let out = run(&["release", "export", "--token", owner, "--yes"]);
+    assert_eq!(out.status.code(), Some(8), "{}", stdout(&out));
+    // --token and --any together: a usage error.
+    let out = run(&["release", "export", "--token", owner, "--any", "--yes"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
 }
 
 fn main() -> std::process::ExitCode {
@@ -1161,7 +1289,8 @@ fn main() -> std::process::ExitCode {
         verify_checks_the_live_scripts_and_names_a_missing_one,
         a_node_without_lua_scripting_is_reported_as_such,
         limits_show_reset_and_block_one_limiter,
-        a_read_only_operator_can_show_and_cannot_change
+        a_read_only_operator_can_show_and_cannot_change,
+        locks_show_and_release_a_stuck_lock
     );
     harness::add!(tests, multi_thread: flush_goes_on_past_a_frozen_primary_and_names_it, status_of_a_busy_node_is_not_success, kill_stops_a_read_only_busy_script, kill_reports_unkillable_and_never_shuts_the_server_down);
     harness::add!(tests, sync: list_shows_every_embedded_script, unreachable_server_gives_exit_3_and_one_line_without_password, usage_errors_exit_2_and_say_what_is_wrong_with_the_url, quiet_wins_over_json_in_either_order, a_non_redis_peer_is_not_a_redis_server, a_full_stdout_is_an_io_error_not_a_panic);

@@ -883,6 +883,17 @@ impl ReplicatedPair {
     }
 }
 
+/// `WAIT 1 5000` on `conn`: the replica has everything written before (asserted).
+pub async fn until_replicated(conn: &mut MultiplexedConnection) {
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query_async(conn)
+        .await
+        .unwrap();
+    assert_eq!(acked, 1, "the replica did not acknowledge within 5 s");
+}
+
 /// Every key of a private server with its DUMP and PTTL: the whole keyspace, for tests that
 /// prove a refused call wrote nothing.
 pub async fn snapshot(

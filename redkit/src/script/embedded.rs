@@ -79,6 +79,7 @@ embedded! {
     LOCK_RELEASE_WAKE => "lock_release_wake", 3;
     LOCK_RENEW => "lock_renew", 2;
     LOCK_FENCE => "lock_fence", 2;
+    LOCK_INSPECT => "lock_inspect", 1;
     FENCED_SET => "fenced_set", 2;
     FAIR_ACQUIRE => "fair_acquire", 1;
     FAIR_RENEW => "fair_renew", 1;

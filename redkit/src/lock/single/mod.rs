@@ -4,6 +4,7 @@
 mod acquire;
 mod blocking;
 pub(crate) mod fencing;
+pub(crate) mod inspect;
 pub(crate) mod with_lock;
 
 use std::sync::Arc;

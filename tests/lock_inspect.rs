@@ -1,0 +1,219 @@
+//! Looking at a lock from outside and freeing a stuck one: `Lock::inspect` reads the holder,
+//! its lease, the last fencing token and the waiter flag without writing (a read-only replica
+//! serves it); `Lock::force_release` ends only the expected hold, wakes a blocked acquirer,
+//! and leaves the evicted holder a lost lease and stale fenced writes.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redkit::lock::{Acquire, ExpectedHolder, FencedWrite, ForceRelease, Lock, LockOptions, Renew};
+use support::{same_dumps, snapshot, RedisServer, ReplicatedPair};
+
+const OWNER: &str = "worker-7:0f3a9c2e61d84b57";
+
+fn options(token: &str) -> LockOptions<Lock> {
+    LockOptions::new()
+        .fencing(true)
+        .token(token)
+        .ttl(Duration::from_secs(30))
+}
+
+#[tokio::test]
+async fn inspect_reads_the_holder_and_writes_nothing() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = Lock::new();
+    let free = lock.inspect(&mut conn, "report").await.unwrap();
+    assert_eq!(
+        (&free.holder, free.last_fencing_token, free.waiters),
+        (&None, None, false)
+    );
+
+    let Acquire::Acquired(guard) = lock
+        .acquire(&mut conn, "report", &options(OWNER))
+        .await
+        .unwrap()
+    else {
+        panic!("a free lock was not acquired");
+    };
+    let before = snapshot(&mut conn).await;
+    let ro = server.command_calls("evalsha_ro").await;
+    let state = lock.inspect(&mut conn, "report").await.unwrap();
+    let holder = state.holder.expect("held");
+    assert_eq!(holder.token, OWNER);
+    let ttl = holder.ttl.expect("a lease");
+    assert!(
+        ttl > Duration::from_secs(25) && ttl <= Duration::from_secs(30),
+        "{ttl:?}"
+    );
+    assert_eq!(state.last_fencing_token, guard.fencing_token());
+    assert!(!state.waiters);
+    assert_eq!(server.command_calls("evalsha_ro").await - ro, 1);
+    same_dumps(&before, &snapshot(&mut conn).await, "inspect");
+
+    // After a release the lock is free and the fence stays.
+    lock.release(&mut conn, guard).await.unwrap();
+    let after = lock.inspect(&mut conn, "report").await.unwrap();
+    assert!(after.holder.is_none());
+    assert_eq!(after.last_fencing_token, state.last_fencing_token);
+}
+
+#[tokio::test]
+async fn inspect_is_served_by_a_read_only_replica() {
+    let pair = ReplicatedPair::spawn().await;
+    let mut primary = pair.primary.conn().await;
+    let mut replica = pair.replica.conn().await;
+    let lock = Lock::new();
+    let Acquire::Acquired(_guard) = lock
+        .acquire(&mut primary, "job", &options(OWNER))
+        .await
+        .unwrap()
+    else {
+        panic!("not acquired");
+    };
+    support::until_replicated(&mut primary).await;
+    let state = lock.inspect(&mut replica, "job").await.unwrap();
+    assert_eq!(state.holder.map(|h| h.token), Some(OWNER.to_string()));
+    // The negative control: the replica refuses what writes.
+    let refused = lock.acquire(&mut replica, "other", &options(OWNER)).await;
+    assert!(
+        refused.is_err(),
+        "a read-only replica took a lock: {refused:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_ends_only_the_expected_hold_and_wakes_a_waiter() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = Lock::new();
+    assert_eq!(
+        lock.force_release(&mut conn, "ledger", ExpectedHolder::Any)
+            .await
+            .unwrap(),
+        ForceRelease::NotHeld
+    );
+    let Acquire::Acquired(mut stuck) = lock
+        .acquire(&mut conn, "ledger", &options(OWNER))
+        .await
+        .unwrap()
+    else {
+        panic!("not acquired");
+    };
+    let evicted_token = stuck.fencing_token().expect("fenced");
+
+    // Another token: nothing released, the holder reported.
+    let before = snapshot(&mut conn).await;
+    let other = lock
+        .force_release(
+            &mut conn,
+            "ledger",
+            ExpectedHolder::Token("someone-else-00000000"),
+        )
+        .await
+        .unwrap();
+    let ForceRelease::Changed { holder: Some(h) } = other else {
+        panic!("{other:?}");
+    };
+    assert_eq!(h.token, OWNER);
+    same_dumps(
+        &before,
+        &snapshot(&mut conn).await,
+        "a release of another token",
+    );
+
+    // A blocked acquirer, on its own connection, waiting well past what a poll would need.
+    let mut own = server.conn().await;
+    let waiter_lock = lock.clone();
+    let waits_from = server.command_calls("blpop").await;
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        let options = options("waiter-0000000000000001").max_wait(Duration::from_secs(20));
+        let got = waiter_lock
+            .acquire_blocking(&mut own, "ledger", &options)
+            .await
+            .unwrap();
+        (matches!(got, Acquire::Acquired(_)), started.elapsed())
+    });
+    server.wait_command_calls("blpop", waits_from + 1).await;
+    assert!(
+        lock.inspect(&mut conn, "ledger").await.unwrap().waiters,
+        "the waiter's flag"
+    );
+
+    let pushes = server.command_calls("lpush").await;
+    let done = lock
+        .force_release(&mut conn, "ledger", ExpectedHolder::Any)
+        .await
+        .unwrap();
+    // The release pushed the waiter its wake-up.
+    assert_eq!(
+        server.command_calls("lpush").await - pushes,
+        1,
+        "no wake-up pushed"
+    );
+    assert_eq!(
+        done,
+        ForceRelease::Released {
+            token: OWNER.to_string()
+        }
+    );
+    let (acquired, waited) = waiter.await.unwrap();
+    assert!(acquired, "the waiter did not get the lock");
+    assert!(
+        waited < Duration::from_secs(10),
+        "woken, not timed out: {waited:?}"
+    );
+
+    // The evicted holder: its renewal reports the loss, and once the new holder has written,
+    // its fenced write is refused.
+    assert_eq!(
+        lock.renew(&mut conn, &mut stuck).await.unwrap(),
+        Renew::Lost
+    );
+    let now = lock.inspect(&mut conn, "ledger").await.unwrap();
+    let newer = now.last_fencing_token.expect("a fence");
+    assert!(newer > evicted_token, "{newer:?} after {evicted_token:?}");
+    assert_eq!(
+        lock.fenced_set(&mut conn, "ledger:data", newer, "new")
+            .await
+            .unwrap(),
+        FencedWrite::Written
+    );
+    let stale = lock
+        .fenced_set(&mut conn, "ledger:data", evicted_token, "old")
+        .await
+        .unwrap();
+    assert!(matches!(stale, FencedWrite::Stale { .. }), "{stale:?}");
+}
+
+#[tokio::test]
+async fn bad_input_and_foreign_data_are_typed_errors() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = Lock::new();
+    assert!(matches!(
+        lock.inspect(&mut conn, "").await,
+        Err(redkit::Error::InvalidInput { .. })
+    ));
+    assert!(matches!(
+        lock.force_release(&mut conn, "r", ExpectedHolder::Token("short"))
+            .await,
+        Err(redkit::Error::InvalidInput { .. })
+    ));
+    let _: () = server
+        .cmd(&["SET", &lock.fence_key("r").unwrap(), "not-a-token"])
+        .await;
+    assert!(matches!(
+        lock.inspect(&mut conn, "r").await,
+        Err(redkit::Error::CorruptData { .. })
+    ));
+    let _: i64 = server
+        .cmd(&["HSET", &lock.key("h").unwrap(), "f", "v"])
+        .await;
+    assert!(matches!(
+        lock.inspect(&mut conn, "h").await,
+        Err(redkit::Error::WrongType { .. })
+    ));
+}
