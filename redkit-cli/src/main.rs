@@ -24,6 +24,7 @@ use serde_json::{json, Value};
 
 mod connection;
 mod exit;
+mod inventory;
 mod limits;
 mod locks;
 mod outcome;
@@ -96,6 +97,9 @@ enum Command {
     /// A lock's holder, lease and waiters (show, read-only), and releasing a stuck one.
     #[command(subcommand)]
     Locks(locks::Locks),
+    /// A SKU's stock and reservations, read without changing them.
+    #[command(subcommand)]
+    Inventory(inventory::InventoryCmd),
 }
 
 #[derive(Subcommand, Debug, Clone)]
@@ -143,6 +147,7 @@ impl Command {
             Self::Functions(f) => f.name(),
             Self::Limits(l) => l.name(),
             Self::Locks(l) => l.name(),
+            Self::Inventory(i) => i.name(),
         }
     }
 }
@@ -232,6 +237,10 @@ fn main() -> ExitCode {
             Command::Locks(l) => runtime.block_on(async {
                 let (mut conn, target) = data_connection(&cli).await?;
                 locks::run(l, &mut conn, cli.mode(), &target).await
+            }),
+            Command::Inventory(i) => runtime.block_on(async {
+                let (mut conn, target) = data_connection(&cli).await?;
+                inventory::run(i, &mut conn, cli.mode(), &target).await
             }),
         },
         Err(e) => Err(Failure::io(format!("cannot start runtime: {e}"))),

@@ -1272,6 +1272,88 @@ async fn locks_show_and_release_a_stuck_lock() {
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
 }
 
+async fn inventory_stock_and_reservations_read_without_changing() {
+    use redkit::inventory::Inventory;
+    let server = RedisServer::spawn().await;
+    let url = server.url();
+    let mut conn = server.conn().await;
+    let store = Inventory::new("shop:inv").unwrap().store("w1").unwrap();
+    store.set(&mut conn, "sku-1", 10).await.unwrap();
+    for i in 0..3 {
+        let id = format!("cart-{i}");
+        store
+            .reserve(
+                &mut conn,
+                "sku-1",
+                2,
+                std::time::Duration::from_secs(600),
+                &id,
+            )
+            .await
+            .unwrap();
+    }
+    let before = support::snapshot(&mut conn).await;
+    let base = ["--url", url.as_str(), "--json", "inventory"];
+    let run = |extra: &[&str]| {
+        let mut a = base.to_vec();
+        a.extend(extra);
+        redkit(&a)
+    };
+    let out = run(&["stock", "--prefix", "shop:inv", "--store", "w1", "sku-1"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = &doc["skus"][0];
+    assert_eq!(
+        (
+            &row["available"],
+            &row["reserved"],
+            &row["reservations"],
+            &row["expired"]
+        ),
+        (&4.into(), &6.into(), &3.into(), &0.into()),
+        "{doc}"
+    );
+    let out = run(&[
+        "reservations",
+        "--prefix",
+        "shop:inv",
+        "--store",
+        "w1",
+        "sku-1",
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["reservations"].as_array().unwrap().len(), 3, "{doc}");
+    assert_eq!(doc["truncated"], false);
+    let out = run(&[
+        "reservations",
+        "--prefix",
+        "shop:inv",
+        "--store",
+        "w1",
+        "sku-1",
+        "--max",
+        "2",
+    ]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (
+            doc["reservations"].as_array().unwrap().len(),
+            &doc["truncated"]
+        ),
+        (2, &true.into()),
+        "{doc}"
+    );
+    support::same_dumps(
+        &before,
+        &support::snapshot(&mut conn).await,
+        "inventory reads",
+    );
+    // An unknown SKU: a usage error that says so.
+    let out = run(&["stock", "--prefix", "shop:inv", "--store", "w1", "nope"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+}
+
 fn main() -> std::process::ExitCode {
     let mut tests = harness::Tests::new();
     harness::add!(
@@ -1290,7 +1372,8 @@ fn main() -> std::process::ExitCode {
         a_node_without_lua_scripting_is_reported_as_such,
         limits_show_reset_and_block_one_limiter,
         a_read_only_operator_can_show_and_cannot_change,
-        locks_show_and_release_a_stuck_lock
+        locks_show_and_release_a_stuck_lock,
+        inventory_stock_and_reservations_read_without_changing
     );
     harness::add!(tests, multi_thread: flush_goes_on_past_a_frozen_primary_and_names_it, status_of_a_busy_node_is_not_success, kill_stops_a_read_only_busy_script, kill_reports_unkillable_and_never_shuts_the_server_down);
     harness::add!(tests, sync: list_shows_every_embedded_script, unreachable_server_gives_exit_3_and_one_line_without_password, usage_errors_exit_2_and_say_what_is_wrong_with_the_url, quiet_wins_over_json_in_either_order, a_non_redis_peer_is_not_a_redis_server, a_full_stdout_is_an_io_error_not_a_panic);

@@ -185,9 +185,43 @@ fn push_escaped(out: &mut String, part: &str) {
     }
 }
 
+/// The part [`escape_part`] escaped, as given: `%25` -> `%`, `%7B` -> `{`, `%7D` -> `}`;
+/// `None` for text no escape produces (a `%` not starting one of the three).
+pub(crate) fn unescape_part(escaped: &str) -> Option<String> {
+    let mut out = String::with_capacity(escaped.len());
+    let mut rest = escaped;
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        let c = match rest.get(i..i + 3)? {
+            "%25" => '%',
+            "%7B" => '{',
+            "%7D" => '}',
+            _ => return None,
+        };
+        out.push(c);
+        rest = &rest[i + 3..];
+    }
+    if rest.contains(['{', '}']) {
+        return None;
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unescaping_inverts_escaping_and_refuses_what_it_cannot_produce() {
+        for part in ["plain", "a{b}", "100%", "%7B", "{}%{", "é{ü}"] {
+            let escaped = escape_part("part", part).unwrap();
+            assert_eq!(unescape_part(&escaped).as_deref(), Some(part), "{escaped}");
+        }
+        for bad in ["%", "%7", "%41", "a{b", "b}", "%7b"] {
+            assert_eq!(unescape_part(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn a_prefix_may_be_exactly_the_longest_length() {

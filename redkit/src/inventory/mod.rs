@@ -67,9 +67,11 @@ mod replicated;
 mod reply;
 mod reservation;
 mod store;
+mod view;
 
 pub use inventory::{Inventory, InventoryBuilder};
 pub use order::OrderLine;
 pub use outcome::{Decrement, Order, Original, Restock, Shortage};
 pub use reservation::{Cancel, Commit, Reserve};
 pub use store::Store;
+pub use view::{Reservation, ReservationPage, StockView};

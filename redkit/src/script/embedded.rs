@@ -96,6 +96,7 @@ embedded! {
     // Inventory.
     INVENTORY_SET => "inventory_set", 3;
     INVENTORY_GET => "inventory_get", 5;
+    INVENTORY_PEEK => "inventory_peek", 1;
     INVENTORY_APPLY => "inventory_apply", 14;
     INVENTORY_RESERVE => "inventory_reserve", 5;
     INVENTORY_MIGRATE => "inventory_migrate", 2;
