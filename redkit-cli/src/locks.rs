@@ -23,6 +23,16 @@ pub(crate) enum Locks {
         #[arg(required = true, value_name = "RESOURCE")]
         resources: Vec<String>,
     },
+    /// The resources held now (their lock keys), found by SCAN on every primary: Redis is
+    /// never blocked; at most --max keys visited (`truncated` says when there were more).
+    List {
+        /// The key prefix (default redkit:lock).
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Visit at most this many keys.
+        #[arg(long, default_value_t = std::num::NonZeroU32::new(10_000).expect("non-zero"))]
+        max: std::num::NonZeroU32,
+    },
     /// End a stuck lock's hold: compare-and-delete against --token (as `locks show` printed
     /// it) or --any holder, waking a blocked acquirer; the fence key stays. Requires --yes.
     /// Exit 8 when nothing was done because the state changed (another holder, or free).
@@ -51,6 +61,7 @@ impl Locks {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Self::Show { .. } => "locks show",
+            Self::List { .. } => "locks list",
             Self::Release { .. } => "locks release",
         }
     }
@@ -86,7 +97,8 @@ pub(crate) async fn run(
     mode: Mode,
     target: &str,
 ) -> Result<u8, Failure> {
-    let (Locks::Show { prefix, .. } | Locks::Release { prefix, .. }) = command;
+    let (Locks::Show { prefix, .. } | Locks::List { prefix, .. } | Locks::Release { prefix, .. }) =
+        command;
     let usage = |e: redkit::Error| Failure::usage(e.to_string());
     let lock = match prefix {
         Some(p) => Lock::new().with_prefix(Prefix::new(p).map_err(usage)?),
@@ -122,6 +134,20 @@ pub(crate) async fn run(
                 }));
             }
             (json!({"locks": rows}), lines, 0)
+        }
+        Locks::List { max, .. } => {
+            let found = match conn {
+                Conn::Single(c) => lock.scan_resources(c, *max).await,
+                Conn::Cluster(c) => lock.scan_resources(c, *max).await,
+            }
+            .map_err(fail)?;
+            let mut lines = found.resources.clone();
+            if found.truncated {
+                lines.push(format!("(stopped after {max} keys: --max visits more)"));
+            }
+            let fields = json!({"resources": found.resources, "truncated": found.truncated,
+                "skipped": found.skipped});
+            (fields, lines, 0)
         }
         Locks::Release {
             resource,

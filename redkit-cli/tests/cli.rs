@@ -1194,6 +1194,15 @@ async fn locks_show_and_release_a_stuck_lock() {
         a.extend(extra);
         redkit(&a)
     };
+    // list: the resources held, found by SCAN (the fence key is not one).
+    let out = run(&["list"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&doc["resources"], &doc["truncated"]),
+        (&serde_json::json!(["export"]), &false.into()),
+        "{doc}"
+    );
     // show: the holder, its lease, the fence; nothing written.
     let before = support::snapshot(&mut conn).await;
     let out = run(&["show", "export", "idle"]);

@@ -193,6 +193,11 @@ impl Cluster {
         self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The current cluster connection (what a scan routes its per-node commands through).
+    pub(super) fn connection(&self) -> ClusterConnection {
+        self.current().0
+    }
+
     fn current(&self) -> (ClusterConnection, u64) {
         let state = self.lock();
         (state.conn.clone(), state.generation)

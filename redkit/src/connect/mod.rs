@@ -33,11 +33,13 @@
 //! ```
 mod cluster;
 mod coalesce;
+mod scan;
 pub(crate) mod slots;
 mod timeouts;
 
 pub use cluster::{cluster, cluster_builder, Cluster};
 pub use coalesce::{Coalescing, CoalescingStats};
+pub use scan::{KeyScan, ScanKeys};
 pub use timeouts::Timeouts;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};

@@ -51,6 +51,6 @@ pub use rw::{Mode, RwLock};
 pub use semaphore::permit::PermitGuard;
 pub use semaphore::Semaphore;
 pub use single::fencing::MAX_FENCED_KEY_LEN;
-pub use single::inspect::{ExpectedHolder, ForceRelease, Holder, LockState};
+pub use single::inspect::{ExpectedHolder, ForceRelease, Holder, LockState, ResourceScan};
 pub use single::with_lock::{Lease, WithLock};
 pub use single::Lock;

@@ -131,9 +131,28 @@ impl LimitKey {
     }
 
     /// The bucket shared by requests whose client could not be determined.
-    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) fn unknown_client() -> Self {
         Self(Text::Heap("unknown".to_owned()))
+    }
+
+    /// The key whose [`as_str`](Self::as_str) is `canonical` (the hash tag of a limiter's
+    /// key), when a constructor makes it: what a scan reads back from Redis.
+    pub(crate) fn from_canonical(canonical: &str) -> Option<Self> {
+        let key = if canonical == "unknown" {
+            Self::unknown_client()
+        } else if let Some(escaped) = canonical.strip_prefix("k:") {
+            Self::text(&crate::keys::unescape_part(escaped)?).ok()?
+        } else {
+            let ip = canonical.strip_prefix("ip:")?;
+            match ip.split_once('/') {
+                Some((net, bits)) => Self::ip_grouped(net.parse().ok()?, bits.parse().ok()?),
+                None => match ip.parse::<IpAddr>().ok()? {
+                    v6 @ IpAddr::V6(_) => Self::ip_grouped(v6, 128),
+                    v4 => Self::ip(v4),
+                },
+            }
+        };
+        (key.as_str() == canonical).then_some(key)
     }
 
     /// The canonical form that goes inside the Redis key's hash tag.

@@ -276,6 +276,77 @@ impl Limiter {
     }
 }
 
+/// The clients a limiter holds state for ([`Limiter::scan_clients`]).
+///
+/// ```
+/// # fn show(found: redkit::rate_limit::ClientScan) {
+/// for client in &found.clients { println!("{}", client.as_str()); }
+/// # }
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientScan {
+    /// The clients found (each once, also when an aligned window holds several windows).
+    pub clients: Vec<LimitKey>,
+    /// Whether the scan stopped at the cap before visiting every key.
+    pub truncated: bool,
+    /// Keys matching the limiter's pattern that do not read back as a client (not written
+    /// by redkit): left out.
+    pub skipped: usize,
+}
+
+impl Limiter {
+    /// The clients this limiter holds state for, found by `SCAN MATCH
+    /// <prefix>:<name>:{*}` on every primary ([`ScanKeys`](crate::connect::ScanKeys)),
+    /// visiting at most `cap` keys. Never `KEYS`, never a scan inside a script, nothing
+    /// written. A diagnostic: clients come and go while it runs.
+    ///
+    /// ```no_run
+    /// # async fn run(l: redkit::rate_limit::Limiter, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// let found = l.scan_clients(&mut conn, redkit::nonzero!(10_000)).await?;
+    /// for client in &found.clients {
+    ///     let q = l.peek(&mut conn, client).await?;
+    ///     println!("{}: {} used", client.as_str(), q.used());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn scan_clients<S: crate::connect::ScanKeys>(
+        &self,
+        conn: &mut S,
+        cap: NonZeroU32,
+    ) -> Result<ClientScan> {
+        let head = format!("{}:{}:{{", self.prefix(), self.name());
+        let aligned = self.algorithm() == Algorithm::AlignedWindow;
+        let pattern = if aligned {
+            format!("{head}*}}:*")
+        } else {
+            format!("{head}*}}")
+        };
+        let found = conn.scan_keys(&pattern, cap).await?;
+        let mut out = ClientScan {
+            truncated: found.truncated,
+            ..ClientScan::default()
+        };
+        let mut seen = std::collections::HashSet::new();
+        for key in &found.keys {
+            let tag = key
+                .strip_prefix(&head)
+                .and_then(|rest| rest.split_once('}'))
+                .filter(|(_, tail)| aligned || tail.is_empty())
+                .and_then(|(tag, _)| LimitKey::from_canonical(tag));
+            match tag {
+                Some(client) => {
+                    if seen.insert(client.as_str().to_owned()) {
+                        out.clients.push(client);
+                    }
+                }
+                None => out.skipped += 1,
+            }
+        }
+        Ok(out)
+    }
+}
+
 // Each limiter type's place in the enum, here beside the enum: the types know nothing of it.
 impl From<FixedWindow> for Limiter {
     fn from(l: FixedWindow) -> Self {

@@ -53,7 +53,7 @@ pub use gcra::Gcra;
 #[allow(unused_imports)]
 pub(crate) use key::{canonical, validate_ipv6_prefix};
 pub use key::{LimitKey, DEFAULT_IPV6_PREFIX};
-pub use limiter::{Algorithm, Limiter};
+pub use limiter::{Algorithm, ClientScan, Limiter};
 pub use rate::Rate;
 pub use rate_limiter::RateLimiter;
 pub use sliding::SlidingWindow;

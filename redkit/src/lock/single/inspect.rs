@@ -54,6 +54,24 @@ pub struct Holder {
     pub ttl: Option<Duration>,
 }
 
+/// The resources a lock has keys for ([`Lock::scan_resources`]).
+///
+/// ```
+/// # fn show(found: redkit::lock::ResourceScan) {
+/// for resource in &found.resources { println!("{resource}"); }
+/// # }
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ResourceScan {
+    /// The resources held when the scan passed their key, as the application names them.
+    pub resources: Vec<String>,
+    /// Whether the scan stopped at the cap before visiting every key.
+    pub truncated: bool,
+    /// Keys matching the pattern that do not read back as a resource: left out.
+    pub skipped: usize,
+}
+
 /// Whose hold [`Lock::force_release`] may end.
 ///
 /// ```
@@ -135,6 +153,43 @@ impl Lock {
             .key(schema::waiting(&key));
         let reply = self.manager().invoke(conn, &call).await?;
         decode(script, reply)
+    }
+
+    /// The resources this lock holds now (their lock keys exist), found by `SCAN MATCH
+    /// <prefix>:{*}` on every primary ([`ScanKeys`](crate::connect::ScanKeys)), visiting
+    /// at most `cap` keys; nothing written. A diagnostic: locks come and go while it runs.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// let lock = redkit::lock::Lock::new();
+    /// let found = lock.scan_resources(&mut conn, redkit::nonzero!(1_000)).await?;
+    /// for resource in &found.resources {
+    ///     println!("{resource}: {:?}", lock.inspect(&mut conn, resource).await?.holder);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn scan_resources<S: crate::connect::ScanKeys>(
+        &self,
+        conn: &mut S,
+        cap: std::num::NonZeroU32,
+    ) -> Result<ResourceScan> {
+        let head = format!("{}:{{", self.prefix());
+        let found = conn.scan_keys(&format!("{head}*}}"), cap).await?;
+        let mut out = ResourceScan {
+            truncated: found.truncated,
+            ..ResourceScan::default()
+        };
+        for key in &found.keys {
+            let resource = key
+                .strip_prefix(&head)
+                .and_then(|rest| rest.strip_suffix('}'))
+                .and_then(crate::keys::unescape_part);
+            match resource {
+                Some(r) => out.resources.push(r),
+                None => out.skipped += 1,
+            }
+        }
+        Ok(out)
     }
 
     /// Ends `resource`'s hold from outside, for an operator freeing a stuck lock: a
