@@ -13,8 +13,9 @@ use super::lease::kind::{lease_verbs, lock_kind, try_acquire, Base};
 use super::lease::schema;
 use super::lease::wait::{self, block_on, ms, Attempts, Pace, Step};
 use super::lease::{HeldLease, LeaseKind};
-use super::options::{LockOptions, OwnerToken, Replicable, Settings};
+use super::options::{LockOptions, OwnerToken, Replicable};
 use super::outcome::{status, Acquire, Held};
+use super::waiter_lease::WaiterLease;
 use crate::error::{Error, Result};
 use crate::lock::metrics::LockKind;
 use crate::script::{embedded, Call, Script, ScriptManager};
@@ -80,18 +81,19 @@ impl FairLock {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub const DEFAULT_PREFIX: &'static str = "redkit:fair";
-    /// The waiter lease unless another is chosen.
+    /// The waiter lease unless another is chosen ([`WaiterLease::DEFAULT`]).
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redkit::lock::FairLock;
+    /// use redkit::lock::{FairLock, WaiterLease};
     /// assert_eq!(FairLock::DEFAULT_WAITER_LEASE, Duration::from_secs(2));
     /// // skip crashed waiters twice as fast, for twice the renewals of a waiting acquire
-    /// let fair = FairLock::new().with_waiter_lease(FairLock::DEFAULT_WAITER_LEASE / 2)?;
+    /// let half = WaiterLease::new(FairLock::DEFAULT_WAITER_LEASE / 2)?;
+    /// let fair = FairLock::new().with_waiter_lease(half);
     /// # let _ = fair;
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub const DEFAULT_WAITER_LEASE: Duration = Duration::from_secs(2);
+    pub const DEFAULT_WAITER_LEASE: Duration = WaiterLease::DEFAULT.get();
 
     /// A fair lock with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its own
     /// [`ScriptManager`] (share one with [`with_manager`](Self::with_manager)).
@@ -124,22 +126,22 @@ impl FairLock {
         self
     }
 
-    /// How long a waiter that stopped renewing (crashed, cut off) keeps its place: whole
-    /// milliseconds, 30 ms to 30 days (the longest lease). A blocked acquire renews it about
-    /// every third of it, so shorter means faster skipping of dead waiters and more calls.
+    /// How long a waiter that stopped renewing (crashed, cut off) keeps its place (see
+    /// [`WaiterLease`]: 30 ms to 30 days, checked where it is made). A blocked acquire renews
+    /// it about every third of it, so shorter means faster skipping of dead waiters and more
+    /// calls.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redkit::lock::FairLock;
-    /// assert!(FairLock::new().with_waiter_lease(Duration::from_millis(500)).is_ok());
-    /// assert!(FairLock::new().with_waiter_lease(Duration::from_millis(5)).is_err());
+    /// use redkit::lock::{FairLock, WaiterLease};
+    /// let fair = FairLock::new().with_waiter_lease(WaiterLease::new(Duration::from_millis(500))?);
+    /// # let _ = fair;
+    /// assert!(WaiterLease::new(Duration::from_millis(5)).is_err());
+    /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn with_waiter_lease(mut self, lease: Duration) -> Result<Self> {
-        if lease < Duration::from_millis(30) || lease > Settings::MAX_TTL {
-            return Err(Error::invalid("waiter_lease", "must be 30 ms to 30 days"));
-        }
-        Arc::make_mut(&mut self.inner).waiter_lease = lease;
-        Ok(self)
+    pub fn with_waiter_lease(mut self, lease: WaiterLease) -> Self {
+        Arc::make_mut(&mut self.inner).waiter_lease = lease.get();
+        self
     }
 
     try_acquire! {
