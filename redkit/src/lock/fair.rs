@@ -9,7 +9,7 @@ use redis::Value;
 
 use super::lease::grant::settle;
 use super::lease::guard::LockGuard;
-use super::lease::kind::{lease_verbs, lock_kind, try_acquire, Base};
+use super::lease::kind::{lease_verbs, lock_kind, try_acquire, Kind};
 use super::lease::schema;
 use super::lease::wait::{self, block_on, ms, Attempts, Pace, Step};
 use super::lease::{HeldLease, LeaseKind};
@@ -62,25 +62,18 @@ lock_kind! {
     /// # Ok(()) }
     /// ```
     pub struct FairLock;
+    kind = LockKind::FairLock;
+    prefix = "redkit:fair";
     key = "The queue key of `resource` (escaped, bounded: see [`keys`](crate::keys)).";
     inner {
-        waiter_lease: Duration,
-        acquire: &'static Script,
-        renew: &'static Script,
-        release: &'static Script,
+        waiter_lease: Duration = Self::DEFAULT_WAITER_LEASE,
+        acquire: &'static Script = embedded::FAIR_ACQUIRE.script(),
+        renew: &'static Script = embedded::FAIR_RENEW.script(),
+        release: &'static Script = embedded::FAIR_RELEASE.script(),
     }
 }
 
 impl FairLock {
-    /// Prefix of every key unless another is chosen.
-    ///
-    /// ```
-    /// use redkit::lock::FairLock;
-    /// assert_eq!(FairLock::DEFAULT_PREFIX, "redkit:fair");
-    /// assert_eq!(FairLock::new().key("payouts")?, "redkit:fair:{payouts}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub const DEFAULT_PREFIX: &'static str = "redkit:fair";
     /// The waiter lease unless another is chosen ([`WaiterLease::DEFAULT`]).
     ///
     /// ```
@@ -94,26 +87,6 @@ impl FairLock {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub const DEFAULT_WAITER_LEASE: Duration = WaiterLease::DEFAULT.get();
-
-    /// A fair lock with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its own
-    /// [`ScriptManager`] (share one with [`with_manager`](Self::with_manager)).
-    ///
-    /// ```
-    /// let fair = redkit::lock::FairLock::new();
-    /// assert_eq!(fair.key("a{b}")?, "redkit:fair:{a%7Bb%7D}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn new() -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                base: Base::new(Self::DEFAULT_PREFIX),
-                waiter_lease: Self::DEFAULT_WAITER_LEASE,
-                acquire: embedded::FAIR_ACQUIRE.script(),
-                renew: embedded::FAIR_RENEW.script(),
-                release: embedded::FAIR_RELEASE.script(),
-            }),
-        }
-    }
 
     /// The gate of a fair semaphore: keys under `<prefix>:gate` (one validated prefix plus a
     /// fixed suffix: bounded), `manager` when given.
@@ -292,12 +265,6 @@ impl FairLock {
 impl LeaseKind for FairLock {
     type Extra = ();
 
-    const KIND: LockKind = LockKind::FairLock;
-
-    fn manager(&self) -> &ScriptManager {
-        &self.inner.base.manager
-    }
-
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
         let mut call = Call::new(self.inner.renew);
         call.key(&held.key)
@@ -330,7 +297,7 @@ impl<C: ConnectionLike> Attempts<C> for Turns<'_> {
     type Guard = LockGuard<FairLock>;
     type Held = Held;
 
-    const KIND: LockKind = LockKind::FairLock;
+    const KIND: LockKind = <FairLock as Kind>::KIND;
 
     async fn attempt(&mut self, conn: &mut C) -> Result<Step<LockGuard<FairLock>>> {
         let (reply, started, replicas): (Vec<Value>, _, _) = self

@@ -1,13 +1,12 @@
 //! [`RwLock`]: many readers or one writer, leases on both, writers not starved.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
 use super::lease::grant::Granting;
 use super::lease::guard::LockGuard;
-use super::lease::kind::{lease_verbs, lock_kind, try_acquire, Base};
+use super::lease::kind::{lease_verbs, lock_kind, try_acquire};
 use super::lease::schema;
 use super::lease::wait::{self, ms, Pace};
 use super::lease::{HeldLease, LeaseKind};
@@ -15,7 +14,7 @@ use super::options::{LockOptions, OwnerToken, Polling, Replicable, Settings};
 use super::outcome::{status, Acquire};
 use crate::error::Result;
 use crate::lock::metrics::LockKind;
-use crate::script::{embedded, Call, Script, ScriptManager};
+use crate::script::{embedded, Call, Script};
 
 /// Which hold an [`RwLock`] acquire asks for.
 ///
@@ -89,44 +88,17 @@ lock_kind! {
     /// # Ok(()) }
     /// ```
     pub struct RwLock;
+    kind = LockKind::RwLock;
+    prefix = "redkit:rw";
     key = "The base key of `resource` (the others add `:readers`, `:writer`, `:intent`, `:fence`).";
     inner {
-        acquire: &'static Script,
-        renew: &'static Script,
-        release: &'static Script,
+        acquire: &'static Script = embedded::RW_ACQUIRE.script(),
+        renew: &'static Script = embedded::RW_RENEW.script(),
+        release: &'static Script = embedded::RW_RELEASE.script(),
     }
 }
 
 impl RwLock {
-    /// Prefix of every key unless another is chosen.
-    ///
-    /// ```
-    /// use redkit::lock::RwLock;
-    /// assert_eq!(RwLock::DEFAULT_PREFIX, "redkit:rw");
-    /// assert_eq!(RwLock::new().key("catalog")?, "redkit:rw:{catalog}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub const DEFAULT_PREFIX: &'static str = "redkit:rw";
-
-    /// A read-write lock with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its
-    /// own [`ScriptManager`] (share one with [`with_manager`](Self::with_manager)).
-    ///
-    /// ```
-    /// let rw = redkit::lock::RwLock::new();
-    /// assert_eq!(rw.key("a{b}")?, "redkit:rw:{a%7Bb%7D}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn new() -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                base: Base::new(Self::DEFAULT_PREFIX),
-                acquire: embedded::RW_ACQUIRE.script(),
-                renew: embedded::RW_RENEW.script(),
-                release: embedded::RW_RELEASE.script(),
-            }),
-        }
-    }
-
     try_acquire! {
         LockGuard<RwLock>, mode: Mode;
         /// One attempt at a hold of `mode`: [`Mode::Read`] is granted unless a writer holds the
@@ -263,12 +235,6 @@ impl RwLock {
 
 impl LeaseKind for RwLock {
     type Extra = ();
-
-    const KIND: LockKind = LockKind::RwLock;
-
-    fn manager(&self) -> &ScriptManager {
-        &self.inner.base.manager
-    }
 
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
         let mut call = Call::new(self.inner.renew);

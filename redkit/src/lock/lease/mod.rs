@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use crate::error::Result;
-use crate::lock::metrics::{self, LockKind, LockOp};
+use crate::lock::lease::kind::Kind;
+use crate::lock::metrics::{self, LockOp};
 use crate::lock::outcome::{release_label, renew_label, renew_status, status, Release, Renew};
 use crate::script::{Acked, Call, Replication, ScriptManager};
 
@@ -159,16 +160,16 @@ impl HeldLease {
 /// What a lock kind tells the kernel about its leases: the script call that renews one and
 /// the one that releases one. Every kind ([`Lock`](crate::lock::Lock), [`FairLock`](crate::lock::FairLock),
 /// [`RwLock`](crate::lock::RwLock), [`ReentrantLock`](crate::lock::ReentrantLock),
-/// [`Semaphore`](crate::lock::Semaphore)) implements it; a new kind is one more `impl`.
-pub(crate) trait LeaseKind: Clone + Send + Sync + 'static {
+/// [`Semaphore`](crate::lock::Semaphore)) implements it; a new kind is one more `impl`. Its
+/// base and metric label come from its [`Kind`] impl (written by `lock_kind!`).
+pub(crate) trait LeaseKind: Kind + Clone + Send + Sync + 'static {
     /// What a guard of this kind holds beyond the lease (a semaphore: its permit count).
     type Extra;
 
-    /// The kind (the `redkit.lock.kind` metric label).
-    const KIND: LockKind;
-
     /// The manager every call of this kind runs through.
-    fn manager(&self) -> &ScriptManager;
+    fn manager(&self) -> &ScriptManager {
+        &self.base().manager
+    }
 
     /// The compare-and-extend call that resets `held`'s lease to its ttl (answers 1 / 0).
     fn renew_call(&self, held: &HeldLease) -> Call<'_>;

@@ -13,7 +13,7 @@ use redis::aio::ConnectionLike;
 
 use crate::error::Result;
 use crate::lock::lease::guard::LockGuard;
-use crate::lock::lease::kind::{lease_verbs, lock_kind, Base};
+use crate::lock::lease::kind::{lease_verbs, lock_kind};
 use crate::lock::lease::native;
 use crate::lock::lease::schema;
 use crate::lock::lease::wait::ms;
@@ -21,7 +21,7 @@ use crate::lock::lease::{HeldLease, LeaseKind};
 use crate::lock::metrics::LockKind;
 use crate::lock::options::{LockOptions, OwnerToken, Polling, Replicable};
 use crate::lock::outcome::{renew_status, Renew};
-use crate::script::{embedded, Call, Script, ScriptManager};
+use crate::script::{embedded, Call, Script};
 
 lock_kind! {
     /// A lock on one Redis server or Redis Cluster: one round trip per operation (a script, or
@@ -56,53 +56,22 @@ lock_kind! {
     /// # Ok(()) }
     /// ```
     pub struct Lock;
+    kind = LockKind::Lock;
+    prefix = "redkit:lock";
     key = "The key holding the owner token of `resource`.";
     inner {
-        pub(in crate::lock) acquire: &'static Script,
-        release: &'static Script,
+        pub(in crate::lock) acquire: &'static Script = embedded::LOCK_ACQUIRE.script(),
+        release: &'static Script = embedded::LOCK_RELEASE_WAKE.script(),
         /// Whether a release wakes callers blocked in `acquire_blocking` (see
         /// [`Lock::wake_on_release`]).
-        pub(in crate::lock) wakes: bool,
-        renew: &'static Script,
-        fenced_set: &'static Script,
-        pub(in crate::lock) fence: &'static Script,
+        pub(in crate::lock) wakes: bool = true,
+        renew: &'static Script = embedded::LOCK_RENEW.script(),
+        fenced_set: &'static Script = embedded::FENCED_SET.script(),
+        pub(in crate::lock) fence: &'static Script = embedded::LOCK_FENCE.script(),
     }
 }
 
 impl Lock {
-    /// Prefix of every key unless another is chosen.
-    ///
-    /// ```
-    /// use redkit::lock::Lock;
-    /// assert_eq!(Lock::DEFAULT_PREFIX, "redkit:lock");
-    /// assert_eq!(Lock::new().key("invoice-17")?, "redkit:lock:{invoice-17}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub const DEFAULT_PREFIX: &'static str = "redkit:lock";
-
-    /// A lock with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its own
-    /// [`ScriptManager`] (share one with [`with_manager`](Self::with_manager)).
-    ///
-    /// ```
-    /// let lock = redkit::lock::Lock::new();
-    /// assert_eq!(lock.key("a{b}")?, "redkit:lock:{a%7Bb%7D}");
-    /// assert_eq!(lock.fence_key("a{b}")?, "redkit:lock:{a%7Bb%7D}:fence");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn new() -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                base: Base::new(Self::DEFAULT_PREFIX),
-                acquire: embedded::LOCK_ACQUIRE.script(),
-                release: embedded::LOCK_RELEASE_WAKE.script(),
-                wakes: true,
-                renew: embedded::LOCK_RENEW.script(),
-                fenced_set: embedded::FENCED_SET.script(),
-                fence: embedded::LOCK_FENCE.script(),
-            }),
-        }
-    }
-
     /// Whether a release wakes callers blocked in [`acquire_blocking`](Self::acquire_blocking)
     /// (default `true`). Every process that uses a resource should agree on it.
     ///
@@ -268,12 +237,6 @@ impl Lock {
 
 impl LeaseKind for Lock {
     type Extra = ();
-
-    const KIND: LockKind = LockKind::Lock;
-
-    fn manager(&self) -> &ScriptManager {
-        &self.inner.base.manager
-    }
 
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
         self.renew_call_of(&held.key, &held.token, held.ttl)
