@@ -7,14 +7,15 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::Value;
 
-use super::lease::grant::settle;
+use super::lease::grant::Grant;
 use super::lease::guard::LockGuard;
 use super::lease::kind::{lease_verbs, lock_kind, try_acquire, Kind};
+use super::lease::renewal::renewal;
 use super::lease::schema;
 use super::lease::wait::{self, block_on, ms, Attempts, Pace, Step};
-use super::lease::{HeldLease, LeaseKind};
+use super::lease::{self, HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Replicable};
-use super::outcome::{status, Acquire, Held};
+use super::outcome::{Acquire, Held};
 use super::waiter_lease::WaiterLease;
 use crate::error::{Error, Result};
 use crate::lock::metrics::LockKind;
@@ -187,26 +188,10 @@ impl FairLock {
             .arg(ms(self.inner.waiter_lease))
             .arg(schema::fence_ttl_ms(ttl_ms));
         let mut turns = Turns {
-            fair: self,
-            call,
-            key: &key,
-            token: &token,
-            ttl_ms,
-            options,
+            grant: Grant::new(self, call, (&key, &token), ttl_ms, options),
             ahead: None,
         };
         wait::acquire(Pace::Until(give_up), conn, &mut turns).await
-    }
-
-    /// Leaves the queue: `true` when `token` held the lock.
-    async fn leave<C: ConnectionLike>(&self, conn: &mut C, key: &str, token: &str) -> Result<bool> {
-        let left: i64 = self
-            .inner
-            .base
-            .manager
-            .invoke(conn, &self.leave_call(key, token))
-            .await?;
-        status(self.inner.release, left)
     }
 
     fn leave_call(&self, key: &str, token: &str) -> Call<'_> {
@@ -266,12 +251,8 @@ impl LeaseKind for FairLock {
     type Extra = ();
 
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
-        let mut call = Call::new(self.inner.renew);
-        call.key(&held.key)
-            .key(schema::leases(&held.key))
-            .arg(&held.token)
-            .arg(ms(held.ttl));
-        call
+        let keys = [held.key.as_str(), &schema::leases(&held.key)];
+        renewal(self.inner.renew, &keys, &held.token, held.ttl)
     }
 
     fn release_call(&self, held: &HeldLease, (): &()) -> Call<'_> {
@@ -282,12 +263,7 @@ impl LeaseKind for FairLock {
 /// The attempts of one acquire of a [`FairLock`]: every one joins (or keeps) the caller's
 /// place in the queue; between them the caller blocks on its predecessor's "gone" list.
 struct Turns<'a> {
-    fair: &'a FairLock,
-    call: Call<'a>,
-    key: &'a str,
-    token: &'a str,
-    ttl_ms: u64,
-    options: &'a LockOptions<FairLock>,
+    grant: Grant<'a, FairLock>,
     /// From the last attempt: the predecessor's "gone" list and how long its lease lasts at
     /// most.
     ahead: Option<(Vec<u8>, Duration)>,
@@ -300,37 +276,23 @@ impl<C: ConnectionLike> Attempts<C> for Turns<'_> {
     const KIND: LockKind = <FairLock as Kind>::KIND;
 
     async fn attempt(&mut self, conn: &mut C) -> Result<Step<LockGuard<FairLock>>> {
-        let (reply, started, replicas): (Vec<Value>, _, _) = self
-            .fair
-            .inner
-            .base
-            .attempt(conn, &self.call, self.options.get_replication())
-            .await?;
-        let script = self.call.script();
+        let (reply, started, replicas): (Vec<Value>, _, _) = self.grant.send(conn).await?;
+        let script = self.grant.script();
         let int = |v: &Value| match v {
             Value::Int(n) => Ok(*n),
             other => Err(Error::unexpected(script.id(), format!("{other:?}"))),
         };
         match reply.as_slice() {
             [status, fence] if int(status)? == 1 => {
-                let (key, token) = (self.key.to_owned(), self.token.to_owned());
-                let settings = self.options.settings();
-                let guard = LockGuard::granted(
-                    script,
-                    key,
-                    token,
-                    int(fence)?,
-                    self.ttl_ms,
-                    settings,
-                    started,
-                )?;
                 // Not confirmed by the replicas: the turn goes to the next in line.
-                let answer = settle(self.fair, conn, guard, started, settings, replicas.as_ref());
+                let answer = self
+                    .grant
+                    .granted(conn, int(fence)?, started, replicas.as_ref());
                 Ok(Step::Done(answer.await?))
             }
             [status, _, _, Value::BulkString(pred), left] if int(status)? == 0 => {
                 let left = Duration::from_millis(u64::try_from(int(left)?).unwrap_or(0));
-                self.ahead = Some((schema::gone(self.key, pred), left));
+                self.ahead = Some((schema::gone(self.grant.key, pred), left));
                 Ok(Step::Again(Acquire::Busy(Held::until(None))))
             }
             other => Err(Error::unexpected(
@@ -355,7 +317,7 @@ impl<C: ConnectionLike> Attempts<C> for Turns<'_> {
         };
         let block = lease_left
             .saturating_add(Duration::from_millis(1))
-            .min(self.fair.inner.waiter_lease / 3)
+            .min(self.grant.kind.inner.waiter_lease / 3)
             .min(left);
         block_on(conn, gone.as_slice(), block).await?;
         Ok(true)
@@ -367,7 +329,10 @@ impl<C: ConnectionLike> Attempts<C> for Turns<'_> {
         conn: &mut C,
         answer: Acquire<LockGuard<FairLock>>,
     ) -> Result<Acquire<LockGuard<FairLock>>> {
-        self.fair.leave(conn, self.key, self.token).await?;
+        let Grant {
+            kind, key, token, ..
+        } = self.grant;
+        lease::leave(kind, conn, &kind.leave_call(key, token)).await?;
         Ok(answer)
     }
 }

@@ -5,12 +5,13 @@ use std::fmt;
 
 use redis::aio::ConnectionLike;
 
-use super::lease::grant::Granting;
+use super::lease::grant::{Grant, Granting};
 use super::lease::guard::LockGuard;
 use super::lease::kind::{lease_verbs, lock_kind, try_acquire};
+use super::lease::renewal;
 use super::lease::schema;
 use super::lease::token::owner_token;
-use super::lease::wait::{self, ms, Pace};
+use super::lease::wait::{self, Pace};
 use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, Polling, Replicable};
 use super::outcome::{Acquire, Release};
@@ -179,15 +180,9 @@ impl ReentrantLock {
             .arg(&owner.token)
             .arg(ttl_ms)
             .arg(schema::fence_ttl_ms(ttl_ms));
+        let grant = Grant::new(self, call, (&key, &owner.token), ttl_ms, options);
         let mut attempts = Granting {
-            kind: self,
-            base: &self.inner.base,
-            call,
-            key: &key,
-            token: &owner.token,
-            ttl_ms,
-            options: settings,
-            replication: options.get_replication(),
+            grant,
             granted: (3, "[1, fence, holds]"),
         };
         wait::acquire(Pace::Poll(settings), conn, &mut attempts).await
@@ -258,14 +253,7 @@ impl LeaseKind for ReentrantLock {
     type Extra = ();
 
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
-        let ttl_ms = ms(held.ttl);
-        let mut call = Call::new(self.inner.renew);
-        call.key(&held.key)
-            .key(schema::fence(&held.key))
-            .arg(&held.token)
-            .arg(ttl_ms)
-            .arg(schema::fence_ttl_ms(ttl_ms));
-        call
+        renewal::fenced(self.inner.renew, &held.key, &held.token, held.ttl)
     }
 
     fn release_call(&self, held: &HeldLease, (): &()) -> Call<'_> {

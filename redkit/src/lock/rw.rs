@@ -4,14 +4,15 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::lease::grant::Granting;
+use super::lease::grant::{Grant, Granting};
 use super::lease::guard::LockGuard;
 use super::lease::kind::{lease_verbs, lock_kind, try_acquire};
+use super::lease::renewal::renewal;
 use super::lease::schema;
 use super::lease::wait::{self, ms, Pace};
-use super::lease::{HeldLease, LeaseKind};
+use super::lease::{self, HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicable, Settings};
-use super::outcome::{status, Acquire};
+use super::outcome::Acquire;
 use crate::error::Result;
 use crate::lock::metrics::LockKind;
 use crate::script::{embedded, Call, Script};
@@ -162,32 +163,17 @@ impl RwLock {
             .arg(ttl_ms)
             .arg(ms(intent))
             .arg(schema::fence_ttl_ms(ttl_ms));
+        let grant = Grant::new(self, call, (&key, &token), ttl_ms, options);
         let mut attempts = Granting {
-            kind: self,
-            base: &self.inner.base,
-            call,
-            key: &key,
-            token: &token,
-            ttl_ms,
-            options: settings,
-            replication: options.get_replication(),
+            grant,
             granted: (2, "[1, fence]"),
         };
         let outcome = wait::acquire(Pace::Poll(settings), conn, &mut attempts).await?;
         if mode == Mode::Write && matches!(outcome, Acquire::Busy(_)) {
-            self.leave(conn, &key, &token).await?; // withdraw the intent
+            let withdraw = self.leave_call(&key, &token);
+            lease::leave(self, conn, &withdraw).await?; // withdraw the intent
         }
         Ok(outcome)
-    }
-
-    async fn leave<C: ConnectionLike>(&self, conn: &mut C, key: &str, token: &str) -> Result<bool> {
-        let left: i64 = self
-            .inner
-            .base
-            .manager
-            .invoke(conn, &self.leave_call(key, token))
-            .await?;
-        status(self.inner.release, left)
     }
 
     fn leave_call(&self, key: &str, token: &str) -> Call<'_> {
@@ -237,12 +223,13 @@ impl LeaseKind for RwLock {
     type Extra = ();
 
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
-        let mut call = Call::new(self.inner.renew);
-        call.key(schema::readers(&held.key))
-            .key(schema::writer(&held.key))
-            .arg(&held.token)
-            .arg(ms(held.ttl));
-        call
+        let keys = [&schema::readers(&held.key), &schema::writer(&held.key)];
+        renewal(
+            self.inner.renew,
+            &keys.map(String::as_str),
+            &held.token,
+            held.ttl,
+        )
     }
 
     fn release_call(&self, held: &HeldLease, (): &()) -> Call<'_> {

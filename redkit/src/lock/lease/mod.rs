@@ -10,6 +10,7 @@ pub(crate) mod grant;
 pub(crate) mod guard;
 pub(crate) mod kind;
 pub(crate) mod native;
+pub(crate) mod renewal;
 pub(crate) mod schema;
 pub(crate) mod token;
 pub(crate) mod wait;
@@ -274,4 +275,16 @@ pub(crate) async fn release<K: LeaseKind, C: ConnectionLike>(
     let label = release_label(&released);
     metrics::lock_operation(K::KIND, LockOp::Release, label);
     released
+}
+
+/// Runs a kind's leave call (a caller giving up its place before its turn: a fair lock's
+/// queue entry, a waiting writer's intent), a script answering 1 when the caller held the
+/// lock and 0 when not: `true` for 1.
+pub(crate) async fn leave<K: LeaseKind, C: ConnectionLike>(
+    kind: &K,
+    conn: &mut C,
+    call: &Call<'_>,
+) -> Result<bool> {
+    let left: i64 = kind.manager().invoke(conn, call).await?;
+    status(call.script(), left)
 }

@@ -12,8 +12,9 @@ use crate::lock::fair::FairLock;
 use crate::lock::lease::grant::settle;
 use crate::lock::lease::guard::LockGuard;
 use crate::lock::lease::kind::{lease_verbs, lock_kind, try_acquire, Kind};
+use crate::lock::lease::renewal::renewal;
 use crate::lock::lease::schema;
-use crate::lock::lease::wait::{self, ms, Attempts, Pace, Step};
+use crate::lock::lease::wait::{self, Attempts, Pace, Step};
 use crate::lock::lease::{HeldLease, LeaseGuard, LeaseKind};
 use crate::lock::metrics::LockKind;
 use crate::lock::options::{LockOptions, OwnerToken, Polling, Replicable};
@@ -281,10 +282,7 @@ impl LeaseKind for Semaphore {
     type Extra = u32;
 
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
-        // The ttl was validated at acquire: at most 30 days of ms.
-        let mut call = Call::new(self.inner.renew);
-        call.key(&held.key).arg(&held.token).arg(ms(held.ttl));
-        call
+        renewal(self.inner.renew, &[&held.key], &held.token, held.ttl)
     }
 
     fn release_call(&self, held: &HeldLease, permits: &u32) -> Call<'_> {

@@ -14,9 +14,8 @@ use redis::aio::ConnectionLike;
 use crate::error::Result;
 use crate::lock::lease::guard::LockGuard;
 use crate::lock::lease::kind::{lease_verbs, lock_kind};
-use crate::lock::lease::native;
 use crate::lock::lease::schema;
-use crate::lock::lease::wait::ms;
+use crate::lock::lease::{native, renewal};
 use crate::lock::lease::{HeldLease, LeaseKind};
 use crate::lock::metrics::LockKind;
 use crate::lock::options::{LockOptions, OwnerToken, Polling, Replicable};
@@ -200,18 +199,6 @@ impl Lock {
         watch;
     }
 
-    fn renew_call_of<'a>(&'a self, key: &str, token: &str, ttl: Duration) -> Call<'a> {
-        // The ttl was validated at acquire: at most 30 days of ms.
-        let ttl_ms = ms(ttl);
-        let mut call = Call::new(self.inner.renew);
-        call.key(key)
-            .key(schema::fence(key))
-            .arg(token)
-            .arg(ttl_ms)
-            .arg(schema::fence_ttl_ms(ttl_ms));
-        call
-    }
-
     /// Renews the lease of `key` held with `token` (an unfenced acquire finding its own
     /// token): `SET ... IFEQ` where the server offers it, else the renewal script.
     pub(in crate::lock) async fn renew_raw<C: ConnectionLike>(
@@ -225,7 +212,7 @@ impl Lock {
         if let Some(renewed) = native::renew(manager, conn, key, token, ttl, None).await {
             return renewed.map(|(outcome, _)| outcome);
         }
-        let call = self.renew_call_of(key, token, ttl);
+        let call = renewal::fenced(self.inner.renew, key, token, ttl);
         let renewed = manager.invoke::<i64, _>(conn, &call).await?;
         renew_status(self.inner.renew, renewed)
     }
@@ -239,7 +226,7 @@ impl LeaseKind for Lock {
     type Extra = ();
 
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
-        self.renew_call_of(&held.key, &held.token, held.ttl)
+        renewal::fenced(self.inner.renew, &held.key, &held.token, held.ttl)
     }
 
     fn release_call(&self, held: &HeldLease, (): &()) -> Call<'_> {
