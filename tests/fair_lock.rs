@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redkit::lock::{Acquire, FairLock, Held, LockGuard, LockOptions, Release, Renew};
+use redkit::lock::{Acquire, FairLock, Held, LockGuard, LockOptions, Release, Renew, WaiterLease};
 use redkit::Error;
 use support::{RedisCluster, RedisServer};
 
@@ -23,9 +23,7 @@ fn ttl(ms: u64) -> LockOptions<FairLock> {
 }
 
 fn fair() -> FairLock {
-    FairLock::new()
-        .with_waiter_lease(Duration::from_millis(300))
-        .unwrap()
+    FairLock::new().with_waiter_lease(WaiterLease::new(Duration::from_millis(300)).unwrap())
 }
 
 async fn acquired<C: ConnectionLike>(
@@ -97,9 +95,7 @@ async fn thirty_two_waiters_are_served_in_arrival_order() {
     let mut conn = server.conn().await;
     // Waiter lease 3 s: a waiter that polled at its heartbeat (1 s) instead of being woken
     // would show in the hand-over times.
-    let fair = FairLock::new()
-        .with_waiter_lease(Duration::from_secs(3))
-        .unwrap();
+    let fair = FairLock::new().with_waiter_lease(WaiterLease::new(Duration::from_secs(3)).unwrap());
     let key = fair.key("fifo").unwrap();
     let holder = acquired(&fair, &mut conn, "fifo", &ttl(10_000)).await;
     let log = Arc::new(Mutex::new(Vec::new()));
@@ -162,9 +158,8 @@ async fn sixty_four_tasks_under_churn_exclude_with_increasing_fences_and_lose_no
     let server = RedisServer::spawn().await;
     // Waiter lease 30 s: a waiter renews (and re-checks its turn) every 10 s, and holder
     // leases are 20 s, so a lost wake-up would stall the run by seconds.
-    let fair = FairLock::new()
-        .with_waiter_lease(Duration::from_secs(30))
-        .unwrap();
+    let fair =
+        FairLock::new().with_waiter_lease(WaiterLease::new(Duration::from_secs(30)).unwrap());
     let (tasks, cycles) = (64, 4);
     let mut handles = Vec::new();
     let started = Instant::now();
@@ -388,7 +383,7 @@ async fn bad_input_is_refused_before_anything_is_sent() {
         Duration::from_secs(31 * 24 * 3600),
     ] {
         assert!(matches!(
-            FairLock::new().with_waiter_lease(bad),
+            WaiterLease::new(bad),
             Err(Error::InvalidInput {
                 what: "waiter_lease",
                 ..
@@ -662,9 +657,8 @@ async fn waiter_lease_left(
 async fn a_blocked_waiter_keeps_its_place_by_renewing_its_waiter_lease() {
     let server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
-    let fair = FairLock::new()
-        .with_waiter_lease(Duration::from_millis(600))
-        .unwrap();
+    let fair =
+        FairLock::new().with_waiter_lease(WaiterLease::new(Duration::from_millis(600)).unwrap());
     let key = fair.key("w").unwrap();
     let leases = format!("{key}:leases");
     let holder = acquired(&fair, &mut conn, "w", &ttl(30_000)).await;

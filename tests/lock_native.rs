@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redkit::lock::{Acquire, LeaseLoss, Lock, LockGuard, LockOptions, Release, Renew};
+use redkit::script::RecheckInterval;
 use redkit::{Error, ScriptManager};
 use support::{RedisCluster, RedisServer, Valkey};
 
@@ -707,9 +708,8 @@ async fn a_stale_probe_asks_the_primaries_again_only_after_the_layout_changed(va
     let cluster = RedisCluster::spawn_valkey(&valkey).await;
     let mut conn = cluster.conn().await;
     let every = Duration::from_millis(300);
-    let manager = ScriptManager::new()
-        .with_capabilities_recheck(every)
-        .unwrap();
+    let manager =
+        ScriptManager::new().with_capabilities_recheck(RecheckInterval::new(every).unwrap());
     let found = manager.capabilities(&mut conn).await.unwrap();
     assert!(found.delifeq && found.set_ifeq, "{found:?}");
     let first = delifeq_calls(&cluster).await;

@@ -1670,7 +1670,7 @@ mod inventory {
 
 mod coordination {
     use super::*;
-    use redkit::lock::{FairLock, Owner, ReentrantLock, RwLock, Semaphore};
+    use redkit::lock::{FairLock, Owner, ReentrantLock, RwLock, Semaphore, WaiterLease};
     use redkit::versioned::{RetryPolicy, Snapshot, Versioned};
 
     /// FairLock's waiter lease: 30 ms ..= `redkit::lock::limits::MAX_TTL`.
@@ -1731,7 +1731,7 @@ mod coordination {
                     Err(e) => prop_assert!(matches!(e, redkit::Error::InvalidInput { .. }), "{what}: {e:?}"),
                 }
             }
-            let leased = FairLock::new().with_waiter_lease(lease);
+            let leased = WaiterLease::new(lease).map(|lease| FairLock::new().with_waiter_lease(lease));
             prop_assert_eq!(leased.is_ok(), waiter_lease_ok(lease), "{:?}", lease);
             match leased {
                 Ok(fair) => {
@@ -2020,7 +2020,7 @@ mod coverage {
         );
         assert_mixed("Store::line", inventory::input(), inventory::line_ok, 0.1);
         assert_mixed(
-            "FairLock::with_waiter_lease",
+            "WaiterLease::new",
             coordination::waiter_lease(),
             |l| coordination::waiter_lease_ok(*l),
             MIN_SHARE,

@@ -7,14 +7,16 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::Value;
 
-use super::lease::grant::settle;
+use super::lease::grant::Grant;
 use super::lease::guard::LockGuard;
-use super::lease::kind::{lease_verbs, lock_kind, try_acquire, Base};
+use super::lease::kind::{lease_verbs, lock_kind, try_acquire, Kind};
+use super::lease::renewal::renewal;
 use super::lease::schema;
 use super::lease::wait::{self, block_on, ms, Attempts, Pace, Step};
-use super::lease::{HeldLease, LeaseKind};
-use super::options::{LockOptions, OwnerToken, Replicable, Settings};
-use super::outcome::{status, Acquire, Held};
+use super::lease::{self, HeldLease, LeaseKind};
+use super::options::{LockOptions, OwnerToken, Replicable};
+use super::outcome::{Acquire, Held};
+use super::waiter_lease::WaiterLease;
 use crate::error::{Error, Result};
 use crate::lock::metrics::LockKind;
 use crate::script::{embedded, Call, Script, ScriptManager};
@@ -61,57 +63,31 @@ lock_kind! {
     /// # Ok(()) }
     /// ```
     pub struct FairLock;
+    kind = LockKind::FairLock;
+    prefix = "redkit:fair";
     key = "The queue key of `resource` (escaped, bounded: see [`keys`](crate::keys)).";
     inner {
-        waiter_lease: Duration,
-        acquire: &'static Script,
-        renew: &'static Script,
-        release: &'static Script,
+        waiter_lease: Duration = Self::DEFAULT_WAITER_LEASE,
+        acquire: &'static Script = embedded::FAIR_ACQUIRE.script(),
+        renew: &'static Script = embedded::FAIR_RENEW.script(),
+        release: &'static Script = embedded::FAIR_RELEASE.script(),
     }
 }
 
 impl FairLock {
-    /// Prefix of every key unless another is chosen.
-    ///
-    /// ```
-    /// use redkit::lock::FairLock;
-    /// assert_eq!(FairLock::DEFAULT_PREFIX, "redkit:fair");
-    /// assert_eq!(FairLock::new().key("payouts")?, "redkit:fair:{payouts}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub const DEFAULT_PREFIX: &'static str = "redkit:fair";
-    /// The waiter lease unless another is chosen.
+    /// The waiter lease unless another is chosen ([`WaiterLease::DEFAULT`]).
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redkit::lock::FairLock;
+    /// use redkit::lock::{FairLock, WaiterLease};
     /// assert_eq!(FairLock::DEFAULT_WAITER_LEASE, Duration::from_secs(2));
     /// // skip crashed waiters twice as fast, for twice the renewals of a waiting acquire
-    /// let fair = FairLock::new().with_waiter_lease(FairLock::DEFAULT_WAITER_LEASE / 2)?;
+    /// let half = WaiterLease::new(FairLock::DEFAULT_WAITER_LEASE / 2)?;
+    /// let fair = FairLock::new().with_waiter_lease(half);
     /// # let _ = fair;
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub const DEFAULT_WAITER_LEASE: Duration = Duration::from_secs(2);
-
-    /// A fair lock with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its own
-    /// [`ScriptManager`] (share one with [`with_manager`](Self::with_manager)).
-    ///
-    /// ```
-    /// let fair = redkit::lock::FairLock::new();
-    /// assert_eq!(fair.key("a{b}")?, "redkit:fair:{a%7Bb%7D}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn new() -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                base: Base::new(Self::DEFAULT_PREFIX),
-                waiter_lease: Self::DEFAULT_WAITER_LEASE,
-                acquire: embedded::FAIR_ACQUIRE.script(),
-                renew: embedded::FAIR_RENEW.script(),
-                release: embedded::FAIR_RELEASE.script(),
-            }),
-        }
-    }
+    pub const DEFAULT_WAITER_LEASE: Duration = WaiterLease::DEFAULT.get();
 
     /// The gate of a fair semaphore: keys under `<prefix>:gate` (one validated prefix plus a
     /// fixed suffix: bounded), `manager` when given.
@@ -124,22 +100,22 @@ impl FairLock {
         self
     }
 
-    /// How long a waiter that stopped renewing (crashed, cut off) keeps its place: whole
-    /// milliseconds, 30 ms to 30 days (the longest lease). A blocked acquire renews it about
-    /// every third of it, so shorter means faster skipping of dead waiters and more calls.
+    /// How long a waiter that stopped renewing (crashed, cut off) keeps its place (see
+    /// [`WaiterLease`]: 30 ms to 30 days, checked where it is made). A blocked acquire renews
+    /// it about every third of it, so shorter means faster skipping of dead waiters and more
+    /// calls.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redkit::lock::FairLock;
-    /// assert!(FairLock::new().with_waiter_lease(Duration::from_millis(500)).is_ok());
-    /// assert!(FairLock::new().with_waiter_lease(Duration::from_millis(5)).is_err());
+    /// use redkit::lock::{FairLock, WaiterLease};
+    /// let fair = FairLock::new().with_waiter_lease(WaiterLease::new(Duration::from_millis(500))?);
+    /// # let _ = fair;
+    /// assert!(WaiterLease::new(Duration::from_millis(5)).is_err());
+    /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn with_waiter_lease(mut self, lease: Duration) -> Result<Self> {
-        if lease < Duration::from_millis(30) || lease > Settings::MAX_TTL {
-            return Err(Error::invalid("waiter_lease", "must be 30 ms to 30 days"));
-        }
-        Arc::make_mut(&mut self.inner).waiter_lease = lease;
-        Ok(self)
+    pub fn with_waiter_lease(mut self, lease: WaiterLease) -> Self {
+        Arc::make_mut(&mut self.inner).waiter_lease = lease.get();
+        self
     }
 
     try_acquire! {
@@ -212,26 +188,10 @@ impl FairLock {
             .arg(ms(self.inner.waiter_lease))
             .arg(schema::fence_ttl_ms(ttl_ms));
         let mut turns = Turns {
-            fair: self,
-            call,
-            key: &key,
-            token: &token,
-            ttl_ms,
-            options,
+            grant: Grant::new(self, call, (&key, &token), ttl_ms, options),
             ahead: None,
         };
         wait::acquire(Pace::Until(give_up), conn, &mut turns).await
-    }
-
-    /// Leaves the queue: `true` when `token` held the lock.
-    async fn leave<C: ConnectionLike>(&self, conn: &mut C, key: &str, token: &str) -> Result<bool> {
-        let left: i64 = self
-            .inner
-            .base
-            .manager
-            .invoke(conn, &self.leave_call(key, token))
-            .await?;
-        status(self.inner.release, left)
     }
 
     fn leave_call(&self, key: &str, token: &str) -> Call<'_> {
@@ -290,19 +250,9 @@ impl FairLock {
 impl LeaseKind for FairLock {
     type Extra = ();
 
-    const KIND: LockKind = LockKind::FairLock;
-
-    fn manager(&self) -> &ScriptManager {
-        &self.inner.base.manager
-    }
-
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
-        let mut call = Call::new(self.inner.renew);
-        call.key(&held.key)
-            .key(schema::leases(&held.key))
-            .arg(&held.token)
-            .arg(ms(held.ttl));
-        call
+        let keys = [held.key.as_str(), &schema::leases(&held.key)];
+        renewal(self.inner.renew, &keys, &held.token, held.ttl)
     }
 
     fn release_call(&self, held: &HeldLease, (): &()) -> Call<'_> {
@@ -313,12 +263,7 @@ impl LeaseKind for FairLock {
 /// The attempts of one acquire of a [`FairLock`]: every one joins (or keeps) the caller's
 /// place in the queue; between them the caller blocks on its predecessor's "gone" list.
 struct Turns<'a> {
-    fair: &'a FairLock,
-    call: Call<'a>,
-    key: &'a str,
-    token: &'a str,
-    ttl_ms: u64,
-    options: &'a LockOptions<FairLock>,
+    grant: Grant<'a, FairLock>,
     /// From the last attempt: the predecessor's "gone" list and how long its lease lasts at
     /// most.
     ahead: Option<(Vec<u8>, Duration)>,
@@ -328,40 +273,26 @@ impl<C: ConnectionLike> Attempts<C> for Turns<'_> {
     type Guard = LockGuard<FairLock>;
     type Held = Held;
 
-    const KIND: LockKind = LockKind::FairLock;
+    const KIND: LockKind = <FairLock as Kind>::KIND;
 
     async fn attempt(&mut self, conn: &mut C) -> Result<Step<LockGuard<FairLock>>> {
-        let (reply, started, replicas): (Vec<Value>, _, _) = self
-            .fair
-            .inner
-            .base
-            .attempt(conn, &self.call, self.options.get_replication())
-            .await?;
-        let script = self.call.script();
+        let (reply, started, replicas): (Vec<Value>, _, _) = self.grant.send(conn).await?;
+        let script = self.grant.script();
         let int = |v: &Value| match v {
             Value::Int(n) => Ok(*n),
             other => Err(Error::unexpected(script.id(), format!("{other:?}"))),
         };
         match reply.as_slice() {
             [status, fence] if int(status)? == 1 => {
-                let (key, token) = (self.key.to_owned(), self.token.to_owned());
-                let settings = self.options.settings();
-                let guard = LockGuard::granted(
-                    script,
-                    key,
-                    token,
-                    int(fence)?,
-                    self.ttl_ms,
-                    settings,
-                    started,
-                )?;
                 // Not confirmed by the replicas: the turn goes to the next in line.
-                let answer = settle(self.fair, conn, guard, started, settings, replicas.as_ref());
+                let answer = self
+                    .grant
+                    .granted(conn, int(fence)?, started, replicas.as_ref());
                 Ok(Step::Done(answer.await?))
             }
             [status, _, _, Value::BulkString(pred), left] if int(status)? == 0 => {
                 let left = Duration::from_millis(u64::try_from(int(left)?).unwrap_or(0));
-                self.ahead = Some((schema::gone(self.key, pred), left));
+                self.ahead = Some((schema::gone(self.grant.key, pred), left));
                 Ok(Step::Again(Acquire::Busy(Held::until(None))))
             }
             other => Err(Error::unexpected(
@@ -386,7 +317,7 @@ impl<C: ConnectionLike> Attempts<C> for Turns<'_> {
         };
         let block = lease_left
             .saturating_add(Duration::from_millis(1))
-            .min(self.fair.inner.waiter_lease / 3)
+            .min(self.grant.kind.inner.waiter_lease / 3)
             .min(left);
         block_on(conn, gone.as_slice(), block).await?;
         Ok(true)
@@ -398,7 +329,10 @@ impl<C: ConnectionLike> Attempts<C> for Turns<'_> {
         conn: &mut C,
         answer: Acquire<LockGuard<FairLock>>,
     ) -> Result<Acquire<LockGuard<FairLock>>> {
-        self.fair.leave(conn, self.key, self.token).await?;
+        let Grant {
+            kind, key, token, ..
+        } = self.grant;
+        lease::leave(kind, conn, &kind.leave_call(key, token)).await?;
         Ok(answer)
     }
 }

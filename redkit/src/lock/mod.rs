@@ -9,7 +9,8 @@
 //! - [`Lock::fenced_set`]: a write that storage refuses when a newer fencing token wrote first.
 //! - [`Redlock`]: a quorum lock over N independent masters.
 //! - [`Lock::acquire_blocking`]: wait for a release without polling.
-//! - [`FairLock`]: callers hold the lock in arrival order (ZooKeeper's guarantee).
+//! - [`FairLock`]: callers hold the lock in arrival order (ZooKeeper's guarantee), waiters
+//!   keeping their place for a [`WaiterLease`].
 //! - [`RwLock`]: many readers or one writer, writers not starved.
 //! - [`ReentrantLock`]: counted holds by an explicit [`Owner`].
 //! - [`Semaphore`]: N leased permits per resource; a crashed holder's permit comes back when
@@ -36,6 +37,7 @@ mod reentrant;
 mod rw;
 mod semaphore;
 mod single;
+mod waiter_lease;
 
 pub use fair::FairLock;
 pub use lease::guard::LockGuard;
@@ -54,3 +56,4 @@ pub use single::fencing::MAX_FENCED_KEY_LEN;
 pub use single::inspect::{ExpectedHolder, ForceRelease, Holder, LockState, ResourceScan};
 pub use single::with_lock::{Lease, WithLock};
 pub use single::Lock;
+pub use waiter_lease::WaiterLease;

@@ -2,22 +2,22 @@
 //! last hold is given back.
 
 use std::fmt;
-use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
 
-use super::lease::grant::Granting;
+use super::lease::grant::{Grant, Granting};
 use super::lease::guard::LockGuard;
-use super::lease::kind::{lease_verbs, lock_kind, try_acquire, Base};
+use super::lease::kind::{lease_verbs, lock_kind, try_acquire};
+use super::lease::renewal;
 use super::lease::schema;
 use super::lease::token::owner_token;
-use super::lease::wait::{self, ms, Pace};
+use super::lease::wait::{self, Pace};
 use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, Polling, Replicable};
 use super::outcome::{Acquire, Release};
 use crate::error::{Error, Result};
 use crate::lock::metrics::LockKind;
-use crate::script::{embedded, Call, Script, ScriptManager};
+use crate::script::{embedded, Call, Script};
 
 /// Who holds a [`ReentrantLock`]: an explicit handle (a tokio task has no thread id), cloned
 /// into the nested code that may take the lock again. Its token is a secret, never printed.
@@ -120,44 +120,17 @@ lock_kind! {
     /// let options: LockOptions<ReentrantLock> = LockOptions::new().token("job-7f3a9c2e-retry-safe");
     /// ```
     pub struct ReentrantLock;
+    kind = LockKind::ReentrantLock;
+    prefix = "redkit:rlock";
     key = "The holds key of `resource` (escaped, bounded: see [`keys`](crate::keys)).";
     inner {
-        acquire: &'static Script,
-        renew: &'static Script,
-        release: &'static Script,
+        acquire: &'static Script = embedded::REENTRANT_ACQUIRE.script(),
+        renew: &'static Script = embedded::REENTRANT_RENEW.script(),
+        release: &'static Script = embedded::REENTRANT_RELEASE.script(),
     }
 }
 
 impl ReentrantLock {
-    /// Prefix of every key unless another is chosen.
-    ///
-    /// ```
-    /// use redkit::lock::ReentrantLock;
-    /// assert_eq!(ReentrantLock::DEFAULT_PREFIX, "redkit:rlock");
-    /// assert_eq!(ReentrantLock::new().key("account-9")?, "redkit:rlock:{account-9}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub const DEFAULT_PREFIX: &'static str = "redkit:rlock";
-
-    /// A reentrant lock with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its own
-    /// [`ScriptManager`] (share one with [`with_manager`](Self::with_manager)).
-    ///
-    /// ```
-    /// let lock = redkit::lock::ReentrantLock::new();
-    /// assert_eq!(lock.key("a{b}")?, "redkit:rlock:{a%7Bb%7D}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn new() -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                base: Base::new(Self::DEFAULT_PREFIX),
-                acquire: embedded::REENTRANT_ACQUIRE.script(),
-                renew: embedded::REENTRANT_RENEW.script(),
-                release: embedded::REENTRANT_RELEASE.script(),
-            }),
-        }
-    }
-
     try_acquire! {
         LockGuard<ReentrantLock>, owner: &Owner;
         /// One attempt at one hold for `owner`: granted when the lock is free or already
@@ -207,15 +180,9 @@ impl ReentrantLock {
             .arg(&owner.token)
             .arg(ttl_ms)
             .arg(schema::fence_ttl_ms(ttl_ms));
+        let grant = Grant::new(self, call, (&key, &owner.token), ttl_ms, options);
         let mut attempts = Granting {
-            kind: self,
-            base: &self.inner.base,
-            call,
-            key: &key,
-            token: &owner.token,
-            ttl_ms,
-            options: settings,
-            replication: options.get_replication(),
+            grant,
             granted: (3, "[1, fence, holds]"),
         };
         wait::acquire(Pace::Poll(settings), conn, &mut attempts).await
@@ -285,21 +252,8 @@ impl ReentrantLock {
 impl LeaseKind for ReentrantLock {
     type Extra = ();
 
-    const KIND: LockKind = LockKind::ReentrantLock;
-
-    fn manager(&self) -> &ScriptManager {
-        &self.inner.base.manager
-    }
-
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
-        let ttl_ms = ms(held.ttl);
-        let mut call = Call::new(self.inner.renew);
-        call.key(&held.key)
-            .key(schema::fence(&held.key))
-            .arg(&held.token)
-            .arg(ttl_ms)
-            .arg(schema::fence_ttl_ms(ttl_ms));
-        call
+        renewal::fenced(self.inner.renew, &held.key, &held.token, held.ttl)
     }
 
     fn release_call(&self, held: &HeldLease, (): &()) -> Call<'_> {

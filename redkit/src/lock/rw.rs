@@ -1,21 +1,21 @@
 //! [`RwLock`]: many readers or one writer, leases on both, writers not starved.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::lease::grant::Granting;
+use super::lease::grant::{Grant, Granting};
 use super::lease::guard::LockGuard;
-use super::lease::kind::{lease_verbs, lock_kind, try_acquire, Base};
+use super::lease::kind::{lease_verbs, lock_kind, try_acquire};
+use super::lease::renewal::renewal;
 use super::lease::schema;
 use super::lease::wait::{self, ms, Pace};
-use super::lease::{HeldLease, LeaseKind};
+use super::lease::{self, HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicable, Settings};
-use super::outcome::{status, Acquire};
+use super::outcome::Acquire;
 use crate::error::Result;
 use crate::lock::metrics::LockKind;
-use crate::script::{embedded, Call, Script, ScriptManager};
+use crate::script::{embedded, Call, Script};
 
 /// Which hold an [`RwLock`] acquire asks for.
 ///
@@ -89,44 +89,17 @@ lock_kind! {
     /// # Ok(()) }
     /// ```
     pub struct RwLock;
+    kind = LockKind::RwLock;
+    prefix = "redkit:rw";
     key = "The base key of `resource` (the others add `:readers`, `:writer`, `:intent`, `:fence`).";
     inner {
-        acquire: &'static Script,
-        renew: &'static Script,
-        release: &'static Script,
+        acquire: &'static Script = embedded::RW_ACQUIRE.script(),
+        renew: &'static Script = embedded::RW_RENEW.script(),
+        release: &'static Script = embedded::RW_RELEASE.script(),
     }
 }
 
 impl RwLock {
-    /// Prefix of every key unless another is chosen.
-    ///
-    /// ```
-    /// use redkit::lock::RwLock;
-    /// assert_eq!(RwLock::DEFAULT_PREFIX, "redkit:rw");
-    /// assert_eq!(RwLock::new().key("catalog")?, "redkit:rw:{catalog}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub const DEFAULT_PREFIX: &'static str = "redkit:rw";
-
-    /// A read-write lock with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its
-    /// own [`ScriptManager`] (share one with [`with_manager`](Self::with_manager)).
-    ///
-    /// ```
-    /// let rw = redkit::lock::RwLock::new();
-    /// assert_eq!(rw.key("a{b}")?, "redkit:rw:{a%7Bb%7D}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn new() -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                base: Base::new(Self::DEFAULT_PREFIX),
-                acquire: embedded::RW_ACQUIRE.script(),
-                renew: embedded::RW_RENEW.script(),
-                release: embedded::RW_RELEASE.script(),
-            }),
-        }
-    }
-
     try_acquire! {
         LockGuard<RwLock>, mode: Mode;
         /// One attempt at a hold of `mode`: [`Mode::Read`] is granted unless a writer holds the
@@ -190,32 +163,17 @@ impl RwLock {
             .arg(ttl_ms)
             .arg(ms(intent))
             .arg(schema::fence_ttl_ms(ttl_ms));
+        let grant = Grant::new(self, call, (&key, &token), ttl_ms, options);
         let mut attempts = Granting {
-            kind: self,
-            base: &self.inner.base,
-            call,
-            key: &key,
-            token: &token,
-            ttl_ms,
-            options: settings,
-            replication: options.get_replication(),
+            grant,
             granted: (2, "[1, fence]"),
         };
         let outcome = wait::acquire(Pace::Poll(settings), conn, &mut attempts).await?;
         if mode == Mode::Write && matches!(outcome, Acquire::Busy(_)) {
-            self.leave(conn, &key, &token).await?; // withdraw the intent
+            let withdraw = self.leave_call(&key, &token);
+            lease::leave(self, conn, &withdraw).await?; // withdraw the intent
         }
         Ok(outcome)
-    }
-
-    async fn leave<C: ConnectionLike>(&self, conn: &mut C, key: &str, token: &str) -> Result<bool> {
-        let left: i64 = self
-            .inner
-            .base
-            .manager
-            .invoke(conn, &self.leave_call(key, token))
-            .await?;
-        status(self.inner.release, left)
     }
 
     fn leave_call(&self, key: &str, token: &str) -> Call<'_> {
@@ -264,19 +222,14 @@ impl RwLock {
 impl LeaseKind for RwLock {
     type Extra = ();
 
-    const KIND: LockKind = LockKind::RwLock;
-
-    fn manager(&self) -> &ScriptManager {
-        &self.inner.base.manager
-    }
-
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
-        let mut call = Call::new(self.inner.renew);
-        call.key(schema::readers(&held.key))
-            .key(schema::writer(&held.key))
-            .arg(&held.token)
-            .arg(ms(held.ttl));
-        call
+        let keys = [&schema::readers(&held.key), &schema::writer(&held.key)];
+        renewal(
+            self.inner.renew,
+            &keys.map(String::as_str),
+            &held.token,
+            held.ttl,
+        )
     }
 
     fn release_call(&self, held: &HeldLease, (): &()) -> Call<'_> {

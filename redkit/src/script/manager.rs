@@ -3,7 +3,6 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Value};
@@ -14,6 +13,7 @@ use super::capabilities::{Capabilities, Native};
 use super::errors::{check_sha, function_error, unsupported_or};
 use super::functions::{Backend, Library};
 use super::path::{in_span, load_library, script_load, Path};
+use super::recheck::RecheckInterval;
 use super::registry::{Registry, Script};
 use super::replication::{Acked, Replicated, Replication};
 use super::state::State;
@@ -167,27 +167,23 @@ impl ScriptManager {
     }
 
     /// How long what [`capabilities`](Self::capabilities) found stands before the next call
-    /// that needs it probes again (default one minute; on a Cluster the primaries are asked
-    /// again only when `CLUSTER SLOTS` shows another layout). Shorter during a rolling
-    /// upgrade to use a command as soon as the last node has it. Applies to this manager and
-    /// its clones. Errors: [`Error::InvalidInput`](crate::Error::InvalidInput) for zero.
+    /// that needs it probes again (default one minute, [`RecheckInterval::DEFAULT`]; on a
+    /// Cluster the primaries are asked again only when `CLUSTER SLOTS` shows another layout).
+    /// Shorter during a rolling upgrade to use a command as soon as the last node has it.
+    /// Applies to this manager and its clones. Cannot fail: [`RecheckInterval::new`] refuses
+    /// zero.
     ///
     /// ```
     /// use std::time::Duration;
-    /// let manager = redkit::ScriptManager::new().with_capabilities_recheck(Duration::from_secs(5))?;
-    /// assert!(redkit::ScriptManager::new().with_capabilities_recheck(Duration::ZERO).is_err());
+    /// use redkit::script::RecheckInterval;
+    /// let every = RecheckInterval::new(Duration::from_secs(5))?;
+    /// let manager = redkit::ScriptManager::new().with_capabilities_recheck(every);
     /// # let _ = manager;
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn with_capabilities_recheck(self, every: Duration) -> Result<Self> {
-        if every.is_zero() {
-            return Err(crate::Error::invalid(
-                "capabilities_recheck",
-                "must be longer than zero",
-            ));
-        }
-        self.state.native.recheck_after(every);
-        Ok(self)
+    pub fn with_capabilities_recheck(self, every: RecheckInterval) -> Self {
+        self.state.native.recheck_after(every.get());
+        self
     }
 
     /// The call path with this manager's state, libraries and server.

@@ -5,29 +5,91 @@
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
+use redis::FromRedisValue;
 
 use crate::error::{Error, Result};
 use crate::lock::lease::guard::LockGuard;
-use crate::lock::lease::kind::Base;
 use crate::lock::lease::wait::{Attempts, Step};
 use crate::lock::lease::{self, LeaseGuard, LeaseKind};
 use crate::lock::metrics::LockKind;
-use crate::lock::options::Settings;
+use crate::lock::options::{LockOptions, Settings};
 use crate::lock::outcome::{Acquire, Held};
-use crate::script::{Acked, Call, Replication};
+use crate::script::{Acked, Call, Replication, Script};
+
+/// One acquire's request and what a grant makes of it: every attempt sends the same `call`
+/// (with the `WAIT` the options require), and a grant with a fencing token becomes a
+/// [`LockGuard`] on `key` for `token`, checked by [`settle`]. Shared by the kinds whose
+/// scripts answer `[1, fence, …]` for a hold ([`Granting`]) and by the
+/// [`FairLock`](crate::lock::FairLock)'s turns, which read their busy answers differently.
+pub(in crate::lock) struct Grant<'a, K> {
+    pub(in crate::lock) kind: &'a K,
+    call: Call<'a>,
+    pub(in crate::lock) key: &'a str,
+    pub(in crate::lock) token: &'a str,
+    ttl_ms: u64,
+    options: &'a Settings,
+    replication: Option<Replication>,
+}
+
+impl<'a, K: LeaseKind<Extra = ()>> Grant<'a, K> {
+    /// The request `call` of an acquire by `kind` of `key` for `token`, a lease of `ttl_ms`
+    /// (validated), with `options`.
+    pub(in crate::lock) fn new(
+        kind: &'a K,
+        call: Call<'a>,
+        (key, token): (&'a str, &'a str),
+        ttl_ms: u64,
+        options: &'a LockOptions<K>,
+    ) -> Self {
+        Self {
+            kind,
+            call,
+            key,
+            token,
+            ttl_ms,
+            options: options.settings(),
+            replication: options.get_replication(),
+        }
+    }
+
+    /// The script the request runs.
+    pub(in crate::lock) fn script(&self) -> &'a Script {
+        self.call.script()
+    }
+
+    /// Sends the request once: its reply, when it was sent, and what the `WAIT` answered
+    /// (`None`: not sent).
+    pub(in crate::lock) async fn send<T: FromRedisValue, C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+    ) -> Result<(T, Instant, Option<Acked<()>>)> {
+        self.kind
+            .base()
+            .attempt(conn, &self.call, self.replication)
+            .await
+    }
+
+    /// The answer to a hold granted with `fence` to the request sent at `started`, whose
+    /// `WAIT` answered `replicas`: the guard, or the hold given back and why ([`settle`]).
+    pub(in crate::lock) async fn granted<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        fence: i64,
+        started: Instant,
+        replicas: Option<&Acked<()>>,
+    ) -> Result<Acquire<LockGuard<K>>> {
+        let (key, token) = (self.key.to_owned(), self.token.to_owned());
+        let (ttl_ms, options) = (self.ttl_ms, self.options);
+        let guard = LockGuard::granted(self.script(), key, token, fence, ttl_ms, options, started)?;
+        settle(self.kind, conn, guard, started, options, replicas).await
+    }
+}
 
 /// The attempts of a kind whose script answers `[1, fence, …]` (`granted` values) for a
 /// hold and `[0, ms]` while held elsewhere ([`RwLock`](crate::lock::RwLock),
-/// [`ReentrantLock`](crate::lock::ReentrantLock)): every attempt sends the same `call`.
+/// [`ReentrantLock`](crate::lock::ReentrantLock)).
 pub(in crate::lock) struct Granting<'a, K> {
-    pub(in crate::lock) kind: &'a K,
-    pub(in crate::lock) base: &'a Base,
-    pub(in crate::lock) call: Call<'a>,
-    pub(in crate::lock) key: &'a str,
-    pub(in crate::lock) token: &'a str,
-    pub(in crate::lock) ttl_ms: u64,
-    pub(in crate::lock) options: &'a Settings,
-    pub(in crate::lock) replication: Option<Replication>,
+    pub(in crate::lock) grant: Grant<'a, K>,
     /// The length of a granted reply, and the replies expected (for the error).
     pub(in crate::lock) granted: (usize, &'static str),
 }
@@ -39,25 +101,17 @@ impl<K: LeaseKind<Extra = ()>, C: ConnectionLike> Attempts<C> for Granting<'_, K
     const KIND: LockKind = K::KIND;
 
     async fn attempt(&mut self, conn: &mut C) -> Result<Step<LockGuard<K>>> {
-        let (reply, started, replicas): (Vec<i64>, _, _) = self
-            .base
-            .attempt(conn, &self.call, self.replication)
-            .await?;
-        let script = self.call.script();
+        let (reply, started, replicas): (Vec<i64>, _, _) = self.grant.send(conn).await?;
         let (granted, expected) = self.granted;
         match reply.as_slice() {
             [1, fence, ..] if reply.len() == granted => {
-                let (key, token) = (self.key.to_owned(), self.token.to_owned());
-                let (ttl_ms, options) = (self.ttl_ms, self.options);
-                let guard =
-                    LockGuard::granted(script, key, token, *fence, ttl_ms, options, started)?;
-                let answer = settle(self.kind, conn, guard, started, options, replicas.as_ref());
+                let answer = self.grant.granted(conn, *fence, started, replicas.as_ref());
                 // Not confirmed by the replicas: given back, tried again while retries allow.
                 Ok(Step::unless_acquired(answer.await?))
             }
             [0, ms] => Ok(Step::Again(Acquire::Busy(Held::until_ms(*ms)))),
             other => Err(Error::unexpected(
-                script.id(),
+                self.grant.script().id(),
                 format!("reply {other:?} is neither {expected} nor [0, ms]"),
             )),
         }

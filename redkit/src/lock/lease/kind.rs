@@ -1,10 +1,12 @@
 //! What every single-server lock kind holds (key prefix and script manager) and how it
-//! sends one acquire attempt ([`Base::attempt`]); the kind's public struct and the accessors
-//! every kind shares (`with_prefix`, `with_manager`, `prefix`, `manager`, `key`, `Default`),
-//! written once by `lock_kind!`; its lease verbs (`lease_verbs!`) and `try_acquire`
-//! (`try_acquire!`).
+//! sends one acquire attempt ([`Base::attempt`]); the kind's identity ([`Kind`]: its base and
+//! metric label); the kind's public struct, its default prefix, its constructor and the
+//! accessors every kind shares (`DEFAULT_PREFIX`, `new`, `with_prefix`, `with_manager`,
+//! `prefix`, `manager`, `key`, `Default`), written once by `lock_kind!`; its lease verbs
+//! (`lease_verbs!`) and `try_acquire` (`try_acquire!`).
 //!
-//! A leaf but for the key schema: it imports nothing else from the lock files.
+//! A leaf but for the key schema and the metric label: it imports nothing else from the lock
+//! files.
 
 use std::time::Instant;
 
@@ -12,6 +14,7 @@ use redis::aio::ConnectionLike;
 use redis::FromRedisValue;
 
 use crate::error::Result;
+use crate::lock::metrics::LockKind;
 use crate::script::{Acked, Call, Replication, ScriptManager};
 
 /// The key prefix and script manager of a lock kind.
@@ -45,19 +48,33 @@ impl Base {
     }
 }
 
+/// What every lock kind is, whatever its leases: its [`Base`] and its metric label.
+/// Implemented by `lock_kind!`.
+pub(crate) trait Kind {
+    /// The kind (the `redkit.lock.kind` metric label).
+    const KIND: LockKind;
+
+    /// The key prefix and script manager.
+    fn base(&self) -> &Base;
+}
+
 /// A lock kind `$kind`: the public struct (with the kind's docs) holding `inner: Arc<Inner>`,
-/// `Inner` (a `base: Base` and the kind's own `inner` fields), and the kind's accessors, each
-/// documented with an example for that kind. `key = "..."` documents what the base key holds; `rebase = path` names a
+/// `Inner` (a `base: Base` and the kind's own `inner` fields, each with its initial value),
+/// its [`Kind`] impl (`kind = LockKind::…`, the metric label), and the kind's
+/// `DEFAULT_PREFIX` (`prefix = "..."`), `new` and accessors, each documented with an example
+/// for that kind. `key = "..."` documents what the base key holds; `rebase = path` names a
 /// `fn(&mut Inner, Option<&ScriptManager>)` run after the prefix (`None`) or the manager
 /// (`Some`) changed.
 macro_rules! lock_kind {
     (
         $(#[$doc:meta])*
         pub struct $kind:ident;
+        kind = $label:expr;
+        prefix = $prefix:literal;
         key = $key_doc:literal;
         $(rebase = $rebase:path;)?
         inner {
-            $($(#[$field_doc:meta])* $vis:vis $field:ident: $ty:ty,)*
+            $($(#[$field_doc:meta])* $vis:vis $field:ident: $ty:ty = $init:expr,)*
         }
     ) => {
         $(#[$doc])*
@@ -73,7 +90,43 @@ macro_rules! lock_kind {
             $($(#[$field_doc])* $vis $field: $ty,)*
         }
 
+        impl $crate::lock::lease::kind::Kind for $kind {
+            const KIND: $crate::lock::metrics::LockKind = $label;
+
+            fn base(&self) -> &$crate::lock::lease::kind::Base {
+                &self.inner.base
+            }
+        }
+
         impl $kind {
+            /// Prefix of every key unless another is chosen.
+            ///
+            /// ```
+            #[doc = concat!("use redkit::lock::", stringify!($kind), ";")]
+            #[doc = concat!("assert_eq!(", stringify!($kind), "::DEFAULT_PREFIX, \"", $prefix, "\");")]
+            #[doc = concat!("assert_eq!(", stringify!($kind), "::new().key(\"jobs\")?, \"", $prefix, ":{jobs}\");")]
+            /// # Ok::<(), redkit::Error>(())
+            /// ```
+            pub const DEFAULT_PREFIX: &'static str = $prefix;
+
+            #[doc = concat!("A [`", stringify!($kind), "`] with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its own")]
+            /// [`ScriptManager`](crate::ScriptManager) (share one with
+            /// [`with_manager`](Self::with_manager)).
+            ///
+            /// ```
+            #[doc = concat!("let x = redkit::lock::", stringify!($kind), "::new();")]
+            #[doc = concat!("assert_eq!(x.key(\"a{b}\")?, \"", $prefix, ":{a%7Bb%7D}\");")]
+            /// # Ok::<(), redkit::Error>(())
+            /// ```
+            pub fn new() -> Self {
+                Self {
+                    inner: ::std::sync::Arc::new(Inner {
+                        base: $crate::lock::lease::kind::Base::new(Self::DEFAULT_PREFIX),
+                        $($field: $init,)*
+                    }),
+                }
+            }
+
             /// Puts the keys under `prefix` (a [`Prefix`](crate::keys::Prefix), checked where
             /// it was made, so this cannot fail).
             ///

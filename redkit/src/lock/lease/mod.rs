@@ -10,6 +10,7 @@ pub(crate) mod grant;
 pub(crate) mod guard;
 pub(crate) mod kind;
 pub(crate) mod native;
+pub(crate) mod renewal;
 pub(crate) mod schema;
 pub(crate) mod token;
 pub(crate) mod wait;
@@ -21,7 +22,8 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 
 use crate::error::Result;
-use crate::lock::metrics::{self, LockKind, LockOp};
+use crate::lock::lease::kind::Kind;
+use crate::lock::metrics::{self, LockOp};
 use crate::lock::outcome::{release_label, renew_label, renew_status, status, Release, Renew};
 use crate::script::{Acked, Call, Replication, ScriptManager};
 
@@ -159,16 +161,16 @@ impl HeldLease {
 /// What a lock kind tells the kernel about its leases: the script call that renews one and
 /// the one that releases one. Every kind ([`Lock`](crate::lock::Lock), [`FairLock`](crate::lock::FairLock),
 /// [`RwLock`](crate::lock::RwLock), [`ReentrantLock`](crate::lock::ReentrantLock),
-/// [`Semaphore`](crate::lock::Semaphore)) implements it; a new kind is one more `impl`.
-pub(crate) trait LeaseKind: Clone + Send + Sync + 'static {
+/// [`Semaphore`](crate::lock::Semaphore)) implements it; a new kind is one more `impl`. Its
+/// base and metric label come from its [`Kind`] impl (written by `lock_kind!`).
+pub(crate) trait LeaseKind: Kind + Clone + Send + Sync + 'static {
     /// What a guard of this kind holds beyond the lease (a semaphore: its permit count).
     type Extra;
 
-    /// The kind (the `redkit.lock.kind` metric label).
-    const KIND: LockKind;
-
     /// The manager every call of this kind runs through.
-    fn manager(&self) -> &ScriptManager;
+    fn manager(&self) -> &ScriptManager {
+        &self.base().manager
+    }
 
     /// The compare-and-extend call that resets `held`'s lease to its ttl (answers 1 / 0).
     fn renew_call(&self, held: &HeldLease) -> Call<'_>;
@@ -273,4 +275,16 @@ pub(crate) async fn release<K: LeaseKind, C: ConnectionLike>(
     let label = release_label(&released);
     metrics::lock_operation(K::KIND, LockOp::Release, label);
     released
+}
+
+/// Runs a kind's leave call (a caller giving up its place before its turn: a fair lock's
+/// queue entry, a waiting writer's intent), a script answering 1 when the caller held the
+/// lock and 0 when not: `true` for 1.
+pub(crate) async fn leave<K: LeaseKind, C: ConnectionLike>(
+    kind: &K,
+    conn: &mut C,
+    call: &Call<'_>,
+) -> Result<bool> {
+    let left: i64 = kind.manager().invoke(conn, call).await?;
+    status(call.script(), left)
 }

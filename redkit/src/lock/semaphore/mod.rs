@@ -3,7 +3,6 @@
 mod blocking;
 pub(crate) mod permit;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -12,9 +11,10 @@ use crate::error::{Error, Result};
 use crate::lock::fair::FairLock;
 use crate::lock::lease::grant::settle;
 use crate::lock::lease::guard::LockGuard;
-use crate::lock::lease::kind::{lease_verbs, lock_kind, try_acquire, Base};
+use crate::lock::lease::kind::{lease_verbs, lock_kind, try_acquire, Kind};
+use crate::lock::lease::renewal::renewal;
 use crate::lock::lease::schema;
-use crate::lock::lease::wait::{self, ms, Attempts, Pace, Step};
+use crate::lock::lease::wait::{self, Attempts, Pace, Step};
 use crate::lock::lease::{HeldLease, LeaseGuard, LeaseKind};
 use crate::lock::metrics::LockKind;
 use crate::lock::options::{LockOptions, OwnerToken, Polling, Replicable};
@@ -59,28 +59,21 @@ lock_kind! {
     /// # Ok(()) }
     /// ```
     pub struct Semaphore;
+    kind = LockKind::Semaphore;
+    prefix = "redkit:sem";
     key = "The key holding `resource`'s holders (escaped, bounded: see [`keys`](crate::keys)).";
     rebase = Inner::rebase;
     inner {
         /// The arrival-order queue in front of [`Semaphore::acquire_fair`] (keys under
         /// `<prefix>:gate`).
-        pub(in crate::lock) gate: FairLock,
-        acquire: &'static Script,
-        renew: &'static Script,
-        release: &'static Script,
+        pub(in crate::lock) gate: FairLock = FairLock::new().gated(Self::DEFAULT_PREFIX, None),
+        acquire: &'static Script = embedded::SEMAPHORE_ACQUIRE.script(),
+        renew: &'static Script = embedded::SEMAPHORE_RENEW.script(),
+        release: &'static Script = embedded::SEMAPHORE_RELEASE.script(),
     }
 }
 
 impl Semaphore {
-    /// Prefix of every key unless another is chosen.
-    ///
-    /// ```
-    /// use redkit::lock::Semaphore;
-    /// assert_eq!(Semaphore::DEFAULT_PREFIX, "redkit:sem");
-    /// assert_eq!(Semaphore::new().key("export")?, "redkit:sem:{export}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub const DEFAULT_PREFIX: &'static str = "redkit:sem";
     /// Most permits one resource may have.
     ///
     /// ```
@@ -92,26 +85,6 @@ impl Semaphore {
     /// assert_eq!(permits, Semaphore::MAX_PERMITS);
     /// ```
     pub const MAX_PERMITS: u32 = 1_000_000;
-
-    /// A semaphore with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its own
-    /// [`ScriptManager`] (share one with [`with_manager`](Self::with_manager)).
-    ///
-    /// ```
-    /// let x = redkit::lock::Semaphore::new();
-    /// assert_eq!(x.key("a{b}")?, "redkit:sem:{a%7Bb%7D}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn new() -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                base: Base::new(Self::DEFAULT_PREFIX),
-                gate: FairLock::new().gated(Self::DEFAULT_PREFIX, None),
-                acquire: embedded::SEMAPHORE_ACQUIRE.script(),
-                renew: embedded::SEMAPHORE_RENEW.script(),
-                release: embedded::SEMAPHORE_RELEASE.script(),
-            }),
-        }
-    }
 
     try_acquire! {
         PermitGuard => HeldPermits, permits: u32;
@@ -308,17 +281,8 @@ impl LeaseKind for Semaphore {
     /// The permit count the guard was acquired with.
     type Extra = u32;
 
-    const KIND: LockKind = LockKind::Semaphore;
-
-    fn manager(&self) -> &ScriptManager {
-        &self.inner.base.manager
-    }
-
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
-        // The ttl was validated at acquire: at most 30 days of ms.
-        let mut call = Call::new(self.inner.renew);
-        call.key(&held.key).arg(&held.token).arg(ms(held.ttl));
-        call
+        renewal(self.inner.renew, &[&held.key], &held.token, held.ttl)
     }
 
     fn release_call(&self, held: &HeldLease, permits: &u32) -> Call<'_> {
@@ -348,7 +312,7 @@ impl<C: ConnectionLike> Attempts<C> for PermitAttempts<'_> {
     type Guard = PermitGuard;
     type Held = HeldPermits;
 
-    const KIND: LockKind = LockKind::Semaphore;
+    const KIND: LockKind = <Semaphore as Kind>::KIND;
 
     async fn wait(
         &mut self,

@@ -14,15 +14,14 @@ use redis::aio::ConnectionLike;
 
 use crate::error::Result;
 use crate::lock::lease::guard::LockGuard;
-use crate::lock::lease::kind::{lease_verbs, lock_kind, Base};
-use crate::lock::lease::native;
+use crate::lock::lease::kind::{lease_verbs, lock_kind};
 use crate::lock::lease::schema;
-use crate::lock::lease::wait::ms;
+use crate::lock::lease::{native, renewal};
 use crate::lock::lease::{HeldLease, LeaseKind};
 use crate::lock::metrics::LockKind;
 use crate::lock::options::{LockOptions, OwnerToken, Polling, Replicable};
 use crate::lock::outcome::{renew_status, Renew};
-use crate::script::{embedded, Call, Script, ScriptManager};
+use crate::script::{embedded, Call, Script};
 
 lock_kind! {
     /// A lock on one Redis server or Redis Cluster: one round trip per operation (a script, or
@@ -57,53 +56,22 @@ lock_kind! {
     /// # Ok(()) }
     /// ```
     pub struct Lock;
+    kind = LockKind::Lock;
+    prefix = "redkit:lock";
     key = "The key holding the owner token of `resource`.";
     inner {
-        pub(in crate::lock) acquire: &'static Script,
-        release: &'static Script,
+        pub(in crate::lock) acquire: &'static Script = embedded::LOCK_ACQUIRE.script(),
+        release: &'static Script = embedded::LOCK_RELEASE_WAKE.script(),
         /// Whether a release wakes callers blocked in `acquire_blocking` (see
         /// [`Lock::wake_on_release`]).
-        pub(in crate::lock) wakes: bool,
-        renew: &'static Script,
-        fenced_set: &'static Script,
-        pub(in crate::lock) fence: &'static Script,
+        pub(in crate::lock) wakes: bool = true,
+        renew: &'static Script = embedded::LOCK_RENEW.script(),
+        fenced_set: &'static Script = embedded::FENCED_SET.script(),
+        pub(in crate::lock) fence: &'static Script = embedded::LOCK_FENCE.script(),
     }
 }
 
 impl Lock {
-    /// Prefix of every key unless another is chosen.
-    ///
-    /// ```
-    /// use redkit::lock::Lock;
-    /// assert_eq!(Lock::DEFAULT_PREFIX, "redkit:lock");
-    /// assert_eq!(Lock::new().key("invoice-17")?, "redkit:lock:{invoice-17}");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub const DEFAULT_PREFIX: &'static str = "redkit:lock";
-
-    /// A lock with keys under [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX) and its own
-    /// [`ScriptManager`] (share one with [`with_manager`](Self::with_manager)).
-    ///
-    /// ```
-    /// let lock = redkit::lock::Lock::new();
-    /// assert_eq!(lock.key("a{b}")?, "redkit:lock:{a%7Bb%7D}");
-    /// assert_eq!(lock.fence_key("a{b}")?, "redkit:lock:{a%7Bb%7D}:fence");
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn new() -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                base: Base::new(Self::DEFAULT_PREFIX),
-                acquire: embedded::LOCK_ACQUIRE.script(),
-                release: embedded::LOCK_RELEASE_WAKE.script(),
-                wakes: true,
-                renew: embedded::LOCK_RENEW.script(),
-                fenced_set: embedded::FENCED_SET.script(),
-                fence: embedded::LOCK_FENCE.script(),
-            }),
-        }
-    }
-
     /// Whether a release wakes callers blocked in [`acquire_blocking`](Self::acquire_blocking)
     /// (default `true`). Every process that uses a resource should agree on it.
     ///
@@ -232,18 +200,6 @@ impl Lock {
         watch;
     }
 
-    fn renew_call_of<'a>(&'a self, key: &str, token: &str, ttl: Duration) -> Call<'a> {
-        // The ttl was validated at acquire: at most 30 days of ms.
-        let ttl_ms = ms(ttl);
-        let mut call = Call::new(self.inner.renew);
-        call.key(key)
-            .key(schema::fence(key))
-            .arg(token)
-            .arg(ttl_ms)
-            .arg(schema::fence_ttl_ms(ttl_ms));
-        call
-    }
-
     /// Renews the lease of `key` held with `token` (an unfenced acquire finding its own
     /// token): `SET ... IFEQ` where the server offers it, else the renewal script.
     pub(in crate::lock) async fn renew_raw<C: ConnectionLike>(
@@ -257,7 +213,7 @@ impl Lock {
         if let Some(renewed) = native::renew(manager, conn, key, token, ttl, None).await {
             return renewed.map(|(outcome, _)| outcome);
         }
-        let call = self.renew_call_of(key, token, ttl);
+        let call = renewal::fenced(self.inner.renew, key, token, ttl);
         let renewed = manager.invoke::<i64, _>(conn, &call).await?;
         renew_status(self.inner.renew, renewed)
     }
@@ -270,14 +226,8 @@ impl Lock {
 impl LeaseKind for Lock {
     type Extra = ();
 
-    const KIND: LockKind = LockKind::Lock;
-
-    fn manager(&self) -> &ScriptManager {
-        &self.inner.base.manager
-    }
-
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
-        self.renew_call_of(&held.key, &held.token, held.ttl)
+        renewal::fenced(self.inner.renew, &held.key, &held.token, held.ttl)
     }
 
     fn release_call(&self, held: &HeldLease, (): &()) -> Call<'_> {
