@@ -645,6 +645,16 @@ async fn inventory(conn: &mut MultiplexedConnection, v1_hash: &str) -> Run {
         .await
         .at("reserve")?;
     ensure!(matches!(r, Reserve::Reserved { .. }), "{r:?}");
+    let v = store.stock_view(conn, "mug").await.at("stock_view")?;
+    ensure!(
+        (v.available, v.reserved, v.reservations) == (8, 2, 1),
+        "{v:?}"
+    );
+    let page = store
+        .reservations(conn, "mug", 0, redkit::nonzero!(10))
+        .await
+        .at("reservations")?;
+    ensure!(page.reservations.len() == 1, "{page:?}");
     let c = store.commit(conn, "mug", "cart-1").await.at("commit")?;
     ensure!(c == Commit::Committed { quantity: 2 }, "{c:?}");
     let r = store

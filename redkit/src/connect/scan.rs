@@ -50,6 +50,14 @@ pub trait ScanKeys: ConnectionLike + Send + sealed::Sealed {
     /// most `cap` matching keys in all (then [`KeyScan::truncated`]). Each `SCAN` call does
     /// bounded work, so Redis is never blocked; a Cluster's primaries are read from
     /// `CLUSTER SLOTS` and scanned one after the other.
+    ///
+    /// ```no_run
+    /// # async fn run(mut conn: redis::cluster_async::ClusterConnection) -> redkit::Result<()> {
+    /// use redkit::connect::ScanKeys;
+    /// let found = conn.scan_keys("redkit:rl:api:{*}", redkit::nonzero!(10_000)).await?;
+    /// assert!(found.keys.len() <= 10_000);
+    /// # Ok(()) }
+    /// ```
     fn scan_keys(
         &mut self,
         pattern: &str,
