@@ -63,7 +63,6 @@ lock_kind! {
     /// # Ok(()) }
     /// ```
     pub struct FairLock;
-    kind = LockKind::FairLock;
     prefix = "redkit:fair";
     key = "The queue key of `resource` (escaped, bounded: see [`keys`](crate::keys)).";
     inner {

@@ -16,7 +16,6 @@ use super::lease::{HeldLease, LeaseKind};
 use super::options::{LockOptions, Polling, Replicable};
 use super::outcome::{Acquire, Release};
 use crate::error::{Error, Result};
-use crate::lock::metrics::LockKind;
 use crate::script::{embedded, Call, Script};
 
 /// Who holds a [`ReentrantLock`]: an explicit handle (a tokio task has no thread id), cloned
@@ -120,7 +119,6 @@ lock_kind! {
     /// let options: LockOptions<ReentrantLock> = LockOptions::new().token("job-7f3a9c2e-retry-safe");
     /// ```
     pub struct ReentrantLock;
-    kind = LockKind::ReentrantLock;
     prefix = "redkit:rlock";
     key = "The holds key of `resource` (escaped, bounded: see [`keys`](crate::keys)).";
     inner {

@@ -14,7 +14,6 @@ use super::lease::{self, HeldLease, LeaseKind};
 use super::options::{LockOptions, OwnerToken, Polling, Replicable, Settings};
 use super::outcome::Acquire;
 use crate::error::Result;
-use crate::lock::metrics::LockKind;
 use crate::script::{embedded, Call, Script};
 
 /// Which hold an [`RwLock`] acquire asks for.
@@ -89,7 +88,6 @@ lock_kind! {
     /// # Ok(()) }
     /// ```
     pub struct RwLock;
-    kind = LockKind::RwLock;
     prefix = "redkit:rw";
     key = "The base key of `resource` (the others add `:readers`, `:writer`, `:intent`, `:fence`).";
     inner {
@@ -223,10 +221,10 @@ impl LeaseKind for RwLock {
     type Extra = ();
 
     fn renew_call(&self, held: &HeldLease) -> Call<'_> {
-        let keys = [&schema::readers(&held.key), &schema::writer(&held.key)];
+        let (readers, writer) = (schema::readers(&held.key), schema::writer(&held.key));
         renewal(
             self.inner.renew,
-            &keys.map(String::as_str),
+            &[&readers, &writer],
             &held.token,
             held.ttl,
         )

@@ -60,7 +60,7 @@ pub(crate) trait Kind {
 
 /// A lock kind `$kind`: the public struct (with the kind's docs) holding `inner: Arc<Inner>`,
 /// `Inner` (a `base: Base` and the kind's own `inner` fields, each with its initial value),
-/// its [`Kind`] impl (`kind = LockKind::…`, the metric label), and the kind's
+/// its [`Kind`] impl (the metric label is the `LockKind` variant named as the struct), and the kind's
 /// `DEFAULT_PREFIX` (`prefix = "..."`), `new` and accessors, each documented with an example
 /// for that kind. `key = "..."` documents what the base key holds; `rebase = path` names a
 /// `fn(&mut Inner, Option<&ScriptManager>)` run after the prefix (`None`) or the manager
@@ -69,7 +69,6 @@ macro_rules! lock_kind {
     (
         $(#[$doc:meta])*
         pub struct $kind:ident;
-        kind = $label:expr;
         prefix = $prefix:literal;
         key = $key_doc:literal;
         $(rebase = $rebase:path;)?
@@ -91,7 +90,7 @@ macro_rules! lock_kind {
         }
 
         impl $crate::lock::lease::kind::Kind for $kind {
-            const KIND: $crate::lock::metrics::LockKind = $label;
+            const KIND: $crate::lock::metrics::LockKind = $crate::lock::metrics::LockKind::$kind;
 
             fn base(&self) -> &$crate::lock::lease::kind::Base {
                 &self.inner.base

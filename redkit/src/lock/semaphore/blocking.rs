@@ -55,9 +55,8 @@ impl Semaphore {
         permits: u32,
         options: &LockOptions<Semaphore>,
     ) -> Result<Acquire<PermitGuard, HeldPermits>> {
-        let give_up = give_up(options.get_max_wait());
-        let mut attempts = self.attempts(resource, permits, options)?;
-        wait::acquire(Pace::Until(give_up), conn, &mut attempts).await
+        let (mut attempts, pace) = self.blocking(resource, permits, options)?;
+        wait::acquire(pace, conn, &mut attempts).await
     }
 
     /// Acquires a permit **in arrival order**: callers of `acquire_fair` on one resource get
@@ -100,8 +99,7 @@ impl Semaphore {
         permits: u32,
         options: &LockOptions<Semaphore>,
     ) -> Result<Acquire<PermitGuard, HeldPermits>> {
-        let give_up = give_up(options.get_max_wait());
-        let mut attempts = self.attempts(resource, permits, options)?;
+        let (mut attempts, pace) = self.blocking(resource, permits, options)?;
         let gate = &self.inner.gate;
         let mut place = LockOptions::new().ttl(GATE_LEASE);
         if let Some(wait) = options.get_max_wait() {
@@ -115,12 +113,25 @@ impl Semaphore {
             _ => return Ok(Acquire::Busy(HeldPermits::by(permits, None))),
         };
         attempts.gate = Some(&mut turn);
-        let outcome = wait::acquire(Pace::Until(give_up), conn, &mut attempts).await;
+        let outcome = wait::acquire(pace, conn, &mut attempts).await;
         if let Err(e) = gate.release(conn, turn).await {
             // The place ends with its lease (2 s); the permit, if any, is the caller's.
             tracing::warn!(resource, error = %e, "leaving the fair semaphore's gate failed");
         }
         outcome
+    }
+
+    /// The attempts of a blocking acquire of one of `permits` permits of `resource` (bad
+    /// input refused, nothing sent), paced by notifications until the options'
+    /// [`max_wait`](LockOptions::max_wait), measured from now, has passed.
+    fn blocking<'a>(
+        &'a self,
+        resource: &str,
+        permits: u32,
+        options: &'a LockOptions<Semaphore>,
+    ) -> Result<(PermitAttempts<'a>, Pace<'a>)> {
+        let pace = Pace::Until(give_up(options.get_max_wait()));
+        Ok((self.attempts(resource, permits, options)?, pace))
     }
 }
 

@@ -59,7 +59,6 @@ lock_kind! {
     /// # Ok(()) }
     /// ```
     pub struct Semaphore;
-    kind = LockKind::Semaphore;
     prefix = "redkit:sem";
     key = "The key holding `resource`'s holders (escaped, bounded: see [`keys`](crate::keys)).";
     rebase = Inner::rebase;

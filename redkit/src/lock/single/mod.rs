@@ -18,7 +18,6 @@ use crate::lock::lease::kind::{lease_verbs, lock_kind};
 use crate::lock::lease::schema;
 use crate::lock::lease::{native, renewal};
 use crate::lock::lease::{HeldLease, LeaseKind};
-use crate::lock::metrics::LockKind;
 use crate::lock::options::{LockOptions, OwnerToken, Polling, Replicable};
 use crate::lock::outcome::{renew_status, Renew};
 use crate::script::{embedded, Call, Script};
@@ -56,7 +55,6 @@ lock_kind! {
     /// # Ok(()) }
     /// ```
     pub struct Lock;
-    kind = LockKind::Lock;
     prefix = "redkit:lock";
     key = "The key holding the owner token of `resource`.";
     inner {
