@@ -118,3 +118,42 @@ async fn a_single_server_scan_reads_clients_back_and_skips_foreign_keys() {
         .unwrap();
     assert_eq!(keys.keys.len(), clients.len() + 2, "{keys:?}");
 }
+
+#[tokio::test]
+async fn the_busiest_clients_are_ranked_by_use_and_nothing_is_written() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let limiter: Limiter = FixedWindow::new("scan-top", Rate::per_hour(nonzero!(20)))
+        .unwrap()
+        .into();
+    for i in 1..=100u32 {
+        let client = LimitKey::text(&format!("u{i:03}")).unwrap();
+        limiter
+            .check_n(&mut conn, &client, support::nz(i % 13 + 1))
+            .await
+            .unwrap();
+    }
+    let before = support::snapshot(&mut conn).await;
+    let top = limiter
+        .busiest(&mut conn, nonzero!(1_000), nonzero!(5))
+        .await
+        .unwrap();
+    support::same_dumps(&before, &support::snapshot(&mut conn).await, "busiest");
+    assert_eq!((top.surveyed, top.truncated), (100, false));
+    // i % 13 + 1 == 13 for i = 12, 25, 38, 51, 64, 77, 90: the five first by name.
+    let got: Vec<(&str, u32)> = top
+        .clients
+        .iter()
+        .map(|(c, q)| (c.as_str(), q.used()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("k:u012", 13),
+            ("k:u025", 13),
+            ("k:u038", 13),
+            ("k:u051", 13),
+            ("k:u064", 13)
+        ]
+    );
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use redkit::keys::Prefix;
 use redkit::rate_limit::{Algorithm, Gcra, LimitKey, Limiter, Rate};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::connection::Conn;
 use crate::exit::Failure;
@@ -36,7 +36,12 @@ pub(crate) struct LimiterArgs {
     /// The key prefix (default: the algorithm's own).
     #[arg(long)]
     prefix: Option<String>,
-    /// The clients, as the limiter keys them: `ip:<address>` or `text:<id>`.
+}
+
+/// The clients, as the limiter keys them.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct Clients {
+    /// `ip:<address>` or `text:<id>`.
     #[arg(required = true, value_name = "CLIENT")]
     clients: Vec<String>,
 }
@@ -46,11 +51,30 @@ pub(crate) struct LimiterArgs {
 pub(crate) enum Limits {
     /// Each client's state as a check would find it, read without counting (nothing written;
     /// a replica may serve it): used, remaining, and when it resets.
-    Show(LimiterArgs),
+    Show {
+        #[command(flatten)]
+        limiter: LimiterArgs,
+        #[command(flatten)]
+        clients: Clients,
+    },
+    /// The clients using the limiter most, found by SCAN on every primary and read without
+    /// counting: at most --max keys visited, the --top busiest kept.
+    Top {
+        #[command(flatten)]
+        limiter: LimiterArgs,
+        /// How many clients to show.
+        #[arg(long, default_value_t = NonZeroU32::new(10).expect("non-zero"))]
+        top: NonZeroU32,
+        /// Visit at most this many keys (`truncated` says when there were more).
+        #[arg(long, default_value_t = NonZeroU32::new(10_000).expect("non-zero"))]
+        max: NonZeroU32,
+    },
     /// Delete each client's state: its next check starts afresh. Requires --yes.
     Reset {
         #[command(flatten)]
         limiter: LimiterArgs,
+        #[command(flatten)]
+        clients: Clients,
         /// Confirm: delete the state of every client named.
         #[arg(long)]
         yes: bool,
@@ -63,6 +87,8 @@ pub(crate) enum Limits {
     Block {
         #[command(flatten)]
         limiter: LimiterArgs,
+        #[command(flatten)]
+        clients: Clients,
         /// How long, e.g. 15m.
         #[arg(long = "for", value_parser = parse_duration, value_name = "DURATION")]
         duration: Duration,
@@ -78,7 +104,8 @@ pub(crate) enum Limits {
 impl Limits {
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            Self::Show(_) => "limits show",
+            Self::Show { .. } => "limits show",
+            Self::Top { .. } => "limits top",
             Self::Reset { .. } => "limits reset",
             Self::Block { .. } => "limits block",
         }
@@ -86,7 +113,20 @@ impl Limits {
 
     fn limiter_args(&self) -> &LimiterArgs {
         match self {
-            Self::Show(l) | Self::Reset { limiter: l, .. } | Self::Block { limiter: l, .. } => l,
+            Self::Show { limiter, .. }
+            | Self::Top { limiter, .. }
+            | Self::Reset { limiter, .. }
+            | Self::Block { limiter, .. } => limiter,
+        }
+    }
+
+    /// The clients named, none for `top`.
+    fn clients(&self) -> &[String] {
+        match self {
+            Self::Show { clients, .. }
+            | Self::Reset { clients, .. }
+            | Self::Block { clients, .. } => &clients.clients,
+            Self::Top { .. } => &[],
         }
     }
 }
@@ -166,8 +206,8 @@ pub(crate) async fn run(
 ) -> Result<u8, Failure> {
     let args = command.limiter_args();
     let limiter = args.limiter()?;
-    let clients = args
-        .clients
+    let clients = command
+        .clients()
         .iter()
         .map(|c| parse_client(c).map(|k| (c.as_str(), k)))
         .collect::<Result<Vec<_>, _>>()?;
@@ -189,10 +229,40 @@ pub(crate) async fn run(
     };
     let mut rows = Vec::with_capacity(clients.len());
     let mut lines = Vec::with_capacity(clients.len());
+    if let Limits::Top { top, max, .. } = command {
+        let found = match conn {
+            Conn::Single(c) => limiter.busiest(c, *max, *top).await,
+            Conn::Cluster(c) => limiter.busiest(c, *max, *top).await,
+        }
+        .map_err(fail)?;
+        for (client, q) in &found.clients {
+            let reset_ms = u64::try_from(q.reset_after().as_millis()).unwrap_or(u64::MAX);
+            lines.push(format!(
+                "{}  used {}/{}  remaining {}  resets in {:.3}s",
+                client.as_str(),
+                q.used(),
+                q.limit(),
+                q.remaining(),
+                q.reset_after().as_secs_f64()
+            ));
+            rows.push(json!({
+                "client": client.as_str(), "key": limiter.redis_key(client), "limit": q.limit(),
+                "used": q.used(), "remaining": q.remaining(), "reset_after_ms": reset_ms,
+            }));
+        }
+        if found.truncated {
+            lines.push(format!("(stopped after {max} keys: --max visits more)"));
+        }
+        let fields = json!({"limiter": limiter.name(), "clients": rows,
+            "surveyed": found.surveyed, "truncated": found.truncated});
+        return print(command, mode, fields, &lines);
+    }
     for (client, key) in &clients {
         let redis_key = limiter.redis_key(key);
         match command {
-            Limits::Show(_) => {
+            // Answered above: it names no client.
+            Limits::Top { .. } => {}
+            Limits::Show { .. } => {
                 let q = limiter.peek(conn, key).await.map_err(fail)?;
                 let reset_ms = u64::try_from(q.reset_after().as_millis()).unwrap_or(u64::MAX);
                 lines.push(format!(
@@ -254,14 +324,20 @@ pub(crate) async fn run(
             }
         }
     }
+    print(
+        command,
+        mode,
+        json!({"limiter": limiter.name(), "clients": rows}),
+        &lines,
+    )
+}
+
+/// Prints a command's document or lines; exit code 0.
+fn print(command: &Limits, mode: Mode, fields: Value, lines: &[String]) -> Result<u8, Failure> {
     match mode {
-        Mode::Json => print_json(&document(
-            Some(command.name()),
-            None,
-            json!({"limiter": limiter.name(), "clients": rows}),
-        ))?,
+        Mode::Json => print_json(&document(Some(command.name()), None, fields))?,
         Mode::Text => {
-            for line in &lines {
+            for line in lines {
                 out(line)?;
             }
         }

@@ -1033,6 +1033,23 @@ async fn limits_show_reset_and_block_one_limiter() {
     );
     assert!(stdout(&text).contains("used 2/5"), "{}", stdout(&text));
 
+    // top: the busiest clients, found by SCAN, read without counting.
+    let other = LimitKey::text("user-7").unwrap();
+    limiter.check(&mut conn, &other).await.unwrap();
+    let before = support::snapshot(&mut conn).await;
+    let doc = limits_doc(&args(&with("top", &["--top", "1"])));
+    assert_eq!(
+        (&doc["surveyed"], &doc["truncated"]),
+        (&2.into(), &false.into()),
+        "{doc}"
+    );
+    assert_eq!(
+        (&doc["clients"][0]["client"], &doc["clients"][0]["used"]),
+        (&"k:user-42".into(), &2.into()),
+        "{doc}"
+    );
+    assert_eq!(doc["clients"].as_array().unwrap().len(), 1, "{doc}");
+    support::same_dumps(&before, &support::snapshot(&mut conn).await, "limits top");
     // reset: refused without --yes (exit 2, nothing changed), a dry run changes nothing.
     let out = redkit(&args(&with("reset", &["text:user-42"])));
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));

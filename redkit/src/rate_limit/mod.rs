@@ -44,6 +44,7 @@ mod rate;
 mod rate_limiter;
 mod reply;
 mod sliding;
+mod survey;
 mod wait;
 mod window;
 
@@ -53,10 +54,11 @@ pub use gcra::Gcra;
 #[allow(unused_imports)]
 pub(crate) use key::{canonical, validate_ipv6_prefix};
 pub use key::{LimitKey, DEFAULT_IPV6_PREFIX};
-pub use limiter::{Algorithm, ClientScan, Limiter};
+pub use limiter::{Algorithm, Limiter};
 pub use rate::Rate;
 pub use rate_limiter::RateLimiter;
 pub use sliding::SlidingWindow;
+pub use survey::{Busiest, ClientScan};
 pub use window::{
     AlignedWindow, ClockAligned, FirstHit, FixedWindow, Grouped, Leased, QuotaLease, Window,
     WindowKind,
