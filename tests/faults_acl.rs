@@ -894,6 +894,11 @@ async fn semaphore(bench: &mut Bench) -> Run {
     ensure!(matches!(busy, Acquire::Busy(_)), "{busy:?}");
     let r = sem.renew(conn, &mut permit).await.at("renew")?;
     ensure!(r == Renew::Renewed, "{r:?}");
+    let state = sem
+        .inspect(conn, "job", redkit::nonzero!(5))
+        .await
+        .at("inspect")?;
+    ensure!(state.live == 1, "{state:?}");
     let mut own = bench.conn().await;
     let waiter = {
         let (sem, options) = (sem.clone(), options.clone());
@@ -948,6 +953,11 @@ async fn fair_semaphore(bench: &mut Bench) -> Run {
     let Acquire::Acquired(holder) = got else {
         return Err(format!("acquire_fair: {got:?}"));
     };
+    let state = sem
+        .inspect(conn, "job", redkit::nonzero!(5))
+        .await
+        .at("inspect")?;
+    ensure!(state.live == 1, "{state:?}");
     let spawn_waiter = |mut own: MultiplexedConnection| {
         let (sem, options) = (sem.clone(), options.clone());
         tokio::spawn(async move {
@@ -1617,6 +1627,7 @@ fn area(script: &str) -> &'static str {
 /// Words in quotes that are arguments of commands, not commands.
 const OPTIONS: &[&str] = &[
     "limit",
+    "byscore",
     "nx",
     "xx",
     "px",

@@ -217,3 +217,76 @@ async fn bad_input_and_foreign_data_are_typed_errors() {
         Err(redkit::Error::WrongType { .. })
     ));
 }
+
+#[tokio::test]
+async fn a_semaphores_holders_are_read_and_one_permit_evicted() {
+    use redkit::lock::{Release, Semaphore};
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let sem = Semaphore::new();
+    let long = Duration::from_secs(60);
+    let mut guards = Vec::new();
+    for (token, ttl) in [
+        ("holder-a-0000000001", long),
+        ("holder-b-0000000002", long),
+        ("holder-c-0000000003", Duration::from_millis(100)),
+    ] {
+        let options = LockOptions::new().token(token).ttl(ttl);
+        let Acquire::Acquired(g) = sem.acquire(&mut conn, "export", 3, &options).await.unwrap()
+        else {
+            panic!("a free permit was not taken");
+        };
+        guards.push(g);
+    }
+    // The short lease ends (the time is what is tested: its TTL plus slack).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = snapshot(&mut conn).await;
+    let state = sem
+        .inspect(&mut conn, "export", redkit::nonzero!(10))
+        .await
+        .unwrap();
+    same_dumps(&before, &snapshot(&mut conn).await, "semaphore inspect");
+    assert_eq!((state.live, state.expired), (2, 1), "{state:?}");
+    let tokens: Vec<&str> = state.holders.iter().map(|h| h.token.as_str()).collect();
+    assert_eq!(tokens.len(), 2);
+    assert!(tokens.contains(&"holder-a-0000000001") && tokens.contains(&"holder-b-0000000002"));
+    assert!(state
+        .holders
+        .iter()
+        .all(|h| h.lease_left > Duration::from_secs(50) && h.lease_left <= long));
+    let one = sem
+        .inspect(&mut conn, "export", redkit::nonzero!(1))
+        .await
+        .unwrap();
+    assert_eq!((one.live, one.holders.len()), (2, 1));
+
+    // Evict one: its permit comes back (a wake-up pushed), its holder's renewal says lost.
+    let pushes = server.command_calls("lpush").await;
+    assert_eq!(
+        sem.evict(&mut conn, "export", "holder-a-0000000001")
+            .await
+            .unwrap(),
+        Release::Released
+    );
+    assert_eq!(server.command_calls("lpush").await - pushes, 1);
+    assert_eq!(
+        sem.evict(&mut conn, "export", "holder-a-0000000001")
+            .await
+            .unwrap(),
+        Release::NotOwner
+    );
+    let after = sem
+        .inspect(&mut conn, "export", redkit::nonzero!(10))
+        .await
+        .unwrap();
+    assert_eq!(after.live, 1);
+    let mut evicted = guards.remove(0);
+    assert_eq!(
+        sem.renew(&mut conn, &mut evicted).await.unwrap(),
+        Renew::Lost
+    );
+    assert!(matches!(
+        sem.evict(&mut conn, "export", "short").await,
+        Err(redkit::Error::InvalidInput { .. })
+    ));
+}

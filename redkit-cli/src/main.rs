@@ -29,6 +29,7 @@ mod limits;
 mod locks;
 mod outcome;
 mod output;
+mod semaphore;
 
 use exit::{Failure, EXIT_BROKEN_PIPE, EXIT_USAGE};
 use outcome::{
@@ -100,6 +101,9 @@ enum Command {
     /// A SKU's stock and reservations, read without changing them.
     #[command(subcommand)]
     Inventory(inventory::InventoryCmd),
+    /// A semaphore's holders (show, read-only), and evicting a leaked permit.
+    #[command(subcommand)]
+    Semaphore(semaphore::SemaphoreCmd),
 }
 
 #[derive(Subcommand, Debug, Clone)]
@@ -148,6 +152,7 @@ impl Command {
             Self::Limits(l) => l.name(),
             Self::Locks(l) => l.name(),
             Self::Inventory(i) => i.name(),
+            Self::Semaphore(s) => s.name(),
         }
     }
 }
@@ -230,18 +235,10 @@ fn main() -> ExitCode {
         Ok(runtime) => match &command {
             Command::Scripts(c) => runtime.block_on(run(&cli, *c)),
             Command::Functions(f) => runtime.block_on(run_functions(&cli, f)),
-            Command::Limits(l) => runtime.block_on(async {
-                let (mut conn, target) = data_connection(&cli).await?;
-                limits::run(l, &mut conn, cli.mode(), &target).await
-            }),
-            Command::Locks(l) => runtime.block_on(async {
-                let (mut conn, target) = data_connection(&cli).await?;
-                locks::run(l, &mut conn, cli.mode(), &target).await
-            }),
-            Command::Inventory(i) => runtime.block_on(async {
-                let (mut conn, target) = data_connection(&cli).await?;
-                inventory::run(i, &mut conn, cli.mode(), &target).await
-            }),
+            data @ (Command::Limits(_)
+            | Command::Locks(_)
+            | Command::Inventory(_)
+            | Command::Semaphore(_)) => runtime.block_on(run_data(&cli, data)),
         },
         Err(e) => Err(Failure::io(format!("cannot start runtime: {e}"))),
     };
@@ -549,8 +546,21 @@ fn admin(cli: &Cli) -> Result<Admin, Failure> {
     Ok(admin.with_timeout(Duration::from_millis(cli.timeout_ms.max(1))))
 }
 
-/// The connection of a data command (`limits`, `locks`), as the options say, and how the
-/// target is described.
+/// A data command (`limits`, `locks`, `inventory`, `semaphore`) on the connection the options
+/// say.
+async fn run_data(cli: &Cli, command: &Command) -> Result<u8, Failure> {
+    let (mut conn, target) = data_connection(cli).await?;
+    let (conn, mode) = (&mut conn, cli.mode());
+    match command {
+        Command::Limits(c) => limits::run(c, conn, mode, &target).await,
+        Command::Locks(c) => locks::run(c, conn, mode, &target).await,
+        Command::Inventory(c) => inventory::run(c, conn, mode, &target).await,
+        Command::Semaphore(c) => semaphore::run(c, conn, mode, &target).await,
+        Command::Scripts(_) | Command::Functions(_) => Err(Failure::usage("not a command on data")),
+    }
+}
+
+/// The connection of a data command, as the options say, and how the target is described.
 async fn data_connection(cli: &Cli) -> Result<(connection::Conn, String), Failure> {
     let urls = urls(cli);
     for url in &urls {

@@ -1380,6 +1380,52 @@ async fn inventory_stock_and_reservations_read_without_changing() {
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
 }
 
+async fn semaphore_show_and_evict_a_leaked_permit() {
+    use redkit::lock::{Acquire, LockOptions, Semaphore};
+    let server = RedisServer::spawn().await;
+    let url = server.url();
+    let mut conn = server.conn().await;
+    let sem = Semaphore::new();
+    let leaked = "leaked-worker-000000001";
+    let options = LockOptions::new()
+        .token(leaked)
+        .ttl(std::time::Duration::from_secs(60));
+    assert!(matches!(
+        sem.acquire(&mut conn, "export", 2, &options).await.unwrap(),
+        Acquire::Acquired(_)
+    ));
+    let run = |extra: &[&str]| {
+        let mut a = vec!["--url", url.as_str(), "--json", "semaphore"];
+        a.extend(extra);
+        redkit(&a)
+    };
+    let before = support::snapshot(&mut conn).await;
+    let out = run(&["show", "export"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&doc["live"], &doc["holders"][0]["token"]),
+        (&1.into(), &leaked.into()),
+        "{doc}"
+    );
+    support::same_dumps(
+        &before,
+        &support::snapshot(&mut conn).await,
+        "semaphore show",
+    );
+    let out = run(&["evict", "export", "--token", leaked]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let out = run(&["evict", "export", "--token", leaked, "--yes"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let out = run(&["evict", "export", "--token", leaked, "--yes"]);
+    assert_eq!(out.status.code(), Some(8), "{}", stdout(&out));
+    let state = sem
+        .inspect(&mut conn, "export", redkit::nonzero!(5))
+        .await
+        .unwrap();
+    assert_eq!(state.live, 0);
+}
+
 fn main() -> std::process::ExitCode {
     let mut tests = harness::Tests::new();
     harness::add!(
@@ -1399,7 +1445,8 @@ fn main() -> std::process::ExitCode {
         limits_show_reset_and_block_one_limiter,
         a_read_only_operator_can_show_and_cannot_change,
         locks_show_and_release_a_stuck_lock,
-        inventory_stock_and_reservations_read_without_changing
+        inventory_stock_and_reservations_read_without_changing,
+        semaphore_show_and_evict_a_leaked_permit
     );
     harness::add!(tests, multi_thread: flush_goes_on_past_a_frozen_primary_and_names_it, status_of_a_busy_node_is_not_success, kill_stops_a_read_only_busy_script, kill_reports_unkillable_and_never_shuts_the_server_down);
     harness::add!(tests, sync: list_shows_every_embedded_script, unreachable_server_gives_exit_3_and_one_line_without_password, usage_errors_exit_2_and_say_what_is_wrong_with_the_url, quiet_wins_over_json_in_either_order, a_non_redis_peer_is_not_a_redis_server, a_full_stdout_is_an_io_error_not_a_panic);

@@ -50,6 +50,7 @@ pub use outcome::{
 pub use redlock::{NodeAnswer, Nodes, Quorum, Redlock, RedlockGuard};
 pub use reentrant::{Owner, ReentrantLock};
 pub use rw::{Mode, RwLock};
+pub use semaphore::inspect::{PermitHolder, SemaphoreState};
 pub use semaphore::permit::PermitGuard;
 pub use semaphore::Semaphore;
 pub use single::fencing::MAX_FENCED_KEY_LEN;

@@ -93,6 +93,7 @@ embedded! {
     SEMAPHORE_ACQUIRE => "semaphore_acquire", 1;
     SEMAPHORE_RENEW => "semaphore_renew", 1;
     SEMAPHORE_RELEASE => "semaphore_release", 2;
+    SEMAPHORE_INSPECT => "semaphore_inspect", 1;
     // Inventory.
     INVENTORY_SET => "inventory_set", 3;
     INVENTORY_GET => "inventory_get", 5;

@@ -1,6 +1,7 @@
 //! [`Semaphore`]: N leased permits per resource, one script round trip per step.
 
 mod blocking;
+pub(crate) mod inspect;
 pub(crate) mod permit;
 
 use std::time::Duration;
