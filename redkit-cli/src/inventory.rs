@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::connection::Conn;
 use crate::exit::Failure;
-use crate::output::{document, out, print_json, Mode};
+use crate::output::{finish, Mode};
 
 /// The store, as the application names it.
 #[derive(Args, Debug, Clone)]
@@ -141,14 +141,5 @@ pub(crate) async fn run(
             )
         }
     };
-    match mode {
-        Mode::Json => print_json(&document(Some(command.name()), None, fields))?,
-        Mode::Text => {
-            for line in &lines {
-                out(line)?;
-            }
-        }
-        Mode::Quiet => {}
-    }
-    Ok(0)
+    finish(command.name(), mode, fields, &lines, None)
 }

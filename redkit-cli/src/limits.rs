@@ -9,11 +9,11 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use redkit::keys::Prefix;
 use redkit::rate_limit::{Algorithm, Gcra, LimitKey, Limiter, Rate};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::connection::Conn;
 use crate::exit::Failure;
-use crate::output::{document, out, print_json, Mode};
+use crate::output::{finish, Mode};
 
 /// The limiter whose keys are read or changed, as the application builds it.
 #[derive(Args, Debug, Clone)]
@@ -255,7 +255,7 @@ pub(crate) async fn run(
         }
         let fields = json!({"limiter": limiter.name(), "clients": rows,
             "surveyed": found.surveyed, "truncated": found.truncated});
-        return print(command, mode, fields, &lines);
+        return finish(command.name(), mode, fields, &lines, None);
     }
     for (client, key) in &clients {
         let redis_key = limiter.redis_key(key);
@@ -324,26 +324,13 @@ pub(crate) async fn run(
             }
         }
     }
-    print(
-        command,
+    finish(
+        command.name(),
         mode,
         json!({"limiter": limiter.name(), "clients": rows}),
         &lines,
+        None,
     )
-}
-
-/// Prints a command's document or lines; exit code 0.
-fn print(command: &Limits, mode: Mode, fields: Value, lines: &[String]) -> Result<u8, Failure> {
-    match mode {
-        Mode::Json => print_json(&document(Some(command.name()), None, fields))?,
-        Mode::Text => {
-            for line in lines {
-                out(line)?;
-            }
-        }
-        Mode::Quiet => {}
-    }
-    Ok(0)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use crate::connection::Conn;
 use crate::exit::{Failure, EXIT_STATE_CHANGED};
-use crate::output::{diag, document, out, print_json, Mode};
+use crate::output::{finish, Mode};
 
 /// `redkit locks ...`.
 #[derive(Subcommand, Debug, Clone)]
@@ -224,24 +224,6 @@ pub(crate) async fn run(
             }
         }
     };
-    let failure = (code != 0).then(|| {
-        Failure::new(
-            code,
-            "state_changed",
-            "nothing done: the lock is not held as expected",
-        )
-    });
-    match mode {
-        Mode::Json => print_json(&document(Some(command.name()), failure.as_ref(), fields))?,
-        Mode::Text => {
-            for line in &lines {
-                out(line)?;
-            }
-        }
-        Mode::Quiet => {}
-    }
-    if let Some(f) = &failure {
-        diag(&f.message)?;
-    }
-    Ok(code)
+    let unchanged = (code != 0).then_some("the lock is not held as expected");
+    finish(command.name(), mode, fields, &lines, unchanged)
 }

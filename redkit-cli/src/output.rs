@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use serde_json::{json, Value};
 
-use crate::exit::Failure;
+use crate::exit::{Failure, EXIT_STATE_CHANGED};
 
 /// What goes to stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,4 +66,35 @@ pub(crate) fn print_json(value: &Value) -> Result<(), Failure> {
     let text = serde_json::to_string_pretty(value)
         .map_err(|e| Failure::io(format!("cannot encode JSON: {e}")))?;
     out(&text)
+}
+
+/// Prints a data command's outcome: its JSON document, or its lines; with `unchanged` (why
+/// nothing was done: the state changed), exit 8 with that reason on stderr, else 0.
+pub(crate) fn finish(
+    command: &str,
+    mode: Mode,
+    fields: Value,
+    lines: &[String],
+    unchanged: Option<&str>,
+) -> Result<u8, Failure> {
+    let failure = unchanged.map(|why| {
+        Failure::new(
+            EXIT_STATE_CHANGED,
+            "state_changed",
+            format!("nothing done: {why}"),
+        )
+    });
+    match mode {
+        Mode::Json => print_json(&document(Some(command), failure.as_ref(), fields))?,
+        Mode::Text => {
+            for line in lines {
+                out(line)?;
+            }
+        }
+        Mode::Quiet => {}
+    }
+    if let Some(f) = &failure {
+        diag(&f.message)?;
+    }
+    Ok(failure.map_or(0, |f| f.code))
 }

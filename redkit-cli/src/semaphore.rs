@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::connection::Conn;
 use crate::exit::{Failure, EXIT_STATE_CHANGED};
-use crate::output::{diag, document, out, print_json, Mode};
+use crate::output::{finish, Mode};
 
 /// `redkit semaphore ...`.
 #[derive(Subcommand, Debug, Clone)]
@@ -120,24 +120,6 @@ pub(crate) async fn run(
             )
         }
     };
-    let failure = (code != 0).then(|| {
-        Failure::new(
-            code,
-            "state_changed",
-            "nothing done: the token holds no permit",
-        )
-    });
-    match mode {
-        Mode::Json => print_json(&document(Some(command.name()), failure.as_ref(), fields))?,
-        Mode::Text => {
-            for line in &lines {
-                out(line)?;
-            }
-        }
-        Mode::Quiet => {}
-    }
-    if let Some(f) = &failure {
-        diag(&f.message)?;
-    }
-    Ok(code)
+    let unchanged = (code != 0).then_some("the token holds no permit");
+    finish(command.name(), mode, fields, &lines, unchanged)
 }
