@@ -999,6 +999,11 @@ async fn fair_lock(bench: &mut Bench) -> Run {
     };
     let r = fair.renew(conn, &mut holder).await.at("renew")?;
     ensure!(r == Renew::Renewed, "{r:?}");
+    let state = fair
+        .inspect(conn, "job", redkit::nonzero!(5))
+        .await
+        .at("inspect")?;
+    ensure!(state.queued == 1, "{state:?}");
     let busy = fair
         .try_acquire(conn, "job", &options)
         .await

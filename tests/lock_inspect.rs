@@ -290,3 +290,88 @@ async fn a_semaphores_holders_are_read_and_one_permit_evicted() {
         Err(redkit::Error::InvalidInput { .. })
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_locks_queue_is_read_and_a_stuck_holder_evicted() {
+    use redkit::lock::{FairLock, Release};
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let fair = FairLock::new();
+    let holder = "fair-holder-00000000001";
+    let options = LockOptions::new()
+        .token(holder)
+        .ttl(Duration::from_secs(30));
+    let Acquire::Acquired(mut stuck) = fair
+        .try_acquire(&mut conn, "ledger", &options)
+        .await
+        .unwrap()
+    else {
+        panic!("a free fair lock was not taken");
+    };
+    let mut own = server.conn().await;
+    let waiter_lock = fair.clone();
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        let options = LockOptions::new()
+            .token("fair-waiter-00000000002")
+            .ttl(Duration::from_secs(30))
+            .max_wait(Duration::from_secs(20));
+        let got = waiter_lock
+            .acquire(&mut own, "ledger", &options)
+            .await
+            .unwrap();
+        (matches!(got, Acquire::Acquired(_)), started.elapsed())
+    });
+    // Until the waiter has joined the queue (bounded: the waiter joins at once).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let state = loop {
+        let state = fair
+            .inspect(&mut conn, "ledger", redkit::nonzero!(10))
+            .await
+            .unwrap();
+        if state.queued == 2 {
+            break state;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the waiter never joined: {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let order: Vec<&str> = state.entries.iter().map(|e| e.token.as_str()).collect();
+    assert_eq!(order, [holder, "fair-waiter-00000000002"]);
+    assert!(state.entries[0]
+        .lease_left
+        .is_some_and(|l| l > Duration::from_secs(25)));
+    assert!(state.entries[0].arrival < state.entries[1].arrival);
+    assert_eq!(
+        state.last_fencing_token.map(|t| t.get()),
+        Some(state.entries[1].arrival)
+    );
+    assert_eq!(
+        Some(state.entries[0].arrival),
+        stuck.fencing_token().map(|t| t.get())
+    );
+
+    // Evict the stuck holder: the waiter behind it is woken and takes the lock.
+    assert_eq!(
+        fair.evict(&mut conn, "ledger", holder).await.unwrap(),
+        Release::Released
+    );
+    let (acquired, waited) = waiter.await.unwrap();
+    assert!(acquired, "the waiter did not get the lock");
+    assert!(
+        waited < Duration::from_secs(10),
+        "woken, not timed out: {waited:?}"
+    );
+    assert_eq!(
+        fair.renew(&mut conn, &mut stuck).await.unwrap(),
+        Renew::Lost
+    );
+    assert_eq!(
+        fair.evict(&mut conn, "ledger", "absent-token-000000000")
+            .await
+            .unwrap(),
+        Release::NotOwner
+    );
+}

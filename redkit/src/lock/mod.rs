@@ -34,11 +34,13 @@ mod options;
 mod outcome;
 mod redlock;
 mod reentrant;
+mod repair;
 mod rw;
 mod semaphore;
 mod single;
 mod waiter_lease;
 
+pub use fair::inspect::{FairLockState, QueueEntry};
 pub use fair::FairLock;
 pub use lease::guard::LockGuard;
 pub use lease::token::FencingToken;

@@ -84,6 +84,7 @@ embedded! {
     FAIR_ACQUIRE => "fair_acquire", 1;
     FAIR_RENEW => "fair_renew", 1;
     FAIR_RELEASE => "fair_release", 1;
+    FAIR_INSPECT => "fair_inspect", 1;
     REENTRANT_ACQUIRE => "reentrant_acquire", 1;
     REENTRANT_RENEW => "reentrant_renew", 1;
     REENTRANT_RELEASE => "reentrant_release", 1;

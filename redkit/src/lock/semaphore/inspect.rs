@@ -11,6 +11,7 @@ use super::Semaphore;
 use crate::error::{Error, Result};
 use crate::lock::lease::schema;
 use crate::lock::outcome::Release;
+use crate::lock::repair;
 use crate::script::{embedded, script_error, Call};
 
 /// A semaphore's holders at one instant ([`Semaphore::inspect`]). A diagnostic: permits are
@@ -73,19 +74,13 @@ impl Semaphore {
         resource: &str,
         list: NonZeroU32,
     ) -> Result<SemaphoreState> {
-        if list.get() > 10_000 {
-            return Err(Error::invalid("list", "must be at most 10000"));
-        }
+        let list = repair::checked_list(list)?;
         let script = embedded::SEMAPHORE_INSPECT.script();
         let mut call = Call::new(script);
-        call.key(self.key(resource)?).arg(list.get());
+        call.key(self.key(resource)?).arg(list);
         let reply = self.manager().invoke(conn, &call).await?;
+        let items = repair::inspected(script, reply, "{now, live, expired, holders..}")?;
         let bad = || Error::unexpected(script.id(), "expected {now, live, expired, holders..}");
-        let items = match reply {
-            Value::Array(items) => items,
-            Value::ServerError(e) => return Err(script_error(script, e.into())),
-            _ => return Err(bad()),
-        };
         let int = |v: &Value| match v {
             Value::Int(i) => u64::try_from(*i).map_err(|_| bad()),
             _ => Err(bad()),
@@ -133,22 +128,14 @@ impl Semaphore {
         token: &str,
     ) -> Result<Release> {
         let key = self.key(resource)?;
-        if !(16..=128).contains(&token.len()) {
-            return Err(Error::invalid("token", "must be 16 to 128 bytes"));
-        }
+        repair::checked_token(token)?;
         let script = embedded::SEMAPHORE_RELEASE.script();
         let mut call = Call::new(script);
         // One wake-up entry: one permit came back.
         call.key(&key).key(schema::wake(&key)).arg(token).arg(1u32);
         match self.manager().invoke(conn, &call).await? {
             Value::Int(1) => {
-                tracing::warn!(
-                    target: "redkit::lock",
-                    resource,
-                    key = %key,
-                    token = %token,
-                    "evicted a semaphore permit"
-                );
+                repair::record("evicted a semaphore permit", resource, &key, token);
                 Ok(Release::Released)
             }
             Value::Int(0) => Ok(Release::NotOwner),

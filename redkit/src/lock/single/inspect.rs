@@ -9,6 +9,7 @@ use redis::Value;
 use super::Lock;
 use crate::error::{Error, Result};
 use crate::lock::lease::schema;
+use crate::lock::repair;
 use crate::lock::FencingToken;
 use crate::script::{embedded, script_error, Call, Script};
 
@@ -228,10 +229,7 @@ impl Lock {
                 None => return Ok(ForceRelease::NotHeld),
             },
         };
-        if !(16..=128).contains(&token.len()) {
-            // No acquire writes such a token: it cannot be the holder's.
-            return Err(Error::invalid("token", "must be 16 to 128 bytes"));
-        }
+        repair::checked_token(&token)?;
         let script = embedded::LOCK_RELEASE_WAKE.script();
         let mut call = Call::new(script);
         call.key(&key)
@@ -244,13 +242,7 @@ impl Lock {
             _ => return Err(Error::unexpected(script.id(), "expected 0 or 1")),
         };
         if released {
-            tracing::warn!(
-                target: "redkit::lock",
-                resource,
-                key = %key,
-                token = %token,
-                "force-released a lock"
-            );
+            repair::record("force-released a lock", resource, &key, &token);
             return Ok(ForceRelease::Released { token });
         }
         let now = self.inspect(conn, resource).await?.holder;

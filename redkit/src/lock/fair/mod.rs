@@ -1,6 +1,7 @@
 //! [`FairLock`]: a lock served in arrival order (ZooKeeper's guarantee), each waiter woken by
 //! its predecessor leaving, not by polling.
 
+pub(crate) mod inspect;
 use std::sync::Arc;
 use std::time::Duration;
 

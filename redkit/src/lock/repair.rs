@@ -1,0 +1,61 @@
+//! What the operator's repairs of every lock kind share (`Lock::force_release`,
+//! `FairLock::evict`, `Semaphore::evict`): the owner token they name, and the trace event
+//! that records what they removed.
+
+use std::num::NonZeroU32;
+
+use redis::Value;
+
+use crate::error::{Error, Result};
+use crate::script::{script_error, Script};
+
+/// The most entries an inspection lists.
+const MOST_LISTED: u32 = 10_000;
+
+/// How many entries an inspection lists: at most 10,000.
+pub(crate) fn checked_list(list: NonZeroU32) -> Result<u32> {
+    if list.get() > MOST_LISTED {
+        return Err(Error::invalid("list", "must be at most 10000"));
+    }
+    Ok(list.get())
+}
+
+/// An inspection script's reply as its array, the script's own error mapped, or an
+/// unexpected-reply error saying what was `expected`.
+pub(crate) fn inspected(script: &Script, reply: Value, expected: &str) -> Result<Vec<Value>> {
+    match reply {
+        Value::Array(items) => Ok(items),
+        Value::ServerError(e) => Err(script_error(script, e.into())),
+        _ => Err(Error::unexpected(
+            script.id(),
+            format!("expected {expected}"),
+        )),
+    }
+}
+
+/// An owner token as acquires write them (16 to 128 bytes): any other cannot be a holder's.
+pub(crate) fn checked_token(token: &str) -> Result<()> {
+    if (16..=128).contains(&token.len()) {
+        Ok(())
+    } else {
+        Err(Error::invalid("token", "must be 16 to 128 bytes"))
+    }
+}
+
+/// The `WARN` event of a repair: `what` was done to `token`'s hold of `resource` at `key`.
+pub(crate) fn record(what: &str, resource: &str, key: &str, token: &str) {
+    tracing::warn!(target: "redkit::lock", resource, key, token, "{what}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_tokens_an_acquire_writes_are_named() {
+        assert!(checked_token(&"t".repeat(16)).is_ok());
+        assert!(checked_token(&"t".repeat(128)).is_ok());
+        assert!(checked_token(&"t".repeat(15)).is_err());
+        assert!(checked_token(&"t".repeat(129)).is_err());
+    }
+}
