@@ -375,3 +375,40 @@ async fn a_fair_locks_queue_is_read_and_a_stuck_holder_evicted() {
         Release::NotOwner
     );
 }
+
+#[tokio::test]
+async fn a_reentrant_locks_owner_and_hold_count_are_read() {
+    use redkit::lock::{Owner, ReentrantLock};
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = ReentrantLock::new();
+    let free = lock.inspect(&mut conn, "account").await.unwrap();
+    assert_eq!(
+        (free.holder, free.holds, free.last_fencing_token),
+        (None, 0, None)
+    );
+    let me = Owner::new();
+    let options = LockOptions::new().ttl(Duration::from_secs(30));
+    let mut guards = Vec::new();
+    for _ in 0..3 {
+        let Acquire::Acquired(g) = lock
+            .acquire(&mut conn, "account", &me, &options)
+            .await
+            .unwrap()
+        else {
+            panic!("the owner did not take its lock again");
+        };
+        guards.push(g);
+    }
+    let before = snapshot(&mut conn).await;
+    let state = lock.inspect(&mut conn, "account").await.unwrap();
+    same_dumps(&before, &snapshot(&mut conn).await, "reentrant inspect");
+    assert_eq!(state.holds, 3);
+    let holder = state.holder.expect("held");
+    assert!(holder.ttl.is_some_and(|t| t > Duration::from_secs(25)));
+    assert_eq!(state.last_fencing_token, guards[0].fencing_token());
+    lock.release(&mut conn, guards.pop().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(lock.inspect(&mut conn, "account").await.unwrap().holds, 2);
+}

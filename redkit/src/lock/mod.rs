@@ -50,6 +50,7 @@ pub use outcome::{
     Acquire, Fence, FencedWrite, Held, HeldOnNodes, HeldPermits, LeaseLoss, Release, Renew,
 };
 pub use redlock::{NodeAnswer, Nodes, Quorum, Redlock, RedlockGuard};
+pub use reentrant::inspect::ReentrantState;
 pub use reentrant::{Owner, ReentrantLock};
 pub use rw::{Mode, RwLock};
 pub use semaphore::inspect::{PermitHolder, SemaphoreState};

@@ -7,6 +7,7 @@ use std::num::NonZeroU32;
 use redis::Value;
 
 use crate::error::{Error, Result};
+use crate::lock::FencingToken;
 use crate::script::{script_error, Script};
 
 /// The most entries an inspection lists.
@@ -45,6 +46,25 @@ pub(crate) fn checked_token(token: &str) -> Result<()> {
 /// The `WARN` event of a repair: `what` was done to `token`'s hold of `resource` at `key`.
 pub(crate) fn record(what: &str, resource: &str, key: &str, token: &str) {
     tracing::warn!(target: "redkit::lock", resource, key, token, "{what}");
+}
+
+/// A fence key's value as an inspection read it: the last fencing token issued (`None`
+/// when there is none), or [`Error::CorruptData`] for a value no lock writes.
+pub(crate) fn fence(script: &Script, value: Value) -> Result<Option<FencingToken>> {
+    let text = match value {
+        Value::Nil => return Ok(None),
+        Value::BulkString(b) => b,
+        _ => return Err(Error::unexpected(script.id(), "a fence that is not text")),
+    };
+    std::str::from_utf8(&text)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .and_then(FencingToken::new)
+        .map(Some)
+        .ok_or_else(|| Error::CorruptData {
+            script: script.id().to_string(),
+            detail: "the fence key is not a token".to_owned(),
+        })
 }
 
 #[cfg(test)]

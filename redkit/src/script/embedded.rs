@@ -88,6 +88,7 @@ embedded! {
     REENTRANT_ACQUIRE => "reentrant_acquire", 1;
     REENTRANT_RENEW => "reentrant_renew", 1;
     REENTRANT_RELEASE => "reentrant_release", 1;
+    REENTRANT_INSPECT => "reentrant_inspect", 1;
     RW_ACQUIRE => "rw_acquire", 1;
     RW_RENEW => "rw_renew", 1;
     RW_RELEASE => "rw_release", 1;

@@ -103,20 +103,7 @@ impl FairLock {
         let (head, rest) = items.split_at_checked(3).ok_or_else(bad)?;
         let now = int(&head[0])?;
         let queued = u64::try_from(int(&head[1])?).map_err(|_| bad())?;
-        let last_fencing_token = match &head[2] {
-            Value::Nil => None,
-            Value::BulkString(b) => Some(
-                std::str::from_utf8(b)
-                    .ok()
-                    .and_then(|s| s.parse::<u64>().ok())
-                    .and_then(FencingToken::new)
-                    .ok_or_else(|| Error::CorruptData {
-                        script: script.id().to_string(),
-                        detail: "the fence key is not an arrival number".to_owned(),
-                    })?,
-            ),
-            _ => return Err(bad()),
-        };
+        let last_fencing_token = repair::fence(script, head[2].clone())?;
         let mut entries = Vec::with_capacity(rest.len() / 3);
         for entry in rest.chunks(3) {
             let [Value::BulkString(token), arrival, lease_end] = entry else {

@@ -286,15 +286,7 @@ fn decode(script: &Script, reply: Value) -> Result<LockState> {
         token,
         ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
     });
-    let last_fencing_token = match text(fence, "fence")? {
-        None => None,
-        Some(s) => Some(
-            s.parse::<u64>()
-                .ok()
-                .and_then(FencingToken::new)
-                .ok_or_else(|| corrupt(script, "the fence key is not a token"))?,
-        ),
-    };
+    let last_fencing_token = repair::fence(script, fence)?;
     let waiters = match waiting {
         Value::Int(n) => n > 0,
         _ => return Err(bad("waiting flag")),

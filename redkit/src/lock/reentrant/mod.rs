@@ -1,6 +1,8 @@
 //! [`ReentrantLock`]: a lock its owner may take again while holding it, released when the
 //! last hold is given back.
 
+pub(crate) mod inspect;
+
 use std::fmt;
 
 use redis::aio::ConnectionLike;
