@@ -1050,6 +1050,11 @@ async fn rw_lock(bench: &mut Bench) -> Run {
         };
         readers.push(g);
     }
+    let state = rw
+        .inspect(conn, "doc", redkit::nonzero!(5))
+        .await
+        .at("inspect")?;
+    ensure!(state.live_readers == 2, "{state:?}");
     let r = rw.renew(conn, &mut readers[0]).await.at("renew")?;
     ensure!(r == Renew::Renewed, "{r:?}");
     let busy = rw

@@ -412,3 +412,55 @@ async fn a_reentrant_locks_owner_and_hold_count_are_read() {
         .unwrap();
     assert_eq!(lock.inspect(&mut conn, "account").await.unwrap().holds, 2);
 }
+
+#[tokio::test]
+async fn a_read_write_locks_readers_and_waiting_writer_are_read() {
+    use redkit::lock::{Mode, RwLock};
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let rw = RwLock::new();
+    let options = LockOptions::<RwLock>::new().ttl(Duration::from_secs(30));
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        let Acquire::Acquired(g) = rw
+            .try_acquire(&mut conn, "catalog", Mode::Read, &options)
+            .await
+            .unwrap()
+        else {
+            panic!("a reader was refused");
+        };
+        readers.push(g);
+    }
+    let before = snapshot(&mut conn).await;
+    let state = rw
+        .inspect(&mut conn, "catalog", redkit::nonzero!(1))
+        .await
+        .unwrap();
+    same_dumps(&before, &snapshot(&mut conn).await, "rw inspect");
+    assert_eq!(
+        (state.live_readers, state.readers.len()),
+        (2, 1),
+        "{state:?}"
+    );
+    assert!(
+        state.writer.is_none() && state.waiting_writer.is_none(),
+        "{state:?}"
+    );
+    assert!(state.readers[0]
+        .ttl
+        .is_some_and(|t| t > Duration::from_secs(25)));
+    assert_eq!(state.last_fencing_token, readers[1].fencing_token());
+
+    // A waiting writer's intent (which holds new readers back), as rw_acquire writes it.
+    let intent = format!("{}:intent", rw.key("catalog").unwrap());
+    let _: () = server
+        .cmd(&["SET", &intent, "waiting-writer-0000001", "PX", "5000"])
+        .await;
+    let state = rw
+        .inspect(&mut conn, "catalog", redkit::nonzero!(1))
+        .await
+        .unwrap();
+    let waiting = state.waiting_writer.expect("the intent");
+    assert_eq!(waiting.token, "waiting-writer-0000001");
+    assert!(waiting.ttl.is_some_and(|t| t <= Duration::from_secs(5)));
+}

@@ -52,6 +52,7 @@ pub use outcome::{
 pub use redlock::{NodeAnswer, Nodes, Quorum, Redlock, RedlockGuard};
 pub use reentrant::inspect::ReentrantState;
 pub use reentrant::{Owner, ReentrantLock};
+pub use rw::inspect::RwLockState;
 pub use rw::{Mode, RwLock};
 pub use semaphore::inspect::{PermitHolder, SemaphoreState};
 pub use semaphore::permit::PermitGuard;

@@ -92,6 +92,7 @@ embedded! {
     RW_ACQUIRE => "rw_acquire", 1;
     RW_RENEW => "rw_renew", 1;
     RW_RELEASE => "rw_release", 1;
+    RW_INSPECT => "rw_inspect", 1;
     SEMAPHORE_ACQUIRE => "semaphore_acquire", 1;
     SEMAPHORE_RENEW => "semaphore_renew", 1;
     SEMAPHORE_RELEASE => "semaphore_release", 2;

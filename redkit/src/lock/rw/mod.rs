@@ -1,5 +1,7 @@
 //! [`RwLock`]: many readers or one writer, leases on both, writers not starved.
 
+pub(crate) mod inspect;
+
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
