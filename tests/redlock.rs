@@ -522,3 +522,34 @@ async fn no_quorum_is_tried_again_while_the_retries_allow() {
         other => panic!("thawed nodes within the retries: {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn inspect_reads_every_master_and_says_which_did_not_answer() {
+    use redkit::lock::NodeState;
+    let mut masters = RedisMasters::spawn(3).await;
+    let redlock = redlock(&masters).await;
+    let free = redlock.inspect("audit").await.unwrap();
+    assert_eq!(free.nodes, vec![NodeState::Free; 3]);
+    assert_eq!(free.held_on(), None);
+    let guard = held(
+        &redlock,
+        "audit",
+        &LockOptions::new().ttl(Duration::from_secs(30)),
+    )
+    .await;
+    let state = redlock.inspect("audit").await.unwrap();
+    let (token, k) = state.held_on().expect("held");
+    assert_eq!(k, 3, "{state:?}");
+    assert!(state.nodes.iter().all(
+        |n| matches!(n, NodeState::Held(h) if h.token == token && h.ttl.is_some_and(|t| t > Duration::from_secs(25)))
+    ));
+    // A frozen master: reported, the others still read.
+    masters.nodes[2].pause().await;
+    let state = redlock.inspect("audit").await.unwrap();
+    assert!(matches!(state.nodes[2], NodeState::Failed(_)), "{state:?}");
+    assert_eq!(state.held_on().map(|(_, k)| k), Some(2));
+    masters.nodes[2].resume().await;
+    redlock.release(guard).await.unwrap();
+    let after = redlock.inspect("audit").await.unwrap();
+    assert_eq!(after.held_on(), None, "{after:?}");
+}

@@ -49,7 +49,7 @@ pub use options::{LockOptions, OwnerToken, Polling, Replicable};
 pub use outcome::{
     Acquire, Fence, FencedWrite, Held, HeldOnNodes, HeldPermits, LeaseLoss, Release, Renew,
 };
-pub use redlock::{NodeAnswer, Nodes, Quorum, Redlock, RedlockGuard};
+pub use redlock::{NodeAnswer, NodeState, Nodes, Quorum, Redlock, RedlockGuard, RedlockState};
 pub use reentrant::inspect::ReentrantState;
 pub use reentrant::{Owner, ReentrantLock};
 pub use rw::inspect::RwLockState;

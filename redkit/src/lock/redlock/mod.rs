@@ -1,9 +1,11 @@
 //! [`Redlock`]: a lock over N independent Redis masters, held with a quorum of N/2+1.
 
 mod guard;
+pub(crate) mod inspect;
 mod report;
 
 pub use guard::RedlockGuard;
+pub use inspect::{NodeState, RedlockState};
 pub use report::{NodeAnswer, Nodes, Quorum};
 
 use std::fmt;

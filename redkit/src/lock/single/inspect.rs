@@ -262,7 +262,7 @@ fn corrupt(script: &Script, detail: &str) -> Error {
 }
 
 /// `{holder, pttl_ms, fence, waiting}` -> [`LockState`], without trusting its shape.
-fn decode(script: &Script, reply: Value) -> Result<LockState> {
+pub(crate) fn decode(script: &Script, reply: Value) -> Result<LockState> {
     let bad = |what: &str| Error::unexpected(script.id(), format!("a bad {what}"));
     let items = match reply {
         Value::Array(items) => items,
