@@ -4,8 +4,7 @@
 use redis::aio::ConnectionLike;
 
 use super::Redlock;
-use crate::lock::lease::schema;
-use crate::lock::single::inspect::decode;
+use crate::lock::single::inspect::{decode, inspect_call};
 use crate::lock::Holder;
 use crate::script::{embedded, Call};
 
@@ -90,12 +89,8 @@ impl<C: ConnectionLike + Clone> Redlock<C> {
     /// # Ok(()) }
     /// ```
     pub async fn inspect(&self, resource: &str) -> crate::Result<RedlockState> {
-        let key = self.key(resource)?;
         let script = embedded::LOCK_INSPECT.script();
-        let mut call = Call::new(script);
-        call.key(&key)
-            .key(schema::fence(&key))
-            .key(schema::waiting(&key));
+        let call = inspect_call(&self.key(resource)?);
         let eval = Call::eval_from(script, call.evalsha());
         let timeout = self.node_timeout;
         let reads = self.nodes.iter().map(|conn| {

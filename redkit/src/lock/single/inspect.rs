@@ -146,14 +146,9 @@ impl Lock {
         conn: &mut C,
         resource: &str,
     ) -> Result<LockState> {
-        let key = self.key(resource)?;
-        let script = embedded::LOCK_INSPECT.script();
-        let mut call = Call::new(script);
-        call.key(&key)
-            .key(schema::fence(&key))
-            .key(schema::waiting(&key));
+        let call = inspect_call(&self.key(resource)?);
         let reply = self.manager().invoke(conn, &call).await?;
-        decode(script, reply)
+        decode(embedded::LOCK_INSPECT.script(), reply)
     }
 
     /// The resources this lock holds now (their lock keys exist), found by `SCAN MATCH
@@ -251,6 +246,16 @@ impl Lock {
             (holder, _) => ForceRelease::Changed { holder },
         })
     }
+}
+
+/// The read-only call reading lock key `key`, its fence and its waiter flag (`lock_inspect`):
+/// what [`Lock::inspect`] sends, and a Redlock's inspection on each master.
+pub(crate) fn inspect_call(key: &str) -> Call<'static> {
+    let mut call = Call::new(embedded::LOCK_INSPECT.script());
+    call.key(key)
+        .key(schema::fence(key))
+        .key(schema::waiting(key));
+    call
 }
 
 /// Data at a lock key that no lock writes (the script wrote nothing: it only reads).
