@@ -464,3 +464,47 @@ async fn a_read_write_locks_readers_and_waiting_writer_are_read() {
     assert_eq!(waiting.token, "waiting-writer-0000001");
     assert!(waiting.ttl.is_some_and(|t| t <= Duration::from_secs(5)));
 }
+
+/// Every lock kind's inspection is a read-only script: a read-only replica serves each.
+#[tokio::test]
+async fn every_inspection_is_served_by_a_read_only_replica() {
+    use redkit::lock::{FairLock, Mode, Owner, ReentrantLock, RwLock, Semaphore};
+    let pair = ReplicatedPair::spawn().await;
+    let mut primary = pair.primary.conn().await;
+    let mut replica = pair.replica.conn().await;
+    let ttl = Duration::from_secs(30);
+    let sem = Semaphore::new();
+    let fair = FairLock::new();
+    let rw = RwLock::new();
+    let reentrant = ReentrantLock::new();
+    let _permit = sem
+        .try_acquire(&mut primary, "r", 2, &LockOptions::new().ttl(ttl))
+        .await
+        .unwrap();
+    let _turn = fair
+        .try_acquire(&mut primary, "r", &LockOptions::new().ttl(ttl))
+        .await
+        .unwrap();
+    let _reader = rw
+        .try_acquire(&mut primary, "r", Mode::Read, &LockOptions::new().ttl(ttl))
+        .await
+        .unwrap();
+    let _hold = reentrant
+        .try_acquire(
+            &mut primary,
+            "r",
+            &Owner::new(),
+            &LockOptions::new().ttl(ttl),
+        )
+        .await
+        .unwrap();
+    support::until_replicated(&mut primary).await;
+    let n = redkit::nonzero!(5);
+    assert_eq!(sem.inspect(&mut replica, "r", n).await.unwrap().live, 1);
+    assert_eq!(fair.inspect(&mut replica, "r", n).await.unwrap().queued, 1);
+    assert_eq!(
+        rw.inspect(&mut replica, "r", n).await.unwrap().live_readers,
+        1
+    );
+    assert_eq!(reentrant.inspect(&mut replica, "r").await.unwrap().holds, 1);
+}

@@ -300,7 +300,10 @@ pub trait RateLimiter:
         key: &LimitKey,
     ) -> impl Future<Output = Result<Quota>> + Send;
 
-    /// Deletes `key`'s state (and its deny-cache entry). Returns whether it existed.
+    /// Deletes `key`'s state (and this process's deny-cache entry). Returns whether it
+    /// existed. Other processes can lag it: a deny cache elsewhere keeps refusing the client
+    /// until the refusal it holds ends (at most the refusal's `retry_after`: a window, or
+    /// GCRA's exact wait), and units already leased to an instance stay usable until spent.
     ///
     /// ```no_run
     /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
