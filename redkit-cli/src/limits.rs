@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use redkit::keys::Prefix;
+use redkit::middleware::{Policies, PolicyConfig};
 use redkit::rate_limit::{Algorithm, Gcra, LimitKey, Limiter, Rate};
 use serde_json::json;
 
@@ -18,18 +19,25 @@ use crate::output::{finish, Mode};
 /// The limiter whose keys are read or changed, as the application builds it.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct LimiterArgs {
+    /// The application's policy file (TOML, as the middleware reads it): the limiter of
+    /// --path is used, with the file's prefix and options. Instead of the flags below.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["name", "limit", "window", "algorithm", "burst", "prefix"])]
+    policies: Option<std::path::PathBuf>,
+    /// With --policies: the request path whose limiter is meant (default /).
+    #[arg(long, requires = "policies", default_value = "/")]
+    path: String,
     /// The algorithm: fixed_window, aligned_window, gcra or sliding_window.
-    #[arg(long, value_parser = parse_algorithm, default_value = "fixed_window")]
-    algorithm: Algorithm,
+    #[arg(long, value_parser = parse_algorithm)]
+    algorithm: Option<Algorithm>,
     /// The limiter's name (its keys are `<prefix>:<name>:{<client>}`).
-    #[arg(long)]
-    name: String,
+    #[arg(long, required_unless_present = "policies")]
+    name: Option<String>,
     /// Units per window (GCRA: per period), at least 1.
-    #[arg(long)]
-    limit: NonZeroU32,
+    #[arg(long, required_unless_present = "policies")]
+    limit: Option<NonZeroU32>,
     /// The window (GCRA: the period), e.g. 500ms, 10s, 1m, 1h.
-    #[arg(long, value_parser = parse_duration)]
-    window: Duration,
+    #[arg(long, value_parser = parse_duration, required_unless_present = "policies")]
+    window: Option<Duration>,
     /// GCRA's burst (default: the limit).
     #[arg(long)]
     burst: Option<NonZeroU32>,
@@ -182,19 +190,38 @@ impl LimiterArgs {
     /// The limiter, built as the application builds it; a bad combination is a usage error.
     fn limiter(&self) -> Result<Limiter, Failure> {
         let usage = |e: redkit::Error| Failure::usage(e.to_string());
-        let rate = Rate::new(self.limit, self.window).map_err(usage)?;
-        let limiter = match (self.algorithm, self.burst) {
-            (Algorithm::Gcra, Some(burst)) => Gcra::bursting(&self.name, rate, burst)
-                .map_err(usage)?
-                .into(),
+        if let Some(file) = &self.policies {
+            return from_policies(file, &self.path);
+        }
+        let (Some(name), Some(limit), Some(window)) = (&self.name, self.limit, self.window) else {
+            return Err(Failure::usage(
+                "--name, --limit and --window describe the limiter",
+            ));
+        };
+        let rate = Rate::new(limit, window).map_err(usage)?;
+        let limiter = match (self.algorithm.unwrap_or_default(), self.burst) {
+            (Algorithm::Gcra, Some(burst)) => {
+                Gcra::bursting(name, rate, burst).map_err(usage)?.into()
+            }
             (_, Some(_)) => return Err(Failure::usage("--burst is GCRA's alone")),
-            (algorithm, None) => Limiter::new(algorithm, &self.name, rate).map_err(usage)?,
+            (algorithm, None) => Limiter::new(algorithm, name, rate).map_err(usage)?,
         };
         Ok(match &self.prefix {
             Some(p) => limiter.with_prefix(Prefix::new(p).map_err(usage)?),
             None => limiter,
         })
     }
+}
+
+/// The limiter the application's policy file gives requests to `path`.
+fn from_policies(file: &std::path::Path, path: &str) -> Result<Limiter, Failure> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display())))?;
+    let config: PolicyConfig = toml::from_str(&text)
+        .map_err(|e| Failure::usage(format!("{}: {}", file.display(), e.message())))?;
+    let policies = Policies::from_config(&config)
+        .map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?;
+    Ok(policies.for_path(path).clone())
 }
 
 /// Runs a `limits` command on `conn`; prints its rows; returns the exit code.

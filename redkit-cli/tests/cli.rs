@@ -1033,6 +1033,50 @@ async fn limits_show_reset_and_block_one_limiter() {
     );
     assert!(stdout(&text).contains("used 2/5"), "{}", stdout(&text));
 
+    // The same limiter named by the application's policy file and a request path.
+    let file = std::env::temp_dir().join(format!("redkit-cli-policies-{}.toml", server.port()));
+    std::fs::write(
+        &file,
+        "[default]\nname = \"other\"\nlimit = 9\nwindow_ms = 1000\n\n\
+         [[routes]]\npath = \"/api\"\nname = \"cli-api\"\nlimit = 5\nwindow_ms = 60000\n",
+    )
+    .unwrap();
+    let by_file = [
+        "--url",
+        url.as_str(),
+        "--json",
+        "limits",
+        "show",
+        "--policies",
+        file.to_str().unwrap(),
+        "--path",
+        "/api/orders",
+        "text:user-42",
+    ];
+    let doc = limits_doc(&by_file);
+    assert_eq!(
+        (
+            &doc["limiter"],
+            &doc["clients"][0]["used"],
+            &doc["clients"][0]["limit"]
+        ),
+        (&"cli-api".into(), &2.into(), &5.into()),
+        "{doc}"
+    );
+    let out = redkit(&[
+        "--url",
+        url.as_str(),
+        "limits",
+        "show",
+        "--policies",
+        file.to_str().unwrap(),
+        "--name",
+        "x",
+        "text:a",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "--policies and --name together");
+    std::fs::remove_file(&file).unwrap();
+
     // top: the busiest clients, found by SCAN, read without counting.
     let other = LimitKey::text("user-7").unwrap();
     limiter.check(&mut conn, &other).await.unwrap();
