@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::connection::Conn;
 use crate::exit::Failure;
-use crate::output::{finish, Mode};
+use crate::output::{finish, finish_streamed, Mode};
 
 /// The store, as the application names it.
 #[derive(Args, Debug, Clone)]
@@ -44,6 +44,9 @@ pub(crate) enum InventoryCmd {
         /// At most this many reservations (the output says when there were more).
         #[arg(long, default_value_t = NonZeroU32::new(1000).expect("non-zero"))]
         max: NonZeroU32,
+        /// One JSON object per line (a reservation), nothing else on stdout.
+        #[arg(long)]
+        ndjson: bool,
     },
 }
 
@@ -98,7 +101,12 @@ pub(crate) async fn run(
             }
             (json!({"skus": rows}), lines)
         }
-        InventoryCmd::Reservations { store, sku, max } => {
+        InventoryCmd::Reservations {
+            store,
+            sku,
+            max,
+            ndjson,
+        } => {
             let store = store.store()?;
             let max = usize::try_from(max.get()).unwrap_or(usize::MAX);
             let (mut rows, mut lines, mut cursor, mut truncated) =
@@ -135,10 +143,12 @@ pub(crate) async fn run(
             if truncated {
                 lines.push(format!("(more than {max}: --max shows more)"));
             }
-            (
-                json!({"sku": sku, "reservations": rows, "truncated": truncated}),
-                lines,
-            )
+            let fields = json!({"sku": sku, "reservations": rows, "truncated": truncated});
+            if *ndjson {
+                let stream = Some("reservations");
+                return finish_streamed(command.name(), mode, fields, &lines, None, stream);
+            }
+            (fields, lines)
         }
     };
     finish(command.name(), mode, fields, &lines, None)

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::connection::Conn;
 use crate::exit::Failure;
-use crate::output::{finish, Mode};
+use crate::output::{finish, finish_streamed, Mode};
 
 /// The limiter whose keys are read or changed, as the application builds it.
 #[derive(Args, Debug, Clone)]
@@ -76,6 +76,9 @@ pub(crate) enum Limits {
         /// Visit at most this many keys (`truncated` says when there were more).
         #[arg(long, default_value_t = NonZeroU32::new(10_000).expect("non-zero"))]
         max: NonZeroU32,
+        /// One JSON object per line (a client's row), nothing else on stdout.
+        #[arg(long)]
+        ndjson: bool,
     },
     /// Delete each client's state: its next check starts afresh. Requires --yes.
     Reset {
@@ -256,7 +259,10 @@ pub(crate) async fn run(
     };
     let mut rows = Vec::with_capacity(clients.len());
     let mut lines = Vec::with_capacity(clients.len());
-    if let Limits::Top { top, max, .. } = command {
+    if let Limits::Top {
+        top, max, ndjson, ..
+    } = command
+    {
         let found = match conn {
             Conn::Single(c) => limiter.busiest(c, *max, *top).await,
             Conn::Cluster(c) => limiter.busiest(c, *max, *top).await,
@@ -282,7 +288,8 @@ pub(crate) async fn run(
         }
         let fields = json!({"limiter": limiter.name(), "clients": rows,
             "surveyed": found.surveyed, "truncated": found.truncated});
-        return finish(command.name(), mode, fields, &lines, None);
+        let stream = ndjson.then_some("clients");
+        return finish_streamed(command.name(), mode, fields, &lines, None, stream);
     }
     for (client, key) in &clients {
         let redis_key = limiter.redis_key(key);

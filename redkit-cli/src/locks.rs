@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use crate::connection::Conn;
 use crate::exit::{Failure, EXIT_STATE_CHANGED};
-use crate::output::{finish, Mode};
+use crate::output::{finish, finish_streamed, Mode};
 
 /// `redkit locks ...`.
 #[derive(Subcommand, Debug, Clone)]
@@ -32,6 +32,9 @@ pub(crate) enum Locks {
         /// Visit at most this many keys.
         #[arg(long, default_value_t = std::num::NonZeroU32::new(10_000).expect("non-zero"))]
         max: std::num::NonZeroU32,
+        /// One JSON object per line (`{"resource": ..}`), nothing else on stdout.
+        #[arg(long)]
+        ndjson: bool,
     },
     /// End a stuck lock's hold: compare-and-delete against --token (as `locks show` printed
     /// it) or --any holder, waking a blocked acquirer; the fence key stays. Requires --yes.
@@ -135,7 +138,7 @@ pub(crate) async fn run(
             }
             (json!({"locks": rows}), lines, 0)
         }
-        Locks::List { max, .. } => {
+        Locks::List { max, ndjson, .. } => {
             let found = match conn {
                 Conn::Single(c) => lock.scan_resources(c, *max).await,
                 Conn::Cluster(c) => lock.scan_resources(c, *max).await,
@@ -144,6 +147,15 @@ pub(crate) async fn run(
             let mut lines = found.resources.clone();
             if found.truncated {
                 lines.push(format!("(stopped after {max} keys: --max visits more)"));
+            }
+            if *ndjson {
+                let rows: Vec<Value> = found
+                    .resources
+                    .iter()
+                    .map(|r| json!({ "resource": r }))
+                    .collect();
+                let fields = json!({ "rows": rows });
+                return finish_streamed(command.name(), mode, fields, &[], None, Some("rows"));
             }
             let fields = json!({"resources": found.resources, "truncated": found.truncated,
                 "skipped": found.skipped});

@@ -77,6 +77,25 @@ pub(crate) fn finish(
     lines: &[String],
     unchanged: Option<&str>,
 ) -> Result<u8, Failure> {
+    finish_streamed(command, mode, fields, lines, unchanged, None)
+}
+
+/// [`finish`], with `stream`: the field whose array is printed as NDJSON (one compact JSON
+/// object per line, nothing else on stdout) unless `-q`.
+pub(crate) fn finish_streamed(
+    command: &str,
+    mode: Mode,
+    fields: Value,
+    lines: &[String],
+    unchanged: Option<&str>,
+    stream: Option<&str>,
+) -> Result<u8, Failure> {
+    if let (Some(key), false) = (stream, mode == Mode::Quiet) {
+        for row in fields[key].as_array().into_iter().flatten() {
+            out(&row.to_string())?;
+        }
+        return Ok(0);
+    }
     let failure = unchanged.map(|why| {
         Failure::new(
             EXIT_STATE_CHANGED,

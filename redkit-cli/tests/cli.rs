@@ -1082,6 +1082,16 @@ async fn limits_show_reset_and_block_one_limiter() {
     limiter.check(&mut conn, &other).await.unwrap();
     let before = support::snapshot(&mut conn).await;
     let doc = limits_doc(&args(&with("top", &["--top", "1"])));
+    let mut streamed = with("top", &["--ndjson"]);
+    streamed.retain(|a| a != "--json");
+    let out = redkit(&args(&streamed));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0]["client"], "k:user-42");
     assert_eq!(
         (&doc["surveyed"], &doc["truncated"]),
         (&2.into(), &false.into()),
@@ -1264,6 +1274,14 @@ async fn locks_show_and_release_a_stuck_lock() {
         (&serde_json::json!(["export"]), &false.into()),
         "{doc}"
     );
+    // The same as a stream: one JSON object per line.
+    let out = redkit(&["--url", url.as_str(), "locks", "list", "--ndjson"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(rows, [serde_json::json!({"resource": "export"})]);
     // show: the holder, its lease, the fence; nothing written.
     let before = support::snapshot(&mut conn).await;
     let out = run(&["show", "export", "idle"]);
