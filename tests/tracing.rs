@@ -153,3 +153,83 @@ async fn every_round_trip_is_a_client_span_in_opentelemetry_database_conventions
         trips[4]
     );
 }
+
+/// Every operator's repair writes a WARN event naming the resource and what it removed.
+#[tokio::test]
+async fn every_repair_writes_a_warn_event_with_what_it_removed() {
+    use redkit::lock::{Acquire, ExpectedHolder, FairLock, Lock, LockOptions, Semaphore};
+    use std::time::Duration;
+    let server = support::RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let ttl = Duration::from_secs(30);
+    let (lock, fair, sem) = (Lock::new(), FairLock::new(), Semaphore::new());
+    assert!(matches!(
+        lock.acquire(
+            &mut conn,
+            "r-lock",
+            &LockOptions::<Lock>::new()
+                .token("lock-holder-00000001")
+                .ttl(ttl)
+        )
+        .await
+        .unwrap(),
+        Acquire::Acquired(_)
+    ));
+    assert!(matches!(
+        fair.try_acquire(
+            &mut conn,
+            "r-fair",
+            &LockOptions::<FairLock>::new()
+                .token("fair-holder-00000002")
+                .ttl(ttl)
+        )
+        .await
+        .unwrap(),
+        Acquire::Acquired(_)
+    ));
+    assert!(matches!(
+        sem.try_acquire(
+            &mut conn,
+            "r-sem",
+            1,
+            &LockOptions::<Semaphore>::new()
+                .token("sem-holder-000000003")
+                .ttl(ttl)
+        )
+        .await
+        .unwrap(),
+        Acquire::Acquired(_)
+    ));
+    let out = captured(async {
+        lock.force_release(&mut conn, "r-lock", ExpectedHolder::Any)
+            .await
+            .unwrap();
+        fair.evict(&mut conn, "r-fair", "fair-holder-00000002")
+            .await
+            .unwrap();
+        sem.evict(&mut conn, "r-sem", "sem-holder-000000003")
+            .await
+            .unwrap();
+    })
+    .await;
+    for (what, resource, token) in [
+        ("force-released a lock", "r-lock", "lock-holder-00000001"),
+        (
+            "evicted a fair lock entry",
+            "r-fair",
+            "fair-holder-00000002",
+        ),
+        (
+            "evicted a semaphore permit",
+            "r-sem",
+            "sem-holder-000000003",
+        ),
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no event {what:?} in:\n{out}"));
+        assert!(line.contains("WARN"), "{line}");
+        assert!(line.contains(resource) && line.contains(token), "{line}");
+    }
+}

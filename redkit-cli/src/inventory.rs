@@ -42,7 +42,7 @@ pub(crate) enum InventoryCmd {
         /// The SKU.
         sku: String,
         /// At most this many reservations (the output says when there were more).
-        #[arg(long, default_value_t = NonZeroU32::new(1000).expect("non-zero"))]
+        #[arg(long, default_value_t = redkit::nonzero!(1000))]
         max: NonZeroU32,
         /// One JSON object per line (a reservation), nothing else on stdout.
         #[arg(long)]
@@ -111,7 +111,7 @@ pub(crate) async fn run(
             let max = usize::try_from(max.get()).unwrap_or(usize::MAX);
             let (mut rows, mut lines, mut cursor, mut truncated) =
                 (Vec::new(), Vec::new(), 0, false);
-            let page_size = NonZeroU32::new(100).expect("non-zero");
+            let page_size = redkit::nonzero!(100);
             loop {
                 let page = store
                     .reservations(conn, sku, cursor, page_size)

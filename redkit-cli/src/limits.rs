@@ -71,10 +71,10 @@ pub(crate) enum Limits {
         #[command(flatten)]
         limiter: LimiterArgs,
         /// How many clients to show.
-        #[arg(long, default_value_t = NonZeroU32::new(10).expect("non-zero"))]
+        #[arg(long, default_value_t = redkit::nonzero!(10))]
         top: NonZeroU32,
         /// Visit at most this many keys (`truncated` says when there were more).
-        #[arg(long, default_value_t = NonZeroU32::new(10_000).expect("non-zero"))]
+        #[arg(long, default_value_t = redkit::nonzero!(10_000))]
         max: NonZeroU32,
         /// One JSON object per line (a client's row), nothing else on stdout.
         #[arg(long)]

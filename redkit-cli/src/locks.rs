@@ -30,7 +30,7 @@ pub(crate) enum Locks {
         #[arg(long)]
         prefix: Option<String>,
         /// Visit at most this many keys.
-        #[arg(long, default_value_t = std::num::NonZeroU32::new(10_000).expect("non-zero"))]
+        #[arg(long, default_value_t = redkit::nonzero!(10_000))]
         max: std::num::NonZeroU32,
         /// One JSON object per line (`{"resource": ..}`), nothing else on stdout.
         #[arg(long)]

@@ -24,7 +24,7 @@ pub(crate) enum SemaphoreCmd {
         /// The resource, as the application names it.
         resource: String,
         /// List at most this many holders (1 to 10000).
-        #[arg(long, default_value_t = NonZeroU32::new(20).expect("non-zero"))]
+        #[arg(long, default_value_t = redkit::nonzero!(20))]
         list: NonZeroU32,
     },
     /// Take back the permit an owner token holds (a leaked one), waking one waiter. Requires
@@ -41,6 +41,9 @@ pub(crate) enum SemaphoreCmd {
         /// Confirm the eviction.
         #[arg(long)]
         yes: bool,
+        /// Say whether the token holds a permit, and evict nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -93,6 +96,29 @@ pub(crate) async fn run(
             let fields = json!({"resource": resource, "live": state.live,
                 "expired": state.expired, "holders": holders});
             (fields, lines, 0)
+        }
+        SemaphoreCmd::Evict {
+            resource,
+            token,
+            dry_run: true,
+            ..
+        } => {
+            let state = sem
+                .inspect(conn, resource, redkit::nonzero!(10_000))
+                .await
+                .map_err(fail)?;
+            let holds = state.holders.iter().any(|h| &h.token == token);
+            let line = format!(
+                "{resource}  {token} {}",
+                if holds {
+                    "holds a permit: would be evicted"
+                } else {
+                    "holds no permit"
+                }
+            );
+            let fields = json!({"resource": resource, "token": token, "dry_run": true,
+                "would_evict": holds});
+            (fields, vec![line], 0)
         }
         SemaphoreCmd::Evict {
             resource,

@@ -1477,6 +1477,11 @@ async fn semaphore_show_and_evict_a_leaked_permit() {
     );
     let out = run(&["evict", "export", "--token", leaked]);
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let out = run(&["evict", "export", "--token", leaked, "--dry-run"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["would_evict"], true, "{doc}");
+    support::same_dumps(&before, &support::snapshot(&mut conn).await, "a dry run");
     let out = run(&["evict", "export", "--token", leaked, "--yes"]);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     let out = run(&["evict", "export", "--token", leaked, "--yes"]);
