@@ -78,6 +78,12 @@ async fn a_peek_reads_what_a_check_would_see_and_counts_nothing() {
         );
         assert_eq!(writes(&server).await, before_writes, "{name}: a peek wrote");
         same_dumps(&before_dump, &snapshot(&mut conn).await, &name);
+        // And no TTL moved up: each key's TTL only ran down.
+        let after_dump = snapshot(&mut conn).await;
+        for (key, (_, ttl)) in &before_dump {
+            let now = after_dump[key].1;
+            assert!(now <= *ttl, "{name}: a TTL went up: {ttl} -> {now}");
+        }
 
         // `would_allow` agrees with the real check on both sides of the edge.
         let q = limiter.peek(&mut conn, &key).await.unwrap();

@@ -103,6 +103,10 @@ async fn a_single_server_scan_reads_clients_back_and_skips_foreign_keys() {
     let _: () = server
         .cmd(&["SET", "redkit:rl:scan-al:{bogus}:1", "1"])
         .await;
+    // A key of another type under the pattern: `TYPE string` leaves it to Redis.
+    let _: i64 = server
+        .cmd(&["HSET", "redkit:rl:scan-al:{k:h}:1", "f", "v"])
+        .await;
     let found = aligned
         .scan_clients(&mut conn, nonzero!(1_000))
         .await
@@ -113,10 +117,10 @@ async fn a_single_server_scan_reads_clients_back_and_skips_foreign_keys() {
     assert_eq!(found.skipped, 1);
     // The plain key scan sees every key under the pattern, on this one node.
     let keys = conn
-        .scan_keys("redkit:rl:scan-al:*", nonzero!(1_000))
+        .scan_keys("redkit:rl:scan-al:*", None, nonzero!(1_000))
         .await
         .unwrap();
-    assert_eq!(keys.keys.len(), clients.len() + 2, "{keys:?}");
+    assert_eq!(keys.keys.len(), clients.len() + 3, "{keys:?}");
 }
 
 #[tokio::test]

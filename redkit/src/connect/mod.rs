@@ -39,7 +39,7 @@ mod timeouts;
 
 pub use cluster::{cluster, cluster_builder, Cluster};
 pub use coalesce::{Coalescing, CoalescingStats};
-pub use scan::{KeyScan, ScanKeys};
+pub use scan::{KeyScan, KeyType, ScanKeys};
 pub use timeouts::Timeouts;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};

@@ -34,6 +34,41 @@ pub struct KeyScan {
     pub truncated: bool,
 }
 
+/// The Redis type of the keys a scan keeps (`SCAN ... TYPE`): Redis skips the others itself.
+///
+/// ```
+/// use redkit::connect::KeyType;
+/// assert_eq!(KeyType::String.as_str(), "string");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyType {
+    /// A string (counters, lock keys, GCRA TATs).
+    String,
+    /// A hash.
+    Hash,
+    /// A sorted set.
+    SortedSet,
+    /// A list.
+    List,
+}
+
+impl KeyType {
+    /// The name `SCAN ... TYPE` takes.
+    ///
+    /// ```
+    /// assert_eq!(redkit::connect::KeyType::SortedSet.as_str(), "zset");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::String => "string",
+            Self::Hash => "hash",
+            Self::SortedSet => "zset",
+            Self::List => "list",
+        }
+    }
+}
+
 /// A connection whose keys can be walked: one server, or every primary of a Redis Cluster.
 /// Sealed; implemented for redis-rs's `MultiplexedConnection`, `ConnectionManager` and
 /// `ClusterConnection`, and for redkit's [`Cluster`].
@@ -41,26 +76,31 @@ pub struct KeyScan {
 /// ```no_run
 /// # async fn run(mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
 /// use redkit::connect::ScanKeys;
-/// let found = conn.scan_keys("redkit:lock:{*}", redkit::nonzero!(1000)).await?;
+/// use redkit::connect::KeyType;
+/// let found = conn
+///     .scan_keys("redkit:lock:{*}", Some(KeyType::String), redkit::nonzero!(1000))
+///     .await?;
 /// println!("{} locks{}", found.keys.len(), if found.truncated { " (at least)" } else { "" });
 /// # Ok(()) }
 /// ```
 pub trait ScanKeys: ConnectionLike + Send + sealed::Sealed {
-    /// The keys matching the glob `pattern` (`SCAN MATCH`), on every primary, visiting at
-    /// most `cap` matching keys in all (then [`KeyScan::truncated`]). Each `SCAN` call does
+    /// The keys matching the glob `pattern` (`SCAN MATCH`), of `key_type` when given
+    /// (`SCAN ... TYPE`), on every primary, visiting at most `cap` matching keys in all (then
+    /// [`KeyScan::truncated`]). Each `SCAN` call does
     /// bounded work, so Redis is never blocked; a Cluster's primaries are read from
     /// `CLUSTER SLOTS` and scanned one after the other.
     ///
     /// ```no_run
     /// # async fn run(mut conn: redis::cluster_async::ClusterConnection) -> redkit::Result<()> {
     /// use redkit::connect::ScanKeys;
-    /// let found = conn.scan_keys("redkit:rl:api:{*}", redkit::nonzero!(10_000)).await?;
+    /// let found = conn.scan_keys("redkit:rl:api:{*}", None, redkit::nonzero!(10_000)).await?;
     /// assert!(found.keys.len() <= 10_000);
     /// # Ok(()) }
     /// ```
     fn scan_keys(
         &mut self,
         pattern: &str,
+        key_type: Option<KeyType>,
         cap: NonZeroU32,
     ) -> impl Future<Output = Result<KeyScan>> + Send;
 }
@@ -73,14 +113,17 @@ mod sealed {
     impl Sealed for super::Cluster {}
 }
 
-/// `SCAN <cursor> MATCH <pattern> COUNT ..`.
-fn scan_cmd(cursor: u64, pattern: &str) -> redis::Cmd {
+/// `SCAN <cursor> MATCH <pattern> COUNT .. [TYPE <type>]`.
+fn scan_cmd(cursor: u64, pattern: &str, key_type: Option<KeyType>) -> redis::Cmd {
     let mut cmd = redis::cmd("SCAN");
     cmd.arg(cursor)
         .arg("MATCH")
         .arg(pattern)
         .arg("COUNT")
         .arg(SCAN_COUNT);
+    if let Some(t) = key_type {
+        cmd.arg("TYPE").arg(t.as_str());
+    }
     cmd
 }
 
@@ -103,13 +146,16 @@ fn take_page(found: &mut KeyScan, cap: usize, reply: Value) -> Result<Option<u64
 async fn scan_one<C: ConnectionLike + Send>(
     conn: &mut C,
     pattern: &str,
+    key_type: Option<KeyType>,
     cap: NonZeroU32,
 ) -> Result<KeyScan> {
     let mut found = KeyScan::default();
     let cap = usize::try_from(cap.get()).unwrap_or(usize::MAX);
     let mut cursor = 0;
     loop {
-        let reply = scan_cmd(cursor, pattern).query_async(conn).await?;
+        let reply = scan_cmd(cursor, pattern, key_type)
+            .query_async(conn)
+            .await?;
         match take_page(&mut found, cap, reply)? {
             Some(next) => cursor = next,
             None => return Ok(found),
@@ -122,6 +168,7 @@ async fn scan_one<C: ConnectionLike + Send>(
 async fn scan_cluster(
     conn: &mut ClusterConnection,
     pattern: &str,
+    key_type: Option<KeyType>,
     cap: NonZeroU32,
 ) -> Result<KeyScan> {
     let slots: Vec<Vec<Value>> = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
@@ -157,7 +204,7 @@ async fn scan_cluster(
                 port,
             });
             let reply = conn
-                .route_command(scan_cmd(cursor, pattern), routing)
+                .route_command(scan_cmd(cursor, pattern, key_type), routing)
                 .await?;
             match take_page(&mut found, cap, reply)? {
                 Some(next) => cursor = next,
@@ -175,9 +222,10 @@ impl ScanKeys for MultiplexedConnection {
     fn scan_keys(
         &mut self,
         pattern: &str,
+        key_type: Option<KeyType>,
         cap: NonZeroU32,
     ) -> impl Future<Output = Result<KeyScan>> + Send {
-        scan_one(self, pattern, cap)
+        scan_one(self, pattern, key_type, cap)
     }
 }
 
@@ -185,9 +233,10 @@ impl ScanKeys for ConnectionManager {
     fn scan_keys(
         &mut self,
         pattern: &str,
+        key_type: Option<KeyType>,
         cap: NonZeroU32,
     ) -> impl Future<Output = Result<KeyScan>> + Send {
-        scan_one(self, pattern, cap)
+        scan_one(self, pattern, key_type, cap)
     }
 }
 
@@ -195,9 +244,10 @@ impl ScanKeys for ClusterConnection {
     fn scan_keys(
         &mut self,
         pattern: &str,
+        key_type: Option<KeyType>,
         cap: NonZeroU32,
     ) -> impl Future<Output = Result<KeyScan>> + Send {
-        scan_cluster(self, pattern, cap)
+        scan_cluster(self, pattern, key_type, cap)
     }
 }
 
@@ -205,10 +255,11 @@ impl ScanKeys for Cluster {
     fn scan_keys(
         &mut self,
         pattern: &str,
+        key_type: Option<KeyType>,
         cap: NonZeroU32,
     ) -> impl Future<Output = Result<KeyScan>> + Send {
         let mut conn = self.connection();
         let pattern = pattern.to_owned();
-        async move { scan_cluster(&mut conn, &pattern, cap).await }
+        async move { scan_cluster(&mut conn, &pattern, key_type, cap).await }
     }
 }

@@ -11,7 +11,7 @@ use futures_util::future::join_all;
 use super::decision::Quota;
 use super::key::LimitKey;
 use super::limiter::{Algorithm, Limiter};
-use crate::connect::ScanKeys;
+use crate::connect::{KeyType, ScanKeys};
 use crate::error::Result;
 
 /// Peeks sent at once while surveying (pipelined on a multiplexed connection).
@@ -38,7 +38,7 @@ pub struct ClientScan {
 
 impl Limiter {
     /// The clients this limiter holds state for, found by `SCAN MATCH
-    /// <prefix>:<name>:{*}` on every primary ([`ScanKeys`](crate::connect::ScanKeys)),
+    /// <prefix>:<name>:{*} TYPE string` on every primary ([`ScanKeys`](crate::connect::ScanKeys)),
     /// visiting at most `cap` keys. Never `KEYS`, never a scan inside a script, nothing
     /// written. A diagnostic: clients come and go while it runs.
     ///
@@ -63,7 +63,7 @@ impl Limiter {
         } else {
             format!("{head}*}}")
         };
-        let found = conn.scan_keys(&pattern, cap).await?;
+        let found = conn.scan_keys(&pattern, Some(KeyType::String), cap).await?;
         let mut out = ClientScan {
             truncated: found.truncated,
             ..ClientScan::default()

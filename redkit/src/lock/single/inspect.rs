@@ -170,7 +170,9 @@ impl Lock {
         cap: std::num::NonZeroU32,
     ) -> Result<ResourceScan> {
         let head = format!("{}:{{", self.prefix());
-        let found = conn.scan_keys(&format!("{head}*}}"), cap).await?;
+        let pattern = format!("{head}*}}");
+        let string = Some(crate::connect::KeyType::String);
+        let found = conn.scan_keys(&pattern, string, cap).await?;
         let mut out = ResourceScan {
             truncated: found.truncated,
             ..ResourceScan::default()
