@@ -1243,6 +1243,68 @@ async fn a_read_only_operator_can_show_and_cannot_change() {
         state.holder.map(|h| h.token),
         Some("held-by-app-000000000".to_owned())
     );
+    // The other reads work too; a semaphore eviction is refused.
+    let sem = redkit::lock::Semaphore::new();
+    let permit = redkit::lock::LockOptions::new().token("permit-of-app-000000");
+    sem.acquire(&mut conn, "export", 2, &permit).await.unwrap();
+    let gcra = [
+        "--algorithm",
+        "gcra",
+        "--name",
+        "cli-gcra",
+        "--limit",
+        "5",
+        "--window",
+        "1m",
+    ];
+    let store = redkit::inventory::Inventory::new("redkit:inv")
+        .unwrap()
+        .store("s1")
+        .unwrap();
+    store.set(&mut conn, "sku-1", 3).await.unwrap();
+    let inventory = ["--prefix", "redkit:inv", "--store", "s1", "sku-1"];
+    let reads: [Vec<&str>; 5] = [
+        [&["limits", "top"][..], &gcra[..]].concat(),
+        vec!["locks", "list"],
+        vec!["semaphore", "show", "export"],
+        [&["inventory", "stock"][..], &inventory[..]].concat(),
+        [&["inventory", "reservations"][..], &inventory[..]].concat(),
+    ];
+    for read in &reads {
+        let mut a = vec!["--url", url.as_str(), "--json"];
+        a.extend(read);
+        let out = redkit(&a);
+        assert!(
+            out.status.success(),
+            "{read:?}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+    }
+    let out = redkit(&[
+        "--url",
+        url.as_str(),
+        "semaphore",
+        "evict",
+        "export",
+        "--token",
+        "permit-of-app-000000",
+        "--yes",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert_eq!(
+        sem.inspect(&mut conn, "export", redkit::nonzero!(5))
+            .await
+            .unwrap()
+            .live,
+        1
+    );
 }
 
 async fn locks_show_and_release_a_stuck_lock() {
