@@ -10,8 +10,15 @@ mod support;
 use redkit::{Call, ScriptManager};
 use tracing_subscriber::fmt::format::FmtSpan;
 
+/// The tests of this file run one at a time. `tracing` caches each callsite's interest
+/// process-wide: a span first reached on a thread with no subscriber (another test's set-up)
+/// while a test's subscriber is being installed can stay disabled for that test, and its
+/// round trips go missing from the capture.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn spans_name_the_script_and_never_the_keys() {
+    let _serial = SERIAL.lock().await;
     let server = support::RedisServer::spawn().await;
     let mut conn = server.conn().await;
 
@@ -72,6 +79,7 @@ fn round_trips(out: &str) -> Vec<&str> {
 
 #[tokio::test]
 async fn every_round_trip_is_a_client_span_in_opentelemetry_database_conventions() {
+    let _serial = SERIAL.lock().await;
     let server = support::RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let addr = redis::ConnectionAddr::Tcp("127.0.0.1".into(), server.port());
@@ -159,6 +167,7 @@ async fn every_round_trip_is_a_client_span_in_opentelemetry_database_conventions
 async fn every_repair_writes_a_warn_event_with_what_it_removed() {
     use redkit::lock::{Acquire, ExpectedHolder, FairLock, Lock, LockOptions, Semaphore};
     use std::time::Duration;
+    let _serial = SERIAL.lock().await;
     let server = support::RedisServer::spawn().await;
     let mut conn = server.conn().await;
     let ttl = Duration::from_secs(30);
