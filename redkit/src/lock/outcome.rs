@@ -349,3 +349,116 @@ pub(crate) fn release_label<E>(answer: &std::result::Result<Release, E>) -> Lock
         Err(_) => LockOutcome::Error,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::script::embedded;
+
+    fn script() -> &'static Script {
+        embedded::LOCK_RENEW.script()
+    }
+
+    #[test]
+    fn an_acquire_hands_out_its_guard_and_nothing_else_does() {
+        let acquired: Acquire<&str> = Acquire::Acquired("guard");
+        assert!(acquired.is_acquired());
+        assert_eq!(acquired.acquired(), Some("guard"));
+        let busy: Acquire<&str> = Acquire::Busy(Held::until(None));
+        assert!(!busy.is_acquired());
+        assert_eq!(busy.acquired(), None);
+        let refused: Acquire<&str> = Acquire::NotReplicated {
+            replicas: 0,
+            requested: 1,
+        };
+        assert!(!refused.is_acquired());
+        assert_eq!(refused.acquired(), None);
+    }
+
+    #[test]
+    fn a_holders_ttl_is_read_from_the_scripts_milliseconds() {
+        assert_eq!(
+            Held::until_ms(1_500).ttl,
+            Some(Duration::from_millis(1_500))
+        );
+        assert_eq!(Held::until_ms(0).ttl, Some(Duration::ZERO));
+        // PTTL's -1 (no TTL) and -2 (no key): unknown.
+        assert_eq!(Held::until_ms(-1).ttl, None);
+        assert_eq!(Held::until_ms(-2).ttl, None);
+        assert_eq!(
+            Held::until(Some(Duration::from_secs(3))).ttl,
+            Some(Duration::from_secs(3))
+        );
+        let permits = HeldPermits::by(4, Some(Duration::from_millis(9)));
+        assert_eq!(
+            (permits.holders, permits.ttl),
+            (4, Some(Duration::from_millis(9)))
+        );
+    }
+
+    #[test]
+    fn only_a_renewal_moves_the_validity() {
+        assert!(Renew::Renewed.is_renewed());
+        assert!(!Renew::Lost.is_renewed());
+        assert!(!Renew::NotReplicated {
+            replicas: 0,
+            requested: 1
+        }
+        .is_renewed());
+        assert!(FencedWrite::Written.is_written());
+        assert!(!FencedWrite::Stale {
+            newer: FencingToken::new(9).unwrap()
+        }
+        .is_written());
+    }
+
+    #[test]
+    fn a_scripts_status_is_one_or_zero_and_anything_else_is_an_error() {
+        assert!(status(script(), 1).unwrap());
+        assert!(!status(script(), 0).unwrap());
+        for other in [2, -1, i64::MAX] {
+            let err = status(script(), other).unwrap_err();
+            assert!(err.to_string().contains("neither 0 nor 1"), "{err}");
+        }
+        assert_eq!(renew_status(script(), 1).unwrap(), Renew::Renewed);
+        assert_eq!(renew_status(script(), 0).unwrap(), Renew::Lost);
+        assert!(renew_status(script(), 7).is_err());
+    }
+
+    #[test]
+    fn each_answer_has_its_metric_label() {
+        let ok: Result<Acquire<()>> = Ok(Acquire::Acquired(()));
+        assert_eq!(acquire_label(&ok), LockOutcome::Acquired);
+        let busy: Result<Acquire<()>> = Ok(Acquire::Busy(Held::until(None)));
+        assert_eq!(acquire_label(&busy), LockOutcome::Busy);
+        let refused: Result<Acquire<()>> = Ok(Acquire::NotReplicated {
+            replicas: 0,
+            requested: 1,
+        });
+        assert_eq!(acquire_label(&refused), LockOutcome::NotReplicated);
+        let failed: Result<Acquire<()>> = Err(Error::unexpected("s", "x"));
+        assert_eq!(acquire_label(&failed), LockOutcome::Error);
+
+        let renew = |r: Renew| renew_label::<()>(&Ok(r));
+        assert_eq!(renew(Renew::Renewed), LockOutcome::Renewed);
+        assert_eq!(renew(Renew::Lost), LockOutcome::Lost);
+        assert_eq!(
+            renew(Renew::NotReplicated {
+                replicas: 0,
+                requested: 1
+            }),
+            LockOutcome::NotReplicated
+        );
+        assert_eq!(renew_label::<()>(&Err(())), LockOutcome::Error);
+
+        assert_eq!(
+            release_label::<()>(&Ok(Release::Released)),
+            LockOutcome::Released
+        );
+        assert_eq!(
+            release_label::<()>(&Ok(Release::NotOwner)),
+            LockOutcome::NotOwner
+        );
+        assert_eq!(release_label::<()>(&Err(())), LockOutcome::Error);
+    }
+}
