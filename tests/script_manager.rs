@@ -255,6 +255,11 @@ async fn errors_are_typed_and_write_nothing() {
         .await
         .unwrap_err();
     assert!(matches!(e, Error::UnexpectedReply { .. }), "{e}");
+
+    // Only the first call found the script missing: the script's own errors after it are
+    // answered as they are, never taken for NOSCRIPT and resent as EVAL.
+    assert_eq!(m.stats().noscript_fallbacks, 1);
+    assert_eq!(calls(&server, "eval").await, 1);
 }
 
 #[tokio::test]

@@ -289,6 +289,24 @@ mod tests {
     }
 
     #[test]
+    fn debug_shows_the_script_and_the_counts_never_the_values() {
+        let s = script();
+        let mut c = Call::new(&s);
+        c.key("rk:{ip:192.0.2.7}").key("b").arg("s3cret-token");
+        let shown = format!("{c:?}");
+        assert!(shown.contains("Call"), "{shown}");
+        assert!(
+            shown.contains("keys: 2") && shown.contains("args: 1"),
+            "{shown}"
+        );
+        assert!(shown.contains(s.id()), "{shown}");
+        assert!(
+            !shown.contains("192.0.2.7") && !shown.contains("s3cret"),
+            "{shown}"
+        );
+    }
+
+    #[test]
     fn variadic_calls_state_their_key_count() {
         let v = Script::new_variadic("v", 1, "return #KEYS").unwrap();
         let mut three = Call::with_key_count(&v, 3);
@@ -304,6 +322,10 @@ mod tests {
         let mut ok = Call::with_key_count(&v, 2);
         ok.key("a").key("b").arg(1);
         assert!(ok.validate().is_ok());
+        // One key is a variadic script's minimum, and enough.
+        let mut one = Call::with_key_count(&v, 1);
+        one.key("a");
+        assert!(one.validate().is_ok());
         let numkeys = ok.evalsha().args_iter().nth(2);
         assert!(matches!(numkeys, Some(redis::Arg::Simple(b"2"))));
         assert!(matches!(
