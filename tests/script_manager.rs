@@ -7,8 +7,9 @@ mod support;
 
 use redis::aio::ConnectionLike;
 use redis::Value;
+use redkit::script::Replication;
 use redkit::{Call, CallOutcome, Error, Registry, Script, ScriptManager};
-use support::{RedisCluster, RedisServer};
+use support::{RedisCluster, RedisServer, ReplicatedPair};
 
 fn counter() -> &'static Script {
     fixtures::sample()
@@ -125,6 +126,116 @@ async fn steady_state_is_one_evalsha_per_call() {
         "no SCRIPT EXISTS/LOAD: {stats}"
     );
     assert_eq!(m.stats().noscript_fallbacks, 0);
+}
+
+/// What a call path sent so far, by command (`INFO commandstats`).
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+struct Sent {
+    exists: u64,
+    evalsha: u64,
+    eval: u64,
+    load: u64,
+    wait: u64,
+}
+
+impl Sent {
+    async fn of(server: &RedisServer) -> Self {
+        Self {
+            exists: calls(server, "script|exists").await,
+            evalsha: calls(server, "evalsha").await,
+            eval: calls(server, "eval").await,
+            load: calls(server, "script|load").await,
+            wait: calls(server, "wait").await,
+        }
+    }
+
+    /// The calls sent since `before`.
+    fn since(self, before: Self) -> Self {
+        Self {
+            exists: self.exists - before.exists,
+            evalsha: self.evalsha - before.evalsha,
+            eval: self.eval - before.eval,
+            load: self.load - before.load,
+            wait: self.wait - before.wait,
+        }
+    }
+}
+
+fn sent(exists: u64, evalsha: u64, eval: u64, load: u64, wait: u64) -> Sent {
+    Sent {
+        exists,
+        evalsha,
+        eval,
+        load,
+        wait,
+    }
+}
+
+/// A replicated call asks whether the server holds its script (`SCRIPT EXISTS`) until its
+/// manager knows it cached, so a `WAIT` never goes behind a call answered `NOSCRIPT` on a
+/// cold cache; a plain call never asks. Counted command by command.
+#[tokio::test]
+async fn a_replicated_call_asks_for_its_script_only_until_the_manager_knows_it_cached() {
+    let pair = ReplicatedPair::spawn().await;
+    let server = &pair.primary;
+    let mut conn = server.conn().await;
+    let wait = Replication::new(1, std::time::Duration::from_secs(5)).unwrap();
+    let shared = conn.clone();
+    let replicated = |m: &ScriptManager, key: &'static str| {
+        let (m, mut conn) = (m.clone(), shared.clone());
+        async move {
+            let acked = m
+                .replicated(wait)
+                .invoke::<(i64, i64, i64), _>(&mut conn, &hit(key))
+                .await
+                .unwrap();
+            assert!(acked.is_replicated(), "{acked:?}");
+        }
+    };
+
+    // A plain call on a cold cache: NOSCRIPT, EVAL, SCRIPT LOAD; it never asks.
+    let before = Sent::of(server).await;
+    count(&ScriptManager::new(), &mut conn, "{t}:a").await;
+    assert_eq!(Sent::of(server).await.since(before), sent(0, 1, 1, 1, 0));
+
+    // A manager that saw the script answer a plain EVALSHA still asks once before its first
+    // replicated call (the server holds it: EVALSHA + WAIT), then no more.
+    let m = ScriptManager::new();
+    let before = Sent::of(server).await;
+    count(&m, &mut conn, "{t}:a").await;
+    replicated(&m, "{t}:a").await;
+    assert_eq!(Sent::of(server).await.since(before), sent(1, 2, 0, 0, 1));
+    let before = Sent::of(server).await;
+    replicated(&m, "{t}:a").await;
+    assert_eq!(Sent::of(server).await.since(before), sent(0, 1, 0, 0, 1));
+
+    // Cold again: a manager that has not seen it asks, and goes straight to EVAL + WAIT (one
+    // WAIT in all), then SCRIPT LOAD; no EVALSHA.
+    let _: () = server.cmd(&["SCRIPT", "FLUSH"]).await;
+    let before = Sent::of(server).await;
+    replicated(&ScriptManager::new(), "{t}:a").await;
+    assert_eq!(Sent::of(server).await.since(before), sent(1, 0, 1, 1, 1));
+
+    // A manager that preloaded the script knows it cached: it never asks.
+    let _: () = server.cmd(&["SCRIPT", "FLUSH"]).await;
+    let preloaded = ScriptManager::new();
+    preload_with_sample(&preloaded, &mut conn).await;
+    let before = Sent::of(server).await;
+    replicated(&preloaded, "{t}:a").await;
+    assert_eq!(Sent::of(server).await.since(before), sent(0, 1, 0, 0, 1));
+
+    // A batch after a flush loads each script once, however many of its calls were refused.
+    let _: () = server.cmd(&["SCRIPT", "FLUSH"]).await;
+    let before = Sent::of(server).await;
+    let calls: Vec<Call> = (0..5).map(|_| hit("{t}:b")).collect();
+    let outcomes = ScriptManager::new()
+        .invoke_batch(&mut conn, calls)
+        .await
+        .unwrap();
+    assert!(outcomes
+        .iter()
+        .all(|o| matches!(o, CallOutcome::Ran(Ok(_)))));
+    assert_eq!(Sent::of(server).await.since(before).load, 1);
 }
 
 #[tokio::test]
