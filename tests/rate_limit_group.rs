@@ -446,6 +446,47 @@ async fn a_cancelled_caller_handed_a_group_it_never_sent_passes_it_on() {
     assert_eq!(server.cmd::<i64>(&["EXISTS", &cancelled_key]).await, 0);
 }
 
+/// A caller cancelled while it waited in the queue (not handed anything) is forgotten: the
+/// batch that would have held it goes without it, and its check never reaches Redis.
+/// Deterministic as above: the queued checks are futures polled by hand.
+#[tokio::test(flavor = "current_thread")]
+async fn a_caller_cancelled_while_queued_is_never_sent() {
+    let mut server = RedisServer::spawn().await;
+    let conn = preloaded(&server).await;
+    let limiter = grouped("q", 10);
+    let before = server.evalsha_calls().await;
+    server.pause().await;
+    let first = tokio::spawn({
+        let (limiter, mut c) = (limiter.clone(), conn.clone());
+        async move { limiter.check(&mut c, &key("first")).await }
+    });
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let check = |k: &'static str| {
+        let (limiter, mut c) = (limiter.clone(), conn.clone());
+        Box::pin(async move { limiter.check(&mut c, &key(k)).await })
+    };
+    let (mut w1, mut gone, mut w3) = (check("w1"), check("gone"), check("w3"));
+    for f in [&mut w1, &mut gone, &mut w3] {
+        assert!(futures_util::poll!(f).is_pending());
+    }
+    // Gone while queued behind w1, before any batch was handed on.
+    drop(gone);
+    server.resume().await;
+    assert!(first.await.unwrap().unwrap().is_allowed());
+    let (w1, w3) = tokio::join!(w1, w3);
+    assert_eq!(gist(&w1.unwrap()), ("allowed", 10, 9));
+    assert_eq!(gist(&w3.unwrap()), ("allowed", 10, 9));
+    assert_eq!(
+        server.evalsha_calls().await - before,
+        2,
+        "the first check's call, then ONE for w1 and w3"
+    );
+    let gone_key = limiter.redis_key(&key("gone"));
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &gone_key]).await, 0);
+}
+
 /// The Functions backend (`FCALL` instead of `EVALSHA`): groups form and counts hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_work_with_the_functions_backend() {

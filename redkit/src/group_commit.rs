@@ -595,3 +595,32 @@ pub(crate) mod metrics {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_settings_are_what_their_docs_say() {
+        let checks = GroupCommit::for_checks();
+        assert_eq!((checks.max_batch(), checks.max_in_flight()), (64, 4));
+        let default = GroupCommit::default();
+        assert_eq!(
+            (default.max_batch(), default.max_in_flight()),
+            (
+                GroupCommit::DEFAULT_MAX_BATCH,
+                GroupCommit::DEFAULT_MAX_IN_FLIGHT
+            )
+        );
+        assert_eq!((default.max_batch(), default.max_in_flight()), (256, 8));
+        let custom = GroupCommit::new(2, GroupCommit::MAX_IN_FLIGHT).unwrap();
+        assert_eq!(
+            (custom.max_batch(), custom.max_in_flight()),
+            (2, GroupCommit::MAX_IN_FLIGHT)
+        );
+        assert!(GroupCommit::new(1, 1).is_err());
+        assert!(GroupCommit::new(GroupCommit::MAX_BATCH + 1, 1).is_err());
+        assert!(GroupCommit::new(2, 0).is_err());
+        assert!(GroupCommit::new(2, GroupCommit::MAX_IN_FLIGHT + 1).is_err());
+    }
+}
