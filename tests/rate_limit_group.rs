@@ -487,6 +487,62 @@ async fn a_caller_cancelled_while_queued_is_never_sent() {
     assert_eq!(server.cmd::<i64>(&["EXISTS", &gone_key]).await, 0);
 }
 
+/// A batch handed on counts as its key's call in flight: with one call in flight allowed, a
+/// check arriving while that batch's call is out queues behind it instead of sending a call
+/// of its own. Deterministic: futures polled by hand on a frozen server; what reached the
+/// server is read from its unread bytes, with a `PING` on the same connection as the marker
+/// (the multiplexer writes in order, so anything the check sent would come before it).
+#[tokio::test(flavor = "current_thread")]
+async fn a_batch_handed_on_counts_as_its_keys_call_in_flight() {
+    const PING: u64 = b"*1\r\n$4\r\nPING\r\n".len() as u64;
+    let mut server = RedisServer::spawn().await;
+    let conn = preloaded(&server).await;
+    let limiter = grouped("h", 10);
+    let check = |k: &'static str| {
+        let (limiter, mut c) = (limiter.clone(), conn.clone());
+        Box::pin(async move { limiter.check(&mut c, &key(k)).await })
+    };
+    server.pause().await;
+    let first = tokio::spawn(check("first"));
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let (mut w1, mut w2) = (check("w1"), check("w2"));
+    for f in [&mut w1, &mut w2] {
+        assert!(futures_util::poll!(f).is_pending());
+    }
+    server.resume().await;
+    assert!(first.await.unwrap().unwrap().is_allowed());
+    // The settlement handed the batch (w1, w2) to w1: sent now, on a frozen server.
+    server.pause().await;
+    let unread = server.unread_bytes();
+    assert!(futures_util::poll!(&mut w1).is_pending());
+    server.wait_unread_above(unread).await;
+    let sent = server.unread_bytes();
+    // A newcomer while that call is out: it must wait, not lead a second call.
+    let mut late = check("late");
+    for _ in 0..3 {
+        assert!(futures_util::poll!(&mut late).is_pending());
+        tokio::task::yield_now().await;
+    }
+    let ping = tokio::spawn({
+        let mut c = conn.clone();
+        async move { redis::cmd("PING").query_async::<String>(&mut c).await }
+    });
+    server.wait_unread_above(sent).await;
+    assert_eq!(
+        server.unread_bytes() - sent,
+        PING,
+        "only the PING reached the server: the late check sent nothing of its own"
+    );
+    server.resume().await;
+    assert_eq!(ping.await.unwrap().unwrap(), "PONG");
+    let (w1, w2, late) = tokio::join!(w1, w2, late);
+    for d in [w1, w2, late] {
+        assert!(d.unwrap().is_allowed());
+    }
+}
+
 /// The Functions backend (`FCALL` instead of `EVALSHA`): groups form and counts hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_work_with_the_functions_backend() {
