@@ -575,6 +575,47 @@ mod tests {
         assert_eq!(lease.want(1, None, 1_000, 40), 40);
         assert_eq!(lease.want(1, Some(2), 1_000, 500), 64, "at most max_units");
         assert_eq!(lease.want(1, Some(2), 60, 40), 15, "at most the share");
+        // The share is 1 / (2 x instances) of what is left, for any number of instances.
+        let alone = QuotaLease::new(64).unwrap();
+        assert_eq!(
+            alone.want(1, None, 100, 60),
+            50,
+            "half of 100 left (1 instance)"
+        );
+        let three = QuotaLease::new(64).unwrap().instances(3).unwrap();
+        assert_eq!(
+            three.want(1, None, 120, 60),
+            20,
+            "a sixth of 120 left (3 instances)"
+        );
+    }
+
+    #[test]
+    fn a_lease_reads_back_as_configured() {
+        let lease = QuotaLease::new(32).unwrap();
+        assert_eq!((lease.max_units(), lease.expected_instances()), (32, 1));
+        let shared = QuotaLease::new(QuotaLease::MAX_UNITS)
+            .unwrap()
+            .instances(7)
+            .unwrap();
+        assert_eq!(
+            (shared.max_units(), shared.expected_instances()),
+            (QuotaLease::MAX_UNITS, 7)
+        );
+        // As configuration: `instances` is 1 when left out, and each field is checked.
+        let read: QuotaLease = serde_json::from_str(r#"{"max_units": 32}"#).unwrap();
+        assert_eq!(read, lease);
+        let read: QuotaLease =
+            serde_json::from_str(r#"{"max_units": 32, "instances": 4}"#).unwrap();
+        assert_eq!(read, lease.instances(4).unwrap());
+        assert_eq!(serde_json::to_value(read).unwrap()["instances"], 4);
+        for bad in [
+            r#"{"max_units": 1}"#,
+            r#"{"max_units": 32, "instances": 0}"#,
+            r#"{"max_units": 32, "shards": 2}"#,
+        ] {
+            assert!(serde_json::from_str::<QuotaLease>(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
