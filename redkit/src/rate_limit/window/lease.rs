@@ -394,14 +394,8 @@ impl Leases {
             });
         }
         let until = sent.checked_add(reset_after).unwrap_or(sent);
-        let mut held = self.lock();
-        let now = Instant::now();
-        if !held.contains_key(client) && held.len() >= QuotaLease::MAX_KEYS {
-            held.retain(|_, h| h.until > now);
-        }
-        let rest = granted - u64::from(cost);
         let fresh = Held {
-            units: rest,
+            units: granted - u64::from(cost),
             until,
             count,
             count_sent: sent,
@@ -409,22 +403,40 @@ impl Leases {
             taken: granted,
             refused: None,
         };
+        let now = Instant::now();
+        let entry = self.keep_grant(client, fresh, now);
+        Ok(Granted {
+            decision: allowed(limit, &entry, now),
+        })
+    }
+
+    /// Keeps what a lease call granted `client` beyond its own check (`fresh`: the units, the
+    /// window's end, the counter and when the call was sent) and answers the entry its check
+    /// is decided from. A new key is kept while fewer than [`QuotaLease::MAX_KEYS`] are
+    /// (expired ones are evicted first when full).
+    fn keep_grant(&self, client: &str, fresh: Held, now: Instant) -> Held {
+        let mut held = self.lock();
+        if !held.contains_key(client) && held.len() >= QuotaLease::MAX_KEYS {
+            held.retain(|_, h| h.until > now);
+        }
         let room = held.len() < QuotaLease::MAX_KEYS;
-        let entry = match held.get_mut(client) {
+        match held.get_mut(client) {
             // Same window (it has not ended here, so not in Redis either): add the units. A
             // counter lower than last seen, answered to a call sent after the one that saw
             // it, was lost (a restart, a flush, a reset): the units held of it are dropped
             // with it. Lower in the answer to an earlier call is a reply handled late (many
             // checks of a hot key lease at once): its units count.
-            Some(h) if h.until > now && (count >= h.count || sent < h.count_sent) => {
-                h.units = h.units.saturating_add(rest);
-                h.until = h.until.min(until);
-                if count >= h.count {
-                    h.count = count;
-                    h.count_sent = sent;
+            Some(h)
+                if h.until > now && (fresh.count >= h.count || fresh.count_sent < h.count_sent) =>
+            {
+                h.units = h.units.saturating_add(fresh.units);
+                h.until = h.until.min(fresh.until);
+                if fresh.count >= h.count {
+                    h.count = fresh.count;
+                    h.count_sent = fresh.count_sent;
                 }
-                h.last_want = h.last_want.max(want);
-                h.taken = h.taken.saturating_add(granted);
+                h.last_want = h.last_want.max(fresh.last_want);
+                h.taken = h.taken.saturating_add(fresh.taken);
                 *h
             }
             Some(h) => {
@@ -438,10 +450,7 @@ impl Leases {
                 }
                 fresh
             }
-        };
-        Ok(Granted {
-            decision: allowed(limit, &entry, now),
-        })
+        }
     }
 
     /// Keeps a refused lease call's answer (`count` in Redis, the window ending `reset_after`
@@ -616,6 +625,98 @@ mod tests {
         ] {
             assert!(serde_json::from_str::<QuotaLease>(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_grant_adds_to_its_window_and_a_lost_counter_drops_what_was_held() {
+        let leases = Leases::new(QuotaLease::new(64).unwrap());
+        let now = Instant::now();
+        let (early, late) = (
+            now - Duration::from_millis(20),
+            now - Duration::from_millis(10),
+        );
+        let grant = |units, count, sent, until| Held {
+            units,
+            until,
+            count,
+            count_sent: sent,
+            last_want: 8,
+            taken: units + 1,
+            refused: None,
+        };
+        let end = now + Duration::from_secs(10);
+        let first = leases.keep_grant("k", grant(7, 10, early, end), now);
+        assert_eq!(
+            (first.units, first.count, first.taken),
+            (7, 10, 8),
+            "a new key"
+        );
+        // Same window, a higher counter: the units add up, the earlier end stays.
+        let sooner = now + Duration::from_secs(9);
+        let more = leases.keep_grant("k", grant(5, 20, late, sooner), now);
+        assert_eq!((more.units, more.count, more.taken), (12, 20, 14));
+        assert_eq!((more.until, more.count_sent), (sooner, late));
+        let later_end = leases.keep_grant("k", grant(1, 21, late, end), now);
+        assert_eq!(later_end.until, sooner, "the window never grows");
+        // A lower counter answered to a call sent before the one that saw 21: a late reply,
+        // its units count and the counter stays.
+        let late_reply = leases.keep_grant("k", grant(3, 15, early, end), now);
+        assert_eq!((late_reply.units, late_reply.count), (16, 21));
+        assert_eq!(late_reply.count_sent, late);
+        // A lower counter answered to a call sent after: the counter was lost in Redis, and
+        // what was held of it goes with it.
+        let lost = leases.keep_grant("k", grant(2, 3, now, end), now);
+        assert_eq!((lost.units, lost.count, lost.until), (2, 3, end));
+        // Another key's ended window stays while there is room: what it used starts that
+        // key's next window (evicted only to make room, below).
+        leases.keep_grant("old", grant(1, 1, early, now), now);
+        leases.keep_grant("k", grant(0, 21, late, end), now);
+        assert!(leases.lock().contains_key("old"));
+        // A window that ended here: the grant starts afresh, whatever its counter.
+        leases.lock().get_mut("k").unwrap().until = now;
+        let next = leases.keep_grant("k", grant(4, 50, now, end), now);
+        assert_eq!((next.units, next.count, next.taken), (4, 50, 5));
+    }
+
+    #[test]
+    fn at_most_max_keys_are_held_and_ended_windows_make_room() {
+        let leases = Leases::new(QuotaLease::new(64).unwrap());
+        let now = Instant::now();
+        let held = |until| Held {
+            units: 1,
+            until,
+            count: 1,
+            count_sent: now,
+            last_want: 2,
+            taken: 2,
+            refused: None,
+        };
+        let live = now + Duration::from_secs(10);
+        {
+            let mut map = leases.lock();
+            for i in 0..QuotaLease::MAX_KEYS - 1 {
+                map.insert(format!("k{i}"), held(live));
+            }
+        }
+        leases.keep_grant("last", held(live), now);
+        assert_eq!(
+            leases.lock().len(),
+            QuotaLease::MAX_KEYS,
+            "the last one that fits"
+        );
+        // Full of live windows: a new key's grant is answered but not kept.
+        let answered = leases.keep_grant("over", held(live), now);
+        assert_eq!(answered.units, 1);
+        assert!(!leases.lock().contains_key("over"));
+        assert_eq!(leases.lock().len(), QuotaLease::MAX_KEYS);
+        // A key already held is still served when full.
+        assert_eq!(leases.keep_grant("k0", held(live), now).units, 2);
+        // Full, but one window ended: it is evicted and the new key kept.
+        leases.lock().get_mut("k1").unwrap().until = now;
+        leases.keep_grant("new", held(live), now);
+        let map = leases.lock();
+        assert!(map.contains_key("new") && !map.contains_key("k1"));
+        assert_eq!(map.len(), QuotaLease::MAX_KEYS);
     }
 
     #[test]
