@@ -400,6 +400,34 @@ fn reply_gist(v: &Value, limit: i64) -> (i64, i64, i64) {
     (count, allowed, ttl)
 }
 
+/// A grouped check, as a future to poll by hand.
+type Check = std::pin::Pin<Box<dyn std::future::Future<Output = redkit::Result<Decision>> + Send>>;
+
+/// A check of client `k` by `limiter` over `conn`.
+fn check_of(
+    limiter: &Grouped<FixedWindow>,
+    conn: &MultiplexedConnection,
+    k: &'static str,
+) -> Check {
+    let (limiter, mut c) = (limiter.clone(), conn.clone());
+    Box::pin(async move { limiter.check(&mut c, &key(k)).await })
+}
+
+/// Freezes `server`, then lets a first check take its key's only slot and send its call,
+/// which the frozen server holds: the checks made after it queue.
+async fn frozen_with_a_call_in_flight(
+    server: &mut RedisServer,
+    limiter: &Grouped<FixedWindow>,
+    conn: &MultiplexedConnection,
+) -> tokio::task::JoinHandle<redkit::Result<Decision>> {
+    server.pause().await;
+    let first = tokio::spawn(check_of(limiter, conn, "first"));
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    first
+}
+
 /// A caller handed a group to lead but cancelled before it ran (an HTTP request dropped on
 /// client disconnect while it waited) sent nothing: the other checks of that group go back
 /// to the queue and are served, none of them gets an error, and the cancelled check is not
@@ -412,19 +440,9 @@ async fn a_cancelled_caller_handed_a_group_it_never_sent_passes_it_on() {
     let conn = preloaded(&server).await;
     let limiter = grouped("g", 10);
     let before = server.evalsha_calls().await;
-    server.pause().await;
-    let first = tokio::spawn({
-        let (limiter, mut c) = (limiter.clone(), conn.clone());
-        async move { limiter.check(&mut c, &key("first")).await }
-    });
     // The first check takes the only slot and sends its call (the server is frozen).
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-    let check = |k: &'static str| {
-        let (limiter, mut c) = (limiter.clone(), conn.clone());
-        Box::pin(async move { limiter.check(&mut c, &key(k)).await })
-    };
+    let first = frozen_with_a_call_in_flight(&mut server, &limiter, &conn).await;
+    let check = |k: &'static str| check_of(&limiter, &conn, k);
     let (mut cancelled, mut w2, mut w3) = (check("cancelled"), check("w2"), check("w3"));
     // Each waits in the queue, in this order.
     for f in [&mut cancelled, &mut w2, &mut w3] {
@@ -455,18 +473,9 @@ async fn a_caller_cancelled_while_queued_is_never_sent() {
     let conn = preloaded(&server).await;
     let limiter = grouped("q", 10);
     let before = server.evalsha_calls().await;
-    server.pause().await;
-    let first = tokio::spawn({
-        let (limiter, mut c) = (limiter.clone(), conn.clone());
-        async move { limiter.check(&mut c, &key("first")).await }
-    });
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-    let check = |k: &'static str| {
-        let (limiter, mut c) = (limiter.clone(), conn.clone());
-        Box::pin(async move { limiter.check(&mut c, &key(k)).await })
-    };
+    // The first check takes the only slot and sends its call (the server is frozen).
+    let first = frozen_with_a_call_in_flight(&mut server, &limiter, &conn).await;
+    let check = |k: &'static str| check_of(&limiter, &conn, k);
     let (mut w1, mut gone, mut w3) = (check("w1"), check("gone"), check("w3"));
     for f in [&mut w1, &mut gone, &mut w3] {
         assert!(futures_util::poll!(f).is_pending());
@@ -498,15 +507,9 @@ async fn a_batch_handed_on_counts_as_its_keys_call_in_flight() {
     let mut server = RedisServer::spawn().await;
     let conn = preloaded(&server).await;
     let limiter = grouped("h", 10);
-    let check = |k: &'static str| {
-        let (limiter, mut c) = (limiter.clone(), conn.clone());
-        Box::pin(async move { limiter.check(&mut c, &key(k)).await })
-    };
-    server.pause().await;
-    let first = tokio::spawn(check("first"));
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
+    // The first check takes the only slot and sends its call (the server is frozen).
+    let first = frozen_with_a_call_in_flight(&mut server, &limiter, &conn).await;
+    let check = |k: &'static str| check_of(&limiter, &conn, k);
     let (mut w1, mut w2) = (check("w1"), check("w2"));
     for f in [&mut w1, &mut w2] {
         assert!(futures_util::poll!(f).is_pending());

@@ -128,47 +128,16 @@ async fn steady_state_is_one_evalsha_per_call() {
     assert_eq!(m.stats().noscript_fallbacks, 0);
 }
 
-/// What a call path sent so far, by command (`INFO commandstats`).
-#[derive(Debug, PartialEq, Eq, Clone, Copy)]
-struct Sent {
-    exists: u64,
-    evalsha: u64,
-    eval: u64,
-    load: u64,
-    wait: u64,
-}
-
-impl Sent {
-    async fn of(server: &RedisServer) -> Self {
-        Self {
-            exists: calls(server, "script|exists").await,
-            evalsha: calls(server, "evalsha").await,
-            eval: calls(server, "eval").await,
-            load: calls(server, "script|load").await,
-            wait: calls(server, "wait").await,
-        }
-    }
-
-    /// The calls sent since `before`.
-    fn since(self, before: Self) -> Self {
-        Self {
-            exists: self.exists - before.exists,
-            evalsha: self.evalsha - before.evalsha,
-            eval: self.eval - before.eval,
-            load: self.load - before.load,
-            wait: self.wait - before.wait,
-        }
-    }
-}
-
-fn sent(exists: u64, evalsha: u64, eval: u64, load: u64, wait: u64) -> Sent {
-    Sent {
-        exists,
-        evalsha,
-        eval,
-        load,
-        wait,
-    }
+/// The calls of a replicated call's commands in `counted`: `SCRIPT EXISTS`, `EVALSHA`,
+/// `EVAL`, `SCRIPT LOAD`, `WAIT`.
+fn replicated_calls(counted: Counted) -> (u64, u64, u64, u64, u64) {
+    (
+        counted.exists,
+        counted.evalsha,
+        counted.eval,
+        counted.load,
+        counted.wait,
+    )
 }
 
 /// A replicated call asks whether the server holds its script (`SCRIPT EXISTS`) until its
@@ -179,6 +148,7 @@ async fn a_replicated_call_asks_for_its_script_only_until_the_manager_knows_it_c
     let pair = ReplicatedPair::spawn().await;
     let server = &pair.primary;
     let mut conn = server.conn().await;
+    let mut probe = server.conn().await;
     let wait = Replication::new(1, std::time::Duration::from_secs(5)).unwrap();
     let shared = conn.clone();
     let replicated = |m: &ScriptManager, key: &'static str| {
@@ -194,39 +164,54 @@ async fn a_replicated_call_asks_for_its_script_only_until_the_manager_knows_it_c
     };
 
     // A plain call on a cold cache: NOSCRIPT, EVAL, SCRIPT LOAD; it never asks.
-    let before = Sent::of(server).await;
+    let before = Counted::of(&mut probe).await;
     count(&ScriptManager::new(), &mut conn, "{t}:a").await;
-    assert_eq!(Sent::of(server).await.since(before), sent(0, 1, 1, 1, 0));
+    assert_eq!(
+        replicated_calls(Counted::of(&mut probe).await.since(before)),
+        (0, 1, 1, 1, 0)
+    );
 
     // A manager that saw the script answer a plain EVALSHA still asks once before its first
     // replicated call (the server holds it: EVALSHA + WAIT), then no more.
     let m = ScriptManager::new();
-    let before = Sent::of(server).await;
+    let before = Counted::of(&mut probe).await;
     count(&m, &mut conn, "{t}:a").await;
     replicated(&m, "{t}:a").await;
-    assert_eq!(Sent::of(server).await.since(before), sent(1, 2, 0, 0, 1));
-    let before = Sent::of(server).await;
+    assert_eq!(
+        replicated_calls(Counted::of(&mut probe).await.since(before)),
+        (1, 2, 0, 0, 1)
+    );
+    let before = Counted::of(&mut probe).await;
     replicated(&m, "{t}:a").await;
-    assert_eq!(Sent::of(server).await.since(before), sent(0, 1, 0, 0, 1));
+    assert_eq!(
+        replicated_calls(Counted::of(&mut probe).await.since(before)),
+        (0, 1, 0, 0, 1)
+    );
 
     // Cold again: a manager that has not seen it asks, and goes straight to EVAL + WAIT (one
     // WAIT in all), then SCRIPT LOAD; no EVALSHA.
     let _: () = server.cmd(&["SCRIPT", "FLUSH"]).await;
-    let before = Sent::of(server).await;
+    let before = Counted::of(&mut probe).await;
     replicated(&ScriptManager::new(), "{t}:a").await;
-    assert_eq!(Sent::of(server).await.since(before), sent(1, 0, 1, 1, 1));
+    assert_eq!(
+        replicated_calls(Counted::of(&mut probe).await.since(before)),
+        (1, 0, 1, 1, 1)
+    );
 
     // A manager that preloaded the script knows it cached: it never asks.
     let _: () = server.cmd(&["SCRIPT", "FLUSH"]).await;
     let preloaded = ScriptManager::new();
     preload_with_sample(&preloaded, &mut conn).await;
-    let before = Sent::of(server).await;
+    let before = Counted::of(&mut probe).await;
     replicated(&preloaded, "{t}:a").await;
-    assert_eq!(Sent::of(server).await.since(before), sent(0, 1, 0, 0, 1));
+    assert_eq!(
+        replicated_calls(Counted::of(&mut probe).await.since(before)),
+        (0, 1, 0, 0, 1)
+    );
 
     // A batch after a flush loads each script once, however many of its calls were refused.
     let _: () = server.cmd(&["SCRIPT", "FLUSH"]).await;
-    let before = Sent::of(server).await;
+    let before = Counted::of(&mut probe).await;
     let calls: Vec<Call> = (0..5).map(|_| hit("{t}:b")).collect();
     let outcomes = ScriptManager::new()
         .invoke_batch(&mut conn, calls)
@@ -235,7 +220,7 @@ async fn a_replicated_call_asks_for_its_script_only_until_the_manager_knows_it_c
     assert!(outcomes
         .iter()
         .all(|o| matches!(o, CallOutcome::Ran(Ok(_)))));
-    assert_eq!(Sent::of(server).await.since(before).load, 1);
+    assert_eq!(Counted::of(&mut probe).await.since(before).load, 1);
 }
 
 #[tokio::test]
@@ -427,6 +412,9 @@ struct Counted {
     exec: u64,
     evalsha: u64,
     eval: u64,
+    exists: u64,
+    load: u64,
+    wait: u64,
     reads: u64,
 }
 
@@ -448,6 +436,9 @@ impl Counted {
             exec: command_calls(&info, "exec"),
             evalsha: command_calls(&info, "evalsha"),
             eval: command_calls(&info, "eval"),
+            exists: command_calls(&info, "script|exists"),
+            load: command_calls(&info, "script|load"),
+            wait: command_calls(&info, "wait"),
             reads,
         }
     }
@@ -458,6 +449,9 @@ impl Counted {
             exec: self.exec - before.exec,
             evalsha: self.evalsha - before.evalsha,
             eval: self.eval - before.eval,
+            exists: self.exists - before.exists,
+            load: self.load - before.load,
+            wait: self.wait - before.wait,
             reads: self.reads - before.reads,
         }
     }
