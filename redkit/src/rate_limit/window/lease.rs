@@ -711,6 +711,10 @@ mod tests {
         assert_eq!(leases.lock().len(), QuotaLease::MAX_KEYS);
         // A key already held is still served when full.
         assert_eq!(leases.keep_grant("k0", held(live), now).units, 2);
+        // A refusal of a new key is not kept either when full (Redis answers its checks).
+        leases.keep_refusal("refused", 1, (5, now, Duration::from_secs(10)));
+        assert!(!leases.lock().contains_key("refused"));
+        assert_eq!(leases.lock().len(), QuotaLease::MAX_KEYS);
         // Full, but one window ended: it is evicted and the new key kept.
         leases.lock().get_mut("k1").unwrap().until = now;
         leases.keep_grant("new", held(live), now);
