@@ -284,3 +284,47 @@ async fn a_hot_key_takes_one_lease_call_per_many_checks() {
         "{calls} lease calls for {checks} checks (at most one per 20)"
     );
 }
+
+/// One lease call of a key in flight at a time: a check that finds one on its way waits for
+/// it instead of sending its own, and is answered from what it brings. Deterministic: the
+/// checks are futures polled by hand on a frozen server, and what reached the server is read
+/// from its unread bytes, with a `PING` on the same connection as the marker (the multiplexer
+/// writes in order, so a call the second check sent would come before it).
+#[tokio::test(flavor = "current_thread")]
+async fn a_check_waits_for_the_lease_call_in_flight_instead_of_sending_its_own() {
+    const PING: u64 = b"*1\r\n$4\r\nPING\r\n".len() as u64;
+    let mut server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    ScriptManager::new().preload(&mut conn).await.unwrap();
+    let limiter = leased(1_000, 60_000);
+    let key = LimitKey::text("one").unwrap();
+    let check = || {
+        let (limiter, mut conn, key) = (limiter.clone(), conn.clone(), key.clone());
+        Box::pin(async move { limiter.check(&mut conn, &key).await })
+    };
+    server.pause().await;
+    let unread = server.unread_bytes();
+    let mut first = check();
+    assert!(futures_util::poll!(&mut first).is_pending());
+    server.wait_unread_above(unread).await;
+    let sent = server.unread_bytes();
+    let mut second = check();
+    for _ in 0..3 {
+        assert!(futures_util::poll!(&mut second).is_pending());
+        tokio::task::yield_now().await;
+    }
+    let ping = tokio::spawn({
+        let mut conn = conn.clone();
+        async move { redis::cmd("PING").query_async::<String>(&mut conn).await }
+    });
+    server.wait_unread_above(sent).await;
+    assert_eq!(
+        server.unread_bytes() - sent,
+        PING,
+        "only the PING reached the server: the second check sent no lease call of its own"
+    );
+    server.resume().await;
+    assert_eq!(ping.await.unwrap().unwrap(), "PONG");
+    let (first, second) = tokio::join!(first, second);
+    assert!(first.unwrap().is_allowed() && second.unwrap().is_allowed());
+}
