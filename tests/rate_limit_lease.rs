@@ -328,3 +328,44 @@ async fn a_check_waits_for_the_lease_call_in_flight_instead_of_sending_its_own()
     let (first, second) = tokio::join!(first, second);
     assert!(first.unwrap().is_allowed() && second.unwrap().is_allowed());
 }
+
+/// A reset deletes the counter and forgets the units held here of it: the next check goes to
+/// Redis again (a new counter), never to units leased from the deleted one.
+#[tokio::test]
+async fn a_reset_forgets_the_units_held_of_the_deleted_counter() {
+    let server = RedisServer::spawn().await;
+    let limiter = leased(1_000, 60_000);
+    let key = LimitKey::text("reset").unwrap();
+    let redis_key = limiter.redis_key(&key);
+    let mut conn = server.conn().await;
+    // Check until at least half a lease is held here (more than a refill waits for).
+    let mut checks = 0;
+    loop {
+        assert!(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
+        checks += 1;
+        let counted: u32 = server.cmd(&["GET", &redis_key]).await;
+        if counted - checks >= MAX_UNITS / 2 {
+            break;
+        }
+        assert!(checks < 100, "no lease ever held {} units", MAX_UNITS / 2);
+    }
+    assert!(
+        limiter.reset(&mut conn, &key).await.unwrap(),
+        "a counter was deleted"
+    );
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &redis_key]).await, 0);
+    assert!(
+        !limiter.reset(&mut conn, &key).await.unwrap(),
+        "nothing left to delete"
+    );
+    assert!(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
+    assert_eq!(
+        server.cmd::<i64>(&["EXISTS", &redis_key]).await,
+        1,
+        "the check after the reset went to Redis"
+    );
+    assert!(
+        format!("{limiter:?}").starts_with("Leased {"),
+        "{limiter:?}"
+    );
+}
