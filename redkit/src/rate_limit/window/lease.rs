@@ -670,7 +670,7 @@ mod tests {
         // Another key's ended window stays while there is room: what it used starts that
         // key's next window (evicted only to make room, below).
         leases.keep_grant("old", grant(1, 1, early, now), now);
-        leases.keep_grant("k", grant(0, 21, late, end), now);
+        leases.keep_grant("another", grant(1, 1, late, end), now);
         assert!(leases.lock().contains_key("old"));
         // A window that ended here: the grant starts afresh, whatever its counter.
         leases.lock().get_mut("k").unwrap().until = now;
