@@ -170,18 +170,23 @@ async fn frozen_group_polled(
         r
     });
     let unread = server.unread_bytes();
-    let (outcomes, ()) = tokio::join!(counted, async {
-        server.wait_unread_above(unread).await;
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while polled.get() < polls {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "not polled {polls} times"
-            );
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        server.resume().await;
-    });
+    // Bounded: a group whose members are never answered fails here, not by hanging the suite.
+    let (outcomes, ()) = tokio::time::timeout(Duration::from_secs(20), async {
+        tokio::join!(counted, async {
+            server.wait_unread_above(unread).await;
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while polled.get() < polls {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "not polled {polls} times"
+                );
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            server.resume().await;
+        })
+    })
+    .await
+    .expect("the group's buyers were not all answered within 20 s");
     let after = server.evalsha_calls().await;
     (outcomes, after - before)
 }
