@@ -503,7 +503,6 @@ async fn a_caller_cancelled_while_queued_is_never_sent() {
 /// (the multiplexer writes in order, so anything the check sent would come before it).
 #[tokio::test(flavor = "current_thread")]
 async fn a_batch_handed_on_counts_as_its_keys_call_in_flight() {
-    const PING: u64 = b"*1\r\n$4\r\nPING\r\n".len() as u64;
     let mut server = RedisServer::spawn().await;
     let conn = preloaded(&server).await;
     let limiter = grouped("h", 10);
@@ -528,14 +527,10 @@ async fn a_batch_handed_on_counts_as_its_keys_call_in_flight() {
         assert!(futures_util::poll!(&mut late).is_pending());
         tokio::task::yield_now().await;
     }
-    let ping = tokio::spawn({
-        let mut c = conn.clone();
-        async move { redis::cmd("PING").query_async::<String>(&mut c).await }
-    });
-    server.wait_unread_above(sent).await;
+    let (arrived, ping) = server.bytes_through_a_ping(sent, &conn).await;
     assert_eq!(
-        server.unread_bytes() - sent,
-        PING,
+        arrived,
+        support::PING_BYTES,
         "only the PING reached the server: the late check sent nothing of its own"
     );
     server.resume().await;

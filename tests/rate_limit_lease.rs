@@ -292,7 +292,6 @@ async fn a_hot_key_takes_one_lease_call_per_many_checks() {
 /// writes in order, so a call the second check sent would come before it).
 #[tokio::test(flavor = "current_thread")]
 async fn a_check_waits_for_the_lease_call_in_flight_instead_of_sending_its_own() {
-    const PING: u64 = b"*1\r\n$4\r\nPING\r\n".len() as u64;
     let mut server = RedisServer::spawn().await;
     let mut conn = server.conn().await;
     ScriptManager::new().preload(&mut conn).await.unwrap();
@@ -313,14 +312,10 @@ async fn a_check_waits_for_the_lease_call_in_flight_instead_of_sending_its_own()
         assert!(futures_util::poll!(&mut second).is_pending());
         tokio::task::yield_now().await;
     }
-    let ping = tokio::spawn({
-        let mut conn = conn.clone();
-        async move { redis::cmd("PING").query_async::<String>(&mut conn).await }
-    });
-    server.wait_unread_above(sent).await;
+    let (arrived, ping) = server.bytes_through_a_ping(sent, &conn).await;
     assert_eq!(
-        server.unread_bytes() - sent,
-        PING,
+        arrived,
+        support::PING_BYTES,
         "only the PING reached the server: the second check sent no lease call of its own"
     );
     server.resume().await;

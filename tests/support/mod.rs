@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 
+/// The bytes of a `PING` as redis-rs sends it (see [`RedisServer::bytes_through_a_ping`]).
+pub const PING_BYTES: u64 = b"*1\r\n$4\r\nPING\r\n".len() as u64;
+
 /// A test's count or cost as the `NonZeroU32` a limiter takes (a table of test cases holds
 /// plain numbers; a constant is `redkit::nonzero!`).
 pub fn nz(n: u32) -> std::num::NonZeroU32 {
@@ -334,6 +337,24 @@ impl RedisServer {
                     .and_then(|(_, rx)| u64::from_str_radix(rx, 16).ok())
             })
             .sum()
+    }
+
+    /// While frozen ([`pause`](Self::pause)): sends a marker `PING` on `conn` and waits until
+    /// something more than `sent` unread bytes reached the server; answers the bytes that
+    /// arrived since `sent` ([`PING_BYTES`] when the `PING` was all: the multiplexer writes
+    /// in order, so a command queued on `conn` before it would arrive first) and the `PING`'s
+    /// task, whose `PONG` comes once the server resumes.
+    pub async fn bytes_through_a_ping(
+        &self,
+        sent: u64,
+        conn: &MultiplexedConnection,
+    ) -> (u64, tokio::task::JoinHandle<redis::RedisResult<String>>) {
+        let ping = tokio::spawn({
+            let mut conn = conn.clone();
+            async move { redis::cmd("PING").query_async::<String>(&mut conn).await }
+        });
+        self.wait_unread_above(sent).await;
+        (self.unread_bytes() - sent, ping)
     }
 
     /// Polls (1 ms) until [`unread_bytes`](Self::unread_bytes) exceeds `than`, at most 10 s;
