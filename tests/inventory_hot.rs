@@ -653,10 +653,17 @@ async fn five_hundred_buyers(inventory: Inventory) {
             (quantity, id, outcome)
         }));
     }
-    let mut results = Vec::new();
-    for t in tasks {
-        results.push(t.await.unwrap());
-    }
+    // Bounded: a queue never handed on (a leader that leaves without passing its group on)
+    // fails here with a message instead of hanging the suite.
+    let results = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut results = Vec::new();
+        for t in tasks {
+            results.push(t.await.unwrap());
+        }
+        results
+    })
+    .await
+    .expect("512 buyers answered within 30 s: a queued buyer was never sent");
     let calls = server.evalsha_calls().await - before;
     let mut c = conns[0].clone();
     let stock = store.stock(&mut c, "mug").await.unwrap();

@@ -364,3 +364,114 @@ async fn a_reset_forgets_the_units_held_of_the_deleted_counter() {
         "{limiter:?}"
     );
 }
+
+/// One instance checking one key until refused admits exactly the limit: every unit a lease
+/// call counted in Redis is used once here, also those of the calls that refill a lease (the
+/// check that sends a refill is answered by its own call, not also from the units held).
+#[tokio::test]
+async fn one_instance_admits_exactly_the_limit_of_a_window() {
+    let server = RedisServer::spawn().await;
+    let limit = 100;
+    let limiter = leased(limit, 60_000);
+    let key = LimitKey::text("exact").unwrap();
+    let mut conn = server.conn().await;
+    let mut admitted = 0;
+    while limiter.check(&mut conn, &key).await.unwrap().is_allowed() {
+        admitted += 1;
+        assert!(admitted <= limit, "admitted past the limit of {limit}");
+    }
+    assert_eq!(admitted, limit, "every unit counted in Redis was admitted");
+    let counted: u32 = server.cmd(&["GET", &limiter.redis_key(&key)]).await;
+    assert_eq!(counted, limit);
+    assert!(!limiter.check(&mut conn, &key).await.unwrap().is_allowed());
+}
+
+/// A check costing the whole limit is leased (the lease script counts it); one costing more
+/// is checked as without leasing (the window's script). Told apart by the scripts Redis has
+/// cached: each server starts with none, and each limiter's manager sends only what it calls.
+#[tokio::test]
+async fn a_cost_at_the_limit_is_leased_and_one_above_it_is_not() {
+    let sha = |name: &str| {
+        let script = redkit::Registry::global().scripts().iter();
+        script
+            .filter(|s| s.name() == name)
+            .max_by_key(|s| s.version())
+            .map(|s| s.sha1().to_owned())
+            .unwrap_or_else(|| panic!("no script named {name}"))
+    };
+    let (lease_script, window_script) = (sha("fixed_window_lease"), sha("fixed_window"));
+    let limit = 10;
+    let key = LimitKey::text("whole").unwrap();
+    for (cost, allowed, counted_by) in [
+        (limit, true, &lease_script),
+        (limit + 1, false, &window_script),
+    ] {
+        let server = RedisServer::spawn().await;
+        let mut conn = server.conn().await;
+        let decision = leased(limit, 60_000)
+            .check_n(&mut conn, &key, support::nz(cost))
+            .await
+            .unwrap();
+        assert_eq!(decision.is_allowed(), allowed, "cost {cost}: {decision:?}");
+        let cached: Vec<bool> = server
+            .cmd(&["SCRIPT", "EXISTS", &lease_script, &window_script])
+            .await;
+        let expected = vec![counted_by == &lease_script, counted_by == &window_script];
+        assert_eq!(cached, expected, "cost {cost}: which script counted it");
+    }
+}
+
+/// A check waits for at most two lease calls of other checks, then sends its own: near the
+/// limit each call grants little and others may take it first, so waiting must stop.
+/// Deterministic as above: a window with 1 unit left (each call for 2 units is refused, and
+/// that refusal does not answer the waiting check of 1), three calls each led by a new check
+/// of 2 on a frozen server, the waiting check polled after each leader.
+#[tokio::test(flavor = "current_thread")]
+async fn a_check_waits_for_at_most_two_lease_calls_of_others_then_sends_its_own() {
+    let mut server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    ScriptManager::new().preload(&mut conn).await.unwrap();
+    let limit = 10;
+    let limiter = leased(limit, 60_000);
+    let key = LimitKey::text("full").unwrap();
+    let filled = limiter
+        .limiter()
+        .check_n(&mut conn, &key, support::nz(limit - 1));
+    assert!(filled.await.unwrap().is_allowed(), "1 unit is left");
+    let check = |cost| {
+        let (limiter, mut conn, key) = (limiter.clone(), conn.clone(), key.clone());
+        Box::pin(async move { limiter.check_n(&mut conn, &key, support::nz(cost)).await })
+    };
+    let mut waiting = check(1);
+    for call in 1..=3 {
+        server.pause().await;
+        let unread = server.unread_bytes();
+        let mut leader = check(2);
+        assert!(futures_util::poll!(&mut leader).is_pending());
+        let sent = server.wait_unread_above(unread).await;
+        for _ in 0..3 {
+            assert!(futures_util::poll!(&mut waiting).is_pending());
+            tokio::task::yield_now().await;
+        }
+        let (arrived, ping) = server.bytes_through_a_ping(sent, &conn).await;
+        if call < 3 {
+            assert_eq!(
+                arrived,
+                support::PING_BYTES,
+                "lease call {call} of another check: the waiting check sent nothing"
+            );
+        } else {
+            assert!(
+                arrived > support::PING_BYTES,
+                "after two waits the check sent its own lease call ({arrived} bytes arrived)"
+            );
+        }
+        server.resume().await;
+        assert_eq!(ping.await.unwrap().unwrap(), "PONG");
+        assert!(!leader.await.unwrap().is_allowed(), "2 units do not fit");
+    }
+    assert!(
+        waiting.await.unwrap().is_allowed(),
+        "the unit left is this check's"
+    );
+}

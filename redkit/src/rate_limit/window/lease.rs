@@ -414,6 +414,23 @@ impl Leases {
     /// window's end, the counter and when the call was sent) and answers the entry its check
     /// is decided from. A new key is kept while fewer than [`QuotaLease::MAX_KEYS`] are
     /// (expired ones are evicted first when full).
+    /// Test support: `units` held of `client`'s window until `until`, as if one lease call
+    /// had just granted them.
+    #[cfg(test)]
+    pub(super) fn hold(&self, client: &str, units: u64, until: Instant) {
+        let now = Instant::now();
+        let granted = Held {
+            units,
+            until,
+            count: units,
+            count_sent: now,
+            last_want: 8,
+            taken: units,
+            refused: None,
+        };
+        self.keep_grant(client, granted, now);
+    }
+
     fn keep_grant(&self, client: &str, fresh: Held, now: Instant) -> Held {
         let mut held = self.lock();
         if !held.contains_key(client) && held.len() >= QuotaLease::MAX_KEYS {

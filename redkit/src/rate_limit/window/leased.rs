@@ -282,6 +282,22 @@ mod tests {
     }
 
     #[test]
+    fn the_middleware_answers_from_the_units_held_here_before_its_round_trip() {
+        let leased = limiter().leased(QuotaLease::new(8).unwrap());
+        let key = LimitKey::text("k").unwrap();
+        assert!(
+            Hooks::answer_locally(&leased, &key).is_none(),
+            "nothing held: the round trip answers"
+        );
+        let until = Instant::now() + std::time::Duration::from_secs(60);
+        leased.leases.hold(key.as_str(), 6, until);
+        for _ in 0..3 {
+            let decision = Hooks::answer_locally(&leased, &key).expect("answered in process");
+            assert!(decision.is_allowed(), "{decision:?}");
+        }
+    }
+
+    #[test]
     fn a_deny_cache_attached_later_keeps_the_leases() {
         let leased = limiter().leased(QuotaLease::new(8).unwrap());
         let cached = Hooks::attach_deny_cache(leased.clone(), DenyCache::new(8).unwrap());
