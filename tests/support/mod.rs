@@ -20,6 +20,15 @@ use redis::aio::MultiplexedConnection;
 /// The bytes of a `PING` as redis-rs sends it (see [`RedisServer::bytes_through_a_ping`]).
 pub const PING_BYTES: u64 = b"*1\r\n$4\r\nPING\r\n".len() as u64;
 
+/// Awaits `f` for at most `secs` seconds: where a defect would make a test wait forever (a
+/// queue never handed on, a waiter never woken), it fails with `what` instead of stalling
+/// the suite (and a mutation run reports it caught, not timed out).
+pub async fn bounded<F: std::future::Future>(secs: u64, what: &str, f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(secs), f)
+        .await
+        .unwrap_or_else(|_| panic!("not within {secs} s: {what}"))
+}
+
 /// A test's count or cost as the `NonZeroU32` a limiter takes (a table of test cases holds
 /// plain numbers; a constant is `redkit::nonzero!`).
 pub fn nz(n: u32) -> std::num::NonZeroU32 {
