@@ -678,3 +678,45 @@ async fn a_watchdog_started_late_still_renews_before_the_validity_runs_out() {
         Release::Released
     );
 }
+
+/// A guard's `Debug` names the lock (key, fencing token, ttl, validity, whether a watchdog
+/// runs) and never prints the owner token, the secret that releases the lock.
+#[tokio::test]
+async fn a_guard_prints_what_it_holds_and_never_its_owner_token() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = lock();
+    let options = LockOptions::new().fencing(true).token("owner-5ec2e7-token");
+    let mut guard = acquired(&lock, &mut conn, "printed", &options).await;
+    let printed = format!("{guard:?}");
+    assert!(printed.starts_with("LockGuard {"), "{printed}");
+    assert!(printed.contains(&format!("{:?}", guard.key())), "{printed}");
+    assert!(printed.contains("fencing_token: Some("), "{printed}");
+    assert!(printed.contains("watchdog: false"), "{printed}");
+    assert!(
+        !printed.contains("5ec2e7"),
+        "the owner token leaked: {printed}"
+    );
+    let _signal = lock.watch(&conn, &mut guard).unwrap();
+    assert!(format!("{guard:?}").contains("watchdog: true"));
+    lock.release(&mut conn, guard).await.unwrap();
+}
+
+/// Every call of a lock's lease (renewal, release) runs through the lock's own manager:
+/// here one on the Functions backend, so the server sees `FCALL` and never a script.
+#[tokio::test]
+async fn a_leases_calls_run_through_the_locks_own_manager() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let manager = ScriptManager::new().with_backend(redkit::script::Backend::Functions);
+    let lock = Lock::new().with_manager(manager);
+    let options = LockOptions::new().ttl(Duration::from_secs(5));
+    let mut guard = acquired(&lock, &mut conn, "managed", &options).await;
+    let renewed = lock.renew(&mut conn, &mut guard).await.unwrap();
+    assert_eq!(renewed, Renew::Renewed);
+    let released = lock.release(&mut conn, guard).await.unwrap();
+    assert_eq!(released, Release::Released);
+    let scripts = server.command_calls("evalsha").await + server.command_calls("eval").await;
+    assert_eq!(scripts, 0, "every call went through the lock's manager");
+    assert!(server.command_calls("fcall").await >= 2);
+}

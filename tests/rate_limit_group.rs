@@ -74,7 +74,7 @@ async fn frozen_group<L: RateLimiter>(
     // in its first poll). Resumed once the first call has reached the frozen server.
     let unread = server.unread_bytes();
     let (outcomes, ()) = tokio::join!(
-        support::bounded(20, "every queued check answered", join_all(calls)),
+        support::bounded(10, "every queued check answered", join_all(calls)),
         async {
             server.wait_unread_above(unread).await;
             server.resume().await;
@@ -198,7 +198,7 @@ async fn counts_hold_under_a_flood() {
             (k, d)
         }
     });
-    let results = support::bounded(30, "1,200 checks answered", join_all(checks)).await;
+    let results = support::bounded(10, "1,200 checks answered", join_all(checks)).await;
     let calls = server.evalsha_calls().await - before;
     assert!(calls < 1200, "checks were grouped: {calls} calls");
     // Per key: exactly 50 allowed, each told a different count 1..=50; 50 limited.
@@ -249,7 +249,7 @@ async fn groups_work_on_a_cluster() {
             }
         });
         let before = evalsha_on(&primaries).await;
-        let results = support::bounded(30, "200 checks answered", join_all(checks)).await;
+        let results = support::bounded(10, "200 checks answered", join_all(checks)).await;
         let calls = evalsha_on(&primaries).await - before;
         for k in 0..40 {
             let name = format!("r{round}k{k}");
@@ -578,7 +578,7 @@ async fn groups_work_with_the_functions_backend() {
             (k.clone(), limiter.check(&mut c, &key(&k)).await.unwrap())
         }
     });
-    let results = support::bounded(30, "300 checks answered", join_all(checks)).await;
+    let results = support::bounded(10, "300 checks answered", join_all(checks)).await;
     let calls = fcalls().await - before;
     assert!(calls > 0 && calls < 300, "grouped FCALLs: {calls}");
     assert_eq!(server.evalsha_calls().await, 0, "no EVALSHA with Functions");
@@ -607,7 +607,7 @@ async fn a_frozen_server_fails_every_check_of_a_group_in_bounded_time() {
         let (limiter, mut c) = (limiter.clone(), conn.clone());
         async move { limiter.check(&mut c, &key(&format!("c{i}"))).await }
     }));
-    let outcomes = support::bounded(20, "six checks answered (timed out)", checks).await;
+    let outcomes = support::bounded(10, "six checks answered (timed out)", checks).await;
     let took = started.elapsed();
     server.resume().await;
     for outcome in &outcomes {

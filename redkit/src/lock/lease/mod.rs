@@ -288,3 +288,51 @@ pub(crate) async fn leave<K: LeaseKind, C: ConnectionLike>(
     let left: i64 = kind.manager().invoke(conn, call).await?;
     status(call.script(), left)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(replication: Option<Replication>) -> HeldLease {
+        let ttl = Duration::from_secs(10);
+        let (key, token) = ("k".to_owned(), "t".to_owned());
+        HeldLease::new(key, token, ttl, Duration::ZERO, replication, Instant::now())
+    }
+
+    #[test]
+    fn a_renewal_counts_only_when_a_wait_covering_the_requirement_was_acknowledged() {
+        let ms = Duration::from_millis(100);
+        let (one, two) = (
+            Replication::new(1, ms).unwrap(),
+            Replication::new(2, ms).unwrap(),
+        );
+        let ack = |replicas, requested| Acked::new((), replicas, requested);
+        // Without a requirement the outcome stands, waited for or not.
+        let free = lease(None);
+        assert_eq!(free.confirmed(Renew::Renewed, None), Renew::Renewed);
+        assert_eq!(free.confirmed(Renew::Lost, None), Renew::Lost);
+        let held = lease(Some(two));
+        // A renewal that did not run stays what it was.
+        let lost = held.confirmed(Renew::Lost, Some((&two, &ack(0, 2))));
+        assert_eq!(lost, Renew::Lost);
+        // Covering and acknowledged: renewed.
+        let renewed = held.confirmed(Renew::Renewed, Some((&two, &ack(2, 2))));
+        assert_eq!(renewed, Renew::Renewed);
+        // Acknowledged, but the wait asked for fewer replicas than required; covering, but
+        // not acknowledged; no wait at all: not replicated, with what the wait answered.
+        for (waited, replicas) in [
+            (Some((&one, &ack(1, 1))), 1),
+            (Some((&two, &ack(1, 2))), 1),
+            (None, 0),
+        ] {
+            assert_eq!(
+                held.confirmed(Renew::Renewed, waited),
+                Renew::NotReplicated {
+                    replicas,
+                    requested: 2
+                },
+                "{waited:?}"
+            );
+        }
+    }
+}
