@@ -17,8 +17,12 @@ use crate::script::Script;
 /// The digits are written directly (`{:032x}` through `format!` was a visible share of the
 /// acquire in a profile); the text is the same.
 pub(crate) fn owner_token() -> String {
+    hex(rand::random::<u128>())
+}
+
+/// `n` as 32 lower-case hex digits, most significant first (what `{:032x}` writes).
+fn hex(n: u128) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let n = rand::random::<u128>();
     (0..32)
         .rev()
         .map(|i| char::from(HEX[((n >> (i * 4)) & 0xf) as usize]))
@@ -112,6 +116,25 @@ impl fmt::Display for FencingToken {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_owner_token_is_its_random_number_in_32_hex_digits() {
+        for n in [0, 1, 0xfedc_ba98_7654_3210_0123_4567_89ab_cdef, u128::MAX] {
+            assert_eq!(hex(n), format!("{n:032x}"));
+        }
+        let token = owner_token();
+        assert!(
+            token.len() == 32 && u128::from_str_radix(&token, 16).is_ok(),
+            "{token}"
+        );
+        assert_ne!(owner_token(), token, "a new token per call");
+    }
+
+    #[test]
+    fn a_fencing_token_displays_as_its_number() {
+        let token = FencingToken::new(1_733_000_000_123_456).unwrap();
+        assert_eq!(token.to_string(), "1733000000123456");
+    }
 
     #[test]
     fn an_issued_token_is_positive() {
