@@ -410,10 +410,6 @@ impl Leases {
         })
     }
 
-    /// Keeps what a lease call granted `client` beyond its own check (`fresh`: the units, the
-    /// window's end, the counter and when the call was sent) and answers the entry its check
-    /// is decided from. A new key is kept while fewer than [`QuotaLease::MAX_KEYS`] are
-    /// (expired ones are evicted first when full).
     /// Test support: `units` held of `client`'s window until `until`, as if one lease call
     /// had just granted them.
     #[cfg(test)]
@@ -431,6 +427,10 @@ impl Leases {
         self.keep_grant(client, granted, now);
     }
 
+    /// Keeps what a lease call granted `client` beyond its own check (`fresh`: the units, the
+    /// window's end, the counter and when the call was sent) and answers the entry its check
+    /// is decided from. A new key is kept while fewer than [`QuotaLease::MAX_KEYS`] are
+    /// (expired ones are evicted first when full).
     fn keep_grant(&self, client: &str, fresh: Held, now: Instant) -> Held {
         let mut held = self.lock();
         if !held.contains_key(client) && held.len() >= QuotaLease::MAX_KEYS {
