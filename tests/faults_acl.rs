@@ -317,33 +317,9 @@ impl Bench {
             .unwrap()
     }
 
-    /// Polls the client list until `n` clients are blocked in `BLPOP` (a waiter is queued and
-    /// waits for a wake-up), at most 10 s.
-    async fn until_blocked(&mut self, n: usize) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let list: String = redis::cmd("CLIENT")
-                .arg("LIST")
-                .query_async(&mut self.admin)
-                .await
-                .unwrap();
-            let blocked = list
-                .lines()
-                .filter(|l| {
-                    l.split(' ').any(|f| f == "cmd=blpop")
-                        && l.split(' ')
-                            .any(|f| f.strip_prefix("flags=").is_some_and(|v| v.contains('b')))
-                })
-                .count();
-            if blocked >= n {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{blocked} of {n} waiters blocked in BLPOP after 10 s:\n{list}"
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+    /// Until `n` clients are blocked in `BLPOP` (see [`RedisServer::until_blocked`]).
+    async fn until_blocked(&self, n: usize) {
+        self.server.until_blocked(n).await;
     }
 
     /// What the server counted since the reset.

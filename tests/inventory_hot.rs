@@ -566,14 +566,14 @@ async fn a_cancelled_leader_interrupts_its_group_and_the_queue_moves_on() {
     let unread = server.unread_bytes();
     // Bounded: a queue that is never handed on must fail here, not hang the suite (the
     // leader gives up at 600 ms; 10 s of slack for a loaded machine).
-    let (first, leader, members, ()) = tokio::time::timeout(Duration::from_secs(10), async {
+    let answered = async {
         tokio::join!(first, leader, members, async {
             server.wait_unread_above(unread).await;
             server.resume().await;
         })
-    })
-    .await
-    .expect("the members were not answered within 10 s: the queue was not handed on");
+    };
+    let what = "the members' answers: the queue was not handed on";
+    let (first, leader, members, ()) = support::bounded(10, what, answered).await;
     assert_eq!(first.unwrap(), Decrement::Decremented { remaining: 19 });
     assert!(leader.is_err(), "the leader timed out");
     for outcome in members {
@@ -817,11 +817,9 @@ async fn a_gathering_leader_that_gives_up_hands_its_queue_on() {
     server.resume().await;
     // The queue was handed on: the three are served (one call), the dropped one never ran.
     // Bounded: a queue left behind a dropped leader must fail here, not hang the suite.
-    let (first, queued) = tokio::time::timeout(Duration::from_secs(10), async {
-        tokio::join!(first, join_all(queued))
-    })
-    .await
-    .expect("the queued buyers were not served within 10 s: the queue was not handed on");
+    let what = "the queued buyers' answers: the queue was not handed on";
+    let (first, queued) =
+        support::bounded(10, what, async { tokio::join!(first, join_all(queued)) }).await;
     assert_eq!(first.unwrap(), Decrement::Decremented { remaining: 9 });
     assert_every!(queued, Ok(Decrement::Decremented { .. }), "queued");
     assert_eq!(server.evalsha_calls().await - before, 2);

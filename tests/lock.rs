@@ -213,12 +213,15 @@ async fn watchdog_signals_an_external_delete_within_one_renewal_period() {
     let mut guard = acquired(&lock, &mut conn, "job", &options).await;
     let signal = lock.watch(&conn, &mut guard).unwrap();
     let token = signal.cancellation_token();
+    assert!(!signal.is_lost() && signal.loss().is_none());
     let _: i64 = server.cmd(&["DEL", guard.key()]).await;
     let deleted = Instant::now();
     let loss = tokio::time::timeout(Duration::from_millis(2_500), signal.lost())
         .await
         .expect("loss signalled within one renewal period (+ margin)");
     assert_eq!(loss, LeaseLoss::NotOwner);
+    assert!(signal.is_lost());
+    assert_eq!(signal.loss(), Some(LeaseLoss::NotOwner));
     assert!(
         deleted.elapsed() < Duration::from_millis(2_500),
         "{:?}",
@@ -230,6 +233,68 @@ async fn watchdog_signals_an_external_delete_within_one_renewal_period() {
         lock.release(&mut conn, guard).await.unwrap(),
         Release::NotOwner
     );
+}
+
+/// When `count` (polled every 2 ms, at most 10 s) has risen by `n`, from `from`.
+async fn when_risen<F, Fut>(count: F, from: u64, n: u64) -> Instant
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = u64>,
+{
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count().await < from + n {
+        assert!(Instant::now() < deadline, "not {n} more after 10 s");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Instant::now()
+}
+
+/// The watchdog's pace, read from the server: it renews every third of the lease (3 s: a
+/// renewal each second), and after a failed renewal (the ACL now refuses the script) tries
+/// again after a third of that (333 ms). Timed between the first and third of each, so the
+/// start of the watch does not count; the bounds allow 0.6 s of lateness (a loaded machine)
+/// on two intervals, and a timer never fires early.
+#[tokio::test]
+async fn a_watchdog_renews_every_third_of_the_lease_and_retries_a_failure_sooner() {
+    let server = RedisServer::spawn().await;
+    let _: () = server
+        .cmd(&["ACL", "SETUSER", "w", "on", ">pw", "~*", "&*", "+@all"])
+        .await;
+    let url = format!("redis://w:pw@127.0.0.1:{}/", server.port());
+    let mut conn = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let lock = lock();
+    let options = LockOptions::new().fencing(true).ttl(Duration::from_secs(3));
+    let mut guard = acquired(&lock, &mut conn, "paced", &options).await;
+    let renewals = || server.command_calls("evalsha");
+    let before = renewals().await;
+    let signal = lock.watch(&conn, &mut guard).unwrap();
+    let first = when_risen(renewals, before, 1).await;
+    let third = when_risen(renewals, before, 3).await;
+    let between = third - first;
+    println!("two renewal periods: {between:?}");
+    assert!(
+        between >= Duration::from_millis(1_950) && between < Duration::from_millis(2_600),
+        "{between:?}"
+    );
+
+    let _: () = server
+        .cmd(&["ACL", "SETUSER", "w", "-evalsha", "-eval"])
+        .await;
+    let refusals = || server.error_count("NOPERM");
+    let before = refusals().await;
+    let first = when_risen(refusals, before, 1).await;
+    let third = when_risen(refusals, before, 3).await;
+    let between = third - first;
+    println!("two retries after failed renewals: {between:?}");
+    assert!(
+        between >= Duration::from_millis(600) && between < Duration::from_millis(1_250),
+        "{between:?}"
+    );
+    assert!(!signal.is_lost(), "the lease has not run out yet");
 }
 
 #[tokio::test]

@@ -163,8 +163,22 @@ async fn outcomes_of(server: &RedisServer, lock: &Lock) {
     let before = support::snapshot(&mut conn).await;
     let r = lock.renew(&mut conn, &mut guard).await;
     assert!(matches!(r, Err(Error::WrongType { .. })), "{r:?}");
+    let native = ScriptManager::new()
+        .capabilities(&mut conn)
+        .await
+        .unwrap()
+        .delifeq;
+    let scripts = script_calls(server).await;
     let r = lock.release(&mut conn, guard).await;
     assert!(matches!(r, Err(Error::WrongType { .. })), "{r:?}");
+    if native {
+        // `DELIFEQ`'s own refusal is the answer: the script is not sent after it.
+        assert_eq!(
+            script_calls(server).await,
+            scripts,
+            "a script after WRONGTYPE"
+        );
+    }
     support::same_dumps(&before, &support::snapshot(&mut conn).await, "hash key");
 }
 
@@ -541,6 +555,23 @@ async fn a_renamed_delifeq_falls_back_to_the_script_and_a_stale_probe_recovers(v
 
     let fresh = ScriptManager::new().capabilities(&mut conn).await.unwrap();
     assert!(!fresh.delifeq && fresh.set_ifeq, "{fresh:?}");
+
+    // A lock without wake-ups releases by `DELIFEQ` alone: a stale probe falls back the same.
+    let manager = ScriptManager::new();
+    let bare = Lock::new()
+        .with_manager(manager.clone())
+        .wake_on_release(false);
+    let found = manager.capabilities(&mut full.conn().await).await.unwrap();
+    assert!(found.delifeq, "{found:?}");
+    let unknown = renamed.error_count("ERR").await;
+    let guard = held(&bare, &mut conn, "b", 5_000).await;
+    assert_eq!(
+        bare.release(&mut conn, guard).await.unwrap(),
+        Release::Released
+    );
+    assert_eq!(renamed.error_count("ERR").await, unknown + 1);
+    let key = bare.key("b").unwrap();
+    assert_eq!(renamed.cmd::<i64>(&["EXISTS", &key]).await, 0);
 }
 
 /// A user whose ACL refuses `DELIFEQ` (but allows the script): the release answers
@@ -548,19 +579,27 @@ async fn a_renamed_delifeq_falls_back_to_the_script_and_a_stale_probe_recovers(v
 async fn a_delifeq_refused_by_the_acl_falls_back_to_the_script(valkey: Valkey) {
     let server = RedisServer::spawn_valkey(&valkey, &[]).await;
     let mut conn = support::denied_conn(&server, "delifeq").await;
-    let lock = Lock::new();
-    for round in 0..2 {
-        let guard = held(&lock, &mut conn, "a", 5_000).await;
-        assert_eq!(
-            lock.release(&mut conn, guard).await.unwrap(),
-            Release::Released,
-            "round {round}"
-        );
-        assert_eq!(server.error_count("NOPERM").await, 1, "round {round}");
+    // With and without wake-ups (two release paths), each with a manager of its own.
+    let locks = [Lock::new(), Lock::new().wake_on_release(false)];
+    for (refusals, lock) in (1..).zip(locks) {
+        let lock = lock.with_manager(ScriptManager::new());
+        for round in 0..2 {
+            let guard = held(&lock, &mut conn, "a", 5_000).await;
+            assert_eq!(
+                lock.release(&mut conn, guard).await.unwrap(),
+                Release::Released,
+                "round {round}"
+            );
+            assert_eq!(
+                server.error_count("NOPERM").await,
+                refusals,
+                "round {round}"
+            );
+        }
+        let key = lock.key("a").unwrap();
+        assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0);
     }
-    assert!(script_calls(&server).await >= 2);
-    let key = lock.key("a").unwrap();
-    assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0);
+    assert!(script_calls(&server).await >= 4);
 }
 
 /// On a Valkey Cluster: a plain cycle and a release with a registered waiter (its wake-up
@@ -573,6 +612,13 @@ async fn a_plain_lock_on_a_valkey_cluster_runs_no_script(valkey: Valkey) {
     let key = lock.key("c").unwrap();
     let guard = held(&lock, &mut conn, "c", 5_000).await;
     renew_and_release(&lock, &mut conn, guard).await;
+    let wake = format!("{key}:wake");
+    let none: i64 = redis::cmd("EXISTS")
+        .arg(&wake)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(none, 0, "no waiter: no wake-up pushed");
     let _: () = redis::cmd("SET")
         .arg(format!("{key}:waiting"))
         .arg(1)

@@ -60,7 +60,7 @@ async fn a_blocked_acquire_wakes_on_release_not_at_the_lease_end() {
     for _ in 0..20 {
         let held = acquired(&lock, &mut conn, "handoff", &ttl(10_000)).await;
         let waiter = blocked_acquire(&server, "handoff", 10_000, Duration::from_secs(5)).await;
-        tokio::time::sleep(Duration::from_millis(50)).await; // let it block
+        server.until_blocked(1).await;
         let released = Instant::now();
         assert_eq!(
             lock.release(&mut conn, held).await.unwrap(),
@@ -121,6 +121,75 @@ async fn a_crashed_holders_lock_is_taken_right_after_its_lease_and_the_deadline_
         waited >= Duration::from_millis(300) && waited < Duration::from_secs(1),
         "{waited:?}"
     );
+}
+
+/// A `BLPOP` whose reply misses the connection's response timeout ends that block, not the
+/// acquire. The server is frozen (SIGSTOP) while a waiter blocks, for longer than the
+/// waiter's 1 s response timeout: its `BLPOP` times out on the client, and its next attempt,
+/// sent while the server is still frozen, is answered within the timeout once it runs again
+/// (the freeze lasts 1.5 s from the block, so that attempt waits about 0.5 s). The lock is
+/// held for 30 s: the acquire answers `Busy` at its 3 s deadline, not an error.
+async fn a_blpop_past_the_response_timeout_ends_the_block_not_the_acquire() {
+    let mut server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = Lock::new();
+    let _held = acquired(&lock, &mut conn, "t", &ttl(30_000)).await;
+    let url = format!("redis://127.0.0.1:{}/", server.port());
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(5)))
+        .set_response_timeout(Some(Duration::from_secs(1)));
+    let mut own = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let options = ttl(10_000).max_wait(Duration::from_secs(3));
+        Lock::new().acquire_blocking(&mut own, "t", &options).await
+    });
+    server.until_blocked(1).await;
+    server.pause().await;
+    // The time is what is tested: longer than the response timeout (the BLPOP in flight
+    // times out), shorter than two (the attempt after it does not).
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    server.resume().await;
+    let outcome = support::bounded(10, "the blocked acquire", waiter)
+        .await
+        .unwrap();
+    assert!(matches!(outcome, Ok(Acquire::Busy { .. })), "{outcome:?}");
+}
+
+/// A `BLPOP` the server refuses (the wake-up list holds a hash: `WRONGTYPE`) ends the acquire
+/// with that error at once, instead of attempting again and again until the deadline.
+async fn a_refused_blpop_ends_the_acquire_with_its_error() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let lock = Lock::new();
+    let key = lock.key("x").unwrap();
+    let _held = acquired(&lock, &mut conn, "x", &ttl(30_000)).await;
+    run(
+        redis::cmd("HSET")
+            .arg(format!("{key}:wake"))
+            .arg("f")
+            .arg(1),
+        &mut conn,
+    )
+    .await;
+    let started = Instant::now();
+    let options = ttl(10_000).max_wait(Duration::from_secs(5));
+    let outcome = support::bounded(
+        10,
+        "the acquire",
+        lock.acquire_blocking(&mut conn, "x", &options),
+    )
+    .await;
+    assert!(outcome.is_err(), "{outcome:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(server.command_calls("blpop").await, 1, "one BLPOP, refused");
 }
 
 async fn bad_input_is_refused_before_anything_is_sent() {
@@ -413,7 +482,9 @@ fn main() -> std::process::ExitCode {
         a_crashed_holders_lock_is_taken_right_after_its_lease_and_the_deadline_is_honoured,
         bad_input_is_refused_before_anything_is_sent,
         a_release_without_waiters_writes_no_wake_up_and_one_with_a_waiter_does,
-        the_wake_up_path_of_release_is_all_or_nothing
+        the_wake_up_path_of_release_is_all_or_nothing,
+        a_blpop_past_the_response_timeout_ends_the_block_not_the_acquire,
+        a_refused_blpop_ends_the_acquire_with_its_error
     );
     harness::add!(tests, multi_thread: no_wake_up_is_lost_under_churn, mutual_exclusion_and_wake_ups_on_a_cluster);
     harness::add!(tests, both: no_wake_up_is_lost_under_churn_without_fencing, plain_churn);

@@ -308,6 +308,36 @@ impl RedisServer {
         }
     }
 
+    /// Polls the client list until `n` clients are blocked in `BLPOP` (a waiter is queued and
+    /// waits for a wake-up), at most 10 s: how a test knows a blocking acquire is blocked.
+    pub async fn until_blocked(&self, n: usize) {
+        let mut admin = self.conn().await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let list: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            let blocked = list
+                .lines()
+                .filter(|l| {
+                    l.split(' ').any(|f| f == "cmd=blpop")
+                        && l.split(' ')
+                            .any(|f| f.strip_prefix("flags=").is_some_and(|v| v.contains('b')))
+                })
+                .count();
+            if blocked >= n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{blocked} of {n} waiters blocked in BLPOP after 10 s:\n{list}"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
     /// `true` when the server knows `command` (`COMMAND INFO` answers nil for an unknown
     /// one): how a test probes a capability (e.g. `WAITAOF`, Redis 7.2+ and Valkey).
     pub async fn has_command(&self, command: &str) -> bool {

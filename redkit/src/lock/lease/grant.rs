@@ -103,17 +103,38 @@ impl<K: LeaseKind<Extra = ()>, C: ConnectionLike> Attempts<C> for Granting<'_, K
     async fn attempt(&mut self, conn: &mut C) -> Result<Step<LockGuard<K>>> {
         let (reply, started, replicas): (Vec<i64>, _, _) = self.grant.send(conn).await?;
         let (granted, expected) = self.granted;
-        match reply.as_slice() {
-            [1, fence, ..] if reply.len() == granted => {
-                let answer = self.grant.granted(conn, *fence, started, replicas.as_ref());
+        match Reply::read(&reply, granted) {
+            Some(Reply::Granted(fence)) => {
+                let answer = self.grant.granted(conn, fence, started, replicas.as_ref());
                 // Not confirmed by the replicas: given back, tried again while retries allow.
                 Ok(Step::unless_acquired(answer.await?))
             }
-            [0, ms] => Ok(Step::Again(Acquire::Busy(Held::until_ms(*ms)))),
-            other => Err(Error::unexpected(
+            Some(Reply::Busy(ms)) => Ok(Step::Again(Acquire::Busy(Held::until_ms(ms)))),
+            None => Err(Error::unexpected(
                 self.grant.script().id(),
-                format!("reply {other:?} is neither {expected} nor [0, ms]"),
+                format!("reply {reply:?} is neither {expected} nor [0, ms]"),
             )),
+        }
+    }
+}
+
+/// What a [`Granting`] kind's script answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reply {
+    /// `[1, fence, …]`: held, with this fencing token.
+    Granted(i64),
+    /// `[0, ms]`: held elsewhere, for `ms` more (negative: no TTL).
+    Busy(i64),
+}
+
+impl Reply {
+    /// `reply` read for a kind whose granted replies have `granted` values; `None` for any
+    /// other shape (a script that is not the kind's).
+    fn read(reply: &[i64], granted: usize) -> Option<Self> {
+        match reply {
+            [1, fence, ..] if reply.len() == granted => Some(Self::Granted(*fence)),
+            [0, ms] => Some(Self::Busy(*ms)),
+            _ => None,
         }
     }
 }
@@ -189,5 +210,25 @@ impl Refused {
                 requested,
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Reply;
+
+    #[test]
+    fn a_reply_is_granted_only_with_the_kinds_length_and_busy_only_as_0_ms() {
+        assert_eq!(Reply::read(&[1, 7], 2), Some(Reply::Granted(7)));
+        assert_eq!(Reply::read(&[1, 7, 2], 3), Some(Reply::Granted(7)));
+        assert_eq!(Reply::read(&[0, 250], 2), Some(Reply::Busy(250)));
+        assert_eq!(Reply::read(&[0, -1], 3), Some(Reply::Busy(-1)));
+        // A granted reply longer or shorter than the kind's, or of another shape.
+        assert_eq!(Reply::read(&[1, 7, 2], 2), None);
+        assert_eq!(Reply::read(&[1, 7], 3), None);
+        assert_eq!(Reply::read(&[1], 1), None);
+        assert_eq!(Reply::read(&[2, 7], 2), None);
+        assert_eq!(Reply::read(&[0, 5, 1], 3), None);
+        assert_eq!(Reply::read(&[], 2), None);
     }
 }
