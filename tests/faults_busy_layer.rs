@@ -80,6 +80,7 @@ async fn busy_redis_answers_by_fail_mode_within_the_layer_timeout() {
         .get_multiplexed_async_connection_with_config(&config)
         .await
         .unwrap();
+    let mut probe = server.patient_conn().await;
     let looping = tokio::spawn(async move {
         redis::cmd("EVAL")
             .arg(
@@ -90,7 +91,17 @@ async fn busy_redis_answers_by_fail_mode_within_the_layer_timeout() {
             .query_async::<i64>(&mut other)
             .await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The script runs past the threshold: the server answers BUSY (a PING sent before the
+    // script arrived is answered PONG, and the probe asks again).
+    support::bounded(10, "the looping script to make the server BUSY", async {
+        loop {
+            match redis::cmd("PING").query_async::<String>(&mut probe).await {
+                Err(e) if e.code() == Some("BUSY") => break,
+                _ => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        }
+    })
+    .await;
 
     let (mut through, mut refused) = (0, 0);
     for _ in 0..5 {

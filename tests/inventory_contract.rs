@@ -992,14 +992,15 @@ async fn retries_after_client_timeouts_apply_once_with_a_request_id_and_twice_wi
     // With a request id: two attempts time out while the server is frozen (both reach it),
     // a third succeeds after it resumes; the stock is deducted once.
     let mut attempts = [impatient(&server).await, impatient(&server).await];
+    let calls = server.evalsha_calls().await;
     server.pause().await;
     for c in &mut attempts {
         let r = s.decrement(c, "a", 1, Some("order-1")).await;
         assert!(r.as_ref().is_err_and(Error::is_unavailable), "{r:?}");
     }
     server.resume().await;
-    // Let the server drain what the timed-out attempts sent.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The server has run what the timed-out attempts sent.
+    server.wait_command_calls("evalsha", calls + 2).await;
     let retry = s
         .decrement(&mut conn, "a", 1, Some("order-1"))
         .await
@@ -1012,11 +1013,12 @@ async fn retries_after_client_timeouts_apply_once_with_a_request_id_and_twice_wi
 
     // Without a request id the same retry deducts twice: the documented hazard.
     let mut c = impatient(&server).await;
+    let calls = server.evalsha_calls().await;
     server.pause().await;
     let r = s.decrement(&mut c, "b", 1, None).await;
     assert!(r.as_ref().is_err_and(Error::is_unavailable), "{r:?}");
     server.resume().await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.wait_command_calls("evalsha", calls + 1).await;
     assert_eq!(
         s.decrement(&mut conn, "b", 1, None).await.unwrap(),
         Decrement::Decremented { remaining: 8 },
