@@ -89,6 +89,7 @@ async fn a_call_timed_out_on_a_frozen_server_is_never_resent_by_the_connection()
         traffic(manager.clone(), stop.clone()),
         traffic(multiplexed.clone(), stop.clone()),
     ];
+    let calls = server.evalsha_calls().await;
     server.pause().await;
     let (s1, s2, s3) = (store(), store(), store());
     let (a, b, c) = tokio::join!(
@@ -108,7 +109,9 @@ async fn a_call_timed_out_on_a_frozen_server_is_never_resent_by_the_connection()
         assert!(connect::may_have_applied(r.as_ref().unwrap_err()), "{r:?}");
     }
     server.resume().await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The three calls ran (and any copy a connection re-sent while the server was frozen
+    // was in the server's input before them: it ran in the same pass).
+    server.wait_command_calls("evalsha", calls + 3).await;
 
     let mut conn = server.conn().await;
     let mut counts = Vec::new();
