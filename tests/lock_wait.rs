@@ -45,9 +45,13 @@ async fn blocked_acquire(
     let mut own = server.conn().await;
     let resource = resource.to_owned();
     tokio::spawn(async move {
-        let outcome = lock
-            .acquire_blocking(&mut own, &resource, &ttl(lease_ms).max_wait(wait))
-            .await;
+        // Bounded: a wait that never ends (its deadline ignored) fails here, not by hanging.
+        let outcome = support::bounded(
+            10,
+            "a blocking acquire (max wait at most 5 s)",
+            lock.acquire_blocking(&mut own, &resource, &ttl(lease_ms).max_wait(wait)),
+        )
+        .await;
         (outcome, Instant::now())
     })
 }
@@ -279,9 +283,9 @@ where
     }
     let started = Instant::now();
     for task in tasks {
-        tokio::time::timeout(Duration::from_secs(90), task)
+        // A whole churn takes a few seconds; a wait that never ends fails within 30 s.
+        support::bounded(30, "a churn task's cycles", task)
             .await
-            .expect("bounded")
             .unwrap();
     }
     let took = started.elapsed();
