@@ -32,14 +32,13 @@ async fn acquired<C: ConnectionLike>(
     resource: &str,
     options: &LockOptions<FairLock>,
 ) -> LockGuard<FairLock> {
-    match fair
-        .acquire(
-            conn,
-            resource,
-            &options.clone().max_wait(Duration::from_secs(30)),
-        )
-        .await
-        .unwrap()
+    // Bounded: an acquire that waits past its deadline fails here, not by hanging.
+    let options = options.clone().max_wait(Duration::from_secs(30));
+    match support::bounded(35, "an acquire with a 30 s max wait", async {
+        fair.acquire(conn, resource, &options).await
+    })
+    .await
+    .unwrap()
     {
         Acquire::Acquired(guard) => guard,
         other => panic!("expected the lock, got {other:?}"),
@@ -297,14 +296,12 @@ async fn the_deadline_is_honoured_and_the_waiter_leaves_the_queue() {
     let mut holder = acquired(&fair, &mut conn, "d", &ttl(10_000)).await;
     let mut own = server.conn().await;
     let started = Instant::now();
-    let outcome = fair
-        .acquire(
-            &mut own,
-            "d",
-            &ttl(10_000).max_wait(Duration::from_millis(300)),
-        )
-        .await
-        .unwrap();
+    let options = ttl(10_000).max_wait(Duration::from_millis(300));
+    let outcome = support::bounded(10, "an acquire with a 300 ms max wait", async {
+        fair.acquire(&mut own, "d", &options).await
+    })
+    .await
+    .unwrap();
     let waited = started.elapsed();
     assert!(
         matches!(outcome, Acquire::Busy(Held { ttl: None, .. })),
@@ -339,10 +336,12 @@ async fn the_deadline_is_honoured_and_the_waiter_leaves_the_queue() {
     assert!(short.is_valid() && !lost.is_lost(), "watchdog renewed");
     let stale = LockOptions::new().ttl(Duration::from_secs(5));
     let mut other = server.conn().await;
-    let busy = fair
-        .acquire(&mut other, "d", &stale.max_wait(Duration::from_millis(100)))
-        .await
-        .unwrap();
+    let stale = stale.max_wait(Duration::from_millis(100));
+    let busy = support::bounded(10, "an acquire with a 100 ms max wait", async {
+        fair.acquire(&mut other, "d", &stale).await
+    })
+    .await
+    .unwrap();
     assert!(matches!(busy, Acquire::Busy { .. }));
     assert_eq!(
         fair.release(&mut conn, short).await.unwrap(),
@@ -532,9 +531,11 @@ async fn poisoned_keys_and_acl_denials_change_nothing() {
         };
         run(&mut poison, &mut admin).await;
         let before = support::snapshot(&mut admin).await;
-        let outcome = fair
-            .acquire(&mut admin, "p", &once.clone().max_wait(short))
-            .await;
+        let options = once.clone().max_wait(short);
+        let outcome = support::bounded(10, "an acquire with a 50 ms max wait", async {
+            fair.acquire(&mut admin, "p", &options).await
+        })
+        .await;
         let case = format!("{target} = {bad}");
         match (bad, outcome) {
             ("<string>" | "<hash>", Err(Error::WrongType { script })) => {
@@ -584,10 +585,12 @@ async fn poisoned_keys_and_acl_denials_change_nothing() {
         let before = support::snapshot(&mut admin).await;
         let case = format!("-{denied}, acquire");
         let uses = acquire_uses.contains(denied);
-        let outcome = fair
-            .acquire(&mut conn, "p", &once.clone().max_wait(short))
-            .await
-            .map(|_| ());
+        let options = once.clone().max_wait(short);
+        let outcome = support::bounded(10, "an acquire with a 50 ms max wait", async {
+            fair.acquire(&mut conn, "p", &options).await
+        })
+        .await
+        .map(|_| ());
         if !uses {
             // Queued, then the give-up's leave (fair_release) is refused: the entry stays
             // until its waiter lease ends.
@@ -697,7 +700,10 @@ async fn a_blocked_waiter_keeps_its_place_by_renewing_its_waiter_lease() {
         fair.release(&mut conn, holder).await.unwrap(),
         Release::Released
     );
-    match waiting.await.unwrap() {
+    match support::bounded(10, "the waiter's turn after the release", waiting)
+        .await
+        .unwrap()
+    {
         Acquire::Acquired(guard) => {
             assert_eq!(
                 fair.release(&mut conn, guard).await.unwrap(),
