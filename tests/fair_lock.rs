@@ -26,19 +26,30 @@ fn fair() -> FairLock {
     FairLock::new().with_waiter_lease(WaiterLease::new(Duration::from_millis(300)).unwrap())
 }
 
+/// `fair.acquire` with `options` and `max_wait`, bounded at `max_wait` + 5 s: an acquire that
+/// waits past its deadline fails the test here instead of hanging it.
+async fn bounded_acquire<C: ConnectionLike>(
+    fair: &FairLock,
+    conn: &mut C,
+    resource: &str,
+    options: &LockOptions<FairLock>,
+    max_wait: Duration,
+) -> redkit::Result<Acquire<LockGuard<FairLock>>> {
+    let options = options.clone().max_wait(max_wait);
+    let bound = (max_wait + Duration::from_secs(5)).as_secs();
+    let what = format!("an acquire with a {max_wait:?} max wait");
+    support::bounded(bound, &what, fair.acquire(conn, resource, &options)).await
+}
+
 async fn acquired<C: ConnectionLike>(
     fair: &FairLock,
     conn: &mut C,
     resource: &str,
     options: &LockOptions<FairLock>,
 ) -> LockGuard<FairLock> {
-    // Bounded: an acquire that waits past its deadline fails here, not by hanging.
-    let options = options.clone().max_wait(Duration::from_secs(30));
-    match support::bounded(35, "an acquire with a 30 s max wait", async {
-        fair.acquire(conn, resource, &options).await
-    })
-    .await
-    .unwrap()
+    match bounded_acquire(fair, conn, resource, options, Duration::from_secs(30))
+        .await
+        .unwrap()
     {
         Acquire::Acquired(guard) => guard,
         other => panic!("expected the lock, got {other:?}"),
@@ -296,10 +307,13 @@ async fn the_deadline_is_honoured_and_the_waiter_leaves_the_queue() {
     let mut holder = acquired(&fair, &mut conn, "d", &ttl(10_000)).await;
     let mut own = server.conn().await;
     let started = Instant::now();
-    let options = ttl(10_000).max_wait(Duration::from_millis(300));
-    let outcome = support::bounded(10, "an acquire with a 300 ms max wait", async {
-        fair.acquire(&mut own, "d", &options).await
-    })
+    let outcome = bounded_acquire(
+        &fair,
+        &mut own,
+        "d",
+        &ttl(10_000),
+        Duration::from_millis(300),
+    )
     .await
     .unwrap();
     let waited = started.elapsed();
@@ -336,12 +350,9 @@ async fn the_deadline_is_honoured_and_the_waiter_leaves_the_queue() {
     assert!(short.is_valid() && !lost.is_lost(), "watchdog renewed");
     let stale = LockOptions::new().ttl(Duration::from_secs(5));
     let mut other = server.conn().await;
-    let stale = stale.max_wait(Duration::from_millis(100));
-    let busy = support::bounded(10, "an acquire with a 100 ms max wait", async {
-        fair.acquire(&mut other, "d", &stale).await
-    })
-    .await
-    .unwrap();
+    let busy = bounded_acquire(&fair, &mut other, "d", &stale, Duration::from_millis(100))
+        .await
+        .unwrap();
     assert!(matches!(busy, Acquire::Busy { .. }));
     assert_eq!(
         fair.release(&mut conn, short).await.unwrap(),
@@ -531,11 +542,7 @@ async fn poisoned_keys_and_acl_denials_change_nothing() {
         };
         run(&mut poison, &mut admin).await;
         let before = support::snapshot(&mut admin).await;
-        let options = once.clone().max_wait(short);
-        let outcome = support::bounded(10, "an acquire with a 50 ms max wait", async {
-            fair.acquire(&mut admin, "p", &options).await
-        })
-        .await;
+        let outcome = bounded_acquire(&fair, &mut admin, "p", &once, short).await;
         let case = format!("{target} = {bad}");
         match (bad, outcome) {
             ("<string>" | "<hash>", Err(Error::WrongType { script })) => {
@@ -585,12 +592,9 @@ async fn poisoned_keys_and_acl_denials_change_nothing() {
         let before = support::snapshot(&mut admin).await;
         let case = format!("-{denied}, acquire");
         let uses = acquire_uses.contains(denied);
-        let options = once.clone().max_wait(short);
-        let outcome = support::bounded(10, "an acquire with a 50 ms max wait", async {
-            fair.acquire(&mut conn, "p", &options).await
-        })
-        .await
-        .map(|_| ());
+        let outcome = bounded_acquire(&fair, &mut conn, "p", &once, short)
+            .await
+            .map(|_| ());
         if !uses {
             // Queued, then the give-up's leave (fair_release) is refused: the entry stays
             // until its waiter lease ends.
