@@ -23,10 +23,12 @@ pub(crate) fn owner_token() -> String {
 /// `n` as 32 lower-case hex digits, most significant first (what `{:032x}` writes).
 fn hex(n: u128) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    (0..32)
-        .rev()
-        .map(|i| char::from(HEX[((n >> (i * 4)) & 0xf) as usize]))
-        .collect()
+    let mut digits = [0u8; 32];
+    for (i, digit) in digits.iter_mut().enumerate() {
+        *digit = HEX[((n >> ((31 - i) * 4)) & 0xf) as usize];
+    }
+    // ASCII digits: always UTF-8 (one allocation, no per-character encoding).
+    String::from_utf8_lossy(&digits).into_owned()
 }
 
 /// The fencing token `script` answered: positive, else an unexpected-reply error naming it.

@@ -182,8 +182,11 @@ impl<'a> LockAttempts<'a> {
         conn: &mut C,
     ) -> Result<(Attempt, Option<Acked<()>>)> {
         let (key, token, ttl_ms) = (&self.key, &self.token, self.ttl_ms);
-        let mut set = redis::cmd("SET");
-        set.arg(key)
+        // Sized once for its 7 arguments (`SET`, `NX`, `PX`, `GET`, at most 20 digits): built
+        // growing from empty, the command's buffers were reallocated several times per acquire.
+        let mut set = redis::Cmd::with_capacity(7, key.len() + token.len() + 32);
+        set.arg("SET")
+            .arg(key)
             .arg(token)
             .arg("NX")
             .arg("PX")
