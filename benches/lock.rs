@@ -2,7 +2,8 @@
 //! in ONE run against one private server (see ARCHITECTURE.md, "How we measure"):
 //!
 //! - `redkit`: `Lock::new()`, `try_acquire` + `release` with default options but a 10 s lease;
-//! - `redkit wake(false)`: the same lock built with `wake_on_release(false)`;
+//! - `redkit wake(false)`: the same lock built with `wake_on_release(false)` (its blocking
+//!   acquires poll; its release is the default one: a control row for the default's);
 //! - `hand-written`: `SET key <random token> NX PX` + a `GET == token -> DEL` script through
 //!   redis-rs `Script` (`benches/common/seed_lock.rs`);
 //! - `rslock`: rslock 0.10's `LockManager` over the same server (Redlock over one node),

@@ -802,7 +802,7 @@ async fn locks(bench: &mut Bench) -> Run {
         waiter.await.unwrap().map_err(|e| format!("{what}: {e}"))?;
     }
 
-    // A lock that wakes no one: a bare compare-and-delete release; its waiters poll.
+    // A lock whose blocking acquires poll: the same release.
     let quiet = Lock::new().wake_on_release(false);
     for options in [&fenced, &plain] {
         let Acquire::Acquired(holder) = quiet.try_acquire(conn, "q", options).await.at("quiet")?

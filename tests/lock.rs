@@ -599,7 +599,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     ));
     // The scripts check again (a caller going around the Rust API).
     let manager = ScriptManager::new();
-    for version in [2, 4] {
+    for version in [2, 5] {
         let acquire = Registry::global()
             .require("lock_acquire", version)
             .unwrap_or_else(|_| fixtures::script("lock_acquire", version));

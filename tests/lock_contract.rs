@@ -278,7 +278,7 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
                     ref script,
                     ref detail,
                 }) if uses => {
-                    assert_eq!(script, "lock_acquire.v4", "{case}");
+                    assert_eq!(script, "lock_acquire.v5", "{case}");
                     assert!(!detail.contains("res"), "{case}: no key in {detail}");
                 }
                 Ok(_) if !uses => {}
@@ -315,7 +315,7 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
                 .await
                 .unwrap();
             let before = support::snapshot(&mut admin).await;
-            // renew (get, pexpire), fenced_set (hget, hset), release (get, exists, del): a guard
+            // renew (get, pexpire), fenced_set (hget, hset), release (get, del): a guard
             // for the held key, built by an idempotent acquire as the admin.
             let mut guard = acquired(&lock, &mut admin, "res", &with_token(TOKEN)).await;
             let before_ops = support::snapshot(&mut admin).await;
@@ -350,19 +350,17 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
             let before_ops = support::snapshot(&mut admin).await;
             let release = lock.release(&mut conn, guard).await;
             match release {
-                Err(Error::PermissionDenied { .. })
-                    if ["get", "exists", "del"].contains(&denied) =>
-                {
+                Err(Error::PermissionDenied { .. }) if ["get", "del"].contains(&denied) => {
                     assert_unchanged(
                         &before_ops,
                         &support::snapshot(&mut admin).await,
                         &format!("{case}, release"),
                     )
                 }
-                Ok(_) if !["get", "exists", "del"].contains(&denied) => {}
+                Ok(_) if !["get", "del"].contains(&denied) => {}
                 other => panic!("{case}: release {other:?}"),
             }
-            // A lock without wake-ups releases with `lock_release` (get, del).
+            // A lock whose blocking acquires poll releases with the same script (get, del).
             let quiet = Lock::new().wake_on_release(false);
             let guard = acquired(&quiet, &mut admin, "res", &with_token(TOKEN)).await;
             let before_ops = support::snapshot(&mut admin).await;
@@ -370,7 +368,7 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
                 Err(Error::PermissionDenied { ref script, .. })
                     if ["get", "del"].contains(&denied) =>
                 {
-                    assert_eq!(script, "lock_release.v5", "{case}");
+                    assert_eq!(script, "lock_release_wake.v4", "{case}");
                     assert_unchanged(
                         &before_ops,
                         &support::snapshot(&mut admin).await,

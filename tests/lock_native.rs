@@ -106,7 +106,7 @@ async fn same_outcomes(server: RedisServer) {
     outcomes_of(&server, &Lock::new()).await;
 }
 
-/// The same outcomes from a lock that does not wake waiters (a bare compare-and-delete).
+/// The same outcomes from a lock whose blocking acquires poll (the same release).
 async fn same_outcomes_without_wake_ups(server: RedisServer) {
     outcomes_of(&server, &Lock::new().wake_on_release(false)).await;
 }
@@ -129,6 +129,38 @@ async fn outcomes_of(server: &RedisServer, lock: &Lock) {
         Release::Released
     );
     assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0);
+
+    // Marked by a blocked acquirer: still this guard's, renewed (the mark kept) and released
+    // (on Valkey the native command leaves a marked key to the script).
+    let mut guard = held(&lock, &mut conn, "r", 5_000).await;
+    support::mark_lock(&mut conn, &key).await;
+    let _: i64 = server.cmd(&["PEXPIRE", &key, "300"]).await;
+    assert_eq!(
+        lock.renew(&mut conn, &mut guard).await.unwrap(),
+        Renew::Renewed
+    );
+    let ms = pttl(server, &key).await;
+    assert!(
+        ms > 1_000 && ms <= 5_000,
+        "a marked hold renewed to the lease: {ms}"
+    );
+    let value: Vec<u8> = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(value.last(), Some(&0xff), "the mark kept");
+    assert_eq!(
+        lock.release(&mut conn, guard).await.unwrap(),
+        Release::Released
+    );
+    assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0);
+    assert_eq!(
+        server.cmd::<i64>(&["LLEN", &format!("{key}:wake")]).await,
+        1,
+        "woken"
+    );
+    let _: i64 = server.cmd(&["DEL", &format!("{key}:wake")]).await;
 
     // Another owner's key: neither released nor renewed, left as it is.
     let mut stale = held(&lock, &mut conn, "r", 5_000).await;
@@ -217,22 +249,23 @@ async fn watchdog_loss(server: RedisServer) {
     }
 }
 
-/// A release without a waiter flag writes no wake-up; with one, the wake-up list holds one
-/// entry with a TTL of at most 60 s; a stale holder neither deletes nor wakes; a blocked
-/// acquire is handed the lock by the release, not at the lease end.
+/// A release of an unmarked hold writes no wake-up; of a hold a blocked acquirer marked, it
+/// deletes the key and the wake-up list holds one entry with a TTL of at most 60 s; a stale
+/// holder neither deletes nor wakes; a blocked acquire is handed the lock by the release, not
+/// at the lease end.
 async fn wake_ups(server: RedisServer) {
     let mut conn = server.conn().await;
     let lock = Lock::new();
     let key = lock.key("h").unwrap();
-    let (flag, wake) = (format!("{key}:waiting"), format!("{key}:wake"));
+    let wake = format!("{key}:wake");
     let guard = held(&lock, &mut conn, "h", 10_000).await;
     lock.release(&mut conn, guard).await.unwrap();
     let keys: Vec<String> = server.cmd(&["KEYS", "*"]).await;
     assert!(keys.is_empty(), "{keys:?}");
 
-    let _: () = server.cmd(&["SET", &flag, "1", "PX", "5000"]).await;
     for _ in 0..3 {
         let guard = held(&lock, &mut conn, "h", 10_000).await;
+        support::mark_lock(&mut conn, &key).await;
         assert_eq!(
             lock.release(&mut conn, guard).await.unwrap(),
             Release::Released
@@ -252,12 +285,25 @@ async fn wake_ups(server: RedisServer) {
         Release::NotOwner
     );
     assert_eq!(server.cmd::<i64>(&["EXISTS", &wake]).await, 0, "no wake-up");
-    let _: i64 = server.cmd(&["DEL", &key, &flag]).await;
+    let _: i64 = server.cmd(&["DEL", &key]).await;
 
     // Hand-over: the lease is 10 s, the waiter holds the lock well within 1 s of the release.
+    // Blocked, it has marked the hold (on Valkey by `GET` + `SET IFEQ KEEPTTL`, on Redis 7 by
+    // `lock_mark`): the owner token and 0xFF, the lease kept.
     let held = held(&lock, &mut conn, "h", 10_000).await;
+    let get = || {
+        let mut get = redis::cmd("GET");
+        get.arg(&key);
+        get
+    };
+    let mut marked: Vec<u8> = get().query_async(&mut conn).await.unwrap();
+    marked.push(0xff);
     let waiter = waiter(&server, &lock, "h", plain(10_000)).await;
     server.wait_command_calls("blpop", 1).await;
+    let value: Vec<u8> = get().query_async(&mut conn).await.unwrap();
+    assert_eq!(value, marked, "marked by the blocked waiter");
+    let ms = pttl(&server, &key).await;
+    assert!(ms > 5_000 && ms <= 10_000, "the lease kept: {ms}");
     let (next, after, waiter_lock, mut own) = hand_over(&lock, &mut conn, held, waiter).await;
     println!("release -> blocked waiter holds: {after:?}");
     assert!(after < Duration::from_secs(1), "{after:?}");
@@ -267,12 +313,12 @@ async fn wake_ups(server: RedisServer) {
     );
 }
 
-/// A lock built with `wake_on_release(false)`: its release never reads the waiter flag
-/// (`EXISTS`, counted by `INFO commandstats` also when a script calls it; the default lock's
-/// release reads it once) and never pushes a wake-up, even with a waiter flag set; on Valkey
-/// it is `DELIFEQ` alone, no script; fenced, it is the bare compare-and-delete script. Its `acquire_blocking` polls at the options' pace (no
-/// waiter flag, no `BLPOP`), holds the lock well within a second of the release (lease 10 s),
-/// and gives up at its deadline.
+/// A lock built with `wake_on_release(false)` releases as the default lock does: a release
+/// of an unmarked hold reads only the lock key (no `EXISTS`, counted by `INFO commandstats`
+/// also when a script calls it) and pushes no wake-up; on Valkey it is `DELIFEQ` alone, no
+/// script, for both locks; fenced, it is the release script. Its `acquire_blocking` polls at
+/// the options' pace (no mark, no `BLPOP`), holds the lock well within a second of the
+/// release (lease 10 s), and gives up at its deadline.
 async fn without_wake_ups(server: RedisServer) {
     let mut conn = server.conn().await;
     let manager = ScriptManager::new();
@@ -281,50 +327,42 @@ async fn without_wake_ups(server: RedisServer) {
         .wake_on_release(false);
     let waking = Lock::new().with_manager(manager.clone());
     let key = lock.key("n").unwrap();
-    let (flag, wake) = (format!("{key}:waiting"), format!("{key}:wake"));
+    let wake = format!("{key}:wake");
     let native = manager.capabilities(&mut conn).await.unwrap().delifeq;
-
-    // The default lock's release reads the flag: the counter is the one to watch.
-    let guard = held(&waking, &mut conn, "n", 10_000).await;
-    let exists = server.command_calls("exists").await;
-    assert_eq!(
-        waking.release(&mut conn, guard).await.unwrap(),
-        Release::Released
-    );
-    assert_eq!(server.command_calls("exists").await, exists + 1);
 
     // Loaded and probed before the count (a first call may meet NOSCRIPT).
     let guard = held(&lock, &mut conn, "n", 10_000).await;
     lock.release(&mut conn, guard).await.unwrap();
 
-    let _: () = server.cmd(&["SET", &flag, "1", "PX", "10000"]).await;
-    let (exists, scripts) = (
-        server.command_calls("exists").await,
-        script_calls(&server).await,
-    );
-    let delifeq = server.command_calls("delifeq").await;
-    for _ in 0..3 {
-        let guard = held(&lock, &mut conn, "n", 10_000).await;
-        assert_eq!(
-            lock.release(&mut conn, guard).await.unwrap(),
-            Release::Released
+    for lock in [&lock, &waking] {
+        let (exists, scripts) = (
+            server.command_calls("exists").await,
+            script_calls(&server).await,
         );
-    }
-    assert_eq!(server.command_calls("exists").await, exists, "no flag read");
-    assert_eq!(server.cmd::<i64>(&["EXISTS", &wake]).await, 0, "no wake-up");
-    assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0, "released");
-    let (scripts, delifeq) = (
-        script_calls(&server).await - scripts,
-        server.command_calls("delifeq").await - delifeq,
-    );
-    println!("3 releases without wake-ups: {scripts} script calls, {delifeq} DELIFEQ");
-    if native {
-        assert_eq!((scripts, delifeq), (0, 3));
-    } else {
-        assert_eq!((scripts, delifeq), (3, 0));
+        let delifeq = server.command_calls("delifeq").await;
+        for _ in 0..3 {
+            let guard = held(lock, &mut conn, "n", 10_000).await;
+            assert_eq!(
+                lock.release(&mut conn, guard).await.unwrap(),
+                Release::Released
+            );
+        }
+        assert_eq!(server.command_calls("exists").await, exists, "no flag read");
+        assert_eq!(server.cmd::<i64>(&["EXISTS", &wake]).await, 0, "no wake-up");
+        assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0, "released");
+        let (scripts, delifeq) = (
+            script_calls(&server).await - scripts,
+            server.command_calls("delifeq").await - delifeq,
+        );
+        println!("3 unmarked releases: {scripts} script calls, {delifeq} DELIFEQ");
+        if native {
+            assert_eq!((scripts, delifeq), (0, 3));
+        } else {
+            assert_eq!((scripts, delifeq), (3, 0));
+        }
     }
 
-    // Fenced, the release is the script on both servers: the same bare compare-and-delete.
+    // Fenced, the release is the script on both servers.
     let fenced = plain(10_000).fencing(true);
     let guard = lock.acquire(&mut conn, "n", &fenced).await.unwrap();
     let guard = guard.acquired().expect("the lock is free");
@@ -344,10 +382,9 @@ async fn without_wake_ups(server: RedisServer) {
     );
     assert_eq!(server.cmd::<i64>(&["EXISTS", &key]).await, 0, "released");
     assert_eq!(server.cmd::<i64>(&["EXISTS", &wake]).await, 0, "no wake-up");
-    let _: i64 = server.cmd(&["DEL", &flag]).await;
 
     // A blocked acquire polls: the holder's lease is 10 s, the waiter holds the lock soon
-    // after the release, without a flag or a BLPOP.
+    // after the release, without a mark or a BLPOP.
     let holder = held(&lock, &mut conn, "n", 10_000).await;
     let options = plain(10_000)
         .retry_delay(Duration::from_millis(20))
@@ -355,13 +392,18 @@ async fn without_wake_ups(server: RedisServer) {
     let blpops = server.command_calls("blpop").await;
     let sets = server.command_calls("set").await;
     let waiter = waiter(&server, &lock, "n", options).await;
-    // Three SETs from the waiter: attempt, (the flag, were it set), attempt.
+    // Three SETs from the waiter: three attempts.
     let deadline = Instant::now() + Duration::from_secs(10);
     while server.command_calls("set").await < sets + 3 {
         assert!(Instant::now() < deadline, "the waiter never tried again");
         tokio::task::yield_now().await;
     }
-    assert_eq!(server.cmd::<i64>(&["EXISTS", &flag]).await, 0, "no flag");
+    let value: Vec<u8> = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_ne!(value.last(), Some(&0xff), "no mark");
     let (next, after, waiter_lock, mut own) = hand_over(&lock, &mut conn, holder, waiter).await;
     println!("release -> polling waiter holds: {after:?}");
     assert!(after < Duration::from_secs(1), "{after:?}");
@@ -422,7 +464,7 @@ async fn failed_wake_ups(server: RedisServer) {
     for cause in ["wrong type", "acl"] {
         let resource = format!("w-{cause}");
         let key = lock.key(&resource).unwrap();
-        let (flag, wake) = (format!("{key}:waiting"), format!("{key}:wake"));
+        let wake = format!("{key}:wake");
         let conn: &mut MultiplexedConnection = if cause == "acl" {
             &mut denied
         } else {
@@ -430,8 +472,8 @@ async fn failed_wake_ups(server: RedisServer) {
             &mut conn
         };
         let guard = held(&lock, conn, &resource, 10_000).await;
-        // A blocked acquirer registered: the release must wake it.
-        let _: () = server.cmd(&["SET", &flag, "1", "PX", "10000"]).await;
+        // A blocked acquirer marked it: the release must wake it.
+        support::mark_lock(conn, &key).await;
         let outcome = lock.release(conn, guard).await;
         let held_now: i64 = server.cmd(&["EXISTS", &key]).await;
         match (&outcome, cause) {
@@ -458,7 +500,7 @@ async fn failed_wake_ups(server: RedisServer) {
                 "no wake-up pushed"
             );
         }
-        let _: i64 = server.cmd(&["DEL", &key, &flag, &wake]).await;
+        let _: i64 = server.cmd(&["DEL", &key, &wake]).await;
     }
 }
 
@@ -602,8 +644,9 @@ async fn a_delifeq_refused_by_the_acl_falls_back_to_the_script(valkey: Valkey) {
     assert!(script_calls(&server).await >= 4);
 }
 
-/// On a Valkey Cluster: a plain cycle and a release with a registered waiter (its wake-up
-/// pushed, one entry) run no script on any node; the key's primary answered the `DELIFEQ`s.
+/// On a Valkey Cluster: a plain cycle and a release of a hold a blocked acquirer marked (its
+/// wake-up pushed, one entry) run no script on any node; the key's primary answered the
+/// `DELIFEQ`s.
 async fn a_plain_lock_on_a_valkey_cluster_runs_no_script(valkey: Valkey) {
     let cluster = RedisCluster::spawn_valkey(&valkey).await;
     let mut conn = cluster.conn().await;
@@ -619,15 +662,13 @@ async fn a_plain_lock_on_a_valkey_cluster_runs_no_script(valkey: Valkey) {
         .await
         .unwrap();
     assert_eq!(none, 0, "no waiter: no wake-up pushed");
-    let _: () = redis::cmd("SET")
-        .arg(format!("{key}:waiting"))
-        .arg(1)
-        .arg("PX")
-        .arg(5_000)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let mut scripts = 0;
+    for node in cluster.primaries().await {
+        scripts += script_calls(node).await;
+    }
+    assert_eq!(scripts, 0, "a plain cycle runs no script");
     let guard = held(&lock, &mut conn, "c", 5_000).await;
+    support::mark_lock(&mut conn, &key).await;
     assert_eq!(
         lock.release(&mut conn, guard).await.unwrap(),
         Release::Released
@@ -648,8 +689,9 @@ async fn a_plain_lock_on_a_valkey_cluster_runs_no_script(valkey: Valkey) {
     let delifeq = owner.command_calls("delifeq").await;
     println!("Valkey Cluster: script calls {scripts}, DELIFEQ on the key's primary {delifeq}");
     assert_eq!(scripts, 0);
-    // The two releases, and the probe's own (one on every primary).
-    assert_eq!(delifeq, 3);
+    // The plain release (1), the marked one (the token, then the marked token: 2), and the
+    // probe's own (one on every primary).
+    assert_eq!(delifeq, 4);
 }
 
 /// A Cluster half-way through an upgrade: one primary without `DELIFEQ` (renamed away), two
@@ -814,7 +856,7 @@ fn main() -> std::process::ExitCode {
     harness::add!(tests, both: a_lock_without_wake_ups_answers_the_same, same_outcomes_without_wake_ups);
     harness::add!(tests, both: the_watchdog_signals_loss, watchdog_loss);
     harness::add!(tests, both: blocked_acquirers_are_woken, wake_ups);
-    harness::add!(tests, both: a_lock_without_wake_ups_polls_and_never_reads_the_flag, without_wake_ups);
+    harness::add!(tests, both: a_lock_without_wake_ups_polls_and_releases_as_the_default_lock, without_wake_ups);
     harness::add!(tests, both: a_release_whose_wake_up_fails_answers_what_the_key_holds, failed_wake_ups);
     tests.run()
 }

@@ -2,7 +2,8 @@
 //! wakes on release (hand-over latency printed), a crashed holder's lock is taken right after
 //! its lease, the deadline is honoured, no wake-up is lost under churn (exact count of critical
 //! sections, fencing tokens strictly increasing), a release without waiters writes no wake-up,
-//! and the wake-up path of the release script is all-or-nothing (poisoned key, ACL denial).
+//! the wake-up path of the release script is all-or-nothing (poisoned key, ACL denial), and
+//! the waiter's mark marks an owner token once and writes nothing else.
 
 #[path = "support/harness.rs"]
 mod harness;
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redkit::lock::{Acquire, Lock, LockGuard, LockOptions, Release};
-use redkit::Error;
+use redkit::{Call, Error, Registry, ScriptManager};
 use support::{RedisCluster, RedisServer};
 
 fn ttl(ms: u64) -> LockOptions<Lock> {
@@ -375,18 +376,11 @@ async fn a_release_without_waiters_writes_no_wake_up_and_one_with_a_waiter_does(
         vec![format!("{key}:fence")],
         "only the fence key is left"
     );
-    // A registered waiter (its flag): the release pushes exactly one entry, with a TTL.
-    run(
-        redis::cmd("SET")
-            .arg(format!("{key}:waiting"))
-            .arg(1)
-            .arg("PX")
-            .arg(5_000),
-        &mut conn,
-    )
-    .await;
+    // Holds a blocked acquirer marked: each release pushes, and the list keeps one entry,
+    // with a TTL.
     for _ in 0..3 {
         let guard = acquired(&lock, &mut conn, "w", &ttl(10_000)).await;
+        support::mark_lock(&mut conn, &key).await;
         lock.release(&mut conn, guard).await.unwrap();
     }
     let len: i64 = server.cmd(&["LLEN", &format!("{key}:wake")]).await;
@@ -407,6 +401,21 @@ async fn a_release_without_waiters_writes_no_wake_up_and_one_with_a_waiter_does(
     );
     let exists: i64 = server.cmd(&["EXISTS", &format!("{key}:wake")]).await;
     assert_eq!(exists, 0);
+    // Nor when the other owner's hold is marked: it is theirs to release and wake.
+    run(redis::cmd("DEL").arg(&key), &mut conn).await;
+    let stale = acquired(&lock, &mut conn, "w", &ttl(10_000)).await;
+    run(
+        redis::cmd("SET").arg(&key).arg("other-owner-0123456789"),
+        &mut conn,
+    )
+    .await;
+    support::mark_lock(&mut conn, &key).await;
+    assert_eq!(
+        lock.release(&mut conn, stale).await.unwrap(),
+        Release::NotOwner
+    );
+    let exists: i64 = server.cmd(&["EXISTS", &key, &format!("{key}:wake")]).await;
+    assert_eq!(exists, 1, "the other owner's key kept, no wake-up");
 }
 
 async fn the_wake_up_path_of_release_is_all_or_nothing() {
@@ -414,18 +423,14 @@ async fn the_wake_up_path_of_release_is_all_or_nothing() {
     let mut admin = server.conn().await;
     let lock = Lock::new();
     let key = lock.key("p").unwrap();
-    let (flag, wake) = (format!("{key}:waiting"), format!("{key}:wake"));
+    let wake = format!("{key}:wake");
     // A wake-up key of another type: WRONGTYPE, and the lock is still held.
     let guard = acquired(&lock, &mut admin, "p", &ttl(60_000)).await;
-    run(
-        redis::cmd("SET").arg(&flag).arg(1).arg("PX").arg(60_000),
-        &mut admin,
-    )
-    .await;
+    support::mark_lock(&mut admin, &key).await;
     run(redis::cmd("HSET").arg(&wake).arg("f").arg("1"), &mut admin).await;
     let before = support::snapshot(&mut admin).await;
     match lock.release(&mut admin, guard).await {
-        Err(Error::WrongType { script }) => assert_eq!(script, "lock_release_wake.v3"),
+        Err(Error::WrongType { script }) => assert_eq!(script, "lock_release_wake.v4"),
         other => panic!("{other:?}"),
     }
     support::same_dumps(
@@ -434,28 +439,24 @@ async fn the_wake_up_path_of_release_is_all_or_nothing() {
         "hash wake key",
     );
     // Each command of the wake-up path denied: PermissionDenied, nothing changed.
-    for denied in ["exists", "type", "lpush", "ltrim", "pexpire", "del"] {
+    for denied in ["get", "type", "lpush", "ltrim", "pexpire", "del"] {
         run(redis::cmd("FLUSHALL").arg("SYNC"), &mut admin).await;
         let mut conn = support::denied_conn(&server, denied).await;
         let guard = acquired(&lock, &mut admin, "p", &ttl(60_000)).await;
-        run(
-            redis::cmd("SET").arg(&flag).arg(1).arg("PX").arg(60_000),
-            &mut admin,
-        )
-        .await;
+        support::mark_lock(&mut admin, &key).await;
         let before = support::snapshot(&mut admin).await;
         match lock.release(&mut conn, guard).await {
             Err(Error::PermissionDenied { script, detail }) => {
-                assert_eq!(script, "lock_release_wake.v3", "-{denied}");
+                assert_eq!(script, "lock_release_wake.v4", "-{denied}");
                 assert!(!detail.contains("{p}"), "no key in {detail}");
             }
             other => panic!("-{denied}: {other:?}"),
         }
         support::same_dumps(&before, &support::snapshot(&mut admin).await, denied);
     }
-    // Without a waiter (v2's common path: GET, EXISTS, DEL): each of them denied is
-    // PermissionDenied and the lock is still held; then a permitted release releases it.
-    for denied in ["get", "exists", "del"] {
+    // Without a waiter (the common path: GET, DEL): each of them denied is PermissionDenied
+    // and the lock is still held; then a permitted release releases it.
+    for denied in ["get", "del"] {
         run(redis::cmd("FLUSHALL").arg("SYNC"), &mut admin).await;
         let mut conn = support::denied_conn(&server, denied).await;
         let mine = ttl(60_000).token("release-test-token-0123456789");
@@ -463,7 +464,7 @@ async fn the_wake_up_path_of_release_is_all_or_nothing() {
         let before = support::snapshot(&mut admin).await;
         match lock.release(&mut conn, guard).await {
             Err(Error::PermissionDenied { script, .. }) => {
-                assert_eq!(script, "lock_release_wake.v3", "-{denied}")
+                assert_eq!(script, "lock_release_wake.v4", "-{denied}")
             }
             other => panic!("-{denied}: {other:?}"),
         }
@@ -478,6 +479,80 @@ async fn the_wake_up_path_of_release_is_all_or_nothing() {
     }
 }
 
+/// `lock_mark`: a free lock answers -2 and nothing is written; a held one answers its PTTL
+/// and holds the owner token followed by 0xFF with its TTL kept; a second mark changes
+/// nothing; a value of another length than an owner token's is left as it is; a key without a
+/// TTL answers -1 (and is marked); another type is `WrongType`, nothing written; a user that
+/// may not run `GET`, `PTTL` or `SET` gets `PermissionDenied`, nothing written.
+async fn the_mark_marks_an_owner_token_once_and_keeps_its_ttl() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let manager = ScriptManager::new();
+    let script = Registry::global().require("lock_mark", 1).unwrap();
+    let mark = |key: &str| {
+        let mut call = Call::new(script);
+        call.key(key);
+        call
+    };
+    let get = |key: &'static str| {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(key);
+        cmd
+    };
+    let free: i64 = manager.invoke(&mut conn, &mark("l:{free}")).await.unwrap();
+    assert_eq!(free, -2);
+    assert!(server.cmd::<Vec<String>>(&["KEYS", "*"]).await.is_empty());
+
+    let token = "0123456789abcdef0123456789abcdef";
+    let _: () = server.cmd(&["SET", "l:{h}", token, "PX", "10000"]).await;
+    let ms: i64 = manager.invoke(&mut conn, &mark("l:{h}")).await.unwrap();
+    assert!(ms > 0 && ms <= 10_000, "{ms}");
+    let mut marked = token.as_bytes().to_vec();
+    marked.push(0xff);
+    for _ in 0..2 {
+        let value: Vec<u8> = get("l:{h}").query_async(&mut conn).await.unwrap();
+        assert_eq!(value, marked, "one mark, however often");
+        let _: i64 = manager.invoke(&mut conn, &mark("l:{h}")).await.unwrap();
+    }
+    let left: i64 = server.cmd(&["PTTL", "l:{h}"]).await;
+    assert!(left > 5_000 && left <= 10_000, "the TTL kept: {left}");
+
+    for short in ["short", &"x".repeat(129)] {
+        let _: () = server.cmd(&["SET", "l:{s}", short, "PX", "10000"]).await;
+        let _: i64 = manager.invoke(&mut conn, &mark("l:{s}")).await.unwrap();
+        let value: String = get("l:{s}").query_async(&mut conn).await.unwrap();
+        assert_eq!(value, short, "not an owner token: left as it is");
+    }
+    let _: () = server.cmd(&["SET", "l:{n}", token]).await;
+    let ms: i64 = manager.invoke(&mut conn, &mark("l:{n}")).await.unwrap();
+    assert_eq!(ms, -1);
+    let value: Vec<u8> = get("l:{n}").query_async(&mut conn).await.unwrap();
+    assert_eq!(value, marked);
+
+    let _: i64 = server.cmd(&["HSET", "l:{t}", "f", "1"]).await;
+    let before = support::snapshot(&mut conn).await;
+    assert!(matches!(
+        manager.invoke::<i64, _>(&mut conn, &mark("l:{t}")).await,
+        Err(Error::WrongType { .. })
+    ));
+    support::same_dumps(&before, &support::snapshot(&mut conn).await, "wrong type");
+
+    // A user that may not run one of its commands: PermissionDenied, nothing written.
+    let _: () = server.cmd(&["SET", "l:{a}", token, "PX", "10000"]).await;
+    for denied in ["get", "pttl", "set"] {
+        let mut conn_denied = support::denied_conn(&server, denied).await;
+        let before = support::snapshot(&mut conn).await;
+        match manager
+            .invoke::<i64, _>(&mut conn_denied, &mark("l:{a}"))
+            .await
+        {
+            Err(Error::PermissionDenied { script, .. }) => assert_eq!(script, "lock_mark.v1"),
+            other => panic!("-{denied}: {other:?}"),
+        }
+        support::same_dumps(&before, &support::snapshot(&mut conn).await, denied);
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let mut tests = harness::Tests::new();
     harness::add!(
@@ -488,7 +563,8 @@ fn main() -> std::process::ExitCode {
         a_release_without_waiters_writes_no_wake_up_and_one_with_a_waiter_does,
         the_wake_up_path_of_release_is_all_or_nothing,
         a_blpop_past_the_response_timeout_ends_the_block_not_the_acquire,
-        a_refused_blpop_ends_the_acquire_with_its_error
+        a_refused_blpop_ends_the_acquire_with_its_error,
+        the_mark_marks_an_owner_token_once_and_keeps_its_ttl
     );
     harness::add!(tests, multi_thread: no_wake_up_is_lost_under_churn, mutual_exclusion_and_wake_ups_on_a_cluster);
     harness::add!(tests, both: no_wake_up_is_lost_under_churn_without_fencing, plain_churn);

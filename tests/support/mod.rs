@@ -954,6 +954,20 @@ pub async fn until_replicated(conn: &mut MultiplexedConnection) {
     assert_eq!(acked, 1, "the replica did not acknowledge within 5 s");
 }
 
+/// Marks the lock hold at `key` by hand, as a blocked acquirer's `lock_mark` does: the byte
+/// 0xFF after the owner token, the TTL kept (the key must be held).
+pub async fn mark_lock<C: redis::aio::ConnectionLike>(conn: &mut C, key: &str) {
+    let mut value: Vec<u8> = redis::cmd("GET").arg(key).query_async(conn).await.unwrap();
+    value.push(0xff);
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("KEEPTTL")
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
 /// Every key of a private server with its DUMP and PTTL: the whole keyspace, for tests that
 /// prove a refused call wrote nothing.
 pub async fn snapshot(

@@ -74,12 +74,13 @@ embedded! {
     GCRA_PEEK => "gcra_peek", 1;
     SLIDING_WINDOW_PEEK => "sliding_window_peek", 1;
     // Locks.
-    LOCK_ACQUIRE => "lock_acquire", 4;
+    LOCK_ACQUIRE => "lock_acquire", 5;
     LOCK_RELEASE => "lock_release", 5;
-    LOCK_RELEASE_WAKE => "lock_release_wake", 3;
-    LOCK_RENEW => "lock_renew", 2;
-    LOCK_FENCE => "lock_fence", 2;
-    LOCK_INSPECT => "lock_inspect", 1;
+    LOCK_RELEASE_WAKE => "lock_release_wake", 4;
+    LOCK_MARK => "lock_mark", 1;
+    LOCK_RENEW => "lock_renew", 3;
+    LOCK_FENCE => "lock_fence", 3;
+    LOCK_INSPECT => "lock_inspect", 2;
     FENCED_SET => "fenced_set", 2;
     FAIR_ACQUIRE => "fair_acquire", 1;
     FAIR_RENEW => "fair_renew", 1;

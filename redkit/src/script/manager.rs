@@ -265,12 +265,6 @@ impl ScriptManager {
         self.state.native.usable(conn, command).await
     }
 
-    /// `true` when the last probe found one server, not a Cluster (no redirects: a plain
-    /// pipeline is never split or resent in part).
-    pub(crate) fn native_one_server(&self) -> bool {
-        self.state.native.one_server()
-    }
-
     /// `true` when a native command's error means it did not run and its call must run the
     /// script instead (recorded: a re-probe, or the command no longer used).
     pub(crate) fn native_falls_back(&self, command: Native, err: &redis::RedisError) -> bool {

@@ -178,13 +178,6 @@ pub(crate) trait LeaseKind: Kind + Clone + Send + Sync + 'static {
     /// The compare-and-delete call that gives `held` back.
     fn release_call(&self, held: &HeldLease, extra: &Self::Extra) -> Call<'_>;
 
-    /// Whether a release wakes callers blocked on the resource (default `true`; a
-    /// [`Lock`](crate::lock::Lock) built with [`wake_on_release(false)`](crate::lock::Lock::wake_on_release)
-    /// does not, and its native release is `DELIFEQ` alone).
-    fn wakes_waiters(&self) -> bool {
-        true
-    }
-
     /// Decodes the release call's answer (default: 1 released, 0 not the owner).
     fn released(&self, call: &Call<'_>, answer: i64) -> Result<Release> {
         Ok(if status(call.script(), answer)? {
@@ -261,8 +254,7 @@ pub(crate) async fn release<K: LeaseKind, C: ConnectionLike>(
     }
     if held.plain {
         let (key, token) = (held.key.as_str(), held.token.as_str());
-        let wake = kind.wakes_waiters();
-        if let Some(released) = native::release(kind.manager(), conn, (key, token), wake).await {
+        if let Some(released) = native::release(kind.manager(), conn, (key, token)).await {
             metrics::lock_operation(K::KIND, LockOp::Release, release_label(&released));
             return released;
         }

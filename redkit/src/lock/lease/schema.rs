@@ -16,8 +16,10 @@ pub(crate) fn base(prefix: &str, resource: &str) -> Result<String> {
 /// What [`fence`] appends: the last fencing token issued (Lock, FairLock, RwLock,
 /// ReentrantLock).
 const FENCE: &str = ":fence";
-/// What [`waiting`] appends: the waiter flag of a [`Lock`](crate::lock::Lock).
-pub(crate) const WAITING: &str = ":waiting";
+/// The byte a blocked acquirer appends to a [`Lock`](crate::lock::Lock)'s owner token in the
+/// lock key's value (`lock_mark`), so that its release pushes a wake-up: an owner token is text,
+/// which never holds it.
+pub(crate) const MARK: u8 = 0xff;
 /// What [`wake`] appends: the wake-up list of a lock or semaphore.
 pub(crate) const WAKE: &str = ":wake";
 
@@ -31,12 +33,6 @@ fn suffixed(key: &str, suffix: &str) -> String {
 /// The fence key of a base key.
 pub(crate) fn fence(key: &str) -> String {
     suffixed(key, FENCE)
-}
-
-/// The waiter flag of a lock key: set (with a TTL) by a blocked acquire before it tries, so
-/// a release knows to push a wake-up.
-pub(crate) fn waiting(key: &str) -> String {
-    suffixed(key, WAITING)
 }
 
 /// The wake-up list of a lock or semaphore key: a release pushes, a blocked acquire pops.
@@ -93,7 +89,6 @@ mod tests {
         let key = base("p", "a{b}").unwrap();
         assert_eq!(key, "p:{a%7Bb%7D}");
         assert_eq!(fence(&key), "p:{a%7Bb%7D}:fence");
-        assert_eq!(waiting(&key), "p:{a%7Bb%7D}:waiting");
         assert_eq!(wake(&key), "p:{a%7Bb%7D}:wake");
         assert_eq!(leases(&key), "p:{a%7Bb%7D}:leases");
         assert_eq!(gone(&key, b"t"), b"p:{a%7Bb%7D}:gone:t".to_vec());

@@ -17,6 +17,7 @@ use crate::lock::lease::wait::{self, Attempts, Pace, Step};
 use crate::lock::metrics::LockKind;
 use crate::lock::options::LockOptions;
 use crate::lock::outcome::{Acquire, Held, Renew};
+use crate::lock::single::blocking::mark;
 use crate::lock::single::Lock;
 use crate::script::{Acked, Call, Replication};
 
@@ -93,8 +94,9 @@ pub(in crate::lock) struct LockAttempts<'a> {
     wait: Option<Replication>,
     /// What the last attempt's `WAIT` answered.
     replicas: Option<Acked<()>>,
-    /// Whether this acquire has set the resource's waiter flag (blocking acquires only).
-    pub(in crate::lock) flagged: bool,
+    /// Whether this acquire has waited for a release (blocking acquires only): its hold, once
+    /// granted, is marked too, so that callers blocked behind it are woken.
+    pub(in crate::lock) waited: bool,
 }
 
 impl<'a> LockAttempts<'a> {
@@ -115,7 +117,7 @@ impl<'a> LockAttempts<'a> {
             options,
             wait: options.get_replication(),
             replicas: None,
-            flagged: false,
+            waited: false,
         })
     }
 
@@ -175,8 +177,9 @@ impl<'a> LockAttempts<'a> {
 
     /// An attempt without fencing: `SET key token NX PX ttl GET` (plus `WAIT` in the same
     /// round trip when asked). The holder it reads decides: none, the lock is ours; our own
-    /// token (a retry after a lost reply), the lease is refreshed by the compare-and-PEXPIRE
-    /// renewal; another owner, [`Acquire::Busy`] with its `PTTL`.
+    /// token, marked by a blocked acquirer or not (a retry after a lost reply), the lease is
+    /// refreshed by the compare-and-PEXPIRE renewal; another owner, [`Acquire::Busy`] with
+    /// its `PTTL`.
     async fn unfenced<C: ConnectionLike>(
         &self,
         conn: &mut C,
@@ -195,7 +198,7 @@ impl<'a> LockAttempts<'a> {
         let started = Instant::now();
         let sent = match self.wait {
             None => set
-                .query_async::<Option<String>>(conn)
+                .query_async::<Option<Vec<u8>>>(conn)
                 .await
                 .map(|holder| (holder, None)),
             Some(r) => match Box::pin(r.pipeline(set).query_async::<Vec<Value>>(conn)).await {
@@ -204,7 +207,7 @@ impl<'a> LockAttempts<'a> {
                         return Err(Error::unexpected("SET NX PX GET + WAIT", "missing replies"))
                     }
                     Some((Value::ServerError(e), _)) => Err(e.into()),
-                    Some((holder, wait)) => Option::<String>::from_redis_value(holder)
+                    Some((holder, wait)) => Option::<Vec<u8>>::from_redis_value(holder)
                         .map_err(|e| e.into())
                         .map(|holder| (holder, Some(r.acked((), &wait)))),
                 },
@@ -213,7 +216,7 @@ impl<'a> LockAttempts<'a> {
         };
         let (holder, replicas) = sent.map_err(unfenced_error)?;
         let outcome = match holder {
-            Some(other) if &other != token => {
+            Some(holder) if !is_own(&holder, token) => {
                 let pttl: i64 = redis::cmd("PTTL")
                     .arg(key)
                     .query_async(conn)
@@ -286,6 +289,14 @@ impl<C: ConnectionLike> Attempts<C> for LockAttempts<'_> {
                 settle(self.lock, conn, guard, started, settings, replicas).await?
             }
         };
+        if let (true, Acquire::Acquired(guard)) = (self.waited, &answer) {
+            // Callers may still be blocked behind this one: mark the new hold so that its
+            // release wakes the next. Best effort: a caller not woken tries again when the
+            // lease it waits on would have ended.
+            if let Err(e) = Box::pin(mark(self.lock, conn, &guard.held.key)).await {
+                tracing::debug!(error = %e, "the hold of a caller that waited is not marked");
+            }
+        }
         Ok(Step::unless_acquired(answer))
     }
 }
@@ -299,6 +310,13 @@ enum Attempt {
     },
     /// Another owner holds it.
     Busy { holder_ttl: Option<Duration> },
+}
+
+/// Whether a lock key holding `holder` is held with `token`: the token itself, or the token
+/// marked by a blocked acquirer (followed by the byte 0xFF, see `lock_mark`).
+fn is_own(holder: &[u8], token: &str) -> bool {
+    let token = token.as_bytes();
+    holder == token || holder.strip_suffix(&[schema::MARK]) == Some(token)
 }
 
 /// The typed error for a refusal of the plain commands of an unfenced acquire.

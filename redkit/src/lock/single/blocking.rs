@@ -6,18 +6,14 @@ use redis::aio::ConnectionLike;
 
 use crate::error::Result;
 use crate::lock::lease::guard::LockGuard;
-use crate::lock::lease::schema;
 use crate::lock::lease::wait::{block_on, give_up, Pace};
+use crate::lock::lease::{native, schema};
 use crate::lock::options::LockOptions;
 use crate::lock::outcome::Acquire;
 use crate::lock::single::acquire::LockAttempts;
 use crate::lock::single::Lock;
+use crate::script::{embedded, Call};
 
-/// Longest life of the waiter flag (the longest lease [`LockOptions`] allows): a longer wait
-/// still works, woken at the holder's lease end when its flag has gone.
-const MAX_FLAG_MS: u64 = 30 * 24 * 3600 * 1000;
-/// How much longer than the wait the waiter flag lives.
-const FLAG_MARGIN_MS: u64 = 1_000;
 /// The shortest pause between the attempts of a lock that does not wake waiters (a zero
 /// `retry_delay` and `jitter` would otherwise spin on the server until the wait ends).
 const MIN_POLL: Duration = Duration::from_millis(1);
@@ -25,22 +21,24 @@ const MIN_POLL: Duration = Duration::from_millis(1);
 impl Lock {
     /// Acquires, waiting up to the options' [`max_wait`](LockOptions::max_wait) without polling
     /// (the database lock's behaviour; none set: one attempt, as [`acquire`](Self::acquire)): after
-    /// an attempt finds the lock held, the caller sets the resource's waiter flag (its TTL the
-    /// longest wait of all waiters), tries once more, then blocks on the resource's wake-up
-    /// list (`BLPOP`) until a [`release`](Self::release) pushes to it or the holder's lease
-    /// ends (a crashed holder), and tries again. Answers [`Acquire::Busy`] when `max_wait` has
+    /// an attempt finds the lock held, the caller marks the hold (`lock_mark`: one byte 0xFF
+    /// after the holder's token, its TTL kept), then blocks on the resource's wake-up list
+    /// (`BLPOP`) until the release of the marked hold pushes to it or its lease ends (a crashed
+    /// holder), and tries again. Answers [`Acquire::Busy`] when `max_wait` has
     /// passed ([`Duration::MAX`](std::time::Duration::MAX): no deadline). Every attempt uses
     /// one owner token ([`LockOptions::token`], else a fresh random one) and honours
     /// [`LockOptions::require_replicas`]; the options' `retries` are not used (the wait is
     /// paced by releases, not by a count).
     ///
-    /// A lock built with [`wake_on_release(false)`](Lock::wake_on_release) sets no flag and
+    /// A lock built with [`wake_on_release(false)`](Lock::wake_on_release) marks nothing and
     /// does not block: it polls at the options' `retry_delay` plus `jitter` (at least 1 ms).
     ///
-    /// No wake-up is lost: the flag is set before the attempt that precedes each wait, so a
-    /// release after that attempt pushes a wake-up, and a woken waiter always tries again
-    /// (it acquires, or the one who took the lock first will push on its release). The list
-    /// keeps one entry for 60 s; a stale one only makes a waiter try once more.
+    /// No wake-up is lost: the mark reads and marks the hold in one script, so either the
+    /// marked hold's release pushes a wake-up, or the mark finds the lock free and the caller
+    /// tries again at once; a woken waiter always tries again. A caller that waited and then
+    /// acquires marks its own hold too, so that callers still blocked behind it are woken by
+    /// its release. The list keeps one entry for 60 s; a stale one only makes a waiter try
+    /// once more.
     ///
     /// `BLPOP` holds the connection for the wait: pass a connection of its own (a multiplexed
     /// connection shared with other work would queue that work behind it) whose response
@@ -77,13 +75,16 @@ impl Lock {
 }
 
 impl LockAttempts<'_> {
-    /// After `answer`: when the lock is held elsewhere, the first time sets the resource's
-    /// waiter flag (its TTL the longest wait of all waiters) and attempts again at once (a
-    /// release after that attempt sees the flag); later, blocks on the wake-up list for at
-    /// most `left`, or until the holder's lease ends (+1 ms: it must have ended). A lock that
-    /// does not wake waiters ([`Lock::wake_on_release`]) sleeps the options' pause instead
-    /// (no longer than that either). `false` for any other answer (e.g. not replicated): it
-    /// ends the acquire.
+    /// After `answer`: when the lock is held elsewhere, marks the hold (`lock_mark`: its
+    /// release will push a wake-up) and blocks on the wake-up list for at most `left`, or until
+    /// the marked holder's lease ends (+1 ms: it must have ended); when the mark finds the lock
+    /// free, attempts again at once. A lock that does not wake waiters
+    /// ([`Lock::wake_on_release`]) sleeps the options' pause instead (no longer than that
+    /// either). `false` for any other answer (e.g. not replicated): it ends the acquire.
+    ///
+    /// No wake-up is lost: the mark and its read of the holder are one script, so either the
+    /// hold it marked is released after the mark (and that release pushes), or the mark finds
+    /// the lock free and the next attempt follows at once.
     pub(in crate::lock) async fn wait_for_release<C: ConnectionLike>(
         &mut self,
         conn: &mut C,
@@ -93,45 +94,43 @@ impl LockAttempts<'_> {
         let Acquire::Busy(held) = answer else {
             return Ok(false);
         };
-        // Until the holder's lease ends (+1 ms: it must have ended), at most `left`.
-        let holder = |ceiling: Duration| {
-            held.ttl
-                .map_or(ceiling, |ttl| ttl.saturating_add(Duration::from_millis(1)))
+        // Until a lease of `ttl` ends (+1 ms: it must have ended), at most `ceiling` and `left`.
+        let until = |ttl: Option<Duration>, ceiling: Duration| {
+            ttl.map_or(ceiling, |ttl| ttl.saturating_add(Duration::from_millis(1)))
                 .min(ceiling)
                 .min(left)
         };
         if !self.lock.wakes_on_release() {
-            // No release pushes a wake-up: poll at the options' pace.
-            tokio::time::sleep(holder(poll_pause(self.options))).await;
+            // No mark, no wake-up: poll at the options' pace.
+            tokio::time::sleep(until(held.ttl, poll_pause(self.options))).await;
             return Ok(true);
         }
-        if !self.flagged {
-            let ms = u64::try_from(left.as_millis())
-                .unwrap_or(u64::MAX)
-                .saturating_add(FLAG_MARGIN_MS)
-                .min(MAX_FLAG_MS);
-            let flag = schema::waiting(&self.key);
-            let _: redis::Value = redis::pipe()
-                .cmd("SET")
-                .arg(&flag)
-                .arg(1)
-                .arg("NX")
-                .arg("PX")
-                .arg(ms)
-                .ignore()
-                .cmd("PEXPIRE")
-                .arg(&flag)
-                .arg(ms)
-                .arg("GT")
-                .ignore()
-                .query_async(conn)
-                .await?;
-            self.flagged = true;
-            return Ok(true);
-        }
-        block_on(conn, schema::wake(&self.key).as_str(), holder(left)).await?;
+        self.waited = true;
+        let ttl = match mark(self.lock, conn, &self.key).await? {
+            // Free now: attempt again at once.
+            -2 => return Ok(true),
+            ms => u64::try_from(ms).ok().map(Duration::from_millis),
+        };
+        block_on(conn, schema::wake(&self.key).as_str(), until(ttl, left)).await?;
         Ok(true)
     }
+}
+
+/// Marks the hold of lock key `key` as waited for (`lock_mark`, or its native commands where
+/// the server has `SET ... IFEQ`), so that its release pushes a wake-up: the hold's PTTL in ms
+/// (-2: the lock is free, nothing written; -1: no TTL).
+pub(in crate::lock) async fn mark<C: ConnectionLike>(
+    lock: &Lock,
+    conn: &mut C,
+    key: &str,
+) -> Result<i64> {
+    let manager = &lock.inner.base.manager;
+    if let Some(marked) = native::mark(manager, conn, key).await {
+        return marked;
+    }
+    let mut call = Call::new(embedded::LOCK_MARK.script());
+    call.key(key);
+    manager.invoke(conn, &call).await
 }
 
 /// The pause before the next attempt of a lock that does not wake waiters: the options'

@@ -33,8 +33,8 @@ pub struct LockState {
     /// The last fencing token issued for the resource (kept after a release, so the next
     /// holder's is higher), `None` when none was issued or its key expired.
     pub last_fencing_token: Option<FencingToken>,
-    /// Whether an acquirer is blocked in [`acquire_blocking`](Lock::acquire_blocking) (its
-    /// waiter flag is set).
+    /// Whether an acquirer blocked in [`acquire_blocking`](Lock::acquire_blocking) has marked
+    /// the current hold (its release will wake it).
     pub waiters: bool,
 }
 
@@ -229,10 +229,7 @@ impl Lock {
         repair::checked_token(&token)?;
         let script = embedded::LOCK_RELEASE_WAKE.script();
         let mut call = Call::new(script);
-        call.key(&key)
-            .key(schema::waiting(&key))
-            .key(schema::wake(&key))
-            .arg(token.as_str());
+        call.key(&key).key(schema::wake(&key)).arg(token.as_str());
         let released = match self.manager().invoke(conn, &call).await? {
             Value::Int(n) => n == 1,
             Value::ServerError(e) => return Err(script_error(script, e.into())),
@@ -250,13 +247,12 @@ impl Lock {
     }
 }
 
-/// The read-only call reading lock key `key`, its fence and its waiter flag (`lock_inspect`):
+/// The read-only call reading lock key `key` (its holder, and whether a blocked acquirer marked
+/// it) and its fence (`lock_inspect`):
 /// what [`Lock::inspect`] sends, and a Redlock's inspection on each master.
 pub(crate) fn inspect_call(key: &str) -> Call<'static> {
     let mut call = Call::new(embedded::LOCK_INSPECT.script());
-    call.key(key)
-        .key(schema::fence(key))
-        .key(schema::waiting(key));
+    call.key(key).key(schema::fence(key));
     call
 }
 
@@ -296,7 +292,7 @@ pub(crate) fn decode(script: &Script, reply: Value) -> Result<LockState> {
     let last_fencing_token = repair::fence(script, fence)?;
     let waiters = match waiting {
         Value::Int(n) => n > 0,
-        _ => return Err(bad("waiting flag")),
+        _ => return Err(bad("waiter mark")),
     };
     Ok(LockState {
         holder,

@@ -30,11 +30,11 @@ lock_kind! {
     /// Keys: `<prefix>:{<resource>}` holds the owner token (with the lease as TTL), and
     /// `<prefix>:{<resource>}:fence` the last fencing token issued (TTL `2 × lease + 10 s`,
     /// refreshed by every acquire and renewal, so per-entity locks leave no forever-keys; the
-    /// tokens themselves never go backwards, see [`FencingToken`](crate::lock::FencingToken)). Blocked
-    /// acquirers ([`acquire_blocking`](Self::acquire_blocking)) add `<prefix>:{<resource>}:waiting`
-    /// (a flag that lives as long as the longest wait) and `<prefix>:{<resource>}:wake` (a wake-up
-    /// list of at most one entry, 60 s TTL). All share one hash tag, so they live in one Cluster
-    /// slot. The resource name is escaped and bounded (see [`keys`](crate::keys)).
+    /// tokens themselves never go backwards, see [`FencingToken`](crate::lock::FencingToken)). A blocked
+    /// acquirer ([`acquire_blocking`](Self::acquire_blocking)) marks the holder's value (one byte
+    /// 0xFF after the token, the TTL kept), so that its release pushes to
+    /// `<prefix>:{<resource>}:wake` (a wake-up list of at most one entry, 60 s TTL). All share one
+    /// hash tag, so they live in one Cluster slot. The resource name is escaped and bounded (see [`keys`](crate::keys)).
     ///
     /// Cheap to clone (an `Arc`). Generic over any [`ConnectionLike`].
     ///
@@ -60,7 +60,7 @@ lock_kind! {
     inner {
         pub(in crate::lock) acquire: &'static Script = embedded::LOCK_ACQUIRE.script(),
         release: &'static Script = embedded::LOCK_RELEASE_WAKE.script(),
-        /// Whether a release wakes callers blocked in `acquire_blocking` (see
+        /// Whether `acquire_blocking` marks the lock and blocks until a release wakes it (see
         /// [`Lock::wake_on_release`]).
         pub(in crate::lock) wakes: bool = true,
         renew: &'static Script = embedded::LOCK_RENEW.script(),
@@ -70,23 +70,17 @@ lock_kind! {
 }
 
 impl Lock {
-    /// Whether a release wakes callers blocked in [`acquire_blocking`](Self::acquire_blocking)
-    /// (default `true`). Every process that uses a resource should agree on it.
+    /// Whether [`acquire_blocking`](Self::acquire_blocking) waits for a release to wake it
+    /// (default `true`): it marks the holder's value and blocks on the resource's wake-up list,
+    /// and the release that finds the mark pushes a wake-up.
     ///
-    /// `false` makes a release a bare compare-and-delete: the `lock_release` script (`GET`,
-    /// `DEL`), or `DELIFEQ` alone where the server has it, without the `EXISTS` of the waiter
-    /// flag (and, when someone waits, the wake-up) that the default release adds. That check
-    /// is what a lock nobody blocks on pays for nothing: in the bench, the acquire + release
-    /// cycle of the default lock runs about 0.96x a hand-written `SET NX PX` + compare-and-delete
-    /// lock on Redis 7 (server CPU about 1.14x), and 1.00x (1.06x) with `false`
-    /// (`docs/benchmarks.md`, "Against a hand-written script").
-    ///
-    /// With `false`, [`acquire_blocking`](Self::acquire_blocking) does not block on the
-    /// wake-up list: it polls, each attempt after the options'
+    /// With `false`, [`acquire_blocking`](Self::acquire_blocking) marks nothing and does not
+    /// block: it polls, each attempt after the options'
     /// [`retry_delay`](LockOptions::retry_delay) plus [`jitter`](LockOptions::jitter) (at
-    /// least 1 ms, never past the holder's lease end or the wait), until `wait` has passed. Callers blocked in
-    /// another process whose lock wakes waiters are not woken by this lock's releases; they
-    /// try again when the holder's lease would have ended. Outcomes are the same either way.
+    /// least 1 ms, never past the holder's lease end or the wait), until `wait` has passed (no
+    /// `BLPOP` holds the connection). Releases are the same either way: a release reads only
+    /// the lock key, and wakes a waiter (of any process) only when one marked it, so a lock
+    /// nobody blocks on pays nothing for wake-ups. Outcomes are the same either way.
     ///
     /// ```
     /// use redkit::lock::Lock;
@@ -97,16 +91,11 @@ impl Lock {
     pub fn wake_on_release(mut self, wake: bool) -> Self {
         let inner = Arc::make_mut(&mut self.inner);
         inner.wakes = wake;
-        inner.release = if wake {
-            embedded::LOCK_RELEASE_WAKE.script()
-        } else {
-            embedded::LOCK_RELEASE.script()
-        };
         self
     }
 
-    /// Whether a release wakes callers blocked in [`acquire_blocking`](Self::acquire_blocking)
-    /// ([`wake_on_release`](Self::wake_on_release)).
+    /// Whether [`acquire_blocking`](Self::acquire_blocking) waits for a release to wake it
+    /// ([`wake_on_release`](Self::wake_on_release)) instead of polling.
     ///
     /// ```
     /// assert!(redkit::lock::Lock::new().wakes_on_release());
@@ -134,18 +123,15 @@ impl Lock {
         /// Compare-and-delete: deletes the key only if it still holds this guard's token.
         /// [`Release::NotOwner`](crate::lock::Release::NotOwner) when the lease had expired (and maybe another owner holds the
         /// lock now, whose key is left untouched). Stops the guard's watchdog first. When a caller
-        /// is blocked in [`acquire_blocking`](Self::acquire_blocking), the same script pushes it a
-        /// wake-up (without one, the release costs one `EXISTS` more than a bare
-        /// compare-and-delete).
+        /// blocked in [`acquire_blocking`](Self::acquire_blocking) has marked the lock, the same
+        /// script pushes it a wake-up; unmarked, the release is `GET` + `DEL`, what a bare
+        /// compare-and-delete costs.
         ///
         /// A guard acquired without fencing is released without a script where the server has
-        /// `DELIFEQ` (Valkey 9+, see [`ScriptManager::capabilities`](crate::ScriptManager::capabilities)): `DELIFEQ` and `EXISTS` of
-        /// the waiter flag in one round trip (a plain pipeline on one server, a transaction on a
-        /// Cluster), then, only when it deleted the key and a caller
-        /// waits, the same wake-up by plain commands. Same outcomes; one difference: a wake-up
-        /// list key holding another type, or wake-up commands the ACL refuses, are found after
-        /// the delete: the answer is then `Released` (what the key holds), and the failed
-        /// wake-up is reported as a `WARN` event (the script refuses before deleting instead).
+        /// `DELIFEQ` (Valkey 9+, see [`ScriptManager::capabilities`](crate::ScriptManager::capabilities)):
+        /// `DELIFEQ key token` alone. When it deletes nothing (the lock was marked by a blocked
+        /// acquirer, or the lease was lost) the release script follows, which deletes a marked
+        /// lock and wakes its waiter, or answers `NotOwner`: a second round trip only then.
         ///
         /// On an error the lease ends by its TTL.
         ///
@@ -230,17 +216,10 @@ impl LeaseKind for Lock {
 
     fn release_call(&self, held: &HeldLease, (): &()) -> Call<'_> {
         let mut call = Call::new(self.inner.release);
-        call.key(&held.key);
-        if self.inner.wakes {
-            call.key_suffixed(&held.key, schema::WAITING)
-                .key_suffixed(&held.key, schema::WAKE);
-        }
-        call.arg(&held.token);
+        call.key(&held.key)
+            .key_suffixed(&held.key, schema::WAKE)
+            .arg(&held.token);
         call
-    }
-
-    fn wakes_waiters(&self) -> bool {
-        self.inner.wakes
     }
 }
 

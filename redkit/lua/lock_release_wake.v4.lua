@@ -1,31 +1,32 @@
---! keys: 3
---! Releases a lock by compare-and-delete and wakes a blocked acquirer when one registered.
---! KEYS[1] = lock key, KEYS[2] = its waiter flag (set by a blocked acquire before it tries),
---! KEYS[3] = its wake-up list (all three in one hash slot). ARGV[1] = the owner token returned
---! at acquire (16 to 128 bytes).
---! Returns 1 when the key held this token and was deleted, 0 when it did not (expired or taken
---! by another owner): a stale holder never deletes the new owner's key, nor wakes anyone.
---! Without a waiter flag the work is GET + EXISTS + DEL. With one, one entry is pushed to the
---! wake-up list, which keeps at most one entry and expires after 60 s (bounded notifications).
---! Nothing is half-applied: every read (GET, EXISTS, TYPE of the list) runs before the first
---! write; DEL runs under redis.pcall; the list writes after it are checked with
---! redis.acl_check_cmd first. REDKIT_NOPERM for an ACL refusal, WRONGTYPE for a list key of
---! another type: nothing changed then.
-local lock, waiting = KEYS[1], KEYS[2]
+--! keys: 2
+--! Releases a lock by compare-and-delete and wakes a blocked acquirer when one marked it.
+--! KEYS[1] = lock key, KEYS[2] = its wake-up list (one hash slot). ARGV[1] = the owner token
+--! returned at acquire (16 to 128 bytes of text).
+--! The lock key holds the owner token; a blocked acquirer marks it (lock_mark) by appending
+--! the byte 0xFF, which text never holds.
+--! Returns 1 when the key held this token, marked or not, and was deleted; 0 when it did not
+--! (expired or taken by another owner): a stale holder never deletes the new owner's key, nor
+--! wakes anyone.
+--! Unmarked, the work is GET + DEL. Marked, one entry is also pushed to the wake-up list, which
+--! keeps at most one entry and expires after 60 s (bounded notifications).
+--! Nothing is half-applied: every read (GET, TYPE of the list) runs before the first write; DEL
+--! runs under redis.pcall; the list writes after it are checked with redis.acl_check_cmd first.
+--! REDKIT_NOPERM for an ACL refusal, WRONGTYPE for a list key of another type: nothing changed
+--! then.
+local lock = KEYS[1]
 local token = ARGV[1]
 if token and #token >= 16 and #token <= 128 then
   local holder = redis.pcall('GET', lock)
-  if holder == token and redis.pcall('EXISTS', waiting) == 0 then
-    local r = redis.pcall('DEL', lock)
-    if r == 1 then
+  if holder == token then
+    if redis.pcall('DEL', lock) == 1 then
       return 1
     end
     -- DEL refused (ACL): nothing written; the path below answers the typed error.
-  elseif type(holder) ~= 'table' and holder ~= token then
+  elseif type(holder) ~= 'table' and holder ~= token .. '\255' then
     return 0
   end
 end
-local wake = KEYS[3]
+local wake = KEYS[2]
 if not token or #token < 16 or #token > 128 then
   return redis.error_reply('REDKIT_INPUT token must be 16 to 128 bytes')
 end
@@ -44,15 +45,11 @@ local err = refused(holder, 'GET')
 if err then
   return err
 end
-if holder ~= token then
+local marked = holder == token .. '\255'
+if holder ~= token and not marked then
   return 0
 end
-local waiters = redis.pcall('EXISTS', waiting)
-err = refused(waiters, 'EXISTS')
-if err then
-  return err
-end
-if waiters == 1 then
+if marked then
   local kind = redis.pcall('TYPE', wake)
   err = refused(kind, 'TYPE')
   if err then
@@ -72,7 +69,7 @@ err = refused(redis.pcall('DEL', lock), 'DEL')
 if err then
   return err
 end
-if waiters == 1 then
+if marked then
   redis.call('LPUSH', wake, '1')
   redis.call('LTRIM', wake, '0', '0')
   redis.call('PEXPIRE', wake, '60000')

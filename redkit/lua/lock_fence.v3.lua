@@ -3,7 +3,8 @@
 --! for its token later). KEYS[1] = lock key, KEYS[2] = fence key of the same resource (same
 --! hash slot). ARGV[1] = the owner token (16 to 128 bytes), ARGV[2] = the fence key's ttl in
 --! ms (a positive integer below 10^15).
---! Returns {1, token} when the lock key holds this owner token: the fence key is set to
+--! Returns {1, token} when the lock key holds this owner token (marked by a blocked
+--! acquirer, lock_mark, or not): the fence key is set to
 --! max(stored + 1, server TIME in microseconds) with the ttl, the same rule as lock_acquire,
 --! so tokens issued here and at fenced acquisitions share one increasing sequence. Returns {0}
 --! when the lock key is gone or holds another owner's token: nothing written (a holder whose
@@ -34,7 +35,7 @@ local err = refused(holder, 'GET')
 if err then
   return err
 end
-if holder ~= token then
+if holder ~= token and holder ~= token .. '\255' then
   return {0}
 end
 -- Largest token a Lua number holds exactly (2^53 - 1).

@@ -1,13 +1,12 @@
---! keys: 3
+--! keys: 2
 --! flags: no-writes
 --! What a lock's keys hold, read without changing them. KEYS[1] = the lock key (the owner
---! token, the lease as its TTL), KEYS[2] = its fence key (the last fencing token issued),
---! KEYS[3] = its waiter flag (set while an acquirer blocks); one hash slot.
---! Returns {holder, pttl_ms, fence, waiting}: holder the owner token or false when the lock is
---! free, pttl_ms the lock key's PTTL (-2 when free, -1 without a TTL), fence the last fencing
---! token as stored or false, waiting 1 when the waiter flag is set, else 0.
---! Errors: REDKIT_NOPERM when the ACL user may not run GET, PTTL or EXISTS, WRONGTYPE as Redis
---! says it.
+--! token, marked with a trailing byte 0xFF once an acquirer blocks on it, lock_mark; the lease
+--! as its TTL), KEYS[2] = its fence key (the last fencing token issued); one hash slot.
+--! Returns {holder, pttl_ms, fence, waiting}: holder the owner token (without the mark) or
+--! false when the lock is free, pttl_ms the lock key's PTTL (-2 when free, -1 without a TTL),
+--! fence the last fencing token as stored or false, waiting 1 when the lock is marked, else 0.
+--! Errors: REDKIT_NOPERM when the ACL user may not run GET or PTTL, WRONGTYPE as Redis says it.
 --! Declared read-only: sent as EVALSHA_RO / FCALL_RO (a replica may serve it); it writes
 --! nothing.
 local nope = "can't run"
@@ -31,7 +30,8 @@ end
 local fence
 fence, e = read('GET', KEYS[2])
 if e then return e end
-local waiting
-waiting, e = read('EXISTS', KEYS[3])
-if e then return e end
+local waiting = 0
+if holder and string.byte(holder, -1) == 255 then
+  holder, waiting = string.sub(holder, 1, -2), 1
+end
 return {holder, pttl, fence, waiting}

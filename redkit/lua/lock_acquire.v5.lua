@@ -5,8 +5,9 @@
 --! ARGV[2] = ttl in ms, ARGV[3] = fence key ttl in ms (integers, 1 <= ttl <= fence ttl < 10^15).
 --! Returns {1, fencing_token} when acquired: the lock was free (SET NX PX, then the fence key
 --! is set to max(stored + 1, server TIME in microseconds) with the fence ttl), or it already
---! held this very token (a retry after a lost reply: both TTLs are refreshed and the stored
---! token is answered again).
+--! held this very token, marked by a blocked acquirer (lock_mark) or not (a retry after a
+--! lost reply: both TTLs are refreshed, the value kept, and the stored token is answered
+--! again).
 --! Returns {0, pttl_ms} when another owner holds it (pttl -1: the holder's key has no TTL).
 --! Nothing is half-applied: the input and the stored fence (Redis integer rules, below 2^53)
 --! are checked and the next token computed before the first write; the reads (GET, TIME) run
@@ -80,7 +81,7 @@ if not holder then
   redis.call('SET', fence, next_text, 'PX', fence_ttl_arg)
   return {1, next}
 end
-if holder ~= token then
+if holder ~= token and holder ~= token .. '\255' then
   local pttl = redis.pcall('PTTL', lock)
   err = refused(pttl, 'PTTL')
   if err then
