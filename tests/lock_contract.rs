@@ -350,7 +350,10 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
             let before_ops = support::snapshot(&mut admin).await;
             let release = lock.release(&mut conn, guard).await;
             match release {
-                Err(Error::PermissionDenied { .. }) if ["get", "del"].contains(&denied) => {
+                Err(Error::PermissionDenied { ref script, .. })
+                    if ["get", "del"].contains(&denied) =>
+                {
+                    assert_eq!(script, "lock_release.v5", "{case}");
                     assert_unchanged(
                         &before_ops,
                         &support::snapshot(&mut admin).await,
@@ -368,7 +371,7 @@ async fn every_inner_command_denied_by_acl_is_permission_denied_and_writes_nothi
                 Err(Error::PermissionDenied { ref script, .. })
                     if ["get", "del"].contains(&denied) =>
                 {
-                    assert_eq!(script, "lock_release_wake.v4", "{case}");
+                    assert_eq!(script, "lock_release.v5", "{case}");
                     assert_unchanged(
                         &before_ops,
                         &support::snapshot(&mut admin).await,

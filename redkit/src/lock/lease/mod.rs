@@ -178,6 +178,13 @@ pub(crate) trait LeaseKind: Kind + Clone + Send + Sync + 'static {
     /// The compare-and-delete call that gives `held` back.
     fn release_call(&self, held: &HeldLease, extra: &Self::Extra) -> Call<'_>;
 
+    /// The call that follows a [`release_call`](Self::release_call) that released nothing,
+    /// when the kind has one (default: none): a [`Lock`](crate::lock::Lock)'s release of a
+    /// hold a blocked acquirer marked, which the bare compare-and-delete leaves.
+    fn release_marked_call(&self, _held: &HeldLease, _extra: &Self::Extra) -> Option<Call<'_>> {
+        None
+    }
+
     /// Decodes the release call's answer (default: 1 released, 0 not the owner).
     fn released(&self, call: &Call<'_>, answer: i64) -> Result<Release> {
         Ok(if status(call.script(), answer)? {
@@ -260,10 +267,18 @@ pub(crate) async fn release<K: LeaseKind, C: ConnectionLike>(
         }
     }
     let call = kind.release_call(held, extra);
-    let released = match kind.manager().invoke::<i64, _>(conn, &call).await {
+    let mut released = match kind.manager().invoke::<i64, _>(conn, &call).await {
         Ok(answer) => kind.released(&call, answer),
         Err(e) => Err(e),
     };
+    if let (Ok(Release::NotOwner), Some(marked)) =
+        (&released, kind.release_marked_call(held, extra))
+    {
+        // Boxed: only a release with a waiter (or of a lost lease) sends a second call.
+        released = Box::pin(kind.manager().invoke::<i64, _>(conn, &marked))
+            .await
+            .and_then(|answer| kind.released(&marked, answer));
+    }
     let label = release_label(&released);
     metrics::lock_operation(K::KIND, LockOp::Release, label);
     released

@@ -59,7 +59,7 @@ lock_kind! {
     key = "The key holding the owner token of `resource`.";
     inner {
         pub(in crate::lock) acquire: &'static Script = embedded::LOCK_ACQUIRE.script(),
-        release: &'static Script = embedded::LOCK_RELEASE_WAKE.script(),
+        release: &'static Script = embedded::LOCK_RELEASE.script(),
         /// Whether `acquire_blocking` marks the lock and blocks until a release wakes it (see
         /// [`Lock::wake_on_release`]).
         pub(in crate::lock) wakes: bool = true,
@@ -122,10 +122,12 @@ impl Lock {
         LockGuard<Lock>;
         /// Compare-and-delete: deletes the key only if it still holds this guard's token.
         /// [`Release::NotOwner`](crate::lock::Release::NotOwner) when the lease had expired (and maybe another owner holds the
-        /// lock now, whose key is left untouched). Stops the guard's watchdog first. When a caller
-        /// blocked in [`acquire_blocking`](Self::acquire_blocking) has marked the lock, the same
-        /// script pushes it a wake-up; unmarked, the release is `GET` + `DEL`, what a bare
-        /// compare-and-delete costs.
+        /// lock now, whose key is left untouched). Stops the guard's watchdog first. The release
+        /// is `lock_release` (`GET`, `DEL`: what a bare compare-and-delete costs); when it
+        /// deletes nothing (a hold a caller blocked in
+        /// [`acquire_blocking`](Self::acquire_blocking) has marked, or a lost lease),
+        /// `lock_release_wake` follows, which deletes a marked hold and pushes the caller's
+        /// wake-up: a second round trip only then.
         ///
         /// A guard acquired without fencing is released without a script where the server has
         /// `DELIFEQ` (Valkey 9+, see [`ScriptManager::capabilities`](crate::ScriptManager::capabilities)):
@@ -216,10 +218,16 @@ impl LeaseKind for Lock {
 
     fn release_call(&self, held: &HeldLease, (): &()) -> Call<'_> {
         let mut call = Call::new(self.inner.release);
+        call.key(&held.key).arg(&held.token);
+        call
+    }
+
+    fn release_marked_call(&self, held: &HeldLease, (): &()) -> Option<Call<'_>> {
+        let mut call = Call::new(embedded::LOCK_RELEASE_WAKE.script());
         call.key(&held.key)
             .key_suffixed(&held.key, schema::WAKE)
             .arg(&held.token);
-        call
+        Some(call)
     }
 }
 
