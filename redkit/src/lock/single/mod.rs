@@ -25,8 +25,9 @@ use crate::script::{embedded, Call, Script};
 lock_kind! {
     /// A lock on one Redis server or Redis Cluster: one round trip per operation (a script, or
     /// without fencing a plain command: `SET NX PX GET` to acquire, and on Valkey 9 `DELIFEQ`
-    /// to release and `SET ... IFEQ` to renew); a release or renewal of a hold that a caller
-    /// blocked in [`acquire_blocking`](Self::acquire_blocking) has marked takes a second.
+    /// to release and `SET ... IFEQ` to renew); the release of a hold that a caller blocked in
+    /// [`acquire_blocking`](Self::acquire_blocking) has marked takes more (the wake-up), and on
+    /// Valkey so does its renewal.
     ///
     /// Keys: `<prefix>:{<resource>}` holds the owner token (with the lease as TTL), and
     /// `<prefix>:{<resource>}:fence` the last fencing token issued (TTL `2 × lease + 10 s`,
