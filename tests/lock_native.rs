@@ -311,6 +311,62 @@ async fn wake_ups(server: RedisServer) {
         waiter_lock.release(&mut own, next).await.unwrap(),
         Release::Released
     );
+    two_waiters(&server, &lock, &mut conn).await;
+}
+
+/// Two callers blocked on one hold: marked once, released, and both served in turn, each
+/// well within its 10 s lease (the first marks its own hold for the second). On Valkey no
+/// script runs for any of it.
+async fn two_waiters(server: &RedisServer, lock: &Lock, conn: &mut MultiplexedConnection) {
+    let key = lock.key("h").unwrap();
+    let get = || {
+        let mut get = redis::cmd("GET");
+        get.arg(&key);
+        get
+    };
+    let native = ScriptManager::new()
+        .capabilities(conn)
+        .await
+        .unwrap()
+        .delifeq;
+    let scripts = script_calls(server).await;
+    let blpops = server.command_calls("blpop").await;
+    let holder = held(lock, conn, "h", 10_000).await;
+    let mut marked: Vec<u8> = get().query_async(conn).await.unwrap();
+    marked.push(0xff);
+    let (first, second) = (
+        waiter(server, lock, "h", plain(10_000)).await,
+        waiter(server, lock, "h", plain(10_000)).await,
+    );
+    server.wait_command_calls("blpop", blpops + 2).await;
+    let value: Vec<u8> = get().query_async(conn).await.unwrap();
+    assert_eq!(value, marked, "marked once by two waiters");
+    let released = Instant::now();
+    assert_eq!(lock.release(conn, holder).await.unwrap(), Release::Released);
+    // Whichever holds it releases at once; the other is woken by that release.
+    let mut served = 0;
+    let mut pending = vec![first, second];
+    while !pending.is_empty() {
+        let (done, _, rest) = futures_util::future::select_all(pending).await;
+        pending = rest;
+        let (outcome, woke, waiter_lock, mut own) = done.unwrap();
+        if let Acquire::Acquired(guard) = outcome.unwrap() {
+            assert_eq!(
+                waiter_lock.release(&mut own, guard).await.unwrap(),
+                Release::Released
+            );
+            served += 1;
+        }
+        assert!(
+            woke - released < Duration::from_secs(2),
+            "{:?}",
+            woke - released
+        );
+    }
+    assert_eq!(served, 2, "both waiters held the lock");
+    if native {
+        assert_eq!(script_calls(server).await, scripts, "no script on Valkey");
+    }
 }
 
 /// A lock built with `wake_on_release(false)` releases as the default lock does: a release
