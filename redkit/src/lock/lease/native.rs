@@ -259,7 +259,7 @@ async fn set_ifeq<C: ConnectionLike>(
 }
 
 /// Marks the hold of lock key `key` as waited for, as `lock_mark` does: the hold's PTTL in ms
-/// (-2: free, nothing written; -1: no TTL); a value already marked, or of another length than
+/// ([`schema::FREE`]: free, nothing written; -1: no TTL); a value already marked, or of another length than
 /// an owner token's, is left as it is. `None` when the server does not offer `SET ... IFEQ`
 /// (or no longer does): run the script.
 pub(crate) async fn mark<C: ConnectionLike>(
@@ -277,7 +277,7 @@ pub(crate) async fn mark<C: ConnectionLike>(
             .await;
         let holder = match holder {
             Ok(Some(holder)) => holder,
-            Ok(None) => return Some(Ok(-2)),
+            Ok(None) => return Some(Ok(schema::FREE)),
             Err(e) => return Some(Err(typed(MARK, e))),
         };
         if !(16..=128).contains(&holder.len()) || holder.last() == Some(&schema::MARK) {
@@ -313,7 +313,7 @@ pub(crate) async fn mark<C: ConnectionLike>(
         }
     }
     // The hold kept changing: attempt again at once (an attempt never loses a wake-up).
-    Some(Ok(-2))
+    Some(Ok(schema::FREE))
 }
 
 /// The server's own error inside `err`: the first command's of a failed pipeline, or of a

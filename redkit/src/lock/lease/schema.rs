@@ -20,6 +20,9 @@ const FENCE: &str = ":fence";
 /// lock key's value (`lock_mark`), so that its release pushes a wake-up: an owner token is text,
 /// which never holds it.
 pub(crate) const MARK: u8 = 0xff;
+/// What a mark answers for a free lock: the `PTTL` of a missing key (`lock_mark` answers the
+/// hold's `PTTL`).
+pub(crate) const FREE: i64 = -2;
 /// What [`wake`] appends: the wake-up list of a lock or semaphore.
 pub(crate) const WAKE: &str = ":wake";
 

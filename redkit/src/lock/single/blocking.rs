@@ -108,7 +108,7 @@ impl LockAttempts<'_> {
         self.waited = true;
         let ttl = match mark(self.lock, conn, &self.key).await? {
             // Free now: attempt again at once.
-            -2 => return Ok(true),
+            schema::FREE => return Ok(true),
             ms => u64::try_from(ms).ok().map(Duration::from_millis),
         };
         block_on(conn, schema::wake(&self.key).as_str(), until(ttl, left)).await?;
@@ -118,7 +118,7 @@ impl LockAttempts<'_> {
 
 /// Marks the hold of lock key `key` as waited for (`lock_mark`, or its native commands where
 /// the server has `SET ... IFEQ`), so that its release pushes a wake-up: the hold's PTTL in ms
-/// (-2: the lock is free, nothing written; -1: no TTL).
+/// ([`schema::FREE`]: the lock is free, nothing written; -1: no TTL).
 pub(in crate::lock) async fn mark<C: ConnectionLike>(
     lock: &Lock,
     conn: &mut C,
