@@ -380,6 +380,20 @@ impl DenyCache {
     }
 
     /// Forgets `key` (after a reset of its counter).
+    /// Stores what a check answered: a refusal with the counter it saw (the limit when it saw
+    /// more) and the window's end measured from `sent`, the instant before the request went
+    /// out; an allowed request moves the counter of a stored refusal (a smaller cost passed
+    /// after a larger one was refused) up to what Redis answered.
+    pub(crate) fn remember(&self, key: &str, sent: Instant, decision: &Decision) {
+        let quota = decision.quota();
+        let count = u64::from(quota.limit()).saturating_sub(u64::from(quota.remaining()));
+        match decision {
+            Decision::Limited { retry_after, .. } => self.record(key, count, sent, *retry_after),
+            Decision::Allowed(_) => self.raise(key, count),
+            _ => {}
+        }
+    }
+
     pub(crate) fn forget(&self, key: &str) {
         self.shard(key).remove(key);
     }

@@ -10,10 +10,11 @@ use super::decision::{Decision, Quota};
 use super::deny_cache::DenyCache;
 use super::gcra::Gcra;
 use super::key::LimitKey;
+use super::lease::Leased;
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
 use super::sliding::SlidingWindow;
-use super::window::{AlignedWindow, FixedWindow, Grouped, Leased};
+use super::window::{AlignedWindow, FixedWindow, Grouped};
 use crate::error::{Error, Result};
 use crate::keys::Prefix;
 
@@ -225,6 +226,8 @@ limiters! {
         AlignedGrouped(Grouped<AlignedWindow>) = AlignedWindow;
         /// A [`FixedWindow`] answering from leased quota.
         FixedLeased(Leased<FixedWindow>) = FixedWindow;
+        /// A [`SlidingWindow`] answering from leased quota.
+        SlidingLeased(Leased<SlidingWindow>) = SlidingWindow;
     }
 }
 
@@ -263,7 +266,7 @@ impl Limiter {
             Self::Aligned(_) | Self::AlignedGrouped(_) => {
                 "a counter per window aligned to the clock cannot hold a block across windows"
             }
-            Self::Sliding(_) => {
+            Self::Sliding(_) | Self::SlidingLeased(_) => {
                 "a count weighted down over time cannot hold a client out for a set time"
             }
         };
@@ -304,6 +307,12 @@ impl From<Grouped<AlignedWindow>> for Limiter {
 impl From<Leased<FixedWindow>> for Limiter {
     fn from(l: Leased<FixedWindow>) -> Self {
         Self::FixedLeased(l)
+    }
+}
+
+impl From<Leased<SlidingWindow>> for Limiter {
+    fn from(l: Leased<SlidingWindow>) -> Self {
+        Self::SlidingLeased(l)
     }
 }
 

@@ -2,10 +2,11 @@
 //!
 //! - [`FixedWindow`]: counter per window from a client's first hit (one atomic script call
 //!   per check, batches, reset); [`AlignedWindow`]: windows aligned to the clock. Both are a
-//!   [`Window`]; [`Grouped`] (group commit) and [`Leased`] (leased quota) wrap them where
-//!   their scripts allow (`.grouped(..)`, `.leased(..)`).
+//!   [`Window`]; [`Grouped`] (group commit) wraps either, [`Leased`] (leased quota) the
+//!   windows from a first hit (`.grouped(..)`, `.leased(..)`).
 //! - [`Gcra`]: smooth, token-bucket semantics (rate and burst), exact retry-after.
-//! - [`SlidingWindow`]: two-counter weighted sliding window, no clock at all.
+//! - [`SlidingWindow`]: two-counter weighted sliding window, no clock at all; leases too
+//!   (`.leased(..)`).
 //! - [`Rate`]: what every limiter is built from (`X::new(name, rate)`): N per period, with a
 //!   burst for GCRA.
 //! - [`RateLimiter`]: what every algorithm provides; [`Limiter`]: any of them, one type (what
@@ -39,6 +40,7 @@ pub(crate) mod deny_cache;
 mod gcra;
 mod key;
 mod key_space;
+mod lease;
 mod limiter;
 mod rate;
 mod rate_limiter;
@@ -54,12 +56,10 @@ pub use gcra::Gcra;
 #[allow(unused_imports)]
 pub(crate) use key::{canonical, validate_ipv6_prefix};
 pub use key::{LimitKey, DEFAULT_IPV6_PREFIX};
+pub use lease::{Leased, QuotaLease};
 pub use limiter::{Algorithm, Limiter};
 pub use rate::Rate;
 pub use rate_limiter::RateLimiter;
 pub use sliding::SlidingWindow;
 pub use survey::{Busiest, ClientScan};
-pub use window::{
-    AlignedWindow, ClockAligned, FirstHit, FixedWindow, Grouped, Leased, QuotaLease, Window,
-    WindowKind,
-};
+pub use window::{AlignedWindow, ClockAligned, FirstHit, FixedWindow, Grouped, Window, WindowKind};

@@ -9,6 +9,7 @@ use super::basics::limiter_basics;
 use super::decision::{Decision, Quota};
 use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
+use super::lease::{lease_target, LeaseScript, Leased, QuotaLease};
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
 use super::reply::{ints, quota_of, timed_decision};
@@ -249,6 +250,48 @@ impl RateLimiter for SlidingWindow {
 
 /// Always asks Redis: a sliding window's refusal can end before the retry-after it reports.
 impl Hooks for SlidingWindow {}
+
+impl SlidingWindow {
+    /// Answers checks from **leased quota** with `lease`: the same limit, exact (never over it
+    /// across every instance), most checks of a hot key answered in process. Each lease call
+    /// is one `EVALSHA` of `lua/sliding_window_lease.v1.lua`, which counts the units it grants
+    /// in the current window at once; they are used only until that window ends. What it
+    /// changes, and why it stays exact: [`Leased`].
+    ///
+    /// ```
+    /// use redkit::rate_limit::{QuotaLease, Rate, SlidingWindow};
+    /// let l = SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(1_000)))?.leased(QuotaLease::new(32)?.instances(4)?);
+    /// assert_eq!(l.lease().max_units(), 32);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn leased(self, lease: QuotaLease) -> Leased<Self> {
+        Leased::wrap(self, lease)
+    }
+}
+
+lease_target!(SlidingWindow, LeaseScript::SlidingWindow);
+
+impl Leased<SlidingWindow> {
+    /// `limiter` answering from leased quota with `lease`; the same as
+    /// [`limiter.leased(lease)`](SlidingWindow::leased).
+    ///
+    /// ```
+    /// use redkit::rate_limit::{Leased, QuotaLease, Rate, SlidingWindow};
+    /// let l = Leased::new(SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(1_000)))?, QuotaLease::new(32)?);
+    /// assert_eq!(l.limiter().limit(), 1_000);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn new(limiter: SlidingWindow, lease: QuotaLease) -> Self {
+        Self::wrap(limiter, lease)
+    }
+}
+
+/// From the units of a lease held here (a sliding window keeps no deny cache).
+impl Hooks for Leased<SlidingWindow> {
+    fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {
+        self.answer_held(key)
+    }
+}
 
 #[cfg(test)]
 mod tests {

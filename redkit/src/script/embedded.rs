@@ -68,6 +68,7 @@ embedded! {
     FIXED_WINDOW_LEASE => "fixed_window_lease", 2;
     GCRA => "gcra", 4;
     SLIDING_WINDOW => "sliding_window", 4;
+    SLIDING_WINDOW_LEASE => "sliding_window_lease", 1;
     FIXED_WINDOW_PEEK => "fixed_window_peek", 1;
     FIXED_WINDOW_BLOCK => "fixed_window_block", 1;
     GCRA_BLOCK => "gcra_block", 1;

@@ -155,6 +155,7 @@ impl PolicySpec {
             (Limiter::Fixed(f), Some(settings), None) => f.grouped(settings).into(),
             (Limiter::Aligned(a), Some(settings), None) => a.grouped(settings).into(),
             (Limiter::Fixed(f), None, Some(lease)) => f.leased(lease).into(),
+            (Limiter::Sliding(s), None, Some(lease)) => s.leased(lease).into(),
             (Limiter::Fixed(_), Some(_), Some(_)) => {
                 return Err(unsupported(
                     "group_commit",
@@ -165,7 +166,8 @@ impl PolicySpec {
             (Limiter::Aligned(_), _, Some(_)) => {
                 return Err(unsupported(
                     "lease",
-                    "leasing needs windows that start at the first hit (fixed_window)",
+                    "leasing needs windows that start at the first hit \
+                     (fixed_window, sliding_window)",
                 ))
             }
             (_, Some(_), _) => {
@@ -175,7 +177,10 @@ impl PolicySpec {
                 ))
             }
             (_, None, Some(_)) => {
-                return Err(unsupported("lease", "only fixed_window has a lease script"))
+                return Err(unsupported(
+                    "lease",
+                    "only fixed_window and sliding_window have a lease script",
+                ))
             }
         })
     }
@@ -456,8 +461,8 @@ impl PolicyConfig {
 
     /// Leased quota for every limiter (TOML / JSON at the top level:
     /// `lease = { max_units = 32, instances = 4 }`): see [`Leased`](crate::rate_limit::Leased).
-    /// Only `fixed_window` leases: [`Policies::from_config`] refuses it for another
-    /// algorithm (`aligned_window` included), or beside group commit, with
+    /// `fixed_window` and `sliding_window` lease: [`Policies::from_config`] refuses it for
+    /// another algorithm (`aligned_window`, `gcra`), or beside group commit, with
     /// [`Error::UnsupportedOption`].
     ///
     /// ```
@@ -684,8 +689,8 @@ impl Policies {
     }
 
     /// Builds the limiters of a [`PolicyConfig`], validating every entry. An option a
-    /// policy's algorithm cannot honour (`group_commit` or `lease` on GCRA or the sliding
-    /// window, `lease` on `aligned_window`, both on one window, `burst` on anything but GCRA)
+    /// policy's algorithm cannot honour (`group_commit` on GCRA or the sliding window,
+    /// `lease` on GCRA or `aligned_window`, both on one window, `burst` on anything but GCRA)
     /// is [`Error::UnsupportedOption`], never ignored.
     ///
     /// ```
@@ -978,7 +983,7 @@ mod tests {
             (Algorithm::Gcra, group, None, "group_commit"),
             (Algorithm::Gcra, None, lease, "lease"),
             (Algorithm::SlidingWindow, group, None, "group_commit"),
-            (Algorithm::SlidingWindow, None, lease, "lease"),
+            (Algorithm::SlidingWindow, group, lease, "group_commit"),
             (Algorithm::AlignedWindow, None, lease, "lease"),
             (Algorithm::AlignedWindow, group, lease, "lease"),
             (Algorithm::FixedWindow, group, lease, "group_commit"),
@@ -1014,6 +1019,10 @@ mod tests {
         assert!(matches!(
             built(config(spec(Algorithm::FixedWindow), None, lease)),
             Limiter::FixedLeased(_)
+        ));
+        assert!(matches!(
+            built(config(spec(Algorithm::SlidingWindow), None, lease)),
+            Limiter::SlidingLeased(l) if l.lease() == QuotaLease::new(8).unwrap()
         ));
         let gcra = PolicySpec::new("p", rate)
             .algorithm(Algorithm::Gcra)

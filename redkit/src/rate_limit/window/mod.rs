@@ -19,6 +19,7 @@ use super::decision::{Decision, Quota};
 use super::deny_cache::DenyCache;
 use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
+use super::lease::{lease_target, LeaseScript, Leased, QuotaLease};
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
 use super::reply::{int, ints, non_negative};
@@ -27,16 +28,11 @@ use crate::group_commit::GroupCommit;
 use crate::script::{embedded, Call, CallOutcome, Script, ScriptManager};
 
 mod aligned;
-mod flight;
 mod grouped;
-mod lease;
-mod leased;
 mod queue;
 mod reply;
 
 pub use grouped::Grouped;
-pub use lease::QuotaLease;
-pub use leased::Leased;
 
 /// A fixed-window limiter whose windows start at each client's first counted hit: the
 /// classic `INCR` + `EXPIRE` design, done atomically (a [`Window`] of kind [`FirstHit`]).
@@ -377,7 +373,7 @@ impl<K: WindowKind> Window<K> {
             .send(conn, &redis_key, cost, slot.as_ref(), groups)
             .await?;
         let decision = self.decode(reply, cost, slot.as_ref())?;
-        remember(cache, &redis_key, sent, &decision);
+        cache.remember(&redis_key, sent, &decision);
         Ok(decision)
     }
 
@@ -462,7 +458,7 @@ impl<K: WindowKind> Window<K> {
                     break;
                 };
                 if let CallOutcome::Ran(Ok(decision)) = &reply {
-                    remember(cache, redis_key, sent, decision);
+                    cache.remember(redis_key, sent, decision);
                 }
                 *slot = Some(reply);
             }
@@ -654,7 +650,7 @@ impl FixedWindow {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn leased(self, lease: QuotaLease) -> Leased<Self> {
-        Leased::new(self, lease)
+        Leased::wrap(self, lease)
     }
 
     /// Blocks `key` for `block`: its counter holds at least the limit until the block ends,
@@ -744,6 +740,33 @@ impl RateLimiter for AlignedWindow {
     delegate_rate_limiter!(AlignedWindow, deny_cache);
 }
 
+lease_target!(FixedWindow, LeaseScript::FixedWindow);
+
+impl Leased<FixedWindow> {
+    /// `limiter` answering from leased quota with `lease`; the same as
+    /// [`limiter.leased(lease)`](Window::leased).
+    ///
+    /// ```
+    /// use redkit::rate_limit::{FixedWindow, Leased, QuotaLease, Rate};
+    /// let l = Leased::new(FixedWindow::new("api", Rate::per_second(redkit::nonzero!(1_000)))?, QuotaLease::new(32)?);
+    /// assert_eq!(l.lease(), QuotaLease::new(32)?);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn new(limiter: FixedWindow, lease: QuotaLease) -> Self {
+        Self::wrap(limiter, lease)
+    }
+}
+
+impl Hooks for Leased<FixedWindow> {
+    fn attach_deny_cache(self, cache: DenyCache) -> Self {
+        self.attach(|w| w.with_deny_cache(cache))
+    }
+
+    fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {
+        self.answer_held(key)
+    }
+}
+
 impl<K: WindowKind> Hooks for Window<K> {
     fn attach_deny_cache(self, cache: DenyCache) -> Self {
         self.with_deny_cache(cache)
@@ -752,20 +775,6 @@ impl<K: WindowKind> Hooks for Window<K> {
     /// From a refusal the deny cache holds.
     fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {
         self.cached_refusal(key)
-    }
-}
-
-/// Stores a refusal: the counter it saw (the limit when it saw more) and the window's end
-/// measured from `sent`, the instant before the request went out.
-/// An allowed request moves the counter of a stored refusal (a smaller cost passed after a
-/// larger one was refused) up to what Redis answered.
-fn remember(cache: &DenyCache, redis_key: &str, sent: Instant, decision: &Decision) {
-    let quota = decision.quota();
-    let count = u64::from(quota.limit()).saturating_sub(u64::from(quota.remaining()));
-    match decision {
-        Decision::Limited { retry_after, .. } => cache.record(redis_key, count, sent, *retry_after),
-        Decision::Allowed(_) => cache.raise(redis_key, count),
-        _ => {}
     }
 }
 

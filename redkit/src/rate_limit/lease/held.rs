@@ -1,7 +1,5 @@
-//! Leased quota for a [`FixedWindow`](super::FixedWindow) ([`Leased`](super::Leased)): an instance takes several units of a
-//! key's current window from Redis in one call (counted there at once, so the sum over every
-//! instance never passes the limit) and answers that key's next checks from them in process,
-//! until they are spent or the window ends.
+//! The units leased to this instance, per client key: taken in process until spent or their
+//! window ends, refilled by one lease call at a time.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -11,162 +9,12 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::flight::{Flights, Leader, Turn};
-use crate::error::{Error, Result};
+use super::script::{Grant, LeaseScript};
+use super::settings::QuotaLease;
+use crate::error::Result;
 use crate::rate_limit::decision::{Decision, Quota};
 use crate::rate_limit::deny_cache::DenyCache;
-use crate::script::{embedded, Call, Script, ScriptManager};
-
-/// The settings of leased quota ([`FixedWindow::leased`](super::Window::leased)):
-/// at most `max_units` units taken by one lease call, and how many instances share the limit
-/// (each takes at most a `1 / (2 x instances)` share of what is left, so a busy window is not
-/// starved by units held idle elsewhere).
-///
-/// How a lease grows: the first check of a key in a window takes only what it needs (a key
-/// checked once per window never leases more); each further lease call of the key in the same
-/// window asks for twice the last, up to `max_units` and the share of what is left, down to
-/// the cost near the limit. What it costs: units leased and not used die with their window, so
-/// when demand exceeds the limit a window admits at least `limit - instances x max_units`
-/// (never more than `limit`); `RateLimit` remaining comes from the lease's view (what is left
-/// in Redis as last seen, plus the units this instance holds).
-///
-/// ```
-/// use redkit::rate_limit::*;
-/// use redkit::lock::*; // no name clashes: both modules glob-import together
-/// let lease = QuotaLease::new(32)?.instances(4)?;
-/// let _with_lock_lease: Option<Lease> = None; // redkit::lock::Lease
-/// assert_eq!((lease.max_units(), lease.expected_instances()), (32, 4));
-/// assert!(QuotaLease::new(1).is_err()); // a lease of one unit is a plain check
-/// assert!(QuotaLease::new(32)?.instances(0).is_err());
-/// # Ok::<(), redkit::Error>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(try_from = "LeaseSpec", into = "LeaseSpec")]
-pub struct QuotaLease {
-    max_units: u32,
-    instances: u32,
-}
-
-/// [`QuotaLease`] as configuration: `{ max_units = 32, instances = 4 }` (`instances` 1 when left
-/// out), checked by [`QuotaLease::new`] while parsing.
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LeaseSpec {
-    max_units: u32,
-    #[serde(default = "one")]
-    instances: u32,
-}
-
-fn one() -> u32 {
-    1
-}
-
-impl TryFrom<LeaseSpec> for QuotaLease {
-    type Error = Error;
-
-    fn try_from(spec: LeaseSpec) -> Result<Self> {
-        QuotaLease::new(spec.max_units)?.instances(spec.instances)
-    }
-}
-
-impl From<QuotaLease> for LeaseSpec {
-    fn from(lease: QuotaLease) -> Self {
-        Self {
-            max_units: lease.max_units,
-            instances: lease.instances,
-        }
-    }
-}
-
-impl QuotaLease {
-    /// The largest `max_units`.
-    ///
-    /// ```
-    /// use redkit::rate_limit::QuotaLease;
-    /// let lease = QuotaLease::new(QuotaLease::MAX_UNITS)?;
-    /// assert_eq!(lease.max_units(), 1 << 20);
-    /// assert!(QuotaLease::new(QuotaLease::MAX_UNITS + 1).is_err());
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub const MAX_UNITS: u32 = 1 << 20;
-    /// The most keys one limiter holds leases for at once (then further keys are checked
-    /// without leasing until some of those windows end): bounded memory.
-    ///
-    /// ```
-    /// use redkit::rate_limit::QuotaLease;
-    /// // Per limiter and process: the 10,001st key checked in a window goes to Redis on
-    /// // every check, as without a lease, until a leased key's window ends.
-    /// assert_eq!(QuotaLease::MAX_KEYS, 10_000);
-    /// ```
-    pub const MAX_KEYS: usize = 10_000;
-
-    /// At most `max_units` (2 to [`MAX_UNITS`](Self::MAX_UNITS)) units per lease call, for one
-    /// instance.
-    ///
-    /// ```
-    /// assert!(redkit::rate_limit::QuotaLease::new(64).is_ok());
-    /// ```
-    pub fn new(max_units: u32) -> Result<Self> {
-        if !(2..=Self::MAX_UNITS).contains(&max_units) {
-            return Err(Error::invalid(
-                "lease",
-                format!("max_units must be 2..={}", Self::MAX_UNITS),
-            ));
-        }
-        Ok(Self {
-            max_units,
-            instances: 1,
-        })
-    }
-
-    /// How many instances share the limit (1 to 10,000; 1 unless set).
-    ///
-    /// ```
-    /// let lease = redkit::rate_limit::QuotaLease::new(64)?.instances(8)?;
-    /// assert_eq!(lease.expected_instances(), 8);
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn instances(mut self, instances: u32) -> Result<Self> {
-        if !(1..=10_000).contains(&instances) {
-            return Err(Error::invalid("lease", "instances must be 1..=10000"));
-        }
-        self.instances = instances;
-        Ok(self)
-    }
-
-    /// The most units one lease call takes.
-    ///
-    /// ```
-    /// assert_eq!(redkit::rate_limit::QuotaLease::new(64)?.max_units(), 64);
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn max_units(&self) -> u32 {
-        self.max_units
-    }
-
-    /// How many instances share the limit.
-    ///
-    /// ```
-    /// assert_eq!(redkit::rate_limit::QuotaLease::new(64)?.expected_instances(), 1);
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn expected_instances(&self) -> u32 {
-        self.instances
-    }
-
-    /// The units to ask for: `cost` on a key's first lease call of a window, then twice the
-    /// last ask, at least `demand` (the checks of this instance waiting for it now), at most
-    /// `max_units` and a `1 / (2 x instances)` share of what was left (`left`), never below
-    /// `cost`.
-    fn want(&self, cost: u32, last: Option<u32>, left: u64, demand: u32) -> u32 {
-        let share = left / (2 * u64::from(self.instances));
-        let share = u32::try_from(share).unwrap_or(u32::MAX);
-        last.map_or(cost, |last| last.saturating_mul(2))
-            .max(demand)
-            .min(self.max_units)
-            .min(share)
-            .max(cost)
-    }
-}
+use crate::script::{Call, ScriptManager};
 
 /// What this instance holds of one key's window.
 #[derive(Debug, Clone, Copy)]
@@ -176,9 +24,14 @@ struct Held {
     /// When the window ends at the latest (measured from before the lease call was sent, so
     /// never after the server's window): no unit is used from then on.
     until: Instant,
-    /// The highest counter in Redis a lease call of this window answered (this instance's
-    /// units included).
+    /// When the quota resets as the last lease call saw it (the fixed window's end; for a
+    /// sliding window, when every counted unit has left it).
+    reset: Instant,
+    /// What counted toward the limit in the answer that saw the highest `counter` (this
+    /// instance's units included).
     count: u64,
+    /// The highest window counter a lease call of this window answered.
+    counter: u64,
     /// When the call that answered `count` was sent: a lower counter in the answer of a call
     /// sent before it is only a reply handled out of order, not a lost counter.
     count_sent: Instant,
@@ -198,7 +51,7 @@ struct Held {
 #[derive(Debug)]
 pub(super) struct Leases {
     settings: QuotaLease,
-    script: &'static Script,
+    script: LeaseScript,
     held: Mutex<HashMap<String, Held>>,
     flights: Flights,
 }
@@ -233,10 +86,10 @@ pub(super) struct Granted {
 }
 
 impl Leases {
-    pub(super) fn new(settings: QuotaLease) -> Arc<Self> {
+    pub(super) fn new(settings: QuotaLease, script: LeaseScript) -> Arc<Self> {
         Arc::new(Self {
             settings,
-            script: embedded::FIXED_WINDOW_LEASE.script(),
+            script,
             held: Mutex::new(HashMap::new()),
             flights: Flights::default(),
         })
@@ -368,7 +221,7 @@ impl Leases {
             None => (None, u64::from(limit)),
         };
         let want = self.settings.want(cost, last, left, demand);
-        let mut call = Call::new(self.script);
+        let mut call = Call::new(self.script.script());
         call.key(redis_key)
             .arg(limit)
             .arg(window_ms)
@@ -376,28 +229,30 @@ impl Leases {
             .arg(want);
         let sent = Instant::now();
         let reply: Value = manager.invoke(conn, &call).await?;
-        let (granted, count, pttl) = self.decode(reply)?;
-        let reset_after = match u64::try_from(pttl) {
-            Ok(ms) => Duration::from_millis(ms.max(1)),
-            Err(_) => Duration::from_millis(window_ms),
-        };
-        if granted < u64::from(cost) {
-            let quota = Quota::new(limit, count, reset_after);
+        let grant = self.script.decode(reply, window_ms)?;
+        if grant.granted < u64::from(cost) {
             if let Some(generation) = cache {
-                self.keep_refusal(client, generation, (count, sent, reset_after));
+                self.keep_refusal(client, generation, sent, &grant);
             }
             return Ok(Granted {
                 decision: Decision::Limited {
-                    quota,
-                    retry_after: reset_after,
+                    quota: Quota::new(limit, grant.used, grant.reset),
+                    retry_after: grant.retry,
                 },
             });
         }
-        let until = sent.checked_add(reset_after).unwrap_or(sent);
+        let Grant {
+            granted,
+            used: count,
+            counter,
+            ..
+        } = grant;
         let fresh = Held {
             units: granted - u64::from(cost),
-            until,
+            until: sent.checked_add(grant.valid).unwrap_or(sent),
+            reset: sent.checked_add(grant.reset).unwrap_or(sent),
             count,
+            counter,
             count_sent: sent,
             last_want: want,
             taken: granted,
@@ -418,7 +273,9 @@ impl Leases {
         let granted = Held {
             units,
             until,
+            reset: until,
             count: units,
+            counter: units,
             count_sent: now,
             last_want: 8,
             taken: units,
@@ -444,13 +301,16 @@ impl Leases {
             // with it. Lower in the answer to an earlier call is a reply handled late (many
             // checks of a hot key lease at once): its units count.
             Some(h)
-                if h.until > now && (fresh.count >= h.count || fresh.count_sent < h.count_sent) =>
+                if h.until > now
+                    && (fresh.counter >= h.counter || fresh.count_sent < h.count_sent) =>
             {
                 h.units = h.units.saturating_add(fresh.units);
                 h.until = h.until.min(fresh.until);
-                if fresh.count >= h.count {
+                if fresh.counter >= h.counter {
                     h.count = fresh.count;
+                    h.counter = fresh.counter;
                     h.count_sent = fresh.count_sent;
+                    h.reset = fresh.reset;
                 }
                 h.last_want = h.last_want.max(fresh.last_want);
                 h.taken = h.taken.saturating_add(fresh.taken);
@@ -470,17 +330,11 @@ impl Leases {
         }
     }
 
-    /// Keeps a refused lease call's answer (`count` in Redis, the window ending `reset_after`
-    /// after `sent`) beside the units of `client`'s window, for the deny cache at
-    /// `generation`. A counter lower than the one already seen is left to Redis (it was lost,
-    /// or the reply is late).
-    fn keep_refusal(
-        &self,
-        client: &str,
-        generation: u64,
-        (count, sent, reset_after): (u64, Instant, Duration),
-    ) {
-        let until = sent.checked_add(reset_after).unwrap_or(sent);
+    /// Keeps a refused lease call's answer (sent at `sent`) beside the units of `client`'s
+    /// window, for the deny cache at `generation`, until the window ends. A counter lower than
+    /// the one already seen is left to Redis (it was lost, or the reply is late).
+    fn keep_refusal(&self, client: &str, generation: u64, sent: Instant, grant: &Grant) {
+        let until = sent.checked_add(grant.valid).unwrap_or(sent);
         let mut held = self.lock();
         let now = Instant::now();
         if until <= now {
@@ -489,7 +343,9 @@ impl Leases {
         let fresh = Held {
             units: 0,
             until,
-            count,
+            reset: sent.checked_add(grant.reset).unwrap_or(sent),
+            count: grant.used,
+            counter: grant.counter,
             count_sent: sent,
             last_want: 0,
             taken: 0,
@@ -498,32 +354,18 @@ impl Leases {
         if let Some(h) = held.get_mut(client) {
             if h.until <= now {
                 *h = fresh;
-            } else if count >= h.count {
-                h.count = count;
+            } else if grant.counter >= h.counter {
+                h.count = grant.used;
+                h.counter = grant.counter;
                 h.count_sent = sent;
                 h.until = h.until.min(until);
+                h.reset = fresh.reset;
                 h.refused = Some(generation);
             }
             return;
         }
         if held.len() < QuotaLease::MAX_KEYS {
             held.insert(client.to_owned(), fresh);
-        }
-    }
-
-    /// `{granted, count, pttl}` -> its three integers, without trusting its shape.
-    fn decode(&self, reply: Value) -> Result<(u64, u64, i64)> {
-        let bad = |detail: &str| Error::unexpected(self.script.id(), detail);
-        match reply {
-            Value::Array(items) => match items.as_slice() {
-                [Value::Int(granted), Value::Int(count), Value::Int(pttl)] => Ok((
-                    u64::try_from(*granted).map_err(|_| bad("negative grant"))?,
-                    u64::try_from(*count).map_err(|_| bad("negative count"))?,
-                    *pttl,
-                )),
-                _ => Err(bad("expected an array of 3 integers")),
-            },
-            _ => Err(bad("expected an array of 3 integers")),
         }
     }
 
@@ -563,7 +405,7 @@ fn allowed(limit: u32, held: &Held, now: Instant) -> Decision {
     Decision::Allowed(Quota::with_remaining(
         limit,
         left,
-        held.until
+        held.reset
             .saturating_duration_since(now)
             .max(Duration::from_millis(1)),
     ))
@@ -573,80 +415,21 @@ fn allowed(limit: u32, held: &Held, now: Instant) -> Decision {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_lease_grows_by_doubling_within_its_caps() {
-        let lease = QuotaLease::new(64).unwrap().instances(2).unwrap();
-        assert_eq!(
-            lease.want(1, None, 1_000, 1),
-            1,
-            "first of a window: what it needs"
-        );
-        assert_eq!(lease.want(3, None, 1_000, 3), 3);
-        assert_eq!(lease.want(1, Some(1), 1_000, 1), 2);
-        assert_eq!(lease.want(1, Some(16), 1_000, 1), 32);
-        assert_eq!(lease.want(1, Some(64), 1_000, 1), 64, "at most max_units");
-        assert_eq!(
-            lease.want(1, Some(64), 100, 1),
-            25,
-            "at most a quarter of 100 left (2 instances)"
-        );
-        assert_eq!(lease.want(1, Some(64), 3, 1), 1, "near the limit: the cost");
-        assert_eq!(lease.want(5, Some(64), 3, 5), 5, "never below the cost");
-        assert_eq!(lease.want(1, Some(u32::MAX), u64::MAX, 1), 64);
-        assert_eq!(
-            lease.want(1, Some(2), 1_000, 40),
-            40,
-            "what the waiting checks need"
-        );
-        assert_eq!(lease.want(1, None, 1_000, 40), 40);
-        assert_eq!(lease.want(1, Some(2), 1_000, 500), 64, "at most max_units");
-        assert_eq!(lease.want(1, Some(2), 60, 40), 15, "at most the share");
-        // The share is 1 / (2 x instances) of what is left, for any number of instances.
-        let alone = QuotaLease::new(64).unwrap();
-        assert_eq!(
-            alone.want(1, None, 100, 60),
-            50,
-            "half of 100 left (1 instance)"
-        );
-        let three = QuotaLease::new(64).unwrap().instances(3).unwrap();
-        assert_eq!(
-            three.want(1, None, 120, 60),
-            20,
-            "a sixth of 120 left (3 instances)"
-        );
-    }
-
-    #[test]
-    fn a_lease_reads_back_as_configured() {
-        let lease = QuotaLease::new(32).unwrap();
-        assert_eq!((lease.max_units(), lease.expected_instances()), (32, 1));
-        let shared = QuotaLease::new(QuotaLease::MAX_UNITS)
-            .unwrap()
-            .instances(7)
-            .unwrap();
-        assert_eq!(
-            (shared.max_units(), shared.expected_instances()),
-            (QuotaLease::MAX_UNITS, 7)
-        );
-        // As configuration: `instances` is 1 when left out, and each field is checked.
-        let read: QuotaLease = serde_json::from_str(r#"{"max_units": 32}"#).unwrap();
-        assert_eq!(read, lease);
-        let read: QuotaLease =
-            serde_json::from_str(r#"{"max_units": 32, "instances": 4}"#).unwrap();
-        assert_eq!(read, lease.instances(4).unwrap());
-        assert_eq!(serde_json::to_value(read).unwrap()["instances"], 4);
-        for bad in [
-            r#"{"max_units": 1}"#,
-            r#"{"max_units": 32, "instances": 0}"#,
-            r#"{"max_units": 32, "shards": 2}"#,
-        ] {
-            assert!(serde_json::from_str::<QuotaLease>(bad).is_err(), "{bad}");
+    /// A fixed window's refusal: `count` in Redis, the window ending `left` after the call.
+    fn refusal_of(count: u64, left: Duration) -> Grant {
+        Grant {
+            granted: 0,
+            used: count,
+            counter: count,
+            valid: left,
+            reset: left,
+            retry: left,
         }
     }
 
     #[test]
     fn a_grant_adds_to_its_window_and_a_lost_counter_drops_what_was_held() {
-        let leases = Leases::new(QuotaLease::new(64).unwrap());
+        let leases = Leases::new(QuotaLease::new(64).unwrap(), LeaseScript::FixedWindow);
         let now = Instant::now();
         let (early, late) = (
             now - Duration::from_millis(20),
@@ -655,7 +438,9 @@ mod tests {
         let grant = |units, count, sent, until| Held {
             units,
             until,
+            reset: until,
             count,
+            counter: count,
             count_sent: sent,
             last_want: 8,
             taken: units + 1,
@@ -697,12 +482,14 @@ mod tests {
 
     #[test]
     fn at_most_max_keys_are_held_and_ended_windows_make_room() {
-        let leases = Leases::new(QuotaLease::new(64).unwrap());
+        let leases = Leases::new(QuotaLease::new(64).unwrap(), LeaseScript::FixedWindow);
         let now = Instant::now();
         let held = |until| Held {
             units: 1,
             until,
+            reset: until,
             count: 1,
+            counter: 1,
             count_sent: now,
             last_want: 2,
             taken: 2,
@@ -729,7 +516,7 @@ mod tests {
         // A key already held is still served when full.
         assert_eq!(leases.keep_grant("k0", held(live), now).units, 2);
         // A refusal of a new key is not kept either when full (Redis answers its checks).
-        leases.keep_refusal("refused", 1, (5, now, Duration::from_secs(10)));
+        leases.keep_refusal("refused", 1, now, &refusal_of(5, Duration::from_secs(10)));
         assert!(!leases.lock().contains_key("refused"));
         assert_eq!(leases.lock().len(), QuotaLease::MAX_KEYS);
         // Full, but one window ended: it is evicted and the new key kept.
@@ -746,7 +533,9 @@ mod tests {
         let used = |taken, units| Held {
             units,
             until: now,
+            reset: now,
             count: taken,
+            counter: taken,
             count_sent: now,
             last_want: 64,
             taken,
@@ -771,12 +560,14 @@ mod tests {
 
     #[test]
     fn a_check_that_finds_the_units_low_refills_ahead_while_the_others_take_them() {
-        let leases = Leases::new(QuotaLease::new(64).unwrap());
+        let leases = Leases::new(QuotaLease::new(64).unwrap(), LeaseScript::FixedWindow);
         let now = Instant::now();
         let held = |units| Held {
             units,
             until: now + Duration::from_secs(10),
+            reset: now + Duration::from_secs(10),
             count: 100,
+            counter: 100,
             count_sent: now,
             last_want: 64,
             taken: 100,
@@ -841,12 +632,12 @@ mod tests {
 
     #[test]
     fn a_spent_lease_answers_the_refusal_it_kept_for_the_deny_cache() {
-        let leases = Leases::new(QuotaLease::new(64).unwrap());
+        let leases = Leases::new(QuotaLease::new(64).unwrap(), LeaseScript::FixedWindow);
         let cache = DenyCache::new(10).unwrap();
         let sent = Instant::now();
         let window = Duration::from_secs(10);
         // A lease call of this window came back refused: 100 counted of a limit of 100.
-        leases.keep_refusal("k", cache.generation(), (100, sent, window));
+        leases.keep_refusal("k", cache.generation(), sent, &refusal_of(100, window));
         let refused = leases.take_held("k", (100, 1), Some(&cache)).unwrap();
         assert!(!refused.is_allowed());
         assert!(refused.retry_after().unwrap() <= window);
@@ -876,7 +667,7 @@ mod tests {
 
         // Kept beside units still held: those are used first.
         leases.lock().get_mut("k").unwrap().units = 2;
-        leases.keep_refusal("k", cache.generation(), (100, sent, window));
+        leases.keep_refusal("k", cache.generation(), sent, &refusal_of(100, window));
         assert!(leases
             .take_held("k", (100, 1), Some(&cache))
             .unwrap()
@@ -892,33 +683,28 @@ mod tests {
 
         // A lower counter than seen (lost, or a late reply) is left to Redis; a window that
         // has ended is replaced.
-        leases.keep_refusal("k", cache.generation(), (50, sent, window));
+        leases.keep_refusal("k", cache.generation(), sent, &refusal_of(50, window));
         assert_eq!(leases.lock()["k"].count, 100);
         leases.lock().get_mut("k").unwrap().until = sent;
         assert!(
             leases.take_held("k", (100, 1), Some(&cache)).is_none(),
             "ended"
         );
-        leases.keep_refusal("k", cache.generation(), (100, Instant::now(), window));
+        leases.keep_refusal(
+            "k",
+            cache.generation(),
+            Instant::now(),
+            &refusal_of(100, window),
+        );
         assert!(leases.take_held("k", (100, 1), Some(&cache)).is_some());
         // A refusal whose window already ended is not kept.
-        leases.keep_refusal("gone", cache.generation(), (100, sent, Duration::ZERO));
+        leases.keep_refusal(
+            "gone",
+            cache.generation(),
+            sent,
+            &refusal_of(100, Duration::ZERO),
+        );
         assert!(!leases.lock().contains_key("gone"));
-    }
-
-    #[test]
-    fn settings_are_bounded() {
-        assert!(QuotaLease::new(0).is_err() && QuotaLease::new(1).is_err());
-        assert!(
-            QuotaLease::new(QuotaLease::MAX_UNITS).is_ok()
-                && QuotaLease::new(QuotaLease::MAX_UNITS + 1).is_err()
-        );
-        let lease = QuotaLease::new(8).unwrap();
-        assert!(lease.instances(0).is_err() && lease.instances(10_001).is_err());
-        assert_eq!(
-            lease.instances(10_000).unwrap().expected_instances(),
-            10_000
-        );
     }
 
     #[test]
@@ -927,7 +713,9 @@ mod tests {
         let held = Held {
             units: 7,
             until: now + Duration::from_secs(1),
+            reset: now + Duration::from_secs(1),
             count: 90,
+            counter: 90,
             count_sent: now,
             last_want: 8,
             taken: 15,

@@ -1,7 +1,7 @@
-//! [`Leased`]: a fixed window answering most checks of a hot key from quota leased in
-//! process.
+//! [`Leased`]: a limiter answering most checks of a hot key from quota leased in process.
 
 use std::fmt;
+use std::future::Future;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,23 +9,104 @@ use std::time::Instant;
 use redis::aio::ConnectionLike;
 
 use super::flight::Turn;
-use super::lease::{Ask, Leases, Local, QuotaLease};
-use super::{remember, FixedWindow};
+use super::held::{Ask, Leases, Local};
+use super::script::LeaseScript;
+use super::settings::QuotaLease;
 use crate::error::Result;
 use crate::keys::Prefix;
-use crate::rate_limit::rate_limiter::{delegate_rate_limiter, sealed::Hooks, RateLimiter};
+use crate::rate_limit::rate_limiter::RateLimiter;
 use crate::rate_limit::{Decision, DenyCache, LimitKey};
+use crate::script::ScriptManager;
 
-/// A [`FixedWindow`] answering checks from **leased quota**: a check that finds no units held
-/// here takes up to [`max_units`](QuotaLease::max_units) units of the key's window from Redis
-/// in one call (`lua/fixed_window_lease.v2.lua`; counted there at once: the sum over every
-/// instance never passes the limit) and answers the key's next checks from them in process,
-/// with no round trip, until they are spent or the window ends. How leases grow and what
-/// they cost (units unused at a window's end are not admitted by anyone): [`QuotaLease`].
-/// Checks of a cost above the limit, the [`limiter`](Self::limiter)'s batches and
-/// [`reset`](RateLimiter::reset) are as without leasing. A [`DenyCache`] still answers
-/// known-limited clients. Built by [`FixedWindow::leased`](super::Window::leased) (or
-/// [`Leased::new`]).
+/// What a limiter gives [`Leased`]: its lease script and what the calls need beside
+/// [`RateLimiter`]'s accessors. Implemented next to each limiter that leases; not nameable
+/// outside the crate (a sealed bound of [`Leased`]'s methods).
+#[allow(unreachable_pub)]
+pub trait LeaseTarget: RateLimiter + Clone {
+    /// The script of a lease call.
+    const SCRIPT: LeaseScript;
+    /// The manager the lease calls run through.
+    fn lease_manager(&self) -> &ScriptManager;
+    /// The same limiter with keys under `prefix`.
+    fn prefixed(self, prefix: Prefix) -> Self;
+    /// The limiter's own check, without leasing (a cost above the limit).
+    fn check_unleased<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+        cost: NonZeroU32,
+    ) -> impl Future<Output = Result<Decision>>;
+    /// The limiter's own reset.
+    fn reset_unleased<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+    ) -> impl Future<Output = Result<bool>>;
+}
+
+/// Implements [`LeaseTarget`] for a limiter type with its public accessors, and
+/// [`RateLimiter`] for its `Leased` (checks and reset leased, the rest the limiter's).
+macro_rules! lease_target {
+    ($ty:ty, $script:expr) => {
+        impl $crate::rate_limit::lease::LeaseTarget for $ty {
+            const SCRIPT: $crate::rate_limit::lease::LeaseScript = $script;
+
+            fn lease_manager(&self) -> &$crate::ScriptManager {
+                self.manager()
+            }
+
+            fn prefixed(self, prefix: $crate::keys::Prefix) -> Self {
+                self.with_prefix(prefix)
+            }
+
+            fn check_unleased<C: redis::aio::ConnectionLike>(
+                &self,
+                conn: &mut C,
+                key: &$crate::rate_limit::LimitKey,
+                cost: std::num::NonZeroU32,
+            ) -> impl std::future::Future<Output = $crate::Result<$crate::rate_limit::Decision>> {
+                self.check_n(conn, key, cost)
+            }
+
+            fn reset_unleased<C: redis::aio::ConnectionLike>(
+                &self,
+                conn: &mut C,
+                key: &$crate::rate_limit::LimitKey,
+            ) -> impl std::future::Future<Output = $crate::Result<bool>> {
+                self.reset(conn, key)
+            }
+        }
+
+        impl $crate::rate_limit::RateLimiter for $crate::rate_limit::Leased<$ty> {
+            delegate_rate_limiter!(via limiter: $ty, $crate::rate_limit::Leased<$ty>);
+        }
+    };
+}
+pub(crate) use lease_target;
+
+/// A limiter answering checks from **leased quota** (a [`FixedWindow`](crate::rate_limit::FixedWindow)
+/// or a [`SlidingWindow`](crate::rate_limit::SlidingWindow)): a check that finds no units held
+/// here takes up to [`max_units`](QuotaLease::max_units) units of the key's current window
+/// from Redis in one call (`lua/fixed_window_lease.v2.lua`, `lua/sliding_window_lease.v1.lua`;
+/// counted there at once: the sum over every instance never passes the limit) and answers the
+/// key's next checks from them in process, with no round trip, until they are spent or the
+/// window they were counted in ends. How leases grow and what they cost (units unused at a
+/// window's end are not admitted by anyone): [`QuotaLease`]. Checks of a cost above the limit,
+/// the [`limiter`](Self::limiter)'s batches and [`reset`](RateLimiter::reset) are as without
+/// leasing. A fixed window's [`DenyCache`] still answers known-limited clients. Built by
+/// [`FixedWindow::leased`](crate::rate_limit::Window::leased) and
+/// [`SlidingWindow::leased`](crate::rate_limit::SlidingWindow::leased) (or [`Leased::new`]).
+///
+/// **Sliding windows: exact.** A sliding window's lease counts its units in the current
+/// window's counter at once, so every estimate Redis makes from then on (the previous
+/// window's count weighted by the time left, plus the current count) counts them, used or
+/// not; the instance uses them only until that window ends (measured from before the call
+/// was sent, so never after the server's end). At any instant the units actually used are a
+/// part of the units Redis counted, in the same windows, and the weight of the previous
+/// window only falls as its window slides out: the estimate over what was used at each
+/// admission is at most the estimate Redis granted under. Never over the limit, as for one
+/// in-process sliding window. A unit is never carried into the next window, where it would
+/// weigh less than 1.
 ///
 /// Its checks (`check`, `check_n`, `check_within`), `reset` and accessors (`name`, `limit`,
 /// `redis_key`, ...) are [`RateLimiter`]'s; the accessors are also the
@@ -70,23 +151,18 @@ pub struct Leased<W> {
     leases: Arc<Leases>,
 }
 
-impl Leased<FixedWindow> {
-    /// `limiter` answering from leased quota with `lease`; the same as
-    /// [`limiter.leased(lease)`](super::Window::leased).
-    ///
-    /// ```
-    /// use redkit::rate_limit::{FixedWindow, Leased, QuotaLease, Rate};
-    /// let l = Leased::new(FixedWindow::new("api", Rate::per_second(redkit::nonzero!(1_000)))?, QuotaLease::new(32)?);
-    /// assert_eq!(l.lease(), QuotaLease::new(32)?);
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn new(limiter: FixedWindow, lease: QuotaLease) -> Self {
+impl<W: LeaseTarget> Leased<W> {
+    /// `limiter` answering from leased quota with `lease` (what each limiter's `leased` and
+    /// `Leased::new` build).
+    pub(crate) fn wrap(limiter: W, lease: QuotaLease) -> Self {
         Self {
             limiter,
-            leases: Leases::new(lease),
+            leases: Leases::new(lease, W::SCRIPT),
         }
     }
+}
 
+impl<W> Leased<W> {
     /// The limiter whose quota is leased (its accessors, and its batch calls, which do not
     /// lease).
     ///
@@ -96,7 +172,7 @@ impl Leased<FixedWindow> {
     /// assert_eq!(l.limiter().limit(), 1_000);
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn limiter(&self) -> &FixedWindow {
+    pub fn limiter(&self) -> &W {
         &self.limiter
     }
 
@@ -112,28 +188,30 @@ impl Leased<FixedWindow> {
     pub fn lease(&self) -> QuotaLease {
         self.leases.settings()
     }
+}
 
+impl<W: LeaseTarget> Leased<W> {
     /// The same with the limiter's keys under `prefix` (for [`Limiter::with_prefix`]). Leases
     /// are held per client key, so the units held under the old prefix are not these: the
     /// new limiter holds none yet, as when the prefix is set before leasing.
     pub(crate) fn with_prefix(self, prefix: Prefix) -> Self {
         let lease = self.lease();
-        Self::new(self.limiter.with_prefix(prefix), lease)
+        Self::wrap(self.limiter.prefixed(prefix), lease)
     }
 
     /// [`RateLimiter::check_n`]: `cost` units for `key` from the units held here, else
     /// (unless the deny cache knows the client is limited) by one lease call. A cost above
-    /// the limit is checked as without leasing ([`Window::check_n`](super::Window::check_n)).
+    /// the limit is checked as without leasing (the limiter's own `check_n`).
     pub(crate) async fn count<C: ConnectionLike>(
         &self,
         conn: &mut C,
         key: &LimitKey,
         cost: NonZeroU32,
     ) -> Result<Decision> {
-        let redis_key = self.limiter.counter_key(key, None);
-        if cost.get() > self.limiter.limit {
-            return self.limiter.check_n(conn, key, cost).await;
+        if cost.get() > self.limiter.limit() {
+            return self.limiter.check_unleased(conn, key, cost).await;
         }
+        let redis_key = self.limiter.redis_key(key);
         let cost = cost.get();
         self.check_leased(conn, (key.as_str(), &redis_key), cost)
             .await
@@ -154,8 +232,8 @@ impl Leased<FixedWindow> {
     ) -> Result<Decision> {
         const MOST_WAITS: u32 = 2;
         let (leases, limiter) = (&self.leases, &self.limiter);
-        let limit = limiter.limit;
-        let cache = limiter.cache_for(cost);
+        let limit = limiter.limit();
+        let cache = limiter.deny_cache();
         let (mut waits, mut demand) = (0, cost);
         let mut refill = false;
         let leader = loop {
@@ -186,10 +264,10 @@ impl Leased<FixedWindow> {
         let sent = Instant::now();
         let granted = leases
             .lease(
-                &limiter.manager,
+                limiter.lease_manager(),
                 conn,
                 (client, redis_key),
-                (limit, limiter.window_ms),
+                (limit, window_ms(limiter)),
                 Ask {
                     cost,
                     demand,
@@ -210,7 +288,7 @@ impl Leased<FixedWindow> {
         }
         let granted = granted?;
         if let Some(cache) = cache {
-            remember(cache, redis_key, sent, &granted.decision);
+            cache.remember(redis_key, sent, &granted.decision);
         }
         if let (Some(leader), Decision::Limited { .. }) = (&leader, granted.decision) {
             leader.refused(cost, granted.decision);
@@ -219,34 +297,21 @@ impl Leased<FixedWindow> {
     }
 
     /// [`RateLimiter::reset`]: deletes `key`'s counter and forgets the units held here of it
-    /// (see [`Window::reset`](super::Window::reset)).
+    /// (the limiter's own `reset`).
     pub(crate) async fn forget<C: ConnectionLike>(
         &self,
         conn: &mut C,
         key: &LimitKey,
     ) -> Result<bool> {
         self.leases.forget(key.as_str());
-        self.limiter.reset(conn, key).await
+        self.limiter.reset_unleased(conn, key).await
     }
-}
 
-impl fmt::Debug for Leased<FixedWindow> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Leased")
-            .field("limiter", &self.limiter)
-            .field("lease", &self.lease())
-            .finish()
-    }
-}
-
-impl RateLimiter for Leased<FixedWindow> {
-    delegate_rate_limiter!(via limiter: FixedWindow, Leased<FixedWindow>);
-}
-
-impl Hooks for Leased<FixedWindow> {
-    fn attach_deny_cache(self, cache: DenyCache) -> Self {
+    /// [`Hooks::attach_deny_cache`](crate::rate_limit::rate_limiter::sealed::Hooks): the
+    /// limiter's own, the leases kept.
+    pub(crate) fn attach(self, attach: impl FnOnce(W) -> W) -> Self {
         Self {
-            limiter: self.limiter.with_deny_cache(cache),
+            limiter: attach(self.limiter),
             ..self
         }
     }
@@ -254,18 +319,34 @@ impl Hooks for Leased<FixedWindow> {
     /// From the units of a lease held here (never leading a refill: that is the round
     /// trip's; looked up by the client's key, so no counter key is built), else from a
     /// refusal the deny cache holds.
-    fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {
-        let cache = self.limiter.cache_for(1);
+    pub(crate) fn answer_held(&self, key: &LimitKey) -> Option<Decision> {
+        let limit = self.limiter.limit();
+        let cache = self.limiter.deny_cache();
         self.leases
-            .take_held(key.as_str(), (self.limiter.limit, 1), cache)
-            .or_else(|| self.limiter.cached_refusal(key))
+            .take_held(key.as_str(), (limit, 1), cache)
+            .or_else(|| cache?.lookup(&self.limiter.redis_key(key), limit, 1))
+    }
+}
+
+/// The window's length in whole milliseconds (what the limiter's own script is sent).
+fn window_ms<W: RateLimiter>(limiter: &W) -> u64 {
+    u64::try_from(limiter.window().as_millis()).unwrap_or(u64::MAX)
+}
+
+impl<W: fmt::Debug> fmt::Debug for Leased<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leased")
+            .field("limiter", &self.limiter)
+            .field("lease", &self.leases.settings())
+            .finish()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rate_limit::Rate;
+    use crate::rate_limit::rate_limiter::sealed::Hooks;
+    use crate::rate_limit::{FixedWindow, Rate};
 
     fn limiter() -> FixedWindow {
         FixedWindow::new("t", Rate::per_second(crate::nonzero!(10))).unwrap()
