@@ -1,47 +1,60 @@
 //! [`Leased`]: a limiter answering most checks of a hot key from quota leased in process.
 
 use std::fmt;
-use std::future::Future;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Instant;
 
 use redis::aio::ConnectionLike;
 
+use self::sealed::LeaseTarget;
 use super::flight::Turn;
 use super::held::{Ask, Leases, Local};
-use super::script::LeaseScript;
 use super::settings::QuotaLease;
 use crate::error::Result;
 use crate::keys::Prefix;
 use crate::rate_limit::rate_limiter::RateLimiter;
 use crate::rate_limit::{Decision, DenyCache, LimitKey};
-use crate::script::ScriptManager;
 
-/// What a limiter gives [`Leased`]: its lease script and what the calls need beside
-/// [`RateLimiter`]'s accessors. Implemented next to each limiter that leases; not nameable
-/// outside the crate (a sealed bound of [`Leased`]'s methods).
-#[allow(unreachable_pub)]
-pub trait LeaseTarget: RateLimiter + Clone {
-    /// The script of a lease call.
-    const SCRIPT: LeaseScript;
-    /// The manager the lease calls run through.
-    fn lease_manager(&self) -> &ScriptManager;
-    /// The same limiter with keys under `prefix`.
-    fn prefixed(self, prefix: Prefix) -> Self;
-    /// The limiter's own check, without leasing (a cost above the limit).
-    fn check_unleased<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        key: &LimitKey,
-        cost: NonZeroU32,
-    ) -> impl Future<Output = Result<Decision>>;
-    /// The limiter's own reset.
-    fn reset_unleased<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        key: &LimitKey,
-    ) -> impl Future<Output = Result<bool>>;
+/// Not nameable outside the crate: the bound of [`Leased`]'s methods.
+pub(crate) mod sealed {
+    use std::future::Future;
+    use std::num::NonZeroU32;
+
+    use redis::aio::ConnectionLike;
+
+    use crate::error::Result;
+    use crate::keys::Prefix;
+    use crate::rate_limit::lease::LeaseScript;
+    use crate::rate_limit::rate_limiter::RateLimiter;
+    use crate::rate_limit::{Decision, LimitKey};
+    use crate::script::ScriptManager;
+
+    /// What a limiter gives [`Leased`]: its lease script and what the calls need beside
+    /// [`RateLimiter`]'s accessors. Implemented next to each limiter that leases; not nameable
+    /// outside the crate (a sealed bound of [`Leased`]'s methods).
+    #[allow(unreachable_pub)]
+    pub trait LeaseTarget: RateLimiter + Clone {
+        /// The script of a lease call.
+        const SCRIPT: LeaseScript;
+        /// The manager the lease calls run through.
+        fn lease_manager(&self) -> &ScriptManager;
+        /// The same limiter with keys under `prefix`.
+        fn prefixed(self, prefix: Prefix) -> Self;
+        /// The limiter's own check, without leasing (a cost above the limit).
+        fn check_unleased<C: ConnectionLike>(
+            &self,
+            conn: &mut C,
+            key: &LimitKey,
+            cost: NonZeroU32,
+        ) -> impl Future<Output = Result<Decision>>;
+        /// The limiter's own reset.
+        fn reset_unleased<C: ConnectionLike>(
+            &self,
+            conn: &mut C,
+            key: &LimitKey,
+        ) -> impl Future<Output = Result<bool>>;
+    }
 }
 
 /// Implements [`LeaseTarget`] for a limiter type with its public accessors, and

@@ -16,7 +16,8 @@ mod leased;
 mod script;
 mod settings;
 
+pub(crate) use leased::lease_target;
+pub(crate) use leased::sealed::LeaseTarget;
 pub use leased::Leased;
-pub(crate) use leased::{lease_target, LeaseTarget};
 pub(crate) use script::LeaseScript;
 pub use settings::QuotaLease;

@@ -7,16 +7,21 @@ use redis::Value;
 use crate::error::{Error, Result};
 use crate::script::{embedded, Script};
 
-/// Which lease script a limiter's leases run (named by the sealed
-/// [`LeaseTarget`](super::LeaseTarget), so not nameable outside the crate either).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(unreachable_pub)]
-pub enum LeaseScript {
-    /// `fixed_window_lease`: `{granted, count, pttl_ms}`.
-    FixedWindow,
-    /// `sliding_window_lease`: `{granted, used, counter, valid_ms, reset_ms, retry_ms}`.
-    SlidingWindow,
+/// Not nameable outside the crate: what the sealed `LeaseTarget` names.
+pub(crate) mod sealed {
+    /// Which lease script a limiter's leases run (named by the sealed
+    /// [`LeaseTarget`](super::LeaseTarget), so not nameable outside the crate either).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[allow(unreachable_pub)]
+    pub enum LeaseScript {
+        /// `fixed_window_lease`: `{granted, count, pttl_ms}`.
+        FixedWindow,
+        /// `sliding_window_lease`: `{granted, used, counter, valid_ms, reset_ms, retry_ms}`.
+        SlidingWindow,
+    }
 }
+
+pub(crate) use sealed::LeaseScript;
 
 /// A lease call's answer, whatever the algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
