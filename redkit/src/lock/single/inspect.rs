@@ -10,6 +10,7 @@ use super::Lock;
 use crate::error::{Error, Result};
 use crate::lock::lease::schema;
 use crate::lock::repair;
+use crate::lock::single::wake_release_call;
 use crate::lock::FencingToken;
 use crate::script::{embedded, script_error, Call, Script};
 
@@ -227,9 +228,8 @@ impl Lock {
             },
         };
         repair::checked_token(&token)?;
-        let script = embedded::LOCK_RELEASE_WAKE.script();
-        let mut call = Call::new(script);
-        call.key(&key).key(schema::wake(&key)).arg(token.as_str());
+        let call = wake_release_call(&key, &token);
+        let script = call.script();
         let released = match self.manager().invoke(conn, &call).await? {
             Value::Int(n) => n == 1,
             Value::ServerError(e) => return Err(script_error(script, e.into())),

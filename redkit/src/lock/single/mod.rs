@@ -225,12 +225,17 @@ impl LeaseKind for Lock {
     }
 
     fn release_marked_call(&self, held: &HeldLease, (): &()) -> Option<Call<'_>> {
-        let mut call = Call::new(embedded::LOCK_RELEASE_WAKE.script());
-        call.key(&held.key)
-            .key_suffixed(&held.key, schema::WAKE)
-            .arg(&held.token);
-        Some(call)
+        Some(wake_release_call(&held.key, &held.token))
     }
+}
+
+/// The release that also wakes a waiter (`lock_release_wake`): deletes `key` when it holds
+/// `token`, marked or not, and pushes a wake-up when it was marked. What a guard's release
+/// sends when the plain one deleted nothing, and what [`Lock::force_release`] sends.
+pub(in crate::lock) fn wake_release_call(key: &str, token: &str) -> Call<'static> {
+    let mut call = Call::new(embedded::LOCK_RELEASE_WAKE.script());
+    call.key(key).key_suffixed(key, schema::WAKE).arg(token);
+    call
 }
 
 impl crate::lock::options::sealed::Sealed for Lock {}
