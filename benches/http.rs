@@ -3,7 +3,7 @@
 //! and this process's CPU per request (the server and its layer, not wrk or Redis), in one
 //! run, printed as a Markdown table.
 //!
-//! `cargo bench --features tower --bench http` (needs `wrk` on PATH: `apt-get install wrk`).
+//! `cargo bench --bench http` (needs `wrk` on PATH: `apt-get install wrk`).
 //! `HTTP_BENCH_SECS` (default 5) per case, `HTTP_BENCH_CONNECTIONS` (default 64),
 //! `HTTP_BENCH_ONLY` (cases whose stack names contain one of these comma-separated words;
 //! `=<name>`: the one stack of that whole name),
@@ -14,7 +14,7 @@
 //! (`HTTP_BENCH_ONLY` picks stacks there too).
 //!
 //! `HTTP_BENCH_PAIRS=<n>` (e.g. 9) then runs the goal comparisons **paired**: each pair of
-//! stacks (leased quota against tower_governor under the limit, with and without quota headers
+//! stacks (leased quota, of the fixed and of the sliding window, against tower_governor under the limit, with and without quota headers
 //! on allowed answers; leased + deny cache against the deny cache alone under the flood) in
 //! `n` pairs of back-to-back slices of `HTTP_BENCH_SLICE` seconds (default 1), which side goes
 //! first alternating pair by pair, and prints the median of the per-pair ratios (requests/s,
@@ -41,7 +41,7 @@ use std::time::Duration;
 use axum::{routing::get, Router};
 use redis::aio::ConnectionManager;
 use redkit::middleware::{ConcurrencyLimitLayer, QuotaHeaders, RateLimitLayer};
-use redkit::rate_limit::{FixedWindow, QuotaLease, Rate};
+use redkit::rate_limit::{FixedWindow, QuotaLease, Rate, SlidingWindow};
 use redkit::GroupCommit;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
@@ -172,6 +172,13 @@ fn main() {
         let leased = |name: &str, limit: u32, cache: bool| {
             leased_with(name, limit, cache, QuotaHeaders::Always)
         };
+        // The sliding window's lease: the same lease settings, the same header policy.
+        let sliding_leased = |name: &str, limit: u32| {
+            let limiter = SlidingWindow::new(name, Rate::new(support::nz(limit), window).unwrap())
+                .unwrap()
+                .leased(QuotaLease::new(lease_units()).unwrap());
+            RateLimitLayer::new(limiter, conn.clone())
+        };
         let big = 1_000_000_000;
         // A limiter's name goes into its `RateLimit` headers: the two sides of a comparison
         // between redkit stacks have names of one length, so their answers weigh the same.
@@ -198,6 +205,11 @@ fn main() {
                 "under the limit",
                 "redkit fixed window, leased (256 units)",
                 base().layer(leased("ul", big, false)),
+            ),
+            (
+                "under the limit",
+                "redkit sliding window, leased (256 units)",
+                base().layer(sliding_leased("sl", big)),
             ),
             (
                 "under the limit",
@@ -307,6 +319,10 @@ fn main() {
                     stack(leased_with("lln", big, false, QuotaHeaders::OnRefusal).layer(hello())),
                 ),
                 (
+                    "redkit sliding window, leased (256 units)",
+                    stack(sliding_leased("ls", big).layer(hello())),
+                ),
+                (
                     "flood: redkit fixed window + deny cache",
                     stack(redkit("lfc", 100, true).layer(hello())),
                 ),
@@ -354,6 +370,13 @@ fn main() {
                 "under the limit",
                 "redkit fixed window, leased (256 units)",
                 base().layer(leased("pl", big, false)),
+                "tower_governor",
+                base().layer(governor(1, big)),
+            ),
+            (
+                "under the limit",
+                "redkit sliding window, leased (256 units)",
+                base().layer(sliding_leased("ps", big)),
                 "tower_governor",
                 base().layer(governor(1, big)),
             ),

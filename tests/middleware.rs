@@ -1069,6 +1069,39 @@ async fn checks_answered_in_process_answer_as_the_round_trip_does() {
     );
 }
 
+/// A policy file leasing a sliding window (`lease` beside `algorithm = "sliding_window"`):
+/// the limit is held exactly, most allowed requests are answered in process, and a refusal
+/// (Redis's, a sliding window keeps no deny cache) carries the sliding window's `Retry-After`.
+#[tokio::test]
+async fn a_leased_sliding_window_from_a_policy_file_holds_its_limit_in_process() {
+    let server = RedisServer::spawn().await;
+    let base = serve_policies(
+        &server,
+        "lease = { max_units = 16 }\n[default]\nname = \"sw\"\nlimit = 40\nwindow_ms = 60000\nalgorithm = \"sliding_window\"\n",
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let before = server.evalsha_calls().await;
+    for i in 0..40 {
+        let r = get_with(&http, &base, None).await;
+        assert_eq!(r.status(), StatusCode::OK, "request {i}");
+        assert_eq!(header(&r, "ratelimit-policy"), Some("\"sw\";q=40;w=60"));
+    }
+    let allowed_calls = server.evalsha_calls().await - before;
+    assert!(
+        (1..20).contains(&allowed_calls),
+        "{allowed_calls} Redis calls for 40 allowed requests: most are answered in process"
+    );
+    for i in 0..5 {
+        let r = get_with(&http, &base, None).await;
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS, "request {}", 40 + i);
+        let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+        assert!((59..=61).contains(&retry), "{retry}");
+    }
+    let state: String = server.cmd(&["GET", "redkit:sw:sw:{ip:127.0.0.1}"]).await;
+    assert_eq!(state, "40:0", "exactly the limit counted, each unit used once");
+}
+
 /// `QuotaHeaders::OnRefusal`: allowed answers carry no quota headers, refusals carry them
 /// with `Retry-After`; through a round trip and answered in process alike.
 #[tokio::test]
