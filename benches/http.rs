@@ -395,6 +395,13 @@ fn main() {
                 base().layer(governor_headers(1, big)),
             ),
             (
+                "under the limit",
+                "redkit sliding window, leased (256 units)",
+                base().layer(sliding_leased("psh", big)),
+                "tower_governor, with headers",
+                base().layer(governor_headers(1, big)),
+            ),
+            (
                 "flood (100/s allowed)",
                 "redkit fixed window, leased (256 units) + deny cache",
                 base().layer(leased("pfl", 100, true)),

@@ -1094,12 +1094,20 @@ async fn a_leased_sliding_window_from_a_policy_file_holds_its_limit_in_process()
     );
     for i in 0..5 {
         let r = get_with(&http, &base, None).await;
-        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS, "request {}", 40 + i);
+        assert_eq!(
+            r.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "request {}",
+            40 + i
+        );
         let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
         assert!((59..=61).contains(&retry), "{retry}");
     }
     let state: String = server.cmd(&["GET", "redkit:sw:sw:{ip:127.0.0.1}"]).await;
-    assert_eq!(state, "40:0", "exactly the limit counted, each unit used once");
+    assert_eq!(
+        state, "40:0",
+        "exactly the limit counted, each unit used once"
+    );
 }
 
 /// `QuotaHeaders::OnRefusal`: allowed answers carry no quota headers, refusals carry them
