@@ -18,7 +18,7 @@ use redkit::middleware::{
     ClientId, FailMode, FnKey, LimitOutcome, Policies, PolicyConfig, RateLimitLayer, Unchecked,
     RATELIMIT, RATELIMIT_POLICY,
 };
-use redkit::rate_limit::{FixedWindow, Rate};
+use redkit::rate_limit::{FixedWindow, Limiter, QuotaLease, Rate, SlidingWindow};
 use support::RedisServer;
 use tower::{Layer, Service, ServiceExt};
 
@@ -221,6 +221,57 @@ async fn policies_replaced_while_serving_keep_counters() {
     );
     // A service built before the swap (a clone) sees the new set too.
     assert_eq!(layer.policies().for_path("/").limit(), 1);
+}
+
+/// A swap drops the units leased under the old policies: after a limit of 100 leased in
+/// blocks of up to 16 has admitted 10 requests (units held in process beyond them), the
+/// policies are replaced by a limit of 5, leased too: the next request is refused, never
+/// answered from the units the old limiter held. For the fixed and the sliding window.
+#[tokio::test]
+async fn a_swap_drops_the_leases_held_and_never_admits_past_the_new_limit() {
+    let server = RedisServer::spawn().await;
+    let lease = QuotaLease::new(16).unwrap();
+    let fixed = |limit: u32| -> Limiter {
+        FixedWindow::new("fx", Rate::per_minute(support::nz(limit)))
+            .unwrap()
+            .leased(lease)
+            .into()
+    };
+    let sliding = |limit: u32| -> Limiter {
+        SlidingWindow::new("sw", Rate::per_minute(support::nz(limit)))
+            .unwrap()
+            .leased(lease)
+            .into()
+    };
+    for build in [&fixed as &dyn Fn(u32) -> Limiter, &sliding] {
+        let layer = RateLimitLayer::builder(Policies::new(build(100)), manager(&server).await)
+            .key_extractor(by_header())
+            .build()
+            .unwrap();
+        let service = layer.layer(tower::service_fn(handler));
+        let before = server.evalsha_calls().await;
+        for i in 0..10 {
+            assert_eq!(
+                send(&service, "192.0.2.9").await.0,
+                StatusCode::OK,
+                "request {i}"
+            );
+        }
+        let calls = server.evalsha_calls().await - before;
+        assert!(
+            calls < 10,
+            "{calls} lease calls for 10 requests: units were held in process"
+        );
+        layer.replace_policies(Policies::new(build(5)));
+        for i in 0..3 {
+            assert_eq!(
+                send(&service, "192.0.2.9").await.0,
+                StatusCode::TOO_MANY_REQUESTS,
+                "request {i} after the swap: the old leases are dropped"
+            );
+        }
+        assert_eq!(layer.stats().allowed, 10);
+    }
 }
 
 /// 8 tasks send requests while the policies are replaced 100 times between two sets (the same
