@@ -106,10 +106,9 @@ impl LockAttempts<'_> {
             return Ok(true);
         }
         self.waited = true;
-        let ttl = match mark(self.lock, conn, &self.key).await? {
+        let Some(ttl) = hold_left(mark(self.lock, conn, &self.key).await?) else {
             // Free now: attempt again at once.
-            schema::FREE => return Ok(true),
-            ms => u64::try_from(ms).ok().map(Duration::from_millis),
+            return Ok(true);
         };
         block_on(conn, schema::wake(&self.key).as_str(), until(ttl, left)).await?;
         Ok(true)
@@ -133,6 +132,16 @@ pub(in crate::lock) async fn mark<C: ConnectionLike>(
     manager.invoke(conn, &call).await
 }
 
+/// What a mark's answer (the hold's `PTTL`) leaves to wait for: `None` when the lock is free
+/// ([`schema::FREE`], the `PTTL` of a missing key: attempt again at once), else the hold's
+/// time left (`None` inside when it has no TTL: wait as long as the caller allows).
+fn hold_left(pttl: i64) -> Option<Option<Duration>> {
+    match pttl {
+        schema::FREE => None,
+        ms => Some(u64::try_from(ms).ok().map(Duration::from_millis)),
+    }
+}
+
 /// The pause before the next attempt of a lock that does not wake waiters: the options'
 /// `retry_delay` plus jitter, at least [`MIN_POLL`].
 fn poll_pause(options: &LockOptions<Lock>) -> Duration {
@@ -142,6 +151,20 @@ fn poll_pause(options: &LockOptions<Lock>) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `lock_mark` and the native mark answer the hold's `PTTL`: Redis answers -2 for a missing
+    /// key (the lock is free), -1 for a key without a TTL.
+    #[test]
+    fn a_mark_that_finds_the_lock_free_attempts_again_at_once() {
+        assert_eq!(hold_left(-2), None, "free: attempt again at once");
+        assert_eq!(
+            hold_left(-1),
+            Some(None),
+            "no TTL: wait as the caller allows"
+        );
+        assert_eq!(hold_left(0), Some(Some(Duration::ZERO)));
+        assert_eq!(hold_left(1_500), Some(Some(Duration::from_millis(1_500))));
+    }
 
     #[test]
     fn a_poll_pauses_the_options_delay_and_never_less_than_a_millisecond() {

@@ -465,6 +465,11 @@ mod tests {
         let late_reply = leases.keep_grant("k", grant(3, 15, early, end), now);
         assert_eq!((late_reply.units, late_reply.count), (16, 21));
         assert_eq!(late_reply.count_sent, late);
+        // A lower counter answered to a call sent at the same instant as the one that saw 21
+        // (not before it): the counter was lost, what was held of it goes with it.
+        let same_instant = leases.keep_grant("k", grant(4, 9, late, end), now);
+        assert_eq!((same_instant.units, same_instant.count), (4, 9));
+        leases.keep_grant("k", grant(12, 21, late, sooner), now);
         // A lower counter answered to a call sent after: the counter was lost in Redis, and
         // what was held of it goes with it.
         let lost = leases.keep_grant("k", grant(2, 3, now, end), now);
