@@ -2,7 +2,8 @@
 //! instances (their own managers and connections) hammering one key never admit more than
 //! the limit in a window, and in the next window no more than the weighted estimate leaves;
 //! a lease is never used after the window it was counted in; bad stored data is a typed error
-//! that writes nothing; a reset forgets the units held; one instance admits exactly the limit.
+//! that writes nothing; a reset forgets the units held; a restart drops what was held of the
+//! lost state; one instance admits exactly the limit.
 
 mod support;
 
@@ -178,6 +179,48 @@ async fn a_lease_is_never_used_after_its_window() {
         (1, 7),
         "a new window: one unit, the last window's 7 behind it"
     );
+}
+
+/// A restart mid-window loses the state: the units held of it are used up to what was held
+/// (the same over-admission a restart causes without leasing: the count is gone), then the
+/// next lease call sees a lower counter and drops what is left; Redis never counts past the
+/// limit.
+#[tokio::test]
+async fn a_restart_mid_window_drops_what_was_held_of_the_lost_state() {
+    let mut server = RedisServer::spawn().await;
+    let limiter = leased(20, 60_000);
+    let key = LimitKey::text("restart").unwrap();
+    let redis_key = limiter.redis_key(&key);
+    let mut conn = server.patient_conn().await;
+    // Leases of 1, 2 and 2 (a quarter of what is left, with 4 instances): one unit held.
+    let mut admitted = 0;
+    for _ in 0..4 {
+        admitted += u64::from(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
+    }
+    let (counted_before, _) = state(&server, &redis_key).await;
+    assert_eq!(admitted, 4);
+    assert!(
+        counted_before > admitted,
+        "units were held in process: {counted_before}"
+    );
+    server.restart().await;
+    let mut conn = server.patient_conn().await;
+    let mut after = 0;
+    for _ in 0..40 {
+        after += u64::from(limiter.check(&mut conn, &key).await.unwrap().is_allowed());
+    }
+    let (counted, prev) = state(&server, &redis_key).await;
+    assert_eq!(
+        (counted, prev),
+        (20, 0),
+        "the new state is full, never past the limit"
+    );
+    let held_before = counted_before - admitted;
+    assert!(
+        after <= 20 + held_before,
+        "{after} admitted after the restart; at most the new limit plus the {held_before} held"
+    );
+    assert!(after >= 20 - u64::from(MAX_UNITS), "{after}");
 }
 
 /// Bad stored data is a typed error and nothing is written: a key of another type
