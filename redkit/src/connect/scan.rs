@@ -218,37 +218,26 @@ async fn scan_cluster(
     Ok(found)
 }
 
-impl ScanKeys for MultiplexedConnection {
-    fn scan_keys(
-        &mut self,
-        pattern: &str,
-        key_type: Option<KeyType>,
-        cap: NonZeroU32,
-    ) -> impl Future<Output = Result<KeyScan>> + Send {
-        scan_one(self, pattern, key_type, cap)
-    }
+/// `ScanKeys` for a connection type, scanning with `$scan` (one server, or every master).
+macro_rules! scan_keys_with {
+    ($($conn:ty => $scan:ident),+ $(,)?) => {$(
+        impl ScanKeys for $conn {
+            fn scan_keys(
+                &mut self,
+                pattern: &str,
+                key_type: Option<KeyType>,
+                cap: NonZeroU32,
+            ) -> impl Future<Output = Result<KeyScan>> + Send {
+                $scan(self, pattern, key_type, cap)
+            }
+        }
+    )+};
 }
 
-impl ScanKeys for ConnectionManager {
-    fn scan_keys(
-        &mut self,
-        pattern: &str,
-        key_type: Option<KeyType>,
-        cap: NonZeroU32,
-    ) -> impl Future<Output = Result<KeyScan>> + Send {
-        scan_one(self, pattern, key_type, cap)
-    }
-}
-
-impl ScanKeys for ClusterConnection {
-    fn scan_keys(
-        &mut self,
-        pattern: &str,
-        key_type: Option<KeyType>,
-        cap: NonZeroU32,
-    ) -> impl Future<Output = Result<KeyScan>> + Send {
-        scan_cluster(self, pattern, key_type, cap)
-    }
+scan_keys_with! {
+    MultiplexedConnection => scan_one,
+    ConnectionManager => scan_one,
+    ClusterConnection => scan_cluster,
 }
 
 impl ScanKeys for Cluster {

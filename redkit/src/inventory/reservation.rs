@@ -534,6 +534,22 @@ pub(super) trait Settlement: Labelled + Sized {
     }
 }
 
+/// The three answers [`Commit`] and [`Cancel`] share: a repeat of either settlement, and
+/// no such reservation (each enum has the same variants for them).
+macro_rules! settlement_repeats {
+    () => {
+        fn already_committed(quantity: u64) -> Self {
+            Self::AlreadyCommitted { quantity }
+        }
+        fn already_cancelled(quantity: u64) -> Self {
+            Self::AlreadyCancelled { quantity }
+        }
+        fn unknown() -> Self {
+            Self::Unknown
+        }
+    };
+}
+
 impl Settlement for Commit {
     const OPERATION: InventoryOp = InventoryOp::Commit;
     const ACTION: &'static str = "commit";
@@ -545,15 +561,7 @@ impl Settlement for Commit {
             _ => None,
         }
     }
-    fn already_committed(quantity: u64) -> Self {
-        Self::AlreadyCommitted { quantity }
-    }
-    fn already_cancelled(quantity: u64) -> Self {
-        Self::AlreadyCancelled { quantity }
-    }
-    fn unknown() -> Self {
-        Self::Unknown
-    }
+    settlement_repeats!();
 }
 
 impl Settlement for Cancel {
@@ -568,15 +576,7 @@ impl Settlement for Cancel {
             _ => None,
         }
     }
-    fn already_committed(quantity: u64) -> Self {
-        Self::AlreadyCommitted { quantity }
-    }
-    fn already_cancelled(quantity: u64) -> Self {
-        Self::AlreadyCancelled { quantity }
-    }
-    fn unknown() -> Self {
-        Self::Unknown
-    }
+    settlement_repeats!();
 }
 
 impl Labelled for Commit {
