@@ -190,6 +190,59 @@ async fn a_shadow_policy_counts_and_heads_as_if_enforced_but_never_refuses() {
     );
 }
 
+/// Shadow mode over leased quota, for the fixed and the sliding window: the units held in
+/// process answer as Redis would, the refusals past the limit are counted as shadow-limited
+/// and let through, and Redis never counts past the limit.
+#[tokio::test]
+async fn a_shadow_policy_over_leased_quota_counts_refusals_and_lets_them_through() {
+    let server = RedisServer::spawn().await;
+    for (algorithm, client) in [
+        ("fixed_window", "192.0.2.21"),
+        ("sliding_window", "192.0.2.22"),
+    ] {
+        let policies = config(&format!(
+            r#"
+            lease = {{ max_units = 4 }}
+            [default]
+            name = "api"
+            limit = 5
+            window_ms = 60000
+            algorithm = "{algorithm}"
+            shadow = true
+            "#
+        ));
+        let (layer, service) = layered(&server, policies).await;
+        let mut bodies = Vec::new();
+        for _ in 0..8 {
+            let (status, body, _) = send(&service, client).await;
+            assert_eq!(status, StatusCode::OK, "{algorithm}: shadow never refuses");
+            bodies.push(body);
+        }
+        assert!(
+            bodies[..5].iter().all(|b| b == "checked limit=5"),
+            "{algorithm}: {bodies:?}"
+        );
+        assert!(
+            bodies[5..].iter().all(|b| b == "would-limit limit=5"),
+            "{algorithm}: {bodies:?}"
+        );
+        let stats = layer.stats();
+        assert_eq!(
+            (stats.allowed, stats.shadow_limited, stats.limited),
+            (5, 3, 0),
+            "{algorithm}"
+        );
+        let key = redkit::rate_limit::LimitKey::ip(client.parse().unwrap());
+        let key = layer.policies().for_path("/").redis_key(&key);
+        let raw: String = server.cmd(&["GET", &key]).await;
+        let current: u64 = raw.split(':').next().unwrap().parse().unwrap();
+        assert_eq!(
+            current, 5,
+            "{algorithm}: every counted unit used once, none past the limit"
+        );
+    }
+}
+
 #[tokio::test]
 async fn policies_replaced_while_serving_keep_counters() {
     let server = RedisServer::spawn().await;
