@@ -271,21 +271,6 @@ impl SlidingWindow {
 
 lease_target!(SlidingWindow, LeaseScript::SlidingWindow);
 
-impl Leased<SlidingWindow> {
-    /// `limiter` answering from leased quota with `lease`; the same as
-    /// [`limiter.leased(lease)`](SlidingWindow::leased).
-    ///
-    /// ```
-    /// use redkit::rate_limit::{Leased, QuotaLease, Rate, SlidingWindow};
-    /// let l = Leased::new(SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(1_000)))?, QuotaLease::new(32)?);
-    /// assert_eq!(l.limiter().limit(), 1_000);
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn new(limiter: SlidingWindow, lease: QuotaLease) -> Self {
-        Self::wrap(limiter, lease)
-    }
-}
-
 /// From the units of a lease held here (a sliding window keeps no deny cache).
 impl Hooks for Leased<SlidingWindow> {
     fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {

@@ -165,8 +165,24 @@ pub struct Leased<W> {
 }
 
 impl<W: LeaseTarget> Leased<W> {
+    /// `limiter` answering from leased quota with `lease`; the same as `limiter.leased(lease)`
+    /// ([`FixedWindow::leased`](crate::rate_limit::Window::leased),
+    /// [`SlidingWindow::leased`](crate::rate_limit::SlidingWindow::leased)).
+    ///
+    /// ```
+    /// use redkit::rate_limit::{FixedWindow, Leased, QuotaLease, Rate, SlidingWindow};
+    /// let fixed = Leased::new(FixedWindow::new("api", Rate::per_second(redkit::nonzero!(1_000)))?, QuotaLease::new(32)?);
+    /// assert_eq!(fixed.lease(), QuotaLease::new(32)?);
+    /// let sliding = Leased::new(SlidingWindow::new("api", Rate::per_second(redkit::nonzero!(1_000)))?, QuotaLease::new(32)?);
+    /// assert_eq!(sliding.limiter().limit(), 1_000);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn new(limiter: W, lease: QuotaLease) -> Self {
+        Self::wrap(limiter, lease)
+    }
+
     /// `limiter` answering from leased quota with `lease` (what each limiter's `leased` and
-    /// `Leased::new` build).
+    /// [`Leased::new`] build).
     pub(crate) fn wrap(limiter: W, lease: QuotaLease) -> Self {
         Self {
             limiter,

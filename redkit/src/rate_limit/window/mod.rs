@@ -742,21 +742,6 @@ impl RateLimiter for AlignedWindow {
 
 lease_target!(FixedWindow, LeaseScript::FixedWindow);
 
-impl Leased<FixedWindow> {
-    /// `limiter` answering from leased quota with `lease`; the same as
-    /// [`limiter.leased(lease)`](Window::leased).
-    ///
-    /// ```
-    /// use redkit::rate_limit::{FixedWindow, Leased, QuotaLease, Rate};
-    /// let l = Leased::new(FixedWindow::new("api", Rate::per_second(redkit::nonzero!(1_000)))?, QuotaLease::new(32)?);
-    /// assert_eq!(l.lease(), QuotaLease::new(32)?);
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn new(limiter: FixedWindow, lease: QuotaLease) -> Self {
-        Self::wrap(limiter, lease)
-    }
-}
-
 impl Hooks for Leased<FixedWindow> {
     fn attach_deny_cache(self, cache: DenyCache) -> Self {
         self.attach(|w| w.with_deny_cache(cache))
