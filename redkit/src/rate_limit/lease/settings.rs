@@ -2,7 +2,8 @@
 
 use crate::error::{Error, Result};
 
-/// The settings of leased quota ([`FixedWindow::leased`](super::Window::leased)):
+/// The settings of leased quota ([`FixedWindow::leased`](crate::rate_limit::Window::leased),
+/// [`SlidingWindow::leased`](crate::rate_limit::SlidingWindow::leased)):
 /// at most `max_units` units taken by one lease call, and how many instances share the limit
 /// (each takes at most a `1 / (2 x instances)` share of what is left, so a busy window is not
 /// starved by units held idle elsewhere).
