@@ -265,18 +265,11 @@ impl SlidingWindow {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn leased(self, lease: QuotaLease) -> Leased<Self> {
-        Leased::wrap(self, lease)
+        Leased::new(self, lease)
     }
 }
 
 lease_target!(SlidingWindow, LeaseScript::SlidingWindow);
-
-/// From the units of a lease held here (a sliding window keeps no deny cache).
-impl Hooks for Leased<SlidingWindow> {
-    fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {
-        self.answer_held(key)
-    }
-}
 
 #[cfg(test)]
 mod tests {

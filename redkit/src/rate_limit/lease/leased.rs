@@ -13,7 +13,7 @@ use super::held::{Ask, Leases, Local};
 use super::settings::QuotaLease;
 use crate::error::Result;
 use crate::keys::Prefix;
-use crate::rate_limit::rate_limiter::RateLimiter;
+use crate::rate_limit::rate_limiter::{sealed::Hooks, RateLimiter};
 use crate::rate_limit::{Decision, DenyCache, LimitKey};
 
 /// Not nameable outside the crate: the bound of [`Leased`]'s methods.
@@ -178,12 +178,6 @@ impl<W: LeaseTarget> Leased<W> {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn new(limiter: W, lease: QuotaLease) -> Self {
-        Self::wrap(limiter, lease)
-    }
-
-    /// `limiter` answering from leased quota with `lease` (what each limiter's `leased` and
-    /// [`Leased::new`] build).
-    pub(crate) fn wrap(limiter: W, lease: QuotaLease) -> Self {
         Self {
             limiter,
             leases: Leases::new(lease, W::SCRIPT),
@@ -225,7 +219,7 @@ impl<W: LeaseTarget> Leased<W> {
     /// new limiter holds none yet, as when the prefix is set before leasing.
     pub(crate) fn with_prefix(self, prefix: Prefix) -> Self {
         let lease = self.lease();
-        Self::wrap(self.limiter.prefixed(prefix), lease)
+        Self::new(self.limiter.prefixed(prefix), lease)
     }
 
     /// [`RateLimiter::check_n`]: `cost` units for `key` from the units held here, else
@@ -335,12 +329,14 @@ impl<W: LeaseTarget> Leased<W> {
         self.leases.forget(key.as_str());
         self.limiter.reset_unleased(conn, key).await
     }
+}
 
-    /// [`Hooks::attach_deny_cache`](crate::rate_limit::rate_limiter::sealed::Hooks): the
-    /// limiter's own, the leases kept.
-    pub(crate) fn attach(self, attach: impl FnOnce(W) -> W) -> Self {
+/// Every leased limiter: the limiter's own deny cache (a fixed window's; a sliding window
+/// keeps none), the leases kept.
+impl<W: LeaseTarget> Hooks for Leased<W> {
+    fn attach_deny_cache(self, cache: DenyCache) -> Self {
         Self {
-            limiter: attach(self.limiter),
+            limiter: self.limiter.attach_deny_cache(cache),
             ..self
         }
     }
@@ -348,7 +344,7 @@ impl<W: LeaseTarget> Leased<W> {
     /// From the units of a lease held here (never leading a refill: that is the round
     /// trip's; looked up by the client's key, so no counter key is built), else from a
     /// refusal the deny cache holds.
-    pub(crate) fn answer_held(&self, key: &LimitKey) -> Option<Decision> {
+    fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {
         let limit = self.limiter.limit();
         let cache = self.limiter.deny_cache();
         self.leases

@@ -650,7 +650,7 @@ impl FixedWindow {
     /// # Ok::<(), redkit::Error>(())
     /// ```
     pub fn leased(self, lease: QuotaLease) -> Leased<Self> {
-        Leased::wrap(self, lease)
+        Leased::new(self, lease)
     }
 
     /// Blocks `key` for `block`: its counter holds at least the limit until the block ends,
@@ -741,16 +741,6 @@ impl RateLimiter for AlignedWindow {
 }
 
 lease_target!(FixedWindow, LeaseScript::FixedWindow);
-
-impl Hooks for Leased<FixedWindow> {
-    fn attach_deny_cache(self, cache: DenyCache) -> Self {
-        self.attach(|w| w.with_deny_cache(cache))
-    }
-
-    fn answer_locally(&self, key: &LimitKey) -> Option<Decision> {
-        self.answer_held(key)
-    }
-}
 
 impl<K: WindowKind> Hooks for Window<K> {
     fn attach_deny_cache(self, cache: DenyCache) -> Self {
