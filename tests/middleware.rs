@@ -896,10 +896,13 @@ fn a_policy_file_option_the_algorithm_cannot_honour_is_refused() {
         )),
         (r(), "lease", Algorithm::AlignedWindow)
     );
-    assert_eq!(
-        refused(&format!("lease = {{ max_units = 8 }}\n{}", route("gcra"))),
-        (r(), "lease", Algorithm::Gcra)
-    );
+    // GCRA leases (it has a lease script): accepted.
+    let gcra: PolicyConfig =
+        toml::from_str(&format!("lease = {{ max_units = 8 }}\n{}", route("gcra"))).unwrap();
+    assert!(matches!(
+        Policies::from_config(&gcra).unwrap().for_path("/r"),
+        redkit::rate_limit::Limiter::GcraLeased(_)
+    ));
     assert_eq!(
         refused(&format!(
             "group_commit = true\nlease = {{ max_units = 8 }}\n{base}"
@@ -1069,6 +1072,38 @@ async fn checks_answered_in_process_answer_as_the_round_trip_does() {
     );
 }
 
+/// 40 requests to `base`, each allowed (with the `RateLimit-Policy` header `policy`, when
+/// given) with fewer than 20 Redis calls in all (most answered from leased units), then 5
+/// refused: their `Retry-After`s.
+async fn forty_then_refused(server: &RedisServer, base: &str, policy: Option<&str>) -> Vec<u64> {
+    let http = reqwest::Client::new();
+    let before = server.evalsha_calls().await;
+    for i in 0..40 {
+        let r = get_with(&http, base, None).await;
+        assert_eq!(r.status(), StatusCode::OK, "request {i}");
+        if policy.is_some() {
+            assert_eq!(header(&r, "ratelimit-policy"), policy);
+        }
+    }
+    let allowed_calls = server.evalsha_calls().await - before;
+    assert!(
+        (1..20).contains(&allowed_calls),
+        "{allowed_calls} Redis calls for 40 allowed requests: most are answered in process"
+    );
+    let mut retries = Vec::new();
+    for i in 0..5 {
+        let r = get_with(&http, base, None).await;
+        assert_eq!(
+            r.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "request {}",
+            40 + i
+        );
+        retries.push(header(&r, "retry-after").unwrap().parse().unwrap());
+    }
+    retries
+}
+
 /// A policy file leasing a sliding window (`lease` beside `algorithm = "sliding_window"`):
 /// the limit is held exactly, most allowed requests are answered in process, and a refusal
 /// (Redis's, a sliding window keeps no deny cache) carries the sliding window's `Retry-After`.
@@ -1080,34 +1115,31 @@ async fn a_leased_sliding_window_from_a_policy_file_holds_its_limit_in_process()
         "lease = { max_units = 16 }\n[default]\nname = \"sw\"\nlimit = 40\nwindow_ms = 60000\nalgorithm = \"sliding_window\"\n",
     )
     .await;
-    let http = reqwest::Client::new();
-    let before = server.evalsha_calls().await;
-    for i in 0..40 {
-        let r = get_with(&http, &base, None).await;
-        assert_eq!(r.status(), StatusCode::OK, "request {i}");
-        assert_eq!(header(&r, "ratelimit-policy"), Some("\"sw\";q=40;w=60"));
-    }
-    let allowed_calls = server.evalsha_calls().await - before;
-    assert!(
-        (1..20).contains(&allowed_calls),
-        "{allowed_calls} Redis calls for 40 allowed requests: most are answered in process"
-    );
-    for i in 0..5 {
-        let r = get_with(&http, &base, None).await;
-        assert_eq!(
-            r.status(),
-            StatusCode::TOO_MANY_REQUESTS,
-            "request {}",
-            40 + i
-        );
-        let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
-        assert!((59..=61).contains(&retry), "{retry}");
-    }
+    let retries = forty_then_refused(&server, &base, Some("\"sw\";q=40;w=60")).await;
+    assert!(retries.iter().all(|r| (59..=61).contains(r)), "{retries:?}");
     let state: String = server.cmd(&["GET", "redkit:sw:sw:{ip:127.0.0.1}"]).await;
     assert_eq!(
         state, "40:0",
         "exactly the limit counted, each unit used once"
     );
+}
+
+/// A policy file leasing GCRA (`lease` beside `algorithm = "gcra"`): the burst passes, most
+/// allowed requests answered in process, then refusals with GCRA's `Retry-After` (one
+/// emission interval, 15 s here), and the TAT moved by exactly the burst.
+#[tokio::test]
+async fn a_leased_gcra_from_a_policy_file_holds_its_burst_in_process() {
+    let server = RedisServer::spawn().await;
+    let base = serve_policies(
+        &server,
+        "lease = { max_units = 16 }\n[default]\nname = \"gc\"\nlimit = 40\nwindow_ms = 600000\nalgorithm = \"gcra\"\n",
+    )
+    .await;
+    let retries = forty_then_refused(&server, &base, None).await;
+    assert!(retries.iter().all(|r| (1..=15).contains(r)), "{retries:?}");
+    // 40 units of 15 s each: the bucket is full again 600 s after the first.
+    let pttl: i64 = server.cmd(&["PTTL", "redkit:gcra:gc:{ip:127.0.0.1}"]).await;
+    assert!((590_000..=600_000).contains(&pttl), "{pttl}");
 }
 
 /// `QuotaHeaders::OnRefusal`: allowed answers carry no quota headers, refusals carry them

@@ -7,12 +7,12 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redkit::rate_limit::{Leased, LimitKey, QuotaLease, Rate, RateLimiter, SlidingWindow};
 use redkit::ScriptManager;
+use support::demand::demand;
 use support::RedisServer;
 
 const MAX_UNITS: u32 = 8;
@@ -41,37 +41,10 @@ async fn burst(
     key: &LimitKey,
     burst: Duration,
 ) -> (u64, u64) {
-    let admitted = Arc::new(AtomicU64::new(0));
-    let attempted = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut tasks = Vec::new();
-    for t in 0..32 {
-        let limiter = instances[t % 4].clone();
-        let mut conn = conns[t % 4].clone();
-        let (key, admitted, attempted, stop) = (
-            key.clone(),
-            admitted.clone(),
-            attempted.clone(),
-            stop.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                attempted.fetch_add(1, Ordering::Relaxed);
-                if limiter.check(&mut conn, &key).await.unwrap().is_allowed() {
-                    admitted.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }));
-    }
-    tokio::time::sleep(burst).await;
-    stop.store(true, Ordering::Relaxed);
-    for task in tasks {
-        task.await.unwrap();
-    }
-    (
-        admitted.load(Ordering::Relaxed),
-        attempted.load(Ordering::Relaxed),
-    )
+    let admitted = Arc::new(Mutex::new(Vec::new()));
+    let attempted = demand(instances, conns, key, (burst, Duration::ZERO), &admitted).await;
+    let admitted = admitted.lock().unwrap().len();
+    (u64::try_from(admitted).unwrap(), attempted)
 }
 
 /// Two bursts over 4 instances, 5 times: the first inside a key's first window (nothing before

@@ -173,17 +173,17 @@ pub enum Error {
     },
 
     /// A policy asks its algorithm for an option the algorithm cannot honour (group commit
-    /// or a lease on GCRA, a lease on windows aligned to the clock, a burst on anything but
-    /// GCRA, ...): refused when the policies are built, never ignored. Nothing was built.
+    /// on GCRA, a lease on windows aligned to the clock, a burst on anything but GCRA, ...):
+    /// refused when the policies are built, never ignored. Nothing was built.
     ///
     /// ```
     /// use redkit::middleware::{Policies, PolicyConfig, PolicySpec};
     /// use redkit::rate_limit::{Algorithm, QuotaLease, Rate};
-    /// let gcra = PolicySpec::new("api", Rate::per_second(redkit::nonzero!(10))).algorithm(Algorithm::Gcra);
-    /// let config = PolicyConfig::new(gcra).with_lease(QuotaLease::new(8)?);
+    /// let aligned = PolicySpec::new("api", Rate::per_second(redkit::nonzero!(10))).algorithm(Algorithm::AlignedWindow);
+    /// let config = PolicyConfig::new(aligned).with_lease(QuotaLease::new(8)?);
     /// match Policies::from_config(&config) {
     ///     Err(redkit::Error::UnsupportedOption { policy, option, algorithm, .. }) => {
-    ///         assert_eq!((policy.as_str(), option, algorithm), ("api", "lease", Algorithm::Gcra));
+    ///         assert_eq!((policy.as_str(), option, algorithm), ("api", "lease", Algorithm::AlignedWindow));
     ///     }
     ///     other => panic!("{other:?}"),
     /// }

@@ -9,6 +9,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 mod container;
+pub mod demand;
 mod process;
 pub mod sentinel;
 pub mod temp_dir;

@@ -379,7 +379,6 @@ impl DenyCache {
         }
     }
 
-    /// Forgets `key` (after a reset of its counter).
     /// Stores what a check answered: a refusal with the counter it saw (the limit when it saw
     /// more) and the window's end measured from `sent`, the instant before the request went
     /// out; an allowed request moves the counter of a stored refusal (a smaller cost passed
@@ -394,6 +393,18 @@ impl DenyCache {
         }
     }
 
+    /// Stores a GCRA refusal of `cost` units (sent at `sent`): every cost of at least `cost`
+    /// is refused until `retry_after`, when `cost` units are in the bucket (a smaller cost
+    /// may fit sooner, so it is left to Redis); an allowed request stores nothing (the bucket
+    /// refills as time passes, so a count seen then says nothing of later).
+    pub(crate) fn remember_bucket(&self, key: &str, sent: Instant, cost: u32, decision: &Decision) {
+        if let Decision::Limited { quota, retry_after } = decision {
+            let count = u64::from(quota.limit()).saturating_sub(u64::from(cost)) + 1;
+            self.record_until(key, count, sent, *retry_after, quota.reset_after());
+        }
+    }
+
+    /// Forgets `key` (after a reset of its counter).
     pub(crate) fn forget(&self, key: &str) {
         self.shard(key).remove(key);
     }
@@ -489,6 +500,29 @@ pub(crate) mod metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bucket_refusal_refuses_only_costs_at_least_as_large_until_they_fit() {
+        let cache = DenyCache::new(10).unwrap();
+        let sent = Instant::now();
+        let refused = Decision::Limited {
+            quota: Quota::new(10, 8, Duration::from_secs(9)),
+            retry_after: Duration::from_secs(5),
+        };
+        cache.remember_bucket("k", sent, 3, &refused);
+        // 2 in the bucket, 3 refused: 3 and more are refused until 3 fit; 2 may fit
+        // sooner than that (the bucket refills), so it is Redis's to answer.
+        assert!(cache.lookup("k", 10, 2).is_none());
+        for cost in [3, 4, 10] {
+            let d = cache.lookup("k", 10, cost).expect("refused");
+            let wait = d.retry_after().unwrap();
+            assert!(wait <= Duration::from_secs(5) && wait > Duration::from_secs(4));
+        }
+        // An allowed answer stores nothing.
+        let allowed = Decision::Allowed(Quota::new(10, 9, Duration::from_secs(9)));
+        cache.remember_bucket("other", sent, 1, &allowed);
+        assert!(cache.lookup("other", 10, 10).is_none());
+    }
 
     #[test]
     fn answers_only_what_the_refusal_proves() {

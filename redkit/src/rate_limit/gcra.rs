@@ -11,6 +11,7 @@ use super::decision::{Decision, Quota};
 use super::deny_cache::DenyCache;
 use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
+use super::lease::{lease_target, LeaseScript, Leased, QuotaLease};
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
 use super::reply::{int, ints, non_negative, quota_of, timed_decision};
@@ -241,10 +242,8 @@ impl Gcra {
         let sent = Instant::now();
         let reply = self.manager.invoke(conn, &call).await?;
         let decision = self.decode(reply, cost)?;
-        if let (Some(cache), Decision::Limited { quota, retry_after }) = (cache, &decision) {
-            // Refuses locally every cost >= `cost` (count + cost' > burst) until `retry_after`.
-            let count = u64::from(self.burst) - u64::from(cost) + 1;
-            cache.record_until(&redis_key, count, sent, *retry_after, quota.reset_after());
+        if let Some(cache) = cache {
+            cache.remember_bucket(&redis_key, sent, cost, &decision);
         }
         Ok(decision)
     }
@@ -383,6 +382,28 @@ impl Hooks for Gcra {
         cache.lookup(&self.redis_key(key), self.burst, 1)
     }
 }
+
+impl Gcra {
+    /// Answers checks from **leased quota** with `lease`: the same rate and burst, exact
+    /// (never more than one in-process GCRA would admit, across every instance), most checks
+    /// of a hot key answered in process. Each lease call is one `EVALSHA` of
+    /// `lua/gcra_lease.v1.lua`, which moves the TAT past every unit it grants at once; each
+    /// unit is used only while it still conforms (the `j`-th of a grant until `j - 1`
+    /// emission intervals after the bucket's TAT as the call found it). What it changes, and
+    /// why it stays exact: [`Leased`].
+    ///
+    /// ```
+    /// use redkit::rate_limit::{Gcra, QuotaLease, Rate};
+    /// let l = Gcra::new("api", Rate::per_second(redkit::nonzero!(1_000)))?.leased(QuotaLease::new(32)?.instances(4)?);
+    /// assert_eq!((l.lease().max_units(), l.limiter().burst()), (32, 1_000));
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    pub fn leased(self, lease: QuotaLease) -> Leased<Self> {
+        Leased::new(self, lease)
+    }
+}
+
+lease_target!(Gcra, LeaseScript::Gcra);
 
 #[cfg(test)]
 mod tests {

@@ -228,13 +228,15 @@ limiters! {
         FixedLeased(Leased<FixedWindow>) = FixedWindow;
         /// A [`SlidingWindow`] answering from leased quota.
         SlidingLeased(Leased<SlidingWindow>) = SlidingWindow;
+        /// A [`Gcra`] answering from leased quota.
+        GcraLeased(Leased<Gcra>) = Gcra;
     }
 }
 
 impl Limiter {
     /// Blocks `key` for `block` where the algorithm can express it with the state its check
     /// already reads: [`FixedWindow::block_for`] (also under group commit or leasing: the
-    /// same counter) and [`Gcra::block_for`]. Returns the block's length.
+    /// same counter) and [`Gcra::block_for`] (also leased). Returns the block's length.
     ///
     /// Errors: [`Error::UnsupportedOption`] (option `"block_for"`, nothing sent) for an
     /// [`AlignedWindow`] (its counter is per window: a block would span several) and a
@@ -263,6 +265,7 @@ impl Limiter {
             Self::FixedGrouped(l) => return l.limiter().block_for(conn, key, block).await,
             Self::FixedLeased(l) => return l.limiter().block_for(conn, key, block).await,
             Self::Gcra(l) => return l.block_for(conn, key, block).await,
+            Self::GcraLeased(l) => return l.limiter().block_for(conn, key, block).await,
             Self::Aligned(_) | Self::AlignedGrouped(_) => {
                 "a counter per window aligned to the clock cannot hold a block across windows"
             }
@@ -313,6 +316,12 @@ impl From<Leased<FixedWindow>> for Limiter {
 impl From<Leased<SlidingWindow>> for Limiter {
     fn from(l: Leased<SlidingWindow>) -> Self {
         Self::SlidingLeased(l)
+    }
+}
+
+impl From<Leased<Gcra>> for Limiter {
+    fn from(l: Leased<Gcra>) -> Self {
+        Self::GcraLeased(l)
     }
 }
 

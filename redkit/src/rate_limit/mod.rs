@@ -4,7 +4,8 @@
 //!   per check, batches, reset); [`AlignedWindow`]: windows aligned to the clock. Both are a
 //!   [`Window`]; [`Grouped`] (group commit) wraps either, [`Leased`] (leased quota) the
 //!   windows from a first hit (`.grouped(..)`, `.leased(..)`).
-//! - [`Gcra`]: smooth, token-bucket semantics (rate and burst), exact retry-after.
+//! - [`Gcra`]: smooth, token-bucket semantics (rate and burst), exact retry-after; leases
+//!   too (`.leased(..)`).
 //! - [`SlidingWindow`]: two-counter weighted sliding window, no clock at all; leases too
 //!   (`.leased(..)`).
 //! - [`Rate`]: what every limiter is built from (`X::new(name, rate)`): N per period, with a

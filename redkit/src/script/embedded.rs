@@ -67,6 +67,7 @@ embedded! {
     FIXED_WINDOW_ALIGNED_GROUP => "fixed_window_aligned_group", 4;
     FIXED_WINDOW_LEASE => "fixed_window_lease", 2;
     GCRA => "gcra", 4;
+    GCRA_LEASE => "gcra_lease", 1;
     SLIDING_WINDOW => "sliding_window", 4;
     SLIDING_WINDOW_LEASE => "sliding_window_lease", 1;
     FIXED_WINDOW_PEEK => "fixed_window_peek", 1;

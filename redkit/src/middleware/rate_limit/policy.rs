@@ -156,6 +156,7 @@ impl PolicySpec {
             (Limiter::Aligned(a), Some(settings), None) => a.grouped(settings).into(),
             (Limiter::Fixed(f), None, Some(lease)) => f.leased(lease).into(),
             (Limiter::Sliding(s), None, Some(lease)) => s.leased(lease).into(),
+            (Limiter::Gcra(g), None, Some(lease)) => g.leased(lease).into(),
             (Limiter::Fixed(_), Some(_), Some(_)) => {
                 return Err(unsupported(
                     "group_commit",
@@ -179,7 +180,7 @@ impl PolicySpec {
             (_, None, Some(_)) => {
                 return Err(unsupported(
                     "lease",
-                    "only fixed_window and sliding_window have a lease script",
+                    "only fixed_window, sliding_window and gcra have a lease script",
                 ))
             }
         })
@@ -461,9 +462,8 @@ impl PolicyConfig {
 
     /// Leased quota for every limiter (TOML / JSON at the top level:
     /// `lease = { max_units = 32, instances = 4 }`): see [`Leased`](crate::rate_limit::Leased).
-    /// `fixed_window` and `sliding_window` lease: [`Policies::from_config`] refuses it for
-    /// another algorithm (`aligned_window`, `gcra`), or beside group commit, with
-    /// [`Error::UnsupportedOption`].
+    /// `fixed_window`, `sliding_window` and `gcra` lease: [`Policies::from_config`] refuses it
+    /// for `aligned_window`, or beside group commit, with [`Error::UnsupportedOption`].
     ///
     /// ```
     /// use redkit::middleware::{Policies, PolicyConfig};
@@ -690,7 +690,7 @@ impl Policies {
 
     /// Builds the limiters of a [`PolicyConfig`], validating every entry. An option a
     /// policy's algorithm cannot honour (`group_commit` on GCRA or the sliding window,
-    /// `lease` on GCRA or `aligned_window`, both on one window, `burst` on anything but GCRA)
+    /// `lease` on `aligned_window`, both on one window, `burst` on anything but GCRA)
     /// is [`Error::UnsupportedOption`], never ignored.
     ///
     /// ```
@@ -981,7 +981,7 @@ mod tests {
         let p = || "p".to_owned();
         for (algorithm, group_commit, lease, option) in [
             (Algorithm::Gcra, group, None, "group_commit"),
-            (Algorithm::Gcra, None, lease, "lease"),
+            (Algorithm::Gcra, group, lease, "group_commit"),
             (Algorithm::SlidingWindow, group, None, "group_commit"),
             (Algorithm::SlidingWindow, group, lease, "group_commit"),
             (Algorithm::AlignedWindow, None, lease, "lease"),
@@ -1003,9 +1003,14 @@ mod tests {
             assert_eq!(refused(config(spec, None, None)), (p(), "burst", algorithm));
         }
         // In a route: the route's policy is named.
-        let routed = config(spec(Algorithm::FixedWindow), None, lease)
-            .route("/g", PolicySpec::new("g", rate).algorithm(Algorithm::Gcra));
-        assert_eq!(refused(routed), ("g".to_owned(), "lease", Algorithm::Gcra));
+        let routed = config(spec(Algorithm::FixedWindow), None, lease).route(
+            "/g",
+            PolicySpec::new("g", rate).algorithm(Algorithm::AlignedWindow),
+        );
+        assert_eq!(
+            refused(routed),
+            ("g".to_owned(), "lease", Algorithm::AlignedWindow)
+        );
         // What each algorithm honours is applied.
         let built = |config: PolicyConfig| Policies::from_config(&config).unwrap().default;
         assert!(matches!(
@@ -1027,7 +1032,11 @@ mod tests {
         let gcra = PolicySpec::new("p", rate)
             .algorithm(Algorithm::Gcra)
             .burst(crate::nonzero!(20));
-        assert_eq!(built(config(gcra, None, None)).limit(), 20);
+        assert_eq!(built(config(gcra.clone(), None, None)).limit(), 20);
+        assert!(matches!(
+            built(config(gcra, None, lease)),
+            Limiter::GcraLeased(l) if l.limiter().burst() == 20 && l.lease() == QuotaLease::new(8).unwrap()
+        ));
         let aligned = built(config(spec(Algorithm::AlignedWindow), None, None));
         assert!(matches!(aligned, Limiter::Aligned(_)));
     }

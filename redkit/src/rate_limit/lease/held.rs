@@ -22,8 +22,13 @@ struct Held {
     /// Units leased and not used yet.
     units: u64,
     /// When the window ends at the latest (measured from before the lease call was sent, so
-    /// never after the server's window): no unit is used from then on.
+    /// never after the server's window): no unit is used from then on. With a `step`, when
+    /// the first unit held may last be used.
     until: Instant,
+    /// How much longer each next unit held may be used than the one before it (unit `i`,
+    /// from 0, until `until + i * step`): zero for a window's units, which all end with it;
+    /// GCRA's emission interval (each unit conforms until its slot is one interval away).
+    step: Duration,
     /// When the quota resets as the last lease call saw it (the fixed window's end; for a
     /// sliding window, when every counted unit has left it).
     reset: Instant,
@@ -153,6 +158,13 @@ impl Leases {
         let Some(entry) = held.get_mut(client) else {
             return Local::Empty;
         };
+        // Units that end one by one are dropped as their time passes (the clock read under
+        // the lock: never earlier than the check began).
+        let staggered = (!entry.step.is_zero()).then(|| {
+            let now = Instant::now();
+            entry.expire(now);
+            now
+        });
         if entry.units < u64::from(cost) {
             // Spent (a limited client's every check): a refusal of this window, when one
             // stands, else Redis. Decided after the lock is let go (the clock read then, so
@@ -173,7 +185,7 @@ impl Leases {
         }
         // The clock is read under the lock, so never earlier than the check began: a unit
         // is never taken after its window ended.
-        let now = Instant::now();
+        let now = staggered.unwrap_or_else(Instant::now);
         if entry.until <= now {
             return Local::Empty;
         }
@@ -189,19 +201,19 @@ impl Leases {
             }
             // A refill is on its way: this check takes from what is left, in process.
         }
-        entry.units = left;
+        entry.spend(u64::from(cost));
         Local::Taken(allowed(limit, entry, now))
     }
 
-    /// One lease call for `ask.cost` units of `client`'s counter `redis_key` (`window_ms`: a
-    /// new window's length): the decision for this check, the rest of the grant kept for the
+    /// One lease call for `ask.cost` units of `client`'s counter `redis_key` (`span`: a
+    /// window's length in ms, GCRA's emission interval in µs): the decision for this check, the rest of the grant kept for the
     /// next ones.
     pub(super) async fn lease<C: ConnectionLike>(
         &self,
         manager: &ScriptManager,
         conn: &mut C,
         (client, redis_key): (&str, &str),
-        (limit, window_ms): (u32, u64),
+        (limit, span): (u32, u64),
         ask: Ask,
     ) -> Result<Granted> {
         let Ask {
@@ -210,26 +222,27 @@ impl Leases {
             cache,
         } = ask;
         let now = Instant::now();
-        let (last, left) = match self.lock().get(client) {
+        let held = self.lock().get(client).map(|h| {
+            let mut h = *h;
+            h.expire(now);
+            h
+        });
+        let (last, left) = match held {
             Some(h) if h.until > now => {
                 (Some(h.last_want), u64::from(limit).saturating_sub(h.count))
             }
             // A new window of a key used before: its first ask starts from a quarter of what
             // the last window used here (as if that were the last ask, so it doubles to
             // half), never less than the cost. A key used once a window asks the cost.
-            Some(h) => (carried(h), u64::from(limit)),
+            Some(h) => (carried(&h), u64::from(limit)),
             None => (None, u64::from(limit)),
         };
         let want = self.settings.want(cost, last, left, demand);
         let mut call = Call::new(self.script.script());
-        call.key(redis_key)
-            .arg(limit)
-            .arg(window_ms)
-            .arg(cost)
-            .arg(want);
+        call.key(redis_key).arg(limit).arg(span).arg(cost).arg(want);
         let sent = Instant::now();
         let reply: Value = manager.invoke(conn, &call).await?;
-        let grant = self.script.decode(reply, window_ms)?;
+        let grant = self.script.decode(reply, span)?;
         if grant.granted < u64::from(cost) {
             if let Some(generation) = cache {
                 self.keep_refusal(client, generation, sent, &grant);
@@ -250,6 +263,7 @@ impl Leases {
         let fresh = Held {
             units: granted - u64::from(cost),
             until: sent.checked_add(grant.valid).unwrap_or(sent),
+            step: grant.step,
             reset: sent.checked_add(grant.reset).unwrap_or(sent),
             count,
             counter,
@@ -273,6 +287,7 @@ impl Leases {
         let granted = Held {
             units,
             until,
+            step: Duration::ZERO,
             reset: until,
             count: units,
             counter: units,
@@ -294,6 +309,9 @@ impl Leases {
             held.retain(|_, h| h.until > now);
         }
         let room = held.len() < QuotaLease::MAX_KEYS;
+        if let Some(h) = held.get_mut(client) {
+            h.expire(now);
+        }
         match held.get_mut(client) {
             // Same window (it has not ended here, so not in Redis either): add the units. A
             // counter lower than last seen, answered to a call sent after the one that saw
@@ -304,8 +322,7 @@ impl Leases {
                 if h.until > now
                     && (fresh.counter >= h.counter || fresh.count_sent < h.count_sent) =>
             {
-                h.units = h.units.saturating_add(fresh.units);
-                h.until = h.until.min(fresh.until);
+                h.merge(&fresh);
                 if fresh.counter >= h.counter {
                     h.count = fresh.count;
                     h.counter = fresh.counter;
@@ -343,6 +360,7 @@ impl Leases {
         let fresh = Held {
             units: 0,
             until,
+            step: grant.step,
             reset: sent.checked_add(grant.reset).unwrap_or(sent),
             count: grant.used,
             counter: grant.counter,
@@ -373,6 +391,58 @@ impl Leases {
     pub(super) fn forget(&self, client: &str) {
         self.lock().remove(client);
     }
+}
+
+impl Held {
+    /// Drops the units whose time has passed at `now`: with a `step`, those of the front
+    /// that ended (a window's units all end at `until`, which the checks compare).
+    fn expire(&mut self, now: Instant) {
+        if self.step.is_zero() || self.units == 0 || self.until > now {
+            return;
+        }
+        let past = now.duration_since(self.until).as_nanos() / self.step.as_nanos() + 1;
+        self.spend(u64::try_from(past).unwrap_or(u64::MAX).min(self.units));
+    }
+
+    /// Takes `n` units from the front: with a `step`, the next unit held is the one `n`
+    /// steps later (none left when its end is beyond the clock's range).
+    fn spend(&mut self, n: u64) {
+        self.units = self.units.saturating_sub(n);
+        if self.step.is_zero() {
+            return;
+        }
+        match steps(self.step, n).and_then(|d| self.until.checked_add(d)) {
+            Some(until) => self.until = until,
+            None => self.units = 0,
+        }
+    }
+
+    /// Adds a grant's units (of the same window, or for GCRA of the same bucket, which only
+    /// moves forward). A window's units end with the earlier end. Units that end one by one
+    /// stay one run, so both runs' units must fit it: the run starts at the earlier of this
+    /// one's start and the grant's start moved back by this one's units, so the `i`-th unit
+    /// of the run never ends later than the `i`-th of the two (each unit keeps the slot it
+    /// was granted, used no later than that slot allows). The grant's units end sooner when
+    /// its slots come after a gap (other instances' units in between), never later.
+    fn merge(&mut self, fresh: &Self) {
+        if self.step.is_zero() {
+            self.until = self.until.min(fresh.until);
+        } else if self.units == 0 {
+            self.until = fresh.until;
+        } else {
+            match steps(self.step, self.units).and_then(|d| fresh.until.checked_sub(d)) {
+                Some(start) => self.until = self.until.min(start),
+                None => (self.units, self.until) = (0, fresh.until),
+            }
+        }
+        self.units = self.units.saturating_add(fresh.units);
+    }
+}
+
+/// `n` times `step`, when it fits a `Duration` of whole nanoseconds in a `u64`.
+fn steps(step: Duration, n: u64) -> Option<Duration> {
+    let nanos = step.as_nanos().checked_mul(u128::from(n))?;
+    u64::try_from(nanos).ok().map(Duration::from_nanos)
 }
 
 /// The ask a key's new window continues from: a quarter of the units the last window used
@@ -418,6 +488,7 @@ mod tests {
     /// A fixed window's refusal: `count` in Redis, the window ending `left` after the call.
     fn refusal_of(count: u64, left: Duration) -> Grant {
         Grant {
+            step: Duration::ZERO,
             granted: 0,
             used: count,
             counter: count,
@@ -436,6 +507,7 @@ mod tests {
             now - Duration::from_millis(10),
         );
         let grant = |units, count, sent, until| Held {
+            step: Duration::ZERO,
             units,
             until,
             reset: until,
@@ -490,6 +562,7 @@ mod tests {
         let leases = Leases::new(QuotaLease::new(64).unwrap(), LeaseScript::FixedWindow);
         let now = Instant::now();
         let held = |until| Held {
+            step: Duration::ZERO,
             units: 1,
             until,
             reset: until,
@@ -536,6 +609,7 @@ mod tests {
     fn a_new_window_starts_from_what_the_last_one_used() {
         let now = Instant::now();
         let used = |taken, units| Held {
+            step: Duration::ZERO,
             units,
             until: now,
             reset: now,
@@ -568,6 +642,7 @@ mod tests {
         let leases = Leases::new(QuotaLease::new(64).unwrap(), LeaseScript::FixedWindow);
         let now = Instant::now();
         let held = |units| Held {
+            step: Duration::ZERO,
             units,
             until: now + Duration::from_secs(10),
             reset: now + Duration::from_secs(10),
@@ -712,10 +787,106 @@ mod tests {
         assert!(!leases.lock().contains_key("gone"));
     }
 
+    /// `units` held from `until`, each next one `step` later.
+    fn staggered(units: u64, until: Instant, step: Duration) -> Held {
+        Held {
+            units,
+            until,
+            step,
+            reset: until,
+            count: 0,
+            counter: 0,
+            count_sent: until,
+            last_want: 8,
+            taken: units,
+            refused: None,
+        }
+    }
+
+    #[test]
+    fn units_that_end_one_by_one_are_dropped_as_their_time_passes() {
+        let (t, ms) = (Instant::now(), Duration::from_millis(1));
+        // Units ending at t+5, t+15, t+25, t+35, t+45 ms.
+        let mut h = staggered(5, t + 5 * ms, 10 * ms);
+        h.expire(t);
+        assert_eq!((h.units, h.until), (5, t + 5 * ms), "none ended yet");
+        h.expire(t + 20 * ms);
+        assert_eq!((h.units, h.until), (3, t + 25 * ms), "two ended");
+        h.expire(t + 25 * ms);
+        assert_eq!(
+            (h.units, h.until),
+            (2, t + 35 * ms),
+            "one ends at its instant"
+        );
+        h.spend(1);
+        assert_eq!((h.units, h.until), (1, t + 45 * ms), "taken from the front");
+        h.expire(t + 1_000 * ms);
+        assert_eq!(h.units, 0, "all ended");
+        // A window's units all end at `until`, which the checks compare: left as they are.
+        let mut w = staggered(5, t + 5 * ms, Duration::ZERO);
+        w.expire(t + 20 * ms);
+        w.spend(2);
+        assert_eq!((w.units, w.until), (3, t + 5 * ms));
+        // An end beyond the clock's range: nothing is held.
+        let mut far = staggered(5, t, Duration::MAX);
+        far.spend(2);
+        assert_eq!(far.units, 0);
+    }
+
+    #[test]
+    fn a_grant_joins_the_run_no_unit_ending_later_than_it_was_granted() {
+        let (t, ms) = (Instant::now(), Duration::from_millis(1));
+        let step = 10 * ms;
+        // 2 held (ending t+100, t+110); a grant of 3 after a gap (t+200, t+210, t+220): the
+        // run keeps its start, the grant's units end sooner (t+120, t+130, t+140).
+        let mut gap = staggered(2, t + 100 * ms, step);
+        gap.merge(&staggered(3, t + 200 * ms, step));
+        assert_eq!((gap.units, gap.until), (5, t + 100 * ms));
+        // A grant starting before the held units would end (its call measured from an
+        // earlier instant): the run starts 2 steps before the grant.
+        let mut overlap = staggered(2, t + 100 * ms, step);
+        overlap.merge(&staggered(3, t + 105 * ms, step));
+        assert_eq!((overlap.units, overlap.until), (5, t + 85 * ms));
+        // Nothing held: the grant's own run.
+        let mut empty = staggered(0, t + 100 * ms, step);
+        empty.merge(&staggered(3, t + 300 * ms, step));
+        assert_eq!((empty.units, empty.until), (3, t + 300 * ms));
+        // A window: the earlier end.
+        let mut window = staggered(2, t + 100 * ms, Duration::ZERO);
+        window.merge(&staggered(3, t + 50 * ms, Duration::ZERO));
+        assert_eq!((window.units, window.until), (5, t + 50 * ms));
+    }
+
+    #[test]
+    fn a_gcra_lease_takes_only_units_that_have_not_ended() {
+        let leases = Leases::new(QuotaLease::new(64).unwrap(), LeaseScript::Gcra);
+        let (now, ms) = (Instant::now(), Duration::from_millis(1));
+        // 4 held, ending 15 s and 5 s ago and in 5 s and 15 s (no refill led: the last ask
+        // was 0).
+        let fresh = Held {
+            count: 1,
+            counter: 1,
+            last_want: 0,
+            ..staggered(4, now - 15_000 * ms, 10_000 * ms)
+        };
+        leases.keep_grant("k", fresh, now - 20_000 * ms);
+        for _ in 0..2 {
+            assert!(matches!(
+                leases.take_local("k", (100, 1), None),
+                Local::Taken(_)
+            ));
+        }
+        assert!(
+            matches!(leases.take_local("k", (100, 1), None), Local::Empty),
+            "the two that ended are not taken"
+        );
+    }
+
     #[test]
     fn the_view_adds_the_units_held_to_what_redis_has_left() {
         let now = Instant::now();
         let held = Held {
+            step: Duration::ZERO,
             units: 7,
             until: now + Duration::from_secs(1),
             reset: now + Duration::from_secs(1),
@@ -730,6 +901,7 @@ mod tests {
         assert_eq!(d.quota().remaining(), 17);
         assert!(d.quota().reset_after() <= Duration::from_secs(1));
         let full = Held {
+            step: Duration::ZERO,
             count: 0,
             units: 50,
             ..held

@@ -13,7 +13,7 @@ use super::held::{Ask, Leases, Local};
 use super::settings::QuotaLease;
 use crate::error::Result;
 use crate::keys::Prefix;
-use crate::rate_limit::rate_limiter::{sealed::Hooks, RateLimiter};
+use crate::rate_limit::rate_limiter::sealed::Hooks;
 use crate::rate_limit::{Decision, DenyCache, LimitKey};
 
 /// Not nameable outside the crate: the bound of [`Leased`]'s methods.
@@ -97,18 +97,21 @@ macro_rules! lease_target {
 }
 pub(crate) use lease_target;
 
-/// A limiter answering checks from **leased quota** (a [`FixedWindow`](crate::rate_limit::FixedWindow)
-/// or a [`SlidingWindow`](crate::rate_limit::SlidingWindow)): a check that finds no units held
-/// here takes up to [`max_units`](QuotaLease::max_units) units of the key's current window
-/// from Redis in one call (`lua/fixed_window_lease.v2.lua`, `lua/sliding_window_lease.v1.lua`;
-/// counted there at once: the sum over every instance never passes the limit) and answers the
-/// key's next checks from them in process, with no round trip, until they are spent or the
-/// window they were counted in ends. How leases grow and what they cost (units unused at a
+/// A limiter answering checks from **leased quota** (a [`FixedWindow`](crate::rate_limit::FixedWindow),
+/// a [`SlidingWindow`](crate::rate_limit::SlidingWindow) or a [`Gcra`](crate::rate_limit::Gcra)):
+/// a check that finds no units held here takes up to [`max_units`](QuotaLease::max_units)
+/// units of the key's current window (GCRA: of its bucket) from Redis in one call
+/// (`lua/fixed_window_lease.v2.lua`, `lua/sliding_window_lease.v1.lua`,
+/// `lua/gcra_lease.v1.lua`; counted there at once: the sum over every instance never passes
+/// the limit) and answers the key's next checks from them in process, with no round trip,
+/// until they are spent or the window they were counted in ends (GCRA: each unit until it
+/// stops conforming, below). How leases grow and what they cost (units unused at a
 /// window's end are not admitted by anyone): [`QuotaLease`]. Checks of a cost above the limit,
 /// the [`limiter`](Self::limiter)'s batches and [`reset`](RateLimiter::reset) are as without
-/// leasing. A fixed window's [`DenyCache`] still answers known-limited clients. Built by
-/// [`FixedWindow::leased`](crate::rate_limit::Window::leased) and
-/// [`SlidingWindow::leased`](crate::rate_limit::SlidingWindow::leased) (or [`Leased::new`]).
+/// leasing. A fixed window's or GCRA's [`DenyCache`] still answers known-limited clients. Built by
+/// [`FixedWindow::leased`](crate::rate_limit::Window::leased),
+/// [`SlidingWindow::leased`](crate::rate_limit::SlidingWindow::leased) and
+/// [`Gcra::leased`](crate::rate_limit::Gcra::leased) (or [`Leased::new`]).
 ///
 /// **Sliding windows: exact.** A sliding window's lease counts its units in the current
 /// window's counter at once, so every estimate Redis makes from then on (the previous
@@ -120,6 +123,20 @@ pub(crate) use lease_target;
 /// admission is at most the estimate Redis granted under. Never over the limit, as for one
 /// in-process sliding window. A unit is never carried into the next window, where it would
 /// weigh less than 1.
+///
+/// **GCRA: exact.** A GCRA lease moves the bucket's TAT past every unit it grants at once: with
+/// `T` the emission interval, `B` the burst and `base = max(TAT, now)` as the call found them,
+/// unit `j` takes the slot `base + j x T`, as `j` checks in a row would. A unit conforms while
+/// its slot is at most `B x T` ahead of the clock (true from the grant on) and at least `T`
+/// ahead, so unit `j` is used only until `base + (j - 1) x T` (the call's own check takes the
+/// first `cost` units at once; each next unit held ends one interval after the one before,
+/// measured from before the call was sent). Every unit admitted anywhere then has a slot of
+/// its own, at least `T` after the last, at most `B x T` and at least `T` after the instant it
+/// was admitted: the units admitted in any interval `[s, e]` have slots in
+/// `[s + T, e + B x T]`, at most `B + (e - s) / T` of them, the bound of one in-process GCRA.
+/// The price: units end one by one, so an instance checking a key below the rate sees part of
+/// each lease end unused (admitted by nobody). A refusal is Redis's, and the deny cache keeps
+/// it as GCRA's own check does.
 ///
 /// Its checks (`check`, `check_n`, `check_within`), `reset` and accessors (`name`, `limit`,
 /// `redis_key`, ...) are [`RateLimiter`]'s; the accessors are also the
@@ -134,8 +151,8 @@ pub(crate) use lease_target;
 /// # let _ = decision; Ok(()) }
 /// ```
 ///
-/// Leasing needs windows that start at the first hit (the lease script's): windows aligned
-/// to the clock do not lease, and a leased limiter is not grouped (its checks are answered
+/// Leasing needs windows that start at the first hit (the lease script's), or GCRA: windows
+/// aligned to the clock do not lease, and a leased limiter is not grouped (its checks are answered
 /// in process):
 ///
 /// ```compile_fail
@@ -290,11 +307,13 @@ impl<W: LeaseTarget> Leased<W> {
                 limiter.lease_manager(),
                 conn,
                 (client, redis_key),
-                (limit, window_ms(limiter)),
+                (limit, W::SCRIPT.span(limiter.window(), limit)),
                 Ask {
                     cost,
                     demand,
-                    cache: cache.map(DenyCache::generation),
+                    cache: cache
+                        .filter(|_| W::SCRIPT.keeps_refusals())
+                        .map(DenyCache::generation),
                 },
             )
             .await;
@@ -311,7 +330,7 @@ impl<W: LeaseTarget> Leased<W> {
         }
         let granted = granted?;
         if let Some(cache) = cache {
-            cache.remember(redis_key, sent, &granted.decision);
+            W::SCRIPT.remember(cache, redis_key, (sent, cost), &granted.decision);
         }
         if let (Some(leader), Decision::Limited { .. }) = (&leader, granted.decision) {
             leader.refused(cost, granted.decision);
@@ -331,7 +350,7 @@ impl<W: LeaseTarget> Leased<W> {
     }
 }
 
-/// Every leased limiter: the limiter's own deny cache (a fixed window's; a sliding window
+/// Every leased limiter: the limiter's own deny cache (a fixed window's or GCRA's; a sliding window
 /// keeps none), the leases kept.
 impl<W: LeaseTarget> Hooks for Leased<W> {
     fn attach_deny_cache(self, cache: DenyCache) -> Self {
@@ -353,11 +372,6 @@ impl<W: LeaseTarget> Hooks for Leased<W> {
     }
 }
 
-/// The window's length in whole milliseconds (what the limiter's own script is sent).
-fn window_ms<W: RateLimiter>(limiter: &W) -> u64 {
-    u64::try_from(limiter.window().as_millis()).unwrap_or(u64::MAX)
-}
-
 impl<W: fmt::Debug> fmt::Debug for Leased<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Leased")
@@ -371,7 +385,7 @@ impl<W: fmt::Debug> fmt::Debug for Leased<W> {
 mod tests {
     use super::*;
     use crate::rate_limit::rate_limiter::sealed::Hooks;
-    use crate::rate_limit::{FixedWindow, Rate};
+    use crate::rate_limit::{FixedWindow, Rate, RateLimiter};
 
     fn limiter() -> FixedWindow {
         FixedWindow::new("t", Rate::per_second(crate::nonzero!(10))).unwrap()

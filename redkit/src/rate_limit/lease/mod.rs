@@ -1,8 +1,9 @@
 //! Leased quota ([`Leased`]): an instance takes several units of a key's current window from
 //! Redis in one call (counted there at once, so the sum over every instance never passes the
 //! limit) and answers that key's next checks from them in process, until they are spent or
-//! the window they were counted in ends. For the windows that start at a client's first hit:
-//! [`FixedWindow`](super::FixedWindow) and [`SlidingWindow`](super::SlidingWindow).
+//! the window they were counted in ends (for GCRA, each unit until its slot stops conforming).
+//! For the windows that start at a client's first hit, [`FixedWindow`](super::FixedWindow)
+//! and [`SlidingWindow`](super::SlidingWindow), and for [`Gcra`](super::Gcra).
 //!
 //! - `settings`: [`QuotaLease`], how much one call takes.
 //! - `held`: the units held per client key, and the lease call.

@@ -1,10 +1,11 @@
 //! The lease scripts, one per algorithm that leases, and their replies read as one [`Grant`].
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Value;
 
 use crate::error::{Error, Result};
+use crate::rate_limit::{Decision, DenyCache};
 use crate::script::{embedded, Script};
 
 /// Not nameable outside the crate: what the sealed `LeaseTarget` names.
@@ -18,6 +19,9 @@ pub(crate) mod sealed {
         FixedWindow,
         /// `sliding_window_lease`: `{granted, used, counter, valid_ms, reset_ms, retry_ms}`.
         SlidingWindow,
+        /// `gcra_lease`: `{granted, used, tat, valid_us, reset_us, retry_us}`; each unit held
+        /// is usable one emission interval longer than the one before it.
+        Gcra,
     }
 }
 
@@ -37,6 +41,9 @@ pub(crate) struct Grant {
     /// How long the granted units may be used: until the window they were counted in ends
     /// (measured by the server).
     pub(crate) valid: Duration,
+    /// How much longer each next unit held may be used than the one before it: zero for a
+    /// window's (all end with it), the emission interval for GCRA's.
+    pub(crate) step: Duration,
     /// The quota's [`reset_after`](crate::rate_limit::Quota::reset_after).
     pub(crate) reset: Duration,
     /// A refusal's `retry_after`.
@@ -49,12 +56,51 @@ impl LeaseScript {
         match self {
             Self::FixedWindow => embedded::FIXED_WINDOW_LEASE.script(),
             Self::SlidingWindow => embedded::SLIDING_WINDOW_LEASE.script(),
+            Self::Gcra => embedded::GCRA_LEASE.script(),
         }
     }
 
-    /// The script's reply -> [`Grant`], without trusting its shape (`window_ms`: the window's
-    /// length, the fixed window's reset for a counter found without a TTL).
-    pub(crate) fn decode(self, reply: Value, window_ms: u64) -> Result<Grant> {
+    /// What a lease call is sent after the limit, from the limiter's
+    /// [`window`](crate::rate_limit::RateLimiter::window) and
+    /// [`limit`](crate::rate_limit::RateLimiter::limit): a window's length in whole ms, GCRA's
+    /// emission interval in µs (its window is the bucket, interval x burst).
+    pub(crate) fn span(self, window: Duration, limit: u32) -> u64 {
+        match self {
+            Self::FixedWindow | Self::SlidingWindow => {
+                u64::try_from(window.as_millis()).unwrap_or(u64::MAX)
+            }
+            Self::Gcra => {
+                u64::try_from(window.as_micros()).unwrap_or(u64::MAX) / u64::from(limit.max(1))
+            }
+        }
+    }
+
+    /// Stores a lease call's answer (for `cost` units, sent at `sent`) in the limiter's deny
+    /// cache, as the limiter's own check would.
+    pub(crate) fn remember(
+        self,
+        cache: &DenyCache,
+        key: &str,
+        (sent, cost): (Instant, u32),
+        decision: &Decision,
+    ) {
+        match self {
+            Self::Gcra => cache.remember_bucket(key, sent, cost, decision),
+            Self::FixedWindow | Self::SlidingWindow => cache.remember(key, sent, decision),
+        }
+    }
+
+    /// Whether a refused lease call is kept with the units held, for the deny cache (a
+    /// window's refusal stands until the window ends). GCRA's is the deny cache's own: a
+    /// refusal of `cost` units ends when they are in the bucket, sooner for fewer.
+    pub(crate) fn keeps_refusals(self) -> bool {
+        !matches!(self, Self::Gcra)
+    }
+
+    /// The script's reply -> [`Grant`], without trusting its shape (`span`: what the call was
+    /// sent after the limit: a window's length in ms, the fixed window's reset for a counter
+    /// found without a TTL; GCRA's emission interval in µs).
+    pub(crate) fn decode(self, reply: Value, span: u64) -> Result<Grant> {
         let script = self.script();
         let bad = |detail: &str| Error::unexpected(script.id(), detail);
         let ints: Vec<i64> = match reply {
@@ -72,13 +118,13 @@ impl LeaseScript {
             (Self::FixedWindow, [granted, count, pttl]) => {
                 let count = unsigned(*count, "negative count")?;
                 // A refused counter found without a TTL answers -1: its window is unknown.
-                let left =
-                    Duration::from_millis(u64::try_from(*pttl).map_or(window_ms, |ms| ms.max(1)));
+                let left = Duration::from_millis(u64::try_from(*pttl).map_or(span, |ms| ms.max(1)));
                 Ok(Grant {
                     granted: unsigned(*granted, "negative grant")?,
                     used: count,
                     counter: count,
                     valid: left,
+                    step: Duration::ZERO,
                     reset: left,
                     retry: left,
                 })
@@ -88,11 +134,21 @@ impl LeaseScript {
                 used: unsigned(*used, "negative count")?,
                 counter: unsigned(*counter, "negative counter")?,
                 valid: Duration::from_millis(unsigned(*valid, "negative validity")?),
+                step: Duration::ZERO,
                 reset: Duration::from_millis(unsigned(*reset, "negative reset")?.max(1)),
                 retry: Duration::from_millis(unsigned(*retry, "negative retry")?),
             }),
+            (Self::Gcra, [granted, used, tat, valid, reset, retry]) => Ok(Grant {
+                granted: unsigned(*granted, "negative grant")?,
+                used: unsigned(*used, "negative count")?,
+                counter: unsigned(*tat, "negative TAT")?,
+                valid: Duration::from_micros(unsigned(*valid, "negative validity")?),
+                step: Duration::from_micros(span),
+                reset: Duration::from_micros(unsigned(*reset, "negative reset")?.max(1)),
+                retry: Duration::from_micros(unsigned(*retry, "negative retry")?),
+            }),
             (Self::FixedWindow, _) => Err(bad("expected an array of 3 integers")),
-            (Self::SlidingWindow, _) => Err(bad("expected an array of 6 integers")),
+            (Self::SlidingWindow | Self::Gcra, _) => Err(bad("expected an array of 6 integers")),
         }
     }
 }
@@ -100,6 +156,7 @@ impl LeaseScript {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rate_limit::Quota;
 
     fn reply(v: &[i64]) -> Value {
         Value::Array(v.iter().map(|i| Value::Int(*i)).collect())
@@ -118,6 +175,7 @@ mod tests {
                 used: 40,
                 counter: 40,
                 valid: ms,
+                step: Duration::ZERO,
                 reset: ms,
                 retry: ms
             }
@@ -163,6 +221,64 @@ mod tests {
     }
 
     #[test]
+    fn a_gcra_grant_holds_units_that_end_one_interval_apart() {
+        let g = LeaseScript::Gcra
+            .decode(
+                reply(&[6, 9, 1_700_000_000_000_000, 150_000, 300_000, 0]),
+                10_000,
+            )
+            .unwrap();
+        assert_eq!(
+            (g.granted, g.used, g.counter),
+            (6, 9, 1_700_000_000_000_000)
+        );
+        assert_eq!(
+            (g.valid, g.step, g.reset, g.retry),
+            (
+                Duration::from_millis(150),
+                Duration::from_millis(10),
+                Duration::from_millis(300),
+                Duration::ZERO
+            )
+        );
+        let refused = LeaseScript::Gcra
+            .decode(reply(&[0, 10, 5, 0, 0, 2_500]), 10_000)
+            .unwrap();
+        assert_eq!(
+            (refused.valid, refused.reset, refused.retry),
+            (
+                Duration::ZERO,
+                Duration::from_micros(1),
+                Duration::from_micros(2_500)
+            ),
+            "a reset is never zero"
+        );
+    }
+
+    #[test]
+    fn each_script_is_sent_its_span_and_keeps_its_refusals_its_way() {
+        let second = Duration::from_secs(1);
+        assert_eq!(LeaseScript::FixedWindow.span(second, 50), 1_000);
+        assert_eq!(LeaseScript::SlidingWindow.span(second, 50), 1_000);
+        assert_eq!(LeaseScript::Gcra.span(second, 50), 20_000, "µs per unit");
+        assert!(LeaseScript::FixedWindow.keeps_refusals());
+        assert!(LeaseScript::SlidingWindow.keeps_refusals());
+        assert!(!LeaseScript::Gcra.keeps_refusals());
+        let (cache, sent) = (DenyCache::new(1_000).unwrap(), Instant::now());
+        let refused = Decision::Limited {
+            quota: Quota::new(10, 8, second),
+            retry_after: second,
+        };
+        LeaseScript::Gcra.remember(&cache, "g", (sent, 3), &refused);
+        LeaseScript::FixedWindow.remember(&cache, "w", (sent, 3), &refused);
+        assert!(
+            cache.lookup("g", 10, 2).is_none(),
+            "a bucket refills: 2 may fit before 3 do"
+        );
+        assert!(cache.lookup("w", 10, 3).is_some() && cache.lookup("g", 10, 3).is_some());
+    }
+
+    #[test]
     fn replies_of_another_shape_are_refused() {
         for (script, bad) in [
             (LeaseScript::FixedWindow, reply(&[1, 2])),
@@ -177,6 +293,13 @@ mod tests {
             (LeaseScript::SlidingWindow, reply(&[-1, 2, 3, 4, 5, 6])),
             (LeaseScript::SlidingWindow, reply(&[1, 2, 3, 4, -5, 6])),
             (LeaseScript::SlidingWindow, Value::Nil),
+            (LeaseScript::Gcra, reply(&[1, 2, 3])),
+            (LeaseScript::Gcra, reply(&[-1, 2, 3, 4, 5, 6])),
+            (LeaseScript::Gcra, reply(&[1, -2, 3, 4, 5, 6])),
+            (LeaseScript::Gcra, reply(&[1, 2, -3, 4, 5, 6])),
+            (LeaseScript::Gcra, reply(&[1, 2, 3, -4, 5, 6])),
+            (LeaseScript::Gcra, reply(&[1, 2, 3, 4, -5, 6])),
+            (LeaseScript::Gcra, reply(&[1, 2, 3, 4, 5, -6])),
             (
                 LeaseScript::FixedWindow,
                 Value::Array(vec![Value::Int(1), Value::Nil, Value::Int(3)]),

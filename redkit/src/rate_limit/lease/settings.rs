@@ -3,7 +3,8 @@
 use crate::error::{Error, Result};
 
 /// The settings of leased quota ([`FixedWindow::leased`](crate::rate_limit::Window::leased),
-/// [`SlidingWindow::leased`](crate::rate_limit::SlidingWindow::leased)):
+/// [`SlidingWindow::leased`](crate::rate_limit::SlidingWindow::leased),
+/// [`Gcra::leased`](crate::rate_limit::Gcra::leased)):
 /// at most `max_units` units taken by one lease call, and how many instances share the limit
 /// (each takes at most a `1 / (2 x instances)` share of what is left, so a busy window is not
 /// starved by units held idle elsewhere).
@@ -13,7 +14,10 @@ use crate::error::{Error, Result};
 /// window asks for twice the last, up to `max_units` and the share of what is left, down to
 /// the cost near the limit. What it costs: units leased and not used die with their window, so
 /// when demand exceeds the limit a window admits at least `limit - instances x max_units`
-/// (never more than `limit`); `RateLimit` remaining comes from the lease's view (what is left
+/// (never more than `limit`). For GCRA, read "window" as the bucket: a key's leases grow while
+/// units held here have not all ended, and a lease of `k` units lasts `k` emission intervals
+/// (each unit ends one interval after the one before: size `max_units` by that time);
+/// `RateLimit` remaining comes from the lease's view (what is left
 /// in Redis as last seen, plus the units this instance holds).
 ///
 /// ```
