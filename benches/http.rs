@@ -14,7 +14,7 @@
 //! (`HTTP_BENCH_ONLY` picks stacks there too).
 //!
 //! `HTTP_BENCH_PAIRS=<n>` (e.g. 9) then runs the goal comparisons **paired**: each pair of
-//! stacks (leased quota, of the fixed and of the sliding window, against tower_governor under the limit, with and without quota headers
+//! stacks (leased quota, of the fixed and of the sliding window and of GCRA, against tower_governor under the limit, with and without quota headers
 //! on allowed answers; leased + deny cache against the deny cache alone under the flood) in
 //! `n` pairs of back-to-back slices of `HTTP_BENCH_SLICE` seconds (default 1), which side goes
 //! first alternating pair by pair, and prints the median of the per-pair ratios (requests/s,
@@ -41,7 +41,7 @@ use std::time::Duration;
 use axum::{routing::get, Router};
 use redis::aio::ConnectionManager;
 use redkit::middleware::{ConcurrencyLimitLayer, QuotaHeaders, RateLimitLayer};
-use redkit::rate_limit::{FixedWindow, QuotaLease, Rate, SlidingWindow};
+use redkit::rate_limit::{FixedWindow, Gcra, QuotaLease, Rate, SlidingWindow};
 use redkit::GroupCommit;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
@@ -179,6 +179,14 @@ fn main() {
                 .leased(QuotaLease::new(lease_units()).unwrap());
             RateLimitLayer::new(limiter, conn.clone())
         };
+        // GCRA's lease: governor's own algorithm and settings (one unit per ms, a burst of
+        // `burst`), the same lease settings and header policy.
+        let gcra_leased = |name: &str, burst: u32| {
+            let limiter = Gcra::bursting(name, Rate::per_second(support::nz(1_000)), support::nz(burst))
+                .unwrap()
+                .leased(QuotaLease::new(lease_units()).unwrap());
+            RateLimitLayer::new(limiter, conn.clone())
+        };
         let big = 1_000_000_000;
         // A limiter's name goes into its `RateLimit` headers: the two sides of a comparison
         // between redkit stacks have names of one length, so their answers weigh the same.
@@ -210,6 +218,11 @@ fn main() {
                 "under the limit",
                 "redkit sliding window, leased (256 units)",
                 base().layer(sliding_leased("sl", big)),
+            ),
+            (
+                "under the limit",
+                "redkit GCRA, leased (256 units)",
+                base().layer(gcra_leased("gl", big)),
             ),
             (
                 "under the limit",
@@ -323,6 +336,10 @@ fn main() {
                     stack(sliding_leased("ls", big).layer(hello())),
                 ),
                 (
+                    "redkit GCRA, leased (256 units)",
+                    stack(gcra_leased("lg", big).layer(hello())),
+                ),
+                (
                     "flood: redkit fixed window + deny cache",
                     stack(redkit("lfc", 100, true).layer(hello())),
                 ),
@@ -382,6 +399,13 @@ fn main() {
             ),
             (
                 "under the limit",
+                "redkit GCRA, leased (256 units)",
+                base().layer(gcra_leased("pg", big)),
+                "tower_governor",
+                base().layer(governor(1, big)),
+            ),
+            (
+                "under the limit",
                 "redkit fixed window, leased (256 units), quota headers on refusals only",
                 base().layer(leased_with("pln", big, false, QuotaHeaders::OnRefusal)),
                 "tower_governor",
@@ -398,6 +422,13 @@ fn main() {
                 "under the limit",
                 "redkit sliding window, leased (256 units)",
                 base().layer(sliding_leased("psh", big)),
+                "tower_governor, with headers",
+                base().layer(governor_headers(1, big)),
+            ),
+            (
+                "under the limit",
+                "redkit GCRA, leased (256 units)",
+                base().layer(gcra_leased("pgh", big)),
                 "tower_governor, with headers",
                 base().layer(governor_headers(1, big)),
             ),

@@ -388,6 +388,73 @@ async fn a_swap_under_load_never_mixes_two_sets() {
     );
 }
 
+/// Leases and the local fallback: while Redis is frozen, each of 4 instances first answers
+/// from the units it holds (counted in Redis before the freeze, so no more than were granted:
+/// one each here), then from its share in process (`FailMode::Local`), never from both past
+/// what each promises: the held units, plus `share + share x t / window` of the fallback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leased_units_held_are_used_before_the_local_fallback_takes_over() {
+    let mut server = RedisServer::spawn().await;
+    let (limit, window) = (40u32, Duration::from_secs(60));
+    let mut services = Vec::new();
+    for _ in 0..4 {
+        let leased = FixedWindow::new("api", Rate::new(support::nz(limit), window).unwrap())
+            .unwrap()
+            .leased(QuotaLease::new(8).unwrap().instances(4).unwrap());
+        let layer = RateLimitLayer::builder(Policies::new(leased), manager(&server).await)
+            .key_extractor(by_header())
+            .fail_mode(FailMode::Local { instances: 4 })
+            .timeout(Duration::from_millis(50))
+            .build()
+            .unwrap();
+        services.push(layer.layer(tower::service_fn(handler)));
+    }
+    // Each instance: a lease of 1 (a key's first), then of 2: one unit held.
+    for service in &services {
+        for _ in 0..2 {
+            assert_eq!(send(service, "192.0.2.1").await.1, "checked limit=40");
+        }
+    }
+    let key = redkit::rate_limit::LimitKey::ip("192.0.2.1".parse().unwrap());
+    let redis_key = Limiter::from(
+        FixedWindow::new("api", Rate::new(support::nz(limit), window).unwrap()).unwrap(),
+    )
+    .redis_key(&key);
+    assert_eq!(server.cmd::<u64>(&["GET", &redis_key]).await, 12, "4 x (1 + 2)");
+    server.pause().await;
+    let started = Instant::now();
+    let (mut held, mut local, mut refused) = (0u64, 0u64, 0u64);
+    for service in &services {
+        for _ in 0..15 {
+            match send(service, "192.0.2.1").await {
+                (StatusCode::OK, body, _) if body == "checked limit=40" => {
+                    assert_eq!(local, 0, "a held unit after the fallback took over");
+                    held += 1;
+                }
+                (StatusCode::OK, body, _) => {
+                    assert_eq!(body, "local");
+                    local += 1;
+                }
+                (StatusCode::TOO_MANY_REQUESTS, _, _) => refused += 1,
+                (other, body, _) => panic!("{other}: {body}"),
+            }
+        }
+        // The next instance: its held unit comes first again.
+        local = 0;
+    }
+    let frozen = started.elapsed();
+    server.resume().await;
+    assert_eq!(held, 4, "each instance used the unit it held, and no more");
+    let share = f64::from(limit / 4);
+    let bound = 4.0 * (share + share * frozen.as_secs_f64() / window.as_secs_f64());
+    let fell_back = 60 - held - refused;
+    assert!(
+        fell_back as f64 <= bound && fell_back >= 4 * u64::from(limit / 4),
+        "{fell_back} let through in process in {frozen:?}; each instance's share is {share}"
+    );
+    assert!(refused > 0, "the shares were never exhausted");
+}
+
 /// Redis frozen: each of 4 instances (layers) enforces a quarter of the limit in process, and
 /// what they let through together stays within `4 x (share + share x t / window)`; one
 /// instance refuses past its share with `Retry-After`; when Redis answers again, the next
