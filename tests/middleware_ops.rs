@@ -420,7 +420,11 @@ async fn leased_units_held_are_used_before_the_local_fallback_takes_over() {
         FixedWindow::new("api", Rate::new(support::nz(limit), window).unwrap()).unwrap(),
     )
     .redis_key(&key);
-    assert_eq!(server.cmd::<u64>(&["GET", &redis_key]).await, 12, "4 x (1 + 2)");
+    assert_eq!(
+        server.cmd::<u64>(&["GET", &redis_key]).await,
+        12,
+        "4 x (1 + 2)"
+    );
     server.pause().await;
     let started = Instant::now();
     let (mut held, mut local, mut refused) = (0u64, 0u64, 0u64);

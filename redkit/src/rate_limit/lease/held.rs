@@ -851,6 +851,11 @@ mod tests {
         let mut empty = staggered(0, t + 100 * ms, step);
         empty.merge(&staggered(3, t + 300 * ms, step));
         assert_eq!((empty.units, empty.until), (3, t + 300 * ms));
+        // The held units' run beyond the clock's range: they go, the grant's run stays.
+        let huge = Duration::from_secs(u64::MAX / 4);
+        let mut beyond = staggered(2, t + 100 * ms, huge);
+        beyond.merge(&staggered(3, t + 300 * ms, huge));
+        assert_eq!((beyond.units, beyond.until), (3, t + 300 * ms));
         // A window: the earlier end.
         let mut window = staggered(2, t + 100 * ms, Duration::ZERO);
         window.merge(&staggered(3, t + 50 * ms, Duration::ZERO));
