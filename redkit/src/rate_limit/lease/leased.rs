@@ -107,7 +107,7 @@ pub(crate) use lease_target;
 /// until they are spent or the window they were counted in ends (GCRA: each unit until it
 /// stops conforming, below). How leases grow and what they cost (units unused at a
 /// window's end are not admitted by anyone): [`QuotaLease`]. Checks of a cost above the limit,
-/// the [`limiter`](Self::limiter)'s batches and [`reset`](RateLimiter::reset) are as without
+/// the [`limiter`](Self::limiter)'s batches and [`reset`](crate::rate_limit::RateLimiter::reset) are as without
 /// leasing. A fixed window's or GCRA's [`DenyCache`] still answers known-limited clients. Built by
 /// [`FixedWindow::leased`](crate::rate_limit::Window::leased),
 /// [`SlidingWindow::leased`](crate::rate_limit::SlidingWindow::leased) and
@@ -139,7 +139,7 @@ pub(crate) use lease_target;
 /// it as GCRA's own check does.
 ///
 /// Its checks (`check`, `check_n`, `check_within`), `reset` and accessors (`name`, `limit`,
-/// `redis_key`, ...) are [`RateLimiter`]'s; the accessors are also the
+/// `redis_key`, ...) are [`RateLimiter`](crate::rate_limit::RateLimiter)'s; the accessors are also the
 /// [`limiter`](Self::limiter)'s. Configure the window (`with_prefix`, `with_deny_cache`,
 /// `with_manager`), then lease: one order, so no setter's effect depends on it.
 ///
