@@ -910,6 +910,70 @@ async fn semaphore(bench: &mut Bench) -> Run {
         return Err(format!("semaphore: {got:?}"));
     };
     sem.release(conn, p).await.at("release")?;
+    leased_slots(bench).await
+}
+
+/// The concurrency layer's leased slots, under the semaphore's prefix: a block taken, a
+/// request refused on it, the block given back.
+async fn leased_slots(bench: &mut Bench) -> Run {
+    use redkit::middleware::{ClientId, ConcurrencyLimitLayer, ConcurrencyPolicy, FnKey};
+    use tower::{Service, ServiceExt};
+    let policy = ConcurrencyPolicy::new("cc", 1)
+        .at("policy")?
+        .with_prefix(redkit::keys::Prefix::new("redkit:sem").at("prefix")?);
+    let one = FnKey::new(|_: &redkit::middleware::RequestInfo<'_>| {
+        Some(ClientId::Key(LimitKey::text("c").unwrap()))
+    });
+    let layer = ConcurrencyLimitLayer::builder(policy, bench.conn().await)
+        .key_extractor(one)
+        .leased(redkit::rate_limit::QuotaLease::new(4).at("lease")?)
+        .build()
+        .at("layer")?;
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
+    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
+    let open = std::sync::Arc::clone(&gate);
+    let mut service = tower::ServiceBuilder::new()
+        .layer(layer.clone())
+        .service(tower::service_fn(move |_req: http::Request<String>| {
+            let (entered_tx, gate) = (entered_tx.clone(), std::sync::Arc::clone(&gate));
+            async move {
+                entered_tx.send(()).unwrap();
+                gate.notified().await;
+                Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+            }
+        }));
+    let first = service
+        .ready()
+        .await
+        .unwrap()
+        .call(http::Request::new(String::new()));
+    let held = tokio::spawn(first);
+    entered.recv().await.unwrap();
+    let second = service
+        .ready()
+        .await
+        .unwrap()
+        .call(http::Request::new(String::new()))
+        .await
+        .unwrap();
+    ensure!(
+        second.status() == http::StatusCode::TOO_MANY_REQUESTS,
+        "leased slots: {:?}",
+        second.status()
+    );
+    open.notify_waiters();
+    let first = held.await.unwrap().unwrap();
+    ensure!(
+        first.status() == http::StatusCode::OK,
+        "{:?}",
+        first.status()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(5), layer.shutdown()).await;
+    let stats = layer.stats();
+    ensure!(
+        stats.redis_failures == 0 && stats.admitted == 1,
+        "leased slots: {stats:?}"
+    );
     Ok(())
 }
 

@@ -36,7 +36,7 @@ mod redlock;
 mod reentrant;
 mod repair;
 mod rw;
-mod semaphore;
+pub(crate) mod semaphore;
 mod single;
 mod waiter_lease;
 

@@ -99,6 +99,7 @@ embedded! {
     SEMAPHORE_ACQUIRE => "semaphore_acquire", 1;
     SEMAPHORE_RENEW => "semaphore_renew", 1;
     SEMAPHORE_RELEASE => "semaphore_release", 2;
+    SEMAPHORE_BLOCK => "semaphore_block", 1;
     SEMAPHORE_INSPECT => "semaphore_inspect", 1;
     // Inventory.
     INVENTORY_SET => "inventory_set", 3;

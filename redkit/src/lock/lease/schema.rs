@@ -43,6 +43,12 @@ pub(crate) fn wake(key: &str) -> String {
     suffixed(key, WAKE)
 }
 
+/// A semaphore's contention mark: set while a block of its permits got less than it asked
+/// for (`lua/semaphore_block`).
+pub(crate) fn contention(key: &str) -> String {
+    suffixed(key, ":contended")
+}
+
 /// A fair lock's lease ends (a hash: owner token -> lease end).
 pub(crate) fn leases(key: &str) -> String {
     suffixed(key, ":leases")

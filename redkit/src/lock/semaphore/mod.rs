@@ -1,5 +1,6 @@
 //! [`Semaphore`]: N leased permits per resource, one script round trip per step.
 
+pub(crate) mod block;
 mod blocking;
 pub(crate) mod inspect;
 pub(crate) mod permit;

@@ -13,8 +13,9 @@ use crate::middleware::common::{common_setters, read, Common, FailMode};
 use crate::middleware::key::{KeyExtractor, PeerIp};
 use crate::middleware::metrics::PolicyMetrics;
 use crate::middleware::respond::{DefaultResponses, RespondWith};
-use crate::rate_limit::LimitKey;
+use crate::rate_limit::{LimitKey, QuotaLease};
 
+use super::blocks::Blocks;
 use super::policy::ConcurrencyPolicy;
 use super::{ConcurrencyStats, Stats};
 
@@ -26,6 +27,8 @@ pub(super) struct Shared<C, K, H> {
     pub(super) common: Common<C, K, H>,
     pub(super) full_status: StatusCode,
     pub(super) stats: Stats,
+    /// This instance's blocks of slots, when leased.
+    pub(super) blocks: Option<Arc<Blocks>>,
 }
 
 /// Tower layer allowing at most `permits` requests in flight per client, counted in Redis so
@@ -110,6 +113,7 @@ impl<C> ConcurrencyLimitLayer<C, PeerIp, DefaultResponses> {
             common: Common::new(conn, ConcurrencyLimitBuilder::<C, PeerIp>::DEFAULT_TIMEOUT),
             lease: ConcurrencyLimitBuilder::<C, PeerIp>::DEFAULT_LEASE,
             full_status: ConcurrencyLimitLayer::<C>::DEFAULT_FULL_STATUS,
+            leased: None,
         }
     }
 }
@@ -151,6 +155,30 @@ impl<C, K, H> ConcurrencyLimitLayer<C, K, H> {
             failed_open: read(&s.common.failed_open),
             failed_closed: read(&s.common.failed_closed),
             unknown_clients: read(&s.common.unknown_clients),
+        }
+    }
+
+    /// Gives back every leased block (see [`ConcurrencyLimitBuilder::leased`]): leasing stops
+    /// (later requests take plain permits), each block's unused slots go back at once and
+    /// its other slots as their requests finish. Returns when every block is back in Redis's
+    /// free count: call it after the server stopped taking requests (for example after
+    /// axum's graceful shutdown), bounded by a timeout of your choice. Without a lease it
+    /// returns at once. A block a failed call could not give back ends with its lease.
+    ///
+    /// ```no_run
+    /// # async fn run(layer: redkit::middleware::ConcurrencyLimitLayer<redis::aio::ConnectionManager>) {
+    /// use std::time::Duration;
+    /// // ... axum::serve(..).with_graceful_shutdown(..).await ...
+    /// let _ = tokio::time::timeout(Duration::from_secs(5), layer.shutdown()).await;
+    /// # }
+    /// ```
+    pub async fn shutdown(&self)
+    where
+        C: redis::aio::ConnectionLike + Clone,
+    {
+        if let Some(blocks) = &self.shared.blocks {
+            let mut conn = self.shared.common.conn.clone();
+            blocks.close(&self.shared.policy.semaphore, &mut conn).await;
         }
     }
 
@@ -226,6 +254,7 @@ impl<C, K: fmt::Debug, H> fmt::Debug for ConcurrencyLimitLayer<C, K, H> {
             .field("fail_mode", &s.common.fail_mode)
             .field("timeout", &s.common.timeout)
             .field("full_status", &s.full_status)
+            .field("leased", &s.blocks.as_ref().map(|b| b.lease()))
             .finish_non_exhaustive()
     }
 }
@@ -246,6 +275,7 @@ pub struct ConcurrencyLimitBuilder<C, K, H = DefaultResponses> {
     common: Common<C, K, H>,
     lease: Duration,
     full_status: StatusCode,
+    leased: Option<QuotaLease>,
 }
 
 impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
@@ -308,6 +338,7 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
             common: self.common.key_extractor(extractor),
             lease: self.lease,
             full_status: self.full_status,
+            leased: self.leased,
         }
     }
 
@@ -323,6 +354,54 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
         self.lease = lease;
         self
     }
+
+    /// Leases the slots in blocks (off unless set): each instance holds a block of every busy
+    /// client's slots in Redis and admits and releases that client's requests in process, so
+    /// a request costs no Redis call while its instance's block has a slot. Redis is called
+    /// to grow a block (twice its size, at most `max_units` more per call and a
+    /// `1 / (2 x instances)` share of the free slots, at least what the waiting requests
+    /// need), to renew it (every lease/3), and to give back slots no request used for
+    /// [`IDLE_RETURN`](Self::IDLE_RETURN) (a whole idle block then leaves Redis and memory).
+    ///
+    /// What holds: the slots of every instance's blocks and plain permits together never pass
+    /// the policy's `permits`, and an instance admits a request only inside its block while
+    /// the block's lease holds by its own clock, so **the requests in flight never pass the
+    /// limit** (as without leasing, a request that outlives a lease its instance could not
+    /// renew may overlap the slot's next holder). What it costs: a client refused on one
+    /// instance while another holds unused slots waits for those to be given back, at most
+    /// twice `IDLE_RETURN` plus one tick (half of it) after they were last used; a crashed
+    /// instance's blocks come back when their lease ends, as plain slots do. Blocks are kept
+    /// for at most [`QuotaLease::MAX_KEYS`] clients at once (further clients take plain
+    /// permits). On shutdown call [`ConcurrencyLimitLayer::shutdown`] to give every block
+    /// back at once.
+    ///
+    /// ```no_run
+    /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
+    /// use redkit::middleware::{ConcurrencyLimitLayer, ConcurrencyPolicy};
+    /// use redkit::rate_limit::QuotaLease;
+    /// // 1000 requests in flight per client over 4 instances, leased 64 slots at a time.
+    /// let layer = ConcurrencyLimitLayer::builder(ConcurrencyPolicy::new("api", 1000)?, conn)
+    ///     .leased(QuotaLease::new(64)?.instances(4)?)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn leased(mut self, lease: QuotaLease) -> Self {
+        self.leased = Some(lease);
+        self
+    }
+
+    /// How long slots of a leased block stay unused before they are given back (see
+    /// [`leased`](Self::leased)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis::aio::ConnectionManager;
+    /// use redkit::middleware::{ConcurrencyLimitBuilder, PeerIp};
+    /// type Builder = ConcurrencyLimitBuilder<ConnectionManager, PeerIp>;
+    /// // Slots another instance holds unused come back within 2 x 1 s + 0.5 s of their last use.
+    /// assert_eq!(Builder::IDLE_RETURN, Duration::from_secs(1));
+    /// ```
+    pub const IDLE_RETURN: Duration = super::blocks::IDLE_RETURN;
 
     common_setters! {
         layer = ConcurrencyLimitLayer;
@@ -378,6 +457,7 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
             common: self.common.respond_with(RespondWith::new(f)),
             lease: self.lease,
             full_status: self.full_status,
+            leased: self.leased,
         }
     }
 
@@ -408,8 +488,18 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
     }
 
     fn into_layer(self, options: LockOptions<Semaphore>) -> ConcurrencyLimitLayer<C, K, H> {
+        let blocks = self.leased.map(|lease| {
+            Arc::new(Blocks::new(
+                lease,
+                self.policy.permits(),
+                self.lease,
+                options.drift_allowance(),
+                options.owner_token(),
+            ))
+        });
         ConcurrencyLimitLayer {
             shared: Arc::new(Shared {
+                blocks,
                 metrics: PolicyMetrics::concurrency_limiting(&self.policy.name),
                 policy: self.policy,
                 options,
@@ -427,6 +517,7 @@ impl<C, K: fmt::Debug, H> fmt::Debug for ConcurrencyLimitBuilder<C, K, H> {
             .field("policy", &self.policy)
             .field("extractor", &self.common.extractor)
             .field("lease", &self.lease)
+            .field("leased", &self.leased)
             .field("fail_mode", &self.common.fail_mode)
             .field("timeout", &self.common.timeout)
             .finish_non_exhaustive()

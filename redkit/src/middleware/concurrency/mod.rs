@@ -5,6 +5,7 @@ use std::sync::atomic::AtomicU64;
 
 use crate::middleware::common::CommonCounters;
 
+mod blocks;
 mod layer;
 mod policy;
 mod service;

@@ -9,7 +9,7 @@ use redis::aio::ConnectionLike;
 use tower::Service;
 
 use crate::error::{Error, Result};
-use crate::lock::{Acquire, PermitGuard};
+use crate::lock::{Acquire, HeldPermits, PermitGuard};
 use crate::middleware::client::Client;
 use crate::middleware::common::{bump, limit_service, refusal, FailMode};
 use crate::middleware::future::ResponseFuture;
@@ -18,6 +18,7 @@ use crate::middleware::key::{KeyExtractor, RequestInfo};
 use crate::middleware::metrics::{self, Verdict};
 use crate::middleware::respond::{DefaultResponses, Rejection, Respond};
 
+use super::blocks::{Admit, BlockSlot};
 use super::layer::{resource_of, ConcurrencyLimitLayer, Shared};
 use super::Stats;
 
@@ -49,7 +50,13 @@ where
     H: Send + Sync + 'static,
 {
     shared: Arc<Shared<C, K, H>>,
-    permit: Option<PermitGuard>,
+    permit: Option<Held>,
+}
+
+/// What a slot holds: a permit of its own in Redis, or a slot of this instance's block.
+enum Held {
+    Permit(PermitGuard),
+    Block(BlockSlot),
 }
 
 impl<C, K, H> Slot<C, K, H>
@@ -59,8 +66,10 @@ where
     H: Send + Sync + 'static,
 {
     async fn release(mut self) {
-        if let Some(permit) = self.permit.take() {
-            release(Arc::clone(&self.shared), permit).await;
+        match self.permit.take() {
+            Some(Held::Permit(permit)) => release(Arc::clone(&self.shared), permit).await,
+            Some(Held::Block(slot)) => give_back(&self.shared, slot),
+            None => {}
         }
     }
 }
@@ -72,8 +81,10 @@ where
     H: Send + Sync + 'static,
 {
     fn drop(&mut self) {
-        let Some(permit) = self.permit.take() else {
-            return;
+        let permit = match self.permit.take() {
+            Some(Held::Permit(permit)) => permit,
+            Some(Held::Block(slot)) => return give_back(&self.shared, slot),
+            None => return,
         };
         let shared = Arc::clone(&self.shared);
         match tokio::runtime::Handle::try_current() {
@@ -102,12 +113,47 @@ where
     );
 }
 
+/// Gives a block's slot back in process (no Redis call) and counts the request as finished.
+fn give_back<C, K, H>(shared: &Shared<C, K, H>, slot: BlockSlot) {
+    drop(slot);
+    metrics::concurrency_active(&shared.metrics, -1.0);
+    finish::<()>(&shared.stats, Ok(Ok(())));
+}
+
 fn finish<T>(stats: &Stats, outcome: std::result::Result<Result<T>, Error>) {
     bump(&stats.finished);
     if let Err(error) | Ok(Err(error)) = outcome {
         bump(&stats.common.redis_failures);
         tracing::warn!(%error, "concurrency limit: release failed (the slot comes back when its lease ends)");
     }
+}
+
+/// The answer of this instance's leased blocks, bounded by the timeout; `None` without a
+/// lease, or when the request must take a plain permit (see [`Blocks`](super::blocks::Blocks)).
+async fn leased<C, K, H>(
+    shared: &Shared<C, K, H>,
+    resource: &str,
+) -> Option<Result<Acquire<Held, HeldPermits>>>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let blocks = shared.blocks.as_ref()?;
+    let sem = &shared.policy.semaphore;
+    let key = match sem.key(resource) {
+        Ok(key) => key,
+        Err(error) => return Some(Err(error)),
+    };
+    let admit = blocks.admit(sem, &shared.common.conn, resource, &key);
+    let admitted = match tokio::time::timeout(shared.common.timeout, admit).await {
+        Ok(admitted) => admitted?,
+        Err(_) => Err(Error::Timeout(shared.common.timeout)),
+    };
+    Some(admitted.map(|admit| match admit {
+        Admit::Slot(slot) => Acquire::Acquired(Held::Block(slot)),
+        Admit::Full(retry_after) => {
+            Acquire::Busy(HeldPermits::by(shared.policy.permits(), Some(retry_after)))
+        }
+    }))
 }
 
 fn refuse<B: Default>(status: StatusCode, retry_after: u64) -> Response<B> {
@@ -145,20 +191,42 @@ where
                 Client::Refused(response) => return Ok(response),
             };
             let resource = resource_of(&key);
-            let mut conn = shared.common.conn.clone();
             let policy = &shared.policy;
-            let acquire =
-                policy
-                    .semaphore
-                    .acquire(&mut conn, &resource, policy.permits(), &shared.options);
-            let acquired = tokio::time::timeout(shared.common.timeout, acquire)
-                .await
-                .unwrap_or(Err(Error::Timeout(shared.common.timeout)));
+            let acquired = match leased(&shared, &resource).await {
+                Some(leased) => leased,
+                None => {
+                    let mut conn = shared.common.conn.clone();
+                    let acquire = policy.semaphore.acquire(
+                        &mut conn,
+                        &resource,
+                        policy.permits(),
+                        &shared.options,
+                    );
+                    tokio::time::timeout(shared.common.timeout, acquire)
+                        .await
+                        .unwrap_or(Err(Error::Timeout(shared.common.timeout)))
+                        .map(|acquired| match acquired {
+                            Acquire::Acquired(mut permit) => {
+                                if let Err(error) =
+                                    policy.semaphore.watch(&shared.common.conn, &mut permit)
+                                {
+                                    tracing::warn!(%error, "concurrency limit: no watchdog for the slot");
+                                }
+                                Acquire::Acquired(Held::Permit(permit))
+                            }
+                            Acquire::Busy(held) => Acquire::Busy(held),
+                            Acquire::NotReplicated {
+                                replicas,
+                                requested,
+                            } => Acquire::NotReplicated {
+                                replicas,
+                                requested,
+                            },
+                        })
+                }
+            };
             match acquired {
-                Ok(Acquire::Acquired(mut permit)) => {
-                    if let Err(error) = policy.semaphore.watch(&shared.common.conn, &mut permit) {
-                        tracing::warn!(%error, "concurrency limit: no watchdog for the slot");
-                    }
+                Ok(Acquire::Acquired(permit)) => {
                     bump(&stats.admitted);
                     metrics::concurrency_limited(&shared.metrics, Verdict::Allowed);
                     metrics::concurrency_active(&shared.metrics, 1.0);
