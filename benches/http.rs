@@ -15,7 +15,9 @@
 //!
 //! `HTTP_BENCH_PAIRS=<n>` (e.g. 9) then runs the goal comparisons **paired**: each pair of
 //! stacks (leased quota, of the fixed and of the sliding window and of GCRA, against tower_governor under the limit, with and without quota headers
-//! on allowed answers; leased + deny cache against the deny cache alone under the flood) in
+//! on allowed answers; the concurrency limit's leased slots against tower's
+//! `GlobalConcurrencyLimitLayer`; leased + deny cache against the deny cache alone under the
+//! flood) in
 //! `n` pairs of back-to-back slices of `HTTP_BENCH_SLICE` seconds (default 1), which side goes
 //! first alternating pair by pair, and prints the median of the per-pair ratios (requests/s,
 //! this process's CPU per request) with the lowest and highest pair. The machine's speed
@@ -187,6 +189,20 @@ fn main() {
                 .leased(QuotaLease::new(lease_units()).unwrap());
             RateLimitLayer::new(limiter, conn.clone())
         };
+        // The concurrency limit's leased slots: the same lease settings (one instance here,
+        // at most `LEASE_UNITS` slots more per call), 1000 in flight per client.
+        let cc_leased = |name: &str| {
+            ConcurrencyLimitLayer::builder(
+                redkit::middleware::ConcurrencyPolicy::new(name, 1000).unwrap(),
+                conn.clone(),
+            )
+            .leased(QuotaLease::new(lease_units()).unwrap())
+            .build()
+            .unwrap()
+        };
+        // tower's in-process limit shared by every clone of the service (its
+        // `ConcurrencyLimitLayer` counts per clone: per connection under axum).
+        let tower_cc = || tower::limit::GlobalConcurrencyLimitLayer::new(1000);
         let big = 1_000_000_000;
         // A limiter's name goes into its `RateLimit` headers: the two sides of a comparison
         // between redkit stacks have names of one length, so their answers weigh the same.
@@ -236,6 +252,16 @@ fn main() {
                     redkit::middleware::ConcurrencyPolicy::new("cc", 1000).unwrap(),
                     conn.clone(),
                 )),
+            ),
+            (
+                "under the limit",
+                "tower GlobalConcurrencyLimitLayer (N = 1000)",
+                base().layer(tower_cc()),
+            ),
+            (
+                "under the limit",
+                "redkit concurrency limit (N = 1000), leased (256 slots)",
+                base().layer(cc_leased("cl")),
             ),
             ("flood (100/s allowed)", "tower_governor", base().layer(governor(10, 100))),
             (
@@ -340,6 +366,14 @@ fn main() {
                     stack(gcra_leased("lg", big).layer(hello())),
                 ),
                 (
+                    "tower GlobalConcurrencyLimitLayer (N = 1000)",
+                    stack(tower_cc().layer(hello())),
+                ),
+                (
+                    "redkit concurrency limit (N = 1000), leased (256 slots)",
+                    stack(cc_leased("lc").layer(hello())),
+                ),
+                (
                     "flood: redkit fixed window + deny cache",
                     stack(redkit("lfc", 100, true).layer(hello())),
                 ),
@@ -431,6 +465,13 @@ fn main() {
                 base().layer(gcra_leased("pgh", big)),
                 "tower_governor, with headers",
                 base().layer(governor_headers(1, big)),
+            ),
+            (
+                "under the limit",
+                "redkit concurrency limit (N = 1000), leased (256 slots)",
+                base().layer(cc_leased("pc")),
+                "tower GlobalConcurrencyLimitLayer (N = 1000)",
+                base().layer(tower_cc()),
             ),
             (
                 "flood (100/s allowed)",

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
@@ -46,7 +46,8 @@ pub(super) struct Blocks {
     closed: AtomicBool,
 }
 
-type Table = Mutex<HashMap<String, Arc<Block>>>;
+/// Read on every request, written when a block comes or goes.
+type Table = RwLock<HashMap<String, Arc<Block>>>;
 
 /// One client's block.
 pub(super) struct Block {
@@ -102,7 +103,8 @@ impl Drop for BlockSlot {
     fn drop(&mut self) {
         let mut st = lock(&self.block.state);
         st.in_use = st.in_use.saturating_sub(1);
-        if st.in_use < st.size && st.in_use == st.cap(Instant::now(), self.block.fair) {
+        let capped = st.contended_until.is_some() && st.in_use < st.size;
+        if capped && st.in_use == st.cap(Instant::now(), self.block.fair) {
             // Contended, and back to its share: the slots above it go back now.
             self.block.nudge.notify_one();
         }
@@ -111,6 +113,14 @@ impl Drop for BlockSlot {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn read<T>(m: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn write<T>(m: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl State {
@@ -177,7 +187,10 @@ impl Blocks {
         if self.closed.load(Ordering::Acquire) {
             return None;
         }
-        let mut table = lock(&self.table);
+        if let Some(block) = read(&self.table).get(resource) {
+            return Some(Arc::clone(block));
+        }
+        let mut table = write(&self.table);
         if let Some(block) = table.get(resource) {
             return Some(Arc::clone(block));
         }
@@ -205,6 +218,12 @@ impl Blocks {
         });
         table.insert(resource.to_owned(), Arc::clone(&block));
         Some(block)
+    }
+
+    /// A slot of the block of `resource` when it has one now: in process, no Redis call.
+    pub(super) fn try_admit(&self, resource: &str) -> Option<BlockSlot> {
+        // The table, then the block's state: the order every path takes them in.
+        read(&self.table).get(resource)?.try_take(Instant::now())
     }
 
     /// Admits a request of `resource` (semaphore key `key`) on this instance's block: in
@@ -327,7 +346,7 @@ impl Blocks {
         st.size = granted.size;
         st.free_seen = self.permits.saturating_sub(granted.holders);
         st.last_call = Some(started);
-        st.contended_until = Some(started + granted.contended);
+        st.contended_until = (!granted.contended.is_zero()).then(|| started + granted.contended);
         st.valid_until = (granted.size > 0)
             .then(|| started + self.ttl.saturating_sub(self.drift))
             .filter(|until| *until > started);
@@ -376,7 +395,7 @@ impl Blocks {
     /// period (every slot not in use when `closing`), removes empty blocks. Returns how many
     /// blocks remain.
     async fn tend<C: ConnectionLike>(&self, sem: &Semaphore, conn: &mut C, closing: bool) -> usize {
-        let all: Vec<(String, Arc<Block>)> = lock(&self.table)
+        let all: Vec<(String, Arc<Block>)> = read(&self.table)
             .iter()
             .map(|(r, b)| (r.clone(), Arc::clone(b)))
             .collect();
@@ -417,14 +436,14 @@ impl Blocks {
                 }
             }
             drop(refill);
-            let mut table = lock(&self.table);
+            let mut table = write(&self.table);
             let mut st = lock(&block.state);
             if st.size == 0 && st.in_use == 0 && !st.removed {
                 st.removed = true;
                 table.remove(&resource);
             }
         }
-        lock(&self.table).len()
+        read(&self.table).len()
     }
 
     /// Stops leasing (later requests take plain permits) and gives back every block's slots

@@ -46,6 +46,11 @@ pub(super) struct Shared<C, K, H> {
 /// - Redis failed or timed out: [`FailMode`](crate::middleware::FailMode) (as `RateLimitLayer`: open lets the request
 ///   through without a permit, closed answers 503 with `Retry-After: 1`).
 ///
+/// **Leased slots** ([`ConcurrencyLimitBuilder::leased`], off unless set): each instance holds
+/// a block of every busy client's slots and admits and releases in process, calling Redis
+/// only to grow, shrink, renew or give back a block; the limit across instances holds the
+/// same ([`shutdown`](Self::shutdown) gives the blocks back).
+///
 /// **A crashed instance's slots come back** when their lease ends (nothing renews them any
 /// more), never later: choose the lease as the longest a crashed slot may stay taken; it does
 /// not bound how long a request may run (the watchdog extends it). An acquire cut by the

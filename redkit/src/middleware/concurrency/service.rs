@@ -54,8 +54,9 @@ where
 }
 
 /// What a slot holds: a permit of its own in Redis, or a slot of this instance's block.
+/// (The permit is boxed: a block's slot, the common case with a lease, moves a small value.)
 enum Held {
-    Permit(PermitGuard),
+    Permit(Box<PermitGuard>),
     Block(BlockSlot),
 }
 
@@ -67,7 +68,10 @@ where
 {
     async fn release(mut self) {
         match self.permit.take() {
-            Some(Held::Permit(permit)) => release(Arc::clone(&self.shared), permit).await,
+            // Boxed: a block's slot does not carry the release's large future.
+            Some(Held::Permit(permit)) => {
+                Box::pin(release(Arc::clone(&self.shared), *permit)).await
+            }
             Some(Held::Block(slot)) => give_back(&self.shared, slot),
             None => {}
         }
@@ -88,7 +92,7 @@ where
         };
         let shared = Arc::clone(&self.shared);
         match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn(release(shared, permit))),
+            Ok(runtime) => drop(runtime.spawn(release(shared, *permit))),
             // No runtime any more: the lease ends the slot.
             Err(_) => finish::<()>(&shared.stats, Ok(Err(Error::invalid("runtime", "gone")))),
         }
@@ -128,8 +132,48 @@ fn finish<T>(stats: &Stats, outcome: std::result::Result<Result<T>, Error>) {
     }
 }
 
-/// The answer of this instance's leased blocks, bounded by the timeout; `None` without a
-/// lease, or when the request must take a plain permit (see [`Blocks`](super::blocks::Blocks)).
+/// A slot for a request of `resource` that found none free in this instance's block (or has
+/// no lease): from the block after a call that grows it, or a plain permit with its
+/// watchdog; bounded by the timeout.
+async fn acquire<C, K, H>(
+    shared: &Shared<C, K, H>,
+    resource: &str,
+) -> Result<Acquire<Held, HeldPermits>>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    if let Some(leased) = leased(shared, resource).await {
+        return leased;
+    }
+    let policy = &shared.policy;
+    let mut conn = shared.common.conn.clone();
+    let acquire = policy
+        .semaphore
+        .acquire(&mut conn, resource, policy.permits(), &shared.options);
+    let acquired = tokio::time::timeout(shared.common.timeout, acquire)
+        .await
+        .unwrap_or(Err(Error::Timeout(shared.common.timeout)))?;
+    Ok(match acquired {
+        Acquire::Acquired(mut permit) => {
+            if let Err(error) = policy.semaphore.watch(&shared.common.conn, &mut permit) {
+                tracing::warn!(%error, "concurrency limit: no watchdog for the slot");
+            }
+            Acquire::Acquired(Held::Permit(Box::new(permit)))
+        }
+        Acquire::Busy(held) => Acquire::Busy(held),
+        Acquire::NotReplicated {
+            replicas,
+            requested,
+        } => Acquire::NotReplicated {
+            replicas,
+            requested,
+        },
+    })
+}
+
+/// The answer of this instance's leased blocks after a call that grows one, bounded by the
+/// timeout; `None` without a lease, or when the request must take a plain permit (see
+/// [`Blocks`](super::blocks::Blocks)).
 async fn leased<C, K, H>(
     shared: &Shared<C, K, H>,
     resource: &str,
@@ -192,38 +236,12 @@ where
             };
             let resource = resource_of(&key);
             let policy = &shared.policy;
-            let acquired = match leased(&shared, &resource).await {
-                Some(leased) => leased,
-                None => {
-                    let mut conn = shared.common.conn.clone();
-                    let acquire = policy.semaphore.acquire(
-                        &mut conn,
-                        &resource,
-                        policy.permits(),
-                        &shared.options,
-                    );
-                    tokio::time::timeout(shared.common.timeout, acquire)
-                        .await
-                        .unwrap_or(Err(Error::Timeout(shared.common.timeout)))
-                        .map(|acquired| match acquired {
-                            Acquire::Acquired(mut permit) => {
-                                if let Err(error) =
-                                    policy.semaphore.watch(&shared.common.conn, &mut permit)
-                                {
-                                    tracing::warn!(%error, "concurrency limit: no watchdog for the slot");
-                                }
-                                Acquire::Acquired(Held::Permit(permit))
-                            }
-                            Acquire::Busy(held) => Acquire::Busy(held),
-                            Acquire::NotReplicated {
-                                replicas,
-                                requested,
-                            } => Acquire::NotReplicated {
-                                replicas,
-                                requested,
-                            },
-                        })
-                }
+            // A slot of this instance's block when it has one: no Redis call, and no large
+            // future in this one (the other paths are boxed).
+            let in_block = shared.blocks.as_ref().and_then(|b| b.try_admit(&resource));
+            let acquired = match in_block {
+                Some(slot) => Ok(Acquire::Acquired(Held::Block(slot))),
+                None => Box::pin(acquire(&shared, &resource)).await,
             };
             match acquired {
                 Ok(Acquire::Acquired(permit)) => {
