@@ -168,9 +168,11 @@ async fn four_instances_never_pass_the_limit_together() {
     );
     assert!(most_holders <= 8, "{most_holders} holders in Redis");
     assert_eq!(most, 8, "demand far above the limit never used every slot");
+    // Busy instances share: each keeps to ceil(8 / 4) while others are refused, so each
+    // admits at least half its fair quarter.
     assert!(
-        stats.iter().all(|s| s.admitted > 0),
-        "an instance was starved: {stats:?}"
+        stats.iter().all(|s| s.admitted * 8 >= u64::from(admitted)),
+        "an instance got less than an eighth: {stats:?}"
     );
     assert_eq!(
         u64::from(admitted),
