@@ -336,6 +336,23 @@ async fn shutdown_gives_every_block_back() {
     assert_eq!(status_of(&app).await, StatusCode::OK);
     assert_eq!(holders(&server, &a).await, 0);
     assert_eq!(a.stats().admitted, a.stats().finished);
+
+    // A layer dropped without `shutdown` (its runtime still running): its background task
+    // gives its blocks back at its next tick, long before their 30 s lease ends.
+    let b = layer(&server, "shut", 4, Duration::from_secs(30)).await;
+    let app_b = InFlight::default().app(&b, Duration::from_millis(1));
+    assert_eq!(status_of(&app_b).await, StatusCode::OK);
+    assert!(holders(&server, &b).await > 0, "a block is held");
+    let key = key_of(&b);
+    drop((app_b, b));
+    let dropped = Instant::now();
+    while live(&mut conn, &key).await > 0 {
+        assert!(
+            dropped.elapsed() < IDLE + SLACK,
+            "a dropped layer's block stayed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Redis restarts (no persistence) while requests hold slots of a block: the instance

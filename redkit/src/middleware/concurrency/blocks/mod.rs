@@ -162,6 +162,9 @@ impl Blocks {
 
     /// A slot of the block of `resource` when it has one now: in process, no Redis call.
     pub(super) fn try_admit(&self, resource: &str) -> Option<BlockSlot> {
+        if self.closed.load(Ordering::Acquire) {
+            return None;
+        }
         // The table, then the block's state: the order every path takes them in.
         read(&self.table).get(resource)?.try_take(Instant::now())
     }
@@ -269,6 +272,12 @@ impl Blocks {
         let weak: Weak<Blocks> = Arc::downgrade(self);
         let (sem, mut conn) = (sem.clone(), conn.clone());
         let nudge = Arc::clone(&self.nudge);
+        let (table, token, sizing, ttl_ms) = (
+            Arc::clone(&self.table),
+            self.token.clone(),
+            self.sizing,
+            self.ttl_ms,
+        );
         drop(runtime.spawn(async move {
             loop {
                 tokio::select! {
@@ -276,6 +285,16 @@ impl Blocks {
                     () = nudge.notified() => {}
                 }
                 let Some(blocks) = weak.upgrade() else {
+                    // The layer is gone (no request holds a slot any more): every block
+                    // goes back now rather than when its lease ends.
+                    let keys: Vec<String> = read(&table).values().map(|b| b.key.clone()).collect();
+                    for key in keys {
+                        let permits = sizing.permits;
+                        let given = sem.set_block(&mut conn, &key, &token, permits, ttl_ms, 0, CONTENTION_MS);
+                        if let Err(error) = given.await {
+                            tracing::warn!(%error, %key, "concurrency limit: a leased block was not given back (it ends with its lease)");
+                        }
+                    }
                     return;
                 };
                 let closing = blocks.closed.load(Ordering::Acquire);
