@@ -378,7 +378,8 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
     /// instance's blocks come back when their lease ends, as plain slots do. Blocks are kept
     /// for at most [`QuotaLease::MAX_KEYS`] clients at once (further clients take plain
     /// permits). On shutdown call [`ConcurrencyLimitLayer::shutdown`] to give every block
-    /// back at once.
+    /// back at once (a layer dropped while its runtime runs gives them back at its next
+    /// tick).
     ///
     /// ```no_run
     /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
