@@ -74,9 +74,13 @@ async fn live(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
     .unwrap()
 }
 
+/// The longest any step of these tests may take: a hang fails the test instead of stalling it.
+const STEP: Duration = Duration::from_secs(10);
+
 async fn status_of(app: &Router) -> StatusCode {
     let req = Request::get("/").body(Body::empty()).unwrap();
-    app.clone().oneshot(req).await.unwrap().status()
+    let answer = tokio::time::timeout(STEP, app.clone().oneshot(req)).await;
+    answer.expect("an answer in time").unwrap().status()
 }
 
 /// Counts the requests in its handlers (across every instance) and the most at once.
@@ -329,7 +333,9 @@ async fn shutdown_gives_every_block_back() {
     assert!(!plain.is_acquired(), "the block's members are holders");
 
     let started = Instant::now();
-    a.shutdown().await;
+    tokio::time::timeout(STEP, a.shutdown())
+        .await
+        .expect("shutdown returned in time");
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(holders(&server, &a).await, 0, "every block given back");
     // Leasing stopped: a request takes a plain permit and gives it back.
@@ -386,7 +392,8 @@ async fn a_redis_restart_mid_lease_is_survived() {
         })
         .collect();
     for _ in 0..2 {
-        entered.recv().await.unwrap();
+        let got = tokio::time::timeout(STEP, entered.recv()).await;
+        got.expect("the request entered its handler").unwrap();
     }
     assert!(holders(&server, &a).await >= 2);
     server.restart().await;
