@@ -367,6 +367,9 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
     /// `1 / (2 x instances)` share of the free slots, at least what the waiting requests
     /// need), to renew it (every lease/3), and to give back slots no request used for
     /// [`IDLE_RETURN`](Self::IDLE_RETURN) (a whole idle block then leaves Redis and memory).
+    /// While some instance's block is refused slots, every instance keeps its block to
+    /// `ceil(permits / instances)` (set `instances` to their number), so busy instances share
+    /// the limit.
     ///
     /// What holds: the slots of every instance's blocks and plain permits together never pass
     /// the policy's `permits`, and an instance admits a request only inside its block while
