@@ -99,6 +99,7 @@ mod tests {
         assert_eq!(key, "p:{a%7Bb%7D}");
         assert_eq!(fence(&key), "p:{a%7Bb%7D}:fence");
         assert_eq!(wake(&key), "p:{a%7Bb%7D}:wake");
+        assert_eq!(contention(&key), "p:{a%7Bb%7D}:contended");
         assert_eq!(leases(&key), "p:{a%7Bb%7D}:leases");
         assert_eq!(gone(&key, b"t"), b"p:{a%7Bb%7D}:gone:t".to_vec());
         assert_eq!(readers(&key), "p:{a%7Bb%7D}:readers");
