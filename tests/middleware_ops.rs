@@ -190,15 +190,16 @@ async fn a_shadow_policy_counts_and_heads_as_if_enforced_but_never_refuses() {
     );
 }
 
-/// Shadow mode over leased quota, for the fixed and the sliding window: the units held in
-/// process answer as Redis would, the refusals past the limit are counted as shadow-limited
-/// and let through, and Redis never counts past the limit.
+/// Shadow mode over leased quota, for the fixed and the sliding window and GCRA: the units
+/// held in process answer as Redis would, the refusals past the limit are counted as
+/// shadow-limited and let through, and Redis never counts past the limit.
 #[tokio::test]
 async fn a_shadow_policy_over_leased_quota_counts_refusals_and_lets_them_through() {
     let server = RedisServer::spawn().await;
     for (algorithm, client) in [
         ("fixed_window", "192.0.2.21"),
         ("sliding_window", "192.0.2.22"),
+        ("gcra", "192.0.2.23"),
     ] {
         let policies = config(&format!(
             r#"
@@ -234,6 +235,15 @@ async fn a_shadow_policy_over_leased_quota_counts_refusals_and_lets_them_through
         );
         let key = redkit::rate_limit::LimitKey::ip(client.parse().unwrap());
         let key = layer.policies().for_path("/").redis_key(&key);
+        if algorithm == "gcra" {
+            // A burst of 5 units of 12 s each: the TAT moved by exactly 60 s, no further.
+            let pttl: i64 = server.cmd(&["PTTL", &key]).await;
+            assert!(
+                (50_000..=60_000).contains(&pttl),
+                "gcra: the TAT moved by the burst only: {pttl} ms"
+            );
+            continue;
+        }
         let raw: String = server.cmd(&["GET", &key]).await;
         let current: u64 = raw.split(':').next().unwrap().parse().unwrap();
         assert_eq!(
