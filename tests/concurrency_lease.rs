@@ -332,11 +332,53 @@ async fn shutdown_gives_every_block_back() {
         .unwrap();
     assert!(!plain.is_acquired(), "the block's members are holders");
 
-    let started = Instant::now();
-    tokio::time::timeout(STEP, a.shutdown())
+    // One request still in flight: shutdown gives back the three unused slots at once and
+    // the fourth when that request ends, and returns only then.
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
+    let open = Arc::clone(&gate);
+    let held_app = Router::new()
+        .route(
+            "/",
+            get(move || {
+                let (gate, entered_tx) = (Arc::clone(&open), entered_tx.clone());
+                async move {
+                    entered_tx.send(()).unwrap();
+                    gate.notified().await;
+                    "done"
+                }
+            }),
+        )
+        .layer(a.clone());
+    let held = tokio::spawn(async move { status_of(&held_app).await });
+    tokio::time::timeout(STEP, entered.recv())
         .await
-        .expect("shutdown returned in time");
-    assert!(started.elapsed() < Duration::from_secs(2));
+        .expect("the request entered its handler");
+    let closing = {
+        let a = a.clone();
+        tokio::spawn(async move { a.shutdown().await })
+    };
+    let since = Instant::now();
+    while holders(&server, &a).await > 1 {
+        assert!(
+            since.elapsed() < STEP,
+            "the unused slots were not given back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Two rounds of the background task later the request still runs: so does shutdown.
+    tokio::time::sleep(IDLE).await;
+    assert!(
+        !closing.is_finished(),
+        "shutdown returned with a request in flight"
+    );
+    assert_eq!(holders(&server, &a).await, 1, "the slot in use stays held");
+    gate.notify_waiters();
+    assert_eq!(held.await.unwrap(), StatusCode::OK);
+    tokio::time::timeout(STEP, closing)
+        .await
+        .expect("shutdown returned in time")
+        .unwrap();
     assert_eq!(holders(&server, &a).await, 0, "every block given back");
     // Leasing stopped: a request takes a plain permit and gives it back.
     assert_eq!(status_of(&app).await, StatusCode::OK);
@@ -479,4 +521,47 @@ async fn bad_input_to_the_block_script_writes_nothing() {
     );
     let keys: Vec<String> = server.cmd(&["KEYS", "*"]).await;
     assert_eq!(keys, vec!["sem:{r}".to_owned()], "nothing else written");
+}
+
+/// A lease shorter than the idle period (400 ms) is renewed in time: the background round
+/// runs at least every quarter of the lease, so while a request is in flight its slot never
+/// lapses in Redis (which would let another instance take it).
+#[tokio::test]
+async fn a_short_lease_is_renewed_before_it_ends() {
+    let server = RedisServer::spawn().await;
+    let lease = Duration::from_millis(400);
+    let a = layer(&server, "short", 2, lease).await;
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
+    let open = Arc::clone(&gate);
+    let app = Router::new()
+        .route(
+            "/",
+            get(move || {
+                let (gate, entered_tx) = (Arc::clone(&open), entered_tx.clone());
+                async move {
+                    entered_tx.send(()).unwrap();
+                    gate.notified().await;
+                    "done"
+                }
+            }),
+        )
+        .layer(a.clone());
+    let held = tokio::spawn(async move { status_of(&app).await });
+    tokio::time::timeout(STEP, entered.recv())
+        .await
+        .expect("the request entered its handler");
+    let (key, mut conn) = (key_of(&a), server.conn().await);
+    let until = Instant::now() + lease * 4;
+    let mut fewest = i64::MAX;
+    while Instant::now() < until {
+        fewest = fewest.min(live(&mut conn, &key).await);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    gate.notify_waiters();
+    assert_eq!(held.await.unwrap(), StatusCode::OK);
+    assert!(
+        fewest >= 1,
+        "the slot in use lapsed in Redis during four leases"
+    );
 }

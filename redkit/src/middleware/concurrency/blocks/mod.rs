@@ -268,7 +268,7 @@ impl Blocks {
             self.tending.store(false, Ordering::Release);
             return;
         };
-        let tick = self.tick();
+        let tick = self.sizing.tick();
         let weak: Weak<Blocks> = Arc::downgrade(self);
         let (sem, mut conn) = (sem.clone(), conn.clone());
         let nudge = Arc::clone(&self.nudge);
@@ -297,10 +297,9 @@ impl Blocks {
                     }
                     return;
                 };
+                // Until the layer is gone (a closed layer's round finds nothing to do).
                 let closing = blocks.closed.load(Ordering::Acquire);
-                if blocks.tend(&sem, &mut conn, closing).await == 0 && closing {
-                    return;
-                }
+                blocks.tend(&sem, &mut conn, closing).await;
             }
         }));
     }
@@ -333,17 +332,11 @@ impl Blocks {
         read(&self.table).len()
     }
 
-    /// How often the background round runs: half the idle period, at most a quarter of the
-    /// lease.
-    fn tick(&self) -> Duration {
-        (IDLE_RETURN / 2).min(self.sizing.ttl / 4)
-    }
-
     /// Stops leasing (later requests take plain permits) and gives back every block's slots
     /// as its requests finish; returns once every block is given back.
     pub(super) async fn close<C: ConnectionLike>(&self, sem: &Semaphore, conn: &mut C) {
         self.closed.store(true, Ordering::Release);
-        let tick = self.tick();
+        let tick = self.sizing.tick();
         while self.tend(sem, conn, true).await > 0 {
             tokio::time::sleep(tick).await;
         }

@@ -28,6 +28,13 @@ impl Sizing {
             .div_ceil(self.lease.expected_instances().max(1))
     }
 
+    /// How often the background round runs: half the idle period, at most a quarter of the
+    /// lease (a renewal, due a third of the lease after the last call, then comes at most a
+    /// quarter later).
+    pub(super) fn tick(&self) -> Duration {
+        (IDLE_RETURN / 2).min(self.ttl / 4)
+    }
+
     /// The size to ask for when `need` slots are wanted and the block holds `size`: twice
     /// the block, at most `max_units` more per call and a `1 / (2 x instances)` share of the
     /// free slots last seen, at least `need`, at most `permits`.
@@ -269,6 +276,14 @@ mod tests {
             1,
             "half of 3 free, at least the one needed"
         );
+    }
+
+    #[test]
+    fn the_round_runs_every_half_idle_period_or_quarter_lease() {
+        assert_eq!(sizing(8, 1, 8).tick(), Duration::from_millis(500));
+        let mut short = sizing(8, 1, 8);
+        short.ttl = Duration::from_millis(400);
+        assert_eq!(short.tick(), Duration::from_millis(100));
     }
 
     #[test]
