@@ -345,6 +345,12 @@ mod tests {
         assert!(!st.give_back(2, || now), "below its share: already nudged");
         assert!(st.take(ends, 2));
         assert!(!st.give_back(2, || ends), "not contended at that time");
+        // More in use than held (a lost lease), contended: back down to the block's size is
+        // not above its share.
+        let mut lost = State::new(now, 8);
+        lost.record(&granted(2, 0, 8, 2_000), now, 0, &s);
+        lost.in_use = 3;
+        assert!(!lost.give_back(2, || now), "at its size: nothing above the share");
     }
 
     #[test]
