@@ -524,6 +524,13 @@ mod tests {
             None,
             "at its share: no probe"
         );
+        let mut refused = State::new(t0, 8);
+        refused.record(&granted(0, 0, 8, 0), t0, 0, &s);
+        assert_eq!(
+            refused.plan(t0 + TTL, 2, TTL, false),
+            None,
+            "an empty block is not renewed"
+        );
         assert!(State::new(t0, 8).empty() && !held(t0, 1, 1, &s).empty());
         let mut busy = State::new(t0, 8);
         busy.in_use = 1;
