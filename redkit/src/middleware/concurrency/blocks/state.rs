@@ -350,7 +350,10 @@ mod tests {
         let mut lost = State::new(now, 8);
         lost.record(&granted(2, 0, 8, 2_000), now, 0, &s);
         lost.in_use = 3;
-        assert!(!lost.give_back(2, || now), "at its size: nothing above the share");
+        assert!(
+            !lost.give_back(2, || now),
+            "at its size: nothing above the share"
+        );
     }
 
     #[test]
