@@ -334,17 +334,17 @@ async fn shutdown_gives_every_block_back() {
 
     // One request still in flight: shutdown gives back the three unused slots at once and
     // the fourth when that request ends, and returns only then.
-    let gate = Arc::new(tokio::sync::Notify::new());
+    // A gate that stays open once opened (no wake-up lost to a handler not yet waiting).
+    let (gate, open) = tokio::sync::watch::channel(false);
     let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
-    let open = Arc::clone(&gate);
     let held_app = Router::new()
         .route(
             "/",
             get(move || {
-                let (gate, entered_tx) = (Arc::clone(&open), entered_tx.clone());
+                let (mut open, entered_tx) = (open.clone(), entered_tx.clone());
                 async move {
                     entered_tx.send(()).unwrap();
-                    gate.notified().await;
+                    open.wait_for(|open| *open).await.unwrap();
                     "done"
                 }
             }),
@@ -373,7 +373,7 @@ async fn shutdown_gives_every_block_back() {
         "shutdown returned with a request in flight"
     );
     assert_eq!(holders(&server, &a).await, 1, "the slot in use stays held");
-    gate.notify_waiters();
+    gate.send(true).unwrap();
     assert_eq!(held.await.unwrap(), StatusCode::OK);
     tokio::time::timeout(STEP, closing)
         .await
@@ -411,17 +411,16 @@ async fn a_redis_restart_mid_lease_is_survived() {
     let mut server = RedisServer::spawn().await;
     let lease = Duration::from_millis(1200);
     let a = layer(&server, "restart", 4, lease).await;
-    let release = Arc::new(tokio::sync::Notify::new());
+    let (release, gate) = tokio::sync::watch::channel(false);
     let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
-    let gate = Arc::clone(&release);
     let app = Router::new()
         .route(
             "/",
             get(move || {
-                let (gate, entered_tx) = (Arc::clone(&gate), entered_tx.clone());
+                let (mut gate, entered_tx) = (gate.clone(), entered_tx.clone());
                 async move {
                     entered_tx.send(()).unwrap();
-                    gate.notified().await;
+                    gate.wait_for(|open| *open).await.unwrap();
                     "done"
                 }
             }),
@@ -454,7 +453,7 @@ async fn a_redis_restart_mid_lease_is_survived() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    release.notify_waiters();
+    release.send(true).unwrap();
     for h in held {
         assert_eq!(h.await.unwrap(), StatusCode::OK);
     }
@@ -531,17 +530,17 @@ async fn a_short_lease_is_renewed_before_it_ends() {
     let server = RedisServer::spawn().await;
     let lease = Duration::from_millis(400);
     let a = layer(&server, "short", 2, lease).await;
-    let gate = Arc::new(tokio::sync::Notify::new());
+    // A gate that stays open once opened (no wake-up lost to a handler not yet waiting).
+    let (gate, open) = tokio::sync::watch::channel(false);
     let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
-    let open = Arc::clone(&gate);
     let app = Router::new()
         .route(
             "/",
             get(move || {
-                let (gate, entered_tx) = (Arc::clone(&open), entered_tx.clone());
+                let (mut open, entered_tx) = (open.clone(), entered_tx.clone());
                 async move {
                     entered_tx.send(()).unwrap();
-                    gate.notified().await;
+                    open.wait_for(|open| *open).await.unwrap();
                     "done"
                 }
             }),
@@ -558,7 +557,7 @@ async fn a_short_lease_is_renewed_before_it_ends() {
         fewest = fewest.min(live(&mut conn, &key).await);
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    gate.notify_waiters();
+    gate.send(true).unwrap();
     assert_eq!(held.await.unwrap(), StatusCode::OK);
     assert!(
         fewest >= 1,

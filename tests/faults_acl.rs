@@ -930,15 +930,15 @@ async fn leased_slots(bench: &mut Bench) -> Run {
         .build()
         .at("layer")?;
     let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
-    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
-    let open = std::sync::Arc::clone(&gate);
+    // Stays open once opened: no wake-up lost to a handler not yet waiting.
+    let (open, gate) = tokio::sync::watch::channel(false);
     let mut service = tower::ServiceBuilder::new()
         .layer(layer.clone())
         .service(tower::service_fn(move |_req: http::Request<String>| {
-            let (entered_tx, gate) = (entered_tx.clone(), std::sync::Arc::clone(&gate));
+            let (entered_tx, mut gate) = (entered_tx.clone(), gate.clone());
             async move {
                 entered_tx.send(()).unwrap();
-                gate.notified().await;
+                gate.wait_for(|open| *open).await.unwrap();
                 Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
             }
         }));
@@ -948,7 +948,11 @@ async fn leased_slots(bench: &mut Bench) -> Run {
         .unwrap()
         .call(http::Request::new(String::new()));
     let held = tokio::spawn(first);
-    entered.recv().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), entered.recv()).await;
+    ensure!(
+        matches!(got, Ok(Some(()))),
+        "leased slots: the first request never ran"
+    );
     let second = service
         .ready()
         .await
@@ -961,8 +965,11 @@ async fn leased_slots(bench: &mut Bench) -> Run {
         "leased slots: {:?}",
         second.status()
     );
-    open.notify_waiters();
-    let first = held.await.unwrap().unwrap();
+    open.send(true).unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), held).await;
+    let Ok(Ok(Ok(first))) = first else {
+        return Err("leased slots: the first request did not finish".into());
+    };
     ensure!(
         first.status() == http::StatusCode::OK,
         "{:?}",
