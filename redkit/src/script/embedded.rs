@@ -44,9 +44,10 @@ impl Embedded {
 /// Declares each handle: `HANDLE => "name", version;`. The file is included (and so must
 /// exist) at compile time.
 macro_rules! embedded {
-    ($($handle:ident => $name:literal, $version:literal;)*) => {
+    ($($(#[$meta:meta])* $handle:ident => $name:literal, $version:literal;)*) => {
         $(
             #[doc = concat!("`lua/", $name, ".v", $version, ".lua`.")]
+            $(#[$meta])*
             pub(crate) static $handle: Embedded = Embedded::new($name, $version);
             const _: &str = include_str!(concat!(
                 env!("CARGO_MANIFEST_DIR"), "/lua/", $name, ".v", $version, ".lua"
@@ -99,6 +100,8 @@ embedded! {
     SEMAPHORE_ACQUIRE => "semaphore_acquire", 1;
     SEMAPHORE_RENEW => "semaphore_renew", 1;
     SEMAPHORE_RELEASE => "semaphore_release", 2;
+    // Used by the concurrency layer's leased slots (feature `tower`) only.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     SEMAPHORE_BLOCK => "semaphore_block", 1;
     SEMAPHORE_INSPECT => "semaphore_inspect", 1;
     // Inventory.

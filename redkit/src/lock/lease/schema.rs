@@ -44,7 +44,8 @@ pub(crate) fn wake(key: &str) -> String {
 }
 
 /// A semaphore's contention mark: set while a block of its permits got less than it asked
-/// for (`lua/semaphore_block`).
+/// for (`lua/semaphore_block`; the concurrency layer's leased slots, feature `tower`).
+#[cfg_attr(not(feature = "tower"), allow(dead_code))]
 pub(crate) fn contention(key: &str) -> String {
     suffixed(key, ":contended")
 }

@@ -1,5 +1,7 @@
 //! [`Semaphore`]: N leased permits per resource, one script round trip per step.
 
+/// The concurrency layer's leased slots (feature `tower`).
+#[cfg(feature = "tower")]
 pub(crate) mod block;
 mod blocking;
 pub(crate) mod inspect;
