@@ -83,6 +83,33 @@ async fn status_of(app: &Router) -> StatusCode {
     answer.expect("an answer in time").unwrap().status()
 }
 
+/// An app behind `layer` whose handler tells it entered, then waits until the gate opens: a
+/// gate that stays open once opened (no wake-up lost to a handler not yet waiting).
+fn gated(
+    layer: &Layer,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    tokio::sync::mpsc::UnboundedReceiver<()>,
+    Router,
+) {
+    let (gate, open) = tokio::sync::watch::channel(false);
+    let (entered_tx, entered) = tokio::sync::mpsc::unbounded_channel();
+    let app = Router::new()
+        .route(
+            "/",
+            get(move || {
+                let (mut open, entered_tx) = (open.clone(), entered_tx.clone());
+                async move {
+                    entered_tx.send(()).unwrap();
+                    open.wait_for(|open| *open).await.unwrap();
+                    "done"
+                }
+            }),
+        )
+        .layer(layer.clone());
+    (gate, entered, app)
+}
+
 /// Counts the requests in its handlers (across every instance) and the most at once.
 #[derive(Clone, Default)]
 struct InFlight {
@@ -334,22 +361,7 @@ async fn shutdown_gives_every_block_back() {
 
     // One request still in flight: shutdown gives back the three unused slots at once and
     // the fourth when that request ends, and returns only then.
-    // A gate that stays open once opened (no wake-up lost to a handler not yet waiting).
-    let (gate, open) = tokio::sync::watch::channel(false);
-    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
-    let held_app = Router::new()
-        .route(
-            "/",
-            get(move || {
-                let (mut open, entered_tx) = (open.clone(), entered_tx.clone());
-                async move {
-                    entered_tx.send(()).unwrap();
-                    open.wait_for(|open| *open).await.unwrap();
-                    "done"
-                }
-            }),
-        )
-        .layer(a.clone());
+    let (gate, mut entered, held_app) = gated(&a);
     let held = tokio::spawn(async move { status_of(&held_app).await });
     tokio::time::timeout(STEP, entered.recv())
         .await
@@ -411,21 +423,7 @@ async fn a_redis_restart_mid_lease_is_survived() {
     let mut server = RedisServer::spawn().await;
     let lease = Duration::from_millis(1200);
     let a = layer(&server, "restart", 4, lease).await;
-    let (release, gate) = tokio::sync::watch::channel(false);
-    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
-    let app = Router::new()
-        .route(
-            "/",
-            get(move || {
-                let (mut gate, entered_tx) = (gate.clone(), entered_tx.clone());
-                async move {
-                    entered_tx.send(()).unwrap();
-                    gate.wait_for(|open| *open).await.unwrap();
-                    "done"
-                }
-            }),
-        )
-        .layer(a.clone());
+    let (release, mut entered, app) = gated(&a);
     let held: Vec<_> = (0..2)
         .map(|_| {
             let app = app.clone();
@@ -530,22 +528,7 @@ async fn a_short_lease_is_renewed_before_it_ends() {
     let server = RedisServer::spawn().await;
     let lease = Duration::from_millis(400);
     let a = layer(&server, "short", 2, lease).await;
-    // A gate that stays open once opened (no wake-up lost to a handler not yet waiting).
-    let (gate, open) = tokio::sync::watch::channel(false);
-    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
-    let app = Router::new()
-        .route(
-            "/",
-            get(move || {
-                let (mut open, entered_tx) = (open.clone(), entered_tx.clone());
-                async move {
-                    entered_tx.send(()).unwrap();
-                    open.wait_for(|open| *open).await.unwrap();
-                    "done"
-                }
-            }),
-        )
-        .layer(a.clone());
+    let (gate, mut entered, app) = gated(&a);
     let held = tokio::spawn(async move { status_of(&app).await });
     tokio::time::timeout(STEP, entered.recv())
         .await
