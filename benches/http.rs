@@ -175,20 +175,22 @@ fn main() {
             leased_with(name, limit, cache, QuotaHeaders::Always)
         };
         // The sliding window's lease: the same lease settings, the same header policy.
-        let sliding_leased = |name: &str, limit: u32| {
+        let sliding_leased_with = |name: &str, limit: u32, headers: QuotaHeaders| {
             let limiter = SlidingWindow::new(name, Rate::new(support::nz(limit), window).unwrap())
                 .unwrap()
                 .leased(QuotaLease::new(lease_units()).unwrap());
-            RateLimitLayer::new(limiter, conn.clone())
+            RateLimitLayer::builder(limiter, conn.clone()).quota_headers(headers).build().unwrap()
         };
+        let sliding_leased = |name: &str, limit: u32| sliding_leased_with(name, limit, QuotaHeaders::Always);
         // GCRA's lease: governor's own algorithm and settings (one unit per ms, a burst of
         // `burst`), the same lease settings and header policy.
-        let gcra_leased = |name: &str, burst: u32| {
+        let gcra_leased_with = |name: &str, burst: u32, headers: QuotaHeaders| {
             let limiter = Gcra::bursting(name, Rate::per_second(support::nz(1_000)), support::nz(burst))
                 .unwrap()
                 .leased(QuotaLease::new(lease_units()).unwrap());
-            RateLimitLayer::new(limiter, conn.clone())
+            RateLimitLayer::builder(limiter, conn.clone()).quota_headers(headers).build().unwrap()
         };
+        let gcra_leased = |name: &str, burst: u32| gcra_leased_with(name, burst, QuotaHeaders::Always);
         // The concurrency limit's leased slots: the same lease settings (one instance here,
         // at most `LEASE_UNITS` slots more per call), 1000 in flight per client.
         let cc_leased = |name: &str| {
@@ -442,6 +444,20 @@ fn main() {
                 "under the limit",
                 "redkit fixed window, leased (256 units), quota headers on refusals only",
                 base().layer(leased_with("pln", big, false, QuotaHeaders::OnRefusal)),
+                "tower_governor",
+                base().layer(governor(1, big)),
+            ),
+            (
+                "under the limit",
+                "redkit sliding window, leased (256 units), quota headers on refusals only",
+                base().layer(sliding_leased_with("psn", big, QuotaHeaders::OnRefusal)),
+                "tower_governor",
+                base().layer(governor(1, big)),
+            ),
+            (
+                "under the limit",
+                "redkit GCRA, leased (256 units), quota headers on refusals only",
+                base().layer(gcra_leased_with("pgn", big, QuotaHeaders::OnRefusal)),
                 "tower_governor",
                 base().layer(governor(1, big)),
             ),

@@ -14,7 +14,7 @@ use http::{Request, StatusCode};
 use redis::aio::ConnectionManager;
 use redkit::keys::Prefix;
 use redkit::middleware::{ClientId, ConcurrencyLimitLayer, ConcurrencyPolicy, FailMode, FnKey};
-use redkit::rate_limit::LimitKey;
+use redkit::rate_limit::{LimitKey, QuotaLease};
 use support::RedisServer;
 use tower::ServiceExt;
 
@@ -360,6 +360,138 @@ async fn fail_modes_when_redis_is_down() {
     assert_eq!(res.headers()["retry-after"], "1");
     assert_eq!(open.stats().failed_open, 1);
     assert_eq!(closed.stats().failed_closed, 1);
+}
+
+/// `FailMode::Local` while Redis is down: each instance admits its share of a client's slots
+/// (`permits / instances`: 4 / 2 here) in process, refuses past it with the full status and
+/// `Retry-After: 1`, and gives a slot back when its request finishes; with leased slots too.
+/// The negative control: fail open under the same outage runs all 6 at once. Once Redis is
+/// back, requests take their slots there again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_fallback_admits_this_instances_share_while_redis_is_down() {
+    let mut server = RedisServer::spawn().await;
+    let conn = manager(&server).await;
+    let build = |mode: FailMode, leased: bool| {
+        let builder = ConcurrencyLimitLayer::builder(
+            ConcurrencyPolicy::new("local", 4).unwrap(),
+            conn.clone(),
+        )
+        .key_extractor(one_client())
+        .fail_mode(mode)
+        .timeout(Duration::from_millis(200));
+        let builder = if leased {
+            builder.leased(QuotaLease::new(4).unwrap())
+        } else {
+            builder
+        };
+        builder.build().unwrap()
+    };
+    assert!(
+        ConcurrencyLimitLayer::builder(ConcurrencyPolicy::new("local", 4).unwrap(), conn.clone())
+            .fail_mode(FailMode::Local { instances: 0 })
+            .build()
+            .is_err(),
+        "Local with 0 instances"
+    );
+    let local = FailMode::Local { instances: 2 };
+    let layers = [
+        (build(local, false), 2),
+        (build(local, true), 2),
+        (build(FailMode::Open, false), 6),
+    ];
+    server.stop().await;
+    for (layer, most_expected) in &layers {
+        let (gate, open) = tokio::sync::watch::channel(false);
+        let (running, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (r, m) = (Arc::clone(&running), Arc::clone(&most));
+        let app = Router::new()
+            .route(
+                "/",
+                get(move || {
+                    let (running, most, mut open) = (Arc::clone(&r), Arc::clone(&m), open.clone());
+                    async move {
+                        let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        open.wait_for(|open| *open).await.unwrap();
+                        running.fetch_sub(1, Ordering::SeqCst);
+                        "done"
+                    }
+                }),
+            )
+            .layer(layer.clone());
+        let tasks: Vec<_> = (0..6)
+            .map(|_| {
+                let app = app.clone();
+                tokio::spawn(async move {
+                    let req = Request::get("/").body(Body::empty()).unwrap();
+                    app.oneshot(req).await.unwrap()
+                })
+            })
+            .collect();
+        let refused = 6 - most_expected;
+        support::bounded(10, "each request running or refused", async {
+            while running.load(Ordering::SeqCst) as u64 + layer.stats().fallback_limited < 6 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        gate.send(true).unwrap();
+        let mut statuses = Vec::new();
+        for task in tasks {
+            let res = support::bounded(10, "an answer", task).await.unwrap();
+            if res.status() != StatusCode::OK {
+                assert_eq!(res.headers()["retry-after"], "1", "{res:?}");
+            }
+            statuses.push(res.status());
+        }
+        let ok = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+        let full = statuses
+            .iter()
+            .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS)
+            .count();
+        assert_eq!((ok, full), (*most_expected, refused), "{statuses:?}");
+        assert_eq!(most.load(Ordering::SeqCst), *most_expected, "most at once");
+        let stats = layer.stats();
+        if *most_expected == 2 {
+            assert_eq!(
+                (
+                    stats.admitted,
+                    stats.finished,
+                    stats.fallback_allowed,
+                    stats.fallback_limited
+                ),
+                (2, 2, 2, 4),
+                "{stats:?}"
+            );
+            // The slots were given back: the share is free again.
+            assert_eq!(status_of(&app, "/").await, StatusCode::OK);
+        } else {
+            assert_eq!(stats.failed_open, 6, "{stats:?}");
+        }
+        assert_eq!(
+            stats.redis_failures,
+            stats.fallback_allowed + stats.fallback_limited + stats.failed_open
+        );
+    }
+
+    // Redis back: requests take their slots there (no more fallback).
+    server.start().await;
+    for (layer, _) in &layers[..2] {
+        let app = Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer.clone());
+        support::bounded(15, "a request admitted by Redis", async {
+            loop {
+                let before = layer.stats().fallback_allowed;
+                let res = status_of(&app, "/").await;
+                if res == StatusCode::OK && layer.stats().fallback_allowed == before {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+    }
 }
 
 /// The policy's prefix is where the slots live on the server: the default `redkit:cc`, or the

@@ -18,7 +18,7 @@ use redkit::middleware::{
     ClientId, FailMode, FnKey, LimitOutcome, Policies, PolicyConfig, RateLimitLayer, Unchecked,
     RATELIMIT, RATELIMIT_POLICY,
 };
-use redkit::rate_limit::{FixedWindow, Limiter, QuotaLease, Rate, SlidingWindow};
+use redkit::rate_limit::{FixedWindow, Gcra, Limiter, QuotaLease, Rate, SlidingWindow};
 use support::RedisServer;
 use tower::{Layer, Service, ServiceExt};
 
@@ -286,27 +286,39 @@ async fn policies_replaced_while_serving_keep_counters() {
     assert_eq!(layer.policies().for_path("/").limit(), 1);
 }
 
-/// A swap drops the units leased under the old policies: after a limit of 100 leased in
-/// blocks of up to 16 has admitted 10 requests (units held in process beyond them), the
-/// policies are replaced by a limit of 5, leased too: the next request is refused, never
-/// answered from the units the old limiter held. For the fixed and the sliding window.
+/// A swap drops the units leased under the old policies: after a limit of 100 a minute,
+/// leased in blocks of up to 16, has admitted 10 requests (units held in process beyond
+/// them), the policies are replaced by a limit of 5, leased too. The fixed and the sliding
+/// window then refuse every request (the window holds 10 or more), never answering from the
+/// units the old limiter held. GCRA's state is a time (the TAT) that keeps its place and is
+/// read at the new rate: the 10 requests (and the units leased ahead, at most 16) put it at
+/// most 9.6 s ahead, and a limit of 5 a minute (12 s per unit, a burst of 5) lets 4 more
+/// through at once; with the old units still answering more would pass: at most the new
+/// burst of 5 must.
 #[tokio::test]
 async fn a_swap_drops_the_leases_held_and_never_admits_past_the_new_limit() {
     let server = RedisServer::spawn().await;
     let lease = QuotaLease::new(16).unwrap();
+    let rate = |limit: u32| Rate::per_minute(support::nz(limit));
     let fixed = |limit: u32| -> Limiter {
-        FixedWindow::new("fx", Rate::per_minute(support::nz(limit)))
+        FixedWindow::new("fx", rate(limit))
             .unwrap()
             .leased(lease)
             .into()
     };
     let sliding = |limit: u32| -> Limiter {
-        SlidingWindow::new("sw", Rate::per_minute(support::nz(limit)))
+        SlidingWindow::new("sw", rate(limit))
             .unwrap()
             .leased(lease)
             .into()
     };
-    for build in [&fixed as &dyn Fn(u32) -> Limiter, &sliding] {
+    let gcra =
+        |limit: u32| -> Limiter { Gcra::new("gc", rate(limit)).unwrap().leased(lease).into() };
+    type Build<'a> = &'a dyn Fn(u32) -> Limiter;
+    let cases: [(Build, std::ops::RangeInclusive<u64>); 3] =
+        [(&fixed, 0..=0), (&sliding, 0..=0), (&gcra, 1..=5)];
+    for (build, after_swap) in cases {
+        let name = build(1).name().to_owned();
         let layer = RateLimitLayer::builder(Policies::new(build(100)), manager(&server).await)
             .key_extractor(by_header())
             .build()
@@ -317,23 +329,26 @@ async fn a_swap_drops_the_leases_held_and_never_admits_past_the_new_limit() {
             assert_eq!(
                 send(&service, "192.0.2.9").await.0,
                 StatusCode::OK,
-                "request {i}"
+                "{name}: request {i}"
             );
         }
         let calls = server.evalsha_calls().await - before;
         assert!(
             calls < 10,
-            "{calls} lease calls for 10 requests: units were held in process"
+            "{name}: {calls} lease calls for 10 requests: units were held in process"
         );
         layer.replace_policies(Policies::new(build(5)));
-        for i in 0..3 {
-            assert_eq!(
-                send(&service, "192.0.2.9").await.0,
-                StatusCode::TOO_MANY_REQUESTS,
-                "request {i} after the swap: the old leases are dropped"
-            );
+        let mut passed = 0;
+        for _ in 0..10 {
+            if send(&service, "192.0.2.9").await.0 == StatusCode::OK {
+                passed += 1;
+            }
         }
-        assert_eq!(layer.stats().allowed, 10);
+        assert!(
+            after_swap.contains(&passed),
+            "{name}: {passed} of 10 passed after the swap, expected {after_swap:?}: the old leases are dropped"
+        );
+        assert_eq!(layer.stats().allowed, 10 + passed, "{name}");
     }
 }
 

@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use redkit::rate_limit::{
-    AlignedWindow, Decision, FixedWindow, Gcra, LimitKey, Limiter, Rate, SlidingWindow,
+    AlignedWindow, Decision, FixedWindow, Gcra, LimitKey, Limiter, QuotaLease, Rate, SlidingWindow,
 };
 use redkit::{nonzero, Error};
 use support::{same_dumps, snapshot, RedisServer};
@@ -124,6 +124,86 @@ async fn a_block_never_shortens_a_longer_wait() {
         .await
         .unwrap();
     assert!(blocked > Duration::from_secs(3590), "{blocked:?}");
+}
+
+/// A leased limiter's block drops the units this process holds of the client: its next
+/// checks go to Redis and are refused. The negative control: the same block made through the
+/// bare limiter (its counter only) leaves those units to answer, so the scenario does hold
+/// units when it blocks.
+#[tokio::test]
+async fn a_leased_block_drops_the_units_held_here() {
+    let server = RedisServer::spawn().await;
+    let mut conn = server.conn().await;
+    let rate = Rate::per_hour(nonzero!(1_000));
+    let lease = QuotaLease::new(64).unwrap();
+    let leased = || -> Vec<Limiter> {
+        vec![
+            FixedWindow::new("block-fw-lease", rate)
+                .unwrap()
+                .leased(lease)
+                .into(),
+            Gcra::new("block-gcra-lease", rate)
+                .unwrap()
+                .leased(lease)
+                .into(),
+        ]
+    };
+    for (limiter, bare) in leased().into_iter().zip(leased()) {
+        let name = limiter.name().to_string();
+        let k = key("leased-abuser");
+        let before = server.evalsha_calls().await;
+        for i in 0..16 {
+            let d = limiter.check(&mut conn, &k).await.unwrap();
+            assert!(d.is_allowed(), "{name}: check {i}: {d:?}");
+        }
+        let calls = server.evalsha_calls().await - before;
+        assert!(calls < 16, "{name}: {calls} calls: units held here");
+
+        // Negative control: blocked through the bare limiter, the units held here still answer.
+        let (Limiter::FixedLeased(_) | Limiter::GcraLeased(_)) = &bare else {
+            panic!("{name}: not leased");
+        };
+        let n = key("leased-neighbour");
+        for _ in 0..16 {
+            assert!(
+                bare.check(&mut conn, &n).await.unwrap().is_allowed(),
+                "{name}"
+            );
+        }
+        match &bare {
+            Limiter::FixedLeased(l) => {
+                l.limiter()
+                    .block_for(&mut conn, &n, Duration::from_secs(600))
+                    .await
+            }
+            Limiter::GcraLeased(l) => {
+                l.limiter()
+                    .block_for(&mut conn, &n, Duration::from_secs(600))
+                    .await
+            }
+            _ => unreachable!(),
+        }
+        .unwrap();
+        assert!(
+            bare.check(&mut conn, &n).await.unwrap().is_allowed(),
+            "{name}: the control held no units when it blocked"
+        );
+
+        // Through the leased limiter: refused at once, every check.
+        let blocked = limiter
+            .block_for(&mut conn, &k, Duration::from_secs(600))
+            .await
+            .unwrap();
+        assert!(blocked >= Duration::from_secs(600), "{name}: {blocked:?}");
+        for i in 0..8 {
+            let d = limiter.check(&mut conn, &k).await.unwrap();
+            assert!(
+                d.retry_after()
+                    .is_some_and(|r| r > Duration::from_secs(590)),
+                "{name}: check {i} after the block: {d:?}"
+            );
+        }
+    }
 }
 
 #[tokio::test]

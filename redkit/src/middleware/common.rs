@@ -39,8 +39,10 @@ pub enum FailMode {
     /// of a client through. Every request still asks Redis first: the layer is back on Redis
     /// with the first answer. Refusals are 429 with `Retry-After`; counted in
     /// [`MiddlewareStats::fallback_allowed`](super::MiddlewareStats::fallback_allowed) /
-    /// [`fallback_limited`](super::MiddlewareStats::fallback_limited). Rate-limit layer only
-    /// (the concurrency layer refuses it at `build`); `instances` 0 is refused at `build`.
+    /// [`fallback_limited`](super::MiddlewareStats::fallback_limited). The concurrency layer
+    /// admits `permits / instances` (at least 1) of each client's requests at once in
+    /// process instead ([`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer)). `instances` 0
+    /// is refused at `build`.
     ///
     /// ```
     /// use redkit::middleware::FailMode;
@@ -132,6 +134,12 @@ impl<C, K, H> Common<C, K, H> {
         validate_ipv6_prefix(self.ipv6_prefix)?;
         if self.timeout.is_zero() {
             return Err(Error::invalid("timeout", "must be non-zero"));
+        }
+        if self.fail_mode == (FailMode::Local { instances: 0 }) {
+            return Err(Error::invalid(
+                "fail_mode",
+                "Local needs at least 1 instance",
+            ));
         }
         Ok(())
     }

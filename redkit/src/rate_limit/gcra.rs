@@ -281,7 +281,9 @@ impl Gcra {
     /// the bucket refills from empty. A block never shortens what the client already waits
     /// for (a later TAT stays), and the block's length is returned: the time until a cost-1
     /// request conforms. One script call, timed by the server's clock. Other processes' deny
-    /// caches only refuse, so they never let a blocked client through.
+    /// caches only refuse, so they never let a blocked client through; units leased to an
+    /// instance stay usable until spent or ended ([`Leased::block_for`](crate::rate_limit::Leased::block_for)
+    /// drops this process's at once).
     ///
     /// Errors: [`Error::InvalidInput`] for a zero block or one that, with the bucket, reaches
     /// 10^15 µs (nothing sent), [`Error::WrongType`] / [`Error::CorruptData`] when the key

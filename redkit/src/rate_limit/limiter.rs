@@ -235,8 +235,9 @@ limiters! {
 
 impl Limiter {
     /// Blocks `key` for `block` where the algorithm can express it with the state its check
-    /// already reads: [`FixedWindow::block_for`] (also under group commit or leasing: the
-    /// same counter) and [`Gcra::block_for`] (also leased). Returns the block's length.
+    /// already reads: [`FixedWindow::block_for`] (also under group commit: the same counter)
+    /// and [`Gcra::block_for`]; leased, [`Leased::block_for`](crate::rate_limit::Leased::block_for)
+    /// (the units held in this process dropped too). Returns the block's length.
     ///
     /// Errors: [`Error::UnsupportedOption`] (option `"block_for"`, nothing sent) for an
     /// [`AlignedWindow`] (its counter is per window: a block would span several) and a
@@ -263,9 +264,9 @@ impl Limiter {
         let reason = match self {
             Self::Fixed(l) => return l.block_for(conn, key, block).await,
             Self::FixedGrouped(l) => return l.limiter().block_for(conn, key, block).await,
-            Self::FixedLeased(l) => return l.limiter().block_for(conn, key, block).await,
+            Self::FixedLeased(l) => return l.block_for(conn, key, block).await,
             Self::Gcra(l) => return l.block_for(conn, key, block).await,
-            Self::GcraLeased(l) => return l.limiter().block_for(conn, key, block).await,
+            Self::GcraLeased(l) => return l.block_for(conn, key, block).await,
             Self::Aligned(_) | Self::AlignedGrouped(_) => {
                 "a counter per window aligned to the clock cannot hold a block across windows"
             }

@@ -16,6 +16,7 @@ use crate::middleware::respond::{DefaultResponses, RespondWith};
 use crate::rate_limit::{LimitKey, QuotaLease};
 
 use super::blocks::Blocks;
+use super::fallback::LocalSlots;
 use super::policy::ConcurrencyPolicy;
 use super::{ConcurrencyStats, Stats};
 
@@ -29,6 +30,8 @@ pub(super) struct Shared<C, K, H> {
     pub(super) stats: Stats,
     /// This instance's blocks of slots, when leased.
     pub(super) blocks: Option<Arc<Blocks>>,
+    /// The slots admitted in process under [`FailMode::Local`].
+    pub(super) local: Option<Arc<LocalSlots>>,
 }
 
 /// Tower layer allowing at most `permits` requests in flight per client, counted in Redis so
@@ -44,7 +47,11 @@ pub(super) struct Shared<C, K, H> {
 ///   builder's `full_status`, e.g. 503) with `Retry-After` = when the earliest lease ends
 ///   (whole seconds, rounded up, at least 1); the inner service does not run;
 /// - Redis failed or timed out: [`FailMode`](crate::middleware::FailMode) (as `RateLimitLayer`: open lets the request
-///   through without a permit, closed answers 503 with `Retry-After: 1`).
+///   through without a permit, closed answers 503 with `Retry-After: 1`, local admits this
+///   instance's share of the client's slots, `permits / instances` (at least 1), counted in
+///   process until the request finishes, and answers the full status past it with
+///   `Retry-After: 1`; every request still asks Redis first). Under a lease, the slots of a
+///   block this instance holds keep admitting until the block's lease ends, beside the share.
 ///
 /// **Leased slots** ([`ConcurrencyLimitBuilder::leased`], off unless set): each instance holds
 /// a block of every busy client's slots and admits and releases in process, calling Redis
@@ -160,6 +167,8 @@ impl<C, K, H> ConcurrencyLimitLayer<C, K, H> {
             failed_open: read(&s.common.failed_open),
             failed_closed: read(&s.common.failed_closed),
             unknown_clients: read(&s.common.unknown_clients),
+            fallback_allowed: read(&s.fallback_allowed),
+            fallback_limited: read(&s.fallback_limited),
         }
     }
 
@@ -471,7 +480,8 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
     }
 
     /// Validates and builds the layer. Errors: [`Error::InvalidInput`] for a bad lease, a
-    /// zero timeout, an IPv6 prefix outside 1..=128 or a full status that is not 4xx / 5xx.
+    /// zero timeout, an IPv6 prefix outside 1..=128, a full status that is not 4xx / 5xx or
+    /// [`FailMode::Local`](crate::middleware::FailMode::Local) with 0 instances.
     ///
     /// ```no_run
     /// # async fn run(conn: redis::aio::ConnectionManager) -> redkit::Result<()> {
@@ -484,12 +494,6 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
         let options = LockOptions::new().ttl(self.lease).retries(0);
         options.validate()?;
         self.common.validate()?;
-        if matches!(self.common.fail_mode, FailMode::Local { .. }) {
-            return Err(Error::invalid(
-                "fail_mode",
-                "the concurrency layer has no local fallback: Open or Closed",
-            ));
-        }
         if !(self.full_status.is_client_error() || self.full_status.is_server_error()) {
             return Err(Error::invalid("full_status", "must be a 4xx or 5xx status"));
         }
@@ -506,9 +510,16 @@ impl<C, K, H> ConcurrencyLimitBuilder<C, K, H> {
                 options.owner_token(),
             ))
         });
+        let local = match self.common.fail_mode {
+            FailMode::Local { instances } => {
+                Some(LocalSlots::new(self.policy.permits(), instances))
+            }
+            _ => None,
+        };
         ConcurrencyLimitLayer {
             shared: Arc::new(Shared {
                 blocks,
+                local,
                 metrics: PolicyMetrics::concurrency_limiting(&self.policy.name),
                 policy: self.policy,
                 options,

@@ -6,6 +6,7 @@ use std::sync::atomic::AtomicU64;
 use crate::middleware::common::CommonCounters;
 
 mod blocks;
+mod fallback;
 mod layer;
 mod policy;
 mod service;
@@ -39,6 +40,12 @@ pub struct ConcurrencyStats {
     pub failed_closed: u64,
     /// Requests whose client could not be determined.
     pub unknown_clients: u64,
+    /// Requests [`FailMode::Local`](crate::middleware::FailMode::Local) let through while
+    /// Redis failed (counted in `admitted` too).
+    pub fallback_allowed: u64,
+    /// Requests [`FailMode::Local`](crate::middleware::FailMode::Local) refused while Redis
+    /// failed: this instance's share of the client's slots was in flight.
+    pub fallback_limited: u64,
 }
 
 #[derive(Debug, Default)]
@@ -46,5 +53,7 @@ pub(super) struct Stats {
     pub(super) admitted: AtomicU64,
     pub(super) finished: AtomicU64,
     pub(super) rejected: AtomicU64,
+    pub(super) fallback_allowed: AtomicU64,
+    pub(super) fallback_limited: AtomicU64,
     pub(super) common: CommonCounters,
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use redis::aio::ConnectionLike;
 use tower::Service;
 
@@ -19,6 +19,7 @@ use crate::middleware::metrics::{self, Verdict};
 use crate::middleware::respond::{DefaultResponses, Rejection, Respond};
 
 use super::blocks::{Admit, BlockSlot};
+use super::fallback::LocalSlot;
 use super::layer::{resource_of, ConcurrencyLimitLayer, Shared};
 use super::Stats;
 
@@ -58,6 +59,8 @@ where
 enum Held {
     Permit(Box<PermitGuard>),
     Block(BlockSlot),
+    /// Taken in process while Redis failed ([`FailMode::Local`]).
+    Local(LocalSlot),
 }
 
 impl<C, K, H> Slot<C, K, H>
@@ -73,6 +76,7 @@ where
                 Box::pin(release(Arc::clone(&self.shared), *permit)).await
             }
             Some(Held::Block(slot)) => give_back(&self.shared, slot),
+            Some(Held::Local(slot)) => give_back(&self.shared, slot),
             None => {}
         }
     }
@@ -88,6 +92,7 @@ where
         let permit = match self.permit.take() {
             Some(Held::Permit(permit)) => permit,
             Some(Held::Block(slot)) => return give_back(&self.shared, slot),
+            Some(Held::Local(slot)) => return give_back(&self.shared, slot),
             None => return,
         };
         let shared = Arc::clone(&self.shared);
@@ -117,8 +122,9 @@ where
     );
 }
 
-/// Gives a block's slot back in process (no Redis call) and counts the request as finished.
-fn give_back<C, K, H>(shared: &Shared<C, K, H>, slot: BlockSlot) {
+/// Gives a slot held in process back (a block's, or one taken while Redis failed: no Redis
+/// call) and counts the request as finished.
+fn give_back<C, K, H, T>(shared: &Shared<C, K, H>, slot: T) {
     drop(slot);
     metrics::concurrency_active(&shared.metrics, -1.0);
     finish::<()>(&shared.stats, Ok(Ok(())));
@@ -200,8 +206,18 @@ where
     }))
 }
 
-fn refuse<B: Default>(status: StatusCode, retry_after: u64) -> Response<B> {
-    refusal(status, Some(retry_after))
+/// The full status with `Retry-After` (whole seconds, at least 1), shaped by the layer's
+/// [`Respond`].
+fn full<C, K, H: Respond<B>, B: Default>(
+    shared: &Shared<C, K, H>,
+    retry_after: Duration,
+) -> Response<B> {
+    let response = refusal(shared.full_status, Some(retry_after_secs(retry_after)));
+    let rejection = Rejection::Full {
+        limiter: &shared.policy.name,
+        retry_after,
+    };
+    shared.common.respond.respond(&rejection, response)
 }
 
 impl<S, C, K, H, ReqBody, ResBody> Service<Request<ReqBody>> for ConcurrencyLimit<S, C, K, H>
@@ -235,7 +251,6 @@ where
                 Client::Refused(response) => return Ok(response),
             };
             let resource = resource_of(&key);
-            let policy = &shared.policy;
             // A slot of this instance's block when it has one: no Redis call, and no large
             // future in this one (the other paths are boxed).
             let in_block = shared.blocks.as_ref().and_then(|b| b.try_admit(&resource));
@@ -243,10 +258,21 @@ where
                 Some(slot) => Ok(Acquire::Acquired(Held::Block(slot))),
                 None => Box::pin(acquire(&shared, &resource)).await,
             };
+            let acquired = match acquired {
+                Ok(acquired) => acquired,
+                Err(error) => match fall_back(&shared, &resource, error) {
+                    Ok(slot) => Acquire::Acquired(Held::Local(slot)),
+                    Err(Fallen::Open) => return inner.call(req).await,
+                    Err(Fallen::Closed) => return Ok(shared.common.fail_closed(&stats.common)),
+                    Err(Fallen::Full) => return Ok(full(&shared, Duration::from_secs(1))),
+                },
+            };
             match acquired {
-                Ok(Acquire::Acquired(permit)) => {
+                Acquire::Acquired(permit) => {
                     bump(&stats.admitted);
-                    metrics::concurrency_limited(&shared.metrics, Verdict::Allowed);
+                    if !matches!(permit, Held::Local(_)) {
+                        metrics::concurrency_limited(&shared.metrics, Verdict::Allowed);
+                    }
                     metrics::concurrency_active(&shared.metrics, 1.0);
                     let slot = Slot {
                         shared: Arc::clone(&shared),
@@ -265,47 +291,65 @@ where
                     slot.release().await;
                     Ok(response)
                 }
-                Ok(Acquire::Busy(held)) => {
+                Acquire::Busy(held) => {
                     bump(&stats.rejected);
                     metrics::concurrency_limited(&shared.metrics, Verdict::Limited);
-                    let retry_after = held.ttl.unwrap_or_default();
-                    let response = refuse(shared.full_status, retry_after_secs(retry_after));
-                    let rejection = Rejection::Full {
-                        limiter: &policy.name,
-                        retry_after,
-                    };
-                    Ok(shared.common.respond.respond(&rejection, response))
+                    Ok(full(&shared, held.ttl.unwrap_or_default()))
                 }
                 // Only with `require_replicas` in the options: the permit was given back.
-                Ok(_) => {
+                _ => {
                     bump(&stats.rejected);
                     metrics::concurrency_limited(&shared.metrics, Verdict::Limited);
-                    let rejection = Rejection::Full {
-                        limiter: &policy.name,
-                        retry_after: Duration::from_secs(1),
-                    };
-                    Ok(shared
-                        .common
-                        .respond
-                        .respond(&rejection, refuse(shared.full_status, 1)))
-                }
-                Err(error) => {
-                    bump(&stats.common.redis_failures);
-                    match shared.common.fail_mode {
-                        FailMode::Closed => {
-                            metrics::concurrency_limited(&shared.metrics, Verdict::FailClosed);
-                            tracing::warn!(%error, name = %policy.name, "concurrency limit failed: refusing (fail-closed)");
-                            Ok(shared.common.fail_closed(&stats.common))
-                        }
-                        _ => {
-                            bump(&stats.common.failed_open);
-                            metrics::concurrency_limited(&shared.metrics, Verdict::FailOpen);
-                            tracing::warn!(%error, name = %policy.name, "concurrency limit failed: letting request through (fail-open)");
-                            inner.call(req).await
-                        }
-                    }
+                    Ok(full(&shared, Duration::from_secs(1)))
                 }
             }
         })
+    }
+}
+
+/// What a failed acquire comes to when no slot is taken in process.
+enum Fallen {
+    Open,
+    Closed,
+    /// [`FailMode::Local`]: this instance's share of the client's slots is in flight.
+    Full,
+}
+
+/// The fail mode's answer to `error` (counted and logged here): a slot taken in process
+/// ([`FailMode::Local`] under its share), or how to answer without one.
+fn fall_back<C, K, H>(
+    shared: &Shared<C, K, H>,
+    resource: &str,
+    error: Error,
+) -> std::result::Result<LocalSlot, Fallen> {
+    let stats = &shared.stats;
+    let name = &shared.policy.name;
+    bump(&stats.common.redis_failures);
+    match (shared.common.fail_mode, &shared.local) {
+        (FailMode::Closed, _) => {
+            metrics::concurrency_limited(&shared.metrics, Verdict::FailClosed);
+            tracing::warn!(%error, %name, "concurrency limit failed: refusing (fail-closed)");
+            Err(Fallen::Closed)
+        }
+        (FailMode::Local { .. }, Some(local)) => match local.try_take(resource) {
+            Some(slot) => {
+                bump(&stats.fallback_allowed);
+                metrics::concurrency_limited(&shared.metrics, Verdict::FallbackAllowed);
+                tracing::warn!(%error, %name, "concurrency limit failed: a slot of this instance's share, in process (local fallback)");
+                Ok(slot)
+            }
+            None => {
+                bump(&stats.fallback_limited);
+                metrics::concurrency_limited(&shared.metrics, Verdict::FallbackLimited);
+                tracing::warn!(%error, %name, "concurrency limit failed: this instance's share is in flight (local fallback)");
+                Err(Fallen::Full)
+            }
+        },
+        _ => {
+            bump(&stats.common.failed_open);
+            metrics::concurrency_limited(&shared.metrics, Verdict::FailOpen);
+            tracing::warn!(%error, %name, "concurrency limit failed: letting request through (fail-open)");
+            Err(Fallen::Open)
+        }
     }
 }

@@ -9,7 +9,7 @@ use http::HeaderValue;
 
 use super::fallback::LocalLimits;
 use super::policy::Policies;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::middleware::common::{common_setters, Common, CommonCounters, FailMode};
 use crate::middleware::headers::{self, QuotaHeaders};
 use crate::middleware::key::{KeyExtractor, PeerIp};
@@ -545,14 +545,6 @@ impl<C, K, H> RateLimitBuilder<C, K, H> {
     /// ```
     pub fn build(mut self) -> Result<RateLimitLayer<C, K, H>> {
         self.common.validate()?;
-        if let FailMode::Local { instances } = self.common.fail_mode {
-            if instances == 0 {
-                return Err(Error::invalid(
-                    "fail_mode",
-                    "Local needs at least 1 instance",
-                ));
-            }
-        }
         let mut builder_cache = None;
         if let Some(capacity) = self.deny_cache.take() {
             let cache = DenyCache::new(capacity)?;

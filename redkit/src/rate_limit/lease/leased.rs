@@ -3,7 +3,7 @@
 use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
@@ -55,6 +55,35 @@ pub(crate) mod sealed {
             key: &LimitKey,
         ) -> impl Future<Output = Result<bool>>;
     }
+
+    /// A limiter whose counter can hold a block: the bound of [`Leased::block_for`](super::Leased::block_for).
+    #[allow(unreachable_pub)]
+    pub trait BlockTarget {
+        /// The limiter's own `block_for`.
+        fn block_counter<C: ConnectionLike>(
+            &self,
+            conn: &mut C,
+            key: &LimitKey,
+            block: std::time::Duration,
+        ) -> impl Future<Output = Result<std::time::Duration>>;
+    }
+
+    /// The limiters whose `block_for` a lease wraps.
+    macro_rules! block_target {
+        ($($ty:ty),+) => {$(
+            impl BlockTarget for $ty {
+                fn block_counter<C: ConnectionLike>(
+                    &self,
+                    conn: &mut C,
+                    key: &LimitKey,
+                    block: std::time::Duration,
+                ) -> impl Future<Output = Result<std::time::Duration>> {
+                    self.block_for(conn, key, block)
+                }
+            }
+        )+};
+    }
+    block_target!(crate::rate_limit::FixedWindow, crate::rate_limit::Gcra);
 }
 
 /// Implements [`LeaseTarget`] for a limiter type with its public accessors, and
@@ -227,6 +256,35 @@ impl<W> Leased<W> {
     /// ```
     pub fn lease(&self) -> QuotaLease {
         self.leases.settings()
+    }
+}
+
+impl<W: sealed::BlockTarget> Leased<W> {
+    /// The limiter's own `block_for` ([`FixedWindow::block_for`](crate::rate_limit::Window::block_for), [`Gcra::block_for`](crate::rate_limit::Gcra::block_for)), and
+    /// the units this process holds of `key` dropped: its next check goes to Redis and is
+    /// refused. Other instances' leases stay usable until spent (at most a lease's units
+    /// each). A lease call answered after the block (sent before it) can still bring back
+    /// what it was granted before the block: at most one lease, as for another instance.
+    ///
+    /// Errors: as the limiter's `block_for` (on an error nothing held here is dropped).
+    ///
+    /// ```no_run
+    /// # async fn run(l: redkit::rate_limit::Leased<redkit::rate_limit::Gcra>, mut conn: redis::aio::MultiplexedConnection) -> redkit::Result<()> {
+    /// use std::time::Duration;
+    /// let key = redkit::rate_limit::LimitKey::text("tenant-9")?;
+    /// let blocked = l.block_for(&mut conn, &key, Duration::from_secs(60)).await?;
+    /// assert!(blocked >= Duration::from_secs(60));
+    /// # Ok(()) }
+    /// ```
+    pub async fn block_for<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LimitKey,
+        block: Duration,
+    ) -> Result<Duration> {
+        let blocked = self.limiter.block_counter(conn, key, block).await?;
+        self.leases.forget(key.as_str());
+        Ok(blocked)
     }
 }
 

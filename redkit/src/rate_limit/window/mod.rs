@@ -659,7 +659,8 @@ impl FixedWindow {
     /// the client already waits for: it ends at the later of the block and the current
     /// window's end, and that length is returned. One script call. What other processes
     /// hold locally can lag it: units already leased to an instance ([`Leased`]) stay
-    /// usable until spent, at most the lease's size per instance; deny caches only refuse,
+    /// usable until spent, at most the lease's size per instance ([`Leased::block_for`]
+    /// drops this process's at once); deny caches only refuse,
     /// so they never let a blocked client through.
     ///
     /// Errors: [`Error::InvalidInput`] for a block outside 1 ms..=[`MAX_WINDOW`](Self::MAX_WINDOW)
