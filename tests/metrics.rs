@@ -23,6 +23,8 @@ struct Seen {
     counters: HashMap<Series, u64>,
     histograms: HashMap<Series, Vec<f64>>,
     gauges: HashMap<String, f64>,
+    /// The same gauges by name and labels (tests running at once share a name).
+    gauge_series: HashMap<Series, f64>,
     units: HashMap<String, Option<metrics::Unit>>,
 }
 
@@ -66,7 +68,8 @@ fn seen() -> std::sync::MutexGuard<'static, Seen> {
             // snapshot's value is what was added or set since the last one, so the gauges
             // are summed here, whichever test of this process took the snapshot.
             (MetricKind::Gauge, DebugValue::Gauge(g)) => {
-                *seen.gauges.entry(name).or_default() += g.into_inner();
+                *seen.gauges.entry(name.clone()).or_default() += g.into_inner();
+                *seen.gauge_series.entry((name, labels)).or_default() += g.into_inner();
             }
             _ => {}
         }
@@ -687,8 +690,11 @@ async fn concurrency_limit_decisions_and_active_requests_are_recorded() {
     started.notified().await;
     let active = || {
         seen()
-            .gauges
-            .get("redkit.concurrency_limiting.active_requests")
+            .gauge_series
+            .get(&(
+                "redkit.concurrency_limiting.active_requests".to_owned(),
+                labels(&[("redkit.concurrency_limiting.policy", "metrics-cc")]),
+            ))
             .copied()
     };
     assert_eq!(active(), Some(1.0), "the first request holds the slot");
@@ -719,4 +725,83 @@ async fn concurrency_limit_decisions_and_active_requests_are_recorded() {
             .unwrap_or(0)
     };
     assert_eq!((decisions("allowed"), decisions("limited")), (1, 1));
+}
+
+/// `FailMode::Local` on the concurrency limit, Redis stopped, 1 slot per client and 1
+/// instance: of two requests at once, the one admitted in process is counted
+/// `fallback_allowed` (not `allowed`) and the other `fallback_limited`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_local_fallback_decisions_are_recorded() {
+    use std::time::Duration;
+
+    use axum::body::Body;
+    use axum::routing::get;
+    use redkit::middleware::{ConcurrencyLimitLayer, ConcurrencyPolicy, FailMode};
+    use tower::ServiceExt;
+
+    recorder();
+    let mut server = support::RedisServer::spawn().await;
+    let client = redis::Client::open(server.url()).unwrap();
+    let conn = redis::aio::ConnectionManager::new(client).await.unwrap();
+    let layer =
+        ConcurrencyLimitLayer::builder(ConcurrencyPolicy::new("metrics-ccl", 1).unwrap(), conn)
+            .fail_mode(FailMode::Local { instances: 1 })
+            .timeout(Duration::from_millis(200))
+            .build()
+            .unwrap();
+    let (gate, open) = tokio::sync::watch::channel(false);
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
+    let app = axum::Router::new()
+        .route(
+            "/",
+            get(move || {
+                let (mut open, entered_tx) = (open.clone(), entered_tx.clone());
+                async move {
+                    entered_tx.send(()).unwrap();
+                    open.wait_for(|open| *open).await.unwrap();
+                    "done"
+                }
+            }),
+        )
+        .layer(layer.clone());
+    server.stop().await;
+    let request = || {
+        http::Request::get("/")
+            .extension(axum::extract::ConnectInfo(std::net::SocketAddr::from((
+                [192, 0, 2, 7],
+                1,
+            ))))
+            .body(Body::empty())
+            .unwrap()
+    };
+    let first = tokio::spawn(app.clone().oneshot(request()));
+    support::bounded(10, "the first request in its handler", entered.recv()).await;
+    let second = support::bounded(10, "the second answer", app.clone().oneshot(request()))
+        .await
+        .unwrap();
+    assert_eq!(second.status(), 429);
+    gate.send(true).unwrap();
+    let first = support::bounded(10, "the first answer", first).await;
+    assert_eq!(first.unwrap().unwrap().status(), 200);
+    let seen = seen();
+    let decisions = |result: &str| {
+        seen.counters
+            .get(&(
+                "redkit.concurrency_limiting.requests".to_owned(),
+                labels(&[
+                    ("redkit.concurrency_limiting.policy", "metrics-ccl"),
+                    ("redkit.concurrency_limiting.result", result),
+                ]),
+            ))
+            .copied()
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        (
+            decisions("fallback_allowed"),
+            decisions("fallback_limited"),
+            decisions("allowed")
+        ),
+        (1, 1, 0)
+    );
 }
