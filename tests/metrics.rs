@@ -687,7 +687,7 @@ async fn concurrency_limit_decisions_and_active_requests_are_recorded() {
     let url = format!("http://{}/", support::serve_axum(app).await);
     let http = reqwest::Client::new();
     let first = tokio::spawn(http.get(&url).send());
-    started.notified().await;
+    support::bounded(10, "the first request in its handler", started.notified()).await;
     let active = || {
         seen()
             .gauge_series
@@ -784,6 +784,12 @@ async fn concurrency_local_fallback_decisions_are_recorded() {
     let first = support::bounded(10, "the first answer", first).await;
     assert_eq!(first.unwrap().unwrap().status(), 200);
     let seen = seen();
+    // The slot taken in process raised the gauge and its release lowered it again.
+    let active = seen.gauge_series.get(&(
+        "redkit.concurrency_limiting.active_requests".to_owned(),
+        labels(&[("redkit.concurrency_limiting.policy", "metrics-ccl")]),
+    ));
+    assert_eq!(active, Some(&0.0), "active requests after the release");
     let decisions = |result: &str| {
         seen.counters
             .get(&(
