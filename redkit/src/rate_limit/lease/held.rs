@@ -309,42 +309,33 @@ impl Leases {
             held.retain(|_, h| h.until > now);
         }
         let room = held.len() < QuotaLease::MAX_KEYS;
-        if let Some(h) = held.get_mut(client) {
-            h.expire(now);
+        let Some(h) = held.get_mut(client) else {
+            // Full: this grant's rest dies with its window (counted, never over-admitted).
+            if room {
+                held.insert(client.to_owned(), fresh);
+            }
+            return fresh;
+        };
+        h.expire(now);
+        // Same window (it has not ended here, so not in Redis either): add the units. A
+        // counter lower than last seen, answered to a call sent after the one that saw it,
+        // was lost (a restart, a flush, a reset): the units held of it are dropped with it.
+        // Lower in the answer to an earlier call is a reply handled late (many checks of a
+        // hot key lease at once): its units count.
+        if h.until > now && (fresh.counter >= h.counter || fresh.count_sent < h.count_sent) {
+            h.merge(&fresh);
+            if fresh.counter >= h.counter {
+                h.count = fresh.count;
+                h.counter = fresh.counter;
+                h.count_sent = fresh.count_sent;
+                h.reset = fresh.reset;
+            }
+            h.last_want = h.last_want.max(fresh.last_want);
+            h.taken = h.taken.saturating_add(fresh.taken);
+        } else {
+            *h = fresh;
         }
-        match held.get_mut(client) {
-            // Same window (it has not ended here, so not in Redis either): add the units. A
-            // counter lower than last seen, answered to a call sent after the one that saw
-            // it, was lost (a restart, a flush, a reset): the units held of it are dropped
-            // with it. Lower in the answer to an earlier call is a reply handled late (many
-            // checks of a hot key lease at once): its units count.
-            Some(h)
-                if h.until > now
-                    && (fresh.counter >= h.counter || fresh.count_sent < h.count_sent) =>
-            {
-                h.merge(&fresh);
-                if fresh.counter >= h.counter {
-                    h.count = fresh.count;
-                    h.counter = fresh.counter;
-                    h.count_sent = fresh.count_sent;
-                    h.reset = fresh.reset;
-                }
-                h.last_want = h.last_want.max(fresh.last_want);
-                h.taken = h.taken.saturating_add(fresh.taken);
-                *h
-            }
-            Some(h) => {
-                *h = fresh;
-                fresh
-            }
-            None => {
-                // Full: this grant's rest dies with its window (counted, never over-admitted).
-                if room {
-                    held.insert(client.to_owned(), fresh);
-                }
-                fresh
-            }
-        }
+        *h
     }
 
     /// Keeps a refused lease call's answer (sent at `sent`) beside the units of `client`'s
