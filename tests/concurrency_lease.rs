@@ -83,8 +83,8 @@ async fn status_of(app: &Router) -> StatusCode {
     answer.expect("an answer in time").unwrap().status()
 }
 
-/// An app behind `layer` whose handler tells it entered, then waits until the gate opens: a
-/// gate that stays open once opened (no wake-up lost to a handler not yet waiting).
+/// An app behind `layer` whose handler tells it entered, then waits until the gate opens
+/// ([`support::gate::gated`]).
 fn gated(
     layer: &Layer,
 ) -> (
@@ -92,22 +92,8 @@ fn gated(
     tokio::sync::mpsc::UnboundedReceiver<()>,
     Router,
 ) {
-    let (gate, open) = tokio::sync::watch::channel(false);
-    let (entered_tx, entered) = tokio::sync::mpsc::unbounded_channel();
-    let app = Router::new()
-        .route(
-            "/",
-            get(move || {
-                let (mut open, entered_tx) = (open.clone(), entered_tx.clone());
-                async move {
-                    entered_tx.send(()).unwrap();
-                    open.wait_for(|open| *open).await.unwrap();
-                    "done"
-                }
-            }),
-        )
-        .layer(layer.clone());
-    (gate, entered, app)
+    let g = support::gate::gated();
+    (g.gate, g.entered, g.app.layer(layer.clone()))
 }
 
 /// Counts the requests in its handlers (across every instance) and the most at once.

@@ -735,7 +735,6 @@ async fn concurrency_local_fallback_decisions_are_recorded() {
     use std::time::Duration;
 
     use axum::body::Body;
-    use axum::routing::get;
     use redkit::middleware::{ConcurrencyLimitLayer, ConcurrencyPolicy, FailMode};
     use tower::ServiceExt;
 
@@ -749,21 +748,12 @@ async fn concurrency_local_fallback_decisions_are_recorded() {
             .timeout(Duration::from_millis(200))
             .build()
             .unwrap();
-    let (gate, open) = tokio::sync::watch::channel(false);
-    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
-    let app = axum::Router::new()
-        .route(
-            "/",
-            get(move || {
-                let (mut open, entered_tx) = (open.clone(), entered_tx.clone());
-                async move {
-                    entered_tx.send(()).unwrap();
-                    open.wait_for(|open| *open).await.unwrap();
-                    "done"
-                }
-            }),
-        )
-        .layer(layer.clone());
+    let support::gate::Gated {
+        gate,
+        mut entered,
+        app,
+    } = support::gate::gated();
+    let app = app.layer(layer.clone());
     server.stop().await;
     let request = || {
         http::Request::get("/")

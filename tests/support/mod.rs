@@ -10,6 +10,7 @@
 
 mod container;
 pub mod demand;
+pub mod gate;
 mod process;
 pub mod sentinel;
 pub mod temp_dir;
