@@ -126,4 +126,23 @@ mod tests {
         assert_eq!(non_negative(script(), "x", 0).unwrap(), 0);
         assert!(non_negative(script(), "x", -1).is_err());
     }
+
+    #[test]
+    fn one_integer_decodes_and_anything_else_is_an_error() {
+        for i in [0, 7, -3] {
+            assert_eq!(int(script(), Value::Int(i)).unwrap(), i);
+        }
+        let wrong_type = redis::parse_redis_value(b"-WRONGTYPE Operation against a key\r\n")
+            .expect("RESP error parses");
+        assert!(matches!(
+            int(script(), wrong_type),
+            Err(Error::WrongType { .. })
+        ));
+        for bad in [Value::Nil, Value::Array(vec![Value::Int(1)]), Value::Okay] {
+            assert!(matches!(
+                int(script(), bad),
+                Err(Error::UnexpectedReply { .. })
+            ));
+        }
+    }
 }
