@@ -356,4 +356,39 @@ mod tests {
         assert_ne!(hash(&a), hash(&b));
         assert_ne!(hash(&a), hash(&c));
     }
+    #[test]
+    fn a_canonical_form_reads_back_as_the_key_that_wrote_it() {
+        let keys = [
+            LimitKey::unknown_client(),
+            LimitKey::text("api-key-1").unwrap(),
+            LimitKey::text("a{b}%c").unwrap(),
+            LimitKey::ip(ip("10.0.0.1")),
+            LimitKey::ip(ip("2001:db8::1")),
+            LimitKey::ip_grouped(ip("2001:db8::1"), 128),
+            LimitKey::ip_grouped(ip("2001:db8:1:2::9"), 48),
+        ];
+        for key in keys {
+            assert_eq!(
+                LimitKey::from_canonical(key.as_str()),
+                Some(key.clone()),
+                "{key:?}"
+            );
+        }
+        // What no constructor writes does not read back: another prefix, a form a
+        // constructor writes differently (a leading zero, a host part under the prefix, an
+        // IPv4 with a prefix), a bad escape, the empty text.
+        for other in [
+            "",
+            "x:1",
+            "unknown:1",
+            "ip:010.0.0.1",
+            "ip:2001:db8::1/32",
+            "ip:10.0.0.1/8",
+            "ip:not-an-ip",
+            "k:",
+            "k:%zz",
+        ] {
+            assert_eq!(LimitKey::from_canonical(other), None, "{other}");
+        }
+    }
 }
