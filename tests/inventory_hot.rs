@@ -705,11 +705,15 @@ async fn the_default_keeps_eight_calls_of_one_sku_in_flight() {
         }));
         unread = server.wait_unread_above(unread).await;
     }
-    // The last two: polled once, they have joined the queue (pending, nothing sent).
+    // The last two: polled twice each, one after the other, they have joined the queue
+    // (pending, nothing sent). A buyer that took a slot instead (as if fewer than eight were
+    // counted in flight) would lead a gathering batch: it yields on its first poll and sends
+    // on its second, so the ninth would go alone and the tenth after it (10 calls, not 9).
     let mut queued = Vec::new();
     for _ in 0..2 {
         let (store, mut c) = (store.clone(), conn.clone());
         let mut buyer = Box::pin(async move { store.decrement(&mut c, "mug", 1, None).await });
+        assert!(pending_after_one_poll(&mut buyer).await);
         assert!(pending_after_one_poll(&mut buyer).await);
         queued.push(buyer);
     }
