@@ -159,6 +159,32 @@ mod tests {
         }
     }
 
+    #[test]
+    fn every_check_that_joins_a_call_in_flight_counts_as_a_follower() {
+        let flights = Flights::default();
+        let Turn::Lead(leader) = flights.join("k") else {
+            panic!("the first check leads");
+        };
+        let mut flight = None;
+        for joined in 1..=3 {
+            let Turn::Follow(f) = flights.join("k") else {
+                panic!("a check follows while the call is in flight");
+            };
+            assert_eq!(f.followers(), joined);
+            flight = Some(f);
+        }
+        drop(leader);
+        // The next call asks for the followers' demand: a new flight starts from none.
+        assert_eq!(flight.map(|f| f.followers()), Some(3));
+        let Turn::Lead(_next) = flights.join("k") else {
+            panic!("the next check leads a new call");
+        };
+        let Turn::Follow(f) = flights.join("k") else {
+            panic!("and the one after follows it");
+        };
+        assert_eq!(f.followers(), 1);
+    }
+
     #[tokio::test]
     async fn followers_wait_for_the_leader_and_share_its_refusal_by_cost() {
         let flights = Flights::default();
