@@ -83,19 +83,6 @@ async fn status_of(app: &Router) -> StatusCode {
     answer.expect("an answer in time").unwrap().status()
 }
 
-/// An app behind `layer` whose handler tells it entered, then waits until the gate opens
-/// ([`support::gate::gated`]).
-fn gated(
-    layer: &Layer,
-) -> (
-    tokio::sync::watch::Sender<bool>,
-    tokio::sync::mpsc::UnboundedReceiver<()>,
-    Router,
-) {
-    let g = support::gate::gated();
-    (g.gate, g.entered, g.app.layer(layer.clone()))
-}
-
 /// Counts the requests in its handlers (across every instance) and the most at once.
 #[derive(Clone, Default)]
 struct InFlight {
@@ -347,7 +334,12 @@ async fn shutdown_gives_every_block_back() {
 
     // One request still in flight: shutdown gives back the three unused slots at once and
     // the fourth when that request ends, and returns only then.
-    let (gate, mut entered, held_app) = gated(&a);
+    let support::gate::Gated {
+        gate,
+        mut entered,
+        app: held_app,
+    } = support::gate::gated();
+    let held_app = held_app.layer(a.clone());
     let held = tokio::spawn(async move { status_of(&held_app).await });
     tokio::time::timeout(STEP, entered.recv())
         .await
@@ -409,7 +401,12 @@ async fn a_redis_restart_mid_lease_is_survived() {
     let mut server = RedisServer::spawn().await;
     let lease = Duration::from_millis(1200);
     let a = layer(&server, "restart", 4, lease).await;
-    let (release, mut entered, app) = gated(&a);
+    let support::gate::Gated {
+        gate: release,
+        mut entered,
+        app,
+    } = support::gate::gated();
+    let app = app.layer(a.clone());
     let held: Vec<_> = (0..2)
         .map(|_| {
             let app = app.clone();
@@ -514,7 +511,12 @@ async fn a_short_lease_is_renewed_before_it_ends() {
     let server = RedisServer::spawn().await;
     let lease = Duration::from_millis(400);
     let a = layer(&server, "short", 2, lease).await;
-    let (gate, mut entered, app) = gated(&a);
+    let support::gate::Gated {
+        gate,
+        mut entered,
+        app,
+    } = support::gate::gated();
+    let app = app.layer(a.clone());
     let held = tokio::spawn(async move { status_of(&app).await });
     tokio::time::timeout(STEP, entered.recv())
         .await

@@ -356,6 +356,7 @@ mod tests {
         assert_ne!(hash(&a), hash(&b));
         assert_ne!(hash(&a), hash(&c));
     }
+
     #[test]
     fn a_canonical_form_reads_back_as_the_key_that_wrote_it() {
         let keys = [
