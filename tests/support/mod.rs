@@ -502,6 +502,14 @@ impl RedisServer {
         }
     }
 
+    /// The server process's pid (`None` when the back-end is a container).
+    pub fn pid(&self) -> Option<u32> {
+        match &self.backend {
+            Backend::Process(p) => p.pid(),
+            Backend::Container(_) => None,
+        }
+    }
+
     /// Runs `redis-cli` with these arguments against this server's host and port, on the
     /// host or inside the container.
     pub async fn redis_cli(&self, args: &[&str]) -> std::process::Output {

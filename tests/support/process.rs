@@ -68,8 +68,14 @@ impl Process {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("spawn {}: {e}", self.bin))?;
+        watch_for_orphan(child.id(), self.dir.path());
         self.child = Some(child);
         Ok(())
+    }
+
+    /// The server's pid while it runs (`None` once killed).
+    pub(super) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     pub(super) fn exited(&self) -> bool {
@@ -100,4 +106,35 @@ impl Process {
             let _ = c.wait();
         }
     }
+}
+
+/// Kills the server `pid` and removes its directory `dir` if this test process ends without
+/// dropping it (killed by a timeout, aborted): a detached shell (its parent is init at once, so
+/// nothing waits on it) polls both pids each second and, once this process is gone while the
+/// server still runs, kills the server only if its working directory is still `dir`. A pid the
+/// system has since given to another process has another working directory and is left alone;
+/// a server dropped normally has already exited (or its directory is gone).
+///
+/// `REDKIT_TEST_NO_ORPHAN_WATCH` set turns the watch off: the negative control of
+/// `tests/harness_orphans.rs`, which shows the server outliving its killed process without it.
+fn watch_for_orphan(pid: u32, dir: &std::path::Path) {
+    if std::env::var_os("REDKIT_TEST_NO_ORPHAN_WATCH").is_some() {
+        return;
+    }
+    let Ok(dir) = dir.canonicalize() else { return };
+    let script = r#"(
+        while kill -0 "$1" 2>/dev/null && kill -0 "$2" 2>/dev/null; do sleep 1; done
+        if kill -0 "$2" 2>/dev/null && [ "$(readlink "/proc/$2/cwd")" = "$3" ]; then
+            kill -9 "$2"; rm -rf "$3"
+        fi
+    ) </dev/null >/dev/null 2>&1 &"#;
+    let _ = Command::new("sh")
+        .args(["-c", script, "redkit-orphan-watch"])
+        .arg(std::process::id().to_string())
+        .arg(pid.to_string())
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
 }
