@@ -114,10 +114,10 @@ async fn rw_lock_gives_back_unconfirmed_read_and_write_holds() {
     );
     // Tried again while retries allow, like a busy answer: 3 attempts, 3 `WAIT`s.
     let waits = pair.primary.command_calls("wait").await;
-    not_replicated(
-        rw.acquire(&mut conn, "catalog", Mode::Write, &required(100).retries(2))
-            .await,
-    );
+    // Bounded: a retry count that never advances would try again forever.
+    let options = required(100).retries(2);
+    let three = rw.acquire(&mut conn, "catalog", Mode::Write, &options);
+    not_replicated(support::bounded(10, "three attempts", three).await);
     assert_eq!(pair.primary.command_calls("wait").await - waits, 3);
     for k in [&readers, &writer, &format!("{key}:intent")] {
         let left: i64 = pair.primary.cmd(&["EXISTS", k]).await;
@@ -162,10 +162,10 @@ async fn reentrant_lock_gives_back_an_unconfirmed_hold_and_keeps_the_count() {
     assert_eq!(left, 0, "given back");
     // Tried again while retries allow, like a busy answer: 3 attempts, 3 `WAIT`s.
     let waits = pair.primary.command_calls("wait").await;
-    not_replicated(
-        lock.acquire(&mut conn, "account-9", &me, &required(100).retries(2))
-            .await,
-    );
+    // Bounded: a retry count that never advances would try again forever.
+    let options = required(100).retries(2);
+    let three = lock.acquire(&mut conn, "account-9", &me, &options);
+    not_replicated(support::bounded(10, "three attempts", three).await);
     assert_eq!(pair.primary.command_calls("wait").await - waits, 3);
     let left: i64 = pair.primary.cmd(&["EXISTS", &key]).await;
     assert_eq!(left, 0, "given back");
