@@ -353,11 +353,7 @@ pub(crate) fn release_label<E>(answer: &std::result::Result<Release, E>) -> Lock
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::script::embedded;
-
-    fn script() -> &'static Script {
-        embedded::LOCK_RENEW.script()
-    }
+    use crate::script::embedded::LOCK_RENEW as SCRIPT;
 
     #[test]
     fn an_acquire_hands_out_its_guard_and_nothing_else_does() {
@@ -414,15 +410,15 @@ mod tests {
 
     #[test]
     fn a_scripts_status_is_one_or_zero_and_anything_else_is_an_error() {
-        assert!(status(script(), 1).unwrap());
-        assert!(!status(script(), 0).unwrap());
+        assert!(status(SCRIPT.script(), 1).unwrap());
+        assert!(!status(SCRIPT.script(), 0).unwrap());
         for other in [2, -1, i64::MAX] {
-            let err = status(script(), other).unwrap_err();
+            let err = status(SCRIPT.script(), other).unwrap_err();
             assert!(err.to_string().contains("neither 0 nor 1"), "{err}");
         }
-        assert_eq!(renew_status(script(), 1).unwrap(), Renew::Renewed);
-        assert_eq!(renew_status(script(), 0).unwrap(), Renew::Lost);
-        assert!(renew_status(script(), 7).is_err());
+        assert_eq!(renew_status(SCRIPT.script(), 1).unwrap(), Renew::Renewed);
+        assert_eq!(renew_status(SCRIPT.script(), 0).unwrap(), Renew::Lost);
+        assert!(renew_status(SCRIPT.script(), 7).is_err());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::decision::{Decision, Quota};
 use super::deny_cache::DenyCache;
 use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
-use super::lease::{lease_target, LeaseScript, Leased, QuotaLease};
+use super::lease::{lease_target, LeaseScript};
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
 use super::reply::{int, ints, non_negative, quota_of, timed_decision};
@@ -385,14 +385,14 @@ impl Hooks for Gcra {
     }
 }
 
-impl Gcra {
+lease_target! {
     /// Answers checks from **leased quota** with `lease`: the same rate and burst, exact
     /// (never more than one in-process GCRA would admit, across every instance), most checks
     /// of a hot key answered in process. Each lease call is one `EVALSHA` of
     /// `lua/gcra_lease.v1.lua`, which moves the TAT past every unit it grants at once; each
     /// unit is used only while it still conforms (the `j`-th of a grant until `j - 1`
     /// emission intervals after the bucket's TAT as the call found it). What it changes, and
-    /// why it stays exact: [`Leased`].
+    /// why it stays exact: [`Leased`](crate::rate_limit::Leased).
     ///
     /// ```
     /// use redkit::rate_limit::{Gcra, QuotaLease, Rate};
@@ -400,21 +400,14 @@ impl Gcra {
     /// assert_eq!((l.lease().max_units(), l.limiter().burst()), (32, 1_000));
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn leased(self, lease: QuotaLease) -> Leased<Self> {
-        Leased::new(self, lease)
-    }
+    Gcra => LeaseScript::Gcra
 }
-
-lease_target!(Gcra, LeaseScript::Gcra);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rate_limit::reply::int_reply as reply;
     use redis::Value;
-
-    fn reply(v: [i64; 5]) -> Value {
-        Value::Array(v.iter().map(|i| Value::Int(*i)).collect())
-    }
 
     #[test]
     fn accessors_return_what_was_set() {

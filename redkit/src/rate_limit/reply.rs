@@ -9,6 +9,12 @@ use super::decision::{Decision, Quota};
 use crate::error::{Error, Result};
 use crate::script::{script_error, Script};
 
+/// A script's reply of the integers `v`, as the decoders' tests feed them.
+#[cfg(test)]
+pub(crate) fn int_reply(v: impl AsRef<[i64]>) -> Value {
+    Value::Array(v.as_ref().iter().map(|i| Value::Int(*i)).collect())
+}
+
 /// `reply` as exactly `N` integers, or the script's own error mapped to [`Error`].
 pub(crate) fn ints<const N: usize>(script: &Script, reply: Value) -> Result<[i64; N]> {
     let bad = || Error::unexpected(script.id(), format!("expected an array of {N} integers"));
@@ -91,11 +97,7 @@ pub(crate) fn timed_decision(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::script::embedded;
-
-    fn script() -> &'static Script {
-        embedded::SLIDING_WINDOW.script()
-    }
+    use crate::script::embedded::SLIDING_WINDOW as SCRIPT;
 
     #[test]
     fn a_server_error_in_place_of_the_reply_is_the_scripts_own_error() {
@@ -103,7 +105,7 @@ mod tests {
             .expect("RESP error parses");
         assert!(matches!(wrong_type, Value::ServerError(_)));
         assert!(matches!(
-            ints::<2>(script(), wrong_type),
+            ints::<2>(SCRIPT.script(), wrong_type),
             Err(Error::WrongType { .. })
         ));
     }
@@ -111,7 +113,7 @@ mod tests {
     #[test]
     fn only_exactly_n_integers_decode() {
         let ok = Value::Array(vec![Value::Int(1), Value::Int(-2)]);
-        assert_eq!(ints::<2>(script(), ok).unwrap(), [1, -2]);
+        assert_eq!(ints::<2>(SCRIPT.script(), ok).unwrap(), [1, -2]);
         for bad in [
             Value::Array(vec![Value::Int(1)]),
             Value::Array(vec![Value::Int(1), Value::Int(2), Value::Int(3)]),
@@ -119,28 +121,28 @@ mod tests {
             Value::Int(1),
         ] {
             assert!(matches!(
-                ints::<2>(script(), bad),
+                ints::<2>(SCRIPT.script(), bad),
                 Err(Error::UnexpectedReply { .. })
             ));
         }
-        assert_eq!(non_negative(script(), "x", 0).unwrap(), 0);
-        assert!(non_negative(script(), "x", -1).is_err());
+        assert_eq!(non_negative(SCRIPT.script(), "x", 0).unwrap(), 0);
+        assert!(non_negative(SCRIPT.script(), "x", -1).is_err());
     }
 
     #[test]
     fn one_integer_decodes_and_anything_else_is_an_error() {
         for i in [0, 7, -3] {
-            assert_eq!(int(script(), Value::Int(i)).unwrap(), i);
+            assert_eq!(int(SCRIPT.script(), Value::Int(i)).unwrap(), i);
         }
         let wrong_type = redis::parse_redis_value(b"-WRONGTYPE Operation against a key\r\n")
             .expect("RESP error parses");
         assert!(matches!(
-            int(script(), wrong_type),
+            int(SCRIPT.script(), wrong_type),
             Err(Error::WrongType { .. })
         ));
         for bad in [Value::Nil, Value::Array(vec![Value::Int(1)]), Value::Okay] {
             assert!(matches!(
-                int(script(), bad),
+                int(SCRIPT.script(), bad),
                 Err(Error::UnexpectedReply { .. })
             ));
         }

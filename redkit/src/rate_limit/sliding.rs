@@ -9,7 +9,7 @@ use super::basics::limiter_basics;
 use super::decision::{Decision, Quota};
 use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
-use super::lease::{lease_target, LeaseScript, Leased, QuotaLease};
+use super::lease::{lease_target, LeaseScript};
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
 use super::reply::{ints, quota_of, timed_decision};
@@ -251,12 +251,12 @@ impl RateLimiter for SlidingWindow {
 /// Always asks Redis: a sliding window's refusal can end before the retry-after it reports.
 impl Hooks for SlidingWindow {}
 
-impl SlidingWindow {
+lease_target! {
     /// Answers checks from **leased quota** with `lease`: the same limit, exact (never over it
     /// across every instance), most checks of a hot key answered in process. Each lease call
     /// is one `EVALSHA` of `lua/sliding_window_lease.v1.lua`, which counts the units it grants
     /// in the current window at once; they are used only until that window ends. What it
-    /// changes, and why it stays exact: [`Leased`].
+    /// changes, and why it stays exact: [`Leased`](crate::rate_limit::Leased).
     ///
     /// ```
     /// use redkit::rate_limit::{QuotaLease, Rate, SlidingWindow};
@@ -264,21 +264,14 @@ impl SlidingWindow {
     /// assert_eq!(l.lease().max_units(), 32);
     /// # Ok::<(), redkit::Error>(())
     /// ```
-    pub fn leased(self, lease: QuotaLease) -> Leased<Self> {
-        Leased::new(self, lease)
-    }
+    SlidingWindow => LeaseScript::SlidingWindow
 }
-
-lease_target!(SlidingWindow, LeaseScript::SlidingWindow);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rate_limit::reply::int_reply as reply;
     use redis::Value;
-
-    fn reply(v: [i64; 4]) -> Value {
-        Value::Array(v.iter().map(|i| Value::Int(*i)).collect())
-    }
 
     #[test]
     fn debug_shows_the_settings() {

@@ -86,10 +86,21 @@ pub(crate) mod sealed {
     block_target!(crate::rate_limit::FixedWindow, crate::rate_limit::Gcra);
 }
 
-/// Implements [`LeaseTarget`] for a limiter type with its public accessors, and
-/// [`RateLimiter`] for its `Leased` (checks and reset leased, the rest the limiter's).
+/// Gives a limiter type its public `leased` (documented by the attributes given), implements
+/// [`LeaseTarget`] for it with its public accessors, and [`RateLimiter`] for its `Leased`
+/// (checks and reset leased, the rest the limiter's).
 macro_rules! lease_target {
-    ($ty:ty, $script:expr) => {
+    ($(#[$doc:meta])* $ty:ty => $script:expr) => {
+        impl $ty {
+            $(#[$doc])*
+            pub fn leased(
+                self,
+                lease: $crate::rate_limit::QuotaLease,
+            ) -> $crate::rate_limit::Leased<Self> {
+                $crate::rate_limit::Leased::new(self, lease)
+            }
+        }
+
         impl $crate::rate_limit::lease::LeaseTarget for $ty {
             const SCRIPT: $crate::rate_limit::lease::LeaseScript = $script;
 

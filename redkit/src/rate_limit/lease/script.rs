@@ -156,16 +156,13 @@ impl LeaseScript {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rate_limit::reply::int_reply as reply;
     use crate::rate_limit::Quota;
-
-    fn reply(v: &[i64]) -> Value {
-        Value::Array(v.iter().map(|i| Value::Int(*i)).collect())
-    }
 
     #[test]
     fn a_fixed_window_grant_is_valid_until_its_window_ends() {
         let g = LeaseScript::FixedWindow
-            .decode(reply(&[5, 40, 900]), 1_000)
+            .decode(reply([5, 40, 900]), 1_000)
             .unwrap();
         let ms = Duration::from_millis(900);
         assert_eq!(
@@ -181,7 +178,7 @@ mod tests {
             }
         );
         let unknown = LeaseScript::FixedWindow
-            .decode(reply(&[0, 100, -1]), 1_000)
+            .decode(reply([0, 100, -1]), 1_000)
             .unwrap();
         assert_eq!(
             unknown.retry,
@@ -189,7 +186,7 @@ mod tests {
             "no TTL: a window"
         );
         let ending = LeaseScript::FixedWindow
-            .decode(reply(&[0, 100, 0]), 1_000)
+            .decode(reply([0, 100, 0]), 1_000)
             .unwrap();
         assert_eq!(ending.retry, Duration::from_millis(1), "never zero");
     }
@@ -197,7 +194,7 @@ mod tests {
     #[test]
     fn a_sliding_window_grant_is_valid_until_the_current_window_ends() {
         let g = LeaseScript::SlidingWindow
-            .decode(reply(&[8, 70, 30, 400, 1_400, 0]), 1_000)
+            .decode(reply([8, 70, 30, 400, 1_400, 0]), 1_000)
             .unwrap();
         assert_eq!((g.granted, g.used, g.counter), (8, 70, 30));
         assert_eq!(
@@ -209,7 +206,7 @@ mod tests {
             )
         );
         let refused = LeaseScript::SlidingWindow
-            .decode(reply(&[0, 100, 60, 0, 0, 250]), 1_000)
+            .decode(reply([0, 100, 60, 0, 0, 250]), 1_000)
             .unwrap();
         assert_eq!(
             refused.valid,
@@ -224,7 +221,7 @@ mod tests {
     fn a_gcra_grant_holds_units_that_end_one_interval_apart() {
         let g = LeaseScript::Gcra
             .decode(
-                reply(&[6, 9, 1_700_000_000_000_000, 150_000, 300_000, 0]),
+                reply([6, 9, 1_700_000_000_000_000, 150_000, 300_000, 0]),
                 10_000,
             )
             .unwrap();
@@ -242,7 +239,7 @@ mod tests {
             )
         );
         let refused = LeaseScript::Gcra
-            .decode(reply(&[0, 10, 5, 0, 0, 2_500]), 10_000)
+            .decode(reply([0, 10, 5, 0, 0, 2_500]), 10_000)
             .unwrap();
         assert_eq!(
             (refused.valid, refused.reset, refused.retry),
@@ -281,25 +278,25 @@ mod tests {
     #[test]
     fn replies_of_another_shape_are_refused() {
         for (script, bad) in [
-            (LeaseScript::FixedWindow, reply(&[1, 2])),
-            (LeaseScript::FixedWindow, reply(&[-1, 2, 3])),
-            (LeaseScript::FixedWindow, reply(&[1, -2, 3])),
-            (LeaseScript::FixedWindow, reply(&[1, 2, 3, 4, 5, 6])),
-            (LeaseScript::SlidingWindow, reply(&[1, 2, 3])),
-            (LeaseScript::SlidingWindow, reply(&[1, 2, 3, 4, 5, -6])),
-            (LeaseScript::SlidingWindow, reply(&[1, 2, 3, -4, 5, 6])),
-            (LeaseScript::SlidingWindow, reply(&[1, 2, -3, 4, 5, 6])),
-            (LeaseScript::SlidingWindow, reply(&[1, -2, 3, 4, 5, 6])),
-            (LeaseScript::SlidingWindow, reply(&[-1, 2, 3, 4, 5, 6])),
-            (LeaseScript::SlidingWindow, reply(&[1, 2, 3, 4, -5, 6])),
+            (LeaseScript::FixedWindow, reply([1, 2])),
+            (LeaseScript::FixedWindow, reply([-1, 2, 3])),
+            (LeaseScript::FixedWindow, reply([1, -2, 3])),
+            (LeaseScript::FixedWindow, reply([1, 2, 3, 4, 5, 6])),
+            (LeaseScript::SlidingWindow, reply([1, 2, 3])),
+            (LeaseScript::SlidingWindow, reply([1, 2, 3, 4, 5, -6])),
+            (LeaseScript::SlidingWindow, reply([1, 2, 3, -4, 5, 6])),
+            (LeaseScript::SlidingWindow, reply([1, 2, -3, 4, 5, 6])),
+            (LeaseScript::SlidingWindow, reply([1, -2, 3, 4, 5, 6])),
+            (LeaseScript::SlidingWindow, reply([-1, 2, 3, 4, 5, 6])),
+            (LeaseScript::SlidingWindow, reply([1, 2, 3, 4, -5, 6])),
             (LeaseScript::SlidingWindow, Value::Nil),
-            (LeaseScript::Gcra, reply(&[1, 2, 3])),
-            (LeaseScript::Gcra, reply(&[-1, 2, 3, 4, 5, 6])),
-            (LeaseScript::Gcra, reply(&[1, -2, 3, 4, 5, 6])),
-            (LeaseScript::Gcra, reply(&[1, 2, -3, 4, 5, 6])),
-            (LeaseScript::Gcra, reply(&[1, 2, 3, -4, 5, 6])),
-            (LeaseScript::Gcra, reply(&[1, 2, 3, 4, -5, 6])),
-            (LeaseScript::Gcra, reply(&[1, 2, 3, 4, 5, -6])),
+            (LeaseScript::Gcra, reply([1, 2, 3])),
+            (LeaseScript::Gcra, reply([-1, 2, 3, 4, 5, 6])),
+            (LeaseScript::Gcra, reply([1, -2, 3, 4, 5, 6])),
+            (LeaseScript::Gcra, reply([1, 2, -3, 4, 5, 6])),
+            (LeaseScript::Gcra, reply([1, 2, 3, -4, 5, 6])),
+            (LeaseScript::Gcra, reply([1, 2, 3, 4, -5, 6])),
+            (LeaseScript::Gcra, reply([1, 2, 3, 4, 5, -6])),
             (
                 LeaseScript::FixedWindow,
                 Value::Array(vec![Value::Int(1), Value::Nil, Value::Int(3)]),

@@ -105,11 +105,7 @@ impl Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::script::embedded;
-
-    fn script() -> &'static Script {
-        embedded::FIXED_WINDOW_ALIGNED.script()
-    }
+    use crate::script::embedded::FIXED_WINDOW_ALIGNED as SCRIPT;
 
     #[test]
     fn windows_are_aligned_to_the_epoch() {
@@ -140,7 +136,7 @@ mod tests {
         let wrong_type = redis::parse_redis_value(b"-WRONGTYPE Operation against a key\r\n")
             .expect("RESP error parses");
         assert!(matches!(
-            slot.decode(script(), wrong_type, 10, 1),
+            slot.decode(SCRIPT.script(), wrong_type, 10, 1),
             Err(Error::WrongType { .. })
         ));
     }
@@ -148,17 +144,23 @@ mod tests {
     #[test]
     fn decodes_the_integer_reply() {
         let slot = Slot::at(1_500, 1_000).unwrap();
-        let d = slot.decode(script(), Value::Int(3), 10, 1).unwrap();
+        let d = slot.decode(SCRIPT.script(), Value::Int(3), 10, 1).unwrap();
         assert!(d.is_allowed());
         assert_eq!(d.quota().remaining(), 7);
         assert_eq!(d.quota().reset_after(), Duration::from_millis(500));
-        let d = slot.decode(script(), Value::Int(-11), 10, 1).unwrap();
+        let d = slot
+            .decode(SCRIPT.script(), Value::Int(-11), 10, 1)
+            .unwrap();
         assert_eq!(d.retry_after(), Some(Duration::from_millis(500)));
         assert_eq!(d.quota().remaining(), 0);
-        let d = slot.decode(script(), Value::Int(-1), 10, 11).unwrap();
+        let d = slot
+            .decode(SCRIPT.script(), Value::Int(-1), 10, 11)
+            .unwrap();
         assert!(matches!(d, Decision::CostExceedsLimit { cost: 11, .. }));
         // The most negative reply is a refusal with a saturated count, not a panic.
-        let d = slot.decode(script(), Value::Int(i64::MIN), 10, 1).unwrap();
+        let d = slot
+            .decode(SCRIPT.script(), Value::Int(i64::MIN), 10, 1)
+            .unwrap();
         assert_eq!(d.quota().remaining(), 0);
         for bad in [
             Value::Int(11),
@@ -168,7 +170,7 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    slot.decode(script(), bad.clone(), 10, 1),
+                    slot.decode(SCRIPT.script(), bad.clone(), 10, 1),
                     Err(Error::UnexpectedReply { .. })
                 ),
                 "{bad:?}"

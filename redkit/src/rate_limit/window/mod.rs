@@ -1,6 +1,6 @@
 //! The fixed-window family, each behaviour a type: [`FixedWindow`] (windows from a client's
 //! first hit), [`AlignedWindow`] (windows aligned to the clock), and two wrappers:
-//! [`Grouped`] (group commit, for either kind) and [`Leased`] (leased quota, for windows
+//! [`Grouped`] (group commit, for either kind) and [`Leased`](crate::rate_limit::Leased) (leased quota, for windows
 //! from the first hit: what `fixed_window_lease` runs). A combination no script can run has
 //! no constructor, and no setter's effect depends on the order of setters.
 
@@ -19,7 +19,7 @@ use super::decision::{Decision, Quota};
 use super::deny_cache::DenyCache;
 use super::key::LimitKey;
 use super::key_space::{delete, KeySpace};
-use super::lease::{lease_target, LeaseScript, Leased, QuotaLease};
+use super::lease::{lease_target, LeaseScript};
 use super::rate::Rate;
 use super::rate_limiter::{delegate_rate_limiter, push_cost, sealed::Hooks, RateLimiter};
 use super::reply::{int, ints, non_negative};
@@ -531,7 +531,7 @@ impl<K: WindowKind> Window<K> {
     /// the time until the window ends (a full window when none has started). One read-only
     /// script call (`EVALSHA_RO`: a replica may serve it); it writes nothing and does not
     /// touch the deny cache. A diagnostic: another process may count before a real check.
-    /// Under leased quota ([`Leased`]), `used` counts the units leased to every instance,
+    /// Under leased quota ([`Leased`](crate::rate_limit::Leased)), `used` counts the units leased to every instance,
     /// spent or not.
     ///
     /// ```no_run
@@ -639,27 +639,13 @@ impl<K: WindowKind> Window<K> {
 }
 
 impl FixedWindow {
-    /// Answers checks from **leased quota** with `lease`: the same limiter, most checks of a
-    /// hot key answered in process. What it changes: [`Leased`]. Only windows that start at
-    /// the first hit lease (an [`AlignedWindow`] has no `leased`).
-    ///
-    /// ```
-    /// use redkit::rate_limit::{FixedWindow, QuotaLease, Rate};
-    /// let l = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(1_000)))?.leased(QuotaLease::new(32)?.instances(4)?);
-    /// assert_eq!(l.lease().max_units(), 32);
-    /// # Ok::<(), redkit::Error>(())
-    /// ```
-    pub fn leased(self, lease: QuotaLease) -> Leased<Self> {
-        Leased::new(self, lease)
-    }
-
     /// Blocks `key` for `block`: its counter holds at least the limit until the block ends,
     /// so every check of it is refused with the block's end as its `retry_after` (the check
     /// costs nothing more), and afterwards a new window starts. A block never shortens what
     /// the client already waits for: it ends at the later of the block and the current
     /// window's end, and that length is returned. One script call. What other processes
-    /// hold locally can lag it: units already leased to an instance ([`Leased`]) stay
-    /// usable until spent, at most the lease's size per instance ([`Leased::block_for`]
+    /// hold locally can lag it: units already leased to an instance ([`Leased`](crate::rate_limit::Leased)) stay
+    /// usable until spent, at most the lease's size per instance ([`Leased::block_for`](crate::rate_limit::Leased::block_for)
     /// drops this process's at once); deny caches only refuse,
     /// so they never let a blocked client through.
     ///
@@ -741,7 +727,19 @@ impl RateLimiter for AlignedWindow {
     delegate_rate_limiter!(AlignedWindow, deny_cache);
 }
 
-lease_target!(FixedWindow, LeaseScript::FixedWindow);
+lease_target! {
+    /// Answers checks from **leased quota** with `lease`: the same limiter, most checks of a
+    /// hot key answered in process. What it changes: [`Leased`](crate::rate_limit::Leased). Only windows that start at
+    /// the first hit lease (an [`AlignedWindow`] has no `leased`).
+    ///
+    /// ```
+    /// use redkit::rate_limit::{FixedWindow, QuotaLease, Rate};
+    /// let l = FixedWindow::new("api", Rate::per_second(redkit::nonzero!(1_000)))?.leased(QuotaLease::new(32)?.instances(4)?);
+    /// assert_eq!(l.lease().max_units(), 32);
+    /// # Ok::<(), redkit::Error>(())
+    /// ```
+    FixedWindow => LeaseScript::FixedWindow
+}
 
 impl<K: WindowKind> Hooks for Window<K> {
     fn attach_deny_cache(self, cache: DenyCache) -> Self {

@@ -234,23 +234,22 @@ fn is_cross_slot(e: &Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::script::embedded;
-
-    fn script() -> &'static Script {
-        embedded::FIXED_WINDOW_GROUP.script()
-    }
+    use crate::script::embedded::FIXED_WINDOW_GROUP as SCRIPT;
 
     #[test]
     fn an_element_is_a_value_or_a_one_line_error_text() {
-        assert_eq!(element(script(), Value::Int(3)).unwrap(), Value::Int(3));
+        assert_eq!(
+            element(SCRIPT.script(), Value::Int(3)).unwrap(),
+            Value::Int(3)
+        );
         assert!(matches!(
-            element(script(), Value::BulkString(b"WRONGTYPE no".to_vec())),
+            element(SCRIPT.script(), Value::BulkString(b"WRONGTYPE no".to_vec())),
             Err(Error::WrongType { .. })
         ));
         for text in [&b"ERR a\nb"[..], b"ERR a\rb", b"ERR a\r\nb"] {
             assert!(
                 matches!(
-                    element(script(), Value::BulkString(text.to_vec())),
+                    element(SCRIPT.script(), Value::BulkString(text.to_vec())),
                     Err(Error::UnexpectedReply { .. })
                 ),
                 "{text:?}"
@@ -274,7 +273,7 @@ mod tests {
         };
         // EVALSHA, sha, key count, the two keys, then the arguments.
         let args = |members: &[Member]| -> Vec<String> {
-            let script = embedded::FIXED_WINDOW_ALIGNED_GROUP.script();
+            let script = crate::script::embedded::FIXED_WINDOW_ALIGNED_GROUP.script();
             let call = group_call(&limiter, script, members);
             call.evalsha()
                 .args_iter()
