@@ -4,11 +4,12 @@
 
 use std::num::NonZeroU32;
 
+use redis::aio::ConnectionLike;
 use redis::Value;
 
 use crate::error::{Error, Result};
-use crate::lock::FencingToken;
-use crate::script::{script_error, Script};
+use crate::lock::{FencingToken, Release};
+use crate::script::{script_error, Call, Script, ScriptManager};
 
 /// The most entries an inspection lists.
 const MOST_LISTED: u32 = 10_000;
@@ -46,6 +47,31 @@ pub(crate) fn checked_token(token: &str) -> Result<()> {
 /// The `WARN` event of a repair: `what` was done to `token`'s hold of `resource` at `key`.
 pub(crate) fn record(what: &str, resource: &str, key: &str, token: &str) {
     tracing::warn!(target: "redkit::lock", resource, key, token, "{what}");
+}
+
+/// Runs a repair's compare-and-delete `call` of `token`'s hold of `resource` at `key` (its
+/// script answers 1 removed, 0 not there): [`Release::Released`] when it removed the hold,
+/// then recorded as `what` ([`record`]); [`Release::NotOwner`] when the hold was not there.
+/// The script's own error is typed, any other reply an unexpected one.
+pub(crate) async fn remove<C: ConnectionLike>(
+    manager: &ScriptManager,
+    conn: &mut C,
+    call: &Call<'_>,
+    what: &str,
+    resource: &str,
+    key: &str,
+    token: &str,
+) -> Result<Release> {
+    let script = call.script();
+    match manager.invoke(conn, call).await? {
+        Value::Int(1) => {
+            record(what, resource, key, token);
+            Ok(Release::Released)
+        }
+        Value::Int(0) => Ok(Release::NotOwner),
+        Value::ServerError(e) => Err(script_error(script, e.into())),
+        _ => Err(Error::unexpected(script.id(), "expected 0 or 1")),
+    }
 }
 
 /// A fence key's value as an inspection read it: the last fencing token issued (`None`

@@ -91,6 +91,21 @@ macro_rules! limiters {
             }
         }
 
+        $(
+            impl From<$ty> for Limiter {
+                fn from(l: $ty) -> Self {
+                    Self::$variant(l)
+                }
+            }
+        )+
+        $(
+            impl From<$wty> for Limiter {
+                fn from(l: $wty) -> Self {
+                    Self::$wvariant(l)
+                }
+            }
+        )+
+
         impl Limiter {
             /// A limiter of `algorithm` named `name`: the algorithm's own `new(name, rate)`.
             ///
@@ -280,61 +295,6 @@ impl Limiter {
             algorithm: self.algorithm(),
             reason,
         })
-    }
-}
-
-// Each limiter type's place in the enum, here beside the enum: the types know nothing of it.
-impl From<FixedWindow> for Limiter {
-    fn from(l: FixedWindow) -> Self {
-        Self::Fixed(l)
-    }
-}
-
-impl From<AlignedWindow> for Limiter {
-    fn from(l: AlignedWindow) -> Self {
-        Self::Aligned(l)
-    }
-}
-
-impl From<Grouped<FixedWindow>> for Limiter {
-    fn from(l: Grouped<FixedWindow>) -> Self {
-        Self::FixedGrouped(l)
-    }
-}
-
-impl From<Grouped<AlignedWindow>> for Limiter {
-    fn from(l: Grouped<AlignedWindow>) -> Self {
-        Self::AlignedGrouped(l)
-    }
-}
-
-impl From<Leased<FixedWindow>> for Limiter {
-    fn from(l: Leased<FixedWindow>) -> Self {
-        Self::FixedLeased(l)
-    }
-}
-
-impl From<Leased<SlidingWindow>> for Limiter {
-    fn from(l: Leased<SlidingWindow>) -> Self {
-        Self::SlidingLeased(l)
-    }
-}
-
-impl From<Leased<Gcra>> for Limiter {
-    fn from(l: Leased<Gcra>) -> Self {
-        Self::GcraLeased(l)
-    }
-}
-
-impl From<Gcra> for Limiter {
-    fn from(l: Gcra) -> Self {
-        Self::Gcra(l)
-    }
-}
-
-impl From<SlidingWindow> for Limiter {
-    fn from(l: SlidingWindow) -> Self {
-        Self::Sliding(l)
     }
 }
 

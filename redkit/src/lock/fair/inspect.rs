@@ -155,12 +155,7 @@ impl FairLock {
         let key = self.key(resource)?;
         repair::checked_token(token)?;
         let call = self.leave_call(&key, token);
-        let reply: i64 = self.manager().invoke(conn, &call).await?;
-        repair::record("evicted a fair lock entry", resource, &key, token);
-        Ok(if reply == 1 {
-            Release::Released
-        } else {
-            Release::NotOwner
-        })
+        let what = "evicted a fair lock entry";
+        repair::remove(self.manager(), conn, &call, what, resource, &key, token).await
     }
 }

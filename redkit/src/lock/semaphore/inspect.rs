@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::lock::lease::schema;
 use crate::lock::outcome::Release;
 use crate::lock::repair;
-use crate::script::{embedded, script_error, Call};
+use crate::script::{embedded, Call};
 
 /// A semaphore's holders at one instant ([`Semaphore::inspect`]). A diagnostic: permits are
 /// taken and given back while it is read.
@@ -129,18 +129,10 @@ impl Semaphore {
     ) -> Result<Release> {
         let key = self.key(resource)?;
         repair::checked_token(token)?;
-        let script = embedded::SEMAPHORE_RELEASE.script();
-        let mut call = Call::new(script);
+        let mut call = Call::new(embedded::SEMAPHORE_RELEASE.script());
         // One wake-up entry: one permit came back.
         call.key(&key).key(schema::wake(&key)).arg(token).arg(1u32);
-        match self.manager().invoke(conn, &call).await? {
-            Value::Int(1) => {
-                repair::record("evicted a semaphore permit", resource, &key, token);
-                Ok(Release::Released)
-            }
-            Value::Int(0) => Ok(Release::NotOwner),
-            Value::ServerError(e) => Err(script_error(script, e.into())),
-            _ => Err(Error::unexpected(script.id(), "expected 0 or 1")),
-        }
+        let what = "evicted a semaphore permit";
+        repair::remove(self.manager(), conn, &call, what, resource, &key, token).await
     }
 }

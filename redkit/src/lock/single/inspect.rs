@@ -229,14 +229,9 @@ impl Lock {
         };
         repair::checked_token(&token)?;
         let call = wake_release_call(&key, &token);
-        let script = call.script();
-        let released = match self.manager().invoke(conn, &call).await? {
-            Value::Int(n) => n == 1,
-            Value::ServerError(e) => return Err(script_error(script, e.into())),
-            _ => return Err(Error::unexpected(script.id(), "expected 0 or 1")),
-        };
-        if released {
-            repair::record("force-released a lock", resource, &key, &token);
+        let what = "force-released a lock";
+        let removed = repair::remove(self.manager(), conn, &call, what, resource, &key, &token);
+        if removed.await? == crate::lock::Release::Released {
             return Ok(ForceRelease::Released { token });
         }
         let now = self.inspect(conn, resource).await?.holder;
