@@ -271,9 +271,13 @@ pub(crate) async fn release<K: LeaseKind, C: ConnectionLike>(
         Ok(answer) => kind.released(&call, answer),
         Err(e) => Err(e),
     };
-    if let (Ok(Release::NotOwner), Some(marked)) =
-        (&released, kind.release_marked_call(held, extra))
-    {
+    // The second call is built only when the first released nothing: building it for every
+    // release cost each cycle a `Call` and its keys (a profile of the default cycle).
+    let marked = match released {
+        Ok(Release::NotOwner) => kind.release_marked_call(held, extra),
+        _ => None,
+    };
+    if let Some(marked) = marked {
         // Boxed: only a release with a waiter (or of a lost lease) sends a second call.
         released = Box::pin(kind.manager().invoke::<i64, _>(conn, &marked))
             .await
