@@ -91,20 +91,6 @@ pub enum Decrement {
 }
 
 impl Decrement {
-    /// The first outcome when this is a `Duplicate` answer, else `None`.
-    ///
-    /// ```
-    /// # fn show(outcome: redkit::inventory::Decrement) {
-    /// let decided = outcome.original().unwrap_or(&outcome);
-    /// # let _ = decided; }
-    /// ```
-    pub fn original(&self) -> Option<&Self> {
-        match self {
-            Self::Duplicate { original } => Some(original.get()),
-            _ => None,
-        }
-    }
-
     /// `true` when the units were (now or by the original request) deducted.
     ///
     /// ```
@@ -150,20 +136,6 @@ pub enum Restock {
 }
 
 impl Restock {
-    /// The first outcome when this is a `Duplicate` answer, else `None`.
-    ///
-    /// ```
-    /// # fn show(outcome: redkit::inventory::Restock) {
-    /// let decided = outcome.original().unwrap_or(&outcome);
-    /// # let _ = decided; }
-    /// ```
-    pub fn original(&self) -> Option<&Self> {
-        match self {
-            Self::Duplicate { original } => Some(original.get()),
-            _ => None,
-        }
-    }
-
     /// The stock right after the restock was applied (by this or by the original request);
     /// `None` for [`Restock::IdReused`] (nothing was applied).
     ///
@@ -236,20 +208,6 @@ pub enum Order {
 }
 
 impl Order {
-    /// The first outcome when this is a `Duplicate` answer, else `None`.
-    ///
-    /// ```
-    /// # fn show(outcome: redkit::inventory::Order) {
-    /// let decided = outcome.original().unwrap_or(&outcome);
-    /// # let _ = decided; }
-    /// ```
-    pub fn original(&self) -> Option<&Self> {
-        match self {
-            Self::Duplicate { original } => Some(original.get()),
-            _ => None,
-        }
-    }
-
     /// `true` when the order's units were (now or by the original request) deducted.
     ///
     /// ```
@@ -266,6 +224,29 @@ impl Order {
         }
     }
 }
+
+/// `original()` for each outcome that answers a repeated request id with `Duplicate`.
+macro_rules! originals {
+    ($($ty:ident),+) => {$(
+        impl $ty {
+            /// The first outcome when this is a `Duplicate` answer, else `None`.
+            ///
+            /// ```
+            #[doc = concat!("# fn show(outcome: redkit::inventory::", stringify!($ty), ") {")]
+            /// let decided = outcome.original().unwrap_or(&outcome);
+            /// # let _ = decided; }
+            /// ```
+            pub fn original(&self) -> Option<&Self> {
+                match self {
+                    Self::Duplicate { original } => Some(original.get()),
+                    _ => None,
+                }
+            }
+        }
+    )+};
+}
+
+originals!(Decrement, Restock, Order);
 
 /// An outcome's `redkit.outcome` label ([`counted`]): one per variant, the variant's name in
 /// snake case but `applied` for the one that changed the stock as asked.
