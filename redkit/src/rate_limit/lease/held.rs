@@ -498,16 +498,11 @@ mod tests {
             now - Duration::from_millis(10),
         );
         let grant = |units, count, sent, until| Held {
-            step: Duration::ZERO,
-            units,
-            until,
-            reset: until,
             count,
             counter: count,
             count_sent: sent,
-            last_want: 8,
             taken: units + 1,
-            refused: None,
+            ..staggered(units, until, Duration::ZERO)
         };
         let end = now + Duration::from_secs(10);
         let first = leases.keep_grant("k", grant(7, 10, early, end), now);
@@ -553,16 +548,12 @@ mod tests {
         let leases = Leases::new(QuotaLease::new(64).unwrap(), LeaseScript::FixedWindow);
         let now = Instant::now();
         let held = |until| Held {
-            step: Duration::ZERO,
-            units: 1,
-            until,
-            reset: until,
             count: 1,
             counter: 1,
             count_sent: now,
             last_want: 2,
             taken: 2,
-            refused: None,
+            ..staggered(1, until, Duration::ZERO)
         };
         let live = now + Duration::from_secs(10);
         {
@@ -600,16 +591,11 @@ mod tests {
     fn a_new_window_starts_from_what_the_last_one_used() {
         let now = Instant::now();
         let used = |taken, units| Held {
-            step: Duration::ZERO,
-            units,
-            until: now,
-            reset: now,
             count: taken,
             counter: taken,
-            count_sent: now,
             last_want: 64,
             taken,
-            refused: None,
+            ..staggered(units, now, Duration::ZERO)
         };
         assert_eq!(carried(&used(400, 0)), Some(100), "a quarter of 400 used");
         assert_eq!(
@@ -633,16 +619,12 @@ mod tests {
         let leases = Leases::new(QuotaLease::new(64).unwrap(), LeaseScript::FixedWindow);
         let now = Instant::now();
         let held = |units| Held {
-            step: Duration::ZERO,
-            units,
-            until: now + Duration::from_secs(10),
-            reset: now + Duration::from_secs(10),
             count: 100,
             counter: 100,
             count_sent: now,
             last_want: 64,
             taken: 100,
-            refused: None,
+            ..staggered(units, now + Duration::from_secs(10), Duration::ZERO)
         };
         let units = |l: &Leases| l.lock()["k"].units;
         leases.lock().insert("k".to_owned(), held(40));
@@ -882,16 +864,11 @@ mod tests {
     fn the_view_adds_the_units_held_to_what_redis_has_left() {
         let now = Instant::now();
         let held = Held {
-            step: Duration::ZERO,
-            units: 7,
-            until: now + Duration::from_secs(1),
-            reset: now + Duration::from_secs(1),
             count: 90,
             counter: 90,
             count_sent: now,
-            last_want: 8,
             taken: 15,
-            refused: None,
+            ..staggered(7, now + Duration::from_secs(1), Duration::ZERO)
         };
         let d = allowed(100, &held, now);
         assert_eq!(d.quota().remaining(), 17);
