@@ -1,6 +1,7 @@
 //! What the operator's repairs of every lock kind share (`Lock::force_release`,
-//! `FairLock::evict`, `Semaphore::evict`): the owner token they name, and the trace event
-//! that records what they removed.
+//! `FairLock::evict`, `Semaphore::evict`): the owner token they name, the removal itself
+//! ([`remove`]: one compare-and-delete call, its reply typed), and the trace event that
+//! records what they removed.
 
 use std::num::NonZeroU32;
 
