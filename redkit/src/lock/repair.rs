@@ -9,6 +9,7 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use crate::error::{Error, Result};
+use crate::lock::outcome::status;
 use crate::lock::{FencingToken, Release};
 use crate::script::{script_error, Call, Script, ScriptManager};
 
@@ -53,7 +54,8 @@ pub(crate) fn record(what: &str, resource: &str, key: &str, token: &str) {
 /// Runs a repair's compare-and-delete `call` of `token`'s hold of `resource` at `key` (its
 /// script answers 1 removed, 0 not there): [`Release::Released`] when it removed the hold,
 /// then recorded as `what` ([`record`]); [`Release::NotOwner`] when the hold was not there.
-/// The script's own error is typed, any other reply an unexpected one.
+/// The script's own error is typed (by the manager), any other answer an unexpected one
+/// ([`status`]).
 pub(crate) async fn remove<C: ConnectionLike>(
     manager: &ScriptManager,
     conn: &mut C,
@@ -63,16 +65,12 @@ pub(crate) async fn remove<C: ConnectionLike>(
     key: &str,
     token: &str,
 ) -> Result<Release> {
-    let script = call.script();
-    match manager.invoke(conn, call).await? {
-        Value::Int(1) => {
-            record(what, resource, key, token);
-            Ok(Release::Released)
-        }
-        Value::Int(0) => Ok(Release::NotOwner),
-        Value::ServerError(e) => Err(script_error(script, e.into())),
-        _ => Err(Error::unexpected(script.id(), "expected 0 or 1")),
+    let answer: i64 = manager.invoke(conn, call).await?;
+    if !status(call.script(), answer)? {
+        return Ok(Release::NotOwner);
     }
+    record(what, resource, key, token);
+    Ok(Release::Released)
 }
 
 /// A fence key's value as an inspection read it: the last fencing token issued (`None`
